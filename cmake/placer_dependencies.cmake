@@ -1,0 +1,68 @@
+# Finds every third-party dependency in one place. All of them come from
+# Debian packages (scripts/install-deps.sh) or the CUDA toolkit.
+
+# ccache for C++ and CUDA when available: CI and laptops rebuild a lot.
+find_program(PLACER_CCACHE ccache)
+if(PLACER_CCACHE)
+  set(CMAKE_CXX_COMPILER_LAUNCHER ${PLACER_CCACHE})
+  set(CMAKE_CUDA_COMPILER_LAUNCHER ${PLACER_CCACHE})
+endif()
+
+find_package(Threads REQUIRED)
+find_package(OpenMP REQUIRED COMPONENTS CXX)
+find_package(cppzmq REQUIRED)          # brings libzmq
+find_package(FlatBuffers REQUIRED)     # libflatbuffers (verifier, JSON parser)
+find_program(PLACER_FLATC flatc REQUIRED)  # flatbuffers-compiler
+
+# --- CUDA (optional) -------------------------------------------------------
+set(PLACER_HAS_CUDA OFF)
+if(PLACER_ENABLE_CUDA)
+  include(CheckLanguage)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES ${PLACER_CUDA_ARCHITECTURES})
+    endif()
+    enable_language(CUDA)
+    # CMake 3.25 predates nvcc 13 and does not know its C++20 flag.
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    list(APPEND CMAKE_CUDA_COMPILE_FEATURES cuda_std_20)
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    find_package(CUDAToolkit REQUIRED)
+    set(PLACER_HAS_CUDA ON)
+  else()
+    message(STATUS "placer: nvcc not found, building the CPU backend only")
+  endif()
+endif()
+if(PLACER_HAS_CUDA)
+  set(PLACER_HAS_CUDA_STR "ON (archs ${CMAKE_CUDA_ARCHITECTURES})")
+else()
+  set(PLACER_HAS_CUDA_STR "OFF")
+endif()
+
+# --- CCCL (Thrust/CUB/libcu++) headers ---------------------------------------
+# The CUDA toolkit ships CCCL; the CPU-only build uses the same headers when a
+# toolkit is installed, and Debian's libthrust-dev otherwise.
+find_path(PLACER_CCCL_INCLUDE_DIR thrust/version.h
+  HINTS ${CUDAToolkit_INCLUDE_DIRS}/cccl /usr/local/cuda/include/cccl /usr/local/cuda/include /usr/include
+  NO_DEFAULT_PATH)
+if(NOT PLACER_CCCL_INCLUDE_DIR)
+  message(FATAL_ERROR "Thrust headers not found: install the CUDA toolkit or 'apt-get install libthrust-dev libcub-dev'")
+endif()
+
+# --- GoogleTest / Google Benchmark ------------------------------------------
+if(PLACER_BUILD_TESTS)
+  find_package(GTest REQUIRED)
+endif()
+if(PLACER_BUILD_BENCH)
+  find_package(benchmark QUIET)
+  if(NOT benchmark_FOUND)
+    message(STATUS "placer: Google Benchmark not found, bench/ skipped")
+    set(PLACER_BUILD_BENCH OFF)
+  endif()
+endif()

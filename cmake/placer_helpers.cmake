@@ -1,0 +1,17 @@
+# Common compile flags and the test helper.
+add_library(placer_warnings INTERFACE)
+target_compile_options(placer_warnings INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wno-unused-parameter>)
+
+# placer_add_test(NAME SOURCES... [LABELS l1 l2]): one GoogleTest executable,
+# registered with CTest through gtest_discover_tests.
+include(GoogleTest)
+function(placer_add_test name)
+  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main placer_warnings)
+  target_compile_definitions(${name} PRIVATE
+    PLACER_SHARED_DATA_DIR="${CMAKE_SOURCE_DIR}/../shared/data"
+    PLACER_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
+  gtest_discover_tests(${name} PROPERTIES LABELS "${T_LABELS}" DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,61 @@
+#pragma once
+// The backend interface: what a round asks of the CPU (OpenMP) or CUDA
+// backend. The solver builds host views, calls these, and never sees
+// Thrust, CUDA types or device pointers.
+//
+//   auto b = placer::kernels::select_backend("auto", log);  // GPU if usable, else CPU
+//   b->score(nodes, classes, tasks, params, scores);        // classes x nodes
+//
+// Public header: compiles with a host compiler, never includes CUDA headers.
+
+#include <placer/kernels/views.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace placer::kernels {
+
+/// True when this binary contains the CUDA backend.
+#if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA
+inline constexpr bool cuda_enabled = true;
+#else
+inline constexpr bool cuda_enabled = false;
+#endif
+
+enum class backend_kind { cpu, cuda };
+
+class backend {
+ public:
+  virtual ~backend() = default;
+  [[nodiscard]] virtual backend_kind kind() const = 0;
+  /// e.g. "cpu (OpenMP, 2 threads)" or "cuda (NVIDIA H100 80GB HBM3, sm_90)".
+  [[nodiscard]] virtual std::string const& description() const = 0;
+
+  /// @brief Feasibility and score matrix over classes x nodes (row-major).
+  /// @param[in] nodes, classes, tasks  host views (the CUDA backend copies them)
+  /// @param[out] out  n_classes * n_nodes cells; -1 = infeasible
+  virtual void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                     score_params const& params, std::span<std::int32_t> out) = 0;
+
+  /// @brief GAR / GFR / FGD fragmentation sums over the nodes.
+  virtual cluster_stats stats(node_view const& nodes, task_view const& tasks) = 0;
+};
+
+/// Makes the backend of `kind`; throws placer::logic_error(unavailable) if the
+/// CUDA backend was not built or no usable GPU is present.
+std::unique_ptr<backend> make_backend(backend_kind kind);
+
+/// Parses "auto" | "cpu" | "cuda" and makes the backend. "auto" takes CUDA
+/// when a GPU answers and falls back to the CPU otherwise, reporting why
+/// through `log`.
+std::unique_ptr<backend> select_backend(std::string_view choice,
+                                        std::function<void(std::string const&)> const& log = {});
+
+/// Why the CUDA backend cannot be used, or "" when it can.
+std::string cuda_unavailable_reason();
+
+}  // namespace placer::kernels

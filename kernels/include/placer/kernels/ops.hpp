@@ -1,0 +1,203 @@
+#pragma once
+// The data-parallel functors of a round, written once and compiled by g++
+// (OpenMP backend, host_ns) and nvcc (CUDA backend, cuda_ns). They only read
+// the views in views.hpp; everything is integer arithmetic with fixed tie
+// rules, so both backends produce identical matrices.
+//
+// Feasibility and scoring of one (class, node) cell:
+//   feasible  = node healthy, pool allowed, GPU model allowed, CPU and memory
+//               fit, and GPUs fit: a fractional share needs one GPU with
+//               free >= share; whole GPUs need `gpus` fully free GPUs.
+//   score     = w_binpack * binpack + w_fragmentation * fgd + pool penalty,
+//               each term normalised to 0..1000; -1 marks infeasible.
+
+#include <placer/kernels/hd.hpp>
+#include <placer/kernels/views.hpp>
+
+#include <cstdint>
+
+namespace placer::kernels {
+inline namespace PLACER_BACKEND_NS {
+
+inline constexpr std::int32_t max_gpus_per_node = 64;
+inline constexpr std::int32_t infeasible = -1;
+
+template <class T>
+PLACER_HD constexpr T min_of(T a, T b) { return a < b ? a : b; }
+template <class T>
+PLACER_HD constexpr T max_of(T a, T b) { return a < b ? b : a; }
+
+/// Does a replica of (gpus, milli) fit the GPU free vector f[0..g)?
+PLACER_HD inline bool gpus_fit(std::int32_t const* f, std::int32_t g, std::int32_t gpus, std::int32_t milli) {
+  if (gpus == 0) return true;
+  std::int32_t ok = 0;
+  for (std::int32_t i = 0; i < g; ++i) ok += f[i] >= milli ? 1 : 0;
+  return ok >= gpus;
+}
+
+/// Takes a replica's GPUs from f in place, by the deterministic rule the
+/// assignment also uses: a fractional share goes to the best-fit GPU (least
+/// free that still fits, lowest index on ties); whole GPUs are the
+/// lowest-indexed fully free ones. Returns false (f untouched) if no fit.
+PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gpus, std::int32_t milli) {
+  if (gpus == 0) return true;
+  if (!gpus_fit(f, g, gpus, milli)) return false;
+  if (milli < 1000) {
+    std::int32_t best = -1;
+    for (std::int32_t i = 0; i < g; ++i) {
+      if (f[i] >= milli && (best < 0 || f[i] < f[best])) best = i;
+    }
+    f[best] -= milli;
+    return true;
+  }
+  std::int32_t left = gpus;
+  for (std::int32_t i = 0; i < g && left > 0; ++i) {
+    if (f[i] == 1000) { f[i] = 0; --left; }
+  }
+  return true;
+}
+
+/// FGD fragmentation of one node against the task set, in milli x ppm.
+/// F_n(m) = all free GPU milli if m cannot run on the node (CPU-only task,
+/// model not allowed, too few fitting GPUs, too little CPU); otherwise the
+/// free milli on GPUs whose free share is below m's per-GPU demand.
+PLACER_HD inline std::int64_t node_fragmentation(std::int32_t const* f, std::int32_t g, std::int64_t cpu_free,
+                                                 std::int32_t model, task_view const& t) {
+  std::int64_t total_free = 0;
+  for (std::int32_t i = 0; i < g; ++i) total_free += f[i];
+  if (total_free == 0) return 0;
+  std::int64_t frag = 0;
+  for (std::int32_t m = 0; m < t.n_tasks; ++m) {
+    bool const model_ok = model >= 0 && ((t.model_mask[m] >> model) & 1U) != 0;
+    bool const runs = t.gpus[m] > 0 && model_ok && t.cpu[m] <= cpu_free && gpus_fit(f, g, t.gpus[m], t.milli[m]);
+    std::int64_t amount = 0;
+    if (!runs) {
+      amount = total_free;
+    } else {
+      for (std::int32_t i = 0; i < g; ++i) amount += f[i] < t.milli[m] ? f[i] : 0;
+    }
+    frag += amount * t.freq_ppm[m];
+  }
+  return frag;
+}
+
+/// Feasibility of class c on node n (ignoring the score).
+PLACER_HD inline bool cell_feasible(node_view const& nv, class_view const& cv, std::int32_t c, std::int32_t n) {
+  if ((nv.flags[n] & node_flag_healthy) == 0) return false;
+  std::uint8_t const pool = nv.pool[n];
+  bool const pool_ok = (cv.pool_mask[c] & pool) != 0 ||
+                       (pool == pool_bit_inference && cv.loan_ok[c] != 0 && (nv.flags[n] & node_flag_loanable) != 0);
+  if (!pool_ok) return false;
+  if (cv.cpu[c] > nv.cpu_free[n] || cv.mem[c] > nv.mem_free[n]) return false;
+  if (cv.gpus[c] == 0) return true;
+  std::int32_t const model = nv.model[n];
+  if (model < 0 || ((cv.model_mask[c] >> model) & 1U) == 0) return false;
+  std::int32_t const b = nv.gpu_begin[n];
+  return gpus_fit(nv.gpu_free + b, nv.gpu_begin[n + 1] - b, cv.gpus[c], cv.milli[c]);
+}
+
+/// Score of one (class, node) cell; cell = c * n_nodes + n (row-major).
+struct score_cell_op {
+  node_view nv;
+  class_view cv;
+  task_view tv;
+  score_params p;
+
+  PLACER_HD std::int32_t operator()(std::int64_t cell) const {
+    auto const c = static_cast<std::int32_t>(cell / nv.n_nodes);
+    auto const n = static_cast<std::int32_t>(cell % nv.n_nodes);
+    return score(c, n);
+  }
+
+  PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n) const {
+    if (!cell_feasible(nv, cv, c, n)) return infeasible;
+    std::int32_t const b = nv.gpu_begin[n];
+    std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
+    std::int64_t const gpu_cap = nv.gpu_capacity[n];
+    std::int64_t gpu_free = 0;
+    for (std::int32_t i = 0; i < g; ++i) gpu_free += nv.gpu_free[b + i];
+    std::int64_t const gpu_req = static_cast<std::int64_t>(cv.gpus[c]) * cv.milli[c];
+    std::int64_t const cpu_cap = max_of<std::int64_t>(nv.cpu_capacity[n], 1);
+
+    // Utilisation after placing one replica, per mille, GPU and CPU.
+    std::int64_t const gpu_used = gpu_cap > 0 ? (gpu_cap - gpu_free + gpu_req) * 1000 / gpu_cap : 0;
+    std::int64_t const cpu_used = (cpu_cap - nv.cpu_free[n] + cv.cpu[c]) * 1000 / cpu_cap;
+
+    if (p.kube_mode != 0) {
+      // kube-scheduler NodeResourcesFit: mean of per-resource utilisation
+      // (GPU only where the node has GPUs). LeastAllocated prefers low use.
+      std::int64_t const used = gpu_cap > 0 ? (gpu_used + cpu_used) / 2 : cpu_used;
+      return static_cast<std::int32_t>(p.kube_mode == 1 ? 1000 - used : used);
+    }
+
+    // E-Binpack (best fit): most-allocated first. GPU jobs weigh GPU use 3:1
+    // over CPU. A CPU-only replica is steered away from free GPUs, so that it
+    // does not strand them (it scores by how few free GPUs the node has).
+    std::int64_t binpack;
+    if (gpu_req > 0) {
+      binpack = (3 * gpu_used + cpu_used) / 4;
+    } else {
+      std::int64_t const free_gpu_permille = gpu_cap > 0 ? gpu_free * 1000 / gpu_cap : 0;
+      binpack = (cpu_used + (1000 - free_gpu_permille) * 3) / 4;
+    }
+    std::int64_t s = p.w_binpack * binpack;
+
+    if (p.w_fragmentation != 0 && tv.n_tasks > 0 && g > 0) {
+      std::int32_t f[max_gpus_per_node];
+      for (std::int32_t i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
+      std::int64_t const before = node_fragmentation(f, g, nv.cpu_free[n], nv.model[n], tv);
+      take_gpus(f, g, cv.gpus[c], cv.milli[c]);
+      std::int64_t const after = node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[c], nv.model[n], tv);
+      // delta in milli (divide out ppm); +-8000 milli maps onto 0..1000.
+      std::int64_t const delta = (after - before) / 1000000;
+      std::int64_t const fgd = min_of<std::int64_t>(1000, max_of<std::int64_t>(0, 500 - delta * 500 / 8000));
+      s += p.w_fragmentation * fgd;
+    }
+
+    if ((cv.pool_mask[c] & nv.pool[n]) == 0) {
+      // Borrowed inference node: reclaim risk.
+      s -= static_cast<std::int64_t>(p.w_pool_affinity) * 1000;
+    }
+    s = max_of<std::int64_t>(s, 0);
+    return static_cast<std::int32_t>(min_of<std::int64_t>(s, 2000000000));
+  }
+};
+
+/// Per-node contribution to the cluster statistics.
+struct node_stats_op {
+  node_view nv;
+  task_view tv;
+
+  PLACER_HD cluster_stats operator()(std::int32_t n) const {
+    cluster_stats s{};
+    if ((nv.flags[n] & node_flag_healthy) == 0) return s;
+    std::int32_t const b = nv.gpu_begin[n];
+    std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
+    if (g == 0 || nv.gpu_capacity[n] == 0) return s;
+    std::int64_t free = 0;
+    for (std::int32_t i = 0; i < g; ++i) free += nv.gpu_free[b + i];
+    std::int64_t const cap = nv.gpu_capacity[n];
+    s.gpu_schedulable_milli = cap;
+    s.gpu_free_milli = free;
+    s.gpu_allocated_milli = cap - free;
+    s.gpu_nodes = 1;
+    s.partly_allocated_nodes = (free > 0 && free < cap) ? 1 : 0;
+    s.frag_milli_ppm = node_fragmentation(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
+    return s;
+  }
+};
+
+struct stats_sum_op {
+  PLACER_HD cluster_stats operator()(cluster_stats a, cluster_stats const& b) const {
+    a.gpu_allocated_milli += b.gpu_allocated_milli;
+    a.gpu_schedulable_milli += b.gpu_schedulable_milli;
+    a.gpu_free_milli += b.gpu_free_milli;
+    a.frag_milli_ppm += b.frag_milli_ppm;
+    a.gpu_nodes += b.gpu_nodes;
+    a.partly_allocated_nodes += b.partly_allocated_nodes;
+    return a;
+  }
+};
+
+}  // inline namespace PLACER_BACKEND_NS
+}  // namespace placer::kernels

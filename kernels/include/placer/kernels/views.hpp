@@ -1,0 +1,76 @@
+#pragma once
+// Plain struct-of-arrays views the data-parallel stages read. They hold raw
+// pointers (host memory for the CPU backend, device memory for CUDA) and
+// their sizes; no ownership. All arrays are row-major where 2-D.
+//
+// Integers everywhere: scores, shares and frequencies are fixed-point so the
+// CPU and CUDA backends give bit-identical results (the parity test).
+
+#include <cstdint>
+
+namespace placer::kernels {
+
+/// Pool bits used in class_view::pool_mask.
+enum : std::uint8_t { pool_bit_training = 1, pool_bit_inference = 2, pool_bit_shared = 4 };
+/// Node flag bits.
+enum : std::uint8_t { node_flag_healthy = 1, node_flag_loanable = 2 };
+
+/// Nodes as SoA. GPUs are a CSR: node i owns gpu_free[gpu_begin[i] .. gpu_begin[i+1]).
+/// An unhealthy GPU is given free = 0 and is excluded from gpu_capacity.
+struct node_view {
+  std::int32_t n_nodes = 0;
+  std::int32_t n_gpus = 0;             ///< total GPUs (size of gpu_free)
+  std::int64_t const* cpu_free = nullptr;
+  std::int64_t const* cpu_capacity = nullptr;
+  std::int64_t const* mem_free = nullptr;
+  std::int32_t const* model = nullptr;  ///< model id, -1 = no GPUs
+  std::uint8_t const* pool = nullptr;   ///< pool bit (pool_bit_*)
+  std::uint8_t const* flags = nullptr;  ///< node_flag_*
+  std::int32_t const* gpu_begin = nullptr;     ///< n_nodes + 1 offsets
+  std::int32_t const* gpu_free = nullptr;      ///< milli free per GPU
+  std::int32_t const* gpu_capacity = nullptr;  ///< per node: healthy GPUs x 1000
+};
+
+/// Classes of identical replicas (same demand, models, pool rule). One row of
+/// the score matrix per class.
+struct class_view {
+  std::int32_t n_classes = 0;
+  std::int32_t const* gpus = nullptr;      ///< GPUs per replica
+  std::int32_t const* milli = nullptr;     ///< per-GPU milli (1000 = whole)
+  std::int64_t const* cpu = nullptr;
+  std::int64_t const* mem = nullptr;
+  std::uint64_t const* model_mask = nullptr;  ///< bit m = model m allowed
+  std::uint8_t const* pool_mask = nullptr;    ///< pools usable outright
+  std::uint8_t const* loan_ok = nullptr;      ///< 1 = may use loanable inference nodes
+};
+
+/// The typical task set M for FGD fragmentation (shapes with frequencies in
+/// parts per million, summing to about 1e6).
+struct task_view {
+  std::int32_t n_tasks = 0;
+  std::int32_t const* gpus = nullptr;
+  std::int32_t const* milli = nullptr;
+  std::int64_t const* cpu = nullptr;
+  std::uint64_t const* model_mask = nullptr;
+  std::int32_t const* freq_ppm = nullptr;
+};
+
+/// Integer weights of the score terms; each term is normalised to 0..1000.
+struct score_params {
+  std::int32_t w_binpack = 100;
+  std::int32_t w_fragmentation = 0;
+  std::int32_t w_pool_affinity = 20;
+  std::int32_t kube_mode = 0;  ///< 0 = Placer score, 1 = LeastAllocated, 2 = MostAllocated
+};
+
+/// Per-cluster sums from one reduction over nodes.
+struct cluster_stats {
+  std::int64_t gpu_allocated_milli = 0;  ///< on healthy GPUs of healthy nodes
+  std::int64_t gpu_schedulable_milli = 0;
+  std::int64_t gpu_free_milli = 0;
+  std::int64_t frag_milli_ppm = 0;       ///< sum_n F_n(M), milli x ppm
+  std::int64_t gpu_nodes = 0;            ///< healthy nodes with GPUs
+  std::int64_t partly_allocated_nodes = 0;
+};
+
+}  // namespace placer::kernels

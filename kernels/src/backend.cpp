@@ -1,0 +1,53 @@
+// Backend factory and run-time selection ("auto" | "cpu" | "cuda").
+#include <placer/kernels/backend.hpp>
+#include <placer/topology/error.hpp>
+
+#include "omp_backend.hpp"
+
+namespace placer::kernels {
+
+#if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA
+// Defined in kernels/cuda/cuda_backend.cu.
+std::unique_ptr<backend> make_cuda_backend();
+std::string cuda_probe();
+#endif
+
+std::string cuda_unavailable_reason() {
+#if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA
+  return cuda_probe();
+#else
+  return "this binary was built without the CUDA backend (no nvcc at build time)";
+#endif
+}
+
+std::unique_ptr<backend> make_backend(backend_kind kind) {
+  if (kind == backend_kind::cpu) return std::make_unique<omp_backend>();
+  auto const why = cuda_unavailable_reason();
+  if (!why.empty()) throw logic_error(error_code::unavailable, "CUDA backend unavailable: " + why);
+#if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA
+  return make_cuda_backend();
+#else
+  throw logic_error(error_code::unavailable, "CUDA backend unavailable");
+#endif
+}
+
+std::unique_ptr<backend> select_backend(std::string_view choice,
+                                        std::function<void(std::string const&)> const& log) {
+  if (choice == "cpu") return make_backend(backend_kind::cpu);
+  if (choice == "cuda") return make_backend(backend_kind::cuda);
+  PLACER_EXPECTS(choice == "auto" || choice.empty(),
+                 "unknown backend '" + std::string(choice) + "' (expected auto, cpu or cuda)");
+  auto const why = cuda_unavailable_reason();
+  if (why.empty()) {
+    try {
+      return make_backend(backend_kind::cuda);
+    } catch (std::exception const& e) {
+      if (log) log(std::string("backend auto: CUDA failed to start (") + e.what() + "), using the CPU backend");
+      return make_backend(backend_kind::cpu);
+    }
+  }
+  if (log) log("backend auto: " + why + "; using the CPU backend");
+  return make_backend(backend_kind::cpu);
+}
+
+}  // namespace placer::kernels

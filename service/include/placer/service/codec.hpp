@@ -1,0 +1,82 @@
+#pragma once
+// Wire <-> domain conversion. The only place that includes the generated
+// FlatBuffers header; solver/ and kernels/ never see wire types.
+//
+//   flatbuffers::FlatBufferBuilder fbb;
+//   placer::service::encode_request(fbb, header, input);     // client side
+//   auto msg = placer::service::parse_envelope(data, size);  // server side: verify first
+//
+// Every inbound buffer goes through the FlatBuffers verifier before any
+// field is read; decode errors throw placer::logic_error with a code that
+// maps onto wire::ErrorCode (error_code_to_wire).
+
+#include <placer/schemas/placement_generated.h>
+#include <placer/solver/model.hpp>
+#include <placer/topology/error.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace placer::service {
+
+/// Largest message the service accepts (bytes); larger gets ResourceExhausted.
+inline constexpr std::size_t default_max_message_bytes = 256u << 20;
+
+struct request_header {
+  std::uint64_t request_id = 0;
+  std::string session;
+  std::uint64_t sent_at_us = 0;
+};
+
+/// A decoded ScheduleRequest: the round, plus a delta when the request
+/// carries one instead of a full cluster (input.state is then empty).
+struct decoded_request {
+  request_header header;
+  round_input input;
+  std::optional<cluster_delta> delta;
+};
+
+/// Outcome of checking raw bytes: the verified envelope or an error.
+struct envelope_check {
+  wire::Envelope const* envelope = nullptr;  ///< non-null when ok
+  wire::ErrorCode code = wire::ErrorCode::Ok;
+  std::string message;
+};
+
+/// Identifier check, size check, verifier. Never reads an unverified field.
+envelope_check check_envelope(void const* data, std::size_t size,
+                              std::size_t max_bytes = default_max_message_bytes);
+
+/// Converts a verified ScheduleRequest; throws logic_error(invalid_argument)
+/// on semantically invalid content (negative demand, bad enum value...).
+decoded_request decode_request(wire::Envelope const& env);
+
+/// Domain -> wire.
+void encode_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_input const& in,
+                    cluster_delta const* delta = nullptr);
+void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_result const& r,
+                  round_input const& in);
+void encode_error(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, wire::ErrorCode code,
+                  std::string const& message);
+
+/// A decoded reply as the client sees it (error replies become status != Ok).
+struct decoded_reply {
+  request_header header;
+  wire::ErrorCode code = wire::ErrorCode::Ok;
+  std::string message;
+  round_result result;
+};
+decoded_reply decode_reply(wire::Envelope const& env);
+
+wire::ErrorCode error_code_to_wire(error_code c);
+char const* error_code_name(wire::ErrorCode c);
+
+// Conversions of the parts, shared with the JSON I/O.
+cluster decode_cluster(wire::Cluster const& c);
+flatbuffers::Offset<wire::Cluster> encode_cluster(flatbuffers::FlatBufferBuilder& fbb, cluster const& c);
+job decode_job(wire::Job const& j);
+running_job decode_running(wire::RunningJob const& r);
+policy decode_policy(wire::Policy const* p);
+
+}  // namespace placer::service

@@ -1,0 +1,170 @@
+#pragma once
+// The job side of the domain model and one round's input and output.
+// Mirrors schemas/placement.fbs; service/src/codec.cpp converts between them,
+// and nothing in solver/ or kernels/ sees wire types.
+
+#include <placer/topology/cluster.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace placer {
+
+enum class job_kind : std::uint8_t { training = 0, inference = 1, batch = 2 };
+
+/// Per-replica demand. `gpus == 1 && gpu_milli < 1000` is a fractional share
+/// of one GPU; otherwise each of the `gpus` GPUs is taken whole.
+struct demand {
+  std::int32_t gpus = 0;
+  std::int32_t gpu_milli = milli_per_gpu;
+  std::int64_t cpu_milli = 0;
+  std::int64_t memory_mib = 0;
+
+  [[nodiscard]] bool fractional() const { return gpus == 1 && gpu_milli < milli_per_gpu; }
+  /// Total milli-GPU of one replica.
+  [[nodiscard]] std::int64_t gpu_milli_total() const { return static_cast<std::int64_t>(gpus) * gpu_milli; }
+  bool operator==(demand const& o) const {
+    return gpus == o.gpus && gpu_milli == o.gpu_milli && cpu_milli == o.cpu_milli && memory_mib == o.memory_mib;
+  }
+};
+
+enum class topology_mode : std::uint8_t { none = 0, preferred = 1, required = 2 };
+
+struct job {
+  std::string name;
+  job_kind kind = job_kind::training;
+  std::int32_t priority = 0;
+  std::string queue;
+  std::int32_t replicas = 1;
+  demand per_replica;
+  std::vector<std::string> allowed_gpu_models;  ///< empty = any model
+  bool gang = false;
+  std::int32_t topology_level = -1;  ///< all replicas under one domain of this level
+  topology_mode topo_mode = topology_mode::none;
+  float network_sensitivity = 0.0F;  ///< 0..1
+  std::int32_t min_replicas = 0;     ///< elastic range; 0 = not elastic
+  std::int32_t max_replicas = 0;
+  bool preemptible = false;
+  std::int64_t submit_time = 0;
+  std::int64_t estimated_duration = 0;
+};
+
+/// Where one replica runs: a node and the GPUs it holds there, each at
+/// `gpu_milli` (1000 for whole GPUs).
+struct replica_placement {
+  std::int32_t node = -1;
+  std::vector<std::int32_t> gpus;
+  std::int32_t gpu_milli = milli_per_gpu;
+  bool operator==(replica_placement const& o) const {
+    return node == o.node && gpus == o.gpus && gpu_milli == o.gpu_milli;
+  }
+};
+
+struct running_job {
+  std::string name;
+  job_kind kind = job_kind::training;
+  std::int32_t priority = 0;
+  demand per_replica;
+  std::vector<replica_placement> replicas;
+  bool gang = false;
+  bool preemptible = false;
+  bool loaned = false;
+  std::int32_t min_replicas = 0;
+  std::int64_t start_time = 0;
+  std::int64_t estimated_end = 0;
+  std::int64_t last_checkpoint = 0;
+};
+
+enum class algorithm : std::uint8_t {
+  placer = 0,                ///< batched backend scoring + assignment
+  greedy = 1,                ///< same scores, plain greedy
+  kube_least_allocated = 2,  ///< one job at a time, kube-scheduler style
+  kube_most_allocated = 3,
+};
+
+/// Score weights (integers so both backends agree bit for bit).
+struct weights {
+  std::int32_t binpack = 100;
+  std::int32_t fragmentation = 0;
+  std::int32_t topology = 50;
+  std::int32_t pool_affinity = 20;
+};
+
+struct policy {
+  algorithm algo = algorithm::placer;
+  weights w;
+};
+
+struct round_input {
+  cluster state;
+  std::vector<job> pending;
+  std::vector<running_job> running;
+  policy pol;
+  std::int64_t now = 0;
+  std::uint64_t deadline_us = 0;  ///< 0 = none
+};
+
+enum class unplaced_reason : std::uint8_t {
+  none = 0,
+  no_feasible_node = 1,
+  insufficient_capacity = 2,
+  gang_incomplete = 3,
+  topology_unsatisfiable = 4,
+  invalid_job = 5,
+  deadline_exceeded = 6,
+  reserved = 7,
+  deferred = 8,
+};
+char const* to_string(unplaced_reason r);
+
+struct placement {
+  std::int32_t job = -1;  ///< index into round_input::pending
+  std::vector<replica_placement> replicas;
+};
+
+struct unplaced {
+  std::int32_t job = -1;
+  unplaced_reason reason = unplaced_reason::none;
+  std::string detail;
+};
+
+struct preemption {
+  std::string job;
+  std::string reason;
+  std::int32_t for_job = -1;
+};
+
+struct reservation {
+  std::int32_t job = -1;
+  std::vector<std::int32_t> nodes;
+  std::int64_t start_time = 0;
+};
+
+/// Cluster-level metrics before and after the round (docs/metrics.md).
+struct round_metrics {
+  double gar_before = 0, gar_after = 0;
+  double gfr_before = 0, gfr_after = 0;
+  double frag_ratio_before = 0, frag_ratio_after = 0;
+  std::int32_t jobs_placed = 0;
+  std::int32_t replicas_placed = 0;
+  std::int64_t gpu_milli_placed = 0;
+};
+
+struct stage_timing {
+  std::string stage;
+  double micros = 0;
+};
+
+struct round_result {
+  std::uint64_t epoch = 0;
+  std::vector<placement> placements;
+  std::vector<preemption> preemptions;
+  std::vector<reservation> reservations;
+  std::vector<unplaced> unplaced_jobs;
+  round_metrics metrics;
+  std::vector<stage_timing> timing;
+  std::string backend;
+};
+
+}  // namespace placer

@@ -1,0 +1,39 @@
+#pragma once
+// One scheduling round: validate -> flatten -> score on the backend ->
+// assign -> metrics. The shape follows cuOpt's solve(data, settings).
+//
+//   placer::solver s(placer::kernels::select_backend("auto"));
+//   placer::round_result r = s.solve(input);   // throws logic_error on invalid input
+//
+// A solver is not thread-safe (it owns the backend's stream and buffers);
+// give each worker thread its own.
+
+#include <placer/kernels/backend.hpp>
+#include <placer/solver/model.hpp>
+
+#include <memory>
+
+namespace placer {
+
+/// Throws placer::logic_error(invalid_argument) naming the first problem:
+/// negative or out-of-range demands, placements pointing at nodes or GPUs
+/// that do not exist, topology levels beyond the tree, and so on.
+void validate(round_input const& in);
+
+class solver {
+ public:
+  explicit solver(std::unique_ptr<kernels::backend> backend);
+  ~solver();
+  solver(solver&&) noexcept;
+  solver& operator=(solver&&) noexcept;
+
+  /// Solves one round. Never over-commits any node or GPU resource.
+  round_result solve(round_input const& in);
+
+  [[nodiscard]] kernels::backend& backend() { return *backend_; }
+
+ private:
+  std::unique_ptr<kernels::backend> backend_;
+};
+
+}  // namespace placer

@@ -1,0 +1,182 @@
+// Flattening a round into kernel views (see matrices.hpp).
+#include <placer/solver/matrices.hpp>
+#include <placer/topology/error.hpp>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+namespace placer {
+
+using namespace placer::kernels;
+
+namespace {
+
+std::uint8_t pool_bit(pool_kind p) {
+  switch (p) {
+    case pool_kind::training: return pool_bit_training;
+    case pool_kind::inference: return pool_bit_inference;
+    case pool_kind::shared: return pool_bit_shared;
+  }
+  return pool_bit_shared;
+}
+
+/// Pools a job may use outright: its own and the shared pool. Training and
+/// batch jobs may also borrow loanable inference nodes (Aryl), at a score
+/// penalty (see ops.hpp).
+std::uint8_t job_pool_mask(job_kind k) {
+  return k == job_kind::inference ? (pool_bit_inference | pool_bit_shared) : (pool_bit_training | pool_bit_shared);
+}
+
+std::int32_t model_id(std::vector<std::string>& models, std::string const& name) {
+  if (name.empty()) return -1;
+  auto it = std::find(models.begin(), models.end(), name);
+  if (it != models.end()) return static_cast<std::int32_t>(it - models.begin());
+  PLACER_EXPECTS(models.size() < 64, "more than 64 distinct GPU models in one cluster");
+  models.push_back(name);
+  return static_cast<std::int32_t>(models.size() - 1);
+}
+
+}  // namespace
+
+std::uint64_t model_mask(std::vector<std::string> const& allowed, std::vector<std::string> const& models) {
+  if (allowed.empty()) return ~std::uint64_t{0};
+  std::uint64_t m = 0;
+  for (auto const& a : allowed) {
+    auto it = std::find(models.begin(), models.end(), a);
+    if (it != models.end()) m |= std::uint64_t{1} << (it - models.begin());
+  }
+  return m;
+}
+
+round_matrices build_matrices(round_input const& in) {
+  round_matrices m;
+  auto const& nodes = in.state.nodes;
+  auto const n = nodes.size();
+  m.cpu_free.resize(n);
+  m.cpu_capacity.resize(n);
+  m.mem_free.resize(n);
+  m.model.resize(n);
+  m.pool.resize(n);
+  m.flags.resize(n);
+  m.gpu_begin.resize(n + 1);
+  m.gpu_capacity.resize(n);
+  m.gpu_begin[0] = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    auto const& nd = nodes[i];
+    m.cpu_free[i] = nd.cpu_milli_free;
+    m.cpu_capacity[i] = nd.cpu_milli_capacity;
+    m.mem_free[i] = nd.memory_mib_free;
+    m.model[i] = nd.gpu_count() > 0 ? model_id(m.models, nd.gpu_model) : -1;
+    m.pool[i] = pool_bit(nd.pool);
+    m.flags[i] = static_cast<std::uint8_t>((nd.healthy ? node_flag_healthy : 0) | (nd.loanable ? node_flag_loanable : 0));
+    std::int32_t cap = 0;
+    for (std::int32_t g = 0; g < nd.gpu_count(); ++g) {
+      bool const ok = nd.gpu_is_healthy(static_cast<std::size_t>(g));
+      m.gpu_free.push_back(ok ? nd.gpu_free_milli[g] : 0);
+      cap += ok ? milli_per_gpu : 0;
+    }
+    m.gpu_capacity[i] = cap;
+    m.gpu_begin[i + 1] = static_cast<std::int32_t>(m.gpu_free.size());
+  }
+
+  // Classes: identical (demand, models, pool rule) share a row.
+  using key = std::tuple<std::int32_t, std::int32_t, std::int64_t, std::int64_t, std::uint64_t, std::uint8_t, std::uint8_t>;
+  std::map<key, std::int32_t> classes;
+  m.job_class.reserve(in.pending.size());
+  for (auto const& j : in.pending) {
+    auto const& d = j.per_replica;
+    std::uint64_t const mm = d.gpus > 0 ? model_mask(j.allowed_gpu_models, m.models) : ~std::uint64_t{0};
+    std::uint8_t const pm = job_pool_mask(j.kind);
+    std::uint8_t const loan = j.kind == job_kind::inference ? 0 : 1;
+    key const k{d.gpus, d.gpus > 0 ? d.gpu_milli : milli_per_gpu, d.cpu_milli, d.memory_mib, mm, pm, loan};
+    auto [it, fresh] = classes.emplace(k, static_cast<std::int32_t>(m.class_gpus.size()));
+    if (fresh) {
+      m.class_gpus.push_back(std::get<0>(k));
+      m.class_milli.push_back(std::get<1>(k));
+      m.class_cpu.push_back(d.cpu_milli);
+      m.class_mem.push_back(d.memory_mib);
+      m.class_model_mask.push_back(mm);
+      m.class_pool_mask.push_back(pm);
+      m.class_loan_ok.push_back(loan);
+    }
+    m.job_class.push_back(it->second);
+  }
+
+  // Typical task set M (FGD): replica shapes of pending and running work,
+  // most frequent first (ties by key, descending), until 95% is covered.
+  using tkey = std::tuple<std::int64_t, std::int32_t, std::int32_t, std::uint64_t>;  // cpu, milli, gpus, models
+  std::map<tkey, std::int64_t> counts;
+  std::int64_t total = 0;
+  auto add_shape = [&](demand const& d, std::uint64_t mm, std::int64_t count) {
+    counts[tkey{d.cpu_milli, d.gpus > 0 ? d.gpu_milli : 0, d.gpus, mm}] += count;
+    total += count;
+  };
+  for (std::size_t j = 0; j < in.pending.size(); ++j) {
+    add_shape(in.pending[j].per_replica, m.class_model_mask[m.job_class[j]], in.pending[j].replicas);
+  }
+  for (auto const& r : in.running) {
+    add_shape(r.per_replica, ~std::uint64_t{0}, static_cast<std::int64_t>(r.replicas.size()));
+  }
+  std::vector<std::pair<std::int64_t, tkey>> ranked;
+  for (auto const& [k, c] : counts) ranked.emplace_back(c, k);
+  std::sort(ranked.begin(), ranked.end(), [](auto const& a, auto const& b) { return a > b; });
+  std::int64_t covered = 0;
+  std::vector<std::pair<std::int64_t, tkey>> chosen;
+  for (auto const& r : ranked) {
+    if (total > 0 && covered * 100 >= total * 95) break;
+    if (chosen.size() >= 64) break;
+    chosen.push_back(r);
+    covered += r.first;
+  }
+  for (auto const& [c, k] : chosen) {
+    m.task_cpu.push_back(std::get<0>(k));
+    m.task_milli.push_back(std::get<1>(k));
+    m.task_gpus.push_back(std::get<2>(k));
+    m.task_model_mask.push_back(std::get<3>(k));
+    m.task_freq_ppm.push_back(static_cast<std::int32_t>(c * 1000000 / std::max<std::int64_t>(covered, 1)));
+  }
+  return m;
+}
+
+node_view round_matrices::nodes() const {
+  node_view v;
+  v.n_nodes = n_nodes();
+  v.n_gpus = static_cast<std::int32_t>(gpu_free.size());
+  v.cpu_free = cpu_free.data();
+  v.cpu_capacity = cpu_capacity.data();
+  v.mem_free = mem_free.data();
+  v.model = model.data();
+  v.pool = pool.data();
+  v.flags = flags.data();
+  v.gpu_begin = gpu_begin.data();
+  v.gpu_free = gpu_free.data();
+  v.gpu_capacity = gpu_capacity.data();
+  return v;
+}
+
+class_view round_matrices::classes() const {
+  class_view v;
+  v.n_classes = n_classes();
+  v.gpus = class_gpus.data();
+  v.milli = class_milli.data();
+  v.cpu = class_cpu.data();
+  v.mem = class_mem.data();
+  v.model_mask = class_model_mask.data();
+  v.pool_mask = class_pool_mask.data();
+  v.loan_ok = class_loan_ok.data();
+  return v;
+}
+
+task_view round_matrices::tasks() const {
+  task_view v;
+  v.n_tasks = static_cast<std::int32_t>(task_gpus.size());
+  v.gpus = task_gpus.data();
+  v.milli = task_milli.data();
+  v.cpu = task_cpu.data();
+  v.model_mask = task_model_mask.data();
+  v.freq_ppm = task_freq_ppm.data();
+  return v;
+}
+
+}  // namespace placer

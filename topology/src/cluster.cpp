@@ -1,0 +1,94 @@
+// Validation, per-node domain paths and the synthetic cluster builder.
+#include <placer/topology/cluster.hpp>
+#include <placer/topology/error.hpp>
+
+#include <algorithm>
+
+namespace placer {
+
+namespace {
+std::string node_ctx(cluster const& c, std::size_t i) {
+  return "node " + std::to_string(i) + " ('" + c.nodes[i].name + "')";
+}
+}  // namespace
+
+void validate(cluster const& c) {
+  auto const& t = c.topo;
+  auto const nd = static_cast<std::int32_t>(t.domains.size());
+  for (std::int32_t d = 0; d < nd; ++d) {
+    auto const& dom = t.domains[d];
+    PLACER_EXPECTS(dom.level >= 0 && dom.level < t.levels(),
+                   "topology domain " + std::to_string(d) + " has level " + std::to_string(dom.level) +
+                       " outside 0.." + std::to_string(t.levels() - 1));
+    PLACER_EXPECTS(dom.parent >= -1 && dom.parent < nd,
+                   "topology domain " + std::to_string(d) + " has parent " + std::to_string(dom.parent) +
+                       " out of range");
+    if (dom.parent >= 0) {
+      PLACER_EXPECTS(t.domains[dom.parent].level < dom.level,
+                     "topology domain " + std::to_string(d) + " must sit below its parent's level (no cycles)");
+    }
+  }
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    auto const& n = c.nodes[i];
+    PLACER_EXPECTS(!n.name.empty(), node_ctx(c, i) + " has no name");
+    PLACER_EXPECTS(n.cpu_milli_free >= 0 && n.cpu_milli_free <= n.cpu_milli_capacity,
+                   node_ctx(c, i) + ": cpu_milli_free must be in 0..cpu_milli_capacity");
+    PLACER_EXPECTS(n.memory_mib_free >= 0 && n.memory_mib_free <= n.memory_mib_capacity,
+                   node_ctx(c, i) + ": memory_mib_free must be in 0..memory_mib_capacity");
+    PLACER_EXPECTS(n.gpu_free_milli.size() <= 64, node_ctx(c, i) + " has more than 64 GPUs");
+    for (auto f : n.gpu_free_milli) {
+      PLACER_EXPECTS(f >= 0 && f <= milli_per_gpu, node_ctx(c, i) + ": gpu_free_milli must be in 0..1000");
+    }
+    PLACER_EXPECTS(n.gpu_healthy.empty() || n.gpu_healthy.size() == n.gpu_free_milli.size(),
+                   node_ctx(c, i) + ": gpu_healthy must be empty or have one entry per GPU");
+    PLACER_EXPECTS(n.gpu_nvlink.empty() || n.gpu_nvlink.size() == n.gpu_free_milli.size(),
+                   node_ctx(c, i) + ": gpu_nvlink must be empty or have one entry per GPU");
+    PLACER_EXPECTS(n.domain >= -1 && n.domain < nd,
+                   node_ctx(c, i) + ": domain " + std::to_string(n.domain) + " is not a topology domain index");
+  }
+}
+
+std::vector<std::int32_t> node_domain_paths(cluster const& c) {
+  auto const levels = std::max<std::int32_t>(c.topo.levels(), 1);
+  std::vector<std::int32_t> paths(c.nodes.size() * levels, -1);
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    // Walk up from the node's lowest domain; validate() guarantees levels
+    // strictly decrease, so this terminates in at most `levels` steps.
+    for (std::int32_t d = c.nodes[i].domain; d >= 0; d = c.topo.domains[d].parent) {
+      paths[i * levels + c.topo.domains[d].level] = d;
+    }
+  }
+  return paths;
+}
+
+cluster cluster_builder::build() const {
+  cluster c;
+  c.epoch = 1;
+  c.topo.level_names = {"cluster", "spine", "leaf"};
+  c.topo.domains.push_back({"cluster", 0, -1});
+  for (int s = 0; s < spines_; ++s) {
+    auto const spine = static_cast<std::int32_t>(c.topo.domains.size());
+    c.topo.domains.push_back({"spine-" + std::to_string(s), 1, 0});
+    for (int l = 0; l < leaves_; ++l) {
+      auto const leaf = static_cast<std::int32_t>(c.topo.domains.size());
+      c.topo.domains.push_back({"leaf-" + std::to_string(s) + "-" + std::to_string(l), 2, spine});
+      for (int k = 0; k < nodes_per_leaf_; ++k) {
+        node n;
+        n.name = "node-" + std::to_string(s) + "-" + std::to_string(l) + "-" + std::to_string(k);
+        n.gpu_model = gpus_ > 0 ? model_ : std::string{};
+        n.gpu_free_milli.assign(gpus_, milli_per_gpu);
+        if (islands_ > 1) {
+          for (int g = 0; g < gpus_; ++g) n.gpu_nvlink.push_back(static_cast<std::uint8_t>(g * islands_ / gpus_));
+        }
+        n.cpu_milli_capacity = n.cpu_milli_free = cpu_;
+        n.memory_mib_capacity = n.memory_mib_free = mem_;
+        n.pool = pool_;
+        n.domain = leaf;
+        c.nodes.push_back(std::move(n));
+      }
+    }
+  }
+  return c;
+}
+
+}  // namespace placer
