@@ -1,0 +1,302 @@
+// Solver tests: hand-checked cases, invariants on thousands of random
+// rounds, and CPU/CUDA parity (skipped without a GPU).
+#include <placer/solver/matrices.hpp>
+#include <placer/solver/solver.hpp>
+#include <placer/topology/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+
+#include "../support/random_round.hpp"
+#include "../support/invariants.hpp"
+
+namespace placer {
+namespace {
+
+solver cpu_solver() { return solver(kernels::make_backend(kernels::backend_kind::cpu)); }
+
+job gpu_job(std::string name, int gpus, int milli = 1000, int replicas = 1) {
+  job j;
+  j.name = std::move(name);
+  j.per_replica.gpus = gpus;
+  j.per_replica.gpu_milli = milli;
+  j.per_replica.cpu_milli = 1000;
+  j.per_replica.memory_mib = 1024;
+  j.replicas = replicas;
+  return j;
+}
+
+TEST(Solver, EmptyRoundIsFine) {
+  round_input in;
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  EXPECT_TRUE(r.placements.empty());
+  EXPECT_TRUE(r.unplaced_jobs.empty());
+}
+
+TEST(Solver, BestFitPrefersPartlyUsedNode) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(3).gpus(8).build();
+  in.state.nodes[1].gpu_free_milli = {0, 0, 0, 0, 1000, 1000, 1000, 1000};  // half used
+  in.pending.push_back(gpu_job("small", 2));
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].replicas[0].node, 1);
+  EXPECT_EQ(r.placements[0].replicas[0].gpus, (std::vector<std::int32_t>{4, 5}));
+  expect_round_invariants(in, r);
+}
+
+TEST(Solver, FractionalShareTakesTightestGpu) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(1).gpus(4).build();
+  in.state.nodes[0].gpu_free_milli = {1000, 600, 300, 450};
+  in.pending.push_back(gpu_job("share", 1, 400));
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].replicas[0].gpus, (std::vector<std::int32_t>{3}));  // 450 is the tightest >= 400
+  EXPECT_EQ(r.placements[0].replicas[0].gpu_milli, 400);
+}
+
+TEST(Solver, GangTakesNothingWhenItCannotFitWhole) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  auto g = gpu_job("gang", 8, 1000, 3);  // 24 GPUs on 16
+  g.gang = true;
+  in.pending.push_back(g);
+  in.pending.push_back(gpu_job("after", 8));
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.unplaced_jobs.size(), 1U);
+  EXPECT_EQ(r.unplaced_jobs[0].job, 0);
+  EXPECT_EQ(r.unplaced_jobs[0].reason, unplaced_reason::gang_incomplete);
+  ASSERT_EQ(r.placements.size(), 1U);  // the gang's rollback left room for the next job
+  EXPECT_EQ(r.placements[0].job, 1);
+  expect_round_invariants(in, r);
+}
+
+TEST(Solver, RequiredTopologyKeepsGangUnderOneLeaf) {
+  round_input in;
+  in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(2).gpus(8).build();
+  // Leaf 0 has 8 free GPUs in total, leaf 1 has 16: a 16-GPU gang fits only leaf 1.
+  in.state.nodes[0].gpu_free_milli.assign(8, 0);
+  auto g = gpu_job("gang", 8, 1000, 2);
+  g.gang = true;
+  g.topology_level = 2;  // leaf
+  g.topo_mode = topology_mode::required;
+  in.pending.push_back(g);
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  for (auto const& rp : r.placements[0].replicas) EXPECT_GE(rp.node, 2);
+  expect_round_invariants(in, r);
+
+  // Now no leaf can hold it.
+  in.state.nodes[2].gpu_free_milli[0] = 0;
+  auto const r2 = s.solve(in);
+  ASSERT_EQ(r2.unplaced_jobs.size(), 1U);
+  EXPECT_EQ(r2.unplaced_jobs[0].reason, unplaced_reason::topology_unsatisfiable);
+}
+
+TEST(Solver, ModelAndPoolConstraintsGiveNoFeasibleNode) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).gpu_model("A100").build();
+  auto j = gpu_job("wants-h100", 1);
+  j.allowed_gpu_models = {"H100"};
+  in.pending.push_back(j);
+  auto inf = gpu_job("inference", 1);
+  inf.kind = job_kind::inference;
+  for (auto& n : in.state.nodes) n.pool = pool_kind::training;
+  in.pending.push_back(inf);
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  EXPECT_TRUE(r.placements.empty());
+  ASSERT_EQ(r.unplaced_jobs.size(), 2U);
+  EXPECT_EQ(r.unplaced_jobs[0].reason, unplaced_reason::no_feasible_node);
+  EXPECT_EQ(r.unplaced_jobs[1].reason, unplaced_reason::no_feasible_node);
+}
+
+TEST(Solver, TrainingBorrowsLoanableInferenceNodesOnlyWhenNeeded) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  in.state.nodes[0].pool = pool_kind::inference;
+  in.state.nodes[0].loanable = true;
+  in.state.nodes[1].pool = pool_kind::training;
+  in.pending.push_back(gpu_job("t1", 8));
+  in.pending.push_back(gpu_job("t2", 8));
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 2U);
+  EXPECT_EQ(r.placements[0].replicas[0].node, 1);  // own pool first
+  EXPECT_EQ(r.placements[1].replicas[0].node, 0);  // then the loaned node
+  in.state.nodes[0].loanable = false;
+  auto const r2 = s.solve(in);
+  EXPECT_EQ(r2.placements.size(), 1U);
+}
+
+TEST(Solver, InvalidInputThrowsInvalidArgument) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(1).build();
+  auto j = gpu_job("neg", 1);
+  j.per_replica.cpu_milli = -5;
+  in.pending.push_back(j);
+  auto s = cpu_solver();
+  try {
+    s.solve(in);
+    FAIL() << "expected logic_error";
+  } catch (logic_error const& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("cpu_milli"), std::string::npos);
+  }
+  in.pending[0].per_replica.cpu_milli = 0;
+  running_job rj;
+  rj.name = "ghost";
+  rj.replicas.push_back({7, {0}, 1000});  // node 7 does not exist
+  in.running.push_back(rj);
+  EXPECT_THROW(s.solve(in), logic_error);
+}
+
+TEST(Solver, KubeBaselinesSpreadOrPack) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(4).gpus(8).build();
+  for (int i = 0; i < 4; ++i) in.pending.push_back(gpu_job("j" + std::to_string(i), 1));
+  auto s = cpu_solver();
+  in.pol.algo = algorithm::kube_least_allocated;
+  auto const least = s.solve(in);
+  std::set<std::int32_t> nodes;
+  for (auto const& p : least.placements) nodes.insert(p.replicas[0].node);
+  EXPECT_EQ(nodes.size(), 4U);  // spread: one per node
+  in.pol.algo = algorithm::kube_most_allocated;
+  auto const most = s.solve(in);
+  nodes.clear();
+  for (auto const& p : most.placements) nodes.insert(p.replicas[0].node);
+  EXPECT_EQ(nodes.size(), 1U);  // packed
+}
+
+TEST(Solver, MetricsBeforeAndAfter) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(4).build();
+  in.state.nodes[0].gpu_free_milli = {0, 1000, 1000, 1000};
+  in.pending.push_back(gpu_job("j", 2));
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  EXPECT_DOUBLE_EQ(r.metrics.gar_before, 1.0 / 8.0);
+  EXPECT_DOUBLE_EQ(r.metrics.gar_after, 3.0 / 8.0);
+  EXPECT_DOUBLE_EQ(r.metrics.gfr_before, 0.5);  // node 0 partly allocated
+  EXPECT_DOUBLE_EQ(r.metrics.gfr_after, 0.5);   // the job went to node 0 (best fit)
+  EXPECT_EQ(r.metrics.gpu_milli_placed, 2000);
+}
+
+// Thousands of random rounds, every algorithm: nothing over-committed,
+// constraints respected, every job placed or given a reason.
+TEST(SolverRandom, InvariantsHoldOnRandomRounds) {
+  auto s = cpu_solver();
+  std::mt19937_64 rng(20261121);
+  int placed = 0, unplaced = 0;
+  for (int iter = 0; iter < 2000; ++iter) {
+    round_input in = testing_support::random_round(rng);
+    in.pol.algo = static_cast<algorithm>(iter % 4);
+    auto const r = s.solve(in);
+    expect_round_invariants(in, r);
+    if (::testing::Test::HasFailure()) {
+      ADD_FAILURE() << "first failure at iteration " << iter;
+      return;
+    }
+    placed += static_cast<int>(r.placements.size());
+    unplaced += static_cast<int>(r.unplaced_jobs.size());
+  }
+  // The generator must exercise both outcomes, or the test proves little.
+  EXPECT_GT(placed, 5000);
+  EXPECT_GT(unplaced, 500);
+}
+
+TEST(SolverRandom, DeterministicAcrossRuns) {
+  auto s = cpu_solver();
+  std::mt19937_64 rng(7);
+  for (int iter = 0; iter < 50; ++iter) {
+    round_input const in = testing_support::random_round(rng);
+    auto const a = s.solve(in);
+    auto const b = s.solve(in);
+    ASSERT_EQ(a.placements.size(), b.placements.size());
+    for (std::size_t k = 0; k < a.placements.size(); ++k) {
+      EXPECT_EQ(a.placements[k].job, b.placements[k].job);
+      EXPECT_EQ(a.placements[k].replicas, b.placements[k].replicas);
+    }
+  }
+}
+
+// The CUDA backend must produce the same score matrix and placements as the
+// CPU backend. Runs wherever a GPU is present; skipped (saying why) elsewhere.
+TEST(BackendParity, CudaMatchesCpuOnRandomRounds) {
+  auto const why = kernels::cuda_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  solver cpu = cpu_solver();
+  solver gpu(kernels::make_backend(kernels::backend_kind::cuda));
+  std::mt19937_64 rng(99);
+  for (int iter = 0; iter < 300; ++iter) {
+    round_input in = testing_support::random_round(rng);
+    in.pol.w.fragmentation = iter % 2 == 0 ? 0 : 50;
+    round_matrices const m = build_matrices(in);
+    std::vector<std::int32_t> a(static_cast<std::size_t>(m.n_nodes()) * m.n_classes());
+    std::vector<std::int32_t> b(a.size());
+    kernels::score_params p;
+    p.w_fragmentation = in.pol.w.fragmentation;
+    cpu.backend().score(m.nodes(), m.classes(), m.tasks(), p, a);
+    gpu.backend().score(m.nodes(), m.classes(), m.tasks(), p, b);
+    ASSERT_EQ(a, b) << "score matrices differ at iteration " << iter;
+    auto const sa = cpu.backend().stats(m.nodes(), m.tasks());
+    auto const sb = gpu.backend().stats(m.nodes(), m.tasks());
+    ASSERT_EQ(sa.frag_milli_ppm, sb.frag_milli_ppm);
+    ASSERT_EQ(sa.gpu_allocated_milli, sb.gpu_allocated_milli);
+    auto const ra = cpu.solve(in);
+    auto const rb = gpu.solve(in);
+    ASSERT_EQ(ra.placements.size(), rb.placements.size());
+    for (std::size_t k = 0; k < ra.placements.size(); ++k) {
+      ASSERT_EQ(ra.placements[k].replicas, rb.placements[k].replicas) << "iteration " << iter;
+    }
+  }
+}
+
+TEST(Backend, AutoFallsBackToCpuWithAReason) {
+  std::string said;
+  auto b = kernels::select_backend("auto", [&](std::string const& m) { said = m; });
+  if (kernels::cuda_unavailable_reason().empty()) {
+    EXPECT_EQ(b->kind(), kernels::backend_kind::cuda);
+  } else {
+    EXPECT_EQ(b->kind(), kernels::backend_kind::cpu);
+    EXPECT_NE(said.find("using the CPU backend"), std::string::npos) << said;
+    EXPECT_THROW(kernels::make_backend(kernels::backend_kind::cuda), logic_error);
+  }
+  EXPECT_THROW(kernels::select_backend("tpu"), logic_error);
+}
+
+}  // namespace
+}  // namespace placer
+
+#include <gtest/gtest-spi.h>
+
+namespace placer {
+namespace {
+
+// The invariant checker itself must catch a broken result.
+TEST(Invariants, CatchOverCommitAndPartialGang) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(1).gpus(2).build();
+  job j = gpu_job("two", 2, 1000, 2);
+  j.gang = true;
+  in.pending.push_back(j);
+  round_result r;
+  r.placements.push_back({0, {{0, {0, 1}, 1000}, {0, {0, 1}, 1000}}});  // 4 GPUs on a 2-GPU node
+  EXPECT_NONFATAL_FAILURE(expect_round_invariants(in, r), "over-committed");
+  r.placements[0].replicas.pop_back();  // now a partial gang
+  EXPECT_NONFATAL_FAILURE(expect_round_invariants(in, r), "partial gang");
+  round_result none;
+  EXPECT_NONFATAL_FAILURE(expect_round_invariants(in, none), "neither placed nor unplaced");
+}
+
+}  // namespace
+}  // namespace placer

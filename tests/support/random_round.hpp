@@ -1,0 +1,70 @@
+#pragma once
+// Random rounds for property tests: small clusters with a topology, random
+// free state, unhealthy GPUs and nodes, several models and pools; jobs of
+// every shape (CPU-only, fractional, multi-GPU, gangs, topology needs).
+#include <placer/solver/model.hpp>
+
+#include <random>
+
+namespace placer::testing_support {
+
+inline round_input random_round(std::mt19937_64& rng, int max_nodes_per_leaf = 6, int max_jobs = 30) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  static char const* const models[] = {"A100", "H100", "T4"};
+  round_input in;
+  in.state = make_cluster()
+                 .spines(pick(1, 2))
+                 .leaves_per_spine(pick(1, 3))
+                 .nodes_per_leaf(pick(1, max_nodes_per_leaf))
+                 .gpus(pick(0, 1) == 0 ? 8 : pick(1, 4))
+                 .cpu_milli(pick(8, 64) * 1000)
+                 .memory_mib(pick(16, 256) * 1024)
+                 .build();
+  for (auto& n : in.state.nodes) {
+    n.gpu_model = n.gpu_count() > 0 ? models[pick(0, 2)] : "";
+    n.pool = static_cast<pool_kind>(pick(0, 2));
+    n.loanable = pick(0, 1) == 1;
+    n.healthy = pick(0, 19) != 0;
+    for (auto& f : n.gpu_free_milli) {
+      int const r = pick(0, 9);
+      f = r < 5 ? 1000 : r < 7 ? 0 : pick(0, 10) * 100;
+    }
+    if (pick(0, 4) == 0 && n.gpu_count() > 0) {
+      n.gpu_healthy.assign(n.gpu_free_milli.size(), 1);
+      n.gpu_healthy[pick(0, n.gpu_count() - 1)] = 0;
+    }
+    n.cpu_milli_free = n.cpu_milli_capacity * pick(2, 10) / 10;
+    n.memory_mib_free = n.memory_mib_capacity * pick(2, 10) / 10;
+  }
+  int const jobs = pick(0, max_jobs);
+  for (int k = 0; k < jobs; ++k) {
+    job j;
+    j.name = "job-" + std::to_string(k);
+    j.kind = static_cast<job_kind>(pick(0, 2));
+    j.priority = pick(0, 3);
+    int const shape = pick(0, 9);
+    if (shape == 0) {
+      j.per_replica.gpus = 0;
+    } else if (shape < 4) {
+      j.per_replica.gpus = 1;
+      j.per_replica.gpu_milli = pick(1, 10) * 100 - pick(0, 50);
+    } else {
+      j.per_replica.gpus = std::min(8, 1 << pick(0, 3));
+    }
+    j.per_replica.cpu_milli = pick(0, 16) * 1000;
+    j.per_replica.memory_mib = pick(0, 64) * 1024;
+    j.replicas = pick(0, 3) == 0 ? pick(2, 6) : 1;
+    j.gang = j.replicas > 1 && pick(0, 1) == 1;
+    if (pick(0, 3) == 0) j.allowed_gpu_models = {models[pick(0, 2)]};
+    if (j.replicas > 1 && pick(0, 2) == 0) {
+      j.topology_level = pick(1, 2);
+      j.topo_mode = pick(0, 1) == 0 ? topology_mode::required : topology_mode::preferred;
+    }
+    j.network_sensitivity = static_cast<float>(pick(0, 10)) / 10.0F;
+    j.submit_time = pick(0, 1000);
+    in.pending.push_back(std::move(j));
+  }
+  return in;
+}
+
+}  // namespace placer::testing_support

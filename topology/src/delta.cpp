@@ -1,0 +1,68 @@
+// apply_delta: a session's cluster moved to a new epoch by a cluster_delta
+// (changes, then removals, then additions), as documented in cluster.hpp.
+#include <placer/topology/cluster.hpp>
+#include <placer/topology/error.hpp>
+
+#include <string>
+#include <vector>
+
+namespace placer {
+
+namespace {
+
+std::string index_ctx(char const* what, std::size_t k, std::int32_t index) {
+  return std::string("delta: ") + what + "[" + std::to_string(k) + "] has node index " + std::to_string(index);
+}
+
+}  // namespace
+
+cluster apply_delta(cluster const& base, cluster_delta const& d) {
+  // Epochs first: a stale delta is the expected race (the client's view is
+  // behind the server's), so it gets its own code and both epochs to resync.
+  if (base.epoch != d.base_epoch) {
+    throw logic_error(error_code::stale_epoch, "delta against epoch " + std::to_string(d.base_epoch) +
+                                                   " but the session holds epoch " + std::to_string(base.epoch));
+  }
+  PLACER_EXPECTS(d.new_epoch > d.base_epoch, "delta: new_epoch " + std::to_string(d.new_epoch) +
+                                                 " must be greater than base_epoch " + std::to_string(d.base_epoch));
+
+  auto const n = base.nodes.size();
+  // Per base node: untouched, changed or removed. Rejecting duplicates
+  // keeps a delta's meaning independent of the order of its lists.
+  enum : std::uint8_t { mark_none = 0, mark_changed = 1, mark_removed = 2 };
+  std::vector<std::uint8_t> mark(n, mark_none);
+  for (std::size_t k = 0; k < d.changed.size(); ++k) {
+    auto const i = d.changed[k].index;
+    PLACER_EXPECTS(i >= 0 && static_cast<std::size_t>(i) < n,
+                   index_ctx("changed", k, i) + " out of range (base has " + std::to_string(n) + " nodes)");
+    PLACER_EXPECTS(mark[i] == mark_none, index_ctx("changed", k, i) + " which is changed more than once");
+    mark[i] = mark_changed;
+  }
+  for (std::size_t k = 0; k < d.removed.size(); ++k) {
+    auto const i = d.removed[k];
+    PLACER_EXPECTS(i >= 0 && static_cast<std::size_t>(i) < n,
+                   index_ctx("removed", k, i) + " out of range (base has " + std::to_string(n) + " nodes)");
+    PLACER_EXPECTS(mark[i] != mark_changed, index_ctx("removed", k, i) + " which is also changed");
+    PLACER_EXPECTS(mark[i] != mark_removed, index_ctx("removed", k, i) + " which is removed more than once");
+    mark[i] = mark_removed;
+  }
+
+  cluster out;
+  out.epoch = d.new_epoch;
+  out.topo = base.topo;
+  out.nodes.reserve(n - d.removed.size() + d.added.size());
+  // Changes are indexed against the base, so look them up by base index
+  // while walking the survivors in order.
+  std::vector<std::int32_t> change_of(d.changed.empty() ? 0 : n, -1);
+  for (std::size_t k = 0; k < d.changed.size(); ++k) change_of[d.changed[k].index] = static_cast<std::int32_t>(k);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (mark[i] == mark_removed) continue;
+    out.nodes.push_back(mark[i] == mark_changed ? d.changed[change_of[i]].value : base.nodes[i]);
+  }
+  out.nodes.insert(out.nodes.end(), d.added.begin(), d.added.end());
+
+  validate(out);
+  return out;
+}
+
+}  // namespace placer
