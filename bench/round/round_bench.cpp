@@ -1,0 +1,91 @@
+// Whole-round benchmarks on every backend this machine can run: the solve
+// time of one round, per stage, for the synthetic 10k and 100k scenarios
+// and the real openb inventory. Run through bench/run.sh, which writes JSON
+// with the device and commit under bench/results/.
+//
+// Counters: placed (jobs), cells (score-matrix cells) and one counter per
+// pipeline stage in microseconds (mean over iterations).
+#include <placer/solver/matrices.hpp>
+#include <placer/solver/solver.hpp>
+#include <placer/traces/loaders.hpp>
+#include <placer/traces/synthetic.hpp>
+
+#include <benchmark/benchmark.h>
+
+#include <filesystem>
+#include <map>
+
+namespace {
+
+using namespace placer;
+
+round_input const& scenario(std::string const& name) {
+  static std::map<std::string, round_input> cache;
+  auto it = cache.find(name);
+  if (it != cache.end()) return it->second;
+  round_input in;
+  if (name == "openb") {
+    std::string const dir = std::string(PLACER_SHARED_DATA_DIR) + "/alibaba-openb-v2023/";
+    in.state = traces::load_openb_nodes(dir + "openb_node_list_gpu_node.csv");
+    in.pending = traces::load_openb_pods(dir + "openb_pod_list_default.csv");
+    in.pending.resize(std::min<std::size_t>(in.pending.size(), 2000));
+  } else {
+    in = traces::make_scenario(traces::scenario_preset(name));
+  }
+  return cache.emplace(name, std::move(in)).first->second;
+}
+
+void bm_round(benchmark::State& st, std::string const& backend, std::string const& name, algorithm algo) {
+  if (name == "openb" && !std::filesystem::exists(PLACER_SHARED_DATA_DIR)) {
+    st.SkipWithError("shared data not found");
+    return;
+  }
+  std::unique_ptr<kernels::backend> b;
+  try {
+    b = kernels::select_backend(backend);
+  } catch (std::exception const& e) {
+    st.SkipWithError(e.what());
+    return;
+  }
+  st.SetLabel(b->description());
+  solver s(std::move(b));
+  round_input in = scenario(name);
+  in.pol.algo = algo;
+  std::map<std::string, double> stage_us;
+  double placed = 0;
+  for (auto _ : st) {
+    round_result const r = s.solve(in);
+    placed = static_cast<double>(r.placements.size());
+    for (auto const& t : r.timing) stage_us[t.stage] += t.micros;
+    benchmark::DoNotOptimize(r.placements.data());
+  }
+  for (auto const& [k, v] : stage_us) st.counters[k + "_us"] = v / static_cast<double>(st.iterations());
+  st.counters["placed"] = placed;
+  round_matrices const m = build_matrices(in);
+  st.counters["cells"] = static_cast<double>(m.n_classes()) * m.n_nodes();
+  st.counters["pending"] = static_cast<double>(in.pending.size());
+}
+
+int register_all() {
+  for (std::string const backend : {"cpu", "cuda"}) {
+    for (std::string const name : {"10k", "100k", "openb"}) {
+      benchmark::RegisterBenchmark(("round/" + backend + "/" + name).c_str(), bm_round, backend, name, algorithm::placer)
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.5)
+          ->UseRealTime();
+    }
+  }
+  for (std::string const name : {"10k", "openb"}) {
+    benchmark::RegisterBenchmark(("round/kube-least/" + name).c_str(), bm_round, std::string("cpu"), name,
+                                 algorithm::kube_least_allocated)
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.5)
+        ->UseRealTime();
+  }
+  return 0;
+}
+int const registered = register_all();
+
+}  // namespace
+
+BENCHMARK_MAIN();

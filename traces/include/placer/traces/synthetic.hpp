@@ -1,0 +1,36 @@
+#pragma once
+// Synthetic rounds at scale, for benchmarks and the load generator: a
+// homogeneous cluster with leaf/spine topology, partly allocated, and a
+// pending mix of single-GPU, fractional, multi-GPU, multi-node gang and
+// inference jobs. Deterministic for a seed.
+//
+//   auto in = placer::traces::make_scenario(placer::traces::scenario_preset("10k"));
+
+#include <placer/solver/model.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace placer::traces {
+
+struct scenario_options {
+  std::string name = "10k";
+  std::int32_t nodes = 1280;
+  std::int32_t gpus_per_node = 8;
+  std::int32_t nodes_per_leaf = 32;
+  std::int32_t leaves_per_spine = 8;
+  double allocated = 0.70;        ///< share of GPU capacity already in use
+  std::int32_t pending = 1000;
+  double inference_share = 0.20;  ///< share of pending jobs that are inference
+  std::uint64_t seed = 1;
+};
+
+/// "10k": 1,280 nodes x 8 GPUs, 1,000 pending; "100k": 12,800 nodes, 5,000
+/// pending; "1k": 128 nodes, 200 pending (smoke tests). Throws
+/// logic_error(invalid_argument) for other names.
+scenario_options scenario_preset(std::string const& name);
+
+/// The round. Running work is represented by the nodes' free state.
+round_input make_scenario(scenario_options const& opt);
+
+}  // namespace placer::traces
