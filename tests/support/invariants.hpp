@@ -36,7 +36,9 @@ inline void expect_round_invariants(round_input const& in, round_result const& r
     auto const& d = j.per_replica;
     EXPECT_FALSE(p.replicas.empty());
     EXPECT_LE(static_cast<std::int32_t>(p.replicas.size()), j.replicas);
-    if (j.gang) EXPECT_EQ(static_cast<std::int32_t>(p.replicas.size()), j.replicas) << j.name << ": partial gang";
+    if (j.gang) {
+      EXPECT_EQ(static_cast<std::int32_t>(p.replicas.size()), j.replicas) << j.name << ": partial gang";
+    }
     if (static_cast<std::int32_t>(p.replicas.size()) < j.replicas) {
       EXPECT_TRUE(unplaced_jobs.count(p.job)) << j.name << ": partial placement without a reason";
     }

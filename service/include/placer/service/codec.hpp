@@ -49,10 +49,15 @@ envelope_check check_envelope(void const* data, std::size_t size,
                               std::size_t max_bytes = default_max_message_bytes);
 
 /// Converts a verified ScheduleRequest; throws logic_error(invalid_argument)
-/// on semantically invalid content (negative demand, bad enum value...).
+/// on content the domain model cannot hold: a body that is not a
+/// ScheduleRequest, both or neither of cluster/delta, an unknown enum value,
+/// an unsigned count or index above INT32_MAX. Everything else (negative
+/// demands, bad indices...) is copied as is for placer::validate to reject.
 decoded_request decode_request(wire::Envelope const& env);
 
-/// Domain -> wire.
+/// Domain -> wire. Each encoder clears `fbb` first and finishes it as a
+/// "PLCR" Envelope. Throws logic_error(invalid_argument) when a domain value
+/// does not fit its wire type (a negative count or index, a GPU index > 255).
 void encode_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_input const& in,
                     cluster_delta const* delta = nullptr);
 void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_result const& r,
@@ -78,5 +83,8 @@ flatbuffers::Offset<wire::Cluster> encode_cluster(flatbuffers::FlatBufferBuilder
 job decode_job(wire::Job const& j);
 running_job decode_running(wire::RunningJob const& r);
 policy decode_policy(wire::Policy const* p);
+flatbuffers::Offset<wire::Job> encode_job(flatbuffers::FlatBufferBuilder& fbb, job const& j);
+flatbuffers::Offset<wire::RunningJob> encode_running(flatbuffers::FlatBufferBuilder& fbb, running_job const& r);
+flatbuffers::Offset<wire::Policy> encode_policy(flatbuffers::FlatBufferBuilder& fbb, policy const& p);
 
 }  // namespace placer::service

@@ -1,0 +1,61 @@
+#pragma once
+// placer::client: send a round to a Placer service and wait for the reply.
+//
+//   placer::client c({.endpoint = "tcp://127.0.0.1:5555", .timeout_ms = 2000});
+//   placer::service::decoded_reply r = c.solve(input);   // throws client_error on timeout
+//   if (r.code != placer::wire::ErrorCode::Ok) ... r.message ...
+//
+// A DEALER socket: replies are matched by request id, so a late reply to a
+// timed-out request is discarded rather than mistaken for the next one.
+// After a timeout the socket is rebuilt (a restarted server is reached anew).
+
+#include <placer/service/codec.hpp>
+
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+namespace placer {
+
+/// The service did not answer in time, or the endpoint is malformed.
+class client_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct client_options {
+  std::string endpoint = "tcp://127.0.0.1:5555";
+  int timeout_ms = 5000;
+  std::string session;  ///< keys the server's cluster state for deltas; "" = random
+};
+
+class client {
+ public:
+  explicit client(client_options opt);
+  ~client();
+  client(client const&) = delete;
+  client& operator=(client const&) = delete;
+
+  /// Sends one full round (cluster snapshot + jobs) and waits for the reply.
+  service::decoded_reply solve(round_input const& in);
+  /// Sends a round as a delta against the session's cluster.
+  service::decoded_reply solve_delta(cluster_delta const& delta, round_input const& jobs_only);
+  /// Sends raw bytes (tests: malformed requests) and returns the raw reply.
+  std::vector<std::uint8_t> roundtrip(void const* data, std::size_t size, std::uint64_t request_id);
+
+  /// Wall time of the last round trip (encode + send + wait + decode), µs.
+  [[nodiscard]] double last_latency_us() const { return last_latency_us_; }
+  [[nodiscard]] std::string const& session() const { return opt_.session; }
+
+ private:
+  struct impl;
+  client_options opt_;
+  std::unique_ptr<impl> impl_;
+  std::uint64_t next_id_ = 1;
+  double last_latency_us_ = 0;
+};
+
+/// The name the design card uses.
+using Client = client;
+
+}  // namespace placer

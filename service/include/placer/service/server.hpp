@@ -1,0 +1,75 @@
+#pragma once
+// The Placer service: a ZeroMQ ROUTER socket serving scheduling rounds.
+//
+//   placer::service::server s({.endpoint = "tcp://127.0.0.1:5555"});
+//   s.run(&stop_flag);   // until stop() or *stop_flag; SIGINT/SIGTERM set it in the CLI
+//
+// Per request: size check -> identifier -> FlatBuffers verifier -> decode ->
+// (apply delta to the session's cluster) -> validate -> solve -> encode.
+// Every failure becomes an Error reply with a specific wire::ErrorCode; the
+// server never dies on bad input and answers the next request normally.
+// Peers may be DEALER (frames: payload) or REQ (frames: empty, payload).
+
+#include <placer/service/codec.hpp>
+#include <placer/solver/solver.hpp>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace placer::service {
+
+struct service_config {
+  std::string endpoint = "tcp://127.0.0.1:5555";
+  std::string backend = "auto";  ///< auto | cpu | cuda
+  std::size_t max_message_bytes = default_max_message_bytes;
+  int poll_ms = 100;             ///< how often the loop checks for shutdown
+  std::size_t max_sessions = 4096;
+  bool log_rounds = true;        ///< one log line per round with its latency
+};
+
+/// Counters exposed for tests and the shutdown summary.
+struct server_stats {
+  std::uint64_t requests = 0;
+  std::uint64_t rounds_ok = 0;
+  std::uint64_t errors = 0;
+  double total_solve_us = 0;
+};
+
+class server {
+ public:
+  /// Binds the socket (throws zmq::error_t if the endpoint is taken) and
+  /// starts the backend.
+  explicit server(service_config cfg);
+  ~server();
+  server(server const&) = delete;
+  server& operator=(server const&) = delete;
+
+  /// The bound endpoint (resolves "tcp://127.0.0.1:*" to the real port).
+  [[nodiscard]] std::string endpoint() const { return endpoint_; }
+  [[nodiscard]] std::string backend_description() const;
+  [[nodiscard]] server_stats stats() const { return stats_; }
+
+  /// Serves until stop() is called or *external_stop becomes true.
+  void run(std::atomic<bool> const* external_stop = nullptr);
+  /// Thread-safe; run() returns within poll_ms.
+  void stop() { stop_.store(true); }
+
+  /// One request's bytes -> the reply's bytes (what run() does per message;
+  /// public for tests and in-process use).
+  std::vector<std::uint8_t> handle(void const* data, std::size_t size);
+
+ private:
+  struct impl;
+  service_config cfg_;
+  std::unique_ptr<impl> impl_;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+  server_stats stats_;
+  std::map<std::string, cluster> sessions_;  ///< session -> last cluster (for deltas)
+};
+
+}  // namespace placer::service

@@ -1,0 +1,110 @@
+// placer::client over a DEALER socket (see client.hpp).
+#include <placer/service/client.hpp>
+
+#include <chrono>
+#include <random>
+#include <zmq.hpp>
+
+namespace placer {
+
+struct client::impl {
+  zmq::context_t ctx{1};
+  std::unique_ptr<zmq::socket_t> sock;
+
+  void connect(std::string const& endpoint) {
+    sock = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
+    sock->set(zmq::sockopt::linger, 0);
+    try {
+      sock->connect(endpoint);
+    } catch (zmq::error_t const& e) {
+      throw client_error("cannot connect to '" + endpoint + "': " + e.what());
+    }
+  }
+};
+
+namespace {
+std::uint64_t now_us() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+}
+}  // namespace
+
+client::client(client_options opt) : opt_(std::move(opt)), impl_(std::make_unique<impl>()) {
+  if (opt_.session.empty()) {
+    std::random_device rd;
+    opt_.session = "client-" + std::to_string((static_cast<std::uint64_t>(rd()) << 32) | rd());
+  }
+  impl_->connect(opt_.endpoint);
+}
+
+client::~client() = default;
+
+std::vector<std::uint8_t> client::roundtrip(void const* data, std::size_t size, std::uint64_t request_id) {
+  auto& sock = *impl_->sock;
+  // REQ-compatible framing: an empty delimiter, then the payload.
+  sock.send(zmq::message_t{}, zmq::send_flags::sndmore);
+  sock.send(zmq::buffer(data, size), zmq::send_flags::none);
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
+  while (true) {
+    auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
+    if (left.count() > 0) zmq::poll(items, 1, left);
+    if ((items[0].revents & ZMQ_POLLIN) == 0) {
+      // Rebuild the socket so the unanswered request is dropped and a
+      // restarted server is reached fresh on the next call.
+      impl_->connect(opt_.endpoint);
+      throw client_error("no reply from " + opt_.endpoint + " within " + std::to_string(opt_.timeout_ms) +
+                         " ms: is the Placer service running there? (start it with `placer serve`)");
+    }
+    std::vector<zmq::message_t> frames;
+    do {
+      zmq::message_t f;
+      if (!sock.recv(f, zmq::recv_flags::dontwait)) break;
+      frames.push_back(std::move(f));
+    } while (sock.get(zmq::sockopt::rcvmore));
+    if (frames.empty()) continue;
+    auto const& payload = frames.back();
+    // Match by request id; a stale reply to an earlier, timed-out request
+    // is dropped. Error replies to unparseable requests carry id 0.
+    auto const chk = service::check_envelope(payload.data(), payload.size());
+    if (chk.envelope != nullptr && chk.envelope->header() != nullptr &&
+        chk.envelope->header()->request_id() != request_id && chk.envelope->header()->request_id() != 0) {
+      continue;
+    }
+    auto const* p = static_cast<std::uint8_t const*>(payload.data());
+    return {p, p + payload.size()};
+  }
+}
+
+namespace {
+service::decoded_reply decode_or_throw(std::vector<std::uint8_t> const& bytes) {
+  auto const chk = service::check_envelope(bytes.data(), bytes.size());
+  if (chk.envelope == nullptr) {
+    throw client_error(std::string("unreadable reply from the service: ") + service::error_code_name(chk.code) + ": " +
+                       chk.message);
+  }
+  return service::decode_reply(*chk.envelope);
+}
+}  // namespace
+
+service::decoded_reply client::solve(round_input const& in) {
+  auto const t0 = std::chrono::steady_clock::now();
+  service::request_header h{next_id_++, opt_.session, now_us()};
+  flatbuffers::FlatBufferBuilder fbb(1 << 16);
+  service::encode_request(fbb, h, in);
+  auto reply = decode_or_throw(roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), h.request_id));
+  last_latency_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  return reply;
+}
+
+service::decoded_reply client::solve_delta(cluster_delta const& delta, round_input const& jobs_only) {
+  auto const t0 = std::chrono::steady_clock::now();
+  service::request_header h{next_id_++, opt_.session, now_us()};
+  flatbuffers::FlatBufferBuilder fbb(1 << 16);
+  service::encode_request(fbb, h, jobs_only, &delta);
+  auto reply = decode_or_throw(roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), h.request_id));
+  last_latency_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  return reply;
+}
+
+}  // namespace placer

@@ -1,0 +1,742 @@
+// Wire codec: the envelope check (size, identifier, verifier, header) and the
+// conversions between wire tables (schemas/placement.fbs) and the domain
+// model (solver/model.hpp, topology/cluster.hpp). Semantic validation of a
+// decoded round is placer::validate's job; this file only rejects what the
+// domain model cannot represent (unknown enum values, numbers that do not fit).
+#include <placer/service/codec.hpp>
+
+#include <flatbuffers/flatbuffers.h>
+
+#include <limits>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace placer::service {
+
+namespace {
+
+// The domain enums mirror the wire enums value for value, so conversion is a
+// cast once the wire value is known to be in range.
+static_assert(static_cast<int>(pool_kind::shared) == static_cast<int>(wire::Pool::Shared));
+static_assert(static_cast<int>(pool_kind::inference) == static_cast<int>(wire::Pool::Inference));
+static_assert(static_cast<int>(job_kind::batch) == static_cast<int>(wire::JobKind::Batch));
+static_assert(static_cast<int>(job_kind::inference) == static_cast<int>(wire::JobKind::Inference));
+static_assert(static_cast<int>(topology_mode::required) == static_cast<int>(wire::TopologyMode::Required));
+static_assert(static_cast<int>(algorithm::kube_most_allocated) == static_cast<int>(wire::Algorithm::KubeMostAllocated));
+static_assert(static_cast<int>(unplaced_reason::deferred) == static_cast<int>(wire::UnplacedReason::Deferred));
+
+using fbb_t = flatbuffers::FlatBufferBuilder;
+template <class T>
+using fb_vector = flatbuffers::Vector<T>;
+using string_offsets = std::vector<flatbuffers::Offset<flatbuffers::String>>;
+
+[[noreturn]] void invalid(std::string const& msg) { throw logic_error(error_code::invalid_argument, msg); }
+
+// ------------------------------------------------------------------ decode helpers
+
+std::string str(flatbuffers::String const* s) { return s ? s->str() : std::string{}; }
+
+/// Wire enum -> domain enum; an unknown value (a newer peer or a corrupt
+/// but verifiable buffer) is rejected naming the field.
+template <class Domain, class Wire>
+Domain enum_in(Wire v, std::string const& who, char const* field) {
+  using raw_t = std::underlying_type_t<Wire>;
+  auto const raw = static_cast<raw_t>(v);
+  if (raw > static_cast<raw_t>(Wire::MAX)) {
+    invalid(who + ": " + field + " has unknown value " + std::to_string(raw));
+  }
+  return static_cast<Domain>(raw);
+}
+
+/// Unsigned wire counts and indices -> int32 domain fields. A value that
+/// does not fit cannot be copied faithfully, so it is rejected here rather
+/// than wrapped into something the validator would misreport.
+std::int32_t u32_in(std::uint32_t v, std::string const& who, char const* field) {
+  if (v > static_cast<std::uint32_t>(std::numeric_limits<std::int32_t>::max())) {
+    invalid(who + ": " + field + " = " + std::to_string(v) + " is out of range");
+  }
+  return static_cast<std::int32_t>(v);
+}
+
+std::vector<std::string> strings_in(fb_vector<flatbuffers::Offset<flatbuffers::String>> const* v) {
+  std::vector<std::string> out;
+  if (v == nullptr) return out;
+  out.reserve(v->size());
+  for (auto const* s : *v) out.push_back(str(s));
+  return out;
+}
+
+template <class To, class From>
+std::vector<To> scalars_in(fb_vector<From> const* v) {
+  std::vector<To> out;
+  if (v == nullptr) return out;
+  out.resize(v->size());
+  for (flatbuffers::uoffset_t i = 0; i < v->size(); ++i) out[i] = static_cast<To>(v->Get(i));
+  return out;
+}
+
+// ------------------------------------------------------------------ encode helpers
+
+/// Domain integer -> narrower wire integer; refuses to wrap (a negative count
+/// would otherwise arrive as four billion).
+template <class To, class From>
+To narrow(From v, std::string const& who, char const* field) {
+  if (!std::in_range<To>(v)) {
+    invalid("cannot encode " + who + ": " + field + " = " + std::to_string(v) + " does not fit the wire type");
+  }
+  return static_cast<To>(v);
+}
+
+/// Reply job indices: -1 ("no job") is legal in the domain, so they travel as
+/// the two's complement bit pattern and come back unchanged.
+std::uint32_t index_out(std::int32_t v) { return static_cast<std::uint32_t>(v); }
+std::int32_t index_in(std::uint32_t v) { return static_cast<std::int32_t>(v); }
+
+/// Hot per-GPU arrays are written straight into the builder (no temporary).
+template <class To, class From>
+flatbuffers::Offset<fb_vector<To>> scalars_out(fbb_t& fbb, std::vector<From> const& v, std::string const& who,
+                                               char const* field) {
+  To* dst = nullptr;
+  auto const off = fbb.CreateUninitializedVector<To>(v.size(), &dst);
+  for (std::size_t i = 0; i < v.size(); ++i) flatbuffers::WriteScalar(dst + i, narrow<To>(v[i], who, field));
+  return off;
+}
+
+/// Empty optional vectors are left out: smaller buffers, and a missing vector
+/// decodes as empty.
+template <class To, class From>
+flatbuffers::Offset<fb_vector<To>> opt_scalars_out(fbb_t& fbb, std::vector<From> const& v, std::string const& who,
+                                                   char const* field) {
+  return v.empty() ? flatbuffers::Offset<fb_vector<To>>() : scalars_out<To>(fbb, v, who, field);
+}
+
+flatbuffers::Offset<fb_vector<flatbuffers::Offset<flatbuffers::String>>> strings_out(
+    fbb_t& fbb, std::vector<std::string> const& v) {
+  if (v.empty()) return 0;
+  string_offsets offs;
+  offs.reserve(v.size());
+  // Labels and model names repeat across thousands of nodes and jobs.
+  for (auto const& s : v) offs.push_back(fbb.CreateSharedString(s));
+  return fbb.CreateVector(offs);
+}
+
+flatbuffers::Offset<flatbuffers::String> opt_string(fbb_t& fbb, std::string const& s) {
+  return s.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb.CreateString(s);
+}
+
+flatbuffers::Offset<wire::Header> header_out(fbb_t& fbb, request_header const& h) {
+  // version is the schema default (1) and so is not stored explicitly.
+  return wire::CreateHeader(fbb, 1, h.request_id, opt_string(fbb, h.session), h.sent_at_us);
+}
+
+request_header header_in(wire::Envelope const& env) {
+  request_header h;
+  if (auto const* w = env.header()) {
+    h.request_id = w->request_id();
+    h.session = str(w->session());
+    h.sent_at_us = w->sent_at_us();
+  }
+  return h;
+}
+
+// ------------------------------------------------------------------ cluster
+
+node node_in(wire::Node const& w, std::string const& who) {
+  node n;
+  n.name = str(w.name());
+  n.gpu_model = str(w.gpu_model());
+  n.gpu_free_milli = scalars_in<std::int32_t>(w.gpu_free_milli());
+  n.gpu_healthy = scalars_in<std::uint8_t>(w.gpu_healthy());
+  n.gpu_nvlink = scalars_in<std::uint8_t>(w.gpu_nvlink());
+  n.cpu_milli_capacity = w.cpu_milli_capacity();
+  n.cpu_milli_free = w.cpu_milli_free();
+  n.memory_mib_capacity = w.memory_mib_capacity();
+  n.memory_mib_free = w.memory_mib_free();
+  n.pool = enum_in<pool_kind>(w.pool(), who, "pool");
+  n.loanable = w.loanable();
+  n.healthy = w.healthy();
+  n.domain = w.domain();
+  n.labels = strings_in(w.labels());
+  return n;
+}
+
+std::string node_who(char const* what, std::size_t i, flatbuffers::String const* name) {
+  return std::string(what) + " " + std::to_string(i) + " ('" + str(name) + "')";
+}
+
+std::vector<node> nodes_in(fb_vector<flatbuffers::Offset<wire::Node>> const* v, char const* what) {
+  std::vector<node> out;
+  if (v == nullptr) return out;
+  out.reserve(v->size());
+  for (flatbuffers::uoffset_t i = 0; i < v->size(); ++i) {
+    auto const* w = v->Get(i);
+    out.push_back(node_in(*w, node_who(what, i, w->name())));
+  }
+  return out;
+}
+
+flatbuffers::Offset<wire::Node> node_out(fbb_t& fbb, node const& n, std::string const& who) {
+  auto const name = fbb.CreateString(n.name);
+  auto const model = n.gpu_model.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb.CreateSharedString(n.gpu_model);
+  // Always written (even for CPU-only nodes) so "no GPUs" is explicit.
+  auto const free = scalars_out<std::uint16_t>(fbb, n.gpu_free_milli, who, "gpu_free_milli");
+  auto const healthy = opt_scalars_out<std::uint8_t>(fbb, n.gpu_healthy, who, "gpu_healthy");
+  auto const nvlink = opt_scalars_out<std::uint8_t>(fbb, n.gpu_nvlink, who, "gpu_nvlink");
+  auto const labels = strings_out(fbb, n.labels);
+  return wire::CreateNode(fbb, name, model, free, healthy, nvlink, n.cpu_milli_capacity, n.cpu_milli_free,
+                          n.memory_mib_capacity, n.memory_mib_free, static_cast<wire::Pool>(n.pool), n.loanable,
+                          n.healthy, n.domain, labels);
+}
+
+flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Node>>> nodes_out(fbb_t& fbb, std::vector<node> const& v,
+                                                                          char const* what) {
+  std::vector<flatbuffers::Offset<wire::Node>> offs;
+  offs.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    offs.push_back(node_out(fbb, v[i], std::string(what) + " " + std::to_string(i) + " ('" + v[i].name + "')"));
+  }
+  return fbb.CreateVector(offs);
+}
+
+flatbuffers::Offset<wire::Topology> topology_out(fbb_t& fbb, topology const& t) {
+  if (t.level_names.empty() && t.domains.empty()) return 0;
+  auto const levels = strings_out(fbb, t.level_names);
+  std::vector<flatbuffers::Offset<wire::TopologyDomain>> doms;
+  doms.reserve(t.domains.size());
+  for (std::size_t d = 0; d < t.domains.size(); ++d) {
+    auto const& dom = t.domains[d];
+    auto const who = "topology domain " + std::to_string(d);
+    doms.push_back(wire::CreateTopologyDomain(fbb, opt_string(fbb, dom.name), narrow<std::uint8_t>(dom.level, who, "level"),
+                                              dom.parent));
+  }
+  return wire::CreateTopology(fbb, levels, doms.empty() ? 0 : fbb.CreateVector(doms));
+}
+
+topology topology_in(wire::Topology const* w) {
+  topology t;
+  if (w == nullptr) return t;
+  t.level_names = strings_in(w->level_names());
+  if (auto const* doms = w->domains()) {
+    t.domains.reserve(doms->size());
+    for (auto const* d : *doms) t.domains.push_back({str(d->name()), d->level(), d->parent()});
+  }
+  return t;
+}
+
+flatbuffers::Offset<wire::ClusterDelta> delta_out(fbb_t& fbb, cluster_delta const& d) {
+  auto const added = d.added.empty() ? 0 : nodes_out(fbb, d.added, "delta added node");
+  auto const removed = opt_scalars_out<std::uint32_t>(fbb, d.removed, "delta", "removed");
+  std::vector<flatbuffers::Offset<wire::NodeUpdate>> changed;
+  changed.reserve(d.changed.size());
+  for (std::size_t k = 0; k < d.changed.size(); ++k) {
+    auto const who = "delta changed[" + std::to_string(k) + "]";
+    auto const n = node_out(fbb, d.changed[k].value, who);
+    changed.push_back(wire::CreateNodeUpdate(fbb, narrow<std::uint32_t>(d.changed[k].index, who, "index"), n));
+  }
+  return wire::CreateClusterDelta(fbb, d.base_epoch, d.new_epoch, added, removed,
+                                  changed.empty() ? 0 : fbb.CreateVector(changed));
+}
+
+cluster_delta delta_in(wire::ClusterDelta const& w) {
+  cluster_delta d;
+  d.base_epoch = w.base_epoch();
+  d.new_epoch = w.new_epoch();
+  d.added = nodes_in(w.added(), "delta added node");
+  if (auto const* r = w.removed()) {
+    d.removed.reserve(r->size());
+    for (flatbuffers::uoffset_t k = 0; k < r->size(); ++k) {
+      d.removed.push_back(u32_in(r->Get(k), "delta", "removed[]"));
+    }
+  }
+  if (auto const* c = w.changed()) {
+    d.changed.reserve(c->size());
+    for (flatbuffers::uoffset_t k = 0; k < c->size(); ++k) {
+      auto const* u = c->Get(k);
+      auto const who = "delta changed[" + std::to_string(k) + "]";
+      if (u->node() == nullptr) invalid(who + " has no node");
+      d.changed.push_back({u32_in(u->index(), who, "index"), node_in(*u->node(), who)});
+    }
+  }
+  return d;
+}
+
+// ------------------------------------------------------------------ jobs
+
+demand demand_in(wire::Demand const* w, std::string const& who) {
+  if (w == nullptr) invalid(who + " has no demand");
+  demand d;
+  d.gpus = w->gpus();
+  d.gpu_milli = w->gpu_milli();
+  d.cpu_milli = w->cpu_milli();
+  d.memory_mib = w->memory_mib();
+  return d;
+}
+
+flatbuffers::Offset<wire::Demand> demand_out(fbb_t& fbb, demand const& d, std::string const& who) {
+  return wire::CreateDemand(fbb, narrow<std::uint16_t>(d.gpus, who, "demand.gpus"),
+                            narrow<std::uint16_t>(d.gpu_milli, who, "demand.gpu_milli"), d.cpu_milli, d.memory_mib);
+}
+
+job job_in(wire::Job const& w, std::string const& who) {
+  job j;
+  j.name = str(w.name());
+  j.kind = enum_in<job_kind>(w.kind(), who, "kind");
+  j.priority = w.priority();
+  j.queue = str(w.queue());
+  j.replicas = u32_in(w.replicas(), who, "replicas");
+  j.per_replica = demand_in(w.demand(), who);
+  j.allowed_gpu_models = strings_in(w.allowed_gpu_models());
+  j.gang = w.gang();
+  j.topology_level = w.topology_level();
+  j.topo_mode = enum_in<topology_mode>(w.topology_mode(), who, "topology_mode");
+  j.network_sensitivity = w.network_sensitivity();
+  j.min_replicas = u32_in(w.min_replicas(), who, "min_replicas");
+  j.max_replicas = u32_in(w.max_replicas(), who, "max_replicas");
+  j.preemptible = w.preemptible();
+  j.submit_time = w.submit_time();
+  j.estimated_duration = w.estimated_duration();
+  return j;
+}
+
+flatbuffers::Offset<wire::Job> job_out(fbb_t& fbb, job const& j, std::string const& who) {
+  auto const name = fbb.CreateString(j.name);
+  auto const queue = j.queue.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb.CreateSharedString(j.queue);
+  auto const dem = demand_out(fbb, j.per_replica, who);
+  auto const models = strings_out(fbb, j.allowed_gpu_models);
+  return wire::CreateJob(fbb, name, static_cast<wire::JobKind>(j.kind), j.priority, queue,
+                         narrow<std::uint32_t>(j.replicas, who, "replicas"), dem, models, j.gang,
+                         narrow<std::int8_t>(j.topology_level, who, "topology_level"),
+                         static_cast<wire::TopologyMode>(j.topo_mode), j.network_sensitivity,
+                         narrow<std::uint32_t>(j.min_replicas, who, "min_replicas"),
+                         narrow<std::uint32_t>(j.max_replicas, who, "max_replicas"), j.preemptible, j.submit_time,
+                         j.estimated_duration);
+}
+
+replica_placement replica_in(wire::ReplicaPlacement const& w, std::string const& who) {
+  replica_placement r;
+  r.node = u32_in(w.node(), who, "replica node");
+  r.gpus = scalars_in<std::int32_t>(w.gpus());
+  r.gpu_milli = w.gpu_milli();
+  return r;
+}
+
+std::vector<replica_placement> replicas_in(fb_vector<flatbuffers::Offset<wire::ReplicaPlacement>> const* v,
+                                           std::string const& who) {
+  std::vector<replica_placement> out;
+  if (v == nullptr) return out;
+  out.reserve(v->size());
+  for (auto const* r : *v) out.push_back(replica_in(*r, who));
+  return out;
+}
+
+flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::ReplicaPlacement>>> replicas_out(
+    fbb_t& fbb, std::vector<replica_placement> const& v, std::string const& who) {
+  std::vector<flatbuffers::Offset<wire::ReplicaPlacement>> offs;
+  offs.reserve(v.size());
+  for (auto const& r : v) {
+    auto const gpus = scalars_out<std::uint8_t>(fbb, r.gpus, who, "replica gpus");
+    offs.push_back(wire::CreateReplicaPlacement(fbb, narrow<std::uint32_t>(r.node, who, "replica node"), gpus,
+                                                narrow<std::uint16_t>(r.gpu_milli, who, "replica gpu_milli")));
+  }
+  return fbb.CreateVector(offs);
+}
+
+running_job running_in(wire::RunningJob const& w, std::string const& who) {
+  running_job r;
+  r.name = str(w.name());
+  r.kind = enum_in<job_kind>(w.kind(), who, "kind");
+  r.priority = w.priority();
+  r.per_replica = demand_in(w.demand(), who);
+  r.replicas = replicas_in(w.replicas(), who);
+  r.gang = w.gang();
+  r.preemptible = w.preemptible();
+  r.loaned = w.loaned();
+  r.min_replicas = u32_in(w.min_replicas(), who, "min_replicas");
+  r.start_time = w.start_time();
+  r.estimated_end = w.estimated_end();
+  r.last_checkpoint = w.last_checkpoint();
+  return r;
+}
+
+flatbuffers::Offset<wire::RunningJob> running_out(fbb_t& fbb, running_job const& r, std::string const& who) {
+  auto const name = fbb.CreateString(r.name);
+  auto const dem = demand_out(fbb, r.per_replica, who);
+  auto const reps = replicas_out(fbb, r.replicas, who);
+  return wire::CreateRunningJob(fbb, name, static_cast<wire::JobKind>(r.kind), r.priority, dem, reps, r.gang,
+                                r.preemptible, r.loaned, narrow<std::uint32_t>(r.min_replicas, who, "min_replicas"),
+                                r.start_time, r.estimated_end, r.last_checkpoint);
+}
+
+flatbuffers::Offset<wire::Policy> policy_out(fbb_t& fbb, policy const& p) {
+  auto const w = wire::CreateWeights(fbb, p.w.binpack, p.w.fragmentation, p.w.topology, p.w.pool_affinity);
+  return wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(p.algo), w);
+}
+
+std::string job_who(char const* what, std::size_t i, flatbuffers::String const* name) {
+  return std::string(what) + " " + std::to_string(i) + " ('" + str(name) + "')";
+}
+
+std::vector<job> pending_in(fb_vector<flatbuffers::Offset<wire::Job>> const* v) {
+  std::vector<job> out;
+  if (v == nullptr) return out;
+  out.reserve(v->size());
+  for (flatbuffers::uoffset_t i = 0; i < v->size(); ++i) {
+    auto const* w = v->Get(i);
+    out.push_back(job_in(*w, job_who("pending job", i, w->name())));
+  }
+  return out;
+}
+
+std::vector<running_job> running_list_in(fb_vector<flatbuffers::Offset<wire::RunningJob>> const* v) {
+  std::vector<running_job> out;
+  if (v == nullptr) return out;
+  out.reserve(v->size());
+  for (flatbuffers::uoffset_t i = 0; i < v->size(); ++i) {
+    auto const* w = v->Get(i);
+    out.push_back(running_in(*w, job_who("running job", i, w->name())));
+  }
+  return out;
+}
+
+flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Job>>> pending_out(fbb_t& fbb, std::vector<job> const& v) {
+  std::vector<flatbuffers::Offset<wire::Job>> offs;
+  offs.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    offs.push_back(job_out(fbb, v[i], "pending job " + std::to_string(i) + " ('" + v[i].name + "')"));
+  }
+  return fbb.CreateVector(offs);
+}
+
+flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::RunningJob>>> running_list_out(
+    fbb_t& fbb, std::vector<running_job> const& v) {
+  std::vector<flatbuffers::Offset<wire::RunningJob>> offs;
+  offs.reserve(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    offs.push_back(running_out(fbb, v[i], "running job " + std::to_string(i) + " ('" + v[i].name + "')"));
+  }
+  return fbb.CreateVector(offs);
+}
+
+char const* body_name(wire::Body b) {
+  char const* n = wire::EnumNameBody(b);
+  return (n != nullptr && *n != '\0') ? n : "unknown";
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------ envelope
+
+envelope_check check_envelope(void const* data, std::size_t size, std::size_t max_bytes) {
+  envelope_check out;
+  auto fail = [&](wire::ErrorCode code, std::string msg) {
+    out.envelope = nullptr;
+    out.code = code;
+    out.message = std::move(msg);
+    return out;
+  };
+  // Root offset (4 bytes) + file identifier (4 bytes) is the smallest
+  // prefix the identifier check may read.
+  if (data == nullptr || size < 8) {
+    return fail(wire::ErrorCode::Malformed, "message of " + std::to_string(size) + " bytes is too short");
+  }
+  if (size > max_bytes) {
+    return fail(wire::ErrorCode::ResourceExhausted,
+                "message of " + std::to_string(size) + " bytes exceeds the limit of " + std::to_string(max_bytes));
+  }
+  if (size >= FLATBUFFERS_MAX_BUFFER_SIZE) {  // the verifier asserts on this
+    return fail(wire::ErrorCode::ResourceExhausted, "message of " + std::to_string(size) +
+                                                        " bytes exceeds the FlatBuffers limit of " +
+                                                        std::to_string(FLATBUFFERS_MAX_BUFFER_SIZE - 1));
+  }
+  if (!wire::EnvelopeBufferHasIdentifier(data)) {
+    return fail(wire::ErrorCode::UnknownSchema, "not a Placer message (file identifier is not \"PLCR\")");
+  }
+  flatbuffers::Verifier::Options opts;
+  opts.max_depth = 64;
+  // A 100k-GPU round is ~12.5k nodes plus jobs and replicas: far below this,
+  // yet a bound on the verifier's work for hostile input.
+  opts.max_tables = 50'000'000;
+  flatbuffers::Verifier verifier(static_cast<std::uint8_t const*>(data), size, opts);
+  if (!wire::VerifyEnvelopeBuffer(verifier)) {
+    return fail(wire::ErrorCode::Malformed, "message of " + std::to_string(size) +
+                                                " bytes failed FlatBuffers verification");
+  }
+  auto const* env = wire::GetEnvelope(data);
+  auto const* header = env->header();
+  if (header == nullptr) return fail(wire::ErrorCode::UnknownSchema, "message has no header");
+  if (header->version() != 1) {
+    return fail(wire::ErrorCode::UnknownSchema,
+                "unsupported protocol version " + std::to_string(header->version()) + " (this build speaks 1)");
+  }
+  auto const body = env->body_type();
+  if (body == wire::Body::NONE) return fail(wire::ErrorCode::InvalidArgument, "message has no body");
+  if (static_cast<std::uint8_t>(body) > static_cast<std::uint8_t>(wire::Body::MAX)) {
+    // A union member this build does not know: a newer schema.
+    return fail(wire::ErrorCode::UnknownSchema,
+                "unknown body type " + std::to_string(static_cast<unsigned>(body)));
+  }
+  if (env->body() == nullptr) {
+    return fail(wire::ErrorCode::InvalidArgument, std::string("message has body type ") + body_name(body) +
+                                                      " but no body");
+  }
+  out.envelope = env;
+  return out;
+}
+
+// ------------------------------------------------------------------ request
+
+decoded_request decode_request(wire::Envelope const& env) {
+  auto const* req = env.body_as_ScheduleRequest();
+  if (req == nullptr) {
+    invalid(std::string("message body is ") + body_name(env.body_type()) + ", expected ScheduleRequest");
+  }
+  decoded_request out;
+  out.header = header_in(env);
+  auto const* c = req->cluster();
+  auto const* d = req->delta();
+  if (c != nullptr && d != nullptr) invalid("request has both cluster and delta (send exactly one)");
+  if (c == nullptr && d == nullptr) invalid("request has neither cluster nor delta");
+  if (c != nullptr) {
+    out.input.state = decode_cluster(*c);
+  } else {
+    out.delta = delta_in(*d);
+  }
+  out.input.pending = pending_in(req->pending());
+  out.input.running = running_list_in(req->running());
+  out.input.pol = decode_policy(req->policy());
+  out.input.now = req->now();
+  out.input.deadline_us = req->deadline_us();
+  return out;
+}
+
+void encode_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_input const& in,
+                    cluster_delta const* delta) {
+  fbb.Clear();
+  flatbuffers::Offset<wire::Cluster> c = 0;
+  flatbuffers::Offset<wire::ClusterDelta> d = 0;
+  if (delta != nullptr) {
+    d = delta_out(fbb, *delta);
+  } else {
+    c = encode_cluster(fbb, in.state);
+  }
+  auto const pending = pending_out(fbb, in.pending);
+  auto const running = running_list_out(fbb, in.running);
+  auto const pol = policy_out(fbb, in.pol);
+  auto const req = wire::CreateScheduleRequest(fbb, c, d, pending, running, pol, in.now, in.deadline_us);
+  auto const hdr = header_out(fbb, h);
+  wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::ScheduleRequest, req.Union()));
+}
+
+// ------------------------------------------------------------------ reply
+
+void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_result const& r,
+                  round_input const& in) {
+  fbb.Clear();
+  auto job_name = [&](std::int32_t j) -> flatbuffers::Offset<flatbuffers::String> {
+    // Names are a convenience for readers of the reply; an index outside
+    // the request (never produced by the solver) just goes without one.
+    if (j < 0 || static_cast<std::size_t>(j) >= in.pending.size()) return 0;
+    return fbb.CreateString(in.pending[j].name);
+  };
+  auto const status = wire::CreateStatus(fbb, wire::ErrorCode::Ok);
+
+  std::vector<flatbuffers::Offset<wire::Placement>> placements;
+  placements.reserve(r.placements.size());
+  for (std::size_t k = 0; k < r.placements.size(); ++k) {
+    auto const& p = r.placements[k];
+    auto const name = job_name(p.job);
+    auto const reps = replicas_out(fbb, p.replicas, "placement " + std::to_string(k));
+    placements.push_back(wire::CreatePlacement(fbb, index_out(p.job), name, reps));
+  }
+  std::vector<flatbuffers::Offset<wire::Preemption>> preemptions;
+  preemptions.reserve(r.preemptions.size());
+  for (auto const& p : r.preemptions) {
+    auto const job = fbb.CreateString(p.job);
+    auto const reason = opt_string(fbb, p.reason);
+    preemptions.push_back(wire::CreatePreemption(fbb, job, reason, index_out(p.for_job)));
+  }
+  std::vector<flatbuffers::Offset<wire::Reservation>> reservations;
+  reservations.reserve(r.reservations.size());
+  for (std::size_t k = 0; k < r.reservations.size(); ++k) {
+    auto const& res = r.reservations[k];
+    auto const nodes = scalars_out<std::uint32_t>(fbb, res.nodes, "reservation " + std::to_string(k), "nodes");
+    reservations.push_back(wire::CreateReservation(fbb, index_out(res.job), nodes, res.start_time));
+  }
+  std::vector<flatbuffers::Offset<wire::Unplaced>> unplaced;
+  unplaced.reserve(r.unplaced_jobs.size());
+  for (auto const& u : r.unplaced_jobs) {
+    auto const name = job_name(u.job);
+    auto const detail = opt_string(fbb, u.detail);
+    unplaced.push_back(
+        wire::CreateUnplaced(fbb, index_out(u.job), name, static_cast<wire::UnplacedReason>(u.reason), detail));
+  }
+  auto const& m = r.metrics;
+  auto const metrics = wire::CreateRoundMetrics(
+      fbb, m.gar_before, m.gar_after, m.gfr_before, m.gfr_after, m.frag_ratio_before, m.frag_ratio_after,
+      narrow<std::uint32_t>(m.jobs_placed, "metrics", "jobs_placed"),
+      narrow<std::uint32_t>(m.replicas_placed, "metrics", "replicas_placed"), m.gpu_milli_placed);
+  std::vector<flatbuffers::Offset<wire::StageTiming>> timing;
+  timing.reserve(r.timing.size());
+  for (auto const& t : r.timing) timing.push_back(wire::CreateStageTiming(fbb, fbb.CreateString(t.stage), t.micros));
+
+  auto const reply = wire::CreateScheduleReply(
+      fbb, status, r.epoch, placements.empty() ? 0 : fbb.CreateVector(placements),
+      preemptions.empty() ? 0 : fbb.CreateVector(preemptions), reservations.empty() ? 0 : fbb.CreateVector(reservations),
+      unplaced.empty() ? 0 : fbb.CreateVector(unplaced), metrics, timing.empty() ? 0 : fbb.CreateVector(timing),
+      opt_string(fbb, r.backend));
+  auto const hdr = header_out(fbb, h);
+  wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::ScheduleReply, reply.Union()));
+}
+
+void encode_error(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, wire::ErrorCode code,
+                  std::string const& message) {
+  fbb.Clear();
+  auto const err = wire::CreateError(fbb, code, opt_string(fbb, message));
+  auto const hdr = header_out(fbb, h);
+  wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::Error, err.Union()));
+}
+
+decoded_reply decode_reply(wire::Envelope const& env) {
+  decoded_reply out;
+  out.header = header_in(env);
+  if (auto const* e = env.body_as_Error()) {
+    out.code = e->code();
+    out.message = str(e->message());
+    // An Error body with code Ok would read as success with no result.
+    if (out.code == wire::ErrorCode::Ok) out.code = wire::ErrorCode::Internal;
+    return out;
+  }
+  auto const* rep = env.body_as_ScheduleReply();
+  if (rep == nullptr) {
+    invalid(std::string("message body is ") + body_name(env.body_type()) + ", expected ScheduleReply or Error");
+  }
+  if (auto const* s = rep->status()) {
+    out.code = s->code();
+    out.message = str(s->message());
+  }
+  auto& r = out.result;
+  r.epoch = rep->epoch();
+  if (auto const* v = rep->placements()) {
+    r.placements.reserve(v->size());
+    for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) {
+      auto const* p = v->Get(k);
+      r.placements.push_back({index_in(p->job()), replicas_in(p->replicas(), "placement " + std::to_string(k))});
+    }
+  }
+  if (auto const* v = rep->preemptions()) {
+    r.preemptions.reserve(v->size());
+    for (auto const* p : *v) r.preemptions.push_back({str(p->job()), str(p->reason()), index_in(p->for_job())});
+  }
+  if (auto const* v = rep->reservations()) {
+    r.reservations.reserve(v->size());
+    for (auto const* res : *v) {
+      reservation x;
+      x.job = index_in(res->job());
+      if (auto const* n = res->nodes()) {
+        x.nodes.reserve(n->size());
+        for (flatbuffers::uoffset_t k = 0; k < n->size(); ++k) x.nodes.push_back(index_in(n->Get(k)));
+      }
+      x.start_time = res->start_time();
+      r.reservations.push_back(std::move(x));
+    }
+  }
+  if (auto const* v = rep->unplaced()) {
+    r.unplaced_jobs.reserve(v->size());
+    for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) {
+      auto const* u = v->Get(k);
+      r.unplaced_jobs.push_back({index_in(u->job()),
+                                 enum_in<unplaced_reason>(u->reason(), "unplaced " + std::to_string(k), "reason"),
+                                 str(u->detail())});
+    }
+  }
+  if (auto const* m = rep->metrics()) {
+    auto& x = r.metrics;
+    x.gar_before = m->gar_before();
+    x.gar_after = m->gar_after();
+    x.gfr_before = m->gfr_before();
+    x.gfr_after = m->gfr_after();
+    x.frag_ratio_before = m->frag_ratio_before();
+    x.frag_ratio_after = m->frag_ratio_after();
+    x.jobs_placed = u32_in(m->jobs_placed(), "metrics", "jobs_placed");
+    x.replicas_placed = u32_in(m->replicas_placed(), "metrics", "replicas_placed");
+    x.gpu_milli_placed = m->gpu_milli_placed();
+  }
+  if (auto const* v = rep->timing()) {
+    r.timing.reserve(v->size());
+    for (auto const* t : *v) r.timing.push_back({str(t->stage()), t->micros()});
+  }
+  r.backend = str(rep->backend());
+  return out;
+}
+
+// ------------------------------------------------------------------ codes
+
+wire::ErrorCode error_code_to_wire(error_code c) {
+  switch (c) {
+    case error_code::invalid_argument: return wire::ErrorCode::InvalidArgument;
+    case error_code::failed_precondition: return wire::ErrorCode::FailedPrecondition;
+    case error_code::stale_epoch: return wire::ErrorCode::StaleEpoch;
+    case error_code::resource_exhausted: return wire::ErrorCode::ResourceExhausted;
+    case error_code::deadline_exceeded: return wire::ErrorCode::DeadlineExceeded;
+    case error_code::unavailable: return wire::ErrorCode::Unavailable;
+    case error_code::internal: return wire::ErrorCode::Internal;
+  }
+  return wire::ErrorCode::Internal;
+}
+
+char const* error_code_name(wire::ErrorCode c) {
+  char const* n = wire::EnumNameErrorCode(c);
+  return (n != nullptr && *n != '\0') ? n : "Unknown";
+}
+
+// ------------------------------------------------------------------ parts
+
+cluster decode_cluster(wire::Cluster const& c) {
+  cluster out;
+  out.epoch = c.epoch();
+  out.nodes = nodes_in(c.nodes(), "node");
+  out.topo = topology_in(c.topology());
+  return out;
+}
+
+flatbuffers::Offset<wire::Cluster> encode_cluster(flatbuffers::FlatBufferBuilder& fbb, cluster const& c) {
+  auto const nodes = nodes_out(fbb, c.nodes, "node");
+  auto const topo = topology_out(fbb, c.topo);
+  return wire::CreateCluster(fbb, c.epoch, nodes, topo);
+}
+
+job decode_job(wire::Job const& j) { return job_in(j, "job '" + str(j.name()) + "'"); }
+
+running_job decode_running(wire::RunningJob const& r) {
+  return running_in(r, "running job '" + str(r.name()) + "'");
+}
+
+policy decode_policy(wire::Policy const* p) {
+  policy out;
+  if (p == nullptr) return out;
+  out.algo = enum_in<algorithm>(p->algorithm(), "policy", "algorithm");
+  if (auto const* w = p->weights()) {
+    out.w.binpack = w->binpack();
+    out.w.fragmentation = w->fragmentation();
+    out.w.topology = w->topology();
+    out.w.pool_affinity = w->pool_affinity();
+  }
+  return out;
+}
+
+// Encoders shared with the JSON I/O (declared in codec.hpp).
+flatbuffers::Offset<wire::Job> encode_job(flatbuffers::FlatBufferBuilder& fbb, job const& j) {
+  return job_out(fbb, j, "job '" + j.name + "'");
+}
+
+flatbuffers::Offset<wire::RunningJob> encode_running(flatbuffers::FlatBufferBuilder& fbb, running_job const& r) {
+  return running_out(fbb, r, "running job '" + r.name + "'");
+}
+
+flatbuffers::Offset<wire::Policy> encode_policy(flatbuffers::FlatBufferBuilder& fbb, policy const& p) {
+  return policy_out(fbb, p);
+}
+
+}  // namespace placer::service

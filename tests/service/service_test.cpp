@@ -1,0 +1,211 @@
+// The service end to end over a real TCP loopback socket: placer::client
+// against placer::service::server in a thread. Bad input of every kind gets
+// a specific error code, and the server answers the next good request.
+#include <placer/service/client.hpp>
+#include <placer/service/codec.hpp>
+#include <placer/service/server.hpp>
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <thread>
+#include <zmq.hpp>
+
+#include "../support/invariants.hpp"
+#include "../support/random_round.hpp"
+
+namespace placer {
+namespace {
+
+using service::decoded_reply;
+using wire::ErrorCode;
+
+/// A server on an ephemeral loopback port, served from a background thread.
+class running_server {
+ public:
+  explicit running_server(std::size_t max_bytes = service::default_max_message_bytes) {
+    service::service_config cfg;
+    cfg.endpoint = "tcp://127.0.0.1:*";
+    cfg.backend = "cpu";
+    cfg.poll_ms = 20;
+    cfg.max_message_bytes = max_bytes;
+    cfg.log_rounds = false;
+    srv_ = std::make_unique<service::server>(cfg);
+    thread_ = std::thread([this] { srv_->run(); });
+  }
+  ~running_server() {
+    srv_->stop();
+    thread_.join();
+  }
+  [[nodiscard]] std::string endpoint() const { return srv_->endpoint(); }
+  service::server& get() { return *srv_; }
+
+ private:
+  std::unique_ptr<service::server> srv_;
+  std::thread thread_;
+};
+
+round_input demo_round() {
+  std::mt19937_64 rng(5);
+  round_input in = testing_support::random_round(rng, 6, 30);
+  while (in.pending.empty()) in = testing_support::random_round(rng, 6, 30);
+  return in;
+}
+
+std::vector<std::uint8_t> encode(round_input const& in, std::uint64_t id) {
+  flatbuffers::FlatBufferBuilder fbb;
+  service::encode_request(fbb, {id, "raw", 0}, in);
+  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
+}
+
+decoded_reply decode(std::vector<std::uint8_t> const& bytes) {
+  auto const chk = service::check_envelope(bytes.data(), bytes.size());
+  EXPECT_NE(chk.envelope, nullptr) << "the server's reply must itself verify: " << chk.message;
+  if (chk.envelope == nullptr) return {};
+  return service::decode_reply(*chk.envelope);
+}
+
+/// The reply over the wire equals the in-process solve of the same round.
+void expect_good_round(client& c, round_input const& in) {
+  decoded_reply const rep = c.solve(in);
+  ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  solver local(kernels::make_backend(kernels::backend_kind::cpu));
+  round_result const want = local.solve(in);
+  ASSERT_EQ(rep.result.placements.size(), want.placements.size());
+  for (std::size_t k = 0; k < want.placements.size(); ++k) {
+    EXPECT_EQ(rep.result.placements[k].job, want.placements[k].job);
+    EXPECT_EQ(rep.result.placements[k].replicas, want.placements[k].replicas);
+  }
+  ASSERT_EQ(rep.result.unplaced_jobs.size(), want.unplaced_jobs.size());
+  expect_round_invariants(in, rep.result);
+}
+
+TEST(Service, RoundTripOverTcpLoopback) {
+  running_server s;
+  client c({s.endpoint(), 5000, ""});
+  round_input const in = demo_round();
+  expect_good_round(c, in);
+  EXPECT_GT(c.last_latency_us(), 0.0);
+  EXPECT_EQ(s.get().stats().rounds_ok, 1U);
+}
+
+TEST(Service, ClientTimesOutClearlyWhenNoServer) {
+  // Bind and release a port so nothing listens there.
+  std::string endpoint;
+  {
+    zmq::context_t ctx;
+    zmq::socket_t sock(ctx, zmq::socket_type::router);
+    sock.bind("tcp://127.0.0.1:*");
+    endpoint = sock.get(zmq::sockopt::last_endpoint);
+  }
+  client c({endpoint, 200, ""});
+  try {
+    c.solve(demo_round());
+    FAIL() << "expected client_error";
+  } catch (client_error const& e) {
+    std::string const msg = e.what();
+    EXPECT_NE(msg.find("no reply from " + endpoint), std::string::npos) << msg;
+    EXPECT_NE(msg.find("200 ms"), std::string::npos) << msg;
+  }
+}
+
+struct bad_case {
+  std::string name;
+  std::vector<std::uint8_t> bytes;
+  ErrorCode want;
+  std::uint64_t id = 0;  ///< request id inside the bytes, when they carry one
+};
+
+TEST(Service, BadInputGetsSpecificErrorsAndServerStaysUp) {
+  running_server s(1 << 20);  // 1 MiB limit, so "oversized" is cheap to build
+  client c({s.endpoint(), 5000, ""});
+  round_input const good = demo_round();
+  std::vector<std::uint8_t> const valid = encode(good, 42);
+
+  std::vector<bad_case> cases;
+  std::mt19937_64 rng(3);
+  for (int k = 0; k < 20; ++k) {
+    std::vector<std::uint8_t> junk(std::uniform_int_distribution<int>(1, 4000)(rng));
+    for (auto& b : junk) b = static_cast<std::uint8_t>(rng());
+    // Random bytes almost never carry "PLCR" at offset 4; when they do the
+    // verifier rejects them. Either way: not Ok.
+    cases.push_back({"random bytes #" + std::to_string(k), junk, ErrorCode::UnknownSchema});
+  }
+  cases.push_back({"empty message", {}, ErrorCode::Malformed});
+  for (std::size_t cut : {valid.size() / 4, valid.size() / 2, valid.size() - 8}) {
+    cases.push_back({"truncated to " + std::to_string(cut), {valid.begin(), valid.begin() + static_cast<long>(cut)},
+                     ErrorCode::Malformed});
+  }
+  cases.push_back({"oversized", std::vector<std::uint8_t>((1 << 20) + 1, 0), ErrorCode::ResourceExhausted});
+  auto wrong_id = valid;
+  std::copy_n("XXXX", 4, wrong_id.begin() + 4);
+  cases.push_back({"unknown schema identifier", wrong_id, ErrorCode::UnknownSchema});
+
+  round_input neg = good;
+  neg.pending[0].per_replica.memory_mib = -1;
+  cases.push_back({"negative demand", encode(neg, 7), ErrorCode::InvalidArgument, 7});
+  round_input bad_index = good;
+  running_job rj;
+  rj.name = "ghost";
+  rj.replicas.push_back({static_cast<std::int32_t>(good.state.nodes.size()) + 5, {0}, 1000});
+  bad_index.running.push_back(rj);
+  cases.push_back({"out-of-range node index", encode(bad_index, 8), ErrorCode::InvalidArgument, 8});
+  round_input bad_domain = good;
+  bad_domain.state.nodes[0].domain = 100000;
+  cases.push_back({"out-of-range topology domain", encode(bad_domain, 9), ErrorCode::InvalidArgument, 9});
+
+  for (auto const& bc : cases) {
+    SCOPED_TRACE(bc.name);
+    decoded_reply const rep = decode(c.roundtrip(bc.bytes.data(), bc.bytes.size(), bc.id));
+    EXPECT_EQ(rep.header.request_id, bc.id);  // errors echo the id when the header was readable
+    if (bc.name.rfind("random", 0) == 0) {
+      EXPECT_TRUE(rep.code == ErrorCode::UnknownSchema || rep.code == ErrorCode::Malformed)
+          << service::error_code_name(rep.code);
+    } else {
+      EXPECT_EQ(rep.code, bc.want) << service::error_code_name(rep.code) << ": " << rep.message;
+    }
+    EXPECT_FALSE(rep.message.empty());
+    // ...and the very next good request is served correctly.
+    expect_good_round(c, good);
+  }
+  EXPECT_EQ(s.get().stats().errors, cases.size());
+}
+
+TEST(Service, DeltaAgainstUnknownOrStaleEpochIsRejected) {
+  running_server s;
+  client c({s.endpoint(), 5000, "session-a"});
+  round_input in = demo_round();
+  in.state.epoch = 10;
+  round_input jobs_only;
+  jobs_only.pending = in.pending;
+  cluster_delta d;
+  d.base_epoch = 10;
+  d.new_epoch = 11;
+  // No snapshot yet for this session.
+  EXPECT_EQ(c.solve_delta(d, jobs_only).code, ErrorCode::StaleEpoch);
+  ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
+  // Against the held epoch: accepted, and equal to solving the new cluster.
+  node changed = in.state.nodes[0];
+  changed.cpu_milli_free = 0;
+  d.changed.push_back({0, changed});
+  auto const ok = c.solve_delta(d, jobs_only);
+  EXPECT_EQ(ok.code, ErrorCode::Ok) << ok.message;
+  EXPECT_EQ(ok.result.epoch, 11U);
+  // The same delta again is now stale (the session holds epoch 11).
+  EXPECT_EQ(c.solve_delta(d, jobs_only).code, ErrorCode::StaleEpoch);
+}
+
+TEST(Service, ManyRandomRoundsKeepInvariants) {
+  running_server s;
+  client c({s.endpoint(), 5000, ""});
+  std::mt19937_64 rng(11);
+  for (int k = 0; k < 100; ++k) {
+    round_input const in = testing_support::random_round(rng);
+    decoded_reply const rep = c.solve(in);
+    ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+    expect_round_invariants(in, rep.result);
+  }
+}
+
+}  // namespace
+}  // namespace placer

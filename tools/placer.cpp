@@ -1,0 +1,302 @@
+// The `placer` command: serve, solve (in process), client (through the
+// service). Everything here is argument handling and printing; the work is
+// in the solver and service libraries.
+#include <placer/kernels/backend.hpp>
+#include <placer/service/client.hpp>
+#include <placer/service/codec.hpp>
+#include <placer/service/json_io.hpp>
+#include <placer/service/log.hpp>
+#include <placer/service/server.hpp>
+#include <placer/solver/solver.hpp>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace placer;
+
+constexpr char const* usage_text = R"(placer: GPU placement solver service
+
+usage:
+  placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--max-message-mib N]
+                [--demo DIR] [--quiet]
+  placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda]
+                [--algorithm placer|greedy|kube-least|kube-most] [--summary] [--output FILE]
+  placer client --cluster FILE --jobs FILE [--endpoint E] [--timeout-ms N]
+                [--algorithm ...] [--summary] [--output FILE]
+  placer version
+
+Files: a cluster is FlatBuffers JSON (root Cluster, schemas/placement.fbs) or an
+inventory CSV (openb node list, PAI machine spec, spot node list); jobs are JSON
+(root JobBatch) or an openb pod list CSV. Placements print as FlatBuffers JSON
+of the reply (Envelope); --summary prints a table instead.
+Default endpoint: tcp://127.0.0.1:5555.
+)";
+
+struct args {
+  std::string verb;
+  std::map<std::string, std::string> opts;
+  std::set<std::string> flags;
+
+  [[nodiscard]] std::string get(std::string const& k, std::string const& def = {}) const {
+    auto it = opts.find(k);
+    return it == opts.end() ? def : it->second;
+  }
+  [[nodiscard]] bool has(std::string const& k) const { return flags.count(k) != 0 || opts.count(k) != 0; }
+};
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+args parse(int argc, char** argv, std::set<std::string> const& valued, std::set<std::string> const& boolean) {
+  args a;
+  a.verb = argc > 1 ? argv[1] : "";
+  for (int i = 2; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + k + "'");
+    k = k.substr(2);
+    auto const eq = k.find('=');
+    if (eq != std::string::npos) {
+      a.opts[k.substr(0, eq)] = k.substr(eq + 1);
+      k = k.substr(0, eq);
+    } else if (valued.count(k) != 0) {
+      if (i + 1 >= argc) throw usage_error("--" + k + " needs a value");
+      a.opts[k] = argv[++i];
+    } else {
+      a.flags.insert(k);
+    }
+    if (valued.count(k) == 0 && boolean.count(k) == 0) throw usage_error("unknown option --" + k + " for '" + a.verb + "'");
+  }
+  return a;
+}
+
+algorithm parse_algorithm(std::string const& s) {
+  if (s == "placer" || s.empty()) return algorithm::placer;
+  if (s == "greedy") return algorithm::greedy;
+  if (s == "kube-least") return algorithm::kube_least_allocated;
+  if (s == "kube-most") return algorithm::kube_most_allocated;
+  throw usage_error("unknown --algorithm '" + s + "' (placer, greedy, kube-least, kube-most)");
+}
+
+round_input load_round(args const& a) {
+  if (!a.has("cluster") || !a.has("jobs")) throw usage_error("--cluster FILE and --jobs FILE are required");
+  round_input in;
+  in.state = service::read_cluster_file(a.get("cluster"));
+  service::job_batch b = service::read_jobs_file(a.get("jobs"));
+  in.pending = std::move(b.pending);
+  in.running = std::move(b.running);
+  in.pol = b.pol;
+  in.now = b.now;
+  if (a.has("algorithm")) in.pol.algo = parse_algorithm(a.get("algorithm"));
+  return in;
+}
+
+std::string fixed(double v, int prec) {
+  std::ostringstream o;
+  o.precision(prec);
+  o << std::fixed << v;
+  return o.str();
+}
+
+/// Human-readable table of a reply.
+void print_summary(std::ostream& os, round_input const& in, round_result const& r, double latency_us) {
+  auto const& nodes = in.state.nodes;
+  os << "Placements (" << r.placements.size() << " of " << in.pending.size() << " jobs placed)\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "  %-28s %-9s %8s %8s  %s\n", "job", "kind", "replicas", "GPUs", "nodes [GPU indices]");
+  os << line;
+  static char const* kinds[] = {"training", "inference", "batch"};
+  std::size_t shown = 0;
+  for (auto const& p : r.placements) {
+    if (++shown > 40) {
+      os << "  ... " << r.placements.size() - 40 << " more (use JSON output for all)\n";
+      break;
+    }
+    auto const& j = in.pending[p.job];
+    std::string where;
+    for (std::size_t k = 0; k < p.replicas.size() && k < 3; ++k) {
+      auto const& rp = p.replicas[k];
+      if (!where.empty()) where += ", ";
+      where += nodes[rp.node].name + " [";
+      for (std::size_t g = 0; g < rp.gpus.size(); ++g) where += (g ? "," : "") + std::to_string(rp.gpus[g]);
+      where += "]";
+      if (rp.gpu_milli < milli_per_gpu && !rp.gpus.empty()) where += "@" + std::to_string(rp.gpu_milli) + "m";
+    }
+    if (p.replicas.size() > 3) where += ", +" + std::to_string(p.replicas.size() - 3) + " more";
+    double const gpus = static_cast<double>(j.per_replica.gpu_milli_total()) * p.replicas.size() / 1000.0;
+    std::snprintf(line, sizeof line, "  %-28s %-9s %8zu %8s  %s\n", j.name.substr(0, 28).c_str(),
+                  kinds[static_cast<int>(j.kind)], p.replicas.size(), fixed(gpus, 2).c_str(), where.c_str());
+    os << line;
+  }
+  if (!r.unplaced_jobs.empty()) {
+    std::map<std::string, int> by_reason;
+    for (auto const& u : r.unplaced_jobs) by_reason[to_string(u.reason)]++;
+    os << "Unplaced: " << r.unplaced_jobs.size() << " (";
+    bool first = true;
+    for (auto const& [k, v] : by_reason) {
+      os << (first ? "" : ", ") << k << " " << v;
+      first = false;
+    }
+    os << ")\n";
+  }
+  auto const& m = r.metrics;
+  os << "Round: " << m.replicas_placed << " replicas, " << fixed(m.gpu_milli_placed / 1000.0, 2) << " GPUs placed; GAR "
+     << fixed(100 * m.gar_before, 1) << "% -> " << fixed(100 * m.gar_after, 1) << "%, GFR " << fixed(100 * m.gfr_before, 1)
+     << "% -> " << fixed(100 * m.gfr_after, 1) << "%, FGD frag ratio " << fixed(100 * m.frag_ratio_before, 1) << "% -> "
+     << fixed(100 * m.frag_ratio_after, 1) << "%\n";
+  os << "Timing:";
+  for (auto const& t : r.timing) os << " " << t.stage << " " << fixed(t.micros / 1000.0, 3) << "ms";
+  os << "\n";
+  if (latency_us > 0) os << "Round-trip latency: " << fixed(latency_us / 1000.0, 3) << " ms (backend " << r.backend << ")\n";
+  else os << "Backend: " << r.backend << "\n";
+}
+
+void write_output(args const& a, std::string const& text) {
+  if (!a.has("output")) {
+    std::cout << text;
+    return;
+  }
+  std::ofstream f(a.get("output"));
+  if (!f) throw std::runtime_error(a.get("output") + ": cannot open for writing");
+  f << text;
+}
+
+void print_reply(args const& a, round_input const& in, service::decoded_reply const& rep,
+                 std::vector<std::uint8_t> const& bytes, double latency_us) {
+  if (rep.code != wire::ErrorCode::Ok) {
+    throw std::runtime_error(std::string("service replied ") + service::error_code_name(rep.code) + ": " + rep.message);
+  }
+  if (a.has("summary")) {
+    std::ostringstream o;
+    print_summary(o, in, rep.result, latency_us);
+    write_output(a, o.str());
+  } else {
+    write_output(a, service::envelope_to_json(bytes.data(), bytes.size()));
+  }
+}
+
+int cmd_solve(int argc, char** argv) {
+  auto const a = parse(argc, argv, {"cluster", "jobs", "backend", "algorithm", "output"}, {"summary"});
+  round_input in = load_round(a);
+  solver s(kernels::select_backend(a.get("backend", "auto"), [](std::string const& m) { service::log_info(m); }));
+  round_result const r = s.solve(in);
+  flatbuffers::FlatBufferBuilder fbb;
+  service::encode_reply(fbb, {}, r, in);
+  std::vector<std::uint8_t> const bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+  service::decoded_reply rep;
+  rep.result = r;
+  print_reply(a, in, rep, bytes, 0);
+  return 0;
+}
+
+int cmd_client(int argc, char** argv) {
+  auto const a = parse(argc, argv, {"cluster", "jobs", "endpoint", "timeout-ms", "algorithm", "output"}, {"summary"});
+  round_input in = load_round(a);
+  client c({a.get("endpoint", "tcp://127.0.0.1:5555"), std::stoi(a.get("timeout-ms", "5000")), ""});
+  flatbuffers::FlatBufferBuilder fbb(1 << 16);
+  service::request_header h{1, c.session(), 0};
+  service::encode_request(fbb, h, in);
+  auto const t0 = std::chrono::steady_clock::now();
+  auto const bytes = c.roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), h.request_id);
+  double const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  auto const chk = service::check_envelope(bytes.data(), bytes.size());
+  if (chk.envelope == nullptr) throw std::runtime_error("unreadable reply: " + chk.message);
+  print_reply(a, in, service::decode_reply(*chk.envelope), bytes, us);
+  return 0;
+}
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_signal(int) { g_stop.store(true); }
+
+/// The demo round of `make run`: the committed openb sample sent through
+/// the real client to the server this process is running.
+void play_demo(std::string const& endpoint, std::string const& dir) {
+  round_input in;
+  in.state = service::read_cluster_file(dir + "/nodes.csv");
+  in.pending = service::read_jobs_file(dir + "/pods.csv").pending;
+  client c({endpoint, 10000, "demo"});
+  auto const rep = c.solve(in);
+  if (rep.code != wire::ErrorCode::Ok) {
+    service::log_error(std::string("demo round failed: ") + service::error_code_name(rep.code) + ": " + rep.message);
+    return;
+  }
+  std::ostringstream o;
+  o << "\n=== demo round: " << in.state.nodes.size() << " openb nodes, " << in.pending.size()
+    << " openb pods, through placer::client -> " << endpoint << " ===\n";
+  print_summary(o, in, rep.result, c.last_latency_us());
+  // A second, warm round to show steady-state latency.
+  c.solve(in);
+  o << "Warm round-trip latency: " << fixed(c.last_latency_us() / 1000.0, 3) << " ms\n";
+  o << "The service keeps serving on " << endpoint << "; try in another shell:\n"
+    << "  build/placer client --cluster " << dir << "/nodes.csv --jobs " << dir << "/pods.csv --summary\n"
+    << "Ctrl-C stops it.\n\n";
+  std::cout << o.str() << std::flush;
+}
+
+int cmd_serve(int argc, char** argv) {
+  auto const a = parse(argc, argv, {"endpoint", "backend", "max-message-mib", "demo"}, {"quiet"});
+  service::service_config cfg;
+  cfg.endpoint = a.get("endpoint", cfg.endpoint);
+  cfg.backend = a.get("backend", cfg.backend);
+  if (a.has("max-message-mib")) cfg.max_message_bytes = std::stoull(a.get("max-message-mib")) << 20;
+  cfg.log_rounds = !a.has("quiet");
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  service::server srv(cfg);
+  std::thread demo;
+  if (a.has("demo")) {
+    demo = std::thread([&] {
+      try {
+        play_demo(srv.endpoint(), a.get("demo"));
+      } catch (std::exception const& e) {
+        service::log_error(std::string("demo: ") + e.what());
+      }
+    });
+  }
+  srv.run(&g_stop);
+  if (demo.joinable()) demo.join();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string const verb = argc > 1 ? argv[1] : "";
+  try {
+    if (verb == "serve") return cmd_serve(argc, argv);
+    if (verb == "solve") return cmd_solve(argc, argv);
+    if (verb == "client") return cmd_client(argc, argv);
+    if (verb == "version" || verb == "--version") {
+      std::cout << "placer " << PLACER_VERSION << " (CUDA backend " << (kernels::cuda_enabled ? "built" : "not built")
+                << ")\n";
+      return 0;
+    }
+    if (verb == "help" || verb == "--help" || verb == "-h") {
+      std::cout << usage_text;
+      return 0;
+    }
+    std::cerr << (verb.empty() ? "placer: no command given\n\n" : "placer: unknown command '" + verb + "'\n\n")
+              << usage_text;
+    return 2;
+  } catch (usage_error const& e) {
+    std::cerr << "placer " << verb << ": " << e.what() << "\n\n" << usage_text;
+    return 2;
+  } catch (client_error const& e) {
+    std::cerr << "placer " << verb << ": " << e.what() << "\n";
+    return 3;
+  } catch (std::exception const& e) {
+    std::cerr << "placer " << verb << ": " << e.what() << "\n";
+    return 1;
+  }
+}
