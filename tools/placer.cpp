@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -34,6 +35,7 @@ usage:
                 [--algorithm placer|greedy|kube-least|kube-most] [--summary] [--output FILE]
   placer client --cluster FILE --jobs FILE [--endpoint E] [--timeout-ms N]
                 [--algorithm ...] [--summary] [--output FILE]
+  placer client --raw FILE [--endpoint E]   (send a file's bytes as they are; prints the reply)
   placer version
 
 Files: a cluster is FlatBuffers JSON (root Cluster, schemas/placement.fbs) or an
@@ -200,10 +202,26 @@ int cmd_solve(int argc, char** argv) {
   return 0;
 }
 
+/// `placer client --raw FILE`: send a file's bytes unchanged (to see how the
+/// service answers a malformed or hand-made message) and print the reply.
+int send_raw(args const& a, client& c) {
+  std::ifstream f(a.get("raw"), std::ios::binary);
+  if (!f) throw std::runtime_error(a.get("raw") + ": cannot open file");
+  std::vector<char> const bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto const reply = c.roundtrip(bytes.data(), bytes.size(), 0);
+  auto const chk = service::check_envelope(reply.data(), reply.size());
+  if (chk.envelope == nullptr) throw std::runtime_error("unreadable reply: " + chk.message);
+  write_output(a, service::envelope_to_json(reply.data(), reply.size()));
+  auto const rep = service::decode_reply(*chk.envelope);
+  return rep.code == wire::ErrorCode::Ok ? 0 : 4;
+}
+
 int cmd_client(int argc, char** argv) {
-  auto const a = parse(argc, argv, {"cluster", "jobs", "endpoint", "timeout-ms", "algorithm", "output"}, {"summary"});
-  round_input in = load_round(a);
+  auto const a =
+      parse(argc, argv, {"cluster", "jobs", "endpoint", "timeout-ms", "algorithm", "output", "raw"}, {"summary"});
   client c({a.get("endpoint", "tcp://127.0.0.1:5555"), std::stoi(a.get("timeout-ms", "5000")), ""});
+  if (a.has("raw")) return send_raw(a, c);
+  round_input in = load_round(a);
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
   service::request_header h{1, c.session(), 0};
   service::encode_request(fbb, h, in);

@@ -81,6 +81,7 @@ std::vector<std::uint8_t> server::handle(void const* data, std::size_t size) {
     round_result const r = impl_->solve->solve(in);
     fbb.Clear();
     encode_reply(fbb, h, r, in);
+    std::size_t const n_nodes = in.state.nodes.size();
     if (!h.session.empty()) {
       // The cluster as sent (the round's placements are the caller's to
       // apply: it reports them back as running jobs or in its next delta).
@@ -91,7 +92,7 @@ std::vector<std::uint8_t> server::handle(void const* data, std::size_t size) {
     ++stats_.rounds_ok;
     stats_.total_solve_us += us;
     if (cfg_.log_rounds) {
-      log_info("round " + std::to_string(h.request_id) + ": " + std::to_string(in.state.nodes.size()) + " nodes, " +
+      log_info("round " + std::to_string(h.request_id) + ": " + std::to_string(n_nodes) + " nodes, " +
                std::to_string(in.pending.size()) + " pending, " + std::to_string(r.placements.size()) + " placed, " +
                std::to_string(r.unplaced_jobs.size()) + " unplaced in " + fmt_ms(us) + " (" + r.backend + ")");
     }
