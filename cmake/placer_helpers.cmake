@@ -13,5 +13,8 @@ function(placer_add_test name)
   target_compile_definitions(${name} PRIVATE
     PLACER_SHARED_DATA_DIR="${CMAKE_SOURCE_DIR}/../shared/data"
     PLACER_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
-  gtest_discover_tests(${name} PROPERTIES LABELS "${T_LABELS}" DISCOVERY_TIMEOUT 60)
+  # Passive OpenMP waits: ctest runs suites side by side on few cores, where
+  # spinning threads steal each other's time slices.
+  gtest_discover_tests(${name} PROPERTIES LABELS "${T_LABELS}" ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE"
+                       DISCOVERY_TIMEOUT 60)
 endfunction()

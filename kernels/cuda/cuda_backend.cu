@@ -5,6 +5,7 @@
 #include <placer/kernels/backend.hpp>
 #include <placer/topology/error.hpp>
 
+#include "../portable/auction.hpp"
 #include "../portable/stages.hpp"
 
 #include <cuda_runtime.h>
@@ -12,6 +13,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #define PLACER_CUDA_TRY(call)                                                                  \
   do {                                                                                         \
@@ -109,7 +111,74 @@ class cuda_backend final : public backend {
     return s;
   }
 
+  auction_stats auction(auction_problem const& problem, auction_params const& params,
+                        std::span<std::int32_t> object_of) override {
+    std::size_t const n = static_cast<std::size_t>(problem.n_bidders);
+    std::size_t const m = static_cast<std::size_t>(problem.n_objects);
+    std::size_t const cells = static_cast<std::size_t>(problem.n_rows) * m;
+    std::vector<std::int32_t> h_copy_begin(m + 1);
+    std::int64_t const max_value = auction_prepare(problem, h_copy_begin.data());
+    std::size_t const copies = static_cast<std::size_t>(h_copy_begin.back());
+    arena_.reserve(padded<std::int32_t>(cells) + 3 * padded<std::int32_t>(n) + padded<std::int64_t>(n) +
+                   padded<std::int32_t>(m) + padded<std::int32_t>(m + 1) + 2 * padded<std::int64_t>(copies) +
+                   2 * padded<std::int32_t>(copies) + 5 * padded<std::int32_t>(n) + padded<std::int64_t>(n));
+    arena_.reset();
+    auction_buffers b;
+    b.problem = problem;
+    b.problem.values = copy(problem.values, cells);
+    b.problem.row_of = copy(problem.row_of, n);
+    b.problem.offset = copy(problem.offset, problem.offset != nullptr ? n : 0);
+    b.problem.capacity = copy(problem.capacity, m);
+    b.copy_begin = copy(h_copy_begin.data(), m + 1);
+    b.n_copies = static_cast<std::int64_t>(copies);
+    b.price = arena_.take<std::int64_t>(copies);
+    b.price_tmp = arena_.take<std::int64_t>(copies);
+    b.holder = arena_.take<std::int32_t>(copies);
+    b.holder_tmp = arena_.take<std::int32_t>(copies);
+    b.assigned = arena_.take<std::int32_t>(n);
+    b.active = arena_.take<std::int32_t>(n);
+    b.bid_obj = arena_.take<std::int32_t>(n);
+    b.bid_bidder = arena_.take<std::int32_t>(n);
+    b.seg_begin = arena_.take<std::int32_t>(n);
+    b.bid_val = arena_.take<std::int64_t>(n);
+    // The reverse step runs on the host: state down, step, state up.
+    std::vector<std::int64_t> h_price(copies);
+    std::vector<std::int32_t> h_holder(copies), h_assigned_phase(n);
+    auto reverse = [&](std::int64_t scale, std::int64_t eps) {
+      down(h_price.data(), b.price, copies);
+      down(h_holder.data(), b.holder, copies);
+      down(h_assigned_phase.data(), b.assigned, n);
+      PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
+      auction_reverse_step(problem, h_copy_begin.data(), h_price.data(), h_holder.data(), h_assigned_phase.data(),
+                           scale, eps);
+      up(b.price, h_price.data(), copies);
+      up(b.holder, h_holder.data(), copies);
+      up(b.assigned, h_assigned_phase.data(), n);
+    };
+    auction_stats const st = run_auction(thrust::cuda::par.on(stream_), b, max_value, params, reverse);
+    PLACER_CUDA_TRY(cudaPeekAtLastError());
+    if (st.rounds > params.max_rounds) {
+      throw logic_error(error_code::internal,
+                        "auction did not converge within " + std::to_string(params.max_rounds) + " rounds");
+    }
+    std::vector<std::int32_t> h_assigned(n);
+    if (n > 0) {
+      PLACER_CUDA_TRY(cudaMemcpyAsync(h_assigned.data(), b.assigned, n * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_));
+    }
+    PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
+    for (std::size_t i = 0; i < n; ++i) object_of[i] = h_assigned[i] >= 0 ? h_assigned[i] : -1;
+    return st;
+  }
+
  private:
+  template <class T>
+  void down(T* h, T const* d, std::size_t n) {
+    if (n > 0) PLACER_CUDA_TRY(cudaMemcpyAsync(h, d, n * sizeof(T), cudaMemcpyDeviceToHost, stream_));
+  }
+  template <class T>
+  void up(T* d, T const* h, std::size_t n) {
+    if (n > 0) PLACER_CUDA_TRY(cudaMemcpyAsync(d, h, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
+  }
   template <class T>
   T const* copy(T const* h, std::size_t n) {
     if (n == 0 || h == nullptr) return nullptr;

@@ -2,12 +2,23 @@
 // caller's host memory. Compiled by g++ with THRUST_DEVICE_SYSTEM=OMP.
 #include "omp_backend.hpp"
 
+#include "../portable/auction.hpp"
 #include "../portable/stages.hpp"
+#include <placer/topology/error.hpp>
 
 #include <omp.h>
+#include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/omp/execution_policy.h>
 
 namespace placer::kernels {
+
+namespace {
+/// Below this much work a stage runs inline on the calling thread: an
+/// OpenMP parallel region costs microseconds, and far more when the cores
+/// are oversubscribed. The algorithms are deterministic, so the choice never
+/// changes a result.
+constexpr std::int64_t parallel_threshold = 1 << 16;
+}  // namespace
 
 omp_backend::omp_backend()
     : description_("cpu (OpenMP, " + std::to_string(omp_get_max_threads()) + " threads)") {
@@ -19,11 +30,53 @@ omp_backend::omp_backend()
 
 void omp_backend::score(node_view const& nodes, class_view const& classes, task_view const& tasks,
                         score_params const& params, std::span<std::int32_t> out) {
-  score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data());
+  if (static_cast<std::int64_t>(nodes.n_nodes) * classes.n_classes < parallel_threshold / 16) {
+    score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data());
+  } else {
+    score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data());
+  }
 }
 
 cluster_stats omp_backend::stats(node_view const& nodes, task_view const& tasks) {
+  if (nodes.n_nodes < parallel_threshold / 64) return reduce_cluster_stats(thrust::cpp::par, nodes, tasks);
   return reduce_cluster_stats(thrust::omp::par, nodes, tasks);
+}
+
+auction_stats omp_backend::auction(auction_problem const& problem, auction_params const& params,
+                                  std::span<std::int32_t> object_of) {
+  auto const n = static_cast<std::size_t>(problem.n_bidders);
+  copy_begin_.resize(static_cast<std::size_t>(problem.n_objects) + 1);
+  std::int64_t const max_value = auction_prepare(problem, copy_begin_.data());
+  auto const copies = static_cast<std::size_t>(copy_begin_.back());
+  for (auto* v : {&holder_, &holder_tmp_}) v->resize(copies);
+  for (auto* v : {&price_, &price_tmp_}) v->resize(copies);
+  for (auto* v : {&assigned_, &active_, &bid_obj_, &bid_bidder_, &seg_begin_}) v->resize(n);
+  bid_val_.resize(n);
+  auction_buffers b;
+  b.problem = problem;
+  b.copy_begin = copy_begin_.data();
+  b.n_copies = static_cast<std::int64_t>(copies);
+  b.price = price_.data();
+  b.holder = holder_.data();
+  b.price_tmp = price_tmp_.data();
+  b.holder_tmp = holder_tmp_.data();
+  b.assigned = assigned_.data();
+  b.active = active_.data();
+  b.bid_obj = bid_obj_.data();
+  b.bid_val = bid_val_.data();
+  b.bid_bidder = bid_bidder_.data();
+  b.seg_begin = seg_begin_.data();
+  auto reverse = [&](std::int64_t scale, std::int64_t eps) {
+    auction_reverse_step(problem, copy_begin_.data(), price_.data(), holder_.data(), assigned_.data(), scale, eps);
+  };
+  auction_stats const st = static_cast<std::int64_t>(problem.n_bidders) * problem.n_objects < parallel_threshold
+                               ? run_auction(thrust::cpp::par, b, max_value, params, reverse)
+                               : run_auction(thrust::omp::par, b, max_value, params, reverse);
+  if (st.rounds > params.max_rounds) {
+    throw logic_error(error_code::internal, "auction did not converge within " + std::to_string(params.max_rounds) + " rounds");
+  }
+  for (std::size_t i = 0; i < n; ++i) object_of[i] = assigned_[i] >= 0 ? assigned_[i] : -1;
+  return st;
 }
 
 }  // namespace placer::kernels

@@ -2,6 +2,8 @@
 // The CPU backend (Thrust on OpenMP).
 #include <placer/kernels/backend.hpp>
 
+#include <vector>
+
 namespace placer::kernels {
 
 class omp_backend final : public backend {
@@ -12,9 +14,14 @@ class omp_backend final : public backend {
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
              score_params const& params, std::span<std::int32_t> out) override;
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override;
+  auction_stats auction(auction_problem const& problem, auction_params const& params,
+                        std::span<std::int32_t> object_of) override;
 
  private:
   std::string description_;
+  // Auction workspace, reused across rounds (grows to the high-water mark).
+  std::vector<std::int32_t> copy_begin_, holder_, holder_tmp_, assigned_, active_, bid_obj_, bid_bidder_, seg_begin_;
+  std::vector<std::int64_t> price_, price_tmp_, bid_val_;
 };
 
 }  // namespace placer::kernels

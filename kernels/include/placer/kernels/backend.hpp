@@ -8,6 +8,7 @@
 //
 // Public header: compiles with a host compiler, never includes CUDA headers.
 
+#include <placer/kernels/auction.hpp>
 #include <placer/kernels/views.hpp>
 
 #include <cstdint>
@@ -43,6 +44,12 @@ class backend {
 
   /// @brief GAR / GFR / FGD fragmentation sums over the nodes.
   virtual cluster_stats stats(node_view const& nodes, task_view const& tasks) = 0;
+
+  /// @brief Solves an auction problem (auction.hpp); identical results on
+  /// every backend.
+  /// @param[out] object_of  n_bidders entries: the object won, or -1 (pending)
+  virtual auction_stats auction(auction_problem const& problem, auction_params const& params,
+                                std::span<std::int32_t> object_of) = 0;
 };
 
 /// Makes the backend of `kind`; throws placer::logic_error(unavailable) if the

@@ -1,0 +1,75 @@
+#pragma once
+// The auction assignment problem (Bertsekas' auction for similar objects),
+// as the backends solve it.
+//
+// Bidders (replicas) want objects (nodes) that have a capacity (slots).
+// Bidder i's value for object j is values[row_of[i] * n_objects + j] +
+// offset[i] (rows are shared by identical bidders: a class of replicas);
+// a negative matrix entry means "not allowed". Every bidder may also stay
+// pending, with value 0. The auction maximises the total value.
+//
+// The algorithm (kernels/portable/auction.hpp), identical on both backends:
+//   - values are integers scaled by (n_bidders + 1); epsilon-scaling runs
+//     phases with epsilon = eps0, eps0/theta, ..., 1; with the final
+//     epsilon = 1 the result is optimal for the pure assignment problem;
+//   - each object keeps one price per slot (its copies), sorted ascending;
+//     an unassigned bidder computes its best object j1 (net value v1 against
+//     the cheapest copy) and its second best v2 (other objects, the second
+//     cheapest copy of j1, or pending = 0); it bids price + v1 - v2 + eps
+//     when v1 > 0, and stays pending otherwise;
+//   - all unassigned bidders bid at once (Jacobi); bids are sorted by
+//     (object, bid descending, bidder id ascending); the k-th highest bid for
+//     an object takes its k-th cheapest copy if it beats that copy's price,
+//     evicting the holder. Unique sort keys make both backends agree exactly.
+//
+// Public header: host compiler only, no CUDA types.
+
+#include <cstdint>
+
+namespace placer::kernels {
+
+struct auction_problem {
+  std::int32_t n_bidders = 0;
+  std::int32_t n_objects = 0;
+  std::int32_t n_rows = 0;
+  std::int32_t const* values = nullptr;    ///< n_rows x n_objects, row-major; < 0 = not allowed
+  std::int32_t const* row_of = nullptr;    ///< n_bidders
+  std::int64_t const* offset = nullptr;    ///< n_bidders, added to allowed values; may be null
+  std::int32_t const* capacity = nullptr;  ///< n_objects slots (0 = closed)
+};
+
+struct auction_params {
+  std::int32_t theta = 5;               ///< epsilon reduction factor per phase
+  std::int64_t max_rounds = 10'000'000; ///< safety net; exceeding it is an internal error
+};
+
+struct auction_stats {
+  std::int32_t phases = 0;
+  std::int64_t rounds = 0;
+};
+
+/// Host-side preparation shared by the backends: the slot CSR (exclusive
+/// scan of capacity, n_objects + 1 entries) and the largest value a bidder
+/// can see (allowed value + 1 + offset), which sets the first epsilon.
+/// Throws std::overflow_error if the slots do not fit 32-bit offsets.
+std::int64_t auction_prepare(auction_problem const& p, std::int32_t* copy_begin);
+
+/// The reverse step that closes each epsilon phase (auction_host.cpp): on
+/// host copies of the state, gives every unheld copy with a positive price
+/// to the bidder that gains most from it (or lowers its price to 0).
+/// `assigned` holds an object or -2 (pending) per bidder.
+void auction_reverse_step(auction_problem const& p, std::int32_t const* copy_begin, std::int64_t* price,
+                          std::int32_t* holder, std::int32_t* assigned, std::int64_t scale, std::int64_t eps);
+
+/// Total value (unscaled) of an assignment; object_of[i] = -1 means pending.
+inline std::int64_t auction_value(auction_problem const& p, std::int32_t const* object_of) {
+  std::int64_t total = 0;
+  for (std::int32_t i = 0; i < p.n_bidders; ++i) {
+    std::int32_t const j = object_of[i];
+    if (j < 0) continue;
+    total += p.values[static_cast<std::int64_t>(p.row_of[i]) * p.n_objects + j] + (p.offset ? p.offset[i] : 0);
+  }
+  return total;
+}
+
+}  // namespace placer::kernels
