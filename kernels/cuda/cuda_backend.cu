@@ -189,7 +189,8 @@ class cuda_backend final : public backend {
   static std::size_t node_bytes(node_view const& v) {
     std::size_t const n = v.n_nodes;
     return 3 * padded<std::int64_t>(n) + padded<std::int32_t>(n) + 2 * padded<std::uint8_t>(n) +
-           padded<std::int32_t>(n + 1) + padded<std::int32_t>(v.n_gpus) + padded<std::int32_t>(n);
+           padded<std::int32_t>(n + 1) + padded<std::int32_t>(v.n_gpus) + padded<std::int32_t>(n) +
+           padded<std::uint8_t>(v.n_gpus);
   }
   static std::size_t class_bytes(class_view const& v) {
     std::size_t const n = v.n_classes;
@@ -211,6 +212,7 @@ class cuda_backend final : public backend {
     v.gpu_begin = copy(v.gpu_begin, n + 1);
     v.gpu_free = copy(v.gpu_free, static_cast<std::size_t>(v.n_gpus));
     v.gpu_capacity = copy(v.gpu_capacity, n);
+    v.gpu_island = copy(v.gpu_island, static_cast<std::size_t>(v.n_gpus));
     return v;
   }
   class_view upload(class_view v) {

@@ -74,6 +74,7 @@ round_matrices build_matrices(round_input const& in) {
     for (std::int32_t g = 0; g < nd.gpu_count(); ++g) {
       bool const ok = nd.gpu_is_healthy(static_cast<std::size_t>(g));
       m.gpu_free.push_back(ok ? nd.gpu_free_milli[g] : 0);
+      m.gpu_island.push_back(nd.gpu_nvlink.empty() ? 0 : nd.gpu_nvlink[g]);
       cap += ok ? milli_per_gpu : 0;
     }
     m.gpu_capacity[i] = cap;
@@ -152,6 +153,7 @@ node_view round_matrices::nodes() const {
   v.gpu_begin = gpu_begin.data();
   v.gpu_free = gpu_free.data();
   v.gpu_capacity = gpu_capacity.data();
+  v.gpu_island = gpu_island.data();
   return v;
 }
 

@@ -62,6 +62,25 @@ TEST(Solver, FractionalShareTakesTightestGpu) {
   EXPECT_EQ(r.placements[0].replicas[0].gpu_milli, 400);
 }
 
+TEST(Solver, MultiGpuReplicasStayInsideOneNvlinkIsland) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(1).gpus(8).nvlink_islands(2).build();
+  // Island 0 = GPUs 0-3 (two free), island 1 = GPUs 4-7 (three free).
+  in.state.nodes[0].gpu_free_milli = {0, 1000, 0, 1000, 1000, 0, 1000, 1000};
+  in.pending.push_back(gpu_job("three", 3));
+  in.pending.push_back(gpu_job("two", 2));
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 2U);
+  EXPECT_EQ(r.placements[0].replicas[0].gpus, (std::vector<std::int32_t>{4, 6, 7}));  // only island 1 holds 3
+  EXPECT_EQ(r.placements[1].replicas[0].gpus, (std::vector<std::int32_t>{1, 3}));     // best-fit island 0
+  // Spanning islands only when no island can hold the replica.
+  in.pending = {gpu_job("five", 5)};
+  auto const r2 = s.solve(in);
+  ASSERT_EQ(r2.placements.size(), 1U);
+  EXPECT_EQ(r2.placements[0].replicas[0].gpus, (std::vector<std::int32_t>{1, 3, 4, 6, 7}));
+}
+
 TEST(Solver, GangTakesNothingWhenItCannotFitWhole) {
   round_input in;
   in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();

@@ -37,9 +37,13 @@ PLACER_HD inline bool gpus_fit(std::int32_t const* f, std::int32_t g, std::int32
 
 /// Takes a replica's GPUs from f in place, by the deterministic rule the
 /// assignment also uses: a fractional share goes to the best-fit GPU (least
-/// free that still fits, lowest index on ties); whole GPUs are the
-/// lowest-indexed fully free ones. Returns false (f untouched) if no fit.
-PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gpus, std::int32_t milli) {
+/// free that still fits, lowest index on ties); whole GPUs come from one
+/// NVLink island when one can hold them all (the island with the fewest
+/// free GPUs that does, lowest island id on ties; keeps big islands whole),
+/// lowest-indexed first; otherwise the lowest-indexed fully free GPUs.
+/// `island` may be null (one island). Returns false (f untouched) if no fit.
+PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gpus, std::int32_t milli,
+                                std::uint8_t const* island) {
   if (gpus == 0) return true;
   if (!gpus_fit(f, g, gpus, milli)) return false;
   if (milli < 1000) {
@@ -50,9 +54,26 @@ PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gp
     f[best] -= milli;
     return true;
   }
+  std::int32_t chosen = -1;
+  std::int32_t chosen_free = 0;
+  if (island != nullptr) {
+    for (std::int32_t i = 0; i < g; ++i) {
+      if (f[i] != 1000) continue;
+      std::int32_t const k = island[i];
+      bool seen = false;  // count each island once, at its first free GPU
+      for (std::int32_t j = 0; j < i && !seen; ++j) seen = f[j] == 1000 && island[j] == k;
+      if (seen) continue;
+      std::int32_t free_in_k = 0;
+      for (std::int32_t j = i; j < g; ++j) free_in_k += (f[j] == 1000 && island[j] == k) ? 1 : 0;
+      if (free_in_k >= gpus && (chosen < 0 || free_in_k < chosen_free || (free_in_k == chosen_free && k < chosen))) {
+        chosen = k;
+        chosen_free = free_in_k;
+      }
+    }
+  }
   std::int32_t left = gpus;
   for (std::int32_t i = 0; i < g && left > 0; ++i) {
-    if (f[i] == 1000) { f[i] = 0; --left; }
+    if (f[i] == 1000 && (chosen < 0 || island[i] == chosen)) { f[i] = 0; --left; }
   }
   return true;
 }
@@ -146,7 +167,7 @@ struct score_cell_op {
       std::int32_t f[max_gpus_per_node];
       for (std::int32_t i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
       std::int64_t const before = node_fragmentation(f, g, nv.cpu_free[n], nv.model[n], tv);
-      take_gpus(f, g, cv.gpus[c], cv.milli[c]);
+      take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + b : nullptr);
       std::int64_t const after = node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[c], nv.model[n], tv);
       // delta in milli (divide out ppm); +-8000 milli maps onto 0..1000.
       std::int64_t const delta = (after - before) / 1000000;

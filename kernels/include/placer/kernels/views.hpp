@@ -29,6 +29,7 @@ struct node_view {
   std::int32_t const* gpu_begin = nullptr;     ///< n_nodes + 1 offsets
   std::int32_t const* gpu_free = nullptr;      ///< milli free per GPU
   std::int32_t const* gpu_capacity = nullptr;  ///< per node: healthy GPUs x 1000
+  std::uint8_t const* gpu_island = nullptr;    ///< per GPU (CSR like gpu_free): NVLink island
 };
 
 /// Classes of identical replicas (same demand, models, pool rule). One row of

@@ -22,6 +22,7 @@ struct round_matrices {
   std::vector<std::int32_t> model;
   std::vector<std::uint8_t> pool, flags;
   std::vector<std::int32_t> gpu_begin, gpu_free, gpu_capacity;
+  std::vector<std::uint8_t> gpu_island;
   // Classes of identical replicas.
   std::vector<std::int32_t> class_gpus, class_milli;
   std::vector<std::int64_t> class_cpu, class_mem;
