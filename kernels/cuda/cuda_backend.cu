@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 #include <thrust/system/cuda/execution_policy.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -111,6 +112,31 @@ class cuda_backend final : public backend {
     return s;
   }
 
+  void domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
+                       domain_index_view const& idx, std::span<std::int64_t> cap) override {
+    std::size_t const e = static_cast<std::size_t>(idx.n_entries);
+    std::size_t const d = static_cast<std::size_t>(idx.n_domains);
+    arena_.reserve(node_bytes(nodes) + class_bytes(classes) + 2 * padded<std::int32_t>(e) +
+                   padded<std::int32_t>(d) + padded<std::int64_t>(d));
+    arena_.reset();
+    node_view const dn = upload(nodes);
+    class_view const dc = upload(classes);
+    domain_index_view di = idx;
+    di.node = copy(idx.node, e);
+    di.domain = copy(idx.domain, e);
+    std::int32_t* d_keys = arena_.take<std::int32_t>(d);
+    std::int64_t* d_sums = arena_.take<std::int64_t>(d);
+    std::int32_t const k = kernels::domain_capacity(thrust::cuda::par.on(stream_), dn, dc, c, di, d_keys, d_sums);
+    PLACER_CUDA_TRY(cudaPeekAtLastError());
+    std::vector<std::int32_t> h_keys(static_cast<std::size_t>(k));
+    std::vector<std::int64_t> h_sums(static_cast<std::size_t>(k));
+    down(h_keys.data(), d_keys, h_keys.size());
+    down(h_sums.data(), d_sums, h_sums.size());
+    PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
+    std::fill(cap.begin(), cap.end(), 0);
+    for (std::int32_t i = 0; i < k; ++i) cap[h_keys[i]] = h_sums[i];
+  }
+
   auction_stats auction(auction_problem const& problem, auction_params const& params,
                         std::span<std::int32_t> object_of) override {
     std::size_t const n = static_cast<std::size_t>(problem.n_bidders);
@@ -121,7 +147,8 @@ class cuda_backend final : public backend {
     std::size_t const copies = static_cast<std::size_t>(h_copy_begin.back());
     arena_.reserve(padded<std::int32_t>(cells) + 3 * padded<std::int32_t>(n) + padded<std::int64_t>(n) +
                    padded<std::int32_t>(m) + padded<std::int32_t>(m + 1) + 2 * padded<std::int64_t>(copies) +
-                   2 * padded<std::int32_t>(copies) + 5 * padded<std::int32_t>(n) + padded<std::int64_t>(n));
+                   2 * padded<std::int32_t>(copies) + 8 * padded<std::int32_t>(n) + padded<std::int64_t>(n) +
+                   2 * padded<std::int32_t>(cells));
     arena_.reset();
     auction_buffers b;
     b.problem = problem;
@@ -140,6 +167,11 @@ class cuda_backend final : public backend {
     b.bid_obj = arena_.take<std::int32_t>(n);
     b.bid_bidder = arena_.take<std::int32_t>(n);
     b.seg_begin = arena_.take<std::int32_t>(n);
+    b.active_row = arena_.take<std::int32_t>(n);
+    b.row_seg = arena_.take<std::int32_t>(n);
+    b.bid_copy = arena_.take<std::int32_t>(n);
+    b.heap_obj = arena_.take<std::int32_t>(cells);
+    b.heap_taken = arena_.take<std::int32_t>(cells);
     b.bid_val = arena_.take<std::int64_t>(n);
     // The reverse step runs on the host: state down, step, state up.
     std::vector<std::int64_t> h_price(copies);

@@ -30,8 +30,14 @@ std::int64_t auction_prepare(auction_problem const& p, std::int32_t* copy_begin)
     copy_begin[j + 1] = static_cast<std::int32_t>(total);
   }
   std::int64_t max_offset = 0;
+  std::vector<std::int64_t> row_offset(p.offset != nullptr ? static_cast<std::size_t>(p.n_rows) : 0, LLONG_MIN);
   for (std::int32_t i = 0; i < p.n_bidders && p.offset != nullptr; ++i) {
     max_offset = p.offset[i] > max_offset ? p.offset[i] : max_offset;
+    auto& ro = row_offset[static_cast<std::size_t>(p.row_of[i])];
+    if (ro != LLONG_MIN && ro != p.offset[i]) {
+      throw std::invalid_argument("auction: bidders sharing a row must share their offset");
+    }
+    ro = p.offset[i];
   }
   std::int64_t max_value = 0;
   std::int64_t const cells = static_cast<std::int64_t>(p.n_rows) * p.n_objects;

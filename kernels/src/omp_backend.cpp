@@ -6,6 +6,7 @@
 #include "../portable/stages.hpp"
 #include <placer/topology/error.hpp>
 
+#include <algorithm>
 #include <omp.h>
 #include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/omp/execution_policy.h>
@@ -42,6 +43,19 @@ cluster_stats omp_backend::stats(node_view const& nodes, task_view const& tasks)
   return reduce_cluster_stats(thrust::omp::par, nodes, tasks);
 }
 
+void omp_backend::domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
+                                  domain_index_view const& idx, std::span<std::int64_t> cap) {
+  domain_keys_.resize(static_cast<std::size_t>(idx.n_domains));
+  domain_sums_.resize(static_cast<std::size_t>(idx.n_domains));
+  std::int32_t const k = idx.n_entries < parallel_threshold
+                             ? kernels::domain_capacity(thrust::cpp::par, nodes, classes, c, idx, domain_keys_.data(),
+                                                        domain_sums_.data())
+                             : kernels::domain_capacity(thrust::omp::par, nodes, classes, c, idx, domain_keys_.data(),
+                                                        domain_sums_.data());
+  std::fill(cap.begin(), cap.end(), 0);
+  for (std::int32_t i = 0; i < k; ++i) cap[domain_keys_[i]] = domain_sums_[i];
+}
+
 auction_stats omp_backend::auction(auction_problem const& problem, auction_params const& params,
                                   std::span<std::int32_t> object_of) {
   auto const n = static_cast<std::size_t>(problem.n_bidders);
@@ -50,7 +64,12 @@ auction_stats omp_backend::auction(auction_problem const& problem, auction_param
   auto const copies = static_cast<std::size_t>(copy_begin_.back());
   for (auto* v : {&holder_, &holder_tmp_}) v->resize(copies);
   for (auto* v : {&price_, &price_tmp_}) v->resize(copies);
-  for (auto* v : {&assigned_, &active_, &bid_obj_, &bid_bidder_, &seg_begin_}) v->resize(n);
+  for (auto* v : {&assigned_, &active_, &active_row_, &row_seg_, &bid_obj_, &bid_copy_, &bid_bidder_, &seg_begin_}) {
+    v->resize(n);
+  }
+  std::size_t const cells = static_cast<std::size_t>(problem.n_rows) * static_cast<std::size_t>(problem.n_objects);
+  heap_obj_.resize(cells);
+  heap_taken_.resize(cells);
   bid_val_.resize(n);
   auction_buffers b;
   b.problem = problem;
@@ -62,6 +81,11 @@ auction_stats omp_backend::auction(auction_problem const& problem, auction_param
   b.holder_tmp = holder_tmp_.data();
   b.assigned = assigned_.data();
   b.active = active_.data();
+  b.active_row = active_row_.data();
+  b.row_seg = row_seg_.data();
+  b.bid_copy = bid_copy_.data();
+  b.heap_obj = heap_obj_.data();
+  b.heap_taken = heap_taken_.data();
   b.bid_obj = bid_obj_.data();
   b.bid_val = bid_val_.data();
   b.bid_bidder = bid_bidder_.data();
@@ -69,7 +93,9 @@ auction_stats omp_backend::auction(auction_problem const& problem, auction_param
   auto reverse = [&](std::int64_t scale, std::int64_t eps) {
     auction_reverse_step(problem, copy_begin_.data(), price_.data(), holder_.data(), assigned_.data(), scale, eps);
   };
-  auction_stats const st = static_cast<std::int64_t>(problem.n_bidders) * problem.n_objects < parallel_threshold
+  // A round's work is about rows x objects; rounds are many and short, so
+  // threads pay off only on large problems.
+  auction_stats const st = static_cast<std::int64_t>(problem.n_rows) * problem.n_objects < 64 * parallel_threshold
                                ? run_auction(thrust::cpp::par, b, max_value, params, reverse)
                                : run_auction(thrust::omp::par, b, max_value, params, reverse);
   if (st.rounds > params.max_rounds) {

@@ -16,12 +16,17 @@ class omp_backend final : public backend {
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override;
   auction_stats auction(auction_problem const& problem, auction_params const& params,
                         std::span<std::int32_t> object_of) override;
+  void domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
+                       domain_index_view const& idx, std::span<std::int64_t> cap) override;
 
  private:
   std::string description_;
   // Auction workspace, reused across rounds (grows to the high-water mark).
-  std::vector<std::int32_t> copy_begin_, holder_, holder_tmp_, assigned_, active_, bid_obj_, bid_bidder_, seg_begin_;
+  std::vector<std::int32_t> copy_begin_, holder_, holder_tmp_, assigned_, active_, active_row_, row_seg_, bid_obj_,
+      bid_copy_, bid_bidder_, seg_begin_, heap_obj_, heap_taken_;
   std::vector<std::int64_t> price_, price_tmp_, bid_val_;
+  std::vector<std::int32_t> domain_keys_;
+  std::vector<std::int64_t> domain_sums_;
 };
 
 }  // namespace placer::kernels

@@ -38,6 +38,11 @@ std::vector<std::int32_t> job_order(round_input const& in, bool largest_first) {
       auto const dx = x.per_replica.gpu_milli_total() * x.replicas;
       auto const dy = y.per_replica.gpu_milli_total() * y.replicas;
       if (dx != dy) return dx > dy;
+      // Most constrained first: a job limited to few GPU models has fewer
+      // places to go than one that takes any (0 = any model).
+      auto const mx = x.per_replica.gpus > 0 && !x.allowed_gpu_models.empty() ? x.allowed_gpu_models.size() : 1000;
+      auto const my = y.per_replica.gpus > 0 && !y.allowed_gpu_models.empty() ? y.allowed_gpu_models.size() : 1000;
+      if (mx != my) return mx < my;
     }
     return x.submit_time < y.submit_time;
   });
@@ -49,6 +54,25 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
     : in_(in), m_(m), scores_(scores), op_{m.nodes(), m.classes(), m.tasks(), p}, backend_(b), mode_(mode) {
   levels_ = std::max(in.state.topo.levels(), 1);
   paths_ = node_domain_paths(in.state);
+  // (node, domain) entries sorted by domain, the keys of domain_capacity.
+  for (std::int32_t n = 0; n < m_.n_nodes(); ++n) {
+    for (std::int32_t l = 0; l < levels_; ++l) {
+      if (auto const d = domain_of(n, l); d >= 0) {
+        entry_node_.push_back(n);
+        entry_domain_.push_back(d);
+      }
+    }
+  }
+  std::vector<std::size_t> perm(entry_node_.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::stable_sort(perm.begin(), perm.end(), [&](auto a, auto b) { return entry_domain_[a] < entry_domain_[b]; });
+  std::vector<std::int32_t> en(perm.size()), ed(perm.size());
+  for (std::size_t k = 0; k < perm.size(); ++k) {
+    en[k] = entry_node_[perm[k]];
+    ed[k] = entry_domain_[perm[k]];
+  }
+  entry_node_ = std::move(en);
+  entry_domain_ = std::move(ed);
 }
 
 void assigner::run(round_result& out, std::function<bool()> const& out_of_time) {
@@ -63,29 +87,32 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time) 
     }
     return;
   }
-  // Placer: one priority level at a time; inside it, locality jobs first
-  // (largest first), then the shape tiers through the auction.
+  // Placer: one priority level at a time; inside it, shape tiers from the
+  // largest replica down. In each tier the locality jobs (gangs, topology
+  // needs) go first, largest first, then the rest through the auction. A
+  // gang of small replicas thus waits for the big single-node shapes, so it
+  // does not break the free nodes they need (E-Binpack).
   std::size_t begin = 0;
   while (begin < order.size()) {
     std::size_t end = begin;
     auto const prio = in_.pending[order[begin]].priority;
     while (end < order.size() && in_.pending[order[end]].priority == prio) ++end;
-    std::map<std::int32_t, std::vector<std::int32_t>, std::greater<>> tiers;
+    std::map<std::int32_t, std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>, std::greater<>> tiers;
     for (std::size_t k = begin; k < end; ++k) {
       std::int32_t const j = order[k];
-      if (wants_locality(in_.pending[j])) {
+      auto& tier = tiers[tier_of(in_.pending[j].per_replica)];
+      (wants_locality(in_.pending[j]) ? tier.first : tier.second).push_back(j);
+    }
+    for (auto& [shape, jobs] : tiers) {
+      for (auto j : jobs.first) {
         if (out_of_time()) { expire(j); continue; }
         place_locality(j, out);
-      } else {
-        tiers[tier_of(in_.pending[j].per_replica)].push_back(j);
       }
-    }
-    for (auto& [tier, jobs] : tiers) {
       if (out_of_time()) {
-        for (auto j : jobs) expire(j);
+        for (auto j : jobs.second) expire(j);
         continue;
       }
-      place_tier(jobs, out);
+      place_tier(jobs.second, out);
     }
     begin = end;
   }
@@ -119,15 +146,16 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
   std::vector<replica_placement> placed;
 
   // Replicas of this class each domain can hold: a segmented sum of the
-  // per-node fit counts over every domain on each node's path.
+  // per-node fit counts by domain, on the backend.
   auto const& domains = in_.state.topo.domains;
   std::vector<std::int64_t> cap(domains.size(), 0);
-  for (std::int32_t n = 0; n < m_.n_nodes(); ++n) {
-    std::int32_t const f = fit_count(c, n);
-    if (f == 0) continue;
-    for (std::int32_t l = 0; l < levels_; ++l) {
-      if (auto const d = domain_of(n, l); d >= 0) cap[d] += f;
-    }
+  if (!domains.empty()) {
+    domain_index_view idx;
+    idx.n_entries = static_cast<std::int32_t>(entry_node_.size());
+    idx.n_domains = static_cast<std::int32_t>(domains.size());
+    idx.node = entry_node_.data();
+    idx.domain = entry_domain_.data();
+    backend_.domain_capacity(m_.nodes(), m_.classes(), c, idx, cap);
   }
   // The lowest (deepest) domain that holds the whole job, best fit first.
   std::int32_t const top = required ? job.topology_level : 0;
@@ -353,23 +381,8 @@ void assigner::place_replicas(job const& job, std::int32_t c, std::int32_t level
 }
 
 std::int32_t assigner::fit_count(std::int32_t c, std::int32_t n) const {
-  if (score(c, n) < 0) return 0;
-  auto const& cv = op_.cv;
-  std::int64_t fit = INT32_MAX;
-  if (cv.cpu[c] > 0) fit = std::min(fit, m_.cpu_free[n] / cv.cpu[c]);
-  if (cv.mem[c] > 0) fit = std::min(fit, m_.mem_free[n] / cv.mem[c]);
-  if (cv.gpus[c] > 0) {
-    std::int64_t g = 0;
-    for (auto k = m_.gpu_begin[n]; k < m_.gpu_begin[n + 1]; ++k) {
-      if (cv.milli[c] < milli_per_gpu) {
-        g += m_.gpu_free[k] / cv.milli[c];
-      } else {
-        g += m_.gpu_free[k] == milli_per_gpu ? 1 : 0;
-      }
-    }
-    fit = std::min(fit, cv.milli[c] < milli_per_gpu ? g : g / cv.gpus[c]);
-  }
-  return static_cast<std::int32_t>(std::min<std::int64_t>(fit, 1 << 20));
+  if (mode_ != assign_mode::kube && score(c, n) < 0) return 0;  // the matrix knows; skip the re-check
+  return kernels::fit_count(op_.nv, op_.cv, c, n);
 }
 
 replica_placement assigner::commit(std::int32_t n, std::int32_t c) {

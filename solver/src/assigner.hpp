@@ -68,6 +68,7 @@ class assigner {
   assign_mode mode_;
   std::int32_t levels_ = 1;
   std::vector<std::int32_t> paths_;
+  std::vector<std::int32_t> entry_node_, entry_domain_;  ///< (node, domain) pairs sorted by domain
 };
 
 /// Queue order: priority, then (placer) largest total GPU demand first, then

@@ -12,15 +12,20 @@
 //   - values are integers scaled by (n_bidders + 1); epsilon-scaling runs
 //     phases with epsilon = eps0, eps0/theta, ..., 1; with the final
 //     epsilon = 1 the result is optimal for the pure assignment problem;
-//   - each object keeps one price per slot (its copies), sorted ascending;
-//     an unassigned bidder computes its best object j1 (net value v1 against
-//     the cheapest copy) and its second best v2 (other objects, the second
-//     cheapest copy of j1, or pending = 0); it bids price + v1 - v2 + eps
-//     when v1 > 0, and stays pending otherwise;
-//   - all unassigned bidders bid at once (Jacobi); bids are sorted by
-//     (object, bid descending, bidder id ascending); the k-th highest bid for
-//     an object takes its k-th cheapest copy if it beats that copy's price,
-//     evicting the holder. Unique sort keys make both backends agree exactly.
+//   - each object has one price per slot (its copies), kept in ascending
+//     order; the bidders of a row are identical, so the u unassigned members
+//     of a row bid together (auction for similar persons): they take the
+//     row's u best copies, each bidding price + (its net - the (u+1)-th best
+//     net, or 0 for staying pending) + eps; members without a copy of
+//     positive net stay pending;
+//   - all rows bid at once (Jacobi); bids are sorted by (object, copy, bid
+//     descending, bidder ascending), and the best bid for a copy takes it if
+//     it beats the copy's price, evicting the holder. Unique sort keys make
+//     both backends agree exactly;
+//   - each phase ends with a reverse step (auction_host.cpp) that gives
+//     every unheld copy with a positive price to the bidder that gains most
+//     from it, or lowers its price to 0: the complementary slackness that
+//     optimality needs when bidders may stay pending.
 //
 // Public header: host compiler only, no CUDA types.
 
@@ -34,12 +39,13 @@ struct auction_problem {
   std::int32_t n_rows = 0;
   std::int32_t const* values = nullptr;    ///< n_rows x n_objects, row-major; < 0 = not allowed
   std::int32_t const* row_of = nullptr;    ///< n_bidders
-  std::int64_t const* offset = nullptr;    ///< n_bidders, added to allowed values; may be null
+  std::int64_t const* offset = nullptr;    ///< n_bidders, added to allowed values; may be null;
+                                           ///< equal for bidders that share a row
   std::int32_t const* capacity = nullptr;  ///< n_objects slots (0 = closed)
 };
 
 struct auction_params {
-  std::int32_t theta = 5;               ///< epsilon reduction factor per phase
+  std::int32_t theta = 8;               ///< epsilon reduction factor per phase
   std::int64_t max_rounds = 10'000'000; ///< safety net; exceeding it is an internal error
 };
 

@@ -45,6 +45,12 @@ class backend {
   /// @brief GAR / GFR / FGD fragmentation sums over the nodes.
   virtual cluster_stats stats(node_view const& nodes, task_view const& tasks) = 0;
 
+  /// @brief Per-domain capacity for one class: cap[d] = replicas of class c
+  /// that fit under domain d (sum of per-node fit counts), for every domain.
+  /// @param[out] cap  idx.n_domains entries
+  virtual void domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
+                               domain_index_view const& idx, std::span<std::int64_t> cap) = 0;
+
   /// @brief Solves an auction problem (auction.hpp); identical results on
   /// every backend.
   /// @param[out] object_of  n_bidders entries: the object won, or -1 (pending)

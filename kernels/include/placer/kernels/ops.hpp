@@ -117,6 +117,34 @@ PLACER_HD inline bool cell_feasible(node_view const& nv, class_view const& cv, s
   return gpus_fit(nv.gpu_free + b, nv.gpu_begin[n + 1] - b, cv.gpus[c], cv.milli[c]);
 }
 
+/// How many replicas of class c fit on node n as it is now (0 if none):
+/// the minimum over CPU, memory and GPUs (whole GPUs: fully free ones /
+/// gpus; shares: sum over GPUs of free / share). Exact for one class, which
+/// is what gang placement needs.
+PLACER_HD inline std::int32_t fit_count(node_view const& nv, class_view const& cv, std::int32_t c, std::int32_t n) {
+  if (!cell_feasible(nv, cv, c, n)) return 0;
+  std::int64_t fit = 1 << 20;
+  if (cv.cpu[c] > 0) fit = min_of<std::int64_t>(fit, nv.cpu_free[n] / cv.cpu[c]);
+  if (cv.mem[c] > 0) fit = min_of<std::int64_t>(fit, nv.mem_free[n] / cv.mem[c]);
+  if (cv.gpus[c] > 0) {
+    std::int64_t g = 0;
+    for (std::int32_t k = nv.gpu_begin[n]; k < nv.gpu_begin[n + 1]; ++k) {
+      g += cv.milli[c] < 1000 ? nv.gpu_free[k] / cv.milli[c] : (nv.gpu_free[k] == 1000 ? 1 : 0);
+    }
+    fit = min_of<std::int64_t>(fit, cv.milli[c] < 1000 ? g : g / cv.gpus[c]);
+  }
+  return static_cast<std::int32_t>(fit);
+}
+
+/// Fit count of one class on the node of one (node, domain) entry.
+struct fit_count_op {
+  node_view nv;
+  class_view cv;
+  std::int32_t c;
+  std::int32_t const* entry_node;
+  PLACER_HD std::int64_t operator()(std::int32_t k) const { return fit_count(nv, cv, c, entry_node[k]); }
+};
+
 /// Score of one (class, node) cell; cell = c * n_nodes + n (row-major).
 struct score_cell_op {
   node_view nv;

@@ -56,6 +56,15 @@ struct task_view {
   std::int32_t const* freq_ppm = nullptr;
 };
 
+/// Every (node, domain-on-its-path) pair, sorted by domain: the keys of
+/// the per-domain segmented reductions (one entry per node and level).
+struct domain_index_view {
+  std::int32_t n_entries = 0;
+  std::int32_t n_domains = 0;
+  std::int32_t const* node = nullptr;    ///< n_entries
+  std::int32_t const* domain = nullptr;  ///< n_entries, ascending
+};
+
 /// Integer weights of the score terms; each term is normalised to 0..1000.
 struct score_params {
   std::int32_t w_binpack = 100;
