@@ -9,7 +9,9 @@
 #include <placer/service/server.hpp>
 #include <placer/solver/solver.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -36,6 +38,8 @@ usage:
   placer client --cluster FILE --jobs FILE [--endpoint E] [--timeout-ms N]
                 [--algorithm ...] [--summary] [--output FILE]
   placer client --raw FILE [--endpoint E]   (send a file's bytes as they are; prints the reply)
+  placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda] [--repeat N]
+                (every algorithm on the same round, side by side)
   placer version
 
 Files: a cluster is FlatBuffers JSON (root Cluster, schemas/placement.fbs) or an
@@ -234,6 +238,47 @@ int cmd_client(int argc, char** argv) {
   return 0;
 }
 
+/// `placer compare`: the same round through every algorithm, one table.
+int cmd_compare(int argc, char** argv) {
+  auto const a = parse(argc, argv, {"cluster", "jobs", "backend", "repeat"}, {});
+  round_input in = load_round(a);
+  int const repeat = std::max(1, std::stoi(a.get("repeat", "3")));
+  solver s(kernels::select_backend(a.get("backend", "auto"), [](std::string const& m) { service::log_info(m); }));
+  std::int64_t demand = 0;
+  for (auto const& j : in.pending) demand += j.per_replica.gpu_milli_total() * j.replicas;
+  std::cout << in.state.nodes.size() << " nodes, " << in.pending.size() << " pending jobs asking "
+            << fixed(demand / 1000.0, 1) << " GPUs; backend " << s.backend().description() << "; best of " << repeat
+            << " runs\n\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-22s %8s %10s %10s %8s %8s %10s %10s\n", "algorithm", "jobs", "replicas", "GPUs",
+                "GAR", "GFR", "FGD frag", "solve ms");
+  std::cout << line;
+  struct algo_row {
+    char const* name;
+    algorithm algo;
+  };
+  for (auto const& [name, algo] : {algo_row{"placer (auction)", algorithm::placer}, algo_row{"greedy", algorithm::greedy},
+                                   algo_row{"kube LeastAllocated", algorithm::kube_least_allocated},
+                                   algo_row{"kube MostAllocated", algorithm::kube_most_allocated}}) {
+    in.pol.algo = algo;
+    round_result r;
+    double best_ms = 1e300;
+    for (int k = 0; k < repeat; ++k) {
+      auto const t0 = std::chrono::steady_clock::now();
+      r = s.solve(in);
+      best_ms = std::min(best_ms, std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    }
+    auto const& m = r.metrics;
+    std::snprintf(line, sizeof line, "%-22s %8d %10d %10s %7s%% %7s%% %9s%% %10s\n", name, m.jobs_placed, m.replicas_placed,
+                  fixed(m.gpu_milli_placed / 1000.0, 1).c_str(), fixed(100 * m.gar_after, 1).c_str(),
+                  fixed(100 * m.gfr_after, 1).c_str(), fixed(100 * m.frag_ratio_after, 1).c_str(), fixed(best_ms, 2).c_str());
+    std::cout << line;
+  }
+  std::cout << "\nGAR: allocated / schedulable GPU after the round; GFR: share of GPU nodes partly allocated;\n"
+               "FGD frag: fragmented free GPU / free GPU for the round's typical task set (docs/metrics.md).\n";
+  return 0;
+}
+
 std::atomic<bool> g_stop{false};
 extern "C" void on_signal(int) { g_stop.store(true); }
 
@@ -295,6 +340,7 @@ int main(int argc, char** argv) {
     if (verb == "serve") return cmd_serve(argc, argv);
     if (verb == "solve") return cmd_solve(argc, argv);
     if (verb == "client") return cmd_client(argc, argv);
+    if (verb == "compare") return cmd_compare(argc, argv);
     if (verb == "version" || verb == "--version") {
       std::cout << "placer " << PLACER_VERSION << " (CUDA backend " << (kernels::cuda_enabled ? "built" : "not built")
                 << ")\n";

@@ -230,60 +230,66 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
       row_of.push_back(it->second);
     }
   }
+  // Iterated unit-capacity auctions. A node's score is the value of its
+  // next replica only: once a replica lands, the node's marginal value
+  // changes (fuller for E-Binpack, different fragmentation), so slots of one
+  // node are not the identical objects the similar-object auction assumes.
+  // Each iteration therefore solves the exact assignment of at most one
+  // replica per node on current scores, commits it (it always fits: one
+  // replica per node, on a feasible cell) and re-scores the touched nodes.
   auto const n_rows = static_cast<std::int32_t>(row_class.size());
   std::vector<std::int32_t> values(static_cast<std::size_t>(n_rows) * n_nodes);
-  for (std::int32_t r = 0; r < n_rows; ++r) {
-    std::copy_n(scores_.begin() + static_cast<std::ptrdiff_t>(row_class[r]) * n_nodes, n_nodes,
-                values.begin() + static_cast<std::ptrdiff_t>(r) * n_nodes);
-  }
-  // Slots per node: the most replicas of any class of the tier that fit.
-  // An upper bound when classes differ in CPU or memory; the commit below
-  // checks every dimension and sends overflow to the repair.
-  auto const n_bidders = static_cast<std::int32_t>(bidder_job.size());
-  std::vector<std::int32_t> capacity(static_cast<std::size_t>(n_nodes), 0);
-  for (std::int32_t n = 0; n < n_nodes; ++n) {
-    std::int32_t slots = 0;
-    for (auto c : row_class) slots = std::max(slots, fit_count(c, n));
-    capacity[n] = std::min(slots, n_bidders);
-  }
-  auction_problem p;
-  p.n_bidders = n_bidders;
-  p.n_objects = n_nodes;
-  p.n_rows = n_rows;
-  p.values = values.data();
-  p.row_of = row_of.data();
-  p.capacity = capacity.data();
-  std::vector<std::int32_t> object_of(static_cast<std::size_t>(n_bidders), -1);
-  backend_.auction(p, {}, object_of);
-
-  // Commit or release: per node, the highest-value winners first.
-  std::vector<std::int32_t> by_node(static_cast<std::size_t>(n_bidders));
-  std::iota(by_node.begin(), by_node.end(), 0);
-  std::stable_sort(by_node.begin(), by_node.end(), [&](std::int32_t a, std::int32_t b) {
-    if (object_of[a] != object_of[b]) return object_of[a] < object_of[b];
-    std::int32_t const va = values[static_cast<std::size_t>(row_of[a]) * n_nodes + std::max(object_of[a], 0)];
-    std::int32_t const vb = values[static_cast<std::size_t>(row_of[b]) * n_nodes + std::max(object_of[b], 0)];
-    return va > vb;
-  });
+  std::vector<std::int32_t> capacity(static_cast<std::size_t>(n_nodes));
   std::map<std::int32_t, std::vector<replica_placement>> placed;
-  std::vector<std::int32_t> repair;
-  for (auto b : by_node) {
-    std::int32_t const n = object_of[b];
-    std::int32_t const c = row_class[row_of[b]];
-    if (n >= 0 && score(c, n) >= 0) {
-      placed[bidder_job[b]].push_back(commit(n, c));
-    } else {
-      repair.push_back(b);
+  std::vector<std::int32_t> remaining(bidder_job.size());
+  std::iota(remaining.begin(), remaining.end(), 0);
+  std::vector<std::int32_t> sub_row, object_of;
+  while (!remaining.empty()) {
+    for (std::int32_t r = 0; r < n_rows; ++r) {
+      std::copy_n(scores_.begin() + static_cast<std::ptrdiff_t>(row_class[r]) * n_nodes, n_nodes,
+                  values.begin() + static_cast<std::ptrdiff_t>(r) * n_nodes);
     }
-  }
-  // Repair: what the auction left pending or the commit refused takes its
-  // best feasible node now, in bidder order.
-  std::sort(repair.begin(), repair.end());
-  for (auto b : repair) {
-    std::int32_t const j = bidder_job[b];
-    std::int32_t const c = row_class[row_of[b]];
-    std::int32_t const n = best_node(in_.pending[j], c, -1, -1, -1);
-    if (n >= 0) placed[j].push_back(commit(n, c));
+    for (std::int32_t n = 0; n < n_nodes; ++n) {
+      capacity[n] = 0;
+      for (std::int32_t r = 0; r < n_rows && capacity[n] == 0; ++r) {
+        capacity[n] = values[static_cast<std::size_t>(r) * n_nodes + n] >= 0 ? 1 : 0;
+      }
+    }
+    sub_row.resize(remaining.size());
+    for (std::size_t k = 0; k < remaining.size(); ++k) sub_row[k] = row_of[remaining[k]];
+    object_of.assign(remaining.size(), -1);
+    if (n_rows == 1) {
+      // Identical bidders: the optimal assignment is the best nodes by
+      // value (lowest index on ties), one per bidder; no auction needed.
+      std::vector<std::int32_t> nodes;
+      for (std::int32_t n = 0; n < n_nodes; ++n) {
+        if (values[n] >= 0) nodes.push_back(n);
+      }
+      auto const take = std::min(nodes.size(), remaining.size());
+      std::partial_sort(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(take), nodes.end(),
+                        [&](std::int32_t a, std::int32_t b) { return values[a] != values[b] ? values[a] > values[b] : a < b; });
+      for (std::size_t k = 0; k < take; ++k) object_of[k] = nodes[k];
+    } else {
+      auction_problem p;
+    p.n_bidders = static_cast<std::int32_t>(remaining.size());
+    p.n_objects = n_nodes;
+    p.n_rows = n_rows;
+    p.values = values.data();
+    p.row_of = sub_row.data();
+    p.capacity = capacity.data();
+    backend_.auction(p, {}, object_of);
+    }
+    std::vector<std::int32_t> next;
+    for (std::size_t k = 0; k < remaining.size(); ++k) {
+      std::int32_t const b = remaining[k];
+      if (object_of[k] >= 0) {
+        placed[bidder_job[b]].push_back(commit(object_of[k], row_class[row_of[b]]));
+      } else {
+        next.push_back(b);
+      }
+    }
+    if (next.size() == remaining.size()) break;  // nobody could be placed: done
+    remaining = std::move(next);
   }
   for (auto j : live) {
     auto it = placed.find(j);
