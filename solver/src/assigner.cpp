@@ -430,8 +430,9 @@ void assigner::release_all(std::int32_t c, std::vector<replica_placement>& place
 void assigner::refresh(std::int32_t n) {
   if (mode_ == assign_mode::kube) return;  // kube scores on the fly
   std::int32_t const n_nodes = m_.n_nodes();
+  std::int64_t const before = op_.fragmentation_before(n);
   for (std::int32_t c = 0; c < m_.n_classes(); ++c) {
-    scores_[static_cast<std::size_t>(c) * n_nodes + n] = op_.score(c, n);
+    scores_[static_cast<std::size_t>(c) * n_nodes + n] = op_.score(c, n, before);
   }
 }
 

@@ -158,7 +158,18 @@ struct score_cell_op {
     return score(c, n);
   }
 
-  PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n) const {
+  /// The node's FGD fragmentation before any placement: class-independent,
+  /// so a caller scoring one node for many classes computes it once.
+  PLACER_HD std::int64_t fragmentation_before(std::int32_t n) const {
+    if (p.w_fragmentation == 0 || tv.n_tasks == 0 || p.kube_mode != 0) return 0;
+    std::int32_t const b = nv.gpu_begin[n];
+    std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
+    return node_fragmentation(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
+  }
+
+  PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n) const { return score(c, n, fragmentation_before(n)); }
+
+  PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n, std::int64_t before) const {
     if (!cell_feasible(nv, cv, c, n)) return infeasible;
     std::int32_t const b = nv.gpu_begin[n];
     std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
@@ -194,7 +205,6 @@ struct score_cell_op {
     if (p.w_fragmentation != 0 && tv.n_tasks > 0 && g > 0) {
       std::int32_t f[max_gpus_per_node];
       for (std::int32_t i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
-      std::int64_t const before = node_fragmentation(f, g, nv.cpu_free[n], nv.model[n], tv);
       take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + b : nullptr);
       std::int64_t const after = node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[c], nv.model[n], tv);
       // delta in milli (divide out ppm); +-8000 milli maps onto 0..1000.
