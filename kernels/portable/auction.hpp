@@ -290,7 +290,7 @@ auction_stats run_auction(ExecPolicy&& exec, auction_buffers const& b, std::int6
   auction_stats st;
   std::int32_t const n = b.problem.n_bidders;
   if (n == 0) return st;
-  std::int64_t const scale = static_cast<std::int64_t>(n) + 1;
+  std::int64_t const scale = prm.exact ? static_cast<std::int64_t>(n) + 1 : 1;
   std::int64_t const theta = prm.theta < 2 ? 2 : prm.theta;
   std::int64_t eps = max_value * scale / theta;
   if (eps < 1) eps = 1;

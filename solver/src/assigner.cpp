@@ -277,7 +277,11 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
     p.values = values.data();
     p.row_of = sub_row.data();
     p.capacity = capacity.data();
-    backend_.auction(p, {}, object_of);
+    // Within one score unit per replica of the exact optimum: scores are
+    // heuristic values, and exactness would cost ~3 more epsilon phases.
+    auction_params prm;
+    prm.exact = false;
+    backend_.auction(p, prm, object_of);
     }
     std::vector<std::int32_t> next;
     for (std::size_t k = 0; k < remaining.size(); ++k) {

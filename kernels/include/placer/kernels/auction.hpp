@@ -46,6 +46,10 @@ struct auction_problem {
 
 struct auction_params {
   std::int32_t theta = 8;               ///< epsilon reduction factor per phase
+  /// true: values scaled by n_bidders + 1, so the final epsilon = 1 gives the
+  /// exact optimum. false: unscaled, the result is within one value unit per
+  /// bidder of the optimum, and ~log_theta(n_bidders) phases cheaper.
+  bool exact = true;
   std::int64_t max_rounds = 10'000'000; ///< safety net; exceeding it is an internal error
 };
 
