@@ -222,12 +222,12 @@ class cuda_backend final : public backend {
     std::size_t const n = v.n_nodes;
     return 3 * padded<std::int64_t>(n) + padded<std::int32_t>(n) + 2 * padded<std::uint8_t>(n) +
            padded<std::int32_t>(n + 1) + padded<std::int32_t>(v.n_gpus) + padded<std::int32_t>(n) +
-           padded<std::uint8_t>(v.n_gpus);
+           padded<std::uint8_t>(v.n_gpus) + padded<std::int32_t>(n);
   }
   static std::size_t class_bytes(class_view const& v) {
     std::size_t const n = v.n_classes;
     return 2 * padded<std::int32_t>(n) + 2 * padded<std::int64_t>(n) + padded<std::uint64_t>(n) +
-           2 * padded<std::uint8_t>(n);
+           3 * padded<std::uint8_t>(n);
   }
   static std::size_t task_bytes(task_view const& v) {
     std::size_t const n = v.n_tasks;
@@ -245,6 +245,7 @@ class cuda_backend final : public backend {
     v.gpu_free = copy(v.gpu_free, static_cast<std::size_t>(v.n_gpus));
     v.gpu_capacity = copy(v.gpu_capacity, n);
     v.gpu_island = copy(v.gpu_island, static_cast<std::size_t>(v.n_gpus));
+    v.scarcity = copy(v.scarcity, n);
     return v;
   }
   class_view upload(class_view v) {
@@ -256,6 +257,7 @@ class cuda_backend final : public backend {
     v.model_mask = copy(v.model_mask, n);
     v.pool_mask = copy(v.pool_mask, n);
     v.loan_ok = copy(v.loan_ok, n);
+    v.any_model = copy(v.any_model, n);
     return v;
   }
   task_view upload(task_view v) {

@@ -370,7 +370,7 @@ flatbuffers::Offset<wire::RunningJob> running_out(fbb_t& fbb, running_job const&
 }
 
 flatbuffers::Offset<wire::Policy> policy_out(fbb_t& fbb, policy const& p) {
-  auto const w = wire::CreateWeights(fbb, p.w.binpack, p.w.fragmentation, p.w.topology, p.w.pool_affinity);
+  auto const w = wire::CreateWeights(fbb, p.w.binpack, p.w.fragmentation, p.w.topology, p.w.pool_affinity, p.w.scarcity);
   return wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(p.algo), w);
 }
 
@@ -722,6 +722,7 @@ policy decode_policy(wire::Policy const* p) {
     out.w.fragmentation = w->fragmentation();
     out.w.topology = w->topology();
     out.w.pool_affinity = w->pool_affinity();
+    out.w.scarcity = w->scarcity();
   }
   return out;
 }

@@ -100,8 +100,34 @@ round_matrices build_matrices(round_input const& in) {
       m.class_model_mask.push_back(mm);
       m.class_pool_mask.push_back(pm);
       m.class_loan_ok.push_back(loan);
+      m.class_any_model.push_back(d.gpus > 0 && j.allowed_gpu_models.empty() ? 1 : 0);
     }
     m.job_class.push_back(it->second);
+  }
+
+  // Model scarcity: per GPU model, the GPU demand of pending jobs limited
+  // to a subset of models (split evenly over their models) against the free
+  // GPU of that model, capped at 1 (per mille). Jobs that accept any model
+  // are steered away from models under pressure (ops.hpp).
+  std::vector<std::int64_t> restricted(m.models.size(), 0), free_by_model(m.models.size(), 0);
+  for (auto const& j : in.pending) {
+    if (j.per_replica.gpus == 0 || j.allowed_gpu_models.empty()) continue;
+    std::uint64_t const mm = model_mask(j.allowed_gpu_models, m.models);
+    int const k = __builtin_popcountll(mm);
+    if (k == 0) continue;
+    for (std::size_t id = 0; id < m.models.size(); ++id) {
+      if ((mm >> id) & 1U) restricted[id] += j.per_replica.gpu_milli_total() * j.replicas / k;
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    if (m.model[i] < 0) continue;
+    for (auto g = m.gpu_begin[i]; g < m.gpu_begin[i + 1]; ++g) free_by_model[m.model[i]] += m.gpu_free[g];
+  }
+  m.scarcity.resize(n, 0);
+  for (std::size_t i = 0; i < n; ++i) {
+    auto const id = m.model[i];
+    if (id < 0 || restricted[id] == 0) continue;
+    m.scarcity[i] = static_cast<std::int32_t>(std::min<std::int64_t>(1000, restricted[id] * 1000 / std::max<std::int64_t>(free_by_model[id], 1)));
   }
 
   // Typical task set M (FGD): replica shapes of pending and running work,
@@ -154,6 +180,7 @@ node_view round_matrices::nodes() const {
   v.gpu_free = gpu_free.data();
   v.gpu_capacity = gpu_capacity.data();
   v.gpu_island = gpu_island.data();
+  v.scarcity = scarcity.data();
   return v;
 }
 
@@ -167,6 +194,7 @@ class_view round_matrices::classes() const {
   v.model_mask = class_model_mask.data();
   v.pool_mask = class_pool_mask.data();
   v.loan_ok = class_loan_ok.data();
+  v.any_model = class_any_model.data();
   return v;
 }
 

@@ -78,6 +78,7 @@ round_result solver::solve(round_input const& in) {
   p.w_binpack = in.pol.w.binpack;
   p.w_fragmentation = in.pol.w.fragmentation;
   p.w_pool_affinity = in.pol.w.pool_affinity;
+  p.w_scarcity = in.pol.w.scarcity;
   bool const kube = in.pol.algo == algorithm::kube_least_allocated || in.pol.algo == algorithm::kube_most_allocated;
   p.kube_mode = in.pol.algo == algorithm::kube_least_allocated ? 1 : in.pol.algo == algorithm::kube_most_allocated ? 2 : 0;
 

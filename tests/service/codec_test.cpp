@@ -244,6 +244,7 @@ void expect_eq(policy const& a, policy const& b) {
   EXPECT_EQ(a.w.fragmentation, b.w.fragmentation);
   EXPECT_EQ(a.w.topology, b.w.topology);
   EXPECT_EQ(a.w.pool_affinity, b.w.pool_affinity);
+  EXPECT_EQ(a.w.scarcity, b.w.scarcity);
 }
 
 template <class T>

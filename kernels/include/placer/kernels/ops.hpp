@@ -213,6 +213,11 @@ struct score_cell_op {
       s += p.w_fragmentation * fgd;
     }
 
+    if (p.w_scarcity != 0 && nv.scarcity != nullptr && cv.any_model[c] != 0) {
+      // A job that runs anywhere leaves alone the GPU models that
+      // model-constrained jobs of this round are short of.
+      s -= static_cast<std::int64_t>(p.w_scarcity) * nv.scarcity[n];
+    }
     if ((cv.pool_mask[c] & nv.pool[n]) == 0) {
       // Borrowed inference node: reclaim risk.
       s -= static_cast<std::int64_t>(p.w_pool_affinity) * 1000;

@@ -30,6 +30,7 @@ struct node_view {
   std::int32_t const* gpu_free = nullptr;      ///< milli free per GPU
   std::int32_t const* gpu_capacity = nullptr;  ///< per node: healthy GPUs x 1000
   std::uint8_t const* gpu_island = nullptr;    ///< per GPU (CSR like gpu_free): NVLink island
+  std::int32_t const* scarcity = nullptr;      ///< per node 0..1000: pressure on its GPU model
 };
 
 /// Classes of identical replicas (same demand, models, pool rule). One row of
@@ -43,6 +44,7 @@ struct class_view {
   std::uint64_t const* model_mask = nullptr;  ///< bit m = model m allowed
   std::uint8_t const* pool_mask = nullptr;    ///< pools usable outright
   std::uint8_t const* loan_ok = nullptr;      ///< 1 = may use loanable inference nodes
+  std::uint8_t const* any_model = nullptr;    ///< 1 = GPU replicas that accept every model
 };
 
 /// The typical task set M for FGD fragmentation (shapes with frequencies in
@@ -70,6 +72,7 @@ struct score_params {
   std::int32_t w_binpack = 100;
   std::int32_t w_fragmentation = 0;
   std::int32_t w_pool_affinity = 20;
+  std::int32_t w_scarcity = 100;
   std::int32_t kube_mode = 0;  ///< 0 = Placer score, 1 = LeastAllocated, 2 = MostAllocated
 };
 

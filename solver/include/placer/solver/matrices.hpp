@@ -23,11 +23,12 @@ struct round_matrices {
   std::vector<std::uint8_t> pool, flags;
   std::vector<std::int32_t> gpu_begin, gpu_free, gpu_capacity;
   std::vector<std::uint8_t> gpu_island;
+  std::vector<std::int32_t> scarcity;  ///< per node, 0..1000
   // Classes of identical replicas.
   std::vector<std::int32_t> class_gpus, class_milli;
   std::vector<std::int64_t> class_cpu, class_mem;
   std::vector<std::uint64_t> class_model_mask;
-  std::vector<std::uint8_t> class_pool_mask, class_loan_ok;
+  std::vector<std::uint8_t> class_pool_mask, class_loan_ok, class_any_model;
   std::vector<std::int32_t> job_class;  ///< pending job -> class row
   // Typical task set M (FGD).
   std::vector<std::int32_t> task_gpus, task_milli, task_freq_ppm;

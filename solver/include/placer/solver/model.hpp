@@ -89,6 +89,7 @@ struct weights {
   std::int32_t fragmentation = 50;
   std::int32_t topology = 50;
   std::int32_t pool_affinity = 20;
+  std::int32_t scarcity = 100;
 };
 
 struct policy {

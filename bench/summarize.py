@@ -1,0 +1,30 @@
+#!/usr/bin/env python3
+"""Turns a round_bench JSON file into a markdown summary (stdlib only)."""
+import json
+import sys
+
+STAGES = ["validate", "flatten", "metrics_before", "score", "assign", "metrics_after"]
+
+
+def main(path):
+    data = json.load(open(path))
+    ctx = data.get("context", {})
+    print(f"# Round benchmark: {ctx.get('date', '?')}, commit {ctx.get('commit', '?')}\n")
+    print(f"- host: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz")
+    print(f"- GPU: {ctx.get('gpu', 'none')}")
+    print(f"- command: `bench/run.sh` (Google Benchmark, real time, mean over iterations)\n")
+    print("| benchmark | backend | pending | placed | round ms | " + " | ".join(f"{s} ms" for s in STAGES) + " |")
+    print("|---|---|---|---|---|" + "---|" * len(STAGES))
+    for b in data.get("benchmarks", []):
+        if b.get("error_occurred"):
+            print(f"| {b['name'].split('/min_time')[0]} | skipped: {b.get('error_message', '')} |")
+            continue
+        name = b["name"].split("/min_time")[0]
+        unit = {"ms": 1.0, "us": 1e-3, "ns": 1e-6, "s": 1e3}[b.get("time_unit", "ms")]
+        stages = " | ".join(f"{b.get(s + '_us', 0) / 1000:.3f}" for s in STAGES)
+        print(f"| {name} | {b.get('label', '')} | {int(b.get('pending', 0))} | {int(b.get('placed', 0))} | "
+              f"{b['real_time'] * unit:.2f} | {stages} |")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
