@@ -22,7 +22,8 @@ configure: $(BUILD)/build.ninja
 build: deps configure
 	cmake --build $(BUILD) -j $(JOBS)
 
-run: build
+run: deps configure
+	cmake --build $(BUILD) -j $(JOBS) --target placer
 	$(BUILD)/placer serve --endpoint $(ENDPOINT) --backend $(BACKEND) --demo data/openb-sample
 
 test: build

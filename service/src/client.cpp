@@ -87,24 +87,20 @@ service::decoded_reply decode_or_throw(std::vector<std::uint8_t> const& bytes) {
 }
 }  // namespace
 
-service::decoded_reply client::solve(round_input const& in) {
+service::decoded_reply client::send(round_input const& in, cluster_delta const* delta) {
   auto const t0 = std::chrono::steady_clock::now();
   service::request_header h{next_id_++, opt_.session, now_us()};
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
-  service::encode_request(fbb, h, in);
+  service::encode_request(fbb, h, in, delta);
   auto reply = decode_or_throw(roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), h.request_id));
   last_latency_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   return reply;
 }
 
+service::decoded_reply client::solve(round_input const& in) { return send(in, nullptr); }
+
 service::decoded_reply client::solve_delta(cluster_delta const& delta, round_input const& jobs_only) {
-  auto const t0 = std::chrono::steady_clock::now();
-  service::request_header h{next_id_++, opt_.session, now_us()};
-  flatbuffers::FlatBufferBuilder fbb(1 << 16);
-  service::encode_request(fbb, h, jobs_only, &delta);
-  auto reply = decode_or_throw(roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), h.request_id));
-  last_latency_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-  return reply;
+  return send(jobs_only, &delta);
 }
 
 }  // namespace placer

@@ -48,6 +48,8 @@ class client {
   [[nodiscard]] std::string const& session() const { return opt_.session; }
 
  private:
+  service::decoded_reply send(round_input const& in, cluster_delta const* delta);
+
   struct impl;
   client_options opt_;
   std::unique_ptr<impl> impl_;
