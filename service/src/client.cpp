@@ -97,10 +97,25 @@ service::decoded_reply client::send(round_input const& in, cluster_delta const* 
   return reply;
 }
 
-service::decoded_reply client::solve(round_input const& in) { return send(in, nullptr); }
+service::decoded_reply client::solve(round_input const& in) {
+  auto reply = send(in, nullptr);
+  if (reply.code == wire::ErrorCode::Ok) mirror_ = in.state;
+  return reply;
+}
 
 service::decoded_reply client::solve_delta(cluster_delta const& delta, round_input const& jobs_only) {
-  return send(jobs_only, &delta);
+  if (!mirror_) throw client_error("solve_delta needs a full snapshot first (call solve)");
+  cluster next = apply_delta(*mirror_, delta);  // throws on a bad or stale delta, before sending
+  auto reply = send(jobs_only, &delta);
+  if (reply.code == wire::ErrorCode::StaleEpoch) {
+    // The server no longer holds our epoch: send the whole cluster instead.
+    ++resyncs_;
+    round_input full = jobs_only;
+    full.state = std::move(next);
+    return solve(full);
+  }
+  if (reply.code == wire::ErrorCode::Ok) mirror_ = std::move(next);
+  return reply;
 }
 
 }  // namespace placer

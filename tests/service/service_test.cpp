@@ -23,9 +23,10 @@ using wire::ErrorCode;
 /// A server on an ephemeral loopback port, served from a background thread.
 class running_server {
  public:
-  explicit running_server(std::size_t max_bytes = service::default_max_message_bytes) {
+  explicit running_server(std::size_t max_bytes = service::default_max_message_bytes,
+                          std::string endpoint = "tcp://127.0.0.1:*") {
     service::service_config cfg;
-    cfg.endpoint = "tcp://127.0.0.1:*";
+    cfg.endpoint = std::move(endpoint);
     cfg.backend = "cpu";
     cfg.poll_ms = 20;
     cfg.max_message_bytes = max_bytes;
@@ -181,18 +182,79 @@ TEST(Service, DeltaAgainstUnknownOrStaleEpochIsRejected) {
   cluster_delta d;
   d.base_epoch = 10;
   d.new_epoch = 11;
-  // No snapshot yet for this session.
-  EXPECT_EQ(c.solve_delta(d, jobs_only).code, ErrorCode::StaleEpoch);
+  auto send_raw_delta = [&](std::uint64_t id) {
+    flatbuffers::FlatBufferBuilder fbb;
+    service::encode_request(fbb, {id, "session-a", 0}, jobs_only, &d);
+    return decode(c.roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), id));
+  };
+  // The server holds no cluster for this session yet.
+  EXPECT_EQ(send_raw_delta(101).code, ErrorCode::StaleEpoch);
+  // The client refuses a delta before any snapshot, without sending it.
+  EXPECT_THROW(c.solve_delta(d, jobs_only), client_error);
   ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
-  // Against the held epoch: accepted, and equal to solving the new cluster.
+  // Against the held epoch: accepted, and solved on the updated cluster.
   node changed = in.state.nodes[0];
   changed.cpu_milli_free = 0;
   d.changed.push_back({0, changed});
   auto const ok = c.solve_delta(d, jobs_only);
   EXPECT_EQ(ok.code, ErrorCode::Ok) << ok.message;
   EXPECT_EQ(ok.result.epoch, 11U);
-  // The same delta again is now stale (the session holds epoch 11).
-  EXPECT_EQ(c.solve_delta(d, jobs_only).code, ErrorCode::StaleEpoch);
+  EXPECT_EQ(c.resyncs(), 0U);
+  // The same delta again is stale on the server (it holds epoch 11)...
+  EXPECT_EQ(send_raw_delta(102).code, ErrorCode::StaleEpoch);
+  // ...and the client catches it locally before sending.
+  EXPECT_THROW(c.solve_delta(d, jobs_only), logic_error);
+}
+
+TEST(Service, ClientResyncsAfterServerRestartAndSurvivesThousandsOfDeltas) {
+  auto s = std::make_unique<running_server>();
+  std::string const endpoint = s->endpoint();
+  client c({endpoint, 5000, "session-r"});
+  round_input in = demo_round();
+  in.state.epoch = 1;
+  ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
+  round_input jobs_only;
+  jobs_only.pending = in.pending;
+  std::mt19937_64 rng(17);
+  cluster reference = in.state;  // rebuilt from scratch by applying each change by hand
+  for (std::uint64_t k = 0; k < 1000; ++k) {
+    cluster_delta d;
+    d.base_epoch = reference.epoch;
+    d.new_epoch = reference.epoch + 1;
+    auto const n = static_cast<std::int32_t>(rng() % reference.nodes.size());
+    node changed = reference.nodes[n];
+    changed.cpu_milli_free = static_cast<std::int64_t>(rng() % (changed.cpu_milli_capacity + 1));
+    d.changed.push_back({n, changed});
+    reference.nodes[n] = changed;
+    reference.epoch = d.new_epoch;
+    if (k == 500) {
+      // The server restarts on the same endpoint and has lost the session:
+      // the client gets StaleEpoch and resends the full snapshot itself.
+      s.reset();
+      s = std::make_unique<running_server>(service::default_max_message_bytes, endpoint);
+      auto const rep = c.solve_delta(d, jobs_only);
+      EXPECT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+      EXPECT_EQ(rep.result.epoch, reference.epoch);
+      EXPECT_EQ(c.resyncs(), 1U);
+      continue;
+    }
+    auto const rep = c.solve_delta(d, jobs_only);
+    ASSERT_EQ(rep.code, ErrorCode::Ok) << "delta " << k << ": " << rep.message;
+    ASSERT_EQ(rep.result.epoch, reference.epoch);
+  }
+  // The server's state after 1,000 deltas equals the reference rebuild: the
+  // same round solved from the full reference snapshot gives the same answer.
+  auto const via_deltas = c.solve_delta({reference.epoch, reference.epoch + 1, {}, {}, {}}, jobs_only);
+  reference.epoch += 1;
+  round_input full = jobs_only;
+  full.state = reference;
+  solver local(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const want = local.solve(full);
+  ASSERT_EQ(via_deltas.code, ErrorCode::Ok);
+  ASSERT_EQ(via_deltas.result.placements.size(), want.placements.size());
+  for (std::size_t k = 0; k < want.placements.size(); ++k) {
+    EXPECT_EQ(via_deltas.result.placements[k].replicas, want.placements[k].replicas);
+  }
 }
 
 TEST(Service, ManyRandomRoundsKeepInvariants) {

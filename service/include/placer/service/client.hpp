@@ -12,6 +12,7 @@
 #include <placer/service/codec.hpp>
 
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -37,9 +38,16 @@ class client {
   client& operator=(client const&) = delete;
 
   /// Sends one full round (cluster snapshot + jobs) and waits for the reply.
+  /// The client keeps the snapshot as its mirror of the session's cluster.
   service::decoded_reply solve(round_input const& in);
-  /// Sends a round as a delta against the session's cluster.
+  /// Sends a round as a delta against the session's cluster (jobs_only's
+  /// state is ignored). The delta is applied to the client's mirror first
+  /// (so a bad delta fails here); if the server answers StaleEpoch (it was
+  /// restarted, or lost the session), the client resends the full, updated
+  /// snapshot by itself and returns that reply. Needs a prior solve().
   service::decoded_reply solve_delta(cluster_delta const& delta, round_input const& jobs_only);
+  /// Full snapshots sent because the server did not hold the session.
+  [[nodiscard]] std::uint64_t resyncs() const { return resyncs_; }
   /// Sends raw bytes (tests: malformed requests) and returns the raw reply.
   std::vector<std::uint8_t> roundtrip(void const* data, std::size_t size, std::uint64_t request_id);
 
@@ -55,6 +63,8 @@ class client {
   std::unique_ptr<impl> impl_;
   std::uint64_t next_id_ = 1;
   double last_latency_us_ = 0;
+  std::optional<cluster> mirror_;  ///< the cluster the session should hold
+  std::uint64_t resyncs_ = 0;
 };
 
 /// The name the design card uses.
