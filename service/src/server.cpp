@@ -1,19 +1,18 @@
-// The service loop: ROUTER socket, verify -> decode -> solve -> encode, one
-// try/catch per request mapping exceptions onto wire error codes.
+// The service: an I/O thread on the ROUTER socket and solver workers behind
+// inproc PAIR sockets (see server.hpp). ZeroMQ sockets are not thread-safe,
+// so the ROUTER is touched by the I/O thread only; workers get and return
+// whole messages over their own PAIR socket.
 #include <placer/service/log.hpp>
 #include <placer/service/server.hpp>
 
 #include <chrono>
+#include <functional>
+#include <map>
 #include <sstream>
+#include <thread>
 #include <zmq.hpp>
 
 namespace placer::service {
-
-struct server::impl {
-  zmq::context_t ctx{1};
-  zmq::socket_t sock{ctx, zmq::socket_type::router};
-  std::unique_ptr<solver> solve;
-};
 
 namespace {
 
@@ -28,118 +27,213 @@ std::vector<std::uint8_t> finish(flatbuffers::FlatBufferBuilder& fbb) {
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
 
+/// Counters shared by the I/O thread and the workers.
+struct shared_stats {
+  std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0};
+};
+
+/// A solver worker: its own backend and the sessions routed to it.
+class worker {
+ public:
+  worker(service_config const& cfg, shared_stats& stats, int id)
+      : cfg_(cfg), stats_(stats), id_(id),
+        solver_(kernels::select_backend(cfg.backend, [](std::string const& m) { log_warn(m); })) {}
+
+  [[nodiscard]] std::string backend() { return solver_.backend().description(); }
+
+  /// Bytes in, bytes out; never throws for bad input.
+  std::vector<std::uint8_t> handle(void const* data, std::size_t size) {
+    auto const t0 = std::chrono::steady_clock::now();
+    stats_.requests.fetch_add(1);
+    flatbuffers::FlatBufferBuilder fbb(1024);
+    request_header h;
+    auto fail = [&](wire::ErrorCode code, std::string const& msg) {
+      stats_.errors.fetch_add(1);
+      log_warn("request " + std::to_string(h.request_id) + " rejected: " + error_code_name(code) + ": " + msg);
+      fbb.Clear();
+      encode_error(fbb, h, code, msg);
+      return finish(fbb);
+    };
+    envelope_check const chk = check_envelope(data, size, cfg_.max_message_bytes);
+    if (chk.envelope == nullptr) return fail(chk.code, chk.message);
+    if (auto const* hdr = chk.envelope->header()) {
+      h.request_id = hdr->request_id();
+      if (hdr->session() != nullptr) h.session = hdr->session()->str();
+    }
+    try {
+      decoded_request req = decode_request(*chk.envelope);
+      round_input& in = req.input;
+      if (req.delta) {
+        if (h.session.empty()) {
+          return fail(wire::ErrorCode::FailedPrecondition, "a delta needs a session id in the header");
+        }
+        auto it = sessions_.find(h.session);
+        if (it == sessions_.end()) {
+          return fail(wire::ErrorCode::StaleEpoch,
+                      "no cluster held for session '" + h.session + "': send a full snapshot");
+        }
+        in.state = apply_delta(it->second, *req.delta);  // throws stale_epoch
+      }
+      round_result const r = solver_.solve(in);
+      fbb.Clear();
+      encode_reply(fbb, h, r, in);
+      std::size_t const n_nodes = in.state.nodes.size();
+      if (!h.session.empty()) {
+        // The cluster as sent (the round's placements are the caller's to
+        // apply: it reports them back as running jobs or in its next delta).
+        if (sessions_.size() >= cfg_.max_sessions && sessions_.count(h.session) == 0) {
+          sessions_.erase(sessions_.begin());
+        }
+        sessions_[h.session] = std::move(in.state);
+      }
+      double const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      stats_.rounds_ok.fetch_add(1);
+      if (cfg_.log_rounds) {
+        log_info("round " + std::to_string(h.request_id) + ": " + std::to_string(n_nodes) + " nodes, " +
+                 std::to_string(in.pending.size()) + " pending, " + std::to_string(r.placements.size()) + " placed, " +
+                 std::to_string(r.unplaced_jobs.size()) + " unplaced in " + fmt_ms(us) + " (worker " +
+                 std::to_string(id_) + ", " + r.backend + ")");
+      }
+      return finish(fbb);
+    } catch (logic_error const& e) {
+      return fail(error_code_to_wire(e.code()), e.what());
+    } catch (std::bad_alloc const&) {
+      return fail(wire::ErrorCode::ResourceExhausted, "out of memory while solving the round");
+    } catch (std::exception const& e) {
+      return fail(wire::ErrorCode::Internal, e.what());
+    }
+  }
+
+ private:
+  service_config const& cfg_;
+  shared_stats& stats_;
+  int id_;
+  solver solver_;
+  std::map<std::string, cluster> sessions_;  ///< session -> last cluster (for deltas)
+};
+
+/// Receives one multipart message (all frames) without blocking.
+bool recv_all(zmq::socket_t& sock, std::vector<zmq::message_t>& frames) {
+  frames.clear();
+  do {
+    zmq::message_t f;
+    if (!sock.recv(f, zmq::recv_flags::dontwait)) break;
+    frames.push_back(std::move(f));
+  } while (sock.get(zmq::sockopt::rcvmore));
+  return !frames.empty();
+}
+
+void send_all(zmq::socket_t& sock, std::vector<zmq::message_t>& frames) {
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    sock.send(frames[k], k + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+  }
+}
+
 }  // namespace
 
+struct server::impl {
+  zmq::context_t ctx{1};
+  zmq::socket_t router{ctx, zmq::socket_type::router};
+  shared_stats stats;
+  std::vector<std::unique_ptr<worker>> workers;
+  std::size_t next_anonymous = 0;  ///< round-robin for requests without a session
+};
+
 server::server(service_config cfg) : cfg_(std::move(cfg)), impl_(std::make_unique<impl>()) {
-  impl_->solve = std::make_unique<solver>(kernels::select_backend(cfg_.backend, [](std::string const& m) { log_warn(m); }));
+  PLACER_EXPECTS(cfg_.workers >= 1 && cfg_.workers <= 256, "workers must be in 1..256");
+  for (int k = 0; k < cfg_.workers; ++k) impl_->workers.push_back(std::make_unique<worker>(cfg_, impl_->stats, k));
   // Bound the largest frame at the transport too (a generous multiple of the
   // application limit, which answers with ResourceExhausted instead).
-  impl_->sock.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(cfg_.max_message_bytes) * 2);
-  impl_->sock.set(zmq::sockopt::linger, 0);
-  impl_->sock.set(zmq::sockopt::router_mandatory, 0);
-  impl_->sock.bind(cfg_.endpoint);
-  endpoint_ = impl_->sock.get(zmq::sockopt::last_endpoint);
+  impl_->router.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(cfg_.max_message_bytes) * 2);
+  impl_->router.set(zmq::sockopt::linger, 0);
+  impl_->router.bind(cfg_.endpoint);
+  endpoint_ = impl_->router.get(zmq::sockopt::last_endpoint);
 }
 
 server::~server() = default;
 
-std::string server::backend_description() const { return impl_->solve->backend().description(); }
+std::string server::backend_description() const { return impl_->workers.front()->backend(); }
+
+server_stats server::stats() const {
+  return {impl_->stats.requests.load(), impl_->stats.rounds_ok.load(), impl_->stats.errors.load()};
+}
 
 std::vector<std::uint8_t> server::handle(void const* data, std::size_t size) {
-  auto const t0 = std::chrono::steady_clock::now();
-  ++stats_.requests;
-  flatbuffers::FlatBufferBuilder fbb(1024);
-  request_header h;
-  auto fail = [&](wire::ErrorCode code, std::string const& msg) {
-    ++stats_.errors;
-    log_warn("request " + std::to_string(h.request_id) + " rejected: " + error_code_name(code) + ": " + msg);
-    fbb.Clear();
-    encode_error(fbb, h, code, msg);
-    return finish(fbb);
-  };
-
-  envelope_check const chk = check_envelope(data, size, cfg_.max_message_bytes);
-  if (chk.envelope == nullptr) return fail(chk.code, chk.message);
-  if (auto const* hdr = chk.envelope->header()) {
-    h.request_id = hdr->request_id();
-    if (hdr->session() != nullptr) h.session = hdr->session()->str();
-  }
-  try {
-    decoded_request req = decode_request(*chk.envelope);
-    round_input& in = req.input;
-    if (req.delta) {
-      if (h.session.empty()) {
-        return fail(wire::ErrorCode::FailedPrecondition, "a delta needs a session id in the header");
-      }
-      auto it = sessions_.find(h.session);
-      if (it == sessions_.end()) {
-        return fail(wire::ErrorCode::StaleEpoch,
-                    "no cluster held for session '" + h.session + "': send a full snapshot");
-      }
-      in.state = apply_delta(it->second, *req.delta);  // throws stale_epoch
-    }
-    round_result const r = impl_->solve->solve(in);
-    fbb.Clear();
-    encode_reply(fbb, h, r, in);
-    std::size_t const n_nodes = in.state.nodes.size();
-    if (!h.session.empty()) {
-      // The cluster as sent (the round's placements are the caller's to
-      // apply: it reports them back as running jobs or in its next delta).
-      if (sessions_.size() >= cfg_.max_sessions && sessions_.count(h.session) == 0) sessions_.erase(sessions_.begin());
-      sessions_[h.session] = std::move(in.state);
-    }
-    double const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    ++stats_.rounds_ok;
-    stats_.total_solve_us += us;
-    if (cfg_.log_rounds) {
-      log_info("round " + std::to_string(h.request_id) + ": " + std::to_string(n_nodes) + " nodes, " +
-               std::to_string(in.pending.size()) + " pending, " + std::to_string(r.placements.size()) + " placed, " +
-               std::to_string(r.unplaced_jobs.size()) + " unplaced in " + fmt_ms(us) + " (" + r.backend + ")");
-    }
-    return finish(fbb);
-  } catch (logic_error const& e) {
-    return fail(error_code_to_wire(e.code()), e.what());
-  } catch (std::bad_alloc const&) {
-    return fail(wire::ErrorCode::ResourceExhausted, "out of memory while solving the round");
-  } catch (std::exception const& e) {
-    return fail(wire::ErrorCode::Internal, e.what());
-  }
+  return impl_->workers.front()->handle(data, size);
 }
 
 void server::run(std::atomic<bool> const* external_stop) {
-  auto& sock = impl_->sock;
-  log_info("serving on " + endpoint_ + " with backend " + backend_description());
+  auto& router = impl_->router;
+  auto const n = impl_->workers.size();
+  auto stopping = [&] { return stop_.load() || (external_stop != nullptr && external_stop->load()); };
+  log_info("serving on " + endpoint_ + " with " + std::to_string(n) + " worker(s), backend " + backend_description());
+
+  // One PAIR link per worker; the worker threads live as long as run().
+  std::vector<zmq::socket_t> links;
+  std::vector<std::thread> threads;
+  std::atomic<bool> workers_stop{false};
+  std::string const tag = std::to_string(reinterpret_cast<std::uintptr_t>(this));
+  for (std::size_t k = 0; k < n; ++k) {
+    links.emplace_back(impl_->ctx, zmq::socket_type::pair);
+    links.back().bind("inproc://placer-worker-" + tag + "-" + std::to_string(k));
+  }
+  for (std::size_t k = 0; k < n; ++k) {
+    threads.emplace_back([&, k] {
+      zmq::socket_t link(impl_->ctx, zmq::socket_type::pair);
+      link.connect("inproc://placer-worker-" + tag + "-" + std::to_string(k));
+      std::vector<zmq::message_t> frames;
+      while (!workers_stop.load()) {
+        zmq::pollitem_t item{link.handle(), 0, ZMQ_POLLIN, 0};
+        zmq::poll(&item, 1, std::chrono::milliseconds(cfg_.poll_ms));
+        if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(link, frames)) continue;
+        // [identity, (empty), payload] in, the same envelope with the reply out.
+        auto& payload = frames.back();
+        std::vector<std::uint8_t> const reply = impl_->workers[k]->handle(payload.data(), payload.size());
+        frames.back() = zmq::message_t(reply.data(), reply.size());
+        send_all(link, frames);
+      }
+    });
+  }
+
+  std::vector<zmq::pollitem_t> items(n + 1);
   std::vector<zmq::message_t> frames;
-  while (!stop_.load() && (external_stop == nullptr || !external_stop->load())) {
-    zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
+  while (!stopping()) {
+    items[0] = {router.handle(), 0, ZMQ_POLLIN, 0};
+    for (std::size_t k = 0; k < n; ++k) items[k + 1] = {links[k].handle(), 0, ZMQ_POLLIN, 0};
     try {
-      zmq::poll(items, 1, std::chrono::milliseconds(cfg_.poll_ms));
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(cfg_.poll_ms));
     } catch (zmq::error_t const& e) {
       if (e.num() == EINTR) continue;  // a signal: re-check the stop flags
       throw;
     }
-    if ((items[0].revents & ZMQ_POLLIN) == 0) continue;
-    // One message: [identity, (empty delimiter from REQ peers), payload...].
-    frames.clear();
-    do {
-      zmq::message_t f;
-      auto const got = sock.recv(f, zmq::recv_flags::dontwait);
-      if (!got) break;
-      frames.push_back(std::move(f));
-    } while (sock.get(zmq::sockopt::rcvmore));
+    for (std::size_t k = 0; k < n; ++k) {  // replies back to their clients
+      if ((items[k + 1].revents & ZMQ_POLLIN) != 0 && recv_all(links[k], frames)) send_all(router, frames);
+    }
+    if ((items[0].revents & ZMQ_POLLIN) == 0 || !recv_all(router, frames)) continue;
+    // One message: [identity, (empty delimiter from REQ peers), payload].
     if (frames.size() < 2) continue;  // nothing routable to answer
-    std::size_t payload = 1;
     bool const req_peer = frames[1].size() == 0 && frames.size() >= 3;
-    if (req_peer) payload = 2;
-    std::vector<std::uint8_t> reply = frames.size() == payload + 1
-                                          ? handle(frames[payload].data(), frames[payload].size())
-                                          : handle(nullptr, 0);  // multi-frame payloads are malformed
-    sock.send(frames[0], zmq::send_flags::sndmore);
-    if (req_peer) sock.send(zmq::message_t{}, zmq::send_flags::sndmore);
-    sock.send(zmq::buffer(reply), zmq::send_flags::none);
+    std::size_t const payload = req_peer ? 2 : 1;
+    if (frames.size() != payload + 1) {  // multi-frame payloads are malformed
+      frames.resize(payload + 1);
+      frames[payload] = zmq::message_t{};
+    }
+    // Route by session so a session's rounds stay in order on one worker.
+    // The header is read only after the verifier accepts the buffer; a bad
+    // message goes to any worker, which answers with the error.
+    std::size_t target = impl_->next_anonymous++ % n;
+    auto const chk = check_envelope(frames[payload].data(), frames[payload].size(), cfg_.max_message_bytes);
+    if (chk.envelope != nullptr && chk.envelope->header() != nullptr && chk.envelope->header()->session() != nullptr &&
+        chk.envelope->header()->session()->size() > 0) {
+      target = std::hash<std::string>{}(chk.envelope->header()->session()->str()) % n;
+    }
+    send_all(links[target], frames);
   }
-  log_info("shutting down: " + std::to_string(stats_.requests) + " requests, " + std::to_string(stats_.rounds_ok) +
-           " rounds, " + std::to_string(stats_.errors) + " errors");
+  workers_stop.store(true);
+  for (auto& t : threads) t.join();
+  auto const st = stats();
+  log_info("shutting down: " + std::to_string(st.requests) + " requests, " + std::to_string(st.rounds_ok) +
+           " rounds, " + std::to_string(st.errors) + " errors");
 }
 
 }  // namespace placer::service

@@ -24,9 +24,10 @@ using wire::ErrorCode;
 class running_server {
  public:
   explicit running_server(std::size_t max_bytes = service::default_max_message_bytes,
-                          std::string endpoint = "tcp://127.0.0.1:*") {
+                          std::string endpoint = "tcp://127.0.0.1:*", int workers = 1) {
     service::service_config cfg;
     cfg.endpoint = std::move(endpoint);
+    cfg.workers = workers;
     cfg.backend = "cpu";
     cfg.poll_ms = 20;
     cfg.max_message_bytes = max_bytes;
@@ -255,6 +256,55 @@ TEST(Service, ClientResyncsAfterServerRestartAndSurvivesThousandsOfDeltas) {
   for (std::size_t k = 0; k < want.placements.size(); ++k) {
     EXPECT_EQ(via_deltas.result.placements[k].replicas, want.placements[k].replicas);
   }
+}
+
+TEST(Service, ConcurrentClientsOnSeveralWorkersGetConsistentRounds) {
+  running_server s(service::default_max_message_bytes, "tcp://127.0.0.1:*", 3);
+  constexpr int clients = 4;
+  std::vector<std::thread> threads;
+  std::vector<std::string> failures(clients);
+  for (int k = 0; k < clients; ++k) {
+    threads.emplace_back([&, k] {
+      std::mt19937_64 rng(100 + k);
+      client c({s.endpoint(), 10000, "session-" + std::to_string(k)});
+      round_input in = testing_support::random_round(rng);
+      in.state.epoch = 1;
+      solver local(kernels::make_backend(kernels::backend_kind::cpu));
+      for (int r = 0; r < 30 && failures[k].empty(); ++r) {
+        // Each client moves its own cluster along with deltas; the worker
+        // that owns its session must apply them in order.
+        cluster_delta d;
+        d.base_epoch = in.state.epoch;
+        d.new_epoch = in.state.epoch + 1;
+        if (!in.state.nodes.empty()) {
+          auto const n = static_cast<std::int32_t>(rng() % in.state.nodes.size());
+          node changed = in.state.nodes[n];
+          changed.memory_mib_free = static_cast<std::int64_t>(rng() % (changed.memory_mib_capacity + 1));
+          d.changed.push_back({n, changed});
+          in.state.nodes[n] = changed;
+        }
+        in.state.epoch = d.new_epoch;
+        round_input jobs_only;
+        jobs_only.pending = in.pending;
+        auto const rep = r == 0 ? c.solve(in) : c.solve_delta(d, jobs_only);
+        auto const want = local.solve(in);
+        if (rep.code != ErrorCode::Ok) {
+          failures[k] = "round " + std::to_string(r) + ": " + rep.message;
+        } else if (rep.result.placements.size() != want.placements.size()) {
+          failures[k] = "round " + std::to_string(r) + ": placements differ from a local solve";
+        } else {
+          for (std::size_t p = 0; p < want.placements.size(); ++p) {
+            if (!(rep.result.placements[p].replicas == want.placements[p].replicas)) {
+              failures[k] = "round " + std::to_string(r) + ": placement " + std::to_string(p) + " differs";
+            }
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int k = 0; k < clients; ++k) EXPECT_EQ(failures[k], "") << "client " << k;
+  EXPECT_EQ(s.get().stats().rounds_ok, static_cast<std::uint64_t>(clients * 30));
 }
 
 TEST(Service, ManyRandomRoundsKeepInvariants) {

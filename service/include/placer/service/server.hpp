@@ -4,18 +4,23 @@
 //   placer::service::server s({.endpoint = "tcp://127.0.0.1:5555"});
 //   s.run(&stop_flag);   // until stop() or *stop_flag; SIGINT/SIGTERM set it in the CLI
 //
-// Per request: size check -> identifier -> FlatBuffers verifier -> decode ->
-// (apply delta to the session's cluster) -> validate -> solve -> encode.
-// Every failure becomes an Error reply with a specific wire::ErrorCode; the
-// server never dies on bad input and answers the next request normally.
-// Peers may be DEALER (frames: payload) or REQ (frames: empty, payload).
+// Threads: one I/O thread owns the ROUTER socket, checks each message
+// (size, identifier, verifier) and hands it to a solver worker over an
+// inproc socket; each worker owns a solver (its own backend, so its own
+// CUDA stream) and the cluster state of the sessions routed to it. A
+// session always goes to the same worker (hash of the session id), so its
+// rounds and deltas stay in order while different clients run in parallel.
+// Per request, in the worker: decode -> (apply delta to the session's
+// cluster) -> validate -> solve -> encode. Every failure becomes an Error
+// reply with a specific wire::ErrorCode; the server never dies on bad input
+// and answers the next request normally. Peers may be DEALER (frames:
+// payload) or REQ (frames: empty, payload).
 
 #include <placer/service/codec.hpp>
 #include <placer/solver/solver.hpp>
 
 #include <atomic>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,7 +32,8 @@ struct service_config {
   std::string backend = "auto";  ///< auto | cpu | cuda
   std::size_t max_message_bytes = default_max_message_bytes;
   int poll_ms = 100;             ///< how often the loop checks for shutdown
-  std::size_t max_sessions = 4096;
+  std::size_t max_sessions = 4096;  ///< per worker; the oldest is dropped beyond it
+  int workers = 1;                   ///< solver threads (each with its own backend)
   bool log_rounds = true;        ///< one log line per round with its latency
 };
 
@@ -36,13 +42,12 @@ struct server_stats {
   std::uint64_t requests = 0;
   std::uint64_t rounds_ok = 0;
   std::uint64_t errors = 0;
-  double total_solve_us = 0;
 };
 
 class server {
  public:
   /// Binds the socket (throws zmq::error_t if the endpoint is taken) and
-  /// starts the backend.
+  /// starts the backends, one per worker.
   explicit server(service_config cfg);
   ~server();
   server(server const&) = delete;
@@ -51,15 +56,15 @@ class server {
   /// The bound endpoint (resolves "tcp://127.0.0.1:*" to the real port).
   [[nodiscard]] std::string endpoint() const { return endpoint_; }
   [[nodiscard]] std::string backend_description() const;
-  [[nodiscard]] server_stats stats() const { return stats_; }
+  [[nodiscard]] server_stats stats() const;
 
   /// Serves until stop() is called or *external_stop becomes true.
   void run(std::atomic<bool> const* external_stop = nullptr);
   /// Thread-safe; run() returns within poll_ms.
   void stop() { stop_.store(true); }
 
-  /// One request's bytes -> the reply's bytes (what run() does per message;
-  /// public for tests and in-process use).
+  /// One request's bytes -> the reply's bytes, on worker 0, in the calling
+  /// thread (in-process use; not while run() is serving).
   std::vector<std::uint8_t> handle(void const* data, std::size_t size);
 
  private:
@@ -68,8 +73,6 @@ class server {
   std::unique_ptr<impl> impl_;
   std::string endpoint_;
   std::atomic<bool> stop_{false};
-  server_stats stats_;
-  std::map<std::string, cluster> sessions_;  ///< session -> last cluster (for deltas)
 };
 
 }  // namespace placer::service
