@@ -9,6 +9,8 @@
 #include <placer/service/server.hpp>
 #include <placer/solver/solver.hpp>
 
+#include "commands.hpp"
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -31,7 +33,7 @@ using namespace placer;
 constexpr char const* usage_text = R"(placer: GPU placement solver service
 
 usage:
-  placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--max-message-mib N]
+  placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--workers N] [--max-message-mib N]
                 [--demo DIR] [--quiet]
   placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda]
                 [--algorithm placer|greedy|kube-least|kube-most] [--summary] [--output FILE]
@@ -40,6 +42,9 @@ usage:
   placer client --raw FILE [--endpoint E]   (send a file's bytes as they are; prints the reply)
   placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda] [--repeat N]
                 (every algorithm on the same round, side by side)
+  placer bench  [--scenario 1k|10k|100k|openb] [--rounds N] [--mode closed|open] [--rate R]
+                [--configs cuda,cpu,kube] [--endpoint E] [--json FILE] [--plot FILE.svg]
+                (load generator over the real client; starts its own servers unless --endpoint)
   placer version
 
 Files: a cluster is FlatBuffers JSON (root Cluster, schemas/placement.fbs) or an
@@ -308,12 +313,13 @@ void play_demo(std::string const& endpoint, std::string const& dir) {
 }
 
 int cmd_serve(int argc, char** argv) {
-  auto const a = parse(argc, argv, {"endpoint", "backend", "max-message-mib", "demo"}, {"quiet"});
+  auto const a = parse(argc, argv, {"endpoint", "backend", "max-message-mib", "demo", "workers"}, {"quiet"});
   service::service_config cfg;
   cfg.endpoint = a.get("endpoint", cfg.endpoint);
   cfg.backend = a.get("backend", cfg.backend);
   if (a.has("max-message-mib")) cfg.max_message_bytes = std::stoull(a.get("max-message-mib")) << 20;
   cfg.log_rounds = !a.has("quiet");
+  if (a.has("workers")) cfg.workers = std::stoi(a.get("workers"));
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   service::server srv(cfg);
@@ -341,6 +347,9 @@ int main(int argc, char** argv) {
     if (verb == "solve") return cmd_solve(argc, argv);
     if (verb == "client") return cmd_client(argc, argv);
     if (verb == "compare") return cmd_compare(argc, argv);
+    if (verb == "experiment") return tools::cmd_experiment(argc, argv);
+    if (verb == "simulate") return tools::cmd_simulate(argc, argv);
+    if (verb == "bench") return tools::cmd_bench(argc, argv);
     if (verb == "version" || verb == "--version") {
       std::cout << "placer " << PLACER_VERSION << " (CUDA backend " << (kernels::cuda_enabled ? "built" : "not built")
                 << ")\n";
@@ -352,6 +361,9 @@ int main(int argc, char** argv) {
     }
     std::cerr << (verb.empty() ? "placer: no command given\n\n" : "placer: unknown command '" + verb + "'\n\n")
               << usage_text;
+    return 2;
+  } catch (std::invalid_argument const& e) {
+    std::cerr << "placer " << verb << ": " << e.what() << "\n";
     return 2;
   } catch (usage_error const& e) {
     std::cerr << "placer " << verb << ": " << e.what() << "\n\n" << usage_text;

@@ -1,0 +1,351 @@
+// Simulation metrics and output files (docs/metrics.md, "Simulation metrics").
+#include <placer/sim/sim_metrics.hpp>
+#include <placer/sim/svg_plot.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace placer::sim {
+
+namespace {
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+std::string quote(std::string const& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += c;
+    }
+  }
+  return o + "\"";
+}
+
+std::string dist_json(distribution const& d) {
+  return "{\"n\": " + std::to_string(d.n) + ", \"p50\": " + num(d.p50) + ", \"p90\": " + num(d.p90) +
+         ", \"p99\": " + num(d.p99) + ", \"mean\": " + num(d.mean) + ", \"max\": " + num(d.max) + "}";
+}
+
+void write_file(std::string const& path, std::string const& text) {
+  std::ofstream f(path, std::ios::binary);
+  if (!f) throw std::runtime_error("cannot write " + path);
+  f << text;
+  if (!f) throw std::runtime_error("cannot write " + path);
+}
+
+}  // namespace
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  auto const n = static_cast<double>(v.size());
+  auto rank = static_cast<std::int64_t>(std::ceil(p / 100.0 * n));
+  rank = std::clamp<std::int64_t>(rank, 1, static_cast<std::int64_t>(v.size()));
+  return v[static_cast<std::size_t>(rank - 1)];
+}
+
+distribution describe(std::vector<double> const& v) {
+  distribution d;
+  d.n = static_cast<std::int64_t>(v.size());
+  if (v.empty()) return d;
+  d.p50 = percentile(v, 50);
+  d.p90 = percentile(v, 90);
+  d.p99 = percentile(v, 99);
+  double s = 0;
+  for (double x : v) s += x;
+  d.mean = s / static_cast<double>(v.size());
+  d.max = *std::max_element(v.begin(), v.end());
+  return d;
+}
+
+sim_summary summarize(sim_result const& r) {
+  sim_summary s;
+  s.algorithm = algorithm_name(r.config.algo);
+  s.workload = r.workload;
+  s.description = r.description;
+  s.jobs = static_cast<std::int64_t>(r.jobs.size());
+  s.capacity_gpus = static_cast<double>(r.capacity_milli) / milli_per_gpu;
+  s.t_begin = r.t_begin;
+  s.t_end = r.t_end;
+  std::vector<double> waits, jcts, ratios;
+  bool all_done = true;
+  std::int64_t last_end = r.t_begin;
+  for (auto const& j : r.jobs) {
+    if (j.start < 0) {
+      ++s.never_started;
+      all_done = false;
+      continue;
+    }
+    waits.push_back(static_cast<double>(j.start - j.submit));
+    ratios.push_back(static_cast<double>(j.estimated) / static_cast<double>(std::max<std::int64_t>(j.duration, 1)));
+    std::int64_t const stop = j.end >= 0 ? j.end : r.t_end;
+    s.gpu_time_jobs += static_cast<double>(j.gpu_milli) / milli_per_gpu *
+                       static_cast<double>(std::max<std::int64_t>(std::min(stop, r.t_end) - j.start, 0));
+    if (j.end >= 0) {
+      ++s.finished;
+      jcts.push_back(static_cast<double>(j.end - j.submit));
+      last_end = std::max(last_end, j.end);
+    } else {
+      ++s.running_at_end;
+      all_done = false;
+    }
+  }
+  s.wait = describe(waits);
+  s.jct = describe(jcts);
+  s.jtted = describe(ratios);
+  s.makespan = (all_done ? last_end : r.t_end) - r.t_begin;
+
+  double const cap = static_cast<double>(r.capacity_milli) / milli_per_gpu;
+  double gar_i = 0, gfr_i = 0, frag_i = 0, q_i = 0, alloc_i = 0, dem_i = 0, mind_i = 0, gar_sum = 0;
+  for (std::size_t i = 0; i < r.series.size(); ++i) {
+    auto const& x = r.series[i];
+    std::int64_t const next = i + 1 < r.series.size() ? r.series[i + 1].time : r.t_end;
+    auto const dt = static_cast<double>(std::max<std::int64_t>(next - x.time, 0));
+    gar_i += x.gar * dt;
+    gfr_i += x.gfr * dt;
+    frag_i += x.frag * dt;
+    q_i += x.queue * dt;
+    double const a = static_cast<double>(x.allocated_milli) / milli_per_gpu;
+    double const d = static_cast<double>(x.demand_milli) / milli_per_gpu;
+    alloc_i += a * dt;
+    dem_i += d * dt;
+    mind_i += std::min(d, cap) * dt;
+    gar_sum += x.gar;
+    s.queue_max = std::max(s.queue_max, x.queue);
+  }
+  auto const span = static_cast<double>(r.t_end - r.t_begin);
+  if (span > 0) {
+    s.gar_time = gar_i / span;
+    s.gfr_time = gfr_i / span;
+    s.frag_time = frag_i / span;
+    s.queue_mean = q_i / span;
+  }
+  if (!r.series.empty()) s.gar_event = gar_sum / static_cast<double>(r.series.size());
+  s.gpu_time_allocated = alloc_i;
+  s.gpu_time_demanded = dem_i;
+  s.gpu_time_available = cap * span;
+  double const denom = std::min(dem_i, s.gpu_time_available);
+  s.sor = denom > 0 ? alloc_i / denom : 0;
+  s.sor_pointwise = mind_i > 0 ? alloc_i / mind_i : 0;
+  double fsum = 0;
+  for (double f : r.frag_after) fsum += f;
+  s.frag_round_mean = r.frag_after.empty() ? 0 : fsum / static_cast<double>(r.frag_after.size());
+  s.rounds = r.rounds;
+  s.placements = r.placements;
+  s.rejected_partial = r.rejected_partial;
+  s.unplaced = r.unplaced;
+  s.wall_seconds = r.wall_seconds;
+  s.wall_solver_seconds = r.wall_solver_seconds;
+  s.placements_per_wall_second = r.wall_seconds > 0 ? static_cast<double>(r.placements) / r.wall_seconds : 0;
+  return s;
+}
+
+std::string summary_json(std::vector<sim_summary> const& runs, std::string const& config_json, bool include_wall) {
+  std::ostringstream o;
+  o << "{\n  \"config\": " << (config_json.empty() ? "{}" : config_json) << ",\n  \"runs\": [";
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    auto const& s = runs[i];
+    o << (i ? ",\n" : "\n") << "    {\"algorithm\": " << quote(s.algorithm) << ", \"workload\": " << quote(s.workload)
+      << ", \"description\": " << quote(s.description) << ",\n     \"jobs\": " << s.jobs
+      << ", \"finished\": " << s.finished << ", \"running_at_end\": " << s.running_at_end
+      << ", \"never_started\": " << s.never_started << ", \"capacity_gpus\": " << num(s.capacity_gpus)
+      << ",\n     \"t_begin\": " << s.t_begin << ", \"t_end\": " << s.t_end << ", \"makespan_s\": " << s.makespan
+      << ",\n     \"gar_time_weighted\": " << num(s.gar_time) << ", \"gar_per_event\": " << num(s.gar_event)
+      << ", \"gfr_time_weighted\": " << num(s.gfr_time) << ", \"fgd_frag_ratio_time_weighted\": " << num(s.frag_time)
+      << ", \"fgd_frag_ratio_round_mean\": " << num(s.frag_round_mean) << ",\n     \"sor\": " << num(s.sor)
+      << ", \"sor_pointwise\": " << num(s.sor_pointwise)
+      << ", \"gpu_seconds_allocated\": " << num(s.gpu_time_allocated)
+      << ", \"gpu_seconds_demanded\": " << num(s.gpu_time_demanded)
+      << ", \"gpu_seconds_available\": " << num(s.gpu_time_available)
+      << ", \"gpu_seconds_jobs\": " << num(s.gpu_time_jobs) << ",\n     \"jwtd_s\": " << dist_json(s.wait)
+      << ",\n     \"jct_s\": " << dist_json(s.jct) << ",\n     \"jtted_ratio\": " << dist_json(s.jtted)
+      << ",\n     \"queue_mean\": " << num(s.queue_mean) << ", \"queue_max\": " << s.queue_max
+      << ", \"rounds\": " << s.rounds << ", \"placements\": " << s.placements
+      << ", \"rejected_partial\": " << s.rejected_partial << ",\n     \"unplaced_job_rounds\": {";
+    bool first = true;
+    for (auto const& [k, v] : s.unplaced) {
+      o << (first ? "" : ", ") << quote(k) << ": " << v;
+      first = false;
+    }
+    o << "}";
+    if (include_wall) {
+      o << ",\n     \"wall\": {\"seconds\": " << num(s.wall_seconds) << ", \"solver_seconds\": "
+        << num(s.wall_solver_seconds) << ", \"placements_per_second\": " << num(s.placements_per_wall_second) << "}";
+    }
+    o << "}";
+  }
+  o << "\n  ]\n}\n";
+  return o.str();
+}
+
+std::string summary_table(std::vector<sim_summary> const& runs) {
+  std::ostringstream o;
+  char buf[256];
+  auto row = [&](char const* name, auto fmt) {
+    std::snprintf(buf, sizeof buf, "%-26s", name);
+    o << buf;
+    for (auto const& s : runs) {
+      std::snprintf(buf, sizeof buf, " %14s", fmt(s).c_str());
+      o << buf;
+    }
+    o << "\n";
+  };
+  auto f = [](double v, char const* spec) {
+    char b[64];
+    std::snprintf(b, sizeof b, spec, v);
+    return std::string(b);
+  };
+  if (!runs.empty()) o << runs.front().workload << ": " << runs.front().description << "\n";
+  row("algorithm", [](sim_summary const& s) { return s.algorithm; });
+  row("jobs finished/total", [](sim_summary const& s) {
+    return std::to_string(s.finished) + "/" + std::to_string(s.jobs);
+  });
+  row("never started", [](sim_summary const& s) { return std::to_string(s.never_started); });
+  row("JWTD p50 / s", [&](sim_summary const& s) { return f(s.wait.p50, "%.0f"); });
+  row("JWTD p90 / s", [&](sim_summary const& s) { return f(s.wait.p90, "%.0f"); });
+  row("JWTD p99 / s", [&](sim_summary const& s) { return f(s.wait.p99, "%.0f"); });
+  row("JWTD mean / s", [&](sim_summary const& s) { return f(s.wait.mean, "%.1f"); });
+  row("JCT p50 / s", [&](sim_summary const& s) { return f(s.jct.p50, "%.0f"); });
+  row("JCT mean / s", [&](sim_summary const& s) { return f(s.jct.mean, "%.0f"); });
+  row("JCT p99 / s", [&](sim_summary const& s) { return f(s.jct.p99, "%.0f"); });
+  row("JTTED p50/p99 (est/act)", [&](sim_summary const& s) { return f(s.jtted.p50, "%.2f") + "/" + f(s.jtted.p99, "%.2f"); });
+  row("makespan / s", [](sim_summary const& s) { return std::to_string(s.makespan); });
+  row("GAR time-weighted", [&](sim_summary const& s) { return f(100 * s.gar_time, "%.2f%%"); });
+  row("GAR per event", [&](sim_summary const& s) { return f(100 * s.gar_event, "%.2f%%"); });
+  row("SOR", [&](sim_summary const& s) { return f(100 * s.sor, "%.2f%%"); });
+  row("SOR pointwise", [&](sim_summary const& s) { return f(100 * s.sor_pointwise, "%.2f%%"); });
+  row("GFR time-weighted", [&](sim_summary const& s) { return f(100 * s.gfr_time, "%.2f%%"); });
+  row("FGD frag ratio (time-w.)", [&](sim_summary const& s) { return f(100 * s.frag_time, "%.2f%%"); });
+  row("queue mean / max", [&](sim_summary const& s) { return f(s.queue_mean, "%.1f") + "/" + std::to_string(s.queue_max); });
+  row("rounds (solver calls)", [](sim_summary const& s) { return std::to_string(s.rounds); });
+  row("placements / wall s", [&](sim_summary const& s) { return f(s.placements_per_wall_second, "%.0f"); });
+  row("wall s (solver s)", [&](sim_summary const& s) {
+    return f(s.wall_seconds, "%.2f") + " (" + f(s.wall_solver_seconds, "%.2f") + ")";
+  });
+  std::map<std::string, int> reasons;
+  for (auto const& s : runs) for (auto const& [k, v] : s.unplaced) reasons[k] = 1;
+  for (auto const& [k, unused] : reasons) {
+    std::string const name = "unplaced " + k;
+    row(name.c_str(), [&](sim_summary const& s) {
+      auto it = s.unplaced.find(k);
+      return std::to_string(it == s.unplaced.end() ? 0 : it->second);
+    });
+  }
+  return o.str();
+}
+
+std::string timeseries_csv(sim_result const& r) {
+  std::ostringstream o;
+  o << "time,gar,gfr,frag_ratio,queue,running,allocated_gpus,demand_gpus\n";
+  for (auto const& x : r.series) {
+    o << x.time << ',' << num(x.gar) << ',' << num(x.gfr) << ',' << num(x.frag) << ',' << x.queue << ','
+      << x.running << ',' << num(static_cast<double>(x.allocated_milli) / milli_per_gpu) << ','
+      << num(static_cast<double>(x.demand_milli) / milli_per_gpu) << '\n';
+  }
+  return o.str();
+}
+
+std::string jobs_csv(sim_result const& r) {
+  std::ostringstream o;
+  o << "id,submit,start,end,gpus,wait,jct\n";
+  for (auto const& j : r.jobs) {
+    o << j.name << ',' << j.submit << ',';
+    if (j.start >= 0) o << j.start;
+    o << ',';
+    if (j.end >= 0) o << j.end;
+    o << ',' << num(static_cast<double>(j.gpu_milli) / milli_per_gpu) << ',';
+    if (j.start >= 0) o << (j.start - j.submit);
+    o << ',';
+    if (j.end >= 0) o << (j.end - j.submit);
+    o << '\n';
+  }
+  return o.str();
+}
+
+void write_outputs(std::string const& dir, std::vector<sim_result> const& results,
+                   std::vector<sim_summary> const& sums, std::string const& config_json) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create " + dir + ": " + ec.message());
+  auto const path = [&](std::string const& f) { return (std::filesystem::path(dir) / f).string(); };
+  write_file(path("summary.json"), summary_json(sums, config_json, true));
+  bool const many = results.size() > 1;
+  line_plot gar, jw, jc;
+  gar.title = "GPU allocation and FGD fragmentation (time-weighted bucket means)";
+  gar.x_label = "simulated time (h)";
+  gar.y_label = "%";
+  jw.title = "Job waiting time (JWTD)";
+  jw.x_label = "wait (s, log scale; waits under 1 s shown at 1 s)";
+  jw.y_label = "fraction of started jobs";
+  jc.title = "Job completion time";
+  jc.x_label = "JCT (s, log scale)";
+  jc.y_label = "fraction of finished jobs";
+  jw.steps = jc.steps = true;
+  jw.log_x = jc.log_x = true;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    auto const& r = results[i];
+    std::string const alg = algorithm_name(r.config.algo);
+    std::string const sfx = many ? "_" + alg : "";
+    write_file(path("timeseries" + sfx + ".csv"), timeseries_csv(r));
+    write_file(path("jobs" + sfx + ".csv"), jobs_csv(r));
+    // Time-weighted means over (at most) 400 equal buckets of the run.
+    plot_series g{"GAR " + alg, {}, {}}, fr{"FGD frag ratio " + alg, {}, {}};
+    std::int64_t const span = std::max<std::int64_t>(r.t_end - r.t_begin, 1);
+    std::int64_t const buckets = std::min<std::int64_t>(400, span);
+    std::vector<double> gw(static_cast<std::size_t>(buckets), 0), fw(gw), tw(gw);
+    for (std::size_t k = 0; k < r.series.size(); ++k) {
+      std::int64_t a = r.series[k].time;
+      std::int64_t const b = k + 1 < r.series.size() ? r.series[k + 1].time : r.t_end;
+      while (a < b) {  // split [a, b) at bucket edges
+        auto const bi = std::min<std::int64_t>((a - r.t_begin) * buckets / span, buckets - 1);
+        std::int64_t const edge = r.t_begin + ((bi + 1) * span + buckets - 1) / buckets;
+        std::int64_t const stop = std::min(b, std::max(edge, a + 1));
+        auto const dt = static_cast<double>(stop - a);
+        gw[static_cast<std::size_t>(bi)] += r.series[k].gar * dt;
+        fw[static_cast<std::size_t>(bi)] += r.series[k].frag * dt;
+        tw[static_cast<std::size_t>(bi)] += dt;
+        a = stop;
+      }
+    }
+    for (std::int64_t bi = 0; bi < buckets; ++bi) {
+      auto const u = static_cast<std::size_t>(bi);
+      if (tw[u] <= 0) continue;
+      double const h = (static_cast<double>(bi) + 0.5) * static_cast<double>(span) / static_cast<double>(buckets) / 3600.0;
+      g.x.push_back(h);
+      g.y.push_back(100 * gw[u] / tw[u]);
+      fr.x.push_back(h);
+      fr.y.push_back(100 * fw[u] / tw[u]);
+    }
+    gar.series.push_back(std::move(g));
+    gar.series.push_back(std::move(fr));
+    std::vector<double> w, c;
+    for (auto const& j : r.jobs) {
+      if (j.start >= 0) w.push_back(std::max<double>(static_cast<double>(j.start - j.submit), 1.0));
+      if (j.end >= 0) c.push_back(std::max<double>(static_cast<double>(j.end - j.submit), 1.0));
+    }
+    jw.series.push_back(cdf(alg, std::move(w)));
+    jc.series.push_back(cdf(alg, std::move(c)));
+  }
+  write_svg(gar, path("gar.svg"));
+  write_svg(jw, path("jwtd_cdf.svg"));
+  write_svg(jc, path("jct_cdf.svg"));
+}
+
+}  // namespace placer::sim

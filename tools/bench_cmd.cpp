@@ -1,0 +1,266 @@
+// `placer bench`: a load generator over the real client and ZeroMQ. Sends
+// the same scenario round again and again, closed-loop (back to back) or
+// open-loop (a fixed rate, latency counted from each round's scheduled
+// start so a slow server cannot hide queueing), through every configuration
+// asked for (CUDA backend, CPU backend, kube-style baseline), and prints
+// latency percentiles, throughput and the server's per-stage times side by
+// side. Starts its own servers unless given --endpoint.
+#include "commands.hpp"
+
+#include <placer/kernels/backend.hpp>
+#include <placer/service/client.hpp>
+#include <placer/service/log.hpp>
+#include <placer/service/server.hpp>
+#include <placer/sim/svg_plot.hpp>
+#include <placer/traces/loaders.hpp>
+#include <placer/traces/synthetic.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+namespace placer::tools {
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+struct bench_args {
+  std::string scenario = "10k";
+  std::string endpoint;
+  std::string data_dir;
+  int rounds = 0;  // 0 = scenario default
+  int warmup = 3;
+  std::string mode = "closed";
+  double rate = 10;
+  std::vector<std::string> configs;  // cuda, cpu, kube
+  std::string json_path, plot_path;
+};
+
+[[noreturn]] void usage(std::string const& why) {
+  throw std::invalid_argument(
+      why +
+      "\nusage: placer bench [--scenario 1k|10k|100k|openb] [--rounds N] [--warmup N]\n"
+      "                    [--mode closed|open] [--rate ROUNDS_PER_S] [--configs cuda,cpu,kube]\n"
+      "                    [--endpoint E] [--data DIR] [--json FILE] [--plot FILE.svg]");
+}
+
+bench_args parse(int argc, char** argv) {
+  bench_args a;
+  for (int i = 2; i < argc; ++i) {
+    std::string const k = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(k + " needs a value");
+      return argv[++i];
+    };
+    if (k == "--scenario") a.scenario = value();
+    else if (k == "--endpoint") a.endpoint = value();
+    else if (k == "--data") a.data_dir = value();
+    else if (k == "--rounds") a.rounds = std::stoi(value());
+    else if (k == "--warmup") a.warmup = std::stoi(value());
+    else if (k == "--mode") a.mode = value();
+    else if (k == "--rate") a.rate = std::stod(value());
+    else if (k == "--json") a.json_path = value();
+    else if (k == "--plot") a.plot_path = value();
+    else if (k == "--configs") {
+      std::stringstream ss(value());
+      for (std::string c; std::getline(ss, c, ',');) a.configs.push_back(c);
+    } else usage("unknown option " + k);
+  }
+  if (a.mode != "closed" && a.mode != "open") usage("--mode must be closed or open");
+  if (a.rate <= 0) usage("--rate must be positive");
+  return a;
+}
+
+std::string default_data_dir(char const* argv0) {
+  // build/placer -> <repo>/../shared/data
+  std::error_code ec;
+  auto const exe = std::filesystem::canonical(argv0, ec);
+  if (!ec) {
+    auto const guess = exe.parent_path().parent_path().parent_path() / "shared" / "data";
+    if (std::filesystem::exists(guess)) return guess.string();
+  }
+  return "../shared/data";
+}
+
+round_input make_round(bench_args const& a, char const* argv0) {
+  if (a.scenario != "openb") return traces::make_scenario(traces::scenario_preset(a.scenario));
+  std::string const dir = (a.data_dir.empty() ? default_data_dir(argv0) : a.data_dir) + "/alibaba-openb-v2023/";
+  round_input in;
+  in.state = traces::load_openb_nodes(dir + "openb_node_list_gpu_node.csv");
+  in.pending = traces::load_openb_pods(dir + "openb_pod_list_default.csv");
+  in.pending.resize(std::min<std::size_t>(in.pending.size(), 1000));  // a round's worth
+  return in;
+}
+
+struct config_result {
+  std::string name;
+  std::string backend;
+  std::vector<double> latency_ms;  // end to end, per measured round
+  std::map<std::string, double> stage_ms;  // server-side means
+  double wall_s = 0;
+  double placed_per_round = 0;
+};
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  auto const idx = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size()))) - 1;
+  return v[std::min(idx, v.size() - 1)];
+}
+
+config_result run_config(bench_args const& a, round_input in, std::string const& name, std::string const& endpoint,
+                         int rounds) {
+  config_result res;
+  res.name = name;
+  in.pol.algo = name == "kube" ? algorithm::kube_least_allocated : algorithm::placer;
+  client c({endpoint, 600000, ""});
+  for (int k = 0; k < a.warmup; ++k) c.solve(in);
+  auto const t_start = clock_type::now();
+  auto const period = std::chrono::duration<double>(1.0 / a.rate);
+  double placed = 0;
+  for (int k = 0; k < rounds; ++k) {
+    auto const scheduled = t_start + std::chrono::duration_cast<clock_type::duration>(period * k);
+    if (a.mode == "open") std::this_thread::sleep_until(scheduled);
+    auto const t0 = a.mode == "open" ? scheduled : clock_type::now();
+    auto const rep = c.solve(in);
+    if (rep.code != wire::ErrorCode::Ok) {
+      throw std::runtime_error(std::string("round failed: ") + service::error_code_name(rep.code) + ": " + rep.message);
+    }
+    res.latency_ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+    for (auto const& t : rep.result.timing) res.stage_ms[t.stage] += t.micros / 1000.0 / rounds;
+    res.backend = rep.result.backend;
+    placed += rep.result.metrics.replicas_placed;
+    if (isatty(2) && (k % 10 == 0 || k + 1 == rounds)) {
+      std::fprintf(stderr, "\r%-6s round %d/%d", name.c_str(), k + 1, rounds);
+    }
+  }
+  if (isatty(2)) std::fprintf(stderr, "\n");
+  res.wall_s = std::chrono::duration<double>(clock_type::now() - t_start).count();
+  res.placed_per_round = placed / std::max(rounds, 1);
+  return res;
+}
+
+std::string fmt(double v, int p = 2) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.*f", p, v);
+  return b;
+}
+
+}  // namespace
+
+int cmd_bench(int argc, char** argv) {
+  bench_args a = parse(argc, argv);
+  round_input const in = make_round(a, argv[0]);
+  int const rounds = a.rounds > 0 ? a.rounds : (a.scenario == "100k" ? 20 : 200);
+  std::int64_t gpus = 0;
+  for (auto const& n : in.state.nodes) gpus += n.gpu_count();
+  std::cout << "scenario " << a.scenario << ": " << in.state.nodes.size() << " nodes, " << gpus << " GPUs, "
+            << in.pending.size() << " pending jobs; " << rounds << " rounds per configuration, " << a.mode
+            << "-loop" << (a.mode == "open" ? " at " + fmt(a.rate, 1) + " rounds/s" : "") << "\n";
+
+  if (a.configs.empty()) {
+    if (kernels::cuda_unavailable_reason().empty()) a.configs.push_back("cuda");
+    a.configs.push_back("cpu");
+    a.configs.push_back("kube");
+  }
+  std::vector<config_result> results;
+  service::set_log_level(service::log_level::warn);
+  for (auto const& cfg : a.configs) {
+    if (cfg != "cuda" && cfg != "cpu" && cfg != "kube") usage("unknown configuration '" + cfg + "'");
+    if (!a.endpoint.empty()) {
+      results.push_back(run_config(a, in, cfg, a.endpoint, rounds));
+      continue;
+    }
+    service::service_config sc;
+    sc.endpoint = "tcp://127.0.0.1:*";
+    sc.backend = cfg == "cuda" ? "cuda" : "cpu";
+    sc.log_rounds = false;
+    sc.poll_ms = 20;
+    service::server srv(sc);
+    std::thread serving([&] { srv.run(); });
+    try {
+      results.push_back(run_config(a, in, cfg, srv.endpoint(), rounds));
+    } catch (...) {
+      srv.stop();
+      serving.join();
+      throw;
+    }
+    srv.stop();
+    serving.join();
+  }
+
+  // Human table.
+  std::printf("\n%-6s %-34s %9s %9s %9s %9s %9s %10s %12s\n", "config", "backend", "p50 ms", "p90 ms", "p99 ms",
+              "p99.9 ms", "max ms", "rounds/s", "placements/s");
+  for (auto const& r : results) {
+    double const rps = static_cast<double>(r.latency_ms.size()) / r.wall_s;
+    std::printf("%-6s %-34s %9s %9s %9s %9s %9s %10s %12s\n", r.name.c_str(), r.backend.substr(0, 34).c_str(),
+                fmt(percentile(r.latency_ms, 0.5)).c_str(), fmt(percentile(r.latency_ms, 0.9)).c_str(),
+                fmt(percentile(r.latency_ms, 0.99)).c_str(), fmt(percentile(r.latency_ms, 0.999)).c_str(),
+                fmt(percentile(r.latency_ms, 1.0)).c_str(), fmt(rps, 1).c_str(), fmt(rps * r.placed_per_round, 0).c_str());
+  }
+  std::printf("\nserver-side stage means (ms):\n");
+  for (auto const& r : results) {
+    std::printf("  %-6s", r.name.c_str());
+    for (auto const& [k, v] : r.stage_ms) std::printf(" %s %s", k.c_str(), fmt(v, 3).c_str());
+    std::printf("  | %s replicas placed per round\n", fmt(r.placed_per_round, 0).c_str());
+  }
+  // Ratios against the kube-style baseline: latency per placed replica.
+  auto const kube = std::find_if(results.begin(), results.end(), [](auto const& r) { return r.name == "kube"; });
+  if (kube != results.end() && kube->placed_per_round > 0) {
+    double const kube_per = percentile(kube->latency_ms, 0.5) / kube->placed_per_round;
+    for (auto const& r : results) {
+      if (&r == &*kube || r.placed_per_round == 0) continue;
+      double const per = percentile(r.latency_ms, 0.5) / r.placed_per_round;
+      std::printf("%s vs kube: %sx lower p50 latency per placed replica\n", r.name.c_str(), fmt(kube_per / per, 2).c_str());
+    }
+  }
+
+  if (!a.json_path.empty()) {
+    std::ofstream f(a.json_path);
+    if (!f) throw std::runtime_error(a.json_path + ": cannot open for writing");
+    f << "{\"scenario\":\"" << a.scenario << "\",\"mode\":\"" << a.mode << "\",\"rounds\":" << rounds << ",\"configs\":[";
+    for (std::size_t k = 0; k < results.size(); ++k) {
+      auto const& r = results[k];
+      f << (k ? "," : "") << "{\"config\":\"" << r.name << "\",\"backend\":\"" << r.backend << "\",\"p50_ms\":"
+        << percentile(r.latency_ms, 0.5) << ",\"p90_ms\":" << percentile(r.latency_ms, 0.9)
+        << ",\"p99_ms\":" << percentile(r.latency_ms, 0.99) << ",\"p999_ms\":" << percentile(r.latency_ms, 0.999)
+        << ",\"max_ms\":" << percentile(r.latency_ms, 1.0)
+        << ",\"rounds_per_s\":" << static_cast<double>(r.latency_ms.size()) / r.wall_s
+        << ",\"replicas_placed_per_round\":" << r.placed_per_round << ",\"stages_ms\":{";
+      bool first = true;
+      for (auto const& [s, v] : r.stage_ms) {
+        f << (first ? "" : ",") << "\"" << s << "\":" << v;
+        first = false;
+      }
+      f << "}}";
+    }
+    f << "]}\n";
+    std::cout << "wrote " << a.json_path << "\n";
+  }
+  if (!a.plot_path.empty()) {
+    sim::line_plot p;
+    p.title = "Round latency CDF, scenario " + a.scenario;
+    p.x_label = "end-to-end latency (ms, log scale)";
+    p.y_label = "fraction of rounds";
+    p.log_x = true;
+    p.steps = true;
+    for (auto const& r : results) p.series.push_back(sim::cdf(r.name + " (" + r.backend + ")", r.latency_ms));
+    sim::write_svg(p, a.plot_path);
+    std::cout << "wrote " << a.plot_path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace placer::tools

@@ -1,0 +1,226 @@
+// `placer simulate`: the trace-driven discrete-event cluster simulator
+// (docs/simulator.md). Argument handling and printing only; the engine,
+// workloads and metrics are in sim/.
+#include <placer/kernels/backend.hpp>
+#include <placer/service/client.hpp>
+#include <placer/sim/sim_metrics.hpp>
+#include <placer/sim/sim_workloads.hpp>
+#include <placer/sim/simulator.hpp>
+#include <placer/solver/solver.hpp>
+
+#include "commands.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <unistd.h>
+#include <vector>
+
+namespace placer::tools {
+
+namespace {
+
+constexpr char const* usage_text = R"(usage: placer simulate [--trace T] [--algorithm A | --compare A,B,...] [options]
+
+Workload (--trace, default synthetic):
+  itp:clusterNN | itp:PATH    Microsoft ITP raw trace on homogeneous 8-GPU nodes
+  openb:NAME | openb:PATH     openb pod list (e.g. openb:default) on the openb GPU inventory
+  dlrm[:PATH]                 DLRM GPU inference instances (long running)
+  synthetic                   --jobs N (200) --arrival-rate R (jobs/min, 1) --seed S (1)
+Options:
+  --algorithm placer|greedy|kube-least|kube-most   (default placer)
+  --compare A,B,...     run several algorithms on the same workload
+  --interval S          seconds of simulated time between rounds (60)
+  --on-event            also run a round right after arrivals/completions
+  --nodes N             cluster size (default: from the trace's peak demand)
+  --limit N             first N jobs by submit time
+  --horizon S           stop S seconds after the first submission
+  --estimate-noise X    log-normal sigma on duration estimates (0 = exact)
+  --seed S              synthetic workload and estimate noise
+  --data DIR            data directory (default $PLACER_DATA_DIR or ../shared/data)
+  --backend auto|cpu|cuda   in-process solver backend (default auto)
+  --endpoint E          solve every round through a running service instead
+  --timeout-ms N        service timeout per round (5000)
+  --out DIR             summary.json, timeseries.csv, jobs.csv, gar.svg, jwtd_cdf.svg, jct_cdf.svg
+  --progress            progress bar on stderr (default: when stderr is a terminal)
+  --quiet               no table on stdout
+)";
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+std::set<std::string> const valued = {"trace", "algorithm", "compare", "interval", "nodes", "limit", "horizon",
+                                      "estimate-noise", "seed", "jobs", "arrival-rate", "data", "backend",
+                                      "endpoint", "timeout-ms", "out"};
+std::set<std::string> const boolean = {"on-event", "progress", "quiet", "help"};
+
+std::vector<std::string> split(std::string const& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  std::istringstream is(s);
+  while (std::getline(is, cur, sep)) {
+    if (!cur.empty()) out.push_back(cur);
+  }
+  return out;
+}
+
+long long to_int(std::map<std::string, std::string> const& o, std::string const& k, long long def) {
+  auto it = o.find(k);
+  if (it == o.end()) return def;
+  try {
+    std::size_t pos = 0;
+    long long v = std::stoll(it->second, &pos);
+    if (pos != it->second.size() || v < 0) throw std::invalid_argument("x");
+    return v;
+  } catch (std::exception const&) {
+    throw usage_error("--" + k + " needs a non-negative integer, got '" + it->second + "'");
+  }
+}
+
+double to_double(std::map<std::string, std::string> const& o, std::string const& k, double def) {
+  auto it = o.find(k);
+  if (it == o.end()) return def;
+  try {
+    std::size_t pos = 0;
+    double v = std::stod(it->second, &pos);
+    if (pos != it->second.size() || v < 0) throw std::invalid_argument("x");
+    return v;
+  } catch (std::exception const&) {
+    throw usage_error("--" + k + " needs a non-negative number, got '" + it->second + "'");
+  }
+}
+
+std::string json_str(std::string const& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') o += '\\';
+    o += c;
+  }
+  return o + "\"";
+}
+
+}  // namespace
+
+int cmd_simulate(int argc, char** argv) {
+  std::map<std::string, std::string> o;
+  std::set<std::string> flags;
+  try {
+    for (int i = 2; i < argc; ++i) {
+      std::string k = argv[i];
+      if (k.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + k + "'");
+      k = k.substr(2);
+      auto const eq = k.find('=');
+      if (eq != std::string::npos) {
+        o[k.substr(0, eq)] = k.substr(eq + 1);
+        k = k.substr(0, eq);
+      } else if (valued.count(k) != 0) {
+        if (i + 1 >= argc) throw usage_error("--" + k + " needs a value");
+        o[k] = argv[++i];
+      } else {
+        flags.insert(k);
+      }
+      if (valued.count(k) == 0 && boolean.count(k) == 0) throw usage_error("unknown option --" + k + " for 'simulate'");
+    }
+    if (flags.count("help") != 0) {
+      std::cout << usage_text;
+      return 0;
+    }
+
+    sim::workload_options wo;
+    wo.trace = o.count("trace") ? o["trace"] : "synthetic";
+    wo.data_dir = o.count("data") ? o["data"] : "";
+    wo.nodes = static_cast<std::int32_t>(to_int(o, "nodes", 0));
+    wo.limit = static_cast<std::int32_t>(to_int(o, "limit", 0));
+    wo.horizon = to_int(o, "horizon", 0);
+    wo.estimate_noise = to_double(o, "estimate-noise", 0);
+    wo.seed = static_cast<std::uint64_t>(to_int(o, "seed", 1));
+    wo.synthetic_jobs = static_cast<std::int32_t>(to_int(o, "jobs", 200));
+    wo.arrival_rate = to_double(o, "arrival-rate", 1.0);
+
+    sim::sim_config cfg;
+    cfg.interval = to_int(o, "interval", 60);
+    if (cfg.interval < 1) throw usage_error("--interval must be at least 1");
+    cfg.on_event = flags.count("on-event") != 0;
+    cfg.horizon = wo.horizon;
+    cfg.progress = flags.count("progress") != 0 || isatty(STDERR_FILENO) != 0;
+
+    std::vector<std::string> algos;
+    if (o.count("compare")) {
+      if (o.count("algorithm")) throw usage_error("--algorithm and --compare exclude each other");
+      algos = split(o["compare"], ',');
+      if (algos.empty()) throw usage_error("--compare needs a list of algorithms");
+    } else {
+      algos.push_back(o.count("algorithm") ? o["algorithm"] : "placer");
+    }
+    std::vector<algorithm> parsed;
+    for (auto const& a : algos) {
+      try {
+        parsed.push_back(sim::parse_algorithm(a));
+      } catch (std::exception const& e) {
+        throw usage_error(e.what());
+      }
+    }
+
+    sim::workload const w = sim::load_workload(wo);
+    if (flags.count("quiet") == 0) std::cerr << "workload " << w.name << ": " << w.description << "\n";
+
+    std::ostringstream cj;
+    cj << "{\"trace\": " << json_str(wo.trace) << ", \"description\": " << json_str(w.description)
+       << ", \"interval_s\": " << cfg.interval << ", \"on_event\": " << (cfg.on_event ? "true" : "false")
+       << ", \"nodes\": " << w.nodes.nodes.size() << ", \"limit\": " << wo.limit << ", \"horizon_s\": " << wo.horizon
+       << ", \"estimate_noise\": " << wo.estimate_noise << ", \"seed\": " << wo.seed
+       << ", \"solver\": " << json_str(o.count("endpoint") ? "service " + o["endpoint"] : "in-process")
+       << ", \"algorithms\": [";
+    for (std::size_t i = 0; i < algos.size(); ++i) cj << (i ? ", " : "") << json_str(sim::algorithm_name(parsed[i]));
+    cj << "]}";
+
+    std::vector<sim::sim_result> results;
+    std::vector<sim::sim_summary> sums;
+    std::unique_ptr<solver> s;
+    std::unique_ptr<client> cl;
+    sim::solve_fn solve;
+    if (o.count("endpoint")) {
+      client_options co;
+      co.endpoint = o["endpoint"];
+      co.timeout_ms = static_cast<int>(to_int(o, "timeout-ms", 5000));
+      cl = std::make_unique<client>(co);
+      solve = [&cl](round_input const& in) {
+        service::decoded_reply r = cl->solve(in);
+        if (r.code != wire::ErrorCode::Ok) {
+          throw std::runtime_error(std::string("service error ") + service::error_code_name(r.code) + ": " + r.message);
+        }
+        return std::move(r.result);
+      };
+    } else {
+      s = std::make_unique<solver>(kernels::select_backend(o.count("backend") ? o["backend"] : "auto"));
+      solve = sim::in_process(*s);
+    }
+    for (auto a : parsed) {
+      cfg.algo = a;
+      if (flags.count("quiet") == 0 && parsed.size() > 1) std::cerr << "running " << sim::algorithm_name(a) << "...\n";
+      results.push_back(sim::run_simulation(w, cfg, solve));
+      sums.push_back(sim::summarize(results.back()));
+    }
+    if (flags.count("quiet") == 0) std::cout << sim::summary_table(sums);
+    if (o.count("out")) {
+      sim::write_outputs(o["out"], results, sums, cj.str());
+      if (flags.count("quiet") == 0) std::cerr << "wrote " << o["out"] << "/summary.json and plots\n";
+    }
+    return 0;
+  } catch (usage_error const& e) {
+    std::cerr << "placer simulate: " << e.what() << "\n\n" << usage_text;
+    return 2;
+  } catch (std::exception const& e) {
+    std::cerr << "placer simulate: " << e.what() << "\n";
+    return 1;
+  }
+}
+
+}  // namespace placer::tools
