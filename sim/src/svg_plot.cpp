@@ -39,9 +39,18 @@ double nice_step(double lo, double hi, int n) {
 }
 
 std::string num(double v) {
+  // Compact labels: 20000 -> 20k, 2500000 -> 2.5M; tiny values in scientific.
   std::ostringstream o;
-  if (std::fabs(v) >= 1e5 || (std::fabs(v) < 1e-3 && v != 0)) {
-    o.precision(2);
+  double const a = std::fabs(v);
+  if (a < 1e-9) return "0";  // no "-0" from rounding
+  if (a >= 1e9) {
+    o << std::round(v / 1e8) / 10 << "G";
+  } else if (a >= 1e6) {
+    o << std::round(v / 1e5) / 10 << "M";
+  } else if (a >= 1e4) {
+    o << std::round(v / 1e2) / 10 << "k";
+  } else if (a < 1e-3 && v != 0) {
+    o.precision(1);
     o << std::scientific << v;
   } else {
     o << std::round(v * 1000) / 1000;
@@ -90,8 +99,10 @@ std::string to_svg(line_plot const& p) {
   // ticks per decade when they fit, else plain steps of log10.
   std::vector<double> xticks;
   if (p.log_x) {
+    bool const wide = xhi - xlo > 3;  // many decades: one tick per decade
     for (double e = std::floor(xlo); e <= std::ceil(xhi); e += 1) {
       for (double f : {1.0, 2.0, 5.0}) {
+        if (wide && f != 1.0) continue;
         double const t = e + std::log10(f);
         if (t >= xlo && t <= xhi) xticks.push_back(t);
       }
