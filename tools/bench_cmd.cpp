@@ -5,6 +5,7 @@
 // asked for (CUDA backend, CPU backend, kube-style baseline), and prints
 // latency percentiles, throughput and the server's per-stage times side by
 // side. Starts its own servers unless given --endpoint.
+#include "cli.hpp"
 #include "commands.hpp"
 
 #include <placer/kernels/backend.hpp>
@@ -82,20 +83,10 @@ bench_args parse(int argc, char** argv) {
   return a;
 }
 
-std::string default_data_dir(char const* argv0) {
-  // build/placer -> <repo>/../shared/data
-  std::error_code ec;
-  auto const exe = std::filesystem::canonical(argv0, ec);
-  if (!ec) {
-    auto const guess = exe.parent_path().parent_path().parent_path() / "shared" / "data";
-    if (std::filesystem::exists(guess)) return guess.string();
-  }
-  return "../shared/data";
-}
 
 round_input make_round(bench_args const& a, char const* argv0) {
   if (a.scenario != "openb") return traces::make_scenario(traces::scenario_preset(a.scenario));
-  std::string const dir = (a.data_dir.empty() ? default_data_dir(argv0) : a.data_dir) + "/alibaba-openb-v2023/";
+  std::string const dir = shared_data_dir(argv0, a.data_dir) + "/alibaba-openb-v2023/";
   round_input in;
   in.state = traces::load_openb_nodes(dir + "openb_node_list_gpu_node.csv");
   in.pending = traces::load_openb_pods(dir + "openb_pod_list_default.csv");

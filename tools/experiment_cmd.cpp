@@ -1,5 +1,6 @@
 // `placer experiment fgd`: the FGD (ATC'23) experiment on the openb traces
 // beside the published medians (docs/fgd-experiment.md).
+#include "cli.hpp"
 #include "commands.hpp"
 
 #include <placer/sim/fgd.hpp>
@@ -38,9 +39,6 @@ char const* const usage =
     "  --data      shared data directory (default: ../shared/data next to the repository)\n"
     "  --jobs      worker threads (default: hardware threads)\n";
 
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
 
 std::vector<std::string> split(std::string const& s, char sep) {
   std::vector<std::string> out;
@@ -74,16 +72,6 @@ std::vector<std::uint64_t> parse_seeds(std::string const& s) {
   return out;
 }
 
-fs::path default_data_dir(char const* argv0) {
-  std::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec || exe.empty()) exe = fs::absolute(argv0, ec);
-  // build/placer -> repository root = parent of build.
-  fs::path const root = exe.parent_path().parent_path();
-  fs::path const candidate = root.parent_path() / "shared" / "data";
-  if (fs::is_directory(candidate)) return candidate;
-  return fs::current_path().parent_path() / "shared" / "data";
-}
 
 std::string json_num(double v) {
   if (std::isnan(v)) return "null";
@@ -99,32 +87,15 @@ int cmd_experiment(int argc, char** argv) {
     if (argc < 3 || std::string(argv[2]) != "fgd") throw usage_error("expected 'placer experiment fgd ...'");
     std::set<std::string> const valued{"workload", "seeds", "plot", "policies", "batch", "data", "jobs"};
     std::set<std::string> const boolean{"all", "json", "help"};
-    std::map<std::string, std::string> opts;
-    std::set<std::string> flags;
-    for (int i = 3; i < argc; ++i) {
-      std::string k = argv[i];
-      if (k.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + k + "'");
-      k = k.substr(2);
-      auto const eq = k.find('=');
-      if (eq != std::string::npos) {
-        opts[k.substr(0, eq)] = k.substr(eq + 1);
-        k = k.substr(0, eq);
-        if (valued.count(k) == 0) throw usage_error("unknown option --" + k);
-      } else if (valued.count(k) != 0) {
-        if (i + 1 >= argc) throw usage_error("--" + k + " needs a value");
-        opts[k] = argv[++i];
-      } else if (boolean.count(k) != 0) {
-        flags.insert(k);
-      } else {
-        throw usage_error("unknown option --" + k);
-      }
-    }
+    auto const args = parse_cli(argc, argv, 3, valued, boolean, "experiment fgd");
+    auto opts = args.opts;
+    auto const& flags = args.flags;
     if (flags.count("help") != 0) {
       std::fputs(usage, stdout);
       return 0;
     }
     bool const json = flags.count("json") != 0;
-    fs::path const data = opts.count("data") != 0 ? fs::path(opts["data"]) : default_data_dir(argv[0]);
+    fs::path const data = shared_data_dir(argv[0], opts.count("data") != 0 ? opts["data"] : "");
     fs::path const openb = data / "alibaba-openb-v2023";
     fs::path const node_csv = openb / "openb_node_list_gpu_node.csv";
     fs::path const published_csv = data / "fgd-expected-results" / "analysis_allo_discrete.csv";

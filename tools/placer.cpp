@@ -9,6 +9,7 @@
 #include <placer/service/server.hpp>
 #include <placer/solver/solver.hpp>
 
+#include "cli.hpp"
 #include "commands.hpp"
 
 #include <algorithm>
@@ -54,41 +55,17 @@ of the reply (Envelope); --summary prints a table instead.
 Default endpoint: tcp://127.0.0.1:5555.
 )";
 
-struct args {
+using tools::usage_error;
+
+/// The verb and its options.
+struct args : tools::cli_args {
   std::string verb;
-  std::map<std::string, std::string> opts;
-  std::set<std::string> flags;
-
-  [[nodiscard]] std::string get(std::string const& k, std::string const& def = {}) const {
-    auto it = opts.find(k);
-    return it == opts.end() ? def : it->second;
-  }
-  [[nodiscard]] bool has(std::string const& k) const { return flags.count(k) != 0 || opts.count(k) != 0; }
-};
-
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
 };
 
 args parse(int argc, char** argv, std::set<std::string> const& valued, std::set<std::string> const& boolean) {
   args a;
   a.verb = argc > 1 ? argv[1] : "";
-  for (int i = 2; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + k + "'");
-    k = k.substr(2);
-    auto const eq = k.find('=');
-    if (eq != std::string::npos) {
-      a.opts[k.substr(0, eq)] = k.substr(eq + 1);
-      k = k.substr(0, eq);
-    } else if (valued.count(k) != 0) {
-      if (i + 1 >= argc) throw usage_error("--" + k + " needs a value");
-      a.opts[k] = argv[++i];
-    } else {
-      a.flags.insert(k);
-    }
-    if (valued.count(k) == 0 && boolean.count(k) == 0) throw usage_error("unknown option --" + k + " for '" + a.verb + "'");
-  }
+  static_cast<tools::cli_args&>(a) = tools::parse_cli(argc, argv, 2, valued, boolean, a.verb);
   return a;
 }
 

@@ -8,6 +8,7 @@
 #include <placer/sim/simulator.hpp>
 #include <placer/solver/solver.hpp>
 
+#include "cli.hpp"
 #include "commands.hpp"
 
 #include <cstdio>
@@ -52,9 +53,7 @@ Options:
   --quiet               no table on stdout
 )";
 
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+using tools::usage_error;
 
 std::set<std::string> const valued = {"trace", "algorithm", "compare", "interval", "nodes", "limit", "horizon",
                                       "estimate-noise", "seed", "jobs", "arrival-rate", "data", "backend",
@@ -109,25 +108,10 @@ std::string json_str(std::string const& s) {
 }  // namespace
 
 int cmd_simulate(int argc, char** argv) {
-  std::map<std::string, std::string> o;
-  std::set<std::string> flags;
   try {
-    for (int i = 2; i < argc; ++i) {
-      std::string k = argv[i];
-      if (k.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + k + "'");
-      k = k.substr(2);
-      auto const eq = k.find('=');
-      if (eq != std::string::npos) {
-        o[k.substr(0, eq)] = k.substr(eq + 1);
-        k = k.substr(0, eq);
-      } else if (valued.count(k) != 0) {
-        if (i + 1 >= argc) throw usage_error("--" + k + " needs a value");
-        o[k] = argv[++i];
-      } else {
-        flags.insert(k);
-      }
-      if (valued.count(k) == 0 && boolean.count(k) == 0) throw usage_error("unknown option --" + k + " for 'simulate'");
-    }
+    auto const args = parse_cli(argc, argv, 2, valued, boolean, "simulate");
+    auto o = args.opts;
+    auto const& flags = args.flags;
     if (flags.count("help") != 0) {
       std::cout << usage_text;
       return 0;
@@ -135,7 +119,7 @@ int cmd_simulate(int argc, char** argv) {
 
     sim::workload_options wo;
     wo.trace = o.count("trace") ? o["trace"] : "synthetic";
-    wo.data_dir = o.count("data") ? o["data"] : "";
+    wo.data_dir = shared_data_dir(argv[0], o.count("data") ? o["data"] : "");
     wo.nodes = static_cast<std::int32_t>(to_int(o, "nodes", 0));
     wo.limit = static_cast<std::int32_t>(to_int(o, "limit", 0));
     wo.horizon = to_int(o, "horizon", 0);

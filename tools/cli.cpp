@@ -1,0 +1,44 @@
+// Option parsing and the data-directory rule shared by the verbs (cli.hpp).
+#include "cli.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+
+namespace placer::tools {
+
+namespace fs = std::filesystem;
+
+cli_args parse_cli(int argc, char** argv, int first, std::set<std::string> const& valued,
+                   std::set<std::string> const& boolean, std::string const& verb) {
+  cli_args a;
+  for (int i = first; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + k + "'");
+    k = k.substr(2);
+    auto const eq = k.find('=');
+    if (eq != std::string::npos) {
+      a.opts[k.substr(0, eq)] = k.substr(eq + 1);
+      k = k.substr(0, eq);
+    } else if (valued.count(k) != 0) {
+      if (i + 1 >= argc) throw usage_error("--" + k + " needs a value");
+      a.opts[k] = argv[++i];
+    } else {
+      a.flags.insert(k);
+    }
+    if (valued.count(k) == 0 && boolean.count(k) == 0) throw usage_error("unknown option --" + k + " for '" + verb + "'");
+  }
+  return a;
+}
+
+std::string shared_data_dir(char const* argv0, std::string const& explicit_dir) {
+  if (!explicit_dir.empty()) return explicit_dir;
+  if (char const* e = std::getenv("PLACER_DATA_DIR"); e != nullptr && *e != 0) return e;
+  std::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec || exe.empty()) exe = fs::absolute(argv0, ec);
+  fs::path const beside_repo = exe.parent_path().parent_path().parent_path() / "shared" / "data";
+  if (fs::is_directory(beside_repo, ec)) return beside_repo.string();
+  return "../shared/data";
+}
+
+}  // namespace placer::tools
