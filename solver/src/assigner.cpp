@@ -230,6 +230,19 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
       row_of.push_back(it->second);
     }
   }
+  // Bidders grouped by row (stable), which spares the auction a sort per round.
+  {
+    std::vector<std::size_t> perm(bidder_job.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    std::stable_sort(perm.begin(), perm.end(), [&](auto a, auto b) { return row_of[a] < row_of[b]; });
+    std::vector<std::int32_t> bj(perm.size()), ro(perm.size());
+    for (std::size_t k = 0; k < perm.size(); ++k) {
+      bj[k] = bidder_job[perm[k]];
+      ro[k] = row_of[perm[k]];
+    }
+    bidder_job = std::move(bj);
+    row_of = std::move(ro);
+  }
   // Iterated unit-capacity auctions. A node's score is the value of its
   // next replica only: once a replica lands, the node's marginal value
   // changes (fuller for E-Binpack, different fragmentation), so slots of one
