@@ -208,8 +208,20 @@ TEST(Solver, MetricsBeforeAndAfter) {
   EXPECT_DOUBLE_EQ(r.metrics.gar_before, 1.0 / 8.0);
   EXPECT_DOUBLE_EQ(r.metrics.gar_after, 3.0 / 8.0);
   EXPECT_DOUBLE_EQ(r.metrics.gfr_before, 0.5);  // node 0 partly allocated
-  EXPECT_DOUBLE_EQ(r.metrics.gfr_after, 0.5);   // the job went to node 0 (best fit)
   EXPECT_EQ(r.metrics.gpu_milli_placed, 2000);
+  // With the default weights FGD leads: on node 0 the job would strand one
+  // GPU that the round's typical task (2 GPUs) cannot use, so it takes node 1
+  // and both nodes end partly allocated, with no fragmentation.
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].replicas[0].node, 1);
+  EXPECT_DOUBLE_EQ(r.metrics.gfr_after, 1.0);
+  EXPECT_DOUBLE_EQ(r.metrics.frag_ratio_after, 0.0);
+  // Binpack alone packs it onto node 0 (best fit), stranding that GPU.
+  in.pol.w.fragmentation = 0;
+  auto const packed = s.solve(in);
+  EXPECT_EQ(packed.placements[0].replicas[0].node, 0);
+  EXPECT_DOUBLE_EQ(packed.metrics.gfr_after, 0.5);
+  EXPECT_GT(packed.metrics.frag_ratio_after, 0.0);
 }
 
 // Thousands of random rounds, every algorithm: nothing over-committed,

@@ -69,8 +69,8 @@ struct domain_index_view {
 
 /// Integer weights of the score terms; each term is normalised to 0..1000.
 struct score_params {
-  std::int32_t w_binpack = 100;
-  std::int32_t w_fragmentation = 0;
+  std::int32_t w_binpack = 5;
+  std::int32_t w_fragmentation = 200;
   std::int32_t w_pool_affinity = 20;
   std::int32_t w_scarcity = 100;
   std::int32_t kube_mode = 0;  ///< 0 = Placer score, 1 = LeastAllocated, 2 = MostAllocated

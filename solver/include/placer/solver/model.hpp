@@ -85,8 +85,8 @@ enum class algorithm : std::uint8_t {
 
 /// Score weights (integers so both backends agree bit for bit).
 struct weights {
-  std::int32_t binpack = 100;
-  std::int32_t fragmentation = 50;
+  std::int32_t binpack = 5;
+  std::int32_t fragmentation = 200;
   std::int32_t topology = 50;
   std::int32_t pool_affinity = 20;
   std::int32_t scarcity = 100;
