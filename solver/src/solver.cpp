@@ -1,7 +1,6 @@
-// The round pipeline: validate -> flatten -> score (backend) -> assign ->
-// metrics (backend). Assignment here is host code over the score matrix; it
-// commits replica by replica into the flattened node arrays and refreshes
-// only the touched node's column, so no resource is ever over-committed.
+// The round pipeline: validate -> flatten -> score (backend) -> assign
+// (assigner.cpp: tiers, locality, iterated auctions on the backend) ->
+// metrics (backend), each stage timed into the result.
 #include "assigner.hpp"
 
 #include <placer/kernels/ops.hpp>
@@ -11,7 +10,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <numeric>
 
 namespace placer {
 
@@ -92,8 +90,7 @@ round_result solver::solve(round_input const& in) {
     // The baseline filters and scores every node per replica; it still
     // needs the feasibility answer for "never feasible", so fill the matrix
     // on the host once (cheap relative to its per-replica scans).
-    score_params q = p;
-    score_cell_op const op{m.nodes(), m.classes(), m.tasks(), q};
+    score_cell_op const op{m.nodes(), m.classes(), m.tasks(), p};
     for (std::int32_t c = 0; c < m.n_classes(); ++c) {
       for (std::int32_t n = 0; n < m.n_nodes(); ++n) scores[static_cast<std::size_t>(c) * m.n_nodes() + n] = op.score(c, n);
     }
