@@ -22,6 +22,9 @@ namespace placer::sim::fgd {
 
 namespace {
 
+/// Binpack weight of the one-pod-at-a-time Placer policy (docs/fgd-experiment.md).
+constexpr std::int32_t online_binpack = 1;
+
 std::size_t uniform(std::mt19937_64& rng, std::size_t n) {  // 0..n-1
   return std::uniform_int_distribution<std::size_t>(0, n - 1)(rng);
 }
@@ -68,11 +71,14 @@ class chooser {
       in.state = w.cluster;
       in.pending = w.jobs;  // classes of every shape, M and scarcity from the untuned trace
       m_ = build_matrices(in);
+      // The online preset: one pod at a time there is no pending queue, so
+      // no model scarcity to weigh (the trace's future demand is not known
+      // online), and binpack only breaks exact fragmentation ties.
       weights const wt{};
-      params_.w_binpack = wt.binpack;
+      params_.w_binpack = online_binpack;
       params_.w_fragmentation = wt.fragmentation;
       params_.w_pool_affinity = wt.pool_affinity;
-      params_.w_scarcity = wt.scarcity;
+      params_.w_scarcity = 0;
       params_.kube_mode = 0;
       cache_.init(m_.n_classes(), n);
       before_ppm_.assign(nodes.size(), 0);
