@@ -31,7 +31,8 @@ constexpr char const* usage_text = R"(usage: placer simulate [--trace T] [--algo
 
 Workload (--trace, default synthetic):
   itp:clusterNN | itp:PATH    Microsoft ITP raw trace on homogeneous 8-GPU nodes
-  openb:NAME | openb:PATH     openb pod list (e.g. openb:default) on the openb GPU inventory
+  openb:NAME | openb:PATH     openb pod list (e.g. openb:default) on the openb GPU inventory,
+                              or on --cluster FILE (openb node list, PAI machine spec, spot nodes)
   dlrm[:PATH]                 DLRM GPU inference instances (long running)
   synthetic                   --jobs N (200) --arrival-rate R (jobs/min, 1) --seed S (1)
 Options:
@@ -57,7 +58,7 @@ using tools::usage_error;
 
 std::set<std::string> const valued = {"trace", "algorithm", "compare", "interval", "nodes", "limit", "horizon",
                                       "estimate-noise", "seed", "jobs", "arrival-rate", "data", "backend",
-                                      "endpoint", "timeout-ms", "out"};
+                                      "endpoint", "timeout-ms", "out", "cluster"};
 std::set<std::string> const boolean = {"on-event", "progress", "quiet", "help"};
 
 std::vector<std::string> split(std::string const& s, char sep) {
@@ -121,6 +122,7 @@ int cmd_simulate(int argc, char** argv) {
     wo.trace = o.count("trace") ? o["trace"] : "synthetic";
     wo.data_dir = shared_data_dir(argv[0], o.count("data") ? o["data"] : "");
     wo.nodes = static_cast<std::int32_t>(to_int(o, "nodes", 0));
+    wo.inventory = o.count("cluster") ? o["cluster"] : "";
     wo.limit = static_cast<std::int32_t>(to_int(o, "limit", 0));
     wo.horizon = to_int(o, "horizon", 0);
     wo.estimate_noise = to_double(o, "estimate-noise", 0);

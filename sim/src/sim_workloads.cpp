@@ -88,7 +88,8 @@ workload load_openb(workload_options const& opt, std::string const& spec) {
   if (spec.find('/') == std::string::npos && spec.find(".csv") == std::string::npos) {
     path = join(data_dir(opt), "alibaba-openb-v2023/openb_pod_list_" + spec + ".csv");
   }
-  auto const inv = join(data_dir(opt), "alibaba-openb-v2023/openb_node_list_gpu_node.csv");
+  auto const inv = opt.inventory.empty() ? join(data_dir(opt), "alibaba-openb-v2023/openb_node_list_gpu_node.csv")
+                                         : opt.inventory;
   workload w;
   w.name = "openb:" + spec;
   w.jobs = traces::load_openb_pods(path);
@@ -105,7 +106,7 @@ workload load_openb(workload_options const& opt, std::string const& spec) {
   w.nodes = traces::load_inventory(inv, {.nodes_per_leaf = 32, .leaves_per_spine = 8});
   std::int64_t gpus = 0;
   for (auto const& n : w.nodes.nodes) gpus += n.gpu_count();
-  w.description = std::to_string(w.nodes.nodes.size()) + " openb GPU nodes (" + std::to_string(gpus) + " GPUs), " +
+  w.description = std::to_string(w.nodes.nodes.size()) + " nodes of " + inv + " (" + std::to_string(gpus) + " GPUs), " +
                   std::to_string(w.jobs.size()) + " pods from " + path;
   return w;
 }

@@ -32,6 +32,7 @@ struct workload_options {
   std::string trace = "synthetic";
   std::string data_dir;         ///< "" = $PLACER_DATA_DIR, else ../shared/data
   std::int32_t nodes = 0;       ///< 0 = sized from the trace (ITP, DLRM) or 32 (synthetic)
+  std::string inventory;        ///< openb pods: inventory CSV (openb, PAI or spot); "" = openb GPU nodes
   std::int32_t limit = 0;       ///< keep the first N jobs by submit time; 0 = all
   std::int64_t horizon = 0;     ///< drop jobs submitted later than first submit + horizon; 0 = none
   double estimate_noise = 0.0;  ///< sigma of a log-normal factor on estimates; 0 = exact
