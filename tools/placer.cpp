@@ -37,7 +37,7 @@ usage:
   placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--workers N] [--max-message-mib N]
                 [--demo DIR] [--quiet]
   placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda]
-                [--algorithm placer|greedy|kube-least|kube-most] [--summary] [--output FILE]
+                [--algorithm placer|greedy|kube-least|kube-most|first-fit] [--summary] [--output FILE]
   placer client --cluster FILE --jobs FILE [--endpoint E] [--timeout-ms N]
                 [--algorithm ...] [--summary] [--output FILE]
   placer client --raw FILE [--endpoint E]   (send a file's bytes as they are; prints the reply)
@@ -69,13 +69,6 @@ args parse(int argc, char** argv, std::set<std::string> const& valued, std::set<
   return a;
 }
 
-algorithm parse_algorithm(std::string const& s) {
-  if (s == "placer" || s.empty()) return algorithm::placer;
-  if (s == "greedy") return algorithm::greedy;
-  if (s == "kube-least") return algorithm::kube_least_allocated;
-  if (s == "kube-most") return algorithm::kube_most_allocated;
-  throw usage_error("unknown --algorithm '" + s + "' (placer, greedy, kube-least, kube-most)");
-}
 
 round_input load_round(args const& a) {
   if (!a.has("cluster") || !a.has("jobs")) throw usage_error("--cluster FILE and --jobs FILE are required");
@@ -86,7 +79,13 @@ round_input load_round(args const& a) {
   in.running = std::move(b.running);
   in.pol = b.pol;
   in.now = b.now;
-  if (a.has("algorithm")) in.pol.algo = parse_algorithm(a.get("algorithm"));
+  if (a.has("algorithm")) {
+    try {
+      in.pol.algo = parse_algorithm(a.get("algorithm"));
+    } catch (logic_error const& e) {
+      throw usage_error(e.what());
+    }
+  }
   return in;
 }
 
@@ -241,7 +240,8 @@ int cmd_compare(int argc, char** argv) {
   };
   for (auto const& [name, algo] : {algo_row{"placer (auction)", algorithm::placer}, algo_row{"greedy", algorithm::greedy},
                                    algo_row{"kube LeastAllocated", algorithm::kube_least_allocated},
-                                   algo_row{"kube MostAllocated", algorithm::kube_most_allocated}}) {
+                                   algo_row{"kube MostAllocated", algorithm::kube_most_allocated},
+                                   algo_row{"FIFO first-fit", algorithm::first_fit}}) {
     in.pol.algo = algo;
     round_result r;
     double best_ms = 1e300;

@@ -36,7 +36,7 @@ Workload (--trace, default synthetic):
   dlrm[:PATH]                 DLRM GPU inference instances (long running)
   synthetic                   --jobs N (200) --arrival-rate R (jobs/min, 1) --seed S (1)
 Options:
-  --algorithm placer|greedy|kube-least|kube-most   (default placer)
+  --algorithm placer|greedy|kube-least|kube-most|first-fit   (default placer)
   --compare A,B,...     run several algorithms on the same workload
   --interval S          seconds of simulated time between rounds (60)
   --on-event            also run a round right after arrivals/completions

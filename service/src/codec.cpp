@@ -25,6 +25,7 @@ static_assert(static_cast<int>(job_kind::batch) == static_cast<int>(wire::JobKin
 static_assert(static_cast<int>(job_kind::inference) == static_cast<int>(wire::JobKind::Inference));
 static_assert(static_cast<int>(topology_mode::required) == static_cast<int>(wire::TopologyMode::Required));
 static_assert(static_cast<int>(algorithm::kube_most_allocated) == static_cast<int>(wire::Algorithm::KubeMostAllocated));
+static_assert(static_cast<int>(algorithm::first_fit) == static_cast<int>(wire::Algorithm::FirstFit));
 static_assert(static_cast<int>(unplaced_reason::deferred) == static_cast<int>(wire::UnplacedReason::Deferred));
 
 using fbb_t = flatbuffers::FlatBufferBuilder;

@@ -33,24 +33,6 @@ solve_fn in_process(solver& s) {
   return [&s](round_input const& in) { return s.solve(in); };
 }
 
-algorithm parse_algorithm(std::string const& name) {
-  if (name == "placer") return algorithm::placer;
-  if (name == "greedy") return algorithm::greedy;
-  if (name == "kube-least" || name == "kube_least_allocated") return algorithm::kube_least_allocated;
-  if (name == "kube-most" || name == "kube_most_allocated") return algorithm::kube_most_allocated;
-  throw std::runtime_error("unknown algorithm '" + name + "' (placer|greedy|kube-least|kube-most)");
-}
-
-std::string algorithm_name(algorithm a) {
-  switch (a) {
-    case algorithm::placer: return "placer";
-    case algorithm::greedy: return "greedy";
-    case algorithm::kube_least_allocated: return "kube-least";
-    case algorithm::kube_most_allocated: return "kube-most";
-  }
-  return "unknown";
-}
-
 sim_result run_simulation(workload const& w, sim_config const& cfg, solve_fn const& solve) {
   auto const wall0 = clock_type::now();
   if (w.jobs.size() != w.durations.size()) throw std::runtime_error("workload: jobs and durations differ in size");

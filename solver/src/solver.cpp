@@ -30,6 +30,27 @@ char const* to_string(unplaced_reason r) {
   return "Unknown";
 }
 
+algorithm parse_algorithm(std::string const& name) {
+  if (name == "placer") return algorithm::placer;
+  if (name == "greedy") return algorithm::greedy;
+  if (name == "kube-least" || name == "kube_least_allocated") return algorithm::kube_least_allocated;
+  if (name == "kube-most" || name == "kube_most_allocated") return algorithm::kube_most_allocated;
+  if (name == "first-fit" || name == "first_fit") return algorithm::first_fit;
+  throw logic_error(error_code::invalid_argument,
+                    "unknown algorithm '" + name + "' (placer, greedy, kube-least, kube-most, first-fit)");
+}
+
+char const* algorithm_name(algorithm a) {
+  switch (a) {
+    case algorithm::placer: return "placer";
+    case algorithm::greedy: return "greedy";
+    case algorithm::kube_least_allocated: return "kube-least";
+    case algorithm::kube_most_allocated: return "kube-most";
+    case algorithm::first_fit: return "first-fit";
+  }
+  return "unknown";
+}
+
 namespace {
 
 using clock_type = std::chrono::steady_clock;
@@ -77,8 +98,13 @@ round_result solver::solve(round_input const& in) {
   p.w_fragmentation = in.pol.w.fragmentation;
   p.w_pool_affinity = in.pol.w.pool_affinity;
   p.w_scarcity = in.pol.w.scarcity;
-  bool const kube = in.pol.algo == algorithm::kube_least_allocated || in.pol.algo == algorithm::kube_most_allocated;
-  p.kube_mode = in.pol.algo == algorithm::kube_least_allocated ? 1 : in.pol.algo == algorithm::kube_most_allocated ? 2 : 0;
+  // The one-job-at-a-time baselines score on the host per replica.
+  bool const kube = in.pol.algo == algorithm::kube_least_allocated || in.pol.algo == algorithm::kube_most_allocated ||
+                    in.pol.algo == algorithm::first_fit;
+  p.kube_mode = in.pol.algo == algorithm::kube_least_allocated  ? 1
+                : in.pol.algo == algorithm::kube_most_allocated ? 2
+                : in.pol.algo == algorithm::first_fit           ? 3
+                                                                : 0;
 
   std::vector<std::int32_t> scores(static_cast<std::size_t>(m.n_nodes()) * m.n_classes());
   t = clock_type::now();

@@ -198,6 +198,25 @@ TEST(Solver, KubeBaselinesSpreadOrPack) {
   EXPECT_EQ(nodes.size(), 1U);  // packed
 }
 
+TEST(Solver, FirstFitTakesTheLowestFeasibleNodeInQueueOrder) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(3).gpus(4).build();
+  in.state.nodes[0].gpu_free_milli = {0, 0, 0, 1000};  // one GPU left on node 0
+  in.pending = {gpu_job("two", 2), gpu_job("one", 1), gpu_job("also-two", 2)};
+  in.pending[0].submit_time = 1;
+  in.pending[1].submit_time = 2;
+  in.pending[2].submit_time = 3;
+  in.pol.algo = parse_algorithm("first-fit");
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 3U);
+  EXPECT_EQ(r.placements[0].replicas[0].node, 1);  // node 0 has one GPU: too few
+  EXPECT_EQ(r.placements[1].replicas[0].node, 0);  // the 1-GPU job fits node 0
+  EXPECT_EQ(r.placements[2].replicas[0].node, 1);  // node 1 still has two
+  EXPECT_STREQ(algorithm_name(algorithm::first_fit), "first-fit");
+  EXPECT_THROW(parse_algorithm("best-guess"), logic_error);
+}
+
 TEST(Solver, MetricsBeforeAndAfter) {
   round_input in;
   in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(4).build();

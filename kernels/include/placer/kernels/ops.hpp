@@ -183,6 +183,7 @@ struct score_cell_op {
     std::int64_t const gpu_used = gpu_cap > 0 ? (gpu_cap - gpu_free + gpu_req) * 1000 / gpu_cap : 0;
     std::int64_t const cpu_used = (cpu_cap - nv.cpu_free[n] + cv.cpu[c]) * 1000 / cpu_cap;
 
+    if (p.kube_mode == 3) return 0;  // first fit: every feasible node ties; the lowest index wins
     if (p.kube_mode != 0) {
       // kube-scheduler NodeResourcesFit: mean of per-resource utilisation
       // (GPU only where the node has GPUs). LeastAllocated prefers low use.

@@ -73,7 +73,7 @@ struct score_params {
   std::int32_t w_fragmentation = 200;
   std::int32_t w_pool_affinity = 20;
   std::int32_t w_scarcity = 100;
-  std::int32_t kube_mode = 0;  ///< 0 = Placer score, 1 = LeastAllocated, 2 = MostAllocated
+  std::int32_t kube_mode = 0;  ///< 0 = Placer score, 1 = LeastAllocated, 2 = MostAllocated, 3 = first fit
 };
 
 /// Per-cluster sums from one reduction over nodes.

@@ -82,8 +82,8 @@ struct sim_result {
 /// placement over capacity or for a job that is not pending) or on solver errors.
 sim_result run_simulation(workload const& w, sim_config const& cfg, solve_fn const& solve);
 
-/// "placer", "greedy", "kube-least", "kube-most" (throws on other names).
-algorithm parse_algorithm(std::string const& name);
-std::string algorithm_name(algorithm a);
+/// Algorithm names, shared with the solver library.
+using placer::algorithm_name;   // from placer/solver/model.hpp
+using placer::parse_algorithm;
 
 }  // namespace placer::sim

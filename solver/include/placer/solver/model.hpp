@@ -81,7 +81,13 @@ enum class algorithm : std::uint8_t {
   greedy = 1,                ///< same scores, plain greedy
   kube_least_allocated = 2,  ///< one job at a time, kube-scheduler style
   kube_most_allocated = 3,
+  first_fit = 4,             ///< FIFO, first feasible node in node order (baseline)
 };
+
+/// "placer", "greedy", "kube-least", "kube-most", "first-fit" (also the
+/// enum spellings); throws logic_error(invalid_argument) listing them.
+algorithm parse_algorithm(std::string const& name);
+char const* algorithm_name(algorithm a);
 
 /// Score weights (integers so both backends agree bit for bit).
 struct weights {
