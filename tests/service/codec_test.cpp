@@ -1003,3 +1003,25 @@ TEST(Json, CsvFilesGoToTraceLoaders) {
 }
 
 }  // namespace
+
+// The JSON examples shipped in data/examples stay valid as the schema grows,
+// and solve with every job placed.
+namespace {
+TEST(JsonExamples, ParseAndSolve) {
+  std::string const dir = std::string(PLACER_SOURCE_DIR) + "/data/examples/";
+  placer::round_input in;
+  in.state = placer::service::read_cluster_file(dir + "cluster.json");
+  auto batch = placer::service::read_jobs_file(dir + "jobs.json");
+  in.pending = batch.pending;
+  in.pol = batch.pol;
+  EXPECT_EQ(in.state.nodes.size(), 4U);
+  EXPECT_EQ(in.state.topo.levels(), 3);
+  ASSERT_EQ(in.pending.size(), 4U);
+  EXPECT_TRUE(in.pending[0].gang);
+  EXPECT_EQ(in.pending[0].topo_mode, placer::topology_mode::required);
+  placer::solver s(placer::kernels::make_backend(placer::kernels::backend_kind::cpu));
+  auto const r = s.solve(in);
+  EXPECT_EQ(r.placements.size(), 4U);
+  EXPECT_TRUE(r.unplaced_jobs.empty());
+}
+}  // namespace
