@@ -11,6 +11,9 @@ struct client::impl {
   zmq::context_t ctx{1};
   std::unique_ptr<zmq::socket_t> sock;
 
+  struct reply;
+  reply exchange(client_options const& opt, void const* data, std::size_t size, std::uint64_t request_id);
+
   void connect(std::string const& endpoint) {
     sock = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
     sock->set(zmq::sockopt::linger, 0);
@@ -39,60 +42,69 @@ client::client(client_options opt) : opt_(std::move(opt)), impl_(std::make_uniqu
 
 client::~client() = default;
 
-std::vector<std::uint8_t> client::roundtrip(void const* data, std::size_t size, std::uint64_t request_id) {
-  auto& sock = *impl_->sock;
+/// Sends one request and waits for its reply: the reply frame and the
+/// verdict on it (checked once, here; `envelope` is not kept because a
+/// small zmq message stores its bytes inline and moves with it).
+struct client::impl::reply {
+  zmq::message_t payload;
+  service::envelope_check check;
+};
+
+client::impl::reply client::impl::exchange(client_options const& opt, void const* data, std::size_t size,
+                                           std::uint64_t request_id) {
   // REQ-compatible framing: an empty delimiter, then the payload.
-  sock.send(zmq::message_t{}, zmq::send_flags::sndmore);
-  sock.send(zmq::buffer(data, size), zmq::send_flags::none);
-  auto const deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt_.timeout_ms);
+  sock->send(zmq::message_t{}, zmq::send_flags::sndmore);
+  sock->send(zmq::buffer(data, size), zmq::send_flags::none);
+  auto const deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt.timeout_ms);
   while (true) {
     auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    zmq::pollitem_t items[] = {{sock.handle(), 0, ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[] = {{sock->handle(), 0, ZMQ_POLLIN, 0}};
     if (left.count() > 0) zmq::poll(items, 1, left);
     if ((items[0].revents & ZMQ_POLLIN) == 0) {
       // Rebuild the socket so the unanswered request is dropped and a
       // restarted server is reached fresh on the next call.
-      impl_->connect(opt_.endpoint);
-      throw client_error("no reply from " + opt_.endpoint + " within " + std::to_string(opt_.timeout_ms) +
+      connect(opt.endpoint);
+      throw client_error("no reply from " + opt.endpoint + " within " + std::to_string(opt.timeout_ms) +
                          " ms: is the Placer service running there? (start it with `placer serve`)");
     }
     std::vector<zmq::message_t> frames;
     do {
       zmq::message_t f;
-      if (!sock.recv(f, zmq::recv_flags::dontwait)) break;
+      if (!sock->recv(f, zmq::recv_flags::dontwait)) break;
       frames.push_back(std::move(f));
-    } while (sock.get(zmq::sockopt::rcvmore));
+    } while (sock->get(zmq::sockopt::rcvmore));
     if (frames.empty()) continue;
-    auto const& payload = frames.back();
+    reply r{std::move(frames.back()), {}};
     // Match by request id; a stale reply to an earlier, timed-out request
     // is dropped. Error replies to unparseable requests carry id 0.
-    auto const chk = service::check_envelope(payload.data(), payload.size());
-    if (chk.envelope != nullptr && chk.envelope->header() != nullptr &&
-        chk.envelope->header()->request_id() != request_id && chk.envelope->header()->request_id() != 0) {
+    r.check = service::check_envelope(r.payload.data(), r.payload.size());
+    auto const* env = r.check.envelope;
+    if (env != nullptr && env->header() != nullptr && env->header()->request_id() != request_id &&
+        env->header()->request_id() != 0) {
       continue;
     }
-    auto const* p = static_cast<std::uint8_t const*>(payload.data());
-    return {p, p + payload.size()};
+    r.check.envelope = nullptr;  // points into the frame; re-derived by the caller
+    return r;
   }
 }
 
-namespace {
-service::decoded_reply decode_or_throw(std::vector<std::uint8_t> const& bytes) {
-  auto const chk = service::check_envelope(bytes.data(), bytes.size());
-  if (chk.envelope == nullptr) {
-    throw client_error(std::string("unreadable reply from the service: ") + service::error_code_name(chk.code) + ": " +
-                       chk.message);
-  }
-  return service::decode_reply(*chk.envelope);
+std::vector<std::uint8_t> client::roundtrip(void const* data, std::size_t size, std::uint64_t request_id) {
+  auto const r = impl_->exchange(opt_, data, size, request_id);
+  auto const* p = static_cast<std::uint8_t const*>(r.payload.data());
+  return {p, p + r.payload.size()};
 }
-}  // namespace
 
 service::decoded_reply client::send(round_input const& in, cluster_delta const* delta) {
   auto const t0 = std::chrono::steady_clock::now();
   service::request_header h{next_id_++, opt_.session, now_us()};
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
   service::encode_request(fbb, h, in, delta);
-  auto reply = decode_or_throw(roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), h.request_id));
+  auto const r = impl_->exchange(opt_, fbb.GetBufferPointer(), fbb.GetSize(), h.request_id);
+  if (r.check.code != wire::ErrorCode::Ok) {
+    throw client_error(std::string("unreadable reply from the service: ") + service::error_code_name(r.check.code) +
+                       ": " + r.check.message);
+  }
+  auto reply = service::decode_reply(*wire::GetEnvelope(r.payload.data()));  // verified in exchange
   last_latency_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
   return reply;
 }

@@ -41,8 +41,9 @@ class worker {
 
   [[nodiscard]] std::string backend() { return solver_.backend().description(); }
 
-  /// Bytes in, bytes out; never throws for bad input.
-  std::vector<std::uint8_t> handle(void const* data, std::size_t size) {
+  /// Bytes in, bytes out; never throws for bad input. `verified`: the I/O
+  /// thread already ran check_envelope on these bytes (not run twice).
+  std::vector<std::uint8_t> handle(void const* data, std::size_t size, bool verified = false) {
     auto const t0 = std::chrono::steady_clock::now();
     stats_.requests.fetch_add(1);
     flatbuffers::FlatBufferBuilder fbb(1024);
@@ -54,8 +55,13 @@ class worker {
       encode_error(fbb, h, code, msg);
       return finish(fbb);
     };
-    envelope_check const chk = check_envelope(data, size, cfg_.max_message_bytes);
-    if (chk.envelope == nullptr) return fail(chk.code, chk.message);
+    envelope_check chk;
+    if (verified) {
+      chk.envelope = wire::GetEnvelope(data);
+    } else {
+      chk = check_envelope(data, size, cfg_.max_message_bytes);
+      if (chk.envelope == nullptr) return fail(chk.code, chk.message);
+    }
     if (auto const* hdr = chk.envelope->header()) {
       h.request_id = hdr->request_id();
       if (hdr->session() != nullptr) h.session = hdr->session()->str();
@@ -185,10 +191,13 @@ void server::run(std::atomic<bool> const* external_stop) {
       while (!workers_stop.load()) {
         zmq::pollitem_t item{link.handle(), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, std::chrono::milliseconds(cfg_.poll_ms));
-        if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(link, frames)) continue;
-        // [identity, (empty), payload] in, the same envelope with the reply out.
+        if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(link, frames) || frames.size() < 2) continue;
+        // [verified flag, identity, (empty), payload] in; the same envelope,
+        // without the flag, with the reply out.
+        bool const verified = frames.front().size() == 1 && *frames.front().data<char>() == 'V';
+        frames.erase(frames.begin());
         auto& payload = frames.back();
-        std::vector<std::uint8_t> const reply = impl_->workers[k]->handle(payload.data(), payload.size());
+        std::vector<std::uint8_t> const reply = impl_->workers[k]->handle(payload.data(), payload.size(), verified);
         frames.back() = zmq::message_t(reply.data(), reply.size());
         send_all(link, frames);
       }
@@ -220,13 +229,15 @@ void server::run(std::atomic<bool> const* external_stop) {
     }
     // Route by session so a session's rounds stay in order on one worker.
     // The header is read only after the verifier accepts the buffer; a bad
-    // message goes to any worker, which answers with the error.
+    // message goes to any worker, which answers with the error. The verdict
+    // travels with the message, so the worker does not verify it again.
     std::size_t target = impl_->next_anonymous++ % n;
     auto const chk = check_envelope(frames[payload].data(), frames[payload].size(), cfg_.max_message_bytes);
     if (chk.envelope != nullptr && chk.envelope->header() != nullptr && chk.envelope->header()->session() != nullptr &&
         chk.envelope->header()->session()->size() > 0) {
       target = std::hash<std::string>{}(chk.envelope->header()->session()->str()) % n;
     }
+    frames.insert(frames.begin(), zmq::message_t(chk.envelope != nullptr ? "V" : "U", 1));
     send_all(links[target], frames);
   }
   workers_stop.store(true);
