@@ -57,27 +57,26 @@ struct bench_args {
 }
 
 bench_args parse(int argc, char** argv) {
-  bench_args a;
-  for (int i = 2; i < argc; ++i) {
-    std::string const k = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(k + " needs a value");
-      return argv[++i];
-    };
-    if (k == "--scenario") a.scenario = value();
-    else if (k == "--endpoint") a.endpoint = value();
-    else if (k == "--data") a.data_dir = value();
-    else if (k == "--rounds") a.rounds = std::stoi(value());
-    else if (k == "--warmup") a.warmup = std::stoi(value());
-    else if (k == "--mode") a.mode = value();
-    else if (k == "--rate") a.rate = std::stod(value());
-    else if (k == "--json") a.json_path = value();
-    else if (k == "--plot") a.plot_path = value();
-    else if (k == "--configs") {
-      std::stringstream ss(value());
-      for (std::string c; std::getline(ss, c, ',');) a.configs.push_back(c);
-    } else usage("unknown option " + k);
+  cli_args opts;
+  try {
+    opts = parse_cli(argc, argv, 2,
+                     {"scenario", "endpoint", "data", "rounds", "warmup", "mode", "rate", "json", "plot", "configs"}, {},
+                     "bench");
+  } catch (usage_error const& e) {
+    usage(e.what());
   }
+  bench_args a;
+  a.scenario = opts.get("scenario", a.scenario);
+  a.endpoint = opts.get("endpoint");
+  a.data_dir = opts.get("data");
+  if (opts.has("rounds")) a.rounds = std::stoi(opts.get("rounds"));
+  if (opts.has("warmup")) a.warmup = std::stoi(opts.get("warmup"));
+  a.mode = opts.get("mode", a.mode);
+  if (opts.has("rate")) a.rate = std::stod(opts.get("rate"));
+  a.json_path = opts.get("json");
+  a.plot_path = opts.get("plot");
+  std::stringstream ss(opts.get("configs"));
+  for (std::string c; std::getline(ss, c, ',');) a.configs.push_back(c);
   if (a.mode != "closed" && a.mode != "open") usage("--mode must be closed or open");
   if (a.rate <= 0) usage("--rate must be positive");
   return a;

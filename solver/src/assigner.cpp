@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 namespace placer::detail {
 
@@ -15,6 +16,14 @@ namespace {
 
 bool wants_locality(job const& j) {
   return j.replicas > 1 && (j.gang || j.topo_mode != topology_mode::none || j.network_sensitivity > 0.0F);
+}
+
+/// Stably sorts `key` ascending and applies the same permutation to `other`.
+void stable_sort_by(std::vector<std::int32_t>& key, std::vector<std::int32_t>& other) {
+  std::vector<std::pair<std::int32_t, std::int32_t>> both(key.size());
+  for (std::size_t k = 0; k < key.size(); ++k) both[k] = {key[k], other[k]};
+  std::stable_sort(both.begin(), both.end(), [](auto const& a, auto const& b) { return a.first < b.first; });
+  for (std::size_t k = 0; k < both.size(); ++k) std::tie(key[k], other[k]) = both[k];
 }
 
 /// Shape tiers for the auction, largest first: whole GPUs by count, then
@@ -63,16 +72,7 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
       }
     }
   }
-  std::vector<std::size_t> perm(entry_node_.size());
-  std::iota(perm.begin(), perm.end(), 0);
-  std::stable_sort(perm.begin(), perm.end(), [&](auto a, auto b) { return entry_domain_[a] < entry_domain_[b]; });
-  std::vector<std::int32_t> en(perm.size()), ed(perm.size());
-  for (std::size_t k = 0; k < perm.size(); ++k) {
-    en[k] = entry_node_[perm[k]];
-    ed[k] = entry_domain_[perm[k]];
-  }
-  entry_node_ = std::move(en);
-  entry_domain_ = std::move(ed);
+  stable_sort_by(entry_domain_, entry_node_);
 }
 
 void assigner::run(round_result& out, std::function<bool()> const& out_of_time) {
@@ -231,18 +231,7 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
     }
   }
   // Bidders grouped by row (stable), which spares the auction a sort per round.
-  {
-    std::vector<std::size_t> perm(bidder_job.size());
-    std::iota(perm.begin(), perm.end(), 0);
-    std::stable_sort(perm.begin(), perm.end(), [&](auto a, auto b) { return row_of[a] < row_of[b]; });
-    std::vector<std::int32_t> bj(perm.size()), ro(perm.size());
-    for (std::size_t k = 0; k < perm.size(); ++k) {
-      bj[k] = bidder_job[perm[k]];
-      ro[k] = row_of[perm[k]];
-    }
-    bidder_job = std::move(bj);
-    row_of = std::move(ro);
-  }
+  stable_sort_by(row_of, bidder_job);
   // Iterated unit-capacity auctions. A node's score is the value of its
   // next replica only: once a replica lands, the node's marginal value
   // changes (fuller for E-Binpack, different fragmentation), so slots of one
@@ -348,16 +337,11 @@ bool assigner::initially_feasible(std::int32_t c, std::int32_t n) const {
   // Feasible now, or at least on the node's capacity (so a full node
   // counts as "insufficient capacity", not "no feasible node").
   if (scores_[static_cast<std::size_t>(c) * m_.n_nodes() + n] >= 0) return true;
-  if ((m_.flags[n] & node_flag_healthy) == 0) return false;
+  if (!node_admits(op_.nv, op_.cv, c, n)) return false;
   auto const& nd = in_.state.nodes[n];
   auto const& cv = op_.cv;
-  std::uint8_t const pool = m_.pool[n];
-  bool const pool_ok = (cv.pool_mask[c] & pool) != 0 ||
-                       (pool == pool_bit_inference && cv.loan_ok[c] != 0 && (m_.flags[n] & node_flag_loanable) != 0);
-  if (!pool_ok || cv.cpu[c] > nd.cpu_milli_capacity || cv.mem[c] > nd.memory_mib_capacity) return false;
-  if (cv.gpus[c] == 0) return true;
-  if (m_.model[n] < 0 || ((cv.model_mask[c] >> m_.model[n]) & 1U) == 0) return false;
-  return m_.gpu_capacity[n] / milli_per_gpu >= cv.gpus[c];
+  if (cv.cpu[c] > nd.cpu_milli_capacity || cv.mem[c] > nd.memory_mib_capacity) return false;
+  return cv.gpus[c] == 0 || m_.gpu_capacity[n] / milli_per_gpu >= cv.gpus[c];
 }
 
 std::int32_t assigner::score(std::int32_t c, std::int32_t n) const {

@@ -3,6 +3,7 @@
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <tuple>
 
@@ -110,10 +111,11 @@ round_matrices build_matrices(round_input const& in) {
   // GPU of that model, capped at 1 (per mille). Jobs that accept any model
   // are steered away from models under pressure (ops.hpp).
   std::vector<std::int64_t> restricted(m.models.size(), 0), free_by_model(m.models.size(), 0);
-  for (auto const& j : in.pending) {
+  for (std::size_t jj = 0; jj < in.pending.size(); ++jj) {
+    auto const& j = in.pending[jj];
     if (j.per_replica.gpus == 0 || j.allowed_gpu_models.empty()) continue;
-    std::uint64_t const mm = model_mask(j.allowed_gpu_models, m.models);
-    int const k = __builtin_popcountll(mm);
+    std::uint64_t const mm = m.class_model_mask[m.job_class[jj]];
+    int const k = std::popcount(mm);
     if (k == 0) continue;
     for (std::size_t id = 0; id < m.models.size(); ++id) {
       if ((mm >> id) & 1U) restricted[id] += j.per_replica.gpu_milli_total() * j.replicas / k;

@@ -102,17 +102,25 @@ PLACER_HD inline std::int64_t node_fragmentation(std::int32_t const* f, std::int
   return frag;
 }
 
-/// Feasibility of class c on node n (ignoring the score).
-PLACER_HD inline bool cell_feasible(node_view const& nv, class_view const& cv, std::int32_t c, std::int32_t n) {
+/// The part of feasibility that does not depend on free capacity: node
+/// health, the pool rule (own or shared pool; training and batch may borrow
+/// loanable inference nodes) and, for GPU replicas, the GPU model.
+PLACER_HD inline bool node_admits(node_view const& nv, class_view const& cv, std::int32_t c, std::int32_t n) {
   if ((nv.flags[n] & node_flag_healthy) == 0) return false;
   std::uint8_t const pool = nv.pool[n];
   bool const pool_ok = (cv.pool_mask[c] & pool) != 0 ||
                        (pool == pool_bit_inference && cv.loan_ok[c] != 0 && (nv.flags[n] & node_flag_loanable) != 0);
   if (!pool_ok) return false;
-  if (cv.cpu[c] > nv.cpu_free[n] || cv.mem[c] > nv.mem_free[n]) return false;
   if (cv.gpus[c] == 0) return true;
   std::int32_t const model = nv.model[n];
-  if (model < 0 || ((cv.model_mask[c] >> model) & 1U) == 0) return false;
+  return model >= 0 && ((cv.model_mask[c] >> model) & 1U) != 0;
+}
+
+/// Feasibility of class c on node n as it is now (ignoring the score).
+PLACER_HD inline bool cell_feasible(node_view const& nv, class_view const& cv, std::int32_t c, std::int32_t n) {
+  if (!node_admits(nv, cv, c, n)) return false;
+  if (cv.cpu[c] > nv.cpu_free[n] || cv.mem[c] > nv.mem_free[n]) return false;
+  if (cv.gpus[c] == 0) return true;
   std::int32_t const b = nv.gpu_begin[n];
   return gpus_fit(nv.gpu_free + b, nv.gpu_begin[n + 1] - b, cv.gpus[c], cv.milli[c]);
 }
