@@ -90,7 +90,7 @@ round_matrices build_matrices(round_input const& in) {
     auto const& d = j.per_replica;
     std::uint64_t const mm = d.gpus > 0 ? model_mask(j.allowed_gpu_models, m.models) : ~std::uint64_t{0};
     std::uint8_t const pm = job_pool_mask(j.kind);
-    std::uint8_t const loan = j.kind == job_kind::inference ? 0 : 1;
+    std::uint8_t const loan = j.kind != job_kind::inference && in.pol.queue.loaning ? 1 : 0;
     key const k{d.gpus, d.gpus > 0 ? d.gpu_milli : milli_per_gpu, d.cpu_milli, d.memory_mib, mm, pm, loan};
     auto [it, fresh] = classes.emplace(k, static_cast<std::int32_t>(m.class_gpus.size()));
     if (fresh) {

@@ -2,6 +2,7 @@
 // (assigner.cpp: tiers, locality, iterated auctions on the backend) ->
 // metrics (backend), each stage timed into the result.
 #include "assigner.hpp"
+#include "policies/policies.hpp"
 
 #include <placer/kernels/ops.hpp>
 #include <placer/solver/matrices.hpp>
@@ -74,7 +75,50 @@ solver::~solver() = default;
 solver::solver(solver&&) noexcept = default;
 solver& solver::operator=(solver&&) noexcept = default;
 
-round_result solver::solve(round_input const& in) {
+round_result solver::solve(round_input const& in, queue_memory* memory) {
+  if (!in.pol.queue.any_cross_round()) return solve_one(in);
+  // The cross-round policies call the one-round pipeline on sub-problems;
+  // the metrics compare the request's cluster with the one the round leaves.
+  auto const t_round = clock_type::now();
+  auto t = clock_type::now();
+  validate(in);
+  double const validate_us = micros_since(t);
+  t = clock_type::now();
+  cluster after_state;
+  round_result out = detail::queue_round([this](round_input const& sub) { return solve_one(sub); }, in, memory,
+                                         &after_state);
+  double const policies_us = micros_since(t);
+  out.epoch = in.state.epoch;
+  out.backend = backend_->description();
+  t = clock_type::now();
+  round_input probe;
+  probe.state = in.state;
+  round_matrices m = build_matrices(probe);
+  fill_stats(backend_->stats(m.nodes(), m.tasks()), out.metrics.gar_before, out.metrics.gfr_before,
+             out.metrics.frag_ratio_before);
+  probe.state = std::move(after_state);
+  m = build_matrices(probe);
+  fill_stats(backend_->stats(m.nodes(), m.tasks()), out.metrics.gar_after, out.metrics.gfr_after,
+             out.metrics.frag_ratio_after);
+  out.metrics.jobs_placed = static_cast<std::int32_t>(out.placements.size());
+  out.metrics.replicas_placed = 0;
+  out.metrics.gpu_milli_placed = 0;
+  for (auto const& p : out.placements) {
+    auto const& d = in.pending[static_cast<std::size_t>(p.job)].per_replica;
+    out.metrics.replicas_placed += static_cast<std::int32_t>(p.replicas.size());
+    out.metrics.gpu_milli_placed += d.gpu_milli_total() * static_cast<std::int64_t>(p.replicas.size());
+  }
+  out.timing.clear();
+  out.timing.push_back({"validate", validate_us});
+  out.timing.push_back({"policies", policies_us});
+  out.timing.push_back({"metrics", micros_since(t)});
+  std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
+  std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
+  out.timing.push_back({"total", micros_since(t_round)});
+  return out;
+}
+
+round_result solver::solve_one(round_input const& in) {
   auto const t_round = clock_type::now();
   round_result out;
   out.epoch = in.state.epoch;

@@ -6,6 +6,7 @@
 #include <placer/topology/cluster.hpp>
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,7 +44,10 @@ struct job {
   std::int32_t topology_level = -1;  ///< all replicas under one domain of this level
   topology_mode topo_mode = topology_mode::none;
   float network_sensitivity = 0.0F;  ///< 0..1
-  std::int32_t min_replicas = 0;     ///< elastic range; 0 = not elastic
+  /// Elastic range: with min_replicas > 0 and the elastic policy on, the job
+  /// is placed with k replicas, min_replicas <= k <= max(max_replicas,
+  /// min_replicas) (the first min_replicas as a gang); otherwise `replicas`.
+  std::int32_t min_replicas = 0;
   std::int32_t max_replicas = 0;
   bool preemptible = false;
   std::int64_t submit_time = 0;
@@ -70,7 +74,9 @@ struct running_job {
   bool gang = false;
   bool preemptible = false;
   bool loaned = false;
-  std::int32_t min_replicas = 0;
+  std::int32_t min_replicas = 0;  ///< elastic: may shrink to this; 0 = not elastic
+  std::int32_t max_replicas = 0;  ///< elastic: may grow to this
+  float network_sensitivity = 0.0F;
   std::int64_t start_time = 0;
   std::int64_t estimated_end = 0;
   std::int64_t last_checkpoint = 0;
@@ -98,9 +104,49 @@ struct weights {
   std::int32_t scarcity = 100;
 };
 
+enum class backfill_mode : std::uint8_t { off = 0, easy = 1, conservative = 2 };
+
+/// The policies that act across rounds (docs/policies.md). All off except
+/// loaning, which only takes effect on nodes the caller marks loanable.
+struct queue_policy {
+  /// EASY: the first blocked job in queue order gets a reservation; later
+  /// jobs start now only if they do not delay it. Conservative: every
+  /// blocked job (up to max_reservations) gets one.
+  backfill_mode backfill = backfill_mode::off;
+  std::int32_t max_reservations = 8;
+  /// A job that cannot be placed may preempt preemptible jobs of strictly
+  /// lower priority, the set with the least lost work (GPUs x time since
+  /// the last checkpoint); gangs whole or not at all.
+  bool preemption = false;
+  /// Training may borrow loanable inference nodes; inference jobs that do
+  /// not fit reclaim them (lowest server preemption cost first).
+  bool loaning = true;
+  /// The cluster manager asks for this many loaned nodes back now (on top of
+  /// what unplaced inference jobs need); 0 = only what they need.
+  std::int32_t reclaim_nodes = 0;
+  /// Elastic jobs (min..max replicas) get spare GPUs by a multiple-choice
+  /// knapsack on estimated JCT reduction; reclaim shrinks them first.
+  bool elastic = false;
+  /// Communication-heavy gangs (network_sensitivity >= sensitivity_threshold,
+  /// more than one node) wait up to an auto-tuned per-class timer for a
+  /// consolidated placement.
+  bool delay_scheduling = false;
+  float sensitivity_threshold = 0.5F;
+  std::int64_t delay_timer_max = 1800;  ///< seconds; cap on any timer
+  /// A deferred or spread sensitive gang may preempt lower-priority,
+  /// insensitive, preemptible work inside one domain to consolidate.
+  bool network_preemption = false;
+
+  /// True when any policy beyond one round's assignment is switched on.
+  [[nodiscard]] bool any_cross_round() const {
+    return backfill != backfill_mode::off || preemption || elastic || delay_scheduling || network_preemption;
+  }
+};
+
 struct policy {
   algorithm algo = algorithm::placer;
   weights w;
+  queue_policy queue;
 };
 
 struct round_input {
@@ -137,15 +183,39 @@ struct unplaced {
 };
 
 struct preemption {
+  std::string job;         ///< running job name (a gang is preempted whole)
+  std::string reason;      ///< "priority", "reclaim", "network"
+  std::int32_t for_job = -1;     ///< pending index it makes room for; -1 for a reclaim
+  std::int64_t lost_work = 0;    ///< milli-GPU x seconds since the last checkpoint
+};
+
+/// Replicas added to (scale-out) or removed from (scale-in) a running
+/// elastic job.
+struct scale_change {
   std::string job;
-  std::string reason;
-  std::int32_t for_job = -1;
+  std::vector<replica_placement> replicas;
+  std::string reason;  ///< "elastic", "reclaim"
 };
 
 struct reservation {
   std::int32_t job = -1;
   std::vector<std::int32_t> nodes;
   std::int64_t start_time = 0;
+};
+
+/// One job class's delay-scheduling timer (docs/policies.md).
+struct delay_timer {
+  std::string job_class;       ///< e.g. "gang-nodes:2-3/sens:high"
+  std::int64_t timer = 0;      ///< seconds a gang of this class may wait
+  std::int64_t observed_wait = 0;  ///< smoothed wait until a consolidated placement
+  std::int32_t samples = 0;
+};
+
+/// What the across-round policies remember between rounds of one session
+/// (the service keeps one per session, the simulator one per run).
+struct queue_memory {
+  std::map<std::string, delay_timer> timers;            ///< by job_class
+  std::map<std::string, std::int64_t> deferred_since;   ///< job name -> first round it was deferred
 };
 
 /// Cluster-level metrics before and after the round (docs/metrics.md).
@@ -169,6 +239,10 @@ struct round_result {
   std::vector<preemption> preemptions;
   std::vector<reservation> reservations;
   std::vector<unplaced> unplaced_jobs;
+  std::vector<scale_change> scale_outs;   ///< running elastic jobs grown
+  std::vector<scale_change> scale_ins;    ///< running elastic jobs shrunk
+  std::vector<std::int32_t> reclaimed_nodes;  ///< loanable nodes taken back for inference
+  std::vector<delay_timer> delay_timers;  ///< current timers (delay scheduling on)
   round_metrics metrics;
   std::vector<stage_timing> timing;
   std::string backend;

@@ -27,12 +27,18 @@ class solver {
   solver(solver&&) noexcept;
   solver& operator=(solver&&) noexcept;
 
-  /// Solves one round. Never over-commits any node or GPU resource.
-  round_result solve(round_input const& in);
+  /// Solves one round. Never over-commits any node or GPU resource. With a
+  /// cross-round policy on (in.pol.queue), `memory` carries what the
+  /// policies remember between rounds of one session (delay timers); null
+  /// = a fresh memory for this round only.
+  round_result solve(round_input const& in, queue_memory* memory = nullptr);
 
   [[nodiscard]] kernels::backend& backend() { return *backend_; }
 
  private:
+  /// One round's assignment, no cross-round policy.
+  round_result solve_one(round_input const& in);
+
   std::unique_ptr<kernels::backend> backend_;
 };
 

@@ -1,0 +1,152 @@
+#pragma once
+// The across-round policies (docs/policies.md): backfill with reservations,
+// minimum-cost preemption, capacity loaning and reclaim, elastic scaling,
+// delay scheduling. Each works on a work_state (the round as the decisions
+// so far leave it) and calls the one-round assignment (`core_fn`: the
+// solver's pipeline with every cross-round policy off) on sub-problems.
+//
+// queue_round.cpp runs them in this order:
+//   delay plan (rewrites sensitive gangs) -> core assignment -> reclaim ->
+//   preemption -> network preemption -> backfill -> elastic scale-out ->
+//   delay settle (timers) -> metrics.
+//
+// Every function keeps these invariants: nothing over-commits a node; a
+// placement in `out` is applied to `ws` (and removed from it if dropped);
+// a preempted gang is stopped whole; indices are into ws.in.pending.
+
+#include <placer/solver/model.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace placer::detail {
+
+/// One-round assignment of a round_input (no cross-round policy).
+using core_fn = std::function<round_result(round_input const&)>;
+
+/// The round as the decisions so far leave it.
+class work_state {
+ public:
+  explicit work_state(round_input const& in);
+
+  round_input const& in;             ///< the request as received
+  cluster state;                     ///< free resources after the decisions so far
+  std::vector<running_job> running;  ///< given running jobs, then jobs started this round
+  std::vector<char> alive;           ///< running[r] still runs (0 once stopped)
+  std::vector<std::int32_t> started_from;  ///< running[r] -> pending index if started this round, else -1
+
+  /// Starts pending job j on `reps` (resources taken from `state`; a
+  /// running entry appended with estimated_end = now + estimated_duration).
+  /// Throws logic_error(internal) if that would over-commit. Returns its running index.
+  std::size_t start(std::int32_t j, std::vector<replica_placement> const& reps);
+  /// Stops running[r] whole, giving its resources back.
+  void stop(std::size_t r);
+  /// Removes replicas (indices into running[r].replicas) of an elastic job.
+  /// Returns the removed placements.
+  std::vector<replica_placement> shrink(std::size_t r, std::vector<std::size_t> const& replica_indices);
+  /// Adds replicas to running[r] (resources taken from `state`).
+  void grow(std::size_t r, std::vector<replica_placement> const& reps);
+
+  /// Running index of the job started this round from pending j, or -1.
+  [[nodiscard]] std::int64_t running_of(std::int32_t j) const;
+
+  /// Lost work if running[r] were preempted now: milli-GPU x seconds since
+  /// its last checkpoint (start_time when never checkpointed).
+  [[nodiscard]] std::int64_t lost_work(std::size_t r) const;
+
+ private:
+  void take(demand const& d, replica_placement const& rp, char const* what);
+  void give(demand const& d, replica_placement const& rp);
+};
+
+/// Options for one call of the core on a sub-problem.
+struct sub_round {
+  std::vector<std::int32_t> jobs;            ///< indices into ws.in.pending
+  std::vector<job> const* overrides = nullptr;  ///< if set: replaces ws.in.pending[j] by (*overrides)[j]
+  std::vector<char> const* hidden = nullptr;    ///< per node: 1 = not offered to these jobs
+};
+
+/// Runs the core on `sub` against ws.state; placements and unplaced refer
+/// to ws.in.pending indices. Does not apply anything to ws.
+round_result assign_jobs(core_fn const& core, work_state const& ws, sub_round const& sub);
+
+/// Queue order: priority (high first), then submit time, then index.
+std::vector<std::int32_t> queue_order(round_input const& in, std::vector<std::int32_t> const& jobs);
+
+// ----------------------------------------------------------------- policies
+
+/// Reclaim (loaning.cpp): takes loaned nodes back for inference. Nodes are
+/// chosen one at a time by lowest server preemption cost (jobs that would
+/// be preempted; an elastic job that can shrink and stay >= min costs 0),
+/// recomputed after each choice, until the unplaced inference jobs in
+/// `inference_jobs` fit (then they are placed) or, when
+/// ws.in.pol.queue.reclaim_nodes > 0, exactly that many nodes are free of
+/// training. Appends to out.reclaimed_nodes, out.preemptions (reason
+/// "reclaim"), out.scale_ins, out.placements; removes the placed jobs from
+/// out.unplaced_jobs.
+void reclaim_loaned(core_fn const& core, work_state& ws, std::vector<std::int32_t> const& inference_jobs,
+                    round_result& out);
+
+/// Minimum-cost preemption (preemption.cpp) for the unplaced jobs `jobs`
+/// (in queue order): victims are alive, preemptible running jobs of
+/// strictly lower priority (network scope: also insensitive, i.e.
+/// network_sensitivity < threshold); cost = lost_work; a gang victim is
+/// stopped whole. Gangs and topology jobs look per domain of their level
+/// (network scope: the consolidation level). Places the job when a victim
+/// set is found; appends preemptions (reason "priority" or "network").
+enum class preempt_scope { priority, network };
+void preempt_for(core_fn const& core, work_state& ws, std::vector<std::int32_t> const& jobs, preempt_scope scope,
+                 std::vector<job> const* overrides, round_result& out);
+
+/// Backfill (backfill.cpp), EASY or conservative: walks the queue; the first
+/// blocked job(s) get reservations (earliest start and node set from running
+/// jobs' estimated ends; a job past its estimate is assumed to end at
+/// now + 1); placements this round that would delay a reservation are
+/// undone and re-solved so they cannot. Appends out.reservations; blocked
+/// jobs' unplaced reason becomes Reserved.
+void backfill(core_fn const& core, work_state& ws, std::vector<job> const* overrides, round_result& out);
+
+/// Elastic scale-out (elastic.cpp): spare GPUs to elastic jobs (placed this
+/// round at their minimum, or running below their maximum) by a
+/// multiple-choice knapsack on estimated JCT reduction; extra replicas go
+/// into the job's placement (pending) or out.scale_outs (running). Never
+/// uses nodes held by out.reservations.
+void elastic_scale_out(core_fn const& core, work_state& ws, round_result& out);
+
+/// One group of the multiple-choice knapsack: items[k] = (weight, value)
+/// for taking k+1 units of the group; at most one item per group.
+struct knapsack_group {
+  std::vector<std::int64_t> weight;
+  std::vector<std::int64_t> value;
+};
+/// Optimal choice (dynamic programming): per group the item index taken,
+/// or -1. Ties broken toward lower weight, then lower group index.
+std::vector<std::int32_t> solve_mck(std::vector<knapsack_group> const& groups, std::int64_t capacity);
+
+/// Delay scheduling (delay.cpp). plan: for every communication-heavy gang
+/// whose wait (now - submit_time) is below its class timer, an override
+/// requiring a consolidated placement (topology_mode required at the
+/// lowest level whose domains can hold it). settle: jobs still unplaced
+/// under such an override are reported Deferred; memory records waits of
+/// jobs placed consolidated after waiting and re-tunes the timers;
+/// out.delay_timers lists them.
+struct delay_plan {
+  std::vector<job> overrides;            ///< a copy of ws.in.pending with the rewrites
+  std::vector<char> deferred_candidate;  ///< per pending job: 1 = rewritten to wait
+};
+// plan_delays must fill overrides with all of ws.in.pending (rewritten or
+// not) and deferred_candidate with one entry per pending job.
+delay_plan plan_delays(work_state const& ws, queue_memory& memory);
+void settle_delays(work_state const& ws, delay_plan const& plan, queue_memory& memory, round_result& out);
+
+/// The delay-scheduling job class of a job ("" when it is not a
+/// communication-heavy multi-node gang under the policy's threshold).
+std::string delay_class(job const& j, round_input const& in);
+
+/// Runs the whole round with the cross-round policies (queue_round.cpp);
+/// the cluster as the round leaves it goes to *final_state (for metrics).
+/// Elastic jobs are placed at min_replicas by the core (a gang), then grown.
+round_result queue_round(core_fn const& core, round_input const& in, queue_memory* memory, cluster* final_state);
+
+}  // namespace placer::detail

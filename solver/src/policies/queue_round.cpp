@@ -1,0 +1,112 @@
+// One round with the cross-round policies on (policies.hpp has the order
+// and the invariants; docs/policies.md the reasoning).
+#include "policies.hpp"
+
+#include <algorithm>
+
+namespace placer::detail {
+
+namespace {
+
+void drop_unplaced(round_result& out, std::int32_t j) {
+  out.unplaced_jobs.erase(std::remove_if(out.unplaced_jobs.begin(), out.unplaced_jobs.end(),
+                                         [&](unplaced const& u) { return u.job == j; }),
+                          out.unplaced_jobs.end());
+}
+
+bool is_placed(round_result const& out, std::int32_t j) {
+  return std::any_of(out.placements.begin(), out.placements.end(), [&](placement const& p) { return p.job == j; });
+}
+
+/// Unplaced jobs (not deferred, not invalid) in queue order.
+std::vector<std::int32_t> still_unplaced(work_state const& ws, round_result const& out,
+                                         std::vector<char> const* deferred) {
+  std::vector<std::int32_t> js;
+  for (auto const& u : out.unplaced_jobs) {
+    if (u.reason == unplaced_reason::invalid_job || u.reason == unplaced_reason::deadline_exceeded) continue;
+    if (deferred != nullptr && (*deferred)[static_cast<std::size_t>(u.job)] != 0) continue;
+    js.push_back(u.job);
+  }
+  return queue_order(ws.in, js);
+}
+
+}  // namespace
+
+round_result queue_round(core_fn const& core, round_input const& in, queue_memory* memory, cluster* final_state) {
+  queue_policy const& q = in.pol.queue;
+  work_state ws(in);
+  queue_memory scratch;
+  queue_memory& mem = memory != nullptr ? *memory : scratch;
+
+  // 1. Delay scheduling rewrites communication-heavy gangs that may still
+  //    wait into "consolidated or nothing".
+  //    Elastic jobs are first placed at their minimum, as a gang.
+  delay_plan plan;
+  std::vector<job> const* overrides = nullptr;
+  if (q.delay_scheduling) {
+    plan = plan_delays(ws, mem);
+    overrides = &plan.overrides;
+  }
+  if (q.elastic) {
+    if (overrides == nullptr) plan.overrides = in.pending;
+    for (auto& j : plan.overrides) {
+      if (j.min_replicas > 0) {
+        j.replicas = j.min_replicas;
+        j.gang = j.gang || j.min_replicas > 1;
+      }
+    }
+    overrides = &plan.overrides;
+  }
+
+  // 2. The one-round assignment of everything pending.
+  sub_round all;
+  all.jobs.resize(in.pending.size());
+  for (std::size_t j = 0; j < in.pending.size(); ++j) all.jobs[j] = static_cast<std::int32_t>(j);
+  all.overrides = overrides;
+  round_result out = assign_jobs(core, ws, all);
+  for (auto const& p : out.placements) ws.start(p.job, p.replicas);
+
+  // 3. Reclaim: inference jobs that did not fit take loaned nodes back.
+  if (q.loaning) {
+    std::vector<std::int32_t> inference;
+    for (auto j : still_unplaced(ws, out, nullptr)) {
+      if (in.pending[static_cast<std::size_t>(j)].kind == job_kind::inference) inference.push_back(j);
+    }
+    if (!inference.empty() || q.reclaim_nodes > 0) reclaim_loaned(core, ws, inference, out);
+  }
+
+  // 4. Priority preemption for what is still blocked (not deferred jobs:
+  //    they wait by choice).
+  std::vector<char> const* deferred = q.delay_scheduling ? &plan.deferred_candidate : nullptr;
+  if (q.preemption) {
+    auto blocked = still_unplaced(ws, out, deferred);
+    if (!blocked.empty()) preempt_for(core, ws, blocked, preempt_scope::priority, overrides, out);
+  }
+
+  // 5. Network-sensitive preemption: deferred gangs try to consolidate by
+  //    preempting insensitive, lower-priority work inside one domain.
+  if (q.network_preemption && q.delay_scheduling) {
+    std::vector<std::int32_t> waiting;
+    for (std::size_t j = 0; j < in.pending.size(); ++j) {
+      auto const jj = static_cast<std::int32_t>(j);
+      if (plan.deferred_candidate[j] != 0 && !is_placed(out, jj)) waiting.push_back(jj);
+    }
+    if (!waiting.empty()) preempt_for(core, ws, queue_order(in, waiting), preempt_scope::network, overrides, out);
+  }
+
+  // 6. Backfill: reservations for the blocked head(s); undo backfills that
+  //    would delay them.
+  if (q.backfill != backfill_mode::off) backfill(core, ws, overrides, out);
+
+  // 7. Elastic: spare GPUs to elastic jobs.
+  if (q.elastic) elastic_scale_out(core, ws, out);
+
+  // 8. Delay scheduling bookkeeping: Deferred reasons, waits, timers.
+  if (q.delay_scheduling) settle_delays(ws, plan, mem, out);
+
+  for (auto const& p : out.placements) drop_unplaced(out, p.job);
+  if (final_state != nullptr) *final_state = std::move(ws.state);
+  return out;
+}
+
+}  // namespace placer::detail

@@ -1,0 +1,2 @@
+// Tests for the backfill policy: being written.
+#include <gtest/gtest.h>

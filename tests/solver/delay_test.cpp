@@ -1,0 +1,2 @@
+// Tests for the delay policy: being written.
+#include <gtest/gtest.h>

@@ -1,0 +1,2 @@
+// Tests for the elastic policy: being written.
+#include <gtest/gtest.h>

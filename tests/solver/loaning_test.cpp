@@ -1,0 +1,2 @@
+// Tests for the loaning policy: being written.
+#include <gtest/gtest.h>

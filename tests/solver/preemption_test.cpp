@@ -1,0 +1,2 @@
+// Tests for the preemption policy: being written.
+#include <gtest/gtest.h>
