@@ -355,6 +355,8 @@ running_job running_in(wire::RunningJob const& w, std::string const& who) {
   r.preemptible = w.preemptible();
   r.loaned = w.loaned();
   r.min_replicas = u32_in(w.min_replicas(), who, "min_replicas");
+  r.max_replicas = u32_in(w.max_replicas(), who, "max_replicas");
+  r.network_sensitivity = w.network_sensitivity();
   r.start_time = w.start_time();
   r.estimated_end = w.estimated_end();
   r.last_checkpoint = w.last_checkpoint();
@@ -367,12 +369,43 @@ flatbuffers::Offset<wire::RunningJob> running_out(fbb_t& fbb, running_job const&
   auto const reps = replicas_out(fbb, r.replicas, who);
   return wire::CreateRunningJob(fbb, name, static_cast<wire::JobKind>(r.kind), r.priority, dem, reps, r.gang,
                                 r.preemptible, r.loaned, narrow<std::uint32_t>(r.min_replicas, who, "min_replicas"),
-                                r.start_time, r.estimated_end, r.last_checkpoint);
+                                r.start_time, r.estimated_end, r.last_checkpoint,
+                                narrow<std::uint32_t>(r.max_replicas, who, "max_replicas"), r.network_sensitivity);
 }
 
 flatbuffers::Offset<wire::Policy> policy_out(fbb_t& fbb, policy const& p) {
   auto const w = wire::CreateWeights(fbb, p.w.binpack, p.w.fragmentation, p.w.topology, p.w.pool_affinity, p.w.scarcity);
-  return wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(p.algo), w);
+  auto const& q = p.queue;
+  auto const qp = wire::CreateQueuePolicy(fbb, static_cast<wire::BackfillMode>(q.backfill), q.max_reservations,
+                                          q.preemption, q.loaning, q.reclaim_nodes, q.elastic, q.delay_scheduling,
+                                          q.sensitivity_threshold, q.delay_timer_max, q.network_preemption);
+  return wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(p.algo), w, 0, qp);
+}
+
+flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::ScaleChange>>> scale_out(
+    fbb_t& fbb, std::vector<scale_change> const& v, char const* what) {
+  if (v.empty()) return 0;
+  std::vector<flatbuffers::Offset<wire::ScaleChange>> offs;
+  offs.reserve(v.size());
+  for (std::size_t k = 0; k < v.size(); ++k) {
+    auto const job = fbb.CreateString(v[k].job);
+    auto const reps = replicas_out(fbb, v[k].replicas, std::string(what) + " " + std::to_string(k));
+    auto const reason = opt_string(fbb, v[k].reason);
+    offs.push_back(wire::CreateScaleChange(fbb, job, reps, reason));
+  }
+  return fbb.CreateVector(offs);
+}
+
+std::vector<scale_change> scale_in(fb_vector<flatbuffers::Offset<wire::ScaleChange>> const* v, char const* what) {
+  std::vector<scale_change> out;
+  if (v == nullptr) return out;
+  out.reserve(v->size());
+  for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) {
+    auto const* c = v->Get(k);
+    out.push_back({str(c->job()), replicas_in(c->replicas(), std::string(what) + " " + std::to_string(k)),
+                   str(c->reason())});
+  }
+  return out;
 }
 
 std::string job_who(char const* what, std::size_t i, flatbuffers::String const* name) {
@@ -556,7 +589,7 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
   for (auto const& p : r.preemptions) {
     auto const job = fbb.CreateString(p.job);
     auto const reason = opt_string(fbb, p.reason);
-    preemptions.push_back(wire::CreatePreemption(fbb, job, reason, index_out(p.for_job)));
+    preemptions.push_back(wire::CreatePreemption(fbb, job, reason, index_out(p.for_job), p.lost_work));
   }
   std::vector<flatbuffers::Offset<wire::Reservation>> reservations;
   reservations.reserve(r.reservations.size());
@@ -582,11 +615,21 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
   timing.reserve(r.timing.size());
   for (auto const& t : r.timing) timing.push_back(wire::CreateStageTiming(fbb, fbb.CreateString(t.stage), t.micros));
 
+  auto const outs = scale_out(fbb, r.scale_outs, "scale-out");
+  auto const ins = scale_out(fbb, r.scale_ins, "scale-in");
+  auto const reclaimed =
+      r.reclaimed_nodes.empty() ? 0 : scalars_out<std::uint32_t>(fbb, r.reclaimed_nodes, "reply", "reclaimed_nodes");
+  std::vector<flatbuffers::Offset<wire::DelayTimer>> timers;
+  timers.reserve(r.delay_timers.size());
+  for (auto const& t : r.delay_timers) {
+    timers.push_back(wire::CreateDelayTimer(fbb, fbb.CreateString(t.job_class), t.timer, t.observed_wait,
+                                            narrow<std::uint32_t>(t.samples, "delay timer", "samples")));
+  }
   auto const reply = wire::CreateScheduleReply(
       fbb, status, r.epoch, placements.empty() ? 0 : fbb.CreateVector(placements),
       preemptions.empty() ? 0 : fbb.CreateVector(preemptions), reservations.empty() ? 0 : fbb.CreateVector(reservations),
       unplaced.empty() ? 0 : fbb.CreateVector(unplaced), metrics, timing.empty() ? 0 : fbb.CreateVector(timing),
-      opt_string(fbb, r.backend));
+      opt_string(fbb, r.backend), outs, ins, reclaimed, timers.empty() ? 0 : fbb.CreateVector(timers));
   auto const hdr = header_out(fbb, h);
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::ScheduleReply, reply.Union()));
 }
@@ -628,7 +671,9 @@ decoded_reply decode_reply(wire::Envelope const& env) {
   }
   if (auto const* v = rep->preemptions()) {
     r.preemptions.reserve(v->size());
-    for (auto const* p : *v) r.preemptions.push_back({str(p->job()), str(p->reason()), index_in(p->for_job())});
+    for (auto const* p : *v) {
+      r.preemptions.push_back({str(p->job()), str(p->reason()), index_in(p->for_job()), p->lost_work()});
+    }
   }
   if (auto const* v = rep->reservations()) {
     r.reservations.reserve(v->size());
@@ -669,6 +714,19 @@ decoded_reply decode_reply(wire::Envelope const& env) {
     for (auto const* t : *v) r.timing.push_back({str(t->stage()), t->micros()});
   }
   r.backend = str(rep->backend());
+  r.scale_outs = scale_in(rep->scale_outs(), "scale-out");
+  r.scale_ins = scale_in(rep->scale_ins(), "scale-in");
+  if (auto const* v = rep->reclaimed_nodes()) {
+    r.reclaimed_nodes.reserve(v->size());
+    for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) r.reclaimed_nodes.push_back(index_in(v->Get(k)));
+  }
+  if (auto const* v = rep->delay_timers()) {
+    r.delay_timers.reserve(v->size());
+    for (auto const* t : *v) {
+      r.delay_timers.push_back({str(t->job_class()), t->timer(), t->observed_wait(),
+                                u32_in(t->samples(), "delay timer", "samples")});
+    }
+  }
   return out;
 }
 
@@ -724,6 +782,25 @@ policy decode_policy(wire::Policy const* p) {
     out.w.topology = w->topology();
     out.w.pool_affinity = w->pool_affinity();
     out.w.scarcity = w->scarcity();
+  }
+  if (auto const* q = p->queue()) {
+    auto& x = out.queue;
+    x.backfill = enum_in<backfill_mode>(q->backfill(), "policy", "queue.backfill");
+    x.max_reservations = q->max_reservations();
+    x.preemption = q->preemption();
+    x.loaning = q->loaning();
+    x.reclaim_nodes = q->reclaim_nodes();
+    x.elastic = q->elastic();
+    x.delay_scheduling = q->delay_scheduling();
+    x.sensitivity_threshold = q->sensitivity_threshold();
+    x.delay_timer_max = q->delay_timer_max();
+    x.network_preemption = q->network_preemption();
+    if (x.max_reservations < 1) invalid("policy: queue.max_reservations must be at least 1");
+    if (x.reclaim_nodes < 0) invalid("policy: queue.reclaim_nodes must not be negative");
+    if (x.delay_timer_max < 0) invalid("policy: queue.delay_timer_max must not be negative");
+    if (!(x.sensitivity_threshold >= 0.0F && x.sensitivity_threshold <= 1.0F)) {
+      invalid("policy: queue.sensitivity_threshold must be in 0..1");
+    }
   }
   return out;
 }

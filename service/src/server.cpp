@@ -78,9 +78,17 @@ class worker {
           return fail(wire::ErrorCode::StaleEpoch,
                       "no cluster held for session '" + h.session + "': send a full snapshot");
         }
-        in.state = apply_delta(it->second, *req.delta);  // throws stale_epoch
+        in.state = apply_delta(it->second.state, *req.delta);  // throws stale_epoch
       }
-      round_result const r = solver_.solve(in);
+      // What the cross-round policies remember (delay timers) lives with
+      // the session; a request without a session gets a fresh memory.
+      queue_memory scratch;
+      queue_memory* memory = &scratch;
+      if (!h.session.empty()) {
+        auto it = sessions_.find(h.session);
+        if (it != sessions_.end()) memory = &it->second.memory;
+      }
+      round_result const r = solver_.solve(in, memory);
       fbb.Clear();
       encode_reply(fbb, h, r, in);
       std::size_t const n_nodes = in.state.nodes.size();
@@ -90,7 +98,9 @@ class worker {
         if (sessions_.size() >= cfg_.max_sessions && sessions_.count(h.session) == 0) {
           sessions_.erase(sessions_.begin());
         }
-        sessions_[h.session] = std::move(in.state);
+        auto& sess = sessions_[h.session];
+        sess.state = std::move(in.state);
+        if (memory == &scratch) sess.memory = std::move(scratch);
       }
       double const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
       stats_.rounds_ok.fetch_add(1);
@@ -115,7 +125,11 @@ class worker {
   shared_stats& stats_;
   int id_;
   solver solver_;
-  std::map<std::string, cluster> sessions_;  ///< session -> last cluster (for deltas)
+  struct session {
+    cluster state;        ///< the last cluster (deltas apply to it)
+    queue_memory memory;  ///< cross-round policy memory
+  };
+  std::map<std::string, session> sessions_;
 };
 
 /// Receives one multipart message (all frames) without blocking.

@@ -75,8 +75,32 @@ solver::~solver() = default;
 solver::solver(solver&&) noexcept = default;
 solver& solver::operator=(solver&&) noexcept = default;
 
+namespace {
+
+/// Loaning needs the policy layer only when inference work is pending while
+/// training runs on loaned inference nodes (a reclaim may be due).
+bool reclaim_possible(round_input const& in) {
+  if (!in.pol.queue.loaning) return false;
+  bool const inference_pending = std::any_of(in.pending.begin(), in.pending.end(),
+                                             [](job const& j) { return j.kind == job_kind::inference; });
+  if (!inference_pending) return false;
+  for (auto const& r : in.running) {
+    if (r.kind == job_kind::inference) continue;
+    if (r.loaned) return true;
+    for (auto const& rp : r.replicas) {
+      if (rp.node >= 0 && static_cast<std::size_t>(rp.node) < in.state.nodes.size() &&
+          in.state.nodes[static_cast<std::size_t>(rp.node)].pool == pool_kind::inference) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 round_result solver::solve(round_input const& in, queue_memory* memory) {
-  if (!in.pol.queue.any_cross_round()) return solve_one(in);
+  if (!in.pol.queue.any_cross_round() && !reclaim_possible(in)) return solve_one(in);
   // The cross-round policies call the one-round pipeline on sub-problems;
   // the metrics compare the request's cluster with the one the round leaves.
   auto const t_round = clock_type::now();

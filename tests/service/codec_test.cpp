@@ -111,6 +111,8 @@ round_input rich_input() {
   r.preemptible = true;
   r.loaned = true;
   r.min_replicas = 1;
+  r.max_replicas = 4;
+  r.network_sensitivity = 0.75F;
   r.start_time = 1699990000;
   r.estimated_end = 1700090000;
   r.last_checkpoint = 1699999000;
@@ -123,6 +125,16 @@ round_input rich_input() {
 
   in.pol.algo = algorithm::kube_most_allocated;
   in.pol.w = {70, 30, 0, 5};
+  in.pol.queue.backfill = backfill_mode::conservative;
+  in.pol.queue.max_reservations = 3;
+  in.pol.queue.preemption = true;
+  in.pol.queue.loaning = false;
+  in.pol.queue.reclaim_nodes = 2;
+  in.pol.queue.elastic = true;
+  in.pol.queue.delay_scheduling = true;
+  in.pol.queue.sensitivity_threshold = 0.25F;
+  in.pol.queue.delay_timer_max = 900;
+  in.pol.queue.network_preemption = true;
   in.now = 1700000100;
   in.deadline_us = 250000;
   return in;
@@ -132,7 +144,11 @@ round_result rich_result() {
   round_result r;
   r.epoch = 42;
   r.placements = {{0, {{0, {0, 1, 3, 4}, 1000}, {1, {2}, 1000}}}, {1, {{0, {5}, 250}}}};
-  r.preemptions = {{"running-share", "priority", 0}, {"old", "", -1}};
+  r.preemptions = {{"running-share", "priority", 0, 123456789}, {"old", "reclaim", -1, 0}};
+  r.scale_outs = {{"elastic-a", {{3, {1, 2}, 1000}}, "elastic"}};
+  r.scale_ins = {{"elastic-b", {{5, {0}, 1000}, {6, {7}, 1000}}, "reclaim"}, {"elastic-c", {}, ""}};
+  r.reclaimed_nodes = {5, 6};
+  r.delay_timers = {{"gpus:<=16/sens:high", 600, 420, 7}};
   r.reservations = {{2, {0, 1, 3}, 1700003600}};
   r.unplaced_jobs = {{2, unplaced_reason::gang_incomplete, "needs 3 replicas"},
                      {1, unplaced_reason::deferred, ""}};
@@ -233,6 +249,8 @@ void expect_eq(running_job const& a, running_job const& b) {
   EXPECT_EQ(a.preemptible, b.preemptible);
   EXPECT_EQ(a.loaned, b.loaned);
   EXPECT_EQ(a.min_replicas, b.min_replicas);
+  EXPECT_EQ(a.max_replicas, b.max_replicas);
+  EXPECT_EQ(a.network_sensitivity, b.network_sensitivity);
   EXPECT_EQ(a.start_time, b.start_time);
   EXPECT_EQ(a.estimated_end, b.estimated_end);
   EXPECT_EQ(a.last_checkpoint, b.last_checkpoint);
@@ -245,6 +263,17 @@ void expect_eq(policy const& a, policy const& b) {
   EXPECT_EQ(a.w.topology, b.w.topology);
   EXPECT_EQ(a.w.pool_affinity, b.w.pool_affinity);
   EXPECT_EQ(a.w.scarcity, b.w.scarcity);
+  auto const &x = a.queue, &y = b.queue;
+  EXPECT_EQ(x.backfill, y.backfill);
+  EXPECT_EQ(x.max_reservations, y.max_reservations);
+  EXPECT_EQ(x.preemption, y.preemption);
+  EXPECT_EQ(x.loaning, y.loaning);
+  EXPECT_EQ(x.reclaim_nodes, y.reclaim_nodes);
+  EXPECT_EQ(x.elastic, y.elastic);
+  EXPECT_EQ(x.delay_scheduling, y.delay_scheduling);
+  EXPECT_EQ(x.sensitivity_threshold, y.sensitivity_threshold);
+  EXPECT_EQ(x.delay_timer_max, y.delay_timer_max);
+  EXPECT_EQ(x.network_preemption, y.network_preemption);
 }
 
 template <class T>
@@ -286,6 +315,23 @@ void expect_eq(round_result const& a, round_result const& b) {
     EXPECT_EQ(a.preemptions[k].job, b.preemptions[k].job);
     EXPECT_EQ(a.preemptions[k].reason, b.preemptions[k].reason);
     EXPECT_EQ(a.preemptions[k].for_job, b.preemptions[k].for_job);
+    EXPECT_EQ(a.preemptions[k].lost_work, b.preemptions[k].lost_work);
+  }
+  for (auto which : {&round_result::scale_outs, &round_result::scale_ins}) {
+    ASSERT_EQ((a.*which).size(), (b.*which).size());
+    for (std::size_t k = 0; k < (a.*which).size(); ++k) {
+      EXPECT_EQ((a.*which)[k].job, (b.*which)[k].job);
+      EXPECT_EQ((a.*which)[k].replicas, (b.*which)[k].replicas);
+      EXPECT_EQ((a.*which)[k].reason, (b.*which)[k].reason);
+    }
+  }
+  EXPECT_EQ(a.reclaimed_nodes, b.reclaimed_nodes);
+  ASSERT_EQ(a.delay_timers.size(), b.delay_timers.size());
+  for (std::size_t k = 0; k < a.delay_timers.size(); ++k) {
+    EXPECT_EQ(a.delay_timers[k].job_class, b.delay_timers[k].job_class);
+    EXPECT_EQ(a.delay_timers[k].timer, b.delay_timers[k].timer);
+    EXPECT_EQ(a.delay_timers[k].observed_wait, b.delay_timers[k].observed_wait);
+    EXPECT_EQ(a.delay_timers[k].samples, b.delay_timers[k].samples);
   }
   ASSERT_EQ(a.reservations.size(), b.reservations.size());
   for (std::size_t k = 0; k < a.reservations.size(); ++k) {
@@ -723,6 +769,32 @@ TEST(DecodeParts, PolicyDefaults) {
   EXPECT_EQ(q.algo, algorithm::greedy);
   EXPECT_EQ(q.w.binpack, weights{}.binpack);
   EXPECT_EQ(q.w.pool_affinity, weights{}.pool_affinity);
+  // No queue table: every cross-round policy off, loaning on.
+  EXPECT_FALSE(q.queue.any_cross_round());
+  EXPECT_TRUE(q.queue.loaning);
+}
+
+TEST(DecodeParts, QueuePolicyOutOfRangeRejected) {
+  auto decode = [](auto make) {
+    flatbuffers::FlatBufferBuilder fbb;
+    fbb.Finish(wire::CreatePolicy(fbb, wire::Algorithm::Placer, 0, 0, make(fbb)));
+    return svc::decode_policy(flatbuffers::GetRoot<wire::Policy>(fbb.GetBufferPointer()));
+  };
+  auto const ok = decode([](auto& fbb) { return wire::CreateQueuePolicy(fbb, wire::BackfillMode::Easy); });
+  EXPECT_EQ(ok.queue.backfill, backfill_mode::easy);
+  EXPECT_EQ(ok.queue.max_reservations, 8);
+  EXPECT_THROW(decode([](auto& fbb) { return wire::CreateQueuePolicy(fbb, static_cast<wire::BackfillMode>(9)); }),
+               logic_error);
+  EXPECT_THROW(decode([](auto& fbb) { return wire::CreateQueuePolicy(fbb, wire::BackfillMode::Easy, 0); }),
+               logic_error);
+  EXPECT_THROW(decode([](auto& fbb) {
+                 return wire::CreateQueuePolicy(fbb, wire::BackfillMode::Off, 8, false, true, -1);
+               }),
+               logic_error);
+  EXPECT_THROW(decode([](auto& fbb) {
+                 return wire::CreateQueuePolicy(fbb, wire::BackfillMode::Off, 8, false, true, 0, false, true, 1.5F);
+               }),
+               logic_error);
 }
 
 // ------------------------------------------------------------------ apply_delta

@@ -137,9 +137,12 @@ struct queue_policy {
   /// insensitive, preemptible work inside one domain to consolidate.
   bool network_preemption = false;
 
-  /// True when any policy beyond one round's assignment is switched on.
+  /// True when any policy beyond one round's assignment is switched on
+  /// (loaning alone is handled in the round unless something must be
+  /// reclaimed: see solver::solve).
   [[nodiscard]] bool any_cross_round() const {
-    return backfill != backfill_mode::off || preemption || elastic || delay_scheduling || network_preemption;
+    return backfill != backfill_mode::off || preemption || elastic || delay_scheduling || network_preemption ||
+           reclaim_nodes > 0;
   }
 };
 
