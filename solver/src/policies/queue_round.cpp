@@ -104,7 +104,13 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
   // 8. Delay scheduling bookkeeping: Deferred reasons, waits, timers.
   if (q.delay_scheduling) settle_delays(ws, plan, mem, out);
 
-  for (auto const& p : out.placements) drop_unplaced(out, p.job);
+  // A job is no longer unplaced once all its replicas are (elastic jobs may
+  // have more); a partly placed non-gang job keeps its reason.
+  for (auto const& p : out.placements) {
+    auto const& shape = overrides != nullptr ? (*overrides)[static_cast<std::size_t>(p.job)]
+                                             : in.pending[static_cast<std::size_t>(p.job)];
+    if (static_cast<std::int32_t>(p.replicas.size()) >= shape.replicas) drop_unplaced(out, p.job);
+  }
   if (final_state != nullptr) *final_state = std::move(ws.state);
   return out;
 }
