@@ -1,7 +1,10 @@
 // CUDA backend: the same portable stages as the CPU backend, compiled by
 // nvcc and run through thrust::cuda::par on one stream. Inputs are staged
-// into one persistent device arena that grows to the high-water mark, so a
-// steady stream of rounds allocates nothing.
+// into one persistent device arena with a pinned host mirror (one
+// host-to-device copy per call; results come back into the mirror), and
+// Thrust's temporary storage comes from cached device blocks. All of it
+// grows to the high-water mark, so a steady stream of rounds allocates
+// nothing on the device or in pinned memory.
 #include <placer/kernels/backend.hpp>
 #include <placer/topology/error.hpp>
 
@@ -40,37 +43,169 @@ std::string cuda_probe() {
 
 namespace {
 
-/// Bump allocator over one device allocation; reset() each round.
+/// Page-locked host memory, grown to the high-water mark (never shrunk).
+/// Copies from and to it are true DMA, asynchronous to the host, and do not
+/// go through the driver's own staging as pageable memory does.
+class pinned_buffer {
+ public:
+  pinned_buffer() = default;
+  pinned_buffer(pinned_buffer const&) = delete;
+  pinned_buffer& operator=(pinned_buffer const&) = delete;
+  ~pinned_buffer() {
+    if (base_ != nullptr) cudaFreeHost(base_);
+  }
+  /// Grows to at least `bytes`. Only between calls: nothing may be in flight.
+  void reserve(std::size_t bytes) {
+    if (bytes <= capacity_) return;
+    if (base_ != nullptr) PLACER_CUDA_TRY(cudaFreeHost(base_));
+    base_ = nullptr;
+    capacity_ = 0;
+    PLACER_CUDA_TRY(cudaHostAlloc(&base_, bytes, cudaHostAllocDefault));
+    capacity_ = bytes;
+  }
+  [[nodiscard]] char* data() const { return static_cast<char*>(base_); }
+
+ private:
+  void* base_ = nullptr;
+  std::size_t capacity_ = 0;
+};
+
+/// Bump allocator over one device allocation with a pinned host mirror of
+/// the same size: the host side of every transfer lives at the same offset
+/// as its device buffer. Inputs are staged (memcpy into the mirror) and sent
+/// in one copy per call; results come back into the mirror. Both grow to
+/// the high-water mark, so a steady stream of rounds allocates nothing.
+/// reset() each call.
 class device_arena {
  public:
+  device_arena() = default;
+  device_arena(device_arena const&) = delete;
+  device_arena& operator=(device_arena const&) = delete;
   ~device_arena() {
     if (base_ != nullptr) cudaFree(base_);
   }
+  /// Only at the start of a call, with nothing in flight (every call ends
+  /// with its stream synchronised).
   void reserve(std::size_t bytes) {
     if (bytes <= capacity_) return;
     if (base_ != nullptr) PLACER_CUDA_TRY(cudaFree(base_));
-    capacity_ = bytes + bytes / 2;
-    PLACER_CUDA_TRY(cudaMalloc(&base_, capacity_));
+    base_ = nullptr;
+    capacity_ = 0;
+    std::size_t const grown = bytes + bytes / 2;
+    PLACER_CUDA_TRY(cudaMalloc(&base_, grown));
+    mirror_.reserve(grown);
+    capacity_ = grown;
   }
-  void reset() { used_ = 0; }
+  void reset() { used_ = staged_begin_ = staged_end_ = 0; }
   template <class T>
   T* take(std::size_t n) {
     std::size_t const bytes = (n * sizeof(T) + 255) / 256 * 256;
+    if (used_ + bytes > capacity_) {
+      throw logic_error(error_code::internal, "device arena overflow (reserve() undercounted)");
+    }
     T* p = reinterpret_cast<T*>(static_cast<char*>(base_) + used_);
     used_ += bytes;
     return p;
+  }
+  /// The pinned host mirror of a device buffer of this arena.
+  template <class T>
+  T* host(T const* d) const {
+    return reinterpret_cast<T*>(mirror_.data() + (reinterpret_cast<char const*>(d) - static_cast<char const*>(base_)));
+  }
+  /// Takes n elements and stages h[0..n) into their mirror; flush() sends
+  /// everything staged since the last flush in one copy. nullptr for none.
+  template <class T>
+  T* stage(T const* h, std::size_t n) {
+    if (n == 0 || h == nullptr) return nullptr;
+    std::size_t const at = used_;
+    T* d = take<T>(n);
+    std::memcpy(mirror_.data() + at, h, n * sizeof(T));
+    if (staged_end_ == staged_begin_) staged_begin_ = at;
+    staged_end_ = at + n * sizeof(T);
+    return d;
+  }
+  void flush(cudaStream_t stream) {
+    if (staged_end_ > staged_begin_) {
+      PLACER_CUDA_TRY(cudaMemcpyAsync(static_cast<char*>(base_) + staged_begin_, mirror_.data() + staged_begin_,
+                                      staged_end_ - staged_begin_, cudaMemcpyHostToDevice, stream));
+    }
+    staged_begin_ = staged_end_ = used_;
   }
 
  private:
   void* base_ = nullptr;
   std::size_t capacity_ = 0;
   std::size_t used_ = 0;
+  std::size_t staged_begin_ = 0, staged_end_ = 0;  ///< bytes staged since the last flush
+  pinned_buffer mirror_;
+};
+
+/// Thrust's temporary storage (sort, copy_if, reduce) from cached device
+/// blocks instead of a cudaMalloc / cudaFree per algorithm call (cudaFree
+/// also synchronises the device). Blocks grow to the high-water mark. One
+/// stream per backend, so a block handed back while its kernels still run
+/// is only reused by work ordered after them.
+class temp_allocator {
+ public:
+  using value_type = char;
+
+  temp_allocator() { blocks_.reserve(8); }
+  temp_allocator(temp_allocator const&) = delete;
+  temp_allocator& operator=(temp_allocator const&) = delete;
+  ~temp_allocator() {
+    for (auto const& b : blocks_) {
+      if (b.ptr != nullptr) cudaFree(b.ptr);
+    }
+  }
+
+  char* allocate(std::size_t n) {
+    std::size_t const want = n > 0 ? n : 1;
+    block* best = nullptr;  // the smallest free block that fits
+    for (auto& b : blocks_) {
+      if (!b.used && b.size >= want && (best == nullptr || b.size < best->size)) best = &b;
+    }
+    if (best == nullptr) {
+      // Grow the largest free block (cudaFree waits for the device, so
+      // nothing still uses it), or add one if all are in use.
+      for (auto& b : blocks_) {
+        if (!b.used && (best == nullptr || b.size > best->size)) best = &b;
+      }
+      if (best == nullptr) best = &blocks_.emplace_back();
+      if (best->ptr != nullptr) PLACER_CUDA_TRY(cudaFree(best->ptr));
+      best->ptr = nullptr;
+      best->size = 0;
+      std::size_t const bytes = (want + want / 2 + 4095) / 4096 * 4096;
+      PLACER_CUDA_TRY(cudaMalloc(&best->ptr, bytes));
+      best->size = bytes;
+    }
+    best->used = true;
+    return best->ptr;
+  }
+  void deallocate(char* p, std::size_t) noexcept {
+    for (auto& b : blocks_) {
+      if (b.ptr == p) {
+        b.used = false;
+        return;
+      }
+    }
+  }
+
+ private:
+  struct block {
+    char* ptr = nullptr;
+    std::size_t size = 0;
+    bool used = false;
+  };
+  std::vector<block> blocks_;
 };
 
 template <class T>
 std::size_t padded(std::size_t n) { return (n * sizeof(T) + 255) / 256 * 256; }
 
 class cuda_backend final : public backend {
+  /// Thrust on this backend's stream, temporary storage from the cache.
+  auto exec() { return thrust::cuda::par(temp_).on(stream_); }
+
  public:
   cuda_backend() {
     PLACER_CUDA_TRY(cudaSetDevice(0));
@@ -95,11 +230,13 @@ class cuda_backend final : public backend {
     node_view const dn = upload(nodes);
     class_view const dc = upload(classes);
     task_view const dt = upload(tasks);
+    arena_.flush(stream_);
     std::int32_t* d_out = arena_.take<std::int32_t>(cells);
-    score_matrix(thrust::cuda::par.on(stream_), dn, dc, dt, params, d_out);
+    score_matrix(exec(), dn, dc, dt, params, d_out);
     PLACER_CUDA_TRY(cudaPeekAtLastError());
-    PLACER_CUDA_TRY(cudaMemcpyAsync(out.data(), d_out, cells * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_));
+    std::int32_t const* h_out = down(d_out, cells);
     PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
+    if (cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
   }
 
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override {
@@ -107,8 +244,11 @@ class cuda_backend final : public backend {
     arena_.reset();
     node_view const dn = upload(nodes);
     task_view const dt = upload(tasks);
-    cluster_stats const s = reduce_cluster_stats(thrust::cuda::par.on(stream_), dn, dt);
+    arena_.flush(stream_);
+    // The reduction hands its 48-byte result back itself (and waits for it).
+    cluster_stats const s = reduce_cluster_stats(exec(), dn, dt);
     PLACER_CUDA_TRY(cudaPeekAtLastError());
+    PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));  // the staged inputs are free again
     return s;
   }
 
@@ -122,16 +262,15 @@ class cuda_backend final : public backend {
     node_view const dn = upload(nodes);
     class_view const dc = upload(classes);
     domain_index_view di = idx;
-    di.node = copy(idx.node, e);
-    di.domain = copy(idx.domain, e);
+    di.node = arena_.stage(idx.node, e);
+    di.domain = arena_.stage(idx.domain, e);
+    arena_.flush(stream_);
     std::int32_t* d_keys = arena_.take<std::int32_t>(d);
     std::int64_t* d_sums = arena_.take<std::int64_t>(d);
-    std::int32_t const k = kernels::domain_capacity(thrust::cuda::par.on(stream_), dn, dc, c, di, d_keys, d_sums);
+    std::int32_t const k = kernels::domain_capacity(exec(), dn, dc, c, di, d_keys, d_sums);
     PLACER_CUDA_TRY(cudaPeekAtLastError());
-    std::vector<std::int32_t> h_keys(static_cast<std::size_t>(k));
-    std::vector<std::int64_t> h_sums(static_cast<std::size_t>(k));
-    down(h_keys.data(), d_keys, h_keys.size());
-    down(h_sums.data(), d_sums, h_sums.size());
+    std::int32_t const* h_keys = down(d_keys, static_cast<std::size_t>(k));
+    std::int64_t const* h_sums = down(d_sums, static_cast<std::size_t>(k));
     PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
     std::fill(cap.begin(), cap.end(), 0);
     for (std::int32_t i = 0; i < k; ++i) cap[h_keys[i]] = h_sums[i];
@@ -142,9 +281,10 @@ class cuda_backend final : public backend {
     std::size_t const n = static_cast<std::size_t>(problem.n_bidders);
     std::size_t const m = static_cast<std::size_t>(problem.n_objects);
     std::size_t const cells = static_cast<std::size_t>(problem.n_rows) * m;
-    std::vector<std::int32_t> h_copy_begin(m + 1);
-    std::int64_t const max_value = auction_prepare(problem, h_copy_begin.data());
-    std::size_t const copies = static_cast<std::size_t>(h_copy_begin.back());
+    copy_begin_.resize(m + 1);  // host, reused (grows to the high-water mark)
+    std::int32_t* const h_copy_begin = copy_begin_.data();
+    std::int64_t const max_value = auction_prepare(problem, h_copy_begin);
+    std::size_t const copies = static_cast<std::size_t>(h_copy_begin[m]);
     arena_.reserve(padded<std::int32_t>(cells) + 3 * padded<std::int32_t>(n) + padded<std::int64_t>(n) +
                    padded<std::int32_t>(m) + padded<std::int32_t>(m + 1) + 2 * padded<std::int64_t>(copies) +
                    2 * padded<std::int32_t>(copies) + 8 * padded<std::int32_t>(n) + padded<std::int64_t>(n) +
@@ -152,11 +292,12 @@ class cuda_backend final : public backend {
     arena_.reset();
     auction_buffers b;
     b.problem = problem;
-    b.problem.values = copy(problem.values, cells);
-    b.problem.row_of = copy(problem.row_of, n);
-    b.problem.offset = copy(problem.offset, problem.offset != nullptr ? n : 0);
-    b.problem.capacity = copy(problem.capacity, m);
-    b.copy_begin = copy(h_copy_begin.data(), m + 1);
+    b.problem.values = arena_.stage(problem.values, cells);
+    b.problem.row_of = arena_.stage(problem.row_of, n);
+    b.problem.offset = arena_.stage(problem.offset, problem.offset != nullptr ? n : 0);
+    b.problem.capacity = arena_.stage(problem.capacity, m);
+    b.copy_begin = arena_.stage(static_cast<std::int32_t const*>(h_copy_begin), m + 1);
+    arena_.flush(stream_);
     b.n_copies = static_cast<std::int64_t>(copies);
     b.price = arena_.take<std::int64_t>(copies);
     b.price_tmp = arena_.take<std::int64_t>(copies);
@@ -173,50 +314,49 @@ class cuda_backend final : public backend {
     b.heap_obj = arena_.take<std::int32_t>(cells);
     b.heap_taken = arena_.take<std::int32_t>(cells);
     b.bid_val = arena_.take<std::int64_t>(n);
-    // The reverse step runs on the host: state down, step, state up.
-    std::vector<std::int64_t> h_price(copies);
-    std::vector<std::int32_t> h_holder(copies), h_assigned_phase(n);
+    // The reverse step runs on the host: state down into the pinned mirror,
+    // step there, state up from it. The next step's download is ordered
+    // after this upload on the stream, and the host waits for it before
+    // touching the mirror again.
+    std::int64_t* const h_price = arena_.host(b.price);
+    std::int32_t* const h_holder = arena_.host(b.holder);
+    std::int32_t* const h_assigned = arena_.host(b.assigned);
     auto reverse = [&](std::int64_t scale, std::int64_t eps) {
-      down(h_price.data(), b.price, copies);
-      down(h_holder.data(), b.holder, copies);
-      down(h_assigned_phase.data(), b.assigned, n);
+      down(b.price, copies);
+      down(b.holder, copies);
+      down(b.assigned, n);
       PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
-      auction_reverse_step(problem, h_copy_begin.data(), h_price.data(), h_holder.data(), h_assigned_phase.data(),
-                           scale, eps);
-      up(b.price, h_price.data(), copies);
-      up(b.holder, h_holder.data(), copies);
-      up(b.assigned, h_assigned_phase.data(), n);
+      auction_reverse_step(problem, h_copy_begin, h_price, h_holder, h_assigned, scale, eps);
+      up(b.price, copies);
+      up(b.holder, copies);
+      up(b.assigned, n);
     };
-    auction_stats const st = run_auction(thrust::cuda::par.on(stream_), b, max_value, params, reverse);
+    auction_stats const st = run_auction(exec(), b, max_value, params, reverse);
     PLACER_CUDA_TRY(cudaPeekAtLastError());
     if (st.rounds > params.max_rounds) {
+      PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));  // the mirror may still be read by a copy
       throw logic_error(error_code::internal,
                         "auction did not converge within " + std::to_string(params.max_rounds) + " rounds");
     }
-    std::vector<std::int32_t> h_assigned(n);
-    if (n > 0) {
-      PLACER_CUDA_TRY(cudaMemcpyAsync(h_assigned.data(), b.assigned, n * sizeof(std::int32_t), cudaMemcpyDeviceToHost, stream_));
-    }
+    down(b.assigned, n);
     PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
     for (std::size_t i = 0; i < n; ++i) object_of[i] = h_assigned[i] >= 0 ? h_assigned[i] : -1;
     return st;
   }
 
  private:
+  /// Device buffer -> its pinned mirror (asynchronous; synchronise before
+  /// reading). Returns the mirror.
   template <class T>
-  void down(T* h, T const* d, std::size_t n) {
+  T* down(T const* d, std::size_t n) {
+    T* h = arena_.host(d);
     if (n > 0) PLACER_CUDA_TRY(cudaMemcpyAsync(h, d, n * sizeof(T), cudaMemcpyDeviceToHost, stream_));
+    return h;
   }
+  /// Pinned mirror -> its device buffer (asynchronous).
   template <class T>
-  void up(T* d, T const* h, std::size_t n) {
-    if (n > 0) PLACER_CUDA_TRY(cudaMemcpyAsync(d, h, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
-  }
-  template <class T>
-  T const* copy(T const* h, std::size_t n) {
-    if (n == 0 || h == nullptr) return nullptr;
-    T* d = arena_.take<T>(n);
-    PLACER_CUDA_TRY(cudaMemcpyAsync(d, h, n * sizeof(T), cudaMemcpyHostToDevice, stream_));
-    return d;
+  void up(T* d, std::size_t n) {
+    if (n > 0) PLACER_CUDA_TRY(cudaMemcpyAsync(d, arena_.host(d), n * sizeof(T), cudaMemcpyHostToDevice, stream_));
   }
   static std::size_t node_bytes(node_view const& v) {
     std::size_t const n = v.n_nodes;
@@ -233,45 +373,48 @@ class cuda_backend final : public backend {
     std::size_t const n = v.n_tasks;
     return 3 * padded<std::int32_t>(n) + padded<std::int64_t>(n) + padded<std::uint64_t>(n);
   }
+  // Views staged into the arena's mirror; flush() sends them in one copy.
   node_view upload(node_view v) {
     std::size_t const n = v.n_nodes;
-    v.cpu_free = copy(v.cpu_free, n);
-    v.cpu_capacity = copy(v.cpu_capacity, n);
-    v.mem_free = copy(v.mem_free, n);
-    v.model = copy(v.model, n);
-    v.pool = copy(v.pool, n);
-    v.flags = copy(v.flags, n);
-    v.gpu_begin = copy(v.gpu_begin, n + 1);
-    v.gpu_free = copy(v.gpu_free, static_cast<std::size_t>(v.n_gpus));
-    v.gpu_capacity = copy(v.gpu_capacity, n);
-    v.gpu_island = copy(v.gpu_island, static_cast<std::size_t>(v.n_gpus));
-    v.scarcity = copy(v.scarcity, n);
+    v.cpu_free = arena_.stage(v.cpu_free, n);
+    v.cpu_capacity = arena_.stage(v.cpu_capacity, n);
+    v.mem_free = arena_.stage(v.mem_free, n);
+    v.model = arena_.stage(v.model, n);
+    v.pool = arena_.stage(v.pool, n);
+    v.flags = arena_.stage(v.flags, n);
+    v.gpu_begin = arena_.stage(v.gpu_begin, n + 1);
+    v.gpu_free = arena_.stage(v.gpu_free, static_cast<std::size_t>(v.n_gpus));
+    v.gpu_capacity = arena_.stage(v.gpu_capacity, n);
+    v.gpu_island = arena_.stage(v.gpu_island, static_cast<std::size_t>(v.n_gpus));
+    v.scarcity = arena_.stage(v.scarcity, n);
     return v;
   }
   class_view upload(class_view v) {
     std::size_t const n = v.n_classes;
-    v.gpus = copy(v.gpus, n);
-    v.milli = copy(v.milli, n);
-    v.cpu = copy(v.cpu, n);
-    v.mem = copy(v.mem, n);
-    v.model_mask = copy(v.model_mask, n);
-    v.pool_mask = copy(v.pool_mask, n);
-    v.loan_ok = copy(v.loan_ok, n);
-    v.any_model = copy(v.any_model, n);
+    v.gpus = arena_.stage(v.gpus, n);
+    v.milli = arena_.stage(v.milli, n);
+    v.cpu = arena_.stage(v.cpu, n);
+    v.mem = arena_.stage(v.mem, n);
+    v.model_mask = arena_.stage(v.model_mask, n);
+    v.pool_mask = arena_.stage(v.pool_mask, n);
+    v.loan_ok = arena_.stage(v.loan_ok, n);
+    v.any_model = arena_.stage(v.any_model, n);
     return v;
   }
   task_view upload(task_view v) {
     std::size_t const n = v.n_tasks;
-    v.gpus = copy(v.gpus, n);
-    v.milli = copy(v.milli, n);
-    v.cpu = copy(v.cpu, n);
-    v.model_mask = copy(v.model_mask, n);
-    v.freq_ppm = copy(v.freq_ppm, n);
+    v.gpus = arena_.stage(v.gpus, n);
+    v.milli = arena_.stage(v.milli, n);
+    v.cpu = arena_.stage(v.cpu, n);
+    v.model_mask = arena_.stage(v.model_mask, n);
+    v.freq_ppm = arena_.stage(v.freq_ppm, n);
     return v;
   }
 
   cudaStream_t stream_ = nullptr;
   device_arena arena_;
+  temp_allocator temp_;
+  std::vector<std::int32_t> copy_begin_;  ///< auction slot CSR on the host (reverse step)
   std::string description_;
 };
 

@@ -378,7 +378,8 @@ flatbuffers::Offset<wire::Policy> policy_out(fbb_t& fbb, policy const& p) {
   auto const& q = p.queue;
   auto const qp = wire::CreateQueuePolicy(fbb, static_cast<wire::BackfillMode>(q.backfill), q.max_reservations,
                                           q.preemption, q.loaning, q.reclaim_nodes, q.elastic, q.delay_scheduling,
-                                          q.sensitivity_threshold, q.delay_timer_max, q.network_preemption);
+                                          q.sensitivity_threshold, q.delay_timer_max, q.network_preemption,
+                                          q.auto_reclaim);
   return wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(p.algo), w, 0, qp);
 }
 
@@ -795,6 +796,7 @@ policy decode_policy(wire::Policy const* p) {
     x.sensitivity_threshold = q->sensitivity_threshold();
     x.delay_timer_max = q->delay_timer_max();
     x.network_preemption = q->network_preemption();
+    x.auto_reclaim = q->auto_reclaim();
     if (x.max_reservations < 1) invalid("policy: queue.max_reservations must be at least 1");
     if (x.reclaim_nodes < 0) invalid("policy: queue.reclaim_nodes must not be negative");
     if (x.delay_timer_max < 0) invalid("policy: queue.delay_timer_max must not be negative");

@@ -4,9 +4,8 @@
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
-#include <map>
 #include <numeric>
-#include <tuple>
+#include <utility>
 
 namespace placer::detail {
 
@@ -19,11 +18,19 @@ bool wants_locality(job const& j) {
 }
 
 /// Stably sorts `key` ascending and applies the same permutation to `other`.
-void stable_sort_by(std::vector<std::int32_t>& key, std::vector<std::int32_t>& other) {
-  std::vector<std::pair<std::int32_t, std::int32_t>> both(key.size());
-  for (std::size_t k = 0; k < key.size(); ++k) both[k] = {key[k], other[k]};
-  std::stable_sort(both.begin(), both.end(), [](auto const& a, auto const& b) { return a.first < b.first; });
-  for (std::size_t k = 0; k < both.size(); ++k) std::tie(key[k], other[k]) = both[k];
+/// Sorting (key, position) pairs with std::sort gives the stable order
+/// without std::stable_sort's temporary buffer; `keyed` and `permuted` are
+/// the caller's reused scratch.
+void stable_sort_by(std::vector<std::int32_t>& key, std::vector<std::int32_t>& other,
+                    std::vector<std::pair<std::int32_t, std::int32_t>>& keyed, std::vector<std::int32_t>& permuted) {
+  auto const n = key.size();
+  keyed.resize(n);
+  for (std::size_t k = 0; k < n; ++k) keyed[k] = {key[k], static_cast<std::int32_t>(k)};
+  std::sort(keyed.begin(), keyed.end());
+  permuted.resize(n);
+  for (std::size_t k = 0; k < n; ++k) permuted[k] = other[static_cast<std::size_t>(keyed[k].second)];
+  for (std::size_t k = 0; k < n; ++k) key[k] = keyed[k].first;
+  std::copy(permuted.begin(), permuted.end(), other.begin());
 }
 
 /// Shape tiers for the auction, largest first: whole GPUs by count, then
@@ -37,9 +44,15 @@ std::int32_t tier_of(demand const& d) {
 }  // namespace
 
 std::vector<std::int32_t> job_order(round_input const& in, bool largest_first) {
-  std::vector<std::int32_t> order(in.pending.size());
+  std::vector<std::int32_t> order;
+  job_order(in, largest_first, order);
+  return order;
+}
+
+void job_order(round_input const& in, bool largest_first, std::vector<std::int32_t>& order) {
+  order.resize(in.pending.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+  auto const before = [&](std::int32_t a, std::int32_t b) {
     auto const& x = in.pending[a];
     auto const& y = in.pending[b];
     if (x.priority != y.priority) return x.priority > y.priority;
@@ -54,29 +67,46 @@ std::vector<std::int32_t> job_order(round_input const& in, bool largest_first) {
       if (mx != my) return mx < my;
     }
     return x.submit_time < y.submit_time;
+  };
+  // Stable order (ties by index) through std::sort, which needs no
+  // temporary buffer, unlike std::stable_sort.
+  std::sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+    if (before(a, b)) return true;
+    if (before(b, a)) return false;
+    return a < b;
   });
-  return order;
 }
 
 assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::int32_t>& scores, score_params p,
-                   backend& b, assign_mode mode)
-    : in_(in), m_(m), scores_(scores), op_{m.nodes(), m.classes(), m.tasks(), p}, backend_(b), mode_(mode) {
+                   backend& b, assign_mode mode, assigner_scratch& scratch)
+    : in_(in), m_(m), scores_(scores), op_{m.nodes(), m.classes(), m.tasks(), p}, backend_(b), mode_(mode),
+      s_(scratch) {
   levels_ = std::max(in.state.topo.levels(), 1);
-  paths_ = node_domain_paths(in.state);
+  // node_domain_paths(in.state), into the reused buffer.
+  auto const& c = in.state;
+  s_.paths.assign(c.nodes.size() * static_cast<std::size_t>(levels_), -1);
+  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+    for (std::int32_t d = c.nodes[i].domain; d >= 0; d = c.topo.domains[d].parent) {
+      s_.paths[i * static_cast<std::size_t>(levels_) + static_cast<std::size_t>(c.topo.domains[d].level)] = d;
+    }
+  }
   // (node, domain) entries sorted by domain, the keys of domain_capacity.
+  s_.entry_node.clear();
+  s_.entry_domain.clear();
   for (std::int32_t n = 0; n < m_.n_nodes(); ++n) {
     for (std::int32_t l = 0; l < levels_; ++l) {
       if (auto const d = domain_of(n, l); d >= 0) {
-        entry_node_.push_back(n);
-        entry_domain_.push_back(d);
+        s_.entry_node.push_back(n);
+        s_.entry_domain.push_back(d);
       }
     }
   }
-  stable_sort_by(entry_domain_, entry_node_);
+  stable_sort_by(s_.entry_domain, s_.entry_node, s_.keyed, s_.permuted);
 }
 
 void assigner::run(round_result& out, std::function<bool()> const& out_of_time) {
-  auto const order = job_order(in_, mode_ == assign_mode::placer);
+  job_order(in_, mode_ == assign_mode::placer, s_.order);
+  auto const& order = s_.order;
   auto expire = [&](std::int32_t j) {
     out.unplaced_jobs.push_back({j, unplaced_reason::deadline_exceeded, "round deadline reached"});
   };
@@ -97,22 +127,33 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time) 
     std::size_t end = begin;
     auto const prio = in_.pending[order[begin]].priority;
     while (end < order.size() && in_.pending[order[end]].priority == prio) ++end;
-    std::map<std::int32_t, std::pair<std::vector<std::int32_t>, std::vector<std::int32_t>>, std::greater<>> tiers;
+    // Tiers largest first, queue order inside a tier: (-tier, position).
+    auto& tiers = s_.tiers;
+    tiers.clear();
     for (std::size_t k = begin; k < end; ++k) {
-      std::int32_t const j = order[k];
-      auto& tier = tiers[tier_of(in_.pending[j].per_replica)];
-      (wants_locality(in_.pending[j]) ? tier.first : tier.second).push_back(j);
+      tiers.emplace_back(-tier_of(in_.pending[order[k]].per_replica), static_cast<std::int32_t>(k));
     }
-    for (auto& [shape, jobs] : tiers) {
-      for (auto j : jobs.first) {
+    std::sort(tiers.begin(), tiers.end());
+    for (std::size_t t0 = 0; t0 < tiers.size();) {
+      std::size_t t1 = t0;
+      while (t1 < tiers.size() && tiers[t1].first == tiers[t0].first) ++t1;
+      auto& rest = s_.tier_jobs;
+      rest.clear();
+      for (std::size_t t = t0; t < t1; ++t) {
+        std::int32_t const j = order[static_cast<std::size_t>(tiers[t].second)];
+        if (!wants_locality(in_.pending[j])) {
+          rest.push_back(j);
+          continue;
+        }
         if (out_of_time()) { expire(j); continue; }
         place_locality(j, out);
       }
+      t0 = t1;
       if (out_of_time()) {
-        for (auto j : jobs.second) expire(j);
+        for (auto j : rest) expire(j);
         continue;
       }
-      place_tier(jobs.second, out);
+      place_tier(rest, out);
     }
     begin = end;
   }
@@ -148,24 +189,28 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
   // Replicas of this class each domain can hold: a segmented sum of the
   // per-node fit counts by domain, on the backend.
   auto const& domains = in_.state.topo.domains;
-  std::vector<std::int64_t> cap(domains.size(), 0);
+  auto& cap = s_.cap;
+  cap.assign(domains.size(), 0);
   if (!domains.empty()) {
     domain_index_view idx;
-    idx.n_entries = static_cast<std::int32_t>(entry_node_.size());
+    idx.n_entries = static_cast<std::int32_t>(s_.entry_node.size());
     idx.n_domains = static_cast<std::int32_t>(domains.size());
-    idx.node = entry_node_.data();
-    idx.domain = entry_domain_.data();
+    idx.node = s_.entry_node.data();
+    idx.domain = s_.entry_domain.data();
     backend_.domain_capacity(m_.nodes(), m_.classes(), c, idx, cap);
   }
   // The lowest (deepest) domain that holds the whole job, best fit first.
   std::int32_t const top = required ? job.topology_level : 0;
   if (!domains.empty() && mode_ != assign_mode::kube) {
+    auto& fits = s_.fits;
     for (std::int32_t level = levels_ - 1; level >= top && placed.empty(); --level) {
-      std::vector<std::int32_t> fits;
+      fits.clear();
       for (std::int32_t d = 0; d < static_cast<std::int32_t>(domains.size()); ++d) {
         if (domains[d].level == level && cap[d] >= want) fits.push_back(d);
       }
-      std::stable_sort(fits.begin(), fits.end(), [&](auto a, auto b) { return cap[a] < cap[b]; });
+      // Least spare capacity first, ties by domain index (a stable sort of
+      // the ascending list, without std::stable_sort's buffer).
+      std::sort(fits.begin(), fits.end(), [&](auto a, auto b) { return cap[a] != cap[b] ? cap[a] < cap[b] : a < b; });
       for (auto d : fits) {
         place_replicas(job, c, level, d, want, placed);
         if (static_cast<std::int32_t>(placed.size()) == want) break;
@@ -212,26 +257,41 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
 // ----------------------------------------------------------------- auction
 
 void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& out) {
-  // Bidders: one per replica. Rows: the classes present, compacted.
-  std::vector<std::int32_t> live;
+  // Bidders: one per replica. Rows: the classes present, compacted (in
+  // order of first appearance). Every buffer is the reused scratch.
+  auto& live = s_.live;
+  live.clear();
   for (auto j : jobs) {
     if (!never_feasible(j, out)) live.push_back(j);
   }
   if (live.empty()) return;
   std::int32_t const n_nodes = m_.n_nodes();
-  std::vector<std::int32_t> bidder_job, row_of, row_class;
-  std::map<std::int32_t, std::int32_t> class_row;
-  for (auto j : live) {
+  auto& bidder_job = s_.bidder_job;
+  auto& bidder_live = s_.bidder_live;  // bidder -> index into live
+  auto& row_of = s_.row_of;
+  auto& row_class = s_.row_class;
+  auto& class_row = s_.class_row;  // class -> row, -1 = none yet
+  bidder_job.clear();
+  bidder_live.clear();
+  row_of.clear();
+  row_class.clear();
+  class_row.assign(static_cast<std::size_t>(m_.n_classes()), -1);
+  for (std::size_t k = 0; k < live.size(); ++k) {
+    std::int32_t const j = live[k];
     std::int32_t const c = m_.job_class[j];
-    auto [it, fresh] = class_row.emplace(c, static_cast<std::int32_t>(row_class.size()));
-    if (fresh) row_class.push_back(c);
+    if (class_row[c] < 0) {
+      class_row[c] = static_cast<std::int32_t>(row_class.size());
+      row_class.push_back(c);
+    }
     for (std::int32_t r = 0; r < in_.pending[j].replicas; ++r) {
-      bidder_job.push_back(j);
-      row_of.push_back(it->second);
+      bidder_live.push_back(static_cast<std::int32_t>(k));
+      row_of.push_back(class_row[c]);
     }
   }
   // Bidders grouped by row (stable), which spares the auction a sort per round.
-  stable_sort_by(row_of, bidder_job);
+  stable_sort_by(row_of, bidder_live, s_.keyed, s_.permuted);
+  bidder_job.resize(bidder_live.size());
+  for (std::size_t b = 0; b < bidder_live.size(); ++b) bidder_job[b] = live[static_cast<std::size_t>(bidder_live[b])];
   // Iterated unit-capacity auctions. A node's score is the value of its
   // next replica only: once a replica lands, the node's marginal value
   // changes (fuller for E-Binpack, different fragmentation), so slots of one
@@ -240,12 +300,19 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
   // replica per node on current scores, commits it (it always fits: one
   // replica per node, on a feasible cell) and re-scores the touched nodes.
   auto const n_rows = static_cast<std::int32_t>(row_class.size());
-  std::vector<std::int32_t> values(static_cast<std::size_t>(n_rows) * n_nodes);
-  std::vector<std::int32_t> capacity(static_cast<std::size_t>(n_nodes));
-  std::map<std::int32_t, std::vector<replica_placement>> placed;
-  std::vector<std::int32_t> remaining(bidder_job.size());
+  auto& values = s_.values;
+  auto& capacity = s_.capacity;
+  values.resize(static_cast<std::size_t>(n_rows) * n_nodes);  // every cell is written below
+  capacity.resize(static_cast<std::size_t>(n_nodes));
+  auto& placed = s_.placed;  // per live job
+  placed.clear();
+  placed.resize(live.size());
+  auto& remaining = s_.remaining;
+  remaining.resize(bidder_job.size());
   std::iota(remaining.begin(), remaining.end(), 0);
-  std::vector<std::int32_t> sub_row, object_of;
+  auto& next = s_.next;
+  auto& sub_row = s_.sub_row;
+  auto& object_of = s_.object_of;
   while (!remaining.empty()) {
     for (std::int32_t r = 0; r < n_rows; ++r) {
       std::copy_n(scores_.begin() + static_cast<std::ptrdiff_t>(row_class[r]) * n_nodes, n_nodes,
@@ -263,7 +330,8 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
     if (n_rows == 1) {
       // Identical bidders: the optimal assignment is the best nodes by
       // value (lowest index on ties), one per bidder; no auction needed.
-      std::vector<std::int32_t> nodes;
+      auto& nodes = s_.nodes;
+      nodes.clear();
       for (std::int32_t n = 0; n < n_nodes; ++n) {
         if (values[n] >= 0) nodes.push_back(n);
       }
@@ -273,34 +341,33 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
       for (std::size_t k = 0; k < take; ++k) object_of[k] = nodes[k];
     } else {
       auction_problem p;
-    p.n_bidders = static_cast<std::int32_t>(remaining.size());
-    p.n_objects = n_nodes;
-    p.n_rows = n_rows;
-    p.values = values.data();
-    p.row_of = sub_row.data();
-    p.capacity = capacity.data();
-    // Within one score unit per replica of the exact optimum: scores are
-    // heuristic values, and exactness would cost ~3 more epsilon phases.
-    auction_params prm;
-    prm.exact = false;
-    backend_.auction(p, prm, object_of);
+      p.n_bidders = static_cast<std::int32_t>(remaining.size());
+      p.n_objects = n_nodes;
+      p.n_rows = n_rows;
+      p.values = values.data();
+      p.row_of = sub_row.data();
+      p.capacity = capacity.data();
+      // Within one score unit per replica of the exact optimum: scores are
+      // heuristic values, and exactness would cost ~3 more epsilon phases.
+      auction_params prm;
+      prm.exact = false;
+      backend_.auction(p, prm, object_of);
     }
-    std::vector<std::int32_t> next;
+    next.clear();
     for (std::size_t k = 0; k < remaining.size(); ++k) {
       std::int32_t const b = remaining[k];
       if (object_of[k] >= 0) {
-        placed[bidder_job[b]].push_back(commit(object_of[k], row_class[row_of[b]]));
+        auto& got = placed[static_cast<std::size_t>(bidder_live[b])];
+        if (got.empty()) got.reserve(static_cast<std::size_t>(in_.pending[bidder_job[b]].replicas));  // one allocation
+        got.push_back(commit(object_of[k], row_class[row_of[b]]));
       } else {
         next.push_back(b);
       }
     }
     if (next.size() == remaining.size()) break;  // nobody could be placed: done
-    remaining = std::move(next);
+    remaining.swap(next);
   }
-  for (auto j : live) {
-    auto it = placed.find(j);
-    finish_job(j, it == placed.end() ? std::vector<replica_placement>{} : std::move(it->second), out);
-  }
+  for (std::size_t k = 0; k < live.size(); ++k) finish_job(live[k], std::move(placed[k]), out);
 }
 
 // ------------------------------------------------------------ shared parts
@@ -383,6 +450,7 @@ void assigner::place_replicas(job const& job, std::int32_t c, std::int32_t level
     std::int32_t const anchor = local && !placed.empty() ? placed.front().node : -1;
     std::int32_t const n = best_node(job, c, level, domain, anchor);
     if (n < 0) return;
+    if (placed.empty()) placed.reserve(static_cast<std::size_t>(job.replicas));  // one allocation per job
     placed.push_back(commit(n, c));
   }
 }
@@ -400,10 +468,14 @@ replica_placement assigner::commit(std::int32_t n, std::int32_t c) {
   std::int32_t* f = m_.gpu_free.data() + m_.gpu_begin[n];
   std::int32_t const g = m_.gpu_begin[n + 1] - m_.gpu_begin[n];
   // The same rule as kernels::take_gpus, recording which GPUs were taken.
-  std::vector<std::int32_t> before(f, f + g);
+  auto& before = s_.gpus_before;
+  before.assign(f, f + g);
   if (!take_gpus(f, g, cv.gpus[c], cv.milli[c], m_.gpu_island.data() + m_.gpu_begin[n])) {
     throw logic_error(error_code::internal, "assignment chose a node whose GPUs do not fit");
   }
+  std::int32_t taken = 0;
+  for (std::int32_t i = 0; i < g; ++i) taken += f[i] != before[i] ? 1 : 0;
+  rp.gpus.reserve(static_cast<std::size_t>(taken));  // one allocation for the result, not one per doubling
   for (std::int32_t i = 0; i < g; ++i) {
     if (f[i] != before[i]) rp.gpus.push_back(i);
   }

@@ -18,16 +18,37 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 namespace placer::detail {
 
 enum class assign_mode { placer, greedy, kube };
 
+/// The assigner's working buffers, owned by the caller and reused across
+/// rounds (the solver keeps one): a steady stream of same-shaped rounds
+/// assigns without allocating, except for what goes into the result.
+struct assigner_scratch {
+  std::vector<std::int32_t> paths;                          ///< node x level -> domain (node_domain_paths)
+  std::vector<std::int32_t> entry_node, entry_domain;       ///< (node, domain) pairs sorted by domain
+  std::vector<std::pair<std::int32_t, std::int32_t>> keyed;  ///< sort scratch: (key, position)
+  std::vector<std::int32_t> permuted;                       ///< sort scratch
+  std::vector<std::int32_t> order;                          ///< queue order
+  std::vector<std::pair<std::int32_t, std::int32_t>> tiers;  ///< (-tier, position in order) of one priority level
+  std::vector<std::int32_t> tier_jobs;                      ///< one tier's auction jobs
+  std::vector<std::int64_t> cap;                            ///< per-domain capacity
+  std::vector<std::int32_t> fits;                           ///< domains that hold a job
+  // place_tier
+  std::vector<std::int32_t> live, bidder_job, bidder_live, row_of, row_class, class_row, values, capacity, remaining,
+      next, sub_row, object_of, nodes;
+  std::vector<std::vector<replica_placement>> placed;  ///< per live job (moved into the result)
+  std::vector<std::int32_t> gpus_before;               ///< commit: a node's GPU free before the take
+};
+
 class assigner {
  public:
   assigner(round_input const& in, round_matrices& m, std::vector<std::int32_t>& scores, kernels::score_params p,
-           kernels::backend& backend, assign_mode mode);
+           kernels::backend& backend, assign_mode mode, assigner_scratch& scratch);
 
   /// Places every pending job (or records why not). `out_of_time` is asked
   /// between jobs; once it says yes, the rest are reported DeadlineExceeded.
@@ -46,7 +67,7 @@ class assigner {
   [[nodiscard]] std::int32_t score(std::int32_t c, std::int32_t n) const;
   [[nodiscard]] std::int64_t topo_bonus(job const& job, std::int32_t anchor, std::int32_t n) const;
   [[nodiscard]] std::int32_t domain_of(std::int32_t n, std::int32_t level) const {
-    return paths_[static_cast<std::size_t>(n) * levels_ + level];
+    return s_.paths[static_cast<std::size_t>(n) * levels_ + level];
   }
   /// Best node for one replica of job (class c), optionally inside a domain.
   [[nodiscard]] std::int32_t best_node(job const& job, std::int32_t c, std::int32_t level, std::int32_t domain,
@@ -67,12 +88,13 @@ class assigner {
   kernels::backend& backend_;
   assign_mode mode_;
   std::int32_t levels_ = 1;
-  std::vector<std::int32_t> paths_;
-  std::vector<std::int32_t> entry_node_, entry_domain_;  ///< (node, domain) pairs sorted by domain
+  assigner_scratch& s_;
 };
 
 /// Queue order: priority, then (placer) largest total GPU demand first, then
 /// submit time, then index.
 std::vector<std::int32_t> job_order(round_input const& in, bool largest_first);
+/// The same into `order` (its capacity reused).
+void job_order(round_input const& in, bool largest_first, std::vector<std::int32_t>& order);
 
 }  // namespace placer::detail

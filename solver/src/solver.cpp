@@ -68,7 +68,14 @@ void fill_stats(cluster_stats const& s, double& gar, double& gfr, double& frag) 
 
 }  // namespace
 
-solver::solver(std::unique_ptr<kernels::backend> backend) : backend_(std::move(backend)) {
+struct solver::workspace {
+  round_matrices m;
+  std::vector<std::int32_t> scores;  ///< classes x nodes
+  detail::assigner_scratch assign;
+};
+
+solver::solver(std::unique_ptr<kernels::backend> backend)
+    : backend_(std::move(backend)), ws_(std::make_unique<workspace>()) {
   PLACER_EXPECTS(backend_ != nullptr, "solver needs a backend");
 }
 solver::~solver() = default;
@@ -78,23 +85,24 @@ solver& solver::operator=(solver&&) noexcept = default;
 namespace {
 
 /// Loaning needs the policy layer only when inference work is pending while
-/// training runs on loaned inference nodes (a reclaim may be due).
+/// training runs on, or could be lent this round, loanable inference nodes
+/// (a reclaim may be due).
 bool reclaim_possible(round_input const& in) {
-  if (!in.pol.queue.loaning) return false;
-  bool const inference_pending = std::any_of(in.pending.begin(), in.pending.end(),
-                                             [](job const& j) { return j.kind == job_kind::inference; });
+  if (!in.pol.queue.loaning || !in.pol.queue.auto_reclaim) return false;
+  bool inference_pending = false, other_pending = false;
+  for (auto const& j : in.pending) (j.kind == job_kind::inference ? inference_pending : other_pending) = true;
   if (!inference_pending) return false;
+  auto on_inference_node = [&](replica_placement const& rp) {
+    return rp.node >= 0 && static_cast<std::size_t>(rp.node) < in.state.nodes.size() &&
+           in.state.nodes[static_cast<std::size_t>(rp.node)].pool == pool_kind::inference;
+  };
   for (auto const& r : in.running) {
     if (r.kind == job_kind::inference) continue;
-    if (r.loaned) return true;
-    for (auto const& rp : r.replicas) {
-      if (rp.node >= 0 && static_cast<std::size_t>(rp.node) < in.state.nodes.size() &&
-          in.state.nodes[static_cast<std::size_t>(rp.node)].pool == pool_kind::inference) {
-        return true;
-      }
-    }
+    if (r.loaned || std::any_of(r.replicas.begin(), r.replicas.end(), on_inference_node)) return true;
   }
-  return false;
+  return other_pending && std::any_of(in.state.nodes.begin(), in.state.nodes.end(), [](node const& n) {
+           return n.pool == pool_kind::inference && n.loanable;
+         });
 }
 
 }  // namespace
@@ -115,8 +123,9 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   out.epoch = in.state.epoch;
   out.backend = backend_->description();
   t = clock_type::now();
-  round_input probe;
+  round_input probe;  // pending jobs define the FGD typical task set
   probe.state = in.state;
+  probe.pending = in.pending;
   round_matrices m = build_matrices(probe);
   fill_stats(backend_->stats(m.nodes(), m.tasks()), out.metrics.gar_before, out.metrics.gfr_before,
              out.metrics.frag_ratio_before);
@@ -145,6 +154,8 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
 round_result solver::solve_one(round_input const& in) {
   auto const t_round = clock_type::now();
   round_result out;
+  out.timing.reserve(8);
+  out.placements.reserve(in.pending.size());
   out.epoch = in.state.epoch;
   out.backend = backend_->description();
 
@@ -152,8 +163,13 @@ round_result solver::solve_one(round_input const& in) {
   validate(in);
   out.timing.push_back({"validate", micros_since(t)});
 
+  // The round's buffers are the solver's, reused: after a round of this size
+  // flatten, score and assign allocate nothing but the result.
+  round_matrices& m = ws_->m;
+  std::vector<std::int32_t>& scores = ws_->scores;
+
   t = clock_type::now();
-  round_matrices m = build_matrices(in);
+  build_matrices(in, m);
   out.timing.push_back({"flatten", micros_since(t)});
 
   t = clock_type::now();
@@ -174,7 +190,8 @@ round_result solver::solve_one(round_input const& in) {
                 : in.pol.algo == algorithm::first_fit           ? 3
                                                                 : 0;
 
-  std::vector<std::int32_t> scores(static_cast<std::size_t>(m.n_nodes()) * m.n_classes());
+  // Every cell is written below (backend or host loop), so no zeroing.
+  scores.resize(static_cast<std::size_t>(m.n_nodes()) * m.n_classes());
   t = clock_type::now();
   if (!kube) backend_->score(m.nodes(), m.classes(), m.tasks(), p, scores);
   out.timing.push_back({"score", micros_since(t)});
@@ -192,7 +209,7 @@ round_result solver::solve_one(round_input const& in) {
   detail::assign_mode const mode = kube                               ? detail::assign_mode::kube
                                    : in.pol.algo == algorithm::greedy ? detail::assign_mode::greedy
                                                                       : detail::assign_mode::placer;
-  detail::assigner a(in, m, scores, p, *backend_, mode);
+  detail::assigner a(in, m, scores, p, *backend_, mode, ws_->assign);
   a.run(out, [&] { return in.deadline_us > 0 && micros_since(t_round) > static_cast<double>(in.deadline_us); });
   out.timing.push_back({"assign", micros_since(t)});
 

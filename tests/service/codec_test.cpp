@@ -135,6 +135,7 @@ round_input rich_input() {
   in.pol.queue.sensitivity_threshold = 0.25F;
   in.pol.queue.delay_timer_max = 900;
   in.pol.queue.network_preemption = true;
+  in.pol.queue.auto_reclaim = false;
   in.now = 1700000100;
   in.deadline_us = 250000;
   return in;
@@ -274,6 +275,7 @@ void expect_eq(policy const& a, policy const& b) {
   EXPECT_EQ(x.sensitivity_threshold, y.sensitivity_threshold);
   EXPECT_EQ(x.delay_timer_max, y.delay_timer_max);
   EXPECT_EQ(x.network_preemption, y.network_preemption);
+  EXPECT_EQ(x.auto_reclaim, y.auto_reclaim);
 }
 
 template <class T>

@@ -162,6 +162,9 @@ round_input tiny_round(std::mt19937_64& rng) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   static char const* const models[] = {"A100", "H100"};
   round_input in;
+  // The exact models value every GPU alike; the automatic reclaim gives
+  // inference precedence on loaned nodes, a different objective.
+  in.pol.queue.auto_reclaim = false;
   in.state = make_cluster()
                  .spines(pick(1, 2))
                  .leaves_per_spine(2)
@@ -255,6 +258,9 @@ round_input capacitated_round(std::uint64_t seed) {
   int const max_per_leaf = 16 / (spines * 2);  // at most 16 nodes
   int const gpus = pick(0, 1) == 0 ? 4 : 8;
   round_input in;
+  // The exact models value every GPU alike; the automatic reclaim gives
+  // inference precedence on loaned nodes, a different objective.
+  in.pol.queue.auto_reclaim = false;
   in.state = make_cluster()
                  .spines(spines)
                  .leaves_per_spine(2)

@@ -8,7 +8,13 @@
 //     inference/shared nodes; training on inference nodes only if loanable);
 //   - gangs are whole; required topology: all replicas under one domain;
 //   - every job is placed in full, or reported unplaced (partial non-gang
-//     placements are reported in both lists).
+//     placements are reported in both lists);
+//   - cross-round decisions: a preempted job is a running job, preemptible
+//     (loaned work is always revocable by a reclaim), of strictly lower
+//     priority than the job it makes room for, named once and released
+//     whole; scale-ins remove replicas the job has and keep it at or above
+//     its minimum; scale-outs are charged like placements; elastic jobs
+//     are placed within min..max.
 #include <placer/solver/model.hpp>
 #include <placer/topology/cluster.hpp>
 
@@ -16,11 +22,73 @@
 
 #include <algorithm>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace placer {
 
+inline void give_back(node& n, demand const& d, replica_placement const& rp) {
+  for (auto g : rp.gpus) {
+    if (g >= 0 && g < n.gpu_count()) {
+      n.gpu_free_milli[g] = std::min<std::int32_t>(milli_per_gpu, n.gpu_free_milli[g] + rp.gpu_milli);
+    }
+  }
+  n.cpu_milli_free = std::min(n.cpu_milli_capacity, n.cpu_milli_free + d.cpu_milli);
+  n.memory_mib_free = std::min(n.memory_mib_capacity, n.memory_mib_free + d.memory_mib);
+}
+
+inline void charge(node& n, demand const& d, replica_placement const& rp, std::string const& who) {
+  for (auto g : rp.gpus) {
+    ASSERT_GE(g, 0);
+    ASSERT_LT(g, n.gpu_count());
+    n.gpu_free_milli[g] -= rp.gpu_milli;
+    EXPECT_GE(n.gpu_free_milli[g], 0) << "GPU " << g << " of " << n.name << " over-committed by " << who;
+  }
+  n.cpu_milli_free -= d.cpu_milli;
+  n.memory_mib_free -= d.memory_mib;
+  EXPECT_GE(n.cpu_milli_free, 0) << n.name << " CPU over-committed by " << who;
+  EXPECT_GE(n.memory_mib_free, 0) << n.name << " memory over-committed by " << who;
+}
+
+/// Releases what the round's preemptions and scale-ins free, checking their rules.
+inline void release_cross_round(round_input const& in, round_result const& r, std::vector<node>& nodes) {
+  auto find_running = [&](std::string const& name) -> running_job const* {
+    for (auto const& rj : in.running) {
+      if (rj.name == name) return &rj;
+    }
+    return nullptr;
+  };
+  std::set<std::string> victims;
+  for (auto const& p : r.preemptions) {
+    running_job const* rj = find_running(p.job);
+    ASSERT_NE(rj, nullptr) << "preempted '" << p.job << "' is not a running job";
+    EXPECT_TRUE(victims.insert(p.job).second) << p.job << " preempted twice";
+    if (p.reason != "reclaim") {
+      EXPECT_TRUE(rj->preemptible) << p.job << " is not preemptible";
+      ASSERT_GE(p.for_job, 0);
+      ASSERT_LT(p.for_job, static_cast<std::int32_t>(in.pending.size()));
+      EXPECT_LT(rj->priority, in.pending[p.for_job].priority)
+          << p.job << " preempted for a job of equal or lower priority";
+    }
+    for (auto const& rp : rj->replicas) give_back(nodes[rp.node], rj->per_replica, rp);  // whole job
+  }
+  for (auto const& sc : r.scale_ins) {
+    running_job const* rj = find_running(sc.job);
+    ASSERT_NE(rj, nullptr) << "scale-in of '" << sc.job << "' which is not running";
+    EXPECT_EQ(victims.count(sc.job), 0U) << sc.job << " both preempted and shrunk";
+    for (auto const& rp : sc.replicas) {
+      EXPECT_NE(std::find(rj->replicas.begin(), rj->replicas.end(), rp), rj->replicas.end())
+          << sc.job << ": scale-in removes a replica it does not have";
+      give_back(nodes[rp.node], rj->per_replica, rp);
+    }
+    EXPECT_GE(static_cast<std::int32_t>(rj->replicas.size() - sc.replicas.size()), std::max(rj->min_replicas, 1))
+        << sc.job << " shrunk below its minimum";
+  }
+}
+
 inline void expect_round_invariants(round_input const& in, round_result const& r) {
   auto nodes = in.state.nodes;  // residual state
+  release_cross_round(in, r, nodes);
   auto const paths = node_domain_paths(in.state);
   auto const levels = std::max(in.state.topo.levels(), 1);
   std::set<std::int32_t> placed_jobs, unplaced_jobs;
@@ -35,12 +103,19 @@ inline void expect_round_invariants(round_input const& in, round_result const& r
     auto const& j = in.pending[p.job];
     auto const& d = j.per_replica;
     EXPECT_FALSE(p.replicas.empty());
-    EXPECT_LE(static_cast<std::int32_t>(p.replicas.size()), j.replicas);
-    if (j.gang) {
-      EXPECT_EQ(static_cast<std::int32_t>(p.replicas.size()), j.replicas) << j.name << ": partial gang";
-    }
-    if (static_cast<std::int32_t>(p.replicas.size()) < j.replicas) {
-      EXPECT_TRUE(unplaced_jobs.count(p.job)) << j.name << ": partial placement without a reason";
+    auto const got = static_cast<std::int32_t>(p.replicas.size());
+    if (in.pol.queue.elastic && j.min_replicas > 0) {
+      // Elastic: at least the minimum (placed as a gang), at most the maximum.
+      EXPECT_GE(got, j.min_replicas) << j.name << ": elastic job below its minimum";
+      EXPECT_LE(got, std::max(j.min_replicas, j.max_replicas)) << j.name << ": elastic job above its maximum";
+    } else {
+      EXPECT_LE(got, j.replicas);
+      if (j.gang) {
+        EXPECT_EQ(got, j.replicas) << j.name << ": partial gang";
+      }
+      if (got < j.replicas) {
+        EXPECT_TRUE(unplaced_jobs.count(p.job)) << j.name << ": partial placement without a reason";
+      }
     }
     std::set<std::int32_t> domains;
     for (auto const& rp : p.replicas) {
@@ -86,6 +161,21 @@ inline void expect_round_invariants(round_input const& in, round_result const& r
   }
   for (std::int32_t k = 0; k < static_cast<std::int32_t>(in.pending.size()); ++k) {
     EXPECT_TRUE(placed_jobs.count(k) || unplaced_jobs.count(k)) << "job " << k << " neither placed nor unplaced";
+  }
+  for (auto const& sc : r.scale_outs) {
+    auto it = std::find_if(in.running.begin(), in.running.end(), [&](running_job const& rj) { return rj.name == sc.job; });
+    ASSERT_NE(it, in.running.end()) << "scale-out of '" << sc.job << "' which is not running";
+    // A reclaim may shrink a job on one node and the elastic step grow it
+    // elsewhere in the same round: the net size must stay within the maximum.
+    std::size_t shrunk = 0;
+    for (auto const& in_sc : r.scale_ins) shrunk += in_sc.job == sc.job ? in_sc.replicas.size() : 0;
+    EXPECT_LE(static_cast<std::int32_t>(it->replicas.size() - shrunk + sc.replicas.size()), it->max_replicas)
+        << sc.job << " grown above its maximum";
+    for (auto const& rp : sc.replicas) {
+      ASSERT_GE(rp.node, 0);
+      ASSERT_LT(rp.node, static_cast<std::int32_t>(nodes.size()));
+      charge(nodes[rp.node], it->per_replica, rp, "scale-out of " + sc.job);
+    }
   }
 }
 

@@ -7,8 +7,9 @@
 //
 // queue_round.cpp runs them in this order:
 //   delay plan (rewrites sensitive gangs) -> core assignment -> reclaim ->
-//   preemption -> network preemption -> backfill -> elastic scale-out ->
-//   delay settle (timers) -> metrics.
+//   elastic scale-in for blocked jobs -> preemption -> network preemption ->
+//   backfill -> elastic scale-out (held back while equal or higher priority
+//   work is blocked for capacity) -> delay settle (timers) -> metrics.
 //
 // Every function keeps these invariants: nothing over-commits a node; a
 // placement in `out` is applied to `ws` (and removed from it if dropped);
@@ -85,8 +86,11 @@ std::vector<std::int32_t> queue_order(round_input const& in, std::vector<std::in
 /// training. Appends to out.reclaimed_nodes, out.preemptions (reason
 /// "reclaim"), out.scale_ins, out.placements; removes the placed jobs from
 /// out.unplaced_jobs.
+/// `overrides` (may be null) gives the jobs' shapes as the core placed them.
+/// A partly placed job with a required topology is left alone (its missing
+/// replicas could not join the domain it holds).
 void reclaim_loaned(core_fn const& core, work_state& ws, std::vector<std::int32_t> const& inference_jobs,
-                    round_result& out);
+                    std::vector<job> const* overrides, round_result& out);
 
 /// Minimum-cost preemption (preemption.cpp) for the unplaced jobs `jobs`
 /// (in queue order): victims are alive, preemptible running jobs of
@@ -113,6 +117,21 @@ void backfill(core_fn const& core, work_state& ws, std::vector<job> const* overr
 /// into the job's placement (pending) or out.scale_outs (running). Never
 /// uses nodes held by out.reservations.
 void elastic_scale_out(core_fn const& core, work_state& ws, round_result& out);
+
+/// Elastic scale-in (elastic.cpp): extra workers are opportunistic. For each
+/// blocked job in `jobs` (queue order; shape (*overrides)[j] when given),
+/// finds extra replicas (above min_replicas, never below it nor below 1) of
+/// alive given running elastic jobs of equal or lower priority whose
+/// removal lets the whole job fit: fewest replicas first, then least JCT
+/// loss (the scale-out's linear model), then node / domain index; per
+/// domain of its required topology level, else the whole cluster. The set
+/// is confirmed by the core; then the extras are removed (ws.shrink, the
+/// donors' estimated_end moves later), out.scale_ins gets one entry per job
+/// (reason "make-room", merged within this step) and the job starts with
+/// the core's placement (a partial placement of it is replaced). Nothing
+/// changes for a job that would not be placed whole. No lost work.
+void elastic_scale_in_for(core_fn const& core, work_state& ws, std::vector<std::int32_t> const& jobs,
+                          std::vector<job> const* overrides, round_result& out);
 
 /// One group of the multiple-choice knapsack: items[k] = (weight, value)
 /// for taking k+1 units of the group; at most one item per group.

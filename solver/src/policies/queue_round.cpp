@@ -67,17 +67,23 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
   for (auto const& p : out.placements) ws.start(p.job, p.replicas);
 
   // 3. Reclaim: inference jobs that did not fit take loaned nodes back.
-  if (q.loaning) {
+  if (q.loaning && (q.auto_reclaim || q.reclaim_nodes > 0)) {
     std::vector<std::int32_t> inference;
     for (auto j : still_unplaced(ws, out, nullptr)) {
-      if (in.pending[static_cast<std::size_t>(j)].kind == job_kind::inference) inference.push_back(j);
+      if (q.auto_reclaim && in.pending[static_cast<std::size_t>(j)].kind == job_kind::inference) inference.push_back(j);
     }
-    if (!inference.empty() || q.reclaim_nodes > 0) reclaim_loaned(core, ws, inference, out);
+    if (!inference.empty() || q.reclaim_nodes > 0) reclaim_loaned(core, ws, inference, overrides, out);
   }
 
   // 4. Priority preemption for what is still blocked (not deferred jobs:
   //    they wait by choice).
   std::vector<char> const* deferred = q.delay_scheduling ? &plan.deferred_candidate : nullptr;
+  //    First, at no lost work: elastic jobs' extra workers yield to blocked
+  //    jobs of equal or higher priority (scale-in).
+  if (q.elastic) {
+    auto blocked = still_unplaced(ws, out, deferred);
+    if (!blocked.empty()) elastic_scale_in_for(core, ws, blocked, overrides, out);
+  }
   if (q.preemption) {
     auto blocked = still_unplaced(ws, out, deferred);
     if (!blocked.empty()) preempt_for(core, ws, blocked, preempt_scope::priority, overrides, out);
@@ -104,6 +110,14 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
   // 8. Delay scheduling bookkeeping: Deferred reasons, waits, timers.
   if (q.delay_scheduling) settle_delays(ws, plan, mem, out);
 
+  // A job shrunk by a reclaim and then preempted whole is reported as
+  // preempted only: the preemption already covers the replicas removed.
+  out.scale_ins.erase(std::remove_if(out.scale_ins.begin(), out.scale_ins.end(),
+                                     [&](scale_change const& sc) {
+                                       return std::any_of(out.preemptions.begin(), out.preemptions.end(),
+                                                          [&](preemption const& p) { return p.job == sc.job; });
+                                     }),
+                      out.scale_ins.end());
   // A job is no longer unplaced once all its replicas are (elastic jobs may
   // have more); a partly placed non-gang job keeps its reason.
   for (auto const& p : out.placements) {

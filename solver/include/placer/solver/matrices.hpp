@@ -12,9 +12,25 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 namespace placer {
+
+/// What build_matrices needs besides its output, kept with the matrices so a
+/// steady stream of same-shaped rounds flattens without allocating (sorted
+/// vectors in place of maps; clear() keeps their capacity).
+struct flatten_scratch {
+  /// (gpus, milli, cpu, mem, model mask, pool mask, loan) of a class row.
+  using class_key = std::tuple<std::int32_t, std::int32_t, std::int64_t, std::int64_t, std::uint64_t, std::uint8_t,
+                               std::uint8_t>;
+  /// (cpu, milli, gpus, model mask) of a typical-task shape.
+  using task_key = std::tuple<std::int64_t, std::int32_t, std::int32_t, std::uint64_t>;
+  std::vector<std::pair<class_key, std::int32_t>> classes;  ///< sorted by key: key -> class row
+  std::vector<std::pair<task_key, std::int64_t>> counts;    ///< sorted by key: shape -> replicas
+  std::vector<std::pair<std::int64_t, task_key>> ranked;    ///< (count, shape), most frequent first
+};
 
 struct round_matrices {
   // Nodes (mutable: the assignment commits into these).
@@ -36,6 +52,8 @@ struct round_matrices {
   std::vector<std::uint64_t> task_model_mask;
   // Model names; the index is the model id.
   std::vector<std::string> models;
+  /// build_matrices' working space (not part of the round).
+  flatten_scratch scratch;
 
   [[nodiscard]] std::int32_t n_nodes() const { return static_cast<std::int32_t>(cpu_free.size()); }
   [[nodiscard]] std::int32_t n_classes() const { return static_cast<std::int32_t>(class_gpus.size()); }
@@ -49,5 +67,10 @@ std::uint64_t model_mask(std::vector<std::string> const& allowed, std::vector<st
 
 /// Flattens a validated round. Node order and GPU order are kept.
 round_matrices build_matrices(round_input const& in);
+
+/// The same, into `m`, reusing its buffers: every field is overwritten, and
+/// once `m` has seen a round of this size, flattening another allocates
+/// nothing (the solver keeps one round_matrices across rounds).
+void build_matrices(round_input const& in, round_matrices& m);
 
 }  // namespace placer

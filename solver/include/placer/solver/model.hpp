@@ -124,6 +124,10 @@ struct queue_policy {
   /// The cluster manager asks for this many loaned nodes back now (on top of
   /// what unplaced inference jobs need); 0 = only what they need.
   std::int32_t reclaim_nodes = 0;
+  /// With loaning on, inference jobs that do not fit take loaned nodes back
+  /// by themselves (training placed there this round included). Off: only
+  /// reclaim_nodes is honoured, the cluster manager decides when to reclaim.
+  bool auto_reclaim = true;
   /// Elastic jobs (min..max replicas) get spare GPUs by a multiple-choice
   /// knapsack on estimated JCT reduction; reclaim shrinks them first.
   bool elastic = false;

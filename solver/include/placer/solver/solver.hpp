@@ -39,7 +39,13 @@ class solver {
   /// One round's assignment, no cross-round policy.
   round_result solve_one(round_input const& in);
 
+  /// solve_one's buffers (round matrices, score matrix, assigner scratch),
+  /// reused across rounds: they grow to the high-water mark, so a steady
+  /// stream of same-sized rounds allocates only what goes into the result.
+  struct workspace;
+
   std::unique_ptr<kernels::backend> backend_;
+  std::unique_ptr<workspace> ws_;
 };
 
 }  // namespace placer

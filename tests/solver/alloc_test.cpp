@@ -1,0 +1,287 @@
+// The solver's hot path does not allocate per round: a steady stream of
+// same-shaped rounds reuses the solver's workspace (round matrices, score
+// matrix, assigner scratch) and the backend's buffers. A counting global
+// operator new (this executable only) measures every heap allocation made
+// through new/delete while one round is solved, split into the solver's
+// own (flatten, assign, result) and the backend's (calls through a
+// delegating backend).
+//
+// What remains per round on the solver's side is the result itself
+// (placement and replica vectors, unplaced-job messages, the backend name,
+// the timing list) and validate()'s per-job context strings. The bounds
+// below allow for exactly that and would fail if any per-node or per-cell
+// buffer (matrices, score matrix, domain paths, auction values) were
+// allocated per round again. On the backend's side what remains is the
+// auction's reverse step (kernels/src/auction_host.cpp), which builds five
+// small buffers per epsilon phase.
+//
+// Not visible here: allocations that bypass operator new (std::malloc in
+// the OpenMP runtime).
+#include <placer/kernels/backend.hpp>
+#include <placer/solver/solver.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::atomic<bool> counting{false};
+std::atomic<bool> in_backend{false};  ///< a backend call is running (any thread allocates for it)
+std::atomic<std::int64_t> n_allocs[2]{};  ///< [0] solver, [1] backend
+std::atomic<std::int64_t> n_bytes[2]{};
+
+void* counted(std::size_t n, std::size_t align) {
+  if (counting.load(std::memory_order_relaxed)) {
+    int const who = in_backend.load(std::memory_order_relaxed) ? 1 : 0;
+    n_allocs[who].fetch_add(1, std::memory_order_relaxed);
+    n_bytes[who].fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+  }
+  if (n == 0) n = 1;
+  void* p = nullptr;
+  if (align <= alignof(std::max_align_t)) {
+    p = std::malloc(n);
+  } else {
+    n = (n + align - 1) / align * align;
+    p = std::aligned_alloc(align, n);
+  }
+  return p;
+}
+
+}  // namespace
+
+void* operator new(std::size_t n) {
+  if (void* p = counted(n, 0)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) {
+  if (void* p = counted(n, 0)) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::align_val_t a) {
+  if (void* p = counted(n, static_cast<std::size_t>(a))) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n, std::align_val_t a) {
+  if (void* p = counted(n, static_cast<std::size_t>(a))) return p;
+  throw std::bad_alloc();
+}
+void* operator new(std::size_t n, std::nothrow_t const&) noexcept { return counted(n, 0); }
+void* operator new[](std::size_t n, std::nothrow_t const&) noexcept { return counted(n, 0); }
+void* operator new(std::size_t n, std::align_val_t a, std::nothrow_t const&) noexcept {
+  return counted(n, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a, std::nothrow_t const&) noexcept {
+  return counted(n, static_cast<std::size_t>(a));
+}
+// The replaced operator new above allocates with std::malloc, so std::free
+// is the matching release.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::nothrow_t const&) noexcept { std::free(p); }
+void operator delete[](void* p, std::nothrow_t const&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, std::nothrow_t const&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, std::nothrow_t const&) noexcept { std::free(p); }
+
+namespace placer {
+namespace {
+
+struct allocs {
+  std::int64_t count = 0;  ///< solver side
+  std::int64_t bytes = 0;
+  std::int64_t backend_count = 0;  ///< inside backend calls
+  std::int64_t backend_bytes = 0;
+};
+
+template <class F>
+allocs count_allocs(F&& f) {
+  for (int k = 0; k < 2; ++k) n_allocs[k] = n_bytes[k] = 0;
+  counting = true;
+  f();
+  counting = false;
+  return {n_allocs[0].load(), n_bytes[0].load(), n_allocs[1].load(), n_bytes[1].load()};
+}
+
+/// The CPU backend, with allocations inside its calls counted apart and the
+/// auction's epsilon phases counted.
+class delegating_backend final : public kernels::backend {
+ public:
+  explicit delegating_backend(std::unique_ptr<kernels::backend> b) : b_(std::move(b)) {}
+  [[nodiscard]] kernels::backend_kind kind() const override { return b_->kind(); }
+  [[nodiscard]] std::string const& description() const override { return b_->description(); }
+  void score(kernels::node_view const& nodes, kernels::class_view const& classes, kernels::task_view const& tasks,
+             kernels::score_params const& params, std::span<std::int32_t> out) override {
+    scope s;
+    b_->score(nodes, classes, tasks, params, out);
+  }
+  kernels::cluster_stats stats(kernels::node_view const& nodes, kernels::task_view const& tasks) override {
+    scope s;
+    return b_->stats(nodes, tasks);
+  }
+  void domain_capacity(kernels::node_view const& nodes, kernels::class_view const& classes, std::int32_t c,
+                       kernels::domain_index_view const& idx, std::span<std::int64_t> cap) override {
+    scope s;
+    b_->domain_capacity(nodes, classes, c, idx, cap);
+  }
+  kernels::auction_stats auction(kernels::auction_problem const& problem, kernels::auction_params const& params,
+                                 std::span<std::int32_t> object_of) override {
+    scope s;
+    auto const st = b_->auction(problem, params, object_of);
+    phases += st.phases;
+    return st;
+  }
+  std::int64_t phases = 0;
+
+ private:
+  struct scope {
+    scope() { in_backend = true; }
+    ~scope() { in_backend = false; }
+  };
+  std::unique_ptr<kernels::backend> b_;
+};
+
+/// 2,048 nodes (2 spines x 4 leaves x 256) of 8 GPUs in two NVLink islands,
+/// two GPU models with names longer than the small-string buffer, part
+/// used; 24 pending jobs of every kind the placer handles (whole-GPU and
+/// fractional auction tiers with several classes, CPU-only, model-limited,
+/// a gang with a required topology level, a preferred-topology job) and a
+/// few running jobs for the typical task set.
+round_input steady_round() {
+  round_input in;
+  in.state = make_cluster().spines(2).leaves_per_spine(4).nodes_per_leaf(256).gpus(8).nvlink_islands(2).build();
+  for (std::size_t i = 0; i < in.state.nodes.size(); ++i) {
+    auto& n = in.state.nodes[i];
+    n.gpu_model = i % 3 == 0 ? "NVIDIA-A100-SXM4-80GB" : "NVIDIA-H100-80GB-HBM3";
+    for (std::size_t g = 0; g < n.gpu_free_milli.size(); ++g) {
+      auto const k = (i * 7 + g * 3) % 10;
+      n.gpu_free_milli[g] = k < 5 ? 1000 : k < 7 ? 0 : static_cast<std::int32_t>(k) * 100;
+    }
+    n.cpu_milli_free = n.cpu_milli_capacity * static_cast<std::int64_t>(3 + i % 7) / 10;
+    n.memory_mib_free = n.memory_mib_capacity * static_cast<std::int64_t>(3 + i % 5) / 10;
+  }
+  for (int k = 0; k < 24; ++k) {
+    job j;
+    j.name = "j" + std::to_string(k);
+    j.priority = k % 2;
+    j.submit_time = k;
+    j.per_replica.cpu_milli = 1000 * (1 + k % 4);
+    j.per_replica.memory_mib = 1024 * (1 + k % 3);
+    switch (k % 6) {
+      case 0: j.per_replica.gpus = 8; break;
+      case 1: j.per_replica.gpus = 2; j.replicas = 3; break;
+      case 2: j.per_replica.gpus = 1; j.per_replica.gpu_milli = 300 + 100 * (k % 3); break;
+      case 3: j.per_replica.gpus = 0; j.replicas = 2; break;
+      case 4: j.per_replica.gpus = 4; j.allowed_gpu_models = {"NVIDIA-A100-SXM4-80GB"}; break;
+      default: j.per_replica.gpus = 1; j.replicas = 2; break;
+    }
+    if (k == 7) {
+      j.replicas = 4;
+      j.gang = true;
+      j.topology_level = 2;
+      j.topo_mode = topology_mode::required;
+    }
+    if (k == 13) {
+      j.replicas = 3;
+      j.topology_level = 1;
+      j.topo_mode = topology_mode::preferred;
+    }
+    in.pending.push_back(std::move(j));
+  }
+  for (int k = 0; k < 4; ++k) {
+    running_job r;
+    r.name = "r" + std::to_string(k);
+    r.per_replica.gpus = 1;
+    r.per_replica.cpu_milli = 2000;
+    replica_placement rp;
+    rp.node = k;
+    rp.gpus = {1};
+    r.replicas.push_back(rp);
+    in.running.push_back(std::move(r));
+  }
+  return in;
+}
+
+TEST(HotPath, SteadyRoundsAllocateOnlyTheResult) {
+  round_input const in = steady_round();
+  auto backend = std::make_unique<delegating_backend>(kernels::make_backend(kernels::backend_kind::cpu));
+  delegating_backend* const b = backend.get();
+  solver s(std::move(backend));
+
+  std::vector<round_result> results(6);
+  std::vector<allocs> per_round;
+  std::vector<std::int64_t> phases;
+  per_round.reserve(results.size());
+  phases.reserve(results.size());
+  for (auto& r : results) {
+    b->phases = 0;
+    per_round.push_back(count_allocs([&] { r = s.solve(in); }));
+    phases.push_back(b->phases);
+  }
+  // What the result alone costs: one copy allocates each of its non-empty
+  // vectors and long strings once.
+  round_result copy;
+  allocs const result = count_allocs([&] { copy = results.back(); });
+
+  ASSERT_GT(results.front().placements.size(), 10U) << "the round should place most of its jobs";
+  for (std::size_t k = 1; k < results.size(); ++k) {
+    ASSERT_EQ(results[k].placements.size(), results[0].placements.size());
+    for (std::size_t p = 0; p < results[k].placements.size(); ++p) {
+      EXPECT_EQ(results[k].placements[p].job, results[0].placements[p].job);
+      EXPECT_EQ(results[k].placements[p].replicas, results[0].placements[p].replicas);
+    }
+  }
+
+  std::int64_t const n_nodes = static_cast<std::int64_t>(in.state.nodes.size());
+  for (std::size_t k = 0; k < per_round.size(); ++k) {
+    std::printf("round %zu: solver %lld allocations (%lld bytes); backend %lld allocations (%lld bytes), %lld auction "
+                "phases\n",
+                k, static_cast<long long>(per_round[k].count), static_cast<long long>(per_round[k].bytes),
+                static_cast<long long>(per_round[k].backend_count), static_cast<long long>(per_round[k].backend_bytes),
+                static_cast<long long>(phases[k]));
+  }
+  std::printf("copy of the result: %lld allocations, %lld bytes; %zu pending jobs, %zu running\n",
+              static_cast<long long>(result.count), static_cast<long long>(result.bytes), in.pending.size(),
+              in.running.size());
+
+  for (std::size_t k = 2; k < per_round.size(); ++k) {
+    auto const& a = per_round[k];
+    // Count: the result's own allocations plus validate()'s context string
+    // per job (pending and running), plus a little slack (the placements
+    // vector reserved up front, the timing list). A per-round matrix would
+    // add dozens (one per field, more with push_back growth).
+    std::int64_t const bound =
+        result.count + static_cast<std::int64_t>(in.pending.size() + in.running.size()) + 8;
+    EXPECT_LE(a.count, bound) << "round " << k;
+    // Far below the first round, which sized the workspace: in count (the
+    // result's allocations are most of what is left) and far more in bytes.
+    EXPECT_LT(a.count * 3, per_round[0].count) << "round " << k;
+    EXPECT_LT(a.bytes * 20, per_round[0].bytes) << "round " << k;
+    // Bytes: less than one int32 per node, so no per-node buffer (matrices,
+    // score matrix, domain paths, auction values) is allocated anew.
+    EXPECT_LT(a.bytes, n_nodes * static_cast<std::int64_t>(sizeof(std::int32_t))) << "round " << k;
+    // And the same every round: nothing creeps.
+    EXPECT_EQ(a.count, per_round[2].count) << "round " << k;
+    // The backend: nothing but the auction reverse step's buffers, five per
+    // epsilon phase (profit, copy_of, queued, the queue's map and first
+    // chunk; a long queue adds chunks): no per-call workspace.
+    EXPECT_GT(phases[k], 0) << "the round should run auctions";
+    EXPECT_LE(a.backend_count, 8 * phases[k]) << "round " << k;
+    EXPECT_EQ(a.backend_count, per_round[2].backend_count) << "round " << k;
+  }
+}
+
+}  // namespace
+}  // namespace placer

@@ -1,0 +1,123 @@
+// Every cross-round policy on at once, on random rounds with running work:
+// the composed round keeps the one-round invariants (nothing over-committed
+// once victims and scale-ins are released and scale-outs charged), the
+// preemption rules (strictly lower priority, preemptible, whole jobs), the
+// elastic ranges, and is deterministic.
+#include "../support/invariants.hpp"
+#include "../support/random_round.hpp"
+
+#include <placer/solver/solver.hpp>
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+namespace placer {
+namespace {
+
+/// Turns a first round's placements into running jobs on the cluster it
+/// leaves, then asks a second batch of random jobs to be placed on it.
+round_input round_with_running(std::mt19937_64& rng, solver& s) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  round_input first = testing_support::random_round(rng, 6, 30);
+  round_result const placed = s.solve(first);
+  round_input in;
+  in.state = first.state;
+  in.now = 10000;
+  for (auto const& p : placed.placements) {
+    auto const& j = first.pending[static_cast<std::size_t>(p.job)];
+    running_job rj;
+    rj.name = "run-" + j.name;
+    rj.kind = j.kind;
+    rj.priority = pick(0, 3);
+    rj.per_replica = j.per_replica;
+    rj.replicas = p.replicas;
+    rj.gang = j.gang || p.replicas.size() > 1;
+    rj.preemptible = pick(0, 2) != 0;
+    if (pick(0, 3) == 0) {
+      rj.min_replicas = std::max<std::int32_t>(1, static_cast<std::int32_t>(p.replicas.size()) - pick(0, 2));
+      rj.max_replicas = static_cast<std::int32_t>(p.replicas.size()) + pick(0, 3);
+    }
+    rj.network_sensitivity = static_cast<float>(pick(0, 10)) / 10.0F;
+    rj.start_time = in.now - pick(10, 5000);
+    rj.last_checkpoint = rj.start_time + pick(0, static_cast<int>(in.now - rj.start_time));
+    rj.estimated_end = in.now + pick(-100, 3000);
+    for (auto const& rp : p.replicas) {
+      auto& nd = in.state.nodes[static_cast<std::size_t>(rp.node)];
+      for (auto g : rp.gpus) nd.gpu_free_milli[static_cast<std::size_t>(g)] -= rp.gpu_milli;
+      nd.cpu_milli_free -= j.per_replica.cpu_milli;
+      nd.memory_mib_free -= j.per_replica.memory_mib;
+      rj.loaned = rj.loaned || (j.kind != job_kind::inference && nd.pool == pool_kind::inference);
+    }
+    in.running.push_back(std::move(rj));
+  }
+  in.pending = testing_support::random_round(rng, 6, 30).pending;
+  for (auto& j : in.pending) {
+    j.preemptible = pick(0, 1) == 1;
+    j.estimated_duration = pick(0, 4000);
+    j.submit_time = in.now - pick(0, 3000);
+    if (j.replicas > 1 && pick(0, 2) == 0) {
+      j.min_replicas = pick(1, j.replicas);
+      j.max_replicas = j.replicas + pick(0, 3);
+    }
+  }
+  auto& q = in.pol.queue;
+  q.backfill = static_cast<backfill_mode>(pick(0, 2));
+  q.preemption = pick(0, 3) != 0;
+  q.loaning = pick(0, 3) != 0;
+  q.reclaim_nodes = pick(0, 3) == 0 ? pick(1, 3) : 0;
+  q.elastic = pick(0, 1) == 1;
+  q.delay_scheduling = pick(0, 1) == 1;
+  q.network_preemption = pick(0, 1) == 1;
+  q.max_reservations = pick(1, 4);
+  return in;
+}
+
+TEST(PoliciesProperty, RandomRoundsKeepInvariantsAndAreDeterministic) {
+  solver s(kernels::select_backend("cpu"));
+  std::mt19937_64 rng(20261121);
+  int preemptions = 0, reservations = 0, scale_events = 0, reclaims = 0, deferred = 0;
+  for (int round = 0; round < 300; ++round) {
+    round_input const in = round_with_running(rng, s);
+    auto const& q = in.pol.queue;
+    SCOPED_TRACE("round " + std::to_string(round) + " backfill " + std::to_string(static_cast<int>(q.backfill)) +
+                 (q.preemption ? " preemption" : "") + (q.loaning ? " loaning" : "") +
+                 (q.reclaim_nodes > 0 ? " reclaim" : "") + (q.elastic ? " elastic" : "") +
+                 (q.delay_scheduling ? " delay" : "") + (q.network_preemption ? " network" : ""));
+    queue_memory m1, m2;
+    round_result const a = s.solve(in, &m1);
+    expect_round_invariants(in, a);
+    for (auto const& res : a.reservations) {
+      EXPECT_GE(res.start_time, in.now);
+      for (auto n : res.nodes) EXPECT_LT(n, static_cast<std::int32_t>(in.state.nodes.size()));
+    }
+    for (auto n : a.reclaimed_nodes) {
+      auto const& nd = in.state.nodes[static_cast<std::size_t>(n)];
+      EXPECT_TRUE(nd.pool == pool_kind::inference && nd.loanable) << "reclaimed node " << n << " was not lent";
+    }
+    round_result const b = s.solve(in, &m2);
+    ASSERT_EQ(a.placements.size(), b.placements.size());
+    for (std::size_t k = 0; k < a.placements.size(); ++k) {
+      EXPECT_EQ(a.placements[k].job, b.placements[k].job);
+      EXPECT_EQ(a.placements[k].replicas, b.placements[k].replicas);
+    }
+    EXPECT_EQ(a.preemptions.size(), b.preemptions.size());
+    preemptions += static_cast<int>(a.preemptions.size());
+    reservations += static_cast<int>(a.reservations.size());
+    scale_events += static_cast<int>(a.scale_ins.size() + a.scale_outs.size());
+    reclaims += static_cast<int>(a.reclaimed_nodes.size());
+    for (auto const& u : a.unplaced_jobs) deferred += u.reason == unplaced_reason::deferred ? 1 : 0;
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  // The instances must exercise every decision kind, or the test proves little.
+  EXPECT_GT(preemptions, 20);
+  EXPECT_GT(reservations, 20);
+  EXPECT_GT(scale_events, 10);
+  EXPECT_GT(reclaims, 5);
+  EXPECT_GT(deferred, 5);
+  std::printf("[ stats    ] %d preemptions, %d reservations, %d scale events, %d reclaimed nodes, %d deferred\n",
+              preemptions, reservations, scale_events, reclaims, deferred);
+}
+
+}  // namespace
+}  // namespace placer
