@@ -1,18 +1,30 @@
 // `placer experiment fgd`: the FGD (ATC'23) experiment on the openb traces
 // beside the published medians (docs/fgd-experiment.md).
+// `placer experiment policies`: the cross-round policies (backfill,
+// preemption, loaning, elastic, delay scheduling) one at a time and all
+// together against FIFO and kube-style baselines, on an ITP trace and on the
+// mixed training + inference workload (docs/simulator.md).
 #include "cli.hpp"
 #include "commands.hpp"
 
+#include <placer/kernels/backend.hpp>
 #include <placer/sim/fgd.hpp>
+#include <placer/sim/sim_metrics.hpp>
+#include <placer/sim/sim_workloads.hpp>
+#include <placer/sim/simulator.hpp>
 #include <placer/sim/svg_plot.hpp>
+#include <placer/solver/solver.hpp>
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -82,9 +94,13 @@ std::string json_num(double v) {
 
 }  // namespace
 
+int cmd_experiment_policies(int argc, char** argv);
+
 int cmd_experiment(int argc, char** argv) {
+  if (argc >= 3 && std::string(argv[2]) == "policies") return cmd_experiment_policies(argc, argv);
   try {
-    if (argc < 3 || std::string(argv[2]) != "fgd") throw usage_error("expected 'placer experiment fgd ...'");
+    if (argc < 3 || std::string(argv[2]) != "fgd")
+      throw usage_error("expected 'placer experiment fgd ...' or 'placer experiment policies ...'");
     std::set<std::string> const valued{"workload", "seeds", "plot", "policies", "batch", "data", "jobs"};
     std::set<std::string> const boolean{"all", "json", "help"};
     auto const args = parse_cli(argc, argv, 3, valued, boolean, "experiment fgd");
@@ -250,6 +266,349 @@ int cmd_experiment(int argc, char** argv) {
     return 2;
   } catch (std::exception const& e) {
     std::fprintf(stderr, "placer experiment: %s\n", e.what());
+    return 1;
+  }
+}
+
+// ---------------------------------------------------------------- policies
+
+namespace {
+
+char const* const policies_usage =
+    "usage: placer experiment policies [--trace T] [--mixed M] [--limit N] [--nodes N] [--inference-nodes N]\n"
+    "                                  [--out DIR] [--json] [--only LIST] [--jobs N] [--data DIR]\n"
+    "                                  [--interval S] [--checkpoint-interval S] [--seed S] [--backend B]\n"
+    "  --trace     ITP training workload (default itp:cluster02; 'none' skips it)\n"
+    "  --mixed     training + inference workload (default mixed:cluster02; 'none' skips it)\n"
+    "  --limit     first N training jobs of each trace (default 6000: all 5,778 of cluster02; 0 = all)\n"
+    "  --nodes     training nodes (default: half the trace's default size, 24 for cluster02, so\n"
+    "              that jobs queue); --inference-nodes (default: half the training nodes, whole leaves)\n"
+    "  --only      comma list of run labels (fifo,kube-least,placer,+backfill,+preemption,+loaning,\n"
+    "              +elastic,+delay,all)\n"
+    "  --jobs      runs in parallel (default 1)\n"
+    "  --out       summary.json, and per workload its summary.json, CSVs, jwtd_cdf.svg, jct_cdf.svg, gar.svg\n"
+    "  --json      one JSON object per run on stdout instead of the tables\n"
+    "A run that fails is reported (FAILED row, \"status\":\"failed\") and the others go on; exit 1 then.\n";
+
+/// One configuration of the experiment.
+struct variant {
+  std::string label;
+  algorithm algo = algorithm::placer;
+  queue_policy queue;
+  bool mixed_only = false;
+};
+
+std::vector<variant> policy_variants() {
+  queue_policy none;
+  none.loaning = false;  // "no cross-round policy": pools stay apart
+  std::vector<variant> v;
+  v.push_back({"fifo", algorithm::first_fit, none, false});
+  v.push_back({"kube-least", algorithm::kube_least_allocated, none, false});
+  v.push_back({"placer", algorithm::placer, none, false});
+  variant x{"+backfill", algorithm::placer, none, false};
+  x.queue.backfill = backfill_mode::easy;
+  v.push_back(x);
+  x = {"+preemption", algorithm::placer, none, false};
+  x.queue.preemption = true;
+  v.push_back(x);
+  x = {"+loaning", algorithm::placer, none, true};
+  x.queue.loaning = true;
+  v.push_back(x);
+  x = {"+elastic", algorithm::placer, none, false};
+  x.queue.elastic = true;
+  v.push_back(x);
+  x = {"+delay", algorithm::placer, none, false};
+  x.queue.delay_scheduling = true;
+  x.queue.network_preemption = true;
+  v.push_back(x);
+  x = {"all", algorithm::placer, none, false};
+  x.queue.backfill = backfill_mode::easy;
+  x.queue.preemption = true;
+  x.queue.loaning = true;
+  x.queue.elastic = true;
+  x.queue.delay_scheduling = true;
+  x.queue.network_preemption = true;
+  v.push_back(x);
+  return v;
+}
+
+struct policy_run {
+  std::size_t workload = 0;
+  variant var;
+  bool ok = false;
+  std::string error;
+  sim::sim_result result;
+  sim::sim_summary summary;
+  double seconds = 0;
+};
+
+std::string json_escape(std::string const& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      o += ' ';
+    } else {
+      o += c;
+    }
+  }
+  return o + "\"";
+}
+
+std::string file_part(std::string s) {
+  for (auto& c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
+  }
+  return s;
+}
+
+long long opt_int(std::map<std::string, std::string> const& o, std::string const& k, long long def) {
+  auto it = o.find(k);
+  if (it == o.end()) return def;
+  std::size_t pos = 0;
+  long long v = -1;
+  try {
+    v = std::stoll(it->second, &pos);
+  } catch (std::exception const&) {
+    pos = 0;
+  }
+  if (pos == 0 || pos != it->second.size() || v < 0)
+    throw usage_error("--" + k + " needs a non-negative integer, got '" + it->second + "'");
+  return v;
+}
+
+std::string run_json(policy_run const& r, std::string const& workload) {
+  std::string o = "{\"workload\":" + json_escape(workload) + ",\"run\":" + json_escape(r.var.label) +
+                  ",\"algorithm\":" + json_escape(algorithm_name(r.var.algo)) +
+                  ",\"policy\":" + json_escape(sim::policy_label(r.var.queue));
+  if (!r.ok) return o + ",\"status\":\"failed\",\"error\":" + json_escape(r.error) + "}";
+  auto const& s = r.summary;
+  char b[1536];
+  std::snprintf(b, sizeof b,
+                ",\"status\":\"ok\",\"jobs\":%lld,\"finished\":%lld,\"jwtd_p50\":%.0f,\"jwtd_p90\":%.0f,"
+                "\"jwtd_p99\":%.0f,\"jct_mean\":%.1f,\"jct_p50\":%.0f,\"makespan\":%lld,\"gar\":%.5f,\"sor\":%.5f,"
+                "\"gfr\":%.5f,\"preemptions\":%lld,\"lost_gpu_hours\":%.2f,\"reclaimed_nodes\":%lld,"
+                "\"scale_outs\":%lld,\"scale_ins\":%lld,\"reservations\":%lld,\"deferred_job_rounds\":%lld,"
+                "\"slowdown_multi_node\":%.4f,\"jwtd_inference_p99\":%.0f,\"jwtd_training_p90\":%.0f,"
+                "\"jwtd_training_p99\":%.0f,\"jct_training_mean\":%.1f,"
+                "\"loaned_gpus_mean\":%.2f,\"rounds\":%lld,\"seconds\":%.2f}",
+                static_cast<long long>(s.jobs), static_cast<long long>(s.finished), s.wait.p50, s.wait.p90, s.wait.p99,
+                s.jct.mean, s.jct.p50, static_cast<long long>(s.makespan), s.gar_time, s.sor, s.gfr_time,
+                static_cast<long long>(s.preemptions), s.lost_gpu_hours, static_cast<long long>(s.reclaimed_nodes),
+                static_cast<long long>(s.scale_outs), static_cast<long long>(s.scale_ins),
+                static_cast<long long>(s.reservations), static_cast<long long>(s.deferred_job_rounds),
+                s.slowdown_multi_node, s.wait_inference.p99, s.wait_training.p90, s.wait_training.p99,
+                s.jct_training.mean, s.loaned_gpus_mean,
+                static_cast<long long>(s.rounds), r.seconds);
+  return o + b;
+}
+
+void print_table(std::string const& name, std::string const& description, std::vector<policy_run const*> const& runs,
+                 bool mixed) {
+  std::printf("\n%s: %s\n", name.c_str(), description.c_str());
+  std::printf("%-12s %6s %6s %7s %7s %7s %8s %6s %6s %6s %6s %6s %6s %7s %6s", "run", "JWTDp50", "p90", "p99",
+              "JCTmean", "JCTp50", "makespan", "GAR%", "SOR%", "GFR%", "preem", "lostGh", "reclm", "scale", "slowdn");
+  if (mixed) std::printf(" %9s %9s %9s %9s %6s", "infJWTD99", "trJWTD90", "trJWTD99", "trJCTmean", "loanG");
+  std::printf(" %6s\n", "wall_s");
+  for (auto const* r : runs) {
+    if (!r->ok) {
+      std::printf("%-12s FAILED: %s\n", r->var.label.c_str(), r->error.c_str());
+      continue;
+    }
+    auto const& s = r->summary;
+    std::printf("%-12s %6.0f %6.0f %7.0f %7.0f %7.0f %8lld %6.2f %6.2f %6.2f %6lld %6.1f %6lld %3lld/%-3lld %6.3f",
+                r->var.label.c_str(), s.wait.p50, s.wait.p90, s.wait.p99, s.jct.mean, s.jct.p50,
+                static_cast<long long>(s.makespan), 100 * s.gar_time, 100 * s.sor, 100 * s.gfr_time,
+                static_cast<long long>(s.preemptions), s.lost_gpu_hours, static_cast<long long>(s.reclaimed_nodes),
+                static_cast<long long>(s.scale_outs), static_cast<long long>(s.scale_ins), s.slowdown_multi_node);
+    if (mixed) {
+      std::printf(" %9.0f %9.0f %9.0f %9.0f %6.1f", s.wait_inference.p99, s.wait_training.p90, s.wait_training.p99,
+                  s.jct_training.mean, s.loaned_gpus_mean);
+    }
+    std::printf(" %6.1f\n", r->seconds);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int cmd_experiment_policies(int argc, char** argv) {
+  try {
+    std::set<std::string> const valued{"trace", "mixed", "limit", "nodes", "inference-nodes", "out", "only", "jobs",
+                                       "data", "interval", "checkpoint-interval", "seed", "backend"};
+    std::set<std::string> const boolean{"json", "help"};
+    auto const args = parse_cli(argc, argv, 3, valued, boolean, "experiment policies");
+    auto const& o = args.opts;
+    if (args.flags.count("help") != 0) {
+      std::fputs(policies_usage, stdout);
+      return 0;
+    }
+    bool const json = args.flags.count("json") != 0;
+    sim::workload_options base;
+    base.data_dir = shared_data_dir(argv[0], args.get("data"));
+    base.limit = static_cast<std::int32_t>(opt_int(o, "limit", 6000));
+    base.nodes = static_cast<std::int32_t>(opt_int(o, "nodes", 0));
+    base.inference_nodes = static_cast<std::int32_t>(opt_int(o, "inference-nodes", 0));
+    base.seed = static_cast<std::uint64_t>(opt_int(o, "seed", 1));
+    sim::sim_config cfg0;
+    cfg0.interval = opt_int(o, "interval", 60);
+    if (cfg0.interval < 1) throw usage_error("--interval must be at least 1");
+    cfg0.checkpoint_interval = opt_int(o, "checkpoint-interval", cfg0.checkpoint_interval);
+    auto const jobs = static_cast<unsigned>(std::max<long long>(1, opt_int(o, "jobs", 1)));
+    std::string const backend = args.get("backend", "auto");
+
+    std::vector<std::string> names;
+    for (auto const& key : {"trace", "mixed"}) {
+      std::string const t = args.get(key, key == std::string("trace") ? "itp:cluster02" : "mixed:cluster02");
+      if (t != "none") names.push_back(t);
+    }
+    if (names.empty()) throw usage_error("--trace none and --mixed none leave nothing to run");
+    std::vector<variant> variants = policy_variants();
+    if (o.count("only") != 0) {
+      auto const want = split(o.at("only"), ',');
+      std::vector<variant> keep;
+      for (auto const& w : want) {
+        auto it = std::find_if(variants.begin(), variants.end(), [&](variant const& v) { return v.label == w; });
+        if (it == variants.end()) throw usage_error("--only: unknown run '" + w + "'");
+        keep.push_back(*it);
+      }
+      variants = keep;
+    }
+
+    std::vector<sim::workload> workloads;
+    std::vector<std::int32_t> training_nodes;
+    for (auto const& n : names) {
+      sim::workload_options wo = base;
+      wo.trace = n;
+      if (wo.nodes == 0) {
+        // Half the size the loader picks for the trace (its peak demand):
+        // sized for the peak nothing queues and no policy has work to do.
+        sim::workload const probe = sim::load_workload(wo);
+        std::int32_t training = 0;
+        for (auto const& nd : probe.nodes.nodes) training += nd.pool == pool_kind::inference ? 0 : 1;
+        wo.nodes = std::max(sim::sim_nodes_per_leaf, ((training + 1) / 2 + sim::sim_nodes_per_leaf - 1) /
+                                                         sim::sim_nodes_per_leaf * sim::sim_nodes_per_leaf);
+      }
+      workloads.push_back(sim::load_workload(wo));
+      training_nodes.push_back(wo.nodes);
+      std::fprintf(stderr, "[policies] workload %s: %s\n", workloads.back().name.c_str(),
+                   workloads.back().description.c_str());
+    }
+    auto const is_mixed = [&](std::size_t wi) { return workloads[wi].name.rfind("mixed:", 0) == 0; };
+
+    std::vector<policy_run> runs;
+    for (std::size_t wi = 0; wi < workloads.size(); ++wi) {
+      for (auto const& v : variants) {
+        if (v.mixed_only && !is_mixed(wi)) continue;
+        policy_run r;
+        r.workload = wi;
+        r.var = v;
+        runs.push_back(std::move(r));
+      }
+    }
+    // Runs are independent (own solver, own queue memory); they share
+    // only the read-only workloads.
+    std::atomic<std::size_t> next{0}, done{0};
+    std::mutex io;
+    auto const t_all = std::chrono::steady_clock::now();
+    auto worker = [&] {
+      std::unique_ptr<solver> sv;
+      for (;;) {
+        std::size_t const k = next++;
+        if (k >= runs.size()) return;
+        auto& r = runs[k];
+        auto const t0 = std::chrono::steady_clock::now();
+        try {
+          if (!sv) sv = std::make_unique<solver>(kernels::select_backend(backend));
+          sim::sim_config cfg = cfg0;
+          cfg.algo = r.var.algo;
+          cfg.queue = r.var.queue;
+          cfg.label = r.var.label;
+          r.result = sim::run_simulation(workloads[r.workload], cfg, sim::in_process(*sv));
+          r.summary = sim::summarize(r.result);
+          r.ok = true;
+        } catch (std::exception const& e) {
+          r.error = e.what();
+        }
+        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::size_t const d = ++done;
+        std::lock_guard<std::mutex> lock(io);
+        if (r.ok) {
+          std::fprintf(stderr, "[policies] (%zu/%zu) %s %s: JWTD p90 %.0f s, JCT mean %.0f s, preemptions %lld in %.1f s\n",
+                       d, runs.size(), workloads[r.workload].name.c_str(), r.var.label.c_str(), r.summary.wait.p90,
+                       r.summary.jct.mean, static_cast<long long>(r.summary.preemptions), r.seconds);
+        } else {
+          std::fprintf(stderr, "[policies] (%zu/%zu) %s %s: FAILED after %.1f s: %s\n", d, runs.size(),
+                       workloads[r.workload].name.c_str(), r.var.label.c_str(), r.seconds, r.error.c_str());
+        }
+      }
+    };
+    std::vector<std::thread> threads;
+    for (unsigned t = 0; t < std::min<std::size_t>(jobs, runs.size()); ++t) threads.emplace_back(worker);
+    for (auto& t : threads) t.join();
+
+    for (std::size_t wi = 0; wi < workloads.size(); ++wi) {
+      std::vector<policy_run const*> rs;
+      for (auto const& r : runs) {
+        if (r.workload == wi) rs.push_back(&r);
+      }
+      if (json) {
+        for (auto const* r : rs) std::printf("%s\n", run_json(*r, workloads[wi].name).c_str());
+        std::fflush(stdout);
+      } else {
+        print_table(workloads[wi].name, workloads[wi].description, rs, is_mixed(wi));
+      }
+    }
+
+    std::size_t failed = 0;
+    for (auto const& r : runs) failed += r.ok ? 0 : 1;
+    if (o.count("out") != 0) {
+      fs::path const out = o.at("out");
+      std::error_code ec;
+      fs::create_directories(out, ec);
+      if (ec) throw std::runtime_error("cannot create " + out.string() + ": " + ec.message());
+      std::string config = "{\"limit\": " + std::to_string(base.limit) + ", \"nodes\": " + std::to_string(base.nodes) +
+                           ", \"inference_nodes\": " + std::to_string(base.inference_nodes) +
+                           ", \"seed\": " + std::to_string(base.seed) + ", \"interval_s\": " +
+                           std::to_string(cfg0.interval) + ", \"checkpoint_interval_s\": " +
+                           std::to_string(cfg0.checkpoint_interval) + "}";
+      std::string all = "{\n\"config\": " + config + ",\n\"runs\": [\n";
+      for (std::size_t k = 0; k < runs.size(); ++k) {
+        all += (k ? ",\n" : "") + run_json(runs[k], workloads[runs[k].workload].name);
+      }
+      all += "\n],\n\"workloads\": {";
+      for (std::size_t wi = 0; wi < workloads.size(); ++wi) {
+        std::vector<sim::sim_result> res;
+        std::vector<sim::sim_summary> sums;
+        for (auto const& r : runs) {
+          if (r.workload != wi || !r.ok) continue;
+          res.push_back(r.result);
+          sums.push_back(r.summary);
+        }
+        std::string const dir = (out / file_part(workloads[wi].name)).string();
+        std::string const wcfg = "{\"workload\": " + json_escape(workloads[wi].name) + ", \"description\": " +
+                                 json_escape(workloads[wi].description) + ", \"training_nodes\": " +
+                                 std::to_string(training_nodes[wi]) + ", \"experiment\": " + config + "}";
+        if (!res.empty()) sim::write_outputs(dir, res, sums, wcfg);
+        all += (wi ? ",\n" : "\n") + json_escape(workloads[wi].name) + ": " + sim::summary_json(sums, wcfg, false);
+      }
+      all += "}\n}\n";
+      std::ofstream f(out / "summary.json");
+      f << all;
+      if (!f) throw std::runtime_error("cannot write " + (out / "summary.json").string());
+      std::fprintf(stderr, "[policies] wrote %s/summary.json and per-workload plots\n", out.c_str());
+    }
+    std::fprintf(stderr, "[policies] %zu runs, %zu failed, total %.1f s\n", runs.size(), failed,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count());
+    // Everything is reported and written; the status still says a run failed.
+    return failed == 0 ? 0 : 1;
+  } catch (usage_error const& e) {
+    std::fprintf(stderr, "placer experiment policies: %s\n%s", e.what(), policies_usage);
+    return 2;
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "placer experiment policies: %s\n", e.what());
     return 1;
   }
 }

@@ -46,12 +46,19 @@ usage:
   placer bench  [--scenario 1k|10k|100k|openb] [--rounds N] [--mode closed|open] [--rate R]
                 [--configs cuda,cpu,kube] [--endpoint E] [--json FILE] [--plot FILE.svg]
                 (load generator over the real client; starts its own servers unless --endpoint)
+  placer simulate [--trace itp:clusterNN|mixed:clusterNN|openb:NAME|dlrm|synthetic] [--algorithm A | --compare A,B]
+                [--backfill easy|conservative] [--preemption] [--elastic] [--delay-scheduling] ...
+                (trace-driven discrete-event simulator; `placer simulate --help`)
+  placer experiment fgd [--workload NAME|--all] [--seeds 42-51] [--json] [--plot FILE]
+  placer experiment policies [--trace itp:clusterNN] [--out DIR] [--json]
+                (the FGD paper's table; each cross-round policy on and off on real traces)
   placer version
 
 Files: a cluster is FlatBuffers JSON (root Cluster, schemas/placement.fbs) or an
 inventory CSV (openb node list, PAI machine spec, spot node list); jobs are JSON
 (root JobBatch) or an openb pod list CSV. Placements print as FlatBuffers JSON
-of the reply (Envelope); --summary prints a table instead.
+of the reply (Envelope); --summary prints a table instead. The jobs file's
+policy.queue switches on the cross-round policies (docs/policies.md).
 Default endpoint: tcp://127.0.0.1:5555.
 )";
 

@@ -3,6 +3,7 @@
 // workloads and metrics are in sim/.
 #include <placer/kernels/backend.hpp>
 #include <placer/service/client.hpp>
+#include <placer/sim/baseline_policies.hpp>
 #include <placer/sim/sim_metrics.hpp>
 #include <placer/sim/sim_workloads.hpp>
 #include <placer/sim/simulator.hpp>
@@ -34,10 +35,23 @@ Workload (--trace, default synthetic):
   openb:NAME | openb:PATH     openb pod list (e.g. openb:default) on the openb GPU inventory,
                               or on --cluster FILE (openb node list, PAI machine spec, spot nodes)
   dlrm[:PATH]                 DLRM GPU inference instances (long running)
+  mixed:clusterNN | mixed:PATH  ITP training (training pool, --nodes) + diurnal DLRM-shaped
+                              inference (loanable inference pool, --inference-nodes N)
   synthetic                   --jobs N (200) --arrival-rate R (jobs/min, 1) --seed S (1)
 Options:
-  --algorithm placer|greedy|kube-least|kube-most|first-fit   (default placer)
+  --algorithm A         placer|greedy|kube-least|kube-most|first-fit (the solver, default placer)
+                        or random|dot-prod|gpu-packing|gpu-clustering|best-fit|fgd (FGD-paper
+                        baselines, one job at a time; cross-round policies do not apply)
   --compare A,B,...     run several algorithms on the same workload
+Cross-round policies (solver algorithms; docs/simulator.md):
+  --backfill off|easy|conservative   reservations for blocked jobs (default off)
+  --preemption          blocked jobs may preempt lower-priority preemptible jobs
+  --no-loaning          training may not borrow loanable inference nodes (default: may)
+  --elastic             elastic jobs get min..max replicas, grow into spare GPUs
+  --delay-scheduling    communication-heavy gangs wait (auto-tuned timers) for a consolidated placement
+  --network-preemption  deferred sensitive gangs may preempt insensitive work (needs --delay-scheduling)
+  --checkpoint-interval S   running jobs checkpoint every S s of their run (1800; 0 = never)
+  --no-slowdown         do not stretch run times of spread, network-sensitive placements
   --interval S          seconds of simulated time between rounds (60)
   --on-event            also run a round right after arrivals/completions
   --nodes N             cluster size (default: from the trace's peak demand)
@@ -56,10 +70,16 @@ Options:
 
 using tools::usage_error;
 
-std::set<std::string> const valued = {"trace", "algorithm", "compare", "interval", "nodes", "limit", "horizon",
-                                      "estimate-noise", "seed", "jobs", "arrival-rate", "data", "backend",
-                                      "endpoint", "timeout-ms", "out", "cluster"};
-std::set<std::string> const boolean = {"on-event", "progress", "quiet", "help"};
+std::set<std::string> with(std::set<std::string> a, std::set<std::string> const& b) {
+  a.insert(b.begin(), b.end());
+  return a;
+}
+
+std::set<std::string> const valued =
+    with({"trace", "algorithm", "compare", "interval", "nodes", "limit", "horizon", "estimate-noise", "seed", "jobs",
+          "arrival-rate", "data", "backend", "endpoint", "timeout-ms", "out", "cluster", "inference-nodes"},
+         sim::policy_valued_options());
+std::set<std::string> const boolean = with({"on-event", "progress", "quiet", "help"}, sim::policy_flag_options());
 
 std::vector<std::string> split(std::string const& s, char sep) {
   std::vector<std::string> out;
@@ -129,6 +149,7 @@ int cmd_simulate(int argc, char** argv) {
     wo.seed = static_cast<std::uint64_t>(to_int(o, "seed", 1));
     wo.synthetic_jobs = static_cast<std::int32_t>(to_int(o, "jobs", 200));
     wo.arrival_rate = to_double(o, "arrival-rate", 1.0);
+    wo.inference_nodes = static_cast<std::int32_t>(to_int(o, "inference-nodes", 0));
 
     sim::sim_config cfg;
     cfg.interval = to_int(o, "interval", 60);
@@ -136,6 +157,21 @@ int cmd_simulate(int argc, char** argv) {
     cfg.on_event = flags.count("on-event") != 0;
     cfg.horizon = wo.horizon;
     cfg.progress = flags.count("progress") != 0 || isatty(STDERR_FILENO) != 0;
+    {
+      std::map<std::string, std::string> po;
+      std::set<std::string> pf;
+      for (auto const& k : sim::policy_valued_options()) {
+        if (o.count(k) != 0) po[k] = o[k];
+      }
+      for (auto const& k : sim::policy_flag_options()) {
+        if (flags.count(k) != 0) pf.insert(k);
+      }
+      try {
+        sim::apply_policy_options(po, pf, cfg);
+      } catch (std::invalid_argument const& e) {
+        throw usage_error(e.what());
+      }
+    }
 
     std::vector<std::string> algos;
     if (o.count("compare")) {
@@ -145,13 +181,23 @@ int cmd_simulate(int argc, char** argv) {
     } else {
       algos.push_back(o.count("algorithm") ? o["algorithm"] : "placer");
     }
+    // Solver algorithms by their canonical names; FGD-paper baselines as given.
     std::vector<algorithm> parsed;
+    std::vector<std::string> labels;
     for (auto const& a : algos) {
+      if (sim::is_baseline_policy(a)) {
+        parsed.push_back(algorithm::first_fit);  // unused: the baseline's solve_fn places the jobs
+        labels.push_back(a);
+        continue;
+      }
       try {
         parsed.push_back(sim::parse_algorithm(a));
       } catch (std::exception const& e) {
-        throw usage_error(e.what());
+        std::string names;
+        for (auto const& n : sim::baseline_policy_names()) names += (names.empty() ? "" : ", ") + n;
+        throw usage_error(std::string(e.what()) + "; or a baseline: " + names);
       }
+      labels.emplace_back(sim::algorithm_name(parsed.back()));
     }
 
     sim::workload const w = sim::load_workload(wo);
@@ -163,21 +209,29 @@ int cmd_simulate(int argc, char** argv) {
        << ", \"nodes\": " << w.nodes.nodes.size() << ", \"limit\": " << wo.limit << ", \"horizon_s\": " << wo.horizon
        << ", \"estimate_noise\": " << wo.estimate_noise << ", \"seed\": " << wo.seed
        << ", \"solver\": " << json_str(o.count("endpoint") ? "service " + o["endpoint"] : "in-process")
-       << ", \"algorithms\": [";
-    for (std::size_t i = 0; i < algos.size(); ++i) cj << (i ? ", " : "") << json_str(sim::algorithm_name(parsed[i]));
+       << ", \"policies\": " << json_str(sim::policy_label(cfg.queue))
+       << ", \"backfill\": " << json_str(sim::backfill_name(cfg.queue.backfill))
+       << ", \"preemption\": " << (cfg.queue.preemption ? "true" : "false")
+       << ", \"loaning\": " << (cfg.queue.loaning ? "true" : "false")
+       << ", \"elastic\": " << (cfg.queue.elastic ? "true" : "false")
+       << ", \"delay_scheduling\": " << (cfg.queue.delay_scheduling ? "true" : "false")
+       << ", \"network_preemption\": " << (cfg.queue.network_preemption ? "true" : "false")
+       << ", \"checkpoint_interval_s\": " << cfg.checkpoint_interval
+       << ", \"network_slowdown\": " << (cfg.network_slowdown ? "true" : "false") << ", \"algorithms\": [";
+    for (std::size_t i = 0; i < algos.size(); ++i) cj << (i ? ", " : "") << json_str(labels[i]);
     cj << "]}";
 
     std::vector<sim::sim_result> results;
     std::vector<sim::sim_summary> sums;
     std::unique_ptr<solver> s;
     std::unique_ptr<client> cl;
-    sim::solve_fn solve;
+    sim::solve_fn remote;
     if (o.count("endpoint")) {
       client_options co;
       co.endpoint = o["endpoint"];
       co.timeout_ms = static_cast<int>(to_int(o, "timeout-ms", 5000));
       cl = std::make_unique<client>(co);
-      solve = [&cl](round_input const& in) {
+      remote = [&cl](round_input const& in) {
         service::decoded_reply r = cl->solve(in);
         if (r.code != wire::ErrorCode::Ok) {
           throw std::runtime_error(std::string("service error ") + service::error_code_name(r.code) + ": " + r.message);
@@ -186,11 +240,15 @@ int cmd_simulate(int argc, char** argv) {
       };
     } else {
       s = std::make_unique<solver>(kernels::select_backend(o.count("backend") ? o["backend"] : "auto"));
-      solve = sim::in_process(*s);
     }
-    for (auto a : parsed) {
-      cfg.algo = a;
-      if (flags.count("quiet") == 0 && parsed.size() > 1) std::cerr << "running " << sim::algorithm_name(a) << "...\n";
+    for (std::size_t i = 0; i < parsed.size(); ++i) {
+      cfg.algo = parsed[i];
+      cfg.label = labels[i];
+      if (flags.count("quiet") == 0 && parsed.size() > 1) std::cerr << "running " << labels[i] << "...\n";
+      // A fresh solve function per run: in_process owns the run's queue memory.
+      sim::solve_fn const solve = sim::is_baseline_policy(labels[i]) ? sim::baseline_solver(labels[i], wo.seed)
+                                  : remote ? remote
+                                           : sim::in_process(*s);
       results.push_back(sim::run_simulation(w, cfg, solve));
       sums.push_back(sim::summarize(results.back()));
     }

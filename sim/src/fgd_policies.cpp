@@ -89,21 +89,31 @@ int pod_kind(pod const& p) {
   }
 }
 
+void count_task(task_counts& counts, pod const& p, std::int64_t copies) {
+  auto& e = counts[task_key{p.cpu, p.milli, p.gpus, p.spec}];
+  e.count += copies;
+  e.model_mask = p.model_mask;
+}
+
 std::vector<typical_task> typical_tasks(std::vector<pod> const& trace, double coverage) {
-  using key = std::tuple<std::int64_t, std::int32_t, std::int32_t, std::string>;
-  std::map<key, std::pair<std::int64_t, std::uint64_t>> counts;
-  for (auto const& p : trace) {
-    auto& e = counts[key{p.cpu, p.milli, p.gpus, p.spec}];
-    ++e.first;
-    e.second = p.model_mask;
-  }
+  task_counts counts;
+  for (auto const& p : trace) count_task(counts, p);
+  return typical_tasks(counts, coverage);
+}
+
+std::vector<typical_task> typical_tasks(task_counts const& counts, double coverage) {
+  using key = task_key;
+  std::int64_t n_pods = 0;
   std::vector<std::tuple<std::int64_t, key, std::uint64_t>> ranked;
-  for (auto const& [k, e] : counts) ranked.emplace_back(e.first, k, e.second);
+  for (auto const& [k, e] : counts) {
+    ranked.emplace_back(e.count, k, e.model_mask);
+    n_pods += e.count;
+  }
   std::sort(ranked.begin(), ranked.end(), [](auto const& a, auto const& b) {
     if (std::get<0>(a) != std::get<0>(b)) return std::get<0>(a) > std::get<0>(b);
     return std::get<1>(a) > std::get<1>(b);
   });
-  auto const total = static_cast<double>(trace.size());
+  auto const total = static_cast<double>(n_pods);
   std::int64_t covered = 0;
   std::vector<typical_task> out;
   for (auto const& [c, k, mask] : ranked) {

@@ -50,6 +50,16 @@ void write_file(std::string const& path, std::string const& text) {
   if (!f) throw std::runtime_error("cannot write " + path);
 }
 
+/// A run label as part of a file name.
+std::string file_safe(std::string s) {
+  for (auto& c : s) {
+    bool const ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+                    c == '_' || c == '+' || c == '=' || c == '-';
+    if (!ok) c = '_';
+  }
+  return s;
+}
+
 }  // namespace
 
 double percentile(std::vector<double> v, double p) {
@@ -77,30 +87,42 @@ distribution describe(std::vector<double> const& v) {
 
 sim_summary summarize(sim_result const& r) {
   sim_summary s;
-  s.algorithm = algorithm_name(r.config.algo);
+  s.algorithm = r.config.label.empty() ? std::string(algorithm_name(r.config.algo)) : r.config.label;
   s.workload = r.workload;
   s.description = r.description;
+  s.policy = policy_label(r.config.queue);
+  s.checkpoint_interval = r.config.checkpoint_interval;
   s.jobs = static_cast<std::int64_t>(r.jobs.size());
   s.capacity_gpus = static_cast<double>(r.capacity_milli) / milli_per_gpu;
   s.t_begin = r.t_begin;
   s.t_end = r.t_end;
-  std::vector<double> waits, jcts, ratios;
+  std::vector<double> waits, jcts, ratios, waits_tr, waits_inf, jcts_tr, multi;
   bool all_done = true;
   std::int64_t last_end = r.t_begin;
+  double slow_w = 0, slow_gs = 0;
   for (auto const& j : r.jobs) {
     if (j.start < 0) {
       ++s.never_started;
       all_done = false;
       continue;
     }
-    waits.push_back(static_cast<double>(j.start - j.submit));
+    bool const inference = j.kind == job_kind::inference;
+    // Wait: submit -> first start (a preempted job's later waits show in its JCT).
+    double const wait = static_cast<double>(j.start - j.submit);
+    waits.push_back(wait);
+    (inference ? waits_inf : waits_tr).push_back(wait);
     ratios.push_back(static_cast<double>(j.estimated) / static_cast<double>(std::max<std::int64_t>(j.duration, 1)));
-    std::int64_t const stop = j.end >= 0 ? j.end : r.t_end;
-    s.gpu_time_jobs += static_cast<double>(j.gpu_milli) / milli_per_gpu *
-                       static_cast<double>(std::max<std::int64_t>(std::min(stop, r.t_end) - j.start, 0));
+    s.gpu_time_jobs += static_cast<double>(j.gpu_milli_seconds) / milli_per_gpu;
+    double const gs = static_cast<double>(j.gpu_milli_seconds);
+    slow_w += j.slowdown * gs;
+    slow_gs += gs;
+    if (j.max_nodes > 1) multi.push_back(j.slowdown);
+    if (j.slowdown_max > 1.0) ++s.slowed_jobs;
+    if (j.preemptions > 0) ++s.jobs_preempted;
     if (j.end >= 0) {
       ++s.finished;
       jcts.push_back(static_cast<double>(j.end - j.submit));
+      if (!inference) jcts_tr.push_back(static_cast<double>(j.end - j.submit));
       last_end = std::max(last_end, j.end);
     } else {
       ++s.running_at_end;
@@ -110,10 +132,26 @@ sim_summary summarize(sim_result const& r) {
   s.wait = describe(waits);
   s.jct = describe(jcts);
   s.jtted = describe(ratios);
+  s.wait_training = describe(waits_tr);
+  s.wait_inference = describe(waits_inf);
+  s.jct_training = describe(jcts_tr);
   s.makespan = (all_done ? last_end : r.t_end) - r.t_begin;
+  s.slowdown_gpu_weighted = slow_gs > 0 ? slow_w / slow_gs : 1.0;
+  s.multi_node_jobs = static_cast<std::int64_t>(multi.size());
+  s.slowdown_multi_node = multi.empty() ? 1.0 : describe(multi).mean;
+  s.preemptions = r.preemptions;
+  s.preemptions_by_reason = r.preemptions_by_reason;
+  s.lost_gpu_hours = static_cast<double>(r.lost_gpu_milli_seconds) / milli_per_gpu / 3600.0;
+  s.reclaimed_nodes = r.reclaimed_nodes;
+  s.scale_outs = r.scale_outs;
+  s.scale_ins = r.scale_ins;
+  s.reservations = r.reservations;
+  if (auto it = r.unplaced.find(to_string(unplaced_reason::deferred)); it != r.unplaced.end()) s.deferred_job_rounds = it->second;
+  if (auto it = r.unplaced.find(to_string(unplaced_reason::reserved)); it != r.unplaced.end()) s.reserved_job_rounds = it->second;
 
   double const cap = static_cast<double>(r.capacity_milli) / milli_per_gpu;
-  double gar_i = 0, gfr_i = 0, frag_i = 0, q_i = 0, alloc_i = 0, dem_i = 0, mind_i = 0, gar_sum = 0;
+  double gar_i = 0, gfr_i = 0, frag_i = 0, q_i = 0, alloc_i = 0, dem_i = 0, mind_i = 0, gar_sum = 0, inf_i = 0,
+         loan_i = 0;
   for (std::size_t i = 0; i < r.series.size(); ++i) {
     auto const& x = r.series[i];
     std::int64_t const next = i + 1 < r.series.size() ? r.series[i + 1].time : r.t_end;
@@ -127,6 +165,8 @@ sim_summary summarize(sim_result const& r) {
     alloc_i += a * dt;
     dem_i += d * dt;
     mind_i += std::min(d, cap) * dt;
+    inf_i += static_cast<double>(x.inference_milli) / milli_per_gpu * dt;
+    loan_i += static_cast<double>(x.loaned_milli) / milli_per_gpu * dt;
     gar_sum += x.gar;
     s.queue_max = std::max(s.queue_max, x.queue);
   }
@@ -136,6 +176,8 @@ sim_summary summarize(sim_result const& r) {
     s.gfr_time = gfr_i / span;
     s.frag_time = frag_i / span;
     s.queue_mean = q_i / span;
+    s.inference_gpus_mean = inf_i / span;
+    s.loaned_gpus_mean = loan_i / span;
   }
   if (!r.series.empty()) s.gar_event = gar_sum / static_cast<double>(r.series.size());
   s.gpu_time_allocated = alloc_i;
@@ -162,7 +204,8 @@ std::string summary_json(std::vector<sim_summary> const& runs, std::string const
   o << "{\n  \"config\": " << (config_json.empty() ? "{}" : config_json) << ",\n  \"runs\": [";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     auto const& s = runs[i];
-    o << (i ? ",\n" : "\n") << "    {\"algorithm\": " << quote(s.algorithm) << ", \"workload\": " << quote(s.workload)
+    o << (i ? ",\n" : "\n") << "    {\"algorithm\": " << quote(s.algorithm) << ", \"policy\": " << quote(s.policy)
+      << ", \"checkpoint_interval_s\": " << s.checkpoint_interval << ", \"workload\": " << quote(s.workload)
       << ", \"description\": " << quote(s.description) << ",\n     \"jobs\": " << s.jobs
       << ", \"finished\": " << s.finished << ", \"running_at_end\": " << s.running_at_end
       << ", \"never_started\": " << s.never_started << ", \"capacity_gpus\": " << num(s.capacity_gpus)
@@ -176,6 +219,23 @@ std::string summary_json(std::vector<sim_summary> const& runs, std::string const
       << ", \"gpu_seconds_available\": " << num(s.gpu_time_available)
       << ", \"gpu_seconds_jobs\": " << num(s.gpu_time_jobs) << ",\n     \"jwtd_s\": " << dist_json(s.wait)
       << ",\n     \"jct_s\": " << dist_json(s.jct) << ",\n     \"jtted_ratio\": " << dist_json(s.jtted)
+      << ",\n     \"jwtd_training_s\": " << dist_json(s.wait_training)
+      << ",\n     \"jwtd_inference_s\": " << dist_json(s.wait_inference)
+      << ",\n     \"jct_training_s\": " << dist_json(s.jct_training)
+      << ",\n     \"preemptions\": " << s.preemptions << ", \"preemptions_by_reason\": {";
+    bool first_r = true;
+    for (auto const& [k, v] : s.preemptions_by_reason) {
+      o << (first_r ? "" : ", ") << quote(k) << ": " << v;
+      first_r = false;
+    }
+    o << "}, \"jobs_preempted\": " << s.jobs_preempted << ", \"lost_gpu_hours\": " << num(s.lost_gpu_hours)
+      << ", \"reclaimed_nodes\": " << s.reclaimed_nodes << ", \"scale_outs\": " << s.scale_outs
+      << ", \"scale_ins\": " << s.scale_ins << ", \"reservations\": " << s.reservations
+      << ", \"deferred_job_rounds\": " << s.deferred_job_rounds << ", \"reserved_job_rounds\": " << s.reserved_job_rounds
+      << ",\n     \"slowdown_gpu_weighted\": " << num(s.slowdown_gpu_weighted)
+      << ", \"slowdown_multi_node_mean\": " << num(s.slowdown_multi_node) << ", \"multi_node_jobs\": " << s.multi_node_jobs
+      << ", \"slowed_jobs\": " << s.slowed_jobs << ", \"inference_gpus_mean\": " << num(s.inference_gpus_mean)
+      << ", \"loaned_gpus_mean\": " << num(s.loaned_gpus_mean)
       << ",\n     \"queue_mean\": " << num(s.queue_mean) << ", \"queue_max\": " << s.queue_max
       << ", \"rounds\": " << s.rounds << ", \"placements\": " << s.placements
       << ", \"rejected_partial\": " << s.rejected_partial << ",\n     \"unplaced_job_rounds\": {";
@@ -213,6 +273,13 @@ std::string summary_table(std::vector<sim_summary> const& runs) {
     return std::string(b);
   };
   if (!runs.empty()) o << runs.front().workload << ": " << runs.front().description << "\n";
+  // Policy labels are long: one line when all runs share them, else a row.
+  bool same_policy = true;
+  for (auto const& s : runs) same_policy = same_policy && s.policy == runs.front().policy;
+  if (same_policy && !runs.empty()) {
+    o << "cross-round policies: " << runs.front().policy << ", checkpoint every " << runs.front().checkpoint_interval
+      << " s\n";
+  }
   row("algorithm", [](sim_summary const& s) { return s.algorithm; });
   row("jobs finished/total", [](sim_summary const& s) {
     return std::to_string(s.finished) + "/" + std::to_string(s.jobs);
@@ -233,6 +300,35 @@ std::string summary_table(std::vector<sim_summary> const& runs) {
   row("SOR pointwise", [&](sim_summary const& s) { return f(100 * s.sor_pointwise, "%.2f%%"); });
   row("GFR time-weighted", [&](sim_summary const& s) { return f(100 * s.gfr_time, "%.2f%%"); });
   row("FGD frag ratio (time-w.)", [&](sim_summary const& s) { return f(100 * s.frag_time, "%.2f%%"); });
+  if (!same_policy) row("policies", [](sim_summary const& s) { return s.policy; });
+  row("preemptions (jobs)", [](sim_summary const& s) {
+    return std::to_string(s.preemptions) + " (" + std::to_string(s.jobs_preempted) + ")";
+  });
+  row("lost GPU-hours", [&](sim_summary const& s) { return f(s.lost_gpu_hours, "%.1f"); });
+  row("reclaimed nodes", [](sim_summary const& s) { return std::to_string(s.reclaimed_nodes); });
+  row("scale-outs / scale-ins", [](sim_summary const& s) {
+    return std::to_string(s.scale_outs) + "/" + std::to_string(s.scale_ins);
+  });
+  row("reservations (sum)", [](sim_summary const& s) { return std::to_string(s.reservations); });
+  row("deferred job-rounds", [](sim_summary const& s) { return std::to_string(s.deferred_job_rounds); });
+  row("slowdown multi-node mean", [&](sim_summary const& s) {
+    return f(s.slowdown_multi_node, "%.3f") + " (" + std::to_string(s.multi_node_jobs) + ")";
+  });
+  row("slowdown GPU-weighted", [&](sim_summary const& s) { return f(s.slowdown_gpu_weighted, "%.4f"); });
+  bool inference = false;
+  for (auto const& s : runs) inference = inference || s.wait_inference.n > 0;
+  if (inference) {
+    row("JWTD inference p50/p99", [&](sim_summary const& s) {
+      return f(s.wait_inference.p50, "%.0f") + "/" + f(s.wait_inference.p99, "%.0f");
+    });
+    row("JWTD training p50/p99", [&](sim_summary const& s) {
+      return f(s.wait_training.p50, "%.0f") + "/" + f(s.wait_training.p99, "%.0f");
+    });
+    row("JCT training mean / s", [&](sim_summary const& s) { return f(s.jct_training.mean, "%.0f"); });
+    row("GPUs inference / loaned", [&](sim_summary const& s) {
+      return f(s.inference_gpus_mean, "%.1f") + "/" + f(s.loaned_gpus_mean, "%.1f");
+    });
+  }
   row("queue mean / max", [&](sim_summary const& s) { return f(s.queue_mean, "%.1f") + "/" + std::to_string(s.queue_max); });
   row("rounds (solver calls)", [](sim_summary const& s) { return std::to_string(s.rounds); });
   row("placements / wall s", [&](sim_summary const& s) { return f(s.placements_per_wall_second, "%.0f"); });
@@ -253,18 +349,20 @@ std::string summary_table(std::vector<sim_summary> const& runs) {
 
 std::string timeseries_csv(sim_result const& r) {
   std::ostringstream o;
-  o << "time,gar,gfr,frag_ratio,queue,running,allocated_gpus,demand_gpus\n";
+  o << "time,gar,gfr,frag_ratio,queue,running,allocated_gpus,demand_gpus,inference_gpus,loaned_gpus\n";
   for (auto const& x : r.series) {
     o << x.time << ',' << num(x.gar) << ',' << num(x.gfr) << ',' << num(x.frag) << ',' << x.queue << ','
       << x.running << ',' << num(static_cast<double>(x.allocated_milli) / milli_per_gpu) << ','
-      << num(static_cast<double>(x.demand_milli) / milli_per_gpu) << '\n';
+      << num(static_cast<double>(x.demand_milli) / milli_per_gpu) << ','
+      << num(static_cast<double>(x.inference_milli) / milli_per_gpu) << ','
+      << num(static_cast<double>(x.loaned_milli) / milli_per_gpu) << '\n';
   }
   return o.str();
 }
 
 std::string jobs_csv(sim_result const& r) {
   std::ostringstream o;
-  o << "id,submit,start,end,gpus,wait,jct\n";
+  o << "id,submit,start,end,gpus,wait,jct,kind,priority,starts,preemptions,lost_gpu_s,run_s,slowdown,max_nodes\n";
   for (auto const& j : r.jobs) {
     o << j.name << ',' << j.submit << ',';
     if (j.start >= 0) o << j.start;
@@ -274,7 +372,10 @@ std::string jobs_csv(sim_result const& r) {
     if (j.start >= 0) o << (j.start - j.submit);
     o << ',';
     if (j.end >= 0) o << (j.end - j.submit);
-    o << '\n';
+    o << ',' << (j.kind == job_kind::inference ? "inference" : j.kind == job_kind::batch ? "batch" : "training") << ','
+      << j.priority << ',' << j.starts << ',' << j.preemptions << ','
+      << num(static_cast<double>(j.lost_gpu_milli_seconds) / milli_per_gpu) << ',' << j.run_seconds << ','
+      << num(j.slowdown) << ',' << j.max_nodes << '\n';
   }
   return o.str();
 }
@@ -301,8 +402,8 @@ void write_outputs(std::string const& dir, std::vector<sim_result> const& result
   jw.log_x = jc.log_x = true;
   for (std::size_t i = 0; i < results.size(); ++i) {
     auto const& r = results[i];
-    std::string const alg = algorithm_name(r.config.algo);
-    std::string const sfx = many ? "_" + alg : "";
+    std::string const alg = i < sums.size() ? sums[i].algorithm : std::string(algorithm_name(r.config.algo));
+    std::string const sfx = many ? "_" + file_safe(alg) : "";
     write_file(path("timeseries" + sfx + ".csv"), timeseries_csv(r));
     write_file(path("jobs" + sfx + ".csv"), jobs_csv(r));
     // Time-weighted means over (at most) 400 equal buckets of the run.

@@ -55,24 +55,46 @@ void sort_by_submit(workload& w) {
   w.durations = std::move(dur);
 }
 
+/// FNV-1a of a job name: per-job generators independent of the job's position.
+std::uint64_t name_hash(std::string const& s) {
+  std::uint64_t h = 0xCBF29CE484222325ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001B3ULL;
+  }
+  return h;
+}
+
+std::string itp_path(workload_options const& opt, std::string const& spec, std::string& cname) {
+  if (starts_with(spec, "cluster") && spec.find('/') == std::string::npos && spec.find(".csv") == std::string::npos) {
+    cname = spec;
+    return join(data_dir(opt), "microsoft-itp-elasticflow/raw-traces/" + spec + ".csv");
+  }
+  return spec;
+}
+
+/// ITP jobs, annotated, sorted, with limit/horizon/noise applied.
+void itp_training_jobs(workload& w, workload_options const& opt, std::string const& path) {
+  w.jobs = traces::itp_to_jobs(traces::load_itp_jobs(path));
+  for (auto& j : w.jobs) {
+    annotate_training_job(j, opt.seed);
+    w.durations.push_back(std::max<std::int64_t>(j.estimated_duration, 1));
+  }
+  sort_by_submit(w);
+  finish_workload(w, opt);
+}
+
 std::int32_t nodes_for_gpus(std::int64_t gpus) {
   auto n = static_cast<std::int32_t>((gpus + traces::itp_gpus_per_node - 1) / traces::itp_gpus_per_node);
   return std::max(n, sim_nodes_per_leaf);
 }
 
 workload load_itp(workload_options const& opt, std::string const& spec) {
-  std::string path = spec;
   std::string cname;
-  if (starts_with(spec, "cluster") && spec.find('/') == std::string::npos && spec.find(".csv") == std::string::npos) {
-    cname = spec;
-    path = join(data_dir(opt), "microsoft-itp-elasticflow/raw-traces/" + spec + ".csv");
-  }
+  std::string const path = itp_path(opt, spec, cname);
   workload w;
   w.name = "itp:" + spec;
-  w.jobs = traces::itp_to_jobs(traces::load_itp_jobs(path));
-  for (auto& j : w.jobs) w.durations.push_back(std::max<std::int64_t>(j.estimated_duration, 1));
-  sort_by_submit(w);
-  finish_workload(w, opt);
+  itp_training_jobs(w, opt, path);
   std::int64_t peak = cname.empty() ? 0 : itp_readme_peak(cname);
   if (peak == 0) peak = peak_gpu_demand(w.jobs, w.durations);
   std::int32_t const nodes = opt.nodes > 0 ? opt.nodes : nodes_for_gpus(peak);
@@ -80,6 +102,91 @@ workload load_itp(workload_options const& opt, std::string const& spec) {
                                 traces::itp_memory_mib_per_gpu * traces::itp_gpus_per_node, "ITP-GPU");
   w.description = std::to_string(w.nodes.nodes.size()) + " nodes x 8 GPUs (peak demand " + std::to_string(peak) +
                   " GPUs), " + std::to_string(w.jobs.size()) + " jobs from " + path;
+  return w;
+}
+
+/// ITP training plus diurnal inference (docs/simulator.md, "Mixed workload").
+workload load_mixed(workload_options const& opt, std::string const& spec) {
+  std::string cname;
+  std::string const path = itp_path(opt, spec, cname);
+  workload w;
+  w.name = "mixed:" + spec;
+  itp_training_jobs(w, opt, path);
+  if (w.jobs.empty()) throw std::runtime_error("mixed:" + spec + ": no training jobs");
+  std::int64_t peak = cname.empty() ? 0 : itp_readme_peak(cname);
+  if (peak == 0) peak = peak_gpu_demand(w.jobs, w.durations);
+  std::int32_t const training_nodes = opt.nodes > 0 ? opt.nodes : nodes_for_gpus(peak);
+  std::int32_t inference_nodes = opt.inference_nodes;
+  if (inference_nodes <= 0) {
+    inference_nodes = (training_nodes + 1) / 2;
+    inference_nodes = (inference_nodes + sim_nodes_per_leaf - 1) / sim_nodes_per_leaf * sim_nodes_per_leaf;
+  }
+  w.nodes = pooled_cluster(training_nodes, inference_nodes);
+  std::int32_t inf_count = 0;
+  for (auto const& n : w.nodes.nodes) inf_count += n.pool == pool_kind::inference ? 1 : 0;
+
+  // Instance shapes (1 GPU, vCPU, memory, service) from the DLRM HN rows.
+  auto const dlrm = traces::load_dlrm_instances(join(data_dir(opt), "alibaba-dlrm-v2025/disaggregated_DLRM_trace.csv"));
+  std::vector<traces::dlrm_instance> shapes;
+  for (auto const& r : dlrm) {
+    if (r.gpus == 1) shapes.push_back(r);
+  }
+  if (shapes.empty()) throw std::runtime_error("mixed: the DLRM trace has no 1-GPU (HN) instances");
+
+  std::int64_t const gpus = static_cast<std::int64_t>(inf_count) * 8;
+  auto const base = static_cast<std::int32_t>(std::llround(inference_base_share * static_cast<double>(gpus)));
+  auto const amp =
+      static_cast<std::int32_t>(std::llround(inference_peak_share * static_cast<double>(gpus))) - base;
+  std::int64_t const t0 = w.jobs.front().submit_time;
+  std::int64_t const t_last = w.jobs.back().submit_time;
+  constexpr std::int64_t day = 86400;
+  std::int64_t const day0 = t0 / day * day;
+  std::int64_t const window_end = (t_last / day + 1) * day + inference_trough_s;
+  rng r{opt.seed * 0x9E3779B97F4A7C15ULL + 0xD1B54A32D192ED03ULL};
+  std::int64_t n_inf = 0;
+  auto add_instance = [&](std::string name, std::int64_t a, std::int64_t e) {
+    auto const& sh = shapes[static_cast<std::size_t>(r.next() % shapes.size())];
+    job j;
+    j.name = std::move(name);
+    j.kind = job_kind::inference;
+    j.priority = inference_priority;
+    j.queue = sh.app;
+    j.per_replica.gpus = 1;
+    j.per_replica.cpu_milli = sh.cpu_milli;
+    j.per_replica.memory_mib = sh.memory_mib;
+    j.submit_time = a;
+    j.estimated_duration = e - a;
+    w.jobs.push_back(std::move(j));
+    w.durations.push_back(e - a);
+    ++n_inf;
+  };
+  // Base load: served all through the window.
+  for (std::int32_t k = 0; k < base; ++k) add_instance("inf-base-" + std::to_string(k), t0, window_end);
+  // Instance k of a day lives while the day's demand curve is above
+  // base + k - 0.5: it arrives in the morning and leaves at night.
+  for (std::int64_t d0 = day0; d0 <= t_last; d0 += day) {
+    for (std::int32_t k = 1; k <= amp; ++k) {
+      double const q = (k - 0.5) / amp;
+      double const frac = std::acos(1.0 - 2.0 * q) / (2.0 * 3.14159265358979323846);  // 0..0.5 of the day
+      auto jitter = [&] {
+        return static_cast<std::int64_t>(r.next() % static_cast<std::uint64_t>(2 * inference_jitter_s + 1)) -
+               inference_jitter_s;
+      };
+      std::int64_t a = d0 + inference_trough_s + static_cast<std::int64_t>(frac * day) + jitter();
+      std::int64_t const e = d0 + inference_trough_s + static_cast<std::int64_t>((1.0 - frac) * day) + jitter();
+      a = std::max(a, t0);
+      if (e - a < 60) continue;  // the part of the day before the window (or a sliver of it)
+      add_instance("inf-d" + std::to_string((d0 - day0) / day) + "-" + std::to_string(k), a, e);
+    }
+  }
+  sort_by_submit(w);
+  for (auto& j : w.jobs) {
+    if (j.replicas > 1) j.gang = true;
+  }
+  w.description = std::to_string(training_nodes) + " training + " + std::to_string(inf_count) +
+                  " loanable inference nodes x 8 GPUs; " + std::to_string(w.jobs.size() - static_cast<std::size_t>(n_inf)) +
+                  " training jobs from " + path + ", " + std::to_string(n_inf) + " inference instances (base " +
+                  std::to_string(base) + ", peak " + std::to_string(base + amp) + " GPUs, DLRM shapes)";
   return w;
 }
 
@@ -221,6 +328,66 @@ std::int64_t itp_readme_peak(std::string const& name) {
   return it == peaks.end() ? 0 : it->second;
 }
 
+void annotate_training_job(job& j, std::uint64_t seed) {
+  rng r{name_hash(j.name) ^ (seed * 0xD6E8FEB86659FD93ULL)};
+  // Draw every number, used or not, so each attribute keeps its draw.
+  double const u_prio = r.uniform();
+  double const u_class = r.uniform();
+  double const u_sens = r.uniform();
+  double const u_elastic = r.uniform();
+  bool const high = u_prio < training_high_share;
+  j.priority = high ? training_high_priority : training_low_priority;
+  j.preemptible = !high;
+  std::int32_t const gpus = j.per_replica.gpus * j.replicas;
+  if (gpus <= 1) {
+    j.network_sensitivity = 0.0F;
+  } else if (j.replicas > 1 && u_class < gang_sensitive_share) {
+    j.network_sensitivity = static_cast<float>(0.6 + 0.4 * u_sens);
+  } else {
+    j.network_sensitivity = static_cast<float>(0.1 + 0.3 * u_sens);
+  }
+  if (j.replicas > 1 && u_elastic < gang_elastic_share) {
+    j.min_replicas = (j.replicas + 1) / 2;
+    j.max_replicas = j.replicas + (j.replicas + 1) / 2;
+  }
+}
+
+cluster pooled_cluster(std::int32_t training, std::int32_t inference) {
+  constexpr std::int32_t leaves_per_spine = 4;
+  cluster c;
+  c.epoch = 1;
+  c.topo.level_names = {"cluster", "spine", "leaf"};
+  c.topo.domains.push_back({"cluster", 0, -1});
+  auto add_pool = [&](std::int32_t nodes, pool_kind pool, std::string const& prefix, std::int64_t cpu, std::int64_t mem) {
+    std::int32_t const leaves = (nodes + sim_nodes_per_leaf - 1) / sim_nodes_per_leaf;
+    std::int32_t spine = -1;
+    for (std::int32_t l = 0; l < leaves; ++l) {
+      if (l % leaves_per_spine == 0) {
+        spine = static_cast<std::int32_t>(c.topo.domains.size());
+        c.topo.domains.push_back({prefix + "-spine-" + std::to_string(l / leaves_per_spine), 1, 0});
+      }
+      auto const leaf = static_cast<std::int32_t>(c.topo.domains.size());
+      c.topo.domains.push_back({prefix + "-leaf-" + std::to_string(l), 2, spine});
+      for (std::int32_t k = 0; k < sim_nodes_per_leaf; ++k) {
+        node n;
+        n.name = prefix + "-" + std::to_string(l) + "-" + std::to_string(k);
+        n.gpu_model = "GPU";
+        n.gpu_free_milli.assign(8, milli_per_gpu);
+        n.cpu_milli_capacity = n.cpu_milli_free = cpu;
+        n.memory_mib_capacity = n.memory_mib_free = mem;
+        n.pool = pool;
+        n.loanable = pool == pool_kind::inference;
+        n.domain = leaf;
+        c.nodes.push_back(std::move(n));
+      }
+    }
+  };
+  add_pool(training, pool_kind::training, "train", traces::itp_cpu_milli_per_gpu * traces::itp_gpus_per_node,
+           traces::itp_memory_mib_per_gpu * traces::itp_gpus_per_node);
+  add_pool(inference, pool_kind::inference, "infer", 128000, 1024 * 1024);
+  return c;
+}
+
 cluster homogeneous_cluster(std::int32_t nodes, std::int64_t cpu_milli, std::int64_t memory_mib,
                             std::string const& model) {
   std::int32_t const leaves = std::max(1, (nodes + sim_nodes_per_leaf - 1) / sim_nodes_per_leaf);
@@ -264,11 +431,12 @@ void finish_workload(workload& w, workload_options const& opt) {
 workload load_workload(workload_options const& opt) {
   std::string const& t = opt.trace;
   if (starts_with(t, "itp:")) return load_itp(opt, t.substr(4));
+  if (starts_with(t, "mixed:")) return load_mixed(opt, t.substr(6));
   if (starts_with(t, "openb:")) return load_openb(opt, t.substr(6));
   if (t == "dlrm") return load_dlrm(opt, "");
   if (starts_with(t, "dlrm:")) return load_dlrm(opt, t.substr(5));
   if (t == "synthetic") return make_synthetic(opt);
-  throw std::runtime_error("unknown trace '" + t + "' (itp:clusterNN|itp:PATH, openb:NAME|openb:PATH, dlrm[:PATH], synthetic)");
+  throw std::runtime_error("unknown trace '" + t + "' (itp:clusterNN|itp:PATH, openb:NAME|openb:PATH, dlrm[:PATH], mixed:clusterNN|mixed:PATH, synthetic)");
 }
 
 }  // namespace placer::sim

@@ -8,9 +8,12 @@
 //   auto solve = placer::sim::baseline_solver("fgd", 42);
 //   auto res = placer::sim::run_simulation(w, cfg, solve);
 
+#include <placer/sim/fgd.hpp>
 #include <placer/sim/simulator.hpp>
 
 #include <cstdint>
+#include <optional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -23,5 +26,36 @@ bool is_baseline_policy(std::string const& name);
 /// Throws std::invalid_argument for an unknown name. `seed` drives Random
 /// and the tie-breaking node permutation.
 solve_fn baseline_solver(std::string const& name, std::uint64_t seed);
+
+/// Conventions of the solve_fn (docs: the top of baseline_policies.cpp):
+/// - Node view: each node as an fgd::node_state (healthy GPUs only, in
+///   index order; kinds from the running jobs' replicas), kept between
+///   rounds and re-read from every round_input, so a node whose state did
+///   not change keeps its cached FGD scores.
+/// - Feasibility: kernels/ops.hpp's node_admits + cell_feasible (healthy
+///   node, own/shared pool or a loanable inference node for training/batch
+///   with loaning on, GPU model allowed, CPU, memory, healthy GPUs).
+/// - Ties: one random permutation of the nodes per solve_fn, drawn from the
+///   stream on the first round (redrawn if the node count changes); Random
+///   then draws its picks from the same stream, as the FGD experiment does.
+/// - M (FGD; also the fragmentation metrics): by default the running M,
+///   every pod seen so far (each pending job counted `replicas` times the
+///   first round its name appears, plus the jobs already running on the
+///   first call), ranked as in the experiment; the experiment builds M from
+///   the whole untuned trace, which an online scheduler cannot see.
+/// - Not modelled (the FGD policies have no such notions): topology,
+///   elastic ranges, backfill, preemption, reclaiming loaned nodes.
+/// Not thread-safe; copies of the returned function share one state.
+struct baseline_options {
+  std::uint64_t seed = 42;
+  /// Continue this random stream instead of seeding one from `seed` (the
+  /// experiment draws its tie permutation after shuffling the pod order).
+  std::optional<std::mt19937_64> rng;
+  /// A fixed typical task set M (model ids: the cluster's GPU models in node
+  /// order of first appearance, as fgd::make_workload numbers them); unset
+  /// = the running M.
+  std::optional<std::vector<fgd::typical_task>> tasks;
+};
+solve_fn baseline_solver(std::string const& name, baseline_options const& opts);
 
 }  // namespace placer::sim

@@ -21,6 +21,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -76,6 +77,20 @@ struct typical_task {
 /// M from the untuned trace: keys (CPU, per-GPU milli, #GPUs, gpu_spec) by
 /// count descending (ties by key descending) until >= `coverage` of pods.
 std::vector<typical_task> typical_tasks(std::vector<pod> const& trace, double coverage = 0.95);
+
+/// M's key (CPU milli, per-GPU milli, #GPUs, gpu_spec) and, per key, the pods
+/// counted and the model mask of the last one: the counting half of
+/// typical_tasks, for callers that grow M pod by pod (baseline_policies.cpp).
+using task_key = std::tuple<std::int64_t, std::int32_t, std::int32_t, std::string>;
+struct task_count {
+  std::int64_t count = 0;
+  std::uint64_t model_mask = ~std::uint64_t{0};
+};
+using task_counts = std::map<task_key, task_count>;
+/// Adds `copies` pods shaped like p to the counts.
+void count_task(task_counts& counts, pod const& p, std::int64_t copies = 1);
+/// The ranking half: typical_tasks(trace) == typical_tasks(counts of trace).
+std::vector<typical_task> typical_tasks(task_counts const& counts, double coverage = 0.95);
 
 /// README filter: CPU, memory, model, GPUs (share: one GPU with idle >=
 /// milli; whole: `gpus` fully idle GPUs).

@@ -21,7 +21,10 @@ double percentile(std::vector<double> v, double p);
 distribution describe(std::vector<double> const& v);
 
 struct sim_summary {
-  std::string algorithm, workload, description;
+  std::string algorithm;  ///< the run's label (sim_config::label, else the algorithm name)
+  std::string workload, description;
+  std::string policy;     ///< policy_label(cfg.queue), e.g. "backfill=easy+preemption"
+  std::int64_t checkpoint_interval = 0;
   std::int64_t jobs = 0, finished = 0, running_at_end = 0, never_started = 0;
   double capacity_gpus = 0;
   std::int64_t t_begin = 0, t_end = 0, makespan = 0;
@@ -33,10 +36,24 @@ struct sim_summary {
   double gpu_time_allocated = 0, gpu_time_demanded = 0, gpu_time_available = 0;  ///< GPU-seconds
   double gpu_time_jobs = 0;  ///< sum over jobs of GPUs x run time inside the window
   distribution wait, jct, jtted;
+  distribution wait_training, wait_inference, jct_training;  ///< by job kind (batch counts as training)
   double queue_mean = 0;
   std::int32_t queue_max = 0;
   std::int64_t rounds = 0, placements = 0, rejected_partial = 0;
   std::map<std::string, std::int64_t> unplaced;
+  // Cross-round policies (docs/simulator.md, "Policies in the simulator").
+  std::int64_t preemptions = 0;      ///< running jobs stopped
+  std::map<std::string, std::int64_t> preemptions_by_reason;
+  std::int64_t jobs_preempted = 0;   ///< distinct jobs preempted at least once
+  double lost_gpu_hours = 0;         ///< GPU time redone after preemptions
+  std::int64_t reclaimed_nodes = 0, scale_outs = 0, scale_ins = 0, reservations = 0;
+  std::int64_t deferred_job_rounds = 0, reserved_job_rounds = 0;
+  double slowdown_gpu_weighted = 1;  ///< GPU-time-weighted mean slowdown factor over all run time
+  double slowdown_multi_node = 1;    ///< mean per-job factor over jobs that ran on more than one node
+  std::int64_t multi_node_jobs = 0;  ///< jobs that ran on more than one node
+  std::int64_t slowed_jobs = 0;      ///< jobs with any placement slower than 1x
+  double inference_gpus_mean = 0;    ///< time-weighted GPUs held by inference jobs
+  double loaned_gpus_mean = 0;       ///< time-weighted GPUs of inference-pool nodes held by training
   double wall_seconds = 0, wall_solver_seconds = 0, placements_per_wall_second = 0;
 };
 
@@ -53,7 +70,8 @@ std::string summary_table(std::vector<sim_summary> const& runs);
 std::string timeseries_csv(sim_result const& r);
 std::string jobs_csv(sim_result const& r);
 
-/// Writes summary.json, timeseries[_ALG].csv, jobs[_ALG].csv (suffix when
+/// Writes summary.json, timeseries[_LABEL].csv, jobs[_LABEL].csv (suffix,
+/// the run's label with characters outside [A-Za-z0-9._+=-] as '_', when
 /// more than one run), gar.svg, jwtd_cdf.svg, jct_cdf.svg into dir (created).
 /// Throws std::runtime_error naming a path that cannot be written.
 void write_outputs(std::string const& dir, std::vector<sim_result> const& results,
