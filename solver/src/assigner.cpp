@@ -236,8 +236,9 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
       }
     }
     if (!required || domain >= 0) place_replicas(job, c, level, domain, want, placed);
-  } else if (placed.empty() && !required && mode_ == assign_mode::kube) {
-    place_replicas(job, c, -1, -1, want, placed);  // kube: no topology awareness
+  } else if (placed.empty() && !required && (mode_ == assign_mode::kube || domains.empty())) {
+    // kube: no topology awareness; no topology at all: the cluster is the domain.
+    place_replicas(job, c, -1, -1, want, placed);
     if (static_cast<std::int32_t>(placed.size()) < want) release_all(c, placed);
   }
   if (placed.empty()) {

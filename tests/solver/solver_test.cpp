@@ -98,6 +98,26 @@ TEST(Solver, GangTakesNothingWhenItCannotFitWhole) {
   expect_round_invariants(in, r);
 }
 
+TEST(Solver, GangIsPlacedOnAClusterWithoutTopology) {
+  // A flat node list (no topology tree): the cluster itself is the domain.
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(3).gpus(8).build();
+  in.state.topo = {};
+  for (auto& n : in.state.nodes) n.domain = -1;
+  auto g = gpu_job("gang", 8, 1000, 2);
+  g.gang = true;
+  in.pending.push_back(g);
+  for (auto algo : {algorithm::placer, algorithm::greedy, algorithm::kube_least_allocated, algorithm::first_fit}) {
+    in.pol.algo = algo;
+    auto s = cpu_solver();
+    auto const r = s.solve(in);
+    ASSERT_EQ(r.placements.size(), 1U) << algorithm_name(algo);
+    EXPECT_EQ(r.placements[0].replicas.size(), 2U) << algorithm_name(algo);
+    EXPECT_TRUE(r.unplaced_jobs.empty()) << algorithm_name(algo);
+    expect_round_invariants(in, r);
+  }
+}
+
 TEST(Solver, RequiredTopologyKeepsGangUnderOneLeaf) {
   round_input in;
   in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(2).gpus(8).build();
