@@ -321,3 +321,95 @@ TEST(Service, ManyRandomRoundsKeepInvariants) {
 
 }  // namespace
 }  // namespace placer
+
+namespace placer {
+namespace {
+
+/// The cross-round policies travel in the request and the session keeps
+/// their memory: a deferred sensitive gang, then (a leaf freed) placed
+/// consolidated, gives a timer sample only if the server remembered when it
+/// was first deferred; preemption and backfill decisions come back in the
+/// reply exactly as the in-process solver makes them.
+TEST(Service, CrossRoundPoliciesThroughTheRequestAndSessionMemory) {
+  running_server srv;
+  client c({srv.endpoint(), 5000, "policies-session"});
+  round_input in;
+  in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(2).gpus(8).build();
+  in.state.nodes[0].gpu_free_milli.assign(8, 0);
+  in.state.nodes[2].gpu_free_milli.assign(8, 0);
+  in.pol.queue.delay_scheduling = true;
+  in.now = 100;
+  job g;
+  g.name = "sensitive-gang";
+  g.per_replica = {8, 1000, 1000, 1024};
+  g.replicas = 2;
+  g.gang = true;
+  g.network_sensitivity = 1.0F;
+  g.estimated_duration = 3600;
+  in.pending.push_back(g);
+
+  decoded_reply const r1 = c.solve(in);
+  ASSERT_EQ(r1.code, ErrorCode::Ok) << r1.message;
+  ASSERT_EQ(r1.result.unplaced_jobs.size(), 1U);
+  EXPECT_EQ(r1.result.unplaced_jobs[0].reason, unplaced_reason::deferred);
+
+  in.now = 300;
+  in.state.nodes[2].gpu_free_milli.assign(8, 1000);
+  decoded_reply const r2 = c.solve(in);
+  ASSERT_EQ(r2.code, ErrorCode::Ok) << r2.message;
+  ASSERT_EQ(r2.result.placements.size(), 1U);
+  ASSERT_EQ(r2.result.delay_timers.size(), 1U);
+  EXPECT_EQ(r2.result.delay_timers[0].samples, 1) << "the session forgot the deferral";
+  EXPECT_EQ(r2.result.delay_timers[0].observed_wait, 300);
+
+  // Preemption and backfill: a high-priority job preempts the cheapest
+  // preemptible victim; a blocked gang behind it gets a reservation.
+  round_input p;
+  p.state = make_cluster().spines(1).leaves_per_spine(1).nodes_per_leaf(3).gpus(8).build();
+  p.now = 1000;
+  auto run = [&](std::string name, std::int32_t node, std::int64_t checkpoint) {
+    running_job rj;
+    rj.name = std::move(name);
+    rj.per_replica = {8, 1000, 0, 0};
+    rj.replicas = {{node, {0, 1, 2, 3, 4, 5, 6, 7}, 1000}};
+    rj.preemptible = true;
+    rj.start_time = 0;
+    rj.last_checkpoint = checkpoint;
+    rj.estimated_end = 1500;
+    p.state.nodes[static_cast<std::size_t>(node)].gpu_free_milli.assign(8, 0);
+    p.running.push_back(rj);
+  };
+  run("recently-checkpointed", 0, 990);
+  run("long-unsaved", 1, 0);
+  run("mid", 2, 500);
+  job urgent;
+  urgent.name = "urgent";
+  urgent.priority = 10;
+  urgent.per_replica = {8, 1000, 0, 0};
+  urgent.estimated_duration = 600;
+  p.pending.push_back(urgent);
+  job big = urgent;
+  big.name = "big-gang";
+  big.priority = 0;
+  big.replicas = 2;
+  big.gang = true;
+  p.pending.push_back(big);
+  p.pol.queue.preemption = true;
+  p.pol.queue.backfill = backfill_mode::easy;
+  decoded_reply const rp = c.solve(p);
+  ASSERT_EQ(rp.code, ErrorCode::Ok) << rp.message;
+  ASSERT_EQ(rp.result.preemptions.size(), 1U);
+  EXPECT_EQ(rp.result.preemptions[0].job, "recently-checkpointed");
+  EXPECT_EQ(rp.result.preemptions[0].for_job, 0);
+  EXPECT_EQ(rp.result.preemptions[0].lost_work, 8 * 1000 * 10);
+  ASSERT_EQ(rp.result.reservations.size(), 1U);
+  EXPECT_EQ(rp.result.reservations[0].job, 1);
+  EXPECT_EQ(rp.result.reservations[0].start_time, 1500);
+  solver local(kernels::make_backend(kernels::backend_kind::cpu));
+  round_result const want = local.solve(p);
+  EXPECT_EQ(want.reservations[0].nodes, rp.result.reservations[0].nodes);
+  expect_round_invariants(p, rp.result);
+}
+
+}  // namespace
+}  // namespace placer
