@@ -342,21 +342,6 @@ struct policy_run {
   double seconds = 0;
 };
 
-std::string json_escape(std::string const& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      o += ' ';
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
-}
-
 std::string file_part(std::string s) {
   for (auto& c : s) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-' && c != '_') c = '_';
@@ -380,10 +365,10 @@ long long opt_int(std::map<std::string, std::string> const& o, std::string const
 }
 
 std::string run_json(policy_run const& r, std::string const& workload) {
-  std::string o = "{\"workload\":" + json_escape(workload) + ",\"run\":" + json_escape(r.var.label) +
-                  ",\"algorithm\":" + json_escape(algorithm_name(r.var.algo)) +
-                  ",\"policy\":" + json_escape(sim::policy_label(r.var.queue));
-  if (!r.ok) return o + ",\"status\":\"failed\",\"error\":" + json_escape(r.error) + "}";
+  std::string o = "{\"workload\":" + sim::json_quote(workload) + ",\"run\":" + sim::json_quote(r.var.label) +
+                  ",\"algorithm\":" + sim::json_quote(algorithm_name(r.var.algo)) +
+                  ",\"policy\":" + sim::json_quote(sim::policy_label(r.var.queue));
+  if (!r.ok) return o + ",\"status\":\"failed\",\"error\":" + sim::json_quote(r.error) + "}";
   auto const& s = r.summary;
   char b[1536];
   std::snprintf(b, sizeof b,
@@ -588,11 +573,11 @@ int cmd_experiment_policies(int argc, char** argv) {
           sums.push_back(r.summary);
         }
         std::string const dir = (out / file_part(workloads[wi].name)).string();
-        std::string const wcfg = "{\"workload\": " + json_escape(workloads[wi].name) + ", \"description\": " +
-                                 json_escape(workloads[wi].description) + ", \"training_nodes\": " +
+        std::string const wcfg = "{\"workload\": " + sim::json_quote(workloads[wi].name) + ", \"description\": " +
+                                 sim::json_quote(workloads[wi].description) + ", \"training_nodes\": " +
                                  std::to_string(training_nodes[wi]) + ", \"experiment\": " + config + "}";
         if (!res.empty()) sim::write_outputs(dir, res, sums, wcfg);
-        all += (wi ? ",\n" : "\n") + json_escape(workloads[wi].name) + ": " + sim::summary_json(sums, wcfg, false);
+        all += (wi ? ",\n" : "\n") + sim::json_quote(workloads[wi].name) + ": " + sim::summary_json(sums, wcfg, false);
       }
       all += "}\n}\n";
       std::ofstream f(out / "summary.json");

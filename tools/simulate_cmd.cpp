@@ -117,15 +117,6 @@ double to_double(std::map<std::string, std::string> const& o, std::string const&
   }
 }
 
-std::string json_str(std::string const& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    o += c;
-  }
-  return o + "\"";
-}
-
 }  // namespace
 
 int cmd_simulate(int argc, char** argv) {
@@ -204,13 +195,13 @@ int cmd_simulate(int argc, char** argv) {
     if (flags.count("quiet") == 0) std::cerr << "workload " << w.name << ": " << w.description << "\n";
 
     std::ostringstream cj;
-    cj << "{\"trace\": " << json_str(wo.trace) << ", \"description\": " << json_str(w.description)
+    cj << "{\"trace\": " << sim::json_quote(wo.trace) << ", \"description\": " << sim::json_quote(w.description)
        << ", \"interval_s\": " << cfg.interval << ", \"on_event\": " << (cfg.on_event ? "true" : "false")
        << ", \"nodes\": " << w.nodes.nodes.size() << ", \"limit\": " << wo.limit << ", \"horizon_s\": " << wo.horizon
        << ", \"estimate_noise\": " << wo.estimate_noise << ", \"seed\": " << wo.seed
-       << ", \"solver\": " << json_str(o.count("endpoint") ? "service " + o["endpoint"] : "in-process")
-       << ", \"policies\": " << json_str(sim::policy_label(cfg.queue))
-       << ", \"backfill\": " << json_str(sim::backfill_name(cfg.queue.backfill))
+       << ", \"solver\": " << sim::json_quote(o.count("endpoint") ? "service " + o["endpoint"] : "in-process")
+       << ", \"policies\": " << sim::json_quote(sim::policy_label(cfg.queue))
+       << ", \"backfill\": " << sim::json_quote(sim::backfill_name(cfg.queue.backfill))
        << ", \"preemption\": " << (cfg.queue.preemption ? "true" : "false")
        << ", \"loaning\": " << (cfg.queue.loaning ? "true" : "false")
        << ", \"elastic\": " << (cfg.queue.elastic ? "true" : "false")
@@ -218,7 +209,7 @@ int cmd_simulate(int argc, char** argv) {
        << ", \"network_preemption\": " << (cfg.queue.network_preemption ? "true" : "false")
        << ", \"checkpoint_interval_s\": " << cfg.checkpoint_interval
        << ", \"network_slowdown\": " << (cfg.network_slowdown ? "true" : "false") << ", \"algorithms\": [";
-    for (std::size_t i = 0; i < algos.size(); ++i) cj << (i ? ", " : "") << json_str(labels[i]);
+    for (std::size_t i = 0; i < algos.size(); ++i) cj << (i ? ", " : "") << sim::json_quote(labels[i]);
     cj << "]}";
 
     std::vector<sim::sim_result> results;

@@ -21,22 +21,6 @@ std::string num(double v) {
   return buf;
 }
 
-std::string quote(std::string const& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      o += '\\';
-      o += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      o += buf;
-    } else {
-      o += c;
-    }
-  }
-  return o + "\"";
-}
 
 std::string dist_json(distribution const& d) {
   return "{\"n\": " + std::to_string(d.n) + ", \"p50\": " + num(d.p50) + ", \"p90\": " + num(d.p90) +
@@ -204,9 +188,9 @@ std::string summary_json(std::vector<sim_summary> const& runs, std::string const
   o << "{\n  \"config\": " << (config_json.empty() ? "{}" : config_json) << ",\n  \"runs\": [";
   for (std::size_t i = 0; i < runs.size(); ++i) {
     auto const& s = runs[i];
-    o << (i ? ",\n" : "\n") << "    {\"algorithm\": " << quote(s.algorithm) << ", \"policy\": " << quote(s.policy)
-      << ", \"checkpoint_interval_s\": " << s.checkpoint_interval << ", \"workload\": " << quote(s.workload)
-      << ", \"description\": " << quote(s.description) << ",\n     \"jobs\": " << s.jobs
+    o << (i ? ",\n" : "\n") << "    {\"algorithm\": " << json_quote(s.algorithm) << ", \"policy\": " << json_quote(s.policy)
+      << ", \"checkpoint_interval_s\": " << s.checkpoint_interval << ", \"workload\": " << json_quote(s.workload)
+      << ", \"description\": " << json_quote(s.description) << ",\n     \"jobs\": " << s.jobs
       << ", \"finished\": " << s.finished << ", \"running_at_end\": " << s.running_at_end
       << ", \"never_started\": " << s.never_started << ", \"capacity_gpus\": " << num(s.capacity_gpus)
       << ",\n     \"t_begin\": " << s.t_begin << ", \"t_end\": " << s.t_end << ", \"makespan_s\": " << s.makespan
@@ -225,7 +209,7 @@ std::string summary_json(std::vector<sim_summary> const& runs, std::string const
       << ",\n     \"preemptions\": " << s.preemptions << ", \"preemptions_by_reason\": {";
     bool first_r = true;
     for (auto const& [k, v] : s.preemptions_by_reason) {
-      o << (first_r ? "" : ", ") << quote(k) << ": " << v;
+      o << (first_r ? "" : ", ") << json_quote(k) << ": " << v;
       first_r = false;
     }
     o << "}, \"jobs_preempted\": " << s.jobs_preempted << ", \"lost_gpu_hours\": " << num(s.lost_gpu_hours)
@@ -241,7 +225,7 @@ std::string summary_json(std::vector<sim_summary> const& runs, std::string const
       << ", \"rejected_partial\": " << s.rejected_partial << ",\n     \"unplaced_job_rounds\": {";
     bool first = true;
     for (auto const& [k, v] : s.unplaced) {
-      o << (first ? "" : ", ") << quote(k) << ": " << v;
+      o << (first ? "" : ", ") << json_quote(k) << ": " << v;
       first = false;
     }
     o << "}";
@@ -447,6 +431,23 @@ void write_outputs(std::string const& dir, std::vector<sim_result> const& result
   write_svg(gar, path("gar.svg"));
   write_svg(jw, path("jwtd_cdf.svg"));
   write_svg(jc, path("jct_cdf.svg"));
+}
+
+std::string json_quote(std::string const& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      o += buf;
+    } else {
+      o += c;
+    }
+  }
+  return o + "\"";
 }
 
 }  // namespace placer::sim

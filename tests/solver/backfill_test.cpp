@@ -605,7 +605,7 @@ TEST(BackfillDirect, WorkStateAndResultStayConsistent) {
     for (std::size_t j = 0; j < in.pending.size(); ++j) all.jobs.push_back(static_cast<std::int32_t>(j));
     round_result out = detail::assign_jobs(core, ws, all);
     for (auto const& p : out.placements) ws.start(p.job, p.replicas);
-    ASSERT_NO_THROW(detail::backfill(core, ws, nullptr, out));
+    ASSERT_NO_THROW(detail::backfill(core, ws, nullptr, nullptr, out));
     expect_round_invariants(in, out);
     if (!out.reservations.empty()) ++rounds_with_reservations;
 

@@ -576,36 +576,7 @@ TEST(ElasticScaleIn, RandomRoundsKeepInvariantsAndAreDeterministic) {
       j.topo_mode = topology_mode::none;
     }
     round_result const placed = s.solve(first);
-    round_input in;
-    in.state = first.state;
-    in.now = 10000;
-    for (auto const& p : placed.placements) {
-      auto const& j = first.pending[static_cast<std::size_t>(p.job)];
-      auto const n = static_cast<std::int32_t>(p.replicas.size());
-      running_job rj;
-      rj.name = "run-" + j.name;
-      rj.kind = j.kind;
-      rj.priority = pick(0, 3);
-      rj.per_replica = j.per_replica;
-      rj.replicas = p.replicas;
-      rj.gang = n > 1;
-      rj.preemptible = pick(0, 1) == 1;
-      if (pick(0, 3) != 0) {
-        rj.min_replicas = pick(1, n);
-        rj.max_replicas = n + pick(0, 2);
-      }
-      rj.start_time = in.now - pick(10, 5000);
-      rj.last_checkpoint = rj.start_time;
-      rj.estimated_end = in.now + pick(-100, 3000);
-      for (auto const& rp : p.replicas) {
-        auto& nd = in.state.nodes[static_cast<std::size_t>(rp.node)];
-        for (auto g : rp.gpus) nd.gpu_free_milli[static_cast<std::size_t>(g)] -= rp.gpu_milli;
-        nd.cpu_milli_free -= j.per_replica.cpu_milli;
-        nd.memory_mib_free -= j.per_replica.memory_mib;
-        rj.loaned = rj.loaned || (j.kind != job_kind::inference && nd.pool == pool_kind::inference);
-      }
-      in.running.push_back(std::move(rj));
-    }
+    round_input in = testing_support::with_running(rng, first, placed, 75);
     in.pending = testing_support::random_round(rng, 4, 20).pending;
     for (auto& j : in.pending) {
       j.estimated_duration = pick(0, 4000);

@@ -67,4 +67,45 @@ inline round_input random_round(std::mt19937_64& rng, int max_nodes_per_leaf = 6
   return in;
 }
 
+/// The cluster `first` leaves once `placed` is applied, its placements as
+/// running jobs (random priority, preemptibility, sensitivity, progress
+/// since the last checkpoint and estimated end; elastic around their size
+/// in elastic_pct of cases), at now = 10000; no pending jobs, no policy.
+inline round_input with_running(std::mt19937_64& rng, round_input const& first, round_result const& placed,
+                                int elastic_pct) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  round_input in;
+  in.state = first.state;
+  in.now = 10000;
+  for (auto const& p : placed.placements) {
+    auto const& j = first.pending[static_cast<std::size_t>(p.job)];
+    auto const n = static_cast<std::int32_t>(p.replicas.size());
+    running_job rj;
+    rj.name = "run-" + j.name;
+    rj.kind = j.kind;
+    rj.priority = pick(0, 3);
+    rj.per_replica = j.per_replica;
+    rj.replicas = p.replicas;
+    rj.gang = j.gang || n > 1;
+    rj.preemptible = pick(0, 2) != 0;
+    if (pick(0, 99) < elastic_pct) {
+      rj.min_replicas = pick(1, n);
+      rj.max_replicas = n + pick(0, 3);
+    }
+    rj.network_sensitivity = static_cast<float>(pick(0, 10)) / 10.0F;
+    rj.start_time = in.now - pick(10, 5000);
+    rj.last_checkpoint = rj.start_time + pick(0, static_cast<int>(in.now - rj.start_time));
+    rj.estimated_end = in.now + pick(-100, 3000);
+    for (auto const& rp : p.replicas) {
+      auto& nd = in.state.nodes[static_cast<std::size_t>(rp.node)];
+      for (auto g : rp.gpus) nd.gpu_free_milli[static_cast<std::size_t>(g)] -= rp.gpu_milli;
+      nd.cpu_milli_free -= j.per_replica.cpu_milli;
+      nd.memory_mib_free -= j.per_replica.memory_mib;
+      rj.loaned = rj.loaned || (j.kind != job_kind::inference && nd.pool == pool_kind::inference);
+    }
+    in.running.push_back(std::move(rj));
+  }
+  return in;
+}
+
 }  // namespace placer::testing_support

@@ -42,22 +42,6 @@ std::int64_t end_if_started(job const& j, std::int64_t now) {
   return j.estimated_duration > 0 ? now + j.estimated_duration : never;
 }
 
-/// Gives rj's resources back to c (capped at capacity, as work_state does,
-/// so an inconsistent snapshot cannot create capacity out of nothing).
-void release(cluster& c, running_job const& rj) {
-  for (auto const& rp : rj.replicas) {
-    if (rp.node < 0 || static_cast<std::size_t>(rp.node) >= c.nodes.size()) continue;
-    auto& nd = c.nodes[static_cast<std::size_t>(rp.node)];
-    for (auto g : rp.gpus) {
-      if (g < 0 || g >= nd.gpu_count()) continue;
-      auto& f = nd.gpu_free_milli[static_cast<std::size_t>(g)];
-      f = std::min(milli_per_gpu, f + rp.gpu_milli);
-    }
-    nd.cpu_milli_free = std::min(nd.cpu_milli_capacity, nd.cpu_milli_free + rj.per_replica.cpu_milli);
-    nd.memory_mib_free = std::min(nd.memory_mib_capacity, nd.memory_mib_free + rj.per_replica.memory_mib);
-  }
-}
-
 struct held {
   std::int64_t start = 0;
   std::vector<char> nodes;  ///< per node: 1 = in the reservation's node set
@@ -65,8 +49,9 @@ struct held {
 
 class backfill_round {
  public:
-  backfill_round(core_fn const& core, work_state& ws, std::vector<job> const* overrides, round_result& out)
-      : core_(core), ws_(ws), overrides_(overrides), out_(out), now_(ws.in.now),
+  backfill_round(core_fn const& core, work_state& ws, std::vector<job> const* overrides,
+                 std::vector<char> const* pinned, round_result& out)
+      : core_(core), ws_(ws), overrides_(overrides), given_pinned_(pinned), out_(out), now_(ws.in.now),
         n_jobs_(ws.in.pending.size()), n_nodes_(ws.state.nodes.size()) {}
 
   void run();
@@ -98,6 +83,7 @@ class backfill_round {
   core_fn const& core_;
   work_state& ws_;
   std::vector<job> const* overrides_;
+  std::vector<char> const* given_pinned_;
   round_result& out_;
   std::int64_t now_;
   std::size_t n_jobs_, n_nodes_;
@@ -229,7 +215,7 @@ bool backfill_round::reserve(std::int32_t h) {
     scratch_->state = ws_.state;
     for (auto const& [t, r] : rel) {
       if (t > times[k]) break;
-      release(scratch_->state, ws_.running[r]);
+      release_job(scratch_->state, ws_.running[r]);
     }
     sub_round sub;
     sub.jobs = {h};
@@ -301,9 +287,8 @@ void backfill_round::run() {
   for (std::size_t j = 0; j < n_jobs_ && !blocked; ++j) blocked = may_head(static_cast<std::int32_t>(j));
   if (!blocked) return;  // the common case costs one pass
 
-  for (auto const& p : out_.preemptions) {
-    if (p.for_job < 0 || static_cast<std::size_t>(p.for_job) >= n_jobs_) continue;
-    pinned_[static_cast<std::size_t>(p.for_job)] = 1;
+  if (given_pinned_ != nullptr) {
+    for (std::size_t j = 0; j < n_jobs_ && j < given_pinned_->size(); ++j) pinned_[j] = (*given_pinned_)[j];
   }
   std::vector<std::int32_t> all(n_jobs_);
   for (std::size_t j = 0; j < n_jobs_; ++j) all[j] = static_cast<std::int32_t>(j);
@@ -375,9 +360,10 @@ void backfill_round::run() {
 
 }  // namespace
 
-void backfill(core_fn const& core, work_state& ws, std::vector<job> const* overrides, round_result& out) {
+void backfill(core_fn const& core, work_state& ws, std::vector<job> const* overrides,
+              std::vector<char> const* pinned, round_result& out) {
   if (ws.in.pol.queue.backfill == backfill_mode::off) return;
-  backfill_round(core, ws, overrides, out).run();
+  backfill_round(core, ws, overrides, pinned, out).run();
 }
 
 }  // namespace placer::detail

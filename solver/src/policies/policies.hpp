@@ -61,6 +61,13 @@ class work_state {
   void give(demand const& d, replica_placement const& rp);
 };
 
+/// Gives a running job's resources back to c, capped at capacity so an
+/// inconsistent snapshot cannot create capacity out of nothing (indices out
+/// of range are skipped). work_state::stop and the backfill's future states
+/// both release through it.
+void release_replica(cluster& c, demand const& d, replica_placement const& rp);
+void release_job(cluster& c, running_job const& rj);
+
 /// Options for one call of the core on a sub-problem.
 struct sub_round {
   std::vector<std::int32_t> jobs;            ///< indices into ws.in.pending
@@ -109,7 +116,11 @@ void preempt_for(core_fn const& core, work_state& ws, std::vector<std::int32_t> 
 /// now + 1); placements this round that would delay a reservation are
 /// undone and re-solved so they cannot. Appends out.reservations; blocked
 /// jobs' unplaced reason becomes Reserved.
-void backfill(core_fn const& core, work_state& ws, std::vector<job> const* overrides, round_result& out);
+/// `pinned` (per pending job, may be null): placements backfill must keep
+/// because resources were freed for them this round (reclaim, scale-in,
+/// preemption); undoing them would waste what was freed.
+void backfill(core_fn const& core, work_state& ws, std::vector<job> const* overrides, std::vector<char> const* pinned,
+              round_result& out);
 
 /// Elastic scale-out (elastic.cpp): spare GPUs to elastic jobs (placed this
 /// round at their minimum, or running below their maximum) by a

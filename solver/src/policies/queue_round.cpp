@@ -65,6 +65,8 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
   all.overrides = overrides;
   round_result out = assign_jobs(core, ws, all);
   for (auto const& p : out.placements) ws.start(p.job, p.replicas);
+  std::vector<char> by_core(in.pending.size(), 0);
+  for (auto const& p : out.placements) by_core[static_cast<std::size_t>(p.job)] = 1;
 
   // 3. Reclaim: inference jobs that did not fit take loaned nodes back.
   if (q.loaning && (q.auto_reclaim || q.reclaim_nodes > 0)) {
@@ -102,7 +104,12 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
 
   // 6. Backfill: reservations for the blocked head(s); undo backfills that
   //    would delay them.
-  if (q.backfill != backfill_mode::off) backfill(core, ws, overrides, out);
+  if (q.backfill != backfill_mode::off) {
+    // What the steps above placed on freed resources stays placed.
+    std::vector<char> pinned(in.pending.size(), 0);
+    for (auto const& p : out.placements) pinned[static_cast<std::size_t>(p.job)] = by_core[static_cast<std::size_t>(p.job)] == 0;
+    backfill(core, ws, overrides, &pinned, out);
+  }
 
   // 7. Elastic: spare GPUs to elastic jobs.
   if (q.elastic) elastic_scale_out(core, ws, out);

@@ -28,9 +28,9 @@ void work_state::take(demand const& d, replica_placement const& rp, char const* 
   nd.memory_mib_free -= d.memory_mib;
 }
 
-void work_state::give(demand const& d, replica_placement const& rp) {
-  if (rp.node < 0 || static_cast<std::size_t>(rp.node) >= state.nodes.size()) return;
-  auto& nd = state.nodes[static_cast<std::size_t>(rp.node)];
+void release_replica(cluster& c, demand const& d, replica_placement const& rp) {
+  if (rp.node < 0 || static_cast<std::size_t>(rp.node) >= c.nodes.size()) return;
+  auto& nd = c.nodes[static_cast<std::size_t>(rp.node)];
   for (auto g : rp.gpus) {
     if (g < 0 || g >= nd.gpu_count()) continue;
     auto& f = nd.gpu_free_milli[static_cast<std::size_t>(g)];
@@ -39,6 +39,12 @@ void work_state::give(demand const& d, replica_placement const& rp) {
   nd.cpu_milli_free = std::min(nd.cpu_milli_capacity, nd.cpu_milli_free + d.cpu_milli);
   nd.memory_mib_free = std::min(nd.memory_mib_capacity, nd.memory_mib_free + d.memory_mib);
 }
+
+void release_job(cluster& c, running_job const& rj) {
+  for (auto const& rp : rj.replicas) release_replica(c, rj.per_replica, rp);
+}
+
+void work_state::give(demand const& d, replica_placement const& rp) { release_replica(state, d, rp); }
 
 std::size_t work_state::start(std::int32_t j, std::vector<replica_placement> const& reps) {
   auto const& jb = in.pending[static_cast<std::size_t>(j)];

@@ -20,6 +20,9 @@ struct distribution {
 double percentile(std::vector<double> v, double p);
 distribution describe(std::vector<double> const& v);
 
+/// A JSON string literal for s (quotes, backslashes and control characters escaped).
+std::string json_quote(std::string const& s);
+
 struct sim_summary {
   std::string algorithm;  ///< the run's label (sim_config::label, else the algorithm name)
   std::string workload, description;
