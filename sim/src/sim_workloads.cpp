@@ -89,14 +89,19 @@ std::int32_t nodes_for_gpus(std::int64_t gpus) {
   return std::max(n, sim_nodes_per_leaf);
 }
 
+/// The README's peak demand for a named cluster, else the trace's own.
+std::int64_t itp_peak(std::string const& cname, workload const& w) {
+  std::int64_t const readme = cname.empty() ? 0 : itp_readme_peak(cname);
+  return readme != 0 ? readme : peak_gpu_demand(w.jobs, w.durations);
+}
+
 workload load_itp(workload_options const& opt, std::string const& spec) {
   std::string cname;
   std::string const path = itp_path(opt, spec, cname);
   workload w;
   w.name = "itp:" + spec;
   itp_training_jobs(w, opt, path);
-  std::int64_t peak = cname.empty() ? 0 : itp_readme_peak(cname);
-  if (peak == 0) peak = peak_gpu_demand(w.jobs, w.durations);
+  std::int64_t const peak = itp_peak(cname, w);
   std::int32_t const nodes = opt.nodes > 0 ? opt.nodes : nodes_for_gpus(peak);
   w.nodes = homogeneous_cluster(nodes, traces::itp_cpu_milli_per_gpu * traces::itp_gpus_per_node,
                                 traces::itp_memory_mib_per_gpu * traces::itp_gpus_per_node, "ITP-GPU");
@@ -113,8 +118,7 @@ workload load_mixed(workload_options const& opt, std::string const& spec) {
   w.name = "mixed:" + spec;
   itp_training_jobs(w, opt, path);
   if (w.jobs.empty()) throw std::runtime_error("mixed:" + spec + ": no training jobs");
-  std::int64_t peak = cname.empty() ? 0 : itp_readme_peak(cname);
-  if (peak == 0) peak = peak_gpu_demand(w.jobs, w.durations);
+  std::int64_t const peak = itp_peak(cname, w);
   std::int32_t const training_nodes = opt.nodes > 0 ? opt.nodes : nodes_for_gpus(peak);
   std::int32_t inference_nodes = opt.inference_nodes;
   if (inference_nodes <= 0) {

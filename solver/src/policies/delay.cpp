@@ -22,6 +22,7 @@
 //   - timer = clamp(round(1.5 x observed_wait), 0, min(delay_timer_max,
 //     worth)): it follows the waits with headroom, and never waits longer
 //     than the slowdown it avoids would cost.
+#include "host_fit.hpp"
 #include "policies.hpp"
 
 #include <placer/solver/network_model.hpp>
@@ -29,7 +30,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <map>
 #include <set>
 #include <tuple>
@@ -37,42 +37,6 @@
 namespace placer::detail {
 
 namespace {
-
-/// The job as the core will place it: queue_round turns an elastic job
-/// into a gang of its minimum when the elastic policy is on.
-job as_placed(job j, round_input const& in) {
-  if (in.pol.queue.elastic && j.min_replicas > 0) {
-    j.replicas = j.min_replicas;
-    j.gang = j.gang || j.min_replicas > 1;
-  }
-  return j;
-}
-
-/// Pool and model admission (as the core's node_admits).
-bool admits(node const& nd, job const& j, bool loaning) {
-  if (!nd.healthy) return false;
-  bool const pool_ok = j.kind == job_kind::inference
-                           ? nd.pool != pool_kind::training
-                           : nd.pool != pool_kind::inference || (loaning && nd.loanable);
-  if (!pool_ok) return false;
-  if (j.per_replica.gpus == 0) return true;
-  if (nd.gpu_model.empty()) return false;
-  return j.allowed_gpu_models.empty() || std::find(j.allowed_gpu_models.begin(), j.allowed_gpu_models.end(),
-                                                   nd.gpu_model) != j.allowed_gpu_models.end();
-}
-
-/// Replicas of d an empty node could hold (capacities, healthy GPUs).
-std::int64_t empty_fit(node const& nd, demand const& d) {
-  std::int64_t fit = std::numeric_limits<std::int32_t>::max();
-  if (d.cpu_milli > 0) fit = std::min(fit, nd.cpu_milli_capacity / d.cpu_milli);
-  if (d.memory_mib > 0) fit = std::min(fit, nd.memory_mib_capacity / d.memory_mib);
-  if (d.gpus > 0) {
-    std::int64_t healthy = 0;
-    for (std::size_t g = 0; g < nd.gpu_free_milli.size(); ++g) healthy += nd.gpu_is_healthy(g) ? 1 : 0;
-    fit = std::min(fit, d.fractional() ? healthy * (milli_per_gpu / d.gpu_milli) : healthy / d.gpus);
-  }
-  return fit;
-}
 
 /// Per topology level, the most replicas of one shape a single domain of
 /// that level could hold on an empty cluster. Cached per shape: a round
@@ -104,7 +68,7 @@ class domain_room {
     std::vector<std::int64_t> cap(c.topo.domains.size(), 0);
     for (auto const& nd : c.nodes) {
       if (nd.domain < 0 || !admits(nd, j, in_.pol.queue.loaning)) continue;
-      auto const fit = empty_fit(nd, j.per_replica);
+      auto const fit = fit_empty(nd, j.per_replica);
       for (auto dm = nd.domain; dm >= 0; dm = c.topo.domains[static_cast<std::size_t>(dm)].parent) {
         cap[static_cast<std::size_t>(dm)] += fit;
       }

@@ -154,21 +154,11 @@ struct candidate {
   std::vector<replica_placement> added;
 };
 
-/// Workers of demand d that fit on node nd as it is now.
+/// Workers of demand d that fit on node nd as it is now; a worker that
+/// needs nothing gives no capacity to share out.
 std::int64_t fit_now(node const& nd, demand const& d) {
-  std::int64_t fit = std::numeric_limits<std::int64_t>::max();
-  if (d.cpu_milli > 0) fit = std::min(fit, nd.cpu_milli_free / d.cpu_milli);
-  if (d.memory_mib > 0) fit = std::min(fit, nd.memory_mib_free / d.memory_mib);
-  if (d.gpus > 0) {
-    std::int64_t slots = 0;
-    for (std::size_t g = 0; g < nd.gpu_free_milli.size(); ++g) {
-      if (!nd.gpu_is_healthy(g)) continue;
-      auto const f = nd.gpu_free_milli[g];
-      slots += d.fractional() ? f / d.gpu_milli : (f >= milli_per_gpu ? 1 : 0);
-    }
-    fit = std::min(fit, d.fractional() ? slots : slots / d.gpus);
-  }
-  return fit == std::numeric_limits<std::int64_t>::max() ? 0 : fit;
+  bool const needs = d.cpu_milli > 0 || d.memory_mib > 0 || d.gpus > 0;
+  return needs ? fit_free(nd, d) : 0;
 }
 
 /// Spare capacity (whole GPUs) for the active candidates: per usable node,
@@ -715,7 +705,7 @@ std::optional<shrink_plan> shrink_search::plan(std::vector<std::int32_t> const& 
     admitting.push_back(ok ? 1 : 0);
     if (!ok) continue;
     any_admits = true;
-    total += fit_count(free_of(nd), d);
+    total += fit_free(nd, d);
   }
   if (!any_admits) return std::nullopt;
   if (total >= need_) return shrink_plan{};  // fits with nothing removed
@@ -816,7 +806,7 @@ std::optional<shrink_plan> shrink_search::plan(std::vector<std::int32_t> const& 
       if (admitting[k] == 0) continue;
       auto const n = dom[k];
       auto it = std::find_if(frees.begin(), frees.end(), [&](auto const& f) { return f.first == n; });
-      t += it != frees.end() ? fit_count(it->second, d) : fit_count(free_of(nodes[static_cast<std::size_t>(n)]), d);
+      t += it != frees.end() ? fit_count(it->second, d) : fit_free(nodes[static_cast<std::size_t>(n)], d);
     }
     return t >= need_;
   };

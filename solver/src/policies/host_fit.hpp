@@ -28,16 +28,6 @@ inline node_free free_of(node const& nd) {
   return f;
 }
 
-/// The node empty (what its domain could hold at best).
-inline node_free capacity_of(node const& nd) {
-  node_free f;
-  f.gpu.resize(nd.gpu_free_milli.size());
-  for (std::size_t g = 0; g < f.gpu.size(); ++g) f.gpu[g] = nd.gpu_is_healthy(g) ? milli_per_gpu : 0;
-  f.cpu = nd.cpu_milli_capacity;
-  f.mem = nd.memory_mib_capacity;
-  return f;
-}
-
 /// Gives one stopped replica back to a node view (work_state::give's rule).
 inline void give_back(node const& nd, node_free& f, demand const& d, replica_placement const& rp) {
   for (auto g : rp.gpus) {
@@ -64,19 +54,43 @@ inline bool admits(node const& nd, job const& jb, bool loaning) {
              jb.allowed_gpu_models.end();
 }
 
-/// Replicas of demand d a node view holds (kernels fit_count, admission
+/// Replicas of demand d that fit given each GPU's free milli (gpu_free(k)
+/// for k < gpus), free CPU and memory (kernels fit_count; admission is
 /// checked separately).
-inline std::int64_t fit_count(node_free const& f, demand const& d) {
+template <class GpuFree>
+std::int64_t fit_with(std::size_t gpus, GpuFree const& gpu_free, std::int64_t cpu, std::int64_t mem, demand const& d) {
   std::int64_t fit = std::int64_t{1} << 20;
-  if (d.cpu_milli > 0) fit = std::min(fit, f.cpu / d.cpu_milli);
-  if (d.memory_mib > 0) fit = std::min(fit, f.mem / d.memory_mib);
+  if (d.cpu_milli > 0) fit = std::min(fit, cpu / d.cpu_milli);
+  if (d.memory_mib > 0) fit = std::min(fit, mem / d.memory_mib);
   if (d.gpus > 0) {
     std::int64_t g = 0;
     bool const share = d.gpu_milli < milli_per_gpu;
-    for (auto x : f.gpu) g += share ? x / d.gpu_milli : (x == milli_per_gpu ? 1 : 0);
+    for (std::size_t k = 0; k < gpus; ++k) {
+      std::int64_t const x = gpu_free(k);
+      g += share ? x / d.gpu_milli : (x == milli_per_gpu ? 1 : 0);
+    }
     fit = std::min(fit, share ? g : g / d.gpus);
   }
   return std::max<std::int64_t>(fit, 0);
+}
+
+/// Replicas of d a node view holds.
+inline std::int64_t fit_count(node_free const& f, demand const& d) {
+  return fit_with(f.gpu.size(), [&](std::size_t k) { return f.gpu[k]; }, f.cpu, f.mem, d);
+}
+
+/// Replicas of d node nd holds as it is now (unhealthy GPUs count as full).
+inline std::int64_t fit_free(node const& nd, demand const& d) {
+  return fit_with(
+      nd.gpu_free_milli.size(), [&](std::size_t k) { return nd.gpu_is_healthy(k) ? nd.gpu_free_milli[k] : 0; },
+      nd.cpu_milli_free, nd.memory_mib_free, d);
+}
+
+/// Replicas of d node nd would hold empty (what its domain could hold at best).
+inline std::int64_t fit_empty(node const& nd, demand const& d) {
+  return fit_with(
+      nd.gpu_free_milli.size(), [&](std::size_t k) { return nd.gpu_is_healthy(k) ? milli_per_gpu : 0; },
+      nd.cpu_milli_capacity, nd.memory_mib_capacity, d);
 }
 
 }  // namespace placer::detail

@@ -79,6 +79,10 @@ struct sub_round {
 /// to ws.in.pending indices. Does not apply anything to ws.
 round_result assign_jobs(core_fn const& core, work_state const& ws, sub_round const& sub);
 
+/// The job as the core places it: with the elastic policy on, an elastic
+/// job starts as a gang of its minimum (queue_round's rewrite).
+job as_placed(job j, round_input const& in);
+
 /// Queue order: priority (high first), then submit time, then index.
 std::vector<std::int32_t> queue_order(round_input const& in, std::vector<std::int32_t> const& jobs);
 

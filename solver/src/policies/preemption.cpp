@@ -137,7 +137,7 @@ std::vector<std::vector<std::int32_t>> planner::domains_for(job const& shape) co
       for (std::int32_t n = 0; n < n_nodes; ++n) {
         auto const d = paths[static_cast<std::size_t>(n) * levels + l];
         auto const& nd = c.nodes[static_cast<std::size_t>(n)];
-        if (d >= 0 && admits(nd, shape, loaning_)) cap[d] += fit_count(capacity_of(nd), shape.per_replica);
+        if (d >= 0 && admits(nd, shape, loaning_)) cap[d] += fit_empty(nd, shape.per_replica);
       }
       if (std::any_of(cap.begin(), cap.end(), [&](std::int64_t x) { return x >= shape.replicas; })) level = l;
     }
@@ -195,7 +195,7 @@ std::optional<victim_set> planner::cheapest_in(work_state const& ws, std::vector
     if (!admits(nd, shape, loaning_)) continue;
     in_dom[static_cast<std::size_t>(n)] = 1;
     any_admits = true;
-    base_fit[static_cast<std::size_t>(n)] = fit_count(free_of(nd), shape.per_replica);
+    base_fit[static_cast<std::size_t>(n)] = fit_free(nd, shape.per_replica);
     base_total += base_fit[static_cast<std::size_t>(n)];
   }
   if (!any_admits) return std::nullopt;

@@ -49,12 +49,7 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
   }
   if (q.elastic) {
     if (overrides == nullptr) plan.overrides = in.pending;
-    for (auto& j : plan.overrides) {
-      if (j.min_replicas > 0) {
-        j.replicas = j.min_replicas;
-        j.gang = j.gang || j.min_replicas > 1;
-      }
-    }
+    for (auto& j : plan.overrides) j = as_placed(std::move(j), in);
     overrides = &plan.overrides;
   }
 

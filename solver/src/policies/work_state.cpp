@@ -158,6 +158,14 @@ round_result assign_jobs(core_fn const& core, work_state const& ws, sub_round co
   return r;
 }
 
+job as_placed(job j, round_input const& in) {
+  if (in.pol.queue.elastic && j.min_replicas > 0) {
+    j.replicas = j.min_replicas;
+    j.gang = j.gang || j.min_replicas > 1;
+  }
+  return j;
+}
+
 std::vector<std::int32_t> queue_order(round_input const& in, std::vector<std::int32_t> const& jobs) {
   std::vector<std::int32_t> order = jobs;
   std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
