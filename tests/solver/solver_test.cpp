@@ -263,6 +263,29 @@ TEST(Solver, MetricsBeforeAndAfter) {
   EXPECT_GT(packed.metrics.frag_ratio_after, 0.0);
 }
 
+TEST(Solver, FragmentationLeadsBinpackForShares) {
+  // A 600-milli share. Node 0's 500-milli GPU is too small for it; node 1's
+  // 700 fits with 100 to spare. Best fit packs node 0 (fuller) and opens a
+  // full GPU there (400 left over); FGD takes node 1's 700 (100 left over).
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(4).build();
+  in.state.nodes[0].gpu_free_milli = {500, 1000, 1000, 1000};
+  in.state.nodes[1].gpu_free_milli = {700, 1000, 1000, 1000};
+  in.pending.push_back(gpu_job("share", 1, 600));
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].replicas[0].node, 1);
+  EXPECT_EQ(r.placements[0].replicas[0].gpus, std::vector<std::int32_t>{0});
+  // FGD metric after: node 0's 500 and node 1's 100 are below 600.
+  EXPECT_DOUBLE_EQ(r.metrics.frag_ratio_after, 600.0 / 6600.0);
+  in.pol.w.fragmentation = 0;
+  auto const packed = s.solve(in);
+  ASSERT_EQ(packed.placements.size(), 1U);
+  EXPECT_EQ(packed.placements[0].replicas[0].node, 0);
+  EXPECT_DOUBLE_EQ(packed.metrics.frag_ratio_after, 900.0 / 6600.0);
+}
+
 // Thousands of random rounds, every algorithm: nothing over-committed,
 // constraints respected, every job placed or given a reason.
 TEST(SolverRandom, InvariantsHoldOnRandomRounds) {

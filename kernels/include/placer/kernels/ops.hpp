@@ -81,9 +81,13 @@ PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gp
 /// FGD fragmentation of one node against the task set, in milli x ppm.
 /// F_n(m) = all free GPU milli if m cannot run on the node (CPU-only task,
 /// model not allowed, too few fitting GPUs, too little CPU); otherwise the
-/// free milli on GPUs whose free share is below m's per-GPU demand.
+/// free milli on GPUs whose free share is below m's per-GPU demand. With
+/// `packable` (Placer's score; FGD's definition is the reported metric), a
+/// fractional m can use no more GPUs than the node's free CPU can feed
+/// copies of m: the rest of the GPUs it fits on count as fragmented too
+/// (docs/fgd-experiment.md has the measurements, and the variants left out).
 PLACER_HD inline std::int64_t node_fragmentation(std::int32_t const* f, std::int32_t g, std::int64_t cpu_free,
-                                                 std::int32_t model, task_view const& t) {
+                                                 std::int32_t model, task_view const& t, bool packable = false) {
   std::int64_t total_free = 0;
   for (std::int32_t i = 0; i < g; ++i) total_free += f[i];
   if (total_free == 0) return 0;
@@ -91,13 +95,12 @@ PLACER_HD inline std::int64_t node_fragmentation(std::int32_t const* f, std::int
   for (std::int32_t m = 0; m < t.n_tasks; ++m) {
     bool const model_ok = model >= 0 && ((t.model_mask[m] >> model) & 1U) != 0;
     bool const runs = t.gpus[m] > 0 && model_ok && t.cpu[m] <= cpu_free && gpus_fit(f, g, t.gpus[m], t.milli[m]);
-    std::int64_t amount = 0;
-    if (!runs) {
-      amount = total_free;
-    } else {
-      for (std::int32_t i = 0; i < g; ++i) amount += f[i] < t.milli[m] ? f[i] : 0;
+    std::int64_t usable = 0;
+    if (runs) {
+      for (std::int32_t i = 0; i < g; ++i) usable += f[i] >= t.milli[m] ? f[i] : 0;
+      if (packable && t.milli[m] < 1000 && t.cpu[m] > 0) usable = min_of<std::int64_t>(usable, cpu_free / t.cpu[m] * 1000);
     }
-    frag += amount * t.freq_ppm[m];
+    frag += (total_free - usable) * t.freq_ppm[m];
   }
   return frag;
 }
@@ -172,7 +175,7 @@ struct score_cell_op {
     if (p.w_fragmentation == 0 || tv.n_tasks == 0 || p.kube_mode != 0) return 0;
     std::int32_t const b = nv.gpu_begin[n];
     std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
-    return node_fragmentation(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
+    return node_fragmentation(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv, true);
   }
 
   PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n) const { return score(c, n, fragmentation_before(n)); }
@@ -215,7 +218,7 @@ struct score_cell_op {
       std::int32_t f[max_gpus_per_node];
       for (std::int32_t i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
       take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + b : nullptr);
-      std::int64_t const after = node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[c], nv.model[n], tv);
+      std::int64_t const after = node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[c], nv.model[n], tv, true);
       // delta in milli (divide out ppm); +-8000 milli maps onto 0..1000.
       std::int64_t const delta = (after - before) / 1000000;
       std::int64_t const fgd = min_of<std::int64_t>(1000, max_of<std::int64_t>(0, 500 - delta * 500 / 8000));

@@ -1,0 +1,72 @@
+// FGD's node fragmentation (the reported metric) and Placer's packable
+// variant (the score), on nodes whose answers are computed by hand.
+#include <placer/kernels/ops.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace placer::kernels {
+namespace {
+
+/// A typical task set with every model allowed; frequencies in ppm.
+struct tasks {
+  std::vector<std::int32_t> gpus, milli, freq;
+  std::vector<std::int64_t> cpu;
+  std::vector<std::uint64_t> mask;
+  void add(std::int32_t g, std::int32_t m, std::int64_t c, std::int32_t ppm) {
+    gpus.push_back(g);
+    milli.push_back(m);
+    cpu.push_back(c);
+    freq.push_back(ppm);
+    mask.push_back(~std::uint64_t{0});
+  }
+  [[nodiscard]] task_view view() const {
+    return {static_cast<std::int32_t>(gpus.size()), gpus.data(), milli.data(), cpu.data(), mask.data(), freq.data()};
+  }
+};
+
+/// Fragmentation in milli (the functions return milli x ppm).
+double frag(std::vector<std::int32_t> f, std::int64_t cpu_free, tasks const& t, bool packable) {
+  return static_cast<double>(node_fragmentation(f.data(), static_cast<std::int32_t>(f.size()), cpu_free, 0, t.view(),
+                                                packable)) /
+         1e6;
+}
+
+TEST(Fragmentation, SharesCappedByTheCopiesTheCpuCanFeed) {
+  tasks t;
+  t.add(1, 500, 8000, 1000000);  // a half-GPU share needing 8 cores
+  // Three GPUs a share fits on; CPU for one copy only. FGD: nothing is
+  // fragmented (every free GPU fits the share); packable: one GPU is usable,
+  // the other 1,900 milli are not.
+  EXPECT_DOUBLE_EQ(frag({1000, 1000, 900}, 8000, t, false), 0.0);
+  EXPECT_DOUBLE_EQ(frag({1000, 1000, 900}, 8000, t, true), 1900.0);
+  // Plenty of CPU: both count only the GPU below the share's size.
+  EXPECT_DOUBLE_EQ(frag({1000, 300, 900}, 64000, t, false), 300.0);
+  EXPECT_DOUBLE_EQ(frag({1000, 300, 900}, 64000, t, true), 300.0);
+  // Too little CPU for one copy: everything is fragmented in both.
+  EXPECT_DOUBLE_EQ(frag({1000, 300}, 4000, t, false), 1300.0);
+  EXPECT_DOUBLE_EQ(frag({1000, 300}, 4000, t, true), 1300.0);
+}
+
+TEST(Fragmentation, WholeGpuTasksAreCountedAsFgdCountsThem) {
+  tasks t;
+  t.add(2, 1000, 16000, 500000);  // 2-GPU task, half the tasks
+  t.add(1, 1000, 8000, 500000);   // 1-GPU task
+  // Three idle GPUs and a 400-milli remnant, CPU for one copy of either:
+  // whole-GPU tasks are not capped by CPU copies, so only the remnant counts.
+  std::vector<std::int32_t> const f{1000, 1000, 1000, 400};
+  for (bool const packable : {false, true}) {
+    EXPECT_DOUBLE_EQ(frag(f, 16000, t, packable), 0.5 * 400 + 0.5 * 400);
+    // One idle GPU: the 2-GPU task cannot run, all 1,400 count for it.
+    EXPECT_DOUBLE_EQ(frag({1000, 400}, 64000, t, packable), 0.5 * 1400 + 0.5 * 400);
+    // Too little CPU for the 2-GPU task.
+    EXPECT_DOUBLE_EQ(frag(f, 8000, t, packable), 0.5 * 3400 + 0.5 * 400);
+    // A full node has no fragmentation.
+    EXPECT_DOUBLE_EQ(frag({0, 0}, 64000, t, packable), 0.0);
+  }
+}
+
+}  // namespace
+}  // namespace placer::kernels
