@@ -3,6 +3,7 @@
 // partial gangs, preempting for nothing), per-domain gangs, network scope,
 // and a brute force over every victim subset on random small rounds.
 #include "policies/policies.hpp"
+#include "../support/running.hpp"
 
 #include <placer/solver/solver.hpp>
 
@@ -35,29 +36,13 @@ job gpu_job(std::string name, int gpus, int replicas = 1, int priority = 10) {
   return j;
 }
 
-/// A running job with one replica per (node, GPUs) entry, whole GPUs, its
-/// resources taken from in.state; lost work = GPUs x 1000 x secs_since_ckpt.
+/// testing_support::run_on with a priority and preemptibility.
 running_job& run_on(round_input& in, std::string name, std::vector<std::pair<int, std::vector<int>>> const& reps,
                     std::int64_t secs_since_ckpt, int priority = 0, bool preemptible = true) {
-  running_job r;
-  r.name = std::move(name);
+  auto& r = testing_support::run_on(in, std::move(name), reps, secs_since_ckpt);
   r.priority = priority;
   r.preemptible = preemptible;
-  r.per_replica.gpus = static_cast<int>(reps.front().second.size());
-  r.per_replica.cpu_milli = 1000;
-  r.per_replica.memory_mib = 1024;
-  r.gang = reps.size() > 1;
-  r.start_time = 0;
-  r.last_checkpoint = now - secs_since_ckpt;
-  for (auto const& [n, gpus] : reps) {
-    auto& nd = in.state.nodes[static_cast<std::size_t>(n)];
-    for (auto g : gpus) nd.gpu_free_milli[static_cast<std::size_t>(g)] -= 1000;
-    nd.cpu_milli_free -= 1000;
-    nd.memory_mib_free -= 1024;
-    r.replicas.push_back({n, gpus, 1000});
-  }
-  in.running.push_back(std::move(r));
-  return in.running.back();
+  return r;
 }
 
 round_input base_round(int spines, int leaves, int nodes_per_leaf, int gpus = 8) {
