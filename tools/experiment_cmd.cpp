@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -85,10 +86,10 @@ std::vector<std::uint64_t> parse_seeds(std::string const& s) {
 }
 
 
-std::string json_num(double v) {
+std::string json_num(double v, int decimals = 2) {
   if (std::isnan(v)) return "null";
   char b[32];
-  std::snprintf(b, sizeof b, "%.2f", v);
+  std::snprintf(b, sizeof b, "%.*f", decimals, v);
   return b;
 }
 
@@ -160,8 +161,8 @@ int cmd_experiment(int argc, char** argv) {
     if (!json) {
       std::printf("FGD experiment (ATC'23 protocol): GPU allocation ratio (%%) at 130%% arrived, median over %zu seed(s)\n",
                   seeds.size());
-      std::printf("%-12s %-13s %6s %9s %9s %7s %8s\n", "workload", "policy", "seeds", "ours", "published", "diff",
-                  "time_s");
+      std::printf("%-12s %-13s %6s %9s %9s %7s %8s  %s\n", "workload", "policy", "seeds", "ours", "published", "diff",
+                  "time_s", "vs our FGD, same seeds (mean +-s.e., seeds at or above)");
     }
     auto const t_all = std::chrono::steady_clock::now();
     for (std::size_t wi = 0; wi < workloads.size(); ++wi) {
@@ -197,8 +198,19 @@ int cmd_experiment(int argc, char** argv) {
       plot.title = "GPU allocation, workload " + wname + " (mean over seeds)";
       plot.x_label = "arrived GPU demand (%)";
       plot.y_label = "GPU allocation ratio (%)";
+      auto seed_values = [&](std::size_t pi) {
+        std::vector<double> v;
+        for (std::size_t si = 0; si < seeds.size(); ++si) v.push_back(results[pi * seeds.size() + si].alloc_at_130);
+        return v;
+      };
+      // Every other policy against our FGD on the same seeds (when FGD ran).
+      auto const fgd_at = std::find(pols.begin(), pols.end(), fgd::policy::fgd);
+      std::vector<double> const fgd_seeds =
+          fgd_at == pols.end() ? std::vector<double>{} : seed_values(static_cast<std::size_t>(fgd_at - pols.begin()));
       for (std::size_t pi = 0; pi < pols.size(); ++pi) {
         auto const pol = pols[pi];
+        std::optional<fgd::paired_difference> vs_fgd;
+        if (!fgd_seeds.empty() && pol != fgd::policy::fgd) vs_fgd = fgd::paired(seed_values(pi), fgd_seeds);
         std::vector<double> per_seed;
         double secs = 0;
         std::vector<double> mean(131, 0.0);
@@ -226,11 +238,17 @@ int cmd_experiment(int argc, char** argv) {
           }
           std::string sl;
           for (std::size_t si = 0; si < seeds.size(); ++si) sl += (si ? "," : "") + std::to_string(seeds[si]);
+          std::string extra;
+          if (pol == fgd::policy::placer_batch) extra += ",\"batch\":" + std::to_string(batch);
+          if (vs_fgd) {
+            extra += ",\"vs_fgd_same_seeds\":{\"mean\":" + json_num(vs_fgd->mean, 3) +
+                     ",\"standard_error\":" + json_num(vs_fgd->standard_error, 3) +
+                     ",\"at_or_above\":" + std::to_string(vs_fgd->at_or_above) + "}";
+          }
           std::printf("{\"workload\":\"%s\",\"policy\":\"%s\",\"alloc_ratio_at_130_median\":%s,\"published_median\":%s,"
                       "\"seeds\":[%s],\"per_seed\":[%s],\"seconds\":%.2f%s}\n",
                       wname.c_str(), fgd::policy_name(pol).c_str(), json_num(ours).c_str(), json_num(pub).c_str(),
-                      sl.c_str(), ps.c_str(), secs,
-                      pol == fgd::policy::placer_batch ? (",\"batch\":" + std::to_string(batch)).c_str() : "");
+                      sl.c_str(), ps.c_str(), secs, extra.c_str());
         } else {
           char diff[16] = "-";
           char pubs[16] = "-";
@@ -240,8 +258,13 @@ int cmd_experiment(int argc, char** argv) {
           }
           std::string const pname =
               pol == fgd::policy::placer_batch ? fgd::policy_name(pol) + "/" + std::to_string(batch) : fgd::policy_name(pol);
-          std::printf("%-12s %-13s %6zu %9.2f %9s %7s %8.1f\n", wname.c_str(), pname.c_str(), seeds.size(), ours, pubs,
-                      diff, secs);
+          char vs[48] = "-";
+          if (vs_fgd) {
+            std::snprintf(vs, sizeof vs, "%+.3f +-%.3f %zu/%zu", vs_fgd->mean, vs_fgd->standard_error,
+                          vs_fgd->at_or_above, vs_fgd->n);
+          }
+          std::printf("%-12s %-13s %6zu %9.2f %9s %7s %8.1f  %s\n", wname.c_str(), pname.c_str(), seeds.size(), ours,
+                      pubs, diff, secs, vs);
         }
         std::fflush(stdout);
         sim::plot_series s;

@@ -494,6 +494,24 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
+paired_difference paired(std::vector<double> const& a, std::vector<double> const& b) {
+  if (a.size() != b.size()) throw std::invalid_argument("fgd::paired: the two policies ran on different seeds");
+  paired_difference d;
+  d.n = a.size();
+  if (d.n == 0) return d;
+  for (std::size_t i = 0; i < d.n; ++i) {
+    d.mean += a[i] - b[i];
+    d.at_or_above += a[i] >= b[i] ? 1 : 0;
+  }
+  d.mean /= static_cast<double>(d.n);
+  if (d.n > 1) {
+    double ss = 0;
+    for (std::size_t i = 0; i < d.n; ++i) ss += (a[i] - b[i] - d.mean) * (a[i] - b[i] - d.mean);
+    d.standard_error = std::sqrt(ss / static_cast<double>(d.n - 1) / static_cast<double>(d.n));
+  }
+  return d;
+}
+
 std::vector<std::string> published_workloads() {
   return {"default",    "cpu050",     "cpu100",     "cpu200",     "cpu250",    "gpushare40", "gpushare60", "gpushare80",
           "gpushare100", "gpuspec10", "gpuspec20", "gpuspec25", "multigpu20", "multigpu30", "multigpu40", "multigpu50"};

@@ -187,6 +187,17 @@ TEST(FgdMetric, MedianAndPolicyNames) {
   EXPECT_THROW(fgd::parse_policy("nope"), std::invalid_argument);
 }
 
+TEST(FgdMetric, PairedDifferenceOverSeeds) {
+  // Differences +0.5, -0.1, +0.2, +0.2: mean 0.2, sample variance 0.06.
+  auto const d = fgd::paired({96.0, 95.9, 96.2, 96.4}, {95.5, 96.0, 96.0, 96.2});
+  EXPECT_EQ(d.n, 4U);
+  EXPECT_NEAR(d.mean, 0.2, 1e-12);
+  EXPECT_NEAR(d.standard_error, std::sqrt(0.06 / 4), 1e-12);
+  EXPECT_EQ(d.at_or_above, 3U);
+  EXPECT_DOUBLE_EQ(fgd::paired({1.0}, {2.0}).standard_error, 0.0);
+  EXPECT_THROW(fgd::paired({1.0}, {}), std::invalid_argument);
+}
+
 TEST(FgdRealData, DefaultOneSeedMatchesPublishedMedians) {
   auto const data = data_dir();
   auto const openb = data / "alibaba-openb-v2023";

@@ -171,6 +171,16 @@ run_result run(workload const& w, run_options const& o);
 std::map<std::pair<std::string, std::string>, std::vector<double>> load_published(std::string const& csv_path);
 double median(std::vector<double> v);  ///< NaN for an empty vector
 
+/// Per-seed differences a[i] - b[i] of two policies run on the same seeds:
+/// their mean, its standard error (sample deviation / sqrt(n); 0 for one
+/// seed) and the seeds where a >= b. Pairing removes the seed-to-seed
+/// spread that a comparison of medians carries.
+struct paired_difference {
+  double mean = 0, standard_error = 0;
+  std::size_t at_or_above = 0, n = 0;
+};
+paired_difference paired(std::vector<double> const& a, std::vector<double> const& b);
+
 /// The 16 workloads with published results.
 std::vector<std::string> published_workloads();
 
