@@ -3,8 +3,11 @@
 // open-loop (a fixed rate, latency counted from each round's scheduled
 // start so a slow server cannot hide queueing), through every configuration
 // asked for (CUDA backend, CPU backend, kube-style baseline), and prints
-// latency percentiles, throughput and the server's per-stage times side by
-// side. Starts its own servers unless given --endpoint.
+// latency percentiles, throughput, the server's per-stage times and where
+// the wire path's time goes (client encode and decode, the service's own
+// stages, transport) side by side. With --delta N each round after the first
+// is sent as a delta rewriting N nodes, as a cluster manager would.
+// Starts its own servers unless given --endpoint.
 #include "cli.hpp"
 #include "commands.hpp"
 
@@ -42,6 +45,7 @@ struct bench_args {
   std::string data_dir;
   int rounds = 0;  // 0 = scenario default
   int warmup = 3;
+  int delta_nodes = 0;  // 0 = a full snapshot every round
   std::string mode = "closed";
   double rate = 10;
   std::vector<std::string> configs;  // cuda, cpu, kube
@@ -51,7 +55,7 @@ struct bench_args {
 [[noreturn]] void usage(std::string const& why) {
   throw std::invalid_argument(
       why +
-      "\nusage: placer bench [--scenario 1k|10k|100k|openb] [--rounds N] [--warmup N]\n"
+      "\nusage: placer bench [--scenario 1k|10k|100k|openb] [--rounds N] [--warmup N] [--delta NODES]\n"
       "                    [--mode closed|open] [--rate ROUNDS_PER_S] [--configs cuda,cpu,kube]\n"
       "                    [--endpoint E] [--data DIR] [--json FILE] [--plot FILE.svg]");
 }
@@ -60,7 +64,8 @@ bench_args parse(int argc, char** argv) {
   cli_args opts;
   try {
     opts = parse_cli(argc, argv, 2,
-                     {"scenario", "endpoint", "data", "rounds", "warmup", "mode", "rate", "json", "plot", "configs"}, {},
+                     {"scenario", "endpoint", "data", "rounds", "warmup", "delta", "mode", "rate", "json", "plot", "configs"},
+                     {},
                      "bench");
   } catch (usage_error const& e) {
     usage(e.what());
@@ -71,6 +76,7 @@ bench_args parse(int argc, char** argv) {
   a.data_dir = opts.get("data");
   if (opts.has("rounds")) a.rounds = std::stoi(opts.get("rounds"));
   if (opts.has("warmup")) a.warmup = std::stoi(opts.get("warmup"));
+  if (opts.has("delta")) a.delta_nodes = std::stoi(opts.get("delta"));
   a.mode = opts.get("mode", a.mode);
   if (opts.has("rate")) a.rate = std::stod(opts.get("rate"));
   a.json_path = opts.get("json");
@@ -79,6 +85,7 @@ bench_args parse(int argc, char** argv) {
   for (std::string c; std::getline(ss, c, ',');) a.configs.push_back(c);
   if (a.mode != "closed" && a.mode != "open") usage("--mode must be closed or open");
   if (a.rate <= 0) usage("--rate must be positive");
+  if (a.delta_nodes < 0) usage("--delta must not be negative");
   return a;
 }
 
@@ -98,9 +105,35 @@ struct config_result {
   std::string backend;
   std::vector<double> latency_ms;  // end to end, per measured round
   std::map<std::string, double> stage_ms;  // server-side means
+  double client_encode_ms = 0, client_decode_ms = 0;  // means
   double wall_s = 0;
   double placed_per_round = 0;
 };
+
+double mean(std::vector<double> const& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? 0 : sum / static_cast<double>(v.size());
+}
+
+/// The round trip outside the solver's total, per stage (means, ms): the
+/// client's encode and decode, the service's stages, and what is left of
+/// the end-to-end latency (transport, the I/O thread, queueing).
+std::vector<std::pair<std::string, double>> wire_path(config_result const& r) {
+  std::vector<std::pair<std::string, double>> out{{"client_encode", r.client_encode_ms}};
+  double rest = mean(r.latency_ms) - r.client_encode_ms - r.client_decode_ms;
+  auto const total = r.stage_ms.find("total");
+  if (total != r.stage_ms.end()) rest -= total->second;
+  for (char const* s : service::service_stages) {
+    auto const it = r.stage_ms.find(s);
+    if (it == r.stage_ms.end()) continue;
+    out.emplace_back(s, it->second);
+    rest -= it->second;
+  }
+  out.emplace_back("client_decode", r.client_decode_ms);
+  out.emplace_back("transport", rest);
+  return out;
+}
 
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -115,20 +148,39 @@ config_result run_config(bench_args const& a, round_input in, std::string const&
   res.name = name;
   in.pol.algo = name == "kube" ? algorithm::kube_least_allocated : algorithm::placer;
   client c({endpoint, 600000, ""});
-  for (int k = 0; k < a.warmup; ++k) c.solve(in);
+  // Delta rounds rewrite the next delta_nodes nodes (round robin) with their
+  // own values: the server does a delta's work and solves the same round.
+  round_input jobs_only = in;
+  jobs_only.state = {};
+  std::uint64_t epoch = in.state.epoch;
+  std::size_t next_node = 0;
+  auto next_delta = [&] {
+    cluster_delta d{epoch, epoch + 1, {}, {}, {}};
+    for (int k = 0; k < a.delta_nodes; ++k, next_node = (next_node + 1) % in.state.nodes.size()) {
+      d.changed.push_back({static_cast<std::int32_t>(next_node), in.state.nodes[next_node]});
+    }
+    ++epoch;
+    return d;
+  };
+  auto round = [&](cluster_delta const& d) { return a.delta_nodes > 0 ? c.solve_delta(d, jobs_only) : c.solve(in); };
+  if (a.delta_nodes > 0) c.solve(in);  // the snapshot the deltas apply to
+  for (int k = 0; k < a.warmup; ++k) round(next_delta());
   auto const t_start = clock_type::now();
   auto const period = std::chrono::duration<double>(1.0 / a.rate);
   double placed = 0;
   for (int k = 0; k < rounds; ++k) {
+    auto const d = a.delta_nodes > 0 ? next_delta() : cluster_delta{};
     auto const scheduled = t_start + std::chrono::duration_cast<clock_type::duration>(period * k);
     if (a.mode == "open") std::this_thread::sleep_until(scheduled);
     auto const t0 = a.mode == "open" ? scheduled : clock_type::now();
-    auto const rep = c.solve(in);
+    auto const rep = round(d);
     if (rep.code != wire::ErrorCode::Ok) {
       throw std::runtime_error(std::string("round failed: ") + service::error_code_name(rep.code) + ": " + rep.message);
     }
     res.latency_ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
     for (auto const& t : rep.result.timing) res.stage_ms[t.stage] += t.micros / 1000.0 / rounds;
+    res.client_encode_ms += c.last_timing().encode_us / 1000.0 / rounds;
+    res.client_decode_ms += c.last_timing().decode_us / 1000.0 / rounds;
     res.backend = rep.result.backend;
     placed += rep.result.metrics.replicas_placed;
     if (isatty(2) && (k % 10 == 0 || k + 1 == rounds)) {
@@ -155,9 +207,12 @@ int cmd_bench(int argc, char** argv) {
   int const rounds = a.rounds > 0 ? a.rounds : (a.scenario == "100k" ? 20 : 200);
   std::int64_t gpus = 0;
   for (auto const& n : in.state.nodes) gpus += n.gpu_count();
+  if (static_cast<std::size_t>(a.delta_nodes) > in.state.nodes.size()) usage("--delta is larger than the cluster");
   std::cout << "scenario " << a.scenario << ": " << in.state.nodes.size() << " nodes, " << gpus << " GPUs, "
             << in.pending.size() << " pending jobs; " << rounds << " rounds per configuration, " << a.mode
-            << "-loop" << (a.mode == "open" ? " at " + fmt(a.rate, 1) + " rounds/s" : "") << "\n";
+            << "-loop" << (a.mode == "open" ? " at " + fmt(a.rate, 1) + " rounds/s" : "")
+            << (a.delta_nodes > 0 ? ", deltas of " + std::to_string(a.delta_nodes) + " nodes" : ", full snapshots")
+            << "\n";
 
   if (a.configs.empty()) {
     if (kernels::cuda_unavailable_reason().empty()) a.configs.push_back("cuda");
@@ -206,6 +261,16 @@ int cmd_bench(int argc, char** argv) {
     for (auto const& [k, v] : r.stage_ms) std::printf(" %s %s", k.c_str(), fmt(v, 3).c_str());
     std::printf("  | %s replicas placed per round\n", fmt(r.placed_per_round, 0).c_str());
   }
+  std::printf("\nwire path means (ms), outside the solver's total:\n");
+  for (auto const& r : results) {
+    std::printf("  %-6s", r.name.c_str());
+    double sum = 0;
+    for (auto const& [k, v] : wire_path(r)) {
+      std::printf(" %s %s", k.c_str(), fmt(v, 3).c_str());
+      sum += v;
+    }
+    std::printf("  = %s of %s end to end\n", fmt(sum, 3).c_str(), fmt(mean(r.latency_ms), 3).c_str());
+  }
   // Ratios against the kube-style baseline: latency per placed replica.
   auto const kube = std::find_if(results.begin(), results.end(), [](auto const& r) { return r.name == "kube"; });
   if (kube != results.end() && kube->placed_per_round > 0) {
@@ -220,17 +285,24 @@ int cmd_bench(int argc, char** argv) {
   if (!a.json_path.empty()) {
     std::ofstream f(a.json_path);
     if (!f) throw std::runtime_error(a.json_path + ": cannot open for writing");
-    f << "{\"scenario\":\"" << a.scenario << "\",\"mode\":\"" << a.mode << "\",\"rounds\":" << rounds << ",\"configs\":[";
+    f << "{\"scenario\":\"" << a.scenario << "\",\"mode\":\"" << a.mode << "\",\"rounds\":" << rounds
+      << ",\"delta_nodes\":" << a.delta_nodes << ",\"configs\":[";
     for (std::size_t k = 0; k < results.size(); ++k) {
       auto const& r = results[k];
       f << (k ? "," : "") << "{\"config\":\"" << r.name << "\",\"backend\":\"" << r.backend << "\",\"p50_ms\":"
         << percentile(r.latency_ms, 0.5) << ",\"p90_ms\":" << percentile(r.latency_ms, 0.9)
         << ",\"p99_ms\":" << percentile(r.latency_ms, 0.99) << ",\"p999_ms\":" << percentile(r.latency_ms, 0.999)
-        << ",\"max_ms\":" << percentile(r.latency_ms, 1.0)
+        << ",\"max_ms\":" << percentile(r.latency_ms, 1.0) << ",\"mean_ms\":" << mean(r.latency_ms)
         << ",\"rounds_per_s\":" << static_cast<double>(r.latency_ms.size()) / r.wall_s
         << ",\"replicas_placed_per_round\":" << r.placed_per_round << ",\"stages_ms\":{";
       bool first = true;
       for (auto const& [s, v] : r.stage_ms) {
+        f << (first ? "" : ",") << "\"" << s << "\":" << v;
+        first = false;
+      }
+      f << "},\"wire_path_ms\":{";
+      first = true;
+      for (auto const& [s, v] : wire_path(r)) {
         f << (first ? "" : ",") << "\"" << s << "\":" << v;
         first = false;
       }

@@ -286,10 +286,10 @@ void play_demo(std::string const& endpoint, std::string const& dir) {
   std::ostringstream o;
   o << "\n=== demo round: " << in.state.nodes.size() << " openb nodes, " << in.pending.size()
     << " openb pods, through placer::client -> " << endpoint << " ===\n";
-  print_summary(o, in, rep.result, c.last_latency_us());
+  print_summary(o, in, rep.result, c.last_timing().total_us);
   // A second, warm round to show steady-state latency.
   c.solve(in);
-  o << "Warm round-trip latency: " << fixed(c.last_latency_us() / 1000.0, 3) << " ms\n";
+  o << "Warm round-trip latency: " << fixed(c.last_timing().total_us / 1000.0, 3) << " ms\n";
   o << "The service keeps serving on " << endpoint << "; try in another shell:\n"
     << "  build/placer client --cluster " << dir << "/nodes.csv --jobs " << dir << "/pods.csv --summary\n"
     << "Ctrl-C stops it.\n\n";

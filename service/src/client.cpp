@@ -42,12 +42,13 @@ client::client(client_options opt) : opt_(std::move(opt)), impl_(std::make_uniqu
 
 client::~client() = default;
 
-/// Sends one request and waits for its reply: the reply frame and the
-/// verdict on it (checked once, here; `envelope` is not kept because a
-/// small zmq message stores its bytes inline and moves with it).
+/// Sends one request and waits for its reply: the reply frame, the verdict
+/// on it (checked once, here; `envelope` is not kept because a small zmq
+/// message stores its bytes inline and moves with it) and when it arrived.
 struct client::impl::reply {
   zmq::message_t payload;
   service::envelope_check check;
+  std::chrono::steady_clock::time_point received;
 };
 
 client::impl::reply client::impl::exchange(client_options const& opt, void const* data, std::size_t size,
@@ -74,7 +75,7 @@ client::impl::reply client::impl::exchange(client_options const& opt, void const
       frames.push_back(std::move(f));
     } while (sock->get(zmq::sockopt::rcvmore));
     if (frames.empty()) continue;
-    reply r{std::move(frames.back()), {}};
+    reply r{std::move(frames.back()), {}, std::chrono::steady_clock::now()};
     // Match by request id; a stale reply to an earlier, timed-out request
     // is dropped. Error replies to unparseable requests carry id 0.
     r.check = service::check_envelope(r.payload.data(), r.payload.size());
@@ -94,31 +95,35 @@ std::vector<std::uint8_t> client::roundtrip(void const* data, std::size_t size, 
   return {p, p + r.payload.size()};
 }
 
-service::decoded_reply client::send(round_input const& in, cluster_delta const* delta) {
-  auto const t0 = std::chrono::steady_clock::now();
+service::decoded_reply client::send(round_input const& in, cluster_delta const* delta,
+                                    std::chrono::steady_clock::time_point t0) {
   service::request_header h{next_id_++, opt_.session, now_us()};
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
   service::encode_request(fbb, h, in, delta);
+  auto const t_sent = std::chrono::steady_clock::now();
   auto const r = impl_->exchange(opt_, fbb.GetBufferPointer(), fbb.GetSize(), h.request_id);
   if (r.check.code != wire::ErrorCode::Ok) {
     throw client_error(std::string("unreadable reply from the service: ") + service::error_code_name(r.check.code) +
                        ": " + r.check.message);
   }
   auto reply = service::decode_reply(*wire::GetEnvelope(r.payload.data()));  // verified in exchange
-  last_latency_us_ = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  auto const t_end = std::chrono::steady_clock::now();
+  auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  last_timing_ = {us(t_sent - t0), us(t_end - r.received), us(t_end - t0)};
   return reply;
 }
 
 service::decoded_reply client::solve(round_input const& in) {
-  auto reply = send(in, nullptr);
+  auto reply = send(in, nullptr, std::chrono::steady_clock::now());
   if (reply.code == wire::ErrorCode::Ok) mirror_ = in.state;
   return reply;
 }
 
 service::decoded_reply client::solve_delta(cluster_delta const& delta, round_input const& jobs_only) {
+  auto const t0 = std::chrono::steady_clock::now();
   if (!mirror_) throw client_error("solve_delta needs a full snapshot first (call solve)");
   cluster next = apply_delta(*mirror_, delta);  // throws on a bad or stale delta, before sending
-  auto reply = send(jobs_only, &delta);
+  auto reply = send(jobs_only, &delta, t0);
   if (reply.code == wire::ErrorCode::StaleEpoch) {
     // The server no longer holds our epoch: send the whole cluster instead.
     ++resyncs_;

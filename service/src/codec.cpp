@@ -7,6 +7,7 @@
 
 #include <flatbuffers/flatbuffers.h>
 
+#include <chrono>
 #include <limits>
 #include <string>
 #include <type_traits>
@@ -567,7 +568,8 @@ void encode_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h
 // ------------------------------------------------------------------ reply
 
 void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_result const& r,
-                  round_input const& in) {
+                  round_input const& in, char const* encode_stage) {
+  auto const t0 = std::chrono::steady_clock::now();
   fbb.Clear();
   auto job_name = [&](std::int32_t j) -> flatbuffers::Offset<flatbuffers::String> {
     // Names are a convenience for readers of the reply; an index outside
@@ -612,10 +614,6 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
       fbb, m.gar_before, m.gar_after, m.gfr_before, m.gfr_after, m.frag_ratio_before, m.frag_ratio_after,
       narrow<std::uint32_t>(m.jobs_placed, "metrics", "jobs_placed"),
       narrow<std::uint32_t>(m.replicas_placed, "metrics", "replicas_placed"), m.gpu_milli_placed);
-  std::vector<flatbuffers::Offset<wire::StageTiming>> timing;
-  timing.reserve(r.timing.size());
-  for (auto const& t : r.timing) timing.push_back(wire::CreateStageTiming(fbb, fbb.CreateString(t.stage), t.micros));
-
   auto const outs = scale_out(fbb, r.scale_outs, "scale-out");
   auto const ins = scale_out(fbb, r.scale_ins, "scale-in");
   auto const reclaimed =
@@ -626,11 +624,24 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
     timers.push_back(wire::CreateDelayTimer(fbb, fbb.CreateString(t.job_class), t.timer, t.observed_wait,
                                             narrow<std::uint32_t>(t.samples, "delay timer", "samples")));
   }
-  auto const reply = wire::CreateScheduleReply(
-      fbb, status, r.epoch, placements.empty() ? 0 : fbb.CreateVector(placements),
-      preemptions.empty() ? 0 : fbb.CreateVector(preemptions), reservations.empty() ? 0 : fbb.CreateVector(reservations),
-      unplaced.empty() ? 0 : fbb.CreateVector(unplaced), metrics, timing.empty() ? 0 : fbb.CreateVector(timing),
-      opt_string(fbb, r.backend), outs, ins, reclaimed, timers.empty() ? 0 : fbb.CreateVector(timers));
+  auto const placements_v = placements.empty() ? 0 : fbb.CreateVector(placements);
+  auto const preemptions_v = preemptions.empty() ? 0 : fbb.CreateVector(preemptions);
+  auto const reservations_v = reservations.empty() ? 0 : fbb.CreateVector(reservations);
+  auto const unplaced_v = unplaced.empty() ? 0 : fbb.CreateVector(unplaced);
+  auto const timers_v = timers.empty() ? 0 : fbb.CreateVector(timers);
+  auto const backend = opt_string(fbb, r.backend);
+  // The timing list comes last so that the encode stage covers everything
+  // but itself and the few bytes after it.
+  std::vector<flatbuffers::Offset<wire::StageTiming>> timing;
+  timing.reserve(r.timing.size() + 1);
+  for (auto const& t : r.timing) timing.push_back(wire::CreateStageTiming(fbb, fbb.CreateString(t.stage), t.micros));
+  if (encode_stage != nullptr) {
+    double const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    timing.push_back(wire::CreateStageTiming(fbb, fbb.CreateString(encode_stage), us));
+  }
+  auto const reply = wire::CreateScheduleReply(fbb, status, r.epoch, placements_v, preemptions_v, reservations_v,
+                                               unplaced_v, metrics, timing.empty() ? 0 : fbb.CreateVector(timing),
+                                               backend, outs, ins, reclaimed, timers_v);
   auto const hdr = header_out(fbb, h);
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::ScheduleReply, reply.Union()));
 }

@@ -6,8 +6,10 @@
 #include <placer/service/server.hpp>
 
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <zmq.hpp>
@@ -21,6 +23,10 @@ std::string fmt_ms(double us) {
   o.precision(3);
   o << std::fixed << us / 1000.0 << " ms";
   return o.str();
+}
+
+double micros_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
 }
 
 std::vector<std::uint8_t> finish(flatbuffers::FlatBufferBuilder& fbb) {
@@ -41,10 +47,12 @@ class worker {
 
   [[nodiscard]] std::string backend() { return solver_.backend().description(); }
 
-  /// Bytes in, bytes out; never throws for bad input. `verified`: the I/O
-  /// thread already ran check_envelope on these bytes (not run twice).
-  std::vector<std::uint8_t> handle(void const* data, std::size_t size, bool verified = false) {
+  /// Bytes in, bytes out; never throws for bad input. `verify_us`: set when
+  /// the I/O thread already ran check_envelope on these bytes (not run
+  /// twice), to the time it took.
+  std::vector<std::uint8_t> handle(void const* data, std::size_t size, std::optional<double> verify_us = {}) {
     auto const t0 = std::chrono::steady_clock::now();
+    auto t = t0;
     stats_.requests.fetch_add(1);
     flatbuffers::FlatBufferBuilder fbb(1024);
     request_header h;
@@ -56,19 +64,23 @@ class worker {
       return finish(fbb);
     };
     envelope_check chk;
-    if (verified) {
+    if (verify_us) {
       chk.envelope = wire::GetEnvelope(data);
     } else {
       chk = check_envelope(data, size, cfg_.max_message_bytes);
       if (chk.envelope == nullptr) return fail(chk.code, chk.message);
+      verify_us = micros_since(t);
     }
     if (auto const* hdr = chk.envelope->header()) {
       h.request_id = hdr->request_id();
       if (hdr->session() != nullptr) h.session = hdr->session()->str();
     }
     try {
+      t = std::chrono::steady_clock::now();
       decoded_request req = decode_request(*chk.envelope);
+      double const decode_us = micros_since(t);
       round_input& in = req.input;
+      double delta_us = 0;
       if (req.delta) {
         if (h.session.empty()) {
           return fail(wire::ErrorCode::FailedPrecondition, "a delta needs a session id in the header");
@@ -78,7 +90,9 @@ class worker {
           return fail(wire::ErrorCode::StaleEpoch,
                       "no cluster held for session '" + h.session + "': send a full snapshot");
         }
+        t = std::chrono::steady_clock::now();
         in.state = apply_delta(it->second.state, *req.delta);  // throws stale_epoch
+        delta_us = micros_since(t);
       }
       // What the cross-round policies remember (delay timers) lives with
       // the session; a request without a session gets a fresh memory.
@@ -88,9 +102,13 @@ class worker {
         auto it = sessions_.find(h.session);
         if (it != sessions_.end()) memory = &it->second.memory;
       }
-      round_result const r = solver_.solve(in, memory);
-      fbb.Clear();
-      encode_reply(fbb, h, r, in);
+      round_result r = solver_.solve(in, memory);
+      // The service's own stages beside the solver's (whose "total" is the
+      // solve alone), so a caller sees the whole server side of a round.
+      r.timing.push_back({stage_verify, *verify_us});
+      r.timing.push_back({stage_decode, decode_us});
+      if (req.delta) r.timing.push_back({stage_apply_delta, delta_us});
+      encode_reply(fbb, h, r, in, stage_encode);
       std::size_t const n_nodes = in.state.nodes.size();
       if (!h.session.empty()) {
         // The cluster as sent (the round's placements are the caller's to
@@ -102,7 +120,7 @@ class worker {
         sess.state = std::move(in.state);
         if (memory == &scratch) sess.memory = std::move(scratch);
       }
-      double const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+      double const us = micros_since(t0);
       stats_.rounds_ok.fetch_add(1);
       if (cfg_.log_rounds) {
         log_info("round " + std::to_string(h.request_id) + ": " + std::to_string(n_nodes) + " nodes, " +
@@ -206,12 +224,16 @@ void server::run(std::atomic<bool> const* external_stop) {
         zmq::pollitem_t item{link.handle(), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, std::chrono::milliseconds(cfg_.poll_ms));
         if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(link, frames) || frames.size() < 2) continue;
-        // [verified flag, identity, (empty), payload] in; the same envelope,
-        // without the flag, with the reply out.
-        bool const verified = frames.front().size() == 1 && *frames.front().data<char>() == 'V';
+        // [verdict, identity, (empty), payload] in; the same envelope,
+        // without the verdict, with the reply out.
+        std::optional<double> verify_us;
+        if (frames.front().size() == sizeof(double)) {
+          verify_us.emplace();
+          std::memcpy(&*verify_us, frames.front().data(), sizeof(double));
+        }
         frames.erase(frames.begin());
         auto& payload = frames.back();
-        std::vector<std::uint8_t> const reply = impl_->workers[k]->handle(payload.data(), payload.size(), verified);
+        std::vector<std::uint8_t> const reply = impl_->workers[k]->handle(payload.data(), payload.size(), verify_us);
         frames.back() = zmq::message_t(reply.data(), reply.size());
         send_all(link, frames);
       }
@@ -244,14 +266,18 @@ void server::run(std::atomic<bool> const* external_stop) {
     // Route by session so a session's rounds stay in order on one worker.
     // The header is read only after the verifier accepts the buffer; a bad
     // message goes to any worker, which answers with the error. The verdict
-    // travels with the message, so the worker does not verify it again.
+    // travels with the message, so the worker does not verify it again: the
+    // verifier's time (the round's `verify` stage) when it passed, nothing
+    // when it did not.
     std::size_t target = impl_->next_anonymous++ % n;
+    auto const t_verify = std::chrono::steady_clock::now();
     auto const chk = check_envelope(frames[payload].data(), frames[payload].size(), cfg_.max_message_bytes);
+    double const verify_us = micros_since(t_verify);
     if (chk.envelope != nullptr && chk.envelope->header() != nullptr && chk.envelope->header()->session() != nullptr &&
         chk.envelope->header()->session()->size() > 0) {
       target = std::hash<std::string>{}(chk.envelope->header()->session()->str()) % n;
     }
-    frames.insert(frames.begin(), zmq::message_t(chk.envelope != nullptr ? "V" : "U", 1));
+    frames.insert(frames.begin(), chk.envelope != nullptr ? zmq::message_t(&verify_us, sizeof verify_us) : zmq::message_t{});
     send_all(links[target], frames);
   }
   workers_stop.store(true);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <thread>
 #include <zmq.hpp>
@@ -82,13 +83,53 @@ void expect_good_round(client& c, round_input const& in) {
   expect_round_invariants(in, rep.result);
 }
 
+/// The stage names of a reply's timing list, in order.
+std::vector<std::string> stages(decoded_reply const& rep) {
+  std::vector<std::string> out;
+  for (auto const& t : rep.result.timing) out.push_back(t.stage);
+  return out;
+}
+
+bool has_stage(decoded_reply const& rep, std::string const& name) {
+  auto const s = stages(rep);
+  return std::find(s.begin(), s.end(), name) != s.end();
+}
+
 TEST(Service, RoundTripOverTcpLoopback) {
   running_server s;
   client c({s.endpoint(), 5000, ""});
   round_input const in = demo_round();
   expect_good_round(c, in);
-  EXPECT_GT(c.last_latency_us(), 0.0);
+  auto const& t = c.last_timing();
+  EXPECT_GT(t.total_us, 0.0);
+  EXPECT_GT(t.encode_us, 0.0);
+  EXPECT_GT(t.decode_us, 0.0);
+  EXPECT_LT(t.encode_us + t.decode_us, t.total_us);
   EXPECT_EQ(s.get().stats().rounds_ok, 1U);
+}
+
+TEST(Service, ReplyTimesTheServicesOwnStages) {
+  running_server s;
+  client c({s.endpoint(), 5000, "timed"});
+  round_input in = demo_round();
+  auto const full = c.solve(in);
+  ASSERT_EQ(full.code, ErrorCode::Ok) << full.message;
+  // The solver's stages, then the service's; the encoder's own comes last.
+  auto const names = stages(full);
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.back(), service::stage_encode);
+  for (char const* st : {"validate", "total", service::stage_verify, service::stage_decode}) {
+    EXPECT_TRUE(has_stage(full, st)) << st;
+  }
+  EXPECT_FALSE(has_stage(full, service::stage_apply_delta)) << "a full snapshot applies no delta";
+  for (auto const& t : full.result.timing) EXPECT_GE(t.micros, 0.0) << t.stage;
+
+  round_input jobs_only;
+  jobs_only.pending = in.pending;
+  auto const delta = c.solve_delta({in.state.epoch, in.state.epoch + 1, {}, {}, {{0, in.state.nodes[0]}}}, jobs_only);
+  ASSERT_EQ(delta.code, ErrorCode::Ok) << delta.message;
+  EXPECT_TRUE(has_stage(delta, service::stage_apply_delta));
+  EXPECT_EQ(stages(delta).back(), service::stage_encode);
 }
 
 TEST(Service, ClientTimesOutClearlyWhenNoServer) {

@@ -11,6 +11,7 @@
 
 #include <placer/service/codec.hpp>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -22,6 +23,13 @@ namespace placer {
 class client_error : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+};
+
+/// Where the client's side of one round trip went, µs.
+struct round_trip_timing {
+  double encode_us = 0;  ///< the request built (a delta applied to the mirror, encoded)
+  double decode_us = 0;  ///< the reply verified and decoded
+  double total_us = 0;   ///< the whole call: encode, send, wait, decode
 };
 
 struct client_options {
@@ -51,18 +59,20 @@ class client {
   /// Sends raw bytes (tests: malformed requests) and returns the raw reply.
   std::vector<std::uint8_t> roundtrip(void const* data, std::size_t size, std::uint64_t request_id);
 
-  /// Wall time of the last round trip (encode + send + wait + decode), µs.
-  [[nodiscard]] double last_latency_us() const { return last_latency_us_; }
+  /// The last round trip's wall time and the client's part of it.
+  [[nodiscard]] round_trip_timing const& last_timing() const { return last_timing_; }
   [[nodiscard]] std::string const& session() const { return opt_.session; }
 
  private:
-  service::decoded_reply send(round_input const& in, cluster_delta const* delta);
+  /// Encodes, sends, waits, decodes; the round trip started at `t0`.
+  service::decoded_reply send(round_input const& in, cluster_delta const* delta,
+                              std::chrono::steady_clock::time_point t0);
 
   struct impl;
   client_options opt_;
   std::unique_ptr<impl> impl_;
   std::uint64_t next_id_ = 1;
-  double last_latency_us_ = 0;
+  round_trip_timing last_timing_;
   std::optional<cluster> mirror_;  ///< the cluster the session should hold
   std::uint64_t resyncs_ = 0;
 };

@@ -58,10 +58,13 @@ decoded_request decode_request(wire::Envelope const& env);
 /// Domain -> wire. Each encoder clears `fbb` first and finishes it as a
 /// "PLCR" Envelope. Throws logic_error(invalid_argument) when a domain value
 /// does not fit its wire type (a negative count or index, a GPU index > 255).
+/// encode_reply with an `encode_stage` name appends one stage of that name
+/// to the reply's timing list: this call's own time up to the timing list
+/// (what follows it is a few dozen bytes).
 void encode_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_input const& in,
                     cluster_delta const* delta = nullptr);
 void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_result const& r,
-                  round_input const& in);
+                  round_input const& in, char const* encode_stage = nullptr);
 void encode_error(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, wire::ErrorCode code,
                   std::string const& message);
 

@@ -11,14 +11,15 @@
 // session always goes to the same worker (hash of the session id), so its
 // rounds and deltas stay in order while different clients run in parallel.
 // Per request, in the worker: decode -> (apply delta to the session's
-// cluster) -> validate -> solve -> encode. Every failure becomes an Error
-// reply with a specific wire::ErrorCode; the server never dies on bad input
-// and answers the next request normally. Peers may be DEALER (frames:
-// payload) or REQ (frames: empty, payload).
+// cluster) -> validate -> solve -> encode, each stage timed in the reply.
+// Every failure becomes an Error reply with a specific wire::ErrorCode; the
+// server never dies on bad input and answers the next request normally.
+// Peers may be DEALER (frames: payload) or REQ (frames: empty, payload).
 
 #include <placer/service/codec.hpp>
 #include <placer/solver/solver.hpp>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -26,6 +27,17 @@
 #include <vector>
 
 namespace placer::service {
+
+/// The stages the service adds to a reply's timing list beside the
+/// solver's (whose "total" is the solve alone): the FlatBuffers verifier
+/// (on the I/O thread), the request's decoding, the delta applied to the
+/// session's cluster (delta rounds only) and the reply's encoding.
+inline constexpr char const* stage_verify = "verify";
+inline constexpr char const* stage_decode = "decode";
+inline constexpr char const* stage_apply_delta = "apply_delta";
+inline constexpr char const* stage_encode = "encode";
+inline constexpr std::array<char const*, 4> service_stages{stage_verify, stage_decode, stage_apply_delta,
+                                                           stage_encode};
 
 struct service_config {
   std::string endpoint = "tcp://127.0.0.1:5555";
