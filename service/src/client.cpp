@@ -122,7 +122,8 @@ service::decoded_reply client::solve(round_input const& in) {
 service::decoded_reply client::solve_delta(cluster_delta const& delta, round_input const& jobs_only) {
   auto const t0 = std::chrono::steady_clock::now();
   if (!mirror_) throw client_error("solve_delta needs a full snapshot first (call solve)");
-  cluster next = apply_delta(*mirror_, delta);  // throws on a bad or stale delta, before sending
+  cluster next = *mirror_;
+  apply_delta(next, delta);  // throws on a bad or stale delta, before sending
   auto reply = send(jobs_only, &delta, t0);
   if (reply.code == wire::ErrorCode::StaleEpoch) {
     // The server no longer holds our epoch: send the whole cluster instead.

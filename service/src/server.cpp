@@ -91,7 +91,9 @@ class worker {
                       "no cluster held for session '" + h.session + "': send a full snapshot");
         }
         t = std::chrono::steady_clock::now();
-        in.state = apply_delta(it->second.state, *req.delta);  // throws stale_epoch
+        // On a copy: the session keeps its cluster until the round succeeds.
+        in.state = it->second.state;
+        apply_delta(in.state, *req.delta);  // throws stale_epoch
         delta_us = micros_since(t);
       }
       // What the cross-round policies remember (delay timers) lives with

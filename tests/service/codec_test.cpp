@@ -377,6 +377,12 @@ void expect_logic_error(F&& f, error_code code, std::vector<std::string> const& 
   }
 }
 
+/// `base` moved by `d` (apply_delta works in place).
+cluster applied(cluster base, cluster_delta const& d) {
+  apply_delta(base, d);
+  return base;
+}
+
 // ------------------------------------------------------------------ request / reply round trips
 
 TEST(CodecRoundTrip, RequestEveryField) {
@@ -420,7 +426,7 @@ TEST(CodecRoundTrip, DeltaRequest) {
   expect_all_eq(in.pending, dec.input.pending);
   expect_all_eq(in.running, dec.input.running);
   // Applied on the server side it gives the expected cluster.
-  auto const next = apply_delta(in.state, *dec.delta);
+  auto const next = applied(in.state, *dec.delta);
   ASSERT_EQ(next.nodes.size(), 4u);
   EXPECT_EQ(next.nodes[0].gpu_free_milli[0], 0);
   EXPECT_EQ(next.nodes[1].name, "cpu-only");
@@ -803,6 +809,14 @@ TEST(DecodeParts, QueuePolicyOutOfRangeRejected) {
 
 cluster small_cluster() { return make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(3).gpus(4).build(); }
 
+/// A rejected delta names the problem and leaves the cluster exactly as it was.
+void expect_rejected(cluster const& base, cluster_delta const& d, error_code code,
+                     std::vector<std::string> const& needles) {
+  cluster c = base;
+  expect_logic_error([&] { apply_delta(c, d); }, code, needles);
+  expect_eq(c, base);
+}
+
 std::vector<std::string> names(cluster const& c) {
   std::vector<std::string> out;
   for (auto const& n : c.nodes) out.push_back(n.name);
@@ -816,7 +830,7 @@ TEST(ApplyDelta, Changes) {
   x.gpu_free_milli = {0, 0, 500, 1000};
   x.healthy = false;
   d.changed = {{2, x}};
-  auto const out = apply_delta(base, d);
+  auto const out = applied(base, d);
   EXPECT_EQ(out.epoch, base.epoch + 1);
   ASSERT_EQ(out.nodes.size(), base.nodes.size());
   expect_eq(out.nodes[2], x);
@@ -827,7 +841,7 @@ TEST(ApplyDelta, Changes) {
 TEST(ApplyDelta, RemovalsKeepOrder) {
   auto const base = small_cluster();
   cluster_delta d{base.epoch, base.epoch + 5, {}, {4, 0, 2}, {}};  // any order in the list
-  auto const out = apply_delta(base, d);
+  auto const out = applied(base, d);
   EXPECT_EQ(names(out), (std::vector<std::string>{base.nodes[1].name, base.nodes[3].name, base.nodes[5].name}));
   EXPECT_EQ(out.epoch, base.epoch + 5);
 }
@@ -838,7 +852,7 @@ TEST(ApplyDelta, AdditionsAppendAfterSurvivors) {
   node x = base.nodes[0];
   x.cpu_milli_free = 0;
   d.changed = {{0, x}};
-  auto const out = apply_delta(base, d);
+  auto const out = applied(base, d);
   ASSERT_EQ(out.nodes.size(), 7u);
   EXPECT_EQ(out.nodes[0].cpu_milli_free, 0);
   EXPECT_EQ(out.nodes[4].name, base.nodes[4].name);
@@ -850,39 +864,45 @@ TEST(ApplyDelta, StaleEpoch) {
   auto base = small_cluster();
   base.epoch = 17;
   cluster_delta d{16, 18, {}, {}, {}};
-  expect_logic_error([&] { (void)apply_delta(base, d); }, error_code::stale_epoch, {"16", "17"});
+  expect_rejected(base, d, error_code::stale_epoch, {"16", "17"});
 }
 
 TEST(ApplyDelta, NewEpochMustAdvance) {
   auto const base = small_cluster();
   cluster_delta d{base.epoch, base.epoch, {}, {}, {}};
-  expect_logic_error([&] { (void)apply_delta(base, d); }, error_code::invalid_argument, {"new_epoch"});
+  expect_rejected(base, d, error_code::invalid_argument, {"new_epoch"});
 }
 
 TEST(ApplyDelta, BadIndices) {
   auto const base = small_cluster();
   auto const e = base.epoch;
-  expect_logic_error([&] { (void)apply_delta(base, {e, e + 1, {}, {6}, {}}); }, error_code::invalid_argument,
-                     {"removed", "6", "out of range"});
-  expect_logic_error([&] { (void)apply_delta(base, {e, e + 1, {}, {-1}, {}}); }, error_code::invalid_argument,
-                     {"out of range"});
-  expect_logic_error([&] { (void)apply_delta(base, {e, e + 1, {}, {}, {{9, base.nodes[0]}}}); },
-                     error_code::invalid_argument, {"changed", "9", "out of range"});
-  expect_logic_error([&] { (void)apply_delta(base, {e, e + 1, {}, {1}, {{1, base.nodes[1]}}}); },
-                     error_code::invalid_argument, {"also changed"});
-  expect_logic_error([&] { (void)apply_delta(base, {e, e + 1, {}, {2, 2}, {}}); }, error_code::invalid_argument,
-                     {"more than once"});
+  expect_rejected(base, {e, e + 1, {}, {6}, {}}, error_code::invalid_argument, {"removed", "6", "out of range"});
+  expect_rejected(base, {e, e + 1, {}, {-1}, {}}, error_code::invalid_argument, {"out of range"});
+  expect_rejected(base, {e, e + 1, {}, {}, {{9, base.nodes[0]}}}, error_code::invalid_argument,
+                  {"changed", "9", "out of range"});
+  expect_rejected(base, {e, e + 1, {}, {1}, {{1, base.nodes[1]}}}, error_code::invalid_argument, {"also changed"});
+  expect_rejected(base, {e, e + 1, {}, {2, 2}, {}}, error_code::invalid_argument, {"more than once"});
+  expect_rejected(base, {e, e + 1, {}, {}, {{3, base.nodes[0]}, {3, base.nodes[1]}}}, error_code::invalid_argument,
+                  {"changed more than once"});
 }
 
 TEST(ApplyDelta, ResultIsValidated) {
   auto const base = small_cluster();
+  auto const e = base.epoch;
   node bad = base.nodes[0];
   bad.cpu_milli_free = bad.cpu_milli_capacity + 1;
-  expect_logic_error([&] { (void)apply_delta(base, {base.epoch, base.epoch + 1, {}, {}, {{0, bad}}}); },
-                     error_code::invalid_argument, {"cpu_milli_free"});
+  expect_rejected(base, {e, e + 1, {}, {}, {{0, bad}}}, error_code::invalid_argument,
+                  {"changed[0]", base.nodes[0].name, "cpu_milli_free"});
   node far = make_node("far", 1, 99);  // domain index beyond the topology
-  expect_logic_error([&] { (void)apply_delta(base, {base.epoch, base.epoch + 1, {far}, {}, {}}); },
-                     error_code::invalid_argument, {"domain"});
+  expect_rejected(base, {e, e + 1, {far}, {}, {}}, error_code::invalid_argument, {"added[0]", "far", "domain 99"});
+  // A bad node late in a delta whose other parts are fine: nothing of it lands.
+  node fine = base.nodes[1];
+  fine.cpu_milli_free = 0;
+  node unnamed = make_node("", 2, -1);
+  expect_rejected(base, {e, e + 1, {make_node("ok", 2, -1), unnamed}, {4}, {{1, fine}, {2, bad}}},
+                  error_code::invalid_argument, {"changed[1]"});
+  expect_rejected(base, {e, e + 1, {make_node("ok", 2, -1), unnamed}, {4}, {{1, fine}}}, error_code::invalid_argument,
+                  {"added[1]", "has no name"});
 }
 
 node random_node(std::mt19937& rng, int serial, std::int32_t domains) {
@@ -907,15 +927,46 @@ node random_node(std::mt19937& rng, int serial, std::int32_t domains) {
   return n;
 }
 
+/// Breaks a valid delta in one of the ways apply_delta must reject, late in
+/// its lists where possible, so that everything before the fault is fine.
+void break_delta(cluster_delta& d, std::size_t n_nodes, std::mt19937& rng) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  switch (pick(0, 5)) {
+    case 0: d.base_epoch -= 1; break;                                         // stale
+    case 1: d.changed.push_back({static_cast<std::int32_t>(n_nodes), {}}); break;  // out of range
+    case 2:  // a node both changed and removed, or removed twice
+      if (!d.changed.empty()) {
+        d.removed.push_back(d.changed.back().index);
+      } else if (!d.removed.empty()) {
+        d.removed.push_back(d.removed.front());
+      } else {
+        d.new_epoch = d.base_epoch;
+      }
+      break;
+    case 3: d.added.push_back(make_node("", 1, -1)); break;  // no name
+    case 4:
+      if (!d.changed.empty()) {
+        d.changed.back().value.memory_mib_free = d.changed.back().value.memory_mib_capacity + 1;
+      } else {
+        d.added.push_back(make_node("far", 1, 1000));  // no such domain
+      }
+      break;
+    default: d.new_epoch = d.base_epoch; break;  // must advance
+  }
+}
+
 TEST(ApplyDelta, RandomSequenceMatchesReference) {
-  // 1,000 random deltas, each sent through the wire and applied, against a
-  // reference node list edited directly.
+  // 1,000 random deltas, each sent through the wire and applied in place,
+  // against a reference node list edited directly. One in four is broken
+  // on purpose after it was built: it must be rejected and leave the
+  // cluster exactly as it was.
   std::mt19937 rng(2024);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   cluster cur = small_cluster();
   auto const domains = static_cast<std::int32_t>(cur.topo.domains.size());
   std::vector<node> ref = cur.nodes;
   int serial = 0;
+  int rejected = 0;
   flatbuffers::FlatBufferBuilder fbb;
   round_input jobs_only;
   for (int step = 0; step < 1000; ++step) {
@@ -933,6 +984,22 @@ TEST(ApplyDelta, RandomSequenceMatchesReference) {
     for (int k = 0; k < n_changed; ++k) d.changed.push_back({idx[k], random_node(rng, serial++, domains)});
     for (int k = 0; k < n_removed; ++k) d.removed.push_back(idx[n_changed + k]);
     for (int k = 0; k < n_added; ++k) d.added.push_back(random_node(rng, serial++, domains));
+    bool const broken = pick(0, 3) == 0;
+    if (broken) break_delta(d, ref.size(), rng);
+
+    svc::encode_request(fbb, {static_cast<std::uint64_t>(step), "s", 0}, jobs_only, &d);
+    auto const chk = svc::check_envelope(fbb.GetBufferPointer(), fbb.GetSize());
+    ASSERT_NE(chk.envelope, nullptr) << "step " << step << ": " << chk.message;
+    auto const dec = svc::decode_request(*chk.envelope);
+    ASSERT_TRUE(dec.delta.has_value());
+    if (broken) {
+      auto const before = cur.epoch;
+      EXPECT_THROW(apply_delta(cur, *dec.delta), logic_error) << "step " << step;
+      ++rejected;
+      ASSERT_EQ(cur.epoch, before) << "step " << step;
+      ASSERT_TRUE(same(cur.nodes, ref)) << "step " << step << ": a rejected delta changed the cluster";
+      continue;
+    }
 
     // Reference: change in place, erase removals from the back, append.
     for (auto const& u : d.changed) ref[u.index] = u.value;
@@ -941,12 +1008,7 @@ TEST(ApplyDelta, RandomSequenceMatchesReference) {
     for (auto i : rem) ref.erase(ref.begin() + i);
     ref.insert(ref.end(), d.added.begin(), d.added.end());
 
-    svc::encode_request(fbb, {static_cast<std::uint64_t>(step), "s", 0}, jobs_only, &d);
-    auto const chk = svc::check_envelope(fbb.GetBufferPointer(), fbb.GetSize());
-    ASSERT_NE(chk.envelope, nullptr) << "step " << step << ": " << chk.message;
-    auto const dec = svc::decode_request(*chk.envelope);
-    ASSERT_TRUE(dec.delta.has_value());
-    cur = apply_delta(cur, *dec.delta);
+    apply_delta(cur, *dec.delta);
     ASSERT_EQ(cur.epoch, d.new_epoch) << "step " << step;
     ASSERT_TRUE(same(cur.nodes, ref)) << "step " << step;
   }
@@ -956,6 +1018,7 @@ TEST(ApplyDelta, RandomSequenceMatchesReference) {
   rebuilt.epoch = cur.epoch;
   expect_eq(rebuilt, cur);
   EXPECT_GT(serial, 1000);
+  EXPECT_GT(rejected, 150);
 }
 
 // ------------------------------------------------------------------ JSON / files

@@ -248,6 +248,50 @@ TEST(Service, DeltaAgainstUnknownOrStaleEpochIsRejected) {
   EXPECT_THROW(c.solve_delta(d, jobs_only), logic_error);
 }
 
+TEST(Service, RejectedRoundLeavesTheSessionAsItWas) {
+  running_server s;
+  client c({s.endpoint(), 5000, "session-kept"});
+  round_input in = demo_round();
+  ASSERT_GE(in.state.nodes.size(), 3U);
+  in.state.epoch = 5;
+  ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
+  round_input jobs_only;
+  jobs_only.pending = in.pending;
+  auto send_raw = [&](cluster_delta const& d, round_input const& jobs, std::uint64_t id) {
+    flatbuffers::FlatBufferBuilder fbb;
+    service::encode_request(fbb, {id, "session-kept", 0}, jobs, &d);
+    return decode(c.roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), id));
+  };
+  node fine = in.state.nodes[0];
+  fine.cpu_milli_free = 0;
+  node bad = in.state.nodes[1];
+  bad.cpu_milli_free = bad.cpu_milli_capacity + 1;
+  // A delta that goes wrong at its last change...
+  EXPECT_EQ(send_raw({5, 6, {}, {2}, {{0, fine}, {1, bad}}}, jobs_only, 201).code, ErrorCode::InvalidArgument);
+  // ...and a good delta in a round the validator rejects for a job.
+  round_input bad_jobs = jobs_only;
+  bad_jobs.pending[0].per_replica.cpu_milli = -5;
+  EXPECT_EQ(send_raw({5, 6, {}, {2}, {{0, fine}}}, bad_jobs, 202).code, ErrorCode::InvalidArgument);
+  // The session still holds what the snapshot sent, at epoch 5: a delta
+  // against it gives the round a local solve of that cluster gives.
+  auto const rep = c.solve_delta({5, 6, {}, {}, {{0, fine}}}, jobs_only);
+  ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  EXPECT_EQ(rep.result.epoch, 6U);
+  EXPECT_EQ(c.resyncs(), 0U);
+  round_input want_in = jobs_only;
+  want_in.state = in.state;
+  want_in.state.nodes[0] = fine;
+  want_in.state.epoch = 6;
+  solver local(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const want = local.solve(want_in);
+  ASSERT_EQ(rep.result.placements.size(), want.placements.size());
+  for (std::size_t k = 0; k < want.placements.size(); ++k) {
+    EXPECT_EQ(rep.result.placements[k].job, want.placements[k].job);
+    EXPECT_EQ(rep.result.placements[k].replicas, want.placements[k].replicas);
+  }
+  EXPECT_EQ(rep.result.metrics.gar_before, want.metrics.gar_before);
+}
+
 TEST(Service, ClientResyncsAfterServerRestartAndSurvivesThousandsOfDeltas) {
   auto s = std::make_unique<running_server>();
   std::string const endpoint = s->endpoint();

@@ -12,6 +12,30 @@ std::string node_ctx(cluster const& c, std::size_t i) {
 }
 }  // namespace
 
+std::string node_problem(node const& n, std::int32_t n_domains) {
+  if (n.name.empty()) return "has no name";
+  if (n.cpu_milli_free < 0 || n.cpu_milli_free > n.cpu_milli_capacity) {
+    return "cpu_milli_free must be in 0..cpu_milli_capacity";
+  }
+  if (n.memory_mib_free < 0 || n.memory_mib_free > n.memory_mib_capacity) {
+    return "memory_mib_free must be in 0..memory_mib_capacity";
+  }
+  if (n.gpu_free_milli.size() > 64) return "has more than 64 GPUs";
+  for (auto f : n.gpu_free_milli) {
+    if (f < 0 || f > milli_per_gpu) return "gpu_free_milli must be in 0..1000";
+  }
+  if (!n.gpu_healthy.empty() && n.gpu_healthy.size() != n.gpu_free_milli.size()) {
+    return "gpu_healthy must be empty or have one entry per GPU";
+  }
+  if (!n.gpu_nvlink.empty() && n.gpu_nvlink.size() != n.gpu_free_milli.size()) {
+    return "gpu_nvlink must be empty or have one entry per GPU";
+  }
+  if (n.domain < -1 || n.domain >= n_domains) {
+    return "domain " + std::to_string(n.domain) + " is not a topology domain index";
+  }
+  return {};
+}
+
 void validate(cluster const& c) {
   auto const& t = c.topo;
   auto const nd = static_cast<std::int32_t>(t.domains.size());
@@ -29,22 +53,8 @@ void validate(cluster const& c) {
     }
   }
   for (std::size_t i = 0; i < c.nodes.size(); ++i) {
-    auto const& n = c.nodes[i];
-    PLACER_EXPECTS(!n.name.empty(), node_ctx(c, i) + " has no name");
-    PLACER_EXPECTS(n.cpu_milli_free >= 0 && n.cpu_milli_free <= n.cpu_milli_capacity,
-                   node_ctx(c, i) + ": cpu_milli_free must be in 0..cpu_milli_capacity");
-    PLACER_EXPECTS(n.memory_mib_free >= 0 && n.memory_mib_free <= n.memory_mib_capacity,
-                   node_ctx(c, i) + ": memory_mib_free must be in 0..memory_mib_capacity");
-    PLACER_EXPECTS(n.gpu_free_milli.size() <= 64, node_ctx(c, i) + " has more than 64 GPUs");
-    for (auto f : n.gpu_free_milli) {
-      PLACER_EXPECTS(f >= 0 && f <= milli_per_gpu, node_ctx(c, i) + ": gpu_free_milli must be in 0..1000");
-    }
-    PLACER_EXPECTS(n.gpu_healthy.empty() || n.gpu_healthy.size() == n.gpu_free_milli.size(),
-                   node_ctx(c, i) + ": gpu_healthy must be empty or have one entry per GPU");
-    PLACER_EXPECTS(n.gpu_nvlink.empty() || n.gpu_nvlink.size() == n.gpu_free_milli.size(),
-                   node_ctx(c, i) + ": gpu_nvlink must be empty or have one entry per GPU");
-    PLACER_EXPECTS(n.domain >= -1 && n.domain < nd,
-                   node_ctx(c, i) + ": domain " + std::to_string(n.domain) + " is not a topology domain index");
+    auto const problem = node_problem(c.nodes[i], nd);
+    PLACER_EXPECTS(problem.empty(), node_ctx(c, i) + ": " + problem);
   }
 }
 

@@ -1,5 +1,6 @@
-// apply_delta: a session's cluster moved to a new epoch by a cluster_delta
-// (changes, then removals, then additions), as documented in cluster.hpp.
+// apply_delta: a session's cluster moved to a new epoch in place by a
+// cluster_delta (changes, then removals, then additions), as documented in
+// cluster.hpp.
 #include <placer/topology/cluster.hpp>
 #include <placer/topology/error.hpp>
 
@@ -16,17 +17,17 @@ std::string index_ctx(char const* what, std::size_t k, std::int32_t index) {
 
 }  // namespace
 
-cluster apply_delta(cluster const& base, cluster_delta const& d) {
+void apply_delta(cluster& c, cluster_delta const& d) {
   // Epochs first: a stale delta is the expected race (the client's view is
   // behind the server's), so it gets its own code and both epochs to resync.
-  if (base.epoch != d.base_epoch) {
+  if (c.epoch != d.base_epoch) {
     throw logic_error(error_code::stale_epoch, "delta against epoch " + std::to_string(d.base_epoch) +
-                                                   " but the session holds epoch " + std::to_string(base.epoch));
+                                                   " but the session holds epoch " + std::to_string(c.epoch));
   }
   PLACER_EXPECTS(d.new_epoch > d.base_epoch, "delta: new_epoch " + std::to_string(d.new_epoch) +
                                                  " must be greater than base_epoch " + std::to_string(d.base_epoch));
 
-  auto const n = base.nodes.size();
+  auto const n = c.nodes.size();
   // Per base node: untouched, changed or removed. Rejecting duplicates
   // keeps a delta's meaning independent of the order of its lists.
   enum : std::uint8_t { mark_none = 0, mark_changed = 1, mark_removed = 2 };
@@ -46,23 +47,30 @@ cluster apply_delta(cluster const& base, cluster_delta const& d) {
     PLACER_EXPECTS(mark[i] != mark_removed, index_ctx("removed", k, i) + " which is removed more than once");
     mark[i] = mark_removed;
   }
+  // The base is valid and the topology unchanged, so checking the nodes the
+  // delta brings is checking the result.
+  auto const n_domains = static_cast<std::int32_t>(c.topo.domains.size());
+  auto check = [&](char const* what, std::size_t k, node const& x) {
+    auto const problem = node_problem(x, n_domains);
+    PLACER_EXPECTS(problem.empty(), std::string("delta: ") + what + "[" + std::to_string(k) + "] ('" + x.name +
+                                        "'): " + problem);
+  };
+  for (std::size_t k = 0; k < d.changed.size(); ++k) check("changed", k, d.changed[k].value);
+  for (std::size_t k = 0; k < d.added.size(); ++k) check("added", k, d.added[k]);
 
-  cluster out;
-  out.epoch = d.new_epoch;
-  out.topo = base.topo;
-  out.nodes.reserve(n - d.removed.size() + d.added.size());
-  // Changes are indexed against the base, so look them up by base index
-  // while walking the survivors in order.
-  std::vector<std::int32_t> change_of(d.changed.empty() ? 0 : n, -1);
-  for (std::size_t k = 0; k < d.changed.size(); ++k) change_of[d.changed[k].index] = static_cast<std::int32_t>(k);
-  for (std::size_t i = 0; i < n; ++i) {
-    if (mark[i] == mark_removed) continue;
-    out.nodes.push_back(mark[i] == mark_changed ? d.changed[change_of[i]].value : base.nodes[i]);
+  // Nothing below throws (but for memory).
+  for (auto const& u : d.changed) c.nodes[static_cast<std::size_t>(u.index)] = u.value;
+  if (!d.removed.empty()) {
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (mark[i] == mark_removed) continue;
+      if (kept != i) c.nodes[kept] = std::move(c.nodes[i]);
+      ++kept;
+    }
+    c.nodes.resize(kept);
   }
-  out.nodes.insert(out.nodes.end(), d.added.begin(), d.added.end());
-
-  validate(out);
-  return out;
+  c.nodes.insert(c.nodes.end(), d.added.begin(), d.added.end());
+  c.epoch = d.new_epoch;
 }
 
 }  // namespace placer

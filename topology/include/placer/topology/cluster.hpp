@@ -68,6 +68,11 @@ struct cluster {
 /// range, a cycle in the tree, a node whose domain is not a valid index.
 void validate(cluster const& c);
 
+/// validate()'s checks of one node in a tree of `n_domains` domains: the
+/// first problem ("cpu_milli_free must be in 0..cpu_milli_capacity"), or ""
+/// when there is none.
+std::string node_problem(node const& n, std::int32_t n_domains);
+
 /// For every node, the domain index at every level (row-major, nodes x
 /// levels; -1 where the node's path does not reach that level). The solver
 /// sorts by these paths for per-domain segmented reductions.
@@ -115,10 +120,14 @@ struct cluster_delta {
   std::vector<node_update> changed;
 };
 
-/// Applies a delta: changes first, then removals (surviving nodes keep their
-/// relative order), then additions. Throws logic_error(stale_epoch) when
-/// base.epoch != d.base_epoch, and invalid_argument for an index out of
-/// range or a node both changed and removed. The result is validated.
-cluster apply_delta(cluster const& base, cluster_delta const& d);
+/// Moves a valid cluster `c` to the delta's epoch in place: changes first,
+/// then removals (surviving nodes keep their relative order), then
+/// additions. Everything is checked before anything changes, so a rejected
+/// delta leaves `c` as it was: logic_error(stale_epoch) when c.epoch !=
+/// d.base_epoch; invalid_argument for an index out of range, a node changed
+/// or removed twice or both, or a changed or added node that validate()
+/// would reject (the topology does not change, so the result is valid).
+/// Changed nodes are copied over the old ones, reusing their storage.
+void apply_delta(cluster& c, cluster_delta const& d);
 
 }  // namespace placer
