@@ -36,18 +36,63 @@ using string_offsets = std::vector<flatbuffers::Offset<flatbuffers::String>>;
 
 [[noreturn]] void invalid(std::string const& msg) { throw logic_error(error_code::invalid_argument, msg); }
 
+std::string_view view(flatbuffers::String const* s) { return s ? s->string_view() : std::string_view{}; }
+
+/// What an error is about: "metrics", "placement 3", "delta changed[2]",
+/// "job 'a'", "pending job 3 ('a')". Formatted only for an error message:
+/// the codec runs per node, job and replica every round, and formatting
+/// each one's name up front was most of its time and allocations.
+class who_t {
+ public:
+  who_t(char const* what) : what_(what) {}  // NOLINT: a plain name converts
+  static who_t indexed(char const* what, std::size_t i) { return {what, static_cast<std::int64_t>(i), false, false, {}}; }
+  static who_t subscript(char const* what, std::size_t i) { return {what, static_cast<std::int64_t>(i), true, false, {}}; }
+  static who_t named(char const* what, std::string_view name) { return {what, -1, false, true, name}; }
+  static who_t item(char const* what, std::size_t i, std::string_view name) {
+    return {what, static_cast<std::int64_t>(i), false, true, name};
+  }
+
+  [[nodiscard]] std::string str() const {
+    std::string s = what_;
+    if (index_ >= 0) s += subscript_ ? "[" + std::to_string(index_) + "]" : " " + std::to_string(index_);
+    if (named_) s += (index_ >= 0 ? " ('" : " '") + std::string(name_) + (index_ >= 0 ? "')" : "'");
+    return s;
+  }
+
+ private:
+  who_t(char const* what, std::int64_t index, bool subscript, bool named, std::string_view name)
+      : what_(what), index_(index), subscript_(subscript), named_(named), name_(name) {}
+  char const* what_;
+  std::int64_t index_ = -1;  ///< -1: none
+  bool subscript_ = false;   ///< the index as "[i]" rather than " i"
+  bool named_ = false;
+  std::string_view name_;
+};
+
 // ------------------------------------------------------------------ decode helpers
+//
+// Decoders write into existing domain objects and reuse their storage
+// (strings, vectors), so a steady stream of similar rounds decoded into the
+// same objects allocates nothing.
+
+void str_in(flatbuffers::String const* s, std::string& out) {
+  if (s == nullptr) {
+    out.clear();
+  } else {
+    out.assign(s->c_str(), s->size());
+  }
+}
 
 std::string str(flatbuffers::String const* s) { return s ? s->str() : std::string{}; }
 
 /// Wire enum -> domain enum; an unknown value (a newer peer or a corrupt
 /// but verifiable buffer) is rejected naming the field.
 template <class Domain, class Wire>
-Domain enum_in(Wire v, std::string const& who, char const* field) {
+Domain enum_in(Wire v, who_t const& who, char const* field) {
   using raw_t = std::underlying_type_t<Wire>;
   auto const raw = static_cast<raw_t>(v);
   if (raw > static_cast<raw_t>(Wire::MAX)) {
-    invalid(who + ": " + field + " has unknown value " + std::to_string(raw));
+    invalid(who.str() + ": " + field + " has unknown value " + std::to_string(raw));
   }
   return static_cast<Domain>(raw);
 }
@@ -55,28 +100,22 @@ Domain enum_in(Wire v, std::string const& who, char const* field) {
 /// Unsigned wire counts and indices -> int32 domain fields. A value that
 /// does not fit cannot be copied faithfully, so it is rejected here rather
 /// than wrapped into something the validator would misreport.
-std::int32_t u32_in(std::uint32_t v, std::string const& who, char const* field) {
+std::int32_t u32_in(std::uint32_t v, who_t const& who, char const* field) {
   if (v > static_cast<std::uint32_t>(std::numeric_limits<std::int32_t>::max())) {
-    invalid(who + ": " + field + " = " + std::to_string(v) + " is out of range");
+    invalid(who.str() + ": " + field + " = " + std::to_string(v) + " is out of range");
   }
   return static_cast<std::int32_t>(v);
 }
 
-std::vector<std::string> strings_in(fb_vector<flatbuffers::Offset<flatbuffers::String>> const* v) {
-  std::vector<std::string> out;
-  if (v == nullptr) return out;
-  out.reserve(v->size());
-  for (auto const* s : *v) out.push_back(str(s));
-  return out;
+void strings_in(fb_vector<flatbuffers::Offset<flatbuffers::String>> const* v, std::vector<std::string>& out) {
+  out.resize(v == nullptr ? 0 : v->size());
+  for (std::size_t i = 0; i < out.size(); ++i) str_in(v->Get(static_cast<flatbuffers::uoffset_t>(i)), out[i]);
 }
 
 template <class To, class From>
-std::vector<To> scalars_in(fb_vector<From> const* v) {
-  std::vector<To> out;
-  if (v == nullptr) return out;
-  out.resize(v->size());
-  for (flatbuffers::uoffset_t i = 0; i < v->size(); ++i) out[i] = static_cast<To>(v->Get(i));
-  return out;
+void scalars_in(fb_vector<From> const* v, std::vector<To>& out) {
+  out.resize(v == nullptr ? 0 : v->size());
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<To>(v->Get(static_cast<flatbuffers::uoffset_t>(i)));
 }
 
 // ------------------------------------------------------------------ encode helpers
@@ -84,9 +123,9 @@ std::vector<To> scalars_in(fb_vector<From> const* v) {
 /// Domain integer -> narrower wire integer; refuses to wrap (a negative count
 /// would otherwise arrive as four billion).
 template <class To, class From>
-To narrow(From v, std::string const& who, char const* field) {
+To narrow(From v, who_t const& who, char const* field) {
   if (!std::in_range<To>(v)) {
-    invalid("cannot encode " + who + ": " + field + " = " + std::to_string(v) + " does not fit the wire type");
+    invalid("cannot encode " + who.str() + ": " + field + " = " + std::to_string(v) + " does not fit the wire type");
   }
   return static_cast<To>(v);
 }
@@ -98,7 +137,7 @@ std::int32_t index_in(std::uint32_t v) { return static_cast<std::int32_t>(v); }
 
 /// Hot per-GPU arrays are written straight into the builder (no temporary).
 template <class To, class From>
-flatbuffers::Offset<fb_vector<To>> scalars_out(fbb_t& fbb, std::vector<From> const& v, std::string const& who,
+flatbuffers::Offset<fb_vector<To>> scalars_out(fbb_t& fbb, std::vector<From> const& v, who_t const& who,
                                                char const* field) {
   To* dst = nullptr;
   auto const off = fbb.CreateUninitializedVector<To>(v.size(), &dst);
@@ -109,7 +148,7 @@ flatbuffers::Offset<fb_vector<To>> scalars_out(fbb_t& fbb, std::vector<From> con
 /// Empty optional vectors are left out: smaller buffers, and a missing vector
 /// decodes as empty.
 template <class To, class From>
-flatbuffers::Offset<fb_vector<To>> opt_scalars_out(fbb_t& fbb, std::vector<From> const& v, std::string const& who,
+flatbuffers::Offset<fb_vector<To>> opt_scalars_out(fbb_t& fbb, std::vector<From> const& v, who_t const& who,
                                                    char const* field) {
   return v.empty() ? flatbuffers::Offset<fb_vector<To>>() : scalars_out<To>(fbb, v, who, field);
 }
@@ -133,25 +172,21 @@ flatbuffers::Offset<wire::Header> header_out(fbb_t& fbb, request_header const& h
   return wire::CreateHeader(fbb, 1, h.request_id, opt_string(fbb, h.session), h.sent_at_us);
 }
 
-request_header header_in(wire::Envelope const& env) {
-  request_header h;
-  if (auto const* w = env.header()) {
-    h.request_id = w->request_id();
-    h.session = str(w->session());
-    h.sent_at_us = w->sent_at_us();
-  }
-  return h;
+void header_in(wire::Envelope const& env, request_header& h) {
+  auto const* w = env.header();
+  h.request_id = w ? w->request_id() : 0;
+  str_in(w ? w->session() : nullptr, h.session);
+  h.sent_at_us = w ? w->sent_at_us() : 0;
 }
 
 // ------------------------------------------------------------------ cluster
 
-node node_in(wire::Node const& w, std::string const& who) {
-  node n;
-  n.name = str(w.name());
-  n.gpu_model = str(w.gpu_model());
-  n.gpu_free_milli = scalars_in<std::int32_t>(w.gpu_free_milli());
-  n.gpu_healthy = scalars_in<std::uint8_t>(w.gpu_healthy());
-  n.gpu_nvlink = scalars_in<std::uint8_t>(w.gpu_nvlink());
+void node_in(wire::Node const& w, who_t const& who, node& n) {
+  str_in(w.name(), n.name);
+  str_in(w.gpu_model(), n.gpu_model);
+  scalars_in(w.gpu_free_milli(), n.gpu_free_milli);
+  scalars_in(w.gpu_healthy(), n.gpu_healthy);
+  scalars_in(w.gpu_nvlink(), n.gpu_nvlink);
   n.cpu_milli_capacity = w.cpu_milli_capacity();
   n.cpu_milli_free = w.cpu_milli_free();
   n.memory_mib_capacity = w.memory_mib_capacity();
@@ -160,26 +195,18 @@ node node_in(wire::Node const& w, std::string const& who) {
   n.loanable = w.loanable();
   n.healthy = w.healthy();
   n.domain = w.domain();
-  n.labels = strings_in(w.labels());
-  return n;
+  strings_in(w.labels(), n.labels);
 }
 
-std::string node_who(char const* what, std::size_t i, flatbuffers::String const* name) {
-  return std::string(what) + " " + std::to_string(i) + " ('" + str(name) + "')";
-}
-
-std::vector<node> nodes_in(fb_vector<flatbuffers::Offset<wire::Node>> const* v, char const* what) {
-  std::vector<node> out;
-  if (v == nullptr) return out;
-  out.reserve(v->size());
-  for (flatbuffers::uoffset_t i = 0; i < v->size(); ++i) {
-    auto const* w = v->Get(i);
-    out.push_back(node_in(*w, node_who(what, i, w->name())));
+void nodes_in(fb_vector<flatbuffers::Offset<wire::Node>> const* v, char const* what, std::vector<node>& out) {
+  out.resize(v == nullptr ? 0 : v->size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    auto const* w = v->Get(static_cast<flatbuffers::uoffset_t>(i));
+    node_in(*w, who_t::item(what, i, view(w->name())), out[i]);
   }
-  return out;
 }
 
-flatbuffers::Offset<wire::Node> node_out(fbb_t& fbb, node const& n, std::string const& who) {
+flatbuffers::Offset<wire::Node> node_out(fbb_t& fbb, node const& n, who_t const& who) {
   auto const name = fbb.CreateString(n.name);
   auto const model = n.gpu_model.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb.CreateSharedString(n.gpu_model);
   // Always written (even for CPU-only nodes) so "no GPUs" is explicit.
@@ -197,7 +224,7 @@ flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Node>>> nodes_out(fbb_t&
   std::vector<flatbuffers::Offset<wire::Node>> offs;
   offs.reserve(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
-    offs.push_back(node_out(fbb, v[i], std::string(what) + " " + std::to_string(i) + " ('" + v[i].name + "')"));
+    offs.push_back(node_out(fbb, v[i], who_t::item(what, i, v[i].name)));
   }
   return fbb.CreateVector(offs);
 }
@@ -209,22 +236,29 @@ flatbuffers::Offset<wire::Topology> topology_out(fbb_t& fbb, topology const& t) 
   doms.reserve(t.domains.size());
   for (std::size_t d = 0; d < t.domains.size(); ++d) {
     auto const& dom = t.domains[d];
-    auto const who = "topology domain " + std::to_string(d);
-    doms.push_back(wire::CreateTopologyDomain(fbb, opt_string(fbb, dom.name), narrow<std::uint8_t>(dom.level, who, "level"),
-                                              dom.parent));
+    doms.push_back(wire::CreateTopologyDomain(
+        fbb, opt_string(fbb, dom.name), narrow<std::uint8_t>(dom.level, who_t::indexed("topology domain", d), "level"),
+        dom.parent));
   }
   return wire::CreateTopology(fbb, levels, doms.empty() ? 0 : fbb.CreateVector(doms));
 }
 
-topology topology_in(wire::Topology const* w) {
-  topology t;
-  if (w == nullptr) return t;
-  t.level_names = strings_in(w->level_names());
-  if (auto const* doms = w->domains()) {
-    t.domains.reserve(doms->size());
-    for (auto const* d : *doms) t.domains.push_back({str(d->name()), d->level(), d->parent()});
+void topology_in(wire::Topology const* w, topology& t) {
+  strings_in(w ? w->level_names() : nullptr, t.level_names);
+  auto const* doms = w ? w->domains() : nullptr;
+  t.domains.resize(doms == nullptr ? 0 : doms->size());
+  for (std::size_t k = 0; k < t.domains.size(); ++k) {
+    auto const* d = doms->Get(static_cast<flatbuffers::uoffset_t>(k));
+    str_in(d->name(), t.domains[k].name);
+    t.domains[k].level = d->level();
+    t.domains[k].parent = d->parent();
   }
-  return t;
+}
+
+void cluster_in(wire::Cluster const& w, cluster& c) {
+  c.epoch = w.epoch();
+  nodes_in(w.nodes(), "node", c.nodes);
+  topology_in(w.topology(), c.topo);
 }
 
 flatbuffers::Offset<wire::ClusterDelta> delta_out(fbb_t& fbb, cluster_delta const& d) {
@@ -233,7 +267,7 @@ flatbuffers::Offset<wire::ClusterDelta> delta_out(fbb_t& fbb, cluster_delta cons
   std::vector<flatbuffers::Offset<wire::NodeUpdate>> changed;
   changed.reserve(d.changed.size());
   for (std::size_t k = 0; k < d.changed.size(); ++k) {
-    auto const who = "delta changed[" + std::to_string(k) + "]";
+    auto const who = who_t::subscript("delta changed", k);
     auto const n = node_out(fbb, d.changed[k].value, who);
     changed.push_back(wire::CreateNodeUpdate(fbb, narrow<std::uint32_t>(d.changed[k].index, who, "index"), n));
   }
@@ -241,33 +275,30 @@ flatbuffers::Offset<wire::ClusterDelta> delta_out(fbb_t& fbb, cluster_delta cons
                                   changed.empty() ? 0 : fbb.CreateVector(changed));
 }
 
-cluster_delta delta_in(wire::ClusterDelta const& w) {
-  cluster_delta d;
+void delta_in(wire::ClusterDelta const& w, cluster_delta& d) {
   d.base_epoch = w.base_epoch();
   d.new_epoch = w.new_epoch();
-  d.added = nodes_in(w.added(), "delta added node");
-  if (auto const* r = w.removed()) {
-    d.removed.reserve(r->size());
-    for (flatbuffers::uoffset_t k = 0; k < r->size(); ++k) {
-      d.removed.push_back(u32_in(r->Get(k), "delta", "removed[]"));
-    }
+  nodes_in(w.added(), "delta added node", d.added);
+  auto const* r = w.removed();
+  d.removed.resize(r == nullptr ? 0 : r->size());
+  for (std::size_t k = 0; k < d.removed.size(); ++k) {
+    d.removed[k] = u32_in(r->Get(static_cast<flatbuffers::uoffset_t>(k)), "delta", "removed[]");
   }
-  if (auto const* c = w.changed()) {
-    d.changed.reserve(c->size());
-    for (flatbuffers::uoffset_t k = 0; k < c->size(); ++k) {
-      auto const* u = c->Get(k);
-      auto const who = "delta changed[" + std::to_string(k) + "]";
-      if (u->node() == nullptr) invalid(who + " has no node");
-      d.changed.push_back({u32_in(u->index(), who, "index"), node_in(*u->node(), who)});
-    }
+  auto const* c = w.changed();
+  d.changed.resize(c == nullptr ? 0 : c->size());
+  for (std::size_t k = 0; k < d.changed.size(); ++k) {
+    auto const* u = c->Get(static_cast<flatbuffers::uoffset_t>(k));
+    auto const who = who_t::subscript("delta changed", k);
+    if (u->node() == nullptr) invalid(who.str() + " has no node");
+    d.changed[k].index = u32_in(u->index(), who, "index");
+    node_in(*u->node(), who, d.changed[k].value);
   }
-  return d;
 }
 
 // ------------------------------------------------------------------ jobs
 
-demand demand_in(wire::Demand const* w, std::string const& who) {
-  if (w == nullptr) invalid(who + " has no demand");
+demand demand_in(wire::Demand const* w, who_t const& who) {
+  if (w == nullptr) invalid(who.str() + " has no demand");
   demand d;
   d.gpus = w->gpus();
   d.gpu_milli = w->gpu_milli();
@@ -276,20 +307,19 @@ demand demand_in(wire::Demand const* w, std::string const& who) {
   return d;
 }
 
-flatbuffers::Offset<wire::Demand> demand_out(fbb_t& fbb, demand const& d, std::string const& who) {
+flatbuffers::Offset<wire::Demand> demand_out(fbb_t& fbb, demand const& d, who_t const& who) {
   return wire::CreateDemand(fbb, narrow<std::uint16_t>(d.gpus, who, "demand.gpus"),
                             narrow<std::uint16_t>(d.gpu_milli, who, "demand.gpu_milli"), d.cpu_milli, d.memory_mib);
 }
 
-job job_in(wire::Job const& w, std::string const& who) {
-  job j;
-  j.name = str(w.name());
+void job_in(wire::Job const& w, who_t const& who, job& j) {
+  str_in(w.name(), j.name);
   j.kind = enum_in<job_kind>(w.kind(), who, "kind");
   j.priority = w.priority();
-  j.queue = str(w.queue());
+  str_in(w.queue(), j.queue);
   j.replicas = u32_in(w.replicas(), who, "replicas");
   j.per_replica = demand_in(w.demand(), who);
-  j.allowed_gpu_models = strings_in(w.allowed_gpu_models());
+  strings_in(w.allowed_gpu_models(), j.allowed_gpu_models);
   j.gang = w.gang();
   j.topology_level = w.topology_level();
   j.topo_mode = enum_in<topology_mode>(w.topology_mode(), who, "topology_mode");
@@ -299,10 +329,9 @@ job job_in(wire::Job const& w, std::string const& who) {
   j.preemptible = w.preemptible();
   j.submit_time = w.submit_time();
   j.estimated_duration = w.estimated_duration();
-  return j;
 }
 
-flatbuffers::Offset<wire::Job> job_out(fbb_t& fbb, job const& j, std::string const& who) {
+flatbuffers::Offset<wire::Job> job_out(fbb_t& fbb, job const& j, who_t const& who) {
   auto const name = fbb.CreateString(j.name);
   auto const queue = j.queue.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb.CreateSharedString(j.queue);
   auto const dem = demand_out(fbb, j.per_replica, who);
@@ -316,25 +345,19 @@ flatbuffers::Offset<wire::Job> job_out(fbb_t& fbb, job const& j, std::string con
                          j.estimated_duration);
 }
 
-replica_placement replica_in(wire::ReplicaPlacement const& w, std::string const& who) {
-  replica_placement r;
-  r.node = u32_in(w.node(), who, "replica node");
-  r.gpus = scalars_in<std::int32_t>(w.gpus());
-  r.gpu_milli = w.gpu_milli();
-  return r;
-}
-
-std::vector<replica_placement> replicas_in(fb_vector<flatbuffers::Offset<wire::ReplicaPlacement>> const* v,
-                                           std::string const& who) {
-  std::vector<replica_placement> out;
-  if (v == nullptr) return out;
-  out.reserve(v->size());
-  for (auto const* r : *v) out.push_back(replica_in(*r, who));
-  return out;
+void replicas_in(fb_vector<flatbuffers::Offset<wire::ReplicaPlacement>> const* v, who_t const& who,
+                 std::vector<replica_placement>& out) {
+  out.resize(v == nullptr ? 0 : v->size());
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    auto const* w = v->Get(static_cast<flatbuffers::uoffset_t>(k));
+    out[k].node = u32_in(w->node(), who, "replica node");
+    scalars_in(w->gpus(), out[k].gpus);
+    out[k].gpu_milli = w->gpu_milli();
+  }
 }
 
 flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::ReplicaPlacement>>> replicas_out(
-    fbb_t& fbb, std::vector<replica_placement> const& v, std::string const& who) {
+    fbb_t& fbb, std::vector<replica_placement> const& v, who_t const& who) {
   std::vector<flatbuffers::Offset<wire::ReplicaPlacement>> offs;
   offs.reserve(v.size());
   for (auto const& r : v) {
@@ -345,13 +368,12 @@ flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::ReplicaPlacement>>> repl
   return fbb.CreateVector(offs);
 }
 
-running_job running_in(wire::RunningJob const& w, std::string const& who) {
-  running_job r;
-  r.name = str(w.name());
+void running_in(wire::RunningJob const& w, who_t const& who, running_job& r) {
+  str_in(w.name(), r.name);
   r.kind = enum_in<job_kind>(w.kind(), who, "kind");
   r.priority = w.priority();
   r.per_replica = demand_in(w.demand(), who);
-  r.replicas = replicas_in(w.replicas(), who);
+  replicas_in(w.replicas(), who, r.replicas);
   r.gang = w.gang();
   r.preemptible = w.preemptible();
   r.loaned = w.loaned();
@@ -361,10 +383,9 @@ running_job running_in(wire::RunningJob const& w, std::string const& who) {
   r.start_time = w.start_time();
   r.estimated_end = w.estimated_end();
   r.last_checkpoint = w.last_checkpoint();
-  return r;
 }
 
-flatbuffers::Offset<wire::RunningJob> running_out(fbb_t& fbb, running_job const& r, std::string const& who) {
+flatbuffers::Offset<wire::RunningJob> running_out(fbb_t& fbb, running_job const& r, who_t const& who) {
   auto const name = fbb.CreateString(r.name);
   auto const dem = demand_out(fbb, r.per_replica, who);
   auto const reps = replicas_out(fbb, r.replicas, who);
@@ -391,56 +412,45 @@ flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::ScaleChange>>> scale_out
   offs.reserve(v.size());
   for (std::size_t k = 0; k < v.size(); ++k) {
     auto const job = fbb.CreateString(v[k].job);
-    auto const reps = replicas_out(fbb, v[k].replicas, std::string(what) + " " + std::to_string(k));
+    auto const reps = replicas_out(fbb, v[k].replicas, who_t::indexed(what, k));
     auto const reason = opt_string(fbb, v[k].reason);
     offs.push_back(wire::CreateScaleChange(fbb, job, reps, reason));
   }
   return fbb.CreateVector(offs);
 }
 
-std::vector<scale_change> scale_in(fb_vector<flatbuffers::Offset<wire::ScaleChange>> const* v, char const* what) {
-  std::vector<scale_change> out;
-  if (v == nullptr) return out;
-  out.reserve(v->size());
-  for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) {
-    auto const* c = v->Get(k);
-    out.push_back({str(c->job()), replicas_in(c->replicas(), std::string(what) + " " + std::to_string(k)),
-                   str(c->reason())});
+void scale_in(fb_vector<flatbuffers::Offset<wire::ScaleChange>> const* v, char const* what,
+              std::vector<scale_change>& out) {
+  out.resize(v == nullptr ? 0 : v->size());
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    auto const* c = v->Get(static_cast<flatbuffers::uoffset_t>(k));
+    str_in(c->job(), out[k].job);
+    replicas_in(c->replicas(), who_t::indexed(what, k), out[k].replicas);
+    str_in(c->reason(), out[k].reason);
   }
-  return out;
 }
 
-std::string job_who(char const* what, std::size_t i, flatbuffers::String const* name) {
-  return std::string(what) + " " + std::to_string(i) + " ('" + str(name) + "')";
+void pending_in(fb_vector<flatbuffers::Offset<wire::Job>> const* v, std::vector<job>& out) {
+  out.resize(v == nullptr ? 0 : v->size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    auto const* w = v->Get(static_cast<flatbuffers::uoffset_t>(i));
+    job_in(*w, who_t::item("pending job", i, view(w->name())), out[i]);
+  }
 }
 
-std::vector<job> pending_in(fb_vector<flatbuffers::Offset<wire::Job>> const* v) {
-  std::vector<job> out;
-  if (v == nullptr) return out;
-  out.reserve(v->size());
-  for (flatbuffers::uoffset_t i = 0; i < v->size(); ++i) {
-    auto const* w = v->Get(i);
-    out.push_back(job_in(*w, job_who("pending job", i, w->name())));
+void running_list_in(fb_vector<flatbuffers::Offset<wire::RunningJob>> const* v, std::vector<running_job>& out) {
+  out.resize(v == nullptr ? 0 : v->size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    auto const* w = v->Get(static_cast<flatbuffers::uoffset_t>(i));
+    running_in(*w, who_t::item("running job", i, view(w->name())), out[i]);
   }
-  return out;
-}
-
-std::vector<running_job> running_list_in(fb_vector<flatbuffers::Offset<wire::RunningJob>> const* v) {
-  std::vector<running_job> out;
-  if (v == nullptr) return out;
-  out.reserve(v->size());
-  for (flatbuffers::uoffset_t i = 0; i < v->size(); ++i) {
-    auto const* w = v->Get(i);
-    out.push_back(running_in(*w, job_who("running job", i, w->name())));
-  }
-  return out;
 }
 
 flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Job>>> pending_out(fbb_t& fbb, std::vector<job> const& v) {
   std::vector<flatbuffers::Offset<wire::Job>> offs;
   offs.reserve(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
-    offs.push_back(job_out(fbb, v[i], "pending job " + std::to_string(i) + " ('" + v[i].name + "')"));
+    offs.push_back(job_out(fbb, v[i], who_t::item("pending job", i, v[i].name)));
   }
   return fbb.CreateVector(offs);
 }
@@ -450,7 +460,7 @@ flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::RunningJob>>> running_li
   std::vector<flatbuffers::Offset<wire::RunningJob>> offs;
   offs.reserve(v.size());
   for (std::size_t i = 0; i < v.size(); ++i) {
-    offs.push_back(running_out(fbb, v[i], "running job " + std::to_string(i) + " ('" + v[i].name + "')"));
+    offs.push_back(running_out(fbb, v[i], who_t::item("running job", i, v[i].name)));
   }
   return fbb.CreateVector(offs);
 }
@@ -523,27 +533,33 @@ envelope_check check_envelope(void const* data, std::size_t size, std::size_t ma
 
 // ------------------------------------------------------------------ request
 
-decoded_request decode_request(wire::Envelope const& env) {
+void decode_request(wire::Envelope const& env, decoded_request& out) {
   auto const* req = env.body_as_ScheduleRequest();
   if (req == nullptr) {
     invalid(std::string("message body is ") + body_name(env.body_type()) + ", expected ScheduleRequest");
   }
-  decoded_request out;
-  out.header = header_in(env);
+  header_in(env, out.header);
   auto const* c = req->cluster();
   auto const* d = req->delta();
   if (c != nullptr && d != nullptr) invalid("request has both cluster and delta (send exactly one)");
   if (c == nullptr && d == nullptr) invalid("request has neither cluster nor delta");
   if (c != nullptr) {
-    out.input.state = decode_cluster(*c);
+    out.delta.reset();
+    cluster_in(*c, out.input.state);
   } else {
-    out.delta = delta_in(*d);
+    if (!out.delta) out.delta.emplace();
+    delta_in(*d, *out.delta);
   }
-  out.input.pending = pending_in(req->pending());
-  out.input.running = running_list_in(req->running());
+  pending_in(req->pending(), out.input.pending);
+  running_list_in(req->running(), out.input.running);
   out.input.pol = decode_policy(req->policy());
   out.input.now = req->now();
   out.input.deadline_us = req->deadline_us();
+}
+
+decoded_request decode_request(wire::Envelope const& env) {
+  decoded_request out;
+  decode_request(env, out);
   return out;
 }
 
@@ -584,7 +600,7 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
   for (std::size_t k = 0; k < r.placements.size(); ++k) {
     auto const& p = r.placements[k];
     auto const name = job_name(p.job);
-    auto const reps = replicas_out(fbb, p.replicas, "placement " + std::to_string(k));
+    auto const reps = replicas_out(fbb, p.replicas, who_t::indexed("placement", k));
     placements.push_back(wire::CreatePlacement(fbb, index_out(p.job), name, reps));
   }
   std::vector<flatbuffers::Offset<wire::Preemption>> preemptions;
@@ -598,7 +614,7 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
   reservations.reserve(r.reservations.size());
   for (std::size_t k = 0; k < r.reservations.size(); ++k) {
     auto const& res = r.reservations[k];
-    auto const nodes = scalars_out<std::uint32_t>(fbb, res.nodes, "reservation " + std::to_string(k), "nodes");
+    auto const nodes = scalars_out<std::uint32_t>(fbb, res.nodes, who_t::indexed("reservation", k), "nodes");
     reservations.push_back(wire::CreateReservation(fbb, index_out(res.job), nodes, res.start_time));
   }
   std::vector<flatbuffers::Offset<wire::Unplaced>> unplaced;
@@ -656,7 +672,7 @@ void encode_error(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
 
 decoded_reply decode_reply(wire::Envelope const& env) {
   decoded_reply out;
-  out.header = header_in(env);
+  header_in(env, out.header);
   if (auto const* e = env.body_as_Error()) {
     out.code = e->code();
     out.message = str(e->message());
@@ -675,10 +691,11 @@ decoded_reply decode_reply(wire::Envelope const& env) {
   auto& r = out.result;
   r.epoch = rep->epoch();
   if (auto const* v = rep->placements()) {
-    r.placements.reserve(v->size());
+    r.placements.resize(v->size());
     for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) {
       auto const* p = v->Get(k);
-      r.placements.push_back({index_in(p->job()), replicas_in(p->replicas(), "placement " + std::to_string(k))});
+      r.placements[k].job = index_in(p->job());
+      replicas_in(p->replicas(), who_t::indexed("placement", k), r.placements[k].replicas);
     }
   }
   if (auto const* v = rep->preemptions()) {
@@ -705,7 +722,7 @@ decoded_reply decode_reply(wire::Envelope const& env) {
     for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) {
       auto const* u = v->Get(k);
       r.unplaced_jobs.push_back({index_in(u->job()),
-                                 enum_in<unplaced_reason>(u->reason(), "unplaced " + std::to_string(k), "reason"),
+                                 enum_in<unplaced_reason>(u->reason(), who_t::indexed("unplaced", k), "reason"),
                                  str(u->detail())});
     }
   }
@@ -726,8 +743,8 @@ decoded_reply decode_reply(wire::Envelope const& env) {
     for (auto const* t : *v) r.timing.push_back({str(t->stage()), t->micros()});
   }
   r.backend = str(rep->backend());
-  r.scale_outs = scale_in(rep->scale_outs(), "scale-out");
-  r.scale_ins = scale_in(rep->scale_ins(), "scale-in");
+  scale_in(rep->scale_outs(), "scale-out", r.scale_outs);
+  scale_in(rep->scale_ins(), "scale-in", r.scale_ins);
   if (auto const* v = rep->reclaimed_nodes()) {
     r.reclaimed_nodes.reserve(v->size());
     for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) r.reclaimed_nodes.push_back(index_in(v->Get(k)));
@@ -766,9 +783,7 @@ char const* error_code_name(wire::ErrorCode c) {
 
 cluster decode_cluster(wire::Cluster const& c) {
   cluster out;
-  out.epoch = c.epoch();
-  out.nodes = nodes_in(c.nodes(), "node");
-  out.topo = topology_in(c.topology());
+  cluster_in(c, out);
   return out;
 }
 
@@ -778,10 +793,16 @@ flatbuffers::Offset<wire::Cluster> encode_cluster(flatbuffers::FlatBufferBuilder
   return wire::CreateCluster(fbb, c.epoch, nodes, topo);
 }
 
-job decode_job(wire::Job const& j) { return job_in(j, "job '" + str(j.name()) + "'"); }
+job decode_job(wire::Job const& j) {
+  job out;
+  job_in(j, who_t::named("job", view(j.name())), out);
+  return out;
+}
 
 running_job decode_running(wire::RunningJob const& r) {
-  return running_in(r, "running job '" + str(r.name()) + "'");
+  running_job out;
+  running_in(r, who_t::named("running job", view(r.name())), out);
+  return out;
 }
 
 policy decode_policy(wire::Policy const* p) {
@@ -820,11 +841,11 @@ policy decode_policy(wire::Policy const* p) {
 
 // Encoders shared with the JSON I/O (declared in codec.hpp).
 flatbuffers::Offset<wire::Job> encode_job(flatbuffers::FlatBufferBuilder& fbb, job const& j) {
-  return job_out(fbb, j, "job '" + j.name + "'");
+  return job_out(fbb, j, who_t::named("job", j.name));
 }
 
 flatbuffers::Offset<wire::RunningJob> encode_running(flatbuffers::FlatBufferBuilder& fbb, running_job const& r) {
-  return running_out(fbb, r, "running job '" + r.name + "'");
+  return running_out(fbb, r, who_t::named("running job", r.name));
 }
 
 flatbuffers::Offset<wire::Policy> encode_policy(flatbuffers::FlatBufferBuilder& fbb, policy const& p) {

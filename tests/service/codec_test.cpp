@@ -19,6 +19,8 @@
 
 #include <unistd.h>
 
+#include "../support/random_round.hpp"
+
 namespace {
 
 using namespace placer;
@@ -483,6 +485,49 @@ TEST(CodecRoundTrip, BuilderIsReusable) {
   svc::encode_error(fbb, {}, wire::ErrorCode::Internal, "first");
   svc::encode_request(fbb, {1, "s", 2}, rich_input());  // clears and re-finishes
   expect_eq(rich_input(), decode_ok(to_bytes(fbb)).input);
+}
+
+TEST(CodecRoundTrip, DecodingIntoAReusedRequestMatchesAFreshDecode) {
+  // One object decoded into again and again, as a server worker does:
+  // nothing of an earlier request (larger, richer, a delta) may survive
+  // into a later one.
+  std::mt19937_64 rng(7);
+  auto const rich = rich_input();
+  round_input defaults;
+  job j;
+  j.name = "defaults";
+  defaults.pending = {j};
+  cluster_delta d{42, 43, {make_node("new-1", 8, 2)}, {3}, {{0, rich.state.nodes[1]}}};
+  std::vector<bytes> msgs{encoded_request(rich, nullptr, {1, "a-long-session-name-beyond-sso", 2}),
+                          encoded_request(defaults), encoded_request(rich, &d, {3, "s", 4}),
+                          encoded_request(defaults, &d), encoded_request(rich)};
+  for (int k = 0; k < 20; ++k) {
+    auto in = testing_support::random_round(rng);
+    in.running = rich.running;
+    msgs.push_back(encoded_request(in, k % 3 == 0 ? &d : nullptr, {static_cast<std::uint64_t>(k), "", 0}));
+  }
+  svc::decoded_request reused;
+  for (std::size_t k = 0; k < msgs.size(); ++k) {
+    SCOPED_TRACE("message " + std::to_string(k));
+    auto const chk = svc::check_envelope(msgs[k].data(), msgs[k].size());
+    ASSERT_NE(chk.envelope, nullptr) << chk.message;
+    svc::decode_request(*chk.envelope, reused);
+    auto const fresh = svc::decode_request(*chk.envelope);
+    EXPECT_EQ(reused.header.request_id, fresh.header.request_id);
+    EXPECT_EQ(reused.header.session, fresh.header.session);
+    EXPECT_EQ(reused.header.sent_at_us, fresh.header.sent_at_us);
+    ASSERT_EQ(reused.delta.has_value(), fresh.delta.has_value());
+    if (fresh.delta) {
+      expect_eq(*reused.delta, *fresh.delta);
+    } else {
+      expect_eq(reused.input.state, fresh.input.state);  // with a delta, the state is the caller's
+    }
+    expect_all_eq(reused.input.pending, fresh.input.pending);
+    expect_all_eq(reused.input.running, fresh.input.running);
+    expect_eq(reused.input.pol, fresh.input.pol);
+    EXPECT_EQ(reused.input.now, fresh.input.now);
+    EXPECT_EQ(reused.input.deadline_us, fresh.input.deadline_us);
+  }
 }
 
 TEST(CodecRoundTrip, LargeRound) {

@@ -54,6 +54,11 @@ envelope_check check_envelope(void const* data, std::size_t size,
 /// an unsigned count or index above INT32_MAX. Everything else (negative
 /// demands, bad indices...) is copied as is for placer::validate to reject.
 decoded_request decode_request(wire::Envelope const& env);
+/// The same into `out`, reusing its strings and vectors: decoding a steady
+/// stream of similar requests into one object allocates nothing. With a
+/// delta, out.input.state is left as it was (the caller fills it from the
+/// session); after a throw, `out` holds a partly decoded request.
+void decode_request(wire::Envelope const& env, decoded_request& out);
 
 /// Domain -> wire. Each encoder clears `fbb` first and finishes it as a
 /// "PLCR" Envelope. Throws logic_error(invalid_argument) when a domain value
