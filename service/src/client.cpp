@@ -10,6 +10,7 @@ namespace placer {
 struct client::impl {
   zmq::context_t ctx{1};
   std::unique_ptr<zmq::socket_t> sock;
+  flatbuffers::FlatBufferBuilder fbb{1 << 16};  ///< requests, one at a time: reused
 
   struct reply;
   reply exchange(client_options const& opt, void const* data, std::size_t size, std::uint64_t request_id);
@@ -98,7 +99,7 @@ std::vector<std::uint8_t> client::roundtrip(void const* data, std::size_t size, 
 service::decoded_reply client::send(round_input const& in, cluster_delta const* delta,
                                     std::chrono::steady_clock::time_point t0) {
   service::request_header h{next_id_++, opt_.session, now_us()};
-  flatbuffers::FlatBufferBuilder fbb(1 << 16);
+  auto& fbb = impl_->fbb;
   service::encode_request(fbb, h, in, delta);
   auto const t_sent = std::chrono::steady_clock::now();
   auto const r = impl_->exchange(opt_, fbb.GetBufferPointer(), fbb.GetSize(), h.request_id);
@@ -122,17 +123,19 @@ service::decoded_reply client::solve(round_input const& in) {
 service::decoded_reply client::solve_delta(cluster_delta const& delta, round_input const& jobs_only) {
   auto const t0 = std::chrono::steady_clock::now();
   if (!mirror_) throw client_error("solve_delta needs a full snapshot first (call solve)");
-  cluster next = *mirror_;
-  apply_delta(next, delta);  // throws on a bad or stale delta, before sending
+  // On a copy (over the last one, reusing its storage): the mirror moves
+  // only when the server takes the delta.
+  next_ = *mirror_;
+  apply_delta(next_, delta);  // throws on a bad or stale delta, before sending
   auto reply = send(jobs_only, &delta, t0);
   if (reply.code == wire::ErrorCode::StaleEpoch) {
     // The server no longer holds our epoch: send the whole cluster instead.
     ++resyncs_;
     round_input full = jobs_only;
-    full.state = std::move(next);
+    full.state = std::move(next_);
     return solve(full);
   }
-  if (reply.code == wire::ErrorCode::Ok) mirror_ = std::move(next);
+  if (reply.code == wire::ErrorCode::Ok) std::swap(*mirror_, next_);
   return reply;
 }
 

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <thread>
 #include <zmq.hpp>
@@ -29,16 +30,15 @@ double micros_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
 }
 
-std::vector<std::uint8_t> finish(flatbuffers::FlatBufferBuilder& fbb) {
-  return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
-}
-
 /// Counters shared by the I/O thread and the workers.
 struct shared_stats {
   std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0};
 };
 
-/// A solver worker: its own backend and the sessions routed to it.
+/// A solver worker: its own backend and the sessions routed to it. What a
+/// round needs on the wire path is the worker's and reused: the request is
+/// decoded into the same objects every time, and the reply is built in the
+/// same builder, so steady rounds allocate little beyond the solver's result.
 class worker {
  public:
   worker(service_config const& cfg, shared_stats& stats, int id)
@@ -47,21 +47,22 @@ class worker {
 
   [[nodiscard]] std::string backend() { return solver_.backend().description(); }
 
-  /// Bytes in, bytes out; never throws for bad input. `verify_us`: set when
-  /// the I/O thread already ran check_envelope on these bytes (not run
-  /// twice), to the time it took.
-  std::vector<std::uint8_t> handle(void const* data, std::size_t size, std::optional<double> verify_us = {}) {
+  /// Bytes in, the reply's bytes out (valid until the next call); never
+  /// throws for bad input. `verify_us`: set when the I/O thread already ran
+  /// check_envelope on these bytes (not run twice), to the time it took.
+  std::span<std::uint8_t const> handle(void const* data, std::size_t size, std::optional<double> verify_us = {}) {
     auto const t0 = std::chrono::steady_clock::now();
     auto t = t0;
     stats_.requests.fetch_add(1);
-    flatbuffers::FlatBufferBuilder fbb(1024);
-    request_header h;
+    request_header& h = req_.header;
+    h.request_id = 0;
+    h.session.clear();
+    auto reply = [&] { return std::span<std::uint8_t const>(fbb_.GetBufferPointer(), fbb_.GetSize()); };
     auto fail = [&](wire::ErrorCode code, std::string const& msg) {
       stats_.errors.fetch_add(1);
       log_warn("request " + std::to_string(h.request_id) + " rejected: " + error_code_name(code) + ": " + msg);
-      fbb.Clear();
-      encode_error(fbb, h, code, msg);
-      return finish(fbb);
+      encode_error(fbb_, h, code, msg);
+      return reply();
     };
     envelope_check chk;
     if (verify_us) {
@@ -73,54 +74,56 @@ class worker {
     }
     if (auto const* hdr = chk.envelope->header()) {
       h.request_id = hdr->request_id();
-      if (hdr->session() != nullptr) h.session = hdr->session()->str();
+      if (hdr->session() != nullptr) h.session.assign(hdr->session()->string_view());
     }
     try {
       t = std::chrono::steady_clock::now();
-      decoded_request req = decode_request(*chk.envelope);
+      decode_request(*chk.envelope, req_);
       double const decode_us = micros_since(t);
-      round_input& in = req.input;
+      round_input& in = req_.input;
+      auto const found = h.session.empty() ? sessions_.end() : sessions_.find(h.session);
+      session* const sess = found == sessions_.end() ? nullptr : &found->second;
       double delta_us = 0;
-      if (req.delta) {
+      if (req_.delta) {
         if (h.session.empty()) {
           return fail(wire::ErrorCode::FailedPrecondition, "a delta needs a session id in the header");
         }
-        auto it = sessions_.find(h.session);
-        if (it == sessions_.end()) {
+        if (sess == nullptr) {
           return fail(wire::ErrorCode::StaleEpoch,
                       "no cluster held for session '" + h.session + "': send a full snapshot");
         }
         t = std::chrono::steady_clock::now();
-        // On a copy: the session keeps its cluster until the round succeeds.
-        in.state = it->second.state;
-        apply_delta(in.state, *req.delta);  // throws stale_epoch
+        // On the round's own copy, so the session keeps its cluster until
+        // the round succeeds; copied over the last round's cluster, whose
+        // nodes' storage it reuses.
+        in.state = sess->state;
+        apply_delta(in.state, *req_.delta);  // throws stale_epoch
         delta_us = micros_since(t);
       }
       // What the cross-round policies remember (delay timers) lives with
       // the session; a request without a session gets a fresh memory.
       queue_memory scratch;
-      queue_memory* memory = &scratch;
-      if (!h.session.empty()) {
-        auto it = sessions_.find(h.session);
-        if (it != sessions_.end()) memory = &it->second.memory;
-      }
+      queue_memory* const memory = sess != nullptr ? &sess->memory : &scratch;
       round_result r = solver_.solve(in, memory);
       // The service's own stages beside the solver's (whose "total" is the
       // solve alone), so a caller sees the whole server side of a round.
       r.timing.push_back({stage_verify, *verify_us});
       r.timing.push_back({stage_decode, decode_us});
-      if (req.delta) r.timing.push_back({stage_apply_delta, delta_us});
-      encode_reply(fbb, h, r, in, stage_encode);
+      if (req_.delta) r.timing.push_back({stage_apply_delta, delta_us});
+      encode_reply(fbb_, h, r, in, stage_encode);
       std::size_t const n_nodes = in.state.nodes.size();
       if (!h.session.empty()) {
         // The cluster as sent (the round's placements are the caller's to
-        // apply: it reports them back as running jobs or in its next delta).
-        if (sessions_.size() >= cfg_.max_sessions && sessions_.count(h.session) == 0) {
-          sessions_.erase(sessions_.begin());
+        // apply: it reports them back as running jobs or in its next delta)
+        // becomes the session's, and the session's old one the buffer the
+        // next round is decoded or copied into.
+        session* kept = sess;
+        if (kept == nullptr) {
+          if (sessions_.size() >= cfg_.max_sessions) sessions_.erase(sessions_.begin());
+          kept = &sessions_[h.session];
+          kept->memory = std::move(scratch);
         }
-        auto& sess = sessions_[h.session];
-        sess.state = std::move(in.state);
-        if (memory == &scratch) sess.memory = std::move(scratch);
+        std::swap(kept->state, in.state);
       }
       double const us = micros_since(t0);
       stats_.rounds_ok.fetch_add(1);
@@ -130,7 +133,7 @@ class worker {
                  std::to_string(r.unplaced_jobs.size()) + " unplaced in " + fmt_ms(us) + " (worker " +
                  std::to_string(id_) + ", " + r.backend + ")");
       }
-      return finish(fbb);
+      return reply();
     } catch (logic_error const& e) {
       return fail(error_code_to_wire(e.code()), e.what());
     } catch (std::bad_alloc const&) {
@@ -150,6 +153,8 @@ class worker {
     queue_memory memory;  ///< cross-round policy memory
   };
   std::map<std::string, session> sessions_;
+  decoded_request req_;                        ///< the request being served
+  flatbuffers::FlatBufferBuilder fbb_{1 << 16};  ///< its reply
 };
 
 /// Receives one multipart message (all frames) without blocking.
@@ -199,7 +204,8 @@ server_stats server::stats() const {
 }
 
 std::vector<std::uint8_t> server::handle(void const* data, std::size_t size) {
-  return impl_->workers.front()->handle(data, size);
+  auto const reply = impl_->workers.front()->handle(data, size);
+  return {reply.begin(), reply.end()};
 }
 
 void server::run(std::atomic<bool> const* external_stop) {
@@ -235,8 +241,8 @@ void server::run(std::atomic<bool> const* external_stop) {
         }
         frames.erase(frames.begin());
         auto& payload = frames.back();
-        std::vector<std::uint8_t> const reply = impl_->workers[k]->handle(payload.data(), payload.size(), verify_us);
-        frames.back() = zmq::message_t(reply.data(), reply.size());
+        auto const reply = impl_->workers[k]->handle(payload.data(), payload.size(), verify_us);
+        frames.back() = zmq::message_t(reply.data(), reply.size());  // the one copy of the reply
         send_all(link, frames);
       }
     });

@@ -74,6 +74,7 @@ class client {
   std::uint64_t next_id_ = 1;
   round_trip_timing last_timing_;
   std::optional<cluster> mirror_;  ///< the cluster the session should hold
+  cluster next_;                   ///< the mirror moved by the delta in flight
   std::uint64_t resyncs_ = 0;
 };
 
