@@ -1,10 +1,10 @@
 // The solver's hot path does not allocate per round: a steady stream of
 // same-shaped rounds reuses the solver's workspace (round matrices, score
 // matrix, assigner scratch) and the backend's buffers. A counting global
-// operator new (this executable only) measures every heap allocation made
-// through new/delete while one round is solved, split into the solver's
-// own (flatten, assign, result) and the backend's (calls through a
-// delegating backend).
+// operator new (tests/support/alloc_count.hpp) measures every heap
+// allocation made through new/delete while one round is solved, split into
+// the solver's own (flatten, assign, result) and the backend's (calls
+// through a delegating backend).
 //
 // What remains per round on the solver's side is the result itself
 // (placement and replica vectors, unplaced-job messages, the backend name,
@@ -14,106 +14,23 @@
 // allocated per round again. On the backend's side what remains is the
 // auction's reverse step (kernels/src/auction_host.cpp), which builds five
 // small buffers per epsilon phase.
-//
-// Not visible here: allocations that bypass operator new (std::malloc in
-// the OpenMP runtime).
 #include <placer/kernels/backend.hpp>
 #include <placer/solver/solver.hpp>
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <new>
 #include <string>
 #include <vector>
 
-namespace {
-
-std::atomic<bool> counting{false};
-std::atomic<bool> in_backend{false};  ///< a backend call is running (any thread allocates for it)
-std::atomic<std::int64_t> n_allocs[2]{};  ///< [0] solver, [1] backend
-std::atomic<std::int64_t> n_bytes[2]{};
-
-void* counted(std::size_t n, std::size_t align) {
-  if (counting.load(std::memory_order_relaxed)) {
-    int const who = in_backend.load(std::memory_order_relaxed) ? 1 : 0;
-    n_allocs[who].fetch_add(1, std::memory_order_relaxed);
-    n_bytes[who].fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed);
-  }
-  if (n == 0) n = 1;
-  void* p = nullptr;
-  if (align <= alignof(std::max_align_t)) {
-    p = std::malloc(n);
-  } else {
-    n = (n + align - 1) / align * align;
-    p = std::aligned_alloc(align, n);
-  }
-  return p;
-}
-
-}  // namespace
-
-void* operator new(std::size_t n) {
-  if (void* p = counted(n, 0)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) {
-  if (void* p = counted(n, 0)) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::align_val_t a) {
-  if (void* p = counted(n, static_cast<std::size_t>(a))) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n, std::align_val_t a) {
-  if (void* p = counted(n, static_cast<std::size_t>(a))) return p;
-  throw std::bad_alloc();
-}
-void* operator new(std::size_t n, std::nothrow_t const&) noexcept { return counted(n, 0); }
-void* operator new[](std::size_t n, std::nothrow_t const&) noexcept { return counted(n, 0); }
-void* operator new(std::size_t n, std::align_val_t a, std::nothrow_t const&) noexcept {
-  return counted(n, static_cast<std::size_t>(a));
-}
-void* operator new[](std::size_t n, std::align_val_t a, std::nothrow_t const&) noexcept {
-  return counted(n, static_cast<std::size_t>(a));
-}
-// The replaced operator new above allocates with std::malloc, so std::free
-// is the matching release.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::nothrow_t const&) noexcept { std::free(p); }
-void operator delete[](void* p, std::nothrow_t const&) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t, std::nothrow_t const&) noexcept { std::free(p); }
-void operator delete[](void* p, std::align_val_t, std::nothrow_t const&) noexcept { std::free(p); }
+#include "../support/alloc_count.hpp"
 
 namespace placer {
 namespace {
 
-struct allocs {
-  std::int64_t count = 0;  ///< solver side
-  std::int64_t bytes = 0;
-  std::int64_t backend_count = 0;  ///< inside backend calls
-  std::int64_t backend_bytes = 0;
-};
-
-template <class F>
-allocs count_allocs(F&& f) {
-  for (int k = 0; k < 2; ++k) n_allocs[k] = n_bytes[k] = 0;
-  counting = true;
-  f();
-  counting = false;
-  return {n_allocs[0].load(), n_bytes[0].load(), n_allocs[1].load(), n_bytes[1].load()};
-}
+using testing_support::alloc_count;
+using testing_support::count_allocs;
 
 /// The CPU backend, with allocations inside its calls counted apart and the
 /// auction's epsilon phases counted.
@@ -124,21 +41,21 @@ class delegating_backend final : public kernels::backend {
   [[nodiscard]] std::string const& description() const override { return b_->description(); }
   void score(kernels::node_view const& nodes, kernels::class_view const& classes, kernels::task_view const& tasks,
              kernels::score_params const& params, std::span<std::int32_t> out) override {
-    scope s;
+    testing_support::aside_scope s;
     b_->score(nodes, classes, tasks, params, out);
   }
   kernels::cluster_stats stats(kernels::node_view const& nodes, kernels::task_view const& tasks) override {
-    scope s;
+    testing_support::aside_scope s;
     return b_->stats(nodes, tasks);
   }
   void domain_capacity(kernels::node_view const& nodes, kernels::class_view const& classes, std::int32_t c,
                        kernels::domain_index_view const& idx, std::span<std::int64_t> cap) override {
-    scope s;
+    testing_support::aside_scope s;
     b_->domain_capacity(nodes, classes, c, idx, cap);
   }
   kernels::auction_stats auction(kernels::auction_problem const& problem, kernels::auction_params const& params,
                                  std::span<std::int32_t> object_of) override {
-    scope s;
+    testing_support::aside_scope s;
     auto const st = b_->auction(problem, params, object_of);
     phases += st.phases;
     return st;
@@ -146,10 +63,6 @@ class delegating_backend final : public kernels::backend {
   std::int64_t phases = 0;
 
  private:
-  struct scope {
-    scope() { in_backend = true; }
-    ~scope() { in_backend = false; }
-  };
   std::unique_ptr<kernels::backend> b_;
 };
 
@@ -221,7 +134,7 @@ TEST(HotPath, SteadyRoundsAllocateOnlyTheResult) {
   solver s(std::move(backend));
 
   std::vector<round_result> results(6);
-  std::vector<allocs> per_round;
+  std::vector<alloc_count> per_round;
   std::vector<std::int64_t> phases;
   per_round.reserve(results.size());
   phases.reserve(results.size());
@@ -233,7 +146,7 @@ TEST(HotPath, SteadyRoundsAllocateOnlyTheResult) {
   // What the result alone costs: one copy allocates each of its non-empty
   // vectors and long strings once.
   round_result copy;
-  allocs const result = count_allocs([&] { copy = results.back(); });
+  alloc_count const result = count_allocs([&] { copy = results.back(); });
 
   ASSERT_GT(results.front().placements.size(), 10U) << "the round should place most of its jobs";
   for (std::size_t k = 1; k < results.size(); ++k) {
@@ -249,7 +162,7 @@ TEST(HotPath, SteadyRoundsAllocateOnlyTheResult) {
     std::printf("round %zu: solver %lld allocations (%lld bytes); backend %lld allocations (%lld bytes), %lld auction "
                 "phases\n",
                 k, static_cast<long long>(per_round[k].count), static_cast<long long>(per_round[k].bytes),
-                static_cast<long long>(per_round[k].backend_count), static_cast<long long>(per_round[k].backend_bytes),
+                static_cast<long long>(per_round[k].aside_count), static_cast<long long>(per_round[k].aside_bytes),
                 static_cast<long long>(phases[k]));
   }
   std::printf("copy of the result: %lld allocations, %lld bytes; %zu pending jobs, %zu running\n",
@@ -278,8 +191,8 @@ TEST(HotPath, SteadyRoundsAllocateOnlyTheResult) {
     // epsilon phase (profit, copy_of, queued, the queue's map and first
     // chunk; a long queue adds chunks): no per-call workspace.
     EXPECT_GT(phases[k], 0) << "the round should run auctions";
-    EXPECT_LE(a.backend_count, 8 * phases[k]) << "round " << k;
-    EXPECT_EQ(a.backend_count, per_round[2].backend_count) << "round " << k;
+    EXPECT_LE(a.aside_count, 8 * phases[k]) << "round " << k;
+    EXPECT_EQ(a.aside_count, per_round[2].aside_count) << "round " << k;
   }
 }
 
