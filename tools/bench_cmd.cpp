@@ -64,7 +64,8 @@ bench_args parse(int argc, char** argv) {
   cli_args opts;
   try {
     opts = parse_cli(argc, argv, 2,
-                     {"scenario", "endpoint", "data", "rounds", "warmup", "delta", "mode", "rate", "json", "plot", "configs"},
+                     {"scenario", "endpoint", "data", "rounds", "warmup", "delta", "mode", "rate", "json", "plot",
+                      "configs"},
                      {},
                      "bench");
   } catch (usage_error const& e) {

@@ -45,8 +45,12 @@ std::string_view view(flatbuffers::String const* s) { return s ? s->string_view(
 class who_t {
  public:
   who_t(char const* what) : what_(what) {}  // NOLINT: a plain name converts
-  static who_t indexed(char const* what, std::size_t i) { return {what, static_cast<std::int64_t>(i), false, false, {}}; }
-  static who_t subscript(char const* what, std::size_t i) { return {what, static_cast<std::int64_t>(i), true, false, {}}; }
+  static who_t indexed(char const* what, std::size_t i) {
+    return {what, static_cast<std::int64_t>(i), false, false, {}};
+  }
+  static who_t subscript(char const* what, std::size_t i) {
+    return {what, static_cast<std::int64_t>(i), true, false, {}};
+  }
   static who_t named(char const* what, std::string_view name) { return {what, -1, false, true, name}; }
   static who_t item(char const* what, std::size_t i, std::string_view name) {
     return {what, static_cast<std::int64_t>(i), false, true, name};

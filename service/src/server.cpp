@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <zmq.hpp>
 
@@ -283,9 +284,10 @@ void server::run(std::atomic<bool> const* external_stop) {
     double const verify_us = micros_since(t_verify);
     if (chk.envelope != nullptr && chk.envelope->header() != nullptr && chk.envelope->header()->session() != nullptr &&
         chk.envelope->header()->session()->size() > 0) {
-      target = std::hash<std::string>{}(chk.envelope->header()->session()->str()) % n;
+      target = std::hash<std::string_view>{}(chk.envelope->header()->session()->string_view()) % n;
     }
-    frames.insert(frames.begin(), chk.envelope != nullptr ? zmq::message_t(&verify_us, sizeof verify_us) : zmq::message_t{});
+    frames.insert(frames.begin(),
+                  chk.envelope != nullptr ? zmq::message_t(&verify_us, sizeof verify_us) : zmq::message_t{});
     send_all(links[target], frames);
   }
   workers_stop.store(true);
