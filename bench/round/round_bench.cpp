@@ -12,6 +12,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 
@@ -19,13 +20,20 @@ namespace {
 
 using namespace placer;
 
+/// The shared data: $PLACER_DATA_DIR (a GPU machine gets a copy beside the
+/// bundle, scripts/gpu-bundle.sh) or ../shared/data next to the source tree.
+std::string data_dir() {
+  char const* env = std::getenv("PLACER_DATA_DIR");
+  return env != nullptr && *env != '\0' ? env : PLACER_SHARED_DATA_DIR;
+}
+
 round_input const& scenario(std::string const& name) {
   static std::map<std::string, round_input> cache;
   auto it = cache.find(name);
   if (it != cache.end()) return it->second;
   round_input in;
   if (name == "openb") {
-    std::string const dir = std::string(PLACER_SHARED_DATA_DIR) + "/alibaba-openb-v2023/";
+    std::string const dir = data_dir() + "/alibaba-openb-v2023/";
     in.state = traces::load_openb_nodes(dir + "openb_node_list_gpu_node.csv");
     in.pending = traces::load_openb_pods(dir + "openb_pod_list_default.csv");
     in.pending.resize(std::min<std::size_t>(in.pending.size(), 2000));
@@ -36,7 +44,7 @@ round_input const& scenario(std::string const& name) {
 }
 
 void bm_round(benchmark::State& st, std::string const& backend, std::string const& name, algorithm algo) {
-  if (name == "openb" && !std::filesystem::exists(PLACER_SHARED_DATA_DIR)) {
+  if (name == "openb" && !std::filesystem::exists(data_dir())) {
     st.SkipWithError("shared data not found");
     return;
   }

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Packs what a GPU session runs into .gpu/ (git-ignored), to carry to a lent GPU machine, which reaches
+# no package registry: the stripped binaries with their shared libraries (../shared/tools/gpu-bundle),
+# the openb files the `openb` scenarios read, and scripts/gpu-run.sh. Then, through the device tool:
+#   run(command="bash .gpu/gpu-run.sh", carry=[".gpu"])
+# docs/gpu-session.md has the whole procedure and what to commit afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+command -v nvcc >/dev/null || { echo "gpu-bundle.sh: nvcc not found: the CUDA backend would not be built" >&2; exit 1; }
+make build
+build/placer --version | grep -q "CUDA backend built" || { echo "gpu-bundle.sh: build/ has no CUDA backend" >&2; exit 1; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+# The CUDA parity tests live in solver_test_omp and kernels_test_omp.
+for b in build/placer build/bench/round_bench build/tests/solver_test_omp build/tests/kernels_test_omp; do
+  strip -o "$tmp/$(basename "$b")" "$b"
+done
+rm -rf .gpu
+../shared/tools/gpu-bundle .gpu "$tmp"/*
+data=${PLACER_DATA_DIR:-../shared/data}
+mkdir -p .gpu/data/alibaba-openb-v2023
+cp "$data"/alibaba-openb-v2023/openb_node_list_gpu_node.csv "$data"/alibaba-openb-v2023/openb_pod_list_default.csv \
+  .gpu/data/alibaba-openb-v2023/
+cp scripts/gpu-run.sh .gpu/
+git rev-parse --short HEAD > .gpu/commit
+du -sh .gpu
