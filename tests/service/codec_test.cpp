@@ -1,7 +1,9 @@
 // Tests for the wire codec (service/src/codec.cpp), the JSON/CSV file I/O
-// (service/src/json_io.cpp) and cluster deltas (topology/src/delta.cpp):
-// round trips field by field, hostile bytes, and deltas against a reference.
+// (service/src/json_io.cpp), cluster deltas (topology/src/delta.cpp) and job
+// deltas (service/src/job_delta.cpp): round trips field by field, hostile
+// bytes, and deltas against a reference.
 #include <placer/service/codec.hpp>
+#include <placer/service/job_delta.hpp>
 #include <placer/service/json_io.hpp>
 #include <placer/solver/solver.hpp>
 
@@ -1064,6 +1066,113 @@ TEST(ApplyDelta, RandomSequenceMatchesReference) {
   expect_eq(rebuilt, cur);
   EXPECT_GT(serial, 1000);
   EXPECT_GT(rejected, 150);
+}
+
+// ------------------------------------------------------------------ apply_job_delta
+
+job named_job(std::string name, int gpus) {
+  job j;
+  j.name = std::move(name);
+  j.per_replica = {gpus, 1000, 1000, 1024};
+  return j;
+}
+
+running_job named_running(std::string name, std::int32_t node) {
+  running_job r;
+  r.name = std::move(name);
+  r.per_replica = {1, 1000, 1000, 1024};
+  r.replicas = {{node, {0}, 1000}};
+  return r;
+}
+
+/// Lists to apply job deltas to: pending a..e, running r0..r2.
+struct job_lists {
+  std::vector<job> pending{named_job("a", 1), named_job("b", 2), named_job("c", 0), named_job("d", 8),
+                           named_job("e", 1)};
+  std::vector<running_job> running{named_running("r0", 0), named_running("r1", 1), named_running("r2", 2)};
+};
+
+template <class Job>
+std::vector<std::string> names(std::vector<Job> const& v) {
+  std::vector<std::string> out;
+  for (auto const& j : v) out.push_back(j.name);
+  return out;
+}
+
+/// A rejected job delta names the problem and writes nothing.
+void expect_rejected(job_lists const& base, job_delta const& d, std::vector<std::string> const& needles) {
+  job_lists to;  // what the caller's buffers held
+  to.pending = {named_job("held before", 1)};
+  expect_logic_error([&] { apply_job_delta(base.pending, base.running, d, to.pending, to.running); },
+                     error_code::invalid_argument, needles);
+  EXPECT_EQ(names(to.pending), (std::vector<std::string>{"held before"}));
+  EXPECT_EQ(names(to.running), names(job_lists{}.running));
+}
+
+TEST(ApplyJobDelta, LeaveKeepsOrderThenArrivalsAppend) {
+  job_lists const base;
+  job_delta d;
+  d.removed = {"d", "a"};  // any order in the list
+  d.added = {named_job("x", 1), named_job("y", 4)};
+  d.finished = {"r1"};
+  d.started = {named_running("r3", 3)};
+  job_lists to;  // written over, whatever it held
+  to.pending.resize(9);
+  apply_job_delta(base.pending, base.running, d, to.pending, to.running);
+  EXPECT_EQ(names(to.pending), (std::vector<std::string>{"b", "c", "e", "x", "y"}));
+  EXPECT_EQ(to.pending[4].per_replica.gpus, 4);
+  EXPECT_EQ(names(to.running), (std::vector<std::string>{"r0", "r2", "r3"}));
+  EXPECT_EQ(to.running[2].replicas, d.started[0].replicas);
+}
+
+TEST(ApplyJobDelta, ANameThatLeavesAndArrivesIsReplaced) {
+  job_lists const base;
+  job_delta d;
+  d.removed = {"b"};
+  d.added = {named_job("b", 8)};
+  d.finished = {"r0"};
+  d.started = {named_running("r0", 5)};
+  job_lists to;
+  apply_job_delta(base.pending, base.running, d, to.pending, to.running);
+  EXPECT_EQ(names(to.pending), (std::vector<std::string>{"a", "c", "d", "e", "b"}));
+  EXPECT_EQ(to.pending[4].per_replica.gpus, 8);
+  EXPECT_EQ(names(to.running), (std::vector<std::string>{"r1", "r2", "r0"}));
+  EXPECT_EQ(to.running[2].replicas[0].node, 5);
+}
+
+TEST(ApplyJobDelta, EmptyDeltaCopiesTheLists) {
+  job_lists const base;
+  job_lists to;
+  to.pending.clear();
+  apply_job_delta(base.pending, base.running, {}, to.pending, to.running);
+  expect_all_eq(base.pending, to.pending);
+  expect_all_eq(base.running, to.running);
+}
+
+TEST(ApplyJobDelta, BadNamesAreRejectedBeforeAnythingIsWritten) {
+  job_lists const base;
+  auto delta = [](std::vector<std::string> removed, std::vector<job> added, std::vector<std::string> finished = {},
+                  std::vector<running_job> started = {}) {
+    return job_delta{std::move(added), std::move(removed), std::move(started), std::move(finished)};
+  };
+  expect_rejected(base, delta({"a", "zz"}, {}), {"removed[1] ('zz') is not a pending job"});
+  expect_rejected(base, delta({"c", "c"}, {}), {"removed[1] ('c') is named twice in removed"});
+  expect_rejected(base, delta({}, {named_job("x", 1), named_job("x", 2)}), {"added[1] ('x') is named twice in added"});
+  expect_rejected(base, delta({"a"}, {named_job("e", 1)}), {"added[0] ('e') is already a pending job"});
+  expect_rejected(base, delta({}, {}, {"r9"}), {"finished[0] ('r9') is not a running job"});
+  expect_rejected(base, delta({}, {}, {}, {named_running("r2", 0)}), {"started[0] ('r2') is already a running job"});
+  // A pending name is not a running one, nor the other way round.
+  expect_rejected(base, delta({"r0"}, {}), {"removed[0] ('r0') is not a pending job"});
+  expect_rejected(base, delta({}, {}, {"a"}), {"finished[0] ('a') is not a running job"});
+  // A fine pending part does not land when the running part is wrong.
+  expect_rejected(base, delta({"a"}, {named_job("x", 1)}, {"r0", "r0"}), {"finished[1] ('r0') is named twice"});
+  // A full list may repeat a name; removing it by name is then ambiguous.
+  job_lists dup;
+  dup.pending.push_back(named_job("b", 4));
+  expect_rejected(dup, delta({"b"}, {}), {"removed[0] ('b') names more than one pending job"});
+  job_lists to;
+  apply_job_delta(dup.pending, dup.running, delta({"a"}, {}), to.pending, to.running);  // the rest still moves
+  EXPECT_EQ(names(to.pending), (std::vector<std::string>{"b", "c", "d", "e", "b"}));
 }
 
 // ------------------------------------------------------------------ JSON / files
