@@ -96,11 +96,11 @@ std::vector<std::uint8_t> client::roundtrip(void const* data, std::size_t size, 
   return {p, p + r.payload.size()};
 }
 
-service::decoded_reply client::send(round_input const& in, cluster_delta const* delta,
+service::decoded_reply client::send(round_input const& in, cluster_delta const* delta, job_delta const* jobs,
                                     std::chrono::steady_clock::time_point t0) {
   service::request_header h{next_id_++, opt_.session, now_us()};
   auto& fbb = impl_->fbb;
-  service::encode_request(fbb, h, in, delta);
+  service::encode_request(fbb, h, in, delta, jobs);
   auto const t_sent = std::chrono::steady_clock::now();
   auto const r = impl_->exchange(opt_, fbb.GetBufferPointer(), fbb.GetSize(), h.request_id);
   if (r.check.code != wire::ErrorCode::Ok) {
@@ -114,29 +114,59 @@ service::decoded_reply client::send(round_input const& in, cluster_delta const* 
   return reply;
 }
 
-service::decoded_reply client::solve(round_input const& in) {
-  auto reply = send(in, nullptr, std::chrono::steady_clock::now());
-  if (reply.code == wire::ErrorCode::Ok) mirror_ = in.state;
+service::decoded_reply client::keep(service::decoded_reply reply) {
+  if (reply.code == wire::ErrorCode::Ok) {
+    if (!mirror_) mirror_.emplace();
+    std::swap(*mirror_, next_);
+  }
   return reply;
+}
+
+service::decoded_reply client::solve(round_input const& in) {
+  auto const t0 = std::chrono::steady_clock::now();
+  // Copied over the last copy (reusing its storage) before sending, so the
+  // client's encode time counts it.
+  next_ = in;
+  return keep(send(next_, nullptr, nullptr, t0));
+}
+
+void client::move_cluster(cluster_delta const& delta, round_input const& rest) {
+  if (!mirror_) throw client_error("solve_delta needs a full snapshot first (call solve)");
+  // On a copy (over the last one, reusing its storage): the mirror moves
+  // only when the server takes the round.
+  next_.state = mirror_->state;
+  apply_delta(next_.state, delta);  // throws on a bad or stale delta, before sending
+  next_.pol = rest.pol;
+  next_.now = rest.now;
+  next_.deadline_us = rest.deadline_us;
+}
+
+service::decoded_reply client::send_delta(cluster_delta const& delta, job_delta const* jobs,
+                                          std::chrono::steady_clock::time_point t0) {
+  auto reply = send(next_, &delta, jobs, t0);
+  if (reply.code == wire::ErrorCode::StaleEpoch) {
+    // The server no longer holds our epoch: send the whole updated round.
+    ++resyncs_;
+    reply = send(next_, nullptr, nullptr, std::chrono::steady_clock::now());
+  }
+  return keep(std::move(reply));
 }
 
 service::decoded_reply client::solve_delta(cluster_delta const& delta, round_input const& jobs_only) {
   auto const t0 = std::chrono::steady_clock::now();
-  if (!mirror_) throw client_error("solve_delta needs a full snapshot first (call solve)");
-  // On a copy (over the last one, reusing its storage): the mirror moves
-  // only when the server takes the delta.
-  next_ = *mirror_;
-  apply_delta(next_, delta);  // throws on a bad or stale delta, before sending
-  auto reply = send(jobs_only, &delta, t0);
-  if (reply.code == wire::ErrorCode::StaleEpoch) {
-    // The server no longer holds our epoch: send the whole cluster instead.
-    ++resyncs_;
-    round_input full = jobs_only;
-    full.state = std::move(next_);
-    return solve(full);
-  }
-  if (reply.code == wire::ErrorCode::Ok) std::swap(*mirror_, next_);
-  return reply;
+  move_cluster(delta, jobs_only);
+  next_.pending = jobs_only.pending;
+  next_.running = jobs_only.running;
+  return send_delta(delta, nullptr, t0);
+}
+
+service::decoded_reply client::solve_delta(cluster_delta const& delta, job_delta const& jobs,
+                                           round_input const& rest) {
+  auto const t0 = std::chrono::steady_clock::now();
+  move_cluster(delta, rest);
+  // Throws on a bad job delta, before sending.
+  apply_job_delta(mirror_->pending, mirror_->running, jobs, next_.pending, next_.running);
+  return send_delta(delta, &jobs, t0);
 }
 
 }  // namespace placer

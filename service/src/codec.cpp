@@ -157,13 +157,15 @@ flatbuffers::Offset<fb_vector<To>> opt_scalars_out(fbb_t& fbb, std::vector<From>
   return v.empty() ? flatbuffers::Offset<fb_vector<To>>() : scalars_out<To>(fbb, v, who, field);
 }
 
+/// `shared`: labels and model names repeat across thousands of nodes and
+/// jobs, and go through the builder's pool of shared strings; job names are
+/// unique and do not.
 flatbuffers::Offset<fb_vector<flatbuffers::Offset<flatbuffers::String>>> strings_out(
-    fbb_t& fbb, std::vector<std::string> const& v) {
+    fbb_t& fbb, std::vector<std::string> const& v, bool shared = true) {
   if (v.empty()) return 0;
   string_offsets offs;
   offs.reserve(v.size());
-  // Labels and model names repeat across thousands of nodes and jobs.
-  for (auto const& s : v) offs.push_back(fbb.CreateSharedString(s));
+  for (auto const& s : v) offs.push_back(shared ? fbb.CreateSharedString(s) : fbb.CreateString(s));
   return fbb.CreateVector(offs);
 }
 
@@ -460,40 +462,58 @@ void scale_in(fb_vector<flatbuffers::Offset<wire::ScaleChange>> const* v, char c
   }
 }
 
-void pending_in(fb_vector<flatbuffers::Offset<wire::Job>> const* v, std::vector<job>& out) {
+void job_list_in(fb_vector<flatbuffers::Offset<wire::Job>> const* v, char const* what, std::vector<job>& out) {
   out.resize(v == nullptr ? 0 : v->size());
   for (std::size_t i = 0; i < out.size(); ++i) {
     auto const* w = v->Get(static_cast<flatbuffers::uoffset_t>(i));
-    job_in(*w, who_t::item("pending job", i, view(w->name())), out[i]);
+    job_in(*w, who_t::item(what, i, view(w->name())), out[i]);
   }
 }
 
-void running_list_in(fb_vector<flatbuffers::Offset<wire::RunningJob>> const* v, std::vector<running_job>& out) {
+void running_list_in(fb_vector<flatbuffers::Offset<wire::RunningJob>> const* v, char const* what,
+                     std::vector<running_job>& out) {
   out.resize(v == nullptr ? 0 : v->size());
   for (std::size_t i = 0; i < out.size(); ++i) {
     auto const* w = v->Get(static_cast<flatbuffers::uoffset_t>(i));
-    running_in(*w, who_t::item("running job", i, view(w->name())), out[i]);
+    running_in(*w, who_t::item(what, i, view(w->name())), out[i]);
   }
 }
 
-flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Job>>> pending_out(fbb_t& fbb, std::vector<job> const& v) {
+flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Job>>> job_list_out(fbb_t& fbb, std::vector<job> const& v,
+                                                                            char const* what) {
   std::vector<flatbuffers::Offset<wire::Job>> offs;
   offs.reserve(v.size());
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    offs.push_back(job_out(fbb, v[i], who_t::item("pending job", i, v[i].name)));
-  }
+  for (std::size_t i = 0; i < v.size(); ++i) offs.push_back(job_out(fbb, v[i], who_t::item(what, i, v[i].name)));
   return fbb.CreateVector(offs);
 }
 
 flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::RunningJob>>> running_list_out(
-    fbb_t& fbb, std::vector<running_job> const& v) {
+    fbb_t& fbb, std::vector<running_job> const& v, char const* what) {
   std::vector<flatbuffers::Offset<wire::RunningJob>> offs;
   offs.reserve(v.size());
   replica_offsets scratch;
   for (std::size_t i = 0; i < v.size(); ++i) {
-    offs.push_back(running_out(fbb, v[i], who_t::item("running job", i, v[i].name), scratch));
+    offs.push_back(running_out(fbb, v[i], who_t::item(what, i, v[i].name), scratch));
   }
   return fbb.CreateVector(offs);
+}
+
+// ------------------------------------------------------------------ job deltas
+
+/// `epochs`: the request's cluster delta, whose epochs the job delta shares.
+flatbuffers::Offset<wire::JobDelta> job_delta_out(fbb_t& fbb, cluster_delta const& epochs, job_delta const& d) {
+  auto const added = d.added.empty() ? 0 : job_list_out(fbb, d.added, "job delta added");
+  auto const removed = strings_out(fbb, d.removed, false);
+  auto const started = d.started.empty() ? 0 : running_list_out(fbb, d.started, "job delta started");
+  auto const finished = strings_out(fbb, d.finished, false);
+  return wire::CreateJobDelta(fbb, epochs.base_epoch, epochs.new_epoch, added, removed, started, finished);
+}
+
+void job_delta_in(wire::JobDelta const& w, job_delta& d) {
+  job_list_in(w.added(), "job delta added", d.added);
+  strings_in(w.removed(), d.removed);
+  running_list_in(w.started(), "job delta started", d.started);
+  strings_in(w.finished(), d.finished);
 }
 
 char const* body_name(wire::Body b) {
@@ -572,17 +592,40 @@ void decode_request(wire::Envelope const& env, decoded_request& out) {
   header_in(env, out.header);
   auto const* c = req->cluster();
   auto const* d = req->delta();
+  auto const* jd = req->job_delta();
   if (c != nullptr && d != nullptr) invalid("request has both cluster and delta (send exactly one)");
-  if (c == nullptr && d == nullptr) invalid("request has neither cluster nor delta");
+  if (c == nullptr && d == nullptr && jd == nullptr) invalid("request has neither cluster nor delta nor job_delta");
+  if (jd != nullptr) {
+    // Which jobs would the round have? Rather than guess, refuse.
+    if (c != nullptr) invalid("request has both cluster and job_delta (a full cluster comes with full job lists)");
+    if (req->pending() != nullptr || req->running() != nullptr) {
+      invalid("request has both job_delta and pending/running lists (send one or the other)");
+    }
+    if (d != nullptr && (d->base_epoch() != jd->base_epoch() || d->new_epoch() != jd->new_epoch())) {
+      invalid("job_delta moves epoch " + std::to_string(jd->base_epoch()) + " to " + std::to_string(jd->new_epoch()) +
+              " but delta " + std::to_string(d->base_epoch()) + " to " + std::to_string(d->new_epoch()) +
+              " (a request moves the whole session by one step)");
+    }
+  }
   if (c != nullptr) {
     out.delta.reset();
     cluster_in(*c, out.input.state);
   } else {
     if (!out.delta) out.delta.emplace();
-    delta_in(*d, *out.delta);
+    if (d != nullptr) {
+      delta_in(*d, *out.delta);
+    } else {  // only a job delta: the cluster moves to its epoch unchanged
+      *out.delta = {jd->base_epoch(), jd->new_epoch(), {}, {}, {}};
+    }
   }
-  pending_in(req->pending(), out.input.pending);
-  running_list_in(req->running(), out.input.running);
+  if (jd != nullptr) {
+    if (!out.jobs) out.jobs.emplace();
+    job_delta_in(*jd, *out.jobs);
+  } else {
+    out.jobs.reset();
+    job_list_in(req->pending(), "pending job", out.input.pending);
+    running_list_in(req->running(), "running job", out.input.running);
+  }
   out.input.pol = decode_policy(req->policy());
   out.input.now = req->now();
   out.input.deadline_us = req->deadline_us();
@@ -595,19 +638,27 @@ decoded_request decode_request(wire::Envelope const& env) {
 }
 
 void encode_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_input const& in,
-                    cluster_delta const* delta) {
+                    cluster_delta const* delta, job_delta const* jobs) {
+  if (jobs != nullptr && delta == nullptr) invalid("cannot encode a job delta without a cluster delta (its epochs)");
   fbb.Clear();
   flatbuffers::Offset<wire::Cluster> c = 0;
   flatbuffers::Offset<wire::ClusterDelta> d = 0;
-  if (delta != nullptr) {
-    d = delta_out(fbb, *delta);
-  } else {
+  if (delta == nullptr) {
     c = encode_cluster(fbb, in.state);
+  } else if (jobs == nullptr || !delta->added.empty() || !delta->removed.empty() || !delta->changed.empty()) {
+    d = delta_out(fbb, *delta);
   }
-  auto const pending = pending_out(fbb, in.pending);
-  auto const running = running_list_out(fbb, in.running);
+  flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Job>>> pending = 0;
+  flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::RunningJob>>> running = 0;
+  flatbuffers::Offset<wire::JobDelta> jd = 0;
+  if (jobs != nullptr) {
+    jd = job_delta_out(fbb, *delta, *jobs);
+  } else {
+    pending = job_list_out(fbb, in.pending, "pending job");
+    running = running_list_out(fbb, in.running, "running job");
+  }
   auto const pol = policy_out(fbb, in.pol);
-  auto const req = wire::CreateScheduleRequest(fbb, c, d, pending, running, pol, in.now, in.deadline_us);
+  auto const req = wire::CreateScheduleRequest(fbb, c, d, pending, running, pol, in.now, in.deadline_us, jd);
   auto const hdr = header_out(fbb, h);
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::ScheduleRequest, req.Union()));
 }

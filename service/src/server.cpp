@@ -94,11 +94,12 @@ class worker {
                       "no cluster held for session '" + h.session + "': send a full snapshot");
         }
         t = std::chrono::steady_clock::now();
-        // On the round's own copy, so the session keeps its cluster until
-        // the round succeeds; copied over the last round's cluster, whose
-        // nodes' storage it reuses.
+        // On the round's own copy, so the session keeps its state until the
+        // round succeeds; copied over the last round's, whose nodes' and
+        // jobs' storage it reuses.
         in.state = sess->state;
         apply_delta(in.state, *req_.delta);  // throws stale_epoch
+        if (req_.jobs) apply_job_delta(sess->pending, sess->running, *req_.jobs, in.pending, in.running);
         delta_us = micros_since(t);
       }
       // What the cross-round policies remember (delay timers) lives with
@@ -113,11 +114,12 @@ class worker {
       if (req_.delta) r.timing.push_back({stage_apply_delta, delta_us});
       encode_reply(fbb_, h, r, in, stage_encode);
       std::size_t const n_nodes = in.state.nodes.size();
+      std::size_t const n_pending = in.pending.size();
       if (!h.session.empty()) {
-        // The cluster as sent (the round's placements are the caller's to
-        // apply: it reports them back as running jobs or in its next delta)
-        // becomes the session's, and the session's old one the buffer the
-        // next round is decoded or copied into.
+        // The cluster and jobs as sent (the round's placements are the
+        // caller's to apply: it reports them back in its next round) become
+        // the session's, and the session's old ones the buffers the next
+        // round is decoded or copied into.
         session* kept = sess;
         if (kept == nullptr) {
           if (sessions_.size() >= cfg_.max_sessions) sessions_.erase(sessions_.begin());
@@ -125,12 +127,14 @@ class worker {
           kept->memory = std::move(scratch);
         }
         std::swap(kept->state, in.state);
+        std::swap(kept->pending, in.pending);
+        std::swap(kept->running, in.running);
       }
       double const us = micros_since(t0);
       stats_.rounds_ok.fetch_add(1);
       if (cfg_.log_rounds) {
         log_info("round " + std::to_string(h.request_id) + ": " + std::to_string(n_nodes) + " nodes, " +
-                 std::to_string(in.pending.size()) + " pending, " + std::to_string(r.placements.size()) + " placed, " +
+                 std::to_string(n_pending) + " pending, " + std::to_string(r.placements.size()) + " placed, " +
                  std::to_string(r.unplaced_jobs.size()) + " unplaced in " + fmt_ms(us) + " (worker " +
                  std::to_string(id_) + ", " + r.backend + ")");
       }
@@ -150,8 +154,10 @@ class worker {
   int id_;
   solver solver_;
   struct session {
-    cluster state;        ///< the last cluster (deltas apply to it)
-    queue_memory memory;  ///< cross-round policy memory
+    cluster state;                     ///< the last round's cluster (deltas apply to it)
+    std::vector<job> pending;          ///< its pending jobs (job deltas apply to them)
+    std::vector<running_job> running;  ///< its running jobs (job deltas apply to them)
+    queue_memory memory;               ///< cross-round policy memory
   };
   std::map<std::string, session> sessions_;
   decoded_request req_;                        ///< the request being served

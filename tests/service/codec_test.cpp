@@ -167,9 +167,10 @@ bytes to_bytes(flatbuffers::FlatBufferBuilder const& fbb) {
   return {fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize()};
 }
 
-bytes encoded_request(round_input const& in, cluster_delta const* d = nullptr, svc::request_header const& h = {}) {
+bytes encoded_request(round_input const& in, cluster_delta const* d = nullptr, svc::request_header const& h = {},
+                      job_delta const* jobs = nullptr) {
   flatbuffers::FlatBufferBuilder fbb;
-  svc::encode_request(fbb, h, in, d);
+  svc::encode_request(fbb, h, in, d, jobs);
   return to_bytes(fbb);
 }
 
@@ -309,6 +310,13 @@ void expect_eq(cluster_delta const& a, cluster_delta const& b) {
   }
 }
 
+void expect_eq(job_delta const& a, job_delta const& b) {
+  expect_all_eq(a.added, b.added);
+  EXPECT_EQ(a.removed, b.removed);
+  expect_all_eq(a.started, b.started);
+  EXPECT_EQ(a.finished, b.finished);
+}
+
 void expect_eq(round_result const& a, round_result const& b) {
   EXPECT_EQ(a.epoch, b.epoch);
   ASSERT_EQ(a.placements.size(), b.placements.size());
@@ -438,6 +446,69 @@ TEST(CodecRoundTrip, DeltaRequest) {
   EXPECT_EQ(next.epoch, 43u);
 }
 
+/// A job delta on rich_input(): a new job, one removed, one replaced (in
+/// removed and added), a running job started and one finished.
+job_delta rich_job_delta(round_input const& in) {
+  job_delta jd;
+  job fresh = in.pending[1];
+  fresh.name = "fresh";
+  job replaced = in.pending[0];
+  replaced.priority = 99;
+  jd.added = {fresh, replaced};
+  jd.removed = {in.pending[2].name, in.pending[0].name};
+  running_job started = in.running[0];
+  started.name = "started";
+  jd.started = {started};
+  jd.finished = {in.running[1].name};
+  return jd;
+}
+
+TEST(CodecRoundTrip, JobDeltaRequest) {
+  auto const in = rich_input();
+  auto const jd = rich_job_delta(in);
+  cluster_delta d{42, 43, {}, {}, {{0, in.state.nodes[1]}}};
+  auto const dec = decode_ok(encoded_request(in, &d, {5, "s", 0}, &jd));
+  ASSERT_TRUE(dec.delta.has_value());
+  ASSERT_TRUE(dec.jobs.has_value());
+  expect_eq(d, *dec.delta);
+  expect_eq(jd, *dec.jobs);
+  // The job lists travel as the delta only.
+  EXPECT_TRUE(dec.input.pending.empty());
+  EXPECT_TRUE(dec.input.running.empty());
+  expect_eq(in.pol, dec.input.pol);
+  EXPECT_EQ(dec.input.now, in.now);
+
+  // With no node changes the ClusterDelta stays off the wire; the JobDelta
+  // carries the epochs, and the decoded delta has them with nothing else.
+  cluster_delta const epochs{42, 45, {}, {}, {}};
+  auto const b = encoded_request(in, &epochs, {6, "s", 0}, &jd);
+  auto const chk = svc::check_envelope(b.data(), b.size());
+  ASSERT_NE(chk.envelope, nullptr) << chk.message;
+  auto const* req = chk.envelope->body_as_ScheduleRequest();
+  EXPECT_EQ(req->delta(), nullptr);
+  EXPECT_EQ(req->pending(), nullptr);
+  EXPECT_EQ(req->running(), nullptr);
+  ASSERT_NE(req->job_delta(), nullptr);
+  EXPECT_EQ(req->job_delta()->new_epoch(), 45u);
+  auto const alone = svc::decode_request(*chk.envelope);
+  ASSERT_TRUE(alone.delta.has_value());
+  expect_eq(epochs, *alone.delta);
+  expect_eq(jd, *alone.jobs);
+
+  // Applied on the server side it gives the expected lists.
+  std::vector<job> pending;
+  std::vector<running_job> running;
+  apply_job_delta(in.pending, in.running, *alone.jobs, pending, running);
+  ASSERT_EQ(pending.size(), 3u);
+  EXPECT_EQ(pending[0].name, "serve-frac");
+  EXPECT_EQ(pending[1].name, "fresh");
+  EXPECT_EQ(pending[2].name, "train-gang");
+  EXPECT_EQ(pending[2].priority, 99);
+  ASSERT_EQ(running.size(), 2u);
+  EXPECT_EQ(running[0].name, "running-gang");
+  expect_eq(jd.started[0], running[1]);
+}
+
 TEST(CodecRoundTrip, Reply) {
   auto const in = rich_input();
   auto const r = rich_result();
@@ -500,9 +571,12 @@ TEST(CodecRoundTrip, DecodingIntoAReusedRequestMatchesAFreshDecode) {
   j.name = "defaults";
   defaults.pending = {j};
   cluster_delta d{42, 43, {make_node("new-1", 8, 2)}, {3}, {{0, rich.state.nodes[1]}}};
+  cluster_delta const epochs_only{42, 43, {}, {}, {}};
+  auto const jd = rich_job_delta(rich);
   std::vector<bytes> msgs{encoded_request(rich, nullptr, {1, "a-long-session-name-beyond-sso", 2}),
                           encoded_request(defaults), encoded_request(rich, &d, {3, "s", 4}),
-                          encoded_request(defaults, &d), encoded_request(rich)};
+                          encoded_request(rich, &d, {}, &jd), encoded_request(defaults, &d),
+                          encoded_request(rich, &epochs_only, {}, &jd), encoded_request(rich)};
   for (int k = 0; k < 20; ++k) {
     auto in = testing_support::random_round(rng);
     in.running = rich.running;
@@ -524,8 +598,13 @@ TEST(CodecRoundTrip, DecodingIntoAReusedRequestMatchesAFreshDecode) {
     } else {
       expect_eq(reused.input.state, fresh.input.state);  // with a delta, the state is the caller's
     }
-    expect_all_eq(reused.input.pending, fresh.input.pending);
-    expect_all_eq(reused.input.running, fresh.input.running);
+    ASSERT_EQ(reused.jobs.has_value(), fresh.jobs.has_value());
+    if (fresh.jobs) {
+      expect_eq(*reused.jobs, *fresh.jobs);
+    } else {  // with a job delta, the lists are the caller's
+      expect_all_eq(reused.input.pending, fresh.input.pending);
+      expect_all_eq(reused.input.running, fresh.input.running);
+    }
     expect_eq(reused.input.pol, fresh.input.pol);
     EXPECT_EQ(reused.input.now, fresh.input.now);
     EXPECT_EQ(reused.input.deadline_us, fresh.input.deadline_us);
@@ -687,6 +766,9 @@ struct wire_values {
   std::uint8_t pool = 2, kind = 0, mode = 0, algo = 0, running_kind = 0;
   std::uint32_t replicas = 1;
   bool cluster = true, delta = false;
+  bool lists = true;            ///< pending and running present
+  bool job_delta = false;
+  std::uint64_t job_base = 1;   ///< the job delta's base epoch (the cluster delta's is 1)
 };
 
 /// A request written directly with the generated API, so values the domain
@@ -707,7 +789,9 @@ bytes raw_request(wire_values const& v) {
   std::vector<flatbuffers::Offset<wire::RunningJob>> running{
       wire::CreateRunningJobDirect(fbb, "r", static_cast<wire::JobKind>(v.running_kind), 0, rdem)};
   auto const pol = wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(v.algo));
-  auto const req = wire::CreateScheduleRequestDirect(fbb, c, d, &pending, &running, pol);
+  auto const jd = v.job_delta ? wire::CreateJobDeltaDirect(fbb, v.job_base, v.job_base + 1) : 0;
+  auto const req = wire::CreateScheduleRequestDirect(fbb, c, d, v.lists ? &pending : nullptr,
+                                                     v.lists ? &running : nullptr, pol, 0, 0, jd);
   auto const hdr = wire::CreateHeader(fbb, 1, 1);
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::ScheduleRequest, req.Union()));
   return to_bytes(fbb);
@@ -745,6 +829,24 @@ TEST(DecodeErrors, ClusterAndDeltaExclusive) {
   auto const dec = decode_ok(raw_request({.cluster = false, .delta = true}));
   ASSERT_TRUE(dec.delta.has_value());
   EXPECT_EQ(dec.delta->new_epoch, 2u);
+}
+
+TEST(DecodeErrors, JobDeltaOnlyWhereItIsUnambiguous) {
+  // Alone (the cluster moves to its epoch unchanged), or with a cluster
+  // delta at the same epochs.
+  auto const alone = decode_ok(raw_request({.cluster = false, .lists = false, .job_delta = true, .job_base = 7}));
+  ASSERT_TRUE(alone.delta.has_value());
+  ASSERT_TRUE(alone.jobs.has_value());
+  expect_eq(cluster_delta{7, 8, {}, {}, {}}, *alone.delta);
+  auto const both = decode_ok(raw_request({.cluster = false, .delta = true, .lists = false, .job_delta = true}));
+  ASSERT_TRUE(both.delta.has_value());
+  ASSERT_TRUE(both.jobs.has_value());
+  // Which jobs, which state, which epoch? Refused rather than guessed.
+  expect_decode_error({.cluster = true, .lists = false, .job_delta = true}, {"both cluster and job_delta"});
+  expect_decode_error({.cluster = false, .delta = true, .job_delta = true}, {"both job_delta and pending/running"});
+  expect_decode_error({.cluster = false, .lists = true, .job_delta = true}, {"pending/running"});
+  expect_decode_error({.cluster = false, .delta = true, .lists = false, .job_delta = true, .job_base = 5},
+                      {"job_delta moves epoch 5 to 6 but delta 1 to 2"});
 }
 
 TEST(DecodeErrors, WrongBodyKind) {
@@ -799,6 +901,14 @@ TEST(EncodeErrors, ValuesThatDoNotFitTheWire) {
   in = rich_input();
   in.running[0].replicas[0].gpus = {300};
   expect_logic_error([&] { svc::encode_request(fbb, {}, in); }, error_code::invalid_argument, {"gpus"});
+  in = rich_input();
+  auto jd = rich_job_delta(in);
+  expect_logic_error([&] { svc::encode_request(fbb, {}, in, nullptr, &jd); }, error_code::invalid_argument,
+                     {"job delta without a cluster delta"});
+  jd.started[0].replicas[0].gpus = {300};
+  cluster_delta const d{42, 43, {}, {}, {}};
+  expect_logic_error([&] { svc::encode_request(fbb, {}, in, &d, &jd); }, error_code::invalid_argument,
+                     {"job delta started 0 ('started')", "gpus"});
 }
 
 TEST(ErrorCodes, MappingAndNames) {

@@ -46,14 +46,26 @@ class client {
   client& operator=(client const&) = delete;
 
   /// Sends one full round (cluster snapshot + jobs) and waits for the reply.
-  /// The client keeps the snapshot as its mirror of the session's cluster.
+  /// The client keeps the round as its mirror of the session's state.
   service::decoded_reply solve(round_input const& in);
-  /// Sends a round as a delta against the session's cluster (jobs_only's
-  /// state is ignored). The delta is applied to the client's mirror first
-  /// (so a bad delta fails here); if the server answers StaleEpoch (it was
-  /// restarted, or lost the session), the client resends the full, updated
-  /// snapshot by itself and returns that reply. Needs a prior solve().
+  /// Sends a round as a delta against the session's cluster, with the jobs
+  /// in full (jobs_only's state is ignored). The delta is applied to the
+  /// client's mirror first (so a bad delta fails here); if the server
+  /// answers StaleEpoch (it was restarted, or lost the session), the client
+  /// resends the full, updated snapshot by itself and returns that reply.
+  /// Needs a prior solve().
   service::decoded_reply solve_delta(cluster_delta const& delta, round_input const& jobs_only);
+  /// The same with the jobs as a delta too: `delta` moves the cluster (its
+  /// node lists may be empty) and carries the epochs, `jobs` moves the
+  /// pending and running jobs of the session's last round; the policy, now
+  /// and deadline are `rest`'s (its state and jobs are ignored). A bad job
+  /// delta fails here too, and a resync sends the updated jobs in full.
+  service::decoded_reply solve_delta(cluster_delta const& delta, job_delta const& jobs, round_input const& rest);
+  /// The last round the server accepted, as it was solved: the session's
+  /// cluster and jobs (after the deltas), with that round's policy, now and
+  /// deadline. Its reply's job indices refer to this pending list. Null
+  /// before the first.
+  [[nodiscard]] round_input const* last_round() const { return mirror_ ? &*mirror_ : nullptr; }
   /// Full snapshots sent because the server did not hold the session.
   [[nodiscard]] std::uint64_t resyncs() const { return resyncs_; }
   /// Sends raw bytes (tests: malformed requests) and returns the raw reply.
@@ -65,16 +77,24 @@ class client {
 
  private:
   /// Encodes, sends, waits, decodes; the round trip started at `t0`.
-  service::decoded_reply send(round_input const& in, cluster_delta const* delta,
+  service::decoded_reply send(round_input const& in, cluster_delta const* delta, job_delta const* jobs,
                               std::chrono::steady_clock::time_point t0);
+  /// next_ becomes the mirror's cluster moved by `delta`, with `rest`'s
+  /// policy, now and deadline.
+  void move_cluster(cluster_delta const& delta, round_input const& rest);
+  /// Sends next_ as deltas, or in full when the server lost the session.
+  service::decoded_reply send_delta(cluster_delta const& delta, job_delta const* jobs,
+                                    std::chrono::steady_clock::time_point t0);
+  /// next_ becomes the mirror when the server accepted the round.
+  service::decoded_reply keep(service::decoded_reply reply);
 
   struct impl;
   client_options opt_;
   std::unique_ptr<impl> impl_;
   std::uint64_t next_id_ = 1;
   round_trip_timing last_timing_;
-  std::optional<cluster> mirror_;  ///< the cluster the session should hold
-  cluster next_;                   ///< the mirror moved by the delta in flight
+  std::optional<round_input> mirror_;  ///< the last round accepted: what the session holds
+  round_input next_;                   ///< the round in flight (the mirror moved by its deltas)
   std::uint64_t resyncs_ = 0;
 };
 

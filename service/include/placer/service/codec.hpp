@@ -11,6 +11,7 @@
 // maps onto wire::ErrorCode (error_code_to_wire).
 
 #include <placer/schemas/placement_generated.h>
+#include <placer/service/job_delta.hpp>
 #include <placer/solver/model.hpp>
 #include <placer/topology/error.hpp>
 
@@ -29,12 +30,17 @@ struct request_header {
   std::uint64_t sent_at_us = 0;
 };
 
-/// A decoded ScheduleRequest: the round, plus a delta when the request
-/// carries one instead of a full cluster (input.state is then empty).
+/// A decoded ScheduleRequest: the round, plus deltas when the request moves
+/// the session's state instead of sending it. `delta` moves the cluster
+/// (input.state is then the caller's to fill from the session) and carries
+/// the epochs; `jobs` moves the pending and running jobs (input.pending and
+/// input.running are then the caller's to fill), and comes with a `delta`,
+/// one without node changes when the request carries only a JobDelta.
 struct decoded_request {
   request_header header;
   round_input input;
   std::optional<cluster_delta> delta;
+  std::optional<job_delta> jobs;
 };
 
 /// Outcome of checking raw bytes: the verified envelope or an error.
@@ -50,14 +56,17 @@ envelope_check check_envelope(void const* data, std::size_t size,
 
 /// Converts a verified ScheduleRequest; throws logic_error(invalid_argument)
 /// on content the domain model cannot hold: a body that is not a
-/// ScheduleRequest, both or neither of cluster/delta, an unknown enum value,
-/// an unsigned count or index above INT32_MAX. Everything else (negative
-/// demands, bad indices...) is copied as is for placer::validate to reject.
+/// ScheduleRequest, both or neither of cluster/delta, a job_delta with a
+/// cluster or with pending/running lists or at other epochs than the
+/// delta's, an unknown enum value, an unsigned count or index above
+/// INT32_MAX. Everything else (negative demands, bad indices...) is copied
+/// as is for placer::validate to reject.
 decoded_request decode_request(wire::Envelope const& env);
 /// The same into `out`, reusing its strings and vectors: decoding a steady
 /// stream of similar requests into one object allocates nothing. With a
 /// delta, out.input.state is left as it was (the caller fills it from the
-/// session); after a throw, `out` holds a partly decoded request.
+/// session), and with a job delta so are the job lists; after a throw, `out`
+/// holds a partly decoded request.
 void decode_request(wire::Envelope const& env, decoded_request& out);
 
 /// Domain -> wire. Each encoder clears `fbb` first and finishes it as a
@@ -66,8 +75,11 @@ void decode_request(wire::Envelope const& env, decoded_request& out);
 /// encode_reply with an `encode_stage` name appends one stage of that name
 /// to the reply's timing list: this call's own time up to the timing list
 /// (what follows it is a few dozen bytes).
+/// encode_request sends `delta` instead of in.state, and `jobs` instead of
+/// in.pending and in.running; `jobs` needs a `delta` (its epochs), which is
+/// left out of the message when it changes no node.
 void encode_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_input const& in,
-                    cluster_delta const* delta = nullptr);
+                    cluster_delta const* delta = nullptr, job_delta const* jobs = nullptr);
 void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_result const& r,
                   round_input const& in, char const* encode_stage = nullptr);
 void encode_error(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, wire::ErrorCode code,

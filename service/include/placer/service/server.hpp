@@ -7,11 +7,12 @@
 // Threads: one I/O thread owns the ROUTER socket, checks each message
 // (size, identifier, verifier) and hands it to a solver worker over an
 // inproc socket; each worker owns a solver (its own backend, so its own
-// CUDA stream) and the cluster state of the sessions routed to it. A
-// session always goes to the same worker (hash of the session id), so its
-// rounds and deltas stay in order while different clients run in parallel.
-// Per request, in the worker: decode -> (apply delta to the session's
-// cluster) -> validate -> solve -> encode, each stage timed in the reply.
+// CUDA stream) and the state (cluster and jobs) of the sessions routed to
+// it. A session always goes to the same worker (hash of the session id), so
+// its rounds and deltas stay in order while different clients run in
+// parallel. Per request, in the worker: decode -> (apply deltas to the
+// session's cluster and jobs) -> validate -> solve -> encode, each stage
+// timed in the reply.
 // Every failure becomes an Error reply with a specific wire::ErrorCode; the
 // server never dies on bad input and answers the next request normally.
 // Peers may be DEALER (frames: payload) or REQ (frames: empty, payload).
@@ -30,8 +31,8 @@ namespace placer::service {
 
 /// The stages the service adds to a reply's timing list beside the
 /// solver's (whose "total" is the solve alone): the FlatBuffers verifier
-/// (on the I/O thread), the request's decoding, the delta applied to the
-/// session's cluster (delta rounds only) and the reply's encoding.
+/// (on the I/O thread), the request's decoding, the deltas applied to the
+/// session's cluster and jobs (delta rounds only) and the reply's encoding.
 inline constexpr char const* stage_verify = "verify";
 inline constexpr char const* stage_decode = "decode";
 inline constexpr char const* stage_apply_delta = "apply_delta";
