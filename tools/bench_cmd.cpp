@@ -6,8 +6,9 @@
 // latency percentiles, throughput, the server's per-stage times and where
 // the wire path's time goes (client encode and decode, the service's own
 // stages, transport) side by side. With --delta N each round after the first
-// is sent as a delta rewriting N nodes, as a cluster manager would.
-// Starts its own servers unless given --endpoint.
+// is sent as a delta rewriting N nodes, as a cluster manager would; with
+// --job-churn K the jobs go as job deltas too, K of them leaving and K
+// arriving each round. Starts its own servers unless given --endpoint.
 #include "cli.hpp"
 #include "commands.hpp"
 
@@ -45,7 +46,8 @@ struct bench_args {
   std::string data_dir;
   int rounds = 0;  // 0 = scenario default
   int warmup = 3;
-  int delta_nodes = 0;  // 0 = a full snapshot every round
+  int delta_nodes = 0;  // 0 = a full snapshot every round (unless job_churn)
+  int job_churn = -1;   // -1 = the jobs in full every round
   std::string mode = "closed";
   double rate = 10;
   std::vector<std::string> configs;  // cuda, cpu, kube
@@ -56,7 +58,7 @@ struct bench_args {
   throw std::invalid_argument(
       why +
       "\nusage: placer bench [--scenario 1k|10k|100k|openb] [--rounds N] [--warmup N] [--delta NODES]\n"
-      "                    [--mode closed|open] [--rate ROUNDS_PER_S] [--configs cuda,cpu,kube]\n"
+      "                    [--job-churn JOBS] [--mode closed|open] [--rate ROUNDS_PER_S] [--configs cuda,cpu,kube]\n"
       "                    [--endpoint E] [--data DIR] [--json FILE] [--plot FILE.svg]");
 }
 
@@ -64,8 +66,8 @@ bench_args parse(int argc, char** argv) {
   cli_args opts;
   try {
     opts = parse_cli(argc, argv, 2,
-                     {"scenario", "endpoint", "data", "rounds", "warmup", "delta", "mode", "rate", "json", "plot",
-                      "configs"},
+                     {"scenario", "endpoint", "data", "rounds", "warmup", "delta", "job-churn", "mode", "rate", "json",
+                      "plot", "configs"},
                      {},
                      "bench");
   } catch (usage_error const& e) {
@@ -78,6 +80,7 @@ bench_args parse(int argc, char** argv) {
   if (opts.has("rounds")) a.rounds = std::stoi(opts.get("rounds"));
   if (opts.has("warmup")) a.warmup = std::stoi(opts.get("warmup"));
   if (opts.has("delta")) a.delta_nodes = std::stoi(opts.get("delta"));
+  if (opts.has("job-churn")) a.job_churn = std::stoi(opts.get("job-churn"));
   a.mode = opts.get("mode", a.mode);
   if (opts.has("rate")) a.rate = std::stod(opts.get("rate"));
   a.json_path = opts.get("json");
@@ -87,7 +90,32 @@ bench_args parse(int argc, char** argv) {
   if (a.mode != "closed" && a.mode != "open") usage("--mode must be closed or open");
   if (a.rate <= 0) usage("--rate must be positive");
   if (a.delta_nodes < 0) usage("--delta must not be negative");
+  if (opts.has("job-churn") && a.job_churn < 0) usage("--job-churn must not be negative");
   return a;
+}
+
+/// Rounds after the first are deltas: of nodes, of jobs, or both.
+bool deltas(bench_args const& a) { return a.delta_nodes > 0 || a.job_churn >= 0; }
+
+/// One round's job churn on `live` (the session's list as the server will
+/// hold it): the k jobs at its head leave (placed, cancelled, finished) and
+/// come back at its tail under a new name, so every round solves the same
+/// jobs. Names are "<first name>~<round>".
+template <class Job>
+void churn(std::vector<Job>& live, std::size_t k, std::uint64_t round, std::vector<std::string>& gone,
+           std::vector<Job>& arrived) {
+  k = std::min(k, live.size());
+  gone.clear();
+  arrived.clear();
+  for (std::size_t i = 0; i < k; ++i) {
+    gone.push_back(live[i].name);
+    arrived.push_back(live[i]);
+    auto& name = arrived.back().name;
+    name.resize(std::min(name.find('~'), name.size()));
+    name += "~" + std::to_string(round);
+  }
+  live.erase(live.begin(), live.begin() + static_cast<std::ptrdiff_t>(k));
+  live.insert(live.end(), arrived.begin(), arrived.end());
 }
 
 
@@ -151,26 +179,37 @@ config_result run_config(bench_args const& a, round_input in, std::string const&
   client c({endpoint, 600000, ""});
   // Delta rounds rewrite the next delta_nodes nodes (round robin) with their
   // own values: the server does a delta's work and solves the same round.
+  // With job churn, jobs_only follows the session's jobs (churn()), built
+  // outside the timed round as a cluster manager would have it ready.
   round_input jobs_only = in;
   jobs_only.state = {};
   std::uint64_t epoch = in.state.epoch;
   std::size_t next_node = 0;
+  job_delta jobs;
   auto next_delta = [&] {
     cluster_delta d{epoch, epoch + 1, {}, {}, {}};
     for (int k = 0; k < a.delta_nodes; ++k, next_node = (next_node + 1) % in.state.nodes.size()) {
       d.changed.push_back({static_cast<std::int32_t>(next_node), in.state.nodes[next_node]});
     }
     ++epoch;
+    if (a.job_churn >= 0) {
+      auto const k = static_cast<std::size_t>(a.job_churn);
+      churn(jobs_only.pending, k, epoch, jobs.removed, jobs.added);
+      churn(jobs_only.running, k, epoch, jobs.finished, jobs.started);
+    }
     return d;
   };
-  auto round = [&](cluster_delta const& d) { return a.delta_nodes > 0 ? c.solve_delta(d, jobs_only) : c.solve(in); };
-  if (a.delta_nodes > 0) c.solve(in);  // the snapshot the deltas apply to
+  auto round = [&](cluster_delta const& d) {
+    if (!deltas(a)) return c.solve(in);
+    return a.job_churn >= 0 ? c.solve_delta(d, jobs, jobs_only) : c.solve_delta(d, jobs_only);
+  };
+  if (deltas(a)) c.solve(in);  // the snapshot the deltas apply to
   for (int k = 0; k < a.warmup; ++k) round(next_delta());
   auto const t_start = clock_type::now();
   auto const period = std::chrono::duration<double>(1.0 / a.rate);
   double placed = 0;
   for (int k = 0; k < rounds; ++k) {
-    auto const d = a.delta_nodes > 0 ? next_delta() : cluster_delta{};
+    auto const d = deltas(a) ? next_delta() : cluster_delta{};
     auto const scheduled = t_start + std::chrono::duration_cast<clock_type::duration>(period * k);
     if (a.mode == "open") std::this_thread::sleep_until(scheduled);
     auto const t0 = a.mode == "open" ? scheduled : clock_type::now();
@@ -212,8 +251,8 @@ int cmd_bench(int argc, char** argv) {
   std::cout << "scenario " << a.scenario << ": " << in.state.nodes.size() << " nodes, " << gpus << " GPUs, "
             << in.pending.size() << " pending jobs; " << rounds << " rounds per configuration, " << a.mode
             << "-loop" << (a.mode == "open" ? " at " + fmt(a.rate, 1) + " rounds/s" : "")
-            << (a.delta_nodes > 0 ? ", deltas of " + std::to_string(a.delta_nodes) + " nodes" : ", full snapshots")
-            << "\n";
+            << (deltas(a) ? ", deltas of " + std::to_string(a.delta_nodes) + " nodes" : ", full snapshots")
+            << (a.job_churn >= 0 ? " and " + std::to_string(a.job_churn) + " jobs leaving and arriving" : "") << "\n";
 
   if (a.configs.empty()) {
     if (kernels::cuda_unavailable_reason().empty()) a.configs.push_back("cuda");
@@ -287,7 +326,7 @@ int cmd_bench(int argc, char** argv) {
     std::ofstream f(a.json_path);
     if (!f) throw std::runtime_error(a.json_path + ": cannot open for writing");
     f << "{\"scenario\":\"" << a.scenario << "\",\"mode\":\"" << a.mode << "\",\"rounds\":" << rounds
-      << ",\"delta_nodes\":" << a.delta_nodes << ",\"configs\":[";
+      << ",\"delta_nodes\":" << a.delta_nodes << ",\"job_churn\":" << a.job_churn << ",\"configs\":[";
     for (std::size_t k = 0; k < results.size(); ++k) {
       auto const& r = results[k];
       f << (k ? "," : "") << "{\"config\":\"" << r.name << "\",\"backend\":\"" << r.backend << "\",\"p50_ms\":"
