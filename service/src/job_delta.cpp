@@ -88,7 +88,8 @@ void check(std::vector<Job> const& held, std::vector<std::string> const& leaving
                                           std::string("is already a ") + f.list + " job (to replace it, name it in " +
                                               f.leave + " too)"));
     PLACER_EXPECTS(m.held < 0, problem(f, true, m.leaves, m.name,
-                                       std::string("names more than one ") + f.list + " job (send the full lists instead)"));
+                                       std::string("names more than one ") + f.list +
+                                           " job (send the full lists instead)"));
     m.held = static_cast<std::int64_t>(p);
   }
   for (std::size_t k = 0; k < leaving.size(); ++k) {

@@ -304,7 +304,8 @@ std::string difference(decoded_reply const& rep, round_result const& want) {
   auto const& got = rep.result;
   if (got.placements.size() != want.placements.size()) return "number of placements";
   for (std::size_t k = 0; k < want.placements.size(); ++k) {
-    if (got.placements[k].job != want.placements[k].job || !(got.placements[k].replicas == want.placements[k].replicas)) {
+    auto const& g = got.placements[k];
+    if (g.job != want.placements[k].job || !(g.replicas == want.placements[k].replicas)) {
       return "placement " + std::to_string(k);
     }
   }
