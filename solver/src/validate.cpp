@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <string>
+#include <tuple>
+#include <vector>
 
 namespace placer {
 
@@ -20,6 +22,49 @@ void check_demand(demand const& d, Who const& who) {
                  who() + ": a fractional gpu_milli is only allowed with gpus == 1");
   PLACER_EXPECTS(d.cpu_milli >= 0, who() + ": demand.cpu_milli must not be negative");
   PLACER_EXPECTS(d.memory_mib >= 0, who() + ": demand.memory_mib must not be negative");
+}
+
+/// The running jobs sit inside what their nodes report as used: per node
+/// their CPU and memory, and per GPU their shares, are at most capacity
+/// minus free (other work the caller does not list may use the rest).
+/// Otherwise stopping one (preemption, elastic scale-in) would hand back
+/// resources the node never had. Indices are checked before this runs.
+/// Work and memory scale with the running replicas, not the cluster.
+void check_running_fit(round_input const& in) {
+  struct use {
+    std::int32_t node, gpu;  ///< gpu -1: the replica's CPU and memory
+    std::size_t job;
+    std::int64_t cpu, mem, milli;
+  };
+  std::vector<use> uses;
+  for (std::size_t j = 0; j < in.running.size(); ++j) {
+    auto const& r = in.running[j];
+    for (auto const& rp : r.replicas) {
+      uses.push_back({rp.node, -1, j, r.per_replica.cpu_milli, r.per_replica.memory_mib, 0});
+      for (auto g : rp.gpus) uses.push_back({rp.node, g, j, 0, 0, rp.gpu_milli});
+    }
+  }
+  std::sort(uses.begin(), uses.end(), [](use const& a, use const& b) {
+    return std::tie(a.node, a.gpu, a.job) < std::tie(b.node, b.gpu, b.job);
+  });
+  std::int64_t cpu = 0, mem = 0, milli = 0;
+  for (std::size_t k = 0; k < uses.size(); ++k) {
+    auto const& u = uses[k];
+    if (k == 0 || u.node != uses[k - 1].node || u.gpu != uses[k - 1].gpu) cpu = mem = milli = 0;
+    cpu += u.cpu;
+    mem += u.mem;
+    milli += u.milli;
+    auto const& nd = in.state.nodes[static_cast<std::size_t>(u.node)];
+    char const* what = cpu > nd.cpu_milli_capacity - nd.cpu_milli_free      ? "its CPU"
+                       : mem > nd.memory_mib_capacity - nd.memory_mib_free ? "its memory"
+                       : u.gpu >= 0 && milli > milli_per_gpu - nd.gpu_free_milli[static_cast<std::size_t>(u.gpu)]
+                           ? "a GPU's share"
+                           : nullptr;
+    PLACER_EXPECTS(what == nullptr, "running job " + std::to_string(u.job) + " ('" + in.running[u.job].name +
+                                        "') and the running jobs before it on node " + std::to_string(u.node) +
+                                        " ('" + nd.name + "')" + (u.gpu >= 0 ? " GPU " + std::to_string(u.gpu) : "") +
+                                        " hold more than the node reports as used (capacity - free): " + what);
+  }
 }
 
 }  // namespace
@@ -62,6 +107,7 @@ void validate(round_input const& in) {
       PLACER_EXPECTS(rp.gpu_milli >= 1 && rp.gpu_milli <= milli_per_gpu, who() + ": gpu_milli must be in 1..1000");
     }
   }
+  check_running_fit(in);
 }
 
 }  // namespace placer

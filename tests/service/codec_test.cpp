@@ -54,7 +54,7 @@ round_input rich_input() {
   c.topo.domains = {{"cluster", 0, -1}, {"spine-0", 1, 0}, {"leaf-0", 2, 1}, {"leaf-1", 2, 1}, {"nvl-0", 3, 2}};
 
   node a = make_node("gpu-a", 8, 4);
-  a.gpu_free_milli = {1000, 0, 250, 1000, 999, 1, 1000, 500};
+  a.gpu_free_milli = {0, 0, 250, 0, 999, 1, 1000, 500};  // GPUs 0 and 3: the running gang below
   a.gpu_healthy = {1, 1, 0, 1, 1, 1, 0, 1};  // two unhealthy GPUs
   a.gpu_nvlink = {0, 0, 0, 0, 1, 1, 1, 1};
   a.pool = pool_kind::training;
@@ -64,6 +64,7 @@ round_input rich_input() {
   b.pool = pool_kind::inference;
   b.loanable = true;
   b.gpu_nvlink = {3, 3, 7, 7};
+  b.gpu_free_milli = {0, 0, 1000, 1000};  // GPUs 0 and 1: the running gang
   node cpu = make_node("cpu-only", 0, 3);
   cpu.labels = {"cpu"};
   node sick = make_node("sick", 2, -1);

@@ -513,6 +513,8 @@ TEST(Service, RejectedJobDeltaLeavesTheSessionAsItWas) {
   running_job r1 = r0;
   r1.name = "r1";
   in.running = {r0, r1};
+  in.state.nodes[0].cpu_milli_free -= 2 * r0.per_replica.cpu_milli;  // both run on node 0
+  in.state.nodes[0].memory_mib_free -= 2 * r0.per_replica.memory_mib;
   ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
   auto send_raw = [&](cluster_delta const& d, job_delta const& jd, std::uint64_t id) {
     flatbuffers::FlatBufferBuilder fbb;

@@ -122,6 +122,7 @@ round_input steady_round() {
     rp.node = k;
     rp.gpus = {1};
     r.replicas.push_back(rp);
+    in.state.nodes[static_cast<std::size_t>(k)].gpu_free_milli[1] = 0;  // held by r (its CPU is within the used part)
     in.running.push_back(std::move(r));
   }
   return in;

@@ -201,6 +201,45 @@ TEST(Solver, InvalidInputThrowsInvalidArgument) {
   EXPECT_THROW(s.solve(in), logic_error);
 }
 
+TEST(Solver, RunningJobsMustFitWhatTheirNodesReportAsUsed) {
+  // Two running jobs on node 1 (8 GPUs): a share of GPU 2 each, 4 cores each.
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  auto& nd = in.state.nodes[1];
+  nd.gpu_free_milli[2] = 400;  // 600 used: room for the two shares (300 + 300)
+  nd.cpu_milli_free = nd.cpu_milli_capacity - 8000;
+  nd.memory_mib_free = nd.memory_mib_capacity - 2048;
+  for (char const* name : {"share-a", "share-b"}) {
+    running_job rj;
+    rj.name = name;
+    rj.per_replica = {1, 300, 4000, 1024};
+    rj.replicas.push_back({1, {2}, 300});
+    in.running.push_back(rj);
+  }
+  in.pending.push_back(gpu_job("p", 1));
+  auto s = cpu_solver();
+  EXPECT_NO_THROW(s.solve(in));
+  auto expect_rejected = [&](char const* what) {
+    try {
+      s.solve(in);
+      ADD_FAILURE() << "expected invalid_argument for " << what;
+    } catch (logic_error const& e) {
+      EXPECT_EQ(e.code(), error_code::invalid_argument);
+      std::string const msg = e.what();
+      EXPECT_NE(msg.find("running job 1 ('share-b')"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(what), std::string::npos) << msg;
+    }
+  };
+  nd.gpu_free_milli[2] = 500;  // 500 used: the second share does not fit
+  expect_rejected("GPU 2");
+  nd.gpu_free_milli[2] = 400;
+  nd.cpu_milli_free += 1;  // one milli-core short
+  expect_rejected("its CPU");
+  nd.cpu_milli_free -= 1;
+  nd.memory_mib_free += 1;
+  expect_rejected("its memory");
+}
+
 TEST(Solver, KubeBaselinesSpreadOrPack) {
   round_input in;
   in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(4).gpus(8).build();
