@@ -223,7 +223,9 @@ int cmd_simulate(int argc, char** argv) {
       co.timeout_ms = static_cast<int>(to_int(o, "timeout-ms", 5000));
       cl = std::make_unique<client>(co);
       remote = [&cl](round_input const& in) {
-        service::decoded_reply r = cl->solve(in);
+        // The simulator moves the epoch every round: the client sends the
+        // nodes and jobs that changed (cluster and job deltas).
+        service::decoded_reply r = cl->solve_incremental(in);
         if (r.code != wire::ErrorCode::Ok) {
           throw std::runtime_error(std::string("service error ") + service::error_code_name(r.code) + ": " + r.message);
         }

@@ -3,6 +3,9 @@
 
 #include <chrono>
 #include <random>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 #include <zmq.hpp>
 
 namespace placer {
@@ -167,6 +170,60 @@ service::decoded_reply client::solve_delta(cluster_delta const& delta, job_delta
   // Throws on a bad job delta, before sending.
   apply_job_delta(mirror_->pending, mirror_->running, jobs, next_.pending, next_.running);
   return send_delta(delta, &jobs, t0);
+}
+
+namespace {
+
+/// How `to` follows from `from` as a job delta: `from` without `left`, then
+/// `arrived` appended. The jobs of `from` found, unchanged and in order, at
+/// the head of `to` stay; every other job of `from` leaves (coming back in
+/// the appended tail if `to` still holds its name). False when a name
+/// repeats in either list, which a delta keyed by name cannot express.
+template <class Job>
+bool diff_jobs(std::vector<Job> const& from, std::vector<Job> const& to, std::vector<std::string>& left,
+               std::vector<Job>& arrived) {
+  std::unordered_map<std::string_view, std::size_t> at;  // name -> index in `to`
+  at.reserve(to.size());
+  for (std::size_t i = 0; i < to.size(); ++i) {
+    if (!at.emplace(to[i].name, i).second) return false;
+  }
+  std::unordered_set<std::string_view> seen;
+  seen.reserve(from.size());
+  std::size_t kept = 0;  // to[0..kept) are from's jobs that stay
+  for (auto const& j : from) {
+    if (!seen.insert(j.name).second) return false;
+    auto const it = at.find(j.name);
+    if (it != at.end() && it->second == kept && to[kept] == j) {
+      ++kept;
+    } else {
+      left.push_back(j.name);
+    }
+  }
+  arrived.assign(to.begin() + static_cast<std::ptrdiff_t>(kept), to.end());
+  return true;
+}
+
+}  // namespace
+
+service::decoded_reply client::solve_incremental(round_input const& in) {
+  if (!mirror_ || in.state.epoch <= mirror_->state.epoch || in.state.nodes.size() != mirror_->state.nodes.size() ||
+      !(in.state.topo == mirror_->state.topo)) {
+    return solve(in);
+  }
+  cluster_delta d;
+  d.base_epoch = mirror_->state.epoch;
+  d.new_epoch = in.state.epoch;
+  for (std::size_t i = 0; i < in.state.nodes.size(); ++i) {
+    if (!(in.state.nodes[i] == mirror_->state.nodes[i])) {
+      d.changed.push_back({static_cast<std::int32_t>(i), in.state.nodes[i]});
+    }
+  }
+  job_delta jd;
+  if (!diff_jobs(mirror_->pending, in.pending, jd.removed, jd.added) ||
+      !diff_jobs(mirror_->running, in.running, jd.finished, jd.started)) {
+    return solve_delta(d, in);
+  }
+  return solve_delta(d, jd, in);
 }
 
 }  // namespace placer

@@ -488,6 +488,70 @@ TEST(Service, ClientResyncsAfterServerRestartAndSurvivesThousandsOfDeltas) {
   EXPECT_GT(preempted, 100U) << "the running jobs must weigh in the rounds";
 }
 
+TEST(Service, SolveIncrementalWorksOutTheDeltasItself) {
+  auto s = std::make_unique<running_server>();
+  std::string const endpoint = s->endpoint();
+  client c({endpoint, 5000, "session-incremental"});
+  std::mt19937_64 rng(23);
+  round_input in = testing_support::random_round(rng, 6, 40);
+  in.state.epoch = 1;
+  solver local(kernels::make_backend(kernels::backend_kind::cpu));
+  auto expect_solved = [&](std::string const& what) {
+    auto const rep = c.solve_incremental(in);
+    ASSERT_EQ(rep.code, ErrorCode::Ok) << what << ": " << rep.message;
+    EXPECT_EQ(difference(rep, local.solve(in)), "") << what;
+    ASSERT_NE(c.last_round(), nullptr);
+    EXPECT_TRUE(c.last_round()->state.nodes == in.state.nodes) << what;
+    EXPECT_TRUE(c.last_round()->pending == in.pending) << what;
+  };
+  expect_solved("first round (a full snapshot)");
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
+  int fresh = 0;
+  for (int k = 0; k < 300; ++k) {
+    ++in.state.epoch;
+    auto& nd = in.state.nodes[pick(in.state.nodes.size())];
+    nd.cpu_milli_free = static_cast<std::int64_t>(pick(static_cast<std::size_t>(nd.cpu_milli_capacity) + 1));
+    auto& p = in.pending;
+    switch (k % 4) {
+      case 0:  // the head of the queue was placed
+        if (!p.empty()) p.erase(p.begin());
+        break;
+      case 1:  // a job moves to the back of the queue
+        if (p.size() > 2) std::rotate(p.begin() + 1, p.begin() + 2, p.end());
+        break;
+      case 2:  // a job's fields change in place
+        if (!p.empty()) p[pick(p.size())].priority += 1;
+        break;
+      default:  // new jobs arrive: copies of queued ones under new names
+        for (int n = 0; n < 2; ++n) {
+          job j = p.empty() ? job{} : p[pick(p.size())];
+          j.name = "fresh-" + std::to_string(fresh++);
+          p.push_back(j);
+        }
+    }
+    if (k == 150) {  // a restart: the next delta is answered StaleEpoch
+      s.reset();
+      s = std::make_unique<running_server>(service::default_max_message_bytes, endpoint);
+    }
+    expect_solved("round " + std::to_string(k));
+  }
+  // Exactly one resync, after the restart: the 300 rounds went out as deltas.
+  EXPECT_EQ(c.resyncs(), 1U);
+  // A repeated name sends the jobs in full, a node fewer the whole cluster;
+  // neither is a job delta the server could misread.
+  if (!in.pending.empty()) {
+    ++in.state.epoch;
+    in.pending.push_back(in.pending.front());
+    expect_solved("a repeated pending name");
+  }
+  ++in.state.epoch;
+  in.state.nodes.pop_back();
+  s.reset();
+  s = std::make_unique<running_server>(service::default_max_message_bytes, endpoint);
+  expect_solved("a node fewer");
+  EXPECT_EQ(c.resyncs(), 1U) << "a changed node count goes out as a full snapshot, not a delta";
+}
+
 TEST(Service, RejectedJobDeltaLeavesTheSessionAsItWas) {
   running_server s;
   client c({s.endpoint(), 5000, "session-jobs"});

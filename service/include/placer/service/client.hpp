@@ -61,6 +61,15 @@ class client {
   /// and deadline are `rest`'s (its state and jobs are ignored). A bad job
   /// delta fails here too, and a resync sends the updated jobs in full.
   service::decoded_reply solve_delta(cluster_delta const& delta, job_delta const& jobs, round_input const& rest);
+  /// Sends the caller's whole round as the smallest request the session
+  /// allows, working out the deltas itself against the last accepted round:
+  /// the nodes that differ, and the jobs that left and arrived by name (a
+  /// job whose fields changed, or that moved in the queue, leaves and
+  /// arrives again at the end, as a job delta orders them). Needs
+  /// in.state.epoch above the session's, the same number of nodes and the
+  /// same topology; otherwise, and for the first round, a full snapshot.
+  /// Names repeated within a list send that list in full.
+  service::decoded_reply solve_incremental(round_input const& in);
   /// The last round the server accepted, as it was solved: the session's
   /// cluster and jobs (after the deltas), with that round's policy, now and
   /// deadline. Its reply's job indices refer to this pending list. Null

@@ -52,6 +52,7 @@ struct job {
   bool preemptible = false;
   std::int64_t submit_time = 0;
   std::int64_t estimated_duration = 0;
+  bool operator==(job const&) const = default;
 };
 
 /// Where one replica runs: a node and the GPUs it holds there, each at
@@ -80,6 +81,7 @@ struct running_job {
   std::int64_t start_time = 0;
   std::int64_t estimated_end = 0;
   std::int64_t last_checkpoint = 0;
+  bool operator==(running_job const&) const = default;
 };
 
 enum class algorithm : std::uint8_t {

@@ -22,6 +22,7 @@ struct topology_domain {
   std::string name;
   std::int32_t level = 0;    ///< index into topology::level_names; 0 = root
   std::int32_t parent = -1;  ///< index into topology::domains; -1 for the root
+  bool operator==(topology_domain const&) const = default;
 };
 
 /// A tree of domains. Nodes point at their lowest domain; the path to the
@@ -32,6 +33,7 @@ struct topology {
 
   [[nodiscard]] bool empty() const { return domains.empty(); }
   [[nodiscard]] std::int32_t levels() const { return static_cast<std::int32_t>(level_names.size()); }
+  bool operator==(topology const&) const = default;
 };
 
 /// One machine. Per-GPU state is kept per GPU because fractional shares
@@ -54,6 +56,7 @@ struct node {
 
   [[nodiscard]] std::int32_t gpu_count() const { return static_cast<std::int32_t>(gpu_free_milli.size()); }
   [[nodiscard]] bool gpu_is_healthy(std::size_t g) const { return gpu_healthy.empty() || gpu_healthy[g] != 0; }
+  bool operator==(node const&) const = default;
 };
 
 /// A cluster snapshot at an epoch.
