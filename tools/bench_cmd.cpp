@@ -52,6 +52,8 @@ struct bench_args {
   double rate = 10;
   std::vector<std::string> configs;  // cuda, cpu, kube
   std::string json_path, plot_path;
+  int timeout_ms = 30000;  // per attempt
+  int retries = 3;         // attempts after a timeout (a server restarted mid-round)
 };
 
 [[noreturn]] void usage(std::string const& why) {
@@ -59,7 +61,7 @@ struct bench_args {
       why +
       "\nusage: placer bench [--scenario 1k|10k|100k|openb] [--rounds N] [--warmup N] [--delta NODES]\n"
       "                    [--job-churn JOBS] [--mode closed|open] [--rate ROUNDS_PER_S] [--configs cuda,cpu,kube]\n"
-      "                    [--endpoint E] [--data DIR] [--json FILE] [--plot FILE.svg]");
+      "                    [--endpoint E] [--timeout-ms N] [--retries N] [--data DIR] [--json FILE] [--plot FILE.svg]");
 }
 
 bench_args parse(int argc, char** argv) {
@@ -67,7 +69,7 @@ bench_args parse(int argc, char** argv) {
   try {
     opts = parse_cli(argc, argv, 2,
                      {"scenario", "endpoint", "data", "rounds", "warmup", "delta", "job-churn", "mode", "rate", "json",
-                      "plot", "configs"},
+                      "plot", "configs", "timeout-ms", "retries"},
                      {},
                      "bench");
   } catch (usage_error const& e) {
@@ -83,6 +85,8 @@ bench_args parse(int argc, char** argv) {
   if (opts.has("job-churn")) a.job_churn = std::stoi(opts.get("job-churn"));
   a.mode = opts.get("mode", a.mode);
   if (opts.has("rate")) a.rate = std::stod(opts.get("rate"));
+  if (opts.has("timeout-ms")) a.timeout_ms = std::stoi(opts.get("timeout-ms"));
+  if (opts.has("retries")) a.retries = std::stoi(opts.get("retries"));
   a.json_path = opts.get("json");
   a.plot_path = opts.get("plot");
   std::stringstream ss(opts.get("configs"));
@@ -90,6 +94,7 @@ bench_args parse(int argc, char** argv) {
   if (a.mode != "closed" && a.mode != "open") usage("--mode must be closed or open");
   if (a.rate <= 0) usage("--rate must be positive");
   if (a.delta_nodes < 0) usage("--delta must not be negative");
+  if (a.timeout_ms <= 0 || a.retries < 0) usage("--timeout-ms must be positive and --retries not negative");
   if (opts.has("job-churn") && a.job_churn < 0) usage("--job-churn must not be negative");
   return a;
 }
@@ -137,6 +142,7 @@ struct config_result {
   double client_encode_ms = 0, client_decode_ms = 0;  // means
   double wall_s = 0;
   double placed_per_round = 0;
+  std::uint64_t retries = 0, resyncs = 0;  // rounds resent after a timeout; full snapshots resent
 };
 
 double mean(std::vector<double> const& v) {
@@ -176,7 +182,12 @@ config_result run_config(bench_args const& a, round_input in, std::string const&
   config_result res;
   res.name = name;
   in.pol.algo = name == "kube" ? algorithm::kube_least_allocated : algorithm::placer;
-  client c({endpoint, 600000, ""});
+  // A round lost with a server that died is sent again (a restarted server
+  // answers a delta with StaleEpoch and the client resyncs), so a restart
+  // costs the round its timeout, not the run.
+  client_options opt{endpoint, a.timeout_ms, ""};
+  opt.retries = a.retries;
+  client c(opt);
   // Delta rounds rewrite the next delta_nodes nodes (round robin) with their
   // own values: the server does a delta's work and solves the same round.
   // With job churn, jobs_only follows the session's jobs (churn()), built
@@ -230,6 +241,8 @@ config_result run_config(bench_args const& a, round_input in, std::string const&
   if (isatty(2)) std::fprintf(stderr, "\n");
   res.wall_s = std::chrono::duration<double>(clock_type::now() - t_start).count();
   res.placed_per_round = placed / std::max(rounds, 1);
+  res.retries = c.retries();
+  res.resyncs = c.resyncs();
   return res;
 }
 
@@ -299,7 +312,12 @@ int cmd_bench(int argc, char** argv) {
   for (auto const& r : results) {
     std::printf("  %-6s", r.name.c_str());
     for (auto const& [k, v] : r.stage_ms) std::printf(" %s %s", k.c_str(), fmt(v, 3).c_str());
-    std::printf("  | %s replicas placed per round\n", fmt(r.placed_per_round, 0).c_str());
+    std::printf("  | %s replicas placed per round", fmt(r.placed_per_round, 0).c_str());
+    if (r.retries + r.resyncs > 0) {
+      std::printf(" | %llu resent after a timeout, %llu resynced", static_cast<unsigned long long>(r.retries),
+                  static_cast<unsigned long long>(r.resyncs));
+    }
+    std::printf("\n");
   }
   std::printf("\nwire path means (ms), outside the solver's total:\n");
   for (auto const& r : results) {
@@ -334,7 +352,8 @@ int cmd_bench(int argc, char** argv) {
         << ",\"p99_ms\":" << percentile(r.latency_ms, 0.99) << ",\"p999_ms\":" << percentile(r.latency_ms, 0.999)
         << ",\"max_ms\":" << percentile(r.latency_ms, 1.0) << ",\"mean_ms\":" << mean(r.latency_ms)
         << ",\"rounds_per_s\":" << static_cast<double>(r.latency_ms.size()) / r.wall_s
-        << ",\"replicas_placed_per_round\":" << r.placed_per_round << ",\"stages_ms\":{";
+        << ",\"replicas_placed_per_round\":" << r.placed_per_round << ",\"retries\":" << r.retries
+        << ",\"resyncs\":" << r.resyncs << ",\"stages_ms\":{";
       bool first = true;
       for (auto const& [s, v] : r.stage_ms) {
         f << (first ? "" : ",") << "\"" << s << "\":" << v;

@@ -101,11 +101,23 @@ std::vector<std::uint8_t> client::roundtrip(void const* data, std::size_t size, 
 
 service::decoded_reply client::send(round_input const& in, cluster_delta const* delta, job_delta const* jobs,
                                     std::chrono::steady_clock::time_point t0) {
-  service::request_header h{next_id_++, opt_.session, now_us()};
   auto& fbb = impl_->fbb;
-  service::encode_request(fbb, h, in, delta, jobs);
-  auto const t_sent = std::chrono::steady_clock::now();
-  auto const r = impl_->exchange(opt_, fbb.GetBufferPointer(), fbb.GetSize(), h.request_id);
+  std::chrono::steady_clock::time_point t_sent;
+  impl::reply r;
+  for (int attempt = 0;; ++attempt) {
+    // A fresh request id each time: a late reply to an earlier attempt is
+    // dropped by exchange().
+    service::request_header h{next_id_++, opt_.session, now_us()};
+    service::encode_request(fbb, h, in, delta, jobs);
+    t_sent = std::chrono::steady_clock::now();
+    try {
+      r = impl_->exchange(opt_, fbb.GetBufferPointer(), fbb.GetSize(), h.request_id);
+      break;
+    } catch (client_error const&) {
+      if (attempt >= opt_.retries) throw;
+      ++retries_;
+    }
+  }
   if (r.check.code != wire::ErrorCode::Ok) {
     throw client_error(std::string("unreadable reply from the service: ") + service::error_code_name(r.check.code) +
                        ": " + r.check.message);

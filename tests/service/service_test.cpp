@@ -488,6 +488,63 @@ TEST(Service, ClientResyncsAfterServerRestartAndSurvivesThousandsOfDeltas) {
   EXPECT_GT(preempted, 100U) << "the running jobs must weigh in the rounds";
 }
 
+TEST(Service, ClientRetriesARoundLostWithAServerThatDied) {
+  // A stand-in takes the round and goes away without answering, as a server
+  // that dies mid-round; the real one comes back on the same endpoint. The
+  // client's retry reaches it, the delta it resends is unknown there and
+  // becomes a resync: one reply, to one round, as a local solve gives it.
+  auto s = std::make_unique<running_server>();
+  std::string const endpoint = s->endpoint();
+  client_options opt{endpoint, 300, "session-retry"};
+  opt.retries = 3;
+  client c(opt);
+  round_input in = demo_round();
+  in.state.epoch = 1;
+  ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
+  s.reset();
+  bool swallowed = false;
+  std::thread stand_in([&] {
+    {
+      zmq::context_t ctx;
+      zmq::socket_t router(ctx, zmq::socket_type::router);
+      router.set(zmq::sockopt::linger, 0);
+      router.bind(endpoint);
+      zmq::pollitem_t item{router.handle(), 0, ZMQ_POLLIN, 0};
+      zmq::poll(&item, 1, std::chrono::milliseconds(5000));
+      zmq::message_t f;
+      while ((item.revents & ZMQ_POLLIN) != 0 && router.recv(f, zmq::recv_flags::dontwait)) swallowed = true;
+    }  // the context's end closes the listener before the real server binds
+    s = std::make_unique<running_server>(service::default_max_message_bytes, endpoint);
+  });
+  round_input jobs_only;
+  jobs_only.pending = in.pending;
+  auto const rep = c.solve_delta({1, 2, {}, {}, {}}, jobs_only);
+  stand_in.join();
+  EXPECT_TRUE(swallowed) << "the stand-in should have taken the first attempt";
+  ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  EXPECT_GE(c.retries(), 1U);
+  EXPECT_EQ(c.resyncs(), 1U);
+  EXPECT_EQ(rep.result.epoch, 2U);
+  round_input want = in;
+  want.state.epoch = 2;
+  solver local(kernels::make_backend(kernels::backend_kind::cpu));
+  EXPECT_EQ(difference(rep, local.solve(want)), "");
+  // Without retries the same loss is the caller's: a client_error.
+  client_options once{endpoint, 300, "session-once"};
+  client plain(once);
+  ASSERT_EQ(plain.solve(in).code, ErrorCode::Ok);
+  s.reset();
+  std::thread silent([&] {
+    zmq::context_t ctx;
+    zmq::socket_t router(ctx, zmq::socket_type::router);
+    router.set(zmq::sockopt::linger, 0);
+    router.bind(endpoint);
+    std::this_thread::sleep_for(std::chrono::milliseconds(600));
+  });
+  EXPECT_THROW(plain.solve(in), client_error);
+  silent.join();
+}
+
 TEST(Service, SolveIncrementalWorksOutTheDeltasItself) {
   auto s = std::make_unique<running_server>();
   std::string const endpoint = s->endpoint();

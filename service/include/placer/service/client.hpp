@@ -36,6 +36,12 @@ struct client_options {
   std::string endpoint = "tcp://127.0.0.1:5555";
   int timeout_ms = 5000;
   std::string session;  ///< keys the server's cluster state for deltas; "" = random
+  /// Times a round is sent again after a timeout, on a rebuilt socket (a
+  /// server that died with the round in flight, then restarted). A resent
+  /// delta the server already applied, or one a restarted server does not
+  /// know, is answered StaleEpoch and resynced as usual, so each call still
+  /// returns the reply to exactly one round.
+  int retries = 0;
 };
 
 class client {
@@ -77,6 +83,8 @@ class client {
   [[nodiscard]] round_input const* last_round() const { return mirror_ ? &*mirror_ : nullptr; }
   /// Full snapshots sent because the server did not hold the session.
   [[nodiscard]] std::uint64_t resyncs() const { return resyncs_; }
+  /// Requests sent again after a timeout (client_options::retries).
+  [[nodiscard]] std::uint64_t retries() const { return retries_; }
   /// Sends raw bytes (tests: malformed requests) and returns the raw reply.
   std::vector<std::uint8_t> roundtrip(void const* data, std::size_t size, std::uint64_t request_id);
 
@@ -105,6 +113,7 @@ class client {
   std::optional<round_input> mirror_;  ///< the last round accepted: what the session holds
   round_input next_;                   ///< the round in flight (the mirror moved by its deltas)
   std::uint64_t resyncs_ = 0;
+  std::uint64_t retries_ = 0;
 };
 
 /// The name the design card uses.
