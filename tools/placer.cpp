@@ -41,6 +41,8 @@ usage:
   placer client --cluster FILE --jobs FILE [--endpoint E] [--timeout-ms N]
                 [--algorithm ...] [--summary] [--output FILE]
   placer client --raw FILE [--endpoint E]   (send a file's bytes as they are; prints the reply)
+  placer health [--endpoint E] [--timeout-ms N]
+                (liveness probe: backend, uptime, counters; exit 0 when the service answers, 3 when not)
   placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda] [--repeat N]
                 (every algorithm on the same round, side by side)
   placer bench  [--scenario 1k|10k|100k|openb] [--rounds N] [--mode closed|open] [--rate R]
@@ -226,6 +228,16 @@ int cmd_client(int argc, char** argv) {
   return 0;
 }
 
+/// `placer health`: a probe for a container's HEALTHCHECK or a readiness check.
+int cmd_health(int argc, char** argv) {
+  auto const a = parse(argc, argv, {"endpoint", "timeout-ms"}, {});
+  client c({a.get("endpoint", "tcp://127.0.0.1:5555"), std::stoi(a.get("timeout-ms", "2000")), ""});
+  auto const h = c.health();
+  std::cout << "ok: " << h.backend << ", " << h.workers << " worker(s), up " << static_cast<std::int64_t>(h.uptime_s) << " s, "
+            << h.requests << " requests, " << h.rounds_ok << " rounds, " << h.errors << " errors\n";
+  return 0;
+}
+
 /// `placer compare`: the same round through every algorithm, one table.
 int cmd_compare(int argc, char** argv) {
   auto const a = parse(argc, argv, {"cluster", "jobs", "backend", "repeat"}, {});
@@ -330,6 +342,7 @@ int main(int argc, char** argv) {
     if (verb == "serve") return cmd_serve(argc, argv);
     if (verb == "solve") return cmd_solve(argc, argv);
     if (verb == "client") return cmd_client(argc, argv);
+    if (verb == "health") return cmd_health(argc, argv);
     if (verb == "compare") return cmd_compare(argc, argv);
     if (verb == "experiment") return tools::cmd_experiment(argc, argv);
     if (verb == "simulate") return tools::cmd_simulate(argc, argv);

@@ -93,6 +93,21 @@ client::impl::reply client::impl::exchange(client_options const& opt, void const
   }
 }
 
+service::health_status client::health() {
+  service::request_header h{next_id_++, opt_.session, now_us()};
+  auto& fbb = impl_->fbb;
+  service::encode_health_request(fbb, h);
+  auto const r = impl_->exchange(opt_, fbb.GetBufferPointer(), fbb.GetSize(), h.request_id);
+  if (r.check.code != wire::ErrorCode::Ok) {
+    throw client_error(std::string("unreadable reply from the service: ") + r.check.message);
+  }
+  try {
+    return service::decode_health_reply(*wire::GetEnvelope(r.payload.data()));
+  } catch (logic_error const& e) {
+    throw client_error(e.what());
+  }
+}
+
 std::vector<std::uint8_t> client::roundtrip(void const* data, std::size_t size, std::uint64_t request_id) {
   auto const r = impl_->exchange(opt_, data, size, request_id);
   auto const* p = static_cast<std::uint8_t const*>(r.payload.data());

@@ -753,6 +753,30 @@ void encode_error(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::Error, err.Union()));
 }
 
+void encode_health_request(fbb_t& fbb, request_header const& h) {
+  fbb.Clear();
+  auto const body = wire::CreateHealthRequest(fbb);
+  auto const hdr = header_out(fbb, h);
+  wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::HealthRequest, body.Union()));
+}
+
+void encode_health_reply(fbb_t& fbb, request_header const& h, health_status const& s) {
+  fbb.Clear();
+  auto const body = wire::CreateHealthReply(fbb, opt_string(fbb, s.backend), s.workers, s.uptime_s, s.requests,
+                                            s.rounds_ok, s.errors);
+  auto const hdr = header_out(fbb, h);
+  wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::HealthReply, body.Union()));
+}
+
+health_status decode_health_reply(wire::Envelope const& env) {
+  if (auto const* e = env.body_as_Error()) {
+    invalid(std::string("health probe answered with ") + error_code_name(e->code()) + ": " + str(e->message()));
+  }
+  auto const* r = env.body_as_HealthReply();
+  if (r == nullptr) invalid(std::string("message body is ") + body_name(env.body_type()) + ", expected HealthReply");
+  return {str(r->backend()), r->workers(), r->uptime_s(), r->requests(), r->rounds_ok(), r->errors()};
+}
+
 decoded_reply decode_reply(wire::Envelope const& env) {
   decoded_reply out;
   header_in(env, out.header);

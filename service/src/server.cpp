@@ -189,6 +189,10 @@ struct server::impl {
   shared_stats stats;
   std::vector<std::unique_ptr<worker>> workers;
   std::size_t next_anonymous = 0;  ///< round-robin for requests without a session
+  // Health probes, answered on the I/O thread (run()).
+  std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+  std::string backend;  ///< worker 0's, read once: the workers own their backends
+  flatbuffers::FlatBufferBuilder probe_fbb{256};
 };
 
 server::server(service_config cfg) : cfg_(std::move(cfg)), impl_(std::make_unique<impl>()) {
@@ -200,6 +204,7 @@ server::server(service_config cfg) : cfg_(std::move(cfg)), impl_(std::make_uniqu
   impl_->router.set(zmq::sockopt::linger, 0);
   impl_->router.bind(cfg_.endpoint);
   endpoint_ = impl_->router.get(zmq::sockopt::last_endpoint);
+  impl_->backend = backend_description();
 }
 
 server::~server() = default;
@@ -293,6 +298,19 @@ void server::run(std::atomic<bool> const* external_stop) {
     auto const t_verify = std::chrono::steady_clock::now();
     auto const chk = check_envelope(frames[payload].data(), frames[payload].size(), cfg_.max_message_bytes);
     double const verify_us = micros_since(t_verify);
+    if (chk.envelope != nullptr && chk.envelope->body_type() == wire::Body::HealthRequest) {
+      // Probes are answered here, never queued behind a round.
+      request_header h;
+      h.request_id = chk.envelope->header()->request_id();
+      auto const st = stats();
+      encode_health_reply(impl_->probe_fbb, h,
+                          {impl_->backend, static_cast<std::uint32_t>(n),
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->started).count(),
+                           st.requests, st.rounds_ok, st.errors});
+      frames[payload] = zmq::message_t(impl_->probe_fbb.GetBufferPointer(), impl_->probe_fbb.GetSize());
+      send_all(router, frames);
+      continue;
+    }
     if (chk.envelope != nullptr && chk.envelope->header() != nullptr && chk.envelope->header()->session() != nullptr &&
         chk.envelope->header()->session()->size() > 0) {
       target = std::hash<std::string_view>{}(chk.envelope->header()->session()->string_view()) % n;

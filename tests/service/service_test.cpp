@@ -488,6 +488,25 @@ TEST(Service, ClientResyncsAfterServerRestartAndSurvivesThousandsOfDeltas) {
   EXPECT_GT(preempted, 100U) << "the running jobs must weigh in the rounds";
 }
 
+TEST(Service, HealthProbeReportsBackendAndCounters) {
+  // Two workers: the probe is the I/O thread's to answer.
+  running_server s(service::default_max_message_bytes, "tcp://127.0.0.1:*", 2);
+  client c({s.endpoint(), 5000, "session-health"});
+  auto const before = c.health();
+  EXPECT_EQ(before.backend, s.get().backend_description());
+  EXPECT_EQ(before.workers, 2U);
+  EXPECT_EQ(before.requests, 0U) << "probes are not counted as requests";
+  round_input in = demo_round();
+  ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
+  in.pending[0].per_replica.cpu_milli = -5;
+  EXPECT_EQ(c.solve(in).code, ErrorCode::InvalidArgument);
+  auto const after = c.health();
+  EXPECT_EQ(after.requests, 2U);
+  EXPECT_EQ(after.rounds_ok, 1U);
+  EXPECT_EQ(after.errors, 1U);
+  EXPECT_GE(after.uptime_s, before.uptime_s);
+}
+
 TEST(Service, ClientRetriesARoundLostWithAServerThatDied) {
   // A stand-in takes the round and goes away without answering, as a server
   // that dies mid-round; the real one comes back on the same endpoint. The

@@ -81,6 +81,10 @@ class client {
   /// deadline. Its reply's job indices refer to this pending list. Null
   /// before the first.
   [[nodiscard]] round_input const* last_round() const { return mirror_ ? &*mirror_ : nullptr; }
+  /// Asks the service how it is (a HealthRequest, which its I/O thread
+  /// answers without queueing behind rounds). Throws client_error when it
+  /// does not answer within the timeout (no retries).
+  service::health_status health();
   /// Full snapshots sent because the server did not hold the session.
   [[nodiscard]] std::uint64_t resyncs() const { return resyncs_; }
   /// Requests sent again after a timeout (client_options::retries).

@@ -94,6 +94,19 @@ struct decoded_reply {
 };
 decoded_reply decode_reply(wire::Envelope const& env);
 
+/// What a HealthReply carries (schemas/placement.fbs).
+struct health_status {
+  std::string backend;
+  std::uint32_t workers = 0;
+  double uptime_s = 0;
+  std::uint64_t requests = 0, rounds_ok = 0, errors = 0;
+};
+void encode_health_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h);
+void encode_health_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, health_status const& s);
+/// Throws logic_error(invalid_argument) when the body is not a HealthReply
+/// (an Error body included: its message is in the exception's).
+health_status decode_health_reply(wire::Envelope const& env);
+
 wire::ErrorCode error_code_to_wire(error_code c);
 char const* error_code_name(wire::ErrorCode c);
 
