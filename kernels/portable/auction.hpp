@@ -167,16 +167,44 @@ struct bid_row_op {
       return;
     }
     std::int32_t size = 0;
-    for (std::int32_t j = 0; j < p.n_objects; ++j) {
-      if (values[j] < 0 || b.copy_begin[j] == b.copy_begin[j + 1]) continue;
-      ho[size] = j;
-      ht[size] = 0;
-      ++size;
-    }
     std::int64_t const off = off_of(k0);
     auto net_at = [&](std::int32_t i) {
       return (static_cast<std::int64_t>(values[ho[i]]) + 1 + off) * scale - b.price[b.copy_begin[ho[i]] + ht[i]];
     };
+    // Only the u+1 best objects by their cheapest copy can supply the u best
+    // options and the (u+1)-th: every copy of any other object is beaten by
+    // those u+1 cheapest copies. One pass keeps them in ho[0..size), with
+    // the worst on top once there are u+1; the ranking below then sifts
+    // u+1 objects instead of every object (the same order, so the same bids).
+    std::int32_t const want = u + 1;
+    auto sift_worst = [&](std::int32_t i) {
+      while (true) {
+        std::int32_t low = i;
+        for (std::int32_t c = 2 * i + 1; c <= 2 * i + 2 && c < size; ++c) {
+          if (before(net_at(low), ho[low], net_at(c), ho[c])) low = c;
+        }
+        if (low == i) return;
+        std::int32_t const o = ho[i];
+        ho[i] = ho[low];
+        ho[low] = o;
+        i = low;
+      }
+    };
+    for (std::int32_t j = 0; j < p.n_objects; ++j) {
+      if (values[j] < 0 || b.copy_begin[j] == b.copy_begin[j + 1]) continue;
+      if (size < want) {
+        ho[size] = j;
+        ht[size] = 0;
+        if (++size == want) {
+          for (std::int32_t i = size / 2 - 1; i >= 0; --i) sift_worst(i);
+        }
+        continue;
+      }
+      std::int64_t const n = (static_cast<std::int64_t>(values[j]) + 1 + off) * scale - b.price[b.copy_begin[j]];
+      if (!before(n, j, net_at(0), ho[0])) continue;
+      ho[0] = j;
+      sift_worst(0);
+    }
     auto sift = [&](std::int32_t i) {
       while (true) {
         std::int32_t top = i;
