@@ -177,39 +177,14 @@ struct bid_row_op {
     // the worst on top once there are u+1; the ranking below then sifts
     // u+1 objects instead of every object (the same order, so the same bids).
     std::int32_t const want = u + 1;
-    auto sift_worst = [&](std::int32_t i) {
-      while (true) {
-        std::int32_t low = i;
-        for (std::int32_t c = 2 * i + 1; c <= 2 * i + 2 && c < size; ++c) {
-          if (before(net_at(low), ho[low], net_at(c), ho[c])) low = c;
-        }
-        if (low == i) return;
-        std::int32_t const o = ho[i];
-        ho[i] = ho[low];
-        ho[low] = o;
-        i = low;
-      }
-    };
-    for (std::int32_t j = 0; j < p.n_objects; ++j) {
-      if (values[j] < 0 || b.copy_begin[j] == b.copy_begin[j + 1]) continue;
-      if (size < want) {
-        ho[size] = j;
-        ht[size] = 0;
-        if (++size == want) {
-          for (std::int32_t i = size / 2 - 1; i >= 0; --i) sift_worst(i);
-        }
-        continue;
-      }
-      std::int64_t const n = (static_cast<std::int64_t>(values[j]) + 1 + off) * scale - b.price[b.copy_begin[j]];
-      if (!before(n, j, net_at(0), ho[0])) continue;
-      ho[0] = j;
-      sift_worst(0);
-    }
-    auto sift = [&](std::int32_t i) {
+    // Sifts entry i down the heap ho/ht[0..size): the best option on top, or
+    // the worst with worst_on_top (entries are distinct objects, so of two
+    // entries exactly one comes before the other).
+    auto sift = [&](std::int32_t i, bool worst_on_top) {
       while (true) {
         std::int32_t top = i;
         for (std::int32_t c = 2 * i + 1; c <= 2 * i + 2 && c < size; ++c) {
-          if (before(net_at(c), ho[c], net_at(top), ho[top])) top = c;
+          if (before(net_at(c), ho[c], net_at(top), ho[top]) != worst_on_top) top = c;
         }
         if (top == i) return;
         std::int32_t const o = ho[i], t = ht[i];
@@ -220,7 +195,22 @@ struct bid_row_op {
         i = top;
       }
     };
-    for (std::int32_t i = size / 2 - 1; i >= 0; --i) sift(i);
+    for (std::int32_t j = 0; j < p.n_objects; ++j) {
+      if (values[j] < 0 || b.copy_begin[j] == b.copy_begin[j + 1]) continue;
+      if (size < want) {
+        ho[size] = j;
+        ht[size] = 0;
+        if (++size == want) {
+          for (std::int32_t i = size / 2 - 1; i >= 0; --i) sift(i, true);
+        }
+        continue;
+      }
+      std::int64_t const n = (static_cast<std::int64_t>(values[j]) + 1 + off) * scale - b.price[b.copy_begin[j]];
+      if (!before(n, j, net_at(0), ho[0])) continue;
+      ho[0] = j;
+      sift(0, true);
+    }
+    for (std::int32_t i = size / 2 - 1; i >= 0; --i) sift(i, false);
     // Pop the u best options into the members' bid slots (k0..k1), then
     // peek the (u+1)-th as the common second best.
     std::int32_t got = 0;
@@ -240,7 +230,7 @@ struct bid_row_op {
         ht[0] = ht[size - 1];
         --size;
       }
-      sift(0);
+      sift(0, false);
     }
     std::int64_t second = 0;
     if (got == u && size > 0 && net_at(0) > 0) second = net_at(0);
