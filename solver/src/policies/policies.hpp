@@ -58,6 +58,8 @@ class work_state {
 
  private:
   void take(demand const& d, replica_placement const& rp, char const* what);
+  /// take() for every replica, all or none: on a throw the ones taken are given back.
+  void take_all(demand const& d, std::vector<replica_placement> const& reps, char const* what);
   void give(demand const& d, replica_placement const& rp);
 };
 

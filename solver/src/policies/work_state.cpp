@@ -46,15 +46,19 @@ void release_job(cluster& c, running_job const& rj) {
 
 void work_state::give(demand const& d, replica_placement const& rp) { release_replica(state, d, rp); }
 
-std::size_t work_state::start(std::int32_t j, std::vector<replica_placement> const& reps) {
-  auto const& jb = in.pending[static_cast<std::size_t>(j)];
+void work_state::take_all(demand const& d, std::vector<replica_placement> const& reps, char const* what) {
   std::size_t done = 0;
   try {
-    for (; done < reps.size(); ++done) take(jb.per_replica, reps[done], "start");
+    for (; done < reps.size(); ++done) take(d, reps[done], what);
   } catch (...) {
-    for (std::size_t k = 0; k < done; ++k) give(jb.per_replica, reps[k]);
+    for (std::size_t k = 0; k < done; ++k) give(d, reps[k]);
     throw;
   }
+}
+
+std::size_t work_state::start(std::int32_t j, std::vector<replica_placement> const& reps) {
+  auto const& jb = in.pending[static_cast<std::size_t>(j)];
+  take_all(jb.per_replica, reps, "start");
   running_job rj;
   rj.name = jb.name;
   rj.kind = jb.kind;
@@ -109,13 +113,7 @@ std::vector<replica_placement> work_state::shrink(std::size_t r, std::vector<std
 void work_state::grow(std::size_t r, std::vector<replica_placement> const& reps) {
   PLACER_EXPECTS(r < running.size() && alive[r] != 0, "grow: running job is not alive");
   auto& rj = running[r];
-  std::size_t done = 0;
-  try {
-    for (; done < reps.size(); ++done) take(rj.per_replica, reps[done], "grow");
-  } catch (...) {
-    for (std::size_t k = 0; k < done; ++k) give(rj.per_replica, reps[k]);
-    throw;
-  }
+  take_all(rj.per_replica, reps, "grow");
   rj.replicas.insert(rj.replicas.end(), reps.begin(), reps.end());
 }
 
