@@ -17,6 +17,7 @@
 #include <iostream>
 #include <limits>
 #include <map>
+#include <optional>
 #include <numeric>
 #include <random>
 #include <set>
@@ -821,14 +822,24 @@ TEST(BaselineVsExperiment, OneOpenbLikePodPerRoundMakesTheExperimentsChoices) {
   }
 }
 
-TEST(BaselineVsExperiment, RealOpenbDefaultTraceMatchesTheExperimentCurve) {
+namespace {
+
+/// The openb `default` pod list on the openb GPU inventory, or nothing when
+/// the shared data is not next to the repository.
+std::optional<fgd::workload> openb_default() {
   auto const openb = data_dir() / "alibaba-openb-v2023";
   auto const nodes = openb / "openb_node_list_gpu_node.csv";
   auto const pods = openb / "openb_pod_list_default.csv";
-  if (!fs::is_regular_file(nodes) || !fs::is_regular_file(pods)) {
-    GTEST_SKIP() << "shared data not found: " << openb.string();
-  }
-  auto const w = fgd::load_workload(nodes.string(), pods.string(), "default");
+  if (!fs::is_regular_file(nodes) || !fs::is_regular_file(pods)) return std::nullopt;
+  return fgd::load_workload(nodes.string(), pods.string(), "default");
+}
+
+}  // namespace
+
+TEST(BaselineVsExperiment, RealOpenbDefaultTraceMatchesTheExperimentCurve) {
+  auto const loaded = openb_default();
+  if (!loaded) GTEST_SKIP() << "shared data not found under " << data_dir().string();
+  auto const& w = *loaded;
   for (auto const& name : placer::sim::baseline_policy_names()) {
     auto const t0 = std::chrono::steady_clock::now();
     auto const got = replay(w, name, 42);
@@ -842,13 +853,9 @@ TEST(BaselineVsExperiment, RealOpenbDefaultTraceMatchesTheExperimentCurve) {
 }
 
 TEST(BaselineTiming, OneRoundOnTheOpenbInventoryWith500PendingPods) {
-  auto const openb = data_dir() / "alibaba-openb-v2023";
-  auto const nodes = openb / "openb_node_list_gpu_node.csv";
-  auto const pods = openb / "openb_pod_list_default.csv";
-  if (!fs::is_regular_file(nodes) || !fs::is_regular_file(pods)) {
-    GTEST_SKIP() << "shared data not found: " << openb.string();
-  }
-  auto const w = fgd::load_workload(nodes.string(), pods.string(), "default");
+  auto const loaded = openb_default();
+  if (!loaded) GTEST_SKIP() << "shared data not found under " << data_dir().string();
+  auto const& w = *loaded;
   std::mt19937_64 rng(5);
   auto const order = fgd::order_and_tune(w.pods, 1.5, w.capacity_milli, rng);  // shuffled, 150% of capacity
   auto batch = [&](std::size_t from) {
