@@ -22,8 +22,17 @@ struct tasks {
     freq.push_back(ppm);
     mask.push_back(~std::uint64_t{0});
   }
+  /// share_cpu as build_matrices sets it: M's shares' mean CPU by frequency.
   [[nodiscard]] task_view view() const {
-    return {static_cast<std::int32_t>(gpus.size()), gpus.data(), milli.data(), cpu.data(), mask.data(), freq.data()};
+    std::int64_t n = 0, sum = 0;
+    for (std::size_t i = 0; i < gpus.size(); ++i) {
+      if (gpus[i] == 1 && milli[i] < 1000) {
+        n += freq[i];
+        sum += freq[i] * cpu[i];
+      }
+    }
+    return {static_cast<std::int32_t>(gpus.size()), gpus.data(), milli.data(), cpu.data(), mask.data(), freq.data(),
+            n > 0 ? sum / n : 0};
   }
 };
 
@@ -48,6 +57,22 @@ TEST(Fragmentation, SharesCappedByTheCopiesTheCpuCanFeed) {
   // Too little CPU for one copy: everything is fragmented in both.
   EXPECT_DOUBLE_EQ(frag({1000, 300}, 4000, t, false), 1300.0);
   EXPECT_DOUBLE_EQ(frag({1000, 300}, 4000, t, true), 1300.0);
+}
+
+TEST(Fragmentation, ShareCopiesAreBudgetedBetweenTheirOwnCpuAndTheMixOfShares) {
+  tasks t;
+  t.add(1, 500, 12000, 500000);  // a CPU-heavy share
+  t.add(1, 500, 3000, 500000);   // a CPU-light one; the shares' mean is 7,500
+  // Three idle GPUs and 12 cores. A copy is budgeted (2 x own + mean) / 3:
+  // the heavy share 10,500 (one copy: 2,000 fragmented), the light one
+  // 4,500 (two copies: 1,000). Each share alone would be budgeted its own
+  // CPU: one heavy copy, four light ones (0 fragmented).
+  std::vector<std::int32_t> const f{1000, 1000, 1000};
+  EXPECT_DOUBLE_EQ(frag(f, 12000, t, true), 0.5 * 2000 + 0.5 * 1000);
+  // FGD's measure counts every GPU either share fits on as usable.
+  EXPECT_DOUBLE_EQ(frag(f, 12000, t, false), 0.0);
+  // CPU for three heavy copies: nothing is fragmented for either share.
+  EXPECT_DOUBLE_EQ(frag(f, 32000, t, true), 0.0);
 }
 
 TEST(Fragmentation, WholeGpuTasksAreCountedAsFgdCountsThem) {

@@ -78,14 +78,23 @@ PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gp
   return true;
 }
 
+/// CPU (milli) that the packable measure budgets per copy of a fractional
+/// share needing `cpu`: two parts its own demand, one part the mean of M's
+/// shares (t.share_cpu), since the node's other GPUs will be fed by the
+/// mixture of shares that arrives, not by copies of this one alone.
+PLACER_HD inline std::int64_t share_copy_cpu(std::int64_t cpu, task_view const& t) {
+  return t.share_cpu > 0 ? (2 * cpu + t.share_cpu) / 3 : cpu;
+}
+
 /// FGD fragmentation of one node against the task set, in milli x ppm.
 /// F_n(m) = all free GPU milli if m cannot run on the node (CPU-only task,
 /// model not allowed, too few fitting GPUs, too little CPU); otherwise the
 /// free milli on GPUs whose free share is below m's per-GPU demand. With
 /// `packable` (Placer's score; FGD's definition is the reported metric), a
 /// fractional m can use no more GPUs than the node's free CPU can feed
-/// copies of m: the rest of the GPUs it fits on count as fragmented too
-/// (docs/fgd-experiment.md has the measurements, and the variants left out).
+/// copies at share_copy_cpu each: the rest of the GPUs it fits on count as
+/// fragmented too (docs/fgd-experiment.md has the measurements, and the
+/// variants left out).
 PLACER_HD inline std::int64_t node_fragmentation(std::int32_t const* f, std::int32_t g, std::int64_t cpu_free,
                                                  std::int32_t model, task_view const& t, bool packable = false) {
   std::int64_t total_free = 0;
@@ -98,7 +107,9 @@ PLACER_HD inline std::int64_t node_fragmentation(std::int32_t const* f, std::int
     std::int64_t usable = 0;
     if (runs) {
       for (std::int32_t i = 0; i < g; ++i) usable += f[i] >= t.milli[m] ? f[i] : 0;
-      if (packable && t.milli[m] < 1000 && t.cpu[m] > 0) usable = min_of<std::int64_t>(usable, cpu_free / t.cpu[m] * 1000);
+      if (packable && t.milli[m] < 1000 && t.cpu[m] > 0) {
+        usable = min_of<std::int64_t>(usable, cpu_free / share_copy_cpu(t.cpu[m], t) * 1000);
+      }
     }
     frag += (total_free - usable) * t.freq_ppm[m];
   }

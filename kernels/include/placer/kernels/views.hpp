@@ -56,6 +56,10 @@ struct task_view {
   std::int64_t const* cpu = nullptr;
   std::uint64_t const* model_mask = nullptr;
   std::int32_t const* freq_ppm = nullptr;
+  /// Frequency-weighted mean CPU (milli) of M's fractional shares; 0 when M
+  /// has none. The CPU that the other shares on a node will ask for, which
+  /// the packable measure blends into each share's own (node_fragmentation).
+  std::int64_t share_cpu = 0;
 };
 
 /// Every (node, domain-on-its-path) pair, sorted by domain: the keys of

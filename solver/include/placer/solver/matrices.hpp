@@ -50,6 +50,7 @@ struct round_matrices {
   std::vector<std::int32_t> task_gpus, task_milli, task_freq_ppm;
   std::vector<std::int64_t> task_cpu;
   std::vector<std::uint64_t> task_model_mask;
+  std::int64_t task_share_cpu = 0;  ///< kernels::task_view::share_cpu
   // Model names; the index is the model id.
   std::vector<std::string> models;
   /// build_matrices' working space (not part of the round).
