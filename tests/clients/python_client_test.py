@@ -271,6 +271,25 @@ class PythonClientTest(unittest.TestCase):
         reply = client.solve(example_round())
         self.assertTrue(reply.ok, reply.message)
 
+    def test_health_counts_the_rounds_and_a_silent_service_raises(self) -> None:
+        client = self.client("health", timeout_ms=300)
+        before = client.health()
+        self.assertGreaterEqual(before.workers, 1)
+        self.assertIn("cpu", before.backend)
+        self.assertGreater(before.uptimeS, 0)
+        self.assertTrue(client.solve(example_round()).ok)
+        after = client.health()
+        self.assertEqual(after.requests, before.requests + 1)  # probes are not counted
+        self.assertEqual(after.roundsOk, before.roundsOk + 1)
+        self.assertEqual(after.errors, before.errors)
+        self.server.pause()
+        try:
+            with self.assertRaisesRegex(ClientError, "no reply from .* within 300 ms"):
+                client.health()
+        finally:
+            self.server.resume()
+        self.assertGreaterEqual(client.health().uptimeS, after.uptimeS)
+
     def test_example_runs(self) -> None:
         example = ROOT / "clients" / "python" / "example.py"
         out = subprocess.run([sys.executable, example, "--endpoint", self.server.endpoint],

@@ -14,6 +14,8 @@ from placer.wire.Body import Body
 from placer.wire.Envelope import Envelope, EnvelopeT
 from placer.wire.ErrorCode import ErrorCode
 from placer.wire.Header import HeaderT
+from placer.wire.HealthReply import HealthReplyT
+from placer.wire.HealthRequest import HealthRequestT
 from placer.wire.ScheduleReply import ScheduleReplyT
 from placer.wire.ScheduleRequest import ScheduleRequestT
 from placer.wire.Status import StatusT
@@ -109,6 +111,17 @@ class Client:
             reply = self._send(round_)
         return self._keep(snapshot, reply)
 
+    def health(self) -> HealthReplyT:
+        """Asks the service whether it is up, as `placer health` does: its
+        backend, workers, uptime_s and counts of rounds received, answered
+        Ok and answered with an error. The service's I/O thread answers, so
+        a probe does not wait behind rounds being solved. Raises ClientError
+        when the service does not answer."""
+        reply = self._exchange(Body.HealthRequest, make(HealthRequestT))
+        if isinstance(reply, Reply):
+            raise ClientError(f"the service answered a health probe with an error: {reply.message}")
+        return reply
+
     def _keep(self, snapshot: Snapshot, reply: Reply) -> Reply:
         # The service moves the session only when it accepts the round.
         if reply.ok:
@@ -126,11 +139,18 @@ class Client:
             raise ClientError(f"cannot connect to {self.endpoint!r}: {e}") from e
 
     def _send(self, request: ScheduleRequestT) -> Reply:
+        reply = self._exchange(Body.ScheduleRequest, request)
+        if not isinstance(reply, Reply):
+            raise ClientError("unexpected reply to a round: a HealthReply")
+        return reply
+
+    def _exchange(self, body_type: int, body: object) -> Reply | HealthReplyT:
+        """Sends one request and waits for the reply to it."""
         request_id = self._next_id
         self._next_id += 1
         header = make(HeaderT, requestId=request_id, session=self.session,
                       sentAtUs=time.time_ns() // 1000)
-        envelope = make(EnvelopeT, header=header, bodyType=Body.ScheduleRequest, body=request)
+        envelope = make(EnvelopeT, header=header, bodyType=body_type, body=body)
         builder = flatbuffers.Builder(1 << 16)
         builder.Finish(envelope.Pack(builder), file_identifier=b"PLCR")
         # REQ-compatible framing: an empty delimiter, then the payload.
@@ -159,8 +179,8 @@ def _snapshot(round_: ScheduleRequestT) -> Snapshot:
     return Snapshot.of(round_)
 
 
-def _decode(payload: bytes) -> tuple[int, Reply]:
-    """The reply's request id and contents."""
+def _decode(payload: bytes) -> tuple[int, Reply | HealthReplyT]:
+    """The reply's request id and contents: a Reply, or a HealthReplyT for a probe."""
     if not Envelope.EnvelopeBufferHasIdentifier(payload, 0):
         raise ClientError("unreadable reply from the service: no PLCR file identifier")
     # The Python FlatBuffers runtime has no verifier: a damaged buffer fails
@@ -171,8 +191,10 @@ def _decode(payload: bytes) -> tuple[int, Reply]:
         raise ClientError(f"unreadable reply from the service: {e!r}") from e
     request_id = envelope.header.requestId if envelope.header is not None else 0
     body = envelope.body
-    if body is None or envelope.bodyType not in (Body.Error, Body.ScheduleReply):
+    if body is None or envelope.bodyType not in (Body.Error, Body.ScheduleReply, Body.HealthReply):
         raise ClientError(f"unexpected reply from the service: body type {envelope.bodyType}")
+    if envelope.bodyType == Body.HealthReply:
+        return request_id, body
     if envelope.bodyType == Body.Error:
         # An Error with code Ok would read as success without a result.
         code = body.code if body.code != ErrorCode.Ok else ErrorCode.Internal
