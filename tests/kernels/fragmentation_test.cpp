@@ -65,8 +65,8 @@ TEST(Fragmentation, ShareCopiesAreBudgetedBetweenTheirOwnCpuAndTheMixOfShares) {
   t.add(1, 500, 3000, 500000);   // a CPU-light one; the shares' mean is 7,500
   // Three idle GPUs and 12 cores. A copy is budgeted (2 x own + mean) / 3:
   // the heavy share 10,500 (one copy: 2,000 fragmented), the light one
-  // 4,500 (two copies: 1,000). Each share alone would be budgeted its own
-  // CPU: one heavy copy, four light ones (0 fragmented).
+  // 4,500 (two copies: 1,000). Budgeted only its own CPU, the light share
+  // would get four copies and count nothing as fragmented (total 1,000).
   std::vector<std::int32_t> const f{1000, 1000, 1000};
   EXPECT_DOUBLE_EQ(frag(f, 12000, t, true), 0.5 * 2000 + 0.5 * 1000);
   // FGD's measure counts every GPU either share fits on as usable.
