@@ -1,5 +1,6 @@
 // Flattening a round into kernel views (see matrices.hpp).
 #include <placer/solver/matrices.hpp>
+#include <placer/kernels/ops.hpp>
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
@@ -204,7 +205,6 @@ void build_matrices(round_input const& in, round_matrices& m) {
   for (auto* v : {&m.task_gpus, &m.task_milli, &m.task_freq_ppm}) v->clear();
   m.task_cpu.clear();
   m.task_model_mask.clear();
-  std::int64_t share_count = 0, share_cpu_sum = 0;
   for (std::size_t t = 0; t < chosen; ++t) {
     auto const& [c, k] = ranked[t];
     m.task_cpu.push_back(std::get<0>(k));
@@ -212,12 +212,8 @@ void build_matrices(round_input const& in, round_matrices& m) {
     m.task_gpus.push_back(std::get<2>(k));
     m.task_model_mask.push_back(std::get<3>(k));
     m.task_freq_ppm.push_back(static_cast<std::int32_t>(c * 1000000 / std::max<std::int64_t>(covered, 1)));
-    if (std::get<2>(k) == 1 && std::get<1>(k) < 1000) {
-      share_count += c;
-      share_cpu_sum += c * std::get<0>(k);
-    }
   }
-  m.task_share_cpu = share_count > 0 ? share_cpu_sum / share_count : 0;
+  m.task_share_cpu = kernels::mean_share_cpu(m.tasks());
 }
 
 node_view round_matrices::nodes() const {

@@ -22,17 +22,11 @@ struct tasks {
     freq.push_back(ppm);
     mask.push_back(~std::uint64_t{0});
   }
-  /// share_cpu as build_matrices sets it: M's shares' mean CPU by frequency.
+  /// share_cpu as build_matrices sets it.
   [[nodiscard]] task_view view() const {
-    std::int64_t n = 0, sum = 0;
-    for (std::size_t i = 0; i < gpus.size(); ++i) {
-      if (gpus[i] == 1 && milli[i] < 1000) {
-        n += freq[i];
-        sum += freq[i] * cpu[i];
-      }
-    }
-    return {static_cast<std::int32_t>(gpus.size()), gpus.data(), milli.data(), cpu.data(), mask.data(), freq.data(),
-            n > 0 ? sum / n : 0};
+    task_view v{static_cast<std::int32_t>(gpus.size()), gpus.data(), milli.data(), cpu.data(), mask.data(), freq.data()};
+    v.share_cpu = mean_share_cpu(v);
+    return v;
   }
 };
 

@@ -78,6 +78,19 @@ PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gp
   return true;
 }
 
+/// task_view::share_cpu of a task set: its fractional shares' mean CPU
+/// (milli) weighted by frequency, 0 when it has none.
+inline std::int64_t mean_share_cpu(task_view const& t) {
+  std::int64_t weight = 0, sum = 0;
+  for (std::int32_t m = 0; m < t.n_tasks; ++m) {
+    if (t.gpus[m] == 1 && t.milli[m] < 1000) {
+      weight += t.freq_ppm[m];
+      sum += t.freq_ppm[m] * t.cpu[m];
+    }
+  }
+  return weight > 0 ? sum / weight : 0;
+}
+
 /// CPU (milli) that the packable measure budgets per copy of a fractional
 /// share needing `cpu`: two parts its own demand, one part the mean of M's
 /// shares (t.share_cpu), since the node's other GPUs will be fed by the
