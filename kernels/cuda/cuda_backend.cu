@@ -10,6 +10,7 @@
 
 #include "../portable/auction.hpp"
 #include "../portable/stages.hpp"
+#include "../portable/tier_program.hpp"
 
 #include <cuda_runtime.h>
 #include <thrust/system/cuda/execution_policy.h>
@@ -17,6 +18,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #define PLACER_CUDA_TRY(call)                                                                  \
@@ -42,6 +44,47 @@ std::string cuda_probe() {
 }
 
 namespace {
+
+/// One CTA as the tier program's team (tier_program.hpp).
+struct cuda_team {
+  __host__ __device__ std::int32_t rank() const {
+#ifdef __CUDA_ARCH__
+    return static_cast<std::int32_t>(threadIdx.x);
+#else
+    return 0;
+#endif
+  }
+  __host__ __device__ std::int32_t size() const {
+#ifdef __CUDA_ARCH__
+    return static_cast<std::int32_t>(blockDim.x);
+#else
+    return 1;
+#endif
+  }
+  __host__ __device__ void sync() const {
+#ifdef __CUDA_ARCH__
+    __syncthreads();
+#endif
+  }
+  __host__ __device__ std::int32_t fetch_add(std::int32_t* p, std::int32_t v) const {
+#ifdef __CUDA_ARCH__
+    return atomicAdd(p, v);
+#else
+    std::int32_t const old = *p;
+    *p += v;
+    return old;
+#endif
+  }
+};
+
+/// Threads of the tier program's CTA. The score functor keeps a 64-entry
+/// GPU vector per thread, so registers, not the node count, bound it.
+constexpr int tier_threads = 256;
+
+__global__ void __launch_bounds__(tier_threads) tier_kernel(tier_buffers b) {
+  cuda_team team;
+  tier_program(team, b);
+}
 
 /// Page-locked host memory, grown to the high-water mark (never shrunk).
 /// Copies from and to it are true DMA, asynchronous to the host, and do not
@@ -205,6 +248,9 @@ std::size_t padded(std::size_t n) { return (n * sizeof(T) + 255) / 256 * 256; }
 class cuda_backend final : public backend {
   /// Thrust on this backend's stream, temporary storage from the cache.
   auto exec() { return thrust::cuda::par(temp_).on(stream_); }
+  /// The same without the synchronisation after the call, where the backend
+  /// synchronises itself before reading a result.
+  auto exec_nosync() { return thrust::cuda::par_nosync(temp_).on(stream_); }
 
  public:
   cuda_backend() {
@@ -232,7 +278,7 @@ class cuda_backend final : public backend {
     task_view const dt = upload(tasks);
     arena_.flush(stream_);
     std::int32_t* d_out = arena_.take<std::int32_t>(cells);
-    score_matrix(exec(), dn, dc, dt, params, d_out);
+    score_matrix(exec_nosync(), dn, dc, dt, params, d_out, steps_);
     PLACER_CUDA_TRY(cudaPeekAtLastError());
     std::int32_t const* h_out = down(d_out, cells);
     PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
@@ -246,7 +292,7 @@ class cuda_backend final : public backend {
     task_view const dt = upload(tasks);
     arena_.flush(stream_);
     // The reduction hands its 48-byte result back itself (and waits for it).
-    cluster_stats const s = reduce_cluster_stats(exec(), dn, dt);
+    cluster_stats const s = reduce_cluster_stats(exec(), dn, dt, steps_);
     PLACER_CUDA_TRY(cudaPeekAtLastError());
     PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));  // the staged inputs are free again
     return s;
@@ -267,7 +313,7 @@ class cuda_backend final : public backend {
     arena_.flush(stream_);
     std::int32_t* d_keys = arena_.take<std::int32_t>(d);
     std::int64_t* d_sums = arena_.take<std::int64_t>(d);
-    std::int32_t const k = kernels::domain_capacity(exec(), dn, dc, c, di, d_keys, d_sums);
+    std::int32_t const k = kernels::domain_capacity(exec(), dn, dc, c, di, d_keys, d_sums, steps_);
     PLACER_CUDA_TRY(cudaPeekAtLastError());
     std::int32_t const* h_keys = down(d_keys, static_cast<std::size_t>(k));
     std::int64_t const* h_sums = down(d_sums, static_cast<std::size_t>(k));
@@ -331,7 +377,7 @@ class cuda_backend final : public backend {
       up(b.holder, copies);
       up(b.assigned, n);
     };
-    auction_stats const st = run_auction(exec(), b, max_value, params, reverse);
+    auction_stats const st = run_auction(exec(), b, max_value, params, reverse, steps_);
     PLACER_CUDA_TRY(cudaPeekAtLastError());
     if (st.rounds > params.max_rounds) {
       PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));  // the mirror may still be read by a copy
@@ -342,6 +388,65 @@ class cuda_backend final : public backend {
     PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
     for (std::size_t i = 0; i < n; ++i) object_of[i] = h_assigned[i] >= 0 ? h_assigned[i] : -1;
     return st;
+  }
+
+  tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) override {
+    node_view const& nv = problem.nodes;
+    std::size_t const cells = static_cast<std::size_t>(nv.n_nodes) * problem.classes.n_classes;
+    std::size_t const rows = static_cast<std::size_t>(problem.n_rows);
+    tier_heap_begin_.resize(rows + 1);
+    std::int32_t const copies = tier_heap_begin(problem, tier_heap_begin_.data());
+    std::size_t work = 0;
+    auto measure = [&](auto* tag, std::size_t n) -> decltype(tag) {
+      work += padded<std::remove_pointer_t<decltype(tag)>>(n);
+      return nullptr;
+    };
+    tier_buffers b{};
+    tier_layout(b, nv.n_nodes, problem.n_rows, copies, measure);
+    arena_.reserve(node_bytes(nv) + class_bytes(problem.classes) + task_bytes(problem.tasks) +
+                   padded<std::int32_t>(cells) + 2 * padded<std::int32_t>(rows) + padded<std::int32_t>(rows + 1) +
+                   padded<std::uint8_t>(static_cast<std::size_t>(problem.classes.n_classes)) +
+                   padded<tier_control>(1) + work);
+    arena_.reset();
+    // Inputs up in one copy: the nodes (their free arrays are the program's
+    // to commit into), classes, tasks, the score matrix, the rows.
+    b.p = problem;
+    b.p.nodes = upload(nv);
+    b.p.classes = upload(problem.classes);
+    b.p.tasks = upload(problem.tasks);
+    b.p.gpu_free = const_cast<std::int32_t*>(b.p.nodes.gpu_free);
+    b.p.cpu_free = const_cast<std::int64_t*>(b.p.nodes.cpu_free);
+    b.p.mem_free = const_cast<std::int64_t*>(b.p.nodes.mem_free);
+    b.p.scores = arena_.stage(static_cast<std::int32_t const*>(problem.scores), cells);
+    b.p.row_class = arena_.stage(problem.row_class, rows);
+    b.p.demand = arena_.stage(problem.demand, rows);
+    b.p.live_class = arena_.stage(problem.live_class,
+                                  problem.live_class != nullptr ? static_cast<std::size_t>(problem.classes.n_classes) : 0);
+    b.heap_begin = arena_.stage(static_cast<std::int32_t const*>(tier_heap_begin_.data()), rows + 1);
+    tier_control const zero{};
+    b.ctl = arena_.stage(&zero, 1);
+    arena_.flush(stream_);
+    auto take = [&](auto* tag, std::size_t n) -> decltype(tag) {
+      return arena_.take<std::remove_pointer_t<decltype(tag)>>(n);
+    };
+    tier_layout(b, nv.n_nodes, problem.n_rows, copies, take);
+    tier_kernel<<<1, tier_threads, 0, stream_>>>(b);
+    PLACER_CUDA_TRY(cudaPeekAtLastError());
+    count_tier(steps_);
+    // Results down in one wait: control, placements, node state, scores.
+    tier_control const* h_ctl = down(b.ctl, 1);
+    tier_placement const* h_out = down(b.out, static_cast<std::size_t>(copies));
+    std::int32_t const* h_gpu = down(b.p.gpu_free, static_cast<std::size_t>(nv.n_gpus));
+    std::int64_t const* h_cpu = down(b.p.cpu_free, static_cast<std::size_t>(nv.n_nodes));
+    std::int64_t const* h_mem = down(b.p.mem_free, static_cast<std::size_t>(nv.n_nodes));
+    std::int32_t const* h_scores = down(b.p.scores, cells);
+    PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
+    std::memcpy(problem.gpu_free, h_gpu, static_cast<std::size_t>(nv.n_gpus) * sizeof(std::int32_t));
+    std::memcpy(problem.cpu_free, h_cpu, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int64_t));
+    std::memcpy(problem.mem_free, h_mem, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int64_t));
+    if (cells > 0) std::memcpy(problem.scores, h_scores, cells * sizeof(std::int32_t));
+    out.assign(h_out, h_out + h_ctl->placed);
+    return {h_ctl->iterations, h_ctl->rounds, h_ctl->round_cap_hit != 0};
   }
 
  private:
@@ -362,7 +467,7 @@ class cuda_backend final : public backend {
     std::size_t const n = v.n_nodes;
     return 3 * padded<std::int64_t>(n) + padded<std::int32_t>(n) + 2 * padded<std::uint8_t>(n) +
            padded<std::int32_t>(n + 1) + padded<std::int32_t>(v.n_gpus) + padded<std::int32_t>(n) +
-           padded<std::uint8_t>(v.n_gpus) + padded<std::int32_t>(n);
+           padded<std::uint8_t>(v.n_gpus) + 2 * padded<std::int32_t>(n);
   }
   static std::size_t class_bytes(class_view const& v) {
     std::size_t const n = v.n_classes;
@@ -387,6 +492,7 @@ class cuda_backend final : public backend {
     v.gpu_capacity = arena_.stage(v.gpu_capacity, n);
     v.gpu_island = arena_.stage(v.gpu_island, static_cast<std::size_t>(v.n_gpus));
     v.scarcity = arena_.stage(v.scarcity, n);
+    v.same_as = arena_.stage(v.same_as, v.same_as != nullptr ? n : 0);
     return v;
   }
   class_view upload(class_view v) {
@@ -415,6 +521,7 @@ class cuda_backend final : public backend {
   device_arena arena_;
   temp_allocator temp_;
   std::vector<std::int32_t> copy_begin_;  ///< auction slot CSR on the host (reverse step)
+  std::vector<std::int32_t> tier_heap_begin_;
   std::string description_;
 };
 

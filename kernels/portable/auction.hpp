@@ -7,6 +7,7 @@
 
 #include <placer/kernels/auction.hpp>
 #include <placer/kernels/hd.hpp>
+#include <placer/kernels/steps.hpp>
 
 #include <thrust/copy.h>
 #include <thrust/count.h>
@@ -301,10 +302,12 @@ struct resolve_op {
 /// Runs all epsilon phases. On return b.assigned holds an object or
 /// auction_pending for every bidder. `max_value` is the largest unscaled
 /// allowed value + 1 + offset (the host computes it). `reverse(scale, eps)`
-/// runs auction_reverse_step on the state at the end of each phase.
+/// runs auction_reverse_step on the state at the end of each phase. Counts
+/// every Thrust call, and a wait for each count the host reads and for each
+/// reverse step (its state goes to the host and back).
 template <class ExecPolicy, class ReverseStep>
 auction_stats run_auction(ExecPolicy&& exec, auction_buffers const& b, std::int64_t max_value,
-                          auction_params const& prm, ReverseStep&& reverse) {
+                          auction_params const& prm, ReverseStep&& reverse, step_counts& steps) {
   auction_stats st;
   std::int32_t const n = b.problem.n_bidders;
   if (n == 0) return st;
@@ -315,16 +318,24 @@ auction_stats run_auction(ExecPolicy&& exec, auction_buffers const& b, std::int6
   thrust::fill(exec, b.price, b.price + b.n_copies, std::int64_t{0});
   thrust::counting_iterator<std::int32_t> first(0);
   bool const rows_grouped = thrust::is_sorted(exec, b.problem.row_of, b.problem.row_of + n);
+  steps.calls += 2;
+  steps.waits += 1;
   while (true) {
     ++st.phases;
+    steps.calls += 2;
     // A new phase keeps the prices and restarts the assignment.
     thrust::fill(exec, b.holder, b.holder + b.n_copies, -1);
     thrust::fill(exec, b.assigned, b.assigned + n, auction_unassigned);
     while (true) {
       auto const active_end = thrust::copy_if(exec, first, first + n, b.active, is_unassigned_op{b.assigned});
       auto const n_active = static_cast<std::int32_t>(active_end - b.active);
+      steps.calls += 1;
+      steps.waits += 1;
       if (n_active == 0) break;
       if (++st.rounds > prm.max_rounds) return st;
+      // transform, (sort), copy_if, for_each, sort, count_if, copy_if, for_each; three counts read.
+      steps.calls += rows_grouped ? 7 : 8;
+      steps.waits += 3;
       // Group the active bidders by row (stable: by id within a row). When
       // rows are already non-decreasing in bidder id (the scheduler builds
       // them so), the active list is grouped as it stands.
@@ -343,6 +354,7 @@ auction_stats run_auction(ExecPolicy&& exec, auction_buffers const& b, std::int6
       thrust::for_each(exec, first, first + n_segments, resolve_op{b, n_segments, n_valid});
     }
     reverse(scale, eps);
+    steps.waits += 1;
     if (eps == 1) break;
     eps = eps / theta < 1 ? 1 : eps / theta;
   }

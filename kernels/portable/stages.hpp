@@ -5,7 +5,9 @@
 // memory that policy can read.
 
 #include <placer/kernels/ops.hpp>
+#include <placer/kernels/steps.hpp>
 
+#include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 #include <thrust/reduce.h>
@@ -15,32 +17,70 @@
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
-/// out[c * n_nodes + n] = score of class c on node n, or -1 if infeasible.
+/// Scores the column of each node that is the first of its state
+/// (node_view::same_as; every node when null).
+struct score_column_op {
+  score_cell_op op;
+  std::int32_t* out;
+  PLACER_HD void operator()(std::int32_t n) const {
+    if (op.nv.same_as == nullptr || op.nv.same_as[n] == n) op.score_column(n, out);
+  }
+};
+
+/// Copies the column of a node's state to the node, for the others.
+struct copy_column_op {
+  node_view nv;
+  std::int32_t n_classes;
+  std::int32_t* out;
+  PLACER_HD void operator()(std::int32_t n) const {
+    std::int32_t const from = nv.same_as[n];
+    if (from == n) return;
+    for (std::int32_t c = 0; c < n_classes; ++c) {
+      out[static_cast<std::int64_t>(c) * nv.n_nodes + n] = out[static_cast<std::int64_t>(c) * nv.n_nodes + from];
+    }
+  }
+};
+
+/// out[c * n_nodes + n] = score of class c on node n, or -1 if infeasible:
+/// one column per node state, then the copies. Two calls (one without
+/// same_as); the host reads the matrix (one wait).
 template <class ExecPolicy>
 void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, task_view const& tv,
-                  score_params const& p, std::int32_t* out) {
-  auto const cells = static_cast<std::int64_t>(nv.n_nodes) * cv.n_classes;
-  if (cells == 0) return;
-  thrust::counting_iterator<std::int64_t> first(0);
-  thrust::transform(exec, first, first + cells, out, score_cell_op{nv, cv, tv, p});
+                  score_params const& p, std::int32_t* out, step_counts& st) {
+  if (static_cast<std::int64_t>(nv.n_nodes) * cv.n_classes == 0) return;
+  thrust::counting_iterator<std::int32_t> first(0);
+  thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{score_cell_op{nv, cv, tv, p}, out});
+  st.calls += 1;
+  if (nv.same_as != nullptr) {
+    thrust::for_each(exec, first, first + nv.n_nodes, copy_column_op{nv, cv.n_classes, out});
+    st.calls += 1;
+  }
+  st.waits += 1;
 }
 
 /// GAR, GFR and FGD fragmentation sums over all nodes in one reduction.
+/// One call, and the host reads the sums (one wait).
 template <class ExecPolicy>
-cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_view const& tv) {
+cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_view const& tv, step_counts& st) {
   if (nv.n_nodes == 0) return cluster_stats{};
   thrust::counting_iterator<std::int32_t> first(0);
+  st.calls += 1;
+  st.waits += 1;
   return thrust::transform_reduce(exec, first, first + nv.n_nodes, node_stats_op{nv, tv}, cluster_stats{},
                                   stats_sum_op{});
 }
 
 /// Replicas of class c each domain can hold: a segmented sum (reduce by
 /// domain key) of per-node fit counts. Writes up to n_domains (key, sum)
-/// pairs into out_domain / out_cap and returns how many.
+/// pairs into out_domain / out_cap and returns how many. One call; two
+/// waits (the count returned, then the sums read).
 template <class ExecPolicy>
 std::int32_t domain_capacity(ExecPolicy&& exec, node_view const& nv, class_view const& cv, std::int32_t c,
-                             domain_index_view const& idx, std::int32_t* out_domain, std::int64_t* out_cap) {
+                             domain_index_view const& idx, std::int32_t* out_domain, std::int64_t* out_cap,
+                             step_counts& st) {
   if (idx.n_entries == 0) return 0;
+  st.calls += 1;
+  st.waits += 2;
   thrust::counting_iterator<std::int32_t> first(0);
   auto fits = thrust::make_transform_iterator(first, fit_count_op{nv, cv, c, idx.node});
   auto const ends = thrust::reduce_by_key(exec, idx.domain, idx.domain + idx.n_entries, fits, out_domain, out_cap);

@@ -4,6 +4,7 @@
 
 #include "../portable/auction.hpp"
 #include "../portable/stages.hpp"
+#include "../portable/tier_program.hpp"
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
@@ -32,15 +33,15 @@ omp_backend::omp_backend()
 void omp_backend::score(node_view const& nodes, class_view const& classes, task_view const& tasks,
                         score_params const& params, std::span<std::int32_t> out) {
   if (static_cast<std::int64_t>(nodes.n_nodes) * classes.n_classes < parallel_threshold / 16) {
-    score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data());
+    score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data(), steps_);
   } else {
-    score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data());
+    score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data(), steps_);
   }
 }
 
 cluster_stats omp_backend::stats(node_view const& nodes, task_view const& tasks) {
-  if (nodes.n_nodes < parallel_threshold / 64) return reduce_cluster_stats(thrust::cpp::par, nodes, tasks);
-  return reduce_cluster_stats(thrust::omp::par, nodes, tasks);
+  if (nodes.n_nodes < parallel_threshold / 64) return reduce_cluster_stats(thrust::cpp::par, nodes, tasks, steps_);
+  return reduce_cluster_stats(thrust::omp::par, nodes, tasks, steps_);
 }
 
 void omp_backend::domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
@@ -49,9 +50,9 @@ void omp_backend::domain_capacity(node_view const& nodes, class_view const& clas
   domain_sums_.resize(static_cast<std::size_t>(idx.n_domains));
   std::int32_t const k = idx.n_entries < parallel_threshold
                              ? kernels::domain_capacity(thrust::cpp::par, nodes, classes, c, idx, domain_keys_.data(),
-                                                        domain_sums_.data())
+                                                        domain_sums_.data(), steps_)
                              : kernels::domain_capacity(thrust::omp::par, nodes, classes, c, idx, domain_keys_.data(),
-                                                        domain_sums_.data());
+                                                        domain_sums_.data(), steps_);
   std::fill(cap.begin(), cap.end(), 0);
   for (std::int32_t i = 0; i < k; ++i) cap[domain_keys_[i]] = domain_sums_[i];
 }
@@ -96,13 +97,43 @@ auction_stats omp_backend::auction(auction_problem const& problem, auction_param
   // A round's work is about rows x objects; rounds are many and short, so
   // threads pay off only on large problems.
   auction_stats const st = static_cast<std::int64_t>(problem.n_rows) * problem.n_objects < 64 * parallel_threshold
-                               ? run_auction(thrust::cpp::par, b, max_value, params, reverse)
-                               : run_auction(thrust::omp::par, b, max_value, params, reverse);
+                               ? run_auction(thrust::cpp::par, b, max_value, params, reverse, steps_)
+                               : run_auction(thrust::omp::par, b, max_value, params, reverse, steps_);
   if (st.rounds > params.max_rounds) {
     throw logic_error(error_code::internal, "auction did not converge within " + std::to_string(params.max_rounds) + " rounds");
   }
   for (std::size_t i = 0; i < n; ++i) object_of[i] = assigned_[i] >= 0 ? assigned_[i] : -1;
   return st;
+}
+
+tier_stats omp_backend::place_tier(tier_problem const& problem, std::vector<tier_placement>& out) {
+  tier_heap_begin_.resize(static_cast<std::size_t>(problem.n_rows) + 1);
+  std::int32_t const copies = tier_heap_begin(problem, tier_heap_begin_.data());
+  // One pass sizes the arena, the second lays the buffers out in it.
+  std::size_t bytes = 0;
+  auto measure = [&](auto* tag, std::size_t n) -> decltype(tag) {
+    bytes += (n * sizeof(*tag) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) * alignof(std::max_align_t);
+    return nullptr;
+  };
+  tier_buffers b{};
+  tier_layout(b, problem.nodes.n_nodes, problem.n_rows, copies, measure);
+  tier_arena_.resize(bytes / sizeof(std::max_align_t) + 1);
+  auto* at = reinterpret_cast<unsigned char*>(tier_arena_.data());
+  auto take = [&](auto* tag, std::size_t n) -> decltype(tag) {
+    auto* p = reinterpret_cast<decltype(tag)>(at);
+    at += (n * sizeof(*tag) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) * alignof(std::max_align_t);
+    return p;
+  };
+  tier_layout(b, problem.nodes.n_nodes, problem.n_rows, copies, take);
+  tier_control ctl{};
+  b.p = problem;
+  b.heap_begin = tier_heap_begin_.data();
+  b.ctl = &ctl;
+  seq_team team;
+  tier_program(team, b);
+  count_tier(steps_);
+  out.assign(b.out, b.out + ctl.placed);
+  return {ctl.iterations, ctl.rounds, ctl.round_cap_hit != 0};
 }
 
 }  // namespace placer::kernels

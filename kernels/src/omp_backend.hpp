@@ -2,6 +2,7 @@
 // The CPU backend (Thrust on OpenMP).
 #include <placer/kernels/backend.hpp>
 
+#include <cstddef>
 #include <vector>
 
 namespace placer::kernels {
@@ -18,6 +19,7 @@ class omp_backend final : public backend {
                         std::span<std::int32_t> object_of) override;
   void domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
                        domain_index_view const& idx, std::span<std::int64_t> cap) override;
+  tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) override;
 
  private:
   std::string description_;
@@ -27,6 +29,9 @@ class omp_backend final : public backend {
   std::vector<std::int64_t> price_, price_tmp_, bid_val_;
   std::vector<std::int32_t> domain_keys_;
   std::vector<std::int64_t> domain_sums_;
+  // Tier program workspace.
+  std::vector<std::int32_t> tier_heap_begin_;
+  std::vector<std::max_align_t> tier_arena_;
 };
 
 }  // namespace placer::kernels

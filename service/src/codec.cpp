@@ -733,7 +733,10 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
   // but itself and the few bytes after it.
   std::vector<flatbuffers::Offset<wire::StageTiming>> timing;
   timing.reserve(r.timing.size() + 1);
-  for (auto const& t : r.timing) timing.push_back(wire::CreateStageTiming(fbb, fbb.CreateString(t.stage), t.micros));
+  for (auto const& t : r.timing) {
+    timing.push_back(wire::CreateStageTiming(fbb, fbb.CreateString(t.stage), t.micros, static_cast<std::uint64_t>(t.calls),
+                                             static_cast<std::uint64_t>(t.waits)));
+  }
   if (encode_stage != nullptr) {
     double const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     timing.push_back(wire::CreateStageTiming(fbb, fbb.CreateString(encode_stage), us));
@@ -847,7 +850,10 @@ decoded_reply decode_reply(wire::Envelope const& env) {
   }
   if (auto const* v = rep->timing()) {
     r.timing.reserve(v->size());
-    for (auto const* t : *v) r.timing.push_back({str(t->stage()), t->micros()});
+    for (auto const* t : *v) {
+      r.timing.push_back({str(t->stage()), t->micros(), static_cast<std::int64_t>(t->calls()),
+                          static_cast<std::int64_t>(t->waits())});
+    }
   }
   r.backend = str(rep->backend());
   scale_in(rep->scale_outs(), "scale-out", r.scale_outs);

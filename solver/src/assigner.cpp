@@ -4,6 +4,7 @@
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 #include <utility>
 
@@ -102,6 +103,8 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
     }
   }
   stable_sort_by(s_.entry_domain, s_.entry_node, s_.keyed, s_.permuted);
+  s_.class_feasible.assign(static_cast<std::size_t>(m_.n_classes()), -1);
+  s_.live_class.clear();  // every class live until run() knows the groups
 }
 
 void assigner::run(round_result& out, std::function<bool()> const& out_of_time) {
@@ -122,40 +125,50 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time) 
   // needs) go first, largest first, then the rest through the auction. A
   // gang of small replicas thus waits for the big single-node shapes, so it
   // does not break the free nodes they need (E-Binpack).
-  std::size_t begin = 0;
-  while (begin < order.size()) {
-    std::size_t end = begin;
-    auto const prio = in_.pending[order[begin]].priority;
-    while (end < order.size() && in_.pending[order[end]].priority == prio) ++end;
-    // Tiers largest first, queue order inside a tier: (-tier, position).
-    auto& tiers = s_.tiers;
-    tiers.clear();
-    for (std::size_t k = begin; k < end; ++k) {
-      tiers.emplace_back(-tier_of(in_.pending[order[k]].per_replica), static_cast<std::int32_t>(k));
-    }
-    std::sort(tiers.begin(), tiers.end());
-    for (std::size_t t0 = 0; t0 < tiers.size();) {
-      std::size_t t1 = t0;
-      while (t1 < tiers.size() && tiers[t1].first == tiers[t0].first) ++t1;
-      auto& rest = s_.tier_jobs;
-      rest.clear();
-      for (std::size_t t = t0; t < t1; ++t) {
-        std::int32_t const j = order[static_cast<std::size_t>(tiers[t].second)];
-        if (!wants_locality(in_.pending[j])) {
-          rest.push_back(j);
-          continue;
-        }
-        if (out_of_time()) { expire(j); continue; }
-        place_locality(j, out);
-      }
-      t0 = t1;
-      if (out_of_time()) {
-        for (auto j : rest) expire(j);
+  // Groups: (priority level, -tier, position in order), sorted; a group is
+  // a run of equal (level, tier).
+  auto& tiers = s_.tiers;
+  tiers.clear();
+  std::int32_t level = 0;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    if (k > 0 && in_.pending[order[k]].priority != in_.pending[order[k - 1]].priority) ++level;
+    std::int64_t const key = static_cast<std::int64_t>(level) * 1024 - tier_of(in_.pending[order[k]].per_replica);
+    tiers.emplace_back(key, static_cast<std::int32_t>(k));
+  }
+  std::sort(tiers.begin(), tiers.end());
+  auto job_at = [&](std::size_t t) { return order[static_cast<std::size_t>(tiers[t].second)]; };
+  // A class is live while a group still ahead uses it: commits re-score
+  // only live classes' cells (the others are never read again).
+  auto& last_group = s_.class_last_group;
+  last_group.assign(static_cast<std::size_t>(m_.n_classes()), -1);
+  std::int32_t group = 0;
+  for (std::size_t t = 0; t < tiers.size(); ++t) {
+    if (t > 0 && tiers[t].first != tiers[t - 1].first) ++group;
+    last_group[static_cast<std::size_t>(m_.job_class[job_at(t)])] = group;
+  }
+  s_.live_class.assign(static_cast<std::size_t>(m_.n_classes()), 1);
+  group = 0;
+  for (std::size_t t0 = 0; t0 < tiers.size(); ++group) {
+    for (std::size_t c = 0; c < last_group.size(); ++c) s_.live_class[c] = last_group[c] >= group ? 1 : 0;
+    std::size_t t1 = t0;
+    while (t1 < tiers.size() && tiers[t1].first == tiers[t0].first) ++t1;
+    auto& rest = s_.tier_jobs;
+    rest.clear();
+    for (std::size_t t = t0; t < t1; ++t) {
+      std::int32_t const j = job_at(t);
+      if (!wants_locality(in_.pending[j])) {
+        rest.push_back(j);
         continue;
       }
-      place_tier(rest, out);
+      if (out_of_time()) { expire(j); continue; }
+      place_locality(j, out);
     }
-    begin = end;
+    t0 = t1;
+    if (out_of_time()) {
+      for (auto j : rest) expire(j);
+      continue;
+    }
+    place_tier(rest, out);
   }
 }
 
@@ -258,115 +271,84 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
 // ----------------------------------------------------------------- auction
 
 void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& out) {
-  // Bidders: one per replica. Rows: the classes present, compacted (in
-  // order of first appearance). Every buffer is the reused scratch.
+  // Rows: the classes present, compacted in order of first appearance; a
+  // row's demand is its jobs' replicas. Every buffer is the reused scratch.
   auto& live = s_.live;
   live.clear();
   for (auto j : jobs) {
     if (!never_feasible(j, out)) live.push_back(j);
   }
   if (live.empty()) return;
-  std::int32_t const n_nodes = m_.n_nodes();
-  auto& bidder_job = s_.bidder_job;
-  auto& bidder_live = s_.bidder_live;  // bidder -> index into live
-  auto& row_of = s_.row_of;
   auto& row_class = s_.row_class;
   auto& class_row = s_.class_row;  // class -> row, -1 = none yet
-  bidder_job.clear();
-  bidder_live.clear();
-  row_of.clear();
+  auto& demand = s_.demand;
   row_class.clear();
+  demand.clear();
   class_row.assign(static_cast<std::size_t>(m_.n_classes()), -1);
-  for (std::size_t k = 0; k < live.size(); ++k) {
-    std::int32_t const j = live[k];
+  for (auto j : live) {
     std::int32_t const c = m_.job_class[j];
     if (class_row[c] < 0) {
       class_row[c] = static_cast<std::int32_t>(row_class.size());
       row_class.push_back(c);
+      demand.push_back(0);
     }
-    for (std::int32_t r = 0; r < in_.pending[j].replicas; ++r) {
-      bidder_live.push_back(static_cast<std::int32_t>(k));
-      row_of.push_back(class_row[c]);
-    }
+    demand[static_cast<std::size_t>(class_row[c])] += in_.pending[j].replicas;
   }
-  // Bidders grouped by row (stable), which spares the auction a sort per round.
-  stable_sort_by(row_of, bidder_live, s_.keyed, s_.permuted);
-  bidder_job.resize(bidder_live.size());
-  for (std::size_t b = 0; b < bidder_live.size(); ++b) bidder_job[b] = live[static_cast<std::size_t>(bidder_live[b])];
-  // Iterated unit-capacity auctions. A node's score is the value of its
-  // next replica only: once a replica lands, the node's marginal value
-  // changes (fuller for E-Binpack, different fragmentation), so slots of one
-  // node are not the identical objects the similar-object auction assumes.
-  // Each iteration therefore solves the exact assignment of at most one
-  // replica per node on current scores, commits it (it always fits: one
-  // replica per node, on a feasible cell) and re-scores the touched nodes.
-  auto const n_rows = static_cast<std::int32_t>(row_class.size());
-  auto& values = s_.values;
-  auto& capacity = s_.capacity;
-  values.resize(static_cast<std::size_t>(n_rows) * n_nodes);  // every cell is written below
-  capacity.resize(static_cast<std::size_t>(n_nodes));
+  // One launch of the tier program (kernels/include/placer/kernels/tier.hpp):
+  // nodes bid for rows, one replica per node per iteration, winners
+  // committed and re-scored in one step, until nothing more fits.
+  tier_problem p;
+  p.nodes = m_.nodes();
+  p.classes = m_.classes();
+  p.tasks = m_.tasks();
+  p.params = op_.p;
+  p.gpu_free = m_.gpu_free.data();
+  p.cpu_free = m_.cpu_free.data();
+  p.mem_free = m_.mem_free.data();
+  p.scores = scores_.data();
+  p.n_rows = static_cast<std::int32_t>(row_class.size());
+  p.row_class = row_class.data();
+  p.demand = demand.data();
+  p.live_class = s_.live_class.data();
+  // Bids rise by at least 1/1024 of the largest score: the assignment is
+  // within that per replica of each iteration's optimum (scores are
+  // heuristic values; the MIP gap is the same at eps = 1, 64 and 256), and
+  // price wars between near-equal nodes end in tens of rounds, not
+  // thousands (docs/architecture.md).
+  p.eps = std::max<std::int64_t>(1, 1000LL * (std::int64_t{op_.p.w_binpack} + op_.p.w_fragmentation) / 1024);
+  auto& got = s_.tier_out;
+  tier_stats const st = backend_.place_tier(p, got);
+  tier_iterations_ += st.iterations;
+  tier_rounds_ += st.rounds;
+  // Placements in (iteration, node) order; a row's replicas go to its jobs
+  // in queue order, so the earlier jobs fill first.
+  std::sort(got.begin(), got.end(), [](tier_placement const& a, tier_placement const& b) {
+    return a.iteration != b.iteration ? a.iteration < b.iteration : a.node < b.node;
+  });
   auto& placed = s_.placed;  // per live job
   placed.clear();
   placed.resize(live.size());
-  auto& remaining = s_.remaining;
-  remaining.resize(bidder_job.size());
-  std::iota(remaining.begin(), remaining.end(), 0);
-  auto& next = s_.next;
-  auto& sub_row = s_.sub_row;
-  auto& object_of = s_.object_of;
-  while (!remaining.empty()) {
-    for (std::int32_t r = 0; r < n_rows; ++r) {
-      std::copy_n(scores_.begin() + static_cast<std::ptrdiff_t>(row_class[r]) * n_nodes, n_nodes,
-                  values.begin() + static_cast<std::ptrdiff_t>(r) * n_nodes);
+  auto& cursor = s_.cursor;  // per row: the live job taking its next replica
+  cursor.assign(row_class.size(), 0);
+  for (auto const& tp : got) {
+    std::int32_t const c = row_class[static_cast<std::size_t>(tp.row)];
+    auto& k = cursor[static_cast<std::size_t>(tp.row)];
+    while (m_.job_class[live[static_cast<std::size_t>(k)]] != c ||
+           static_cast<std::int32_t>(placed[static_cast<std::size_t>(k)].size()) ==
+               in_.pending[live[static_cast<std::size_t>(k)]].replicas) {
+      ++k;
     }
-    for (std::int32_t n = 0; n < n_nodes; ++n) {
-      capacity[n] = 0;
-      for (std::int32_t r = 0; r < n_rows && capacity[n] == 0; ++r) {
-        capacity[n] = values[static_cast<std::size_t>(r) * n_nodes + n] >= 0 ? 1 : 0;
-      }
+    if (m_.cpu_free[tp.node] < 0 || m_.mem_free[tp.node] < 0) {
+      throw logic_error(error_code::internal, "tier assignment over-committed CPU or memory");
     }
-    sub_row.resize(remaining.size());
-    for (std::size_t k = 0; k < remaining.size(); ++k) sub_row[k] = row_of[remaining[k]];
-    object_of.assign(remaining.size(), -1);
-    if (n_rows == 1) {
-      // Identical bidders: the optimal assignment is the best nodes by
-      // value (lowest index on ties), one per bidder; no auction needed.
-      auto& nodes = s_.nodes;
-      nodes.clear();
-      for (std::int32_t n = 0; n < n_nodes; ++n) {
-        if (values[n] >= 0) nodes.push_back(n);
-      }
-      auto const take = std::min(nodes.size(), remaining.size());
-      std::partial_sort(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(take), nodes.end(),
-                        [&](std::int32_t a, std::int32_t b) { return values[a] != values[b] ? values[a] > values[b] : a < b; });
-      for (std::size_t k = 0; k < take; ++k) object_of[k] = nodes[k];
-    } else {
-      auction_problem p;
-      p.n_bidders = static_cast<std::int32_t>(remaining.size());
-      p.n_objects = n_nodes;
-      p.n_rows = n_rows;
-      p.values = values.data();
-      p.row_of = sub_row.data();
-      p.capacity = capacity.data();
-      // Within one score unit per replica of the exact optimum: scores are
-      // heuristic values, and exactness would cost ~3 more epsilon phases.
-      auction_params prm;
-      prm.exact = false;
-      backend_.auction(p, prm, object_of);
-    }
-    next.clear();
-    for (std::size_t k = 0; k < remaining.size(); ++k) {
-      std::int32_t const b = remaining[k];
-      if (object_of[k] >= 0) {
-        auto& got = placed[static_cast<std::size_t>(bidder_live[b])];
-        if (got.empty()) got.reserve(static_cast<std::size_t>(in_.pending[bidder_job[b]].replicas));  // one allocation
-        got.push_back(commit(object_of[k], row_class[row_of[b]]));
-      } else {
-        next.push_back(b);
-      }
-    }
-    if (next.size() == remaining.size()) break;  // nobody could be placed: done
-    remaining.swap(next);
+    auto& to = placed[static_cast<std::size_t>(k)];
+    if (to.empty()) to.reserve(static_cast<std::size_t>(in_.pending[live[static_cast<std::size_t>(k)]].replicas));
+    replica_placement rp;
+    rp.node = tp.node;
+    rp.gpu_milli = op_.cv.gpus[c] > 0 ? op_.cv.milli[c] : milli_per_gpu;
+    rp.gpus.reserve(static_cast<std::size_t>(std::popcount(tp.gpus)));
+    for (std::uint64_t g = tp.gpus; g != 0; g &= g - 1) rp.gpus.push_back(std::countr_zero(g));
+    to.push_back(std::move(rp));
   }
   for (std::size_t k = 0; k < live.size(); ++k) finish_job(live[k], std::move(placed[k]), out);
 }
@@ -375,9 +357,19 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
 
 bool assigner::never_feasible(std::int32_t j, round_result& out) {
   std::int32_t const c = m_.job_class[j];
-  for (std::int32_t n = 0; n < m_.n_nodes(); ++n) {
-    if (initially_feasible(c, n)) return false;
+  // Whether a class fits some node's capacity does not change as the round
+  // commits, so one scan per class serves all of its jobs.
+  auto& known = s_.class_feasible;
+  if (known[static_cast<std::size_t>(c)] < 0) {
+    known[static_cast<std::size_t>(c)] = 0;
+    for (std::int32_t n = 0; n < m_.n_nodes(); ++n) {
+      if (initially_feasible(c, n)) {
+        known[static_cast<std::size_t>(c)] = 1;
+        break;
+      }
+    }
   }
+  if (known[static_cast<std::size_t>(c)] != 0) return false;
   out.unplaced_jobs.push_back({j, unplaced_reason::no_feasible_node,
                                "no node can host one replica (model, pool, size or health)"});
   return true;
@@ -503,11 +495,7 @@ void assigner::release_all(std::int32_t c, std::vector<replica_placement>& place
 
 void assigner::refresh(std::int32_t n) {
   if (mode_ == assign_mode::kube) return;  // kube scores on the fly
-  std::int32_t const n_nodes = m_.n_nodes();
-  std::int64_t const before = op_.fragmentation_before(n);
-  for (std::int32_t c = 0; c < m_.n_classes(); ++c) {
-    scores_[static_cast<std::size_t>(c) * n_nodes + n] = op_.score(c, n, before);
-  }
+  op_.score_column(n, scores_.data(), s_.live_class.empty() ? nullptr : s_.live_class.data());
 }
 
 std::string assigner::level_name(std::int32_t l) const {

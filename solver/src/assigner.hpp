@@ -34,13 +34,16 @@ struct assigner_scratch {
   std::vector<std::pair<std::int32_t, std::int32_t>> keyed;  ///< sort scratch: (key, position)
   std::vector<std::int32_t> permuted;                       ///< sort scratch
   std::vector<std::int32_t> order;                          ///< queue order
-  std::vector<std::pair<std::int32_t, std::int32_t>> tiers;  ///< (-tier, position in order) of one priority level
+  std::vector<std::pair<std::int64_t, std::int32_t>> tiers;  ///< (level x 1024 - tier, position in order)
+  std::vector<std::int32_t> class_last_group;              ///< per class: the last group that uses it
+  std::vector<std::uint8_t> live_class;                     ///< per class: 1 = a group ahead uses it
   std::vector<std::int32_t> tier_jobs;                      ///< one tier's auction jobs
   std::vector<std::int64_t> cap;                            ///< per-domain capacity
   std::vector<std::int32_t> fits;                           ///< domains that hold a job
+  std::vector<std::int8_t> class_feasible;                  ///< per class: 1 fits some node, 0 none, -1 not known yet
   // place_tier
-  std::vector<std::int32_t> live, bidder_job, bidder_live, row_of, row_class, class_row, values, capacity, remaining,
-      next, sub_row, object_of, nodes;
+  std::vector<std::int32_t> live, row_class, class_row, demand, cursor;
+  std::vector<kernels::tier_placement> tier_out;
   std::vector<std::vector<replica_placement>> placed;  ///< per live job (moved into the result)
   std::vector<std::int32_t> gpus_before;               ///< commit: a node's GPU free before the take
 };
@@ -53,6 +56,10 @@ class assigner {
   /// Places every pending job (or records why not). `out_of_time` is asked
   /// between jobs; once it says yes, the rest are reported DeadlineExceeded.
   void run(round_result& out, std::function<bool()> const& out_of_time);
+
+  /// Tier program iterations and bidding rounds this round (benchmarks, docs).
+  [[nodiscard]] std::int64_t tier_iterations() const { return tier_iterations_; }
+  [[nodiscard]] std::int64_t tier_rounds() const { return tier_rounds_; }
 
  private:
   // --- the three strategies
@@ -89,6 +96,7 @@ class assigner {
   assign_mode mode_;
   std::int32_t levels_ = 1;
   assigner_scratch& s_;
+  std::int64_t tier_iterations_ = 0, tier_rounds_ = 0;
 };
 
 /// Queue order: priority, then (placer) largest total GPU demand first, then

@@ -168,6 +168,51 @@ void build_matrices(round_input const& in, round_matrices& m) {
     m.scarcity[i] = static_cast<std::int32_t>(std::min<std::int64_t>(1000, restricted[id] * 1000 / std::max<std::int64_t>(free_by_model[id], 1)));
   }
 
+  // Nodes in identical states score identically: the score stage computes
+  // one column per state and copies it (openb's 1,213 GPU nodes are 15
+  // states before the round). A hash of every field the score reads,
+  // sorted; equal hashes are compared in full, so a collision only costs
+  // a column.
+  auto same_state = [&](std::size_t a, std::size_t b) {
+    if (m.cpu_free[a] != m.cpu_free[b] || m.cpu_capacity[a] != m.cpu_capacity[b] || m.mem_free[a] != m.mem_free[b] ||
+        m.model[a] != m.model[b] || m.pool[a] != m.pool[b] || m.flags[a] != m.flags[b] ||
+        m.gpu_capacity[a] != m.gpu_capacity[b] || m.scarcity[a] != m.scarcity[b] ||
+        m.gpu_begin[a + 1] - m.gpu_begin[a] != m.gpu_begin[b + 1] - m.gpu_begin[b]) {
+      return false;
+    }
+    for (std::int32_t g = 0; g < m.gpu_begin[a + 1] - m.gpu_begin[a]; ++g) {
+      if (m.gpu_free[m.gpu_begin[a] + g] != m.gpu_free[m.gpu_begin[b] + g] ||
+          m.gpu_island[m.gpu_begin[a] + g] != m.gpu_island[m.gpu_begin[b] + g]) {
+        return false;
+      }
+    }
+    return true;
+  };
+  auto& hashed = scratch.node_hash;
+  hashed.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the fields' values
+    auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+    for (std::int64_t v : {m.cpu_free[i], m.cpu_capacity[i], m.mem_free[i], std::int64_t{m.model[i]},
+                           std::int64_t{m.pool[i]}, std::int64_t{m.flags[i]}, std::int64_t{m.gpu_capacity[i]},
+                           std::int64_t{m.scarcity[i]}}) {
+      mix(static_cast<std::uint64_t>(v));
+    }
+    for (auto g = m.gpu_begin[i]; g < m.gpu_begin[i + 1]; ++g) {
+      mix(static_cast<std::uint64_t>(m.gpu_free[g]) << 8 | m.gpu_island[g]);
+    }
+    hashed[i] = {h, static_cast<std::int32_t>(i)};
+  }
+  std::sort(hashed.begin(), hashed.end());
+  m.same_as.resize(n);
+  std::size_t first = 0;  // the run of equal hashes; its first node has the lowest index
+  for (std::size_t k = 0; k < n; ++k) {
+    if (hashed[k].first != hashed[first].first) first = k;
+    auto const i = static_cast<std::size_t>(hashed[k].second);
+    auto const rep = static_cast<std::size_t>(hashed[first].second);
+    m.same_as[i] = first != k && same_state(rep, i) ? static_cast<std::int32_t>(rep) : static_cast<std::int32_t>(i);
+  }
+
   // Typical task set M (FGD): replica shapes of pending and running work,
   // most frequent first (ties by key, descending), until 95% is covered.
   using tkey = flatten_scratch::task_key;  // cpu, milli, gpus, models
@@ -231,6 +276,7 @@ node_view round_matrices::nodes() const {
   v.gpu_capacity = gpu_capacity.data();
   v.gpu_island = gpu_island.data();
   v.scarcity = scarcity.data();
+  v.same_as = same_as.empty() ? nullptr : same_as.data();
   return v;
 }
 

@@ -112,6 +112,7 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   // The cross-round policies call the one-round pipeline on sub-problems;
   // the metrics compare the request's cluster with the one the round leaves.
   auto const t_round = clock_type::now();
+  step_counts const steps_round = backend_->steps();
   auto t = clock_type::now();
   validate(in);
   double const validate_us = micros_since(t);
@@ -147,35 +148,43 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   out.timing.push_back({"metrics", micros_since(t)});
   std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
-  out.timing.push_back({"total", micros_since(t_round)});
+  step_counts const total = backend_->steps() - steps_round;
+  out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits});
   return out;
 }
 
 round_result solver::solve_one(round_input const& in) {
   auto const t_round = clock_type::now();
+  step_counts const steps_round = backend_->steps();
   round_result out;
   out.timing.reserve(8);
   out.placements.reserve(in.pending.size());
   out.epoch = in.state.epoch;
   out.backend = backend_->description();
 
+  // Each stage's wall time and backend steps.
   auto t = clock_type::now();
+  step_counts steps_stage = backend_->steps();
+  auto stage_done = [&](char const* name) {
+    step_counts const d = backend_->steps() - steps_stage;
+    out.timing.push_back({name, micros_since(t), d.calls, d.waits});
+    t = clock_type::now();
+    steps_stage = backend_->steps();
+  };
   validate(in);
-  out.timing.push_back({"validate", micros_since(t)});
+  stage_done("validate");
 
   // The round's buffers are the solver's, reused: after a round of this size
   // flatten, score and assign allocate nothing but the result.
   round_matrices& m = ws_->m;
   std::vector<std::int32_t>& scores = ws_->scores;
 
-  t = clock_type::now();
   build_matrices(in, m);
-  out.timing.push_back({"flatten", micros_since(t)});
+  stage_done("flatten");
 
-  t = clock_type::now();
   cluster_stats const before = backend_->stats(m.nodes(), m.tasks());
   fill_stats(before, out.metrics.gar_before, out.metrics.gfr_before, out.metrics.frag_ratio_before);
-  out.timing.push_back({"metrics_before", micros_since(t)});
+  stage_done("metrics_before");
 
   score_params p;
   p.w_binpack = in.pol.w.binpack;
@@ -192,11 +201,9 @@ round_result solver::solve_one(round_input const& in) {
 
   // Every cell is written below (backend or host loop), so no zeroing.
   scores.resize(static_cast<std::size_t>(m.n_nodes()) * m.n_classes());
-  t = clock_type::now();
   if (!kube) backend_->score(m.nodes(), m.classes(), m.tasks(), p, scores);
-  out.timing.push_back({"score", micros_since(t)});
+  stage_done("score");
 
-  t = clock_type::now();
   if (kube) {
     // The baseline filters and scores every node per replica; it still
     // needs the feasibility answer for "never feasible", so fill the matrix
@@ -211,16 +218,16 @@ round_result solver::solve_one(round_input const& in) {
                                                                       : detail::assign_mode::placer;
   detail::assigner a(in, m, scores, p, *backend_, mode, ws_->assign);
   a.run(out, [&] { return in.deadline_us > 0 && micros_since(t_round) > static_cast<double>(in.deadline_us); });
-  out.timing.push_back({"assign", micros_since(t)});
+  stage_done("assign");
 
-  t = clock_type::now();
   cluster_stats const after = backend_->stats(m.nodes(), m.tasks());
   fill_stats(after, out.metrics.gar_after, out.metrics.gfr_after, out.metrics.frag_ratio_after);
-  out.timing.push_back({"metrics_after", micros_since(t)});
+  stage_done("metrics_after");
 
   std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
-  out.timing.push_back({"total", micros_since(t_round)});
+  step_counts const total = backend_->steps() - steps_round;
+  out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits});
   return out;
 }
 

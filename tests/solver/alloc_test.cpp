@@ -33,7 +33,7 @@ using testing_support::alloc_count;
 using testing_support::count_allocs;
 
 /// The CPU backend, with allocations inside its calls counted apart and the
-/// auction's epsilon phases counted.
+/// tier program's launches counted.
 class delegating_backend final : public kernels::backend {
  public:
   explicit delegating_backend(std::unique_ptr<kernels::backend> b) : b_(std::move(b)) {}
@@ -56,11 +56,15 @@ class delegating_backend final : public kernels::backend {
   kernels::auction_stats auction(kernels::auction_problem const& problem, kernels::auction_params const& params,
                                  std::span<std::int32_t> object_of) override {
     testing_support::aside_scope s;
-    auto const st = b_->auction(problem, params, object_of);
-    phases += st.phases;
-    return st;
+    return b_->auction(problem, params, object_of);
   }
-  std::int64_t phases = 0;
+  kernels::tier_stats place_tier(kernels::tier_problem const& problem,
+                                 std::vector<kernels::tier_placement>& out) override {
+    testing_support::aside_scope s;
+    tiers += 1;
+    return b_->place_tier(problem, out);
+  }
+  std::int64_t tiers = 0;
 
  private:
   std::unique_ptr<kernels::backend> b_;
@@ -136,13 +140,13 @@ TEST(HotPath, SteadyRoundsAllocateOnlyTheResult) {
 
   std::vector<round_result> results(6);
   std::vector<alloc_count> per_round;
-  std::vector<std::int64_t> phases;
+  std::vector<std::int64_t> tiers;
   per_round.reserve(results.size());
-  phases.reserve(results.size());
+  tiers.reserve(results.size());
   for (auto& r : results) {
-    b->phases = 0;
+    b->tiers = 0;
     per_round.push_back(count_allocs([&] { r = s.solve(in); }));
-    phases.push_back(b->phases);
+    tiers.push_back(b->tiers);
   }
   // What the result alone costs: one copy allocates each of its non-empty
   // vectors and long strings once.
@@ -160,11 +164,11 @@ TEST(HotPath, SteadyRoundsAllocateOnlyTheResult) {
 
   std::int64_t const n_nodes = static_cast<std::int64_t>(in.state.nodes.size());
   for (std::size_t k = 0; k < per_round.size(); ++k) {
-    std::printf("round %zu: solver %lld allocations (%lld bytes); backend %lld allocations (%lld bytes), %lld auction "
-                "phases\n",
+    std::printf("round %zu: solver %lld allocations (%lld bytes); backend %lld allocations (%lld bytes), %lld tier "
+                "launches\n",
                 k, static_cast<long long>(per_round[k].count), static_cast<long long>(per_round[k].bytes),
                 static_cast<long long>(per_round[k].aside_count), static_cast<long long>(per_round[k].aside_bytes),
-                static_cast<long long>(phases[k]));
+                static_cast<long long>(tiers[k]));
   }
   std::printf("copy of the result: %lld allocations, %lld bytes; %zu pending jobs, %zu running\n",
               static_cast<long long>(result.count), static_cast<long long>(result.bytes), in.pending.size(),
@@ -188,12 +192,10 @@ TEST(HotPath, SteadyRoundsAllocateOnlyTheResult) {
     EXPECT_LT(a.bytes, n_nodes * static_cast<std::int64_t>(sizeof(std::int32_t))) << "round " << k;
     // And the same every round: nothing creeps.
     EXPECT_EQ(a.count, per_round[2].count) << "round " << k;
-    // The backend: nothing but the auction reverse step's buffers, five per
-    // epsilon phase (profit, copy_of, queued, the queue's map and first
-    // chunk; a long queue adds chunks): no per-call workspace.
-    EXPECT_GT(phases[k], 0) << "the round should run auctions";
-    EXPECT_LE(a.aside_count, 8 * phases[k]) << "round " << k;
-    EXPECT_EQ(a.aside_count, per_round[2].aside_count) << "round " << k;
+    // The backend: its workspace (the tier program's arena, the results'
+    // vector) is sized by the first rounds and reused: nothing per call.
+    EXPECT_GT(tiers[k], 0) << "the round should run the tier program";
+    EXPECT_EQ(a.aside_count, 0) << "round " << k;
   }
 }
 

@@ -9,6 +9,8 @@
 // Public header: compiles with a host compiler, never includes CUDA headers.
 
 #include <placer/kernels/auction.hpp>
+#include <placer/kernels/steps.hpp>
+#include <placer/kernels/tier.hpp>
 #include <placer/kernels/views.hpp>
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace placer::kernels {
 
@@ -56,6 +59,19 @@ class backend {
   /// @param[out] object_of  n_bidders entries: the object won, or -1 (pending)
   virtual auction_stats auction(auction_problem const& problem, auction_params const& params,
                                 std::span<std::int32_t> object_of) = 0;
+
+  /// @brief Places one tier (tier.hpp): one launch of the tier program.
+  /// Commits into the problem's node arrays and score matrix (host memory;
+  /// the CUDA backend copies them there and back).
+  /// @param[out] out  the placements, in the program's order (the caller sorts)
+  virtual tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) = 0;
+
+  /// Stage calls and device-to-host waits since the backend was made
+  /// (steps.hpp); a caller takes differences around a stage.
+  [[nodiscard]] step_counts const& steps() const { return steps_; }
+
+ protected:
+  step_counts steps_;
 };
 
 /// Makes the backend of `kind`; throws placer::logic_error(unavailable) if the

@@ -20,6 +20,7 @@ namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
 inline constexpr std::int32_t max_gpus_per_node = 64;
+inline constexpr std::int32_t max_tasks = 64;  ///< typical task set size (build_matrices caps it)
 inline constexpr std::int32_t infeasible = -1;
 
 template <class T>
@@ -129,6 +130,75 @@ PLACER_HD inline std::int64_t node_fragmentation(std::int32_t const* f, std::int
   return frag;
 }
 
+/// One node's fragmentation before and after a replica, for a whole
+/// column of classes: the per-task fit counts and usable sums of the node's
+/// GPUs are taken once (O(tasks x GPUs)); a replica changes only the GPUs it
+/// takes, so its after-state updates them in O(tasks x GPUs taken). Equal
+/// to node_fragmentation(..., packable = true) on either state, integer for
+/// integer.
+struct column_frag {
+  std::int32_t g = 0;
+  std::int32_t model = -1;
+  std::int64_t cpu_free = 0;
+  std::int64_t total = 0;
+  std::int32_t f[max_gpus_per_node];
+  std::int32_t count[max_tasks];   ///< per task: GPUs with free >= its share
+  std::int64_t usable[max_tasks];  ///< per task: free milli on those GPUs
+
+  PLACER_HD void init(std::int32_t const* free, std::int32_t gpus, std::int64_t cpu, std::int32_t node_model,
+                      task_view const& t) {
+    g = gpus;
+    model = node_model;
+    cpu_free = cpu;
+    total = 0;
+    for (std::int32_t i = 0; i < g; ++i) {
+      f[i] = free[i];
+      total += f[i];
+    }
+    for (std::int32_t m = 0; m < t.n_tasks; ++m) {
+      std::int32_t c = 0;
+      std::int64_t u = 0;
+      for (std::int32_t i = 0; i < g; ++i) {
+        c += f[i] >= t.milli[m] ? 1 : 0;
+        u += f[i] >= t.milli[m] ? f[i] : 0;
+      }
+      count[m] = c;
+      usable[m] = u;
+    }
+  }
+
+  /// F with `taken[i]` milli removed from GPU `idx[i]` (k GPUs) and `cpu`
+  /// taken; k = 0 and cpu = 0 give the state as it is.
+  PLACER_HD std::int64_t fragmentation(task_view const& t, std::int32_t const* idx, std::int32_t const* taken,
+                                       std::int32_t k, std::int64_t cpu) const {
+    std::int64_t tot = total;
+    for (std::int32_t i = 0; i < k; ++i) tot -= taken[i];
+    if (tot == 0) return 0;
+    std::int64_t const cpu_left = cpu_free - cpu;
+    std::int64_t frag = 0;
+    for (std::int32_t m = 0; m < t.n_tasks; ++m) {
+      std::int32_t const milli = t.milli[m];
+      std::int32_t c = count[m];
+      std::int64_t u = usable[m];
+      for (std::int32_t i = 0; i < k; ++i) {
+        std::int32_t const before = f[idx[i]];
+        std::int32_t const after = before - taken[i];
+        c += (after >= milli ? 1 : 0) - (before >= milli ? 1 : 0);
+        u += (after >= milli ? after : 0) - (before >= milli ? before : 0);
+      }
+      bool const model_ok = model >= 0 && ((t.model_mask[m] >> model) & 1U) != 0;
+      bool const runs = t.gpus[m] > 0 && model_ok && t.cpu[m] <= cpu_left && c >= t.gpus[m];
+      std::int64_t use = 0;
+      if (runs) {
+        use = u;
+        if (milli < 1000 && t.cpu[m] > 0) use = min_of<std::int64_t>(use, cpu_left / share_copy_cpu(t.cpu[m], t) * 1000);
+      }
+      frag += (tot - use) * t.freq_ppm[m];
+    }
+    return frag;
+  }
+};
+
 /// The part of feasibility that does not depend on free capacity: node
 /// health, the pool rule (own or shared pool; training and batch may borrow
 /// loanable inference nodes) and, for GPU replicas, the GPU model.
@@ -180,6 +250,37 @@ struct fit_count_op {
   PLACER_HD std::int64_t operator()(std::int32_t k) const { return fit_count(nv, cv, c, entry_node[k]); }
 };
 
+/// A node's fragmentation after one replica, by replica shape (GPUs, share,
+/// CPU): the only inputs of the score's fragmentation term, so the classes
+/// of one shape (they differ in models, pools, memory) share it. One per
+/// column being scored; holds the first `capacity` shapes seen.
+struct frag_cache {
+  static constexpr std::int32_t capacity = 16;
+  std::int32_t size = 0;
+  std::int32_t gpus[capacity];
+  std::int32_t milli[capacity];
+  std::int64_t cpu[capacity];
+  std::int64_t after[capacity];
+
+  PLACER_HD bool find(std::int32_t g, std::int32_t m, std::int64_t c, std::int64_t& out) const {
+    for (std::int32_t i = 0; i < size; ++i) {
+      if (gpus[i] == g && milli[i] == m && cpu[i] == c) {
+        out = after[i];
+        return true;
+      }
+    }
+    return false;
+  }
+  PLACER_HD void add(std::int32_t g, std::int32_t m, std::int64_t c, std::int64_t a) {
+    if (size == capacity) return;
+    gpus[size] = g;
+    milli[size] = m;
+    cpu[size] = c;
+    after[size] = a;
+    ++size;
+  }
+};
+
 /// Score of one (class, node) cell; cell = c * n_nodes + n (row-major).
 struct score_cell_op {
   node_view nv;
@@ -204,7 +305,32 @@ struct score_cell_op {
 
   PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n) const { return score(c, n, fragmentation_before(n)); }
 
-  PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n, std::int64_t before) const {
+  /// Scores node n's column into out (row-major, n_nodes wide), for the
+  /// classes with live[c] != 0 (null: all).
+  PLACER_HD void score_column(std::int32_t n, std::int32_t* out, std::uint8_t const* live = nullptr) const {
+    frag_cache cache;
+    std::int64_t before = 0;
+    std::int32_t const b = nv.gpu_begin[n];
+    std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
+    bool const frag = p.w_fragmentation != 0 && tv.n_tasks > 0 && p.kube_mode == 0 && tv.n_tasks <= max_tasks;
+    column_frag col;
+    if (frag) {
+      col.init(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
+      before = col.fragmentation(tv, nullptr, nullptr, 0, 0);
+    } else {
+      before = fragmentation_before(n);
+    }
+    for (std::int32_t c = 0; c < cv.n_classes; ++c) {
+      if (live != nullptr && live[c] == 0) continue;
+      out[static_cast<std::int64_t>(c) * nv.n_nodes + n] = score(c, n, before, &cache, frag ? &col : nullptr);
+    }
+  }
+
+  /// Scores class c on node n, given the node's fragmentation before; a
+  /// caller scoring a whole column passes one frag_cache for it and the
+  /// node's column_frag.
+  PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n, std::int64_t before, frag_cache* cache = nullptr,
+                               column_frag const* col = nullptr) const {
     if (!cell_feasible(nv, cv, c, n)) return infeasible;
     std::int32_t const b = nv.gpu_begin[n];
     std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
@@ -239,10 +365,27 @@ struct score_cell_op {
     std::int64_t s = p.w_binpack * binpack;
 
     if (p.w_fragmentation != 0 && tv.n_tasks > 0 && g > 0) {
-      std::int32_t f[max_gpus_per_node];
-      for (std::int32_t i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
-      take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + b : nullptr);
-      std::int64_t const after = node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[c], nv.model[n], tv, true);
+      std::int64_t after = 0;
+      if (cache == nullptr || !cache->find(cv.gpus[c], cv.milli[c], cv.cpu[c], after)) {
+        std::int32_t f[max_gpus_per_node];
+        for (std::int32_t i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
+        take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + b : nullptr);
+        if (col != nullptr) {
+          std::int32_t idx[max_gpus_per_node], taken[max_gpus_per_node];
+          std::int32_t k = 0;
+          for (std::int32_t i = 0; i < g; ++i) {
+            if (f[i] != nv.gpu_free[b + i]) {
+              idx[k] = i;
+              taken[k] = nv.gpu_free[b + i] - f[i];
+              ++k;
+            }
+          }
+          after = col->fragmentation(tv, idx, taken, k, cv.cpu[c]);
+        } else {
+          after = node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[c], nv.model[n], tv, true);
+        }
+        if (cache != nullptr) cache->add(cv.gpus[c], cv.milli[c], cv.cpu[c], after);
+      }
       // delta in milli (divide out ppm); +-8000 milli maps onto 0..1000.
       std::int64_t const delta = (after - before) / 1000000;
       std::int64_t const fgd = min_of<std::int64_t>(1000, max_of<std::int64_t>(0, 500 - delta * 500 / 8000));

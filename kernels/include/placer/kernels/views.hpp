@@ -31,6 +31,10 @@ struct node_view {
   std::int32_t const* gpu_capacity = nullptr;  ///< per node: healthy GPUs x 1000
   std::uint8_t const* gpu_island = nullptr;    ///< per GPU (CSR like gpu_free): NVLink island
   std::int32_t const* scarcity = nullptr;      ///< per node 0..1000: pressure on its GPU model
+  /// Per node: a node in the identical state (same_as[n] <= n; n itself for
+  /// the first of its state), so a stage may compute one column per state.
+  /// Null: every node its own. Read only by the score stage.
+  std::int32_t const* same_as = nullptr;
 };
 
 /// Classes of identical replicas (same demand, models, pool rule). One row of

@@ -30,6 +30,7 @@ struct flatten_scratch {
   std::vector<std::pair<class_key, std::int32_t>> classes;  ///< sorted by key: key -> class row
   std::vector<std::pair<task_key, std::int64_t>> counts;    ///< sorted by key: shape -> replicas
   std::vector<std::pair<std::int64_t, task_key>> ranked;    ///< (count, shape), most frequent first
+  std::vector<std::pair<std::uint64_t, std::int32_t>> node_hash;  ///< (state hash, node), sorted
 };
 
 struct round_matrices {
@@ -40,6 +41,7 @@ struct round_matrices {
   std::vector<std::int32_t> gpu_begin, gpu_free, gpu_capacity;
   std::vector<std::uint8_t> gpu_island;
   std::vector<std::int32_t> scarcity;  ///< per node, 0..1000
+  std::vector<std::int32_t> same_as;   ///< per node: the lowest-indexed node in the identical state
   // Classes of identical replicas.
   std::vector<std::int32_t> class_gpus, class_milli;
   std::vector<std::int64_t> class_cpu, class_mem;

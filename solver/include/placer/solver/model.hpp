@@ -240,6 +240,11 @@ struct round_metrics {
 struct stage_timing {
   std::string stage;
   double micros = 0;
+  /// Backend steps of the stage (kernels/steps.hpp): stage calls (Thrust
+  /// calls, kernel launches) and device-to-host waits. The same on every
+  /// backend; `total` carries the round's sums.
+  std::int64_t calls = 0;
+  std::int64_t waits = 0;
 };
 
 struct round_result {

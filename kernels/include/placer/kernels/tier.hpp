@@ -1,0 +1,77 @@
+#pragma once
+// The tier assignment: the auction stage of a round, as one device program.
+//
+// A tier is a set of rows (classes of identical replicas) with a demand
+// each: rows are few (tens), nodes many (thousands). The program therefore
+// turns the auction around: **nodes bid for rows**. Each row is an object
+// with `remaining[r]` identical copies; a node takes at most one copy per
+// iteration; values are the current score matrix. In one iteration the
+// program solves that assignment with a forward auction (every unassigned
+// node bids for its best row at price + (best margin - second margin) + 1;
+// a row keeps its `remaining[r]` best bids, evicting the lowest), commits
+// every winner in one parallel step (the winners are on different nodes),
+// re-scores those nodes' columns for every class, and iterates with the
+// rest until nothing more fits. A bidding round costs O(R) per active node,
+// not a scan of every node per row, and the number of rounds depends on
+// the competition between rows, not on the number of replicas.
+//
+// The result is the same assignment problem the previous replica-bids-for-
+// nodes auction solved per iteration (at most one replica per node, scores
+// of the node's next replica), within one score unit per node of the
+// optimum (epsilon = 1), with fixed tie rules: margins tie to the lower row,
+// bids to the lower node. kernels/portable/tier_program.hpp has the program.
+//
+// Public header: host compiler only, no CUDA types.
+
+#include <placer/kernels/views.hpp>
+
+#include <cstdint>
+
+namespace placer::kernels {
+
+/// One tier. `nodes` reads the arrays that gpu_free / cpu_free / mem_free
+/// point to: the program commits into them, and keeps `scores` current
+/// (every class's cell of each node it touches is re-scored).
+struct tier_problem {
+  node_view nodes;
+  class_view classes;
+  task_view tasks;
+  score_params params;
+  std::int32_t* gpu_free = nullptr;  ///< nodes.gpu_free, writable
+  std::int64_t* cpu_free = nullptr;  ///< nodes.cpu_free, writable
+  std::int64_t* mem_free = nullptr;  ///< nodes.mem_free, writable
+  std::int32_t* scores = nullptr;    ///< n_classes x n_nodes, row-major, -1 = infeasible
+  std::int32_t n_rows = 0;
+  std::int32_t const* row_class = nullptr;  ///< n_rows: the class of each row
+  std::int32_t const* demand = nullptr;     ///< n_rows: replicas wanted
+  /// Per class: 1 = re-score its cells after a commit; 0 = no job left in
+  /// the round uses it, its cells may go stale. Null = every class.
+  std::uint8_t const* live_class = nullptr;
+  /// Iterations at most (tests: 1 = one assignment, nothing re-scored after).
+  std::int32_t max_iterations = 1 << 30;
+  /// Bidding rounds per iteration at most; past it the iteration keeps what
+  /// it holds (always a feasible assignment). A safety net, never reached
+  /// in the benchmarks and tests.
+  std::int32_t max_rounds = 1 << 16;
+  /// Bid increment: the result is within eps per placed replica of the
+  /// iteration's optimum.
+  std::int64_t eps = 1;
+};
+
+/// One replica placed: node, row, the GPUs it took (bit i = GPU i of the
+/// node), and the iteration it was placed in. The backend returns them
+/// sorted by (iteration, node).
+struct tier_placement {
+  std::int32_t node = -1;
+  std::int32_t row = -1;
+  std::int32_t iteration = 0;
+  std::uint64_t gpus = 0;
+};
+
+struct tier_stats {
+  std::int32_t iterations = 0;
+  std::int64_t rounds = 0;  ///< bidding rounds over all iterations
+  bool round_cap_hit = false;
+};
+
+}  // namespace placer::kernels

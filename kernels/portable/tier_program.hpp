@@ -1,0 +1,434 @@
+#pragma once
+// The tier assignment (include/placer/kernels/tier.hpp) as a team program:
+// written once, run by a team of `size()` workers that share the buffers
+// and meet at `sync()` barriers. Every loop splits its range over the team
+// (i = rank, rank + size, ...); the few serial steps run on rank 0; the
+// loop control lives in tier_buffers::ctl, written by rank 0 between
+// barriers and read by all after one.
+//
+//   seq_team (below)          g++: one worker, barriers are no-ops (the CPU backend)
+//   cuda_team (cuda_backend)  one CTA, __syncthreads(), atomicAdd: one launch per tier
+//
+// A Team provides rank(), size(), sync() and fetch_add(int*, int) (an
+// atomic add returning the old value). Results never depend on the order
+// in which the team's workers do things: a row keeps the best bids of
+// everything it was offered (a strict order: bid, then the lower node), and
+// the placements are sorted by (iteration, node) on the host.
+
+#include <placer/kernels/hd.hpp>
+#include <placer/kernels/ops.hpp>
+#include <placer/kernels/steps.hpp>
+#include <placer/kernels/tier.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace placer::kernels {
+inline namespace PLACER_BACKEND_NS {
+
+/// Loop control shared by the team (backend memory).
+struct tier_control {
+  std::int32_t todo_count = 0;   ///< nodes bidding this round
+  std::int32_t next_count = 0;   ///< nodes bidding next round (fetch_add)
+  std::int32_t placed = 0;       ///< placements so far (fetch_add)
+  std::int32_t touched = 0;      ///< nodes won this iteration (fetch_add)
+  std::int32_t placed_before = 0;  ///< copies at the iteration's start
+  std::int32_t parity = 0;       ///< which of the two todo lists is this round's
+  std::int32_t iterations = 0;
+  std::int32_t round_cap_hit = 0;
+  std::int32_t done = 0;         ///< 1: stop iterating
+  std::int32_t again = 0;        ///< 1: a row ended unfilled above a zero floor; bid again
+  std::int32_t restarts = 0;
+  std::int32_t rounds_this_iteration = 0;
+  std::int64_t rounds = 0;
+};
+
+/// The program's buffers, in the backend's memory. Sizes: N = nodes, R =
+/// rows, D = sum of the rows' demands.
+struct tier_buffers {
+  tier_problem p;                    ///< pointers into backend memory
+  std::int32_t const* heap_begin;    ///< R + 1: exclusive scan of demand (host)
+  std::int32_t* remaining;           ///< R
+  std::int64_t* floor;               ///< R: the price of a row's unheld copies
+  std::int32_t* select;              ///< R x N: scratch for the floors
+  std::int32_t* held;                ///< R: copies held this iteration
+  std::int32_t* bid_count;           ///< R
+  std::int32_t* bid_cursor;          ///< R
+  std::int64_t* heap_bid;            ///< D: per row a min-heap of held bids
+  std::int32_t* heap_node;           ///< D
+  std::int32_t* bid_row;             ///< N: row a node bids for this round, -1 none
+  std::int64_t* bid_value;           ///< N
+  std::int32_t* todo[2];             ///< N each: nodes bidding this round / next
+  std::int32_t* bucket;              ///< N: this round's bids grouped by row
+  std::int32_t* won;                 ///< N: nodes that won a copy this iteration
+  std::int32_t* won_row;             ///< N: the row a node won, -1 none
+  tier_placement* out;               ///< D
+  tier_control* ctl;
+};
+
+/// Host: heap_begin[0..R] = exclusive scan of the demands; returns their sum
+/// (the copies, and the most placements a tier can make).
+inline std::int32_t tier_heap_begin(tier_problem const& p, std::int32_t* heap_begin) {
+  std::int64_t at = 0;
+  for (std::int32_t r = 0; r < p.n_rows; ++r) {
+    heap_begin[r] = static_cast<std::int32_t>(at);
+    at += p.demand[r];
+  }
+  heap_begin[p.n_rows] = static_cast<std::int32_t>(at);
+  return static_cast<std::int32_t>(at);
+}
+
+/// Host: lays the program's work buffers out through take(T* tag, count),
+/// which returns backend memory for `count` elements of T. `p`, heap_begin
+/// and ctl are the caller's.
+template <class Take>
+void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std::int32_t copies, Take&& take) {
+  auto const n = static_cast<std::size_t>(n_nodes);
+  auto const r = static_cast<std::size_t>(n_rows);
+  auto const d = static_cast<std::size_t>(copies);
+  b.remaining = take(b.remaining, r);
+  b.floor = take(b.floor, r);
+  b.select = take(b.select, r * n);
+  b.held = take(b.held, r);
+  b.bid_count = take(b.bid_count, r);
+  b.bid_cursor = take(b.bid_cursor, r);
+  b.heap_bid = take(b.heap_bid, d);
+  b.heap_node = take(b.heap_node, d);
+  b.bid_row = take(b.bid_row, n);
+  b.bid_value = take(b.bid_value, n);
+  b.todo[0] = take(b.todo[0], n);
+  b.todo[1] = take(b.todo[1], n);
+  b.bucket = take(b.bucket, n);
+  b.won = take(b.won, n);
+  b.won_row = take(b.won_row, n);
+  b.out = take(b.out, d);
+}
+
+/// A tier is one launch of the program, and one wait: the placements, the
+/// node state and the score matrix read back.
+inline void count_tier(step_counts& st) {
+  st.calls += 1;
+  st.waits += 1;
+}
+
+/// A team of one: the CPU backend's worker.
+struct seq_team {
+  [[nodiscard]] static constexpr std::int32_t rank() { return 0; }
+  [[nodiscard]] static constexpr std::int32_t size() { return 1; }
+  static void sync() {}
+  static std::int32_t fetch_add(std::int32_t* p, std::int32_t v) {
+    std::int32_t const old = *p;
+    *p += v;
+    return old;
+  }
+};
+
+/// (bid, node) order of held copies: a is worse than b (lower bid, or the
+/// same bid from a higher node index). The heap keeps the worst on top.
+PLACER_HD inline bool tier_worse(std::int64_t bid_a, std::int32_t node_a, std::int64_t bid_b, std::int32_t node_b) {
+  return bid_a != bid_b ? bid_a < bid_b : node_a > node_b;
+}
+
+/// The price a bidder sees for row r: the worst held bid when every copy
+/// is held, else the floor (an unheld copy).
+PLACER_HD inline std::int64_t tier_price(tier_buffers const& b, std::int32_t r) {
+  return b.held[r] < b.remaining[r] ? b.floor[r] : b.heap_bid[b.heap_begin[r]];
+}
+
+/// The k-th largest (1-based) of v[0..n) by quickselect, reordering v;
+/// requires 1 <= k <= n.
+PLACER_HD inline std::int32_t tier_kth_largest(std::int32_t* v, std::int32_t n, std::int32_t k) {
+  std::int32_t lo = 0, hi = n - 1;
+  std::int32_t const want = k - 1;  // index in descending order
+  while (lo < hi) {
+    std::int32_t const pivot = v[lo + (hi - lo) / 2];
+    std::int32_t i = lo, j = hi;
+    while (i <= j) {
+      while (v[i] > pivot) ++i;
+      while (v[j] < pivot) --j;
+      if (i <= j) {
+        std::int32_t const t = v[i];
+        v[i] = v[j];
+        v[j] = t;
+        ++i;
+        --j;
+      }
+    }
+    if (want <= j) {
+      hi = j;
+    } else if (want >= i) {
+      lo = i;
+    } else {
+      return v[want];
+    }
+  }
+  return v[want];
+}
+
+/// Row r's floor for an iteration with `copies` copies in all: its
+/// (copies+1)-th best value (a node of the row's top `copies` is always
+/// at least as good for it, so no optimal assignment needs another), or 0
+/// when no more nodes than that can take it. Bidders below the floor sit
+/// out, so the prices start near where they end instead of climbing to it
+/// one increment per round when nodes far outnumber copies.
+PLACER_HD inline std::int64_t tier_floor(tier_buffers const& b, std::int32_t r, std::int32_t copies) {
+  auto const& p = b.p;
+  std::int32_t const n_nodes = p.nodes.n_nodes;
+  std::int32_t const* row = p.scores + static_cast<std::int64_t>(p.row_class[r]) * n_nodes;
+  std::int32_t* v = b.select + static_cast<std::int64_t>(r) * n_nodes;
+  std::int32_t k = 0;
+  for (std::int32_t n = 0; n < n_nodes; ++n) {
+    if (row[n] >= 0) v[k++] = row[n];
+  }
+  if (k <= copies) return 0;
+  return tier_kth_largest(v, k, copies + 1);
+}
+
+/// Offers node n's bid to row r's heap (one worker per row). Returns the
+/// node that lost (the evicted holder, or n itself when its bid is not
+/// better than the worst held one), or -1 when nobody lost.
+PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, std::int32_t n, std::int64_t bid) {
+  std::int64_t* hb = b.heap_bid + b.heap_begin[r];
+  std::int32_t* hn = b.heap_node + b.heap_begin[r];
+  std::int32_t size = b.held[r];
+  std::int32_t const cap = b.remaining[r];
+  std::int32_t lost = -1;
+  std::int32_t i;
+  if (size < cap) {
+    i = size++;
+    b.held[r] = size;
+    // Sift up: the worst on top.
+    while (i > 0) {
+      std::int32_t const parent = (i - 1) / 2;
+      if (!tier_worse(bid, n, hb[parent], hn[parent])) break;
+      hb[i] = hb[parent];
+      hn[i] = hn[parent];
+      i = parent;
+    }
+    hb[i] = bid;
+    hn[i] = n;
+    return -1;
+  }
+  if (cap == 0 || !tier_worse(hb[0], hn[0], bid, n)) return n;  // not better than the worst held
+  lost = hn[0];
+  i = 0;
+  while (true) {  // sift the new entry down from the top
+    std::int32_t worst = i;
+    std::int64_t wb = bid;
+    std::int32_t wn = n;
+    for (std::int32_t c = 2 * i + 1; c <= 2 * i + 2 && c < size; ++c) {
+      if (tier_worse(hb[c], hn[c], wb, wn)) {
+        worst = c;
+        wb = hb[c];
+        wn = hn[c];
+      }
+    }
+    if (worst == i) break;
+    hb[i] = hb[worst];
+    hn[i] = hn[worst];
+    i = worst;
+  }
+  hb[i] = bid;
+  hn[i] = n;
+  return lost;
+}
+
+/// Node n's bid this round: its best row by margin (value + 1 - price; ties
+/// to the lower row), at price + (best - max(second, 0)) + 1. Returns false
+/// when no row has a positive margin (the node sits this iteration out:
+/// prices only rise within one).
+PLACER_HD inline bool tier_bid(tier_buffers const& b, std::int32_t n, std::int32_t& row, std::int64_t& bid) {
+  auto const& p = b.p;
+  std::int64_t m1 = 0, m2 = 0;
+  std::int32_t r1 = -1;
+  for (std::int32_t r = 0; r < p.n_rows; ++r) {
+    if (b.remaining[r] == 0) continue;
+    std::int32_t const v = p.scores[static_cast<std::int64_t>(p.row_class[r]) * p.nodes.n_nodes + n];
+    if (v < 0) continue;
+    std::int64_t const m = static_cast<std::int64_t>(v) + 1 - tier_price(b, r);
+    if (r1 < 0 || m > m1) {
+      if (r1 >= 0 && m1 > m2) m2 = m1;
+      m1 = m;
+      r1 = r;
+    } else if (m > m2) {
+      m2 = m;
+    }
+  }
+  if (r1 < 0 || m1 <= 0) return false;
+  row = r1;
+  bid = tier_price(b, r1) + (m1 - m2) + p.eps;
+  return true;
+}
+
+/// Commits one replica of class c on node n (it fits: the cell was
+/// feasible and the node takes one replica this iteration) and returns the
+/// GPUs it took as a bit mask.
+PLACER_HD inline std::uint64_t tier_commit(tier_buffers const& b, std::int32_t c, std::int32_t n) {
+  auto const& p = b.p;
+  std::int32_t const g0 = p.nodes.gpu_begin[n];
+  std::int32_t const g = min_of(p.nodes.gpu_begin[n + 1] - g0, max_gpus_per_node);
+  std::int32_t* f = p.gpu_free + g0;
+  std::int32_t before[max_gpus_per_node];
+  for (std::int32_t i = 0; i < g; ++i) before[i] = f[i];
+  take_gpus(f, g, p.classes.gpus[c], p.classes.milli[c],
+            p.nodes.gpu_island != nullptr ? p.nodes.gpu_island + g0 : nullptr);
+  std::uint64_t mask = 0;
+  for (std::int32_t i = 0; i < g; ++i) mask |= f[i] != before[i] ? (std::uint64_t{1} << i) : 0;
+  p.cpu_free[n] -= p.classes.cpu[c];
+  p.mem_free[n] -= p.classes.mem[c];
+  return mask;
+}
+
+/// Re-scores node n's column after a commit, for every class still live.
+PLACER_HD inline void tier_rescore(tier_buffers const& b, std::int32_t n) {
+  auto const& p = b.p;
+  score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, p.live_class);
+}
+
+template <class Team>
+PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
+  auto const& p = b.p;
+  std::int32_t const n_nodes = p.nodes.n_nodes;
+  std::int32_t const n_rows = p.n_rows;
+  tier_control* const ctl = b.ctl;
+  std::int32_t const me = t.rank();
+  std::int32_t const team = t.size();
+  for (std::int32_t r = me; r < n_rows; r += team) b.remaining[r] = p.demand[r];
+  for (std::int32_t n = me; n < n_nodes; n += team) b.won_row[n] = -1;
+  t.sync();
+  while (true) {
+    // --- a new iteration: floors from the current scores.
+    if (me == 0) {
+      std::int32_t copies = 0;
+      for (std::int32_t r = 0; r < n_rows; ++r) copies += b.remaining[r];
+      ctl->placed_before = copies;  // the iteration's copies, for the floors
+      ctl->iterations += 1;
+      ctl->rounds_this_iteration = 0;
+    }
+    t.sync();
+    for (std::int32_t r = me; r < n_rows; r += team) {
+      b.floor[r] = b.remaining[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
+    }
+    bool again = false;
+    do {
+      // --- rows empty, every node bids.
+      for (std::int32_t r = me; r < n_rows; r += team) {
+        b.held[r] = 0;
+        b.bid_count[r] = 0;
+      }
+      for (std::int32_t n = me; n < n_nodes; n += team) b.todo[0][n] = n;
+      if (me == 0) {
+        ctl->todo_count = n_nodes;
+        ctl->parity = 0;
+        ctl->touched = 0;
+      }
+      t.sync();
+      // --- bidding rounds until no node bids.
+      while (true) {
+        std::int32_t const* todo = b.todo[ctl->parity];
+        std::int32_t* next = b.todo[1 - ctl->parity];
+        std::int32_t const k = ctl->todo_count;
+        for (std::int32_t i = me; i < k; i += team) {
+          std::int32_t const n = todo[i];
+          std::int32_t row = -1;
+          std::int64_t bid = 0;
+          b.bid_row[n] = tier_bid(b, n, row, bid) ? row : -1;
+          b.bid_value[n] = bid;
+          if (row >= 0) t.fetch_add(&b.bid_count[row], 1);
+        }
+        t.sync();
+        if (me == 0) {
+          std::int32_t at = 0;  // buckets: exclusive scan of the counts
+          for (std::int32_t r = 0; r < n_rows; ++r) {
+            b.bid_cursor[r] = at;
+            at += b.bid_count[r];
+          }
+          ctl->next_count = 0;
+        }
+        t.sync();
+        for (std::int32_t i = me; i < k; i += team) {
+          std::int32_t const n = todo[i];
+          if (b.bid_row[n] >= 0) b.bucket[t.fetch_add(&b.bid_cursor[b.bid_row[n]], 1)] = n;
+        }
+        t.sync();
+        // Each row takes its bids (the bucket ends at its cursor); the losers
+        // bid again next round.
+        for (std::int32_t r = me; r < n_rows; r += team) {
+          std::int32_t const end = b.bid_cursor[r];
+          for (std::int32_t i = end - b.bid_count[r]; i < end; ++i) {
+            std::int32_t const n = b.bucket[i];
+            std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n]);
+            if (lost >= 0) next[t.fetch_add(&ctl->next_count, 1)] = lost;
+          }
+          b.bid_count[r] = 0;
+        }
+        t.sync();
+        bool const stop = ctl->next_count == 0 || ctl->rounds_this_iteration + 1 >= p.max_rounds;
+        t.sync();  // everyone has read the control before rank 0 moves it
+        if (me == 0) {
+          ctl->rounds += 1;
+          ctl->rounds_this_iteration += 1;
+          if (ctl->next_count != 0 && stop) ctl->round_cap_hit = 1;
+          ctl->todo_count = ctl->next_count;
+          ctl->parity = 1 - ctl->parity;
+        }
+        t.sync();
+        if (stop) break;
+      }
+      // --- a row left unfilled above a zero floor breaks the complementary
+      // slackness the optimum needs (an unheld copy must cost nothing): its
+      // floor goes to 0 and the iteration bids again (at most once per row).
+      if (me == 0) {
+        ctl->again = 0;
+        for (std::int32_t r = 0; r < n_rows; ++r) {
+          if (b.held[r] < b.remaining[r] && b.floor[r] > 0) {
+            b.floor[r] = 0;
+            ctl->again = 1;
+          }
+        }
+        ctl->restarts += ctl->again;
+      }
+      t.sync();
+      again = ctl->again != 0;
+      t.sync();  // everyone has read it before rank 0 moves the control again
+    } while (again);
+    // --- commit every held copy (each on its own node) and re-score.
+    for (std::int32_t r = me; r < n_rows; r += team) {
+      std::int32_t const* hn = b.heap_node + b.heap_begin[r];
+      for (std::int32_t i = 0; i < b.held[r]; ++i) {
+        b.won[t.fetch_add(&ctl->touched, 1)] = hn[i];
+        b.won_row[hn[i]] = r;
+      }
+    }
+    t.sync();
+    std::int32_t const touched = ctl->touched;
+    std::int32_t const base = ctl->placed;
+    std::int32_t const iteration = ctl->iterations - 1;
+    for (std::int32_t i = me; i < touched; i += team) {
+      std::int32_t const n = b.won[i];
+      std::int32_t const r = b.won_row[n];
+      tier_placement& o = b.out[base + i];
+      o.node = n;
+      o.row = r;
+      o.iteration = iteration;
+      o.gpus = tier_commit(b, p.row_class[r], n);
+      tier_rescore(b, n);
+      b.won_row[n] = -1;
+    }
+    t.sync();
+    if (me == 0) {
+      std::int32_t left = 0;
+      for (std::int32_t r = 0; r < n_rows; ++r) {
+        b.remaining[r] -= b.held[r];
+        left += b.remaining[r];
+      }
+      ctl->placed += touched;
+      ctl->done = touched == 0 || left == 0 || ctl->iterations >= p.max_iterations ? 1 : 0;
+    }
+    t.sync();
+    if (ctl->done != 0) break;
+  }
+}
+
+}  // inline namespace PLACER_BACKEND_NS
+}  // namespace placer::kernels
