@@ -154,6 +154,9 @@ void print_summary(std::ostream& os, round_input const& in, round_result const& 
   os << "Timing:";
   for (auto const& t : r.timing) os << " " << t.stage << " " << fixed(t.micros / 1000.0, 3) << "ms";
   os << "\n";
+  for (auto const& t : r.timing) {
+    if (t.stage == "total") os << "Backend steps: " << t.calls << " stage calls, " << t.waits << " device-to-host waits\n";
+  }
   if (latency_us > 0) os << "Round-trip latency: " << fixed(latency_us / 1000.0, 3) << " ms (backend " << r.backend << ")\n";
   else os << "Backend: " << r.backend << "\n";
 }

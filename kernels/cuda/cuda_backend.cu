@@ -302,24 +302,24 @@ class cuda_backend final : public backend {
                        domain_index_view const& idx, std::span<std::int64_t> cap) override {
     std::size_t const e = static_cast<std::size_t>(idx.n_entries);
     std::size_t const d = static_cast<std::size_t>(idx.n_domains);
-    arena_.reserve(node_bytes(nodes) + class_bytes(classes) + 2 * padded<std::int32_t>(e) +
-                   padded<std::int32_t>(d) + padded<std::int64_t>(d));
+    std::size_t const n = static_cast<std::size_t>(nodes.n_nodes);
+    arena_.reserve(node_bytes(nodes) + class_bytes(classes) + padded<std::int32_t>(e) +
+                   padded<std::int32_t>(d + 1) + padded<std::int32_t>(n) + padded<std::int64_t>(d));
     arena_.reset();
     node_view const dn = upload(nodes);
     class_view const dc = upload(classes);
     domain_index_view di = idx;
     di.node = arena_.stage(idx.node, e);
-    di.domain = arena_.stage(idx.domain, e);
+    di.domain = nullptr;  // the sums read the CSR, not the keys
+    di.begin = arena_.stage(idx.begin, d + 1);
     arena_.flush(stream_);
-    std::int32_t* d_keys = arena_.take<std::int32_t>(d);
-    std::int64_t* d_sums = arena_.take<std::int64_t>(d);
-    std::int32_t const k = kernels::domain_capacity(exec(), dn, dc, c, di, d_keys, d_sums, steps_);
+    std::int32_t* d_fit = arena_.take<std::int32_t>(n);
+    std::int64_t* d_cap = arena_.take<std::int64_t>(d);
+    kernels::domain_capacity(exec_nosync(), dn, dc, c, di, d_fit, d_cap, steps_);
     PLACER_CUDA_TRY(cudaPeekAtLastError());
-    std::int32_t const* h_keys = down(d_keys, static_cast<std::size_t>(k));
-    std::int64_t const* h_sums = down(d_sums, static_cast<std::size_t>(k));
+    std::int64_t const* h_cap = down(d_cap, d);
     PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
-    std::fill(cap.begin(), cap.end(), 0);
-    for (std::int32_t i = 0; i < k; ++i) cap[h_keys[i]] = h_sums[i];
+    if (d > 0) std::memcpy(cap.data(), h_cap, d * sizeof(std::int64_t));
   }
 
   auction_stats auction(auction_problem const& problem, auction_params const& params,

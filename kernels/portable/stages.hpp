@@ -10,7 +10,6 @@
 #include <thrust/for_each.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
-#include <thrust/reduce.h>
 #include <thrust/transform.h>
 #include <thrust/transform_reduce.h>
 
@@ -70,21 +69,19 @@ cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_
                                   stats_sum_op{});
 }
 
-/// Replicas of class c each domain can hold: a segmented sum (reduce by
-/// domain key) of per-node fit counts. Writes up to n_domains (key, sum)
-/// pairs into out_domain / out_cap and returns how many. One call; two
-/// waits (the count returned, then the sums read).
+/// Replicas of class c each domain can hold, for every domain: the fit
+/// count of each node once (fit, n_nodes entries of scratch), then per
+/// domain the sum over its nodes (idx.begin). Two calls; the host reads
+/// the sums (one wait).
 template <class ExecPolicy>
-std::int32_t domain_capacity(ExecPolicy&& exec, node_view const& nv, class_view const& cv, std::int32_t c,
-                             domain_index_view const& idx, std::int32_t* out_domain, std::int64_t* out_cap,
-                             step_counts& st) {
-  if (idx.n_entries == 0) return 0;
-  st.calls += 1;
-  st.waits += 2;
+void domain_capacity(ExecPolicy&& exec, node_view const& nv, class_view const& cv, std::int32_t c,
+                     domain_index_view const& idx, std::int32_t* fit, std::int64_t* cap, step_counts& st) {
+  if (idx.n_domains == 0) return;
   thrust::counting_iterator<std::int32_t> first(0);
-  auto fits = thrust::make_transform_iterator(first, fit_count_op{nv, cv, c, idx.node});
-  auto const ends = thrust::reduce_by_key(exec, idx.domain, idx.domain + idx.n_entries, fits, out_domain, out_cap);
-  return static_cast<std::int32_t>(ends.first - out_domain);
+  thrust::transform(exec, first, first + nv.n_nodes, fit, fit_count_op{nv, cv, c});
+  thrust::for_each(exec, first, first + idx.n_domains, domain_sum_op{idx, fit, cap});
+  st.calls += 2;
+  st.waits += 1;
 }
 
 }  // inline namespace PLACER_BACKEND_NS

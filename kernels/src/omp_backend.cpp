@@ -46,15 +46,12 @@ cluster_stats omp_backend::stats(node_view const& nodes, task_view const& tasks)
 
 void omp_backend::domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
                                   domain_index_view const& idx, std::span<std::int64_t> cap) {
-  domain_keys_.resize(static_cast<std::size_t>(idx.n_domains));
-  domain_sums_.resize(static_cast<std::size_t>(idx.n_domains));
-  std::int32_t const k = idx.n_entries < parallel_threshold
-                             ? kernels::domain_capacity(thrust::cpp::par, nodes, classes, c, idx, domain_keys_.data(),
-                                                        domain_sums_.data(), steps_)
-                             : kernels::domain_capacity(thrust::omp::par, nodes, classes, c, idx, domain_keys_.data(),
-                                                        domain_sums_.data(), steps_);
-  std::fill(cap.begin(), cap.end(), 0);
-  for (std::int32_t i = 0; i < k; ++i) cap[domain_keys_[i]] = domain_sums_[i];
+  domain_fit_.resize(static_cast<std::size_t>(nodes.n_nodes));
+  if (idx.n_entries < parallel_threshold) {
+    kernels::domain_capacity(thrust::cpp::par, nodes, classes, c, idx, domain_fit_.data(), cap.data(), steps_);
+  } else {
+    kernels::domain_capacity(thrust::omp::par, nodes, classes, c, idx, domain_fit_.data(), cap.data(), steps_);
+  }
 }
 
 auction_stats omp_backend::auction(auction_problem const& problem, auction_params const& params,

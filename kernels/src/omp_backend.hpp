@@ -27,8 +27,7 @@ class omp_backend final : public backend {
   std::vector<std::int32_t> copy_begin_, holder_, holder_tmp_, assigned_, active_, active_row_, row_seg_, bid_obj_,
       bid_copy_, bid_bidder_, seg_begin_, heap_obj_, heap_taken_;
   std::vector<std::int64_t> price_, price_tmp_, bid_val_;
-  std::vector<std::int32_t> domain_keys_;
-  std::vector<std::int64_t> domain_sums_;
+  std::vector<std::int32_t> domain_fit_;
   // Tier program workspace.
   std::vector<std::int32_t> tier_heap_begin_;
   std::vector<std::max_align_t> tier_arena_;

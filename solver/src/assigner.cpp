@@ -103,6 +103,11 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
     }
   }
   stable_sort_by(s_.entry_domain, s_.entry_node, s_.keyed, s_.permuted);
+  // Each domain's entries as a CSR over the sorted list.
+  auto const n_domains = c.topo.domains.size();
+  s_.domain_begin.assign(n_domains + 1, 0);
+  for (auto d : s_.entry_domain) ++s_.domain_begin[static_cast<std::size_t>(d) + 1];
+  for (std::size_t d = 0; d < n_domains; ++d) s_.domain_begin[d + 1] += s_.domain_begin[d];
   s_.class_feasible.assign(static_cast<std::size_t>(m_.n_classes()), -1);
   s_.live_class.clear();  // every class live until run() knows the groups
 }
@@ -210,6 +215,7 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
     idx.n_domains = static_cast<std::int32_t>(domains.size());
     idx.node = s_.entry_node.data();
     idx.domain = s_.entry_domain.data();
+    idx.begin = s_.domain_begin.data();
     backend_.domain_capacity(m_.nodes(), m_.classes(), c, idx, cap);
   }
   // The lowest (deepest) domain that holds the whole job, best fit first.

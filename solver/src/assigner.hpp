@@ -31,6 +31,7 @@ enum class assign_mode { placer, greedy, kube };
 struct assigner_scratch {
   std::vector<std::int32_t> paths;                          ///< node x level -> domain (node_domain_paths)
   std::vector<std::int32_t> entry_node, entry_domain;       ///< (node, domain) pairs sorted by domain
+  std::vector<std::int32_t> domain_begin;                   ///< n_domains + 1: CSR of the entries by domain
   std::vector<std::pair<std::int32_t, std::int32_t>> keyed;  ///< sort scratch: (key, position)
   std::vector<std::int32_t> permuted;                       ///< sort scratch
   std::vector<std::int32_t> order;                          ///< queue order

@@ -241,13 +241,24 @@ PLACER_HD inline std::int32_t fit_count(node_view const& nv, class_view const& c
   return static_cast<std::int32_t>(fit);
 }
 
-/// Fit count of one class on the node of one (node, domain) entry.
+/// Fit count of one class on one node.
 struct fit_count_op {
   node_view nv;
   class_view cv;
   std::int32_t c;
-  std::int32_t const* entry_node;
-  PLACER_HD std::int64_t operator()(std::int32_t k) const { return fit_count(nv, cv, c, entry_node[k]); }
+  PLACER_HD std::int32_t operator()(std::int32_t n) const { return fit_count(nv, cv, c, n); }
+};
+
+/// Replicas a domain holds: the sum of its nodes' fit counts.
+struct domain_sum_op {
+  domain_index_view idx;
+  std::int32_t const* fit;  ///< per node
+  std::int64_t* cap;        ///< per domain
+  PLACER_HD void operator()(std::int32_t d) const {
+    std::int64_t sum = 0;
+    for (std::int32_t k = idx.begin[d]; k < idx.begin[d + 1]; ++k) sum += fit[idx.node[k]];
+    cap[d] = sum;
+  }
 };
 
 /// A node's fragmentation after one replica, by replica shape (GPUs, share,

@@ -73,6 +73,7 @@ struct domain_index_view {
   std::int32_t n_domains = 0;
   std::int32_t const* node = nullptr;    ///< n_entries
   std::int32_t const* domain = nullptr;  ///< n_entries, ascending
+  std::int32_t const* begin = nullptr;   ///< n_domains + 1: domain d's entries are [begin[d], begin[d+1])
 };
 
 /// Integer weights of the score terms; each term is normalised to 0..1000.
