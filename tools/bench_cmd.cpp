@@ -143,6 +143,7 @@ struct config_result {
   double wall_s = 0;
   double placed_per_round = 0;
   std::uint64_t retries = 0, resyncs = 0;  // rounds resent after a timeout; full snapshots resent
+  double calls_per_round = 0, waits_per_round = 0;  // backend steps (means): stage calls, device-to-host waits
 };
 
 double mean(std::vector<double> const& v) {
@@ -229,7 +230,13 @@ config_result run_config(bench_args const& a, round_input in, std::string const&
       throw std::runtime_error(std::string("round failed: ") + service::error_code_name(rep.code) + ": " + rep.message);
     }
     res.latency_ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
-    for (auto const& t : rep.result.timing) res.stage_ms[t.stage] += t.micros / 1000.0 / rounds;
+    for (auto const& t : rep.result.timing) {
+      res.stage_ms[t.stage] += t.micros / 1000.0 / rounds;
+      if (t.stage == "total") {
+        res.calls_per_round += static_cast<double>(t.calls) / rounds;
+        res.waits_per_round += static_cast<double>(t.waits) / rounds;
+      }
+    }
     res.client_encode_ms += c.last_timing().encode_us / 1000.0 / rounds;
     res.client_decode_ms += c.last_timing().decode_us / 1000.0 / rounds;
     res.backend = rep.result.backend;
@@ -299,15 +306,17 @@ int cmd_bench(int argc, char** argv) {
   }
 
   // Human table.
-  std::printf("\n%-6s %-34s %9s %9s %9s %9s %9s %10s %12s\n", "config", "backend", "p50 ms", "p90 ms", "p99 ms",
-              "p99.9 ms", "max ms", "rounds/s", "placements/s");
+  std::printf("\n%-6s %-34s %9s %9s %9s %9s %9s %10s %12s %7s %7s\n", "config", "backend", "p50 ms", "p90 ms",
+              "p99 ms", "p99.9 ms", "max ms", "rounds/s", "placements/s", "calls", "waits");
   for (auto const& r : results) {
     double const rps = static_cast<double>(r.latency_ms.size()) / r.wall_s;
-    std::printf("%-6s %-34s %9s %9s %9s %9s %9s %10s %12s\n", r.name.c_str(), r.backend.substr(0, 34).c_str(),
+    std::printf("%-6s %-34s %9s %9s %9s %9s %9s %10s %12s %7s %7s\n", r.name.c_str(), r.backend.substr(0, 34).c_str(),
                 fmt(percentile(r.latency_ms, 0.5)).c_str(), fmt(percentile(r.latency_ms, 0.9)).c_str(),
                 fmt(percentile(r.latency_ms, 0.99)).c_str(), fmt(percentile(r.latency_ms, 0.999)).c_str(),
-                fmt(percentile(r.latency_ms, 1.0)).c_str(), fmt(rps, 1).c_str(), fmt(rps * r.placed_per_round, 0).c_str());
+                fmt(percentile(r.latency_ms, 1.0)).c_str(), fmt(rps, 1).c_str(), fmt(rps * r.placed_per_round, 0).c_str(),
+                fmt(r.calls_per_round, 0).c_str(), fmt(r.waits_per_round, 0).c_str());
   }
+  std::printf("(calls, waits: the backend's stage calls and device-to-host waits per round)\n");
   std::printf("\nserver-side stage means (ms):\n");
   for (auto const& r : results) {
     std::printf("  %-6s", r.name.c_str());
@@ -353,7 +362,8 @@ int cmd_bench(int argc, char** argv) {
         << ",\"max_ms\":" << percentile(r.latency_ms, 1.0) << ",\"mean_ms\":" << mean(r.latency_ms)
         << ",\"rounds_per_s\":" << static_cast<double>(r.latency_ms.size()) / r.wall_s
         << ",\"replicas_placed_per_round\":" << r.placed_per_round << ",\"retries\":" << r.retries
-        << ",\"resyncs\":" << r.resyncs << ",\"stages_ms\":{";
+        << ",\"resyncs\":" << r.resyncs << ",\"stage_calls_per_round\":" << r.calls_per_round
+        << ",\"waits_per_round\":" << r.waits_per_round << ",\"stages_ms\":{";
       bool first = true;
       for (auto const& [s, v] : r.stage_ms) {
         f << (first ? "" : ",") << "\"" << s << "\":" << v;
