@@ -260,7 +260,7 @@ int cmd_compare(int argc, char** argv) {
     char const* name;
     algorithm algo;
   };
-  for (auto const& [name, algo] : {algo_row{"placer (auction)", algorithm::placer}, algo_row{"greedy", algorithm::greedy},
+  for (auto const& [name, algo] : {algo_row{"placer (tiers)", algorithm::placer}, algo_row{"greedy", algorithm::greedy},
                                    algo_row{"kube LeastAllocated", algorithm::kube_least_allocated},
                                    algo_row{"kube MostAllocated", algorithm::kube_most_allocated},
                                    algo_row{"FIFO first-fit", algorithm::first_fit}}) {

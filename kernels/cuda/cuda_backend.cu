@@ -8,7 +8,6 @@
 #include <placer/kernels/backend.hpp>
 #include <placer/topology/error.hpp>
 
-#include "../portable/auction.hpp"
 #include "../portable/stages.hpp"
 #include "../portable/tier_program.hpp"
 
@@ -322,74 +321,6 @@ class cuda_backend final : public backend {
     if (d > 0) std::memcpy(cap.data(), h_cap, d * sizeof(std::int64_t));
   }
 
-  auction_stats auction(auction_problem const& problem, auction_params const& params,
-                        std::span<std::int32_t> object_of) override {
-    std::size_t const n = static_cast<std::size_t>(problem.n_bidders);
-    std::size_t const m = static_cast<std::size_t>(problem.n_objects);
-    std::size_t const cells = static_cast<std::size_t>(problem.n_rows) * m;
-    copy_begin_.resize(m + 1);  // host, reused (grows to the high-water mark)
-    std::int32_t* const h_copy_begin = copy_begin_.data();
-    std::int64_t const max_value = auction_prepare(problem, h_copy_begin);
-    std::size_t const copies = static_cast<std::size_t>(h_copy_begin[m]);
-    arena_.reserve(padded<std::int32_t>(cells) + 3 * padded<std::int32_t>(n) + padded<std::int64_t>(n) +
-                   padded<std::int32_t>(m) + padded<std::int32_t>(m + 1) + 2 * padded<std::int64_t>(copies) +
-                   2 * padded<std::int32_t>(copies) + 8 * padded<std::int32_t>(n) + padded<std::int64_t>(n) +
-                   2 * padded<std::int32_t>(cells));
-    arena_.reset();
-    auction_buffers b;
-    b.problem = problem;
-    b.problem.values = arena_.stage(problem.values, cells);
-    b.problem.row_of = arena_.stage(problem.row_of, n);
-    b.problem.offset = arena_.stage(problem.offset, problem.offset != nullptr ? n : 0);
-    b.problem.capacity = arena_.stage(problem.capacity, m);
-    b.copy_begin = arena_.stage(static_cast<std::int32_t const*>(h_copy_begin), m + 1);
-    arena_.flush(stream_);
-    b.n_copies = static_cast<std::int64_t>(copies);
-    b.price = arena_.take<std::int64_t>(copies);
-    b.price_tmp = arena_.take<std::int64_t>(copies);
-    b.holder = arena_.take<std::int32_t>(copies);
-    b.holder_tmp = arena_.take<std::int32_t>(copies);
-    b.assigned = arena_.take<std::int32_t>(n);
-    b.active = arena_.take<std::int32_t>(n);
-    b.bid_obj = arena_.take<std::int32_t>(n);
-    b.bid_bidder = arena_.take<std::int32_t>(n);
-    b.seg_begin = arena_.take<std::int32_t>(n);
-    b.active_row = arena_.take<std::int32_t>(n);
-    b.row_seg = arena_.take<std::int32_t>(n);
-    b.bid_copy = arena_.take<std::int32_t>(n);
-    b.heap_obj = arena_.take<std::int32_t>(cells);
-    b.heap_taken = arena_.take<std::int32_t>(cells);
-    b.bid_val = arena_.take<std::int64_t>(n);
-    // The reverse step runs on the host: state down into the pinned mirror,
-    // step there, state up from it. The next step's download is ordered
-    // after this upload on the stream, and the host waits for it before
-    // touching the mirror again.
-    std::int64_t* const h_price = arena_.host(b.price);
-    std::int32_t* const h_holder = arena_.host(b.holder);
-    std::int32_t* const h_assigned = arena_.host(b.assigned);
-    auto reverse = [&](std::int64_t scale, std::int64_t eps) {
-      down(b.price, copies);
-      down(b.holder, copies);
-      down(b.assigned, n);
-      PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
-      auction_reverse_step(problem, h_copy_begin, h_price, h_holder, h_assigned, scale, eps);
-      up(b.price, copies);
-      up(b.holder, copies);
-      up(b.assigned, n);
-    };
-    auction_stats const st = run_auction(exec(), b, max_value, params, reverse, steps_);
-    PLACER_CUDA_TRY(cudaPeekAtLastError());
-    if (st.rounds > params.max_rounds) {
-      PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));  // the mirror may still be read by a copy
-      throw logic_error(error_code::internal,
-                        "auction did not converge within " + std::to_string(params.max_rounds) + " rounds");
-    }
-    down(b.assigned, n);
-    PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
-    for (std::size_t i = 0; i < n; ++i) object_of[i] = h_assigned[i] >= 0 ? h_assigned[i] : -1;
-    return st;
-  }
-
   tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) override {
     node_view const& nv = problem.nodes;
     std::size_t const cells = static_cast<std::size_t>(nv.n_nodes) * problem.classes.n_classes;
@@ -520,7 +451,6 @@ class cuda_backend final : public backend {
   cudaStream_t stream_ = nullptr;
   device_arena arena_;
   temp_allocator temp_;
-  std::vector<std::int32_t> copy_begin_;  ///< auction slot CSR on the host (reverse step)
   std::vector<std::int32_t> tier_heap_begin_;
   std::string description_;
 };

@@ -2,7 +2,6 @@
 // caller's host memory. Compiled by g++ with THRUST_DEVICE_SYSTEM=OMP.
 #include "omp_backend.hpp"
 
-#include "../portable/auction.hpp"
 #include "../portable/stages.hpp"
 #include "../portable/tier_program.hpp"
 #include <placer/topology/error.hpp>
@@ -52,55 +51,6 @@ void omp_backend::domain_capacity(node_view const& nodes, class_view const& clas
   } else {
     kernels::domain_capacity(thrust::omp::par, nodes, classes, c, idx, domain_fit_.data(), cap.data(), steps_);
   }
-}
-
-auction_stats omp_backend::auction(auction_problem const& problem, auction_params const& params,
-                                  std::span<std::int32_t> object_of) {
-  auto const n = static_cast<std::size_t>(problem.n_bidders);
-  copy_begin_.resize(static_cast<std::size_t>(problem.n_objects) + 1);
-  std::int64_t const max_value = auction_prepare(problem, copy_begin_.data());
-  auto const copies = static_cast<std::size_t>(copy_begin_.back());
-  for (auto* v : {&holder_, &holder_tmp_}) v->resize(copies);
-  for (auto* v : {&price_, &price_tmp_}) v->resize(copies);
-  for (auto* v : {&assigned_, &active_, &active_row_, &row_seg_, &bid_obj_, &bid_copy_, &bid_bidder_, &seg_begin_}) {
-    v->resize(n);
-  }
-  std::size_t const cells = static_cast<std::size_t>(problem.n_rows) * static_cast<std::size_t>(problem.n_objects);
-  heap_obj_.resize(cells);
-  heap_taken_.resize(cells);
-  bid_val_.resize(n);
-  auction_buffers b;
-  b.problem = problem;
-  b.copy_begin = copy_begin_.data();
-  b.n_copies = static_cast<std::int64_t>(copies);
-  b.price = price_.data();
-  b.holder = holder_.data();
-  b.price_tmp = price_tmp_.data();
-  b.holder_tmp = holder_tmp_.data();
-  b.assigned = assigned_.data();
-  b.active = active_.data();
-  b.active_row = active_row_.data();
-  b.row_seg = row_seg_.data();
-  b.bid_copy = bid_copy_.data();
-  b.heap_obj = heap_obj_.data();
-  b.heap_taken = heap_taken_.data();
-  b.bid_obj = bid_obj_.data();
-  b.bid_val = bid_val_.data();
-  b.bid_bidder = bid_bidder_.data();
-  b.seg_begin = seg_begin_.data();
-  auto reverse = [&](std::int64_t scale, std::int64_t eps) {
-    auction_reverse_step(problem, copy_begin_.data(), price_.data(), holder_.data(), assigned_.data(), scale, eps);
-  };
-  // A round's work is about rows x objects; rounds are many and short, so
-  // threads pay off only on large problems.
-  auction_stats const st = static_cast<std::int64_t>(problem.n_rows) * problem.n_objects < 64 * parallel_threshold
-                               ? run_auction(thrust::cpp::par, b, max_value, params, reverse, steps_)
-                               : run_auction(thrust::omp::par, b, max_value, params, reverse, steps_);
-  if (st.rounds > params.max_rounds) {
-    throw logic_error(error_code::internal, "auction did not converge within " + std::to_string(params.max_rounds) + " rounds");
-  }
-  for (std::size_t i = 0; i < n; ++i) object_of[i] = assigned_[i] >= 0 ? assigned_[i] : -1;
-  return st;
 }
 
 tier_stats omp_backend::place_tier(tier_problem const& problem, std::vector<tier_placement>& out) {

@@ -15,18 +15,12 @@ class omp_backend final : public backend {
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
              score_params const& params, std::span<std::int32_t> out) override;
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override;
-  auction_stats auction(auction_problem const& problem, auction_params const& params,
-                        std::span<std::int32_t> object_of) override;
   void domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
                        domain_index_view const& idx, std::span<std::int64_t> cap) override;
   tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) override;
 
  private:
   std::string description_;
-  // Auction workspace, reused across rounds (grows to the high-water mark).
-  std::vector<std::int32_t> copy_begin_, holder_, holder_tmp_, assigned_, active_, active_row_, row_seg_, bid_obj_,
-      bid_copy_, bid_bidder_, seg_begin_, heap_obj_, heap_taken_;
-  std::vector<std::int64_t> price_, price_tmp_, bid_val_;
   std::vector<std::int32_t> domain_fit_;
   // Tier program workspace.
   std::vector<std::int32_t> tier_heap_begin_;

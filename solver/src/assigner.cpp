@@ -34,7 +34,7 @@ void stable_sort_by(std::vector<std::int32_t>& key, std::vector<std::int32_t>& o
   std::copy(permuted.begin(), permuted.end(), other.begin());
 }
 
-/// Shape tiers for the auction, largest first: whole GPUs by count, then
+/// Shape tiers, largest first: whole GPUs by count, then
 /// fractional shares, then CPU-only.
 std::int32_t tier_of(demand const& d) {
   if (d.gpus == 0) return 0;
@@ -127,7 +127,7 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time) 
   }
   // Placer: one priority level at a time; inside it, shape tiers from the
   // largest replica down. In each tier the locality jobs (gangs, topology
-  // needs) go first, largest first, then the rest through the auction. A
+  // needs) go first, largest first, then the rest through the tier program. A
   // gang of small replicas thus waits for the big single-node shapes, so it
   // does not break the free nodes they need (E-Binpack).
   // Groups: (priority level, -tier, position in order), sorted; a group is
@@ -274,7 +274,7 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
   finish_job(j, std::move(placed), out);
 }
 
-// ----------------------------------------------------------------- auction
+// -------------------------------------------------------------------- tier
 
 void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& out) {
   // Rows: the classes present, compacted in order of first appearance; a

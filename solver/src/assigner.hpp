@@ -2,11 +2,11 @@
 // The assign stage: turns the score matrix into placements. Three modes:
 //   - placer: per priority level, locality jobs (gangs, topology needs) go
 //     first, largest first, under the lowest topology domain that holds them;
-//     then the other replicas, by shape tier (largest first), through the
-//     auction on the backend, followed by commit-or-release and a greedy
-//     repair for what did not fit;
+//     then the other replicas, by shape tier (largest first), through one
+//     launch of the tier program per tier on the backend (nodes bid for
+//     classes; kernels/include/placer/kernels/tier.hpp);
 //   - greedy: every job in queue order takes its best cells one replica at a
-//     time (the reference the auction is measured against);
+//     time (the reference the tier assignment is measured against);
 //   - kube: one job at a time, every node filtered and scored anew per
 //     replica on the host (the kube-scheduler-style baseline).
 // All modes commit through the same checks, so none can over-commit.
@@ -38,7 +38,7 @@ struct assigner_scratch {
   std::vector<std::pair<std::int64_t, std::int32_t>> tiers;  ///< (level x 1024 - tier, position in order)
   std::vector<std::int32_t> class_last_group;              ///< per class: the last group that uses it
   std::vector<std::uint8_t> live_class;                     ///< per class: 1 = a group ahead uses it
-  std::vector<std::int32_t> tier_jobs;                      ///< one tier's auction jobs
+  std::vector<std::int32_t> tier_jobs;                      ///< one tier's non-locality jobs
   std::vector<std::int64_t> cap;                            ///< per-domain capacity
   std::vector<std::int32_t> fits;                           ///< domains that hold a job
   std::vector<std::int8_t> class_feasible;                  ///< per class: 1 fits some node, 0 none, -1 not known yet

@@ -1,5 +1,5 @@
 // The round pipeline: validate -> flatten -> score (backend) -> assign
-// (assigner.cpp: tiers, locality, iterated auctions on the backend) ->
+// (assigner.cpp: tiers, locality, one tier program per tier on the backend) ->
 // metrics (backend), each stage timed into the result.
 #include "assigner.hpp"
 #include "policies/policies.hpp"

@@ -239,7 +239,9 @@ TEST(TierProgram, WholeTiersFitAndKeepTheMatrixCurrent) {
     std::vector<int> per_row(t.row_class.size(), 0);
     for (std::size_t k = 0; k < got.size(); ++k) {
       auto const& p = got[k];
-      if (k > 0) ASSERT_FALSE(got[k - 1].iteration == p.iteration && got[k - 1].node == p.node);
+      if (k > 0) {
+        ASSERT_FALSE(got[k - 1].iteration == p.iteration && got[k - 1].node == p.node);
+      }
       std::int32_t const c = t.row_class[static_cast<std::size_t>(p.row)];
       ASSERT_TRUE(cell_feasible(replay.node_v(), replay.class_v(), c, p.node)) << "placement " << k;
       std::int32_t const g0 = replay.gpu_begin[static_cast<std::size_t>(p.node)];

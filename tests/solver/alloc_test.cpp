@@ -10,10 +10,9 @@
 // (placement and replica vectors, unplaced-job messages, the backend name,
 // the timing list) and validate()'s per-job context strings. The bounds
 // below allow for exactly that and would fail if any per-node or per-cell
-// buffer (matrices, score matrix, domain paths, auction values) were
-// allocated per round again. On the backend's side what remains is the
-// auction's reverse step (kernels/src/auction_host.cpp), which builds five
-// small buffers per epsilon phase.
+// buffer (matrices, score matrix, domain paths, tier rows) were allocated
+// per round again. On the backend's side nothing remains: the tier
+// program's arena and its results grow to the high-water mark.
 #include <placer/kernels/backend.hpp>
 #include <placer/solver/solver.hpp>
 
@@ -53,11 +52,6 @@ class delegating_backend final : public kernels::backend {
     testing_support::aside_scope s;
     b_->domain_capacity(nodes, classes, c, idx, cap);
   }
-  kernels::auction_stats auction(kernels::auction_problem const& problem, kernels::auction_params const& params,
-                                 std::span<std::int32_t> object_of) override {
-    testing_support::aside_scope s;
-    return b_->auction(problem, params, object_of);
-  }
   kernels::tier_stats place_tier(kernels::tier_problem const& problem,
                                  std::vector<kernels::tier_placement>& out) override {
     testing_support::aside_scope s;
@@ -73,7 +67,7 @@ class delegating_backend final : public kernels::backend {
 /// 2,048 nodes (2 spines x 4 leaves x 256) of 8 GPUs in two NVLink islands,
 /// two GPU models with names longer than the small-string buffer, part
 /// used; 24 pending jobs of every kind the placer handles (whole-GPU and
-/// fractional auction tiers with several classes, CPU-only, model-limited,
+/// fractional tiers with several classes, CPU-only, model-limited,
 /// a gang with a required topology level, a preferred-topology job) and a
 /// few running jobs for the typical task set.
 round_input steady_round() {
@@ -188,7 +182,7 @@ TEST(HotPath, SteadyRoundsAllocateOnlyTheResult) {
     EXPECT_LT(a.count * 3, per_round[0].count) << "round " << k;
     EXPECT_LT(a.bytes * 20, per_round[0].bytes) << "round " << k;
     // Bytes: less than one int32 per node, so no per-node buffer (matrices,
-    // score matrix, domain paths, auction values) is allocated anew.
+    // score matrix, domain paths, tier rows) is allocated anew.
     EXPECT_LT(a.bytes, n_nodes * static_cast<std::int64_t>(sizeof(std::int32_t))) << "round " << k;
     // And the same every round: nothing creeps.
     EXPECT_EQ(a.count, per_round[2].count) << "round " << k;

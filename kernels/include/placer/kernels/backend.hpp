@@ -8,7 +8,6 @@
 //
 // Public header: compiles with a host compiler, never includes CUDA headers.
 
-#include <placer/kernels/auction.hpp>
 #include <placer/kernels/steps.hpp>
 #include <placer/kernels/tier.hpp>
 #include <placer/kernels/views.hpp>
@@ -53,12 +52,6 @@ class backend {
   /// @param[out] cap  idx.n_domains entries
   virtual void domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
                                domain_index_view const& idx, std::span<std::int64_t> cap) = 0;
-
-  /// @brief Solves an auction problem (auction.hpp); identical results on
-  /// every backend.
-  /// @param[out] object_of  n_bidders entries: the object won, or -1 (pending)
-  virtual auction_stats auction(auction_problem const& problem, auction_params const& params,
-                                std::span<std::int32_t> object_of) = 0;
 
   /// @brief Places one tier (tier.hpp): one launch of the tier program.
   /// Commits into the problem's node arrays and score matrix (host memory;
