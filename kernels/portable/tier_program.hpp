@@ -38,7 +38,6 @@ struct tier_control {
   std::int32_t round_cap_hit = 0;
   std::int32_t done = 0;         ///< 1: stop iterating
   std::int32_t again = 0;        ///< 1: a row ended unfilled above a zero floor; bid again
-  std::int32_t restarts = 0;
   std::int32_t rounds_this_iteration = 0;
   std::int64_t rounds = 0;
 };
@@ -386,8 +385,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
             ctl->again = 1;
           }
         }
-        ctl->restarts += ctl->again;
-      }
+        }
       t.sync();
       again = ctl->again != 0;
       t.sync();  // everyone has read it before rank 0 moves the control again

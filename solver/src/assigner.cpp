@@ -323,9 +323,7 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
   // thousands (docs/architecture.md).
   p.eps = std::max<std::int64_t>(1, 1000LL * (std::int64_t{op_.p.w_binpack} + op_.p.w_fragmentation) / 1024);
   auto& got = s_.tier_out;
-  tier_stats const st = backend_.place_tier(p, got);
-  tier_iterations_ += st.iterations;
-  tier_rounds_ += st.rounds;
+  backend_.place_tier(p, got);
   // Placements in (iteration, node) order; a row's replicas go to its jobs
   // in queue order, so the earlier jobs fill first.
   std::sort(got.begin(), got.end(), [](tier_placement const& a, tier_placement const& b) {

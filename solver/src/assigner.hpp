@@ -58,10 +58,6 @@ class assigner {
   /// between jobs; once it says yes, the rest are reported DeadlineExceeded.
   void run(round_result& out, std::function<bool()> const& out_of_time);
 
-  /// Tier program iterations and bidding rounds this round (benchmarks, docs).
-  [[nodiscard]] std::int64_t tier_iterations() const { return tier_iterations_; }
-  [[nodiscard]] std::int64_t tier_rounds() const { return tier_rounds_; }
-
  private:
   // --- the three strategies
   void place_greedy(std::int32_t j, round_result& out);
@@ -97,7 +93,6 @@ class assigner {
   assign_mode mode_;
   std::int32_t levels_ = 1;
   assigner_scratch& s_;
-  std::int64_t tier_iterations_ = 0, tier_rounds_ = 0;
 };
 
 /// Queue order: priority, then (placer) largest total GPU demand first, then

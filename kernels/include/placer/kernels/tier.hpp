@@ -59,8 +59,8 @@ struct tier_problem {
 };
 
 /// One replica placed: node, row, the GPUs it took (bit i = GPU i of the
-/// node), and the iteration it was placed in. The backend returns them
-/// sorted by (iteration, node).
+/// node), and the iteration it was placed in. The backend returns them in
+/// the program's order; sorted by (iteration, node) they replay the commits.
 struct tier_placement {
   std::int32_t node = -1;
   std::int32_t row = -1;
