@@ -309,7 +309,6 @@ class cuda_backend final : public backend {
     class_view const dc = upload(classes);
     domain_index_view di = idx;
     di.node = arena_.stage(idx.node, e);
-    di.domain = nullptr;  // the sums read the CSR, not the keys
     di.begin = arena_.stage(idx.begin, d + 1);
     arena_.flush(stream_);
     std::int32_t* d_fit = arena_.take<std::int32_t>(n);

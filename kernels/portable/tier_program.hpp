@@ -264,18 +264,9 @@ PLACER_HD inline bool tier_bid(tier_buffers const& b, std::int32_t n, std::int32
 /// GPUs it took as a bit mask.
 PLACER_HD inline std::uint64_t tier_commit(tier_buffers const& b, std::int32_t c, std::int32_t n) {
   auto const& p = b.p;
-  std::int32_t const g0 = p.nodes.gpu_begin[n];
-  std::int32_t const g = min_of(p.nodes.gpu_begin[n + 1] - g0, max_gpus_per_node);
-  std::int32_t* f = p.gpu_free + g0;
-  std::int32_t before[max_gpus_per_node];
-  for (std::int32_t i = 0; i < g; ++i) before[i] = f[i];
-  take_gpus(f, g, p.classes.gpus[c], p.classes.milli[c],
-            p.nodes.gpu_island != nullptr ? p.nodes.gpu_island + g0 : nullptr);
-  std::uint64_t mask = 0;
-  for (std::int32_t i = 0; i < g; ++i) mask |= f[i] != before[i] ? (std::uint64_t{1} << i) : 0;
-  p.cpu_free[n] -= p.classes.cpu[c];
-  p.mem_free[n] -= p.classes.mem[c];
-  return mask;
+  std::uint64_t taken = 0;
+  take_replica(p.nodes, p.classes, c, n, p.gpu_free, p.cpu_free, p.mem_free, taken);
+  return taken;
 }
 
 /// Re-scores node n's column after a commit, for every class still live.

@@ -214,7 +214,6 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
     idx.n_entries = static_cast<std::int32_t>(s_.entry_node.size());
     idx.n_domains = static_cast<std::int32_t>(domains.size());
     idx.node = s_.entry_node.data();
-    idx.domain = s_.entry_domain.data();
     idx.begin = s_.domain_begin.data();
     backend_.domain_capacity(m_.nodes(), m_.classes(), c, idx, cap);
   }
@@ -347,12 +346,7 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
     }
     auto& to = placed[static_cast<std::size_t>(k)];
     if (to.empty()) to.reserve(static_cast<std::size_t>(in_.pending[live[static_cast<std::size_t>(k)]].replicas));
-    replica_placement rp;
-    rp.node = tp.node;
-    rp.gpu_milli = op_.cv.gpus[c] > 0 ? op_.cv.milli[c] : milli_per_gpu;
-    rp.gpus.reserve(static_cast<std::size_t>(std::popcount(tp.gpus)));
-    for (std::uint64_t g = tp.gpus; g != 0; g &= g - 1) rp.gpus.push_back(std::countr_zero(g));
-    to.push_back(std::move(rp));
+    to.push_back(placement_of(tp.node, c, tp.gpus));
   }
   for (std::size_t k = 0; k < live.size(); ++k) finish_job(live[k], std::move(placed[k]), out);
 }
@@ -457,27 +451,21 @@ std::int32_t assigner::fit_count(std::int32_t c, std::int32_t n) const {
   return kernels::fit_count(op_.nv, op_.cv, c, n);
 }
 
-replica_placement assigner::commit(std::int32_t n, std::int32_t c) {
-  auto const& cv = op_.cv;
+replica_placement assigner::placement_of(std::int32_t n, std::int32_t c, std::uint64_t taken) const {
   replica_placement rp;
   rp.node = n;
-  rp.gpu_milli = cv.gpus[c] > 0 ? cv.milli[c] : milli_per_gpu;
-  std::int32_t* f = m_.gpu_free.data() + m_.gpu_begin[n];
-  std::int32_t const g = m_.gpu_begin[n + 1] - m_.gpu_begin[n];
-  // The same rule as kernels::take_gpus, recording which GPUs were taken.
-  auto& before = s_.gpus_before;
-  before.assign(f, f + g);
-  if (!take_gpus(f, g, cv.gpus[c], cv.milli[c], m_.gpu_island.data() + m_.gpu_begin[n])) {
+  rp.gpu_milli = op_.cv.gpus[c] > 0 ? op_.cv.milli[c] : milli_per_gpu;
+  rp.gpus.reserve(static_cast<std::size_t>(std::popcount(taken)));  // one allocation for the result
+  for (std::uint64_t g = taken; g != 0; g &= g - 1) rp.gpus.push_back(std::countr_zero(g));
+  return rp;
+}
+
+replica_placement assigner::commit(std::int32_t n, std::int32_t c) {
+  std::uint64_t taken = 0;
+  if (!take_replica(op_.nv, op_.cv, c, n, m_.gpu_free.data(), m_.cpu_free.data(), m_.mem_free.data(), taken)) {
     throw logic_error(error_code::internal, "assignment chose a node whose GPUs do not fit");
   }
-  std::int32_t taken = 0;
-  for (std::int32_t i = 0; i < g; ++i) taken += f[i] != before[i] ? 1 : 0;
-  rp.gpus.reserve(static_cast<std::size_t>(taken));  // one allocation for the result, not one per doubling
-  for (std::int32_t i = 0; i < g; ++i) {
-    if (f[i] != before[i]) rp.gpus.push_back(i);
-  }
-  m_.cpu_free[n] -= cv.cpu[c];
-  m_.mem_free[n] -= cv.mem[c];
+  replica_placement rp = placement_of(n, c, taken);
   if (m_.cpu_free[n] < 0 || m_.mem_free[n] < 0) {
     throw logic_error(error_code::internal, "assignment over-committed CPU or memory");
   }

@@ -46,7 +46,6 @@ struct assigner_scratch {
   std::vector<std::int32_t> live, row_class, class_row, demand, cursor;
   std::vector<kernels::tier_placement> tier_out;
   std::vector<std::vector<replica_placement>> placed;  ///< per live job (moved into the result)
-  std::vector<std::int32_t> gpus_before;               ///< commit: a node's GPU free before the take
 };
 
 class assigner {
@@ -81,6 +80,8 @@ class assigner {
   /// Replicas of class c that fit on node n as it is now.
   [[nodiscard]] std::int32_t fit_count(std::int32_t c, std::int32_t n) const;
   replica_placement commit(std::int32_t n, std::int32_t c);
+  /// The placement of class c on node n that took the GPUs in `taken` (bit i = GPU i).
+  [[nodiscard]] replica_placement placement_of(std::int32_t n, std::int32_t c, std::uint64_t taken) const;
   void release_all(std::int32_t c, std::vector<replica_placement>& placed);
   void refresh(std::int32_t n);
   [[nodiscard]] std::string level_name(std::int32_t l) const;

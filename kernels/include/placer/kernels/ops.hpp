@@ -79,6 +79,27 @@ PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gp
   return true;
 }
 
+/// Commits one replica of class c on node n: its GPUs by take_gpus' rule
+/// (`gpu_free`, the node view's CSR, writable), its CPU and memory. Sets
+/// `taken` to the GPUs it took (bit i = GPU i of the node). Returns false,
+/// with nothing changed, when the GPUs do not fit; CPU and memory are the
+/// caller's to check.
+PLACER_HD inline bool take_replica(node_view const& nv, class_view const& cv, std::int32_t c, std::int32_t n,
+                                   std::int32_t* gpu_free, std::int64_t* cpu_free, std::int64_t* mem_free,
+                                   std::uint64_t& taken) {
+  std::int32_t const g0 = nv.gpu_begin[n];
+  std::int32_t const g = min_of(nv.gpu_begin[n + 1] - g0, max_gpus_per_node);
+  std::int32_t* f = gpu_free + g0;
+  std::int32_t before[max_gpus_per_node];
+  for (std::int32_t i = 0; i < g; ++i) before[i] = f[i];
+  if (!take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + g0 : nullptr)) return false;
+  taken = 0;
+  for (std::int32_t i = 0; i < g; ++i) taken |= f[i] != before[i] ? (std::uint64_t{1} << i) : 0;
+  cpu_free[n] -= cv.cpu[c];
+  mem_free[n] -= cv.mem[c];
+  return true;
+}
+
 /// task_view::share_cpu of a task set: its fractional shares' mean CPU
 /// (milli) weighted by frequency, 0 when it has none.
 inline std::int64_t mean_share_cpu(task_view const& t) {

@@ -66,14 +66,13 @@ struct task_view {
   std::int64_t share_cpu = 0;
 };
 
-/// Every (node, domain-on-its-path) pair, sorted by domain: the keys of
-/// the per-domain segmented reductions (one entry per node and level).
+/// The nodes under each domain (every level of every node's path), as a
+/// CSR by domain: the per-domain sums read it.
 struct domain_index_view {
   std::int32_t n_entries = 0;
   std::int32_t n_domains = 0;
-  std::int32_t const* node = nullptr;    ///< n_entries
-  std::int32_t const* domain = nullptr;  ///< n_entries, ascending
-  std::int32_t const* begin = nullptr;   ///< n_domains + 1: domain d's entries are [begin[d], begin[d+1])
+  std::int32_t const* node = nullptr;   ///< n_entries, grouped by domain
+  std::int32_t const* begin = nullptr;  ///< n_domains + 1: domain d's nodes are node[begin[d] .. begin[d+1])
 };
 
 /// Integer weights of the score terms; each term is normalised to 0..1000.
