@@ -297,27 +297,29 @@ class cuda_backend final : public backend {
     return s;
   }
 
-  void domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
+  void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                        domain_index_view const& idx, std::span<std::int64_t> cap) override {
     std::size_t const e = static_cast<std::size_t>(idx.n_entries);
     std::size_t const d = static_cast<std::size_t>(idx.n_domains);
     std::size_t const n = static_cast<std::size_t>(nodes.n_nodes);
-    arena_.reserve(node_bytes(nodes) + class_bytes(classes) + padded<std::int32_t>(e) +
-                   padded<std::int32_t>(d + 1) + padded<std::int32_t>(n) + padded<std::int64_t>(d));
+    std::size_t const k = of.size();
+    arena_.reserve(node_bytes(nodes) + class_bytes(classes) + padded<std::int32_t>(k) + padded<std::int32_t>(e) +
+                   padded<std::int32_t>(d + 1) + padded<std::int32_t>(k * n) + padded<std::int64_t>(k * d));
     arena_.reset();
     node_view const dn = upload(nodes);
     class_view const dc = upload(classes);
+    std::int32_t const* d_of = arena_.stage(of.data(), k);
     domain_index_view di = idx;
     di.node = arena_.stage(idx.node, e);
     di.begin = arena_.stage(idx.begin, d + 1);
     arena_.flush(stream_);
-    std::int32_t* d_fit = arena_.take<std::int32_t>(n);
-    std::int64_t* d_cap = arena_.take<std::int64_t>(d);
-    kernels::domain_capacity(exec_nosync(), dn, dc, c, di, d_fit, d_cap, steps_);
+    std::int32_t* d_fit = arena_.take<std::int32_t>(k * n);
+    std::int64_t* d_cap = arena_.take<std::int64_t>(k * d);
+    kernels::domain_capacity(exec_nosync(), dn, dc, d_of, static_cast<std::int32_t>(k), di, d_fit, d_cap, steps_);
     PLACER_CUDA_TRY(cudaPeekAtLastError());
-    std::int64_t const* h_cap = down(d_cap, d);
+    std::int64_t const* h_cap = down(d_cap, k * d);
     PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
-    if (d > 0) std::memcpy(cap.data(), h_cap, d * sizeof(std::int64_t));
+    if (k * d > 0) std::memcpy(cap.data(), h_cap, k * d * sizeof(std::int64_t));
   }
 
   tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) override {

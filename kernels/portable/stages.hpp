@@ -69,17 +69,18 @@ cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_
                                   stats_sum_op{});
 }
 
-/// Replicas of class c each domain can hold, for every domain: the fit
-/// count of each node once (fit, n_nodes entries of scratch), then per
-/// domain the sum over its nodes (idx.begin). Two calls; the host reads
-/// the sums (one wait).
+/// Replicas of each class of[0..k) every domain can hold: the fit count of
+/// each (class, node) once (fit, k x n_nodes entries of scratch), then per
+/// (class, domain) the sum over the domain's nodes (idx.begin). Two calls
+/// for the whole set; the host reads the sums (one wait).
 template <class ExecPolicy>
-void domain_capacity(ExecPolicy&& exec, node_view const& nv, class_view const& cv, std::int32_t c,
-                     domain_index_view const& idx, std::int32_t* fit, std::int64_t* cap, step_counts& st) {
-  if (idx.n_domains == 0) return;
+void domain_capacity(ExecPolicy&& exec, node_view const& nv, class_view const& cv, std::int32_t const* of,
+                     std::int32_t k, domain_index_view const& idx, std::int32_t* fit, std::int64_t* cap,
+                     step_counts& st) {
+  if (idx.n_domains == 0 || k == 0) return;
   thrust::counting_iterator<std::int32_t> first(0);
-  thrust::transform(exec, first, first + nv.n_nodes, fit, fit_count_op{nv, cv, c});
-  thrust::for_each(exec, first, first + idx.n_domains, domain_sum_op{idx, fit, cap});
+  thrust::transform(exec, first, first + k * nv.n_nodes, fit, fit_count_op{nv, cv, of});
+  thrust::for_each(exec, first, first + k * idx.n_domains, domain_sum_op{idx, nv.n_nodes, fit, cap});
   st.calls += 2;
   st.waits += 1;
 }

@@ -43,13 +43,14 @@ cluster_stats omp_backend::stats(node_view const& nodes, task_view const& tasks)
   return reduce_cluster_stats(thrust::omp::par, nodes, tasks, steps_);
 }
 
-void omp_backend::domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
+void omp_backend::domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                                   domain_index_view const& idx, std::span<std::int64_t> cap) {
-  domain_fit_.resize(static_cast<std::size_t>(nodes.n_nodes));
-  if (idx.n_entries < parallel_threshold) {
-    kernels::domain_capacity(thrust::cpp::par, nodes, classes, c, idx, domain_fit_.data(), cap.data(), steps_);
+  auto const k = static_cast<std::int32_t>(of.size());
+  domain_fit_.resize(of.size() * static_cast<std::size_t>(nodes.n_nodes));
+  if (static_cast<std::int64_t>(k) * idx.n_entries < parallel_threshold) {
+    kernels::domain_capacity(thrust::cpp::par, nodes, classes, of.data(), k, idx, domain_fit_.data(), cap.data(), steps_);
   } else {
-    kernels::domain_capacity(thrust::omp::par, nodes, classes, c, idx, domain_fit_.data(), cap.data(), steps_);
+    kernels::domain_capacity(thrust::omp::par, nodes, classes, of.data(), k, idx, domain_fit_.data(), cap.data(), steps_);
   }
 }
 

@@ -15,7 +15,7 @@ class omp_backend final : public backend {
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
              score_params const& params, std::span<std::int32_t> out) override;
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override;
-  void domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
+  void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                        domain_index_view const& idx, std::span<std::int64_t> cap) override;
   tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) override;
 

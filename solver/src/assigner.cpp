@@ -44,6 +44,13 @@ std::int32_t tier_of(demand const& d) {
 
 }  // namespace
 
+bool assigner::goes_local(job const& j) const {
+  // Placer sends single-replica jobs with a topology need to the tier
+  // program (one node is always inside one domain); greedy and kube send
+  // every required-topology job here.
+  return wants_locality(j) || (mode_ != assign_mode::placer && j.topo_mode == topology_mode::required);
+}
+
 std::vector<std::int32_t> job_order(round_input const& in, bool largest_first) {
   std::vector<std::int32_t> order;
   job_order(in, largest_first, order);
@@ -115,6 +122,13 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
 void assigner::run(round_result& out, std::function<bool()> const& out_of_time) {
   job_order(in_, mode_ == assign_mode::placer, s_.order);
   auto const& order = s_.order;
+  // Locality jobs per class: a class's domain capacities are kept current
+  // through the host's commits while any of its jobs is still to come.
+  s_.locality_left.assign(static_cast<std::size_t>(m_.n_classes()), 0);
+  for (auto j : order) {
+    if (goes_local(in_.pending[j])) ++s_.locality_left[static_cast<std::size_t>(m_.job_class[j])];
+  }
+  drop_caps();
   auto expire = [&](std::int32_t j) {
     out.unplaced_jobs.push_back({j, unplaced_reason::deadline_exceeded, "round deadline reached"});
   };
@@ -159,6 +173,13 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time) 
     while (t1 < tiers.size() && tiers[t1].first == tiers[t0].first) ++t1;
     auto& rest = s_.tier_jobs;
     rest.clear();
+    // The group's locality classes' domain capacities, in one backend call.
+    auto& local = s_.group_classes;
+    local.clear();
+    for (std::size_t t = t0; t < t1; ++t) {
+      if (wants_locality(in_.pending[job_at(t)])) local.push_back(m_.job_class[job_at(t)]);
+    }
+    load_caps(local);
     for (std::size_t t = t0; t < t1; ++t) {
       std::int32_t const j = job_at(t);
       if (!wants_locality(in_.pending[j])) {
@@ -181,13 +202,13 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time) 
 
 void assigner::place_greedy(std::int32_t j, round_result& out) {
   auto const& job = in_.pending[j];
-  if (wants_locality(job) || job.topo_mode == topology_mode::required) {
+  if (goes_local(job)) {
     place_locality(j, out);
     return;
   }
   if (never_feasible(j, out)) return;
   std::vector<replica_placement> placed;
-  place_replicas(job, m_.job_class[j], -1, -1, job.replicas, placed);
+  place_replicas(job, m_.job_class[j], -1, job.replicas, placed);
   if (job.gang && static_cast<std::int32_t>(placed.size()) < job.replicas) {
     release_all(m_.job_class[j], placed);
   }
@@ -197,6 +218,11 @@ void assigner::place_greedy(std::int32_t j, round_result& out) {
 // ---------------------------------------------------------------- locality
 
 void assigner::place_locality(std::int32_t j, round_result& out) {
+  place_local(j, out);
+  --s_.locality_left[static_cast<std::size_t>(m_.job_class[j])];
+}
+
+void assigner::place_local(std::int32_t j, round_result& out) {
   auto const& job = in_.pending[j];
   if (never_feasible(j, out)) return;
   std::int32_t const c = m_.job_class[j];
@@ -204,19 +230,10 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
   bool const required = job.topo_mode == topology_mode::required && job.topology_level >= 0;
   std::vector<replica_placement> placed;
 
-  // Replicas of this class each domain can hold: a segmented sum of the
-  // per-node fit counts by domain, on the backend.
+  // Replicas of this class each domain can hold (a segmented sum of the
+  // per-node fit counts by domain, on the backend; kept current since).
   auto const& domains = in_.state.topo.domains;
-  auto& cap = s_.cap;
-  cap.assign(domains.size(), 0);
-  if (!domains.empty()) {
-    domain_index_view idx;
-    idx.n_entries = static_cast<std::int32_t>(s_.entry_node.size());
-    idx.n_domains = static_cast<std::int32_t>(domains.size());
-    idx.node = s_.entry_node.data();
-    idx.begin = s_.domain_begin.data();
-    backend_.domain_capacity(m_.nodes(), m_.classes(), c, idx, cap);
-  }
+  std::int64_t const* cap = domains.empty() ? nullptr : caps_of(c);
   // The lowest (deepest) domain that holds the whole job, best fit first.
   std::int32_t const top = required ? job.topology_level : 0;
   if (!domains.empty() && mode_ != assign_mode::kube) {
@@ -230,7 +247,7 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
       // the ascending list, without std::stable_sort's buffer).
       std::sort(fits.begin(), fits.end(), [&](auto a, auto b) { return cap[a] != cap[b] ? cap[a] < cap[b] : a < b; });
       for (auto d : fits) {
-        place_replicas(job, c, level, d, want, placed);
+        place_replicas(job, c, d, want, placed);
         if (static_cast<std::int32_t>(placed.size()) == want) break;
         release_all(c, placed);  // cannot happen with exact fit counts; kept as a guard
       }
@@ -239,7 +256,7 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
     // kube-style baseline: the first domain of the level that holds it.
     for (std::int32_t d = 0; d < static_cast<std::int32_t>(domains.size()) && placed.empty(); ++d) {
       if (domains[d].level != job.topology_level || cap[d] < want) continue;
-      place_replicas(job, c, job.topology_level, d, want, placed);
+      place_replicas(job, c, d, want, placed);
       if (static_cast<std::int32_t>(placed.size()) < want) release_all(c, placed);
     }
   }
@@ -253,10 +270,10 @@ void assigner::place_locality(std::int32_t j, round_result& out) {
         if (domains[d].level == level && cap[d] > 0 && (domain < 0 || cap[d] > cap[domain])) domain = d;
       }
     }
-    if (!required || domain >= 0) place_replicas(job, c, level, domain, want, placed);
+    if (!required || domain >= 0) place_replicas(job, c, domain, want, placed);
   } else if (placed.empty() && !required && (mode_ == assign_mode::kube || domains.empty())) {
     // kube: no topology awareness; no topology at all: the cluster is the domain.
-    place_replicas(job, c, -1, -1, want, placed);
+    place_replicas(job, c, -1, want, placed);
     if (static_cast<std::int32_t>(placed.size()) < want) release_all(c, placed);
   }
   if (placed.empty()) {
@@ -323,6 +340,7 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
   p.eps = std::max<std::int64_t>(1, 1000LL * (std::int64_t{op_.p.w_binpack} + op_.p.w_fragmentation) / 1024);
   auto& got = s_.tier_out;
   backend_.place_tier(p, got);
+  drop_caps();  // the program committed on the backend
   // Placements in (iteration, node) order; a row's replicas go to its jobs
   // in queue order, so the earlier jobs fill first.
   std::sort(got.begin(), got.end(), [](tier_placement const& a, tier_placement const& b) {
@@ -420,26 +438,32 @@ std::int64_t assigner::topo_bonus(job const& job, std::int32_t anchor, std::int3
   return static_cast<std::int64_t>(in_.pol.w.topology) * 1000 * shared / (levels_ + 1);
 }
 
-std::int32_t assigner::best_node(job const& job, std::int32_t c, std::int32_t level, std::int32_t domain,
+std::int32_t assigner::best_node(job const& job, std::int32_t c, std::int32_t domain,
                                  std::int32_t anchor) const {
   std::int32_t best = -1;
   std::int64_t best_s = -1;
-  for (std::int32_t n = 0; n < m_.n_nodes(); ++n) {
-    if (domain >= 0 && domain_of(n, level) != domain) continue;
+  auto consider = [&](std::int32_t n) {
     std::int32_t const s0 = score(c, n);
-    if (s0 < 0) continue;
+    if (s0 < 0) return;
     std::int64_t const s = s0 + topo_bonus(job, anchor, n);
-    if (s > best_s) { best_s = s; best = n; }  // strict: lowest index wins ties
+    if (s > best_s) { best_s = s; best = n; }  // strict, in node order: lowest index wins ties
+  };
+  if (domain >= 0) {
+    // The domain's own nodes (its CSR entries, in node order), not a scan
+    // of the cluster: a rack's gang looks at its tens of nodes.
+    for (auto k = s_.domain_begin[domain]; k < s_.domain_begin[domain + 1]; ++k) consider(s_.entry_node[k]);
+  } else {
+    for (std::int32_t n = 0; n < m_.n_nodes(); ++n) consider(n);
   }
   return best;
 }
 
-void assigner::place_replicas(job const& job, std::int32_t c, std::int32_t level, std::int32_t domain,
+void assigner::place_replicas(job const& job, std::int32_t c, std::int32_t domain,
                               std::int32_t count, std::vector<replica_placement>& placed) {
   bool const local = wants_locality(job);
   for (std::int32_t r = 0; r < count; ++r) {
     std::int32_t const anchor = local && !placed.empty() ? placed.front().node : -1;
-    std::int32_t const n = best_node(job, c, level, domain, anchor);
+    std::int32_t const n = best_node(job, c, domain, anchor);
     if (n < 0) return;
     if (placed.empty()) placed.reserve(static_cast<std::size_t>(job.replicas));  // one allocation per job
     placed.push_back(commit(n, c));
@@ -462,9 +486,11 @@ replica_placement assigner::placement_of(std::int32_t n, std::int32_t c, std::ui
 
 replica_placement assigner::commit(std::int32_t n, std::int32_t c) {
   std::uint64_t taken = 0;
+  caps_before(n);
   if (!take_replica(op_.nv, op_.cv, c, n, m_.gpu_free.data(), m_.cpu_free.data(), m_.mem_free.data(), taken)) {
     throw logic_error(error_code::internal, "assignment chose a node whose GPUs do not fit");
   }
+  caps_after(n);
   replica_placement rp = placement_of(n, c, taken);
   if (m_.cpu_free[n] < 0 || m_.mem_free[n] < 0) {
     throw logic_error(error_code::internal, "assignment over-committed CPU or memory");
@@ -476,13 +502,73 @@ replica_placement assigner::commit(std::int32_t n, std::int32_t c) {
 void assigner::release_all(std::int32_t c, std::vector<replica_placement>& placed) {
   auto const& cv = op_.cv;
   for (auto const& rp : placed) {
+    caps_before(rp.node);
     std::int32_t* f = m_.gpu_free.data() + m_.gpu_begin[rp.node];
     for (auto i : rp.gpus) f[i] += rp.gpu_milli;
     m_.cpu_free[rp.node] += cv.cpu[c];
     m_.mem_free[rp.node] += cv.mem[c];
+    caps_after(rp.node);
     refresh(rp.node);
   }
   placed.clear();
+}
+
+// ------------------------------------------------- locality capacities
+
+void assigner::load_caps(std::vector<std::int32_t> const& classes) {
+  auto const n_domains = in_.state.topo.domains.size();
+  if (n_domains == 0) return;
+  auto& fresh = s_.cap_fresh;
+  fresh.clear();
+  for (auto c : classes) {
+    if (s_.cap_slot[static_cast<std::size_t>(c)] >= 0) continue;
+    s_.cap_slot[static_cast<std::size_t>(c)] = static_cast<std::int32_t>(s_.cap_class.size());
+    s_.cap_class.push_back(c);
+    fresh.push_back(c);
+  }
+  if (fresh.empty()) return;
+  std::size_t const at = s_.cap.size();
+  s_.cap.resize(s_.cap_class.size() * n_domains);
+  domain_index_view idx;
+  idx.n_entries = static_cast<std::int32_t>(s_.entry_node.size());
+  idx.n_domains = static_cast<std::int32_t>(n_domains);
+  idx.node = s_.entry_node.data();
+  idx.begin = s_.domain_begin.data();
+  backend_.domain_capacity(m_.nodes(), m_.classes(), fresh, idx, std::span<std::int64_t>(s_.cap).subspan(at));
+}
+
+std::int64_t const* assigner::caps_of(std::int32_t c) {
+  if (s_.cap_slot[static_cast<std::size_t>(c)] < 0) load_caps({c});
+  return s_.cap.data() + static_cast<std::size_t>(s_.cap_slot[static_cast<std::size_t>(c)]) *
+                             in_.state.topo.domains.size();
+}
+
+void assigner::drop_caps() {
+  s_.cap_slot.assign(static_cast<std::size_t>(m_.n_classes()), -1);
+  s_.cap_class.clear();
+  s_.cap.clear();
+}
+
+void assigner::caps_before(std::int32_t n) {
+  auto& before = s_.fit_before;
+  before.resize(s_.cap_class.size());
+  for (std::size_t s = 0; s < s_.cap_class.size(); ++s) {
+    std::int32_t const c = s_.cap_class[s];
+    before[s] = s_.locality_left[static_cast<std::size_t>(c)] > 0 ? kernels::fit_count(op_.nv, op_.cv, c, n) : 0;
+  }
+}
+
+void assigner::caps_after(std::int32_t n) {
+  auto const n_domains = in_.state.topo.domains.size();
+  for (std::size_t s = 0; s < s_.cap_class.size(); ++s) {
+    std::int32_t const c = s_.cap_class[s];
+    if (s_.locality_left[static_cast<std::size_t>(c)] == 0) continue;  // never read again
+    std::int64_t const delta = kernels::fit_count(op_.nv, op_.cv, c, n) - s_.fit_before[s];
+    if (delta == 0) continue;
+    for (std::int32_t l = 0; l < levels_; ++l) {
+      if (auto const d = domain_of(n, l); d >= 0) s_.cap[s * n_domains + static_cast<std::size_t>(d)] += delta;
+    }
+  }
 }
 
 void assigner::refresh(std::int32_t n) {

@@ -39,7 +39,16 @@ struct assigner_scratch {
   std::vector<std::int32_t> class_last_group;              ///< per class: the last group that uses it
   std::vector<std::uint8_t> live_class;                     ///< per class: 1 = a group ahead uses it
   std::vector<std::int32_t> tier_jobs;                      ///< one tier's non-locality jobs
-  std::vector<std::int64_t> cap;                            ///< per-domain capacity
+  // Domain capacities of the classes with locality jobs (place_locality):
+  // loaded from the backend a group's classes at a time, kept exact across
+  // the host's commits, dropped when the tier program commits.
+  std::vector<std::int32_t> locality_left;   ///< per class: locality jobs still to place
+  std::vector<std::int32_t> group_classes;   ///< a group's locality classes
+  std::vector<std::int32_t> cap_class;       ///< per slot: its class
+  std::vector<std::int32_t> cap_slot;        ///< per class: its slot, -1 none
+  std::vector<std::int32_t> cap_fresh;       ///< classes loaded by one call
+  std::vector<std::int64_t> cap;             ///< slot x domain: replicas the domain holds
+  std::vector<std::int32_t> fit_before;      ///< per slot: a node's fit count before a change
   std::vector<std::int32_t> fits;                           ///< domains that hold a job
   std::vector<std::int8_t> class_feasible;                  ///< per class: 1 fits some node, 0 none, -1 not known yet
   // place_tier
@@ -61,9 +70,20 @@ class assigner {
   // --- the three strategies
   void place_greedy(std::int32_t j, round_result& out);
   void place_locality(std::int32_t j, round_result& out);
+  void place_local(std::int32_t j, round_result& out);
   void place_tier(std::vector<std::int32_t> const& jobs, round_result& out);
 
   // --- shared pieces
+  /// Whether the job goes through place_locality in this mode.
+  [[nodiscard]] bool goes_local(job const& j) const;
+  /// Loads the domain capacities of the classes that have none (one call).
+  void load_caps(std::vector<std::int32_t> const& classes);
+  /// Class c's capacity per domain (loaded if it has none).
+  std::int64_t const* caps_of(std::int32_t c);
+  void drop_caps();
+  /// Around a change of node n: the held capacities follow its fit counts.
+  void caps_before(std::int32_t n);
+  void caps_after(std::int32_t n);
   bool never_feasible(std::int32_t j, round_result& out);
   void finish_job(std::int32_t j, std::vector<replica_placement>&& placed, round_result& out);
   [[nodiscard]] bool initially_feasible(std::int32_t c, std::int32_t n) const;
@@ -72,10 +92,10 @@ class assigner {
   [[nodiscard]] std::int32_t domain_of(std::int32_t n, std::int32_t level) const {
     return s_.paths[static_cast<std::size_t>(n) * levels_ + level];
   }
-  /// Best node for one replica of job (class c), optionally inside a domain.
-  [[nodiscard]] std::int32_t best_node(job const& job, std::int32_t c, std::int32_t level, std::int32_t domain,
+  /// Best node for one replica of job (class c), inside a domain (-1: anywhere).
+  [[nodiscard]] std::int32_t best_node(job const& job, std::int32_t c, std::int32_t domain,
                                        std::int32_t anchor) const;
-  void place_replicas(job const& job, std::int32_t c, std::int32_t level, std::int32_t domain, std::int32_t count,
+  void place_replicas(job const& job, std::int32_t c, std::int32_t domain, std::int32_t count,
                       std::vector<replica_placement>& placed);
   /// Replicas of class c that fit on node n as it is now.
   [[nodiscard]] std::int32_t fit_count(std::int32_t c, std::int32_t n) const;

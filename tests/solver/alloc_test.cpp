@@ -47,10 +47,11 @@ class delegating_backend final : public kernels::backend {
     testing_support::aside_scope s;
     return b_->stats(nodes, tasks);
   }
-  void domain_capacity(kernels::node_view const& nodes, kernels::class_view const& classes, std::int32_t c,
-                       kernels::domain_index_view const& idx, std::span<std::int64_t> cap) override {
+  void domain_capacity(kernels::node_view const& nodes, kernels::class_view const& classes,
+                       std::span<std::int32_t const> of, kernels::domain_index_view const& idx,
+                       std::span<std::int64_t> cap) override {
     testing_support::aside_scope s;
-    b_->domain_capacity(nodes, classes, c, idx, cap);
+    b_->domain_capacity(nodes, classes, of, idx, cap);
   }
   kernels::tier_stats place_tier(kernels::tier_problem const& problem,
                                  std::vector<kernels::tier_placement>& out) override {

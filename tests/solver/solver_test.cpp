@@ -1,5 +1,6 @@
 // Solver tests: hand-checked cases, invariants on thousands of random
 // rounds, and CPU/CUDA parity (skipped without a GPU).
+#include <placer/kernels/ops.hpp>
 #include <placer/solver/matrices.hpp>
 #include <placer/solver/solver.hpp>
 #include <placer/topology/error.hpp>
@@ -7,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <numeric>
 #include <random>
 #include <set>
 
@@ -365,6 +367,60 @@ TEST(SolverRandom, DeterministicAcrossRuns) {
 
 // The CUDA backend must produce the same score matrix and placements as the
 // CPU backend. Runs wherever a GPU is present; skipped (saying why) elsewhere.
+/// The (node, domain) entries of a round grouped by domain, as the
+/// assigner builds them: every domain on each node's path to the root.
+struct domain_entries {
+  std::vector<std::int32_t> node, begin;
+  kernels::domain_index_view view() const {
+    return {static_cast<std::int32_t>(node.size()), static_cast<std::int32_t>(begin.size()) - 1, node.data(),
+            begin.data()};
+  }
+};
+domain_entries entries_of(cluster const& c) {
+  domain_entries e;
+  std::vector<std::vector<std::int32_t>> members(c.topo.domains.size());
+  for (std::size_t n = 0; n < c.nodes.size(); ++n) {
+    for (auto d = c.nodes[n].domain; d >= 0; d = c.topo.domains[d].parent) {
+      members[d].push_back(static_cast<std::int32_t>(n));
+    }
+  }
+  e.begin.push_back(0);
+  for (auto const& m : members) {
+    e.node.insert(e.node.end(), m.begin(), m.end());
+    e.begin.push_back(static_cast<std::int32_t>(e.node.size()));
+  }
+  return e;
+}
+
+// One call gives every class of a set its capacity per domain: the sum of
+// the domain's nodes' fit counts (kernels::fit_count, one node at a time).
+TEST(Backend, DomainCapacityOfAClassSetSumsFitCounts) {
+  auto b = kernels::make_backend(kernels::backend_kind::cpu);
+  std::mt19937_64 rng(17);
+  int checked = 0;
+  for (int iter = 0; iter < 200; ++iter) {
+    round_input const in = testing_support::random_round(rng);
+    round_matrices const m = build_matrices(in);
+    if (m.n_classes() == 0 || in.state.topo.domains.empty()) continue;
+    auto const e = entries_of(in.state);
+    std::vector<std::int32_t> of;  // every class, the last twice, in reverse
+    for (std::int32_t c = m.n_classes() - 1; c >= 0; --c) of.push_back(c);
+    of.push_back(0);
+    auto const nd = in.state.topo.domains.size();
+    std::vector<std::int64_t> cap(of.size() * nd, -7);
+    b->domain_capacity(m.nodes(), m.classes(), of, e.view(), cap);
+    for (std::size_t s = 0; s < of.size(); ++s) {
+      for (std::size_t d = 0; d < nd; ++d) {
+        std::int64_t want = 0;
+        for (auto k = e.begin[d]; k < e.begin[d + 1]; ++k) want += kernels::fit_count(m.nodes(), m.classes(), of[s], e.node[k]);
+        ASSERT_EQ(cap[s * nd + d], want) << "iteration " << iter << " class " << of[s] << " domain " << d;
+        checked += want > 0 ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);  // the rounds do fit replicas somewhere
+}
+
 TEST(BackendParity, CudaMatchesCpuOnRandomRounds) {
   auto const why = kernels::cuda_unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << why;
@@ -386,6 +442,15 @@ TEST(BackendParity, CudaMatchesCpuOnRandomRounds) {
     auto const sb = gpu.backend().stats(m.nodes(), m.tasks());
     ASSERT_EQ(sa.frag_milli_ppm, sb.frag_milli_ppm);
     ASSERT_EQ(sa.gpu_allocated_milli, sb.gpu_allocated_milli);
+    if (!in.state.topo.domains.empty() && m.n_classes() > 0) {
+      auto const e = entries_of(in.state);
+      std::vector<std::int32_t> of(static_cast<std::size_t>(m.n_classes()));
+      std::iota(of.begin(), of.end(), 0);
+      std::vector<std::int64_t> ca(of.size() * in.state.topo.domains.size()), cb(ca.size());
+      cpu.backend().domain_capacity(m.nodes(), m.classes(), of, e.view(), ca);
+      gpu.backend().domain_capacity(m.nodes(), m.classes(), of, e.view(), cb);
+      ASSERT_EQ(ca, cb) << "domain capacities differ at iteration " << iter;
+    }
     auto const ra = cpu.solve(in);
     auto const rb = gpu.solve(in);
     ASSERT_EQ(ra.placements.size(), rb.placements.size());

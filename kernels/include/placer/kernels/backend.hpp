@@ -47,10 +47,11 @@ class backend {
   /// @brief GAR / GFR / FGD fragmentation sums over the nodes.
   virtual cluster_stats stats(node_view const& nodes, task_view const& tasks) = 0;
 
-  /// @brief Per-domain capacity for one class: cap[d] = replicas of class c
-  /// that fit under domain d (sum of per-node fit counts), for every domain.
-  /// @param[out] cap  idx.n_domains entries
-  virtual void domain_capacity(node_view const& nodes, class_view const& classes, std::int32_t c,
+  /// @brief Per-domain capacity for a set of classes, in one call:
+  /// cap[s * n_domains + d] = replicas of class `of[s]` that fit under
+  /// domain d (the sum of its nodes' fit counts), for every domain.
+  /// @param[out] cap  of.size() * idx.n_domains entries
+  virtual void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                                domain_index_view const& idx, std::span<std::int64_t> cap) = 0;
 
   /// @brief Places one tier (tier.hpp): one launch of the tier program.

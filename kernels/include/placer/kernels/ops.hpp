@@ -262,23 +262,30 @@ PLACER_HD inline std::int32_t fit_count(node_view const& nv, class_view const& c
   return static_cast<std::int32_t>(fit);
 }
 
-/// Fit count of one class on one node.
+/// Fit counts of a set of classes on every node: i = s * n_nodes + n is
+/// class of[s] on node n.
 struct fit_count_op {
   node_view nv;
   class_view cv;
-  std::int32_t c;
-  PLACER_HD std::int32_t operator()(std::int32_t n) const { return fit_count(nv, cv, c, n); }
+  std::int32_t const* of;
+  PLACER_HD std::int32_t operator()(std::int32_t i) const {
+    return fit_count(nv, cv, of[i / nv.n_nodes], i % nv.n_nodes);
+  }
 };
 
-/// Replicas a domain holds: the sum of its nodes' fit counts.
+/// Replicas a domain holds, per class of the set: i = s * n_domains + d is
+/// the sum of fit[s * n_nodes + n] over domain d's nodes n.
 struct domain_sum_op {
   domain_index_view idx;
-  std::int32_t const* fit;  ///< per node
-  std::int64_t* cap;        ///< per domain
-  PLACER_HD void operator()(std::int32_t d) const {
+  std::int32_t n_nodes;
+  std::int32_t const* fit;  ///< per (class of the set, node)
+  std::int64_t* cap;        ///< per (class of the set, domain)
+  PLACER_HD void operator()(std::int32_t i) const {
+    std::int32_t const* f = fit + static_cast<std::int64_t>(i / idx.n_domains) * n_nodes;
+    std::int32_t const d = i % idx.n_domains;
     std::int64_t sum = 0;
-    for (std::int32_t k = idx.begin[d]; k < idx.begin[d + 1]; ++k) sum += fit[idx.node[k]];
-    cap[d] = sum;
+    for (std::int32_t k = idx.begin[d]; k < idx.begin[d + 1]; ++k) sum += f[idx.node[k]];
+    cap[i] = sum;
   }
 };
 
