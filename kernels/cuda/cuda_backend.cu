@@ -338,6 +338,7 @@ class cuda_backend final : public backend {
     arena_.reserve(node_bytes(nv) + class_bytes(problem.classes) + task_bytes(problem.tasks) +
                    padded<std::int32_t>(cells) + 2 * padded<std::int32_t>(rows) + padded<std::int32_t>(rows + 1) +
                    padded<std::uint8_t>(static_cast<std::size_t>(problem.classes.n_classes)) +
+                   padded<std::int32_t>(problem.state != nullptr ? static_cast<std::size_t>(nv.n_nodes) : 0) +
                    padded<tier_control>(1) + work);
     arena_.reset();
     // Inputs up in one copy: the nodes (their free arrays are the program's
@@ -354,6 +355,8 @@ class cuda_backend final : public backend {
     b.p.demand = arena_.stage(problem.demand, rows);
     b.p.live_class = arena_.stage(problem.live_class,
                                   problem.live_class != nullptr ? static_cast<std::size_t>(problem.classes.n_classes) : 0);
+    b.p.state = arena_.stage(static_cast<std::int32_t const*>(problem.state),
+                             problem.state != nullptr ? static_cast<std::size_t>(nv.n_nodes) : 0);
     b.heap_begin = arena_.stage(static_cast<std::int32_t const*>(tier_heap_begin_.data()), rows + 1);
     tier_control const zero{};
     b.ctl = arena_.stage(&zero, 1);
@@ -372,7 +375,9 @@ class cuda_backend final : public backend {
     std::int64_t const* h_cpu = down(b.p.cpu_free, static_cast<std::size_t>(nv.n_nodes));
     std::int64_t const* h_mem = down(b.p.mem_free, static_cast<std::size_t>(nv.n_nodes));
     std::int32_t const* h_scores = down(b.p.scores, cells);
+    std::int32_t const* h_state = problem.state != nullptr ? down(b.p.state, static_cast<std::size_t>(nv.n_nodes)) : nullptr;
     PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
+    if (h_state != nullptr) std::memcpy(problem.state, h_state, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int32_t));
     std::memcpy(problem.gpu_free, h_gpu, static_cast<std::size_t>(nv.n_gpus) * sizeof(std::int32_t));
     std::memcpy(problem.cpu_free, h_cpu, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int64_t));
     std::memcpy(problem.mem_free, h_mem, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int64_t));

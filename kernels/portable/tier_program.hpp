@@ -49,7 +49,7 @@ struct tier_buffers {
   std::int32_t const* heap_begin;    ///< R + 1: exclusive scan of demand (host)
   std::int32_t* remaining;           ///< R
   std::int64_t* floor;               ///< R: the price of a row's unheld copies
-  std::int32_t* select;              ///< R x N: scratch for the floors
+  std::int32_t* select;              ///< R x N: scratch for the floors, then the winners' groups
   std::int32_t* held;                ///< R: copies held this iteration
   std::int32_t* bid_count;           ///< R
   std::int32_t* bid_cursor;          ///< R
@@ -275,6 +275,42 @@ PLACER_HD inline void tier_rescore(tier_buffers const& b, std::int32_t n) {
   score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, p.live_class);
 }
 
+/// Row r's winners grouped by state label (one worker per row): sets
+/// bid_row[n] of each to the first (lowest) winner with its label, its
+/// group's leader. The row's stretch of `select` (N entries, labels are
+/// node indices) is the map from label to leader; only the entries of the
+/// winners' labels are written and read.
+PLACER_HD inline void tier_group(tier_buffers const& b, std::int32_t r) {
+  std::int32_t const* hn = b.heap_node + b.heap_begin[r];
+  std::int32_t* leader = b.select + static_cast<std::int64_t>(r) * b.p.nodes.n_nodes;
+  std::int32_t const held = b.held[r];
+  for (std::int32_t i = 0; i < held; ++i) leader[b.p.state[hn[i]]] = hn[i];
+  for (std::int32_t i = 0; i < held; ++i) {
+    std::int32_t& l = leader[b.p.state[hn[i]]];
+    l = min_of(l, hn[i]);
+  }
+  for (std::int32_t i = 0; i < held; ++i) b.bid_row[hn[i]] = leader[b.p.state[hn[i]]];
+}
+
+/// After the leaders have re-scored: winner n copies its leader's column
+/// when their states are equal (else re-scores its own) and takes the
+/// label of the state it is in now.
+PLACER_HD inline void tier_follow(tier_buffers const& b, std::int32_t n) {
+  auto const& p = b.p;
+  std::int32_t const from = b.bid_row[n];
+  if (from == n || !node_state_equal(p.nodes, n, from)) {
+    if (from != n) tier_rescore(b, n);
+    p.state[n] = n;
+    return;
+  }
+  for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
+    if (p.live_class != nullptr && p.live_class[c] == 0) continue;
+    std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
+    p.scores[row + n] = p.scores[row + from];
+  }
+  p.state[n] = from;
+}
+
 template <class Team>
 PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   auto const& p = b.p;
@@ -401,10 +437,23 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       o.row = r;
       o.iteration = iteration;
       o.gpus = tier_commit(b, p.row_class[r], n);
-      tier_rescore(b, n);
       b.won_row[n] = -1;
     }
+    // Re-scoring: with state labels, one column per (label, row) group and
+    // copies (the first bidding wave puts whole groups of twins on one row).
+    bool const grouped = p.state != nullptr;
+    if (grouped) {
+      for (std::int32_t r = me; r < n_rows; r += team) tier_group(b, r);
+    }
     t.sync();
+    for (std::int32_t i = me; i < touched; i += team) {
+      if (!grouped || b.bid_row[b.won[i]] == b.won[i]) tier_rescore(b, b.won[i]);
+    }
+    t.sync();
+    if (grouped) {
+      for (std::int32_t i = me; i < touched; i += team) tier_follow(b, b.won[i]);
+      t.sync();
+    }
     if (me == 0) {
       std::int32_t left = 0;
       for (std::int32_t r = 0; r < n_rows; ++r) {

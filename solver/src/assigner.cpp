@@ -166,6 +166,15 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time) 
     last_group[static_cast<std::size_t>(m_.job_class[job_at(t)])] = group;
   }
   s_.live_class.assign(static_cast<std::size_t>(m_.n_classes()), 1);
+  // State labels start as the score stage's twins; the tier programs keep
+  // them (the host's own commits leave them: the program compares states
+  // before it copies a column).
+  s_.state.resize(static_cast<std::size_t>(m_.n_nodes()));
+  if (m_.same_as.empty()) {
+    std::iota(s_.state.begin(), s_.state.end(), 0);
+  } else {
+    std::copy(m_.same_as.begin(), m_.same_as.end(), s_.state.begin());
+  }
   group = 0;
   for (std::size_t t0 = 0; t0 < tiers.size(); ++group) {
     for (std::size_t c = 0; c < last_group.size(); ++c) s_.live_class[c] = last_group[c] >= group ? 1 : 0;
@@ -332,6 +341,7 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
   p.row_class = row_class.data();
   p.demand = demand.data();
   p.live_class = s_.live_class.data();
+  p.state = s_.state.data();
   // Bids rise by at least 1/1024 of the largest score: the assignment is
   // within that per replica of each iteration's optimum (scores are
   // heuristic values; the MIP gap is the same at eps = 1, 64 and 256), and

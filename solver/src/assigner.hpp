@@ -54,6 +54,7 @@ struct assigner_scratch {
   // place_tier
   std::vector<std::int32_t> live, row_class, class_row, demand, cursor;
   std::vector<kernels::tier_placement> tier_out;
+  std::vector<std::int32_t> state;  ///< per node: its state label (tier_problem::state), across the round's tiers
   std::vector<std::vector<replica_placement>> placed;  ///< per live job (moved into the result)
 };
 

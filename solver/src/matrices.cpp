@@ -173,20 +173,9 @@ void build_matrices(round_input const& in, round_matrices& m) {
   // states before the round). A hash of every field the score reads,
   // sorted; equal hashes are compared in full, so a collision only costs
   // a column.
+  auto const nv = m.nodes();
   auto same_state = [&](std::size_t a, std::size_t b) {
-    if (m.cpu_free[a] != m.cpu_free[b] || m.cpu_capacity[a] != m.cpu_capacity[b] || m.mem_free[a] != m.mem_free[b] ||
-        m.model[a] != m.model[b] || m.pool[a] != m.pool[b] || m.flags[a] != m.flags[b] ||
-        m.gpu_capacity[a] != m.gpu_capacity[b] || m.scarcity[a] != m.scarcity[b] ||
-        m.gpu_begin[a + 1] - m.gpu_begin[a] != m.gpu_begin[b + 1] - m.gpu_begin[b]) {
-      return false;
-    }
-    for (std::int32_t g = 0; g < m.gpu_begin[a + 1] - m.gpu_begin[a]; ++g) {
-      if (m.gpu_free[m.gpu_begin[a] + g] != m.gpu_free[m.gpu_begin[b] + g] ||
-          m.gpu_island[m.gpu_begin[a] + g] != m.gpu_island[m.gpu_begin[b] + g]) {
-        return false;
-      }
-    }
-    return true;
+    return kernels::node_state_equal(nv, static_cast<std::int32_t>(a), static_cast<std::int32_t>(b));
   };
   auto& hashed = scratch.node_hash;
   hashed.resize(n);

@@ -274,6 +274,87 @@ TEST(TierProgram, WholeTiersFitAndKeepTheMatrixCurrent) {
   }
 }
 
+/// `templates` random nodes, each repeated `copies` times (node k is a twin
+/// of node k % templates).
+tier_instance twin_cluster(std::mt19937_64& rng, int templates, int copies, int max_classes) {
+  tier_instance const base = random_cluster(rng, templates, max_classes);
+  tier_instance t = base;
+  t.nodes = base.nodes * copies;
+  t.cpu_free.clear(), t.cpu_capacity.clear(), t.mem_free.clear(), t.model.clear(), t.pool.clear(), t.flags.clear();
+  t.gpu_begin.assign(1, 0), t.gpu_free.clear(), t.gpu_island.clear(), t.gpu_capacity.clear(), t.scarcity.clear();
+  for (int k = 0; k < t.nodes; ++k) {
+    auto const n = static_cast<std::size_t>(k % base.nodes);
+    t.cpu_free.push_back(base.cpu_free[n]);
+    t.cpu_capacity.push_back(base.cpu_capacity[n]);
+    t.mem_free.push_back(base.mem_free[n]);
+    t.model.push_back(base.model[n]);
+    t.pool.push_back(base.pool[n]);
+    t.flags.push_back(base.flags[n]);
+    for (auto g = base.gpu_begin[n]; g < base.gpu_begin[n + 1]; ++g) {
+      t.gpu_free.push_back(base.gpu_free[static_cast<std::size_t>(g)]);
+      t.gpu_island.push_back(base.gpu_island[static_cast<std::size_t>(g)]);
+    }
+    t.gpu_begin.push_back(static_cast<std::int32_t>(t.gpu_free.size()));
+    t.gpu_capacity.push_back(base.gpu_capacity[n]);
+    t.scarcity.push_back(base.scarcity[n]);
+  }
+  return t;
+}
+
+// Twins share re-scored columns: with state labels (right ones, and wrong
+// ones that the program must catch by comparing states) a tier places the
+// same replicas and leaves the same matrix and node state as without.
+TEST(TierProgram, StateLabelsShareColumnsExactly) {
+  auto b = make_backend(backend_kind::cpu);
+  std::mt19937_64 rng(14);
+  std::int64_t shared = 0;
+  for (int iter = 0; iter < 200; ++iter) {
+    SCOPED_TRACE("instance " + std::to_string(iter));
+    tier_instance t = twin_cluster(rng, 6, 8, 6);
+    t.score_all();
+    for (std::int32_t c = 0; c < t.classes; ++c) {
+      t.row_class.push_back(c);
+      t.demand.push_back(std::uniform_int_distribution<int>(1, 40)(rng));
+    }
+    std::vector<std::int32_t> label(static_cast<std::size_t>(t.nodes));
+    int const kind = iter % 3;  // 0: twins (the first of each; 8 copies), 1: all one label, 2: random labels
+    for (std::int32_t n = 0; n < t.nodes; ++n) {
+      label[static_cast<std::size_t>(n)] =
+          kind == 0   ? n % (t.nodes / 8)
+          : kind == 1 ? 0
+                      : std::uniform_int_distribution<std::int32_t>(0, t.nodes - 1)(rng);
+    }
+    tier_instance u = t;
+    std::vector<tier_placement> a, c;
+    std::vector<std::int32_t> kept = label;
+    b->place_tier(t.problem(1 << 30, 200), a);
+    auto pu = u.problem(1 << 30, 200);
+    pu.state = label.data();
+    b->place_tier(pu, c);
+    auto order = [](auto const& x, auto const& y) {
+      return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node;
+    };
+    std::sort(a.begin(), a.end(), order);
+    std::sort(c.begin(), c.end(), order);
+    ASSERT_EQ(a.size(), c.size());
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      ASSERT_EQ(a[k].node, c[k].node);
+      ASSERT_EQ(a[k].row, c[k].row);
+      ASSERT_EQ(a[k].gpus, c[k].gpus);
+    }
+    ASSERT_EQ(t.scores, u.scores);
+    ASSERT_EQ(t.gpu_free, u.gpu_free);
+    ASSERT_EQ(t.cpu_free, u.cpu_free);
+    // Winners that took a twin's label copied its column (a label is a
+    // hint: the twin may have changed again in a later iteration).
+    for (std::int32_t n = 0; n < t.nodes; ++n) {
+      auto const l = label[static_cast<std::size_t>(n)];
+      shared += l != kept[static_cast<std::size_t>(n)] && l != n ? 1 : 0;
+    }
+  }
+  EXPECT_GT(shared, 500) << "too few columns copied from a twin";
+}
+
 TEST(TierParity, CudaMatchesCpu) {
   auto const why = cuda_unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << why;
@@ -289,8 +370,19 @@ TEST(TierParity, CudaMatchesCpu) {
     }
     tier_instance u = t;
     std::vector<tier_placement> a, b;
-    auto const sa = cpu->place_tier(t.problem(1 << 30, 200), a);
-    auto const sb = gpu->place_tier(u.problem(1 << 30, 200), b);
+    // Every other instance with state labels (partly wrong: n % 7).
+    std::vector<std::int32_t> la(static_cast<std::size_t>(t.nodes));
+    for (std::int32_t n = 0; n < t.nodes; ++n) la[static_cast<std::size_t>(n)] = n % 7;
+    std::vector<std::int32_t> lb = la;
+    auto pa = t.problem(1 << 30, 200);
+    auto pb = u.problem(1 << 30, 200);
+    if (iter % 2 == 1) {
+      pa.state = la.data();
+      pb.state = lb.data();
+    }
+    auto const sa = cpu->place_tier(pa, a);
+    auto const sb = gpu->place_tier(pb, b);
+    ASSERT_EQ(la, lb) << "instance " << iter;
     auto order = [](auto const& x, auto const& y) {
       return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node;
     };

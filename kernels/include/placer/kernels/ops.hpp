@@ -100,6 +100,25 @@ PLACER_HD inline bool take_replica(node_view const& nv, class_view const& cv, st
   return true;
 }
 
+/// Whether nodes a and b are in one state: every field of the node view
+/// that a score reads is equal, so their columns are equal.
+PLACER_HD inline bool node_state_equal(node_view const& nv, std::int32_t a, std::int32_t b) {
+  if (nv.cpu_free[a] != nv.cpu_free[b] || nv.cpu_capacity[a] != nv.cpu_capacity[b] ||
+      nv.mem_free[a] != nv.mem_free[b] || nv.model[a] != nv.model[b] || nv.pool[a] != nv.pool[b] ||
+      nv.flags[a] != nv.flags[b] || nv.gpu_capacity[a] != nv.gpu_capacity[b] ||
+      (nv.scarcity != nullptr && nv.scarcity[a] != nv.scarcity[b])) {
+    return false;
+  }
+  std::int32_t const ga = nv.gpu_begin[a], gb = nv.gpu_begin[b];
+  std::int32_t const g = nv.gpu_begin[a + 1] - ga;
+  if (nv.gpu_begin[b + 1] - gb != g) return false;
+  for (std::int32_t i = 0; i < g; ++i) {
+    if (nv.gpu_free[ga + i] != nv.gpu_free[gb + i]) return false;
+    if (nv.gpu_island != nullptr && nv.gpu_island[ga + i] != nv.gpu_island[gb + i]) return false;
+  }
+  return true;
+}
+
 /// task_view::share_cpu of a task set: its fractional shares' mean CPU
 /// (milli) weighted by frequency, 0 when it has none.
 inline std::int64_t mean_share_cpu(task_view const& t) {

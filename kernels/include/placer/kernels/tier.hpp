@@ -47,6 +47,14 @@ struct tier_problem {
   /// Per class: 1 = re-score its cells after a commit; 0 = no job left in
   /// the round uses it, its cells may go stale. Null = every class.
   std::uint8_t const* live_class = nullptr;
+  /// Per node, writable, or null: a state label, a node index such that
+  /// the nodes with one label were in one state when they got it (the
+  /// first node of the state, node_view::same_as, to start with). Winners
+  /// of one row with one label take the same replica: the first of them
+  /// re-scores its column and the others copy it when their states compare
+  /// equal (node_state_equal), and take its index as their label. Null:
+  /// every winner re-scores.
+  std::int32_t* state = nullptr;
   /// Iterations at most (tests: 1 = one assignment, nothing re-scored after).
   std::int32_t max_iterations = 1 << 30;
   /// Bidding rounds per iteration at most; past it the iteration keeps what
