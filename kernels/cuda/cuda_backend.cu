@@ -60,6 +60,8 @@ struct cuda_team {
     return 1;
 #endif
   }
+  /// __syncthreads costs less than any round's work: never solo.
+  __host__ __device__ static constexpr std::int32_t solo_below() { return 0; }
   __host__ __device__ void sync() const {
 #ifdef __CUDA_ARCH__
     __syncthreads();

@@ -6,11 +6,13 @@
 // loop control lives in tier_buffers::ctl, written by rank 0 between
 // barriers and read by all after one.
 //
-//   seq_team (below)          g++: one worker, barriers are no-ops (the CPU backend)
+//   seq_team (below)          g++: one worker, barriers are no-ops (the CPU backend's default)
+//   omp_team (tier_host.hpp)  g++: the threads of an OpenMP region (PLACER_TIER_THREADS)
 //   cuda_team (cuda_backend)  one CTA, __syncthreads(), atomicAdd: one launch per tier
 //
-// A Team provides rank(), size(), sync() and fetch_add(int*, int) (an
-// atomic add returning the old value). Results never depend on the order
+// A Team provides rank(), size(), sync(), fetch_add(int*, int) (an atomic
+// add returning the old value) and solo_below() (a bidding round with
+// fewer bidders runs on rank 0 alone). Results never depend on the order
 // in which the team's workers do things: a row keeps the best bids of
 // everything it was offered (a strict order: bid, then the lower node), and
 // the placements are sorted by (iteration, node) on the host.
@@ -28,17 +30,17 @@ inline namespace PLACER_BACKEND_NS {
 
 /// Loop control shared by the team (backend memory).
 struct tier_control {
-  std::int32_t todo_count = 0;   ///< nodes bidding this round
-  std::int32_t next_count = 0;   ///< nodes bidding next round (fetch_add)
+  /// Nodes in todo[0] / todo[1]. Round k of a pass bids from list k % 2
+  /// (every worker knows k) and fills the other (fetch_add); a count is
+  /// reset only after a barrier since it was last read.
+  std::int32_t todo_count[2] = {0, 0};
   std::int32_t placed = 0;       ///< placements so far (fetch_add)
   std::int32_t touched = 0;      ///< nodes won this iteration (fetch_add)
   std::int32_t placed_before = 0;  ///< copies at the iteration's start
-  std::int32_t parity = 0;       ///< which of the two todo lists is this round's
   std::int32_t iterations = 0;
   std::int32_t round_cap_hit = 0;
   std::int32_t done = 0;         ///< 1: stop iterating
   std::int32_t again = 0;        ///< 1: a row ended unfilled above a zero floor; bid again
-  std::int32_t rounds_this_iteration = 0;
   std::int64_t rounds = 0;
 };
 
@@ -49,6 +51,7 @@ struct tier_buffers {
   std::int32_t const* heap_begin;    ///< R + 1: exclusive scan of demand (host)
   std::int32_t* remaining;           ///< R
   std::int64_t* floor;               ///< R: the price of a row's unheld copies
+  std::int64_t* price;               ///< R: a row's price this round (tier_price; tier_closed when met)
   std::int32_t* select;              ///< R x N: scratch for the floors, then the winners' groups
   std::int32_t* held;                ///< R: copies held this iteration
   std::int32_t* bid_count;           ///< R
@@ -87,6 +90,7 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   auto const d = static_cast<std::size_t>(copies);
   b.remaining = take(b.remaining, r);
   b.floor = take(b.floor, r);
+  b.price = take(b.price, r);
   b.select = take(b.select, r * n);
   b.held = take(b.held, r);
   b.bid_count = take(b.bid_count, r);
@@ -114,8 +118,12 @@ inline void count_tier(step_counts& st) {
 struct seq_team {
   [[nodiscard]] static constexpr std::int32_t rank() { return 0; }
   [[nodiscard]] static constexpr std::int32_t size() { return 1; }
-  static void sync() {}
-  static std::int32_t fetch_add(std::int32_t* p, std::int32_t v) {
+  /// A bidding round with fewer bidders than this runs on rank 0 alone
+  /// (one barrier instead of four); every Team says where its barriers
+  /// cost more than the work they split.
+  [[nodiscard]] static constexpr std::int32_t solo_below() { return 0; }
+  PLACER_HD static void sync() {}
+  PLACER_HD static std::int32_t fetch_add(std::int32_t* p, std::int32_t v) {
     std::int32_t const old = *p;
     *p += v;
     return old;
@@ -128,9 +136,14 @@ PLACER_HD inline bool tier_worse(std::int64_t bid_a, std::int32_t node_a, std::i
   return bid_a != bid_b ? bid_a < bid_b : node_a > node_b;
 }
 
+/// The price of a row with no copy left to place: above any margin.
+inline constexpr std::int64_t tier_closed = std::int64_t{1} << 62;
+
 /// The price a bidder sees for row r: the worst held bid when every copy
-/// is held, else the floor (an unheld copy).
+/// is held, else the floor (an unheld copy); tier_closed when the row's
+/// demand is met.
 PLACER_HD inline std::int64_t tier_price(tier_buffers const& b, std::int32_t r) {
+  if (b.remaining[r] == 0) return tier_closed;
   return b.held[r] < b.remaining[r] ? b.floor[r] : b.heap_bid[b.heap_begin[r]];
 }
 
@@ -241,10 +254,10 @@ PLACER_HD inline bool tier_bid(tier_buffers const& b, std::int32_t n, std::int32
   std::int64_t m1 = 0, m2 = 0;
   std::int32_t r1 = -1;
   for (std::int32_t r = 0; r < p.n_rows; ++r) {
-    if (b.remaining[r] == 0) continue;
     std::int32_t const v = p.scores[static_cast<std::int64_t>(p.row_class[r]) * p.nodes.n_nodes + n];
     if (v < 0) continue;
-    std::int64_t const m = static_cast<std::int64_t>(v) + 1 - tier_price(b, r);
+    // A closed row's margin is below any other's and below zero.
+    std::int64_t const m = static_cast<std::int64_t>(v) + 1 - b.price[r];
     if (r1 < 0 || m > m1) {
       if (r1 >= 0 && m1 > m2) m2 = m1;
       m1 = m;
@@ -255,7 +268,7 @@ PLACER_HD inline bool tier_bid(tier_buffers const& b, std::int32_t n, std::int32
   }
   if (r1 < 0 || m1 <= 0) return false;
   row = r1;
-  bid = tier_price(b, r1) + (m1 - m2) + p.eps;
+  bid = b.price[r1] + (m1 - m2) + p.eps;
   return true;
 }
 
@@ -311,6 +324,57 @@ PLACER_HD inline void tier_follow(tier_buffers const& b, std::int32_t n) {
   p.state[n] = from;
 }
 
+/// One bidding round over the nodes in todo[list] (four barriers): each
+/// bids for its best row; the bids are bucketed by row; each row keeps its
+/// best and sends the losers to the other list; the prices follow.
+template <class Team>
+PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list) {
+  std::int32_t const n_rows = b.p.n_rows;
+  tier_control* const ctl = b.ctl;
+  std::int32_t const me = t.rank();
+  std::int32_t const team = t.size();
+  std::int32_t const* todo = b.todo[list];
+  std::int32_t* next = b.todo[1 - list];
+  std::int32_t const k = ctl->todo_count[list];
+  for (std::int32_t i = me; i < k; i += team) {
+    std::int32_t const n = todo[i];
+    std::int32_t row = -1;
+    std::int64_t bid = 0;
+    b.bid_row[n] = tier_bid(b, n, row, bid) ? row : -1;
+    b.bid_value[n] = bid;
+    if (row >= 0) t.fetch_add(&b.bid_count[row], 1);
+  }
+  t.sync();
+  if (me == 0) {
+    std::int32_t at = 0;  // buckets: exclusive scan of the counts
+    for (std::int32_t r = 0; r < n_rows; ++r) {
+      b.bid_cursor[r] = at;
+      at += b.bid_count[r];
+    }
+    ctl->todo_count[1 - list] = 0;
+    ctl->rounds += 1;
+  }
+  t.sync();
+  for (std::int32_t i = me; i < k; i += team) {
+    std::int32_t const n = todo[i];
+    if (b.bid_row[n] >= 0) b.bucket[t.fetch_add(&b.bid_cursor[b.bid_row[n]], 1)] = n;
+  }
+  t.sync();
+  // Each row takes its bids (the bucket ends at its cursor); the losers
+  // bid again next round.
+  for (std::int32_t r = me; r < n_rows; r += team) {
+    std::int32_t const end = b.bid_cursor[r];
+    for (std::int32_t i = end - b.bid_count[r]; i < end; ++i) {
+      std::int32_t const n = b.bucket[i];
+      std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n]);
+      if (lost >= 0) next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = lost;
+    }
+    if (b.bid_count[r] > 0) b.price[r] = tier_price(b, r);
+    b.bid_count[r] = 0;
+  }
+  t.sync();
+}
+
 template <class Team>
 PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   auto const& p = b.p;
@@ -329,77 +393,44 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       for (std::int32_t r = 0; r < n_rows; ++r) copies += b.remaining[r];
       ctl->placed_before = copies;  // the iteration's copies, for the floors
       ctl->iterations += 1;
-      ctl->rounds_this_iteration = 0;
     }
     t.sync();
     for (std::int32_t r = me; r < n_rows; r += team) {
       b.floor[r] = b.remaining[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
     }
+    std::int32_t rounds = 0;  // this iteration's bidding rounds
     bool again = false;
     do {
       // --- rows empty, every node bids.
       for (std::int32_t r = me; r < n_rows; r += team) {
         b.held[r] = 0;
         b.bid_count[r] = 0;
+        b.price[r] = tier_price(b, r);
       }
       for (std::int32_t n = me; n < n_nodes; n += team) b.todo[0][n] = n;
       if (me == 0) {
-        ctl->todo_count = n_nodes;
-        ctl->parity = 0;
+        ctl->todo_count[0] = n_nodes;
         ctl->touched = 0;
       }
       t.sync();
-      // --- bidding rounds until no node bids.
-      while (true) {
-        std::int32_t const* todo = b.todo[ctl->parity];
-        std::int32_t* next = b.todo[1 - ctl->parity];
-        std::int32_t const k = ctl->todo_count;
-        for (std::int32_t i = me; i < k; i += team) {
-          std::int32_t const n = todo[i];
-          std::int32_t row = -1;
-          std::int64_t bid = 0;
-          b.bid_row[n] = tier_bid(b, n, row, bid) ? row : -1;
-          b.bid_value[n] = bid;
-          if (row >= 0) t.fetch_add(&b.bid_count[row], 1);
-        }
-        t.sync();
-        if (me == 0) {
-          std::int32_t at = 0;  // buckets: exclusive scan of the counts
-          for (std::int32_t r = 0; r < n_rows; ++r) {
-            b.bid_cursor[r] = at;
-            at += b.bid_count[r];
+      // --- bidding rounds until no node bids (or the cap: max_rounds an
+      // iteration; the assignment held then is feasible).
+      for (std::int32_t list = 0;; list = 1 - list) {
+        if (ctl->todo_count[list] < t.solo_below()) {
+          if (me == 0) {
+            seq_team one;
+            tier_round(one, b, list);
           }
-          ctl->next_count = 0;
+          t.sync();
+        } else {
+          tier_round(t, b, list);
         }
-        t.sync();
-        for (std::int32_t i = me; i < k; i += team) {
-          std::int32_t const n = todo[i];
-          if (b.bid_row[n] >= 0) b.bucket[t.fetch_add(&b.bid_cursor[b.bid_row[n]], 1)] = n;
+        ++rounds;
+        std::int32_t const next = ctl->todo_count[1 - list];
+        if (next == 0 || rounds >= p.max_rounds) {
+          if (me == 0 && next != 0) ctl->round_cap_hit = 1;
+          break;
         }
-        t.sync();
-        // Each row takes its bids (the bucket ends at its cursor); the losers
-        // bid again next round.
-        for (std::int32_t r = me; r < n_rows; r += team) {
-          std::int32_t const end = b.bid_cursor[r];
-          for (std::int32_t i = end - b.bid_count[r]; i < end; ++i) {
-            std::int32_t const n = b.bucket[i];
-            std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n]);
-            if (lost >= 0) next[t.fetch_add(&ctl->next_count, 1)] = lost;
-          }
-          b.bid_count[r] = 0;
-        }
-        t.sync();
-        bool const stop = ctl->next_count == 0 || ctl->rounds_this_iteration + 1 >= p.max_rounds;
-        t.sync();  // everyone has read the control before rank 0 moves it
-        if (me == 0) {
-          ctl->rounds += 1;
-          ctl->rounds_this_iteration += 1;
-          if (ctl->next_count != 0 && stop) ctl->round_cap_hit = 1;
-          ctl->todo_count = ctl->next_count;
-          ctl->parity = 1 - ctl->parity;
-        }
-        t.sync();
-        if (stop) break;
       }
       // --- a row left unfilled above a zero floor breaks the complementary
       // slackness the optimum needs (an unheld copy must cost nothing): its
@@ -412,7 +443,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
             ctl->again = 1;
           }
         }
-        }
+      }
       t.sync();
       again = ctl->again != 0;
       t.sync();  // everyone has read it before rank 0 moves the control again

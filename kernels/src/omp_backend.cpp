@@ -3,10 +3,12 @@
 #include "omp_backend.hpp"
 
 #include "../portable/stages.hpp"
-#include "../portable/tier_program.hpp"
+#include "../portable/tier_host.hpp"
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <omp.h>
 #include <thrust/system/cpp/execution_policy.h>
 #include <thrust/system/omp/execution_policy.h>
@@ -19,10 +21,26 @@ namespace {
 /// are oversubscribed. The algorithms are deterministic, so the choice never
 /// changes a result.
 constexpr std::int64_t parallel_threshold = 1 << 16;
+/// Nodes x rows from which a tier program runs on PLACER_TIER_THREADS workers.
+constexpr std::int64_t tier_team_threshold = 1 << 14;
+/// PLACER_TIER_THREADS: workers of a big tier's program (default 2, or 1
+/// on one core). A team splits the bidding and re-scoring but meets at
+/// four barriers a round: on the 2-vCPU machine two workers took 100k from
+/// 28-34 ms to 25 ms and left 10k and openb level (docs/results.md), while
+/// teams on every tier, small ones included, were 15-40% slower.
+int tier_threads_from_env() {
+  char const* v = std::getenv("PLACER_TIER_THREADS");
+  if (v == nullptr || *v == '\0') return std::min(omp_get_max_threads(), 2);
+  int const n = std::atoi(v);
+  if (n < 1) throw logic_error(error_code::invalid_argument, std::string("PLACER_TIER_THREADS must be a positive count, got '") + v + "'");
+  return std::min(n, 64);
+}
+
 }  // namespace
 
 omp_backend::omp_backend()
-    : description_("cpu (OpenMP, " + std::to_string(omp_get_max_threads()) + " threads)") {
+    : description_("cpu (OpenMP, " + std::to_string(omp_get_max_threads()) + " threads)"),
+      tier_threads_(tier_threads_from_env()) {
   // Start the OpenMP thread pool now, not inside the first round (it costs
   // milliseconds, which would land in that round's timing).
 #pragma omp parallel
@@ -55,33 +73,11 @@ void omp_backend::domain_capacity(node_view const& nodes, class_view const& clas
 }
 
 tier_stats omp_backend::place_tier(tier_problem const& problem, std::vector<tier_placement>& out) {
-  tier_heap_begin_.resize(static_cast<std::size_t>(problem.n_rows) + 1);
-  std::int32_t const copies = tier_heap_begin(problem, tier_heap_begin_.data());
-  // One pass sizes the arena, the second lays the buffers out in it.
-  std::size_t bytes = 0;
-  auto measure = [&](auto* tag, std::size_t n) -> decltype(tag) {
-    bytes += (n * sizeof(*tag) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) * alignof(std::max_align_t);
-    return nullptr;
-  };
-  tier_buffers b{};
-  tier_layout(b, problem.nodes.n_nodes, problem.n_rows, copies, measure);
-  tier_arena_.resize(bytes / sizeof(std::max_align_t) + 1);
-  auto* at = reinterpret_cast<unsigned char*>(tier_arena_.data());
-  auto take = [&](auto* tag, std::size_t n) -> decltype(tag) {
-    auto* p = reinterpret_cast<decltype(tag)>(at);
-    at += (n * sizeof(*tag) + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) * alignof(std::max_align_t);
-    return p;
-  };
-  tier_layout(b, problem.nodes.n_nodes, problem.n_rows, copies, take);
-  tier_control ctl{};
-  b.p = problem;
-  b.heap_begin = tier_heap_begin_.data();
-  b.ctl = &ctl;
-  seq_team team;
-  tier_program(team, b);
+  // A team only for a tier with enough bidding to split (nodes x rows).
+  bool const big = static_cast<std::int64_t>(problem.nodes.n_nodes) * problem.n_rows >= tier_team_threshold;
+  tier_stats const st = run_tier_host(problem, out, tier_arena_, big ? tier_threads_ : 1);
   count_tier(steps_);
-  out.assign(b.out, b.out + ctl.placed);
-  return {ctl.iterations, ctl.rounds, ctl.round_cap_hit != 0};
+  return st;
 }
 
 }  // namespace placer::kernels

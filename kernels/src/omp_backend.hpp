@@ -2,6 +2,8 @@
 // The CPU backend (Thrust on OpenMP).
 #include <placer/kernels/backend.hpp>
 
+#include "../portable/tier_host.hpp"
+
 #include <cstddef>
 #include <vector>
 
@@ -22,9 +24,9 @@ class omp_backend final : public backend {
  private:
   std::string description_;
   std::vector<std::int32_t> domain_fit_;
-  // Tier program workspace.
-  std::vector<std::int32_t> tier_heap_begin_;
-  std::vector<std::max_align_t> tier_arena_;
+  // Tier program workspace and team size (PLACER_TIER_THREADS).
+  tier_host_arena tier_arena_;
+  int tier_threads_ = 1;
 };
 
 }  // namespace placer::kernels

@@ -1,0 +1,79 @@
+// The tier program's OpenMP team (kernels/portable/tier_host.hpp) under
+// ThreadSanitizer: on random tiers, a team of four (every bidding round
+// split, or the small ones solo on rank 0) must place exactly what one
+// worker places and leave the same matrix, node state and labels, with no
+// race reported. Built by clang with -fsanitize=thread against LLVM's
+// OpenMP runtime, whose barriers TSan understands (tests/CMakeLists.txt);
+// header only, so nothing built by g++ or against libgomp is linked in.
+#include "../../kernels/portable/tier_host.hpp"
+#include "../support/tier_instance.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <vector>
+
+using namespace placer::kernels;
+using placer::testing_support::random_cluster;
+using placer::testing_support::tier_instance;
+using placer::testing_support::twin_cluster;
+
+namespace {
+
+int failures = 0;
+
+void expect(bool ok, int instance, char const* what) {
+  if (ok) return;
+  std::fprintf(stderr, "instance %d: %s differ between one worker and the team\n", instance, what);
+  ++failures;
+}
+
+}  // namespace
+
+int main() {
+  std::mt19937_64 rng(21);
+  tier_host_arena one, four;
+  long placed = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    tier_instance t = iter % 2 == 0 ? twin_cluster(rng, 40, 10, 6) : random_cluster(rng, 500, 8);
+    t.score_all();
+    for (std::int32_t c = 0; c < t.classes; ++c) {
+      t.row_class.push_back(c);
+      t.demand.push_back(std::uniform_int_distribution<int>(1, 120)(rng));
+    }
+    tier_instance u = t;
+    std::vector<std::int32_t> la(static_cast<std::size_t>(t.nodes));
+    std::iota(la.begin(), la.end(), 0);
+    if (iter % 2 == 0) {
+      for (std::int32_t n = 0; n < t.nodes; ++n) la[static_cast<std::size_t>(n)] = n % 40;  // twins: node % 40
+    }
+    std::vector<std::int32_t> lb = la;
+    auto pa = t.problem(1 << 30, 200);
+    auto pb = u.problem(1 << 30, 200);
+    pa.state = la.data();
+    pb.state = lb.data();
+    std::vector<tier_placement> a, b;
+    auto const sa = run_tier_host(pa, a, one, 1);
+    auto const sb = run_tier_host(pb, b, four, 4, iter % 4 < 2 ? 0 : 64);
+    auto order = [](auto const& x, auto const& y) {
+      return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node;
+    };
+    std::sort(a.begin(), a.end(), order);
+    std::sort(b.begin(), b.end(), order);
+    expect(sa.iterations == sb.iterations && sa.rounds == sb.rounds, iter, "iterations or rounds");
+    expect(a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](auto const& x, auto const& y) {
+             return x.node == y.node && x.row == y.row && x.gpus == y.gpus && x.iteration == y.iteration;
+           }), iter, "placements");
+    expect(t.scores == u.scores, iter, "score matrices");
+    expect(t.gpu_free == u.gpu_free && t.cpu_free == u.cpu_free && t.mem_free == u.mem_free, iter, "node states");
+    expect(la == lb, iter, "state labels");
+    placed += static_cast<long>(a.size());
+  }
+  if (placed < 2000) {
+    std::fprintf(stderr, "only %ld placements: the instances hardly exercise the team\n", placed);
+    ++failures;
+  }
+  std::printf("%d instances, %ld placements: %s\n", 40, placed, failures == 0 ? "the team matches one worker" : "FAILED");
+  return failures == 0 ? 0 : 1;
+}
