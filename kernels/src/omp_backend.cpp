@@ -23,14 +23,15 @@ namespace {
 constexpr std::int64_t parallel_threshold = 1 << 16;
 /// Nodes x rows from which a tier program runs on PLACER_TIER_THREADS workers.
 constexpr std::int64_t tier_team_threshold = 1 << 14;
-/// PLACER_TIER_THREADS: workers of a big tier's program (default 2, or 1
-/// on one core). A team splits the bidding and re-scoring but meets at
-/// four barriers a round: on the 2-vCPU machine two workers took 100k from
-/// 28-34 ms to 25 ms and left 10k and openb level (docs/results.md), while
-/// teams on every tier, small ones included, were 15-40% slower.
+/// PLACER_TIER_THREADS: workers of a big tier's program (default 1). A
+/// team splits the bidding and re-scoring but meets at four barriers a
+/// round, and a barrier waits for the slowest core: on the 2-vCPU machine
+/// two workers took round_bench's 100k from 28-34 to 25 ms, but the
+/// service's 10k round (client and ZeroMQ threads on the same two cores)
+/// from 5.9 to 8.9 ms p50 (docs/results.md). Opt in where cores are free.
 int tier_threads_from_env() {
   char const* v = std::getenv("PLACER_TIER_THREADS");
-  if (v == nullptr || *v == '\0') return std::min(omp_get_max_threads(), 2);
+  if (v == nullptr || *v == '\0') return 1;
   int const n = std::atoi(v);
   if (n < 1) throw logic_error(error_code::invalid_argument, std::string("PLACER_TIER_THREADS must be a positive count, got '") + v + "'");
   return std::min(n, 64);
