@@ -51,7 +51,7 @@ struct tier_host_arena {
 /// calling thread; more: an OpenMP team whose rounds with fewer than
 /// `solo` bidders run on its rank 0). The results do not depend on either.
 inline tier_stats run_tier_host(tier_problem const& problem, std::vector<tier_placement>& out, tier_host_arena& a,
-                                int threads = 1, std::int32_t solo = 256) {
+                                int threads = 1, std::int32_t solo = omp_team{}.solo) {
   a.heap_begin.resize(static_cast<std::size_t>(problem.n_rows) + 1);
   std::int32_t const copies = tier_heap_begin(problem, a.heap_begin.data());
   auto const aligned = [](std::size_t n) {

@@ -480,11 +480,6 @@ void assigner::place_replicas(job const& job, std::int32_t c, std::int32_t domai
   }
 }
 
-std::int32_t assigner::fit_count(std::int32_t c, std::int32_t n) const {
-  if (mode_ != assign_mode::kube && score(c, n) < 0) return 0;  // the matrix knows; skip the re-check
-  return kernels::fit_count(op_.nv, op_.cv, c, n);
-}
-
 replica_placement assigner::placement_of(std::int32_t n, std::int32_t c, std::uint64_t taken) const {
   replica_placement rp;
   rp.node = n;

@@ -70,6 +70,7 @@ class assigner {
  private:
   // --- the three strategies
   void place_greedy(std::int32_t j, round_result& out);
+  /// place_local, then one locality job of its class fewer to come.
   void place_locality(std::int32_t j, round_result& out);
   void place_local(std::int32_t j, round_result& out);
   void place_tier(std::vector<std::int32_t> const& jobs, round_result& out);
@@ -98,8 +99,6 @@ class assigner {
                                        std::int32_t anchor) const;
   void place_replicas(job const& job, std::int32_t c, std::int32_t domain, std::int32_t count,
                       std::vector<replica_placement>& placed);
-  /// Replicas of class c that fit on node n as it is now.
-  [[nodiscard]] std::int32_t fit_count(std::int32_t c, std::int32_t n) const;
   replica_placement commit(std::int32_t n, std::int32_t c);
   /// The placement of class c on node n that took the GPUs in `taken` (bit i = GPU i).
   [[nodiscard]] replica_placement placement_of(std::int32_t n, std::int32_t c, std::uint64_t taken) const;
