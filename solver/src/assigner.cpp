@@ -42,6 +42,13 @@ std::int32_t tier_of(demand const& d) {
   return 1 + d.gpus;
 }
 
+/// The tier of a whole locality job, as if its replicas were one (reorder::
+/// whole_jobs). Other jobs keep tier_of.
+std::int64_t job_tier_of(job const& j) {
+  if (!wants_locality(j) || j.per_replica.gpus == 0) return tier_of(j.per_replica);
+  return 1 + (j.per_replica.gpu_milli_total() * j.replicas + milli_per_gpu - 1) / milli_per_gpu;
+}
+
 }  // namespace
 
 bool assigner::goes_local(job const& j) const {
@@ -119,7 +126,7 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
   s_.live_class.clear();  // every class live until run() knows the groups
 }
 
-void assigner::run(round_result& out, std::function<bool()> const& out_of_time) {
+void assigner::run(round_result& out, std::function<bool()> const& out_of_time, reorder const& r) {
   job_order(in_, mode_ == assign_mode::placer, s_.order);
   auto const& order = s_.order;
   // Locality jobs per class: a class's domain capacities are kept current
@@ -145,13 +152,23 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time) 
   // gang of small replicas thus waits for the big single-node shapes, so it
   // does not break the free nodes they need (E-Binpack).
   // Groups: (priority level, -tier, position in order), sorted; a group is
-  // a run of equal (level, tier).
+  // a run of equal (level, tier). A job in r.first or r.last is a group of
+  // its own, ahead of or after its level's tiers.
   auto& tiers = s_.tiers;
   tiers.clear();
   std::int32_t level = 0;
+  constexpr std::int64_t level_span = std::int64_t{1} << 32;
+  auto index_in = [](std::vector<std::int32_t> const& v, std::int32_t j) -> std::int64_t {
+    auto const f = std::find(v.begin(), v.end(), j);
+    return f == v.end() ? -1 : f - v.begin();
+  };
   for (std::size_t k = 0; k < order.size(); ++k) {
-    if (k > 0 && in_.pending[order[k]].priority != in_.pending[order[k - 1]].priority) ++level;
-    std::int64_t const key = static_cast<std::int64_t>(level) * 1024 - tier_of(in_.pending[order[k]].per_replica);
+    auto const j = order[k];
+    if (k > 0 && in_.pending[j].priority != in_.pending[order[k - 1]].priority) ++level;
+    auto const& jb = in_.pending[j];
+    std::int64_t key = level * level_span - (r.whole_jobs ? job_tier_of(jb) : tier_of(jb.per_replica));
+    if (auto const f = index_in(r.first, j); f >= 0) key = level * level_span - level_span / 2 + f;
+    if (auto const l = index_in(r.last, j); l >= 0) key = level * level_span + level_span / 4 + l;
     tiers.emplace_back(key, static_cast<std::int32_t>(k));
   }
   std::sort(tiers.begin(), tiers.end());

@@ -58,6 +58,16 @@ struct assigner_scratch {
   std::vector<std::vector<replica_placement>> placed;  ///< per live job (moved into the result)
 };
 
+/// How the repair search (solver.cpp) changes a placer round's order: the
+/// jobs in `first` go ahead of their priority level, those in `last` after
+/// it, each in list order; with `whole_jobs` a locality job ranks by its
+/// whole job's GPUs rather than one replica's (a gang of six one-GPU
+/// replicas with the 6-GPU jobs).
+struct reorder {
+  std::vector<std::int32_t> first, last;
+  bool whole_jobs = false;
+};
+
 class assigner {
  public:
   assigner(round_input const& in, round_matrices& m, std::vector<std::int32_t>& scores, kernels::score_params p,
@@ -65,7 +75,8 @@ class assigner {
 
   /// Places every pending job (or records why not). `out_of_time` is asked
   /// between jobs; once it says yes, the rest are reported DeadlineExceeded.
-  void run(round_result& out, std::function<bool()> const& out_of_time);
+  /// Placer mode follows `r` (the repair search's changes of order).
+  void run(round_result& out, std::function<bool()> const& out_of_time, reorder const& r = {});
 
  private:
   // --- the three strategies

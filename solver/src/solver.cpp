@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 
 namespace placer {
 
@@ -72,6 +73,9 @@ struct solver::workspace {
   round_matrices m;
   std::vector<std::int32_t> scores;  ///< classes x nodes
   detail::assigner_scratch assign;
+  // The repair search's copies: the state after scoring, and the best so far.
+  round_matrices m_scored, m_best;
+  std::vector<std::int32_t> scores_scored;
 };
 
 solver::solver(std::unique_ptr<kernels::backend> backend)
@@ -153,6 +157,189 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   return out;
 }
 
+namespace {
+
+/// The repair search re-runs the assignment at most max_repair_tries times,
+/// and only while tries x nodes x pending jobs stays within repair_cells
+/// with at least min_repair_tries left: small rounds, where one early
+/// choice decides a large share of the round, get the search (up to 8,192
+/// node x job cells); big rounds (the demo's 64 x 300, openb, 10k) skip it.
+constexpr std::int32_t max_repair_tries = 48;
+constexpr std::int32_t min_repair_tries = 8;
+constexpr std::int64_t repair_cells = std::int64_t{1} << 16;
+/// Steps of one path of the search that may lose value.
+constexpr std::int32_t max_downhill_steps = 2;
+
+/// Placed value per priority level, highest level first: GPU milli plus one
+/// per replica (so CPU-only work counts), the objective of the optimality
+/// tests. Results compare lexicographically: more at a higher level wins.
+std::vector<std::int64_t> level_values(round_input const& in, std::vector<std::int32_t> const& levels,
+                                       round_result const& r) {
+  std::vector<std::int64_t> v(levels.size(), 0);
+  for (auto const& pl : r.placements) {
+    auto const& j = in.pending[static_cast<std::size_t>(pl.job)];
+    auto const l = std::lower_bound(levels.begin(), levels.end(), j.priority, std::greater<>()) - levels.begin();
+    v[static_cast<std::size_t>(l)] += (j.per_replica.gpu_milli_total() + 1) * static_cast<std::int64_t>(pl.replicas.size());
+  }
+  return v;
+}
+
+bool contains(std::vector<std::int32_t> const& v, std::int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+}  // namespace
+
+std::int32_t solver::repair_tries(round_input const& in) {
+  auto const cells = static_cast<std::int64_t>(in.state.nodes.size()) * static_cast<std::int64_t>(in.pending.size());
+  if (in.pending.size() < 2 || cells == 0) return 0;
+  auto const tries = std::min<std::int64_t>(max_repair_tries, repair_cells / cells);
+  return tries < min_repair_tries ? 0 : static_cast<std::int32_t>(tries);
+}
+
+void solver::repair(round_input const& in, kernels::score_params const& p, std::int32_t tries,
+                    std::function<bool()> const& out_of_time, round_result& out) {
+  // Largest-first tiers can give a node to a big job that a gang or a
+  // constrained job needed more. The search re-runs the assignment with a
+  // changed order (detail::reorder) and walks paths of steps:
+  //   - promote: an unplaced job goes ahead of its priority level; kept when
+  //     it gets placed and the round's placed value (per level, highest
+  //     first) does not drop, so a path crosses plateaus where one promotion
+  //     displaces a job that the next re-seats. A job that stays unplaced
+  //     even when promoted is not tried again on the path;
+  //   - demote, when no promotion is kept: a job placed now goes after its
+  //     level (least value first), kept only when the value grows;
+  //   - otherwise the promotion that lost least, at most max_downhill_steps
+  //     times per path.
+  // Two paths: from the round as assigned, and from the order where locality
+  // jobs rank by their whole job's GPUs. The result is the best round seen.
+  // Deterministic: candidates come in a fixed order, and only the deadline
+  // depends on the clock.
+  std::vector<std::int32_t> levels;
+  for (auto const& j : in.pending) levels.push_back(j.priority);
+  std::sort(levels.begin(), levels.end(), std::greater<>());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  round_matrices& m = ws_->m;
+  auto best = level_values(in, levels, out);
+  ws_->m_best = m;
+  auto value_of = [&](std::int32_t j) {
+    auto const& jb = in.pending[static_cast<std::size_t>(j)];
+    return (jb.per_replica.gpu_milli_total() + 1) * jb.replicas;
+  };
+  detail::reorder order;
+  round_result trial;
+  // One assignment in `order` from the scored state; kept if the best yet.
+  auto assign = [&] {
+    m = ws_->m_scored;
+    ws_->scores = ws_->scores_scored;
+    trial = round_result{};
+    detail::assigner(in, m, ws_->scores, p, *backend_, detail::assign_mode::placer, ws_->assign)
+        .run(trial, out_of_time, order);
+    auto value = level_values(in, levels, trial);
+    if (value > best) {
+      best = value;
+      out.placements = trial.placements;
+      out.unplaced_jobs = trial.unplaced_jobs;
+      out.metrics.jobs_placed = trial.metrics.jobs_placed;
+      out.metrics.replicas_placed = trial.metrics.replicas_placed;
+      out.metrics.gpu_milli_placed = trial.metrics.gpu_milli_placed;
+      ws_->m_best = m;
+    }
+    return value;
+  };
+  auto placed = [&](std::int32_t j) {
+    return std::any_of(trial.placements.begin(), trial.placements.end(), [&](placement const& pl) { return pl.job == j; });
+  };
+  std::vector<std::int32_t> candidates;
+  std::vector<std::uint8_t> hopeless(in.pending.size());
+  std::vector<unplaced> unplaced_now;
+  std::vector<placement> placed_now;
+  for (bool const whole_jobs : {false, true}) {
+    std::int32_t path_tries = whole_jobs ? tries : tries / 2;  // the first path's leftovers go to the second
+    tries -= path_tries;
+    order = detail::reorder{{}, {}, whole_jobs};
+    std::fill(hopeless.begin(), hopeless.end(), 0);
+    auto current = best;
+    unplaced_now = out.unplaced_jobs;
+    placed_now = out.placements;
+    if (whole_jobs) {
+      if (path_tries == 0 || out_of_time()) break;
+      --path_tries;
+      current = assign();
+      unplaced_now = trial.unplaced_jobs;
+      placed_now = trial.placements;
+    }
+    std::int32_t downhills_left = max_downhill_steps;
+    // Tries one step; keeps it (and its round as the path's) when `keep` says so.
+    auto step = [&](std::vector<std::int32_t>& list, std::int32_t j, auto keep) {
+      --path_tries;
+      list.push_back(j);
+      auto value = assign();
+      if (!keep(value)) {
+        list.pop_back();
+        return false;
+      }
+      current = std::move(value);
+      unplaced_now = std::move(trial.unplaced_jobs);
+      placed_now = std::move(trial.placements);
+      return true;
+    };
+    for (bool moved = true; moved && path_tries > 0 && !out_of_time();) {
+      moved = false;
+      // Promotions: highest priority, then most value first; ties by index.
+      candidates.clear();
+      for (auto const& u : unplaced_now) {
+        if ((u.reason == unplaced_reason::insufficient_capacity || u.reason == unplaced_reason::gang_incomplete ||
+             u.reason == unplaced_reason::topology_unsatisfiable) &&
+            hopeless[static_cast<std::size_t>(u.job)] == 0) {
+          candidates.push_back(u.job);
+        }
+      }
+      std::sort(candidates.begin(), candidates.end(), [&](std::int32_t a, std::int32_t b) {
+        auto const pa = in.pending[static_cast<std::size_t>(a)].priority;
+        auto const pb = in.pending[static_cast<std::size_t>(b)].priority;
+        if (pa != pb) return pa > pb;
+        if (value_of(a) != value_of(b)) return value_of(a) > value_of(b);
+        return a < b;
+      });
+      std::int32_t downhill = -1;  // the placed promotion that lost least
+      std::vector<std::int64_t> downhill_value;
+      for (auto j : candidates) {
+        if (path_tries == 0 || out_of_time()) break;
+        moved = step(order.first, j, [&](std::vector<std::int64_t> const& value) {
+          if (!placed(j)) {
+            hopeless[static_cast<std::size_t>(j)] = 1;
+            return false;
+          }
+          if (value >= current) return true;
+          if (downhill < 0 || value > downhill_value) {
+            downhill = j;
+            downhill_value = value;
+          }
+          return false;
+        });
+        if (moved) break;
+      }
+      // Demotions: a job placed now that the path has not moved, least value first.
+      candidates.clear();
+      for (auto const& pl : placed_now) {
+        if (!contains(order.first, pl.job) && !contains(order.last, pl.job)) candidates.push_back(pl.job);
+      }
+      std::sort(candidates.begin(), candidates.end(), [&](std::int32_t a, std::int32_t b) {
+        return value_of(a) != value_of(b) ? value_of(a) < value_of(b) : a < b;
+      });
+      for (auto j : candidates) {
+        if (moved || path_tries == 0 || out_of_time()) break;
+        moved = step(order.last, j, [&](std::vector<std::int64_t> const& value) { return value > current; });
+      }
+      if (!moved && downhill >= 0 && downhills_left > 0 && path_tries > 0 && !out_of_time()) {
+        --downhills_left;
+        moved = step(order.first, downhill, [](auto const&) { return true; });
+      }
+    }
+    tries += path_tries;
+  }
+  std::swap(m, ws_->m_best);  // the best round's cluster state, for the metrics
+}
+
 round_result solver::solve_one(round_input const& in) {
   auto const t_round = clock_type::now();
   step_counts const steps_round = backend_->steps();
@@ -216,9 +403,20 @@ round_result solver::solve_one(round_input const& in) {
   detail::assign_mode const mode = kube                               ? detail::assign_mode::kube
                                    : in.pol.algo == algorithm::greedy ? detail::assign_mode::greedy
                                                                       : detail::assign_mode::placer;
-  detail::assigner a(in, m, scores, p, *backend_, mode, ws_->assign);
-  a.run(out, [&] { return in.deadline_us > 0 && micros_since(t_round) > static_cast<double>(in.deadline_us); });
+  auto const out_of_time = [&] {
+    return in.deadline_us > 0 && micros_since(t_round) > static_cast<double>(in.deadline_us);
+  };
+  std::int32_t const tries = mode == detail::assign_mode::placer ? repair_tries(in) : 0;
+  if (tries > 0) {
+    ws_->m_scored = m;
+    ws_->scores_scored = scores;
+  }
+  detail::assigner(in, m, scores, p, *backend_, mode, ws_->assign).run(out, out_of_time);
   stage_done("assign");
+  if (tries > 0 && !out.unplaced_jobs.empty()) {
+    repair(in, p, tries, out_of_time, out);
+    stage_done("repair");
+  }
 
   cluster_stats const after = backend_->stats(m.nodes(), m.tasks());
   fill_stats(after, out.metrics.gar_after, out.metrics.gfr_after, out.metrics.frag_ratio_after);

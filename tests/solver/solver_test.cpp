@@ -143,6 +143,37 @@ TEST(Solver, RequiredTopologyKeepsGangUnderOneLeaf) {
   EXPECT_EQ(r2.unplaced_jobs[0].reason, unplaced_reason::topology_unsatisfiable);
 }
 
+TEST(Solver, RepairSearchSeatsTheGangALargerJobWouldBlock) {
+  // One leaf per node. Only node 0 (L40S, 8 GPUs) holds the 5-replica gang
+  // under one leaf, and the 4-GPU job may run on L40S alone: 5 + 4 > 8.
+  // Largest-first tiers seat the 4-GPU job first; the repair search
+  // promotes the gang, which is worth more (5,005 against 4,001).
+  round_input in;
+  in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(1).gpus(8).gpu_model("L40S").build();
+  in.state.nodes[1].gpu_model = "T4";
+  in.state.nodes[1].gpu_free_milli.assign(4, 1000);
+  auto big = gpu_job("big", 4);
+  big.allowed_gpu_models = {"L40S"};
+  auto gang = gpu_job("gang", 1, 1000, 5);
+  gang.gang = true;
+  gang.topology_level = 2;  // leaf
+  gang.topo_mode = topology_mode::required;
+  in.pending = {big, gang};
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  expect_round_invariants(in, r);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].job, 1);
+  for (auto const& rp : r.placements[0].replicas) EXPECT_EQ(rp.node, 0);
+  ASSERT_EQ(r.unplaced_jobs.size(), 1U);
+  EXPECT_EQ(r.unplaced_jobs[0].job, 0);
+  EXPECT_EQ(r.metrics.replicas_placed, 5);
+  EXPECT_EQ(r.metrics.gpu_milli_placed, 5000);
+  EXPECT_TRUE(std::any_of(r.timing.begin(), r.timing.end(), [](auto const& t) { return t.stage == "repair"; }));
+  // The GAR after the round is the gang's: 5 of the 12 GPUs.
+  EXPECT_NEAR(r.metrics.gar_after, 5.0 / 12.0, 1e-9);
+}
+
 TEST(Solver, ModelAndPoolConstraintsGiveNoFeasibleNode) {
   round_input in;
   in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).gpu_model("A100").build();

@@ -11,6 +11,7 @@
 #include <placer/kernels/backend.hpp>
 #include <placer/solver/model.hpp>
 
+#include <functional>
 #include <memory>
 
 namespace placer {
@@ -38,6 +39,12 @@ class solver {
  private:
   /// One round's assignment, no cross-round policy.
   round_result solve_one(round_input const& in);
+  /// How many re-runs the repair search may take on this round (0: none).
+  static std::int32_t repair_tries(round_input const& in);
+  /// The repair search (solver.cpp): promotes unplaced jobs while the placed
+  /// value grows; leaves the best result in `out` and its state in the workspace.
+  void repair(round_input const& in, kernels::score_params const& p, std::int32_t tries,
+              std::function<bool()> const& out_of_time, round_result& out);
 
   /// solve_one's buffers (round matrices, score matrix, assigner scratch),
   /// reused across rounds: they grow to the high-water mark, so a steady
