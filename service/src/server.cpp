@@ -5,6 +5,7 @@
 #include <placer/service/log.hpp>
 #include <placer/service/server.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -36,6 +37,20 @@ struct shared_stats {
   std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0};
 };
 
+/// A session belongs to the peer that made it: its key is the peer's
+/// identity (length-prefixed, so no two (peer, id) pairs share a key) and
+/// then the session id the request names. Another peer naming the same id
+/// reaches a session of its own, never this one. The peer is the
+/// connection's ZeroMQ routing identity, which libzmq generates per
+/// connection (a peer cannot claim a generated one: those start with a zero
+/// byte, which libzmq refuses from peers).
+void session_key(std::string_view peer, std::string_view session, std::string& key) {
+  key.clear();
+  key.push_back(static_cast<char>(std::min<std::size_t>(peer.size(), 255)));
+  key.append(peer.substr(0, 255));
+  key.append(session);
+}
+
 /// A solver worker: its own backend and the sessions routed to it. What a
 /// round needs on the wire path is the worker's and reused: the request is
 /// decoded into the same objects every time, and the reply is built in the
@@ -51,7 +66,9 @@ class worker {
   /// Bytes in, the reply's bytes out (valid until the next call); never
   /// throws for bad input. `verify_us`: set when the I/O thread already ran
   /// check_envelope on these bytes (not run twice), to the time it took.
-  std::span<std::uint8_t const> handle(void const* data, std::size_t size, std::optional<double> verify_us = {}) {
+  /// `peer`: who sent them (session_key); its sessions are its own.
+  std::span<std::uint8_t const> handle(void const* data, std::size_t size, std::optional<double> verify_us = {},
+                                       std::string_view peer = {}) {
     auto const t0 = std::chrono::steady_clock::now();
     auto t = t0;
     stats_.requests.fetch_add(1);
@@ -82,7 +99,8 @@ class worker {
       decode_request(*chk.envelope, req_);
       double const decode_us = micros_since(t);
       round_input& in = req_.input;
-      auto const found = h.session.empty() ? sessions_.end() : sessions_.find(h.session);
+      session_key(peer, h.session, key_);
+      auto const found = h.session.empty() ? sessions_.end() : sessions_.find(key_);
       session* const sess = found == sessions_.end() ? nullptr : &found->second;
       double delta_us = 0;
       if (req_.delta) {
@@ -123,7 +141,7 @@ class worker {
         session* kept = sess;
         if (kept == nullptr) {
           if (sessions_.size() >= cfg_.max_sessions) sessions_.erase(sessions_.begin());
-          kept = &sessions_[h.session];
+          kept = &sessions_[key_];
           kept->memory = std::move(scratch);
         }
         std::swap(kept->state, in.state);
@@ -159,7 +177,8 @@ class worker {
     std::vector<running_job> running;  ///< its running jobs (job deltas apply to them)
     queue_memory memory;               ///< cross-round policy memory
   };
-  std::map<std::string, session> sessions_;
+  std::map<std::string, session> sessions_;  ///< by session_key: the peer's, then the session id
+  std::string key_;                           ///< the request's session key (reused)
   decoded_request req_;                        ///< the request being served
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};  ///< its reply
 };
@@ -189,6 +208,7 @@ struct server::impl {
   shared_stats stats;
   std::vector<std::unique_ptr<worker>> workers;
   std::size_t next_anonymous = 0;  ///< round-robin for requests without a session
+  std::string key;                 ///< a request's session key, to pick its worker (reused)
   // Health probes, answered on the I/O thread (run()).
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::string backend;  ///< worker 0's, read once: the workers own their backends
@@ -258,7 +278,8 @@ void server::run(std::atomic<bool> const* external_stop) {
         }
         frames.erase(frames.begin());
         auto& payload = frames.back();
-        auto const reply = impl_->workers[k]->handle(payload.data(), payload.size(), verify_us);
+        auto const reply = impl_->workers[k]->handle(payload.data(), payload.size(), verify_us,
+                                                     frames.front().to_string_view());
         frames.back() = zmq::message_t(reply.data(), reply.size());  // the one copy of the reply
         send_all(link, frames);
       }
@@ -313,12 +334,14 @@ void server::run(std::atomic<bool> const* external_stop) {
     }
     if (chk.envelope != nullptr && chk.envelope->header() != nullptr && chk.envelope->header()->session() != nullptr &&
         chk.envelope->header()->session()->size() > 0) {
-      target = std::hash<std::string_view>{}(chk.envelope->header()->session()->string_view()) % n;
+      session_key(frames[0].to_string_view(), chk.envelope->header()->session()->string_view(), impl_->key);
+      target = std::hash<std::string>{}(impl_->key) % n;
     }
     if (inline_worker) {
       std::optional<double> verified;
       if (chk.envelope != nullptr) verified = verify_us;
-      auto const reply = impl_->workers.front()->handle(frames[payload].data(), frames[payload].size(), verified);
+      auto const reply = impl_->workers.front()->handle(frames[payload].data(), frames[payload].size(), verified,
+                                                        frames[0].to_string_view());
       frames[payload] = zmq::message_t(reply.data(), reply.size());  // the one copy of the reply
       send_all(router, frames);
       continue;

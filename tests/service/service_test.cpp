@@ -310,6 +310,57 @@ TEST(Service, RejectedRoundLeavesTheSessionAsItWas) {
   EXPECT_EQ(rep.result.metrics.gar_before, want.metrics.gar_before);
 }
 
+TEST(Service, SessionsBelongToThePeerThatMadeThem) {
+  // The hijack a hostile peer could do before sessions had owners: with
+  // only A's session id, B read A's round (an empty delta at A's epoch) and
+  // then wrote its own cluster at that epoch, and A's next delta was solved
+  // on B's cluster, over-committing A's nodes. Now B reaches a session of
+  // its own under the same id, on one worker and on several.
+  for (int workers : {1, 3}) {
+    SCOPED_TRACE(std::to_string(workers) + " worker(s)");
+    running_server s(service::default_max_message_bytes, "tcp://127.0.0.1:*", workers);
+    client a({s.endpoint(), 5000, "shared"});
+    client b({s.endpoint(), 5000, "shared"});
+    round_input in = demo_round();
+    in.state.epoch = 10;
+    ASSERT_EQ(a.solve(in).code, ErrorCode::Ok);
+    round_input jobs_only;
+    jobs_only.pending = in.pending;
+    // B, with an empty delta at A's epoch: nothing held for B, and the
+    // reply names no epoch of A's.
+    cluster_delta const empty{10, 10, {}, {}, {}};
+    job_delta const no_jobs;
+    flatbuffers::FlatBufferBuilder fbb;
+    service::encode_request(fbb, {7, "shared", 0}, jobs_only, &empty, &no_jobs);
+    auto const peek = decode(b.roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), 7));
+    EXPECT_EQ(peek.code, ErrorCode::StaleEpoch);
+    EXPECT_EQ(peek.message.find("10"), std::string::npos) << peek.message;
+    EXPECT_TRUE(peek.result.placements.empty());
+    // B writes a cluster with every GPU, CPU and byte free at A's epoch.
+    round_input roomy = in;
+    for (auto& nd : roomy.state.nodes) {
+      std::fill(nd.gpu_free_milli.begin(), nd.gpu_free_milli.end(), milli_per_gpu);
+      nd.cpu_milli_free = nd.cpu_milli_capacity;
+      nd.memory_mib_free = nd.memory_mib_capacity;
+    }
+    roomy.running.clear();
+    ASSERT_EQ(b.solve(roomy).code, ErrorCode::Ok);
+    // A's next delta is solved on A's own cluster, as a local solve of it is.
+    node fine = in.state.nodes[0];
+    fine.cpu_milli_free = 0;
+    auto const rep = a.solve_delta({10, 11, {}, {}, {{0, fine}}}, jobs_only);
+    ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+    EXPECT_EQ(a.resyncs(), 0U);
+    round_input want_in = jobs_only;
+    want_in.state = in.state;
+    want_in.state.nodes[0] = fine;
+    want_in.state.epoch = 11;
+    solver local(kernels::make_backend(kernels::backend_kind::cpu));
+    EXPECT_EQ(difference(rep, local.solve(want_in)), "");
+    expect_round_invariants(want_in, rep.result);
+  }
+}
+
 template <class Job>
 std::vector<std::string> names(std::vector<Job> const& v) {
   std::vector<std::string> out;

@@ -8,9 +8,10 @@
 // (size, identifier, verifier) and hands it to a solver worker over an
 // inproc socket; each worker owns a solver (its own backend, so its own
 // CUDA stream) and the state (cluster and jobs) of the sessions routed to
-// it. A session always goes to the same worker (hash of the session id), so
-// its rounds and deltas stay in order while different clients run in
-// parallel. Per request, in the worker: decode -> (apply deltas to the
+// it. A session is keyed by (peer routing identity, session id), so it
+// belongs to the connection that made it, and always goes to the same
+// worker (hash of that key): its rounds and deltas stay in order while
+// different clients run in parallel. Per request, in the worker: decode -> (apply deltas to the
 // session's cluster and jobs) -> validate -> solve -> encode, each stage
 // timed in the reply.
 // Every failure becomes an Error reply with a specific wire::ErrorCode; the
