@@ -35,7 +35,8 @@ constexpr char const* usage_text = R"(placer: GPU placement solver service
 
 usage:
   placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--workers N] [--max-message-mib N]
-                [--demo DIR] [--quiet]
+                [--max-nodes N] [--max-jobs N] [--max-replicas N] [--max-round-ms N] [--demo DIR] [--quiet]
+                (per round: 100000 nodes, 100000 pending jobs, 1000000 pending replicas, 5000 ms by default)
   placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda]
                 [--algorithm placer|greedy|kube-least|kube-most|first-fit] [--summary] [--output FILE]
   placer client --cluster FILE --jobs FILE [--endpoint E] [--timeout-ms N]
@@ -312,13 +313,20 @@ void play_demo(std::string const& endpoint, std::string const& dir) {
 }
 
 int cmd_serve(int argc, char** argv) {
-  auto const a = parse(argc, argv, {"endpoint", "backend", "max-message-mib", "demo", "workers"}, {"quiet"});
+  auto const a = parse(argc, argv,
+                       {"endpoint", "backend", "max-message-mib", "demo", "workers", "max-nodes", "max-jobs",
+                        "max-replicas", "max-round-ms"},
+                       {"quiet"});
   service::service_config cfg;
   cfg.endpoint = a.get("endpoint", cfg.endpoint);
   cfg.backend = a.get("backend", cfg.backend);
   if (a.has("max-message-mib")) cfg.max_message_bytes = std::stoull(a.get("max-message-mib")) << 20;
   cfg.log_rounds = !a.has("quiet");
   if (a.has("workers")) cfg.workers = std::stoi(a.get("workers"));
+  if (a.has("max-nodes")) cfg.limits.nodes = std::stoll(a.get("max-nodes"));
+  if (a.has("max-jobs")) cfg.limits.pending_jobs = cfg.limits.running_jobs = std::stoll(a.get("max-jobs"));
+  if (a.has("max-replicas")) cfg.limits.replicas = std::stoll(a.get("max-replicas"));
+  if (a.has("max-round-ms")) cfg.max_round_ms = std::stoll(a.get("max-round-ms"));
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   service::server srv(cfg);

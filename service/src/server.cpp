@@ -120,6 +120,11 @@ class worker {
         if (req_.jobs) apply_job_delta(sess->pending, sess->running, *req_.jobs, in.pending, in.running);
         delta_us = micros_since(t);
       }
+      check_limits(in, cfg_.limits, names_);
+      if (cfg_.max_round_ms > 0) {
+        auto const budget_us = static_cast<std::uint64_t>(cfg_.max_round_ms) * 1000;
+        if (in.deadline_us == 0 || in.deadline_us > budget_us) in.deadline_us = budget_us;
+      }
       // What the cross-round policies remember (delay timers) lives with
       // the session; a request without a session gets a fresh memory.
       queue_memory scratch;
@@ -179,6 +184,7 @@ class worker {
   };
   std::map<std::string, session> sessions_;  ///< by session_key: the peer's, then the session id
   std::string key_;                           ///< the request's session key (reused)
+  std::vector<std::string_view> names_;       ///< check_limits' scratch (reused)
   decoded_request req_;                        ///< the request being served
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};  ///< its reply
 };

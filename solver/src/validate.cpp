@@ -89,6 +89,8 @@ void validate(round_input const& in) {
     PLACER_EXPECTS(job.min_replicas >= 0 && job.max_replicas >= 0 &&
                        (job.max_replicas == 0 || job.min_replicas <= job.max_replicas),
                    who() + ": elastic range must satisfy 0 <= min_replicas <= max_replicas");
+    PLACER_EXPECTS(job.min_replicas <= 100000 && job.max_replicas <= 100000,
+                   who() + ": min_replicas and max_replicas must be at most 100000");
     PLACER_EXPECTS(job.estimated_duration >= 0, who() + ": estimated_duration must not be negative");
   }
   for (std::size_t j = 0; j < in.running.size(); ++j) {

@@ -149,8 +149,8 @@ def sequence() -> Iterator[tuple[str, ScheduleRequestT, bool]]:
     yield "a GPU repaired, a job grows in place, a running job starts", round_, True
 
     round_.cluster.epoch = 5
-    pending.append(job("eval", 2))
-    yield "a repeated name: the jobs go in full", round_, True
+    pending.append(job("eval-2", 2))
+    yield "a job arrives", round_, True
 
     round_.cluster.epoch = 6
     pending.pop()
@@ -257,6 +257,21 @@ class PythonClientTest(unittest.TestCase):
         reply = client.solve_incremental(round_)
         self.assertTrue(reply.ok, reply.message)
         self.assertIn("apply_delta", stages(reply))
+        self.assertEqual(client.resyncs, 0)
+
+    def test_a_repeated_job_name_is_refused_and_the_session_kept(self) -> None:
+        client = self.client("repeated-name")
+        round_ = example_round()
+        self.assertTrue(client.solve_incremental(round_).ok)
+        round_.cluster.epoch = 2
+        round_.pending.append(job("etl", 1))
+        reply = client.solve_incremental(round_)
+        self.assertEqual(reply.code, ErrorCode.InvalidArgument)
+        self.assertIn("two pending jobs are named 'etl'", reply.message)
+        round_.pending.pop()
+        round_.cluster.epoch = 3
+        reply = client.solve_incremental(round_)
+        self.assertTrue(reply.ok, reply.message)
         self.assertEqual(client.resyncs, 0)
 
     def test_silent_service_times_out_and_the_next_call_gets_through(self) -> None:

@@ -4,6 +4,7 @@
 #include <placer/service/client.hpp>
 #include <placer/service/codec.hpp>
 #include <placer/service/server.hpp>
+#include <placer/traces/synthetic.hpp>
 
 #include <gtest/gtest.h>
 
@@ -27,13 +28,18 @@ using wire::ErrorCode;
 class running_server {
  public:
   explicit running_server(std::size_t max_bytes = service::default_max_message_bytes,
-                          std::string endpoint = "tcp://127.0.0.1:*", int workers = 1) {
-    service::service_config cfg;
-    cfg.endpoint = std::move(endpoint);
-    cfg.workers = workers;
+                          std::string endpoint = "tcp://127.0.0.1:*", int workers = 1)
+      : running_server([&] {
+          service::service_config cfg;
+          cfg.endpoint = std::move(endpoint);
+          cfg.workers = workers;
+          cfg.max_message_bytes = max_bytes;
+          return cfg;
+        }()) {}
+  /// With the caller's configuration (test defaults: CPU backend, quiet).
+  explicit running_server(service::service_config cfg) {
     cfg.backend = "cpu";
     cfg.poll_ms = 20;
-    cfg.max_message_bytes = max_bytes;
     cfg.log_rounds = false;
     srv_ = std::make_unique<service::server>(cfg);
     thread_ = std::thread([this] { srv_->run(); });
@@ -361,6 +367,86 @@ TEST(Service, SessionsBelongToThePeerThatMadeThem) {
   }
 }
 
+TEST(Service, RoundsPastTheLimitsAreRefusedBeforeSolving) {
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.limits.nodes = 8;
+  cfg.limits.replicas = 50;
+  running_server s(cfg);
+  client c({s.endpoint(), 5000, "limits"});
+  round_input in = demo_round();
+  in.state.epoch = 3;
+  ASSERT_LE(in.state.nodes.size(), 8U);
+  ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
+  auto const good = in;
+  auto expect_refused = [&](round_input const& bad, ErrorCode code, std::string const& says) {
+    auto const rep = c.solve(bad);
+    EXPECT_EQ(rep.code, code) << says;
+    EXPECT_NE(rep.message.find(says), std::string::npos) << rep.message;
+    EXPECT_TRUE(rep.result.placements.empty());
+  };
+  // Nine nodes.
+  round_input big = good;
+  while (big.state.nodes.size() < 9) {
+    big.state.nodes.push_back(big.state.nodes.back());
+    big.state.nodes.back().name = "extra-" + std::to_string(big.state.nodes.size());
+  }
+  expect_refused(big, ErrorCode::ResourceExhausted, "above the limit of 8 (--max-nodes)");
+  // An elastic job counts at its largest size.
+  round_input elastic = good;
+  elastic.pending.front().min_replicas = 1;
+  elastic.pending.front().max_replicas = 51;
+  expect_refused(elastic, ErrorCode::ResourceExhausted, "above the limit of 50 (--max-replicas)");
+  // Two nodes of one name, two pending jobs of one name, a name too long.
+  round_input twins = good;
+  twins.state.nodes[1].name = twins.state.nodes[0].name;
+  expect_refused(twins, ErrorCode::InvalidArgument, "two nodes are named '" + good.state.nodes[0].name + "'");
+  round_input same = good;
+  same.pending.push_back(same.pending.front());
+  expect_refused(same, ErrorCode::InvalidArgument, "two pending jobs are named");
+  round_input longname = good;
+  longname.pending.front().name = std::string(300, 'x');
+  expect_refused(longname, ErrorCode::InvalidArgument, "pending job name of 300 bytes, above the limit of 256");
+  // None of it reached the session: a delta against the last good round
+  // is solved on it, without a resync.
+  node fine = good.state.nodes[0];
+  fine.cpu_milli_free = 0;
+  round_input jobs_only;
+  jobs_only.pending = good.pending;
+  auto const rep = c.solve_delta({3, 4, {}, {}, {{0, fine}}}, jobs_only);
+  EXPECT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  EXPECT_EQ(c.resyncs(), 0U);
+}
+
+TEST(Service, TheServersTimeBudgetCutsALongRound) {
+  // The 10k scenario (1,250 nodes, 1,000 pending jobs) takes milliseconds
+  // on any machine: under a 1 ms budget the round answers Ok with what it
+  // placed and DeadlineExceeded for the rest; the same round without a
+  // budget places them. Judged by the outcome, not by a clock.
+  round_input const in = traces::make_scenario(traces::scenario_preset("10k"));
+  auto deadline_exceeded = [](decoded_reply const& rep) {
+    return std::count_if(rep.result.unplaced_jobs.begin(), rep.result.unplaced_jobs.end(),
+                         [](unplaced const& u) { return u.reason == unplaced_reason::deadline_exceeded; });
+  };
+  for (std::int64_t budget_ms : {1, 0}) {
+    SCOPED_TRACE("budget " + std::to_string(budget_ms) + " ms");
+    service::service_config cfg;
+    cfg.endpoint = "tcp://127.0.0.1:*";
+    cfg.max_round_ms = budget_ms;
+    running_server s(cfg);
+    client c({s.endpoint(), 30000, "budget"});
+    auto const rep = c.solve(in);
+    ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+    expect_round_invariants(in, rep.result);
+    if (budget_ms > 0) {
+      EXPECT_GT(deadline_exceeded(rep), 0);
+    } else {
+      EXPECT_EQ(deadline_exceeded(rep), 0);
+      EXPECT_GT(rep.result.placements.size(), 500U);
+    }
+  }
+}
+
 template <class Job>
 std::vector<std::string> names(std::vector<Job> const& v) {
   std::vector<std::string> out;
@@ -664,12 +750,17 @@ TEST(Service, SolveIncrementalWorksOutTheDeltasItself) {
   }
   // Exactly one resync, after the restart: the 300 rounds went out as deltas.
   EXPECT_EQ(c.resyncs(), 1U);
-  // A repeated name sends the jobs in full, a node fewer the whole cluster;
-  // neither is a job delta the server could misread.
+  // A repeated name goes out with the jobs in full, and the server refuses
+  // it (job deltas and logs address jobs by name); the session keeps the
+  // last round. A node fewer sends the whole cluster.
   if (!in.pending.empty()) {
     ++in.state.epoch;
     in.pending.push_back(in.pending.front());
-    expect_solved("a repeated pending name");
+    auto const rep = c.solve_incremental(in);
+    EXPECT_EQ(rep.code, ErrorCode::InvalidArgument);
+    EXPECT_NE(rep.message.find("two pending jobs are named '" + in.pending.front().name + "'"), std::string::npos)
+        << rep.message;
+    in.pending.pop_back();
   }
   ++in.state.epoch;
   in.state.nodes.pop_back();

@@ -8,6 +8,8 @@
 #include <placer/kernels/backend.hpp>
 #include <placer/solver/solver.hpp>
 
+#include <placer/topology/error.hpp>
+
 #include <gtest/gtest.h>
 
 #include <limits>
@@ -191,6 +193,31 @@ TEST(ElasticScaleOut, PendingJobStopsAtItsMaximum) {
   auto const r = s.solve(in);
   ASSERT_EQ(r.placements.size(), 1U);
   EXPECT_EQ(r.placements[0].replicas.size(), 3U);
+}
+
+TEST(ElasticScaleOut, CpuOnlyWorkersGrowToTheirMaximumBesideAGpuJob) {
+  // CPU-only workers weigh no GPU: the knapsack holds one item for them
+  // (all the room), not one per possible size, and they still grow to
+  // their maximum (or to what CPU allows) beside a GPU job that takes the
+  // GPUs. Each node has 16 cores; a CPU-only worker takes 1.
+  auto in = elastic_round(make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(4).cpu_milli(16000).build());
+  in.pending.push_back(elastic_job("cpu-el", 0, 1, 5, 3600));
+  in.pending.push_back(elastic_job("gpu-el", 2, 1, 4, 3600));
+  auto s = cpu_solver();
+  auto r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 2U);
+  EXPECT_EQ(r.placements[0].replicas.size(), 5U);
+  EXPECT_EQ(r.placements[1].replicas.size(), 4U);
+  expect_no_double_use(in, r);
+  // At 100,000 (the largest range validate() takes), CPU bounds it: 32
+  // cores less the GPU job's 4 workers' cores.
+  in.pending[0].max_replicas = 100000;
+  r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 2U);
+  EXPECT_EQ(r.placements[0].replicas.size(), 28U);
+  expect_no_double_use(in, r);
+  in.pending[0].max_replicas = 100001;
+  EXPECT_THROW(s.solve(in), logic_error);
 }
 
 TEST(ElasticScaleOut, KnapsackDecidesBetweenCompetingJobs) {

@@ -374,19 +374,25 @@ void elastic_scale_out(core_fn const& core, work_state& ws, round_result& out) {
     std::int64_t const capacity = spare_capacity(ws, cands, hidden);
     std::vector<knapsack_group> groups;
     std::vector<std::size_t> group_of;  // group -> candidate
+    std::vector<std::int64_t> group_k0;  // group -> the workers its first item adds
     for (std::size_t i = 0; i < cands.size(); ++i) {
       auto const& c = cands[i];
       if (c.saturated || c.room <= 0 || c.remaining <= 0) continue;
       // More workers than the capacity can weigh are never feasible.
       std::int64_t const room = c.unit > 0 ? std::min<std::int64_t>(c.room, capacity / c.unit) : c.room;
       if (room <= 0) continue;
+      // Item k = k more workers. Workers that weigh nothing (CPU-only) all
+      // fit, and more of them is always worth more: one item, k = room,
+      // rather than one per possible size.
       knapsack_group grp;
-      for (std::int64_t k = 1; k <= room; ++k) {
+      std::int64_t const k0 = c.unit > 0 ? 1 : room;
+      for (std::int64_t k = k0; k <= room; ++k) {
         grp.weight.push_back(k * c.unit);
         grp.value.push_back(c.remaining - remaining_after(c.remaining, c.workers, static_cast<std::int32_t>(k)));
       }
       groups.push_back(std::move(grp));
       group_of.push_back(i);
+      group_k0.push_back(k0);
     }
     if (groups.empty()) break;
     auto const choice = solve_mck(groups, capacity);
@@ -399,7 +405,7 @@ void elastic_scale_out(core_fn const& core, work_state& ws, round_result& out) {
     for (std::size_t g = 0; g < groups.size(); ++g) {
       if (choice[g] < 0) continue;
       auto const i = group_of[g];
-      auto const k = choice[g] + 1;
+      auto const k = static_cast<std::int32_t>(choice[g] + group_k0[g]);
       if (cands[i].domain >= 0) {
         confined.emplace_back(i, k);
       } else {

@@ -74,7 +74,8 @@ class client {
   /// arrives again at the end, as a job delta orders them). Needs
   /// in.state.epoch above the session's, the same number of nodes and the
   /// same topology; otherwise, and for the first round, a full snapshot.
-  /// Names repeated within a list send that list in full.
+  /// Names repeated within a list send that list in full (and the server
+  /// refuses a round with two pending or two running jobs of one name).
   service::decoded_reply solve_incremental(round_input const& in);
   /// The last round the server accepted, as it was solved: the session's
   /// cluster and jobs (after the deltas), with that round's policy, now and

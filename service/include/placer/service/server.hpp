@@ -19,6 +19,7 @@
 // Peers may be DEALER (frames: payload) or REQ (frames: empty, payload).
 
 #include <placer/service/codec.hpp>
+#include <placer/solver/limits.hpp>
 #include <placer/solver/solver.hpp>
 
 #include <array>
@@ -49,6 +50,13 @@ struct service_config {
   std::size_t max_sessions = 4096;  ///< per worker; the oldest is dropped beyond it
   int workers = 1;                   ///< solver threads (each with its own backend)
   bool log_rounds = true;        ///< one log line per round with its latency
+  /// What one round may cost (solver/limits.hpp); a request past a limit is
+  /// answered ResourceExhausted before anything is solved.
+  round_limits limits;
+  /// The server's time budget per round: a round stops placing after this
+  /// long, or after the request's deadline_us when that is sooner, and
+  /// answers with what it placed (the rest DeadlineExceeded). 0 = no cap.
+  std::int64_t max_round_ms = 5000;
 };
 
 /// Counters exposed for tests and the shutdown summary.

@@ -1,0 +1,43 @@
+#pragma once
+// Caps on one round's size, so that no request, however small on the wire,
+// buys unbounded work or memory: a 700-byte request once asked for 10^8
+// elastic replicas. The service checks them on every request before it
+// solves (placer serve --max-nodes/--max-jobs/--max-replicas), with the
+// other checks of untrusted text: names of bounded length, no two nodes and
+// no two pending or running jobs of one name (job deltas and logs address
+// them by name). validate() (solver.hpp) checks what a round means; these
+// check what it costs.
+
+#include <placer/solver/model.hpp>
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace placer {
+
+struct round_limits {
+  std::int64_t nodes = 100'000;
+  std::int64_t gpus_per_node = 64;
+  std::int64_t topology_levels = 16;
+  std::int64_t topology_domains = 200'000;
+  std::int64_t pending_jobs = 100'000;
+  std::int64_t running_jobs = 200'000;
+  /// Pending replicas of the whole round, an elastic job counted at its
+  /// largest size (max(max_replicas, min_replicas, replicas)).
+  std::int64_t replicas = 1'000'000;
+  /// Running replicas of the whole round.
+  std::int64_t running_replicas = 2'000'000;
+  /// Bytes of any one name (node, job, domain, level, GPU model, label, queue).
+  std::int64_t name_bytes = 256;
+};
+
+/// Throws logic_error naming the first limit the round passes
+/// (resource_exhausted: "round has 120000 nodes, above the limit of 100000
+/// (--max-nodes)") or the first name that is too long or repeated
+/// (invalid_argument). `scratch` is the caller's reused buffer (its
+/// capacity is kept), so checking a steady stream of rounds allocates
+/// nothing once it has grown.
+void check_limits(round_input const& in, round_limits const& lim, std::vector<std::string_view>& scratch);
+
+}  // namespace placer

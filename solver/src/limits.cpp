@@ -1,0 +1,83 @@
+// check_limits (limits.hpp).
+#include <placer/solver/limits.hpp>
+#include <placer/topology/error.hpp>
+
+#include <algorithm>
+#include <string>
+
+namespace placer {
+
+namespace {
+
+void cap(std::int64_t have, std::int64_t limit, char const* what, char const* flag) {
+  if (have <= limit) return;
+  throw logic_error(error_code::resource_exhausted, std::string("round has ") + std::to_string(have) + " " + what +
+                                                        ", above the limit of " + std::to_string(limit) + flag);
+}
+
+void name_fits(std::string_view name, std::int64_t limit, char const* what) {
+  PLACER_EXPECTS(static_cast<std::int64_t>(name.size()) <= limit,
+                 std::string(what) + " name of " + std::to_string(name.size()) + " bytes, above the limit of " +
+                     std::to_string(limit));
+}
+
+/// The first name `names` holds twice, or "" (sorts `names`).
+std::string_view repeated(std::vector<std::string_view>& names) {
+  std::sort(names.begin(), names.end());
+  auto const it = std::adjacent_find(names.begin(), names.end());
+  return it == names.end() ? std::string_view{} : *it;
+}
+
+/// Names are printed bounded (they may be long, and they are the caller's text).
+std::string shown(std::string_view name) {
+  return "'" + std::string(name.substr(0, 64)) + (name.size() > 64 ? "...'" : "'");
+}
+
+}  // namespace
+
+void check_limits(round_input const& in, round_limits const& lim, std::vector<std::string_view>& scratch) {
+  auto const& c = in.state;
+  cap(static_cast<std::int64_t>(c.nodes.size()), lim.nodes, "nodes", " (--max-nodes)");
+  cap(c.topo.levels(), lim.topology_levels, "topology levels", "");
+  cap(static_cast<std::int64_t>(c.topo.domains.size()), lim.topology_domains, "topology domains", "");
+  cap(static_cast<std::int64_t>(in.pending.size()), lim.pending_jobs, "pending jobs", " (--max-jobs)");
+  cap(static_cast<std::int64_t>(in.running.size()), lim.running_jobs, "running jobs", " (--max-jobs)");
+  std::int64_t replicas = 0, running_replicas = 0;
+  for (auto const& j : in.pending) {
+    replicas += std::max({std::int64_t{j.replicas}, std::int64_t{j.min_replicas}, std::int64_t{j.max_replicas}});
+  }
+  for (auto const& r : in.running) running_replicas += static_cast<std::int64_t>(r.replicas.size());
+  cap(replicas, lim.replicas, "pending replicas (elastic jobs at their largest)", " (--max-replicas)");
+  cap(running_replicas, lim.running_replicas, "running replicas", " (--max-replicas)");
+
+  for (auto const& n : c.topo.level_names) name_fits(n, lim.name_bytes, "a topology level");
+  for (auto const& d : c.topo.domains) name_fits(d.name, lim.name_bytes, "a topology domain");
+  scratch.clear();
+  for (auto const& n : c.nodes) {
+    cap(n.gpu_count(), lim.gpus_per_node, "GPUs on one node", "");
+    name_fits(n.name, lim.name_bytes, "a node");
+    name_fits(n.gpu_model, lim.name_bytes, "a GPU model");
+    for (auto const& l : n.labels) name_fits(l, lim.name_bytes, "a node label");
+    scratch.push_back(n.name);
+  }
+  auto twice = repeated(scratch);
+  PLACER_EXPECTS(twice.empty(), "two nodes are named " + shown(twice));
+  scratch.clear();
+  for (auto const& j : in.pending) {
+    name_fits(j.name, lim.name_bytes, "a pending job");
+    name_fits(j.queue, lim.name_bytes, "a queue");
+    for (auto const& m : j.allowed_gpu_models) name_fits(m, lim.name_bytes, "a GPU model");
+    scratch.push_back(j.name);
+  }
+  twice = repeated(scratch);
+  PLACER_EXPECTS(twice.empty(), "two pending jobs are named " + shown(twice));
+  scratch.clear();
+  for (auto const& r : in.running) {
+    name_fits(r.name, lim.name_bytes, "a running job");
+    scratch.push_back(r.name);
+  }
+  twice = repeated(scratch);
+  PLACER_EXPECTS(twice.empty(), "two running jobs are named " + shown(twice));
+}
+
+}  // namespace placer
