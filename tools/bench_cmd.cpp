@@ -54,6 +54,7 @@ struct bench_args {
   std::string json_path, plot_path;
   int timeout_ms = 30000;  // per attempt
   int retries = 3;         // attempts after a timeout (a server restarted mid-round)
+  client_options connection;  // --endpoint's CURVE keys (--server-key, --client-cert)
 };
 
 [[noreturn]] void usage(std::string const& why) {
@@ -61,7 +62,8 @@ struct bench_args {
       why +
       "\nusage: placer bench [--scenario 1k|10k|100k|openb] [--rounds N] [--warmup N] [--delta NODES]\n"
       "                    [--job-churn JOBS] [--mode closed|open] [--rate ROUNDS_PER_S] [--configs cuda,cpu,kube]\n"
-      "                    [--endpoint E] [--timeout-ms N] [--retries N] [--data DIR] [--json FILE] [--plot FILE.svg]");
+      "                    [--endpoint E [--server-key FILE --client-cert FILE]] [--timeout-ms N] [--retries N]\n"
+      "                    [--data DIR] [--json FILE] [--plot FILE.svg]");
 }
 
 bench_args parse(int argc, char** argv) {
@@ -69,7 +71,7 @@ bench_args parse(int argc, char** argv) {
   try {
     opts = parse_cli(argc, argv, 2,
                      {"scenario", "endpoint", "data", "rounds", "warmup", "delta", "job-churn", "mode", "rate", "json",
-                      "plot", "configs", "timeout-ms", "retries"},
+                      "plot", "configs", "timeout-ms", "retries", "server-key", "client-cert"},
                      {},
                      "bench");
   } catch (usage_error const& e) {
@@ -87,6 +89,11 @@ bench_args parse(int argc, char** argv) {
   if (opts.has("rate")) a.rate = std::stod(opts.get("rate"));
   if (opts.has("timeout-ms")) a.timeout_ms = std::stoi(opts.get("timeout-ms"));
   if (opts.has("retries")) a.retries = std::stoi(opts.get("retries"));
+  try {
+    a.connection = client_connection(opts, a.timeout_ms);
+  } catch (usage_error const& e) {
+    usage(e.what());
+  }
   a.json_path = opts.get("json");
   a.plot_path = opts.get("plot");
   std::stringstream ss(opts.get("configs"));
@@ -186,7 +193,9 @@ config_result run_config(bench_args const& a, round_input in, std::string const&
   // A round lost with a server that died is sent again (a restarted server
   // answers a delta with StaleEpoch and the client resyncs), so a restart
   // costs the round its timeout, not the run.
-  client_options opt{endpoint, a.timeout_ms, ""};
+  client_options opt = a.connection;  // its CURVE keys, if any
+  opt.endpoint = endpoint;
+  opt.timeout_ms = a.timeout_ms;
   opt.retries = a.retries;
   client c(opt);
   // Delta rounds rewrite the next delta_nodes nodes (round robin) with their

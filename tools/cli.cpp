@@ -30,6 +30,23 @@ cli_args parse_cli(int argc, char** argv, int first, std::set<std::string> const
   return a;
 }
 
+client_options client_connection(cli_args const& a, int timeout_ms) {
+  client_options opt;
+  opt.endpoint = a.get("endpoint", "tcp://127.0.0.1:5555");
+  opt.timeout_ms = a.has("timeout-ms") ? std::stoi(a.get("timeout-ms")) : timeout_ms;
+  if (a.has("server-key") != a.has("client-cert")) {
+    throw usage_error("--server-key and --client-cert go together (placer keygen makes both)");
+  }
+  if (a.has("server-key")) {
+    opt.server_key = service::read_certificate(a.get("server-key")).public_key;
+    opt.keys = service::read_certificate(a.get("client-cert"));
+    if (opt.keys.secret_key.empty()) {
+      throw usage_error("--client-cert needs this client's secret certificate (the *.key_secret file)");
+    }
+  }
+  return opt;
+}
+
 std::string shared_data_dir(char const* argv0, std::string const& explicit_dir) {
   if (!explicit_dir.empty()) return explicit_dir;
   if (char const* e = std::getenv("PLACER_DATA_DIR"); e != nullptr && *e != 0) return e;

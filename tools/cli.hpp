@@ -2,6 +2,8 @@
 // Shared command-line plumbing of the `placer` verbs: one option parser
 // (--key value, --key=value, --flag) and one rule for finding the shared
 // data directory.
+#include <placer/service/client.hpp>
+
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -29,6 +31,12 @@ struct cli_args {
 /// `boolean` do not; anything else is a usage_error naming `verb`.
 cli_args parse_cli(int argc, char** argv, int first, std::set<std::string> const& valued,
                    std::set<std::string> const& boolean, std::string const& verb);
+
+/// A client's connection from the command line: --endpoint (default
+/// tcp://127.0.0.1:5555), --timeout-ms (default `timeout_ms`), and for a
+/// CURVE server --server-key FILE (its public certificate) with
+/// --client-cert FILE (this client's secret certificate), both or neither.
+client_options client_connection(cli_args const& a, int timeout_ms);
 
 /// The shared data directory: `explicit_dir` if given, else $PLACER_DATA_DIR,
 /// else shared/data beside the repository the running binary was built in

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -36,12 +37,17 @@ constexpr char const* usage_text = R"(placer: GPU placement solver service
 usage:
   placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--workers N] [--max-message-mib N]
                 [--max-nodes N] [--max-jobs N] [--max-replicas N] [--max-round-ms N] [--demo DIR] [--quiet]
-                (per round: 100000 nodes, 100000 pending jobs, 1000000 pending replicas, 5000 ms by default)
+                [--curve-secret FILE --allow-keys DIR | --insecure]
+                (per round: 100000 nodes, 100000 pending jobs, 1000000 pending replicas, 5000 ms by default;
+                 without CURVE keys only loopback and ipc:// endpoints, unless --insecure)
+  placer keygen --out DIR --name NAME
+                (a CURVE key pair: DIR/NAME.key, public, and DIR/NAME.key_secret, mode 0600)
   placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda]
                 [--algorithm placer|greedy|kube-least|kube-most|first-fit] [--summary] [--output FILE]
   placer client --cluster FILE --jobs FILE [--endpoint E] [--timeout-ms N]
                 [--algorithm ...] [--summary] [--output FILE]
   placer client --raw FILE [--endpoint E]   (send a file's bytes as they are; prints the reply)
+                (client, health, bench and simulate --endpoint take --server-key FILE --client-cert FILE)
   placer health [--endpoint E] [--timeout-ms N]
                 (liveness probe: backend, uptime, counters; exit 0 when the service answers, 3 when not)
   placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda] [--repeat N]
@@ -216,8 +222,10 @@ int send_raw(args const& a, client& c) {
 
 int cmd_client(int argc, char** argv) {
   auto const a =
-      parse(argc, argv, {"cluster", "jobs", "endpoint", "timeout-ms", "algorithm", "output", "raw"}, {"summary"});
-  client c({a.get("endpoint", "tcp://127.0.0.1:5555"), std::stoi(a.get("timeout-ms", "5000")), ""});
+      parse(argc, argv,
+            {"cluster", "jobs", "endpoint", "timeout-ms", "algorithm", "output", "raw", "server-key", "client-cert"},
+            {"summary"});
+  client c(tools::client_connection(a, 5000));
   if (a.has("raw")) return send_raw(a, c);
   round_input in = load_round(a);
   flatbuffers::FlatBufferBuilder fbb(1 << 16);
@@ -232,10 +240,23 @@ int cmd_client(int argc, char** argv) {
   return 0;
 }
 
+/// `placer keygen`: a CURVE key pair in ZeroMQ's certificate format.
+int cmd_keygen(int argc, char** argv) {
+  auto const a = parse(argc, argv, {"out", "name"}, {});
+  if (!a.has("out") || !a.has("name")) throw tools::usage_error("keygen needs --out DIR and --name NAME");
+  std::filesystem::create_directories(a.get("out"));
+  auto const path = (std::filesystem::path(a.get("out")) / (a.get("name") + ".key")).string();
+  auto const k = service::curve_generate();
+  service::write_certificates(path, k);
+  std::cout << "public key " << k.public_key << "\n  " << path << " (public: give it to the other side)\n  " << path
+            << "_secret (secret, mode 0600: keep it here)\n";
+  return 0;
+}
+
 /// `placer health`: a probe for a container's HEALTHCHECK or a readiness check.
 int cmd_health(int argc, char** argv) {
-  auto const a = parse(argc, argv, {"endpoint", "timeout-ms"}, {});
-  client c({a.get("endpoint", "tcp://127.0.0.1:5555"), std::stoi(a.get("timeout-ms", "2000")), ""});
+  auto const a = parse(argc, argv, {"endpoint", "timeout-ms", "server-key", "client-cert"}, {});
+  client c(tools::client_connection(a, 2000));
   auto const h = c.health();
   std::cout << "ok: " << h.backend << ", " << h.workers << " worker(s), up " << static_cast<std::int64_t>(h.uptime_s) << " s, "
             << h.requests << " requests, " << h.rounds_ok << " rounds, " << h.errors << " errors\n";
@@ -293,7 +314,11 @@ void play_demo(std::string const& endpoint, std::string const& dir) {
   round_input in;
   in.state = service::read_cluster_file(dir + "/nodes.csv");
   in.pending = service::read_jobs_file(dir + "/pods.csv").pending;
-  client c({endpoint, 10000, "demo"});
+  client_options opt;
+  opt.endpoint = endpoint;
+  opt.timeout_ms = 10000;
+  opt.session = "demo";
+  client c(opt);
   auto const rep = c.solve(in);
   if (rep.code != wire::ErrorCode::Ok) {
     service::log_error(std::string("demo round failed: ") + service::error_code_name(rep.code) + ": " + rep.message);
@@ -315,8 +340,8 @@ void play_demo(std::string const& endpoint, std::string const& dir) {
 int cmd_serve(int argc, char** argv) {
   auto const a = parse(argc, argv,
                        {"endpoint", "backend", "max-message-mib", "demo", "workers", "max-nodes", "max-jobs",
-                        "max-replicas", "max-round-ms"},
-                       {"quiet"});
+                        "max-replicas", "max-round-ms", "curve-secret", "allow-keys"},
+                       {"quiet", "insecure"});
   service::service_config cfg;
   cfg.endpoint = a.get("endpoint", cfg.endpoint);
   cfg.backend = a.get("backend", cfg.backend);
@@ -327,6 +352,9 @@ int cmd_serve(int argc, char** argv) {
   if (a.has("max-jobs")) cfg.limits.pending_jobs = cfg.limits.running_jobs = std::stoll(a.get("max-jobs"));
   if (a.has("max-replicas")) cfg.limits.replicas = std::stoll(a.get("max-replicas"));
   if (a.has("max-round-ms")) cfg.max_round_ms = std::stoll(a.get("max-round-ms"));
+  cfg.curve_secret_file = a.get("curve-secret");
+  cfg.allow_keys_dir = a.get("allow-keys");
+  cfg.insecure = a.has("insecure");
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   service::server srv(cfg);
@@ -353,6 +381,7 @@ int main(int argc, char** argv) {
     if (verb == "serve") return cmd_serve(argc, argv);
     if (verb == "solve") return cmd_solve(argc, argv);
     if (verb == "client") return cmd_client(argc, argv);
+    if (verb == "keygen") return cmd_keygen(argc, argv);
     if (verb == "health") return cmd_health(argc, argv);
     if (verb == "compare") return cmd_compare(argc, argv);
     if (verb == "experiment") return tools::cmd_experiment(argc, argv);

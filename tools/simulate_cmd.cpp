@@ -63,6 +63,7 @@ Cross-round policies (solver algorithms; docs/simulator.md):
   --backend auto|cpu|cuda   in-process solver backend (default auto)
   --endpoint E          solve every round through a running service instead
   --timeout-ms N        service timeout per round (5000)
+  --server-key FILE --client-cert FILE   a CURVE service's public key, this client's secret certificate
   --out DIR             summary.json, timeseries.csv, jobs.csv, gar.svg, jwtd_cdf.svg, jct_cdf.svg
   --progress            progress bar on stderr (default: when stderr is a terminal)
   --quiet               no table on stdout
@@ -77,7 +78,8 @@ std::set<std::string> with(std::set<std::string> a, std::set<std::string> const&
 
 std::set<std::string> const valued =
     with({"trace", "algorithm", "compare", "interval", "nodes", "limit", "horizon", "estimate-noise", "seed", "jobs",
-          "arrival-rate", "data", "backend", "endpoint", "timeout-ms", "out", "cluster", "inference-nodes"},
+          "arrival-rate", "data", "backend", "endpoint", "timeout-ms", "out", "cluster", "inference-nodes",
+          "server-key", "client-cert"},
          sim::policy_valued_options());
 std::set<std::string> const boolean = with({"on-event", "progress", "quiet", "help"}, sim::policy_flag_options());
 
@@ -218,9 +220,7 @@ int cmd_simulate(int argc, char** argv) {
     std::unique_ptr<client> cl;
     sim::solve_fn remote;
     if (o.count("endpoint")) {
-      client_options co;
-      co.endpoint = o["endpoint"];
-      co.timeout_ms = static_cast<int>(to_int(o, "timeout-ms", 5000));
+      client_options co = tools::client_connection(args, 5000);
       cl = std::make_unique<client>(co);
       remote = [&cl](round_input const& in) {
         // The simulator moves the epoch every round: the client sends the

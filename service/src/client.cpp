@@ -18,13 +18,18 @@ struct client::impl {
   struct reply;
   reply exchange(client_options const& opt, void const* data, std::size_t size, std::uint64_t request_id);
 
-  void connect(std::string const& endpoint) {
+  void connect(client_options const& opt) {
     sock = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
     sock->set(zmq::sockopt::linger, 0);
     try {
-      sock->connect(endpoint);
+      if (!opt.server_key.empty()) {
+        sock->set(zmq::sockopt::curve_serverkey, opt.server_key);
+        sock->set(zmq::sockopt::curve_publickey, opt.keys.public_key);
+        sock->set(zmq::sockopt::curve_secretkey, opt.keys.secret_key);
+      }
+      sock->connect(opt.endpoint);
     } catch (zmq::error_t const& e) {
-      throw client_error("cannot connect to '" + endpoint + "': " + e.what());
+      throw client_error("cannot connect to '" + opt.endpoint + "': " + e.what());
     }
   }
 };
@@ -41,7 +46,7 @@ client::client(client_options opt) : opt_(std::move(opt)), impl_(std::make_uniqu
     std::random_device rd;
     opt_.session = "client-" + std::to_string((static_cast<std::uint64_t>(rd()) << 32) | rd());
   }
-  impl_->connect(opt_.endpoint);
+  impl_->connect(opt_);
 }
 
 client::~client() = default;
@@ -68,7 +73,7 @@ client::impl::reply client::impl::exchange(client_options const& opt, void const
     if ((items[0].revents & ZMQ_POLLIN) == 0) {
       // Rebuild the socket so the unanswered request is dropped and a
       // restarted server is reached fresh on the next call.
-      connect(opt.endpoint);
+      connect(opt);
       throw client_error("no reply from " + opt.endpoint + " within " + std::to_string(opt.timeout_ms) +
                          " ms: is the Placer service running there? (start it with `placer serve`)");
     }

@@ -2,6 +2,7 @@
 // inproc PAIR sockets (see server.hpp). ZeroMQ sockets are not thread-safe,
 // so the ROUTER is touched by the I/O thread only; workers get and return
 // whole messages over their own PAIR socket.
+#include <placer/service/curve.hpp>
 #include <placer/service/log.hpp>
 #include <placer/service/server.hpp>
 
@@ -34,20 +35,23 @@ double micros_since(std::chrono::steady_clock::time_point t) {
 
 /// Counters shared by the I/O thread and the workers.
 struct shared_stats {
-  std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0};
+  std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0}, handshakes_denied{0};
 };
 
 /// A session belongs to the peer that made it: its key is the peer's
 /// identity (length-prefixed, so no two (peer, id) pairs share a key) and
 /// then the session id the request names. Another peer naming the same id
-/// reaches a session of its own, never this one. The peer is the
-/// connection's ZeroMQ routing identity, which libzmq generates per
-/// connection (a peer cannot claim a generated one: those start with a zero
-/// byte, which libzmq refuses from peers).
+/// reaches a session of its own, never this one. The peer is the client's
+/// CURVE public key on an authenticated socket ("curve:<Z85>"), else the
+/// connection's ZeroMQ routing identity ("id:<bytes>"), which libzmq
+/// generates per connection (a peer cannot claim a generated one: those
+/// start with a zero byte, which libzmq refuses from peers).
 void session_key(std::string_view peer, std::string_view session, std::string& key) {
   key.clear();
-  key.push_back(static_cast<char>(std::min<std::size_t>(peer.size(), 255)));
-  key.append(peer.substr(0, 255));
+  auto const n = std::min<std::size_t>(peer.size(), 0xffff);  // owners are at most 261 bytes
+  key.push_back(static_cast<char>(n >> 8));
+  key.push_back(static_cast<char>(n & 0xff));
+  key.append(peer.substr(0, n));
   key.append(session);
 }
 
@@ -211,18 +215,79 @@ void send_all(zmq::socket_t& sock, std::vector<zmq::message_t>& frames) {
 struct server::impl {
   zmq::context_t ctx{1};
   zmq::socket_t router{ctx, zmq::socket_type::router};
+  // CURVE: the ZAP handler (ZeroMQ's authentication protocol, RFC 27) on
+  // its own thread, bound before the ROUTER so that no handshake goes
+  // unchecked; it owns `zap` once started.
+  zmq::socket_t zap{ctx, zmq::socket_type::rep};
+  std::vector<std::string> allowed;  ///< Z85 public keys, sorted
+  std::thread zap_thread;
+  std::atomic<bool> zap_stop{false};
+  ~impl() {
+    zap_stop.store(true);
+    if (zap_thread.joinable()) zap_thread.join();
+  }
+  void serve_zap(int poll_ms);
   shared_stats stats;
   std::vector<std::unique_ptr<worker>> workers;
   std::size_t next_anonymous = 0;  ///< round-robin for requests without a session
   std::string key;                 ///< a request's session key, to pick its worker (reused)
+  std::string owner;               ///< a request's owner: CURVE key or routing identity (reused)
   // Health probes, answered on the I/O thread (run()).
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::string backend;  ///< worker 0's, read once: the workers own their backends
   flatbuffers::FlatBufferBuilder probe_fbb{256};
 };
 
+void server::impl::serve_zap(int poll_ms) {
+  std::vector<zmq::message_t> frames;
+  while (!zap_stop.load()) {
+    zmq::pollitem_t item{zap.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(poll_ms));
+    if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(zap, frames)) continue;
+    // Request: version, request id, domain, address, routing id, mechanism,
+    // credentials (CURVE: the client's 32-byte public key).
+    std::string key;
+    if (frames.size() >= 7 && frames[5].to_string_view() == "CURVE" && frames[6].size() == 32) {
+      char z85[41];
+      if (zmq_z85_encode(z85, static_cast<std::uint8_t const*>(frames[6].data()), 32) != nullptr) key = z85;
+    }
+    bool const ok = !key.empty() && std::binary_search(allowed.begin(), allowed.end(), key);
+    if (!ok) {
+      stats.handshakes_denied.fetch_add(1);
+      log_warn("CURVE handshake refused" + (key.empty() ? std::string() : " for key " + key) +
+               (frames.size() > 3 ? " from " + frames[3].to_string() : std::string()));
+    }
+    std::vector<zmq::message_t> reply;
+    reply.emplace_back(std::string_view("1.0"));
+    reply.emplace_back(frames.size() > 1 ? frames[1].to_string_view() : std::string_view());
+    reply.emplace_back(std::string_view(ok ? "200" : "400"));
+    reply.emplace_back(std::string_view(ok ? "OK" : "key not allowed"));
+    reply.emplace_back(std::string_view(ok ? key : std::string()));  // the User-Id of its messages
+    reply.emplace_back();
+    send_all(zap, reply);
+  }
+}
+
 server::server(service_config cfg) : cfg_(std::move(cfg)), impl_(std::make_unique<impl>()) {
   PLACER_EXPECTS(cfg_.workers >= 1 && cfg_.workers <= 256, "workers must be in 1..256");
+  if (!cfg_.curve_secret_file.empty()) {
+    PLACER_EXPECTS(!cfg_.allow_keys_dir.empty(), "CURVE needs the allowed clients' public keys (--allow-keys DIR)");
+    auto const own = read_certificate(cfg_.curve_secret_file);
+    if (own.secret_key.empty()) {
+      throw std::runtime_error("'" + cfg_.curve_secret_file + "' is a public certificate: give the *_secret file");
+    }
+    impl_->allowed = read_allowed_keys(cfg_.allow_keys_dir);
+    impl_->zap.bind("inproc://zeromq.zap.01");
+    impl_->zap_thread = std::thread([this] { impl_->serve_zap(cfg_.poll_ms); });
+    impl_->router.set(zmq::sockopt::curve_server, true);
+    impl_->router.set(zmq::sockopt::curve_secretkey, own.secret_key);
+  } else if (!cfg_.insecure && !loopback_endpoint(cfg_.endpoint)) {
+    throw logic_error(error_code::failed_precondition,
+                      "refusing to serve " + cfg_.endpoint +
+                          " without authentication: any peer that reaches it could steer scheduling. Give "
+                          "--curve-secret FILE and --allow-keys DIR (placer keygen makes the keys), bind a loopback "
+                          "or ipc:// endpoint, or pass --insecure on a network you trust");
+  }
   for (int k = 0; k < cfg_.workers; ++k) impl_->workers.push_back(std::make_unique<worker>(cfg_, impl_->stats, k));
   // Bound the largest frame at the transport too (a generous multiple of the
   // application limit, which answers with ResourceExhausted instead).
@@ -238,7 +303,8 @@ server::~server() = default;
 std::string server::backend_description() const { return impl_->workers.front()->backend(); }
 
 server_stats server::stats() const {
-  return {impl_->stats.requests.load(), impl_->stats.rounds_ok.load(), impl_->stats.errors.load()};
+  return {impl_->stats.requests.load(), impl_->stats.rounds_ok.load(), impl_->stats.errors.load(),
+          impl_->stats.handshakes_denied.load()};
 }
 
 std::vector<std::uint8_t> server::handle(void const* data, std::size_t size) {
@@ -274,18 +340,18 @@ void server::run(std::atomic<bool> const* external_stop) {
       while (!workers_stop.load()) {
         zmq::pollitem_t item{link.handle(), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, std::chrono::milliseconds(cfg_.poll_ms));
-        if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(link, frames) || frames.size() < 2) continue;
-        // [verdict, identity, (empty), payload] in; the same envelope,
-        // without the verdict, with the reply out.
+        if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(link, frames) || frames.size() < 4) continue;
+        // [verdict, owner, identity, (empty), payload] in; the same
+        // envelope, without the verdict and the owner, with the reply out.
         std::optional<double> verify_us;
         if (frames.front().size() == sizeof(double)) {
           verify_us.emplace();
           std::memcpy(&*verify_us, frames.front().data(), sizeof(double));
         }
-        frames.erase(frames.begin());
+        std::string const owner = frames[1].to_string();
+        frames.erase(frames.begin(), frames.begin() + 2);
         auto& payload = frames.back();
-        auto const reply = impl_->workers[k]->handle(payload.data(), payload.size(), verify_us,
-                                                     frames.front().to_string_view());
+        auto const reply = impl_->workers[k]->handle(payload.data(), payload.size(), verify_us, owner);
         frames.back() = zmq::message_t(reply.data(), reply.size());  // the one copy of the reply
         send_all(link, frames);
       }
@@ -338,20 +404,30 @@ void server::run(std::atomic<bool> const* external_stop) {
       send_all(router, frames);
       continue;
     }
+    // Who owns the sessions this message names: the client's CURVE key when
+    // the connection is authenticated (its sessions survive a reconnect),
+    // else the connection's routing identity.
+    auto& owner = impl_->owner;
+    if (char const* uid = zmq_msg_gets(frames[payload].handle(), "User-Id"); uid != nullptr && *uid != '\0') {
+      owner.assign("curve:").append(uid);
+    } else {
+      owner.assign("id:").append(frames[0].to_string_view());
+    }
     if (chk.envelope != nullptr && chk.envelope->header() != nullptr && chk.envelope->header()->session() != nullptr &&
         chk.envelope->header()->session()->size() > 0) {
-      session_key(frames[0].to_string_view(), chk.envelope->header()->session()->string_view(), impl_->key);
+      session_key(owner, chk.envelope->header()->session()->string_view(), impl_->key);
       target = std::hash<std::string>{}(impl_->key) % n;
     }
     if (inline_worker) {
       std::optional<double> verified;
       if (chk.envelope != nullptr) verified = verify_us;
       auto const reply = impl_->workers.front()->handle(frames[payload].data(), frames[payload].size(), verified,
-                                                        frames[0].to_string_view());
+                                                        owner);
       frames[payload] = zmq::message_t(reply.data(), reply.size());  // the one copy of the reply
       send_all(router, frames);
       continue;
     }
+    frames.insert(frames.begin(), zmq::message_t(owner.data(), owner.size()));
     frames.insert(frames.begin(),
                   chk.envelope != nullptr ? zmq::message_t(&verify_us, sizeof verify_us) : zmq::message_t{});
     send_all(links[target], frames);

@@ -3,12 +3,15 @@
 // a specific error code, and the server answers the next good request.
 #include <placer/service/client.hpp>
 #include <placer/service/codec.hpp>
+#include <placer/service/curve.hpp>
 #include <placer/service/server.hpp>
 #include <placer/traces/synthetic.hpp>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -445,6 +448,105 @@ TEST(Service, TheServersTimeBudgetCutsALongRound) {
       EXPECT_GT(rep.result.placements.size(), 500U);
     }
   }
+}
+
+/// A directory under the test's temporary directory, emptied first.
+std::string fresh_dir(std::string const& name) {
+  auto const dir = std::filesystem::path(::testing::TempDir()) / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+TEST(Curve, CertificatesRoundTripInZeroMQsFormat) {
+  auto const dir = fresh_dir("placer-certs");
+  auto const k = service::curve_generate();
+  service::write_certificates(dir + "/a.key", k);
+  auto const secret = service::read_certificate(dir + "/a.key_secret");
+  EXPECT_EQ(secret.public_key, k.public_key);
+  EXPECT_EQ(secret.secret_key, k.secret_key);
+  auto const pub = service::read_certificate(dir + "/a.key");
+  EXPECT_EQ(pub.public_key, k.public_key);
+  EXPECT_TRUE(pub.secret_key.empty());
+  EXPECT_EQ(std::filesystem::status(dir + "/a.key_secret").permissions() & std::filesystem::perms::others_read,
+            std::filesystem::perms::none);
+  EXPECT_EQ(service::read_allowed_keys(dir), std::vector<std::string>{k.public_key});
+  std::ofstream(dir + "/b.key") << "curve\n    public-key = \"too short\"\n";
+  EXPECT_THROW(service::read_allowed_keys(dir), std::runtime_error);
+  EXPECT_THROW(service::read_certificate(dir + "/missing.key"), std::runtime_error);
+  EXPECT_TRUE(service::loopback_endpoint("tcp://127.0.0.1:5555"));
+  EXPECT_TRUE(service::loopback_endpoint("tcp://localhost:*"));
+  EXPECT_TRUE(service::loopback_endpoint("tcp://[::1]:5555"));
+  EXPECT_TRUE(service::loopback_endpoint("ipc:///tmp/placer.sock"));
+  EXPECT_FALSE(service::loopback_endpoint("tcp://0.0.0.0:5555"));
+  EXPECT_FALSE(service::loopback_endpoint("tcp://*:5555"));
+  EXPECT_FALSE(service::loopback_endpoint("tcp://10.0.0.7:5555"));
+}
+
+TEST(Curve, AnOpenEndpointNeedsKeysOrInsecure) {
+  service::service_config cfg;
+  cfg.endpoint = "tcp://0.0.0.0:*";
+  cfg.backend = "cpu";
+  try {
+    service::server refused(cfg);
+    ADD_FAILURE() << "bound " << cfg.endpoint << " without authentication";
+  } catch (logic_error const& e) {
+    EXPECT_EQ(e.code(), error_code::failed_precondition);
+    EXPECT_NE(std::string(e.what()).find("--curve-secret"), std::string::npos) << e.what();
+  }
+  cfg.insecure = true;
+  EXPECT_NO_THROW(service::server{cfg});
+}
+
+TEST(Curve, OnlyListedKeysGetInAndSessionsFollowTheKey) {
+  auto const keys = fresh_dir("placer-curve-server");
+  auto const allowed = fresh_dir("placer-curve-allowed");
+  auto const others = fresh_dir("placer-curve-others");
+  auto const server_keys = service::curve_generate();
+  service::write_certificates(keys + "/server.key", server_keys);
+  auto const alice = service::curve_generate();
+  service::write_certificates(allowed + "/alice.key", alice);
+  service::write_certificates(others + "/mallory.key", service::curve_generate());
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.curve_secret_file = keys + "/server.key_secret";
+  cfg.allow_keys_dir = allowed;
+  running_server s(cfg);
+  auto options = [&](service::curve_keypair const& own, int timeout_ms) {
+    client_options o;
+    o.endpoint = s.endpoint();
+    o.timeout_ms = timeout_ms;
+    o.session = "curved";
+    o.server_key = server_keys.public_key;
+    o.keys = own;
+    return o;
+  };
+  round_input in = demo_round();
+  in.state.epoch = 20;
+  {
+    client a(options(alice, 5000));
+    expect_good_round(a, in);
+  }
+  // Alice again on a new connection: her session is her key's, so a delta
+  // against it is solved without a resync (a new connection without keys
+  // would start afresh).
+  {
+    client again(options(alice, 5000));
+    round_input jobs_only;
+    jobs_only.pending = in.pending;
+    cluster_delta const d{20, 21, {}, {}, {}};
+    flatbuffers::FlatBufferBuilder fbb;
+    service::encode_request(fbb, {9, "curved", 0}, jobs_only, &d);
+    auto const rep = decode(again.roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), 9));
+    EXPECT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  }
+  // A key the server does not list, and no key at all: never answered.
+  client mallory(options(service::read_certificate(others + "/mallory.key_secret"), 300));
+  EXPECT_THROW(mallory.solve(in), client_error);
+  client plain({s.endpoint(), 300, "curved"});
+  EXPECT_THROW(plain.solve(in), client_error);
+  EXPECT_GE(s.get().stats().handshakes_denied, 1U);
+  EXPECT_EQ(s.get().stats().rounds_ok, 2U);
 }
 
 template <class Job>

@@ -10,6 +10,7 @@
 // After a timeout the socket is rebuilt (a restarted server is reached anew).
 
 #include <placer/service/codec.hpp>
+#include <placer/service/curve.hpp>
 
 #include <chrono>
 #include <memory>
@@ -42,6 +43,11 @@ struct client_options {
   /// know, is answered StaleEpoch and resynced as usual, so each call still
   /// returns the reply to exactly one round.
   int retries = 0;
+  /// CurveZMQ (curve.hpp): the server's public key (Z85) and this client's
+  /// key pair, which the server must list; empty = a plain connection. A
+  /// server that refuses the key never answers: calls time out.
+  std::string server_key{};
+  service::curve_keypair keys{};
 };
 
 class client {

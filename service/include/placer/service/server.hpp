@@ -57,6 +57,15 @@ struct service_config {
   /// long, or after the request's deadline_us when that is sooner, and
   /// answers with what it placed (the rest DeadlineExceeded). 0 = no cap.
   std::int64_t max_round_ms = 5000;
+  /// CurveZMQ (curve.hpp): with the server's secret certificate, the socket
+  /// encrypts and authenticates, and only clients whose public certificate
+  /// is in `allow_keys_dir` get in (a ZAP handler checks every handshake).
+  /// Sessions then belong to the client's key rather than its connection.
+  std::string curve_secret_file;
+  std::string allow_keys_dir;
+  /// Without CURVE the server binds loopback and ipc:// endpoints only;
+  /// this lets it bind any (a network the operator trusts).
+  bool insecure = false;
 };
 
 /// Counters exposed for tests and the shutdown summary.
@@ -64,12 +73,15 @@ struct server_stats {
   std::uint64_t requests = 0;
   std::uint64_t rounds_ok = 0;
   std::uint64_t errors = 0;
+  std::uint64_t handshakes_denied = 0;  ///< CURVE clients whose key is not allowed
 };
 
 class server {
  public:
   /// Binds the socket (throws zmq::error_t if the endpoint is taken) and
-  /// starts the backends, one per worker.
+  /// starts the backends, one per worker. Throws logic_error
+  /// (failed_precondition) for a non-loopback endpoint without CURVE or
+  /// --insecure, and std::runtime_error for unreadable keys.
   explicit server(service_config cfg);
   ~server();
   server(server const&) = delete;
