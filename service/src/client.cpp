@@ -21,6 +21,7 @@ struct client::impl {
   void connect(client_options const& opt) {
     sock = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
     sock->set(zmq::sockopt::linger, 0);
+    sock->set(zmq::sockopt::sndtimeo, opt.timeout_ms);
     try {
       if (!opt.server_key.empty()) {
         sock->set(zmq::sockopt::curve_serverkey, opt.server_key);
@@ -62,20 +63,24 @@ struct client::impl::reply {
 
 client::impl::reply client::impl::exchange(client_options const& opt, void const* data, std::size_t size,
                                            std::uint64_t request_id) {
-  // REQ-compatible framing: an empty delimiter, then the payload.
-  sock->send(zmq::message_t{}, zmq::send_flags::sndmore);
-  sock->send(zmq::buffer(data, size), zmq::send_flags::none);
+  // REQ-compatible framing: an empty delimiter, then the payload. A send
+  // waits at most the timeout for a connected peer (a DEALER with none,
+  // e.g. while a CURVE server keeps refusing the handshake, would block).
   auto const deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt.timeout_ms);
+  bool const sent = sock->send(zmq::message_t{}, zmq::send_flags::sndmore).has_value() &&
+                    sock->send(zmq::buffer(data, size), zmq::send_flags::none).has_value();
   while (true) {
     auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
     zmq::pollitem_t items[] = {{sock->handle(), 0, ZMQ_POLLIN, 0}};
-    if (left.count() > 0) zmq::poll(items, 1, left);
+    if (sent && left.count() > 0) zmq::poll(items, 1, left);
     if ((items[0].revents & ZMQ_POLLIN) == 0) {
       // Rebuild the socket so the unanswered request is dropped and a
       // restarted server is reached fresh on the next call.
       connect(opt);
       throw client_error("no reply from " + opt.endpoint + " within " + std::to_string(opt.timeout_ms) +
-                         " ms: is the Placer service running there? (start it with `placer serve`)");
+                         " ms: is the Placer service running there? (start it with `placer serve`" +
+                         (opt.server_key.empty() ? ")" : "; a CURVE server that does not list this client's key "
+                                                         "never answers)"));
     }
     std::vector<zmq::message_t> frames;
     do {

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import unittest
 from collections.abc import Iterator
@@ -54,10 +56,10 @@ class Server:
     """`placer serve` on a loopback port: an ephemeral one at first, the
     same one again after a restart."""
 
-    def __init__(self, endpoint: str = "tcp://127.0.0.1:*") -> None:
+    def __init__(self, endpoint: str = "tcp://127.0.0.1:*", extra: list[str] | None = None) -> None:
         self._log = tempfile.NamedTemporaryFile(prefix="placer-serve-", suffix=".log")
         self._process = subprocess.Popen(
-            [ARGS.placer, "serve", "--endpoint", endpoint, "--backend", "cpu", "--quiet"],
+            [ARGS.placer, "serve", "--endpoint", endpoint, "--backend", "cpu", "--quiet", *(extra or [])],
             stdout=subprocess.DEVNULL, stderr=self._log)
         deadline = time.monotonic() + 10
         while (serving := re.search(r"serving on (\S+)", self.log())) is None:
@@ -285,6 +287,52 @@ class PythonClientTest(unittest.TestCase):
             self.server.resume()
         reply = client.solve(example_round())
         self.assertTrue(reply.ok, reply.message)
+
+    def test_a_round_lost_in_flight_is_sent_again(self) -> None:
+        client = Client(self.server.endpoint, timeout_ms=300, session="retry", retries=2)
+        self.addCleanup(client.close)
+        round_ = example_round()
+        self.assertTrue(client.solve_incremental(round_).ok)
+        round_.cluster.epoch = 2
+        round_.pending.append(job("late", 1))
+        self.server.pause()  # the round goes in, no answer comes out
+        resume = threading.Timer(0.45, self.server.resume)
+        resume.start()
+        try:
+            reply = client.solve_incremental(round_)
+        finally:
+            resume.join()
+        self.assertTrue(reply.ok, reply.message)
+        self.assertGreaterEqual(client.retried, 1)
+        # The resent delta came on a new connection, a new peer to the
+        # service: answered StaleEpoch and resynced with the full round.
+        self.assertEqual(client.resyncs, 1)
+        self.assertIn("late", [p.name for p in reply.result.placements])
+
+    def test_curve_service_answers_listed_keys_only(self) -> None:
+        with tempfile.TemporaryDirectory() as keys:
+            for name in ("server", "alice", "mallory"):
+                subprocess.run([ARGS.placer, "keygen", "--out", keys, "--name", name],
+                               check=True, capture_output=True)
+            allowed = Path(keys) / "allowed"
+            allowed.mkdir()
+            shutil.copy(Path(keys) / "alice.key", allowed)
+            server = Server(extra=["--curve-secret", f"{keys}/server.key_secret",
+                                   "--allow-keys", str(allowed)])
+            try:
+                with Client(server.endpoint, session="curve", server_key=f"{keys}/server.key",
+                            client_cert=f"{keys}/alice.key_secret") as alice:
+                    self.assertTrue(alice.solve(example_round()).ok)
+                with Client(server.endpoint, timeout_ms=300, server_key=f"{keys}/server.key",
+                            client_cert=f"{keys}/mallory.key_secret") as mallory:
+                    with self.assertRaisesRegex(ClientError, "never answers"):
+                        mallory.solve(example_round())
+                with Client(server.endpoint, timeout_ms=300) as plain_client:
+                    with self.assertRaises(ClientError):
+                        plain_client.solve(example_round())
+                self.assertIn("CURVE handshake refused", server.log())
+            finally:
+                server.stop()
 
     def test_health_counts_the_rounds_and_a_silent_service_raises(self) -> None:
         client = self.client("health", timeout_ms=300)

@@ -10,6 +10,7 @@ from types import TracebackType
 
 import flatbuffers
 import zmq
+import zmq.auth
 from placer.wire.Body import Body
 from placer.wire.Envelope import Envelope, EnvelopeT
 from placer.wire.ErrorCode import ErrorCode
@@ -62,11 +63,31 @@ class Client:
     caller may change the same objects for its next round.
     """
 
-    def __init__(self, endpoint: str, timeout_ms: int = 5000, session: str | None = None) -> None:
+    def __init__(self, endpoint: str, timeout_ms: int = 5000, session: str | None = None,
+                 retries: int = 0, server_key: str | None = None,
+                 client_cert: str | None = None) -> None:
+        """`retries`: times a request is sent again, on a rebuilt socket, after
+        a timeout (a service that died with the round in flight and came
+        back); a resent delta that the service no longer holds is answered
+        StaleEpoch and resynced, so each call still answers exactly one
+        round. `server_key` (the service's public certificate) and
+        `client_cert` (this client's secret certificate), files that
+        `placer keygen` writes, connect to a CURVE service."""
         self.endpoint = endpoint
         self.timeout_ms = timeout_ms
         self.session = session or f"client-{secrets.randbits(64)}"
+        self.retries = retries
         self.resyncs = 0  # full snapshots sent because the service did not hold the session
+        self.retried = 0  # requests sent again after a timeout
+        self._curve: tuple[bytes, bytes, bytes] | None = None
+        if (server_key is None) != (client_cert is None):
+            raise ValueError("server_key and client_cert go together")
+        if server_key is not None:
+            server_public, _ = zmq.auth.load_certificate(server_key)
+            public, secret = zmq.auth.load_certificate(client_cert)
+            if secret is None:
+                raise ValueError(f"{client_cert} is a public certificate: give the *.key_secret file")
+            self._curve = (server_public, public, secret)
         self._next_id = 1
         self._mirror: Snapshot | None = None
         self._context = zmq.Context()
@@ -117,7 +138,7 @@ class Client:
         Ok and answered with an error. The service's I/O thread answers, so
         a probe does not wait behind rounds being solved. Raises ClientError
         when the service does not answer."""
-        reply = self._exchange(Body.HealthRequest, make(HealthRequestT))
+        reply = self._exchange(Body.HealthRequest, make(HealthRequestT), retries=0)
         if isinstance(reply, Reply):
             raise ClientError(f"the service answered a health probe with an error: {reply.message}")
         return reply
@@ -133,6 +154,11 @@ class Client:
             self._socket.close(linger=0)
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
+        # A send waits at most the timeout for a connected peer (a DEALER with
+        # none, e.g. while a CURVE service refuses the handshake, would block).
+        self._socket.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
+        if self._curve is not None:
+            self._socket.curve_serverkey, self._socket.curve_publickey, self._socket.curve_secretkey = self._curve
         try:
             self._socket.connect(self.endpoint)
         except zmq.ZMQError as e:
@@ -144,8 +170,23 @@ class Client:
             raise ClientError("unexpected reply to a round: a HealthReply")
         return reply
 
-    def _exchange(self, body_type: int, body: object) -> Reply | HealthReplyT:
-        """Sends one request and waits for the reply to it."""
+    def _exchange(self, body_type: int, body: object, retries: int | None = None) -> Reply | HealthReplyT:
+        """Sends one request and waits for the reply to it, sending it again
+        (under a new request id, on a rebuilt socket) after each timeout up
+        to `retries` times (the client's by default)."""
+        attempts = 1 + (self.retries if retries is None else retries)
+        for attempt in range(attempts):
+            if attempt > 0:
+                self.retried += 1
+            reply = self._attempt(body_type, body)
+            if reply is not None:
+                return reply
+        raise ClientError(f"no reply from {self.endpoint} within {self.timeout_ms} ms"
+                          f"{f' (tried {attempts} times)' if attempts > 1 else ''}: "
+                          "is the Placer service running there? (start it with `placer serve`; "
+                          "a CURVE service that does not list this client's key never answers)")
+
+    def _attempt(self, body_type: int, body: object) -> Reply | HealthReplyT | None:
         request_id = self._next_id
         self._next_id += 1
         header = make(HeaderT, requestId=request_id, session=self.session,
@@ -154,17 +195,19 @@ class Client:
         builder = flatbuffers.Builder(1 << 16)
         builder.Finish(envelope.Pack(builder), file_identifier=b"PLCR")
         # REQ-compatible framing: an empty delimiter, then the payload.
-        self._socket.send_multipart([b"", builder.Output()])
         deadline = time.monotonic() + self.timeout_ms / 1000
+        try:
+            self._socket.send_multipart([b"", builder.Output()])
+        except zmq.Again:
+            self._connect()
+            return None
         while True:
             left_ms = max(0, round((deadline - time.monotonic()) * 1000))
             if not self._socket.poll(left_ms, zmq.POLLIN):
                 # A fresh socket drops the unanswered request and reaches a
-                # restarted service anew on the next call.
+                # restarted service anew.
                 self._connect()
-                raise ClientError(f"no reply from {self.endpoint} within {self.timeout_ms} ms: "
-                                  "is the Placer service running there? "
-                                  "(start it with `placer serve`)")
+                return None
             reply_id, reply = _decode(self._socket.recv_multipart()[-1])
             # A late reply to an earlier request is dropped; error replies to
             # requests the service could not read carry id 0.
