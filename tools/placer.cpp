@@ -212,7 +212,12 @@ int send_raw(args const& a, client& c) {
   std::ifstream f(a.get("raw"), std::ios::binary);
   if (!f) throw std::runtime_error(a.get("raw") + ": cannot open file");
   std::vector<char> const bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  auto const reply = c.roundtrip(bytes.data(), bytes.size(), 0);
+  // The reply carries the request id the file's header holds (0 when the
+  // file is not a readable envelope: the server's error reply then has 0).
+  std::uint64_t id = 0;
+  auto const sent = service::check_envelope(bytes.data(), bytes.size());
+  if (sent.envelope != nullptr && sent.envelope->header() != nullptr) id = sent.envelope->header()->request_id();
+  auto const reply = c.roundtrip(bytes.data(), bytes.size(), id);
   auto const chk = service::check_envelope(reply.data(), reply.size());
   if (chk.envelope == nullptr) throw std::runtime_error("unreadable reply: " + chk.message);
   write_output(a, service::envelope_to_json(reply.data(), reply.size()));

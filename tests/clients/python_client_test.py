@@ -32,10 +32,12 @@ except ImportError as missing:
           "scripts/install-deps.sh installs them", file=sys.stderr)
     sys.exit(77)
 
+from placer.wire.Body import Body
 from placer.wire.Cluster import Cluster, ClusterT
 from placer.wire.Demand import DemandT
 from placer.wire.Envelope import Envelope, EnvelopeT
 from placer.wire.ErrorCode import ErrorCode
+from placer.wire.Header import HeaderT
 from placer.wire.Job import JobT
 from placer.wire.JobBatch import JobBatch, JobBatchT
 from placer.wire.Node import NodeT
@@ -359,6 +361,19 @@ class PythonClientTest(unittest.TestCase):
                              check=True, capture_output=True, text=True).stdout
         self.assertIn("round 1 (epoch 1, sent as a full snapshot): 3 placed, 0 unplaced", out)
         self.assertIn("round 2 (epoch 2, sent as deltas): 1 placed, 0 unplaced", out)
+
+    def test_placer_client_raw_matches_the_request_id_it_sent(self) -> None:
+        header = make(HeaderT, requestId=42, session="raw")
+        envelope = make(EnvelopeT, header=header, bodyType=Body.ScheduleRequest, body=example_round())
+        builder = flatbuffers.Builder(1 << 16)
+        builder.Finish(envelope.Pack(builder), file_identifier=b"PLCR")
+        with tempfile.NamedTemporaryFile(suffix=".bin") as f:
+            f.write(builder.Output())
+            f.flush()
+            done = subprocess.run([ARGS.placer, "client", "--raw", f.name, "--endpoint", self.server.endpoint,
+                                   "--timeout-ms", "3000"], capture_output=True, text=True)
+        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertRegex(done.stdout, r"\"request_id\": 42\b")
 
     def test_make_refuses_a_misspelt_field(self) -> None:
         with self.assertRaisesRegex(TypeError, "NodeT has no field 'gpuFreeMili'"):
