@@ -36,9 +36,11 @@ constexpr char const* usage_text = R"(placer: GPU placement solver service
 
 usage:
   placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--workers N] [--max-message-mib N]
-                [--max-nodes N] [--max-jobs N] [--max-replicas N] [--max-round-ms N] [--demo DIR] [--quiet]
+                [--max-nodes N] [--max-jobs N] [--max-replicas N] [--max-round-ms N] [--max-session-mib N]
+                [--demo DIR] [--quiet]
                 [--curve-secret FILE --allow-keys DIR | --insecure]
                 (per round: 100000 nodes, 100000 pending jobs, 1000000 pending replicas, 5000 ms by default;
+                 sessions: 4096 MiB per worker, least recently used evicted first;
                  without CURVE keys only loopback and ipc:// endpoints, unless --insecure)
   placer keygen --out DIR --name NAME
                 (a CURVE key pair: DIR/NAME.key, public, and DIR/NAME.key_secret, mode 0600)
@@ -345,7 +347,7 @@ void play_demo(std::string const& endpoint, std::string const& dir) {
 int cmd_serve(int argc, char** argv) {
   auto const a = parse(argc, argv,
                        {"endpoint", "backend", "max-message-mib", "demo", "workers", "max-nodes", "max-jobs",
-                        "max-replicas", "max-round-ms", "curve-secret", "allow-keys"},
+                        "max-replicas", "max-round-ms", "max-session-mib", "curve-secret", "allow-keys"},
                        {"quiet", "insecure"});
   service::service_config cfg;
   cfg.endpoint = a.get("endpoint", cfg.endpoint);
@@ -357,6 +359,7 @@ int cmd_serve(int argc, char** argv) {
   if (a.has("max-jobs")) cfg.limits.pending_jobs = cfg.limits.running_jobs = std::stoll(a.get("max-jobs"));
   if (a.has("max-replicas")) cfg.limits.replicas = std::stoll(a.get("max-replicas"));
   if (a.has("max-round-ms")) cfg.max_round_ms = std::stoll(a.get("max-round-ms"));
+  if (a.has("max-session-mib")) cfg.max_session_bytes = std::stoull(a.get("max-session-mib")) << 20;
   cfg.curve_secret_file = a.get("curve-secret");
   cfg.allow_keys_dir = a.get("allow-keys");
   cfg.insecure = a.has("insecure");

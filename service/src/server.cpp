@@ -35,7 +35,8 @@ double micros_since(std::chrono::steady_clock::time_point t) {
 
 /// Counters shared by the I/O thread and the workers.
 struct shared_stats {
-  std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0}, handshakes_denied{0};
+  std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0}, handshakes_denied{0}, sessions_evicted{0};
+  std::atomic<std::int64_t> session_bytes{0};  ///< every worker's sessions' bytes
 };
 
 /// A session belongs to the peer that made it: its key is the peer's
@@ -54,6 +55,34 @@ void session_key(std::string_view peer, std::string_view session, std::string& k
   key.append(peer.substr(0, n));
   key.append(session);
 }
+
+}  // namespace
+
+std::size_t session_bytes(cluster const& c, std::vector<job> const& pending, std::vector<running_job> const& running) {
+  auto str = [](std::string const& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; };  // beyond the SSO buffer
+  std::size_t b = sizeof(cluster) + c.nodes.capacity() * sizeof(node) +
+                  c.topo.domains.capacity() * sizeof(topology_domain);
+  for (auto const& d : c.topo.domains) b += str(d.name);
+  for (auto const& n : c.topo.level_names) b += str(n);
+  for (auto const& n : c.nodes) {
+    b += str(n.name) + str(n.gpu_model) + n.gpu_free_milli.capacity() * sizeof(std::int32_t) +
+         n.gpu_healthy.capacity() + n.gpu_nvlink.capacity() + n.labels.capacity() * sizeof(std::string);
+    for (auto const& l : n.labels) b += str(l);
+  }
+  b += pending.capacity() * sizeof(job);
+  for (auto const& j : pending) {
+    b += str(j.name) + str(j.queue) + j.allowed_gpu_models.capacity() * sizeof(std::string);
+    for (auto const& m : j.allowed_gpu_models) b += str(m);
+  }
+  b += running.capacity() * sizeof(running_job);
+  for (auto const& r : running) {
+    b += str(r.name) + r.replicas.capacity() * sizeof(replica_placement);
+    for (auto const& rp : r.replicas) b += rp.gpus.capacity() * sizeof(std::int32_t);
+  }
+  return b;
+}
+
+namespace {
 
 /// A solver worker: its own backend and the sessions routed to it. What a
 /// round needs on the wire path is the worker's and reused: the request is
@@ -149,13 +178,17 @@ class worker {
         // round is decoded or copied into.
         session* kept = sess;
         if (kept == nullptr) {
-          if (sessions_.size() >= cfg_.max_sessions) sessions_.erase(sessions_.begin());
           kept = &sessions_[key_];
           kept->memory = std::move(scratch);
         }
         std::swap(kept->state, in.state);
         std::swap(kept->pending, in.pending);
         std::swap(kept->running, in.running);
+        auto const bytes = session_bytes(kept->state, kept->pending, kept->running);
+        hold(static_cast<std::int64_t>(bytes) - static_cast<std::int64_t>(kept->bytes));
+        kept->bytes = bytes;
+        kept->last_used = ++tick_;
+        evict();
       }
       double const us = micros_since(t0);
       stats_.rounds_ok.fetch_add(1);
@@ -185,9 +218,34 @@ class worker {
     std::vector<job> pending;          ///< its pending jobs (job deltas apply to them)
     std::vector<running_job> running;  ///< its running jobs (job deltas apply to them)
     queue_memory memory;               ///< cross-round policy memory
+    std::uint64_t last_used = 0;       ///< the worker's tick of its last accepted round
+    std::size_t bytes = 0;             ///< session_bytes() when it was stored
   };
+
+  /// Least recently used first, the sessions go while the worker holds more
+  /// than max_sessions or max_session_bytes; the one just stored too, when
+  /// it alone is over the bytes (its client then sends full snapshots). An
+  /// evicted client's next delta is answered StaleEpoch and it resyncs.
+  void hold(std::int64_t change) {
+    held_bytes_ = static_cast<std::size_t>(static_cast<std::int64_t>(held_bytes_) + change);
+    stats_.session_bytes.fetch_add(change);
+  }
+  void evict() {
+    while (!sessions_.empty() &&
+           (sessions_.size() > cfg_.max_sessions || held_bytes_ > cfg_.max_session_bytes)) {
+      auto lru = sessions_.begin();
+      for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+        if (it->second.last_used < lru->second.last_used) lru = it;
+      }
+      hold(-static_cast<std::int64_t>(lru->second.bytes));
+      sessions_.erase(lru);
+      stats_.sessions_evicted.fetch_add(1);
+    }
+  }
   std::map<std::string, session> sessions_;  ///< by session_key: the peer's, then the session id
   std::string key_;                           ///< the request's session key (reused)
+  std::uint64_t tick_ = 0;                    ///< counts accepted session rounds (LRU order)
+  std::size_t held_bytes_ = 0;                ///< the sessions' bytes, summed
   std::vector<std::string_view> names_;       ///< check_limits' scratch (reused)
   decoded_request req_;                        ///< the request being served
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};  ///< its reply
@@ -304,7 +362,8 @@ std::string server::backend_description() const { return impl_->workers.front()-
 
 server_stats server::stats() const {
   return {impl_->stats.requests.load(), impl_->stats.rounds_ok.load(), impl_->stats.errors.load(),
-          impl_->stats.handshakes_denied.load()};
+          impl_->stats.handshakes_denied.load(), impl_->stats.sessions_evicted.load(),
+          static_cast<std::uint64_t>(impl_->stats.session_bytes.load())};
 }
 
 std::vector<std::uint8_t> server::handle(void const* data, std::size_t size) {

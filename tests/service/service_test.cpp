@@ -450,6 +450,53 @@ TEST(Service, TheServersTimeBudgetCutsALongRound) {
   }
 }
 
+TEST(Service, SessionsBeyondTheByteBudgetGoLeastRecentlyUsedFirst) {
+  round_input in = demo_round();
+  in.state.epoch = 1;
+  // What one session of this round holds on a server (the cluster and
+  // jobs as decoded), then a server with room for three and a half.
+  std::size_t one = 0;
+  {
+    running_server probe;
+    client c({probe.endpoint(), 5000, "probe"});
+    ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
+    one = probe.get().stats().session_bytes;
+  }
+  ASSERT_GT(one, 1000U);
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.max_session_bytes = 3 * one + one / 2;
+  running_server s(cfg);
+  std::vector<std::unique_ptr<client>> clients;
+  for (int k = 0; k < 4; ++k) {
+    clients.push_back(std::make_unique<client>(client_options{s.endpoint(), 5000, "lru-" + std::to_string(k)}));
+  }
+  round_input jobs_only;
+  jobs_only.pending = in.pending;
+  auto delta = [&](int k) {
+    auto& c = *clients[static_cast<std::size_t>(k)];
+    auto const epoch = c.last_round()->state.epoch;
+    auto const rep = c.solve_delta({epoch, epoch + 1, {}, {}, {}}, jobs_only);
+    EXPECT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  };
+  // Sessions 0, 1, 2; then 0 is used again, so 1 is the least recently
+  // used when session 3 arrives.
+  for (int k = 0; k < 3; ++k) ASSERT_EQ(clients[static_cast<std::size_t>(k)]->solve(in).code, ErrorCode::Ok);
+  delta(0);
+  ASSERT_EQ(clients[3]->solve(in).code, ErrorCode::Ok);
+  EXPECT_EQ(s.get().stats().sessions_evicted, 1U);
+  // Session 1 was evicted: its delta comes back StaleEpoch and the client
+  // resyncs (evicting the least recently used again, session 2); 0 and 3
+  // are still held.
+  for (int k : {0, 3, 1}) delta(k);
+  EXPECT_EQ(clients[0]->resyncs(), 0U);
+  EXPECT_EQ(clients[3]->resyncs(), 0U);
+  EXPECT_EQ(clients[1]->resyncs(), 1U);
+  EXPECT_EQ(s.get().stats().sessions_evicted, 2U);
+  delta(2);
+  EXPECT_EQ(clients[2]->resyncs(), 1U);
+}
+
 /// A directory under the test's temporary directory, emptied first.
 std::string fresh_dir(std::string const& name) {
   auto const dir = std::filesystem::path(::testing::TempDir()) / name;

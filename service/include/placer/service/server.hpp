@@ -47,7 +47,10 @@ struct service_config {
   std::string backend = "auto";  ///< auto | cpu | cuda
   std::size_t max_message_bytes = default_max_message_bytes;
   int poll_ms = 100;             ///< how often the loop checks for shutdown
-  std::size_t max_sessions = 4096;  ///< per worker; the oldest is dropped beyond it
+  /// Per worker, sessions beyond either bound go, least recently used
+  /// first (session_bytes); an evicted client resyncs through StaleEpoch.
+  std::size_t max_sessions = 4096;
+  std::size_t max_session_bytes = std::size_t{4} << 30;
   int workers = 1;                   ///< solver threads (each with its own backend)
   bool log_rounds = true;        ///< one log line per round with its latency
   /// What one round may cost (solver/limits.hpp); a request past a limit is
@@ -74,7 +77,13 @@ struct server_stats {
   std::uint64_t rounds_ok = 0;
   std::uint64_t errors = 0;
   std::uint64_t handshakes_denied = 0;  ///< CURVE clients whose key is not allowed
+  std::uint64_t sessions_evicted = 0;   ///< over max_sessions or max_session_bytes
+  std::uint64_t session_bytes = 0;      ///< what the sessions hold now (session_bytes), all workers
 };
+
+/// What a session holds in memory, estimated from its containers'
+/// capacities (the cluster, pending and running jobs it keeps for deltas).
+std::size_t session_bytes(cluster const& c, std::vector<job> const& pending, std::vector<running_job> const& running);
 
 class server {
  public:
