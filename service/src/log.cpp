@@ -1,6 +1,7 @@
 // stderr logging with UTC timestamps; one write per line so threads don't interleave.
 #include <placer/service/log.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -23,6 +24,25 @@ char const* name(log_level l) {
 
 void set_log_level(log_level level) { g_level.store(static_cast<int>(level)); }
 
+std::string printable(std::string_view text, std::size_t max_bytes) {
+  std::string out;
+  out.reserve(std::min(text.size(), max_bytes) + 16);
+  std::size_t k = 0;
+  for (; k < text.size() && out.size() < max_bytes; ++k) {
+    auto const c = static_cast<unsigned char>(text[k]);
+    if (c < 0x20 || c == 0x7f || c == '\\') {
+      static constexpr char hex[] = "0123456789abcdef";
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  if (k < text.size()) out += "... (" + std::to_string(text.size() - k) + " bytes more)";
+  return out;
+}
+
 void log(log_level level, std::string const& message) {
   if (static_cast<int>(level) < g_level.load()) return;
   auto const now = std::chrono::system_clock::now();
@@ -33,7 +53,7 @@ void log(log_level level, std::string const& message) {
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%S", &tm);
   std::string line = std::string(stamp) + "." + (ms < 100 ? (ms < 10 ? "00" : "0") : "") + std::to_string(ms) +
-                     "Z placer " + name(level) + " " + message + "\n";
+                     "Z placer " + name(level) + " " + printable(message, max_log_message_bytes) + "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 

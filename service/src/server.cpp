@@ -84,6 +84,9 @@ std::size_t session_bytes(cluster const& c, std::vector<job> const& pending, std
 
 namespace {
 
+/// The longest message an error reply carries.
+constexpr std::size_t max_error_bytes = 1024;
+
 /// A solver worker: its own backend and the sessions routed to it. What a
 /// round needs on the wire path is the worker's and reused: the request is
 /// decoded into the same objects every time, and the reply is built in the
@@ -112,7 +115,8 @@ class worker {
     auto fail = [&](wire::ErrorCode code, std::string const& msg) {
       stats_.errors.fetch_add(1);
       log_warn("request " + std::to_string(h.request_id) + " rejected: " + error_code_name(code) + ": " + msg);
-      encode_error(fbb_, h, code, msg);
+      // Bounded: a message may quote the request's own text.
+      encode_error(fbb_, h, code, msg.size() <= max_error_bytes ? msg : printable(msg, max_error_bytes));
       return reply();
     };
     envelope_check chk;

@@ -71,6 +71,9 @@ void check_running_fit(round_input const& in) {
 
 void validate(round_input const& in) {
   validate(in.state);
+  // Comparisons are false for NaN, so these refuse it too.
+  PLACER_EXPECTS(in.pol.queue.sensitivity_threshold >= 0.0F && in.pol.queue.sensitivity_threshold <= 1.0F,
+                 "policy.queue.sensitivity_threshold must be in 0..1");
   auto const levels = in.state.topo.levels();
   auto const n_nodes = static_cast<std::int32_t>(in.state.nodes.size());
   for (std::size_t j = 0; j < in.pending.size(); ++j) {
@@ -97,6 +100,8 @@ void validate(round_input const& in) {
     auto const& r = in.running[j];
     auto const who = [&] { return "running job " + std::to_string(j) + " ('" + r.name + "')"; };
     check_demand(r.per_replica, who);
+    PLACER_EXPECTS(r.network_sensitivity >= 0.0F && r.network_sensitivity <= 1.0F,
+                   who() + ": network_sensitivity must be in 0..1");
     for (auto const& rp : r.replicas) {
       PLACER_EXPECTS(rp.node >= 0 && rp.node < n_nodes,
                      who() + ": node index " + std::to_string(rp.node) + " out of range (cluster has " +

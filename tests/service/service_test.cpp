@@ -4,12 +4,14 @@
 #include <placer/service/client.hpp>
 #include <placer/service/codec.hpp>
 #include <placer/service/curve.hpp>
+#include <placer/service/log.hpp>
 #include <placer/service/server.hpp>
 #include <placer/traces/synthetic.hpp>
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -495,6 +497,30 @@ TEST(Service, SessionsBeyondTheByteBudgetGoLeastRecentlyUsedFirst) {
   EXPECT_EQ(s.get().stats().sessions_evicted, 2U);
   delta(2);
   EXPECT_EQ(clients[2]->resyncs(), 1U);
+}
+
+TEST(Log, PeersTextCannotSplitOrForgeALine) {
+  // A job name that would end the log line and start a forged one.
+  EXPECT_EQ(service::printable("job\n2026-11-25T00:00:00.000Z placer INFO all good\x1b[0m\\", 100),
+            "job\\x0a2026-11-25T00:00:00.000Z placer INFO all good\\x1b[0m\\x5c");
+  EXPECT_EQ(service::printable(std::string(10, 'a'), 4), "aaaa... (6 bytes more)");
+  EXPECT_EQ(service::printable("plain text", 100), "plain text");
+}
+
+TEST(Service, NanAndOutOfRangeFloatsAreRefused) {
+  running_server s;
+  client c({s.endpoint(), 5000, "floats"});
+  round_input in = demo_round();
+  in.pol.queue.sensitivity_threshold = std::numeric_limits<float>::quiet_NaN();
+  auto rep = c.solve(in);
+  EXPECT_EQ(rep.code, ErrorCode::InvalidArgument);
+  EXPECT_NE(rep.message.find("sensitivity_threshold"), std::string::npos) << rep.message;
+  in = demo_round();
+  in.pending.front().network_sensitivity = std::numeric_limits<float>::infinity();
+  rep = c.solve(in);
+  EXPECT_EQ(rep.code, ErrorCode::InvalidArgument);
+  EXPECT_NE(rep.message.find("network_sensitivity"), std::string::npos) << rep.message;
+  EXPECT_EQ(c.solve(demo_round()).code, ErrorCode::Ok);
 }
 
 /// A directory under the test's temporary directory, emptied first.
