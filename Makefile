@@ -1,13 +1,17 @@
 # Placer: the two commands of the README, plus a few conveniences.
 #   make run    install deps, build, serve on tcp://127.0.0.1:5555 and play a demo round
-#   make test   install deps, build (CPU + CUDA when nvcc is present), run every test
+#   make test   install deps, build (CPU + CUDA when nvcc is present), run every test,
+#               then the request fuzzer for 30 s (make fuzz: longer)
 BUILD      ?= build
 ENDPOINT   ?= tcp://127.0.0.1:5555
 BACKEND    ?= auto
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 300
+TEST_FUZZ_SECONDS ?= 30
 
-.PHONY: all deps configure build run test bench clean
+.PHONY: all deps configure build run test fuzz bench clean
 
 all: build
 
@@ -28,6 +32,21 @@ run: deps configure
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
+
+# The request fuzzer (tests/fuzz): its own clang build with libFuzzer and
+# ASan/UBSan, seeded from data/examples and the openb sample, for
+# FUZZ_SECONDS; a finding lands in $(FUZZ_BUILD)/findings and fails the run.
+fuzz: deps
+	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DPLACER_FUZZ=ON > /dev/null
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target request_fuzz make_corpus
+	$(FUZZ_BUILD)/tests/fuzz/make_corpus . $(FUZZ_BUILD)/corpus
+	mkdir -p $(FUZZ_BUILD)/findings
+	@echo "request fuzzer: $(FUZZ_SECONDS) s, log in $(FUZZ_BUILD)/fuzz.log"
+	@$(FUZZ_BUILD)/tests/fuzz/request_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_BUILD)/findings/ $(FUZZ_BUILD)/corpus tests/fuzz/regressions > $(FUZZ_BUILD)/fuzz.log 2>&1 || \
+	  { tail -40 $(FUZZ_BUILD)/fuzz.log; echo "make fuzz: a finding, saved in $(FUZZ_BUILD)/findings"; exit 1; }
+	@grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^Done' $(FUZZ_BUILD)/fuzz.log
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD)

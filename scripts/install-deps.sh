@@ -7,7 +7,7 @@ set -euo pipefail
 PKGS=(cmake ninja-build g++ make pkg-config ccache
       libzmq3-dev cppzmq-dev
       libflatbuffers-dev flatbuffers-compiler
-      libgtest-dev libbenchmark-dev libomp-dev libglpk-dev clang
+      libgtest-dev libbenchmark-dev libomp-dev libglpk-dev clang libclang-rt-dev
       python3-zmq python3-flatbuffers)
 
 # Thrust/CUB headers: from the CUDA toolkit when installed, else Debian's.

@@ -20,8 +20,8 @@ void check_demand(demand const& d, Who const& who) {
   PLACER_EXPECTS(d.gpu_milli >= 1 && d.gpu_milli <= milli_per_gpu, who() + ": demand.gpu_milli must be in 1..1000");
   PLACER_EXPECTS(d.gpus <= 1 || d.gpu_milli == milli_per_gpu,
                  who() + ": a fractional gpu_milli is only allowed with gpus == 1");
-  PLACER_EXPECTS(d.cpu_milli >= 0, who() + ": demand.cpu_milli must not be negative");
-  PLACER_EXPECTS(d.memory_mib >= 0, who() + ": demand.memory_mib must not be negative");
+  PLACER_EXPECTS(d.cpu_milli >= 0 && d.cpu_milli <= max_resource, who() + ": demand.cpu_milli must be in 0..2^40");
+  PLACER_EXPECTS(d.memory_mib >= 0 && d.memory_mib <= max_resource, who() + ": demand.memory_mib must be in 0..2^40");
 }
 
 /// The running jobs sit inside what their nodes report as used: per node

@@ -14,6 +14,11 @@ std::string node_ctx(cluster const& c, std::size_t i) {
 
 std::string node_problem(node const& n, std::int32_t n_domains) {
   if (n.name.empty()) return "has no name";
+  // Bounded so that the scores' per-mille products stay far inside int64
+  // (a fuzzer found 6.7e16 * 1000): 2^40 milli-CPU is a billion cores.
+  if (n.cpu_milli_capacity > max_resource || n.memory_mib_capacity > max_resource) {
+    return "cpu_milli_capacity and memory_mib_capacity must be at most 2^40";
+  }
   if (n.cpu_milli_free < 0 || n.cpu_milli_free > n.cpu_milli_capacity) {
     return "cpu_milli_free must be in 0..cpu_milli_capacity";
   }

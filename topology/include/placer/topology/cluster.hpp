@@ -11,6 +11,9 @@ namespace placer {
 
 /// Milli-GPU in one whole GPU.
 inline constexpr std::int32_t milli_per_gpu = 1000;
+/// The largest CPU milli or memory MiB a node or a demand may state (2^40),
+/// so that products with per-mille factors cannot overflow.
+inline constexpr std::int64_t max_resource = std::int64_t{1} << 40;
 
 /// Which workloads a node serves (Kant/Aryl: separate training and inference
 /// pools; inference nodes may be lent to training when `loanable`).
