@@ -281,6 +281,17 @@ TEST(Service, DeltaAgainstUnknownOrStaleEpochIsRejected) {
   EXPECT_THROW(c.solve_delta(d, jobs_only), logic_error);
 }
 
+/// The round a delta replacing node 0 of `in` by `node0` gives: `in`'s
+/// cluster at `epoch`, with jobs_only's jobs.
+round_input after_node0_delta(round_input const& in, round_input const& jobs_only, node const& node0,
+                              std::uint64_t epoch) {
+  round_input r = jobs_only;
+  r.state = in.state;
+  r.state.nodes[0] = node0;
+  r.state.epoch = epoch;
+  return r;
+}
+
 TEST(Service, RejectedRoundLeavesTheSessionAsItWas) {
   running_server s;
   client c({s.endpoint(), 5000, "session-kept"});
@@ -311,10 +322,7 @@ TEST(Service, RejectedRoundLeavesTheSessionAsItWas) {
   ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
   EXPECT_EQ(rep.result.epoch, 6U);
   EXPECT_EQ(c.resyncs(), 0U);
-  round_input want_in = jobs_only;
-  want_in.state = in.state;
-  want_in.state.nodes[0] = fine;
-  want_in.state.epoch = 6;
+  round_input const want_in = after_node0_delta(in, jobs_only, fine, 6);
   solver local(kernels::make_backend(kernels::backend_kind::cpu));
   auto const want = local.solve(want_in);
   EXPECT_EQ(difference(rep, want), "");
@@ -362,10 +370,7 @@ TEST(Service, SessionsBelongToThePeerThatMadeThem) {
     auto const rep = a.solve_delta({10, 11, {}, {}, {{0, fine}}}, jobs_only);
     ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
     EXPECT_EQ(a.resyncs(), 0U);
-    round_input want_in = jobs_only;
-    want_in.state = in.state;
-    want_in.state.nodes[0] = fine;
-    want_in.state.epoch = 11;
+    round_input const want_in = after_node0_delta(in, jobs_only, fine, 11);
     solver local(kernels::make_backend(kernels::backend_kind::cpu));
     EXPECT_EQ(difference(rep, local.solve(want_in)), "");
     expect_round_invariants(want_in, rep.result);
