@@ -250,49 +250,4 @@ void build_matrices(round_input const& in, round_matrices& m) {
   m.task_share_cpu = kernels::mean_share_cpu(m.tasks());
 }
 
-node_view round_matrices::nodes() const {
-  node_view v;
-  v.n_nodes = n_nodes();
-  v.n_gpus = static_cast<std::int32_t>(gpu_free.size());
-  v.cpu_free = cpu_free.data();
-  v.cpu_capacity = cpu_capacity.data();
-  v.mem_free = mem_free.data();
-  v.model = model.data();
-  v.pool = pool.data();
-  v.flags = flags.data();
-  v.gpu_begin = gpu_begin.data();
-  v.gpu_free = gpu_free.data();
-  v.gpu_capacity = gpu_capacity.data();
-  v.gpu_island = gpu_island.data();
-  v.scarcity = scarcity.data();
-  v.same_as = same_as.empty() ? nullptr : same_as.data();
-  return v;
-}
-
-class_view round_matrices::classes() const {
-  class_view v;
-  v.n_classes = n_classes();
-  v.gpus = class_gpus.data();
-  v.milli = class_milli.data();
-  v.cpu = class_cpu.data();
-  v.mem = class_mem.data();
-  v.model_mask = class_model_mask.data();
-  v.pool_mask = class_pool_mask.data();
-  v.loan_ok = class_loan_ok.data();
-  v.any_model = class_any_model.data();
-  return v;
-}
-
-task_view round_matrices::tasks() const {
-  task_view v;
-  v.n_tasks = static_cast<std::int32_t>(task_gpus.size());
-  v.gpus = task_gpus.data();
-  v.milli = task_milli.data();
-  v.cpu = task_cpu.data();
-  v.model_mask = task_model_mask.data();
-  v.freq_ppm = task_freq_ppm.data();
-  v.share_cpu = task_share_cpu;
-  return v;
-}
-
 }  // namespace placer

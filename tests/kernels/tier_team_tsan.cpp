@@ -38,15 +38,15 @@ int main() {
   for (int iter = 0; iter < 40; ++iter) {
     tier_instance t = iter % 2 == 0 ? twin_cluster(rng, 40, 10, 6) : random_cluster(rng, 500, 8);
     t.score_all();
-    for (std::int32_t c = 0; c < t.classes; ++c) {
+    for (std::int32_t c = 0; c < t.n_classes(); ++c) {
       t.row_class.push_back(c);
       t.demand.push_back(std::uniform_int_distribution<int>(1, 120)(rng));
     }
     tier_instance u = t;
-    std::vector<std::int32_t> la(static_cast<std::size_t>(t.nodes));
+    std::vector<std::int32_t> la(static_cast<std::size_t>(t.n_nodes()));
     std::iota(la.begin(), la.end(), 0);
     if (iter % 2 == 0) {
-      for (std::int32_t n = 0; n < t.nodes; ++n) la[static_cast<std::size_t>(n)] = n % 40;  // twins: node % 40
+      for (std::int32_t n = 0; n < t.n_nodes(); ++n) la[static_cast<std::size_t>(n)] = n % 40;  // twins: node % 40
     }
     std::vector<std::int32_t> lb = la;
     auto pa = t.problem(1 << 30, 200);

@@ -28,10 +28,10 @@ using testing_support::twin_cluster;
 /// of a row with demand left; maximises the sum of the values.
 std::int64_t best_value(tier_instance const& t, std::vector<std::int64_t> const& value, std::int32_t node,
                         std::vector<std::int32_t>& left) {
-  if (node == t.nodes) return 0;
+  if (node == t.n_nodes()) return 0;
   std::int64_t best = best_value(t, value, node + 1, left);
   for (std::size_t r = 0; r < t.row_class.size(); ++r) {
-    std::int64_t const v = value[r * static_cast<std::size_t>(t.nodes) + static_cast<std::size_t>(node)];
+    std::int64_t const v = value[r * static_cast<std::size_t>(t.n_nodes()) + static_cast<std::size_t>(node)];
     if (left[r] == 0 || v < 0) continue;
     --left[r];
     best = std::max(best, v + best_value(t, value, node + 1, left));
@@ -51,17 +51,17 @@ TEST(TierProgram, OneIterationIsOptimalOnSmallInstances) {
     // Rows: distinct classes with a demand each; values scaled so that the
     // program's epsilon (1) cannot change the optimum.
     std::uniform_int_distribution<int> d(1, 3);
-    for (std::int32_t c = 0; c < t.classes; ++c) {
+    for (std::int32_t c = 0; c < t.n_classes(); ++c) {
       if (d(rng) == 3 && c > 0) continue;
       t.row_class.push_back(c);
       t.demand.push_back(d(rng));
     }
-    std::int64_t const scale = t.nodes + 1;
+    std::int64_t const scale = t.n_nodes() + 1;
     for (auto& s : t.scores) s = s < 0 ? -1 : static_cast<std::int32_t>(s / 64 * scale);
     std::vector<std::int64_t> value;  // row x node, the brute force's value: the score (scaled) + 1
     for (auto c : t.row_class) {
-      for (std::int32_t n = 0; n < t.nodes; ++n) {
-        std::int32_t const s = t.scores[static_cast<std::size_t>(c) * t.nodes + n];
+      for (std::int32_t n = 0; n < t.n_nodes(); ++n) {
+        std::int32_t const s = t.scores[static_cast<std::size_t>(c) * t.n_nodes() + n];
         value.push_back(s < 0 ? -1 : s + 1);
       }
     }
@@ -72,12 +72,12 @@ TEST(TierProgram, OneIterationIsOptimalOnSmallInstances) {
     ASSERT_EQ(st.iterations, 1);
     ASSERT_FALSE(st.round_cap_hit);
     std::int64_t total = 0;
-    std::vector<int> per_node(static_cast<std::size_t>(t.nodes), 0);
+    std::vector<int> per_node(static_cast<std::size_t>(t.n_nodes()), 0);
     std::vector<int> per_row(t.row_class.size(), 0);
     for (auto const& p : got) {
       ASSERT_GE(p.row, 0);
       ASSERT_LT(p.row, static_cast<int>(t.row_class.size()));
-      std::int64_t const v = value[static_cast<std::size_t>(p.row) * t.nodes + p.node];
+      std::int64_t const v = value[static_cast<std::size_t>(p.row) * t.n_nodes() + p.node];
       ASSERT_GE(v, 0) << "placed on an infeasible cell";
       total += v;
       ++per_node[static_cast<std::size_t>(p.node)];
@@ -89,7 +89,7 @@ TEST(TierProgram, OneIterationIsOptimalOnSmallInstances) {
     // of (nodes + 1) plus 1: equal in the scaled part.
     EXPECT_EQ(total / scale, best / scale) << "program " << total << ", optimum " << best;
     EXPECT_LE(total, best);
-    contested += t.row_class.size() > 1 && got.size() < static_cast<std::size_t>(t.nodes) ? 1 : 0;
+    contested += t.row_class.size() > 1 && got.size() < static_cast<std::size_t>(t.n_nodes()) ? 1 : 0;
   }
   EXPECT_GT(contested, 200) << "too few instances where rows compete";
 }
@@ -101,7 +101,7 @@ TEST(TierProgram, WholeTiersFitAndKeepTheMatrixCurrent) {
     SCOPED_TRACE("instance " + std::to_string(iter));
     tier_instance t = random_cluster(rng, 40, 6);
     t.score_all();
-    for (std::int32_t c = 0; c < t.classes; ++c) {
+    for (std::int32_t c = 0; c < t.n_classes(); ++c) {
       t.row_class.push_back(c);
       t.demand.push_back(std::uniform_int_distribution<int>(1, 30)(rng));
     }
@@ -124,17 +124,17 @@ TEST(TierProgram, WholeTiersFitAndKeepTheMatrixCurrent) {
         ASSERT_FALSE(got[k - 1].iteration == p.iteration && got[k - 1].node == p.node);
       }
       std::int32_t const c = t.row_class[static_cast<std::size_t>(p.row)];
-      ASSERT_TRUE(cell_feasible(replay.node_v(), replay.class_v(), c, p.node)) << "placement " << k;
+      ASSERT_TRUE(cell_feasible(replay.nodes(), replay.classes(), c, p.node)) << "placement " << k;
       std::int32_t const g0 = replay.gpu_begin[static_cast<std::size_t>(p.node)];
       std::int32_t const g = replay.gpu_begin[static_cast<std::size_t>(p.node) + 1] - g0;
       std::vector<std::int32_t> f(replay.gpu_free.begin() + g0, replay.gpu_free.begin() + g0 + g);
-      ASSERT_TRUE(take_gpus(replay.gpu_free.data() + g0, g, replay.c_gpus[static_cast<std::size_t>(c)],
-                            replay.c_milli[static_cast<std::size_t>(c)], replay.gpu_island.data() + g0));
+      ASSERT_TRUE(take_gpus(replay.gpu_free.data() + g0, g, replay.class_gpus[static_cast<std::size_t>(c)],
+                            replay.class_milli[static_cast<std::size_t>(c)], replay.gpu_island.data() + g0));
       std::uint64_t mask = 0;
       for (std::int32_t i = 0; i < g; ++i) mask |= replay.gpu_free[g0 + i] != f[i] ? (std::uint64_t{1} << i) : 0;
       EXPECT_EQ(mask, p.gpus) << "placement " << k;
-      replay.cpu_free[static_cast<std::size_t>(p.node)] -= replay.c_cpu[static_cast<std::size_t>(c)];
-      replay.mem_free[static_cast<std::size_t>(p.node)] -= replay.c_mem[static_cast<std::size_t>(c)];
+      replay.cpu_free[static_cast<std::size_t>(p.node)] -= replay.class_cpu[static_cast<std::size_t>(c)];
+      replay.mem_free[static_cast<std::size_t>(p.node)] -= replay.class_mem[static_cast<std::size_t>(c)];
       ++per_row[static_cast<std::size_t>(p.row)];
     }
     for (std::size_t r = 0; r < per_row.size(); ++r) EXPECT_LE(per_row[r], t.demand[r]);
@@ -144,8 +144,8 @@ TEST(TierProgram, WholeTiersFitAndKeepTheMatrixCurrent) {
     // The program stops only when no row with demand left has a feasible cell.
     for (std::size_t r = 0; r < per_row.size(); ++r) {
       if (per_row[r] == t.demand[r]) continue;
-      for (std::int32_t n = 0; n < t.nodes; ++n) {
-        EXPECT_FALSE(cell_feasible(t.node_v(), t.class_v(), t.row_class[r], n)) << "row " << r << " could take node " << n;
+      for (std::int32_t n = 0; n < t.n_nodes(); ++n) {
+        EXPECT_FALSE(cell_feasible(t.nodes(), t.classes(), t.row_class[r], n)) << "row " << r << " could take node " << n;
       }
     }
     // And the matrix it leaves is the matrix of the state it leaves.
@@ -166,17 +166,17 @@ TEST(TierProgram, StateLabelsShareColumnsExactly) {
     SCOPED_TRACE("instance " + std::to_string(iter));
     tier_instance t = twin_cluster(rng, 6, 8, 6);
     t.score_all();
-    for (std::int32_t c = 0; c < t.classes; ++c) {
+    for (std::int32_t c = 0; c < t.n_classes(); ++c) {
       t.row_class.push_back(c);
       t.demand.push_back(std::uniform_int_distribution<int>(1, 40)(rng));
     }
-    std::vector<std::int32_t> label(static_cast<std::size_t>(t.nodes));
+    std::vector<std::int32_t> label(static_cast<std::size_t>(t.n_nodes()));
     int const kind = iter % 3;  // 0: twins (the first of each; 8 copies), 1: all one label, 2: random labels
-    for (std::int32_t n = 0; n < t.nodes; ++n) {
+    for (std::int32_t n = 0; n < t.n_nodes(); ++n) {
       label[static_cast<std::size_t>(n)] =
-          kind == 0   ? n % (t.nodes / 8)
+          kind == 0   ? n % (t.n_nodes() / 8)
           : kind == 1 ? 0
-                      : std::uniform_int_distribution<std::int32_t>(0, t.nodes - 1)(rng);
+                      : std::uniform_int_distribution<std::int32_t>(0, t.n_nodes() - 1)(rng);
     }
     tier_instance u = t;
     std::vector<tier_placement> a, c;
@@ -201,7 +201,7 @@ TEST(TierProgram, StateLabelsShareColumnsExactly) {
     ASSERT_EQ(t.cpu_free, u.cpu_free);
     // Winners that took a twin's label copied its column (a label is a
     // hint: the twin may have changed again in a later iteration).
-    for (std::int32_t n = 0; n < t.nodes; ++n) {
+    for (std::int32_t n = 0; n < t.n_nodes(); ++n) {
       auto const l = label[static_cast<std::size_t>(n)];
       shared += l != kept[static_cast<std::size_t>(n)] && l != n ? 1 : 0;
     }
@@ -218,15 +218,15 @@ TEST(TierParity, CudaMatchesCpu) {
   for (int iter = 0; iter < 300; ++iter) {
     tier_instance t = random_cluster(rng, iter < 150 ? 12 : 600, 8);
     t.score_all();
-    for (std::int32_t c = 0; c < t.classes; ++c) {
+    for (std::int32_t c = 0; c < t.n_classes(); ++c) {
       t.row_class.push_back(c);
       t.demand.push_back(std::uniform_int_distribution<int>(1, iter < 150 ? 6 : 200)(rng));
     }
     tier_instance u = t;
     std::vector<tier_placement> a, b;
     // Every other instance with state labels (partly wrong: n % 7).
-    std::vector<std::int32_t> la(static_cast<std::size_t>(t.nodes));
-    for (std::int32_t n = 0; n < t.nodes; ++n) la[static_cast<std::size_t>(n)] = n % 7;
+    std::vector<std::int32_t> la(static_cast<std::size_t>(t.n_nodes()));
+    for (std::int32_t n = 0; n < t.n_nodes(); ++n) la[static_cast<std::size_t>(n)] = n % 7;
     std::vector<std::int32_t> lb = la;
     auto pa = t.problem(1 << 30, 200);
     auto pb = u.problem(1 << 30, 200);

@@ -7,6 +7,7 @@
 // and pool rule share one row, which keeps the matrix small at 100k GPUs
 // (most jobs in real traces share a handful of shapes).
 
+#include <placer/kernels/round_arrays.hpp>
 #include <placer/kernels/views.hpp>
 #include <placer/solver/model.hpp>
 
@@ -33,36 +34,14 @@ struct flatten_scratch {
   std::vector<std::pair<std::uint64_t, std::int32_t>> node_hash;  ///< (state hash, node), sorted
 };
 
-struct round_matrices {
-  // Nodes (mutable: the assignment commits into these).
-  std::vector<std::int64_t> cpu_free, cpu_capacity, mem_free;
-  std::vector<std::int32_t> model;
-  std::vector<std::uint8_t> pool, flags;
-  std::vector<std::int32_t> gpu_begin, gpu_free, gpu_capacity;
-  std::vector<std::uint8_t> gpu_island;
-  std::vector<std::int32_t> scarcity;  ///< per node, 0..1000
-  std::vector<std::int32_t> same_as;   ///< per node: the lowest-indexed node in the identical state
-  // Classes of identical replicas.
-  std::vector<std::int32_t> class_gpus, class_milli;
-  std::vector<std::int64_t> class_cpu, class_mem;
-  std::vector<std::uint64_t> class_model_mask;
-  std::vector<std::uint8_t> class_pool_mask, class_loan_ok, class_any_model;
+/// The round's arrays (kernels::round_arrays: nodes, classes, the typical
+/// task set, and their views) and what only the solver needs beside them.
+struct round_matrices : kernels::round_arrays {
   std::vector<std::int32_t> job_class;  ///< pending job -> class row
-  // Typical task set M (FGD).
-  std::vector<std::int32_t> task_gpus, task_milli, task_freq_ppm;
-  std::vector<std::int64_t> task_cpu;
-  std::vector<std::uint64_t> task_model_mask;
-  std::int64_t task_share_cpu = 0;  ///< kernels::task_view::share_cpu
   // Model names; the index is the model id.
   std::vector<std::string> models;
   /// build_matrices' working space (not part of the round).
   flatten_scratch scratch;
-
-  [[nodiscard]] std::int32_t n_nodes() const { return static_cast<std::int32_t>(cpu_free.size()); }
-  [[nodiscard]] std::int32_t n_classes() const { return static_cast<std::int32_t>(class_gpus.size()); }
-  [[nodiscard]] kernels::node_view nodes() const;
-  [[nodiscard]] kernels::class_view classes() const;
-  [[nodiscard]] kernels::task_view tasks() const;
 };
 
 /// Model-name bitmask (bit i = models[i]); an empty list allows every model.
