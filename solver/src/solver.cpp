@@ -170,16 +170,19 @@ constexpr std::int64_t repair_cells = std::int64_t{1} << 16;
 /// Steps of one path of the search that may lose value.
 constexpr std::int32_t max_downhill_steps = 2;
 
-/// Placed value per priority level, highest level first: GPU milli plus one
-/// per replica (so CPU-only work counts), the objective of the optimality
-/// tests. Results compare lexicographically: more at a higher level wins.
+/// What `replicas` replicas of a job are worth: GPU milli plus one per
+/// replica (so CPU-only work counts), the objective of the optimality tests.
+std::int64_t value_of(job const& j, std::int64_t replicas) { return (j.per_replica.gpu_milli_total() + 1) * replicas; }
+
+/// Placed value per priority level, highest level first. Results compare
+/// lexicographically: more at a higher level wins.
 std::vector<std::int64_t> level_values(round_input const& in, std::vector<std::int32_t> const& levels,
                                        round_result const& r) {
   std::vector<std::int64_t> v(levels.size(), 0);
   for (auto const& pl : r.placements) {
     auto const& j = in.pending[static_cast<std::size_t>(pl.job)];
     auto const l = std::lower_bound(levels.begin(), levels.end(), j.priority, std::greater<>()) - levels.begin();
-    v[static_cast<std::size_t>(l)] += (j.per_replica.gpu_milli_total() + 1) * static_cast<std::int64_t>(pl.replicas.size());
+    v[static_cast<std::size_t>(l)] += value_of(j, static_cast<std::int64_t>(pl.replicas.size()));
   }
   return v;
 }
@@ -220,9 +223,9 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   round_matrices& m = ws_->m;
   auto best = level_values(in, levels, out);
   ws_->m_best = m;
-  auto value_of = [&](std::int32_t j) {
+  auto job_value = [&](std::int32_t j) {
     auto const& jb = in.pending[static_cast<std::size_t>(j)];
-    return (jb.per_replica.gpu_milli_total() + 1) * jb.replicas;
+    return value_of(jb, jb.replicas);
   };
   detail::reorder order;
   round_result trial;
@@ -297,7 +300,7 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
         auto const pa = in.pending[static_cast<std::size_t>(a)].priority;
         auto const pb = in.pending[static_cast<std::size_t>(b)].priority;
         if (pa != pb) return pa > pb;
-        if (value_of(a) != value_of(b)) return value_of(a) > value_of(b);
+        if (job_value(a) != job_value(b)) return job_value(a) > job_value(b);
         return a < b;
       });
       std::int32_t downhill = -1;  // the placed promotion that lost least
@@ -324,7 +327,7 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
         if (!contains(order.first, pl.job) && !contains(order.last, pl.job)) candidates.push_back(pl.job);
       }
       std::sort(candidates.begin(), candidates.end(), [&](std::int32_t a, std::int32_t b) {
-        return value_of(a) != value_of(b) ? value_of(a) < value_of(b) : a < b;
+        return job_value(a) != job_value(b) ? job_value(a) < job_value(b) : a < b;
       });
       for (auto j : candidates) {
         if (moved || path_tries == 0 || out_of_time()) break;
