@@ -37,10 +37,13 @@ constexpr char const* usage_text = R"(placer: GPU placement solver service
 usage:
   placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--workers N] [--max-message-mib N]
                 [--max-nodes N] [--max-jobs N] [--max-replicas N] [--max-round-ms N] [--max-session-mib N]
+                [--max-queued N] [--max-queued-mib N] [--max-queue-mib N] [--stuck-ms N]
                 [--demo DIR] [--quiet]
                 [--curve-secret FILE --allow-keys DIR | --insecure]
                 (per round: 100000 nodes, 100000 pending jobs, 1000000 pending replicas, 5000 ms by default;
                  sessions: 4096 MiB per worker, least recently used evicted first;
+                 waiting rounds: 8 and 256 MiB per peer, 1024 MiB in all, peers served in turn;
+                 not ready once a round has run or waited 10000 ms;
                  without CURVE keys only loopback and ipc:// endpoints, unless --insecure)
   placer keygen --out DIR --name NAME
                 (a CURVE key pair: DIR/NAME.key, public, and DIR/NAME.key_secret, mode 0600)
@@ -50,8 +53,10 @@ usage:
                 [--algorithm ...] [--summary] [--output FILE]
   placer client --raw FILE [--endpoint E]   (send a file's bytes as they are; prints the reply)
                 (client, health, bench and simulate --endpoint take --server-key FILE --client-cert FILE)
-  placer health [--endpoint E] [--timeout-ms N]
-                (liveness probe: backend, uptime, counters; exit 0 when the service answers, 3 when not)
+  placer health [--endpoint E] [--timeout-ms N] [--ready | --live] [--quiet]
+                (readiness, the default: exit 0 when every worker is served in time, 4 when one has been
+                 on a round or its queue has waited past the server's --stuck-ms; --live: 0 when the
+                 service answers at all; 3 when it does not; prints each worker's state)
   placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda] [--repeat N]
                 (every algorithm on the same round, side by side)
   placer bench  [--scenario 1k|10k|100k|openb] [--rounds N] [--mode closed|open] [--rate R]
@@ -260,14 +265,33 @@ int cmd_keygen(int argc, char** argv) {
   return 0;
 }
 
-/// `placer health`: a probe for a container's HEALTHCHECK or a readiness check.
+/// `placer health`: a probe for a container's HEALTHCHECK, a readiness or a
+/// liveness check. Exit codes: 0 ready (--live: the service answered), 3 no
+/// answer, 4 answered but not ready (a worker stuck on one round, or rounds
+/// waiting, past the server's --stuck-ms).
 int cmd_health(int argc, char** argv) {
-  auto const a = parse(argc, argv, {"endpoint", "timeout-ms", "server-key", "client-cert"}, {});
+  auto const a = parse(argc, argv, {"endpoint", "timeout-ms", "server-key", "client-cert"}, {"ready", "live", "quiet"});
+  if (a.has("ready") && a.has("live")) throw usage_error("--ready and --live are two probes: give one");
   client c(tools::client_connection(a, 2000));
   auto const h = c.health();
-  std::cout << "ok: " << h.backend << ", " << h.workers << " worker(s), up " << static_cast<std::int64_t>(h.uptime_s) << " s, "
-            << h.requests << " requests, " << h.rounds_ok << " rounds, " << h.errors << " errors\n";
-  return 0;
+  bool const ok = a.has("live") || h.ready;
+  if (!a.has("quiet")) {
+    std::cout << (h.ready ? "ready" : "not ready: " + h.not_ready) << "\n  " << h.backend << ", " << h.workers
+              << " worker(s), up " << static_cast<std::int64_t>(h.uptime_s) << " s; " << h.requests << " requests, "
+              << h.rounds_ok << " rounds, " << h.errors << " errors\n  queue: " << h.queued_rounds << " rounds ("
+              << fixed(static_cast<double>(h.queued_bytes) / (1 << 20), 1) << " MiB); refused " << h.refused_busy
+              << ", expired " << h.dropped_expired << ", peer gone " << h.dropped_disconnected
+              << "; sessions " << fixed(static_cast<double>(h.session_bytes) / (1 << 20), 1) << " MiB, evicted "
+              << h.sessions_evicted << "; CURVE handshakes refused " << h.handshakes_denied << "\n";
+    for (std::size_t k = 0; k < h.worker_states.size(); ++k) {
+      auto const& w = h.worker_states[k];
+      std::cout << "  worker " << k << ": "
+                << (w.busy ? "busy " + fixed(w.busy_ms, 1) + " ms" : std::string("idle")) << ", " << w.queued
+                << " queued" << (w.queued > 0 ? " (oldest " + fixed(w.oldest_queued_ms, 1) + " ms)" : std::string())
+                << ", " << w.rounds << " rounds\n";
+    }
+  }
+  return ok ? 0 : 4;
 }
 
 /// `placer compare`: the same round through every algorithm, one table.
@@ -347,7 +371,8 @@ void play_demo(std::string const& endpoint, std::string const& dir) {
 int cmd_serve(int argc, char** argv) {
   auto const a = parse(argc, argv,
                        {"endpoint", "backend", "max-message-mib", "demo", "workers", "max-nodes", "max-jobs",
-                        "max-replicas", "max-round-ms", "max-session-mib", "curve-secret", "allow-keys"},
+                        "max-replicas", "max-round-ms", "max-session-mib", "curve-secret", "allow-keys", "max-queued",
+                        "max-queued-mib", "max-queue-mib", "stuck-ms"},
                        {"quiet", "insecure"});
   service::service_config cfg;
   cfg.endpoint = a.get("endpoint", cfg.endpoint);
@@ -360,6 +385,10 @@ int cmd_serve(int argc, char** argv) {
   if (a.has("max-replicas")) cfg.limits.replicas = std::stoll(a.get("max-replicas"));
   if (a.has("max-round-ms")) cfg.max_round_ms = std::stoll(a.get("max-round-ms"));
   if (a.has("max-session-mib")) cfg.max_session_bytes = std::stoull(a.get("max-session-mib")) << 20;
+  if (a.has("max-queued")) cfg.queue.peer_rounds = std::stoull(a.get("max-queued"));
+  if (a.has("max-queued-mib")) cfg.queue.peer_bytes = std::stoull(a.get("max-queued-mib")) << 20;
+  if (a.has("max-queue-mib")) cfg.queue.total_bytes = std::stoull(a.get("max-queue-mib")) << 20;
+  if (a.has("stuck-ms")) cfg.stuck_after_ms = std::stod(a.get("stuck-ms"));
   cfg.curve_secret_file = a.get("curve-secret");
   cfg.allow_keys_dir = a.get("allow-keys");
   cfg.insecure = a.has("insecure");

@@ -749,9 +749,9 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
 }
 
 void encode_error(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, wire::ErrorCode code,
-                  std::string const& message) {
+                  std::string const& message, std::uint32_t retry_after_ms) {
   fbb.Clear();
-  auto const err = wire::CreateError(fbb, code, opt_string(fbb, message));
+  auto const err = wire::CreateError(fbb, code, opt_string(fbb, message), retry_after_ms);
   auto const hdr = header_out(fbb, h);
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::Error, err.Union()));
 }
@@ -765,8 +765,16 @@ void encode_health_request(fbb_t& fbb, request_header const& h) {
 
 void encode_health_reply(fbb_t& fbb, request_header const& h, health_status const& s) {
   fbb.Clear();
-  auto const body = wire::CreateHealthReply(fbb, opt_string(fbb, s.backend), s.workers, s.uptime_s, s.requests,
-                                            s.rounds_ok, s.errors);
+  std::vector<flatbuffers::Offset<wire::WorkerHealth>> ws;
+  ws.reserve(s.worker_states.size());
+  for (auto const& w : s.worker_states) {
+    ws.push_back(wire::CreateWorkerHealth(fbb, w.busy, w.busy_ms, w.queued, w.oldest_queued_ms, w.rounds));
+  }
+  auto const workers = fbb.CreateVector(ws);
+  auto const body = wire::CreateHealthReply(
+      fbb, opt_string(fbb, s.backend), s.workers, s.uptime_s, s.requests, s.rounds_ok, s.errors, s.ready,
+      opt_string(fbb, s.not_ready), s.stuck_after_ms, workers, s.queued_rounds, s.queued_bytes, s.refused_busy,
+      s.dropped_expired, s.dropped_disconnected, s.handshakes_denied, s.sessions_evicted, s.session_bytes);
   auto const hdr = header_out(fbb, h);
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::HealthReply, body.Union()));
 }
@@ -777,7 +785,30 @@ health_status decode_health_reply(wire::Envelope const& env) {
   }
   auto const* r = env.body_as_HealthReply();
   if (r == nullptr) invalid(std::string("message body is ") + body_name(env.body_type()) + ", expected HealthReply");
-  return {str(r->backend()), r->workers(), r->uptime_s(), r->requests(), r->rounds_ok(), r->errors()};
+  health_status s;
+  s.backend = str(r->backend());
+  s.workers = r->workers();
+  s.uptime_s = r->uptime_s();
+  s.requests = r->requests();
+  s.rounds_ok = r->rounds_ok();
+  s.errors = r->errors();
+  s.ready = r->ready();
+  s.not_ready = str(r->not_ready());
+  s.stuck_after_ms = r->stuck_after_ms();
+  if (auto const* ws = r->worker_states()) {
+    for (auto const* w : *ws) {
+      if (w != nullptr) s.worker_states.push_back({w->busy(), w->busy_ms(), w->queued(), w->oldest_queued_ms(), w->rounds()});
+    }
+  }
+  s.queued_rounds = r->queued_rounds();
+  s.queued_bytes = r->queued_bytes();
+  s.refused_busy = r->refused_busy();
+  s.dropped_expired = r->dropped_expired();
+  s.dropped_disconnected = r->dropped_disconnected();
+  s.handshakes_denied = r->handshakes_denied();
+  s.sessions_evicted = r->sessions_evicted();
+  s.session_bytes = r->session_bytes();
+  return s;
 }
 
 decoded_reply decode_reply(wire::Envelope const& env) {
@@ -786,6 +817,7 @@ decoded_reply decode_reply(wire::Envelope const& env) {
   if (auto const* e = env.body_as_Error()) {
     out.code = e->code();
     out.message = str(e->message());
+    out.retry_after_ms = e->retry_after_ms();
     // An Error body with code Ok would read as success with no result.
     if (out.code == wire::ErrorCode::Ok) out.code = wire::ErrorCode::Internal;
     return out;

@@ -36,6 +36,7 @@ double micros_since(std::chrono::steady_clock::time_point t) {
 /// Counters shared by the I/O thread and the workers.
 struct shared_stats {
   std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0}, handshakes_denied{0}, sessions_evicted{0};
+  std::atomic<std::uint64_t> refused_busy{0}, dropped_expired{0}, dropped_disconnected{0};
   std::atomic<std::int64_t> session_bytes{0};  ///< every worker's sessions' bytes
 };
 
@@ -103,8 +104,10 @@ class worker {
   /// throws for bad input. `verify_us`: set when the I/O thread already ran
   /// check_envelope on these bytes (not run twice), to the time it took.
   /// `peer`: who sent them (session_key); its sessions are its own.
+  /// `queued_us`: how long the round waited for this worker, taken off the
+  /// request's deadline (a reply past it would come too late).
   std::span<std::uint8_t const> handle(void const* data, std::size_t size, std::optional<double> verify_us = {},
-                                       std::string_view peer = {}) {
+                                       std::string_view peer = {}, double queued_us = -1) {
     auto const t0 = std::chrono::steady_clock::now();
     auto t = t0;
     stats_.requests.fetch_add(1);
@@ -158,6 +161,10 @@ class worker {
         delta_us = micros_since(t);
       }
       check_limits(in, cfg_.limits, names_);
+      if (in.deadline_us > 0 && queued_us > 0) {
+        auto const waited = static_cast<std::uint64_t>(queued_us);
+        in.deadline_us = in.deadline_us > waited ? in.deadline_us - waited : 1;
+      }
       if (cfg_.max_round_ms > 0) {
         auto const budget_us = static_cast<std::uint64_t>(cfg_.max_round_ms) * 1000;
         if (in.deadline_us == 0 || in.deadline_us > budget_us) in.deadline_us = budget_us;
@@ -166,10 +173,12 @@ class worker {
       // the session; a request without a session gets a fresh memory.
       queue_memory scratch;
       queue_memory* const memory = sess != nullptr ? &sess->memory : &scratch;
+      if (cfg_.on_solve) cfg_.on_solve(h.request_id);
       round_result r = solver_.solve(in, memory);
       // The service's own stages beside the solver's (whose "total" is the
       // solve alone), so a caller sees the whole server side of a round.
       r.timing.push_back({stage_verify, *verify_us});
+      if (queued_us >= 0) r.timing.push_back({stage_queue, queued_us});
       r.timing.push_back({stage_decode, decode_us});
       if (req_.delta) r.timing.push_back({stage_apply_delta, delta_us});
       encode_reply(fbb_, h, r, in, stage_encode);
@@ -274,7 +283,36 @@ void send_all(zmq::socket_t& sock, std::vector<zmq::message_t>& frames) {
 
 }  // namespace
 
+/// What the I/O thread tells a worker with each round (its first frame).
+struct dispatch_meta {
+  double verify_us = -1;  ///< the verifier's time when the message passed; < 0: it did not (the worker answers)
+  double queued_us = 0;   ///< how long the round waited for the worker
+};
+
+/// A round waiting for its worker: the message as received and where it
+/// came from.
+struct queued_round {
+  std::vector<zmq::message_t> frames;  ///< [identity, (empty), payload]
+  std::string owner;                   ///< session_key's peer
+  std::optional<double> verify_us;     ///< set when the verifier passed it
+  request_header header;               ///< for an answer from the I/O thread
+  std::uint64_t deadline_us = 0;       ///< the request's, 0 = none
+  int fd = -1;                         ///< the connection it came on (ZMQ_SRCFD; -1 for inproc)
+  std::chrono::steady_clock::time_point arrived;
+};
+
+/// What the I/O thread knows of a worker.
+struct worker_slot {
+  bool busy = false;
+  std::chrono::steady_clock::time_point since;  ///< when its current round started
+  std::uint64_t rounds = 0;                     ///< rounds it has answered
+  double mean_ms = 1;                           ///< recent round time (retry hints)
+};
+
 struct server::impl {
+  explicit impl(service_config const& cfg) : queue(static_cast<std::size_t>(cfg.workers), cfg.queue) {
+    slots.resize(static_cast<std::size_t>(cfg.workers));
+  }
   zmq::context_t ctx{1};
   zmq::socket_t router{ctx, zmq::socket_type::router};
   // CURVE: the ZAP handler (ZeroMQ's authentication protocol, RFC 27) on
@@ -291,13 +329,14 @@ struct server::impl {
   void serve_zap(int poll_ms);
   shared_stats stats;
   std::vector<std::unique_ptr<worker>> workers;
-  std::size_t next_anonymous = 0;  ///< round-robin for requests without a session
-  std::string key;                 ///< a request's session key, to pick its worker (reused)
-  std::string owner;               ///< a request's owner: CURVE key or routing identity (reused)
-  // Health probes, answered on the I/O thread (run()).
+  std::string key;    ///< a request's session key, to pick its worker (reused)
+  std::string owner;  ///< a request's owner: CURVE key or routing identity (reused)
+  // The I/O thread's own (run()).
+  round_queue<queued_round> queue;
+  std::vector<worker_slot> slots;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
   std::string backend;  ///< worker 0's, read once: the workers own their backends
-  flatbuffers::FlatBufferBuilder probe_fbb{256};
+  flatbuffers::FlatBufferBuilder io_fbb{256};  ///< probes and the I/O thread's own errors
 };
 
 void server::impl::serve_zap(int poll_ms) {
@@ -330,8 +369,11 @@ void server::impl::serve_zap(int poll_ms) {
   }
 }
 
-server::server(service_config cfg) : cfg_(std::move(cfg)), impl_(std::make_unique<impl>()) {
+server::server(service_config cfg) : cfg_(std::move(cfg)) {
   PLACER_EXPECTS(cfg_.workers >= 1 && cfg_.workers <= 256, "workers must be in 1..256");
+  PLACER_EXPECTS(cfg_.queue.peer_rounds >= 1, "a peer must be allowed at least one waiting round (--max-queued)");
+  PLACER_EXPECTS(cfg_.stuck_after_ms > 0, "the stuck threshold must be positive (--stuck-ms)");
+  impl_ = std::make_unique<impl>(cfg_);
   if (!cfg_.curve_secret_file.empty()) {
     PLACER_EXPECTS(!cfg_.allow_keys_dir.empty(), "CURVE needs the allowed clients' public keys (--allow-keys DIR)");
     auto const own = read_certificate(cfg_.curve_secret_file);
@@ -355,6 +397,12 @@ server::server(service_config cfg) : cfg_(std::move(cfg)), impl_(std::make_uniqu
   // application limit, which answers with ResourceExhausted instead).
   impl_->router.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(cfg_.max_message_bytes) * 2);
   impl_->router.set(zmq::sockopt::linger, 0);
+  // The I/O thread drains the socket into its own bounded queue as fast as
+  // messages come, so ZeroMQ's per-connection queues stay short; a peer that
+  // outpaces it waits in TCP, and one that does not read its replies loses
+  // those past the send mark.
+  impl_->router.set(zmq::sockopt::rcvhwm, 64);
+  impl_->router.set(zmq::sockopt::sndhwm, 64);
   impl_->router.bind(cfg_.endpoint);
   endpoint_ = impl_->router.get(zmq::sockopt::last_endpoint);
   impl_->backend = backend_description();
@@ -367,7 +415,8 @@ std::string server::backend_description() const { return impl_->workers.front()-
 server_stats server::stats() const {
   return {impl_->stats.requests.load(), impl_->stats.rounds_ok.load(), impl_->stats.errors.load(),
           impl_->stats.handshakes_denied.load(), impl_->stats.sessions_evicted.load(),
-          static_cast<std::uint64_t>(impl_->stats.session_bytes.load())};
+          static_cast<std::uint64_t>(impl_->stats.session_bytes.load()), impl_->stats.refused_busy.load(),
+          impl_->stats.dropped_expired.load(), impl_->stats.dropped_disconnected.load()};
 }
 
 std::vector<std::uint8_t> server::handle(void const* data, std::size_t size) {
@@ -375,128 +424,266 @@ std::vector<std::uint8_t> server::handle(void const* data, std::size_t size) {
   return {reply.begin(), reply.end()};
 }
 
+health_status server::health() const {
+  auto const now = std::chrono::steady_clock::now();
+  auto const st = stats();
+  auto ms = [&](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(now - t).count();
+  };
+  health_status h;
+  h.backend = impl_->backend;
+  h.workers = static_cast<std::uint32_t>(impl_->slots.size());
+  h.uptime_s = std::chrono::duration<double>(now - impl_->started).count();
+  h.requests = st.requests;
+  h.rounds_ok = st.rounds_ok;
+  h.errors = st.errors;
+  h.ready = true;
+  h.stuck_after_ms = cfg_.stuck_after_ms;
+  for (std::size_t k = 0; k < impl_->slots.size(); ++k) {
+    auto const& slot = impl_->slots[k];
+    worker_health w;
+    w.busy = slot.busy;
+    w.busy_ms = slot.busy ? ms(slot.since) : 0;
+    w.queued = static_cast<std::uint32_t>(impl_->queue.queued(k));
+    if (auto const t = impl_->queue.oldest(k)) w.oldest_queued_ms = ms(*t);
+    w.rounds = slot.rounds;
+    if (h.ready && w.busy_ms > cfg_.stuck_after_ms) {
+      h.ready = false;
+      h.not_ready = "worker " + std::to_string(k) + " has been on one round for " + fmt_ms(w.busy_ms * 1000);
+    } else if (h.ready && w.oldest_queued_ms > cfg_.stuck_after_ms) {
+      h.ready = false;
+      h.not_ready = "worker " + std::to_string(k) + "'s queue is not draining: a round has waited " +
+                    fmt_ms(w.oldest_queued_ms * 1000);
+    }
+    h.worker_states.push_back(w);
+  }
+  h.queued_rounds = static_cast<std::uint32_t>(impl_->queue.rounds());
+  h.queued_bytes = impl_->queue.bytes();
+  h.refused_busy = st.refused_busy;
+  h.dropped_expired = st.dropped_expired;
+  h.dropped_disconnected = st.dropped_disconnected;
+  h.handshakes_denied = st.handshakes_denied;
+  h.sessions_evicted = st.sessions_evicted;
+  h.session_bytes = st.session_bytes;
+  return h;
+}
+
 void server::run(std::atomic<bool> const* external_stop) {
-  auto& router = impl_->router;
-  auto const n = impl_->workers.size();
+  auto& io = *impl_;
+  auto& router = io.router;
+  auto const n = io.workers.size();
   auto stopping = [&] { return stop_.load() || (external_stop != nullptr && external_stop->load()); };
   log_info("serving on " + endpoint_ + " with " + std::to_string(n) + " worker(s), backend " + backend_description());
 
-  // One worker (the default) solves on this thread: no hand-off to a
-  // worker thread and back, two inproc hops and two thread wake-ups fewer
-  // per round. With more, one PAIR link per worker, whose threads live as
-  // long as run().
-  bool const inline_worker = n == 1;
-  std::size_t const n_links = inline_worker ? 0 : n;
+  // One PAIR link per worker; the workers' threads live as long as run().
+  // The I/O thread never solves: it stays free to answer probes, queue and
+  // refuse rounds, and see peers go while every worker is busy.
   std::vector<zmq::socket_t> links;
   std::vector<std::thread> threads;
   std::atomic<bool> workers_stop{false};
   std::string const tag = std::to_string(reinterpret_cast<std::uintptr_t>(this));
-  for (std::size_t k = 0; k < n_links; ++k) {
-    links.emplace_back(impl_->ctx, zmq::socket_type::pair);
+  for (std::size_t k = 0; k < n; ++k) {
+    links.emplace_back(io.ctx, zmq::socket_type::pair);
     links.back().bind("inproc://placer-worker-" + tag + "-" + std::to_string(k));
   }
-  for (std::size_t k = 0; k < n_links; ++k) {
+  for (std::size_t k = 0; k < n; ++k) {
     threads.emplace_back([&, k] {
-      zmq::socket_t link(impl_->ctx, zmq::socket_type::pair);
+      zmq::socket_t link(io.ctx, zmq::socket_type::pair);
       link.connect("inproc://placer-worker-" + tag + "-" + std::to_string(k));
       std::vector<zmq::message_t> frames;
       while (!workers_stop.load()) {
         zmq::pollitem_t item{link.handle(), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, std::chrono::milliseconds(cfg_.poll_ms));
         if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(link, frames) || frames.size() < 4) continue;
-        // [verdict, owner, identity, (empty), payload] in; the same
-        // envelope, without the verdict and the owner, with the reply out.
+        // [meta, owner, identity, (empty), payload] in; the same envelope,
+        // without the meta and the owner, with the reply out.
+        dispatch_meta meta;
+        if (frames.front().size() == sizeof meta) std::memcpy(&meta, frames.front().data(), sizeof meta);
         std::optional<double> verify_us;
-        if (frames.front().size() == sizeof(double)) {
-          verify_us.emplace();
-          std::memcpy(&*verify_us, frames.front().data(), sizeof(double));
-        }
+        if (meta.verify_us >= 0) verify_us = meta.verify_us;
         std::string const owner = frames[1].to_string();
         frames.erase(frames.begin(), frames.begin() + 2);
         auto& payload = frames.back();
-        auto const reply = impl_->workers[k]->handle(payload.data(), payload.size(), verify_us, owner);
+        auto const reply = io.workers[k]->handle(payload.data(), payload.size(), verify_us, owner, meta.queued_us);
         frames.back() = zmq::message_t(reply.data(), reply.size());  // the one copy of the reply
         send_all(link, frames);
       }
     });
   }
 
-  std::vector<zmq::pollitem_t> items(n_links + 1);
-  std::vector<zmq::message_t> frames;
-  while (!stopping()) {
-    items[0] = {router.handle(), 0, ZMQ_POLLIN, 0};
-    for (std::size_t k = 0; k < n_links; ++k) items[k + 1] = {links[k].handle(), 0, ZMQ_POLLIN, 0};
-    try {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(cfg_.poll_ms));
-    } catch (zmq::error_t const& e) {
-      if (e.num() == EINTR) continue;  // a signal: re-check the stop flags
-      throw;
+  // Disconnects, for rounds whose peer has gone while they waited.
+  std::string const monitor_endpoint = "inproc://placer-monitor-" + tag;
+  zmq_socket_monitor(router.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED);
+  zmq::socket_t monitor(io.ctx, zmq::socket_type::pair);
+  monitor.connect(monitor_endpoint);
+  auto drain_monitor = [&] {
+    zmq::message_t event, address;
+    while (monitor.recv(event, zmq::recv_flags::dontwait)) {
+      // [event id (2 bytes), value (4 bytes: the fd)], [endpoint]
+      if (event.size() >= 6) {
+        std::uint16_t id = 0;
+        std::uint32_t value = 0;
+        std::memcpy(&id, event.data(), 2);
+        std::memcpy(&value, static_cast<char const*>(event.data()) + 2, 4);
+        if (id == ZMQ_EVENT_DISCONNECTED) {
+          // Its waiting rounds have nobody to answer: they go now. A later
+          // connection on the same fd is no victim: the monitor is read
+          // after every message and before it is queued, and the context's
+          // one I/O thread reports a close before it accepts the next
+          // connection, so no round of a new connection is queued yet.
+          auto const fd = static_cast<int>(value);
+          auto const gone = io.queue.drop_if([&](queued_round const& q) { return q.fd == fd; });
+          if (gone > 0) {
+            io.stats.dropped_disconnected.fetch_add(gone);
+            log_warn(std::to_string(gone) + " queued round(s) dropped: their peer disconnected");
+          }
+        }
+      }
+      if (event.more()) (void)monitor.recv(address, zmq::recv_flags::dontwait);
     }
-    for (std::size_t k = 0; k < n_links; ++k) {  // replies back to their clients
-      if ((items[k + 1].revents & ZMQ_POLLIN) != 0 && recv_all(links[k], frames)) send_all(router, frames);
-    }
-    if ((items[0].revents & ZMQ_POLLIN) == 0 || !recv_all(router, frames)) continue;
-    // One message: [identity, (empty delimiter from REQ peers), payload].
-    if (frames.size() < 2) continue;  // nothing routable to answer
+  };
+
+  // An answer from the I/O thread itself (a refusal or a lapsed deadline).
+  auto answer_error = [&](std::vector<zmq::message_t>& frames, request_header const& h, wire::ErrorCode code,
+                          std::string const& msg, std::uint32_t retry_after_ms = 0) {
+    io.stats.requests.fetch_add(1);
+    io.stats.errors.fetch_add(1);
+    log_warn("request " + std::to_string(h.request_id) + " rejected: " + error_code_name(code) + ": " + msg);
+    encode_error(io.io_fbb, h, code, msg, retry_after_ms);
+    frames.back() = zmq::message_t(io.io_fbb.GetBufferPointer(), io.io_fbb.GetSize());
+    send_all(router, frames);
+  };
+
+  // One message off the ROUTER: a probe is answered, a round queued (or
+  // refused when its peer or the server has too much waiting).
+  auto accept = [&](std::vector<zmq::message_t>& frames) {
+    // [identity, (empty delimiter from REQ peers), payload]
+    if (frames.size() < 2) return;  // nothing routable to answer
     bool const req_peer = frames[1].size() == 0 && frames.size() >= 3;
     std::size_t const payload = req_peer ? 2 : 1;
     if (frames.size() != payload + 1) {  // multi-frame payloads are malformed
       frames.resize(payload + 1);
       frames[payload] = zmq::message_t{};
     }
-    // Route by session so a session's rounds stay in order on one worker.
-    // The header is read only after the verifier accepts the buffer; a bad
-    // message goes to any worker, which answers with the error. The verdict
-    // travels with the message, so the worker does not verify it again: the
-    // verifier's time (the round's `verify` stage) when it passed, nothing
-    // when it did not.
-    std::size_t target = impl_->next_anonymous++ % n;
+    // The verdict travels with the message, so the worker does not verify
+    // it again: the verifier's time (the round's `verify` stage) when it
+    // passed; a bad message goes to a worker, which answers with the error.
     auto const t_verify = std::chrono::steady_clock::now();
     auto const chk = check_envelope(frames[payload].data(), frames[payload].size(), cfg_.max_message_bytes);
     double const verify_us = micros_since(t_verify);
-    if (chk.envelope != nullptr && chk.envelope->body_type() == wire::Body::HealthRequest) {
-      // Probes are answered here, never queued behind a round.
-      request_header h;
-      h.request_id = chk.envelope->header()->request_id();
-      auto const st = stats();
-      encode_health_reply(impl_->probe_fbb, h,
-                          {impl_->backend, static_cast<std::uint32_t>(n),
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - impl_->started).count(),
-                           st.requests, st.rounds_ok, st.errors});
-      frames[payload] = zmq::message_t(impl_->probe_fbb.GetBufferPointer(), impl_->probe_fbb.GetSize());
-      send_all(router, frames);
-      continue;
+    queued_round q;
+    if (chk.envelope != nullptr) {
+      q.verify_us = verify_us;
+      if (auto const* hdr = chk.envelope->header()) {
+        q.header.request_id = hdr->request_id();
+        if (hdr->session() != nullptr) q.header.session.assign(hdr->session()->string_view());
+      }
+      if (chk.envelope->body_type() == wire::Body::HealthRequest) {  // probes never wait
+        encode_health_reply(io.io_fbb, q.header, health());
+        frames[payload] = zmq::message_t(io.io_fbb.GetBufferPointer(), io.io_fbb.GetSize());
+        send_all(router, frames);
+        return;
+      }
+      if (auto const* req = chk.envelope->body_as_ScheduleRequest()) q.deadline_us = req->deadline_us();
     }
     // Who owns the sessions this message names: the client's CURVE key when
     // the connection is authenticated (its sessions survive a reconnect),
     // else the connection's routing identity.
-    auto& owner = impl_->owner;
+    auto& owner = io.owner;
     if (char const* uid = zmq_msg_gets(frames[payload].handle(), "User-Id"); uid != nullptr && *uid != '\0') {
       owner.assign("curve:").append(uid);
     } else {
       owner.assign("id:").append(frames[0].to_string_view());
     }
-    if (chk.envelope != nullptr && chk.envelope->header() != nullptr && chk.envelope->header()->session() != nullptr &&
-        chk.envelope->header()->session()->size() > 0) {
-      session_key(owner, chk.envelope->header()->session()->string_view(), impl_->key);
-      target = std::hash<std::string>{}(impl_->key) % n;
+    // A session's rounds all go to its worker (hash of its key), so they
+    // stay in order; a round without one to the least loaded worker.
+    std::size_t target = 0;
+    if (!q.header.session.empty()) {
+      session_key(owner, q.header.session, io.key);
+      target = std::hash<std::string>{}(io.key) % n;
+    } else {
+      auto load = [&](std::size_t k) { return io.queue.queued(k) + (io.slots[k].busy ? 1 : 0); };
+      for (std::size_t k = 1; k < n; ++k) target = load(k) < load(target) ? k : target;
     }
-    if (inline_worker) {
-      std::optional<double> verified;
-      if (chk.envelope != nullptr) verified = verify_us;
-      auto const reply = impl_->workers.front()->handle(frames[payload].data(), frames[payload].size(), verified,
-                                                        owner);
-      frames[payload] = zmq::message_t(reply.data(), reply.size());  // the one copy of the reply
+    // The connection it came on. The monitor is read first, so a reused
+    // fd's earlier close has been handled before this round can be queued.
+    drain_monitor();
+    q.fd = zmq_msg_get(frames[payload].handle(), ZMQ_SRCFD);
+    q.owner = owner;
+    q.arrived = std::chrono::steady_clock::now();
+    std::size_t const bytes = frames[payload].size();
+    q.frames = std::move(frames);
+    auto const verdict = io.queue.push(target, owner, bytes, std::move(q), q.arrived);
+    if (verdict == admission::queued) return;
+    io.stats.refused_busy.fetch_add(1);
+    auto const& slot = io.slots[target];
+    auto const hint = std::clamp(slot.mean_ms * static_cast<double>(io.queue.queued(target) + 1), 1.0, 60000.0);
+    std::string const why = verdict == admission::peer_rounds
+                                ? "you have " + std::to_string(cfg_.queue.peer_rounds) + " rounds waiting already"
+                            : verdict == admission::peer_bytes
+                                ? "your waiting rounds would pass " + std::to_string(cfg_.queue.peer_bytes >> 20) + " MiB"
+                                : "the server's waiting rounds would pass " +
+                                      std::to_string(cfg_.queue.total_bytes >> 20) + " MiB";
+    answer_error(q.frames, q.header, wire::ErrorCode::ResourceExhausted,
+                 "queue full: " + why + "; retry after about " + std::to_string(static_cast<int>(hint)) + " ms",
+                 static_cast<std::uint32_t>(hint));
+  };
+
+  // An idle worker gets the next round in turn that still has someone to
+  // answer and time left.
+  auto dispatch = [&](std::size_t k) {
+    drain_monitor();  // so a gone peer's rounds are out of the queue
+    while (auto q = io.queue.pop(k)) {
+      double const waited_us = micros_since(q->arrived);
+      if (q->deadline_us > 0 && waited_us >= static_cast<double>(q->deadline_us)) {
+        io.stats.dropped_expired.fetch_add(1);
+        answer_error(q->frames, q->header, wire::ErrorCode::DeadlineExceeded,
+                     "waited " + fmt_ms(waited_us) + " for a worker, past the request's deadline of " +
+                         fmt_ms(static_cast<double>(q->deadline_us)) + "; not solved");
+        continue;
+      }
+      dispatch_meta const meta{q->verify_us.value_or(-1), waited_us};
+      q->frames.insert(q->frames.begin(), zmq::message_t(q->owner.data(), q->owner.size()));
+      q->frames.insert(q->frames.begin(), zmq::message_t(&meta, sizeof meta));
+      send_all(links[k], q->frames);
+      io.slots[k].busy = true;
+      io.slots[k].since = std::chrono::steady_clock::now();
+      return;
+    }
+  };
+
+  std::vector<zmq::pollitem_t> items(n + 2);
+  std::vector<zmq::message_t> frames;
+  while (!stopping()) {
+    items[0] = {router.handle(), 0, ZMQ_POLLIN, 0};
+    for (std::size_t k = 0; k < n; ++k) items[k + 1] = {links[k].handle(), 0, ZMQ_POLLIN, 0};
+    items[n + 1] = {monitor.handle(), 0, ZMQ_POLLIN, 0};
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(cfg_.poll_ms));
+    } catch (zmq::error_t const& e) {
+      if (e.num() == EINTR) continue;  // a signal: re-check the stop flags
+      throw;
+    }
+    for (std::size_t k = 0; k < n; ++k) {  // replies back to their clients
+      if ((items[k + 1].revents & ZMQ_POLLIN) == 0 || !recv_all(links[k], frames)) continue;
       send_all(router, frames);
-      continue;
+      auto& slot = io.slots[k];
+      slot.busy = false;
+      ++slot.rounds;
+      slot.mean_ms = 0.8 * slot.mean_ms +
+                     0.2 * std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - slot.since).count();
     }
-    frames.insert(frames.begin(), zmq::message_t(owner.data(), owner.size()));
-    frames.insert(frames.begin(),
-                  chk.envelope != nullptr ? zmq::message_t(&verify_us, sizeof verify_us) : zmq::message_t{});
-    send_all(links[target], frames);
+    // Everything that has arrived, so the queue sees every peer's rounds
+    // before the next is picked (bounded, so replies are not held back).
+    for (int m = 0; m < 256 && recv_all(router, frames); ++m) accept(frames);
+    drain_monitor();
+    for (std::size_t k = 0; k < n; ++k) {
+      if (!io.slots[k].busy) dispatch(k);
+    }
   }
   workers_stop.store(true);
   for (auto& t : threads) t.join();
+  zmq_socket_monitor(router.handle(), nullptr, 0);
   auto const st = stats();
   log_info("shutting down: " + std::to_string(st.requests) + " requests, " + std::to_string(st.rounds_ok) +
            " rounds, " + std::to_string(st.errors) + " errors");

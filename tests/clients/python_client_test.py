@@ -347,10 +347,22 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(after.requests, before.requests + 1)  # probes are not counted
         self.assertEqual(after.roundsOk, before.roundsOk + 1)
         self.assertEqual(after.errors, before.errors)
+        self.assertTrue(after.ready, after.notReady)
+        self.assertEqual(len(after.workerStates), after.workers)
+        self.assertEqual(sum(w.rounds for w in after.workerStates), after.roundsOk + after.errors)
+        self.assertFalse(any(w.busy for w in after.workerStates))
+        probe = [ARGS.placer, "health", "--endpoint", self.server.endpoint, "--timeout-ms", "300"]
+        ready = subprocess.run(probe, capture_output=True, text=True, timeout=30)
+        self.assertEqual(ready.returncode, 0, ready.stderr)
+        self.assertTrue(ready.stdout.startswith("ready"), ready.stdout)
+        self.assertIn("worker 0: idle", ready.stdout)
         self.server.pause()
         try:
             with self.assertRaisesRegex(ClientError, "no reply from .* within 300 ms"):
                 client.health()
+            for kind in ("--ready", "--live"):
+                silent = subprocess.run([*probe, kind], capture_output=True, text=True, timeout=30)
+                self.assertEqual(silent.returncode, 3, silent.stdout + silent.stderr)
         finally:
             self.server.resume()
         self.assertGreaterEqual(client.health().uptimeS, after.uptimeS)

@@ -11,6 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <mutex>
 #include <limits>
 #include <filesystem>
 #include <fstream>
@@ -822,6 +824,176 @@ TEST(Service, HealthProbeReportsBackendAndCounters) {
   EXPECT_EQ(after.rounds_ok, 1U);
   EXPECT_EQ(after.errors, 1U);
   EXPECT_GE(after.uptime_s, before.uptime_s);
+}
+
+/// Holds a worker on every round until opened (service_config::on_solve),
+/// and records the request ids in the order the worker took them.
+class gate {
+ public:
+  void operator()(std::uint64_t id) {
+    std::unique_lock lock(m_);
+    taken_.push_back(id);
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return open_; });
+  }
+  /// Waits (10 s at most) until the worker has taken `n` rounds.
+  bool taken(std::size_t n) {
+    std::unique_lock lock(m_);
+    return cv_.wait_for(lock, std::chrono::seconds(10), [&] { return taken_.size() >= n; });
+  }
+  void open() {
+    std::lock_guard lock(m_);
+    open_ = true;
+    cv_.notify_all();
+  }
+  std::vector<std::uint64_t> order() {
+    std::lock_guard lock(m_);
+    return taken_;
+  }
+
+ private:
+  std::mutex m_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  std::vector<std::uint64_t> taken_;
+};
+
+/// A peer of its own (a DEALER, so its own routing identity) that sends
+/// rounds without waiting for their answers.
+class raw_peer {
+ public:
+  raw_peer(zmq::context_t& ctx, std::string const& endpoint) : sock_(ctx, zmq::socket_type::dealer) {
+    sock_.set(zmq::sockopt::linger, 0);
+    sock_.set(zmq::sockopt::rcvtimeo, 10000);
+    sock_.connect(endpoint);
+  }
+  void send(std::uint64_t id, std::uint64_t deadline_us = 0) {
+    round_input in = demo_round();
+    in.deadline_us = deadline_us;
+    auto const bytes = encode(in, id);
+    sock_.send(zmq::buffer(bytes));
+  }
+  decoded_reply receive() {
+    zmq::message_t m;
+    if (!sock_.recv(m)) return {};
+    auto const* p = static_cast<std::uint8_t const*>(m.data());
+    return decode(std::vector<std::uint8_t>(p, p + m.size()));
+  }
+  void close() { sock_.close(); }
+
+ private:
+  zmq::socket_t sock_;
+};
+
+/// Probes until `done(health)` holds (10 s at most).
+template <class Done>
+service::health_status probe_until(client& c, Done done) {
+  auto h = c.health();
+  for (int k = 0; k < 500 && !done(h); ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    h = c.health();
+  }
+  return h;
+}
+
+TEST(Service, ProbesAnswerWhileTheWorkerIsBusyAndSayWhenItIsStuck) {
+  // Before, one worker solved on the I/O thread: a probe during a long
+  // round went unanswered (25 of 25 failed). Now the I/O thread answers,
+  // says the worker is busy, and flips to not ready past the threshold.
+  gate g;
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.stuck_after_ms = 50;
+  cfg.on_solve = [&](std::uint64_t id) { g(id); };
+  running_server s(cfg);
+  client probe({s.endpoint(), 5000, ""});
+  zmq::context_t ctx;
+  raw_peer a(ctx, s.endpoint());
+  a.send(1);
+  ASSERT_TRUE(g.taken(1));
+  auto const busy = probe.health();
+  ASSERT_EQ(busy.worker_states.size(), 1U);
+  EXPECT_TRUE(busy.worker_states[0].busy);
+  EXPECT_EQ(busy.worker_states[0].rounds, 0U);
+  auto const stuck = probe_until(probe, [](auto const& h) { return !h.ready; });
+  EXPECT_FALSE(stuck.ready);
+  EXPECT_NE(stuck.not_ready.find("worker 0 has been on one round"), std::string::npos) << stuck.not_ready;
+  EXPECT_GT(stuck.worker_states[0].busy_ms, 50.0);
+  g.open();
+  EXPECT_EQ(a.receive().code, ErrorCode::Ok);
+  auto const after = probe_until(probe, [](auto const& h) { return h.ready; });
+  EXPECT_TRUE(after.ready) << after.not_ready;
+  EXPECT_FALSE(after.worker_states[0].busy);
+  EXPECT_EQ(after.worker_states[0].rounds, 1U);
+}
+
+TEST(Service, PeersTakeTurnsAndEachHasABoundedQueue) {
+  gate g;
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.queue.peer_rounds = 3;
+  cfg.on_solve = [&](std::uint64_t id) { g(id); };
+  running_server s(cfg);
+  client probe({s.endpoint(), 5000, ""});
+  zmq::context_t ctx;
+  raw_peer p(ctx, s.endpoint()), x(ctx, s.endpoint()), y(ctx, s.endpoint());
+  p.send(100);
+  ASSERT_TRUE(g.taken(1));  // the worker is held on p's round
+  for (std::uint64_t id : {1, 2, 3, 4}) x.send(id);
+  // x's fourth is one past its three waiting rounds: refused at once, with
+  // a hint, while the worker is still held.
+  auto const refused = x.receive();
+  EXPECT_EQ(refused.header.request_id, 4U);
+  EXPECT_EQ(refused.code, ErrorCode::ResourceExhausted);
+  EXPECT_GT(refused.retry_after_ms, 0U);
+  EXPECT_NE(refused.message.find("3 rounds waiting"), std::string::npos) << refused.message;
+  y.send(11);
+  auto const queued = probe_until(probe, [](auto const& h) { return h.queued_rounds == 4; });
+  ASSERT_EQ(queued.queued_rounds, 4U);
+  EXPECT_EQ(queued.worker_states[0].queued, 4U);
+  EXPECT_GT(queued.queued_bytes, 0U);
+  EXPECT_EQ(queued.refused_busy, 1U);
+  g.open();
+  for (std::uint64_t id : {1, 2, 3}) {
+    auto const rep = x.receive();
+    EXPECT_EQ(rep.header.request_id, id);
+    EXPECT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  }
+  EXPECT_EQ(y.receive().code, ErrorCode::Ok);
+  EXPECT_EQ(p.receive().code, ErrorCode::Ok);
+  // y's one round waited one turn of x's, not three.
+  EXPECT_EQ(g.order(), (std::vector<std::uint64_t>{100, 1, 11, 2, 3}));
+}
+
+TEST(Service, RoundsWhosePeerLeftOrWhoseDeadlinePassedAreNotSolved) {
+  // Before, 50 rounds from disconnected clients were all solved, for nobody.
+  gate g;
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.on_solve = [&](std::uint64_t id) { g(id); };
+  running_server s(cfg);
+  client probe({s.endpoint(), 5000, ""});
+  zmq::context_t ctx;
+  raw_peer p(ctx, s.endpoint()), gone(ctx, s.endpoint()), late(ctx, s.endpoint());
+  p.send(100);
+  ASSERT_TRUE(g.taken(1));
+  for (std::uint64_t id : {7, 8, 9}) gone.send(id);
+  late.send(20, 1000);  // 1 ms to answer in
+  ASSERT_EQ(probe_until(probe, [](auto const& h) { return h.queued_rounds == 4; }).queued_rounds, 4U);
+  gone.close();
+  auto const dropped = probe_until(probe, [](auto const& h) { return h.dropped_disconnected == 3; });
+  EXPECT_EQ(dropped.dropped_disconnected, 3U);
+  EXPECT_EQ(dropped.queued_rounds, 1U) << "the gone peer's rounds leave the queue when it goes";
+  g.open();
+  EXPECT_EQ(p.receive().code, ErrorCode::Ok);
+  auto const expired = late.receive();
+  EXPECT_EQ(expired.header.request_id, 20U);
+  EXPECT_EQ(expired.code, ErrorCode::DeadlineExceeded);
+  EXPECT_NE(expired.message.find("not solved"), std::string::npos) << expired.message;
+  EXPECT_EQ(g.order(), std::vector<std::uint64_t>{100}) << "only the round with someone to answer was solved";
+  auto const h = probe.health();
+  EXPECT_EQ(h.dropped_expired, 1U);
+  EXPECT_EQ(h.queued_rounds, 0U);
 }
 
 TEST(Service, ClientRetriesARoundLostWithAServerThatDied) {

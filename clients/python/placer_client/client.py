@@ -45,6 +45,7 @@ class Reply:
     code: int
     message: str
     result: ScheduleReplyT = field(default_factory=lambda: plain(ScheduleReplyT()))
+    retry_after_ms: int = 0  # with ResourceExhausted from a full queue: when a retry may fit
 
     @property
     def ok(self) -> bool:
@@ -241,6 +242,6 @@ def _decode(payload: bytes) -> tuple[int, Reply | HealthReplyT]:
     if envelope.bodyType == Body.Error:
         # An Error with code Ok would read as success without a result.
         code = body.code if body.code != ErrorCode.Ok else ErrorCode.Internal
-        return request_id, Reply(code, body.message or "")
+        return request_id, Reply(code, body.message or "", retry_after_ms=body.retryAfterMs)
     status = body.status or StatusT()
     return request_id, Reply(status.code, status.message or "", body)

@@ -82,24 +82,40 @@ void encode_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h
                     cluster_delta const* delta = nullptr, job_delta const* jobs = nullptr);
 void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, round_result const& r,
                   round_input const& in, char const* encode_stage = nullptr);
+/// `retry_after_ms`: a hint for ResourceExhausted from a full queue (0 = none).
 void encode_error(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, wire::ErrorCode code,
-                  std::string const& message);
+                  std::string const& message, std::uint32_t retry_after_ms = 0);
 
 /// A decoded reply as the client sees it (error replies become status != Ok).
 struct decoded_reply {
   request_header header;
   wire::ErrorCode code = wire::ErrorCode::Ok;
   std::string message;
+  std::uint32_t retry_after_ms = 0;  ///< the server's hint with a full-queue ResourceExhausted
   round_result result;
 };
 decoded_reply decode_reply(wire::Envelope const& env);
 
 /// What a HealthReply carries (schemas/placement.fbs).
+struct worker_health {
+  bool busy = false;
+  double busy_ms = 0;           ///< how long its current round has run
+  std::uint32_t queued = 0;     ///< rounds waiting for it
+  double oldest_queued_ms = 0;  ///< how long the first of them has waited
+  std::uint64_t rounds = 0;     ///< rounds it has answered
+};
 struct health_status {
   std::string backend;
   std::uint32_t workers = 0;
   double uptime_s = 0;
   std::uint64_t requests = 0, rounds_ok = 0, errors = 0;
+  bool ready = false;          ///< every worker has a backend and none is stuck
+  std::string not_ready;       ///< why, when not ready
+  double stuck_after_ms = 0;   ///< the server's threshold
+  std::vector<worker_health> worker_states;
+  std::uint32_t queued_rounds = 0;
+  std::uint64_t queued_bytes = 0, refused_busy = 0, dropped_expired = 0, dropped_disconnected = 0;
+  std::uint64_t handshakes_denied = 0, sessions_evicted = 0, session_bytes = 0;
 };
 void encode_health_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h);
 void encode_health_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, health_status const& s);

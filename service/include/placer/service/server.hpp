@@ -5,26 +5,33 @@
 //   s.run(&stop_flag);   // until stop() or *stop_flag; SIGINT/SIGTERM set it in the CLI
 //
 // Threads: one I/O thread owns the ROUTER socket, checks each message
-// (size, identifier, verifier) and hands it to a solver worker over an
-// inproc socket; each worker owns a solver (its own backend, so its own
-// CUDA stream) and the state (cluster and jobs) of the sessions routed to
-// it. A session is keyed by (peer routing identity, session id), so it
-// belongs to the connection that made it, and always goes to the same
-// worker (hash of that key): its rounds and deltas stay in order while
-// different clients run in parallel. Per request, in the worker: decode -> (apply deltas to the
-// session's cluster and jobs) -> validate -> solve -> encode, each stage
-// timed in the reply.
+// (size, identifier, verifier), answers health probes itself and queues
+// rounds (round_queue.hpp: per worker, per peer, peers served in turn,
+// bounded per peer and in all); it hands a worker one round at a time over
+// an inproc socket, and drops a queued round whose peer has disconnected
+// or whose deadline passed while it waited. It never solves, so it answers
+// probes and refuses excess rounds while every worker is busy. Each worker
+// owns a solver (its own backend, so its own CUDA stream) and the state
+// (cluster and jobs) of the sessions routed to it. A session is keyed by
+// (peer, session id), the peer being the client's CURVE key or else its
+// connection's routing identity, so it belongs to whoever made it, and
+// always goes to the same worker (hash of that key): its rounds and deltas
+// stay in order while different clients run in parallel. Per request, in
+// the worker: decode -> (apply deltas to the session's cluster and jobs)
+// -> validate -> solve -> encode, each stage timed in the reply.
 // Every failure becomes an Error reply with a specific wire::ErrorCode; the
 // server never dies on bad input and answers the next request normally.
 // Peers may be DEALER (frames: payload) or REQ (frames: empty, payload).
 
 #include <placer/service/codec.hpp>
+#include <placer/service/round_queue.hpp>
 #include <placer/solver/limits.hpp>
 #include <placer/solver/solver.hpp>
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,8 +46,10 @@ inline constexpr char const* stage_verify = "verify";
 inline constexpr char const* stage_decode = "decode";
 inline constexpr char const* stage_apply_delta = "apply_delta";
 inline constexpr char const* stage_encode = "encode";
-inline constexpr std::array<char const*, 4> service_stages{stage_verify, stage_decode, stage_apply_delta,
-                                                           stage_encode};
+/// How long the round waited in the I/O thread's queue for its worker.
+inline constexpr char const* stage_queue = "queue";
+inline constexpr std::array<char const*, 5> service_stages{stage_verify, stage_queue, stage_decode,
+                                                           stage_apply_delta, stage_encode};
 
 struct service_config {
   std::string endpoint = "tcp://127.0.0.1:5555";
@@ -69,6 +78,14 @@ struct service_config {
   /// Without CURVE the server binds loopback and ipc:// endpoints only;
   /// this lets it bind any (a network the operator trusts).
   bool insecure = false;
+  /// Rounds waiting for a worker: per peer and in all (round_queue.hpp).
+  queue_limits queue;
+  /// Readiness: the server is not ready while a worker has been on one
+  /// round, or a round has waited for its worker, longer than this.
+  double stuck_after_ms = 10000;
+  /// Called by a worker just before it solves a round (with the request
+  /// id): a seam for tests that need a worker held busy, and for tracing.
+  std::function<void(std::uint64_t)> on_solve;
 };
 
 /// Counters exposed for tests and the shutdown summary.
@@ -79,6 +96,9 @@ struct server_stats {
   std::uint64_t handshakes_denied = 0;  ///< CURVE clients whose key is not allowed
   std::uint64_t sessions_evicted = 0;   ///< over max_sessions or max_session_bytes
   std::uint64_t session_bytes = 0;      ///< what the sessions hold now (session_bytes), all workers
+  std::uint64_t refused_busy = 0;          ///< rounds refused by the queue limits
+  std::uint64_t dropped_expired = 0;       ///< deadline passed while queued (answered DeadlineExceeded)
+  std::uint64_t dropped_disconnected = 0;  ///< peer gone while queued (not solved, not answered)
 };
 
 /// What a session holds in memory, estimated from its containers'
@@ -111,6 +131,9 @@ class server {
   std::vector<std::uint8_t> handle(void const* data, std::size_t size);
 
  private:
+  /// The probe's answer: counters, each worker's state, readiness. Reads
+  /// what the I/O thread owns, so only run() calls it.
+  [[nodiscard]] health_status health() const;
   struct impl;
   service_config cfg_;
   std::unique_ptr<impl> impl_;
