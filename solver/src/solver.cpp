@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <functional>
+#include <optional>
 
 namespace placer {
 
@@ -122,8 +123,23 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   double const validate_us = micros_since(t);
   t = clock_type::now();
   cluster after_state;
-  round_result out = detail::queue_round([this](round_input const& sub) { return solve_one(sub); }, in, memory,
-                                         &after_state);
+  // One budget for the whole round, every sub-problem included: past it a
+  // sub-problem is not solved (its jobs DeadlineExceeded), and the
+  // policies stop between steps and jobs.
+  std::optional<clock_type::time_point> deadline_at;
+  if (in.deadline_us > 0) deadline_at = t_round + std::chrono::microseconds(in.deadline_us);
+  auto const late = [&] { return deadline_at && clock_type::now() > *deadline_at; };
+  auto const core = [&](round_input const& sub) {
+    if (!late()) return solve_one(sub, late);
+    round_result none;
+    none.epoch = sub.state.epoch;
+    for (std::size_t j = 0; j < sub.pending.size(); ++j) {
+      none.unplaced_jobs.push_back({static_cast<std::int32_t>(j), unplaced_reason::deadline_exceeded,
+                                    "round deadline reached"});
+    }
+    return none;
+  };
+  round_result out = detail::queue_round(core, in, memory, &after_state, late);
   double const policies_us = micros_since(t);
   out.epoch = in.state.epoch;
   out.backend = backend_->description();
@@ -343,7 +359,7 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   std::swap(m, ws_->m_best);  // the best round's cluster state, for the metrics
 }
 
-round_result solver::solve_one(round_input const& in) {
+round_result solver::solve_one(round_input const& in, std::function<bool()> const& round_late) {
   auto const t_round = clock_type::now();
   step_counts const steps_round = backend_->steps();
   round_result out;
@@ -407,7 +423,8 @@ round_result solver::solve_one(round_input const& in) {
                                    : in.pol.algo == algorithm::greedy ? detail::assign_mode::greedy
                                                                       : detail::assign_mode::placer;
   auto const out_of_time = [&] {
-    return in.deadline_us > 0 && micros_since(t_round) > static_cast<double>(in.deadline_us);
+    return (in.deadline_us > 0 && micros_since(t_round) > static_cast<double>(in.deadline_us)) ||
+           (round_late && round_late());
   };
   std::int32_t const tries = mode == detail::assign_mode::placer ? repair_tries(in) : 0;
   if (tries > 0) {

@@ -440,14 +440,25 @@ TEST(Service, TheServersTimeBudgetCutsALongRound) {
     return std::count_if(rep.result.unplaced_jobs.begin(), rep.result.unplaced_jobs.end(),
                          [](unplaced const& u) { return u.reason == unplaced_reason::deadline_exceeded; });
   };
+  // With the cross-round policies on, the budget covers the whole round,
+  // every sub-problem they solve included (before, those ran without one).
+  round_input const with_policies = [&] {
+    round_input r = in;
+    r.pol.queue.preemption = true;
+    r.pol.queue.backfill = backfill_mode::easy;
+    r.pol.queue.elastic = true;
+    return r;
+  }();
+  for (auto const* round : {&in, &with_policies}) {
   for (std::int64_t budget_ms : {1, 0}) {
-    SCOPED_TRACE("budget " + std::to_string(budget_ms) + " ms");
+    SCOPED_TRACE(std::string(round == &in ? "one round" : "cross-round policies") + ", budget " +
+                 std::to_string(budget_ms) + " ms");
     service::service_config cfg;
     cfg.endpoint = "tcp://127.0.0.1:*";
     cfg.max_round_ms = budget_ms;
     running_server s(cfg);
     client c({s.endpoint(), 30000, "budget"});
-    auto const rep = c.solve(in);
+    auto const rep = c.solve(*round);
     ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
     expect_round_invariants(in, rep.result);
     if (budget_ms > 0) {
@@ -456,6 +467,7 @@ TEST(Service, TheServersTimeBudgetCutsALongRound) {
       EXPECT_EQ(deadline_exceeded(rep), 0);
       EXPECT_GT(rep.result.placements.size(), 500U);
     }
+  }
   }
 }
 

@@ -302,7 +302,7 @@ void backfill_round::run() {
   // so the budget bounds the round when many do.
   std::size_t budget = max_res + 4;
   std::size_t from = 0;
-  while (budget-- > 0 && res_.size() < max_res) {
+  while (budget-- > 0 && res_.size() < max_res && !ws_.out_of_time()) {
     std::int32_t h = -1;
     for (; from < order_.size(); ++from) {
       if (may_head(order_[from])) {

@@ -452,7 +452,7 @@ void elastic_scale_out(core_fn const& core, work_state& ws, round_result& out) {
       auto const got = place_extras(core, ws, {extra}, mask);
       apply(i, k, got[0]);
     }
-    if (!progress) break;
+    if (!progress || ws.out_of_time()) break;
   }
 
   // Report: pending jobs' placements grow; running jobs get one scale-out.
@@ -870,6 +870,7 @@ void elastic_scale_in_for(core_fn const& core, work_state& ws, std::vector<std::
   for (auto j : blocked) {
     PLACER_EXPECTS(j >= 0 && static_cast<std::size_t>(j) < ws.in.pending.size(),
                    "elastic_scale_in_for: job index out of range");
+    if (ws.out_of_time()) break;
     job const& shape = overrides != nullptr ? (*overrides)[static_cast<std::size_t>(j)]
                                             : ws.in.pending[static_cast<std::size_t>(j)];
     if (shape.replicas <= 0) continue;

@@ -56,6 +56,11 @@ class work_state {
   /// its last checkpoint (start_time when never checkpointed).
   [[nodiscard]] std::int64_t lost_work(std::size_t r) const;
 
+  /// The round's time budget (empty = none): once it says so, the policies
+  /// stop trying more and the round answers with what it has.
+  std::function<bool()> late;
+  [[nodiscard]] bool out_of_time() const { return late && late(); }
+
  private:
   void take(demand const& d, replica_placement const& rp, char const* what);
   /// take() for every replica, all or none: on a throw the ones taken are given back.
@@ -183,6 +188,9 @@ std::string delay_class(job const& j, round_input const& in);
 /// Runs the whole round with the cross-round policies (queue_round.cpp);
 /// the cluster as the round leaves it goes to *final_state (for metrics).
 /// Elastic jobs are placed at min_replicas by the core (a gang), then grown.
-round_result queue_round(core_fn const& core, round_input const& in, queue_memory* memory, cluster* final_state);
+/// `out_of_time`: the round's budget; past it, the steps after the core
+/// assignment are skipped or cut short (each keeps what it has done).
+round_result queue_round(core_fn const& core, round_input const& in, queue_memory* memory, cluster* final_state,
+                         std::function<bool()> out_of_time = {});
 
 }  // namespace placer::detail

@@ -436,6 +436,7 @@ void preempt_for(core_fn const& core, work_state& ws, std::vector<std::int32_t> 
   planner p(core, ws, scope, overrides, out);
   for (auto j : jobs) {
     PLACER_EXPECTS(j >= 0 && static_cast<std::size_t>(j) < ws.in.pending.size(), "preempt_for: job index out of range");
+    if (ws.out_of_time()) break;
     p.place(j);
   }
 }

@@ -32,9 +32,11 @@ std::vector<std::int32_t> still_unplaced(work_state const& ws, round_result cons
 
 }  // namespace
 
-round_result queue_round(core_fn const& core, round_input const& in, queue_memory* memory, cluster* final_state) {
+round_result queue_round(core_fn const& core, round_input const& in, queue_memory* memory, cluster* final_state,
+                         std::function<bool()> out_of_time) {
   queue_policy const& q = in.pol.queue;
   work_state ws(in);
+  ws.late = std::move(out_of_time);
   queue_memory scratch;
   queue_memory& mem = memory != nullptr ? *memory : scratch;
 
@@ -63,8 +65,10 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
   std::vector<char> by_core(in.pending.size(), 0);
   for (auto const& p : out.placements) by_core[static_cast<std::size_t>(p.job)] = 1;
 
+  // Steps 3-7 improve on that assignment; past the budget they are skipped
+  // (and the ones running stop between jobs).
   // 3. Reclaim: inference jobs that did not fit take loaned nodes back.
-  if (q.loaning && (q.auto_reclaim || q.reclaim_nodes > 0)) {
+  if (q.loaning && (q.auto_reclaim || q.reclaim_nodes > 0) && !ws.out_of_time()) {
     std::vector<std::int32_t> inference;
     for (auto j : still_unplaced(ws, out, nullptr)) {
       if (q.auto_reclaim && in.pending[static_cast<std::size_t>(j)].kind == job_kind::inference) inference.push_back(j);
@@ -77,18 +81,18 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
   std::vector<char> const* deferred = q.delay_scheduling ? &plan.deferred_candidate : nullptr;
   //    First, at no lost work: elastic jobs' extra workers yield to blocked
   //    jobs of equal or higher priority (scale-in).
-  if (q.elastic) {
+  if (q.elastic && !ws.out_of_time()) {
     auto blocked = still_unplaced(ws, out, deferred);
     if (!blocked.empty()) elastic_scale_in_for(core, ws, blocked, overrides, out);
   }
-  if (q.preemption) {
+  if (q.preemption && !ws.out_of_time()) {
     auto blocked = still_unplaced(ws, out, deferred);
     if (!blocked.empty()) preempt_for(core, ws, blocked, preempt_scope::priority, overrides, out);
   }
 
   // 5. Network-sensitive preemption: deferred gangs try to consolidate by
   //    preempting insensitive, lower-priority work inside one domain.
-  if (q.network_preemption && q.delay_scheduling) {
+  if (q.network_preemption && q.delay_scheduling && !ws.out_of_time()) {
     std::vector<std::int32_t> waiting;
     for (std::size_t j = 0; j < in.pending.size(); ++j) {
       auto const jj = static_cast<std::int32_t>(j);
@@ -99,7 +103,7 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
 
   // 6. Backfill: reservations for the blocked head(s); undo backfills that
   //    would delay them.
-  if (q.backfill != backfill_mode::off) {
+  if (q.backfill != backfill_mode::off && !ws.out_of_time()) {
     // What the steps above placed on freed resources stays placed.
     std::vector<char> pinned(in.pending.size(), 0);
     for (auto const& p : out.placements) pinned[static_cast<std::size_t>(p.job)] = by_core[static_cast<std::size_t>(p.job)] == 0;
@@ -107,7 +111,7 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
   }
 
   // 7. Elastic: spare GPUs to elastic jobs.
-  if (q.elastic) elastic_scale_out(core, ws, out);
+  if (q.elastic && !ws.out_of_time()) elastic_scale_out(core, ws, out);
 
   // 8. Delay scheduling bookkeeping: Deferred reasons, waits, timers.
   if (q.delay_scheduling) settle_delays(ws, plan, mem, out);

@@ -37,8 +37,9 @@ class solver {
   [[nodiscard]] kernels::backend& backend() { return *backend_; }
 
  private:
-  /// One round's assignment, no cross-round policy.
-  round_result solve_one(round_input const& in);
+  /// One round's assignment, no cross-round policy. `round_late`: the
+  /// budget of the round it is part of (cross-round), beside its own.
+  round_result solve_one(round_input const& in, std::function<bool()> const& round_late = {});
   /// How many re-runs the repair search may take on this round (0: none).
   static std::int32_t repair_tries(round_input const& in);
   /// The repair search (solver.cpp): promotes unplaced jobs while the placed
