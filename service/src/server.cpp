@@ -59,26 +59,33 @@ void session_key(std::string_view peer, std::string_view session, std::string& k
 
 }  // namespace
 
+/// What the heap takes for an allocation of `n` bytes: glibc's chunk, the
+/// request plus an 8-byte header rounded up to 16, 32 at least. A session
+/// is many small vectors (three per node), so this is a tenth of its size.
+namespace {
+std::size_t heap(std::size_t n) { return n == 0 ? 0 : std::max<std::size_t>(32, (n + 8 + 15) & ~std::size_t{15}); }
+}  // namespace
+
 std::size_t session_bytes(cluster const& c, std::vector<job> const& pending, std::vector<running_job> const& running) {
-  auto str = [](std::string const& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; };  // beyond the SSO buffer
-  std::size_t b = sizeof(cluster) + c.nodes.capacity() * sizeof(node) +
-                  c.topo.domains.capacity() * sizeof(topology_domain);
+  auto str = [](std::string const& s) { return s.capacity() > 15 ? heap(s.capacity() + 1) : 0; };  // beyond SSO
+  auto vec = [](auto const& v) { return heap(v.capacity() * sizeof(v[0])); };
+  std::size_t b = sizeof(cluster) + vec(c.nodes) + vec(c.topo.domains);
   for (auto const& d : c.topo.domains) b += str(d.name);
+  b += vec(c.topo.level_names);
   for (auto const& n : c.topo.level_names) b += str(n);
   for (auto const& n : c.nodes) {
-    b += str(n.name) + str(n.gpu_model) + n.gpu_free_milli.capacity() * sizeof(std::int32_t) +
-         n.gpu_healthy.capacity() + n.gpu_nvlink.capacity() + n.labels.capacity() * sizeof(std::string);
+    b += str(n.name) + str(n.gpu_model) + vec(n.gpu_free_milli) + vec(n.gpu_healthy) + vec(n.gpu_nvlink) + vec(n.labels);
     for (auto const& l : n.labels) b += str(l);
   }
-  b += pending.capacity() * sizeof(job);
+  b += vec(pending);
   for (auto const& j : pending) {
-    b += str(j.name) + str(j.queue) + j.allowed_gpu_models.capacity() * sizeof(std::string);
+    b += str(j.name) + str(j.queue) + vec(j.allowed_gpu_models);
     for (auto const& m : j.allowed_gpu_models) b += str(m);
   }
-  b += running.capacity() * sizeof(running_job);
+  b += vec(running);
   for (auto const& r : running) {
-    b += str(r.name) + r.replicas.capacity() * sizeof(replica_placement);
-    for (auto const& rp : r.replicas) b += rp.gpus.capacity() * sizeof(std::int32_t);
+    b += str(r.name) + vec(r.replicas);
+    for (auto const& rp : r.replicas) b += vec(rp.gpus);
   }
   return b;
 }
@@ -327,6 +334,12 @@ struct server::impl {
     if (zap_thread.joinable()) zap_thread.join();
   }
   void serve_zap(int poll_ms);
+  /// Refused CURVE keys: when each was last logged, and refusals since.
+  struct refusal {
+    std::chrono::steady_clock::time_point logged;
+    std::uint64_t suppressed = 0;
+  };
+  std::map<std::string, refusal> refusals;  ///< the ZAP thread's own
   shared_stats stats;
   std::vector<std::unique_ptr<worker>> workers;
   std::string key;    ///< a request's session key, to pick its worker (reused)
@@ -355,8 +368,20 @@ void server::impl::serve_zap(int poll_ms) {
     bool const ok = !key.empty() && std::binary_search(allowed.begin(), allowed.end(), key);
     if (!ok) {
       stats.handshakes_denied.fetch_add(1);
-      log_warn("CURVE handshake refused" + (key.empty() ? std::string() : " for key " + key) +
-               (frames.size() > 3 ? " from " + frames[3].to_string() : std::string()));
+      // A refused client reconnects every 100 ms or so: one line per key
+      // and minute, with the count of those not logged.
+      auto const now = std::chrono::steady_clock::now();
+      if (refusals.size() > 4096) refusals.clear();  // bounded, whatever keys are tried
+      auto& seen = refusals[key];
+      if (seen.suppressed == 0 || now - seen.logged >= std::chrono::minutes(1)) {
+        log_warn("CURVE handshake refused" + (key.empty() ? std::string() : " for key " + key) +
+                 (frames.size() > 3 ? " from " + printable(frames[3].to_string(), 64) : std::string()) +
+                 (seen.suppressed > 1 ? " (" + std::to_string(seen.suppressed - 1) + " more since the last line)"
+                                      : std::string()));
+        seen.logged = now;
+        seen.suppressed = 0;
+      }
+      ++seen.suppressed;
     }
     std::vector<zmq::message_t> reply;
     reply.emplace_back(std::string_view("1.0"));
