@@ -37,13 +37,14 @@ constexpr char const* usage_text = R"(placer: GPU placement solver service
 usage:
   placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--workers N] [--max-message-mib N]
                 [--max-nodes N] [--max-jobs N] [--max-replicas N] [--max-round-ms N] [--max-session-mib N]
-                [--max-queued N] [--max-queued-mib N] [--max-queue-mib N] [--stuck-ms N]
+                [--max-queued N] [--max-queued-mib N] [--max-queue-mib N] [--stuck-ms N] [--http HOST:PORT]
                 [--demo DIR] [--quiet]
                 [--curve-secret FILE --allow-keys DIR | --insecure]
                 (per round: 100000 nodes, 100000 pending jobs, 1000000 pending replicas, 5000 ms by default;
                  sessions: 4096 MiB per worker, least recently used evicted first;
                  waiting rounds: 8 and 256 MiB per peer, 1024 MiB in all, peers served in turn;
                  not ready once a round has run or waited 10000 ms;
+                 --http: GET /metrics (Prometheus), /livez, /readyz; off unless given;
                  without CURVE keys only loopback and ipc:// endpoints, unless --insecure)
   placer keygen --out DIR --name NAME
                 (a CURVE key pair: DIR/NAME.key, public, and DIR/NAME.key_secret, mode 0600)
@@ -281,7 +282,8 @@ int cmd_health(int argc, char** argv) {
               << h.rounds_ok << " rounds, " << h.errors << " errors\n  queue: " << h.queued_rounds << " rounds ("
               << fixed(static_cast<double>(h.queued_bytes) / (1 << 20), 1) << " MiB); refused " << h.refused_busy
               << ", expired " << h.dropped_expired << ", peer gone " << h.dropped_disconnected
-              << "; sessions " << fixed(static_cast<double>(h.session_bytes) / (1 << 20), 1) << " MiB, evicted "
+              << "; " << h.sessions << " sessions (" << fixed(static_cast<double>(h.session_bytes) / (1 << 20), 1)
+              << " MiB), evicted "
               << h.sessions_evicted << "; CURVE handshakes refused " << h.handshakes_denied << "\n";
     for (std::size_t k = 0; k < h.worker_states.size(); ++k) {
       auto const& w = h.worker_states[k];
@@ -372,7 +374,7 @@ int cmd_serve(int argc, char** argv) {
   auto const a = parse(argc, argv,
                        {"endpoint", "backend", "max-message-mib", "demo", "workers", "max-nodes", "max-jobs",
                         "max-replicas", "max-round-ms", "max-session-mib", "curve-secret", "allow-keys", "max-queued",
-                        "max-queued-mib", "max-queue-mib", "stuck-ms"},
+                        "max-queued-mib", "max-queue-mib", "stuck-ms", "http"},
                        {"quiet", "insecure"});
   service::service_config cfg;
   cfg.endpoint = a.get("endpoint", cfg.endpoint);
@@ -389,6 +391,7 @@ int cmd_serve(int argc, char** argv) {
   if (a.has("max-queued-mib")) cfg.queue.peer_bytes = std::stoull(a.get("max-queued-mib")) << 20;
   if (a.has("max-queue-mib")) cfg.queue.total_bytes = std::stoull(a.get("max-queue-mib")) << 20;
   if (a.has("stuck-ms")) cfg.stuck_after_ms = std::stod(a.get("stuck-ms"));
+  cfg.http = a.get("http");
   cfg.curve_secret_file = a.get("curve-secret");
   cfg.allow_keys_dir = a.get("allow-keys");
   cfg.insecure = a.has("insecure");

@@ -774,7 +774,7 @@ void encode_health_reply(fbb_t& fbb, request_header const& h, health_status cons
   auto const body = wire::CreateHealthReply(
       fbb, opt_string(fbb, s.backend), s.workers, s.uptime_s, s.requests, s.rounds_ok, s.errors, s.ready,
       opt_string(fbb, s.not_ready), s.stuck_after_ms, workers, s.queued_rounds, s.queued_bytes, s.refused_busy,
-      s.dropped_expired, s.dropped_disconnected, s.handshakes_denied, s.sessions_evicted, s.session_bytes);
+      s.dropped_expired, s.dropped_disconnected, s.handshakes_denied, s.sessions_evicted, s.session_bytes, s.sessions);
   auto const hdr = header_out(fbb, h);
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::HealthReply, body.Union()));
 }
@@ -808,6 +808,7 @@ health_status decode_health_reply(wire::Envelope const& env) {
   s.handshakes_denied = r->handshakes_denied();
   s.sessions_evicted = r->sessions_evicted();
   s.session_bytes = r->session_bytes();
+  s.sessions = r->sessions();
   return s;
 }
 

@@ -2,6 +2,9 @@
 // inproc PAIR sockets (see server.hpp). ZeroMQ sockets are not thread-safe,
 // so the ROUTER is touched by the I/O thread only; workers get and return
 // whole messages over their own PAIR socket.
+#include "http.hpp"
+#include "metrics.hpp"
+
 #include <placer/service/curve.hpp>
 #include <placer/service/log.hpp>
 #include <placer/service/server.hpp>
@@ -38,6 +41,7 @@ struct shared_stats {
   std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0}, handshakes_denied{0}, sessions_evicted{0};
   std::atomic<std::uint64_t> refused_busy{0}, dropped_expired{0}, dropped_disconnected{0};
   std::atomic<std::int64_t> session_bytes{0};  ///< every worker's sessions' bytes
+  std::atomic<std::int64_t> sessions{0};       ///< every worker's sessions
 };
 
 /// A session belongs to the peer that made it: its key is the peer's
@@ -101,8 +105,8 @@ constexpr std::size_t max_error_bytes = 1024;
 /// same builder, so steady rounds allocate little beyond the solver's result.
 class worker {
  public:
-  worker(service_config const& cfg, shared_stats& stats, int id)
-      : cfg_(cfg), stats_(stats), id_(id),
+  worker(service_config const& cfg, shared_stats& stats, service_metrics* metrics, int id)
+      : cfg_(cfg), stats_(stats), metrics_(metrics), id_(id),
         solver_(kernels::select_backend(cfg.backend, [](std::string const& m) { log_warn(m); })) {}
 
   [[nodiscard]] std::string backend() { return solver_.backend().description(); }
@@ -122,8 +126,10 @@ class worker {
     h.request_id = 0;
     h.session.clear();
     auto reply = [&] { return std::span<std::uint8_t const>(fbb_.GetBufferPointer(), fbb_.GetSize()); };
+    auto held_s = [&] { return (std::max(queued_us, 0.0) + micros_since(t0)) / 1e6; };
     auto fail = [&](wire::ErrorCode code, std::string const& msg) {
       stats_.errors.fetch_add(1);
+      if (metrics_ != nullptr) metrics_->round(code, held_s());
       log_warn("request " + std::to_string(h.request_id) + " rejected: " + error_code_name(code) + ": " + msg);
       // Bounded: a message may quote the request's own text.
       encode_error(fbb_, h, code, msg.size() <= max_error_bytes ? msg : printable(msg, max_error_bytes));
@@ -200,6 +206,7 @@ class worker {
         if (kept == nullptr) {
           kept = &sessions_[key_];
           kept->memory = std::move(scratch);
+          stats_.sessions.fetch_add(1);
         }
         std::swap(kept->state, in.state);
         std::swap(kept->pending, in.pending);
@@ -212,6 +219,7 @@ class worker {
       }
       double const us = micros_since(t0);
       stats_.rounds_ok.fetch_add(1);
+      if (metrics_ != nullptr) metrics_->round(wire::ErrorCode::Ok, held_s(), &r, h.session);
       if (cfg_.log_rounds) {
         log_info("round " + std::to_string(h.request_id) + ": " + std::to_string(n_nodes) + " nodes, " +
                  std::to_string(n_pending) + " pending, " + std::to_string(r.placements.size()) + " placed, " +
@@ -231,6 +239,7 @@ class worker {
  private:
   service_config const& cfg_;
   shared_stats& stats_;
+  service_metrics* metrics_;  ///< null without --http
   int id_;
   solver solver_;
   struct session {
@@ -259,6 +268,7 @@ class worker {
       }
       hold(-static_cast<std::int64_t>(lru->second.bytes));
       sessions_.erase(lru);
+      stats_.sessions.fetch_sub(1);
       stats_.sessions_evicted.fetch_add(1);
     }
   }
@@ -341,6 +351,8 @@ struct server::impl {
   };
   std::map<std::string, refusal> refusals;  ///< the ZAP thread's own
   shared_stats stats;
+  std::unique_ptr<service_metrics> metrics;  ///< with --http
+  std::unique_ptr<http_endpoint> http;       ///< with --http; before ctx goes
   std::vector<std::unique_ptr<worker>> workers;
   std::string key;    ///< a request's session key, to pick its worker (reused)
   std::string owner;  ///< a request's owner: CURVE key or routing identity (reused)
@@ -417,7 +429,10 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
                           "--curve-secret FILE and --allow-keys DIR (placer keygen makes the keys), bind a loopback "
                           "or ipc:// endpoint, or pass --insecure on a network you trust");
   }
-  for (int k = 0; k < cfg_.workers; ++k) impl_->workers.push_back(std::make_unique<worker>(cfg_, impl_->stats, k));
+  if (!cfg_.http.empty()) impl_->metrics = std::make_unique<service_metrics>();
+  for (int k = 0; k < cfg_.workers; ++k) {
+    impl_->workers.push_back(std::make_unique<worker>(cfg_, impl_->stats, impl_->metrics.get(), k));
+  }
   // Bound the largest frame at the transport too (a generous multiple of the
   // application limit, which answers with ResourceExhausted instead).
   impl_->router.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(cfg_.max_message_bytes) * 2);
@@ -431,11 +446,20 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
   impl_->router.bind(cfg_.endpoint);
   endpoint_ = impl_->router.get(zmq::sockopt::last_endpoint);
   impl_->backend = backend_description();
+  if (!cfg_.http.empty()) {
+    // The HTTP probes ask the I/O thread over a second endpoint of its own
+    // ROUTER (inproc: no network, no CURVE handshake).
+    std::string const probe = "inproc://placer-probe-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
+    impl_->router.bind(probe);
+    impl_->http = std::make_unique<http_endpoint>(cfg_.http, impl_->ctx, probe, *impl_->metrics, 1000);
+  }
 }
 
 server::~server() = default;
 
 std::string server::backend_description() const { return impl_->workers.front()->backend(); }
+
+std::string server::http_address() const { return impl_->http ? impl_->http->address() : std::string(); }
 
 server_stats server::stats() const {
   return {impl_->stats.requests.load(), impl_->stats.rounds_ok.load(), impl_->stats.errors.load(),
@@ -490,6 +514,7 @@ health_status server::health() const {
   h.handshakes_denied = st.handshakes_denied;
   h.sessions_evicted = st.sessions_evicted;
   h.session_bytes = st.session_bytes;
+  h.sessions = static_cast<std::uint64_t>(impl_->stats.sessions.load());
   return h;
 }
 
@@ -573,6 +598,7 @@ void server::run(std::atomic<bool> const* external_stop) {
                           std::string const& msg, std::uint32_t retry_after_ms = 0) {
     io.stats.requests.fetch_add(1);
     io.stats.errors.fetch_add(1);
+    if (io.metrics) io.metrics->round(code, 0);
     log_warn("request " + std::to_string(h.request_id) + " rejected: " + error_code_name(code) + ": " + msg);
     encode_error(io.io_fbb, h, code, msg, retry_after_ms);
     frames.back() = zmq::message_t(io.io_fbb.GetBufferPointer(), io.io_fbb.GetSize());

@@ -9,6 +9,7 @@
 #include <placer/traces/synthetic.hpp>
 
 #include <gtest/gtest.h>
+#include <httplib.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -19,6 +20,7 @@
 #include <map>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <zmq.hpp>
 
@@ -1006,6 +1008,85 @@ TEST(Service, RoundsWhosePeerLeftOrWhoseDeadlinePassedAreNotSolved) {
   auto const h = probe.health();
   EXPECT_EQ(h.dropped_expired, 1U);
   EXPECT_EQ(h.queued_rounds, 0U);
+}
+
+/// A sample's value in a Prometheus text scrape (-1 when absent).
+double sample(std::string const& text, std::string const& series) {
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  return -1;
+}
+
+TEST(Service, MetricsAndProbesOverHttpFollowTheRounds) {
+  // A real HTTP client against `--http`: the counters move with the rounds
+  // sent, and /readyz turns 503 while the one worker is stuck, /livez stays
+  // 200 (the I/O thread answers), both from the probe `placer health` uses.
+  gate g;
+  std::atomic<bool> hold{false};
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.http = "127.0.0.1:0";
+  cfg.stuck_after_ms = 50;
+  cfg.on_solve = [&](std::uint64_t id) {
+    if (hold.load()) g(id);
+  };
+  running_server s(cfg);
+  ASSERT_FALSE(s.get().http_address().empty());
+  httplib::Client web("http://" + s.get().http_address());
+  web.set_read_timeout(10, 0);
+  auto get = [&](char const* path) {
+    auto res = web.Get(path);
+    EXPECT_TRUE(res) << path << ": " << httplib::to_string(res.error());
+    return res ? std::make_pair(res->status, res->body) : std::make_pair(0, std::string());
+  };
+  auto const before = get("/metrics");
+  ASSERT_EQ(before.first, 200);
+  EXPECT_EQ(sample(before.second, "placer_up"), 1);
+  EXPECT_EQ(sample(before.second, "placer_ready"), 1);
+  EXPECT_EQ(sample(before.second, "placer_rounds_total{code=\"Ok\"}"), -1) << "no round yet";
+
+  client c({s.endpoint(), 5000, "metrics"});
+  round_input in = demo_round();
+  auto const ok = c.solve(in);
+  ASSERT_EQ(ok.code, ErrorCode::Ok);
+  in.pending[0].per_replica.cpu_milli = -5;
+  ASSERT_EQ(c.solve(in).code, ErrorCode::InvalidArgument);
+  std::size_t replicas = 0;
+  for (auto const& p : ok.result.placements) replicas += p.replicas.size();
+
+  auto const after = get("/metrics");
+  EXPECT_EQ(sample(after.second, "placer_rounds_total{code=\"Ok\"}"), 1);
+  EXPECT_EQ(sample(after.second, "placer_rounds_total{code=\"InvalidArgument\"}"), 1);
+  EXPECT_EQ(sample(after.second, "placer_round_duration_seconds_count"), 1);
+  EXPECT_EQ(sample(after.second, "placer_stage_duration_seconds_count{stage=\"assign\"}"), 1);
+  EXPECT_EQ(sample(after.second, "placer_replicas_placed_total"), static_cast<double>(replicas));
+  EXPECT_EQ(sample(after.second, "placer_requests_total"), 2);
+  EXPECT_EQ(sample(after.second, "placer_sessions"), 1);
+  EXPECT_GT(sample(after.second, "placer_session_bytes"), 0);
+  EXPECT_NEAR(sample(after.second, "placer_cluster_gpu_allocation_ratio{session=\"metrics\"}"),
+              ok.result.metrics.gar_after, 1e-9);
+  EXPECT_EQ(sample(after.second, "placer_worker_state{state=\"idle\",worker=\"0\"}"), 1);
+  EXPECT_EQ(get("/livez").first, 200);
+  EXPECT_EQ(get("/readyz").first, 200);
+
+  hold = true;
+  zmq::context_t ctx;
+  raw_peer a(ctx, s.endpoint());
+  a.send(9);
+  ASSERT_TRUE(g.taken(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // past the 50 ms threshold
+  auto const stuck = get("/readyz");
+  EXPECT_EQ(stuck.first, 503);
+  EXPECT_NE(stuck.second.find("worker 0 has been on one round"), std::string::npos) << stuck.second;
+  EXPECT_EQ(get("/livez").first, 200) << "the I/O thread still answers";
+  EXPECT_EQ(sample(get("/metrics").second, "placer_worker_state{state=\"stuck\",worker=\"0\"}"), 1);
+  g.open();
+  EXPECT_EQ(a.receive().code, ErrorCode::Ok);
+  EXPECT_EQ(get("/readyz").first, 200);
+  EXPECT_EQ(get("/nothing-here").first, 404);
 }
 
 TEST(Service, ClientRetriesARoundLostWithAServerThatDied) {

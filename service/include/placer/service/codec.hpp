@@ -115,7 +115,7 @@ struct health_status {
   std::vector<worker_health> worker_states;
   std::uint32_t queued_rounds = 0;
   std::uint64_t queued_bytes = 0, refused_busy = 0, dropped_expired = 0, dropped_disconnected = 0;
-  std::uint64_t handshakes_denied = 0, sessions_evicted = 0, session_bytes = 0;
+  std::uint64_t handshakes_denied = 0, sessions_evicted = 0, session_bytes = 0, sessions = 0;
 };
 void encode_health_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h);
 void encode_health_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, health_status const& s);

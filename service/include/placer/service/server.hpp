@@ -83,6 +83,9 @@ struct service_config {
   /// Readiness: the server is not ready while a worker has been on one
   /// round, or a round has waited for its worker, longer than this.
   double stuck_after_ms = 10000;
+  /// "HOST:PORT" (port 0: any free one) to serve /metrics, /livez and
+  /// /readyz over HTTP (service/src/http.hpp); empty = off.
+  std::string http;
   /// Called by a worker just before it solves a round (with the request
   /// id): a seam for tests that need a worker held busy, and for tracing.
   std::function<void(std::uint64_t)> on_solve;
@@ -119,6 +122,8 @@ class server {
   /// The bound endpoint (resolves "tcp://127.0.0.1:*" to the real port).
   [[nodiscard]] std::string endpoint() const { return endpoint_; }
   [[nodiscard]] std::string backend_description() const;
+  /// The HTTP endpoint as bound ("host:port"), empty without --http.
+  [[nodiscard]] std::string http_address() const;
   [[nodiscard]] server_stats stats() const;
 
   /// Serves until stop() is called or *external_stop becomes true.
