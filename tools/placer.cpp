@@ -38,7 +38,7 @@ usage:
   placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--workers N] [--max-message-mib N]
                 [--max-nodes N] [--max-jobs N] [--max-replicas N] [--max-round-ms N] [--max-session-mib N]
                 [--max-queued N] [--max-queued-mib N] [--max-queue-mib N] [--stuck-ms N] [--http HOST:PORT]
-                [--demo DIR] [--quiet]
+                [--demo DIR] [--quiet] [--log-format text|json] [--log-level debug|info|warn|error]
                 [--curve-secret FILE --allow-keys DIR | --insecure]
                 (per round: 100000 nodes, 100000 pending jobs, 1000000 pending replicas, 5000 ms by default;
                  sessions: 4096 MiB per worker, least recently used evicted first;
@@ -374,7 +374,7 @@ int cmd_serve(int argc, char** argv) {
   auto const a = parse(argc, argv,
                        {"endpoint", "backend", "max-message-mib", "demo", "workers", "max-nodes", "max-jobs",
                         "max-replicas", "max-round-ms", "max-session-mib", "curve-secret", "allow-keys", "max-queued",
-                        "max-queued-mib", "max-queue-mib", "stuck-ms", "http"},
+                        "max-queued-mib", "max-queue-mib", "stuck-ms", "http", "log-format", "log-level"},
                        {"quiet", "insecure"});
   service::service_config cfg;
   cfg.endpoint = a.get("endpoint", cfg.endpoint);
@@ -392,6 +392,8 @@ int cmd_serve(int argc, char** argv) {
   if (a.has("max-queue-mib")) cfg.queue.total_bytes = std::stoull(a.get("max-queue-mib")) << 20;
   if (a.has("stuck-ms")) cfg.stuck_after_ms = std::stod(a.get("stuck-ms"));
   cfg.http = a.get("http");
+  service::set_log_format(service::parse_log_format(a.get("log-format", "text")));
+  service::set_log_level(service::parse_log_level(a.get("log-level", "info")));
   cfg.curve_secret_file = a.get("curve-secret");
   cfg.allow_keys_dir = a.get("allow-keys");
   cfg.insecure = a.has("insecure");

@@ -25,12 +25,14 @@ namespace placer::service {
 
 namespace {
 
-std::string fmt_ms(double us) {
+/// Microseconds as milliseconds, 3 decimals ("1.234").
+std::string millis(double us) {
   std::ostringstream o;
   o.precision(3);
-  o << std::fixed << us / 1000.0 << " ms";
+  o << std::fixed << us / 1000.0;
   return o.str();
 }
+std::string fmt_ms(double us) { return millis(us) + " ms"; }
 
 double micros_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
@@ -68,6 +70,28 @@ void session_key(std::string_view peer, std::string_view session, std::string& k
 /// is many small vectors (three per node), so this is a tenth of its size.
 namespace {
 std::size_t heap(std::size_t n) { return n == 0 ? 0 : std::max<std::size_t>(32, (n + 8 + 15) & ~std::size_t{15}); }
+/// A peer as the logs name it: its CURVE key, or its connection's routing
+/// identity in hex ("conn:..."; libzmq's are 5 binary bytes).
+std::string peer_label(std::string_view owner) {
+  if (owner.rfind("id:", 0) != 0) return std::string(owner);
+  static constexpr char hex[] = "0123456789abcdef";
+  std::string out = "conn:";
+  for (std::size_t k = 3; k < owner.size() && k < 3 + 64; ++k) {
+    auto const c = static_cast<unsigned char>(owner[k]);
+    out += hex[c >> 4];
+    out += hex[c & 15];
+  }
+  return out;
+}
+
+void log_rejected(request_header const& h, std::string_view owner, wire::ErrorCode code, std::string const& msg) {
+  log_warn("rejected", {{"request_id", std::to_string(h.request_id)},
+                        {"session", h.session},
+                        {"peer", peer_label(owner)},
+                        {"code", error_code_name(code)},
+                        {"error", msg}});
+}
+
 }  // namespace
 
 std::size_t session_bytes(cluster const& c, std::vector<job> const& pending, std::vector<running_job> const& running) {
@@ -130,7 +154,7 @@ class worker {
     auto fail = [&](wire::ErrorCode code, std::string const& msg) {
       stats_.errors.fetch_add(1);
       if (metrics_ != nullptr) metrics_->round(code, held_s());
-      log_warn("request " + std::to_string(h.request_id) + " rejected: " + error_code_name(code) + ": " + msg);
+      log_rejected(h, peer, code, msg);
       // Bounded: a message may quote the request's own text.
       encode_error(fbb_, h, code, msg.size() <= max_error_bytes ? msg : printable(msg, max_error_bytes));
       return reply();
@@ -221,10 +245,16 @@ class worker {
       stats_.rounds_ok.fetch_add(1);
       if (metrics_ != nullptr) metrics_->round(wire::ErrorCode::Ok, held_s(), &r, h.session);
       if (cfg_.log_rounds) {
-        log_info("round " + std::to_string(h.request_id) + ": " + std::to_string(n_nodes) + " nodes, " +
-                 std::to_string(n_pending) + " pending, " + std::to_string(r.placements.size()) + " placed, " +
-                 std::to_string(r.unplaced_jobs.size()) + " unplaced in " + fmt_ms(us) + " (worker " +
-                 std::to_string(id_) + ", " + r.backend + ")");
+        log_info("round", {{"request_id", std::to_string(h.request_id)},
+                           {"session", h.session},
+                           {"peer", peer_label(peer)},
+                           {"nodes", std::to_string(n_nodes)},
+                           {"pending", std::to_string(n_pending)},
+                           {"placed", std::to_string(r.placements.size())},
+                           {"unplaced", std::to_string(r.unplaced_jobs.size())},
+                           {"ms", millis(us)},
+                           {"worker", std::to_string(id_)},
+                           {"backend", r.backend}});
       }
       return reply();
     } catch (logic_error const& e) {
@@ -594,12 +624,14 @@ void server::run(std::atomic<bool> const* external_stop) {
   };
 
   // An answer from the I/O thread itself (a refusal or a lapsed deadline).
-  auto answer_error = [&](std::vector<zmq::message_t>& frames, request_header const& h, wire::ErrorCode code,
-                          std::string const& msg, std::uint32_t retry_after_ms = 0) {
+  auto answer_error = [&](queued_round& q, wire::ErrorCode code, std::string const& msg,
+                          std::uint32_t retry_after_ms = 0) {
     io.stats.requests.fetch_add(1);
     io.stats.errors.fetch_add(1);
     if (io.metrics) io.metrics->round(code, 0);
-    log_warn("request " + std::to_string(h.request_id) + " rejected: " + error_code_name(code) + ": " + msg);
+    log_rejected(q.header, q.owner, code, msg);
+    auto& frames = q.frames;
+    auto const& h = q.header;
     encode_error(io.io_fbb, h, code, msg, retry_after_ms);
     frames.back() = zmq::message_t(io.io_fbb.GetBufferPointer(), io.io_fbb.GetSize());
     send_all(router, frames);
@@ -675,7 +707,7 @@ void server::run(std::atomic<bool> const* external_stop) {
                                 ? "your waiting rounds would pass " + std::to_string(cfg_.queue.peer_bytes >> 20) + " MiB"
                                 : "the server's waiting rounds would pass " +
                                       std::to_string(cfg_.queue.total_bytes >> 20) + " MiB";
-    answer_error(q.frames, q.header, wire::ErrorCode::ResourceExhausted,
+    answer_error(q, wire::ErrorCode::ResourceExhausted,
                  "queue full: " + why + "; retry after about " + std::to_string(static_cast<int>(hint)) + " ms",
                  static_cast<std::uint32_t>(hint));
   };
@@ -688,7 +720,7 @@ void server::run(std::atomic<bool> const* external_stop) {
       double const waited_us = micros_since(q->arrived);
       if (q->deadline_us > 0 && waited_us >= static_cast<double>(q->deadline_us)) {
         io.stats.dropped_expired.fetch_add(1);
-        answer_error(q->frames, q->header, wire::ErrorCode::DeadlineExceeded,
+        answer_error(*q, wire::ErrorCode::DeadlineExceeded,
                      "waited " + fmt_ms(waited_us) + " for a worker, past the request's deadline of " +
                          fmt_ms(static_cast<double>(q->deadline_us)) + "; not solved");
         continue;

@@ -526,6 +526,30 @@ TEST(Log, PeersTextCannotSplitOrForgeALine) {
             "job\\x0a2026-11-25T00:00:00.000Z placer INFO all good\\x1b[0m\\x5c");
   EXPECT_EQ(service::printable(std::string(10, 'a'), 4), "aaaa... (6 bytes more)");
   EXPECT_EQ(service::printable("plain text", 100), "plain text");
+  EXPECT_EQ(service::json_escaped("a\"b\\c\nd\xff", 100), "a\\\"b\\\\c\\u000ad\\u00ff");
+}
+
+TEST(Log, AnEventIsOneLineWithItsFieldsInTextAndJson) {
+  // A session id that would close the field, end the line and forge one.
+  std::string const hostile = "s\" x=1\n{\"msg\":\"forged\"}";
+  for (auto format : {service::log_format::text, service::log_format::json}) {
+    service::set_log_format(format);
+    ::testing::internal::CaptureStderr();
+    service::log_info("round", {{"request_id", "7"}, {"session", hostile}});
+    std::string const out = ::testing::internal::GetCapturedStderr();
+    service::set_log_format(service::log_format::text);
+    ASSERT_FALSE(out.empty());
+    EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 1) << out;
+    if (format == service::log_format::text) {
+      EXPECT_NE(out.find(" placer info round request_id=7 session=\"s\\x22 x=1\\x0a{\\x22msg"), std::string::npos)
+          << out;
+    } else {
+      EXPECT_EQ(out.front(), '{') << out;
+      EXPECT_NE(out.find(R"("msg":"round","request_id":"7","session":"s\" x=1\u000a{\"msg\":\"forged\"}"})"),
+                std::string::npos)
+          << out;
+    }
+  }
 }
 
 TEST(Service, NanAndOutOfRangeFloatsAreRefused) {
