@@ -81,15 +81,15 @@ bench_args parse(int argc, char** argv) {
   a.scenario = opts.get("scenario", a.scenario);
   a.endpoint = opts.get("endpoint");
   a.data_dir = opts.get("data");
-  if (opts.has("rounds")) a.rounds = std::stoi(opts.get("rounds"));
-  if (opts.has("warmup")) a.warmup = std::stoi(opts.get("warmup"));
-  if (opts.has("delta")) a.delta_nodes = std::stoi(opts.get("delta"));
-  if (opts.has("job-churn")) a.job_churn = std::stoi(opts.get("job-churn"));
   a.mode = opts.get("mode", a.mode);
-  if (opts.has("rate")) a.rate = std::stod(opts.get("rate"));
-  if (opts.has("timeout-ms")) a.timeout_ms = std::stoi(opts.get("timeout-ms"));
-  if (opts.has("retries")) a.retries = std::stoi(opts.get("retries"));
   try {
+    a.rounds = static_cast<int>(opts.integer("rounds", a.rounds));
+    a.warmup = static_cast<int>(opts.integer("warmup", a.warmup));
+    a.delta_nodes = static_cast<int>(opts.integer("delta", a.delta_nodes));
+    a.job_churn = static_cast<int>(opts.integer("job-churn", a.job_churn));
+    a.rate = opts.number("rate", a.rate);
+    a.timeout_ms = static_cast<int>(opts.integer("timeout-ms", a.timeout_ms));
+    a.retries = static_cast<int>(opts.integer("retries", a.retries));
     a.connection = client_connection(opts, a.timeout_ms);
   } catch (usage_error const& e) {
     usage(e.what());

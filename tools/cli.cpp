@@ -1,6 +1,7 @@
 // Option parsing and the data-directory rule shared by the verbs (cli.hpp).
 #include "cli.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 
@@ -30,10 +31,34 @@ cli_args parse_cli(int argc, char** argv, int first, std::set<std::string> const
   return a;
 }
 
+long long integer_option(std::map<std::string, std::string> const& opts, std::string const& key, long long def) {
+  auto const it = opts.find(key);
+  if (it == opts.end()) return def;
+  try {
+    std::size_t pos = 0;
+    long long const v = std::stoll(it->second, &pos);
+    if (pos == it->second.size() && v >= 0) return v;
+  } catch (std::exception const&) {
+  }
+  throw usage_error("--" + key + " needs a non-negative integer, got '" + it->second + "'");
+}
+
+double number_option(std::map<std::string, std::string> const& opts, std::string const& key, double def) {
+  auto const it = opts.find(key);
+  if (it == opts.end()) return def;
+  try {
+    std::size_t pos = 0;
+    double const v = std::stod(it->second, &pos);
+    if (pos == it->second.size() && v >= 0 && std::isfinite(v)) return v;
+  } catch (std::exception const&) {
+  }
+  throw usage_error("--" + key + " needs a non-negative number, got '" + it->second + "'");
+}
+
 client_options client_connection(cli_args const& a, int timeout_ms) {
   client_options opt;
   opt.endpoint = a.get("endpoint", "tcp://127.0.0.1:5555");
-  opt.timeout_ms = a.has("timeout-ms") ? std::stoi(a.get("timeout-ms")) : timeout_ms;
+  opt.timeout_ms = static_cast<int>(a.integer("timeout-ms", timeout_ms));
   if (a.has("server-key") != a.has("client-cert")) {
     throw usage_error("--server-key and --client-cert go together (placer keygen makes both)");
   }

@@ -16,6 +16,12 @@ struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// An option's value as a non-negative integer, or number; `def` when the
+/// option is absent; a usage_error naming the option and the value when it
+/// is not one (no bare std::stoi message).
+long long integer_option(std::map<std::string, std::string> const& opts, std::string const& key, long long def);
+double number_option(std::map<std::string, std::string> const& opts, std::string const& key, double def);
+
 struct cli_args {
   std::map<std::string, std::string> opts;
   std::set<std::string> flags;
@@ -25,6 +31,8 @@ struct cli_args {
     return it == opts.end() ? def : it->second;
   }
   [[nodiscard]] bool has(std::string const& k) const { return flags.count(k) != 0 || opts.count(k) != 0; }
+  [[nodiscard]] long long integer(std::string const& k, long long def) const { return integer_option(opts, k, def); }
+  [[nodiscard]] double number(std::string const& k, double def) const { return number_option(opts, k, def); }
 };
 
 /// Parses argv[first..argc). Options in `valued` take a value; those in

@@ -70,15 +70,19 @@ std::vector<std::string> split(std::string const& s, char sep) {
 
 std::vector<std::uint64_t> parse_seeds(std::string const& s) {
   std::vector<std::uint64_t> out;
+  auto seed = [&](std::string const& text) {
+    std::map<std::string, std::string> const one{{"seeds", text}};
+    return static_cast<std::uint64_t>(integer_option(one, "seeds", 0));
+  };
   for (auto const& part : split(s, ',')) {
     auto const dash = part.find('-');
     if (dash != std::string::npos && dash > 0) {
-      auto const a = std::stoull(part.substr(0, dash));
-      auto const b = std::stoull(part.substr(dash + 1));
+      auto const a = seed(part.substr(0, dash));
+      auto const b = seed(part.substr(dash + 1));
       if (b < a) throw usage_error("--seeds range " + part + " is empty");
       for (auto x = a; x <= b; ++x) out.push_back(x);
     } else {
-      out.push_back(std::stoull(part));
+      out.push_back(seed(part));
     }
   }
   if (out.empty()) throw usage_error("--seeds gives no seed");
@@ -141,7 +145,7 @@ int cmd_experiment(int argc, char** argv) {
     }
     std::int32_t batch = 64;
     if (opts.count("batch") != 0) {
-      batch = std::stoi(opts["batch"]);
+      batch = static_cast<std::int32_t>(integer_option(opts, "batch", batch));
       if (batch < 1) throw usage_error("--batch must be >= 1");
       if (std::find(pols.begin(), pols.end(), fgd::policy::placer_batch) == pols.end()) {
         pols.push_back(fgd::policy::placer_batch);
@@ -149,7 +153,7 @@ int cmd_experiment(int argc, char** argv) {
     }
     if (pols.empty()) throw usage_error("--policies gives no policy");
     unsigned jobs = std::max(1U, std::thread::hardware_concurrency());
-    if (opts.count("jobs") != 0) jobs = static_cast<unsigned>(std::max(1, std::stoi(opts["jobs"])));
+    if (opts.count("jobs") != 0) jobs = static_cast<unsigned>(std::max<long long>(1, integer_option(opts, "jobs", 1)));
 
     std::map<std::pair<std::string, std::string>, std::vector<double>> published;
     if (fs::is_regular_file(published_csv)) {
@@ -373,21 +377,6 @@ std::string file_part(std::string s) {
   return s;
 }
 
-long long opt_int(std::map<std::string, std::string> const& o, std::string const& k, long long def) {
-  auto it = o.find(k);
-  if (it == o.end()) return def;
-  std::size_t pos = 0;
-  long long v = -1;
-  try {
-    v = std::stoll(it->second, &pos);
-  } catch (std::exception const&) {
-    pos = 0;
-  }
-  if (pos == 0 || pos != it->second.size() || v < 0)
-    throw usage_error("--" + k + " needs a non-negative integer, got '" + it->second + "'");
-  return v;
-}
-
 std::string run_json(policy_run const& r, std::string const& workload) {
   std::string o = "{\"workload\":" + sim::json_quote(workload) + ",\"run\":" + sim::json_quote(r.var.label) +
                   ",\"algorithm\":" + sim::json_quote(algorithm_name(r.var.algo)) +
@@ -457,15 +446,15 @@ int cmd_experiment_policies(int argc, char** argv) {
     bool const json = args.flags.count("json") != 0;
     sim::workload_options base;
     base.data_dir = shared_data_dir(argv[0], args.get("data"));
-    base.limit = static_cast<std::int32_t>(opt_int(o, "limit", 6000));
-    base.nodes = static_cast<std::int32_t>(opt_int(o, "nodes", 0));
-    base.inference_nodes = static_cast<std::int32_t>(opt_int(o, "inference-nodes", 0));
-    base.seed = static_cast<std::uint64_t>(opt_int(o, "seed", 1));
+    base.limit = static_cast<std::int32_t>(integer_option(o, "limit", 6000));
+    base.nodes = static_cast<std::int32_t>(integer_option(o, "nodes", 0));
+    base.inference_nodes = static_cast<std::int32_t>(integer_option(o, "inference-nodes", 0));
+    base.seed = static_cast<std::uint64_t>(integer_option(o, "seed", 1));
     sim::sim_config cfg0;
-    cfg0.interval = opt_int(o, "interval", 60);
+    cfg0.interval = integer_option(o, "interval", 60);
     if (cfg0.interval < 1) throw usage_error("--interval must be at least 1");
-    cfg0.checkpoint_interval = opt_int(o, "checkpoint-interval", cfg0.checkpoint_interval);
-    auto const jobs = static_cast<unsigned>(std::max<long long>(1, opt_int(o, "jobs", 1)));
+    cfg0.checkpoint_interval = integer_option(o, "checkpoint-interval", cfg0.checkpoint_interval);
+    auto const jobs = static_cast<unsigned>(std::max<long long>(1, integer_option(o, "jobs", 1)));
     std::string const backend = args.get("backend", "auto");
 
     std::vector<std::string> names;

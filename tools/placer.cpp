@@ -12,7 +12,10 @@
 #include "cli.hpp"
 #include "commands.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
+#include <cctype>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -300,7 +303,7 @@ int cmd_health(int argc, char** argv) {
 int cmd_compare(int argc, char** argv) {
   auto const a = parse(argc, argv, {"cluster", "jobs", "backend", "repeat"}, {});
   round_input in = load_round(a);
-  int const repeat = std::max(1, std::stoi(a.get("repeat", "3")));
+  int const repeat = std::max(1, static_cast<int>(a.integer("repeat", 3)));
   solver s(kernels::select_backend(a.get("backend", "auto"), [](std::string const& m) { service::log_info(m); }));
   std::int64_t demand = 0;
   for (auto const& j : in.pending) demand += j.per_replica.gpu_milli_total() * j.replicas;
@@ -370,48 +373,112 @@ void play_demo(std::string const& endpoint, std::string const& dir) {
   std::cout << o.str() << std::flush;
 }
 
+/// `placer serve`: every option also from a PLACER_* environment variable
+/// (PLACER_MAX_NODES for --max-nodes) and from a config file (--config
+/// FILE, `key = value` lines, TOML or INI); the command line wins, then
+/// the file, then the environment. CLI11 names the option and the value in
+/// every error.
 int cmd_serve(int argc, char** argv) {
-  auto const a = parse(argc, argv,
-                       {"endpoint", "backend", "max-message-mib", "demo", "workers", "max-nodes", "max-jobs",
-                        "max-replicas", "max-round-ms", "max-session-mib", "curve-secret", "allow-keys", "max-queued",
-                        "max-queued-mib", "max-queue-mib", "stuck-ms", "http", "log-format", "log-level"},
-                       {"quiet", "insecure"});
   service::service_config cfg;
-  cfg.endpoint = a.get("endpoint", cfg.endpoint);
-  cfg.backend = a.get("backend", cfg.backend);
-  if (a.has("max-message-mib")) cfg.max_message_bytes = std::stoull(a.get("max-message-mib")) << 20;
-  cfg.log_rounds = !a.has("quiet");
-  if (a.has("workers")) cfg.workers = std::stoi(a.get("workers"));
-  if (a.has("max-nodes")) cfg.limits.nodes = std::stoll(a.get("max-nodes"));
-  if (a.has("max-jobs")) cfg.limits.pending_jobs = cfg.limits.running_jobs = std::stoll(a.get("max-jobs"));
-  if (a.has("max-replicas")) cfg.limits.replicas = std::stoll(a.get("max-replicas"));
-  if (a.has("max-round-ms")) cfg.max_round_ms = std::stoll(a.get("max-round-ms"));
-  if (a.has("max-session-mib")) cfg.max_session_bytes = std::stoull(a.get("max-session-mib")) << 20;
-  if (a.has("max-queued")) cfg.queue.peer_rounds = std::stoull(a.get("max-queued"));
-  if (a.has("max-queued-mib")) cfg.queue.peer_bytes = std::stoull(a.get("max-queued-mib")) << 20;
-  if (a.has("max-queue-mib")) cfg.queue.total_bytes = std::stoull(a.get("max-queue-mib")) << 20;
-  if (a.has("stuck-ms")) cfg.stuck_after_ms = std::stod(a.get("stuck-ms"));
-  cfg.http = a.get("http");
-  service::set_log_format(service::parse_log_format(a.get("log-format", "text")));
-  service::set_log_level(service::parse_log_level(a.get("log-level", "info")));
-  cfg.curve_secret_file = a.get("curve-secret");
-  cfg.allow_keys_dir = a.get("allow-keys");
-  cfg.insecure = a.has("insecure");
+  CLI::App app("placer serve: the placement service on a ZeroMQ socket", "placer serve");
+  app.set_config("--config", "",
+                 "read options from FILE (key = value lines, TOML or INI); the command line wins over the file, the "
+                 "file over PLACER_* variables");
+  app.get_formatter()->column_width(34);
+  auto env = [](CLI::Option* o) {
+    std::string name = o->get_name(false, true);  // --max-nodes
+    name = name.substr(name.find_first_not_of('-'));
+    std::string var = "PLACER_";
+    for (char c : name) var += c == '-' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return o->envname(var);
+  };
+  std::int64_t message_mib = static_cast<std::int64_t>(cfg.max_message_bytes >> 20);
+  std::int64_t session_mib = static_cast<std::int64_t>(cfg.max_session_bytes >> 20);
+  std::int64_t queued_mib = static_cast<std::int64_t>(cfg.queue.peer_bytes >> 20);
+  std::int64_t queue_mib = static_cast<std::int64_t>(cfg.queue.total_bytes >> 20);
+  std::int64_t max_jobs = cfg.limits.pending_jobs;
+  std::string log_format = "text", log_level = "info", demo;
+  bool quiet = false;
+  env(app.add_option("--endpoint", cfg.endpoint, "ZeroMQ endpoint to bind")->capture_default_str());
+  env(app.add_option("--backend", cfg.backend, "solver backend")
+          ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+          ->capture_default_str());
+  env(app.add_option("--workers", cfg.workers, "solver threads, each with its own backend")
+          ->check(CLI::Range(1, 256))
+          ->capture_default_str());
+  env(app.add_option("--max-message-mib", message_mib, "largest request, MiB")
+          ->check(CLI::Range(std::int64_t{1}, std::int64_t{4096}))
+          ->capture_default_str());
+  env(app.add_option("--max-nodes", cfg.limits.nodes, "nodes per round")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-jobs", max_jobs, "pending (and running) jobs per round")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-replicas", cfg.limits.replicas, "pending replicas per round (elastic at their largest)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-round-ms", cfg.max_round_ms, "time budget per round, ms (0 = none)")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-session-mib", session_mib, "sessions' memory per worker, MiB (LRU eviction)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-queued", cfg.queue.peer_rounds, "rounds one peer may have waiting")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-queued-mib", queued_mib, "their bytes, MiB")->check(CLI::PositiveNumber)->capture_default_str());
+  env(app.add_option("--max-queue-mib", queue_mib, "every peer's waiting rounds, MiB")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--stuck-ms", cfg.stuck_after_ms,
+                     "not ready while a round has run or waited longer, ms")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--http", cfg.http, "HOST:PORT for GET /metrics, /livez, /readyz (off unless given)"));
+  env(app.add_option("--log-format", log_format, "log lines as")
+          ->check(CLI::IsMember({"text", "json"}))
+          ->capture_default_str());
+  env(app.add_option("--log-level", log_level, "least level logged")
+          ->check(CLI::IsMember({"debug", "info", "warn", "error"}))
+          ->capture_default_str());
+  env(app.add_flag("--quiet", quiet, "no log line per round"));
+  env(app.add_option("--demo", demo, "play a demo round from DIR (nodes.csv, pods.csv) once serving")
+          ->check(CLI::ExistingDirectory));
+  env(app.add_option("--curve-secret", cfg.curve_secret_file, "CurveZMQ: the server's secret certificate")
+          ->check(CLI::ExistingFile));
+  env(app.add_option("--allow-keys", cfg.allow_keys_dir, "CurveZMQ: directory of the allowed clients' public keys")
+          ->check(CLI::ExistingDirectory));
+  env(app.add_flag("--insecure", cfg.insecure, "bind a non-loopback endpoint without CURVE (a trusted network)"));
+  try {
+    app.parse(argc - 1, argv + 1);
+  } catch (CLI::ParseError const& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  cfg.max_message_bytes = static_cast<std::size_t>(message_mib) << 20;
+  cfg.max_session_bytes = static_cast<std::size_t>(session_mib) << 20;
+  cfg.queue.peer_bytes = static_cast<std::size_t>(queued_mib) << 20;
+  cfg.queue.total_bytes = static_cast<std::size_t>(queue_mib) << 20;
+  cfg.limits.pending_jobs = max_jobs;
+  if (app.count("--max-jobs") > 0) cfg.limits.running_jobs = max_jobs;
+  cfg.log_rounds = !quiet;
+  service::set_log_format(service::parse_log_format(log_format));
+  service::set_log_level(service::parse_log_level(log_level));
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   service::server srv(cfg);
-  std::thread demo;
-  if (a.has("demo")) {
-    demo = std::thread([&] {
+  std::thread demo_thread;
+  if (!demo.empty()) {
+    demo_thread = std::thread([&] {
       try {
-        play_demo(srv.endpoint(), a.get("demo"));
+        play_demo(srv.endpoint(), demo);
       } catch (std::exception const& e) {
         service::log_error(std::string("demo: ") + e.what());
       }
     });
   }
   srv.run(&g_stop);
-  if (demo.joinable()) demo.join();
+  if (demo_thread.joinable()) demo_thread.join();
   return 0;
 }
 

@@ -93,32 +93,6 @@ std::vector<std::string> split(std::string const& s, char sep) {
   return out;
 }
 
-long long to_int(std::map<std::string, std::string> const& o, std::string const& k, long long def) {
-  auto it = o.find(k);
-  if (it == o.end()) return def;
-  try {
-    std::size_t pos = 0;
-    long long v = std::stoll(it->second, &pos);
-    if (pos != it->second.size() || v < 0) throw std::invalid_argument("x");
-    return v;
-  } catch (std::exception const&) {
-    throw usage_error("--" + k + " needs a non-negative integer, got '" + it->second + "'");
-  }
-}
-
-double to_double(std::map<std::string, std::string> const& o, std::string const& k, double def) {
-  auto it = o.find(k);
-  if (it == o.end()) return def;
-  try {
-    std::size_t pos = 0;
-    double v = std::stod(it->second, &pos);
-    if (pos != it->second.size() || v < 0) throw std::invalid_argument("x");
-    return v;
-  } catch (std::exception const&) {
-    throw usage_error("--" + k + " needs a non-negative number, got '" + it->second + "'");
-  }
-}
-
 }  // namespace
 
 int cmd_simulate(int argc, char** argv) {
@@ -134,18 +108,18 @@ int cmd_simulate(int argc, char** argv) {
     sim::workload_options wo;
     wo.trace = o.count("trace") ? o["trace"] : "synthetic";
     wo.data_dir = shared_data_dir(argv[0], o.count("data") ? o["data"] : "");
-    wo.nodes = static_cast<std::int32_t>(to_int(o, "nodes", 0));
+    wo.nodes = static_cast<std::int32_t>(integer_option(o, "nodes", 0));
     wo.inventory = o.count("cluster") ? o["cluster"] : "";
-    wo.limit = static_cast<std::int32_t>(to_int(o, "limit", 0));
-    wo.horizon = to_int(o, "horizon", 0);
-    wo.estimate_noise = to_double(o, "estimate-noise", 0);
-    wo.seed = static_cast<std::uint64_t>(to_int(o, "seed", 1));
-    wo.synthetic_jobs = static_cast<std::int32_t>(to_int(o, "jobs", 200));
-    wo.arrival_rate = to_double(o, "arrival-rate", 1.0);
-    wo.inference_nodes = static_cast<std::int32_t>(to_int(o, "inference-nodes", 0));
+    wo.limit = static_cast<std::int32_t>(integer_option(o, "limit", 0));
+    wo.horizon = integer_option(o, "horizon", 0);
+    wo.estimate_noise = number_option(o, "estimate-noise", 0);
+    wo.seed = static_cast<std::uint64_t>(integer_option(o, "seed", 1));
+    wo.synthetic_jobs = static_cast<std::int32_t>(integer_option(o, "jobs", 200));
+    wo.arrival_rate = number_option(o, "arrival-rate", 1.0);
+    wo.inference_nodes = static_cast<std::int32_t>(integer_option(o, "inference-nodes", 0));
 
     sim::sim_config cfg;
-    cfg.interval = to_int(o, "interval", 60);
+    cfg.interval = integer_option(o, "interval", 60);
     if (cfg.interval < 1) throw usage_error("--interval must be at least 1");
     cfg.on_event = flags.count("on-event") != 0;
     cfg.horizon = wo.horizon;

@@ -11,6 +11,7 @@ Exits 77 (ctest: skipped) when python3-zmq or python3-flatbuffers is missing.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import signal
@@ -58,11 +59,12 @@ class Server:
     """`placer serve` on a loopback port: an ephemeral one at first, the
     same one again after a restart."""
 
-    def __init__(self, endpoint: str = "tcp://127.0.0.1:*", extra: list[str] | None = None) -> None:
+    def __init__(self, endpoint: str = "tcp://127.0.0.1:*", extra: list[str] | None = None,
+                 env: dict[str, str] | None = None) -> None:
         self._log = tempfile.NamedTemporaryFile(prefix="placer-serve-", suffix=".log")
         self._process = subprocess.Popen(
             [ARGS.placer, "serve", "--endpoint", endpoint, "--backend", "cpu", "--quiet", *(extra or [])],
-            stdout=subprocess.DEVNULL, stderr=self._log)
+            stdout=subprocess.DEVNULL, stderr=self._log, env={**os.environ, **(env or {})})
         deadline = time.monotonic() + 10
         while (serving := re.search(r"serving on (\S+)", self.log())) is None:
             if self._process.poll() is not None or time.monotonic() > deadline:
@@ -366,6 +368,31 @@ class PythonClientTest(unittest.TestCase):
         finally:
             self.server.resume()
         self.assertGreaterEqual(client.health().uptimeS, after.uptimeS)
+
+    def test_serve_options_from_flags_environment_and_config_file(self) -> None:
+        bad = subprocess.run([ARGS.placer, "serve", "--workers", "0"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(bad.returncode, 2)
+        self.assertIn("--workers: Value 0 not in range 1 to 256", bad.stderr)
+        typo = subprocess.run([ARGS.placer, "serve", "--max-round-ms", "5s"], capture_output=True, text=True,
+                              timeout=30)
+        self.assertEqual(typo.returncode, 2)
+        self.assertIn("--max-round-ms", typo.stderr)
+        helped = subprocess.run([ARGS.placer, "serve", "--help"], capture_output=True, text=True, timeout=30)
+        self.assertEqual(helped.returncode, 0)
+        self.assertIn("PLACER_MAX_NODES", helped.stdout)
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as config:
+            config.write("workers = 3\n")
+            config.flush()
+            # The environment sets what the file does not; the command line wins over both.
+            for extra, env, workers in (([], {"PLACER_WORKERS": "2"}, 2),
+                                        (["--config", config.name], {}, 3),
+                                        (["--config", config.name, "--workers", "4"], {"PLACER_WORKERS": "2"}, 4)):
+                server = Server(extra=extra, env=env)
+                try:
+                    with Client(server.endpoint, timeout_ms=3000) as client:
+                        self.assertEqual(client.health().workers, workers, (extra, env))
+                finally:
+                    server.stop()
 
     def test_example_runs(self) -> None:
         example = ROOT / "clients" / "python" / "example.py"
