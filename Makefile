@@ -11,7 +11,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 300
 TEST_FUZZ_SECONDS ?= 30
 
-.PHONY: all deps configure build run test fuzz bench clean
+.PHONY: all deps configure build run test fuzz bench image-test clean
 
 all: build
 
@@ -47,6 +47,11 @@ fuzz: deps
 	  -artifact_prefix=$(FUZZ_BUILD)/findings/ $(FUZZ_BUILD)/corpus tests/fuzz/regressions > $(FUZZ_BUILD)/fuzz.log 2>&1 || \
 	  { tail -40 $(FUZZ_BUILD)/fuzz.log; echo "make fuzz: a finding, saved in $(FUZZ_BUILD)/findings"; exit 1; }
 	@grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^Done' $(FUZZ_BUILD)/fuzz.log
+
+# The image in a real container runtime (podman + runc, root): a Debian 12
+# base by debootstrap, this build's binary, the README's runs checked.
+image-test: build
+	docker/image-test.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(FUZZ_BUILD)
