@@ -1,6 +1,8 @@
 // Option parsing and the data-directory rule shared by the verbs (cli.hpp).
 #include "cli.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -11,22 +13,27 @@ namespace fs = std::filesystem;
 
 cli_args parse_cli(int argc, char** argv, int first, std::set<std::string> const& valued,
                    std::set<std::string> const& boolean, std::string const& verb) {
+  // CLI11 reads the line (--key value, --key=value, flags, unknown options
+  // and missing values named); the verbs keep their own usage texts.
+  CLI::App app("placer " + verb);
+  app.set_help_flag();
+  std::map<std::string, std::string> values;
+  std::map<std::string, bool> set;
+  for (auto const& k : valued) app.add_option("--" + k, values[k]);
+  for (auto const& k : boolean) app.add_flag("--" + k, set[k]);
+  std::vector<std::string> args;
+  for (int i = argc - 1; i >= first; --i) args.emplace_back(argv[i]);  // CLI11 takes them last first
+  try {
+    app.parse(args);
+  } catch (CLI::ParseError const& e) {
+    throw usage_error(e.what());
+  }
   cli_args a;
-  for (int i = first; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k.rfind("--", 0) != 0) throw usage_error("unexpected argument '" + k + "'");
-    k = k.substr(2);
-    auto const eq = k.find('=');
-    if (eq != std::string::npos) {
-      a.opts[k.substr(0, eq)] = k.substr(eq + 1);
-      k = k.substr(0, eq);
-    } else if (valued.count(k) != 0) {
-      if (i + 1 >= argc) throw usage_error("--" + k + " needs a value");
-      a.opts[k] = argv[++i];
-    } else {
-      a.flags.insert(k);
-    }
-    if (valued.count(k) == 0 && boolean.count(k) == 0) throw usage_error("unknown option --" + k + " for '" + verb + "'");
+  for (auto const& k : valued) {
+    if (app.count("--" + k) > 0) a.opts[k] = values[k];
+  }
+  for (auto const& k : boolean) {
+    if (set[k]) a.flags.insert(k);
   }
   return a;
 }

@@ -1,7 +1,8 @@
 #pragma once
 // Shared command-line plumbing of the `placer` verbs: one option parser
-// (--key value, --key=value, --flag) and one rule for finding the shared
-// data directory.
+// (CLI11: --key value, --key=value, --flag; `serve` builds its own CLI11
+// app with types, environment variables and a config file), checked
+// numbers, and one rule for finding the shared data directory.
 #include <placer/service/client.hpp>
 
 #include <map>
