@@ -896,6 +896,15 @@ class gate {
   std::vector<std::uint64_t> taken_;
 };
 
+/// A loopback server's configuration whose worker waits at `g` before
+/// every round.
+service::service_config held_at(gate& g) {
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.on_solve = [&g](std::uint64_t id) { g(id); };
+  return cfg;
+}
+
 /// A peer of its own (a DEALER, so its own routing identity) that sends
 /// rounds without waiting for their answers.
 class raw_peer {
@@ -939,10 +948,8 @@ TEST(Service, ProbesAnswerWhileTheWorkerIsBusyAndSayWhenItIsStuck) {
   // round went unanswered (25 of 25 failed). Now the I/O thread answers,
   // says the worker is busy, and flips to not ready past the threshold.
   gate g;
-  service::service_config cfg;
-  cfg.endpoint = "tcp://127.0.0.1:*";
+  service::service_config cfg = held_at(g);
   cfg.stuck_after_ms = 50;
-  cfg.on_solve = [&](std::uint64_t id) { g(id); };
   running_server s(cfg);
   client probe({s.endpoint(), 5000, ""});
   zmq::context_t ctx;
@@ -967,10 +974,8 @@ TEST(Service, ProbesAnswerWhileTheWorkerIsBusyAndSayWhenItIsStuck) {
 
 TEST(Service, PeersTakeTurnsAndEachHasABoundedQueue) {
   gate g;
-  service::service_config cfg;
-  cfg.endpoint = "tcp://127.0.0.1:*";
+  service::service_config cfg = held_at(g);
   cfg.queue.peer_rounds = 3;
-  cfg.on_solve = [&](std::uint64_t id) { g(id); };
   running_server s(cfg);
   client probe({s.endpoint(), 5000, ""});
   zmq::context_t ctx;
@@ -1006,10 +1011,7 @@ TEST(Service, PeersTakeTurnsAndEachHasABoundedQueue) {
 TEST(Service, RoundsWhosePeerLeftOrWhoseDeadlinePassedAreNotSolved) {
   // Before, 50 rounds from disconnected clients were all solved, for nobody.
   gate g;
-  service::service_config cfg;
-  cfg.endpoint = "tcp://127.0.0.1:*";
-  cfg.on_solve = [&](std::uint64_t id) { g(id); };
-  running_server s(cfg);
+  running_server s(held_at(g));
   client probe({s.endpoint(), 5000, ""});
   zmq::context_t ctx;
   raw_peer p(ctx, s.endpoint()), gone(ctx, s.endpoint()), late(ctx, s.endpoint());
