@@ -65,10 +65,10 @@ void session_key(std::string_view peer, std::string_view session, std::string& k
 
 }  // namespace
 
+namespace {
 /// What the heap takes for an allocation of `n` bytes: glibc's chunk, the
 /// request plus an 8-byte header rounded up to 16, 32 at least. A session
 /// is many small vectors (three per node), so this is a tenth of its size.
-namespace {
 std::size_t heap(std::size_t n) { return n == 0 ? 0 : std::max<std::size_t>(32, (n + 8 + 15) & ~std::size_t{15}); }
 /// A peer as the logs name it: its CURVE key, or its connection's routing
 /// identity in hex ("conn:..."; libzmq's are 5 binary bytes).
