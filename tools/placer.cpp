@@ -59,8 +59,9 @@ usage:
                 (client, health, bench and simulate --endpoint take --server-key FILE --client-cert FILE)
   placer health [--endpoint E] [--timeout-ms N] [--ready | --live] [--quiet]
                 (readiness, the default: exit 0 when every worker is served in time, 4 when one has been
-                 on a round or its queue has waited past the server's --stuck-ms; --live: 0 when the
-                 service answers at all; 3 when it does not; prints each worker's state)
+                 on a round or its queue has waited past the server's --stuck-ms, 5 when ready but a
+                 worker runs on its CPU fallback after a device fault; --live: 0 when the service
+                 answers at all; 3 when it does not; prints each worker's state and backend)
   placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda] [--repeat N]
                 (every algorithm on the same round, side by side)
   placer bench  [--scenario 1k|10k|100k|openb] [--rounds N] [--mode closed|open] [--rate R]
@@ -272,15 +273,16 @@ int cmd_keygen(int argc, char** argv) {
 /// `placer health`: a probe for a container's HEALTHCHECK, a readiness or a
 /// liveness check. Exit codes: 0 ready (--live: the service answered), 3 no
 /// answer, 4 answered but not ready (a worker stuck on one round, or rounds
-/// waiting, past the server's --stuck-ms).
+/// waiting, past the server's --stuck-ms), 5 ready but degraded (a worker
+/// on its CPU fallback after a device fault).
 int cmd_health(int argc, char** argv) {
   auto const a = parse(argc, argv, {"endpoint", "timeout-ms", "server-key", "client-cert"}, {"ready", "live", "quiet"});
   if (a.has("ready") && a.has("live")) throw usage_error("--ready and --live are two probes: give one");
   client c(tools::client_connection(a, 2000));
   auto const h = c.health();
-  bool const ok = a.has("live") || h.ready;
   if (!a.has("quiet")) {
-    std::cout << (h.ready ? "ready" : "not ready: " + h.not_ready) << "\n  " << h.backend << ", " << h.workers
+    std::cout << (!h.ready ? "not ready: " + h.not_ready : h.degraded ? std::string("ready, degraded") : "ready")
+              << "\n  " << h.backend << ", " << h.workers
               << " worker(s), up " << static_cast<std::int64_t>(h.uptime_s) << " s; " << h.requests << " requests, "
               << h.rounds_ok << " rounds, " << h.errors << " errors\n  queue: " << h.queued_rounds << " rounds ("
               << fixed(static_cast<double>(h.queued_bytes) / (1 << 20), 1) << " MiB); refused " << h.refused_busy
@@ -293,10 +295,13 @@ int cmd_health(int argc, char** argv) {
       std::cout << "  worker " << k << ": "
                 << (w.busy ? "busy " + fixed(w.busy_ms, 1) + " ms" : std::string("idle")) << ", " << w.queued
                 << " queued" << (w.queued > 0 ? " (oldest " + fixed(w.oldest_queued_ms, 1) + " ms)" : std::string())
-                << ", " << w.rounds << " rounds\n";
+                << ", " << w.rounds << " rounds, " << w.backend
+                << (w.degraded ? "\n    degraded (CPU fallback): " + w.degraded_reason : std::string()) << "\n";
     }
   }
-  return ok ? 0 : 4;
+  if (a.has("live")) return 0;
+  if (!h.ready) return 4;
+  return h.degraded ? 5 : 0;
 }
 
 /// `placer compare`: the same round through every algorithm, one table.
@@ -450,6 +455,10 @@ int cmd_serve(int argc, char** argv) {
   env(app.add_option("--allow-keys", cfg.allow_keys_dir, "CurveZMQ: directory of the allowed clients' public keys")
           ->check(CLI::ExistingDirectory));
   env(app.add_flag("--insecure", cfg.insecure, "bind a non-loopback endpoint without CURVE (a trusted network)"));
+  env(app.add_option("--device-retry-s", cfg.device_retry_s,
+                     "after a device fault a worker runs on the CPU; it tries the GPU again after this long (0 = never)")
+          ->check(CLI::NonNegativeNumber)
+          ->capture_default_str());
   try {
     app.parse(argc - 1, argv + 1);
   } catch (CLI::ParseError const& e) {

@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 #include <thrust/system/cuda/execution_policy.h>
+#include <thrust/system_error.h>
 
 #include <algorithm>
 #include <cstring>
@@ -24,9 +25,8 @@
   do {                                                                                         \
     cudaError_t const e_ = (call);                                                             \
     if (e_ != cudaSuccess)                                                                     \
-      throw ::placer::logic_error(::placer::error_code::internal,                              \
-                                  std::string("CUDA error ") + cudaGetErrorName(e_) + " (" +  \
-                                      cudaGetErrorString(e_) + ") in " #call);                  \
+      throw ::placer::kernels::device_fault(std::string("CUDA error ") + cudaGetErrorName(e_) + \
+                                            " (" + cudaGetErrorString(e_) + ") in " #call);     \
   } while (0)
 
 namespace placer::kernels {
@@ -247,6 +247,21 @@ template <class T>
 std::size_t padded(std::size_t n) { return (n * sizeof(T) + 255) / 256 * 256; }
 
 class cuda_backend final : public backend {
+  /// Runs a stage; any failure of the device (a CUDA error, Thrust's
+  /// system_error, a device allocation that failed) leaves as device_fault
+  /// naming the device, so the service falls back to the CPU.
+  template <class F>
+  auto guard(F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (device_fault const& e) {
+      throw device_fault(description_ + ": " + e.what());
+    } catch (thrust::system_error const& e) {
+      throw device_fault(description_ + ": " + e.what());
+    } catch (std::bad_alloc const& e) {
+      throw device_fault(description_ + ": device allocation failed (" + e.what() + ")");
+    }
+  }
   /// Thrust on this backend's stream, temporary storage from the cache.
   auto exec() { return thrust::cuda::par(temp_).on(stream_); }
   /// The same without the synchronisation after the call, where the backend
@@ -271,121 +286,129 @@ class cuda_backend final : public backend {
 
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
              score_params const& params, std::span<std::int32_t> out) override {
-    std::size_t const cells = static_cast<std::size_t>(nodes.n_nodes) * classes.n_classes;
-    arena_.reserve(node_bytes(nodes) + class_bytes(classes) + task_bytes(tasks) + padded<std::int32_t>(cells));
-    arena_.reset();
-    node_view const dn = upload(nodes);
-    class_view const dc = upload(classes);
-    task_view const dt = upload(tasks);
-    arena_.flush(stream_);
-    std::int32_t* d_out = arena_.take<std::int32_t>(cells);
-    score_matrix(exec_nosync(), dn, dc, dt, params, d_out, steps_);
-    PLACER_CUDA_TRY(cudaPeekAtLastError());
-    std::int32_t const* h_out = down(d_out, cells);
-    PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
-    if (cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
+    return guard([&] {
+      std::size_t const cells = static_cast<std::size_t>(nodes.n_nodes) * classes.n_classes;
+      arena_.reserve(node_bytes(nodes) + class_bytes(classes) + task_bytes(tasks) + padded<std::int32_t>(cells));
+      arena_.reset();
+      node_view const dn = upload(nodes);
+      class_view const dc = upload(classes);
+      task_view const dt = upload(tasks);
+      arena_.flush(stream_);
+      std::int32_t* d_out = arena_.take<std::int32_t>(cells);
+      score_matrix(exec_nosync(), dn, dc, dt, params, d_out, steps_);
+      PLACER_CUDA_TRY(cudaPeekAtLastError());
+      std::int32_t const* h_out = down(d_out, cells);
+      PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
+      if (cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
+    });
   }
 
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override {
-    arena_.reserve(node_bytes(nodes) + task_bytes(tasks));
-    arena_.reset();
-    node_view const dn = upload(nodes);
-    task_view const dt = upload(tasks);
-    arena_.flush(stream_);
-    // The reduction hands its 48-byte result back itself (and waits for it).
-    cluster_stats const s = reduce_cluster_stats(exec(), dn, dt, steps_);
-    PLACER_CUDA_TRY(cudaPeekAtLastError());
-    PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));  // the staged inputs are free again
-    return s;
+    return guard([&] {
+      arena_.reserve(node_bytes(nodes) + task_bytes(tasks));
+      arena_.reset();
+      node_view const dn = upload(nodes);
+      task_view const dt = upload(tasks);
+      arena_.flush(stream_);
+      // The reduction hands its 48-byte result back itself (and waits for it).
+      cluster_stats const s = reduce_cluster_stats(exec(), dn, dt, steps_);
+      PLACER_CUDA_TRY(cudaPeekAtLastError());
+      PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));  // the staged inputs are free again
+      return s;
+    });
   }
 
   void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                        domain_index_view const& idx, std::span<std::int64_t> cap) override {
-    std::size_t const e = static_cast<std::size_t>(idx.n_entries);
-    std::size_t const d = static_cast<std::size_t>(idx.n_domains);
-    std::size_t const n = static_cast<std::size_t>(nodes.n_nodes);
-    std::size_t const k = of.size();
-    arena_.reserve(node_bytes(nodes) + class_bytes(classes) + padded<std::int32_t>(k) + padded<std::int32_t>(e) +
-                   padded<std::int32_t>(d + 1) + padded<std::int32_t>(k * n) + padded<std::int64_t>(k * d));
-    arena_.reset();
-    node_view const dn = upload(nodes);
-    class_view const dc = upload(classes);
-    std::int32_t const* d_of = arena_.stage(of.data(), k);
-    domain_index_view di = idx;
-    di.node = arena_.stage(idx.node, e);
-    di.begin = arena_.stage(idx.begin, d + 1);
-    arena_.flush(stream_);
-    std::int32_t* d_fit = arena_.take<std::int32_t>(k * n);
-    std::int64_t* d_cap = arena_.take<std::int64_t>(k * d);
-    kernels::domain_capacity(exec_nosync(), dn, dc, d_of, static_cast<std::int32_t>(k), di, d_fit, d_cap, steps_);
-    PLACER_CUDA_TRY(cudaPeekAtLastError());
-    std::int64_t const* h_cap = down(d_cap, k * d);
-    PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
-    if (k * d > 0) std::memcpy(cap.data(), h_cap, k * d * sizeof(std::int64_t));
+    return guard([&] {
+      std::size_t const e = static_cast<std::size_t>(idx.n_entries);
+      std::size_t const d = static_cast<std::size_t>(idx.n_domains);
+      std::size_t const n = static_cast<std::size_t>(nodes.n_nodes);
+      std::size_t const k = of.size();
+      arena_.reserve(node_bytes(nodes) + class_bytes(classes) + padded<std::int32_t>(k) + padded<std::int32_t>(e) +
+                     padded<std::int32_t>(d + 1) + padded<std::int32_t>(k * n) + padded<std::int64_t>(k * d));
+      arena_.reset();
+      node_view const dn = upload(nodes);
+      class_view const dc = upload(classes);
+      std::int32_t const* d_of = arena_.stage(of.data(), k);
+      domain_index_view di = idx;
+      di.node = arena_.stage(idx.node, e);
+      di.begin = arena_.stage(idx.begin, d + 1);
+      arena_.flush(stream_);
+      std::int32_t* d_fit = arena_.take<std::int32_t>(k * n);
+      std::int64_t* d_cap = arena_.take<std::int64_t>(k * d);
+      kernels::domain_capacity(exec_nosync(), dn, dc, d_of, static_cast<std::int32_t>(k), di, d_fit, d_cap, steps_);
+      PLACER_CUDA_TRY(cudaPeekAtLastError());
+      std::int64_t const* h_cap = down(d_cap, k * d);
+      PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
+      if (k * d > 0) std::memcpy(cap.data(), h_cap, k * d * sizeof(std::int64_t));
+    });
   }
 
   tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) override {
-    node_view const& nv = problem.nodes;
-    std::size_t const cells = static_cast<std::size_t>(nv.n_nodes) * problem.classes.n_classes;
-    std::size_t const rows = static_cast<std::size_t>(problem.n_rows);
-    tier_heap_begin_.resize(rows + 1);
-    std::int32_t const copies = tier_heap_begin(problem, tier_heap_begin_.data());
-    std::size_t work = 0;
-    auto measure = [&](auto* tag, std::size_t n) -> decltype(tag) {
-      work += padded<std::remove_pointer_t<decltype(tag)>>(n);
-      return nullptr;
-    };
-    tier_buffers b{};
-    tier_layout(b, nv.n_nodes, problem.n_rows, copies, measure);
-    arena_.reserve(node_bytes(nv) + class_bytes(problem.classes) + task_bytes(problem.tasks) +
-                   padded<std::int32_t>(cells) + 2 * padded<std::int32_t>(rows) + padded<std::int32_t>(rows + 1) +
-                   padded<std::uint8_t>(static_cast<std::size_t>(problem.classes.n_classes)) +
-                   padded<std::int32_t>(problem.state != nullptr ? static_cast<std::size_t>(nv.n_nodes) : 0) +
-                   padded<tier_control>(1) + work);
-    arena_.reset();
-    // Inputs up in one copy: the nodes (their free arrays are the program's
-    // to commit into), classes, tasks, the score matrix, the rows.
-    b.p = problem;
-    b.p.nodes = upload(nv);
-    b.p.classes = upload(problem.classes);
-    b.p.tasks = upload(problem.tasks);
-    b.p.gpu_free = const_cast<std::int32_t*>(b.p.nodes.gpu_free);
-    b.p.cpu_free = const_cast<std::int64_t*>(b.p.nodes.cpu_free);
-    b.p.mem_free = const_cast<std::int64_t*>(b.p.nodes.mem_free);
-    b.p.scores = arena_.stage(static_cast<std::int32_t const*>(problem.scores), cells);
-    b.p.row_class = arena_.stage(problem.row_class, rows);
-    b.p.demand = arena_.stage(problem.demand, rows);
-    b.p.live_class = arena_.stage(problem.live_class,
-                                  problem.live_class != nullptr ? static_cast<std::size_t>(problem.classes.n_classes) : 0);
-    b.p.state = arena_.stage(static_cast<std::int32_t const*>(problem.state),
-                             problem.state != nullptr ? static_cast<std::size_t>(nv.n_nodes) : 0);
-    b.heap_begin = arena_.stage(static_cast<std::int32_t const*>(tier_heap_begin_.data()), rows + 1);
-    tier_control const zero{};
-    b.ctl = arena_.stage(&zero, 1);
-    arena_.flush(stream_);
-    auto take = [&](auto* tag, std::size_t n) -> decltype(tag) {
-      return arena_.take<std::remove_pointer_t<decltype(tag)>>(n);
-    };
-    tier_layout(b, nv.n_nodes, problem.n_rows, copies, take);
-    tier_kernel<<<1, tier_threads, 0, stream_>>>(b);
-    PLACER_CUDA_TRY(cudaPeekAtLastError());
-    count_tier(steps_);
-    // Results down in one wait: control, placements, node state, scores.
-    tier_control const* h_ctl = down(b.ctl, 1);
-    tier_placement const* h_out = down(b.out, static_cast<std::size_t>(copies));
-    std::int32_t const* h_gpu = down(b.p.gpu_free, static_cast<std::size_t>(nv.n_gpus));
-    std::int64_t const* h_cpu = down(b.p.cpu_free, static_cast<std::size_t>(nv.n_nodes));
-    std::int64_t const* h_mem = down(b.p.mem_free, static_cast<std::size_t>(nv.n_nodes));
-    std::int32_t const* h_scores = down(b.p.scores, cells);
-    std::int32_t const* h_state = problem.state != nullptr ? down(b.p.state, static_cast<std::size_t>(nv.n_nodes)) : nullptr;
-    PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
-    if (h_state != nullptr) std::memcpy(problem.state, h_state, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int32_t));
-    std::memcpy(problem.gpu_free, h_gpu, static_cast<std::size_t>(nv.n_gpus) * sizeof(std::int32_t));
-    std::memcpy(problem.cpu_free, h_cpu, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int64_t));
-    std::memcpy(problem.mem_free, h_mem, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int64_t));
-    if (cells > 0) std::memcpy(problem.scores, h_scores, cells * sizeof(std::int32_t));
-    out.assign(h_out, h_out + h_ctl->placed);
-    return {h_ctl->iterations, h_ctl->rounds, h_ctl->round_cap_hit != 0};
+    return guard([&]() -> tier_stats {
+      node_view const& nv = problem.nodes;
+      std::size_t const cells = static_cast<std::size_t>(nv.n_nodes) * problem.classes.n_classes;
+      std::size_t const rows = static_cast<std::size_t>(problem.n_rows);
+      tier_heap_begin_.resize(rows + 1);
+      std::int32_t const copies = tier_heap_begin(problem, tier_heap_begin_.data());
+      std::size_t work = 0;
+      auto measure = [&](auto* tag, std::size_t n) -> decltype(tag) {
+        work += padded<std::remove_pointer_t<decltype(tag)>>(n);
+        return nullptr;
+      };
+      tier_buffers b{};
+      tier_layout(b, nv.n_nodes, problem.n_rows, copies, measure);
+      arena_.reserve(node_bytes(nv) + class_bytes(problem.classes) + task_bytes(problem.tasks) +
+                     padded<std::int32_t>(cells) + 2 * padded<std::int32_t>(rows) + padded<std::int32_t>(rows + 1) +
+                     padded<std::uint8_t>(static_cast<std::size_t>(problem.classes.n_classes)) +
+                     padded<std::int32_t>(problem.state != nullptr ? static_cast<std::size_t>(nv.n_nodes) : 0) +
+                     padded<tier_control>(1) + work);
+      arena_.reset();
+      // Inputs up in one copy: the nodes (their free arrays are the program's
+      // to commit into), classes, tasks, the score matrix, the rows.
+      b.p = problem;
+      b.p.nodes = upload(nv);
+      b.p.classes = upload(problem.classes);
+      b.p.tasks = upload(problem.tasks);
+      b.p.gpu_free = const_cast<std::int32_t*>(b.p.nodes.gpu_free);
+      b.p.cpu_free = const_cast<std::int64_t*>(b.p.nodes.cpu_free);
+      b.p.mem_free = const_cast<std::int64_t*>(b.p.nodes.mem_free);
+      b.p.scores = arena_.stage(static_cast<std::int32_t const*>(problem.scores), cells);
+      b.p.row_class = arena_.stage(problem.row_class, rows);
+      b.p.demand = arena_.stage(problem.demand, rows);
+      b.p.live_class = arena_.stage(problem.live_class,
+                                    problem.live_class != nullptr ? static_cast<std::size_t>(problem.classes.n_classes) : 0);
+      b.p.state = arena_.stage(static_cast<std::int32_t const*>(problem.state),
+                               problem.state != nullptr ? static_cast<std::size_t>(nv.n_nodes) : 0);
+      b.heap_begin = arena_.stage(static_cast<std::int32_t const*>(tier_heap_begin_.data()), rows + 1);
+      tier_control const zero{};
+      b.ctl = arena_.stage(&zero, 1);
+      arena_.flush(stream_);
+      auto take = [&](auto* tag, std::size_t n) -> decltype(tag) {
+        return arena_.take<std::remove_pointer_t<decltype(tag)>>(n);
+      };
+      tier_layout(b, nv.n_nodes, problem.n_rows, copies, take);
+      tier_kernel<<<1, tier_threads, 0, stream_>>>(b);
+      PLACER_CUDA_TRY(cudaPeekAtLastError());
+      count_tier(steps_);
+      // Results down in one wait: control, placements, node state, scores.
+      tier_control const* h_ctl = down(b.ctl, 1);
+      tier_placement const* h_out = down(b.out, static_cast<std::size_t>(copies));
+      std::int32_t const* h_gpu = down(b.p.gpu_free, static_cast<std::size_t>(nv.n_gpus));
+      std::int64_t const* h_cpu = down(b.p.cpu_free, static_cast<std::size_t>(nv.n_nodes));
+      std::int64_t const* h_mem = down(b.p.mem_free, static_cast<std::size_t>(nv.n_nodes));
+      std::int32_t const* h_scores = down(b.p.scores, cells);
+      std::int32_t const* h_state = problem.state != nullptr ? down(b.p.state, static_cast<std::size_t>(nv.n_nodes)) : nullptr;
+      PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
+      if (h_state != nullptr) std::memcpy(problem.state, h_state, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int32_t));
+      std::memcpy(problem.gpu_free, h_gpu, static_cast<std::size_t>(nv.n_gpus) * sizeof(std::int32_t));
+      std::memcpy(problem.cpu_free, h_cpu, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int64_t));
+      std::memcpy(problem.mem_free, h_mem, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int64_t));
+      if (cells > 0) std::memcpy(problem.scores, h_scores, cells * sizeof(std::int32_t));
+      out.assign(h_out, h_out + h_ctl->placed);
+      return {h_ctl->iterations, h_ctl->rounds, h_ctl->round_cap_hit != 0};
+    });
   }
 
  private:

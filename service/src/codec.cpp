@@ -768,13 +768,15 @@ void encode_health_reply(fbb_t& fbb, request_header const& h, health_status cons
   std::vector<flatbuffers::Offset<wire::WorkerHealth>> ws;
   ws.reserve(s.worker_states.size());
   for (auto const& w : s.worker_states) {
-    ws.push_back(wire::CreateWorkerHealth(fbb, w.busy, w.busy_ms, w.queued, w.oldest_queued_ms, w.rounds));
+    ws.push_back(wire::CreateWorkerHealth(fbb, w.busy, w.busy_ms, w.queued, w.oldest_queued_ms, w.rounds,
+                                          opt_string(fbb, w.backend), w.degraded, opt_string(fbb, w.degraded_reason)));
   }
   auto const workers = fbb.CreateVector(ws);
   auto const body = wire::CreateHealthReply(
       fbb, opt_string(fbb, s.backend), s.workers, s.uptime_s, s.requests, s.rounds_ok, s.errors, s.ready,
       opt_string(fbb, s.not_ready), s.stuck_after_ms, workers, s.queued_rounds, s.queued_bytes, s.refused_busy,
-      s.dropped_expired, s.dropped_disconnected, s.handshakes_denied, s.sessions_evicted, s.session_bytes, s.sessions);
+      s.dropped_expired, s.dropped_disconnected, s.handshakes_denied, s.sessions_evicted, s.session_bytes, s.sessions,
+      s.degraded, s.device_faults);
   auto const hdr = header_out(fbb, h);
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::HealthReply, body.Union()));
 }
@@ -797,7 +799,10 @@ health_status decode_health_reply(wire::Envelope const& env) {
   s.stuck_after_ms = r->stuck_after_ms();
   if (auto const* ws = r->worker_states()) {
     for (auto const* w : *ws) {
-      if (w != nullptr) s.worker_states.push_back({w->busy(), w->busy_ms(), w->queued(), w->oldest_queued_ms(), w->rounds()});
+      if (w != nullptr) {
+        s.worker_states.push_back({w->busy(), w->busy_ms(), w->queued(), w->oldest_queued_ms(), w->rounds(),
+                                   str(w->backend()), w->degraded(), str(w->degraded_reason())});
+      }
     }
   }
   s.queued_rounds = r->queued_rounds();
@@ -809,6 +814,8 @@ health_status decode_health_reply(wire::Envelope const& env) {
   s.sessions_evicted = r->sessions_evicted();
   s.session_bytes = r->session_bytes();
   s.sessions = r->sessions();
+  s.degraded = r->degraded();
+  s.device_faults = r->device_faults();
   return s;
 }
 

@@ -135,6 +135,8 @@ std::string service_metrics::render(health_status const* h) const {
           static_cast<double>(h->handshakes_denied));
     b.one("placer_sessions_evicted_total", "Sessions evicted, least recently used first", MetricType::Counter,
           static_cast<double>(h->sessions_evicted));
+    b.one("placer_device_faults_total", "Device faults (each round answered on the CPU fallback)",
+          MetricType::Counter, static_cast<double>(h->device_faults));
     b.one("placer_sessions", "Sessions held, all workers", MetricType::Gauge, static_cast<double>(h->sessions));
     b.one("placer_session_bytes", "What the sessions hold, all workers", MetricType::Gauge,
           static_cast<double>(h->session_bytes));
@@ -145,6 +147,8 @@ std::string service_metrics::render(health_status const* h) const {
     auto& oldest = b.add("placer_worker_oldest_queued_seconds", "How long each worker's first waiting round has waited",
                          MetricType::Gauge);
     auto& rounds = b.add("placer_worker_rounds_total", "Rounds each worker has answered", MetricType::Counter);
+    auto& degraded = b.add("placer_worker_degraded", "1 while a worker runs on its CPU fallback after a device fault",
+                           MetricType::Gauge);
     for (std::size_t k = 0; k < h->worker_states.size(); ++k) {
       auto const& w = h->worker_states[k];
       std::string const id = std::to_string(k);
@@ -156,6 +160,7 @@ std::string service_metrics::render(health_status const* h) const {
       b.sample(queued, w.queued, {{"worker", id}});
       b.sample(oldest, w.oldest_queued_ms / 1000, {{"worker", id}});
       b.sample(rounds, static_cast<double>(w.rounds), {{"worker", id}});
+      b.sample(degraded, w.degraded ? 1 : 0, {{"worker", id}, {"backend", w.backend}});
     }
   }
   return prometheus::TextSerializer().Serialize(families);

@@ -14,11 +14,13 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <sstream>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <zmq.hpp>
 
 namespace placer::service {
@@ -41,7 +43,7 @@ double micros_since(std::chrono::steady_clock::time_point t) {
 /// Counters shared by the I/O thread and the workers.
 struct shared_stats {
   std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0}, handshakes_denied{0}, sessions_evicted{0};
-  std::atomic<std::uint64_t> refused_busy{0}, dropped_expired{0}, dropped_disconnected{0};
+  std::atomic<std::uint64_t> refused_busy{0}, dropped_expired{0}, dropped_disconnected{0}, device_faults{0};
   std::atomic<std::int64_t> session_bytes{0};  ///< every worker's sessions' bytes
   std::atomic<std::int64_t> sessions{0};       ///< every worker's sessions
 };
@@ -123,15 +125,36 @@ namespace {
 /// The longest message an error reply carries.
 constexpr std::size_t max_error_bytes = 1024;
 
+/// What a worker solves with, for the health probe (the I/O thread reads
+/// it while the worker writes it).
+class worker_status {
+ public:
+  void set(std::string backend, std::string degraded_reason) {
+    std::lock_guard lock(m_);
+    backend_ = std::move(backend);
+    reason_ = std::move(degraded_reason);
+  }
+  /// Its backend, and why it runs on its fallback ("" when it does not).
+  [[nodiscard]] std::pair<std::string, std::string> get() const {
+    std::lock_guard lock(m_);
+    return {backend_, reason_};
+  }
+
+ private:
+  mutable std::mutex m_;
+  std::string backend_, reason_;
+};
+
 /// A solver worker: its own backend and the sessions routed to it. What a
 /// round needs on the wire path is the worker's and reused: the request is
 /// decoded into the same objects every time, and the reply is built in the
 /// same builder, so steady rounds allocate little beyond the solver's result.
 class worker {
  public:
-  worker(service_config const& cfg, shared_stats& stats, service_metrics* metrics, int id)
-      : cfg_(cfg), stats_(stats), metrics_(metrics), id_(id),
-        solver_(kernels::select_backend(cfg.backend, [](std::string const& m) { log_warn(m); })) {}
+  worker(service_config const& cfg, shared_stats& stats, service_metrics* metrics, worker_status& status, int id)
+      : cfg_(cfg), stats_(stats), metrics_(metrics), status_(status), id_(id), solver_(configured_backend()) {
+    status_.set(backend(), "");
+  }
 
   [[nodiscard]] std::string backend() { return solver_.backend().description(); }
 
@@ -211,7 +234,7 @@ class worker {
       queue_memory scratch;
       queue_memory* const memory = sess != nullptr ? &sess->memory : &scratch;
       if (cfg_.on_solve) cfg_.on_solve(h.request_id);
-      round_result r = solver_.solve(in, memory);
+      round_result r = solve_anyway(in, memory);
       // The service's own stages beside the solver's (whose "total" is the
       // solve alone), so a caller sees the whole server side of a round.
       r.timing.push_back({stage_verify, *verify_us});
@@ -267,9 +290,57 @@ class worker {
   }
 
  private:
+  /// The backend the operator asked for (--backend; a test's factory).
+  std::unique_ptr<kernels::backend> configured_backend() const {
+    if (cfg_.make_backend) return cfg_.make_backend(id_);
+    return kernels::select_backend(cfg_.backend, [](std::string const& m) { log_warn(m); });
+  }
+
+  /// Solves the round; when the device fails under it, the worker goes on
+  /// on a CPU backend and solves the same round again there, so the client
+  /// gets its answer (the reply's backend says which solved it). After
+  /// --device-retry-s the worker tries its configured backend again.
+  round_result solve_anyway(round_input const& in, queue_memory* memory) {
+    if (degraded_ && cfg_.device_retry_s > 0 &&
+        std::chrono::steady_clock::now() - degraded_since_ >= std::chrono::duration<double>(cfg_.device_retry_s)) {
+      degraded_since_ = std::chrono::steady_clock::now();  // the next try after another back-off, either way
+      try {
+        auto b = configured_backend();
+        if (b->kind() == kernels::backend_kind::cuda) {
+          solver_ = solver(std::move(b));
+          degraded_ = false;
+          status_.set(backend(), "");
+          log_info("device back", {{"worker", std::to_string(id_)}, {"backend", backend()}});
+        }
+      } catch (std::exception const& e) {
+        log_warn("device still unusable", {{"worker", std::to_string(id_)}, {"error", e.what()}});
+      }
+    }
+    try {
+      return solver_.solve(in, memory);
+    } catch (kernels::device_fault const& e) {
+      std::string const failed = backend();
+      solver_ = solver(kernels::make_backend(kernels::backend_kind::cpu));
+      degraded_ = true;
+      degraded_since_ = std::chrono::steady_clock::now();
+      stats_.device_faults.fetch_add(1);
+      status_.set(backend(), failed + ": " + e.what());
+      log_error("device fault: the worker goes on on the CPU",
+                {{"worker", std::to_string(id_)},
+                 {"backend", failed},
+                 {"error", e.what()},
+                 {"now", backend()},
+                 {"retry_s", cfg_.device_retry_s > 0 ? (std::ostringstream() << cfg_.device_retry_s).str() : "never"}});
+      return solver_.solve(in, memory);
+    }
+  }
+
   service_config const& cfg_;
   shared_stats& stats_;
   service_metrics* metrics_;  ///< null without --http
+  worker_status& status_;
+  bool degraded_ = false;  ///< on its CPU fallback since a device fault
+  std::chrono::steady_clock::time_point degraded_since_;
   int id_;
   solver solver_;
   struct session {
@@ -384,6 +455,7 @@ struct server::impl {
   std::unique_ptr<service_metrics> metrics;  ///< with --http
   std::unique_ptr<http_endpoint> http;       ///< with --http; before ctx goes
   std::vector<std::unique_ptr<worker>> workers;
+  std::vector<std::unique_ptr<worker_status>> status;  ///< one per worker
   std::string key;    ///< a request's session key, to pick its worker (reused)
   std::string owner;  ///< a request's owner: CURVE key or routing identity (reused)
   // The I/O thread's own (run()).
@@ -461,7 +533,8 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
   }
   if (!cfg_.http.empty()) impl_->metrics = std::make_unique<service_metrics>();
   for (int k = 0; k < cfg_.workers; ++k) {
-    impl_->workers.push_back(std::make_unique<worker>(cfg_, impl_->stats, impl_->metrics.get(), k));
+    impl_->status.push_back(std::make_unique<worker_status>());
+    impl_->workers.push_back(std::make_unique<worker>(cfg_, impl_->stats, impl_->metrics.get(), *impl_->status.back(), k));
   }
   // Bound the largest frame at the transport too (a generous multiple of the
   // application limit, which answers with ResourceExhausted instead).
@@ -526,6 +599,9 @@ health_status server::health() const {
     w.queued = static_cast<std::uint32_t>(impl_->queue.queued(k));
     if (auto const t = impl_->queue.oldest(k)) w.oldest_queued_ms = ms(*t);
     w.rounds = slot.rounds;
+    std::tie(w.backend, w.degraded_reason) = impl_->status[k]->get();
+    w.degraded = !w.degraded_reason.empty();
+    h.degraded = h.degraded || w.degraded;
     if (h.ready && w.busy_ms > cfg_.stuck_after_ms) {
       h.ready = false;
       h.not_ready = "worker " + std::to_string(k) + " has been on one round for " + fmt_ms(w.busy_ms * 1000);
@@ -545,6 +621,7 @@ health_status server::health() const {
   h.sessions_evicted = st.sessions_evicted;
   h.session_bytes = st.session_bytes;
   h.sessions = static_cast<std::uint64_t>(impl_->stats.sessions.load());
+  h.device_faults = impl_->stats.device_faults.load();
   return h;
 }
 

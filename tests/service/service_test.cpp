@@ -1115,6 +1115,93 @@ TEST(Service, MetricsAndProbesOverHttpFollowTheRounds) {
   EXPECT_EQ(get("/nothing-here").first, 404);
 }
 
+/// A CUDA backend's stand-in that fails like a device: the CPU backend's
+/// stages, until the `fail_at`-th stage call (counting from 1), which
+/// throws device_fault, as an illegal address or an Xid would.
+class faulty_backend final : public kernels::backend {
+ public:
+  explicit faulty_backend(int fail_at) : cpu_(kernels::make_backend(kernels::backend_kind::cpu)), fail_at_(fail_at) {}
+  [[nodiscard]] kernels::backend_kind kind() const override { return kernels::backend_kind::cuda; }
+  [[nodiscard]] std::string const& description() const override { return description_; }
+  void score(kernels::node_view const& n, kernels::class_view const& c, kernels::task_view const& t,
+             kernels::score_params const& p, std::span<std::int32_t> out) override {
+    call();
+    cpu_->score(n, c, t, p, out);
+  }
+  kernels::cluster_stats stats(kernels::node_view const& n, kernels::task_view const& t) override {
+    call();
+    return cpu_->stats(n, t);
+  }
+  void domain_capacity(kernels::node_view const& n, kernels::class_view const& c, std::span<std::int32_t const> of,
+                       kernels::domain_index_view const& idx, std::span<std::int64_t> cap) override {
+    call();
+    cpu_->domain_capacity(n, c, of, idx, cap);
+  }
+  kernels::tier_stats place_tier(kernels::tier_problem const& p, std::vector<kernels::tier_placement>& out) override {
+    call();
+    return cpu_->place_tier(p, out);
+  }
+
+ private:
+  void call() {
+    if (++calls_ == fail_at_) throw kernels::device_fault("injected: illegal address");
+  }
+  std::unique_ptr<kernels::backend> cpu_;
+  int fail_at_;
+  int calls_ = 0;
+  std::string description_ = "cuda (fault-injecting test double)";
+};
+
+TEST(Service, ADeviceFaultIsAnsweredOnTheCpuAndHealthSaysDegraded) {
+  // Before, a CUDA error became an Internal reply for this round and every
+  // later one, while the probe said ok. Now the round is solved again on a
+  // CPU backend and answered; the probe says degraded, with the fault; and
+  // after the back-off the worker takes its configured backend back.
+  std::atomic<int> made{0};
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.device_retry_s = 0.2;
+  cfg.make_backend = [&](int) {
+    // The first backend fails on its second stage call, mid-round; the one
+    // made after the back-off works.
+    return std::make_unique<faulty_backend>(made.fetch_add(1) == 0 ? 2 : 1 << 30);
+  };
+  running_server s(cfg);
+  client c({s.endpoint(), 5000, "fault"});
+  EXPECT_EQ(c.health().worker_states.at(0).backend, "cuda (fault-injecting test double)");
+  round_input in = demo_round();
+  in.state.epoch = 3;
+  auto const rep = c.solve(in);
+  ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  EXPECT_EQ(rep.result.backend.rfind("cpu", 0), 0U) << rep.result.backend;
+  solver local(kernels::make_backend(kernels::backend_kind::cpu));
+  EXPECT_EQ(difference(rep, local.solve(in)), "") << "the round is answered as the CPU solves it, once";
+  auto const h = c.health();
+  EXPECT_TRUE(h.ready) << "it still serves";
+  EXPECT_TRUE(h.degraded);
+  EXPECT_EQ(h.device_faults, 1U);
+  EXPECT_TRUE(h.worker_states.at(0).degraded);
+  EXPECT_NE(h.worker_states[0].degraded_reason.find("injected: illegal address"), std::string::npos)
+      << h.worker_states[0].degraded_reason;
+  EXPECT_EQ(h.errors, 0U);
+  EXPECT_EQ(h.rounds_ok, 1U);
+  // The session survived: a delta on it is answered.
+  node fine = in.state.nodes[0];
+  fine.cpu_milli_free = 0;
+  round_input jobs_only;
+  jobs_only.pending = in.pending;
+  auto const next = c.solve_delta({3, 4, {}, {}, {{0, fine}}}, jobs_only);
+  ASSERT_EQ(next.code, ErrorCode::Ok) << next.message;
+  EXPECT_EQ(c.resyncs(), 0U);
+  // After the back-off, the configured backend again.
+  std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  auto const back = c.solve_delta({4, 5, {}, {}, {}}, jobs_only);
+  ASSERT_EQ(back.code, ErrorCode::Ok) << back.message;
+  EXPECT_EQ(back.result.backend, "cuda (fault-injecting test double)");
+  EXPECT_FALSE(c.health().degraded);
+  EXPECT_EQ(made.load(), 2);
+}
+
 TEST(Service, ClientRetriesARoundLostWithAServerThatDied) {
   // A stand-in takes the round and goes away without answering, as a server
   // that dies mid-round; the real one comes back on the same endpoint. The

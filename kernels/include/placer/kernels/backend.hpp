@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -30,6 +31,14 @@ inline constexpr bool cuda_enabled = false;
 #endif
 
 enum class backend_kind { cpu, cuda };
+
+/// A backend's device failed (a CUDA error, a device allocation that could
+/// not be made): the backend must not be used again, since an error such
+/// as an illegal address poisons its CUDA context. The service answers
+/// the round on a CPU backend instead (service/src/server.cpp).
+struct device_fault : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 class backend {
  public:

@@ -103,6 +103,9 @@ struct worker_health {
   std::uint32_t queued = 0;     ///< rounds waiting for it
   double oldest_queued_ms = 0;  ///< how long the first of them has waited
   std::uint64_t rounds = 0;     ///< rounds it has answered
+  std::string backend;          ///< what it solves with now
+  bool degraded = false;        ///< on its CPU fallback since a device fault
+  std::string degraded_reason;  ///< the fault
 };
 struct health_status {
   std::string backend;
@@ -116,6 +119,8 @@ struct health_status {
   std::uint32_t queued_rounds = 0;
   std::uint64_t queued_bytes = 0, refused_busy = 0, dropped_expired = 0, dropped_disconnected = 0;
   std::uint64_t handshakes_denied = 0, sessions_evicted = 0, session_bytes = 0, sessions = 0;
+  bool degraded = false;  ///< a worker runs on its CPU fallback
+  std::uint64_t device_faults = 0;
 };
 void encode_health_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h);
 void encode_health_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, health_status const& s);

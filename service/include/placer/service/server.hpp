@@ -86,6 +86,12 @@ struct service_config {
   /// "HOST:PORT" (port 0: any free one) to serve /metrics, /livez and
   /// /readyz over HTTP (service/src/http.hpp); empty = off.
   std::string http;
+  /// After a device fault a worker runs on a CPU backend; it tries its
+  /// configured backend again after this long (0 = never: restart it).
+  double device_retry_s = 300;
+  /// Makes worker i's backend (tests: a fault-injecting one); empty =
+  /// select_backend(backend).
+  std::function<std::unique_ptr<kernels::backend>(int)> make_backend;
   /// Called by a worker just before it solves a round (with the request
   /// id): a seam for tests that need a worker held busy, and for tracing.
   std::function<void(std::uint64_t)> on_solve;
