@@ -507,7 +507,7 @@ int main(int argc, char** argv) {
     if (verb == "bench") return tools::cmd_bench(argc, argv);
     if (verb == "version" || verb == "--version") {
       std::cout << "placer " << PLACER_VERSION << " (CUDA backend " << (kernels::cuda_enabled ? "built" : "not built")
-                << ")\n";
+                << ")\nGPU: " << kernels::cuda_device_summary() << "\n";
       return 0;
     }
     if (verb == "help" || verb == "--help" || verb == "-h") {

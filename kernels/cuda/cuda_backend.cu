@@ -6,6 +6,7 @@
 // grows to the high-water mark, so a steady stream of rounds allocates
 // nothing on the device or in pinned memory.
 #include <placer/kernels/backend.hpp>
+#include <placer/kernels/probe.hpp>
 #include <placer/topology/error.hpp>
 
 #include "../portable/stages.hpp"
@@ -31,16 +32,66 @@
 
 namespace placer::kernels {
 
-std::string cuda_probe() {
+namespace {
+__global__ void probe_kernel(int* out) { out[threadIdx.x] = static_cast<int>(threadIdx.x) * 3 + 1; }
+
+/// The probe's verdict, worked out once: the driver, the device and its
+/// architecture against what was built, and a tiny kernel run for real.
+struct probe_result {
+  std::string reason;   ///< "" when the backend can run
+  std::string summary;  ///< the device, when there is one
+};
+
+probe_result run_probe() {
+  auto cuda_error = [](char const* what, cudaError_t e) {
+    cudaGetLastError();  // clear a sticky error so later calls start clean
+    return std::string(what) + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+  };
+  int driver = 0, runtime = 0;
+  cudaDriverGetVersion(&driver);  // 0 without a driver
+  cudaRuntimeGetVersion(&runtime);
+  if (auto why = driver_mismatch(driver, runtime); !why.empty()) return {why, {}};
   int count = 0;
-  cudaError_t const e = cudaGetDeviceCount(&count);
-  if (e != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky error so later calls start clean
-    return std::string("no usable GPU (cudaGetDeviceCount: ") + cudaGetErrorString(e) + ")";
+  if (cudaError_t const e = cudaGetDeviceCount(&count); e != cudaSuccess) {
+    return {"no usable GPU (" + cuda_error("cudaGetDeviceCount", e) + ")", {}};
   }
-  if (count == 0) return "no GPU present";
-  return {};
+  if (count == 0) return {"no GPU present", {}};
+  cudaDeviceProp p{};
+  if (cudaError_t const e = cudaGetDeviceProperties(&p, 0); e != cudaSuccess) {
+    return {cuda_error("cudaGetDeviceProperties", e), {}};
+  }
+  int const cc = p.major * 10 + p.minor;
+  std::string const summary = std::string(p.name) + ", sm_" + std::to_string(cc) + ", driver " +
+                              cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime);
+  if (!arch_runs(cc, PLACER_CUDA_ARCHS)) {
+    return {"GPU 0 (" + summary + ") cannot run code built for " + std::string(PLACER_CUDA_ARCHS) +
+                ": rebuild with -DPLACER_CUDA_ARCHITECTURES=" + std::to_string(cc),
+            summary};
+  }
+  // One tiny kernel, launched and read back: what the first stage would do.
+  int* d = nullptr;
+  int h[32] = {};
+  if (cudaError_t const e = cudaSetDevice(0); e != cudaSuccess) return {cuda_error("cudaSetDevice", e), summary};
+  if (cudaError_t const e = cudaMalloc(&d, sizeof h); e != cudaSuccess) return {cuda_error("cudaMalloc", e), summary};
+  probe_kernel<<<1, 32>>>(d);
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) e = cudaMemcpy(h, d, sizeof h, cudaMemcpyDeviceToHost);
+  cudaFree(d);
+  if (e != cudaSuccess) return {cuda_error("a test kernel", e), summary};
+  for (int i = 0; i < 32; ++i) {
+    if (h[i] != 3 * i + 1) return {"a test kernel returned wrong values on GPU 0 (" + summary + ")", summary};
+  }
+  return {{}, summary};
 }
+
+probe_result const& probe() {
+  static probe_result const r = run_probe();
+  return r;
+}
+}  // namespace
+
+std::string cuda_probe() { return probe().reason; }
+std::string cuda_probe_summary() { return probe().summary; }
 
 namespace {
 
@@ -274,8 +325,12 @@ class cuda_backend final : public backend {
     cudaDeviceProp prop{};
     PLACER_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
     PLACER_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    description_ = std::string("cuda (") + prop.name + ", sm_" + std::to_string(prop.major) +
-                   std::to_string(prop.minor) + ")";
+    // The device, its architecture, the driver and the runtime (the probe's).
+    description_ = "cuda (" +
+                   (probe().summary.empty() ? std::string(prop.name) + ", sm_" + std::to_string(prop.major) +
+                                                  std::to_string(prop.minor)
+                                            : probe().summary) +
+                   ")";
   }
   ~cuda_backend() override {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);

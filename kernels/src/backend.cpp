@@ -1,8 +1,11 @@
 // Backend factory and run-time selection ("auto" | "cpu" | "cuda").
 #include <placer/kernels/backend.hpp>
+#include <placer/kernels/probe.hpp>
 #include <placer/topology/error.hpp>
 
 #include "omp_backend.hpp"
+
+#include <string_view>
 
 namespace placer::kernels {
 
@@ -10,6 +13,7 @@ namespace placer::kernels {
 // Defined in kernels/cuda/cuda_backend.cu.
 std::unique_ptr<backend> make_cuda_backend();
 std::string cuda_probe();
+std::string cuda_probe_summary();
 #endif
 
 std::string cuda_unavailable_reason() {
@@ -17,6 +21,15 @@ std::string cuda_unavailable_reason() {
   return cuda_probe();
 #else
   return "this binary was built without the CUDA backend (no nvcc at build time)";
+#endif
+}
+
+std::string cuda_device_summary() {
+#if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA
+  auto const why = cuda_probe();
+  return why.empty() ? cuda_probe_summary() : "none usable: " + why;
+#else
+  return "none: " + cuda_unavailable_reason();
 #endif
 }
 

@@ -87,7 +87,15 @@ std::unique_ptr<backend> make_backend(backend_kind kind);
 std::unique_ptr<backend> select_backend(std::string_view choice,
                                         std::function<void(std::string const&)> const& log = {});
 
-/// Why the CUDA backend cannot be used, or "" when it can.
+/// Why the CUDA backend cannot be used, or "" when it can. The probe checks
+/// that a driver is present and not older than the CUDA runtime linked in,
+/// that a GPU is present, that its compute capability can run what was
+/// built (PLACER_CUDA_ARCHITECTURES), and launches one tiny kernel and
+/// reads its result back.
 std::string cuda_unavailable_reason();
+
+/// The GPU the CUDA backend would use, as "NVIDIA H100 80GB HBM3, sm_90,
+/// driver 13.0, runtime 13.0", or why there is none.
+std::string cuda_device_summary();
 
 }  // namespace placer::kernels
