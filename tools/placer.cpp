@@ -455,6 +455,9 @@ int cmd_serve(int argc, char** argv) {
   env(app.add_option("--allow-keys", cfg.allow_keys_dir, "CurveZMQ: directory of the allowed clients' public keys")
           ->check(CLI::ExistingDirectory));
   env(app.add_flag("--insecure", cfg.insecure, "bind a non-loopback endpoint without CURVE (a trusted network)"));
+  env(app.add_option("--devices", cfg.devices, "GPUs for the workers, e.g. 0,1: worker i on the i mod n-th")
+          ->delimiter(',')
+          ->check(CLI::Range(0, 255)));
   env(app.add_option("--device-retry-s", cfg.device_retry_s,
                      "after a device fault a worker runs on the CPU; it tries the GPU again after this long (0 = never)")
           ->check(CLI::NonNegativeNumber)

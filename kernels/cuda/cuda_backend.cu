@@ -301,9 +301,12 @@ class cuda_backend final : public backend {
   /// Runs a stage; any failure of the device (a CUDA error, Thrust's
   /// system_error, a device allocation that failed) leaves as device_fault
   /// naming the device, so the service falls back to the CPU.
+  /// Every entry point sets its device first: the calling thread (the
+  /// worker's) may have used another, and the default is GPU 0.
   template <class F>
   auto guard(F&& f) -> decltype(f()) {
     try {
+      PLACER_CUDA_TRY(cudaSetDevice(device_));
       return f();
     } catch (device_fault const& e) {
       throw device_fault(description_ + ": " + e.what());
@@ -320,20 +323,35 @@ class cuda_backend final : public backend {
   auto exec_nosync() { return thrust::cuda::par_nosync(temp_).on(stream_); }
 
  public:
-  cuda_backend() {
-    PLACER_CUDA_TRY(cudaSetDevice(0));
+  explicit cuda_backend(int device) : device_(device) {
+    int count = 0;
+    PLACER_CUDA_TRY(cudaGetDeviceCount(&count));
+    if (device < 0 || device >= count) {
+      throw logic_error(error_code::unavailable,
+                        "GPU " + std::to_string(device) + " is not there (" + std::to_string(count) + " GPU(s))");
+    }
+    PLACER_CUDA_TRY(cudaSetDevice(device_));
     cudaDeviceProp prop{};
-    PLACER_CUDA_TRY(cudaGetDeviceProperties(&prop, 0));
+    PLACER_CUDA_TRY(cudaGetDeviceProperties(&prop, device_));
+    int const cc = prop.major * 10 + prop.minor;
+    if (!arch_runs(cc, PLACER_CUDA_ARCHS)) {
+      throw logic_error(error_code::unavailable, "GPU " + std::to_string(device) + " (" + prop.name + ", sm_" +
+                                                     std::to_string(cc) + ") cannot run code built for " +
+                                                     PLACER_CUDA_ARCHS);
+    }
     PLACER_CUDA_TRY(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    // The device, its architecture, the driver and the runtime (the probe's).
-    description_ = "cuda (" +
-                   (probe().summary.empty() ? std::string(prop.name) + ", sm_" + std::to_string(prop.major) +
-                                                  std::to_string(prop.minor)
-                                            : probe().summary) +
-                   ")";
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    // The device, its architecture, the driver and the runtime.
+    description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
+                   ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) + ")";
   }
   ~cuda_backend() override {
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (stream_ != nullptr) {
+      cudaSetDevice(device_);
+      cudaStreamDestroy(stream_);
+    }
   }
 
   [[nodiscard]] backend_kind kind() const override { return backend_kind::cuda; }
@@ -538,11 +556,12 @@ class cuda_backend final : public backend {
   device_arena arena_;
   temp_allocator temp_;
   std::vector<std::int32_t> tier_heap_begin_;
+  int device_ = 0;
   std::string description_;
 };
 
 }  // namespace
 
-std::unique_ptr<backend> make_cuda_backend() { return std::make_unique<cuda_backend>(); }
+std::unique_ptr<backend> make_cuda_backend(int device) { return std::make_unique<cuda_backend>(device); }
 
 }  // namespace placer::kernels

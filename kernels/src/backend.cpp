@@ -11,7 +11,7 @@ namespace placer::kernels {
 
 #if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA
 // Defined in kernels/cuda/cuda_backend.cu.
-std::unique_ptr<backend> make_cuda_backend();
+std::unique_ptr<backend> make_cuda_backend(int device);
 std::string cuda_probe();
 std::string cuda_probe_summary();
 #endif
@@ -33,27 +33,27 @@ std::string cuda_device_summary() {
 #endif
 }
 
-std::unique_ptr<backend> make_backend(backend_kind kind) {
+std::unique_ptr<backend> make_backend(backend_kind kind, int device) {
   if (kind == backend_kind::cpu) return std::make_unique<omp_backend>();
   auto const why = cuda_unavailable_reason();
   if (!why.empty()) throw logic_error(error_code::unavailable, "CUDA backend unavailable: " + why);
 #if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA
-  return make_cuda_backend();
+  return make_cuda_backend(device);
 #else
   throw logic_error(error_code::unavailable, "CUDA backend unavailable");
 #endif
 }
 
-std::unique_ptr<backend> select_backend(std::string_view choice,
-                                        std::function<void(std::string const&)> const& log) {
+std::unique_ptr<backend> select_backend(std::string_view choice, std::function<void(std::string const&)> const& log,
+                                        int device) {
   if (choice == "cpu") return make_backend(backend_kind::cpu);
-  if (choice == "cuda") return make_backend(backend_kind::cuda);
+  if (choice == "cuda") return make_backend(backend_kind::cuda, device);
   PLACER_EXPECTS(choice == "auto" || choice.empty(),
                  "unknown backend '" + std::string(choice) + "' (expected auto, cpu or cuda)");
   auto const why = cuda_unavailable_reason();
   if (why.empty()) {
     try {
-      return make_backend(backend_kind::cuda);
+      return make_backend(backend_kind::cuda, device);
     } catch (std::exception const& e) {
       if (log) log(std::string("backend auto: CUDA failed to start (") + e.what() + "), using the CPU backend");
       return make_backend(backend_kind::cpu);

@@ -293,6 +293,10 @@ class worker {
   /// The backend the operator asked for (--backend; a test's factory).
   std::unique_ptr<kernels::backend> configured_backend() const {
     if (cfg_.make_backend) return cfg_.make_backend(id_);
+    if (!cfg_.devices.empty()) {  // GPUs named on purpose: CUDA on worker i's, or fail
+      auto const device = cfg_.devices[static_cast<std::size_t>(id_) % cfg_.devices.size()];
+      return kernels::make_backend(kernels::backend_kind::cuda, device);
+    }
     return kernels::select_backend(cfg_.backend, [](std::string const& m) { log_warn(m); });
   }
 
@@ -512,6 +516,11 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
   PLACER_EXPECTS(cfg_.workers >= 1 && cfg_.workers <= 256, "workers must be in 1..256");
   PLACER_EXPECTS(cfg_.queue.peer_rounds >= 1, "a peer must be allowed at least one waiting round (--max-queued)");
   PLACER_EXPECTS(cfg_.stuck_after_ms > 0, "the stuck threshold must be positive (--stuck-ms)");
+  if (!cfg_.devices.empty()) {
+    PLACER_EXPECTS(cfg_.backend != "cpu", "--devices names GPUs: it needs --backend cuda or auto, not cpu");
+    auto const why = kernels::cuda_unavailable_reason();
+    if (!why.empty()) throw logic_error(error_code::unavailable, "--devices: no usable GPU here: " + why);
+  }
   impl_ = std::make_unique<impl>(cfg_);
   if (!cfg_.curve_secret_file.empty()) {
     PLACER_EXPECTS(!cfg_.allow_keys_dir.empty(), "CURVE needs the allowed clients' public keys (--allow-keys DIR)");

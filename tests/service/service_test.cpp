@@ -1202,6 +1202,23 @@ TEST(Service, ADeviceFaultIsAnsweredOnTheCpuAndHealthSaysDegraded) {
   EXPECT_EQ(made.load(), 2);
 }
 
+TEST(Service, DevicesNameGpusOnPurposeOrTheServerSaysWhyNot) {
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.devices = {0, 1};
+  cfg.backend = "cpu";
+  EXPECT_THROW(service::server{cfg}, logic_error) << "GPUs named with the CPU backend";
+  cfg.backend = "auto";
+  auto const why = kernels::cuda_unavailable_reason();
+  if (why.empty()) GTEST_SKIP() << "a usable GPU is here: the error case needs a machine without one";
+  try {
+    service::server srv(cfg);
+    ADD_FAILURE() << "a server with --devices started without a usable GPU";
+  } catch (logic_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("--devices: no usable GPU here: " + why), std::string::npos) << e.what();
+  }
+}
+
 TEST(Service, ClientRetriesARoundLostWithAServerThatDied) {
   // A stand-in takes the round and goes away without answering, as a server
   // that dies mid-round; the real one comes back on the same endpoint. The

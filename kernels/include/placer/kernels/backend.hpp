@@ -77,15 +77,16 @@ class backend {
   step_counts steps_;
 };
 
-/// Makes the backend of `kind`; throws placer::logic_error(unavailable) if the
-/// CUDA backend was not built or no usable GPU is present.
-std::unique_ptr<backend> make_backend(backend_kind kind);
+/// Makes the backend of `kind` (CUDA: on GPU `device`, which every stage
+/// call sets); throws placer::logic_error(unavailable) if the CUDA backend
+/// was not built, no usable GPU is present or `device` is not one.
+std::unique_ptr<backend> make_backend(backend_kind kind, int device = 0);
 
 /// Parses "auto" | "cpu" | "cuda" and makes the backend. "auto" takes CUDA
 /// when a GPU answers and falls back to the CPU otherwise, reporting why
 /// through `log`.
 std::unique_ptr<backend> select_backend(std::string_view choice,
-                                        std::function<void(std::string const&)> const& log = {});
+                                        std::function<void(std::string const&)> const& log = {}, int device = 0);
 
 /// Why the CUDA backend cannot be used, or "" when it can. The probe checks
 /// that a driver is present and not older than the CUDA runtime linked in,

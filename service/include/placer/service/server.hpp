@@ -54,6 +54,9 @@ inline constexpr std::array<char const*, 5> service_stages{stage_verify, stage_q
 struct service_config {
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::string backend = "auto";  ///< auto | cpu | cuda
+  /// GPUs for the workers: worker i solves on devices[i % size] (CUDA, or
+  /// the server fails to start); empty = GPU 0 when the backend is CUDA.
+  std::vector<int> devices;
   std::size_t max_message_bytes = default_max_message_bytes;
   int poll_ms = 100;             ///< how often the loop checks for shutdown
   /// Per worker, sessions beyond either bound go, least recently used
