@@ -1,21 +1,22 @@
 #!/usr/bin/env python3
-"""Turns a round_bench JSON file into a markdown summary (stdlib only)."""
+"""Turns round_bench JSON files (one per scenario from a GPU session's steps, or one with all)
+into one markdown summary (stdlib only): bench/summarize.py FILE.json [FILE.json ...]"""
 import json
 import sys
 
 STAGES = ["validate", "flatten", "metrics_before", "score", "assign", "metrics_after"]
 
 
-def main(path):
-    data = json.load(open(path))
-    ctx = data.get("context", {})
+def main(paths):
+    runs = [json.load(open(p)) for p in paths]
+    ctx = runs[0].get("context", {})
     print(f"# Round benchmark: {ctx.get('date', '?')}, commit {ctx.get('commit', '?')}\n")
     print(f"- host: {ctx.get('host_name', '?')}, {ctx.get('num_cpus', '?')} CPUs at {ctx.get('mhz_per_cpu', '?')} MHz")
     print(f"- GPU: {ctx.get('gpu', 'none')}")
     print(f"- command: `bench/run.sh` (Google Benchmark, real time, mean over iterations)\n")
     print("| benchmark | backend | pending | placed | round ms | " + " | ".join(f"{s} ms" for s in STAGES) + " |")
     print("|---|---|---|---|---|" + "---|" * len(STAGES))
-    for b in data.get("benchmarks", []):
+    for b in (b for data in runs for b in data.get("benchmarks", [])):
         if b.get("error_occurred"):
             print(f"| {b['name'].split('/min_time')[0]} | skipped: {b.get('error_message', '')} |")
             continue
@@ -27,4 +28,6 @@ def main(path):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if len(sys.argv) < 2:
+        sys.exit("usage: bench/summarize.py ROUND_BENCH.json [...]")
+    main(sys.argv[1:])
