@@ -8,6 +8,7 @@
 #include <placer/service/curve.hpp>
 #include <placer/service/log.hpp>
 #include <placer/service/server.hpp>
+#include <placer/traces/synthetic.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -154,6 +155,7 @@ class worker {
   worker(service_config const& cfg, shared_stats& stats, service_metrics* metrics, worker_status& status, int id)
       : cfg_(cfg), stats_(stats), metrics_(metrics), status_(status), id_(id), solver_(configured_backend()) {
     status_.set(backend(), "");
+    warm_up();  // after: a fault in it says so in the status
   }
 
   [[nodiscard]] std::string backend() { return solver_.backend().description(); }
@@ -300,6 +302,36 @@ class worker {
     return kernels::select_backend(cfg_.backend, [](std::string const& m) { log_warn(m); });
   }
 
+  /// One small round (the 1k scenario) on a backend just made, so that the
+  /// first client's round does not pay for loading the GPU's kernels and
+  /// growing the device buffers. A device that fails here is a fault like
+  /// any other: the worker starts on the CPU.
+  void warm_up() {
+    static round_input const round = traces::make_scenario(traces::scenario_preset("1k"));
+    try {
+      (void)solver_.solve(round);
+    } catch (kernels::device_fault const& e) {
+      fall_back(e.what());
+    }
+  }
+
+  /// The device failed: the worker goes on on a CPU backend (logged once,
+  /// counted, reported degraded until --device-retry-s brings it back).
+  void fall_back(std::string const& why) {
+    std::string const failed = backend();
+    solver_ = solver(kernels::make_backend(kernels::backend_kind::cpu));
+    degraded_ = true;
+    degraded_since_ = std::chrono::steady_clock::now();
+    stats_.device_faults.fetch_add(1);
+    status_.set(backend(), failed + ": " + why);
+    log_error("device fault: the worker goes on on the CPU",
+              {{"worker", std::to_string(id_)},
+               {"backend", failed},
+               {"error", why},
+               {"now", backend()},
+               {"retry_s", cfg_.device_retry_s > 0 ? (std::ostringstream() << cfg_.device_retry_s).str() : "never"}});
+  }
+
   /// Solves the round; when the device fails under it, the worker goes on
   /// on a CPU backend and solves the same round again there, so the client
   /// gets its answer (the reply's backend says which solved it). After
@@ -313,8 +345,11 @@ class worker {
         if (b->kind() == kernels::backend_kind::cuda) {
           solver_ = solver(std::move(b));
           degraded_ = false;
-          status_.set(backend(), "");
-          log_info("device back", {{"worker", std::to_string(id_)}, {"backend", backend()}});
+          warm_up();  // falls back again if the device is still broken
+          if (!degraded_) {
+            status_.set(backend(), "");
+            log_info("device back", {{"worker", std::to_string(id_)}, {"backend", backend()}});
+          }
         }
       } catch (std::exception const& e) {
         log_warn("device still unusable", {{"worker", std::to_string(id_)}, {"error", e.what()}});
@@ -323,18 +358,7 @@ class worker {
     try {
       return solver_.solve(in, memory);
     } catch (kernels::device_fault const& e) {
-      std::string const failed = backend();
-      solver_ = solver(kernels::make_backend(kernels::backend_kind::cpu));
-      degraded_ = true;
-      degraded_since_ = std::chrono::steady_clock::now();
-      stats_.device_faults.fetch_add(1);
-      status_.set(backend(), failed + ": " + e.what());
-      log_error("device fault: the worker goes on on the CPU",
-                {{"worker", std::to_string(id_)},
-                 {"backend", failed},
-                 {"error", e.what()},
-                 {"now", backend()},
-                 {"retry_s", cfg_.device_retry_s > 0 ? (std::ostringstream() << cfg_.device_retry_s).str() : "never"}});
+      fall_back(e.what());
       return solver_.solve(in, memory);
     }
   }

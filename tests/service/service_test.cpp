@@ -1116,11 +1116,13 @@ TEST(Service, MetricsAndProbesOverHttpFollowTheRounds) {
 }
 
 /// A CUDA backend's stand-in that fails like a device: the CPU backend's
-/// stages, until the `fail_at`-th stage call (counting from 1), which
-/// throws device_fault, as an illegal address or an Xid would.
+/// stages, but the stage call that brings the shared countdown `fail_in`
+/// from 1 to 0 throws device_fault, as an illegal address or an Xid
+/// would (at 0 or below nothing fails; the test arms it when it wants).
 class faulty_backend final : public kernels::backend {
  public:
-  explicit faulty_backend(int fail_at) : cpu_(kernels::make_backend(kernels::backend_kind::cpu)), fail_at_(fail_at) {}
+  explicit faulty_backend(std::atomic<int>& fail_in)
+      : cpu_(kernels::make_backend(kernels::backend_kind::cpu)), fail_in_(fail_in) {}
   [[nodiscard]] kernels::backend_kind kind() const override { return kernels::backend_kind::cuda; }
   [[nodiscard]] std::string const& description() const override { return description_; }
   void score(kernels::node_view const& n, kernels::class_view const& c, kernels::task_view const& t,
@@ -1144,11 +1146,10 @@ class faulty_backend final : public kernels::backend {
 
  private:
   void call() {
-    if (++calls_ == fail_at_) throw kernels::device_fault("injected: illegal address");
+    if (fail_in_.load() > 0 && fail_in_.fetch_sub(1) == 1) throw kernels::device_fault("injected: illegal address");
   }
   std::unique_ptr<kernels::backend> cpu_;
-  int fail_at_;
-  int calls_ = 0;
+  std::atomic<int>& fail_in_;
   std::string description_ = "cuda (fault-injecting test double)";
 };
 
@@ -1157,16 +1158,16 @@ TEST(Service, ADeviceFaultIsAnsweredOnTheCpuAndHealthSaysDegraded) {
   // later one, while the probe said ok. Now the round is solved again on a
   // CPU backend and answered; the probe says degraded, with the fault; and
   // after the back-off the worker takes its configured backend back.
-  std::atomic<int> made{0};
+  std::atomic<int> made{0}, fail_in{0};
   service::service_config cfg;
   cfg.endpoint = "tcp://127.0.0.1:*";
   cfg.device_retry_s = 0.2;
   cfg.make_backend = [&](int) {
-    // The first backend fails on its second stage call, mid-round; the one
-    // made after the back-off works.
-    return std::make_unique<faulty_backend>(made.fetch_add(1) == 0 ? 2 : 1 << 30);
+    made.fetch_add(1);
+    return std::make_unique<faulty_backend>(fail_in);
   };
   running_server s(cfg);
+  fail_in = 2;  // warmed up; the round's second stage call fails, mid-round
   client c({s.endpoint(), 5000, "fault"});
   EXPECT_EQ(c.health().worker_states.at(0).backend, "cuda (fault-injecting test double)");
   round_input in = demo_round();
@@ -1200,6 +1201,23 @@ TEST(Service, ADeviceFaultIsAnsweredOnTheCpuAndHealthSaysDegraded) {
   EXPECT_EQ(back.result.backend, "cuda (fault-injecting test double)");
   EXPECT_FALSE(c.health().degraded);
   EXPECT_EQ(made.load(), 2);
+}
+
+TEST(Service, ADeviceThatFailsItsWarmUpStartsTheWorkerOnTheCpu) {
+  std::atomic<int> fail_in{1};  // the very first stage call, in the warm-up round
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.device_retry_s = 0;  // never back
+  cfg.make_backend = [&](int) { return std::make_unique<faulty_backend>(fail_in); };
+  running_server s(cfg);
+  client c({s.endpoint(), 5000, ""});
+  auto const h = c.health();
+  EXPECT_TRUE(h.degraded);
+  EXPECT_EQ(h.device_faults, 1U);
+  EXPECT_EQ(h.worker_states.at(0).backend.rfind("cpu", 0), 0U) << h.worker_states[0].backend;
+  auto const rep = c.solve(demo_round());
+  ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  EXPECT_EQ(rep.result.backend.rfind("cpu", 0), 0U);
 }
 
 TEST(Service, DevicesNameGpusOnPurposeOrTheServerSaysWhyNot) {
