@@ -1,17 +1,19 @@
 # Placer: the two commands of the README, plus a few conveniences.
 #   make run    install deps, build, serve on tcp://127.0.0.1:5555 and play a demo round
 #   make test   install deps, build (CPU + CUDA when nvcc is present), run every test,
-#               then the request fuzzer for 30 s (make fuzz: longer)
+#               then the request fuzzer for 30 s (make fuzz: longer) and the OpenMP
+#               parallel paths under ThreadSanitizer (make tsan)
 BUILD      ?= build
 ENDPOINT   ?= tcp://127.0.0.1:5555
 BACKEND    ?= auto
 JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_ARGS ?=
 FUZZ_BUILD ?= build-fuzz
+TSAN_BUILD ?= build-tsan
 FUZZ_SECONDS ?= 300
 TEST_FUZZ_SECONDS ?= 30
 
-.PHONY: all deps configure build run test fuzz bench image-test clean
+.PHONY: all deps configure build run test fuzz tsan bench image-test clean
 
 all: build
 
@@ -33,6 +35,7 @@ run: deps configure
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
+	$(MAKE) --no-print-directory tsan
 
 # The request fuzzer (tests/fuzz): its own clang build with libFuzzer and
 # ASan/UBSan, seeded from data/examples and the openb sample, for
@@ -48,10 +51,18 @@ fuzz: deps
 	  { tail -40 $(FUZZ_BUILD)/fuzz.log; echo "make fuzz: a finding, saved in $(FUZZ_BUILD)/findings"; exit 1; }
 	@grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^Done' $(FUZZ_BUILD)/fuzz.log
 
+# Every OpenMP stage's parallel path against the sequential one, bit for bit,
+# under ThreadSanitizer (clang, LLVM OpenMP; its own build of the solver test).
+tsan: deps
+	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DPLACER_TSAN=ON > /dev/null
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target solver_test_omp
+	TSAN_OPTIONS=ignore_noninstrumented_modules=1:halt_on_error=1:exitcode=66 OMP_WAIT_POLICY=PASSIVE \
+	  $(TSAN_BUILD)/tests/solver_test_omp --gtest_filter='BackendParity.Parallel*' --gtest_brief=1
+
 # The image in a real container runtime (podman + runc, root): a Debian 12
 # base by debootstrap, this build's binary, the README's runs checked.
 image-test: build
 	docker/image-test.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(FUZZ_BUILD) $(TSAN_BUILD)

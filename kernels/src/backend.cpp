@@ -33,6 +33,8 @@ std::string cuda_device_summary() {
 #endif
 }
 
+std::unique_ptr<backend> make_parallel_cpu_backend() { return std::make_unique<omp_backend>(true); }
+
 std::unique_ptr<backend> make_backend(backend_kind kind, int device) {
   if (kind == backend_kind::cpu) return std::make_unique<omp_backend>();
   auto const why = cuda_unavailable_reason();

@@ -39,9 +39,10 @@ int tier_threads_from_env() {
 
 }  // namespace
 
-omp_backend::omp_backend()
+omp_backend::omp_backend(bool always_parallel)
     : description_("cpu (OpenMP, " + std::to_string(omp_get_max_threads()) + " threads)"),
-      tier_threads_(tier_threads_from_env()) {
+      tier_threads_(always_parallel ? std::max(2, tier_threads_from_env()) : tier_threads_from_env()),
+      always_parallel_(always_parallel) {
   // Start the OpenMP thread pool now, not inside the first round (it costs
   // milliseconds, which would land in that round's timing).
 #pragma omp parallel
@@ -50,7 +51,7 @@ omp_backend::omp_backend()
 
 void omp_backend::score(node_view const& nodes, class_view const& classes, task_view const& tasks,
                         score_params const& params, std::span<std::int32_t> out) {
-  if (static_cast<std::int64_t>(nodes.n_nodes) * classes.n_classes < parallel_threshold / 16) {
+  if (!always_parallel_ && static_cast<std::int64_t>(nodes.n_nodes) * classes.n_classes < parallel_threshold / 16) {
     score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data(), steps_);
   } else {
     score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data(), steps_);
@@ -58,7 +59,7 @@ void omp_backend::score(node_view const& nodes, class_view const& classes, task_
 }
 
 cluster_stats omp_backend::stats(node_view const& nodes, task_view const& tasks) {
-  if (nodes.n_nodes < parallel_threshold / 64) return reduce_cluster_stats(thrust::cpp::par, nodes, tasks, steps_);
+  if (!always_parallel_ && nodes.n_nodes < parallel_threshold / 64) return reduce_cluster_stats(thrust::cpp::par, nodes, tasks, steps_);
   return reduce_cluster_stats(thrust::omp::par, nodes, tasks, steps_);
 }
 
@@ -66,7 +67,7 @@ void omp_backend::domain_capacity(node_view const& nodes, class_view const& clas
                                   domain_index_view const& idx, std::span<std::int64_t> cap) {
   auto const k = static_cast<std::int32_t>(of.size());
   domain_fit_.resize(of.size() * static_cast<std::size_t>(nodes.n_nodes));
-  if (static_cast<std::int64_t>(k) * idx.n_entries < parallel_threshold) {
+  if (!always_parallel_ && static_cast<std::int64_t>(k) * idx.n_entries < parallel_threshold) {
     kernels::domain_capacity(thrust::cpp::par, nodes, classes, of.data(), k, idx, domain_fit_.data(), cap.data(), steps_);
   } else {
     kernels::domain_capacity(thrust::omp::par, nodes, classes, of.data(), k, idx, domain_fit_.data(), cap.data(), steps_);
@@ -75,7 +76,8 @@ void omp_backend::domain_capacity(node_view const& nodes, class_view const& clas
 
 tier_stats omp_backend::place_tier(tier_problem const& problem, std::vector<tier_placement>& out) {
   // A team only for a tier with enough bidding to split (nodes x rows).
-  bool const big = static_cast<std::int64_t>(problem.nodes.n_nodes) * problem.n_rows >= tier_team_threshold;
+  bool const big =
+      always_parallel_ || static_cast<std::int64_t>(problem.nodes.n_nodes) * problem.n_rows >= tier_team_threshold;
   tier_stats const st = run_tier_host(problem, out, tier_arena_, big ? tier_threads_ : 1);
   count_tier(steps_);
   return st;

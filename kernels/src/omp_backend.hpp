@@ -11,7 +11,9 @@ namespace placer::kernels {
 
 class omp_backend final : public backend {
  public:
-  omp_backend();
+  /// `always_parallel`: every stage on the OpenMP team whatever its size,
+  /// the tier program on at least two workers (make_parallel_cpu_backend).
+  explicit omp_backend(bool always_parallel = false);
   [[nodiscard]] backend_kind kind() const override { return backend_kind::cpu; }
   [[nodiscard]] std::string const& description() const override { return description_; }
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
@@ -27,6 +29,7 @@ class omp_backend final : public backend {
   // Tier program workspace and team size (PLACER_TIER_THREADS).
   tier_host_arena tier_arena_;
   int tier_threads_ = 1;
+  bool always_parallel_ = false;
 };
 
 }  // namespace placer::kernels

@@ -452,13 +452,12 @@ TEST(Backend, DomainCapacityOfAClassSetSumsFitCounts) {
   EXPECT_GT(checked, 100);  // the rounds do fit replicas somewhere
 }
 
-TEST(BackendParity, CudaMatchesCpuOnRandomRounds) {
-  auto const why = kernels::cuda_unavailable_reason();
-  if (!why.empty()) GTEST_SKIP() << why;
-  solver cpu = cpu_solver();
-  solver gpu(kernels::make_backend(kernels::backend_kind::cuda));
-  std::mt19937_64 rng(99);
-  for (int iter = 0; iter < 300; ++iter) {
+/// Two solvers' stages (score matrix, cluster statistics, domain
+/// capacities) and rounds (placements, unplaced jobs) on the same random
+/// rounds, bit for bit.
+void expect_parity(solver& ref, solver& other, int iterations, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (int iter = 0; iter < iterations; ++iter) {
     round_input in = testing_support::random_round(rng);
     in.pol.w.fragmentation = iter % 2 == 0 ? 0 : 50;
     round_matrices const m = build_matrices(in);
@@ -466,11 +465,11 @@ TEST(BackendParity, CudaMatchesCpuOnRandomRounds) {
     std::vector<std::int32_t> b(a.size());
     kernels::score_params p;
     p.w_fragmentation = in.pol.w.fragmentation;
-    cpu.backend().score(m.nodes(), m.classes(), m.tasks(), p, a);
-    gpu.backend().score(m.nodes(), m.classes(), m.tasks(), p, b);
+    ref.backend().score(m.nodes(), m.classes(), m.tasks(), p, a);
+    other.backend().score(m.nodes(), m.classes(), m.tasks(), p, b);
     ASSERT_EQ(a, b) << "score matrices differ at iteration " << iter;
-    auto const sa = cpu.backend().stats(m.nodes(), m.tasks());
-    auto const sb = gpu.backend().stats(m.nodes(), m.tasks());
+    auto const sa = ref.backend().stats(m.nodes(), m.tasks());
+    auto const sb = other.backend().stats(m.nodes(), m.tasks());
     ASSERT_EQ(sa.frag_milli_ppm, sb.frag_milli_ppm);
     ASSERT_EQ(sa.gpu_allocated_milli, sb.gpu_allocated_milli);
     if (!in.state.topo.domains.empty() && m.n_classes() > 0) {
@@ -478,17 +477,39 @@ TEST(BackendParity, CudaMatchesCpuOnRandomRounds) {
       std::vector<std::int32_t> of(static_cast<std::size_t>(m.n_classes()));
       std::iota(of.begin(), of.end(), 0);
       std::vector<std::int64_t> ca(of.size() * in.state.topo.domains.size()), cb(ca.size());
-      cpu.backend().domain_capacity(m.nodes(), m.classes(), of, e.view(), ca);
-      gpu.backend().domain_capacity(m.nodes(), m.classes(), of, e.view(), cb);
+      ref.backend().domain_capacity(m.nodes(), m.classes(), of, e.view(), ca);
+      other.backend().domain_capacity(m.nodes(), m.classes(), of, e.view(), cb);
       ASSERT_EQ(ca, cb) << "domain capacities differ at iteration " << iter;
     }
-    auto const ra = cpu.solve(in);
-    auto const rb = gpu.solve(in);
+    auto const ra = ref.solve(in);
+    auto const rb = other.solve(in);
     ASSERT_EQ(ra.placements.size(), rb.placements.size());
     for (std::size_t k = 0; k < ra.placements.size(); ++k) {
       ASSERT_EQ(ra.placements[k].replicas, rb.placements[k].replicas) << "iteration " << iter;
     }
+    ASSERT_EQ(ra.unplaced_jobs.size(), rb.unplaced_jobs.size()) << "iteration " << iter;
+    for (std::size_t k = 0; k < ra.unplaced_jobs.size(); ++k) {
+      ASSERT_EQ(ra.unplaced_jobs[k].job, rb.unplaced_jobs[k].job) << "iteration " << iter;
+      ASSERT_EQ(ra.unplaced_jobs[k].reason, rb.unplaced_jobs[k].reason) << "iteration " << iter;
+    }
   }
+}
+
+TEST(BackendParity, CudaMatchesCpuOnRandomRounds) {
+  auto const why = kernels::cuda_unavailable_reason();
+  if (!why.empty()) GTEST_SKIP() << why;
+  solver cpu = cpu_solver();
+  solver gpu(kernels::make_backend(kernels::backend_kind::cuda));
+  expect_parity(cpu, gpu, 300, 99);
+}
+
+TEST(BackendParity, ParallelCpuPathsMatchTheSequentialOnes) {
+  // Rounds this small take the sequential paths on the default CPU backend;
+  // the forced one runs every stage on the OpenMP team and the tier program
+  // on two workers or more (make tsan runs this under ThreadSanitizer).
+  solver sequential = cpu_solver();
+  solver parallel(kernels::make_parallel_cpu_backend());
+  expect_parity(sequential, parallel, 300, 7);
 }
 
 TEST(Backend, AutoFallsBackToCpuWithAReason) {

@@ -82,6 +82,12 @@ class backend {
 /// was not built, no usable GPU is present or `device` is not one.
 std::unique_ptr<backend> make_backend(backend_kind kind, int device = 0);
 
+/// The CPU backend with every stage on its OpenMP team whatever the size
+/// (the sequential path is taken below thresholds otherwise) and the tier
+/// program on at least two workers: for tests that check the parallel
+/// paths give the sequential results, under ThreadSanitizer too.
+std::unique_ptr<backend> make_parallel_cpu_backend();
+
 /// Parses "auto" | "cpu" | "cuda" and makes the backend. "auto" takes CUDA
 /// when a GPU answers and falls back to the CPU otherwise, reporting why
 /// through `log`.
