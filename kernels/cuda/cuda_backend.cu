@@ -302,18 +302,32 @@ class cuda_backend final : public backend {
   /// system_error, a device allocation that failed) leaves as device_fault
   /// naming the device, so the service falls back to the CPU.
   /// Every entry point sets its device first: the calling thread (the
-  /// worker's) may have used another, and the default is GPU 0.
+  /// worker's) may have used another, and the default is GPU 0. On any
+  /// failure the stream is drained before the exception leaves, so no copy
+  /// or kernel still in flight can touch the arena or its pinned mirror
+  /// once the backend that owns them is dropped (the service drops it after
+  /// a device fault).
   template <class F>
   auto guard(F&& f) -> decltype(f()) {
+    auto settle = [&] {
+      if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+      cudaGetLastError();
+    };
     try {
       PLACER_CUDA_TRY(cudaSetDevice(device_));
       return f();
     } catch (device_fault const& e) {
+      settle();
       throw device_fault(description_ + ": " + e.what());
     } catch (thrust::system_error const& e) {
+      settle();
       throw device_fault(description_ + ": " + e.what());
     } catch (std::bad_alloc const& e) {
+      settle();
       throw device_fault(description_ + ": device allocation failed (" + e.what() + ")");
+    } catch (...) {
+      settle();
+      throw;
     }
   }
   /// Thrust on this backend's stream, temporary storage from the cache.
