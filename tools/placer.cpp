@@ -351,6 +351,9 @@ int cmd_compare(int argc, char** argv) {
 
 std::atomic<bool> g_stop{false};
 extern "C" void on_signal(int) { g_stop.store(true); }
+/// SIGHUP: workers on their CPU fallback try the GPU again at their next round.
+std::atomic<std::uint64_t> g_device_retry{0};
+extern "C" void on_hangup(int) { g_device_retry.fetch_add(1); }
 
 /// The demo round of `make run`: the committed openb sample sent through
 /// the real client to the server this process is running.
@@ -462,7 +465,8 @@ int cmd_serve(int argc, char** argv) {
           ->delimiter(',')
           ->check(CLI::Range(0, 255)));
   env(app.add_option("--device-retry-s", cfg.device_retry_s,
-                     "after a device fault a worker runs on the CPU; it tries the GPU again after this long (0 = never)")
+                     "after a device fault a worker runs on the CPU; it tries the GPU again after this long "
+                     "(0 = never) or on SIGHUP")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str());
   try {
@@ -481,6 +485,8 @@ int cmd_serve(int argc, char** argv) {
   service::set_log_level(service::parse_log_level(log_level));
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  std::signal(SIGHUP, on_hangup);
+  cfg.device_retry_signal = &g_device_retry;
   service::server srv(cfg);
   std::thread demo_thread;
   if (!demo.empty()) {

@@ -329,16 +329,20 @@ class worker {
                {"backend", failed},
                {"error", why},
                {"now", backend()},
-               {"retry_s", cfg_.device_retry_s > 0 ? (std::ostringstream() << cfg_.device_retry_s).str() : "never"}});
+               {"retry_s", cfg_.device_retry_s > 0 ? (std::ostringstream() << cfg_.device_retry_s).str() : "on SIGHUP"}});
   }
 
   /// Solves the round; when the device fails under it, the worker goes on
   /// on a CPU backend and solves the same round again there, so the client
   /// gets its answer (the reply's backend says which solved it). After
-  /// --device-retry-s the worker tries its configured backend again.
+  /// --device-retry-s, or at the first round after the operator asks
+  /// (device_retry_signal), the worker tries its configured backend again.
   round_result solve_anyway(round_input const& in, queue_memory* memory) {
-    if (degraded_ && cfg_.device_retry_s > 0 &&
-        std::chrono::steady_clock::now() - degraded_since_ >= std::chrono::duration<double>(cfg_.device_retry_s)) {
+    bool const asked = cfg_.device_retry_signal != nullptr && cfg_.device_retry_signal->load() != retries_seen_;
+    if (cfg_.device_retry_signal != nullptr) retries_seen_ = cfg_.device_retry_signal->load();
+    bool const due = cfg_.device_retry_s > 0 && std::chrono::steady_clock::now() - degraded_since_ >=
+                                                    std::chrono::duration<double>(cfg_.device_retry_s);
+    if (degraded_ && (asked || due)) {
       degraded_since_ = std::chrono::steady_clock::now();  // the next try after another back-off, either way
       try {
         auto b = configured_backend();
@@ -368,6 +372,7 @@ class worker {
   service_metrics* metrics_;  ///< null without --http
   worker_status& status_;
   bool degraded_ = false;  ///< on its CPU fallback since a device fault
+  std::uint64_t retries_seen_ = 0;  ///< device_retry_signal when last read
   std::chrono::steady_clock::time_point degraded_since_;
   int id_;
   solver solver_;

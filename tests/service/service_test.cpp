@@ -1203,6 +1203,26 @@ TEST(Service, ADeviceFaultIsAnsweredOnTheCpuAndHealthSaysDegraded) {
   EXPECT_EQ(made.load(), 2);
 }
 
+TEST(Service, TheOperatorCanSendADegradedWorkerBackToItsDevice) {
+  std::atomic<int> fail_in{1};  // the warm-up's first stage call
+  std::atomic<std::uint64_t> retry{0};
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.device_retry_s = 0;  // no back-off: only the operator
+  cfg.device_retry_signal = &retry;
+  cfg.make_backend = [&](int) { return std::make_unique<faulty_backend>(fail_in); };
+  running_server s(cfg);
+  client c({s.endpoint(), 5000, ""});
+  round_input const in = demo_round();
+  ASSERT_EQ(c.solve(in).result.backend.rfind("cpu", 0), 0U);
+  EXPECT_TRUE(c.health().degraded);
+  retry.fetch_add(1);  // SIGHUP in placer serve
+  auto const back = c.solve(in);
+  ASSERT_EQ(back.code, ErrorCode::Ok) << back.message;
+  EXPECT_EQ(back.result.backend, "cuda (fault-injecting test double)");
+  EXPECT_FALSE(c.health().degraded);
+}
+
 TEST(Service, ADeviceThatFailsItsWarmUpStartsTheWorkerOnTheCpu) {
   std::atomic<int> fail_in{1};  // the very first stage call, in the warm-up round
   service::service_config cfg;

@@ -92,6 +92,10 @@ struct service_config {
   /// After a device fault a worker runs on a CPU backend; it tries its
   /// configured backend again after this long (0 = never: restart it).
   double device_retry_s = 300;
+  /// The operator's way to ask sooner (`placer serve` bumps it on SIGHUP):
+  /// a degraded worker tries its configured backend at its next round
+  /// after the count changes. Null = no such signal.
+  std::atomic<std::uint64_t> const* device_retry_signal = nullptr;
   /// Makes worker i's backend (tests: a fault-injecting one); empty =
   /// select_backend(backend).
   std::function<std::unique_ptr<kernels::backend>(int)> make_backend;
