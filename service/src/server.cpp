@@ -495,7 +495,6 @@ struct server::impl {
   round_queue<queued_round> queue;
   std::vector<worker_slot> slots;
   std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
-  std::string backend;  ///< worker 0's, read once: the workers own their backends
   flatbuffers::FlatBufferBuilder io_fbb{256};  ///< probes and the I/O thread's own errors
 };
 
@@ -586,7 +585,6 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
   impl_->router.set(zmq::sockopt::sndhwm, 64);
   impl_->router.bind(cfg_.endpoint);
   endpoint_ = impl_->router.get(zmq::sockopt::last_endpoint);
-  impl_->backend = backend_description();
   if (!cfg_.http.empty()) {
     // The HTTP probes ask the I/O thread over a second endpoint of its own
     // ROUTER (inproc: no network, no CURVE handshake).
@@ -598,7 +596,7 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
 
 server::~server() = default;
 
-std::string server::backend_description() const { return impl_->workers.front()->backend(); }
+std::string server::backend_description() const { return impl_->status.front()->get().first; }
 
 std::string server::http_address() const { return impl_->http ? impl_->http->address() : std::string(); }
 
@@ -621,7 +619,7 @@ health_status server::health() const {
     return std::chrono::duration<double, std::milli>(now - t).count();
   };
   health_status h;
-  h.backend = impl_->backend;
+  h.backend = backend_description();  // worker 0's now (a fault may have moved it to the CPU)
   h.workers = static_cast<std::uint32_t>(impl_->slots.size());
   h.uptime_s = std::chrono::duration<double>(now - impl_->started).count();
   h.requests = st.requests;
