@@ -51,13 +51,17 @@ fuzz: deps
 	  { tail -40 $(FUZZ_BUILD)/fuzz.log; echo "make fuzz: a finding, saved in $(FUZZ_BUILD)/findings"; exit 1; }
 	@grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^Done' $(FUZZ_BUILD)/fuzz.log
 
-# Every OpenMP stage's parallel path against the sequential one, bit for bit,
-# under ThreadSanitizer (clang, LLVM OpenMP; its own build of the solver test).
+# Under ThreadSanitizer (clang, LLVM OpenMP; its own build): every OpenMP
+# stage's parallel path against the sequential one, bit for bit, and the
+# whole service suite (I/O thread, workers, queue, HTTP, faults, CURVE).
+TSAN_RUN = TSAN_OPTIONS=ignore_noninstrumented_modules=1:halt_on_error=1:exitcode=66 OMP_WAIT_POLICY=PASSIVE
 tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DPLACER_TSAN=ON > /dev/null
-	cmake --build $(TSAN_BUILD) -j $(JOBS) --target solver_test_omp
-	TSAN_OPTIONS=ignore_noninstrumented_modules=1:halt_on_error=1:exitcode=66 OMP_WAIT_POLICY=PASSIVE \
-	  $(TSAN_BUILD)/tests/solver_test_omp --gtest_filter='BackendParity.Parallel*' --gtest_brief=1
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target solver_test_omp service_test
+	$(TSAN_RUN) $(TSAN_BUILD)/tests/solver_test_omp --gtest_filter='BackendParity.Parallel*' --gtest_brief=1
+	$(TSAN_RUN) $(TSAN_BUILD)/tests/service_test --gtest_brief=1 > $(TSAN_BUILD)/service_test.log 2>&1 || \
+	  { grep -A30 'WARNING: ThreadSanitizer' $(TSAN_BUILD)/service_test.log | head -60; tail -5 $(TSAN_BUILD)/service_test.log; exit 1; }
+	@tail -2 $(TSAN_BUILD)/service_test.log
 
 # The image in a real container runtime (podman + runc, root): a Debian 12
 # base by debootstrap, this build's binary, the README's runs checked.

@@ -819,8 +819,9 @@ TEST(Service, ClientResyncsAfterServerRestartAndSurvivesThousandsOfDeltas) {
   for (int step = 0; step < 2000; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     auto const [d, jd] = random_step(rng, ref, serial);
+    auto const& removed = jd.removed;  // (clang: a lambda may not capture a structured binding)
     replaced += std::count_if(jd.added.begin(), jd.added.end(), [&](job const& j) {
-      return std::find(jd.removed.begin(), jd.removed.end(), j.name) != jd.removed.end();
+      return std::find(removed.begin(), removed.end(), j.name) != removed.end();
     });
     apply_by_hand(ref, d, jd);
     if (step == 1000) {
