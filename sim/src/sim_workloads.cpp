@@ -84,8 +84,12 @@ void itp_training_jobs(workload& w, workload_options const& opt, std::string con
   finish_workload(w, opt);
 }
 
+/// The default size: enough 8-GPU nodes for the peak demand, in whole
+/// leaves (the size every recorded result used). A --nodes the caller
+/// gives is taken exactly.
 std::int32_t nodes_for_gpus(std::int64_t gpus) {
   auto n = static_cast<std::int32_t>((gpus + traces::itp_gpus_per_node - 1) / traces::itp_gpus_per_node);
+  n = (n + sim_nodes_per_leaf - 1) / sim_nodes_per_leaf * sim_nodes_per_leaf;
   return std::max(n, sim_nodes_per_leaf);
 }
 
@@ -372,7 +376,7 @@ cluster pooled_cluster(std::int32_t training, std::int32_t inference) {
       }
       auto const leaf = static_cast<std::int32_t>(c.topo.domains.size());
       c.topo.domains.push_back({prefix + "-leaf-" + std::to_string(l), 2, spine});
-      for (std::int32_t k = 0; k < sim_nodes_per_leaf; ++k) {
+      for (std::int32_t k = 0; k < sim_nodes_per_leaf && l * sim_nodes_per_leaf + k < nodes; ++k) {
         node n;
         n.name = prefix + "-" + std::to_string(l) + "-" + std::to_string(k);
         n.gpu_model = "GPU";
@@ -395,15 +399,18 @@ cluster pooled_cluster(std::int32_t training, std::int32_t inference) {
 cluster homogeneous_cluster(std::int32_t nodes, std::int64_t cpu_milli, std::int64_t memory_mib,
                             std::string const& model) {
   std::int32_t const leaves = std::max(1, (nodes + sim_nodes_per_leaf - 1) / sim_nodes_per_leaf);
-  return make_cluster()
-      .spines(1)
-      .leaves_per_spine(leaves)
-      .nodes_per_leaf(sim_nodes_per_leaf)
-      .gpus(8)
-      .gpu_model(model)
-      .cpu_milli(cpu_milli)
-      .memory_mib(memory_mib)
-      .build();
+  cluster c = make_cluster()
+                  .spines(1)
+                  .leaves_per_spine(leaves)
+                  .nodes_per_leaf(sim_nodes_per_leaf)
+                  .gpus(8)
+                  .gpu_model(model)
+                  .cpu_milli(cpu_milli)
+                  .memory_mib(memory_mib)
+                  .build();
+  // Exactly the nodes asked for: the last leaf may be partly filled.
+  if (nodes > 0 && static_cast<std::size_t>(nodes) < c.nodes.size()) c.nodes.resize(static_cast<std::size_t>(nodes));
+  return c;
 }
 
 void finish_workload(workload& w, workload_options const& opt) {
@@ -432,7 +439,27 @@ void finish_workload(workload& w, workload_options const& opt) {
   }
 }
 
-workload load_workload(workload_options const& opt) {
+namespace {
+
+/// A cluster sized by the caller (--nodes) must hold every job at its
+/// smallest: a job that could never start would wait for ever and weigh on
+/// every wait figure without saying why.
+void check_every_job_fits(workload const& w, workload_options const& opt) {
+  if (opt.nodes <= 0) return;
+  std::int64_t gpus = 0;
+  for (auto const& n : w.nodes.nodes) gpus += static_cast<std::int64_t>(n.gpu_free_milli.size());
+  for (auto const& j : w.jobs) {
+    std::int64_t const replicas = j.min_replicas > 0 ? std::min(j.min_replicas, j.replicas) : j.replicas;
+    std::int64_t const need = static_cast<std::int64_t>(j.per_replica.gpus) * replicas;
+    if (need > gpus) {
+      throw std::runtime_error("--nodes " + std::to_string(opt.nodes) + " gives the cluster " + std::to_string(gpus) +
+                               " GPUs, but job '" + j.name + "' needs " + std::to_string(need) +
+                               " at its smallest and could never start (8 GPUs a node)");
+    }
+  }
+}
+
+workload load_any(workload_options const& opt) {
   std::string const& t = opt.trace;
   if (starts_with(t, "itp:")) return load_itp(opt, t.substr(4));
   if (starts_with(t, "mixed:")) return load_mixed(opt, t.substr(6));
@@ -441,6 +468,14 @@ workload load_workload(workload_options const& opt) {
   if (starts_with(t, "dlrm:")) return load_dlrm(opt, t.substr(5));
   if (t == "synthetic") return make_synthetic(opt);
   throw std::runtime_error("unknown trace '" + t + "' (itp:clusterNN|itp:PATH, openb:NAME|openb:PATH, dlrm[:PATH], mixed:clusterNN|mixed:PATH, synthetic)");
+}
+
+}  // namespace
+
+workload load_workload(workload_options const& opt) {
+  workload w = load_any(opt);
+  check_every_job_fits(w, opt);
+  return w;
 }
 
 }  // namespace placer::sim

@@ -200,6 +200,29 @@ TEST(Simulator, WritesOutputs) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(Simulator, NodesAreTakenExactlyAndMustHoldEveryJob) {
+  // Before, --nodes below 8 was raised to 8 without a word, and a cluster
+  // too small for a job let it wait for ever.
+  sim::workload_options o;
+  o.trace = "synthetic";
+  o.synthetic_jobs = 20;
+  std::int64_t widest = 0;
+  for (auto const& j : sim::load_workload(o).jobs) {
+    widest = std::max<std::int64_t>(widest, std::int64_t{j.per_replica.gpus} * j.replicas);
+  }
+  auto const enough = static_cast<std::int32_t>((widest + 7) / 8);
+  ASSERT_GT(enough, 1) << "the synthetic workload has a job wider than a node";
+  o.nodes = enough + 1;
+  EXPECT_EQ(sim::load_workload(o).nodes.nodes.size(), static_cast<std::size_t>(enough + 1));
+  o.nodes = enough - 1;
+  try {
+    (void)sim::load_workload(o);
+    ADD_FAILURE() << "a job of " << widest << " GPUs on " << o.nodes << " 8-GPU nodes was accepted";
+  } catch (std::runtime_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("could never start"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Simulator, ItpTraceWithLimit) {
   // tests/sim/simulator_test.cpp -> repository root -> ../shared/data
   auto const root = std::filesystem::path(__FILE__).parent_path().parent_path().parent_path();
