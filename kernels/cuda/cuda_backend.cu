@@ -516,12 +516,17 @@ class cuda_backend final : public backend {
     std::size_t const n = v.n_nodes;
     return 3 * padded<std::int64_t>(n) + padded<std::int32_t>(n) + 2 * padded<std::uint8_t>(n) +
            padded<std::int32_t>(n + 1) + padded<std::int32_t>(v.n_gpus) + padded<std::int32_t>(n) +
-           padded<std::uint8_t>(v.n_gpus) + 2 * padded<std::int32_t>(n);
+           padded<std::uint8_t>(v.n_gpus) + 3 * padded<std::int32_t>(n);  // scarcity, same_as, group
   }
   static std::size_t class_bytes(class_view const& v) {
     std::size_t const n = v.n_classes;
     return 2 * padded<std::int32_t>(n) + 2 * padded<std::int64_t>(n) + padded<std::uint64_t>(n) +
-           3 * padded<std::uint8_t>(n);
+           3 * padded<std::uint8_t>(n) + constraint_bytes(v);
+  }
+  static std::size_t constraint_bytes(class_view const& v) {
+    if (v.admit == nullptr) return 0;
+    std::size_t const cells = static_cast<std::size_t>(v.n_sets) * static_cast<std::size_t>(v.n_groups);
+    return padded<std::int32_t>(v.n_classes) + padded<std::uint8_t>(cells) + padded<std::int32_t>(cells);
   }
   static std::size_t task_bytes(task_view const& v) {
     std::size_t const n = v.n_tasks;
@@ -542,6 +547,7 @@ class cuda_backend final : public backend {
     v.gpu_island = arena_.stage(v.gpu_island, static_cast<std::size_t>(v.n_gpus));
     v.scarcity = arena_.stage(v.scarcity, n);
     v.same_as = arena_.stage(v.same_as, v.same_as != nullptr ? n : 0);
+    v.group = arena_.stage(v.group, v.group != nullptr ? n : 0);
     return v;
   }
   class_view upload(class_view v) {
@@ -554,6 +560,12 @@ class cuda_backend final : public backend {
     v.pool_mask = arena_.stage(v.pool_mask, n);
     v.loan_ok = arena_.stage(v.loan_ok, n);
     v.any_model = arena_.stage(v.any_model, n);
+    if (v.admit != nullptr) {
+      std::size_t const cells = static_cast<std::size_t>(v.n_sets) * static_cast<std::size_t>(v.n_groups);
+      v.constraint = arena_.stage(v.constraint, n);
+      v.admit = arena_.stage(v.admit, cells);
+      v.prefer = arena_.stage(v.prefer, cells);
+    }
     return v;
   }
   task_view upload(task_view v) {

@@ -173,6 +173,10 @@ flatbuffers::Offset<flatbuffers::String> opt_string(fbb_t& fbb, std::string cons
   return s.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb.CreateString(s);
 }
 
+flatbuffers::Offset<flatbuffers::String> opt_shared(fbb_t& fbb, std::string const& s) {
+  return s.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb.CreateSharedString(s);
+}
+
 flatbuffers::Offset<wire::Header> header_out(fbb_t& fbb, request_header const& h) {
   // version is the schema default (1) and so is not stored explicitly.
   return wire::CreateHeader(fbb, 1, h.request_id, opt_string(fbb, h.session), h.sent_at_us);
@@ -202,6 +206,14 @@ void node_in(wire::Node const& w, who_t const& who, node& n) {
   n.healthy = w.healthy();
   n.domain = w.domain();
   strings_in(w.labels(), n.labels);
+  auto const* taints = w.taints();
+  n.taints.resize(taints == nullptr ? 0 : taints->size());
+  for (std::size_t k = 0; k < n.taints.size(); ++k) {
+    auto const* t = taints->Get(static_cast<flatbuffers::uoffset_t>(k));
+    str_in(t->key(), n.taints[k].key);
+    str_in(t->value(), n.taints[k].value);
+    n.taints[k].effect = enum_in<taint_effect>(t->effect(), who, "taint effect");
+  }
 }
 
 void nodes_in(fb_vector<flatbuffers::Offset<wire::Node>> const* v, char const* what, std::vector<node>& out) {
@@ -238,9 +250,18 @@ flatbuffers::Offset<wire::Node> node_out(fbb_t& fbb, node const& n, who_t const&
   auto const healthy = opt_scalars_out<std::uint8_t>(fbb, n.gpu_healthy, who, "gpu_healthy");
   auto const nvlink = opt_scalars_out<std::uint8_t>(fbb, n.gpu_nvlink, who, "gpu_nvlink");
   auto const labels = strings_out(fbb, n.labels);
+  flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Taint>>> taints;
+  if (!n.taints.empty()) {
+    std::vector<flatbuffers::Offset<wire::Taint>> offs;
+    for (auto const& t : n.taints) {
+      offs.push_back(wire::CreateTaint(fbb, fbb.CreateSharedString(t.key), opt_shared(fbb, t.value),
+                                       static_cast<wire::TaintEffect>(t.effect)));
+    }
+    taints = fbb.CreateVector(offs);
+  }
   return wire::CreateNode(fbb, name, model, free, healthy, nvlink, n.cpu_milli_capacity, n.cpu_milli_free,
                           n.memory_mib_capacity, n.memory_mib_free, static_cast<wire::Pool>(n.pool), n.loanable,
-                          n.healthy, n.domain, labels);
+                          n.healthy, n.domain, labels, taints);
 }
 
 flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Node>>> nodes_out(fbb_t& fbb, std::vector<node> const& v,
@@ -338,6 +359,80 @@ flatbuffers::Offset<wire::Demand> demand_out(fbb_t& fbb, demand const& d, who_t 
                             narrow<std::uint16_t>(d.gpu_milli, who, "demand.gpu_milli"), d.cpu_milli, d.memory_mib);
 }
 
+// ------------------------------------------------------------------ constraints
+
+void term_in(wire::SelectorTerm const* w, who_t const& who, selector_term& t) {
+  auto const* v = w != nullptr ? w->match_expressions() : nullptr;
+  t.match.resize(v == nullptr ? 0 : v->size());
+  for (std::size_t k = 0; k < t.match.size(); ++k) {
+    auto const* e = v->Get(static_cast<flatbuffers::uoffset_t>(k));
+    str_in(e->key(), t.match[k].key);
+    t.match[k].op = enum_in<selector_op>(e->operator_(), who, "selector operator");
+    strings_in(e->values(), t.match[k].values);
+  }
+}
+
+void constraints_in(wire::NodeConstraints const* w, who_t const& who, node_constraints& c) {
+  if (w == nullptr) {
+    c.node_selector.clear();
+    c.required.clear();
+    c.preferred.clear();
+    c.tolerations.clear();
+    return;
+  }
+  strings_in(w->node_selector(), c.node_selector);
+  auto const* req = w->required();
+  c.required.resize(req == nullptr ? 0 : req->size());
+  for (std::size_t k = 0; k < c.required.size(); ++k) {
+    term_in(req->Get(static_cast<flatbuffers::uoffset_t>(k)), who, c.required[k]);
+  }
+  auto const* pref = w->preferred();
+  c.preferred.resize(pref == nullptr ? 0 : pref->size());
+  for (std::size_t k = 0; k < c.preferred.size(); ++k) {
+    auto const* p = pref->Get(static_cast<flatbuffers::uoffset_t>(k));
+    c.preferred[k].weight = p->weight();
+    term_in(p->preference(), who, c.preferred[k].term);
+  }
+  auto const* tol = w->tolerations();
+  c.tolerations.resize(tol == nullptr ? 0 : tol->size());
+  for (std::size_t k = 0; k < c.tolerations.size(); ++k) {
+    auto const* t = tol->Get(static_cast<flatbuffers::uoffset_t>(k));
+    auto& o = c.tolerations[k];
+    str_in(t->key(), o.key);
+    o.op = enum_in<toleration_op>(t->operator_(), who, "toleration operator");
+    str_in(t->value(), o.value);
+    auto const effect = enum_in<std::uint8_t>(t->effect(), who, "toleration effect");
+    o.effect = static_cast<std::int8_t>(effect) - 1;  // All = 0 -> -1, NoSchedule = 1 -> 0, ...
+  }
+}
+
+flatbuffers::Offset<wire::SelectorTerm> term_out(fbb_t& fbb, selector_term const& t) {
+  std::vector<flatbuffers::Offset<wire::SelectorRequirement>> offs;
+  offs.reserve(t.match.size());
+  for (auto const& e : t.match) {
+    offs.push_back(wire::CreateSelectorRequirement(fbb, fbb.CreateSharedString(e.key),
+                                                   static_cast<wire::SelectorOperator>(e.op),
+                                                   strings_out(fbb, e.values)));
+  }
+  return wire::CreateSelectorTerm(fbb, offs.empty() ? 0 : fbb.CreateVector(offs));
+}
+
+flatbuffers::Offset<wire::NodeConstraints> constraints_out(fbb_t& fbb, node_constraints const& c) {
+  if (c.empty()) return 0;
+  auto const selector = strings_out(fbb, c.node_selector);
+  std::vector<flatbuffers::Offset<wire::SelectorTerm>> req;
+  for (auto const& t : c.required) req.push_back(term_out(fbb, t));
+  std::vector<flatbuffers::Offset<wire::PreferredTerm>> pref;
+  for (auto const& p : c.preferred) pref.push_back(wire::CreatePreferredTerm(fbb, p.weight, term_out(fbb, p.term)));
+  std::vector<flatbuffers::Offset<wire::Toleration>> tol;
+  for (auto const& t : c.tolerations) {
+    tol.push_back(wire::CreateToleration(fbb, opt_shared(fbb, t.key), static_cast<wire::TolerationOperator>(t.op),
+                                         opt_shared(fbb, t.value), static_cast<wire::TolerationEffect>(t.effect + 1)));
+  }
+  return wire::CreateNodeConstraints(fbb, selector, req.empty() ? 0 : fbb.CreateVector(req),
+                                     pref.empty() ? 0 : fbb.CreateVector(pref), tol.empty() ? 0 : fbb.CreateVector(tol));
+}
+
 void job_in(wire::Job const& w, who_t const& who, job& j) {
   str_in(w.name(), j.name);
   j.kind = enum_in<job_kind>(w.kind(), who, "kind");
@@ -355,6 +450,7 @@ void job_in(wire::Job const& w, who_t const& who, job& j) {
   j.preemptible = w.preemptible();
   j.submit_time = w.submit_time();
   j.estimated_duration = w.estimated_duration();
+  constraints_in(w.constraints(), who, j.constraints);
 }
 
 flatbuffers::Offset<wire::Job> job_out(fbb_t& fbb, job const& j, who_t const& who) {
@@ -362,13 +458,14 @@ flatbuffers::Offset<wire::Job> job_out(fbb_t& fbb, job const& j, who_t const& wh
   auto const queue = j.queue.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb.CreateSharedString(j.queue);
   auto const dem = demand_out(fbb, j.per_replica, who);
   auto const models = strings_out(fbb, j.allowed_gpu_models);
+  auto const cons = constraints_out(fbb, j.constraints);
   return wire::CreateJob(fbb, name, static_cast<wire::JobKind>(j.kind), j.priority, queue,
                          narrow<std::uint32_t>(j.replicas, who, "replicas"), dem, models, j.gang,
                          narrow<std::int8_t>(j.topology_level, who, "topology_level"),
                          static_cast<wire::TopologyMode>(j.topo_mode), j.network_sensitivity,
                          narrow<std::uint32_t>(j.min_replicas, who, "min_replicas"),
                          narrow<std::uint32_t>(j.max_replicas, who, "max_replicas"), j.preemptible, j.submit_time,
-                         j.estimated_duration);
+                         j.estimated_duration, cons);
 }
 
 void replicas_in(fb_vector<flatbuffers::Offset<wire::ReplicaPlacement>> const* v, who_t const& who,
@@ -413,6 +510,7 @@ void running_in(wire::RunningJob const& w, who_t const& who, running_job& r) {
   r.start_time = w.start_time();
   r.estimated_end = w.estimated_end();
   r.last_checkpoint = w.last_checkpoint();
+  constraints_in(w.constraints(), who, r.constraints);
 }
 
 flatbuffers::Offset<wire::RunningJob> running_out(fbb_t& fbb, running_job const& r, who_t const& who,
@@ -420,14 +518,16 @@ flatbuffers::Offset<wire::RunningJob> running_out(fbb_t& fbb, running_job const&
   auto const name = fbb.CreateString(r.name);
   auto const dem = demand_out(fbb, r.per_replica, who);
   auto const reps = replicas_out(fbb, r.replicas, who, scratch);
+  auto const cons = constraints_out(fbb, r.constraints);
   return wire::CreateRunningJob(fbb, name, static_cast<wire::JobKind>(r.kind), r.priority, dem, reps, r.gang,
                                 r.preemptible, r.loaned, narrow<std::uint32_t>(r.min_replicas, who, "min_replicas"),
                                 r.start_time, r.estimated_end, r.last_checkpoint,
-                                narrow<std::uint32_t>(r.max_replicas, who, "max_replicas"), r.network_sensitivity);
+                                narrow<std::uint32_t>(r.max_replicas, who, "max_replicas"), r.network_sensitivity, cons);
 }
 
 flatbuffers::Offset<wire::Policy> policy_out(fbb_t& fbb, policy const& p) {
-  auto const w = wire::CreateWeights(fbb, p.w.binpack, p.w.fragmentation, p.w.topology, p.w.pool_affinity, p.w.scarcity);
+  auto const w = wire::CreateWeights(fbb, p.w.binpack, p.w.fragmentation, p.w.topology, p.w.pool_affinity, p.w.scarcity,
+                                     p.w.affinity);
   auto const& q = p.queue;
   auto const qp = wire::CreateQueuePolicy(fbb, static_cast<wire::BackfillMode>(q.backfill), q.max_reservations,
                                           q.preemption, q.loaning, q.reclaim_nodes, q.elastic, q.delay_scheduling,
@@ -968,6 +1068,7 @@ policy decode_policy(wire::Policy const* p) {
     out.w.topology = w->topology();
     out.w.pool_affinity = w->pool_affinity();
     out.w.scarcity = w->scarcity();
+    out.w.affinity = w->affinity();
   }
   if (auto const* q = p->queue()) {
     auto& x = out.queue;

@@ -79,6 +79,8 @@ std::uint8_t pool_bit(pool_kind p) {  // kernels::pool_bit_*, as build_matrices 
 struct admission {
   std::uint8_t pool_mask = 0;  ///< pools usable outright
   bool loan = false;           ///< may borrow loanable inference nodes
+  node_constraints const* constraints = nullptr;  ///< selector, affinity, tolerations (against nodes)
+  std::vector<node> const* nodes = nullptr;
 };
 
 /// Per-node facts the fgd::node_state does not hold.
@@ -387,6 +389,7 @@ class engine {
   [[nodiscard]] bool admits(std::size_t i, admission const& a) const {
     auto const& x = extra_[i];
     if (!x.healthy) return false;
+    if (a.constraints != nullptr && !placer::admits((*a.nodes)[i], *a.constraints)) return false;
     return (a.pool_mask & x.pool) != 0 || (x.pool == kernels::pool_bit_inference && a.loan && x.loanable);
   }
 
@@ -528,11 +531,13 @@ class engine {
     admission const a{static_cast<std::uint8_t>(job.kind == job_kind::inference
                                                     ? (kernels::pool_bit_inference | kernels::pool_bit_shared)
                                                     : (kernels::pool_bit_training | kernels::pool_bit_shared)),
-                      job.kind != job_kind::inference && in.pol.queue.loaning};
+                      job.kind != job_kind::inference && in.pol.queue.loaning, &job.constraints, &in.state.nodes};
     bool const all_or_nothing = job.gang || job.replicas > 1;
     // Capacity only shrinks inside a round (until a rollback), so a class
     // whose first replica found no node fails at once for later jobs.
-    auto const cls = std::tuple{p.cpu, p.mem, p.gpus, p.milli, p.model_mask, a.pool_mask, a.loan};
+    // (A job with node constraints is a class of its own.)
+    auto const cls = std::tuple{p.cpu, p.mem, p.gpus, p.milli, p.model_mask, a.pool_mask, a.loan,
+                                job.constraints.empty() ? -1 : j};
     auto fail = [&](bool never) {
       if (never) {
         out.unplaced_jobs.push_back({j, unplaced_reason::no_feasible_node,
@@ -626,7 +631,9 @@ class engine {
   // One round's scratch.
   std::vector<std::int32_t> feasible_, raw_;
   std::vector<std::tuple<std::int32_t, node_state, std::uint64_t>> saved_;
-  std::map<std::tuple<std::int64_t, std::int64_t, std::int32_t, std::int32_t, std::uint64_t, std::uint8_t, bool>, bool>
+  std::map<std::tuple<std::int64_t, std::int64_t, std::int32_t, std::int32_t, std::uint64_t, std::uint8_t, bool,
+                      std::int32_t>,
+           bool>
       failed_;  ///< class -> never feasible
 };
 

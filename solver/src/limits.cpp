@@ -33,6 +33,30 @@ std::string shown(std::string_view name) {
   return "'" + std::string(name.substr(0, 64)) + (name.size() > 64 ? "...'" : "'");
 }
 
+/// A job's constraints: at most lim.labels strings in all, each a bounded name.
+void constraints_fit(node_constraints const& c, round_limits const& lim) {
+  if (c.empty()) return;
+  std::int64_t strings = 0;
+  auto name = [&](std::string const& s, char const* what) {
+    ++strings;
+    name_fits(s, lim.name_bytes, what);
+  };
+  auto term = [&](selector_term const& t) {
+    for (auto const& e : t.match) {
+      name(e.key, "a selector key");
+      for (auto const& v : e.values) name(v, "a selector value");
+    }
+  };
+  for (auto const& s : c.node_selector) name(s, "a node selector");
+  for (auto const& t : c.required) term(t);
+  for (auto const& p : c.preferred) term(p.term);
+  for (auto const& t : c.tolerations) {
+    name(t.key, "a toleration key");
+    name(t.value, "a toleration value");
+  }
+  cap(strings, lim.labels, "strings in one job's constraints", "");
+}
+
 }  // namespace
 
 void check_limits(round_input const& in, round_limits const& lim, std::vector<std::string_view>& scratch) {
@@ -57,7 +81,12 @@ void check_limits(round_input const& in, round_limits const& lim, std::vector<st
     cap(n.gpu_count(), lim.gpus_per_node, "GPUs on one node", "");
     name_fits(n.name, lim.name_bytes, "a node");
     name_fits(n.gpu_model, lim.name_bytes, "a GPU model");
+    cap(static_cast<std::int64_t>(n.labels.size() + n.taints.size()), lim.labels, "labels and taints on one node", "");
     for (auto const& l : n.labels) name_fits(l, lim.name_bytes, "a node label");
+    for (auto const& t : n.taints) {
+      name_fits(t.key, lim.name_bytes, "a taint key");
+      name_fits(t.value, lim.name_bytes, "a taint value");
+    }
     scratch.push_back(n.name);
   }
   auto twice = repeated(scratch);
@@ -67,6 +96,7 @@ void check_limits(round_input const& in, round_limits const& lim, std::vector<st
     name_fits(j.name, lim.name_bytes, "a pending job");
     name_fits(j.queue, lim.name_bytes, "a queue");
     for (auto const& m : j.allowed_gpu_models) name_fits(m, lim.name_bytes, "a GPU model");
+    constraints_fit(j.constraints, lim);
     scratch.push_back(j.name);
   }
   twice = repeated(scratch);
@@ -74,6 +104,7 @@ void check_limits(round_input const& in, round_limits const& lim, std::vector<st
   scratch.clear();
   for (auto const& r : in.running) {
     name_fits(r.name, lim.name_bytes, "a running job");
+    constraints_fit(r.constraints, lim);
     scratch.push_back(r.name);
   }
   twice = repeated(scratch);

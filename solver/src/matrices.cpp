@@ -111,22 +111,26 @@ void build_matrices(round_input const& in, round_matrices& m) {
     m.gpu_begin[i + 1] = static_cast<std::int32_t>(m.gpu_free.size());
   }
   m.models.resize(n_models);
+  m.constraints.build(in, m);
+  bool const constrained = m.constraints.active;
 
   // Classes: identical (demand, models, pool rule) share a row, numbered in
   // order of first appearance.
-  for (auto* v : {&m.class_gpus, &m.class_milli, &m.job_class}) v->clear();
+  for (auto* v : {&m.class_gpus, &m.class_milli, &m.job_class, &m.class_constraint}) v->clear();
   for (auto* v : {&m.class_cpu, &m.class_mem}) v->clear();
   for (auto* v : {&m.class_pool_mask, &m.class_loan_ok, &m.class_any_model}) v->clear();
   m.class_model_mask.clear();
   scratch.classes.clear();
   m.job_class.reserve(in.pending.size());
-  for (auto const& j : in.pending) {
+  for (std::size_t jj = 0; jj < in.pending.size(); ++jj) {
+    auto const& j = in.pending[jj];
     auto const& d = j.per_replica;
     std::uint64_t const mm = d.gpus > 0 ? model_mask(j.allowed_gpu_models, m.models) : ~std::uint64_t{0};
     std::uint8_t const pm = job_pool_mask(j.kind);
     std::uint8_t const loan = j.kind != job_kind::inference && in.pol.queue.loaning ? 1 : 0;
+    std::int32_t const set = constrained ? m.constraints.job_set[jj] : 0;
     flatten_scratch::class_key const k{d.gpus, d.gpus > 0 ? d.gpu_milli : milli_per_gpu, d.cpu_milli, d.memory_mib,
-                                       mm, pm, loan};
+                                       mm, pm, loan, set};
     auto const [row, fresh] = find_or_insert(scratch.classes, k, static_cast<std::int32_t>(m.class_gpus.size()));
     if (fresh) {
       m.class_gpus.push_back(std::get<0>(k));
@@ -137,6 +141,7 @@ void build_matrices(round_input const& in, round_matrices& m) {
       m.class_pool_mask.push_back(pm);
       m.class_loan_ok.push_back(loan);
       m.class_any_model.push_back(d.gpus > 0 && j.allowed_gpu_models.empty() ? 1 : 0);
+      if (constrained) m.class_constraint.push_back(set);
     }
     m.job_class.push_back(row);
   }
@@ -184,7 +189,7 @@ void build_matrices(round_input const& in, round_matrices& m) {
     auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
     for (std::int64_t v : {m.cpu_free[i], m.cpu_capacity[i], m.mem_free[i], std::int64_t{m.model[i]},
                            std::int64_t{m.pool[i]}, std::int64_t{m.flags[i]}, std::int64_t{m.gpu_capacity[i]},
-                           std::int64_t{m.scarcity[i]}}) {
+                           std::int64_t{m.scarcity[i]}, constrained ? std::int64_t{m.node_group[i]} : 0}) {
       mix(static_cast<std::uint64_t>(v));
     }
     for (auto g = m.gpu_begin[i]; g < m.gpu_begin[i + 1]; ++g) {

@@ -397,6 +397,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   p.w_fragmentation = in.pol.w.fragmentation;
   p.w_pool_affinity = in.pol.w.pool_affinity;
   p.w_scarcity = in.pol.w.scarcity;
+  p.w_affinity = in.pol.w.affinity;
   // The one-job-at-a-time baselines score on the host per replica.
   bool const kube = in.pol.algo == algorithm::kube_least_allocated || in.pol.algo == algorithm::kube_most_allocated ||
                     in.pol.algo == algorithm::first_fit;

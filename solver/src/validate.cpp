@@ -1,5 +1,6 @@
 // Input validation for a round: everything a caller can get wrong is caught
 // here, before any stage runs, with a message naming the job and field.
+#include <placer/solver/constraints.hpp>
 #include <placer/solver/solver.hpp>
 #include <placer/topology/error.hpp>
 
@@ -95,6 +96,10 @@ void validate(round_input const& in) {
     PLACER_EXPECTS(job.min_replicas <= 100000 && job.max_replicas <= 100000,
                    who() + ": min_replicas and max_replicas must be at most 100000");
     PLACER_EXPECTS(job.estimated_duration >= 0, who() + ": estimated_duration must not be negative");
+    if (!job.constraints.empty()) {
+      auto const problem = constraints_problem(job.constraints);
+      PLACER_EXPECTS(problem.empty(), who() + ": constraints: " + problem);
+    }
   }
   for (std::size_t j = 0; j < in.running.size(); ++j) {
     auto const& r = in.running[j];
@@ -102,6 +107,10 @@ void validate(round_input const& in) {
     check_demand(r.per_replica, who);
     PLACER_EXPECTS(r.network_sensitivity >= 0.0F && r.network_sensitivity <= 1.0F,
                    who() + ": network_sensitivity must be in 0..1");
+    if (!r.constraints.empty()) {
+      auto const problem = constraints_problem(r.constraints);
+      PLACER_EXPECTS(problem.empty(), who() + ": constraints: " + problem);
+    }
     for (auto const& rp : r.replicas) {
       PLACER_EXPECTS(rp.node >= 0 && rp.node < n_nodes,
                      who() + ": node index " + std::to_string(rp.node) + " out of range (cluster has " +

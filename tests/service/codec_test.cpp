@@ -58,7 +58,8 @@ round_input rich_input() {
   a.gpu_healthy = {1, 1, 0, 1, 1, 1, 0, 1};  // two unhealthy GPUs
   a.gpu_nvlink = {0, 0, 0, 0, 1, 1, 1, 1};
   a.pool = pool_kind::training;
-  a.labels = {"zone=a", "rdma"};
+  a.labels = {"zone=a", "rdma", "gen=3"};
+  a.taints = {{"team", "research", taint_effect::no_schedule}, {"spot", "", taint_effect::prefer_no_schedule}};
   node b = make_node("gpu-b", 4, 3);
   b.gpu_model = "A100-80G";
   b.pool = pool_kind::inference;
@@ -87,6 +88,11 @@ round_input rich_input() {
   t.preemptible = false;
   t.submit_time = 1700000000;
   t.estimated_duration = 7200;
+  t.constraints.node_selector = {"zone=a"};
+  t.constraints.required = {{{{"gen", selector_op::gt, {"2"}}, {"rdma", selector_op::exists, {}}}},
+                            {{{"zone", selector_op::not_in, {"b", "c"}}}}};
+  t.constraints.preferred = {{40, {{{"gen", selector_op::lt, {"9"}}}}}};
+  t.constraints.tolerations = {{"team", toleration_op::equal, "research", 0}, {"", toleration_op::exists, "", -1}};
   job inf;
   inf.name = "serve-frac";
   inf.kind = job_kind::inference;
@@ -121,6 +127,7 @@ round_input rich_input() {
   r.start_time = 1699990000;
   r.estimated_end = 1700090000;
   r.last_checkpoint = 1699999000;
+  r.constraints.tolerations = {{"team", toleration_op::exists, "", 2}};
   running_job s;
   s.name = "running-share";
   s.kind = job_kind::inference;
@@ -129,7 +136,7 @@ round_input rich_input() {
   in.running = {r, s};
 
   in.pol.algo = algorithm::kube_most_allocated;
-  in.pol.w = {70, 30, 0, 5};
+  in.pol.w = {70, 30, 0, 5, 90, 33};
   in.pol.queue.backfill = backfill_mode::conservative;
   in.pol.queue.max_reservations = 3;
   in.pol.queue.preemption = true;
@@ -210,6 +217,7 @@ void expect_eq(node const& a, node const& b) {
   EXPECT_EQ(a.healthy, b.healthy);
   EXPECT_EQ(a.domain, b.domain);
   EXPECT_EQ(a.labels, b.labels);
+  EXPECT_EQ(a.taints, b.taints);
 }
 
 void expect_eq(cluster const& a, cluster const& b) {
@@ -243,6 +251,7 @@ void expect_eq(job const& a, job const& b) {
   EXPECT_EQ(a.preemptible, b.preemptible);
   EXPECT_EQ(a.submit_time, b.submit_time);
   EXPECT_EQ(a.estimated_duration, b.estimated_duration);
+  EXPECT_TRUE(a.constraints == b.constraints);
 }
 
 void expect_eq(running_job const& a, running_job const& b) {
@@ -261,6 +270,7 @@ void expect_eq(running_job const& a, running_job const& b) {
   EXPECT_EQ(a.start_time, b.start_time);
   EXPECT_EQ(a.estimated_end, b.estimated_end);
   EXPECT_EQ(a.last_checkpoint, b.last_checkpoint);
+  EXPECT_TRUE(a.constraints == b.constraints);
 }
 
 void expect_eq(policy const& a, policy const& b) {
@@ -270,6 +280,7 @@ void expect_eq(policy const& a, policy const& b) {
   EXPECT_EQ(a.w.topology, b.w.topology);
   EXPECT_EQ(a.w.pool_affinity, b.w.pool_affinity);
   EXPECT_EQ(a.w.scarcity, b.w.scarcity);
+  EXPECT_EQ(a.w.affinity, b.w.affinity);
   auto const &x = a.queue, &y = b.queue;
   EXPECT_EQ(x.backfill, y.backfill);
   EXPECT_EQ(x.max_reservations, y.max_reservations);

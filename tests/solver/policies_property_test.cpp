@@ -17,7 +17,9 @@ namespace {
 
 /// Turns a first round's placements into running jobs on the cluster it
 /// leaves, then asks a second batch of random jobs to be placed on it.
-round_input round_with_running(std::mt19937_64& rng, solver& s) {
+/// With `constraints`, nodes get labels and taints, and pending and
+/// running elastic jobs Kubernetes-style constraints (random_round.hpp).
+round_input round_with_running(std::mt19937_64& rng, solver& s, bool constraints = false) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   round_input first = testing_support::random_round(rng, 6, 30);
   round_result const placed = s.solve(first);
@@ -41,6 +43,14 @@ round_input round_with_running(std::mt19937_64& rng, solver& s) {
   q.delay_scheduling = pick(0, 1) == 1;
   q.network_preemption = pick(0, 1) == 1;
   q.max_reservations = pick(1, 4);
+  if (constraints) {
+    testing_support::add_random_constraints(rng, in);
+    // Running jobs take the constraints of a random pending job (they rule
+    // where an elastic scale-out may go; the replicas already running stay).
+    for (auto& r : in.running) {
+      if (!in.pending.empty()) r.constraints = in.pending[static_cast<std::size_t>(pick(0, static_cast<int>(in.pending.size()) - 1))].constraints;
+    }
+  }
   return in;
 }
 
@@ -88,6 +98,30 @@ TEST(PoliciesProperty, RandomRoundsKeepInvariantsAndAreDeterministic) {
   EXPECT_GT(deferred, 5);
   std::printf("[ stats    ] %d preemptions, %d reservations, %d scale events, %d reclaimed nodes, %d deferred\n",
               preemptions, reservations, scale_events, reclaims, deferred);
+}
+
+// The same with node labels, taints and job constraints: every policy's
+// host-side fit checks (preemption, reclaim, elastic, delay) honour them.
+TEST(PoliciesProperty, RandomRoundsWithConstraintsKeepInvariants) {
+  solver s(kernels::select_backend("cpu"));
+  std::mt19937_64 rng(20261125);
+  int preemptions = 0, scale_outs = 0, constrained = 0;
+  for (int round = 0; round < 300; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    round_input const in = round_with_running(rng, s, true);
+    queue_memory m;
+    round_result const a = s.solve(in, &m);
+    expect_round_invariants(in, a);
+    preemptions += static_cast<int>(a.preemptions.size());
+    scale_outs += static_cast<int>(a.scale_outs.size());
+    for (auto const& p : a.placements) constrained += in.pending[static_cast<std::size_t>(p.job)].constraints.empty() ? 0 : 1;
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(preemptions, 20);
+  EXPECT_GT(scale_outs, 5);
+  EXPECT_GT(constrained, 300);
+  std::printf("[ stats    ] %d preemptions, %d scale-outs, %d constrained jobs placed\n", preemptions, scale_outs,
+              constrained);
 }
 
 }  // namespace

@@ -460,6 +460,7 @@ void expect_parity(solver& ref, solver& other, int iterations, std::uint64_t see
   for (int iter = 0; iter < iterations; ++iter) {
     round_input in = testing_support::random_round(rng);
     in.pol.w.fragmentation = iter % 2 == 0 ? 0 : 50;
+    if (iter % 3 == 1) testing_support::add_random_constraints(rng, in);  // selectors, affinity, taints
     round_matrices const m = build_matrices(in);
     std::vector<std::int32_t> a(static_cast<std::size_t>(m.n_nodes()) * m.n_classes());
     std::vector<std::int32_t> b(a.size());

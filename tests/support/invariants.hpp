@@ -15,6 +15,7 @@
 //     whole; scale-ins remove replicas the job has and keep it at or above
 //     its minimum; scale-outs are charged like placements; elastic jobs
 //     are placed within min..max.
+#include <placer/solver/constraints.hpp>
 #include <placer/solver/model.hpp>
 #include <placer/topology/cluster.hpp>
 
@@ -123,6 +124,8 @@ inline void expect_round_invariants(round_input const& in, round_result const& r
       ASSERT_LT(rp.node, static_cast<std::int32_t>(nodes.size()));
       auto& n = nodes[rp.node];
       EXPECT_TRUE(n.healthy) << j.name << " on unhealthy node " << n.name;
+      EXPECT_TRUE(admits(in.state.nodes[rp.node], j.constraints))
+          << j.name << " on node " << n.name << ", which its selector, affinity or tolerations refuse";
       EXPECT_EQ(static_cast<std::int32_t>(rp.gpus.size()), d.gpus) << j.name;
       std::set<std::int32_t> distinct(rp.gpus.begin(), rp.gpus.end());
       EXPECT_EQ(distinct.size(), rp.gpus.size()) << j.name << ": GPU listed twice";
@@ -168,6 +171,8 @@ inline void expect_round_invariants(round_input const& in, round_result const& r
     for (auto const& rp : sc.replicas) {
       ASSERT_GE(rp.node, 0);
       ASSERT_LT(rp.node, static_cast<std::int32_t>(nodes.size()));
+      EXPECT_TRUE(admits(in.state.nodes[rp.node], it->constraints))
+          << "scale-out of " << sc.job << " on node " << nodes[rp.node].name << ", which its constraints refuse";
       charge(nodes[rp.node], it->per_replica, rp, "scale-out of " + sc.job);
     }
   }

@@ -67,6 +67,71 @@ inline round_input random_round(std::mt19937_64& rng, int max_nodes_per_leaf = 6
   return in;
 }
 
+/// Gives a round Kubernetes-style constraints: node labels (zone, rack, a
+/// numeric generation, sometimes none), taints on some nodes (every
+/// effect), and on about half the jobs a node selector, required and
+/// preferred node affinity (every operator) and tolerations.
+inline void add_random_constraints(std::mt19937_64& rng, round_input& in) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  static char const* const zones[] = {"a", "b", "c"};
+  static char const* const teams[] = {"infer", "research"};
+  for (auto& n : in.state.nodes) {
+    n.labels.clear();
+    n.taints.clear();
+    if (pick(0, 9) == 0) continue;  // unlabelled
+    n.labels.push_back(std::string("zone=") + zones[pick(0, 2)]);
+    n.labels.push_back("rack=r" + std::to_string(pick(0, 3)));
+    if (pick(0, 1) == 0) n.labels.push_back("gen=" + std::to_string(pick(1, 5)));
+    if (pick(0, 3) == 0) n.labels.push_back("ssd");
+    if (pick(0, 3) == 0) {
+      n.taints.push_back({"team", teams[pick(0, 1)], static_cast<taint_effect>(pick(0, 2))});
+    }
+  }
+  for (auto& j : in.pending) {
+    auto& c = j.constraints;
+    c = {};
+    if (pick(0, 1) == 0) continue;
+    if (pick(0, 2) == 0) c.node_selector.push_back(std::string("zone=") + zones[pick(0, 2)]);
+    auto requirement = [&] {
+      selector_requirement e;
+      e.op = static_cast<selector_op>(pick(0, 5));
+      switch (e.op) {
+        case selector_op::in:
+        case selector_op::not_in:
+          e.key = "zone";
+          for (int k = pick(1, 2); k > 0; --k) e.values.push_back(zones[pick(0, 2)]);
+          break;
+        case selector_op::exists:
+        case selector_op::does_not_exist: e.key = pick(0, 1) == 0 ? "ssd" : "gen"; break;
+        case selector_op::gt:
+        case selector_op::lt:
+          e.key = "gen";
+          e.values.push_back(std::to_string(pick(0, 5)));
+          break;
+      }
+      return e;
+    };
+    if (pick(0, 2) == 0) {
+      for (int t = pick(1, 2); t > 0; --t) {
+        selector_term term;
+        for (int k = pick(1, 2); k > 0; --k) term.match.push_back(requirement());
+        c.required.push_back(term);
+      }
+    }
+    if (pick(0, 2) == 0) {
+      for (int t = pick(1, 2); t > 0; --t) c.preferred.push_back({pick(1, 100), {{requirement()}}});
+    }
+    if (pick(0, 1) == 0) {
+      toleration o;
+      o.op = static_cast<toleration_op>(pick(0, 1));
+      o.key = o.op == toleration_op::exists && pick(0, 2) == 0 ? "" : "team";
+      if (o.op == toleration_op::equal) o.value = teams[pick(0, 1)];
+      o.effect = static_cast<std::int8_t>(pick(-1, 2));
+      c.tolerations.push_back(o);
+    }
+  }
+}
+
 /// The cluster `first` leaves once `placed` is applied, its placements as
 /// running jobs (random priority, preemptibility, sensitivity, progress
 /// since the last checkpoint and estimated end; elastic around their size

@@ -35,6 +35,12 @@ std::string node_problem(node const& n, std::int32_t n_domains) {
   if (!n.gpu_nvlink.empty() && n.gpu_nvlink.size() != n.gpu_free_milli.size()) {
     return "gpu_nvlink must be empty or have one entry per GPU";
   }
+  for (auto const& l : n.labels) {
+    if (l.empty() || l.front() == '=') return "a label must be key=value with a key: '" + l + "'";
+  }
+  for (auto const& t : n.taints) {
+    if (t.key.empty()) return "a taint has no key";
+  }
   if (n.domain < -1 || n.domain >= n_domains) {
     return "domain " + std::to_string(n.domain) + " is not a topology domain index";
   }

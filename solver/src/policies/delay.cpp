@@ -51,11 +51,19 @@ class domain_room {
     auto const& c = in_.state;
     if (c.topo.empty() || c.topo.levels() < 2) return -1;
     auto const& d = j.per_replica;
-    key const k{d.gpus, d.gpu_milli, d.cpu_milli, d.memory_mib, j.kind, j.allowed_gpu_models};
-    auto it = cache_.find(k);
-    if (it == cache_.end()) it = cache_.emplace(k, compute(j)).first;
+    // A job with node constraints is a shape of its own (not cached).
+    std::vector<std::int64_t> own;
+    std::vector<std::int64_t> const* best = &own;
+    if (j.constraints.empty()) {
+      key const k{d.gpus, d.gpu_milli, d.cpu_milli, d.memory_mib, j.kind, j.allowed_gpu_models};
+      auto it = cache_.find(k);
+      if (it == cache_.end()) it = cache_.emplace(k, compute(j)).first;
+      best = &it->second;
+    } else {
+      own = compute(j);
+    }
     for (std::int32_t lv = c.topo.levels() - 1; lv >= 1; --lv) {
-      if (it->second[static_cast<std::size_t>(lv)] >= j.replicas) return lv;
+      if ((*best)[static_cast<std::size_t>(lv)] >= j.replicas) return lv;
     }
     return 0;
   }

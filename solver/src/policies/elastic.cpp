@@ -167,14 +167,16 @@ std::int64_t fit_now(node const& nd, demand const& d) {
 std::int64_t spare_capacity(work_state const& ws, std::vector<candidate> const& cands,
                             std::vector<char> const& hidden) {
   // Candidates of one shape see a node alike: evaluate each shape once.
+  // (A candidate with node constraints is a shape of its own.)
   using shape_key = std::tuple<std::int32_t, std::int32_t, std::int64_t, std::int64_t, job_kind,
-                               std::vector<std::string>, std::int32_t>;
+                               std::vector<std::string>, std::int32_t, std::size_t>;
   std::map<shape_key, candidate const*> shapes;
-  for (auto const& c : cands) {
+  for (std::size_t i = 0; i < cands.size(); ++i) {
+    auto const& c = cands[i];
     if (c.saturated || c.room <= 0 || c.unit == 0) continue;
     auto const& d = c.shape.per_replica;
     shapes.emplace(shape_key{d.gpus, d.gpu_milli, d.cpu_milli, d.memory_mib, c.shape.kind, c.shape.allowed_gpu_models,
-                             c.domain},
+                             c.domain, c.shape.constraints.empty() ? 0 : i + 1},
                    &c);
   }
   std::int64_t total = 0;
@@ -288,6 +290,7 @@ void elastic_scale_out(core_fn const& core, work_state& ws, round_result& out) {
     c.shape.per_replica = rj.per_replica;
     c.shape.network_sensitivity = rj.network_sensitivity;
     c.shape.preemptible = rj.preemptible;
+    c.shape.constraints = rj.constraints;
     if (rj.per_replica.gpus > 0) c.shape.allowed_gpu_models = models_of(rj);
     cands.push_back(std::move(c));
   }
@@ -325,7 +328,7 @@ void elastic_scale_out(core_fn const& core, work_state& ws, round_result& out) {
   // job needs until they end, or be scaled in again next round.
   if (!cands.empty()) {
     struct blocked_kind {
-      job const* shape = nullptr;  ///< kind, models and GPU demand decide admission
+      job const* shape = nullptr;  ///< kind, models, constraints and GPU demand decide admission
       std::int32_t priority = 0;   ///< the highest blocked priority of this kind
     };
     std::vector<blocked_kind> blocked;
@@ -338,7 +341,7 @@ void elastic_scale_out(core_fn const& core, work_state& ws, round_result& out) {
       auto const& b = ws.in.pending[static_cast<std::size_t>(u.job)];
       auto it = std::find_if(blocked.begin(), blocked.end(), [&](blocked_kind const& k) {
         return k.shape->kind == b.kind && (k.shape->per_replica.gpus > 0) == (b.per_replica.gpus > 0) &&
-               k.shape->allowed_gpu_models == b.allowed_gpu_models;
+               k.shape->allowed_gpu_models == b.allowed_gpu_models && k.shape->constraints == b.constraints;
       });
       if (it == blocked.end()) {
         blocked.push_back({&b, b.priority});

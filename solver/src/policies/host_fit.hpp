@@ -4,6 +4,7 @@
 // fit (the host twin of kernels/ops.hpp fit_count and node_admits). Used to
 // screen victim sets cheaply; the chosen set is confirmed by the real core.
 
+#include <placer/solver/constraints.hpp>
 #include <placer/solver/model.hpp>
 
 #include <algorithm>
@@ -39,10 +40,11 @@ inline void give_back(node const& nd, node_free& f, demand const& d, replica_pla
   f.mem = std::min(nd.memory_mib_capacity, f.mem + d.memory_mib);
 }
 
-/// Node admits the job at all (kernels node_admits: health, pool rule with
-/// loaning, GPU model).
+/// Node admits the job at all (kernels node_admits: health, node selector,
+/// affinity and taints, pool rule with loaning, GPU model).
 inline bool admits(node const& nd, job const& jb, bool loaning) {
   if (!nd.healthy) return false;
+  if (!placer::admits(nd, jb.constraints)) return false;
   bool const inference = jb.kind == job_kind::inference;
   bool pool_ok = nd.pool == pool_kind::shared || (inference ? nd.pool == pool_kind::inference : nd.pool == pool_kind::training);
   pool_ok = pool_ok || (!inference && loaning && nd.pool == pool_kind::inference && nd.loanable);

@@ -106,7 +106,8 @@ PLACER_HD inline bool node_state_equal(node_view const& nv, std::int32_t a, std:
   if (nv.cpu_free[a] != nv.cpu_free[b] || nv.cpu_capacity[a] != nv.cpu_capacity[b] ||
       nv.mem_free[a] != nv.mem_free[b] || nv.model[a] != nv.model[b] || nv.pool[a] != nv.pool[b] ||
       nv.flags[a] != nv.flags[b] || nv.gpu_capacity[a] != nv.gpu_capacity[b] ||
-      (nv.scarcity != nullptr && nv.scarcity[a] != nv.scarcity[b])) {
+      (nv.scarcity != nullptr && nv.scarcity[a] != nv.scarcity[b]) ||
+      (nv.group != nullptr && nv.group[a] != nv.group[b])) {
     return false;
   }
   std::int32_t const ga = nv.gpu_begin[a], gb = nv.gpu_begin[b];
@@ -239,11 +240,21 @@ struct column_frag {
   }
 };
 
+/// The (constraint set, node group) cell of class c on node n, or -1 when
+/// the round has no constraints.
+PLACER_HD inline std::int64_t constraint_cell(node_view const& nv, class_view const& cv, std::int32_t c,
+                                              std::int32_t n) {
+  if (cv.admit == nullptr) return -1;
+  return static_cast<std::int64_t>(cv.constraint[c]) * cv.n_groups + nv.group[n];
+}
+
 /// The part of feasibility that does not depend on free capacity: node
-/// health, the pool rule (own or shared pool; training and batch may borrow
-/// loanable inference nodes) and, for GPU replicas, the GPU model.
+/// health, the job's node selector, affinity and tolerations, the pool rule
+/// (own or shared pool; training and batch may borrow loanable inference
+/// nodes) and, for GPU replicas, the GPU model.
 PLACER_HD inline bool node_admits(node_view const& nv, class_view const& cv, std::int32_t c, std::int32_t n) {
   if ((nv.flags[n] & node_flag_healthy) == 0) return false;
+  if (cv.admit != nullptr && cv.admit[constraint_cell(nv, cv, c, n)] == 0) return false;
   std::uint8_t const pool = nv.pool[n];
   bool const pool_ok = (cv.pool_mask[c] & pool) != 0 ||
                        (pool == pool_bit_inference && cv.loan_ok[c] != 0 && (nv.flags[n] & node_flag_loanable) != 0);
@@ -403,11 +414,17 @@ struct score_cell_op {
     std::int64_t const cpu_used = (cpu_cap - nv.cpu_free[n] + cv.cpu[c]) * 1000 / cpu_cap;
 
     if (p.kube_mode == 3) return 0;  // first fit: every feasible node ties; the lowest index wins
+    // Preferred node affinity and PreferNoSchedule taints, -1000..1000.
+    std::int64_t const cell = constraint_cell(nv, cv, c, n);
+    std::int64_t const prefer = cell >= 0 ? cv.prefer[cell] : 0;
     if (p.kube_mode != 0) {
       // kube-scheduler NodeResourcesFit: mean of per-resource utilisation
       // (GPU only where the node has GPUs). LeastAllocated prefers low use.
+      // NodeAffinity and TaintToleration add theirs at twice the weight,
+      // as kube-scheduler's default plugin weights do (shifted to >= 0).
       std::int64_t const used = gpu_cap > 0 ? (gpu_used + cpu_used) / 2 : cpu_used;
-      return static_cast<std::int32_t>(p.kube_mode == 1 ? 1000 - used : used);
+      std::int64_t const affinity = cell >= 0 ? 2 * (prefer + 1000) : 0;
+      return static_cast<std::int32_t>((p.kube_mode == 1 ? 1000 - used : used) + affinity);
     }
 
     // E-Binpack (best fit): most-allocated first. GPU jobs weigh GPU use 3:1
@@ -459,6 +476,7 @@ struct score_cell_op {
       // Borrowed inference node: reclaim risk.
       s -= static_cast<std::int64_t>(p.w_pool_affinity) * 1000;
     }
+    s += static_cast<std::int64_t>(p.w_affinity) * prefer;
     s = max_of<std::int64_t>(s, 0);
     return static_cast<std::int32_t>(min_of<std::int64_t>(s, 2000000000));
   }

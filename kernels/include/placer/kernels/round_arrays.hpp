@@ -21,6 +21,12 @@ struct round_arrays {
   std::vector<std::uint8_t> gpu_island;
   std::vector<std::int32_t> scarcity;  ///< per node, 0..1000
   std::vector<std::int32_t> same_as;   ///< per node: the lowest-indexed node in the identical state; empty = none
+  // Constraints (solver/constraints.hpp); all empty when the round has none.
+  std::vector<std::int32_t> node_group;        ///< per node: its label-and-taint group
+  std::int32_t n_constraint_sets = 0, n_constraint_groups = 0;
+  std::vector<std::uint8_t> constraint_admit;  ///< (set, group), set-major: 1 = admitted
+  std::vector<std::int32_t> constraint_prefer; ///< (set, group): preference, -1000..1000
+  std::vector<std::int32_t> class_constraint;  ///< per class: its constraint set
   // Classes of identical replicas.
   std::vector<std::int32_t> class_gpus, class_milli;
   std::vector<std::int64_t> class_cpu, class_mem;
@@ -51,6 +57,7 @@ struct round_arrays {
     v.gpu_island = gpu_island.data();
     v.scarcity = scarcity.data();
     v.same_as = same_as.empty() ? nullptr : same_as.data();
+    v.group = node_group.empty() ? nullptr : node_group.data();
     return v;
   }
   [[nodiscard]] class_view classes() const {
@@ -64,6 +71,13 @@ struct round_arrays {
     v.pool_mask = class_pool_mask.data();
     v.loan_ok = class_loan_ok.data();
     v.any_model = class_any_model.data();
+    if (!constraint_admit.empty()) {
+      v.constraint = class_constraint.data();
+      v.n_sets = n_constraint_sets;
+      v.n_groups = n_constraint_groups;
+      v.admit = constraint_admit.data();
+      v.prefer = constraint_prefer.data();
+    }
     return v;
   }
   [[nodiscard]] task_view tasks() const {

@@ -35,6 +35,9 @@ struct node_view {
   /// the first of its state), so a stage may compute one column per state.
   /// Null: every node its own. Read only by the score stage.
   std::int32_t const* same_as = nullptr;
+  /// Per node: its group of identical labels (on the keys the round's jobs
+  /// ask about) and taints; null when the round has no constraints.
+  std::int32_t const* group = nullptr;
 };
 
 /// Classes of identical replicas (same demand, models, pool rule). One row of
@@ -49,6 +52,15 @@ struct class_view {
   std::uint8_t const* pool_mask = nullptr;    ///< pools usable outright
   std::uint8_t const* loan_ok = nullptr;      ///< 1 = may use loanable inference nodes
   std::uint8_t const* any_model = nullptr;    ///< 1 = GPU replicas that accept every model
+  /// Node selector, affinity and taints (solver/constraints.hpp), null when
+  /// the round has none: class c on node n is admitted when
+  /// admit[constraint[c] * n_groups + group[n]] != 0, and scores
+  /// prefer[...] (-1000..1000) times the affinity weight.
+  std::int32_t const* constraint = nullptr;
+  std::int32_t n_sets = 0;
+  std::int32_t n_groups = 0;
+  std::uint8_t const* admit = nullptr;
+  std::int32_t const* prefer = nullptr;
 };
 
 /// The typical task set M for FGD fragmentation (shapes with frequencies in
@@ -81,6 +93,7 @@ struct score_params {
   std::int32_t w_fragmentation = 200;
   std::int32_t w_pool_affinity = 20;
   std::int32_t w_scarcity = 100;
+  std::int32_t w_affinity = 100;
   std::int32_t kube_mode = 0;  ///< 0 = Placer score, 1 = LeastAllocated, 2 = MostAllocated, 3 = first fit
 };
 

@@ -30,6 +30,9 @@ struct round_limits {
   std::int64_t running_replicas = 2'000'000;
   /// Bytes of any one name (node, job, domain, level, GPU model, label, queue).
   std::int64_t name_bytes = 256;
+  /// Labels and taints of one node; strings (keys, values) of one job's
+  /// constraints.
+  std::int64_t labels = 256;
 };
 
 /// Throws logic_error naming the first limit the round passes

@@ -9,6 +9,7 @@
 
 #include <placer/kernels/round_arrays.hpp>
 #include <placer/kernels/views.hpp>
+#include <placer/solver/constraints.hpp>
 #include <placer/solver/model.hpp>
 
 #include <cstdint>
@@ -23,9 +24,9 @@ namespace placer {
 /// steady stream of same-shaped rounds flattens without allocating (sorted
 /// vectors in place of maps; clear() keeps their capacity).
 struct flatten_scratch {
-  /// (gpus, milli, cpu, mem, model mask, pool mask, loan) of a class row.
+  /// (gpus, milli, cpu, mem, model mask, pool mask, loan, constraint set) of a class row.
   using class_key = std::tuple<std::int32_t, std::int32_t, std::int64_t, std::int64_t, std::uint64_t, std::uint8_t,
-                               std::uint8_t>;
+                               std::uint8_t, std::int32_t>;
   /// (cpu, milli, gpus, model mask) of a typical-task shape.
   using task_key = std::tuple<std::int64_t, std::int32_t, std::int32_t, std::uint64_t>;
   std::vector<std::pair<class_key, std::int32_t>> classes;  ///< sorted by key: key -> class row
@@ -40,6 +41,9 @@ struct round_matrices : kernels::round_arrays {
   std::vector<std::int32_t> job_class;  ///< pending job -> class row
   // Model names; the index is the model id.
   std::vector<std::string> models;
+  /// Node selectors, affinity and taints: the sets and groups behind the
+  /// arrays' constraint tables (inactive when the round has none).
+  constraint_tables constraints;
   /// build_matrices' working space (not part of the round).
   flatten_scratch scratch;
 };

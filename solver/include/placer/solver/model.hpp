@@ -32,6 +32,52 @@ struct demand {
 
 enum class topology_mode : std::uint8_t { none = 0, preferred = 1, required = 2 };
 
+/// Kubernetes node-affinity operators (NodeSelectorRequirement).
+enum class selector_op : std::uint8_t { in = 0, not_in = 1, exists = 2, does_not_exist = 3, gt = 4, lt = 5 };
+
+struct selector_requirement {
+  std::string key;
+  selector_op op = selector_op::in;
+  std::vector<std::string> values;  ///< In/NotIn: one or more; Gt/Lt: one integer; Exists/DoesNotExist: none
+  bool operator==(selector_requirement const&) const = default;
+};
+
+/// Expressions ANDed. A term with none matches no node (as in Kubernetes).
+struct selector_term {
+  std::vector<selector_requirement> match;
+  bool operator==(selector_term const&) const = default;
+};
+
+struct preferred_term {
+  std::int32_t weight = 1;  ///< 1..100
+  selector_term term;
+  bool operator==(preferred_term const&) const = default;
+};
+
+enum class toleration_op : std::uint8_t { equal = 0, exists = 1 };
+
+struct toleration {
+  std::string key;  ///< empty with `exists`: every taint
+  toleration_op op = toleration_op::equal;
+  std::string value;
+  std::int8_t effect = -1;  ///< a taint_effect, or -1: every effect
+  bool operator==(toleration const&) const = default;
+};
+
+/// Where a job's replicas may run, in Kubernetes' words (solver/constraints.hpp
+/// evaluates them): labels the node must carry, required node-affinity terms
+/// (ORed), preferred terms (a score), and the taints it tolerates.
+struct node_constraints {
+  std::vector<std::string> node_selector;  ///< "key=value", all required
+  std::vector<selector_term> required;     ///< empty: any node
+  std::vector<preferred_term> preferred;
+  std::vector<toleration> tolerations;
+  [[nodiscard]] bool empty() const {
+    return node_selector.empty() && required.empty() && preferred.empty() && tolerations.empty();
+  }
+  bool operator==(node_constraints const&) const = default;
+};
+
 struct job {
   std::string name;
   job_kind kind = job_kind::training;
@@ -52,6 +98,7 @@ struct job {
   bool preemptible = false;
   std::int64_t submit_time = 0;
   std::int64_t estimated_duration = 0;
+  node_constraints constraints;
   bool operator==(job const&) const = default;
 };
 
@@ -81,6 +128,7 @@ struct running_job {
   std::int64_t start_time = 0;
   std::int64_t estimated_end = 0;
   std::int64_t last_checkpoint = 0;
+  node_constraints constraints;  ///< where an elastic scale-out may add replicas
   bool operator==(running_job const&) const = default;
 };
 
@@ -104,6 +152,7 @@ struct weights {
   std::int32_t topology = 50;
   std::int32_t pool_affinity = 20;
   std::int32_t scarcity = 100;
+  std::int32_t affinity = 100;  ///< preferred node affinity, untolerated PreferNoSchedule taints
 };
 
 enum class backfill_mode : std::uint8_t { off = 0, easy = 1, conservative = 2 };

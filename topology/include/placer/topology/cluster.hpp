@@ -39,6 +39,17 @@ struct topology {
   bool operator==(topology const&) const = default;
 };
 
+/// A node taint (Kubernetes): pods that do not tolerate it are kept off the
+/// node (NoSchedule, NoExecute) or steered away from it (PreferNoSchedule).
+enum class taint_effect : std::uint8_t { no_schedule = 0, prefer_no_schedule = 1, no_execute = 2 };
+
+struct taint {
+  std::string key;
+  std::string value;
+  taint_effect effect = taint_effect::no_schedule;
+  bool operator==(taint const&) const = default;
+};
+
 /// One machine. Per-GPU state is kept per GPU because fractional shares
 /// (milli-GPU) live on individual GPUs.
 struct node {
@@ -55,7 +66,8 @@ struct node {
   bool loanable = false;
   bool healthy = true;
   std::int32_t domain = -1;  ///< lowest topology domain; -1 = none
-  std::vector<std::string> labels;
+  std::vector<std::string> labels;  ///< "key=value" ("key" alone: an empty value)
+  std::vector<taint> taints;
 
   [[nodiscard]] std::int32_t gpu_count() const { return static_cast<std::int32_t>(gpu_free_milli.size()); }
   [[nodiscard]] bool gpu_is_healthy(std::size_t g) const { return gpu_healthy.empty() || gpu_healthy[g] != 0; }

@@ -1,0 +1,328 @@
+// Node selectors, node affinity, taints and tolerations: each operator and
+// effect by hand, the round honouring them on every algorithm and backend,
+// and random rounds (with the cross-round policies) never placing a replica
+// where a node's labels or taints forbid it.
+#include <placer/kernels/ops.hpp>
+#include <placer/solver/constraints.hpp>
+#include <placer/solver/matrices.hpp>
+#include <placer/solver/solver.hpp>
+#include <placer/topology/error.hpp>
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "../support/invariants.hpp"
+#include "../support/random_round.hpp"
+
+namespace placer {
+namespace {
+
+node labelled(std::vector<std::string> labels, std::vector<taint> taints = {}) {
+  node n;
+  n.name = "n";
+  n.labels = std::move(labels);
+  n.taints = std::move(taints);
+  return n;
+}
+
+selector_term term(std::string key, selector_op op, std::vector<std::string> values = {}) {
+  return {{{std::move(key), op, std::move(values)}}};
+}
+
+bool matches(node const& n, std::string key, selector_op op, std::vector<std::string> values = {}) {
+  return term_matches(n, term(std::move(key), op, std::move(values)));
+}
+
+TEST(Constraints, OperatorsAsKubernetes) {
+  node const n = labelled({"zone=a", "gen=3", "ssd", "gpu.product=H100-SXM"});
+  EXPECT_TRUE(matches(n, "zone", selector_op::in, {"b", "a"}));
+  EXPECT_FALSE(matches(n, "zone", selector_op::in, {"b"}));
+  EXPECT_FALSE(matches(n, "rack", selector_op::in, {"a"}));      // absent key: In fails
+  EXPECT_FALSE(matches(n, "zone", selector_op::not_in, {"a"}));
+  EXPECT_TRUE(matches(n, "zone", selector_op::not_in, {"b"}));
+  EXPECT_TRUE(matches(n, "rack", selector_op::not_in, {"a"}));   // absent key: NotIn holds
+  EXPECT_TRUE(matches(n, "ssd", selector_op::exists));           // a label with an empty value
+  EXPECT_FALSE(matches(n, "rack", selector_op::exists));
+  EXPECT_TRUE(matches(n, "rack", selector_op::does_not_exist));
+  EXPECT_FALSE(matches(n, "ssd", selector_op::does_not_exist));
+  EXPECT_TRUE(matches(n, "gen", selector_op::gt, {"2"}));
+  EXPECT_FALSE(matches(n, "gen", selector_op::gt, {"3"}));
+  EXPECT_TRUE(matches(n, "gen", selector_op::lt, {"4"}));
+  EXPECT_FALSE(matches(n, "gen", selector_op::lt, {"3"}));
+  EXPECT_FALSE(matches(n, "zone", selector_op::gt, {"0"}));      // not an integer: no match
+  EXPECT_FALSE(matches(n, "rack", selector_op::lt, {"9"}));      // absent: no match
+  // Expressions of a term are ANDed; an empty term matches nothing.
+  selector_term both = term("zone", selector_op::in, {"a"});
+  both.match.push_back({"gen", selector_op::gt, {"5"}});
+  EXPECT_FALSE(term_matches(n, both));
+  EXPECT_FALSE(term_matches(n, selector_term{}));
+}
+
+TEST(Constraints, SelectorAffinityAndTaintsDecideAdmission) {
+  node const n = labelled({"zone=a", "gen=3"}, {{"team", "infer", taint_effect::no_schedule}});
+  node_constraints c;
+  taint const* which = nullptr;
+  EXPECT_EQ(exclusion(n, c, &which), constraint_miss::taint);  // no toleration
+  ASSERT_NE(which, nullptr);
+  EXPECT_EQ(which->key, "team");
+  c.tolerations.push_back({"team", toleration_op::equal, "infer", -1});
+  EXPECT_EQ(exclusion(n, c), constraint_miss::none);
+  c.node_selector = {"zone=b"};
+  EXPECT_EQ(exclusion(n, c), constraint_miss::selector);
+  c.node_selector = {"zone=a"};
+  // Required terms are ORed.
+  c.required = {term("gen", selector_op::gt, {"4"})};
+  EXPECT_EQ(exclusion(n, c), constraint_miss::affinity);
+  c.required.push_back(term("zone", selector_op::in, {"a"}));
+  EXPECT_EQ(exclusion(n, c), constraint_miss::none);
+  EXPECT_TRUE(admits(n, c));
+}
+
+TEST(Constraints, TolerationsMatchKeyValueAndEffect) {
+  taint const t{"team", "infer", taint_effect::no_execute};
+  auto tol = [](toleration o) {
+    node_constraints c;
+    c.tolerations.push_back(std::move(o));
+    return c;
+  };
+  EXPECT_TRUE(tolerates(tol({"team", toleration_op::equal, "infer", -1}), t));
+  EXPECT_FALSE(tolerates(tol({"team", toleration_op::equal, "train", -1}), t));
+  EXPECT_TRUE(tolerates(tol({"team", toleration_op::exists, "", -1}), t));
+  EXPECT_TRUE(tolerates(tol({"", toleration_op::exists, "", -1}), t));  // empty key + Exists: everything
+  EXPECT_FALSE(tolerates(tol({"zone", toleration_op::exists, "", -1}), t));
+  EXPECT_TRUE(tolerates(tol({"team", toleration_op::equal, "infer", static_cast<std::int8_t>(taint_effect::no_execute)}), t));
+  EXPECT_FALSE(tolerates(tol({"team", toleration_op::equal, "infer", static_cast<std::int8_t>(taint_effect::no_schedule)}), t));
+  // PreferNoSchedule never excludes; it lowers the preference.
+  node const soft = labelled({"zone=a"}, {{"spot", "", taint_effect::prefer_no_schedule}});
+  EXPECT_TRUE(admits(soft, node_constraints{}));
+  EXPECT_EQ(preference(soft, node_constraints{}), -1000);
+  EXPECT_EQ(preference(soft, tol({"spot", toleration_op::exists, "", -1})), 0);
+}
+
+TEST(Constraints, PreferenceIsTheMatchingWeightShare) {
+  node const n = labelled({"zone=a", "gen=3"});
+  node_constraints c;
+  c.preferred = {{30, term("zone", selector_op::in, {"a"})}, {70, term("gen", selector_op::gt, {"3"})}};
+  EXPECT_EQ(preference(n, c), 300);
+  c.preferred[1].term = term("gen", selector_op::gt, {"2"});
+  EXPECT_EQ(preference(n, c), 1000);
+}
+
+TEST(Constraints, ProblemsAreNamed) {
+  node_constraints c;
+  EXPECT_EQ(constraints_problem(c), "");
+  c.required = {term("zone", selector_op::in)};
+  EXPECT_NE(constraints_problem(c).find("need at least one value"), std::string::npos);
+  c.required = {term("gen", selector_op::gt, {"x"})};
+  EXPECT_NE(constraints_problem(c).find("one integer"), std::string::npos);
+  c.required = {term("ssd", selector_op::exists, {"1"})};
+  EXPECT_NE(constraints_problem(c).find("take no values"), std::string::npos);
+  c.required.clear();
+  c.preferred = {{0, term("zone", selector_op::in, {"a"})}};
+  EXPECT_NE(constraints_problem(c).find("outside 1..100"), std::string::npos);
+  c.preferred.clear();
+  c.tolerations = {{"", toleration_op::equal, "x", -1}};
+  EXPECT_NE(constraints_problem(c).find("must use Exists"), std::string::npos);
+  c.tolerations = {{"k", toleration_op::exists, "x", -1}};
+  EXPECT_NE(constraints_problem(c).find("takes no value"), std::string::npos);
+  c.tolerations.clear();
+  c.node_selector = {"=a"};
+  EXPECT_NE(constraints_problem(c).find("no key"), std::string::npos);
+
+  // A round with such a job is refused, naming the job.
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(1).gpus(8).build();
+  job j;
+  j.name = "bad";
+  j.per_replica.gpus = 1;
+  j.constraints.required = {term("gen", selector_op::lt, {})};
+  in.pending.push_back(j);
+  try {
+    validate(in);
+    FAIL() << "a Lt without a value was accepted";
+  } catch (logic_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("'bad'"), std::string::npos) << e.what();
+  }
+}
+
+/// Four nodes of 8 GPUs: 0 and 1 in zone a, 2 and 3 in zone b; node 3
+/// tainted team=infer:NoSchedule.
+round_input zones_round() {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(4).gpus(8).build();
+  for (int i = 0; i < 4; ++i) in.state.nodes[i].labels = {std::string("zone=") + (i < 2 ? "a" : "b"), "gen=" + std::to_string(i)};
+  in.state.nodes[3].taints = {{"team", "infer", taint_effect::no_schedule}};
+  return in;
+}
+
+job one_gpu(std::string name, int replicas = 1) {
+  job j;
+  j.name = std::move(name);
+  j.per_replica.gpus = 1;
+  j.per_replica.cpu_milli = 1000;
+  j.per_replica.memory_mib = 1024;
+  j.replicas = replicas;
+  return j;
+}
+
+std::vector<std::unique_ptr<solver>> every_backend() {
+  std::vector<std::unique_ptr<solver>> v;
+  v.push_back(std::make_unique<solver>(kernels::make_backend(kernels::backend_kind::cpu)));
+  v.push_back(std::make_unique<solver>(kernels::make_parallel_cpu_backend()));
+  if (kernels::cuda_unavailable_reason().empty()) v.push_back(std::make_unique<solver>(kernels::make_backend(kernels::backend_kind::cuda)));
+  return v;
+}
+
+TEST(Constraints, RoundsPlaceOnlyWhereKubernetesWould) {
+  for (auto& s : every_backend()) {
+    for (auto algo : {algorithm::placer, algorithm::greedy, algorithm::kube_least_allocated,
+                      algorithm::kube_most_allocated, algorithm::first_fit}) {
+      SCOPED_TRACE(std::string(algorithm_name(algo)) + " on " + s->backend().description());
+      round_input in = zones_round();
+      in.pol.algo = algo;
+      job sel = one_gpu("zone-b", 6);  // only node 2: node 3 is tainted
+      sel.constraints.node_selector = {"zone=b"};
+      in.pending.push_back(sel);
+      job tol = one_gpu("tolerant", 4);  // zone b with the toleration: node 3 is open to it
+      tol.constraints.required = {term("gen", selector_op::gt, {"1"})};
+      tol.constraints.tolerations = {{"team", toleration_op::exists, "", -1}};
+      in.pending.push_back(tol);
+      job never = one_gpu("never");  // zone c does not exist
+      never.constraints.node_selector = {"zone=c"};
+      in.pending.push_back(never);
+      auto const r = s->solve(in);
+      expect_round_invariants(in, r);
+      for (auto const& p : r.placements) {
+        for (auto const& rp : p.replicas) {
+          if (p.job == 0) {
+            EXPECT_EQ(rp.node, 2);
+          } else if (p.job == 1) {
+            EXPECT_GE(rp.node, 2);
+          }
+        }
+      }
+      ASSERT_EQ(r.placements.size(), 2U);
+      ASSERT_EQ(r.unplaced_jobs.size(), 1U);
+      EXPECT_EQ(r.unplaced_jobs[0].job, 2);
+      EXPECT_EQ(r.unplaced_jobs[0].reason, unplaced_reason::no_feasible_node);
+    }
+  }
+}
+
+TEST(Constraints, PreferencesSteerTheScore) {
+  for (auto algo : {algorithm::placer, algorithm::kube_least_allocated}) {
+    SCOPED_TRACE(algorithm_name(algo));
+    solver s(kernels::make_backend(kernels::backend_kind::cpu));
+    round_input in = zones_round();
+    in.state.nodes[3].taints.clear();
+    in.state.nodes[0].taints = {{"spot", "", taint_effect::prefer_no_schedule}};
+    in.pol.algo = algo;
+    job j = one_gpu("likes-gen-3");
+    j.constraints.preferred = {{50, term("gen", selector_op::gt, {"2"})}};
+    in.pending.push_back(j);
+    auto r = s.solve(in);
+    ASSERT_EQ(r.placements.size(), 1U);
+    EXPECT_EQ(r.placements[0].replicas[0].node, 3);
+    // Without a preference it avoids only the PreferNoSchedule node; with
+    // node 1 emptied of everything else, the best fit would otherwise be 0.
+    in.pending[0].constraints = {};
+    for (int i = 1; i < 4; ++i) in.state.nodes[i].gpu_free_milli.assign(8, 1000);
+    in.state.nodes[0].gpu_free_milli = {0, 0, 0, 0, 1000, 1000, 1000, 1000};  // best fit, but tainted soft
+    r = s.solve(in);
+    ASSERT_EQ(r.placements.size(), 1U);
+    EXPECT_NE(r.placements[0].replicas[0].node, 0);
+    // Tolerated, the soft taint no longer pushes it away.
+    in.pending[0].constraints.tolerations = {{"spot", toleration_op::exists, "", -1}};
+    r = s.solve(in);
+    ASSERT_EQ(r.placements.size(), 1U);
+    if (algo == algorithm::placer) {
+      EXPECT_EQ(r.placements[0].replicas[0].node, 0);
+    }
+  }
+}
+
+// Thousands of random rounds with labels, taints and constraints, every
+// algorithm: the invariant checker re-evaluates each replica's node.
+TEST(Constraints, RandomRoundsNeverPlaceWhereForbidden) {
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  std::mt19937_64 rng(20261125);
+  int placed = 0, unplaced = 0, constrained = 0;
+  for (int iter = 0; iter < 1500; ++iter) {
+    round_input in = testing_support::random_round(rng);
+    testing_support::add_random_constraints(rng, in);
+    in.pol.algo = static_cast<algorithm>(iter % 5);
+    auto const r = s.solve(in);
+    expect_round_invariants(in, r);
+    if (::testing::Test::HasFailure()) {
+      ADD_FAILURE() << "first failure at iteration " << iter;
+      return;
+    }
+    for (auto const& p : r.placements) constrained += in.pending[p.job].constraints.empty() ? 0 : 1;
+    placed += static_cast<int>(r.placements.size());
+    unplaced += static_cast<int>(r.unplaced_jobs.size());
+  }
+  EXPECT_GT(constrained, 2000);
+  EXPECT_GT(unplaced, 1000);
+  EXPECT_GT(placed, 4000);
+}
+
+// The constraint tables agree with the host evaluator on every cell.
+TEST(Constraints, TablesAgreeWithTheHostEvaluator) {
+  std::mt19937_64 rng(11);
+  for (int iter = 0; iter < 300; ++iter) {
+    round_input in = testing_support::random_round(rng);
+    testing_support::add_random_constraints(rng, in);
+    round_matrices const m = build_matrices(in);
+    auto const nv = m.nodes();
+    auto const cv = m.classes();
+    for (std::size_t j = 0; j < in.pending.size(); ++j) {
+      auto const c = m.job_class[j];
+      for (std::int32_t n = 0; n < m.n_nodes(); ++n) {
+        auto const& nd = in.state.nodes[static_cast<std::size_t>(n)];
+        bool const want = nd.healthy && admits(nd, in.pending[j].constraints);
+        bool const have = nv.flags[n] & kernels::node_flag_healthy &&
+                          (cv.admit == nullptr || cv.admit[kernels::constraint_cell(nv, cv, c, n)] != 0);
+        ASSERT_EQ(have, want) << "iteration " << iter << " job " << j << " node " << n;
+        if (cv.prefer != nullptr) {
+          ASSERT_EQ(cv.prefer[kernels::constraint_cell(nv, cv, c, n)], preference(nd, in.pending[j].constraints));
+        }
+      }
+    }
+  }
+}
+
+// A round without constraints builds no tables and gives the same classes.
+TEST(Constraints, ARoundWithoutThemPaysNothing) {
+  std::mt19937_64 rng(5);
+  round_input const in = testing_support::random_round(rng, 6, 30);
+  round_matrices const m = build_matrices(in);
+  EXPECT_FALSE(m.constraints.active);
+  EXPECT_EQ(m.classes().admit, nullptr);
+  EXPECT_EQ(m.nodes().group, nullptr);
+  EXPECT_TRUE(m.class_constraint.empty());
+}
+
+// A hostile round cannot buy unbounded evaluation: distinct constraint sets
+// times node groups is capped.
+TEST(Constraints, EvaluationWorkIsBounded) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(3000).gpus(1).build();
+  for (std::size_t i = 0; i < in.state.nodes.size(); ++i) in.state.nodes[i].labels = {"host=" + std::to_string(i)};
+  for (int k = 0; k < 3000; ++k) {
+    job j = one_gpu("j" + std::to_string(k));
+    j.constraints.node_selector = {"host=" + std::to_string(k)};
+    in.pending.push_back(j);
+  }
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  try {
+    (void)s.solve(in);
+    FAIL() << "9M evaluations were accepted";
+  } catch (logic_error const& e) {
+    EXPECT_EQ(e.code(), error_code::resource_exhausted);
+    EXPECT_NE(std::string(e.what()).find("node groups"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace placer
