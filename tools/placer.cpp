@@ -167,6 +167,15 @@ void print_summary(std::ostream& os, round_input const& in, round_result const& 
       first = false;
     }
     os << ")\n";
+    int listed = 0;
+    for (auto const& u : r.unplaced_jobs) {
+      if (++listed > 40) {
+        os << "  ... " << r.unplaced_jobs.size() - 40 << " more (use JSON output for all)\n";
+        break;
+      }
+      auto const name = u.job >= 0 && static_cast<std::size_t>(u.job) < in.pending.size() ? in.pending[u.job].name : "?";
+      os << "  " << name << ": " << to_string(u.reason) << (u.detail.empty() ? "" : ": " + u.detail) << "\n";
+    }
   }
   auto const& m = r.metrics;
   os << "Round: " << m.replicas_placed << " replicas, " << fixed(m.gpu_milli_placed / 1000.0, 2) << " GPUs placed; GAR "

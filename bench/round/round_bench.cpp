@@ -89,7 +89,7 @@ void bm_round(benchmark::State& st, std::string const& backend, std::string cons
 
 int register_all() {
   for (std::string const backend : {"cpu", "cuda"}) {
-    for (std::string const name : {"10k", "100k", "openb"}) {
+    for (std::string const name : {"10k", "100k", "openb", "10k-k8s", "100k-k8s"}) {
       benchmark::RegisterBenchmark(("round/" + backend + "/" + name).c_str(), bm_round, backend, name, algorithm::placer)
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.5)

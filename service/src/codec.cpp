@@ -805,8 +805,24 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
   for (auto const& u : r.unplaced_jobs) {
     auto const name = job_name(u.job);
     auto const detail = opt_string(fbb, u.detail);
-    unplaced.push_back(
-        wire::CreateUnplaced(fbb, index_out(u.job), name, static_cast<wire::UnplacedReason>(u.reason), detail));
+    auto const& e = u.why;
+    flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::ExclusionCount>>> excluded;
+    if (!e.excluded.empty()) {
+      std::vector<flatbuffers::Offset<wire::ExclusionCount>> offs;
+      offs.reserve(e.excluded.size());
+      for (auto const& x : e.excluded) {
+        offs.push_back(wire::CreateExclusionCount(fbb, static_cast<wire::NodeExclusion>(x.reason),
+                                                  narrow<std::uint32_t>(x.nodes, "unplaced", "excluded nodes"),
+                                                  opt_shared(fbb, x.detail)));
+      }
+      excluded = fbb.CreateVector(offs);
+    }
+    unplaced.push_back(wire::CreateUnplaced(
+        fbb, index_out(u.job), name, static_cast<wire::UnplacedReason>(u.reason), detail,
+        narrow<std::uint32_t>(e.nodes, "unplaced", "nodes"), excluded,
+        narrow<std::uint32_t>(e.replicas_fit, "unplaced", "replicas_fit"),
+        narrow<std::uint32_t>(e.replicas_required, "unplaced", "replicas_required"), opt_shared(fbb, e.best_domain),
+        narrow<std::uint32_t>(e.best_domain_fit, "unplaced", "best_domain_fit"), e.outbid, e.outbid_priority));
   }
   auto const& m = r.metrics;
   auto const metrics = wire::CreateRoundMetrics(
@@ -971,9 +987,24 @@ decoded_reply decode_reply(wire::Envelope const& env) {
     r.unplaced_jobs.reserve(v->size());
     for (flatbuffers::uoffset_t k = 0; k < v->size(); ++k) {
       auto const* u = v->Get(k);
-      r.unplaced_jobs.push_back({index_in(u->job()),
-                                 enum_in<unplaced_reason>(u->reason(), who_t::indexed("unplaced", k), "reason"),
+      auto const who = who_t::indexed("unplaced", k);
+      r.unplaced_jobs.push_back({index_in(u->job()), enum_in<unplaced_reason>(u->reason(), who, "reason"),
                                  str(u->detail())});
+      auto& e = r.unplaced_jobs.back().why;
+      e.nodes = u32_in(u->nodes(), who, "nodes");
+      if (auto const* x = u->excluded()) {
+        for (flatbuffers::uoffset_t i = 0; i < x->size(); ++i) {
+          auto const* c = x->Get(i);
+          e.excluded.push_back({enum_in<node_exclusion>(c->reason(), who, "excluded reason"),
+                                u32_in(c->nodes(), who, "excluded nodes"), str(c->detail())});
+        }
+      }
+      e.replicas_fit = u32_in(u->replicas_fit(), who, "replicas_fit");
+      e.replicas_required = u32_in(u->replicas_required(), who, "replicas_required");
+      e.best_domain = str(u->best_domain());
+      e.best_domain_fit = u32_in(u->best_domain_fit(), who, "best_domain_fit");
+      e.outbid = u->outbid();
+      e.outbid_priority = u->outbid_priority();
     }
   }
   if (auto const* m = rep->metrics()) {

@@ -112,8 +112,27 @@ bool reclaim_possible(round_input const& in) {
 
 }  // namespace
 
+namespace {
+
+/// explain_unplaced as the round's "explain" stage, before "total".
+void explain_stage(round_input const& in, round_result& out) {
+  if (out.unplaced_jobs.empty()) return;
+  auto const t = clock_type::now();
+  explain_unplaced(in, out);
+  double const us = micros_since(t);
+  auto total = std::find_if(out.timing.begin(), out.timing.end(), [](auto const& s) { return s.stage == "total"; });
+  if (total != out.timing.end()) total->micros += us;
+  out.timing.insert(total, {"explain", us});
+}
+
+}  // namespace
+
 round_result solver::solve(round_input const& in, queue_memory* memory) {
-  if (!in.pol.queue.any_cross_round() && !reclaim_possible(in)) return solve_one(in);
+  if (!in.pol.queue.any_cross_round() && !reclaim_possible(in)) {
+    round_result out = solve_one(in);
+    explain_stage(in, out);
+    return out;
+  }
   // The cross-round policies call the one-round pipeline on sub-problems;
   // the metrics compare the request's cluster with the one the round leaves.
   auto const t_round = clock_type::now();
@@ -170,6 +189,7 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   step_counts const total = backend_->steps() - steps_round;
   out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits});
+  explain_stage(in, out);
   return out;
 }
 

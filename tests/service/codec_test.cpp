@@ -165,6 +165,8 @@ round_result rich_result() {
   r.reservations = {{2, {0, 1, 3}, 1700003600}};
   r.unplaced_jobs = {{2, unplaced_reason::gang_incomplete, "needs 3 replicas"},
                      {1, unplaced_reason::deferred, ""}};
+  r.unplaced_jobs[0].why = {4, {{node_exclusion::taint, 2, "team=infer:NoSchedule"}, {node_exclusion::gpus, 1, ""}},
+                            2, 3, "leaf-0", 2, true, 7};
   r.metrics = {0.25, 0.5, 0.125, 0.0625, 0.3, 0.2, 2, 3, 9250};
   r.timing = {{"validate", 12.5}, {"score", 1234.25}};
   r.backend = "cpu (OpenMP, 2 threads)";
@@ -370,6 +372,7 @@ void expect_eq(round_result const& a, round_result const& b) {
     EXPECT_EQ(a.unplaced_jobs[k].job, b.unplaced_jobs[k].job);
     EXPECT_EQ(a.unplaced_jobs[k].reason, b.unplaced_jobs[k].reason);
     EXPECT_EQ(a.unplaced_jobs[k].detail, b.unplaced_jobs[k].detail);
+    EXPECT_TRUE(a.unplaced_jobs[k].why == b.unplaced_jobs[k].why) << "explanation of unplaced " << k;
   }
   auto const& m = a.metrics;
   auto const& n = b.metrics;

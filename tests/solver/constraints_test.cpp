@@ -324,5 +324,118 @@ TEST(Constraints, EvaluationWorkIsBounded) {
   }
 }
 
+// ------------------------------------------------------------ explanations
+
+TEST(Explanations, CountNodesByTheFirstCheckTheyFail) {
+  round_input in = zones_round();
+  in.state.nodes[0].healthy = false;
+  in.state.nodes[1].gpu_free_milli.assign(8, 0);  // full
+  job big = one_gpu("zone-b-gang", 3);
+  big.per_replica.gpus = 8;
+  big.gang = true;
+  big.constraints.node_selector = {"zone=b"};
+  in.pending.push_back(big);
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.unplaced_jobs.size(), 1U);
+  auto const& e = r.unplaced_jobs[0].why;
+  EXPECT_EQ(e.nodes, 4);
+  // node 0 unhealthy, node 1 in zone a (the selector comes before
+  // capacity), node 3 tainted; node 2 fits one replica and stays free.
+  std::vector<exclusion_count> const want{{node_exclusion::unhealthy, 1, ""},
+                                          {node_exclusion::affinity, 1, ""},
+                                          {node_exclusion::taint, 1, "team=infer:NoSchedule"}};
+  EXPECT_EQ(e.excluded, want);
+  EXPECT_EQ(e.replicas_fit, 1);
+  EXPECT_EQ(e.replicas_required, 3);
+  EXPECT_FALSE(e.outbid);
+  EXPECT_NE(r.unplaced_jobs[0].detail.find("1/4 nodes are available: 1 node(s) were unhealthy, 1 node(s) didn't match "
+                                           "Pod's node affinity/selector, 1 node(s) had untolerated taint "
+                                           "{team=infer:NoSchedule}. Resources were found for 1 replica(s) while 3 "
+                                           "are required."),
+            std::string::npos)
+      << r.unplaced_jobs[0].detail;
+}
+
+TEST(Explanations, SayWhoTookTheRoom) {
+  round_input in = zones_round();
+  for (auto& n : in.state.nodes) n.taints.clear();
+  job vip = one_gpu("vip", 4);
+  vip.per_replica.gpus = 8;
+  vip.priority = 9;
+  in.pending.push_back(vip);
+  job late = one_gpu("late");
+  late.per_replica.gpus = 8;
+  in.pending.push_back(late);
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.unplaced_jobs.size(), 1U);
+  EXPECT_EQ(r.unplaced_jobs[0].job, 1);
+  auto const& e = r.unplaced_jobs[0].why;
+  ASSERT_EQ(e.excluded.size(), 1U);
+  EXPECT_EQ(e.excluded[0].reason, node_exclusion::taken);
+  EXPECT_EQ(e.excluded[0].nodes, 4);
+  EXPECT_TRUE(e.outbid);
+  EXPECT_EQ(e.outbid_priority, 9);
+}
+
+TEST(Explanations, RequiredTopologyNamesTheBestDomain) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(2).nodes_per_leaf(2).gpus(8).build();
+  in.state.nodes[0].gpu_free_milli.assign(8, 0);
+  job gang = one_gpu("one-leaf", 3);
+  gang.per_replica.gpus = 8;
+  gang.gang = true;
+  gang.topology_level = 2;  // leaf
+  gang.topo_mode = topology_mode::required;
+  in.pending.push_back(gang);
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(in);
+  ASSERT_EQ(r.unplaced_jobs.size(), 1U);
+  auto const& e = r.unplaced_jobs[0].why;
+  EXPECT_EQ(e.replicas_fit, 3);  // three free nodes in all, but no leaf holds three
+  EXPECT_EQ(e.best_domain_fit, 2);
+  EXPECT_FALSE(e.best_domain.empty());
+  EXPECT_NE(r.unplaced_jobs[0].detail.find("holds 2"), std::string::npos) << r.unplaced_jobs[0].detail;
+}
+
+// On random rounds with constraints and the policies: the counts never
+// exceed the nodes, unhealthy nodes are counted exactly, a job no node can
+// ever take has every node excluded, and a placed round explains nothing.
+TEST(Explanations, CountsAreConsistentOnRandomRounds) {
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  std::mt19937_64 rng(99);
+  int explained = 0;
+  for (int iter = 0; iter < 500; ++iter) {
+    round_input in = testing_support::random_round(rng);
+    testing_support::add_random_constraints(rng, in);
+    in.pol.algo = static_cast<algorithm>(iter % 5);
+    auto const r = s.solve(in);
+    std::int32_t unhealthy = 0;
+    for (auto const& n : in.state.nodes) unhealthy += n.healthy ? 0 : 1;
+    for (auto const& u : r.unplaced_jobs) {
+      if (u.why.nodes == 0) continue;
+      ++explained;
+      auto const& e = u.why;
+      ASSERT_EQ(e.nodes, static_cast<std::int32_t>(in.state.nodes.size()));
+      std::int32_t sum = 0, sick = 0, taken = 0;
+      for (auto const& x : e.excluded) {
+        EXPECT_GT(x.nodes, 0);
+        sum += x.nodes;
+        sick += x.reason == node_exclusion::unhealthy ? x.nodes : 0;
+        taken += x.reason == node_exclusion::taken ? x.nodes : 0;
+      }
+      EXPECT_LE(sum, e.nodes);
+      EXPECT_EQ(sick, unhealthy);
+      EXPECT_EQ(e.outbid, taken > 0);
+      if (u.reason == unplaced_reason::no_feasible_node) {
+        EXPECT_EQ(sum, e.nodes) << "iteration " << iter << ": " << u.detail;
+        EXPECT_EQ(taken, 0);
+      }
+    }
+  }
+  EXPECT_GT(explained, 1000);
+}
+
 }  // namespace
 }  // namespace placer

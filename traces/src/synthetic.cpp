@@ -10,6 +10,12 @@
 namespace placer::traces {
 
 scenario_options scenario_preset(std::string const& name) {
+  constexpr std::string_view k8s = "-k8s";
+  if (name.size() > k8s.size() && name.ends_with(k8s)) {
+    scenario_options o = scenario_preset(name.substr(0, name.size() - k8s.size()));
+    o.constraints = true;
+    return o;
+  }
   scenario_options o;
   o.name = name;
   if (name == "10k") return o;
@@ -25,8 +31,46 @@ scenario_options scenario_preset(std::string const& name) {
     o.leaves_per_spine = 2;
     return o;
   }
-  throw logic_error(error_code::invalid_argument, "unknown scenario '" + name + "' (1k, 10k, 100k)");
+  throw logic_error(error_code::invalid_argument, "unknown scenario '" + name + "' (1k, 10k, 100k, each also -k8s)");
 }
+
+namespace {
+
+/// scenario_options::constraints, from a random stream of its own (the
+/// nodes and jobs stay those of the round without).
+void add_constraints(round_input& in, scenario_options const& o) {
+  std::mt19937_64 rng(o.seed + 7);
+  auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
+  auto const nodes = static_cast<std::int32_t>(in.state.nodes.size());
+  auto const leaves = (nodes + o.nodes_per_leaf - 1) / o.nodes_per_leaf;
+  auto const zones = (leaves + o.leaves_per_spine - 1) / o.leaves_per_spine;
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (std::int32_t i = 0; i < nodes; ++i) {
+    auto& n = in.state.nodes[static_cast<std::size_t>(i)];
+    auto const leaf = i / o.nodes_per_leaf;
+    n.labels = {"kubernetes.io/hostname=" + n.name, "topology.kubernetes.io/zone=z" + std::to_string(leaf / o.leaves_per_spine % 3),
+                "rack=r" + std::to_string(leaf), "nvidia.com/gpu.product=" + n.gpu_model + "-SXM"};
+    if (chance(0.05)) {
+      n.labels.emplace_back("node-role=inference");
+      n.taints.push_back({"team", "inference", taint_effect::no_schedule});
+    } else if (chance(0.10)) {
+      n.taints.push_back({"spot", "", taint_effect::prefer_no_schedule});
+    }
+  }
+  for (auto& j : in.pending) {
+    auto& c = j.constraints;
+    if (j.kind == job_kind::inference) {
+      c.tolerations.push_back({"team", toleration_op::equal, "inference", -1});
+      c.preferred.push_back({50, {{{"node-role", selector_op::in, {"inference"}}}}});
+    } else if (chance(0.25)) {
+      c.node_selector.push_back("topology.kubernetes.io/zone=z" + std::to_string(uni(0, std::min(zones, 3) - 1)));
+    } else if (chance(0.2)) {
+      c.required.push_back({{{"rack", selector_op::not_in, {"r0", "r1"}}}});  // racks in maintenance
+    }
+  }
+}
+
+}  // namespace
 
 round_input make_scenario(scenario_options const& o) {
   PLACER_EXPECTS(o.nodes > 0 && o.gpus_per_node > 0 && o.nodes_per_leaf > 0 && o.leaves_per_spine > 0,
@@ -116,6 +160,7 @@ round_input make_scenario(scenario_options const& o) {
     j.per_replica.memory_mib = std::max(1, j.per_replica.gpus) * 32 * 1024;
     in.pending.push_back(std::move(j));
   }
+  if (o.constraints) add_constraints(in, o);
   return in;
 }
 

@@ -234,10 +234,50 @@ struct placement {
   std::vector<replica_placement> replicas;
 };
 
+/// Why a node cannot take a replica of a job: the first check it fails,
+/// in this order (docs/architecture.md, "Explanations").
+enum class node_exclusion : std::uint8_t {
+  unhealthy = 0,
+  pool = 1,        ///< another pool (and not lent to this job's kind)
+  gpu_model = 2,   ///< no GPU model the job allows, or no GPUs
+  affinity = 3,    ///< node selector or required node affinity
+  taint = 4,       ///< a NoSchedule or NoExecute taint the job does not tolerate
+  cpu = 5,         ///< not enough free CPU
+  memory = 6,
+  gpus = 7,        ///< not enough fully free GPUs
+  gpu_share = 8,   ///< no GPU with a large enough free share
+  taken = 9,       ///< had room when the round began; this round's placements took it
+};
+char const* to_string(node_exclusion e);
+
+struct exclusion_count {
+  node_exclusion reason = node_exclusion::unhealthy;
+  std::int32_t nodes = 0;
+  std::string detail;  ///< the taint ("team=infer:NoSchedule"), else empty
+  bool operator==(exclusion_count const&) const = default;
+};
+
+/// Why an unplaced job is unplaced, in numbers (filled by the solver for
+/// every unplaced job whose reason is about room: NoFeasibleNode,
+/// InsufficientCapacity, GangIncomplete, TopologyUnsatisfiable, Reserved,
+/// Deferred).
+struct explanation {
+  std::int32_t nodes = 0;  ///< nodes in the round (0: not explained)
+  std::vector<exclusion_count> excluded;  ///< nodes by the first check failed, most first
+  std::int32_t replicas_fit = 0;       ///< replicas the cluster could hold at the round's start
+  std::int32_t replicas_required = 0;  ///< replicas the job needs at once (a gang: all)
+  std::string best_domain;             ///< required topology: the domain that holds most
+  std::int32_t best_domain_fit = 0;
+  bool outbid = false;                 ///< nodes it fitted on were taken this round...
+  std::int32_t outbid_priority = 0;    ///< ...by jobs of at most this priority
+  bool operator==(explanation const&) const = default;
+};
+
 struct unplaced {
   std::int32_t job = -1;
   unplaced_reason reason = unplaced_reason::none;
   std::string detail;
+  explanation why;
 };
 
 struct preemption {

@@ -21,6 +21,22 @@ namespace placer {
 /// that do not exist, topology levels beyond the tree, and so on.
 void validate(round_input const& in);
 
+/// Fills `why` of every unplaced job whose reason is about room (and
+/// appends its words to `detail`): the round's nodes counted by the first
+/// check each fails for one replica at the round's start, in the order of
+/// node_exclusion, nodes taken by this round's placements and by which
+/// priority, and the replicas the cluster (for a required topology: the
+/// best domain) could hold against those required. Jobs of one shape share
+/// one pass over the nodes; a round with every job placed costs nothing.
+void explain_unplaced(round_input const& in, round_result& out);
+
+/// An explanation in kube-scheduler's words: "0/1,280 nodes are available:
+/// 800 node(s) had no allowed GPU model, 390 Insufficient nvidia.com/gpu,
+/// 60 node(s) had untolerated taint {team=infer:NoSchedule}." and, for
+/// gangs, "Resources were found for 5 replica(s) while 17 are required.";
+/// "" when not explained.
+std::string describe(explanation const& e);
+
 class solver {
  public:
   explicit solver(std::unique_ptr<kernels::backend> backend);

@@ -23,10 +23,19 @@ struct scenario_options {
   std::int32_t pending = 1000;
   double inference_share = 0.20;  ///< share of pending jobs that are inference
   std::uint64_t seed = 1;
+  /// Kubernetes-style labels on every node (hostname, one of three zones
+  /// by spine, rack per leaf, GPU product), taints on some (5%
+  /// team=inference NoSchedule, 10% spot PreferNoSchedule), and constraints
+  /// on jobs (inference tolerates the team taint and prefers those nodes; a
+  /// quarter of the other jobs select a zone, a fifth of the rest stay off
+  /// two racks in maintenance). The same nodes' free state and the same
+  /// jobs as without.
+  bool constraints = false;
 };
 
 /// "10k": 1,280 nodes x 8 GPUs, 1,000 pending; "100k": 12,800 nodes, 5,000
-/// pending; "1k": 128 nodes, 200 pending (smoke tests). Throws
+/// pending; "1k": 128 nodes, 200 pending (smoke tests); each with "-k8s"
+/// (e.g. "10k-k8s"): the same round with constraints. Throws
 /// logic_error(invalid_argument) for other names.
 scenario_options scenario_preset(std::string const& name);
 
