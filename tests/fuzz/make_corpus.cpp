@@ -67,6 +67,13 @@ int main(int argc, char** argv) {
   opt.leaves_per_spine = 2;
   opt.pending = 32;
   write(out, traces::make_scenario(opt));
+  opt.constraints = true;  // labels, taints, selectors, affinity, tolerations
+  write(out, traces::make_scenario(opt));
+
+  round_input k8s;
+  k8s.state = service::read_cluster_file(root + "/data/examples/constraints-cluster.json");
+  k8s.pending = service::read_jobs_file(root + "/data/examples/constraints-jobs.json").pending;
+  write(out, k8s);
   std::cout << "make_corpus: " << written << " requests in " << out << "\n";
   return 0;
 }
