@@ -4,6 +4,7 @@
 #include <placer/service/client.hpp>
 #include <placer/service/codec.hpp>
 #include <placer/service/curve.hpp>
+#include <placer/service/json_io.hpp>
 #include <placer/service/log.hpp>
 #include <placer/service/server.hpp>
 #include <placer/traces/synthetic.hpp>
@@ -139,6 +140,29 @@ TEST(Service, RoundTripOverTcpLoopback) {
   EXPECT_GT(t.decode_us, 0.0);
   EXPECT_LT(t.encode_us + t.decode_us, t.total_us);
   EXPECT_EQ(s.get().stats().rounds_ok, 1U);
+}
+
+// The constraints example through the real client: placed only where
+// Kubernetes would allow it, and the unplaced jobs' explanations arrive.
+TEST(Service, ConstrainedRoundIsPlacedWhereKubernetesWouldAndExplained) {
+  running_server s;
+  client c({s.endpoint(), 5000, ""});
+  round_input in;
+  in.state = service::read_cluster_file(std::string(PLACER_SOURCE_DIR) + "/data/examples/constraints-cluster.json");
+  in.pending = service::read_jobs_file(std::string(PLACER_SOURCE_DIR) + "/data/examples/constraints-jobs.json").pending;
+  expect_good_round(c, in);  // invariants: every replica on a node its constraints admit
+  decoded_reply const rep = c.solve(in);
+  ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  ASSERT_EQ(rep.result.unplaced_jobs.size(), 2U);
+  for (auto const& u : rep.result.unplaced_jobs) {
+    EXPECT_EQ(u.why.nodes, 6);
+    EXPECT_FALSE(u.why.excluded.empty());
+    EXPECT_NE(u.detail.find("nodes are available"), std::string::npos) << u.detail;
+  }
+  auto const& gang = rep.result.unplaced_jobs[0];
+  EXPECT_EQ(in.pending[static_cast<std::size_t>(gang.job)].name, "train-h100");
+  EXPECT_EQ(gang.why.replicas_required, 2);
+  EXPECT_TRUE(gang.why.outbid);
 }
 
 TEST(Service, ReplyTimesTheServicesOwnStages) {
