@@ -218,7 +218,7 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
       continue;
     }
     set_key(c, key);
-    auto const [it, fresh] = ids.emplace(key, static_cast<std::int32_t>(sets.size()));
+    auto const [it, fresh] = ids.try_emplace(key, static_cast<std::int32_t>(sets.size()));
     if (fresh) {
       sets.push_back(&c);
       set_items += items(c);
@@ -264,7 +264,7 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
       key += t.value;
       key += static_cast<char>('0' + static_cast<int>(t.effect));
     }
-    auto const [it, fresh] = ids.emplace(key, static_cast<std::int32_t>(group_node.size()));
+    auto const [it, fresh] = ids.try_emplace(key, static_cast<std::int32_t>(group_node.size()));
     if (fresh) group_node.push_back(static_cast<std::int32_t>(i));
     node_group[i] = it->second;
   }
