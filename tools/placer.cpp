@@ -110,6 +110,7 @@ round_input load_round(args const& a) {
   in.running = std::move(b.running);
   in.pol = b.pol;
   in.now = b.now;
+  in.queues = std::move(b.queues);
   if (a.has("algorithm")) {
     try {
       in.pol.algo = parse_algorithm(a.get("algorithm"));

@@ -28,6 +28,8 @@ static_assert(static_cast<int>(topology_mode::required) == static_cast<int>(wire
 static_assert(static_cast<int>(algorithm::kube_most_allocated) == static_cast<int>(wire::Algorithm::KubeMostAllocated));
 static_assert(static_cast<int>(algorithm::first_fit) == static_cast<int>(wire::Algorithm::FirstFit));
 static_assert(static_cast<int>(unplaced_reason::deferred) == static_cast<int>(wire::UnplacedReason::Deferred));
+static_assert(static_cast<int>(unplaced_reason::quota_exceeded) ==
+              static_cast<int>(wire::UnplacedReason::QuotaExceeded));
 
 using fbb_t = flatbuffers::FlatBufferBuilder;
 template <class T>
@@ -511,6 +513,7 @@ void running_in(wire::RunningJob const& w, who_t const& who, running_job& r) {
   r.estimated_end = w.estimated_end();
   r.last_checkpoint = w.last_checkpoint();
   constraints_in(w.constraints(), who, r.constraints);
+  str_in(w.queue(), r.queue);
 }
 
 flatbuffers::Offset<wire::RunningJob> running_out(fbb_t& fbb, running_job const& r, who_t const& who,
@@ -519,10 +522,11 @@ flatbuffers::Offset<wire::RunningJob> running_out(fbb_t& fbb, running_job const&
   auto const dem = demand_out(fbb, r.per_replica, who);
   auto const reps = replicas_out(fbb, r.replicas, who, scratch);
   auto const cons = constraints_out(fbb, r.constraints);
+  auto const queue = r.queue.empty() ? flatbuffers::Offset<flatbuffers::String>() : fbb.CreateSharedString(r.queue);
   return wire::CreateRunningJob(fbb, name, static_cast<wire::JobKind>(r.kind), r.priority, dem, reps, r.gang,
                                 r.preemptible, r.loaned, narrow<std::uint32_t>(r.min_replicas, who, "min_replicas"),
                                 r.start_time, r.estimated_end, r.last_checkpoint,
-                                narrow<std::uint32_t>(r.max_replicas, who, "max_replicas"), r.network_sensitivity, cons);
+                                narrow<std::uint32_t>(r.max_replicas, who, "max_replicas"), r.network_sensitivity, cons, queue);
 }
 
 flatbuffers::Offset<wire::Policy> policy_out(fbb_t& fbb, policy const& p) {
@@ -727,6 +731,7 @@ void decode_request(wire::Envelope const& env, decoded_request& out) {
     running_list_in(req->running(), "running job", out.input.running);
   }
   out.input.pol = decode_policy(req->policy());
+  decode_queues(req->queues(), out.input.queues);
   out.input.now = req->now();
   out.input.deadline_us = req->deadline_us();
 }
@@ -758,7 +763,9 @@ void encode_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h
     running = running_list_out(fbb, in.running, "running job");
   }
   auto const pol = policy_out(fbb, in.pol);
-  auto const req = wire::CreateScheduleRequest(fbb, c, d, pending, running, pol, in.now, in.deadline_us, jd);
+  auto const queues = encode_queues(fbb, in.queues);
+  auto const req =
+      wire::CreateScheduleRequest(fbb, c, d, pending, running, pol, in.now, in.deadline_us, jd, queues);
   auto const hdr = header_out(fbb, h);
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::ScheduleRequest, req.Union()));
 }
@@ -1087,6 +1094,29 @@ running_job decode_running(wire::RunningJob const& r) {
   running_job out;
   running_in(r, who_t::named("running job", view(r.name())), out);
   return out;
+}
+
+void decode_queues(fb_vector<flatbuffers::Offset<wire::Queue>> const* v, std::vector<queue_spec>& out) {
+  out.resize(v == nullptr ? 0 : v->size());
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    auto const* q = v->Get(static_cast<flatbuffers::uoffset_t>(k));
+    str_in(q->name(), out[k].name);
+    str_in(q->parent(), out[k].parent);
+    out[k].gpu_milli_limit = q->gpu_milli_limit();
+    out[k].cpu_milli_limit = q->cpu_milli_limit();
+  }
+}
+
+flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Queue>>> encode_queues(flatbuffers::FlatBufferBuilder& fbb,
+                                                                              std::vector<queue_spec> const& v) {
+  if (v.empty()) return 0;
+  std::vector<flatbuffers::Offset<wire::Queue>> offs;
+  offs.reserve(v.size());
+  for (auto const& q : v) {
+    offs.push_back(wire::CreateQueue(fbb, fbb.CreateSharedString(q.name), opt_shared(fbb, q.parent), q.gpu_milli_limit,
+                                     q.cpu_milli_limit));
+  }
+  return fbb.CreateVector(offs);
 }
 
 policy decode_policy(wire::Policy const* p) {

@@ -144,6 +144,7 @@ job_batch read_jobs_file(std::string const& path) {
     b.has_policy = w->policy() != nullptr;
     b.pol = decode_policy(w->policy());
     b.now = w->now();
+    decode_queues(w->queues(), b.queues);
   } catch (logic_error const& e) {
     throw logic_error(e.code(), path + ": " + e.what());
   }
@@ -170,7 +171,7 @@ std::string jobs_to_json(job_batch const& b) {
   // one round-trips without growing a default policy.
   auto const pol = b.has_policy ? encode_policy(fbb, b.pol) : flatbuffers::Offset<wire::Policy>();
   fbb.Finish(wire::CreateJobBatch(fbb, fbb.CreateVector(pending), running.empty() ? 0 : fbb.CreateVector(running),
-                                  pol, b.now));
+                                  pol, b.now, encode_queues(fbb, b.queues)));
   return to_json(*p, fbb.GetBufferPointer(), "jobs");
 }
 

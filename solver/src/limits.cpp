@@ -74,6 +74,11 @@ void check_limits(round_input const& in, round_limits const& lim, std::vector<st
   cap(replicas, lim.replicas, "pending replicas (elastic jobs at their largest)", " (--max-replicas)");
   cap(running_replicas, lim.running_replicas, "running replicas", " (--max-replicas)");
 
+  cap(static_cast<std::int64_t>(in.queues.size()), lim.queues, "queues", "");
+  for (auto const& q : in.queues) {
+    name_fits(q.name, lim.name_bytes, "a queue");
+    name_fits(q.parent, lim.name_bytes, "a queue");
+  }
   for (auto const& n : c.topo.level_names) name_fits(n, lim.name_bytes, "a topology level");
   for (auto const& d : c.topo.domains) name_fits(d.name, lim.name_bytes, "a topology domain");
   scratch.clear();
@@ -104,6 +109,7 @@ void check_limits(round_input const& in, round_limits const& lim, std::vector<st
   scratch.clear();
   for (auto const& r : in.running) {
     name_fits(r.name, lim.name_bytes, "a running job");
+    name_fits(r.queue, lim.name_bytes, "a queue");
     constraints_fit(r.constraints, lim);
     scratch.push_back(r.name);
   }

@@ -3,6 +3,7 @@
 // metrics (backend), each stage timed into the result.
 #include "assigner.hpp"
 #include "policies/policies.hpp"
+#include "quotas.hpp"
 
 #include <placer/kernels/ops.hpp>
 #include <placer/solver/matrices.hpp>
@@ -29,6 +30,7 @@ char const* to_string(unplaced_reason r) {
     case unplaced_reason::deadline_exceeded: return "DeadlineExceeded";
     case unplaced_reason::reserved: return "Reserved";
     case unplaced_reason::deferred: return "Deferred";
+    case unplaced_reason::quota_exceeded: return "QuotaExceeded";
   }
   return "Unknown";
 }
@@ -128,6 +130,44 @@ void explain_stage(round_input const& in, round_result& out) {
 }  // namespace
 
 round_result solver::solve(round_input const& in, queue_memory* memory) {
+  if (in.queues.empty()) return solve_admitted(in, memory);
+  // Queues with limits: the jobs that would take a queue past a limit are
+  // left out (QuotaExceeded) and the rest solved as a round of their own.
+  auto const t = clock_type::now();
+  validate(in);
+  auto plan = detail::plan_quotas(in);
+  if (plan.refused.empty() && plan.frozen.empty()) return solve_admitted(in, memory);
+  round_input sub;
+  sub.state = in.state;
+  sub.running = in.running;
+  for (auto r : plan.frozen) {
+    auto& rj = sub.running[static_cast<std::size_t>(r)];
+    rj.max_replicas = static_cast<std::int32_t>(rj.replicas.size());
+  }
+  sub.pending.reserve(plan.admitted.size());
+  for (auto j : plan.admitted) sub.pending.push_back(in.pending[static_cast<std::size_t>(j)]);
+  sub.pol = in.pol;
+  sub.now = in.now;
+  sub.deadline_us = in.deadline_us;
+  double const admit_us = micros_since(t);
+  round_result out = solve_admitted(sub, memory);
+  auto const back = [&](std::int32_t& j) {
+    if (j >= 0) j = plan.admitted[static_cast<std::size_t>(j)];
+  };
+  for (auto& p : out.placements) back(p.job);
+  for (auto& u : out.unplaced_jobs) back(u.job);
+  for (auto& r : out.reservations) back(r.job);
+  for (auto& p : out.preemptions) back(p.for_job);
+  for (auto& u : plan.refused) out.unplaced_jobs.push_back(std::move(u));
+  std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
+  out.timing.insert(out.timing.begin(), {"quota", admit_us});
+  for (auto& s : out.timing) {
+    if (s.stage == "total") s.micros += admit_us;
+  }
+  return out;
+}
+
+round_result solver::solve_admitted(round_input const& in, queue_memory* memory) {
   if (!in.pol.queue.any_cross_round() && !reclaim_possible(in)) {
     round_result out = solve_one(in);
     explain_stage(in, out);

@@ -4,6 +4,8 @@
 #include <placer/solver/solver.hpp>
 #include <placer/topology/error.hpp>
 
+#include "quotas.hpp"
+
 #include <algorithm>
 #include <string>
 #include <tuple>
@@ -124,6 +126,7 @@ void validate(round_input const& in) {
     }
   }
   check_running_fit(in);
+  detail::validate_queues(in);
 }
 
 }  // namespace placer

@@ -128,12 +128,14 @@ round_input rich_input() {
   r.estimated_end = 1700090000;
   r.last_checkpoint = 1699999000;
   r.constraints.tolerations = {{"team", toleration_op::exists, "", 2}};
+  r.queue = "research";
   running_job s;
   s.name = "running-share";
   s.kind = job_kind::inference;
   s.per_replica = {1, 500, 1000, 2048};
   s.replicas = {{0, {7}, 500}};
   in.running = {r, s};
+  in.queues = {{"org", "", 64000, -1}, {"research", "org", 32000, 400000}};
 
   in.pol.algo = algorithm::kube_most_allocated;
   in.pol.w = {70, 30, 0, 5, 90, 33};
@@ -273,6 +275,7 @@ void expect_eq(running_job const& a, running_job const& b) {
   EXPECT_EQ(a.estimated_end, b.estimated_end);
   EXPECT_EQ(a.last_checkpoint, b.last_checkpoint);
   EXPECT_TRUE(a.constraints == b.constraints);
+  EXPECT_EQ(a.queue, b.queue);
 }
 
 void expect_eq(policy const& a, policy const& b) {
@@ -310,6 +313,7 @@ void expect_eq(round_input const& a, round_input const& b) {
   expect_eq(a.pol, b.pol);
   EXPECT_EQ(a.now, b.now);
   EXPECT_EQ(a.deadline_us, b.deadline_us);
+  EXPECT_EQ(a.queues, b.queues);
 }
 
 void expect_eq(cluster_delta const& a, cluster_delta const& b) {

@@ -137,6 +137,9 @@ flatbuffers::Offset<wire::Cluster> encode_cluster(flatbuffers::FlatBufferBuilder
 job decode_job(wire::Job const& j);
 running_job decode_running(wire::RunningJob const& r);
 policy decode_policy(wire::Policy const* p);
+void decode_queues(flatbuffers::Vector<flatbuffers::Offset<wire::Queue>> const* v, std::vector<queue_spec>& out);
+flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<wire::Queue>>> encode_queues(
+    flatbuffers::FlatBufferBuilder& fbb, std::vector<queue_spec> const& v);
 flatbuffers::Offset<wire::Job> encode_job(flatbuffers::FlatBufferBuilder& fbb, job const& j);
 flatbuffers::Offset<wire::RunningJob> encode_running(flatbuffers::FlatBufferBuilder& fbb, running_job const& r);
 flatbuffers::Offset<wire::Policy> encode_policy(flatbuffers::FlatBufferBuilder& fbb, policy const& p);

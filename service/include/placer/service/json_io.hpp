@@ -22,6 +22,7 @@ struct job_batch {
   policy pol;
   std::int64_t now = 0;
   bool has_policy = false;
+  std::vector<queue_spec> queues;
 };
 
 /// JSON (root Cluster) or, by extension/header sniffing, a CSV inventory

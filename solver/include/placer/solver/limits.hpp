@@ -33,6 +33,8 @@ struct round_limits {
   /// Labels and taints of one node; strings (keys, values) of one job's
   /// constraints.
   std::int64_t labels = 256;
+  /// Queues of the round's queue tree.
+  std::int64_t queues = 10'000;
 };
 
 /// Throws logic_error naming the first limit the round passes

@@ -129,6 +129,7 @@ struct running_job {
   std::int64_t estimated_end = 0;
   std::int64_t last_checkpoint = 0;
   node_constraints constraints;  ///< where an elastic scale-out may add replicas
+  std::string queue;             ///< counts toward this queue's usage (round_input::queues)
   bool operator==(running_job const&) const = default;
 };
 
@@ -207,8 +208,23 @@ struct policy {
   queue_policy queue;
 };
 
+/// A queue (a tenant) of a round's queue tree. Jobs name their queue in
+/// job::queue; a queue's usage is its own running and placed work plus its
+/// children's. -1 = no limit.
+struct queue_spec {
+  std::string name;
+  std::string parent;  ///< "" = a root
+  std::int64_t gpu_milli_limit = -1;
+  std::int64_t cpu_milli_limit = -1;
+  bool operator==(queue_spec const&) const = default;
+};
+
 struct round_input {
   cluster state;
+  /// Queues with limits (empty: job::queue is not read). A round never
+  /// lets a queue (with its children) hold more than its limits: the jobs
+  /// that would take it past them are not placed (QuotaExceeded).
+  std::vector<queue_spec> queues;
   std::vector<job> pending;
   std::vector<running_job> running;
   policy pol;
@@ -226,6 +242,7 @@ enum class unplaced_reason : std::uint8_t {
   deadline_exceeded = 6,
   reserved = 7,
   deferred = 8,
+  quota_exceeded = 9,
 };
 char const* to_string(unplaced_reason r);
 

@@ -53,6 +53,8 @@ class solver {
   [[nodiscard]] kernels::backend& backend() { return *backend_; }
 
  private:
+  /// solve() once the queues' admission is done (the round as given).
+  round_result solve_admitted(round_input const& in, queue_memory* memory);
   /// One round's assignment, no cross-round policy. `round_late`: the
   /// budget of the round it is part of (cross-round), beside its own.
   round_result solve_one(round_input const& in, std::function<bool()> const& round_late = {});
