@@ -143,18 +143,33 @@ TEST(Service, RoundTripOverTcpLoopback) {
 }
 
 // The constraints example through the real client: placed only where
-// Kubernetes would allow it, and the unplaced jobs' explanations arrive.
+// Kubernetes would allow it and within its queues' limits, and the unplaced
+// jobs' explanations arrive.
 TEST(Service, ConstrainedRoundIsPlacedWhereKubernetesWouldAndExplained) {
   running_server s;
   client c({s.endpoint(), 5000, ""});
   round_input in;
   in.state = service::read_cluster_file(std::string(PLACER_SOURCE_DIR) + "/data/examples/constraints-cluster.json");
-  in.pending = service::read_jobs_file(std::string(PLACER_SOURCE_DIR) + "/data/examples/constraints-jobs.json").pending;
+  auto jobs = service::read_jobs_file(std::string(PLACER_SOURCE_DIR) + "/data/examples/constraints-jobs.json");
+  in.pending = std::move(jobs.pending);
+  in.queues = std::move(jobs.queues);
+  ASSERT_EQ(in.queues.size(), 2U);
   expect_good_round(c, in);  // invariants: every replica on a node its constraints admit
   decoded_reply const rep = c.solve(in);
   ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
-  ASSERT_EQ(rep.result.unplaced_jobs.size(), 2U);
+  ASSERT_EQ(rep.result.unplaced_jobs.size(), 3U);
+  std::int64_t interactive = 0;
+  for (auto const& p : rep.result.placements) {
+    auto const& j = in.pending[static_cast<std::size_t>(p.job)];
+    if (j.queue == "interactive") interactive += j.per_replica.gpu_milli_total() * static_cast<std::int64_t>(p.replicas.size());
+  }
+  EXPECT_EQ(interactive, 500);  // its limit, not more
   for (auto const& u : rep.result.unplaced_jobs) {
+    if (u.reason == unplaced_reason::quota_exceeded) {
+      EXPECT_EQ(in.pending[static_cast<std::size_t>(u.job)].name, "notebook-3");
+      EXPECT_NE(u.detail.find("queue 'interactive'"), std::string::npos) << u.detail;
+      continue;
+    }
     EXPECT_EQ(u.why.nodes, 6);
     EXPECT_FALSE(u.why.excluded.empty());
     EXPECT_NE(u.detail.find("nodes are available"), std::string::npos) << u.detail;
