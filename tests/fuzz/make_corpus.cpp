@@ -72,7 +72,9 @@ int main(int argc, char** argv) {
 
   round_input k8s;
   k8s.state = service::read_cluster_file(root + "/data/examples/constraints-cluster.json");
-  k8s.pending = service::read_jobs_file(root + "/data/examples/constraints-jobs.json").pending;
+  auto k8s_jobs = service::read_jobs_file(root + "/data/examples/constraints-jobs.json");
+  k8s.pending = std::move(k8s_jobs.pending);
+  k8s.queues = std::move(k8s_jobs.queues);
   write(out, k8s);
   std::cout << "make_corpus: " << written << " requests in " << out << "\n";
   return 0;
