@@ -2,6 +2,8 @@
 // admission that keeps every queue within its limits.
 #include "quotas.hpp"
 
+#include "policies/policies.hpp"
+
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
@@ -94,16 +96,10 @@ quota_plan plan_quotas(round_input const& in) {
     }
   }
   // Queue order: priority, then submission, then the request's order.
-  std::vector<std::int32_t> order(in.pending.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
-    auto const& x = in.pending[static_cast<std::size_t>(a)];
-    auto const& y = in.pending[static_cast<std::size_t>(b)];
-    if (x.priority != y.priority) return x.priority > y.priority;
-    return x.submit_time < y.submit_time;
-  });
+  std::vector<std::int32_t> all(in.pending.size());
+  std::iota(all.begin(), all.end(), 0);
   std::vector<char> admitted(in.pending.size(), 1);
-  for (auto j : order) {
+  for (auto j : queue_order(in, all)) {
     auto const& jb = in.pending[static_cast<std::size_t>(j)];
     auto const q = queue_of(t, jb.queue, "pending job '" + jb.name + "'");
     if (q < 0) continue;

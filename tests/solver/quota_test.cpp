@@ -123,7 +123,14 @@ std::map<std::string, std::int64_t> usage(round_input const& in, round_result co
   return use;
 }
 
-/// A random tree (two roots, three leaves) with limits around the cluster's size.
+/// One of add_queues' leaves, or no queue.
+char const* random_leaf(std::mt19937_64& rng) {
+  static char const* const leaves[] = {"a", "b", "c", ""};
+  return leaves[std::uniform_int_distribution<int>(0, 3)(rng)];
+}
+
+/// A random tree (two roots, three leaves) with limits around the cluster's
+/// size; the jobs in random leaves.
 void add_queues(std::mt19937_64& rng, round_input& in) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::int64_t gpus = 0;
@@ -131,9 +138,8 @@ void add_queues(std::mt19937_64& rng, round_input& in) {
   auto limit = [&] { return pick(0, 3) == 0 ? -1 : gpus * 1000 * pick(5, 60) / 100; };
   in.queues = {{"org", "", limit(), -1}, {"a", "org", limit(), -1}, {"b", "org", limit(), -1},
                {"c", "", limit(), -1}};
-  static char const* const leaves[] = {"a", "b", "c", ""};
-  for (auto& j : in.pending) j.queue = leaves[pick(0, 3)];
-  for (auto& r : in.running) r.queue = leaves[pick(0, 3)];
+  for (auto& j : in.pending) j.queue = random_leaf(rng);
+  for (auto& r : in.running) r.queue = random_leaf(rng);
 }
 
 void expect_within_limits(round_input const& in, round_result const& r, std::string const& where) {
@@ -189,9 +195,8 @@ TEST(Quotas, MultiRoundRunsStayWithinLimits) {
     add_queues(rng, in);
     for (int round = 0; round < 5; ++round) {
       in.pending = testing_support::random_round(rng, 4, 20).pending;
-      static char const* const leaves[] = {"a", "b", "c", ""};
       for (auto& j : in.pending) {
-        j.queue = leaves[std::uniform_int_distribution<int>(0, 3)(rng)];
+        j.queue = random_leaf(rng);
         j.name += "-r" + std::to_string(round);
       }
       SCOPED_TRACE("run " + std::to_string(run) + " round " + std::to_string(round));
