@@ -46,12 +46,14 @@ usage:
                 [--max-queued N] [--max-queued-mib N] [--max-queue-mib N] [--stuck-ms N] [--http HOST:PORT]
                 [--demo DIR] [--quiet] [--log-format text|json] [--log-level debug|info|warn|error]
                 [--curve-secret FILE --allow-keys DIR | --insecure]
+                [--capture DIR [--capture-every N] [--capture-slower-ms T] [--capture-max-mib M]]
                 (per round: 100000 nodes, 100000 pending jobs, 1000000 pending replicas, 5000 ms by default;
                  sessions: 4096 MiB per worker, least recently used evicted first;
                  waiting rounds: 8 and 256 MiB per peer, 1024 MiB in all, peers served in turn;
                  not ready once a round has run or waited 10000 ms;
                  --http: GET /metrics (Prometheus), /livez, /readyz; off unless given;
-                 without CURVE keys only loopback and ipc:// endpoints, unless --insecure)
+                 without CURVE keys only loopback and ipc:// endpoints, unless --insecure;
+                 --capture: the rounds solved as request files in DIR, 256 MiB at most, oldest deleted first)
   placer keygen --out DIR --name NAME
                 (a CURVE key pair: DIR/NAME.key, public, and DIR/NAME.key_secret, mode 0600)
   placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda]
@@ -408,6 +410,7 @@ int cmd_serve(int argc, char** argv) {
   std::int64_t queued_mib = static_cast<std::int64_t>(cfg.queue.peer_bytes >> 20);
   std::int64_t queue_mib = static_cast<std::int64_t>(cfg.queue.total_bytes >> 20);
   std::int64_t max_jobs = cfg.limits.pending_jobs;
+  std::int64_t capture_mib = static_cast<std::int64_t>(cfg.capture.max_bytes >> 20);
   std::string log_format = "text", log_level = "info", demo;
   bool quiet = false;
   env(app.add_option("--endpoint", cfg.endpoint, "ZeroMQ endpoint to bind")->capture_default_str());
@@ -469,6 +472,22 @@ int cmd_serve(int argc, char** argv) {
                      "(0 = never) or on SIGHUP")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str());
+  auto* capture = env(app.add_option("--capture", cfg.capture.dir,
+                                     "write the rounds solved to DIR as request files (placer solve --request)")
+                                     ->type_name("DIR"));
+  env(app.add_option("--capture-every", cfg.capture.every, "capture every Nth round (of those --capture-slower-ms takes)")
+          ->check(CLI::PositiveNumber)
+          ->needs(capture)
+          ->capture_default_str());
+  env(app.add_option("--capture-slower-ms", cfg.capture.slower_ms,
+                     "capture only rounds whose solve took longer, ms (0 = every round)")
+          ->check(CLI::NonNegativeNumber)
+          ->needs(capture)
+          ->capture_default_str());
+  env(app.add_option("--capture-max-mib", capture_mib, "capture files' bytes in DIR, MiB: the oldest go first")
+          ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30))
+          ->needs(capture)
+          ->capture_default_str());
   try {
     app.parse(argc - 1, argv + 1);
   } catch (CLI::ParseError const& e) {
@@ -478,6 +497,7 @@ int cmd_serve(int argc, char** argv) {
   cfg.max_session_bytes = static_cast<std::size_t>(session_mib) << 20;
   cfg.queue.peer_bytes = static_cast<std::size_t>(queued_mib) << 20;
   cfg.queue.total_bytes = static_cast<std::size_t>(queue_mib) << 20;
+  cfg.capture.max_bytes = static_cast<std::size_t>(capture_mib) << 20;
   cfg.limits.pending_jobs = max_jobs;
   if (app.count("--max-jobs") > 0) cfg.limits.running_jobs = max_jobs;
   cfg.log_rounds = !quiet;
