@@ -2,6 +2,7 @@
 // service). Everything here is argument handling and printing; the work is
 // in the solver and service libraries.
 #include <placer/kernels/backend.hpp>
+#include <placer/service/capture.hpp>
 #include <placer/service/client.hpp>
 #include <placer/service/codec.hpp>
 #include <placer/service/json_io.hpp>
@@ -58,6 +59,8 @@ usage:
                 (a CURVE key pair: DIR/NAME.key, public, and DIR/NAME.key_secret, mode 0600)
   placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda]
                 [--algorithm placer|greedy|kube-least|kube-most|first-fit] [--summary] [--output FILE]
+  placer solve  --request FILE [--backend ...] [--algorithm ...] [--summary] [--output FILE]
+                (replays a request file, e.g. one `placer serve --capture` wrote: prints the reply)
   placer client --cluster FILE --jobs FILE [--endpoint E] [--timeout-ms N]
                 [--algorithm ...] [--summary] [--output FILE]
   placer client --raw FILE [--endpoint E]   (send a file's bytes as they are; prints the reply)
@@ -209,13 +212,34 @@ void print_reply(args const& a, round_input const& in, service::decoded_reply co
   }
 }
 
+/// `placer solve --request FILE`: a request file (a capture of `placer
+/// serve --capture`) read for a replay; the reply then carries its header.
+round_input load_request(args const& a, service::request_header& h) {
+  if (a.has("cluster") || a.has("jobs")) throw usage_error("--request FILE holds the whole round: no --cluster or --jobs");
+  service::decoded_request req = service::read_request_file(a.get("request"));
+  if (req.input.pol.queue.delay_scheduling) {
+    service::log_warn("the request has delay scheduling on: the replay starts from empty timers (the service's "
+                      "session kept them across rounds), so deferrals can differ from the service's reply");
+  }
+  if (a.has("algorithm")) {
+    try {
+      req.input.pol.algo = parse_algorithm(a.get("algorithm"));
+    } catch (logic_error const& e) {
+      throw usage_error(e.what());
+    }
+  }
+  h = req.header;
+  return std::move(req.input);
+}
+
 int cmd_solve(int argc, char** argv) {
-  auto const a = parse(argc, argv, {"cluster", "jobs", "backend", "algorithm", "output"}, {"summary"});
-  round_input in = load_round(a);
+  auto const a = parse(argc, argv, {"cluster", "jobs", "request", "backend", "algorithm", "output"}, {"summary"});
+  service::request_header h;
+  round_input in = a.has("request") ? load_request(a, h) : load_round(a);
   solver s(kernels::select_backend(a.get("backend", "auto"), [](std::string const& m) { service::log_info(m); }));
   round_result const r = s.solve(in);
   flatbuffers::FlatBufferBuilder fbb;
-  service::encode_reply(fbb, {}, r, in);
+  service::encode_reply(fbb, h, r, in);
   std::vector<std::uint8_t> const bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
   service::decoded_reply rep;
   rep.result = r;
