@@ -2,6 +2,7 @@
 // service). Everything here is argument handling and printing; the work is
 // in the solver and service libraries.
 #include <placer/kernels/backend.hpp>
+#include <placer/service/capture.hpp>
 #include <placer/service/client.hpp>
 #include <placer/service/codec.hpp>
 #include <placer/service/json_io.hpp>
@@ -46,16 +47,20 @@ usage:
                 [--max-queued N] [--max-queued-mib N] [--max-queue-mib N] [--stuck-ms N] [--http HOST:PORT]
                 [--demo DIR] [--quiet] [--log-format text|json] [--log-level debug|info|warn|error]
                 [--curve-secret FILE --allow-keys DIR | --insecure]
+                [--capture DIR [--capture-every N] [--capture-slower-ms T] [--capture-max-mib M]]
                 (per round: 100000 nodes, 100000 pending jobs, 1000000 pending replicas, 5000 ms by default;
                  sessions: 4096 MiB per worker, least recently used evicted first;
                  waiting rounds: 8 and 256 MiB per peer, 1024 MiB in all, peers served in turn;
                  not ready once a round has run or waited 10000 ms;
                  --http: GET /metrics (Prometheus), /livez, /readyz; off unless given;
-                 without CURVE keys only loopback and ipc:// endpoints, unless --insecure)
+                 without CURVE keys only loopback and ipc:// endpoints, unless --insecure;
+                 --capture: the rounds solved as request files in DIR, 256 MiB at most, oldest deleted first)
   placer keygen --out DIR --name NAME
                 (a CURVE key pair: DIR/NAME.key, public, and DIR/NAME.key_secret, mode 0600)
   placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda]
                 [--algorithm placer|greedy|kube-least|kube-most|first-fit] [--summary] [--output FILE]
+  placer solve  --request FILE [--backend ...] [--algorithm ...] [--summary] [--output FILE]
+                (replays a request file, e.g. one `placer serve --capture` wrote: prints the reply)
   placer client --cluster FILE --jobs FILE [--endpoint E] [--timeout-ms N]
                 [--algorithm ...] [--summary] [--output FILE]
   placer client --raw FILE [--endpoint E]   (send a file's bytes as they are; prints the reply)
@@ -217,13 +222,34 @@ void print_reply(args const& a, round_input const& in, service::decoded_reply co
   }
 }
 
+/// `placer solve --request FILE`: a request file (a capture of `placer
+/// serve --capture`) read for a replay; the reply then carries its header.
+round_input load_request(args const& a, service::request_header& h) {
+  if (a.has("cluster") || a.has("jobs")) throw usage_error("--request FILE holds the whole round: no --cluster or --jobs");
+  service::decoded_request req = service::read_request_file(a.get("request"));
+  if (req.input.pol.queue.delay_scheduling) {
+    service::log_warn("the request has delay scheduling on: the replay starts from empty timers (the service's "
+                      "session kept them across rounds), so deferrals can differ from the service's reply");
+  }
+  if (a.has("algorithm")) {
+    try {
+      req.input.pol.algo = parse_algorithm(a.get("algorithm"));
+    } catch (logic_error const& e) {
+      throw usage_error(e.what());
+    }
+  }
+  h = req.header;
+  return std::move(req.input);
+}
+
 int cmd_solve(int argc, char** argv) {
-  auto const a = parse(argc, argv, {"cluster", "jobs", "backend", "algorithm", "output"}, {"summary"});
-  round_input in = load_round(a);
+  auto const a = parse(argc, argv, {"cluster", "jobs", "request", "backend", "algorithm", "output"}, {"summary"});
+  service::request_header h;
+  round_input in = a.has("request") ? load_request(a, h) : load_round(a);
   solver s(kernels::select_backend(a.get("backend", "auto"), [](std::string const& m) { service::log_info(m); }));
   round_result const r = s.solve(in);
   flatbuffers::FlatBufferBuilder fbb;
-  service::encode_reply(fbb, {}, r, in);
+  service::encode_reply(fbb, h, r, in);
   std::vector<std::uint8_t> const bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
   service::decoded_reply rep;
   rep.result = r;
@@ -418,6 +444,7 @@ int cmd_serve(int argc, char** argv) {
   std::int64_t queued_mib = static_cast<std::int64_t>(cfg.queue.peer_bytes >> 20);
   std::int64_t queue_mib = static_cast<std::int64_t>(cfg.queue.total_bytes >> 20);
   std::int64_t max_jobs = cfg.limits.pending_jobs;
+  std::int64_t capture_mib = static_cast<std::int64_t>(cfg.capture.max_bytes >> 20);
   std::string log_format = "text", log_level = "info", demo;
   bool quiet = false;
   env(app.add_option("--endpoint", cfg.endpoint, "ZeroMQ endpoint to bind")->capture_default_str());
@@ -479,6 +506,22 @@ int cmd_serve(int argc, char** argv) {
                      "(0 = never) or on SIGHUP")
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str());
+  auto* capture = env(app.add_option("--capture", cfg.capture.dir,
+                                     "write the rounds solved to DIR as request files (placer solve --request)")
+                                     ->type_name("DIR"));
+  env(app.add_option("--capture-every", cfg.capture.every, "capture every Nth round (of those --capture-slower-ms takes)")
+          ->check(CLI::PositiveNumber)
+          ->needs(capture)
+          ->capture_default_str());
+  env(app.add_option("--capture-slower-ms", cfg.capture.slower_ms,
+                     "capture only rounds whose solve took longer, ms (0 = every round)")
+          ->check(CLI::NonNegativeNumber)
+          ->needs(capture)
+          ->capture_default_str());
+  env(app.add_option("--capture-max-mib", capture_mib, "capture files' bytes in DIR, MiB: the oldest go first")
+          ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30))
+          ->needs(capture)
+          ->capture_default_str());
   try {
     app.parse(argc - 1, argv + 1);
   } catch (CLI::ParseError const& e) {
@@ -488,6 +531,7 @@ int cmd_serve(int argc, char** argv) {
   cfg.max_session_bytes = static_cast<std::size_t>(session_mib) << 20;
   cfg.queue.peer_bytes = static_cast<std::size_t>(queued_mib) << 20;
   cfg.queue.total_bytes = static_cast<std::size_t>(queue_mib) << 20;
+  cfg.capture.max_bytes = static_cast<std::size_t>(capture_mib) << 20;
   cfg.limits.pending_jobs = max_jobs;
   if (app.count("--max-jobs") > 0) cfg.limits.running_jobs = max_jobs;
   cfg.log_rounds = !quiet;

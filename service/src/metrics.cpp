@@ -79,6 +79,10 @@ service_metrics::service_metrics() : registry_(std::make_shared<prometheus::Regi
                .Name("placer_cluster_fgd_fragmentation_ratio")
                .Help("FGD fragmentation ratio after the session's last round (0..1)")
                .Register(*registry_);
+  captures_ = &prometheus::BuildCounter()
+                   .Name("placer_captures_total")
+                   .Help("Rounds taken by --capture, by outcome (written, dropped, failed)")
+                   .Register(*registry_);
 }
 
 service_metrics::~service_metrics() = default;
@@ -110,6 +114,8 @@ void service_metrics::round(wire::ErrorCode code, double seconds, round_result c
   gfr_->Add(labels).Set(r->metrics.gfr_after);
   frag_->Add(labels).Set(r->metrics.frag_ratio_after);
 }
+
+void service_metrics::capture(char const* outcome) { captures_->Add({{"outcome", outcome}}).Increment(); }
 
 std::string service_metrics::render(health_status const* h) const {
   auto families = registry_->Collect();

@@ -3,7 +3,8 @@
 // format (prometheus-cpp's registry and serializer). Two sources:
 //   - the rounds, counted and timed by the workers as they answer them
 //     (rounds by code, end-to-end and per-stage latency histograms, placed
-//     replicas, unplaced jobs by reason, each session's cluster gauges);
+//     replicas, unplaced jobs by reason, each session's cluster gauges),
+//     and the capture writer's files (written, dropped, failed);
 //   - the server's state, read at scrape time from the same HealthReply
 //     `placer health` gets (workers, queue, refusals, drops, sessions), so
 //     the probe and the scrape cannot disagree.
@@ -41,6 +42,10 @@ class service_metrics {
   /// Thread-safe (workers call it concurrently).
   void round(wire::ErrorCode code, double seconds, round_result const* r = nullptr, std::string_view session = {});
 
+  /// A round taken by --capture: "written", "dropped" or "failed".
+  /// Thread-safe (the capture writer's thread and the workers call it).
+  void capture(char const* outcome);
+
   /// The scrape's text: the rounds' families, then the server's state from
   /// a probe (null when the I/O thread did not answer: placer_up 0).
   [[nodiscard]] std::string render(health_status const* h) const;
@@ -58,6 +63,7 @@ class service_metrics {
   prometheus::Family<prometheus::Gauge>* gar_;
   prometheus::Family<prometheus::Gauge>* gfr_;
   prometheus::Family<prometheus::Gauge>* frag_;
+  prometheus::Family<prometheus::Counter>* captures_;
   std::mutex sessions_m_;
   std::deque<std::string> sessions_;  ///< labelled sessions, least recently used first
 };

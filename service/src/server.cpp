@@ -22,6 +22,7 @@
 #include <string_view>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <zmq.hpp>
 
 namespace placer::service {
@@ -152,8 +153,10 @@ class worker_status {
 /// same builder, so steady rounds allocate little beyond the solver's result.
 class worker {
  public:
-  worker(service_config const& cfg, shared_stats& stats, service_metrics* metrics, worker_status& status, int id)
-      : cfg_(cfg), stats_(stats), metrics_(metrics), status_(status), id_(id), solver_(configured_backend()) {
+  worker(service_config const& cfg, shared_stats& stats, service_metrics* metrics, worker_status& status, int id,
+         capture_writer* capture)
+      : cfg_(cfg), stats_(stats), metrics_(metrics), status_(status), capture_(capture), id_(id),
+        solver_(configured_backend()) {
     status_.set(backend(), "");
     warm_up();  // after: a fault in it says so in the status
   }
@@ -223,6 +226,7 @@ class worker {
         delta_us = micros_since(t);
       }
       check_limits(in, cfg_.limits, names_);
+      std::uint64_t const sent_deadline = in.deadline_us;  // a capture keeps the request's own
       if (in.deadline_us > 0 && queued_us > 0) {
         auto const waited = static_cast<std::uint64_t>(queued_us);
         in.deadline_us = in.deadline_us > waited ? in.deadline_us - waited : 1;
@@ -236,7 +240,15 @@ class worker {
       queue_memory scratch;
       queue_memory* const memory = sess != nullptr ? &sess->memory : &scratch;
       if (cfg_.on_solve) cfg_.on_solve(h.request_id);
-      round_result r = solve_anyway(in, memory);
+      auto const t_solve = std::chrono::steady_clock::now();
+      round_result r;
+      try {
+        r = solve_anyway(in, memory);
+      } catch (...) {  // a round the solver refused or failed on is one to look at too
+        capture(data, size, sent_deadline, micros_since(t_solve));
+        throw;
+      }
+      capture(data, size, sent_deadline, micros_since(t_solve));
       // The service's own stages beside the solver's (whose "total" is the
       // solve alone), so a caller sees the whole server side of a round.
       r.timing.push_back({stage_verify, *verify_us});
@@ -292,6 +304,32 @@ class worker {
   }
 
  private:
+  /// --capture: the round just solved as a file that replays on its own,
+  /// when the writer wants it. A round that came in full is its bytes as
+  /// received; a delta round is encoded in full from what was solved (the
+  /// session's cluster and jobs after the deltas, the policy and now as
+  /// sent, the request's own deadline). The writer's thread does the I/O;
+  /// nothing here fails the round.
+  void capture(void const* data, std::size_t size, std::uint64_t sent_deadline, double solve_us) noexcept {
+    if (capture_ == nullptr || !capture_->wants(solve_us / 1000)) return;
+    try {
+      std::vector<std::uint8_t> bytes;
+      if (!req_.delta) {
+        auto const* p = static_cast<std::uint8_t const*>(data);
+        bytes.assign(p, p + size);
+      } else {
+        round_input& in = req_.input;
+        std::uint64_t const budget = std::exchange(in.deadline_us, sent_deadline);
+        encode_request(capture_fbb_, req_.header, in);
+        in.deadline_us = budget;
+        bytes.assign(capture_fbb_.GetBufferPointer(), capture_fbb_.GetBufferPointer() + capture_fbb_.GetSize());
+      }
+      capture_->submit(req_.header.request_id, std::move(bytes));
+    } catch (std::exception const& e) {
+      capture_->failed(std::string("capture not made: ") + e.what());
+    }
+  }
+
   /// The backend the operator asked for (--backend; a test's factory).
   std::unique_ptr<kernels::backend> configured_backend() const {
     if (cfg_.make_backend) return cfg_.make_backend(id_);
@@ -371,6 +409,7 @@ class worker {
   shared_stats& stats_;
   service_metrics* metrics_;  ///< null without --http
   worker_status& status_;
+  capture_writer* capture_;  ///< null without --capture
   bool degraded_ = false;  ///< on its CPU fallback since a device fault
   std::uint64_t retries_seen_ = 0;  ///< device_retry_signal when last read
   std::chrono::steady_clock::time_point degraded_since_;
@@ -413,6 +452,7 @@ class worker {
   std::vector<std::string_view> names_;       ///< check_limits' scratch (reused)
   decoded_request req_;                        ///< the request being served
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};  ///< its reply
+  flatbuffers::FlatBufferBuilder capture_fbb_;   ///< a delta round encoded in full (--capture)
 };
 
 /// Receives one multipart message (all frames) without blocking.
@@ -487,6 +527,7 @@ struct server::impl {
   shared_stats stats;
   std::unique_ptr<service_metrics> metrics;  ///< with --http
   std::unique_ptr<http_endpoint> http;       ///< with --http; before ctx goes
+  std::unique_ptr<capture_writer> capture;   ///< with --capture; after the metrics it counts in, before the workers
   std::vector<std::unique_ptr<worker>> workers;
   std::vector<std::unique_ptr<worker_status>> status;  ///< one per worker
   std::string key;    ///< a request's session key, to pick its worker (reused)
@@ -569,9 +610,21 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
                           "or ipc:// endpoint, or pass --insecure on a network you trust");
   }
   if (!cfg_.http.empty()) impl_->metrics = std::make_unique<service_metrics>();
+  if (!cfg_.capture.dir.empty()) {
+    impl_->capture = std::make_unique<capture_writer>(cfg_.capture, [m = impl_->metrics.get()](char const* outcome) {
+      if (m != nullptr) m->capture(outcome);
+    });
+    std::ostringstream mib;
+    mib << static_cast<double>(cfg_.capture.max_bytes) / (1 << 20);
+    log_info("capturing rounds", {{"dir", cfg_.capture.dir},
+                                  {"every", std::to_string(cfg_.capture.every)},
+                                  {"slower_ms", millis(cfg_.capture.slower_ms * 1000)},
+                                  {"max_mib", mib.str()}});
+  }
   for (int k = 0; k < cfg_.workers; ++k) {
     impl_->status.push_back(std::make_unique<worker_status>());
-    impl_->workers.push_back(std::make_unique<worker>(cfg_, impl_->stats, impl_->metrics.get(), *impl_->status.back(), k));
+    impl_->workers.push_back(std::make_unique<worker>(cfg_, impl_->stats, impl_->metrics.get(), *impl_->status.back(), k,
+                                                        impl_->capture.get()));
   }
   // Bound the largest frame at the transport too (a generous multiple of the
   // application limit, which answers with ResourceExhausted instead).
@@ -604,7 +657,12 @@ server_stats server::stats() const {
   return {impl_->stats.requests.load(), impl_->stats.rounds_ok.load(), impl_->stats.errors.load(),
           impl_->stats.handshakes_denied.load(), impl_->stats.sessions_evicted.load(),
           static_cast<std::uint64_t>(impl_->stats.session_bytes.load()), impl_->stats.refused_busy.load(),
-          impl_->stats.dropped_expired.load(), impl_->stats.dropped_disconnected.load()};
+          impl_->stats.dropped_expired.load(), impl_->stats.dropped_disconnected.load(),
+          impl_->capture ? impl_->capture->stats() : capture_stats{}};
+}
+
+void server::flush_captures() {
+  if (impl_->capture) impl_->capture->flush();
 }
 
 std::vector<std::uint8_t> server::handle(void const* data, std::size_t size) {
@@ -883,6 +941,11 @@ void server::run(std::atomic<bool> const* external_stop) {
   auto const st = stats();
   log_info("shutting down: " + std::to_string(st.requests) + " requests, " + std::to_string(st.rounds_ok) +
            " rounds, " + std::to_string(st.errors) + " errors");
+  if (io.capture) {
+    log_info("captures", {{"written", std::to_string(st.capture.written)},
+                          {"dropped", std::to_string(st.capture.dropped)},
+                          {"failed", std::to_string(st.capture.failed)}});
+  }
 }
 
 }  // namespace placer::service

@@ -18,11 +18,13 @@
 // always goes to the same worker (hash of that key): its rounds and deltas
 // stay in order while different clients run in parallel. Per request, in
 // the worker: decode -> (apply deltas to the session's cluster and jobs)
-// -> validate -> solve -> encode, each stage timed in the reply.
+// -> validate -> solve -> encode, each stage timed in the reply; with
+// --capture, the round solved is queued for the capture writer's thread.
 // Every failure becomes an Error reply with a specific wire::ErrorCode; the
 // server never dies on bad input and answers the next request normally.
 // Peers may be DEALER (frames: payload) or REQ (frames: empty, payload).
 
+#include <placer/service/capture.hpp>
 #include <placer/service/codec.hpp>
 #include <placer/service/round_queue.hpp>
 #include <placer/solver/limits.hpp>
@@ -96,6 +98,9 @@ struct service_config {
   /// a degraded worker tries its configured backend at its next round
   /// after the count changes. Null = no such signal.
   std::atomic<std::uint64_t> const* device_retry_signal = nullptr;
+  /// --capture DIR: the rounds solved, as request files that replay on
+  /// their own (capture.hpp); dir empty = off.
+  capture_config capture;
   /// Makes worker i's backend (tests: a fault-injecting one); empty =
   /// select_backend(backend).
   std::function<std::unique_ptr<kernels::backend>(int)> make_backend;
@@ -115,6 +120,7 @@ struct server_stats {
   std::uint64_t refused_busy = 0;          ///< rounds refused by the queue limits
   std::uint64_t dropped_expired = 0;       ///< deadline passed while queued (answered DeadlineExceeded)
   std::uint64_t dropped_disconnected = 0;  ///< peer gone while queued (not solved, not answered)
+  capture_stats capture;                   ///< --capture: files written, dropped, failed
 };
 
 /// What a session holds in memory, estimated from its containers'
@@ -138,6 +144,9 @@ class server {
   /// The HTTP endpoint as bound ("host:port"), empty without --http.
   [[nodiscard]] std::string http_address() const;
   [[nodiscard]] server_stats stats() const;
+  /// Blocks until the captures queued so far are written (tests; the
+  /// server's destructor writes what is queued too). No-op without capture.
+  void flush_captures();
 
   /// Serves until stop() is called or *external_stop becomes true.
   void run(std::atomic<bool> const* external_stop = nullptr);
