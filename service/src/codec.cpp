@@ -809,14 +809,15 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
   }
   std::vector<flatbuffers::Offset<wire::Unplaced>> unplaced;
   unplaced.reserve(r.unplaced_jobs.size());
+  std::vector<flatbuffers::Offset<wire::ExclusionCount>> exclusion_offs;
   for (auto const& u : r.unplaced_jobs) {
     auto const name = job_name(u.job);
     auto const detail = opt_string(fbb, u.detail);
     auto const& e = u.why;
     flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::ExclusionCount>>> excluded;
     if (!e.excluded.empty()) {
-      std::vector<flatbuffers::Offset<wire::ExclusionCount>> offs;
-      offs.reserve(e.excluded.size());
+      auto& offs = exclusion_offs;  // one buffer for the whole reply
+      offs.clear();
       for (auto const& x : e.excluded) {
         offs.push_back(wire::CreateExclusionCount(fbb, static_cast<wire::NodeExclusion>(x.reason),
                                                   narrow<std::uint32_t>(x.nodes, "unplaced", "excluded nodes"),

@@ -8,6 +8,7 @@
 #include <array>
 #include <climits>
 #include <map>
+#include <memory>
 
 namespace placer {
 
@@ -21,8 +22,7 @@ bool about_room(unplaced_reason r) {
     case unplaced_reason::insufficient_capacity:
     case unplaced_reason::gang_incomplete:
     case unplaced_reason::topology_unsatisfiable:
-    case unplaced_reason::reserved:
-    case unplaced_reason::deferred: return true;
+    case unplaced_reason::reserved: return true;
     default: return false;
   }
 }
@@ -109,51 +109,87 @@ char const* to_string(node_exclusion e) {
   return "Unknown";
 }
 
-std::string describe(explanation const& e) {
-  if (e.nodes == 0) return {};
+void describe(explanation const& e, std::string& s) {
+  if (e.nodes == 0) return;
   std::int32_t excluded = 0;
   for (auto const& x : e.excluded) excluded += x.nodes;
-  std::string s = thousands(e.nodes - excluded) + "/" + thousands(e.nodes) + " nodes are available";
+  s.reserve(s.size() + 160 + 64 * e.excluded.size());
+  s += thousands(e.nodes - excluded);
+  s += '/';
+  s += thousands(e.nodes);
+  s += " nodes are available";
   char sep = ':';
   for (auto const& x : e.excluded) {
     s += sep;
     s += ' ';
     sep = ',';
-    s += thousands(x.nodes) + " ";
+    s += thousands(x.nodes);
+    s += ' ';
     switch (x.reason) {
       case node_exclusion::unhealthy: s += "node(s) were unhealthy"; break;
       case node_exclusion::pool: s += "node(s) were in another pool"; break;
       case node_exclusion::gpu_model: s += "node(s) had no allowed GPU model"; break;
       case node_exclusion::affinity: s += "node(s) didn't match Pod's node affinity/selector"; break;
-      case node_exclusion::taint: s += "node(s) had untolerated taint {" + x.detail + "}"; break;
+      case node_exclusion::taint:
+        s += "node(s) had untolerated taint {";
+        s += x.detail;
+        s += '}';
+        break;
       case node_exclusion::cpu: s += "Insufficient cpu"; break;
       case node_exclusion::memory: s += "Insufficient memory"; break;
       case node_exclusion::gpus: s += "Insufficient nvidia.com/gpu"; break;
       case node_exclusion::gpu_share: s += "node(s) had no GPU with a large enough free share"; break;
       case node_exclusion::taken:
         s += "node(s) were taken by this round's placements";
-        if (e.outbid) s += " (outbid by priority " + std::to_string(e.outbid_priority) + ")";
+        if (e.outbid) {
+          s += " (outbid by priority ";
+          s += std::to_string(e.outbid_priority);
+          s += ')';
+        }
         break;
     }
   }
-  s += ".";
+  s += '.';
   if (e.replicas_required > 1) {
-    s += " Resources were found for " + thousands(e.replicas_fit) + " replica(s) while " + thousands(e.replicas_required) +
-         " are required";
+    s += " Resources were found for ";
+    s += thousands(e.replicas_fit);
+    s += " replica(s) while ";
+    s += thousands(e.replicas_required);
+    s += " are required";
     if (!e.best_domain.empty()) {
-      s += "; the best domain, '" + e.best_domain + "', holds " + thousands(e.best_domain_fit);
+      s += "; the best domain, '";
+      s += e.best_domain;
+      s += "', holds ";
+      s += thousands(e.best_domain_fit);
     }
-    s += ".";
+    s += '.';
   }
+}
+
+std::string describe(explanation const& e) {
+  std::string s;
+  describe(e, s);
   return s;
 }
 
-void explain_unplaced(round_input const& in, round_result& out) {
+struct explain_scratch::shapes {
+  std::vector<shape_facts> facts;
+};
+
+explain_scratch::explain_scratch() : shapes_(std::make_unique<shapes>()) {}
+explain_scratch::~explain_scratch() = default;
+
+void explain_unplaced(round_input const& in, round_result& out, explain_scratch* scratch) {
+  explain_scratch own;
+  explain_scratch& x = scratch != nullptr ? *scratch : own;
   auto const& nodes = in.state.nodes;
   auto const n_nodes = static_cast<std::int32_t>(nodes.size());
-  std::vector<std::int32_t> placed_priority;  // per node: the highest priority placed there this round
-  std::vector<std::int32_t> paths;            // node_domain_paths, when a required topology needs it
-  std::vector<shape_facts> facts;
+  auto& placed_priority = x.placed_priority;  // per node: the highest priority placed there this round
+  auto& paths = x.paths;                      // node_domain_paths, when a required topology needs it
+  auto& facts = x.shapes_->facts;
+  placed_priority.clear();
+  paths.clear();
+  facts.clear();
   bool const loaning = in.pol.queue.loaning;
   auto const levels = std::max(in.state.topo.levels(), 1);
   for (auto& u : out.unplaced_jobs) {
@@ -173,7 +209,8 @@ void explain_unplaced(round_input const& in, round_result& out) {
       }
       bool const required = jb.topo_mode == topology_mode::required && jb.topology_level >= 0;
       if (required && paths.empty()) paths = node_domain_paths(in.state);
-      std::vector<std::int64_t> per_domain(required ? in.state.topo.domains.size() : 0, 0);
+      auto& per_domain = x.per_domain;
+      per_domain.assign(required ? in.state.topo.domains.size() : 0, 0);
       shape_facts f;
       f.shape = &jb;
       for (std::int32_t n = 0; n < n_nodes; ++n) {
@@ -227,8 +264,8 @@ void explain_unplaced(round_input const& in, round_result& out) {
     }
     e.outbid = it->outbid_priority != INT_MIN;
     e.outbid_priority = e.outbid ? it->outbid_priority : 0;
-    auto const text = describe(e);
-    u.detail = u.detail.empty() ? text : u.detail + ". " + text;
+    if (!u.detail.empty()) u.detail += ". ";
+    describe(e, u.detail);
   }
 }
 

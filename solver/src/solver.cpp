@@ -79,6 +79,7 @@ struct solver::workspace {
   // The repair search's copies: the state after scoring, and the best so far.
   round_matrices m_scored, m_best;
   std::vector<std::int32_t> scores_scored;
+  explain_scratch explain;
 };
 
 solver::solver(std::unique_ptr<kernels::backend> backend)
@@ -117,10 +118,10 @@ bool reclaim_possible(round_input const& in) {
 namespace {
 
 /// explain_unplaced as the round's "explain" stage, before "total".
-void explain_stage(round_input const& in, round_result& out) {
+void explain_stage(round_input const& in, round_result& out, explain_scratch& scratch) {
   if (out.unplaced_jobs.empty()) return;
   auto const t = clock_type::now();
-  explain_unplaced(in, out);
+  explain_unplaced(in, out, &scratch);
   double const us = micros_since(t);
   auto total = std::find_if(out.timing.begin(), out.timing.end(), [](auto const& s) { return s.stage == "total"; });
   if (total != out.timing.end()) total->micros += us;
@@ -170,7 +171,7 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
 round_result solver::solve_admitted(round_input const& in, queue_memory* memory) {
   if (!in.pol.queue.any_cross_round() && !reclaim_possible(in)) {
     round_result out = solve_one(in);
-    explain_stage(in, out);
+    explain_stage(in, out, ws_->explain);
     return out;
   }
   // The cross-round policies call the one-round pipeline on sub-problems;
@@ -229,7 +230,7 @@ round_result solver::solve_admitted(round_input const& in, queue_memory* memory)
   std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   step_counts const total = backend_->steps() - steps_round;
   out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits});
-  explain_stage(in, out);
+  explain_stage(in, out, ws_->explain);
   return out;
 }
 

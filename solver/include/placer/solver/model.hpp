@@ -276,8 +276,8 @@ struct exclusion_count {
 
 /// Why an unplaced job is unplaced, in numbers (filled by the solver for
 /// every unplaced job whose reason is about room: NoFeasibleNode,
-/// InsufficientCapacity, GangIncomplete, TopologyUnsatisfiable, Reserved,
-/// Deferred).
+/// InsufficientCapacity, GangIncomplete, TopologyUnsatisfiable and
+/// Reserved; a Deferred job waits by choice).
 struct explanation {
   std::int32_t nodes = 0;  ///< nodes in the round (0: not explained)
   std::vector<exclusion_count> excluded;  ///< nodes by the first check failed, most first

@@ -21,6 +21,18 @@ namespace placer {
 /// that do not exist, topology levels beyond the tree, and so on.
 void validate(round_input const& in);
 
+/// explain_unplaced's buffers, reused across rounds (the solver keeps one):
+/// per-node arrays and per-shape counts.
+class explain_scratch {
+ public:
+  explain_scratch();
+  ~explain_scratch();
+  std::vector<std::int32_t> placed_priority, paths;
+  std::vector<std::int64_t> per_domain;
+  struct shapes;
+  std::unique_ptr<shapes> shapes_;
+};
+
 /// Fills `why` of every unplaced job whose reason is about room (and
 /// appends its words to `detail`): the round's nodes counted by the first
 /// check each fails for one replica at the round's start, in the order of
@@ -28,7 +40,7 @@ void validate(round_input const& in);
 /// priority, and the replicas the cluster (for a required topology: the
 /// best domain) could hold against those required. Jobs of one shape share
 /// one pass over the nodes; a round with every job placed costs nothing.
-void explain_unplaced(round_input const& in, round_result& out);
+void explain_unplaced(round_input const& in, round_result& out, explain_scratch* scratch = nullptr);
 
 /// An explanation in kube-scheduler's words: "0/1,280 nodes are available:
 /// 800 node(s) had no allowed GPU model, 390 Insufficient nvidia.com/gpu,
@@ -36,6 +48,8 @@ void explain_unplaced(round_input const& in, round_result& out);
 /// gangs, "Resources were found for 5 replica(s) while 17 are required.";
 /// "" when not explained.
 std::string describe(explanation const& e);
+/// The same, appended to `out`.
+void describe(explanation const& e, std::string& out);
 
 class solver {
  public:
