@@ -57,11 +57,14 @@ fuzz: deps
 TSAN_RUN = TSAN_OPTIONS=ignore_noninstrumented_modules=1:halt_on_error=1:exitcode=66 OMP_WAIT_POLICY=PASSIVE
 tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DPLACER_TSAN=ON > /dev/null
-	cmake --build $(TSAN_BUILD) -j $(JOBS) --target solver_test_omp service_test
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target solver_test_omp service_test capture_test
 	$(TSAN_RUN) $(TSAN_BUILD)/tests/solver_test_omp --gtest_filter='BackendParity.Parallel*' --gtest_brief=1
 	$(TSAN_RUN) $(TSAN_BUILD)/tests/service_test --gtest_brief=1 > $(TSAN_BUILD)/service_test.log 2>&1 || \
 	  { grep -A30 'WARNING: ThreadSanitizer' $(TSAN_BUILD)/service_test.log | head -60; tail -5 $(TSAN_BUILD)/service_test.log; exit 1; }
 	@tail -2 $(TSAN_BUILD)/service_test.log
+	$(TSAN_RUN) $(TSAN_BUILD)/tests/capture_test --gtest_brief=1 > $(TSAN_BUILD)/capture_test.log 2>&1 || \
+	  { grep -A30 'WARNING: ThreadSanitizer' $(TSAN_BUILD)/capture_test.log | head -60; tail -5 $(TSAN_BUILD)/capture_test.log; exit 1; }
+	@tail -2 $(TSAN_BUILD)/capture_test.log
 
 # The image in a real container runtime (podman + runc, root): a Debian 12
 # base by debootstrap, this build's binary, the README's runs checked.
