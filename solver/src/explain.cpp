@@ -27,25 +27,15 @@ bool about_room(unplaced_reason r) {
   }
 }
 
-/// The first check node nd fails for one replica of jb at the round's start,
-/// or nullopt-like `taken` when it passes all (the caller decides between
-/// taken and available). *which gets an excluding taint.
+/// The first check node nd fails for one replica of jb at the round's
+/// start; when it passes all, `fits` is set and `taken` returned (the
+/// caller tells taken from still available). *which gets an excluding taint.
 node_exclusion first_failure(node const& nd, job const& jb, bool loaning, taint const** which, bool& fits) {
   fits = false;
   if (!nd.healthy) return node_exclusion::unhealthy;
-  bool const inference = jb.kind == job_kind::inference;
-  bool const pool_ok = nd.pool == pool_kind::shared ||
-                       (inference ? nd.pool == pool_kind::inference : nd.pool == pool_kind::training) ||
-                       (!inference && loaning && nd.pool == pool_kind::inference && nd.loanable);
-  if (!pool_ok) return node_exclusion::pool;
+  if (!detail::pool_admits(nd, jb, loaning)) return node_exclusion::pool;
+  if (!detail::model_admits(nd, jb)) return node_exclusion::gpu_model;
   auto const& d = jb.per_replica;
-  if (d.gpus > 0) {
-    bool const model_ok = nd.gpu_count() > 0 && !nd.gpu_model.empty() &&
-                          (jb.allowed_gpu_models.empty() ||
-                           std::find(jb.allowed_gpu_models.begin(), jb.allowed_gpu_models.end(), nd.gpu_model) !=
-                               jb.allowed_gpu_models.end());
-    if (!model_ok) return node_exclusion::gpu_model;
-  }
   switch (exclusion(nd, jb.constraints, which)) {
     case constraint_miss::selector:
     case constraint_miss::affinity: return node_exclusion::affinity;

@@ -40,20 +40,27 @@ inline void give_back(node const& nd, node_free& f, demand const& d, replica_pla
   f.mem = std::min(nd.memory_mib_capacity, f.mem + d.memory_mib);
 }
 
-/// Node admits the job at all (kernels node_admits: health, node selector,
-/// affinity and taints, pool rule with loaning, GPU model).
-inline bool admits(node const& nd, job const& jb, bool loaning) {
-  if (!nd.healthy) return false;
-  if (!placer::admits(nd, jb.constraints)) return false;
+/// The pool rule: the job's own pool or the shared one; training and
+/// batch may borrow loanable inference nodes with loaning on.
+inline bool pool_admits(node const& nd, job const& jb, bool loaning) {
   bool const inference = jb.kind == job_kind::inference;
-  bool pool_ok = nd.pool == pool_kind::shared || (inference ? nd.pool == pool_kind::inference : nd.pool == pool_kind::training);
-  pool_ok = pool_ok || (!inference && loaning && nd.pool == pool_kind::inference && nd.loanable);
-  if (!pool_ok) return false;
+  return nd.pool == pool_kind::shared || (inference ? nd.pool == pool_kind::inference : nd.pool == pool_kind::training) ||
+         (!inference && loaning && nd.pool == pool_kind::inference && nd.loanable);
+}
+
+/// A GPU job needs GPUs of a model it allows.
+inline bool model_admits(node const& nd, job const& jb) {
   if (jb.per_replica.gpus == 0) return true;
   if (nd.gpu_count() == 0 || nd.gpu_model.empty()) return false;
   return jb.allowed_gpu_models.empty() ||
          std::find(jb.allowed_gpu_models.begin(), jb.allowed_gpu_models.end(), nd.gpu_model) !=
              jb.allowed_gpu_models.end();
+}
+
+/// Node admits the job at all (kernels node_admits: health, node selector,
+/// affinity and taints, pool rule with loaning, GPU model).
+inline bool admits(node const& nd, job const& jb, bool loaning) {
+  return nd.healthy && placer::admits(nd, jb.constraints) && pool_admits(nd, jb, loaning) && model_admits(nd, jb);
 }
 
 /// Replicas of demand d that fit given each GPU's free milli (gpu_free(k)
