@@ -21,10 +21,11 @@
 #include <regex>
 #include <thread>
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../support/random_round.hpp"
+#include "../support/run_placer.hpp"
+#include "../support/running_server.hpp"
 
 namespace placer {
 namespace {
@@ -32,6 +33,7 @@ namespace {
 namespace fs = std::filesystem;
 using service::decoded_reply;
 using wire::ErrorCode;
+using testing_support::run_placer;
 
 /// A fresh directory under the system's temporary one, removed afterwards.
 class temp_dir {
@@ -52,32 +54,20 @@ class temp_dir {
   fs::path path_;
 };
 
-/// A server with capture on, on an ephemeral loopback port (CPU, quiet).
-class capturing_server {
+/// A server with capture on (running_server: loopback, CPU, quiet).
+class capturing_server : public testing_support::running_server {
  public:
-  explicit capturing_server(service::capture_config capture, service::service_config cfg = {}) {
-    cfg.endpoint = "tcp://127.0.0.1:*";
-    cfg.backend = "cpu";
-    cfg.poll_ms = 20;
-    cfg.log_rounds = false;
-    cfg.capture = std::move(capture);
-    srv_ = std::make_unique<service::server>(cfg);
-    thread_ = std::thread([this] { srv_->run(); });
-  }
-  ~capturing_server() {
-    srv_->stop();
-    thread_.join();
-  }
-  [[nodiscard]] std::string endpoint() const { return srv_->endpoint(); }
+  explicit capturing_server(service::capture_config capture, service::service_config cfg = {})
+      : running_server([&] {
+          cfg.endpoint = "tcp://127.0.0.1:*";
+          cfg.capture = std::move(capture);
+          return cfg;
+        }()) {}
   /// The counters once every capture queued so far is on disk.
   service::server_stats flushed() {
-    srv_->flush_captures();
-    return srv_->stats();
+    get().flush_captures();
+    return get().stats();
   }
-
- private:
-  std::unique_ptr<service::server> srv_;
-  std::thread thread_;
 };
 
 /// The capture files in `dir`, oldest first (their names sort by time).
@@ -299,25 +289,6 @@ std::string json_field(std::string const& json, std::string const& key) {
   std::string const indent = json.substr(line + 1, at - line - 1);
   auto const next = json.find(",\n" + indent + "\"", at);
   return json.substr(at, next == std::string::npos ? std::string::npos : next - at);
-}
-
-/// Exit status of `placer ARGS` (stdout and stderr to `out`), or -1 when
-/// the binary is not built beside this test (build/tests/capture_test ->
-/// build/placer).
-int run_placer(std::string const& args, std::string& out) {
-  std::error_code ec;
-  auto const exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return -1;
-  auto const placer = exe.parent_path().parent_path() / "placer";
-  if (!fs::exists(placer)) return -1;
-  std::string const cmd = placer.string() + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  out.clear();
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  int const st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 TEST(Replay, PlacerSolveRequestPrintsTheReplyTheServiceGave) {

@@ -11,7 +11,6 @@
 
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
@@ -24,9 +23,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "../support/run_placer.hpp"
+
 namespace {
 
 using namespace placer;
+using testing_support::run_placer;
 
 job make_job(std::string name, std::int64_t submit, std::int32_t gpus, std::int32_t replicas, std::int64_t duration) {
   job j;
@@ -587,24 +589,6 @@ TEST(SimPolicies, PolicyOptionsParse) {
   EXPECT_THROW(sim::apply_policy_options({{"checkpoint-interval", "10s"}}, {}, c2), std::invalid_argument);
   EXPECT_THROW(sim::apply_policy_options({}, {"network-preemption"}, c2), std::invalid_argument);
   EXPECT_THROW(sim::apply_policy_options({}, {"preempt"}, c2), std::invalid_argument);
-}
-
-/// Exit status of `placer ARGS` (stdout and stderr to `out`), or -1 when
-/// the binary is not built beside this test (build/tests/sim_test -> build/placer).
-int run_placer(std::string const& args, std::string& out) {
-  std::error_code ec;
-  auto const exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return -1;
-  auto const placer = exe.parent_path().parent_path() / "placer";
-  if (!std::filesystem::exists(placer)) return -1;
-  std::string const cmd = placer.string() + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return -1;
-  char buf[4096];
-  out.clear();
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  int const st = pclose(p);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 TEST(SimPolicies, SimulateCommandLine) {
