@@ -23,6 +23,7 @@
 
 #include <unistd.h>
 
+#include "../support/invariants.hpp"
 #include "../support/random_round.hpp"
 #include "../support/run_placer.hpp"
 #include "../support/running_server.hpp"
@@ -34,6 +35,7 @@ namespace fs = std::filesystem;
 using service::decoded_reply;
 using wire::ErrorCode;
 using testing_support::run_placer;
+using testing_support::difference;
 
 /// A fresh directory under the system's temporary one, removed afterwards.
 class temp_dir {
@@ -92,26 +94,6 @@ round_input demo_round(std::uint64_t seed = 5) {
   return in;
 }
 
-/// Where a reply differs from a solve of the same round ("" when it does
-/// not): placements, preemptions, unplaced jobs.
-std::string difference(round_result const& got, round_result const& want) {
-  if (got.placements.size() != want.placements.size()) return "number of placements";
-  for (std::size_t k = 0; k < want.placements.size(); ++k) {
-    auto const& g = got.placements[k];
-    if (g.job != want.placements[k].job || !(g.replicas == want.placements[k].replicas)) {
-      return "placement " + std::to_string(k);
-    }
-  }
-  if (got.preemptions.size() != want.preemptions.size()) return "number of preemptions";
-  if (got.unplaced_jobs.size() != want.unplaced_jobs.size()) return "number of unplaced jobs";
-  for (std::size_t k = 0; k < want.unplaced_jobs.size(); ++k) {
-    if (got.unplaced_jobs[k].job != want.unplaced_jobs[k].job ||
-        got.unplaced_jobs[k].reason != want.unplaced_jobs[k].reason) {
-      return "unplaced " + std::to_string(k);
-    }
-  }
-  return "";
-}
 
 round_result replay(fs::path const& file) {
   auto const req = service::read_request_file(file.string());

@@ -57,25 +57,9 @@ decoded_reply decode(std::vector<std::uint8_t> const& bytes) {
 }
 
 /// Where a reply differs from the same round solved in process ("" when it
-/// does not): placements, preemptions, unplaced jobs.
+/// does not).
 std::string difference(decoded_reply const& rep, round_result const& want) {
-  auto const& got = rep.result;
-  if (got.placements.size() != want.placements.size()) return "number of placements";
-  for (std::size_t k = 0; k < want.placements.size(); ++k) {
-    auto const& g = got.placements[k];
-    if (g.job != want.placements[k].job || !(g.replicas == want.placements[k].replicas)) {
-      return "placement " + std::to_string(k);
-    }
-  }
-  if (got.preemptions.size() != want.preemptions.size()) return "number of preemptions";
-  for (std::size_t k = 0; k < want.preemptions.size(); ++k) {
-    if (got.preemptions[k].job != want.preemptions[k].job) return "preemption " + std::to_string(k);
-  }
-  if (got.unplaced_jobs.size() != want.unplaced_jobs.size()) return "number of unplaced jobs";
-  for (std::size_t k = 0; k < want.unplaced_jobs.size(); ++k) {
-    if (got.unplaced_jobs[k].job != want.unplaced_jobs[k].job) return "unplaced " + std::to_string(k);
-  }
-  return "";
+  return testing_support::difference(rep.result, want);
 }
 
 /// The reply over the wire equals the in-process solve of the same round.

@@ -87,6 +87,35 @@ inline void release_cross_round(round_input const& in, round_result const& r, st
   }
 }
 
+namespace testing_support {
+
+/// Where one result differs from another of the same round ("" when it
+/// does not): placements (job, nodes, GPUs), preemptions (victims),
+/// unplaced jobs (job, reason).
+inline std::string difference(round_result const& got, round_result const& want) {
+  if (got.placements.size() != want.placements.size()) return "number of placements";
+  for (std::size_t k = 0; k < want.placements.size(); ++k) {
+    auto const& g = got.placements[k];
+    if (g.job != want.placements[k].job || !(g.replicas == want.placements[k].replicas)) {
+      return "placement " + std::to_string(k);
+    }
+  }
+  if (got.preemptions.size() != want.preemptions.size()) return "number of preemptions";
+  for (std::size_t k = 0; k < want.preemptions.size(); ++k) {
+    if (got.preemptions[k].job != want.preemptions[k].job) return "preemption " + std::to_string(k);
+  }
+  if (got.unplaced_jobs.size() != want.unplaced_jobs.size()) return "number of unplaced jobs";
+  for (std::size_t k = 0; k < want.unplaced_jobs.size(); ++k) {
+    if (got.unplaced_jobs[k].job != want.unplaced_jobs[k].job ||
+        got.unplaced_jobs[k].reason != want.unplaced_jobs[k].reason) {
+      return "unplaced " + std::to_string(k);
+    }
+  }
+  return "";
+}
+
+}  // namespace testing_support
+
 inline void expect_round_invariants(round_input const& in, round_result const& r) {
   auto nodes = in.state.nodes;  // residual state
   release_cross_round(in, r, nodes);
