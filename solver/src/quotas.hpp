@@ -3,8 +3,10 @@
 // Admission in queue order (priority, then submission): a job is admitted
 // when its queue and every ancestor stay within their limits with the
 // job's whole demand (an elastic job at its largest) added to what their
-// running work and the jobs admitted before it hold. Conservative: a job
-// admitted but not placed still holds its share of the limit this round.
+// running work and the jobs admitted before it hold. A job admitted but not
+// placed holds its share for that pass; solver::second_pass admits the
+// refused jobs again against what was placed (rounds without cross-round
+// policies).
 
 #include <placer/solver/model.hpp>
 

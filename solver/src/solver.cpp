@@ -159,13 +159,93 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   for (auto& u : out.unplaced_jobs) back(u.job);
   for (auto& r : out.reservations) back(r.job);
   for (auto& p : out.preemptions) back(p.for_job);
+  double second_us = 0;
+  auto const spent_us = static_cast<std::uint64_t>(micros_since(t));
+  if (!in.pol.queue.any_cross_round() && !reclaim_possible(in) && (in.deadline_us == 0 || spent_us < in.deadline_us)) {
+    // What the admitted jobs that did not fit were holding is free again:
+    // the refused ones get a second admission against what was placed,
+    // and the admitted among them are solved on the cluster it leaves.
+    auto const t2 = clock_type::now();
+    second_pass(in, in.deadline_us == 0 ? 0 : in.deadline_us - spent_us, plan.refused, out);
+    second_us = micros_since(t2);
+  }
   for (auto& u : plan.refused) out.unplaced_jobs.push_back(std::move(u));
   std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
-  out.timing.insert(out.timing.begin(), {"quota", admit_us});
+  out.timing.insert(out.timing.begin(), {"quota", admit_us + second_us});
   for (auto& s : out.timing) {
-    if (s.stage == "total") s.micros += admit_us;
+    if (s.stage == "total") s.micros += admit_us + second_us;
   }
   return out;
+}
+
+void solver::second_pass(round_input const& in, std::uint64_t deadline_us, std::vector<unplaced>& refused,
+                         round_result& out) {
+  if (refused.empty()) return;
+  round_input sub;
+  sub.state = in.state;
+  sub.running = in.running;
+  sub.queues = in.queues;
+  sub.pol = in.pol;
+  sub.now = in.now;
+  sub.deadline_us = deadline_us;
+  // The first pass's placements as running work, charged to their nodes.
+  for (auto const& p : out.placements) {
+    auto const& j = in.pending[static_cast<std::size_t>(p.job)];
+    running_job r;
+    r.name = j.name;
+    r.kind = j.kind;
+    r.priority = j.priority;
+    r.per_replica = j.per_replica;
+    r.queue = j.queue;
+    r.replicas = p.replicas;
+    for (auto const& rp : p.replicas) {
+      auto& nd = sub.state.nodes[static_cast<std::size_t>(rp.node)];
+      for (auto g : rp.gpus) nd.gpu_free_milli[static_cast<std::size_t>(g)] -= rp.gpu_milli;
+      nd.cpu_milli_free -= j.per_replica.cpu_milli;
+      nd.memory_mib_free -= j.per_replica.memory_mib;
+    }
+    sub.running.push_back(std::move(r));
+  }
+  std::vector<std::int32_t> from;  // sub's pending -> in's
+  for (auto const& u : refused) {
+    from.push_back(u.job);
+    sub.pending.push_back(in.pending[static_cast<std::size_t>(u.job)]);
+  }
+  auto plan = detail::plan_quotas(sub);
+  if (plan.admitted.empty()) return;
+  // Only the newly admitted: those still refused keep their first reason.
+  round_input round2 = std::move(sub);
+  std::vector<job> admitted;
+  std::vector<std::int32_t> to;
+  for (auto j : plan.admitted) {
+    admitted.push_back(std::move(round2.pending[static_cast<std::size_t>(j)]));
+    to.push_back(from[static_cast<std::size_t>(j)]);
+  }
+  round2.pending = std::move(admitted);
+  round2.running.resize(in.running.size());  // the first pass's placements are in the node state
+  round2.queues.clear();
+  round_result r2 = solve_admitted(round2, nullptr);
+  auto const back = [&](std::int32_t j) { return to[static_cast<std::size_t>(j)]; };
+  for (auto& p : r2.placements) {
+    p.job = back(p.job);
+    out.placements.push_back(std::move(p));
+  }
+  for (auto& u : r2.unplaced_jobs) u.job = back(u.job);
+  // Refused jobs admitted now leave the refused list for their new outcome.
+  std::vector<unplaced> still;
+  for (auto& u : refused) {
+    if (std::find(to.begin(), to.end(), u.job) == to.end()) still.push_back(std::move(u));
+  }
+  refused = std::move(still);
+  for (auto& u : r2.unplaced_jobs) refused.push_back(std::move(u));
+  std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
+  auto& m = out.metrics;
+  m.gar_after = r2.metrics.gar_after;
+  m.gfr_after = r2.metrics.gfr_after;
+  m.frag_ratio_after = r2.metrics.frag_ratio_after;
+  m.jobs_placed += r2.metrics.jobs_placed;
+  m.replicas_placed += r2.metrics.replicas_placed;
+  m.gpu_milli_placed += r2.metrics.gpu_milli_placed;
 }
 
 round_result solver::solve_admitted(round_input const& in, queue_memory* memory) {

@@ -66,6 +66,33 @@ TEST(Quotas, JobsThatWouldPassALimitWaitAndSayWhichQueue) {
   EXPECT_EQ(placed, (std::vector<std::int32_t>{0, 2, 4, 5}));
 }
 
+// A job admitted first but not placed (a gang too large for the free
+// nodes) holds its queue's limit only until the second admission: the job
+// refused behind it is placed then, within the limit.
+TEST(Quotas, WhatAnUnplacedJobHeldIsAdmittedAgain) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();  // 16 GPUs
+  in.queues = {{"team", "", 16000, -1}};
+  job gang = gpu_job("too-big", "team", 8, 2, 9);  // 16 GPUs: admitted first, but node 1 is half used
+  gang.gang = true;
+  in.pending = {gang, gpu_job("small", "team", 4, 1, 1)};
+  in.state.nodes[1].gpu_free_milli = {0, 0, 0, 0, 1000, 1000, 1000, 1000};
+  auto s = cpu();
+  auto const r = s.solve(in);
+  expect_round_invariants(in, r);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].job, 1);
+  ASSERT_EQ(r.unplaced_jobs.size(), 1U);
+  EXPECT_EQ(r.unplaced_jobs[0].job, 0);
+  EXPECT_EQ(r.unplaced_jobs[0].reason, unplaced_reason::gang_incomplete);
+  EXPECT_EQ(r.metrics.jobs_placed, 1);
+  // With a cross-round policy on, admission stays conservative (one pass).
+  in.pol.queue.preemption = true;
+  auto const p = s.solve(in);
+  ASSERT_EQ(p.unplaced_jobs.size(), 2U);
+  EXPECT_EQ(p.unplaced_jobs[1].reason, unplaced_reason::quota_exceeded);
+}
+
 TEST(Quotas, TheTreeAndTheNamesAreChecked) {
   auto refuse = [](round_input const& in, std::string const& needle) {
     try {

@@ -69,6 +69,12 @@ class solver {
  private:
   /// solve() once the queues' admission is done (the round as given).
   round_result solve_admitted(round_input const& in, queue_memory* memory);
+  /// Queues: a second admission of the `refused` jobs against what the
+  /// first pass placed (`out`), solved on the cluster it leaves; merges
+  /// into `out` and leaves in `refused` what stays unplaced. `deadline_us`:
+  /// what is left of the round's budget (0 = none).
+  void second_pass(round_input const& in, std::uint64_t deadline_us, std::vector<unplaced>& refused,
+                   round_result& out);
   /// One round's assignment, no cross-round policy. `round_late`: the
   /// budget of the round it is part of (cross-round), beside its own.
   round_result solve_one(round_input const& in, std::function<bool()> const& round_late = {});
