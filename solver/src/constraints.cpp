@@ -288,6 +288,64 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
       prefer[k] = preference(nd, *sets[static_cast<std::size_t>(s)]);
     }
   }
+  merge_equal_sets(out);
+}
+
+void constraint_tables::merge_equal_sets(kernels::round_arrays& out) {
+  // Sets that admit and prefer alike on every group of this round are one
+  // set: a toleration of a taint no node has, a selector every node
+  // matches (Kubernetes gives every pod tolerations of its own) must not
+  // split a class.
+  auto& admit = out.constraint_admit;
+  auto& prefer = out.constraint_prefer;
+  auto const g = static_cast<std::size_t>(out.n_constraint_groups);
+  auto row_equal = [&](std::size_t a, std::size_t b) {
+    return std::equal(admit.begin() + static_cast<std::ptrdiff_t>(a * g), admit.begin() + static_cast<std::ptrdiff_t>((a + 1) * g),
+                      admit.begin() + static_cast<std::ptrdiff_t>(b * g)) &&
+           std::equal(prefer.begin() + static_cast<std::ptrdiff_t>(a * g), prefer.begin() + static_cast<std::ptrdiff_t>((a + 1) * g),
+                      prefer.begin() + static_cast<std::ptrdiff_t>(b * g));
+  };
+  std::unordered_map<std::uint64_t, std::vector<std::int32_t>> kept_by_hash;  // row hash -> kept sets (new ids)
+  std::vector<std::int32_t> to(static_cast<std::size_t>(n_sets));
+  std::int32_t kept = 0;
+  for (std::int32_t s = 0; s < n_sets; ++s) {
+    auto const su = static_cast<std::size_t>(s);
+    std::uint64_t h = 1469598103934665603ULL;
+    for (std::size_t i = 0; i < g; ++i) {
+      h = (h ^ admit[su * g + i]) * 1099511628211ULL;
+      h = (h ^ static_cast<std::uint32_t>(prefer[su * g + i])) * 1099511628211ULL;
+    }
+    auto& same = kept_by_hash[h];
+    auto it = std::find_if(same.begin(), same.end(), [&](std::int32_t k) { return row_equal(static_cast<std::size_t>(k), su); });
+    if (it != same.end()) {
+      to[su] = *it;
+      continue;
+    }
+    auto const ku = static_cast<std::size_t>(kept);
+    if (ku != su) {  // rows move down only: row su is read before anything lands on it
+      std::copy_n(admit.begin() + static_cast<std::ptrdiff_t>(su * g), g, admit.begin() + static_cast<std::ptrdiff_t>(ku * g));
+      std::copy_n(prefer.begin() + static_cast<std::ptrdiff_t>(su * g), g, prefer.begin() + static_cast<std::ptrdiff_t>(ku * g));
+      sets[ku] = sets[su];
+    }
+    same.push_back(kept);
+    to[su] = kept++;
+  }
+  n_sets = kept;
+  out.n_constraint_sets = kept;
+  sets.resize(static_cast<std::size_t>(kept));
+  admit.resize(static_cast<std::size_t>(kept) * g);
+  prefer.resize(admit.size());
+  for (auto& s : job_set) s = to[static_cast<std::size_t>(s)];
+  // One set left that admits every group with no preference: no tables.
+  bool const trivial = kept == 1 && std::all_of(admit.begin(), admit.end(), [](std::uint8_t a) { return a == 1; }) &&
+                       std::all_of(prefer.begin(), prefer.end(), [](std::int32_t p) { return p == 0; });
+  if (trivial) {
+    active = false;
+    n_sets = out.n_constraint_sets = out.n_constraint_groups = 0;
+    for (auto* v : {&out.node_group, &job_set, &prefer, &group_node}) v->clear();
+    admit.clear();
+    sets.clear();
+  }
 }
 
 }  // namespace placer

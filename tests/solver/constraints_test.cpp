@@ -303,6 +303,33 @@ TEST(Constraints, ARoundWithoutThemPaysNothing) {
   EXPECT_TRUE(m.class_constraint.empty());
 }
 
+// Constraints that admit and prefer alike on this round's nodes are one
+// set: Kubernetes' default tolerations (of taints no node has) and a
+// selector every node matches split no class, and alone build no tables.
+TEST(Constraints, EquivalentSetsShareARow) {
+  std::mt19937_64 rng(5);
+  round_input in = testing_support::random_round(rng, 6, 30);
+  round_matrices const plain = build_matrices(in);
+  for (auto& n : in.state.nodes) n.labels = {"kubernetes.io/os=linux"};
+  for (std::size_t j = 0; j < in.pending.size(); ++j) {
+    auto& c = in.pending[j].constraints;
+    c.tolerations = {{"node.kubernetes.io/not-ready", toleration_op::exists, "", 2},
+                     {"node.kubernetes.io/unreachable", toleration_op::exists, "", 2}};
+    if (j % 2 == 0) c.node_selector = {"kubernetes.io/os=linux"};
+  }
+  round_matrices const m = build_matrices(in);
+  EXPECT_FALSE(m.constraints.active);
+  EXPECT_EQ(m.n_classes(), plain.n_classes());
+  EXPECT_EQ(m.job_class, plain.job_class);
+  // With a taint somewhere, the tables are back, but still one set for all
+  // of these jobs (none of them tolerates it) and no more classes.
+  in.state.nodes[0].taints = {{"team", "x", taint_effect::no_schedule}};
+  round_matrices const t = build_matrices(in);
+  EXPECT_TRUE(t.constraints.active);
+  EXPECT_EQ(t.constraints.n_sets, 1);
+  EXPECT_EQ(t.n_classes(), plain.n_classes());
+}
+
 // A hostile round cannot buy unbounded evaluation: distinct constraint sets
 // times node groups is capped.
 TEST(Constraints, EvaluationWorkIsBounded) {

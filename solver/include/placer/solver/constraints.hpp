@@ -71,6 +71,11 @@ struct constraint_tables {
   std::string key;                ///< scratch: one set's or node's key being built
 
   void build(round_input const& in, kernels::round_arrays& out);
+
+ private:
+  /// Sets with equal rows become one (job_set remapped, rows compacted);
+  /// with one set left that admits all and prefers nothing, inactive.
+  void merge_equal_sets(kernels::round_arrays& out);
 };
 
 }  // namespace placer
