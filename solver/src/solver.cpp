@@ -117,6 +117,18 @@ bool reclaim_possible(round_input const& in) {
 
 namespace {
 
+/// A sub-round of `in`: its cluster, running work, policy and time, no
+/// pending jobs and no queues, with the given budget.
+round_input without_jobs(round_input const& in, std::uint64_t deadline_us) {
+  round_input sub;
+  sub.state = in.state;
+  sub.running = in.running;
+  sub.pol = in.pol;
+  sub.now = in.now;
+  sub.deadline_us = deadline_us;
+  return sub;
+}
+
 /// explain_unplaced as the round's "explain" stage, before "total".
 void explain_stage(round_input const& in, round_result& out, explain_scratch& scratch) {
   if (out.unplaced_jobs.empty()) return;
@@ -138,18 +150,13 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   validate(in);
   auto plan = detail::plan_quotas(in);
   if (plan.refused.empty() && plan.frozen.empty()) return solve_admitted(in, memory);
-  round_input sub;
-  sub.state = in.state;
-  sub.running = in.running;
+  round_input sub = without_jobs(in, in.deadline_us);
   for (auto r : plan.frozen) {
     auto& rj = sub.running[static_cast<std::size_t>(r)];
     rj.max_replicas = static_cast<std::int32_t>(rj.replicas.size());
   }
   sub.pending.reserve(plan.admitted.size());
   for (auto j : plan.admitted) sub.pending.push_back(in.pending[static_cast<std::size_t>(j)]);
-  sub.pol = in.pol;
-  sub.now = in.now;
-  sub.deadline_us = in.deadline_us;
   double const admit_us = micros_since(t);
   round_result out = solve_admitted(sub, memory);
   auto const back = [&](std::int32_t& j) {
@@ -181,13 +188,8 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
 void solver::second_pass(round_input const& in, std::uint64_t deadline_us, std::vector<unplaced>& refused,
                          round_result& out) {
   if (refused.empty()) return;
-  round_input sub;
-  sub.state = in.state;
-  sub.running = in.running;
+  round_input sub = without_jobs(in, deadline_us);
   sub.queues = in.queues;
-  sub.pol = in.pol;
-  sub.now = in.now;
-  sub.deadline_us = deadline_us;
   // The first pass's placements as running work, charged to their nodes.
   for (auto const& p : out.placements) {
     auto const& j = in.pending[static_cast<std::size_t>(p.job)];
