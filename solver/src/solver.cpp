@@ -117,12 +117,13 @@ bool reclaim_possible(round_input const& in) {
 
 namespace {
 
-/// A sub-round of `in`: its cluster, running work, policy and time, no
+/// A sub-round of `in` on `state` with `running`: its policy and time, no
 /// pending jobs and no queues, with the given budget.
-round_input without_jobs(round_input const& in, std::uint64_t deadline_us) {
+round_input without_jobs(round_input const& in, cluster state, std::vector<running_job> running,
+                         std::uint64_t deadline_us) {
   round_input sub;
-  sub.state = in.state;
-  sub.running = in.running;
+  sub.state = std::move(state);
+  sub.running = std::move(running);
   sub.pol = in.pol;
   sub.now = in.now;
   sub.deadline_us = deadline_us;
@@ -150,7 +151,7 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   validate(in);
   auto plan = detail::plan_quotas(in);
   if (plan.refused.empty() && plan.frozen.empty()) return solve_admitted(in, memory);
-  round_input sub = without_jobs(in, in.deadline_us);
+  round_input sub = without_jobs(in, in.state, in.running, in.deadline_us);
   for (auto r : plan.frozen) {
     auto& rj = sub.running[static_cast<std::size_t>(r)];
     rj.max_replicas = static_cast<std::int32_t>(rj.replicas.size());
@@ -188,26 +189,11 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
 void solver::second_pass(round_input const& in, std::uint64_t deadline_us, std::vector<unplaced>& refused,
                          round_result& out) {
   if (refused.empty()) return;
-  round_input sub = without_jobs(in, deadline_us);
-  sub.queues = in.queues;
   // The first pass's placements as running work, charged to their nodes.
-  for (auto const& p : out.placements) {
-    auto const& j = in.pending[static_cast<std::size_t>(p.job)];
-    running_job r;
-    r.name = j.name;
-    r.kind = j.kind;
-    r.priority = j.priority;
-    r.per_replica = j.per_replica;
-    r.queue = j.queue;
-    r.replicas = p.replicas;
-    for (auto const& rp : p.replicas) {
-      auto& nd = sub.state.nodes[static_cast<std::size_t>(rp.node)];
-      for (auto g : rp.gpus) nd.gpu_free_milli[static_cast<std::size_t>(g)] -= rp.gpu_milli;
-      nd.cpu_milli_free -= j.per_replica.cpu_milli;
-      nd.memory_mib_free -= j.per_replica.memory_mib;
-    }
-    sub.running.push_back(std::move(r));
-  }
+  detail::work_state ws(in);
+  for (auto const& p : out.placements) ws.start(p.job, p.replicas);
+  round_input sub = without_jobs(in, std::move(ws.state), std::move(ws.running), deadline_us);
+  sub.queues = in.queues;
   std::vector<std::int32_t> from;  // sub's pending -> in's
   for (auto const& u : refused) {
     from.push_back(u.job);

@@ -73,6 +73,8 @@ std::size_t work_state::start(std::int32_t j, std::vector<replica_placement> con
   rj.start_time = in.now;
   rj.estimated_end = in.now + jb.estimated_duration;
   rj.last_checkpoint = in.now;
+  rj.constraints = jb.constraints;
+  rj.queue = jb.queue;
   for (auto const& rp : reps) {
     auto const& nd = state.nodes[static_cast<std::size_t>(rp.node)];
     rj.loaned = rj.loaned || (jb.kind != job_kind::inference && nd.pool == pool_kind::inference);
