@@ -1105,6 +1105,9 @@ void decode_queues(fb_vector<flatbuffers::Offset<wire::Queue>> const* v, std::ve
     str_in(q->parent(), out[k].parent);
     out[k].gpu_milli_limit = q->gpu_milli_limit();
     out[k].cpu_milli_limit = q->cpu_milli_limit();
+    out[k].gpu_milli_guarantee = q->gpu_milli_guarantee();
+    out[k].cpu_milli_guarantee = q->cpu_milli_guarantee();
+    out[k].weight = q->weight();
   }
 }
 
@@ -1115,7 +1118,7 @@ flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::Queue>>> encode_queues(f
   offs.reserve(v.size());
   for (auto const& q : v) {
     offs.push_back(wire::CreateQueue(fbb, fbb.CreateSharedString(q.name), opt_shared(fbb, q.parent), q.gpu_milli_limit,
-                                     q.cpu_milli_limit));
+                                     q.cpu_milli_limit, q.gpu_milli_guarantee, q.cpu_milli_guarantee, q.weight));
   }
   return fbb.CreateVector(offs);
 }

@@ -145,13 +145,18 @@ void explain_stage(round_input const& in, round_result& out, explain_scratch& sc
 
 round_result solver::solve(round_input const& in, queue_memory* memory) {
   if (in.queues.empty()) return solve_admitted(in, memory);
-  // Queues with limits: the jobs that would take a queue past a limit are
-  // left out (QuotaExceeded) and the rest solved as a round of their own.
+  // Queues (quotas.hpp): the jobs that would take a queue past its bound
+  // are left out (QuotaExceeded) and the rest solved as a round of their
+  // own. Without cross-round policies the bound is first the deserved
+  // share, and a second pass lends what that leaves up to the limits; with
+  // them, the limit in one pass (preemption reclaims for guarantees).
   auto const t = clock_type::now();
   validate(in);
-  auto plan = detail::plan_quotas(in);
+  bool const two_passes = !in.pol.queue.any_cross_round() && !reclaim_possible(in);
+  auto plan = detail::plan_quotas(in, two_passes ? detail::admission::by_share : detail::admission::by_limit);
   if (plan.refused.empty() && plan.frozen.empty()) return solve_admitted(in, memory);
   round_input sub = without_jobs(in, in.state, in.running, in.deadline_us);
+  sub.queues = in.queues;  // the guarantees preemption keeps
   for (auto r : plan.frozen) {
     auto& rj = sub.running[static_cast<std::size_t>(r)];
     rj.max_replicas = static_cast<std::int32_t>(rj.replicas.size());
@@ -169,10 +174,11 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   for (auto& p : out.preemptions) back(p.for_job);
   double second_us = 0;
   auto const spent_us = static_cast<std::uint64_t>(micros_since(t));
-  if (!in.pol.queue.any_cross_round() && !reclaim_possible(in) && (in.deadline_us == 0 || spent_us < in.deadline_us)) {
-    // What the admitted jobs that did not fit were holding is free again:
-    // the refused ones get a second admission against what was placed,
-    // and the admitted among them are solved on the cluster it leaves.
+  if (two_passes && (in.deadline_us == 0 || spent_us < in.deadline_us)) {
+    // What the admitted jobs that did not fit were holding is free again,
+    // and what the queues within their shares did not use may be borrowed:
+    // the refused ones get a second admission by limit against what was
+    // placed, and the admitted among them are solved on the cluster it leaves.
     auto const t2 = clock_type::now();
     second_pass(in, in.deadline_us == 0 ? 0 : in.deadline_us - spent_us, plan.refused, out);
     second_us = micros_since(t2);
@@ -199,9 +205,11 @@ void solver::second_pass(round_input const& in, std::uint64_t deadline_us, std::
     from.push_back(u.job);
     sub.pending.push_back(in.pending[static_cast<std::size_t>(u.job)]);
   }
-  auto plan = detail::plan_quotas(sub);
+  auto plan = detail::plan_quotas(sub, detail::admission::by_limit);
+  // Those still refused say why against the limits and what was placed.
+  for (auto& u : plan.refused) u.job = from[static_cast<std::size_t>(u.job)];
+  refused = std::move(plan.refused);
   if (plan.admitted.empty()) return;
-  // Only the newly admitted: those still refused keep their first reason.
   round_input round2 = std::move(sub);
   std::vector<job> admitted;
   std::vector<std::int32_t> to;
@@ -218,14 +226,10 @@ void solver::second_pass(round_input const& in, std::uint64_t deadline_us, std::
     p.job = back(p.job);
     out.placements.push_back(std::move(p));
   }
-  for (auto& u : r2.unplaced_jobs) u.job = back(u.job);
-  // Refused jobs admitted now leave the refused list for their new outcome.
-  std::vector<unplaced> still;
-  for (auto& u : refused) {
-    if (std::find(to.begin(), to.end(), u.job) == to.end()) still.push_back(std::move(u));
+  for (auto& u : r2.unplaced_jobs) {
+    u.job = back(u.job);
+    refused.push_back(std::move(u));
   }
-  refused = std::move(still);
-  for (auto& u : r2.unplaced_jobs) refused.push_back(std::move(u));
   std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   auto& m = out.metrics;
   m.gar_after = r2.metrics.gar_after;

@@ -135,7 +135,7 @@ round_input rich_input() {
   s.per_replica = {1, 500, 1000, 2048};
   s.replicas = {{0, {7}, 500}};
   in.running = {r, s};
-  in.queues = {{"org", "", 64000, -1}, {"research", "org", 32000, 400000}};
+  in.queues = {{"org", "", 64000, -1}, {"research", "org", 32000, 400000, 8000, 100000, 3}};
 
   in.pol.algo = algorithm::kube_most_allocated;
   in.pol.w = {70, 30, 0, 5, 90, 33};

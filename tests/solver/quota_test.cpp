@@ -10,6 +10,7 @@
 
 #include "../support/invariants.hpp"
 #include "../support/random_round.hpp"
+#include "quotas.hpp"
 
 namespace placer {
 namespace {
@@ -157,14 +158,19 @@ char const* random_leaf(std::mt19937_64& rng) {
 }
 
 /// A random tree (two roots, three leaves) with limits around the cluster's
-/// size; the jobs in random leaves.
+/// size, guarantees up to them (or up to 40% without one) and weights 1..4;
+/// the jobs in random leaves.
 void add_queues(std::mt19937_64& rng, round_input& in) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::int64_t gpus = 0;
   for (auto const& n : in.state.nodes) gpus += n.gpu_count();
-  auto limit = [&] { return pick(0, 3) == 0 ? -1 : gpus * 1000 * pick(5, 60) / 100; };
-  in.queues = {{"org", "", limit(), -1}, {"a", "org", limit(), -1}, {"b", "org", limit(), -1},
-               {"c", "", limit(), -1}};
+  auto queue = [&](std::string name, std::string parent) {
+    queue_spec q{std::move(name), std::move(parent), pick(0, 3) == 0 ? -1 : gpus * 1000 * pick(5, 60) / 100, -1};
+    q.gpu_milli_guarantee = (q.gpu_milli_limit >= 0 ? q.gpu_milli_limit : gpus * 400) * pick(0, 100) / 100;
+    q.weight = pick(1, 4);
+    return q;
+  };
+  in.queues = {queue("org", ""), queue("a", "org"), queue("b", "org"), queue("c", "")};
   for (auto& j : in.pending) j.queue = random_leaf(rng);
   for (auto& r : in.running) r.queue = random_leaf(rng);
 }
@@ -251,6 +257,201 @@ TEST(Quotas, MultiRoundRunsStayWithinLimits) {
     }
   }
   EXPECT_GT(refused, 100);  // the limits bind
+}
+
+
+queue_spec guaranteed(std::string name, std::int64_t gpu_milli, std::int32_t weight = 1, std::string parent = "") {
+  queue_spec q{std::move(name), std::move(parent), -1, -1};
+  q.gpu_milli_guarantee = gpu_milli;
+  q.weight = weight;
+  return q;
+}
+
+/// n jobs of `gpus` GPUs in `queue`, named queue-0, queue-1, ...
+void add_jobs(round_input& in, std::string const& queue, int n, int gpus, int priority = 0) {
+  for (int k = 0; k < n; ++k) in.pending.push_back(gpu_job(queue + "-" + std::to_string(k), queue, gpus, 1, priority));
+}
+
+/// Replicas placed per queue.
+std::map<std::string, int> placed_by_queue(round_input const& in, round_result const& r) {
+  std::map<std::string, int> n;
+  for (auto const& p : r.placements) n[in.pending[static_cast<std::size_t>(p.job)].queue] += static_cast<int>(p.replicas.size());
+  return n;
+}
+
+// Water-filling by hand: 64 GPUs; a (guarantee 8, weight 1) with children
+// a1 (guarantee 16, wants 10) and a2 (wants 30), b (weight 3, wants 40),
+// c (limit 4, wants 10). First the guarantees: a 8. Then 56 by weight
+// 1:3:1 (11.2, 33.6, 11.2), c capped at its limit 4; the 7.2 left goes
+// 1:3 to a and b: a 21, b 39, c 4. a's 21: a1 its 10, a2 the other 11.
+TEST(Quotas, DeservedSharesFillGuaranteesThenWeights) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(8).gpus(8).build();
+  in.queues = {guaranteed("a", 8000), guaranteed("a1", 16000, 1, "a"), guaranteed("a2", 0, 1, "a"),
+               guaranteed("b", 0, 3), {"c", "", 4000, -1}};
+  add_jobs(in, "a1", 2, 5);
+  add_jobs(in, "a2", 3, 8);
+  add_jobs(in, "a2", 1, 6);
+  add_jobs(in, "b", 5, 8);
+  add_jobs(in, "c", 2, 5);
+  auto const share = detail::deserved_shares(in);
+  EXPECT_EQ(share.gpu, (std::vector<std::int64_t>{21000, 10000, 11000, 39000, 4000}));
+  // CPU is not contended (8 GPU jobs of 1 CPU each): every queue its demand.
+  EXPECT_EQ(share.cpu, (std::vector<std::int64_t>{6000, 2000, 4000, 5000, 2000}));
+  // Guarantees past the capacity: each queue its guarantee up to its
+  // demand, even if together they pass the capacity.
+  in.queues = {guaranteed("a", 64000), guaranteed("a1", 64000, 1, "a"), guaranteed("a2", 64000, 1, "a"),
+               guaranteed("b", 64000, 3), {"c", "", 4000, -1}};
+  EXPECT_EQ(detail::deserved_shares(in).gpu, (std::vector<std::int64_t>{40000, 10000, 30000, 40000, 0}));
+}
+
+// Queues within their shares go first, whatever the priorities; what a
+// queue does not use (it asks for less, or its jobs fit nowhere) is
+// borrowed by the others.
+TEST(Quotas, SharesGoFirstAndTheRestIsBorrowed) {
+  auto s = cpu();
+  auto round = [&](std::vector<queue_spec> queues, int a_jobs, int b_jobs, bool b_fits = true) {
+    round_input in;
+    in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(8).gpus(8).build();  // 64 GPUs
+    in.queues = std::move(queues);
+    add_jobs(in, "a", a_jobs, 8, 5);  // a's jobs outrank b's
+    add_jobs(in, "b", b_jobs, 8, 0);
+    if (!b_fits) {
+      for (auto& j : in.pending) {
+        if (j.queue == "b") j.allowed_gpu_models = {"no-such-model"};
+      }
+    }
+    auto const r = s.solve(in);
+    expect_round_invariants(in, r);
+    for (auto const& u : r.unplaced_jobs) EXPECT_NE(u.reason, unplaced_reason::quota_exceeded) << u.detail;
+    return placed_by_queue(in, r);
+  };
+  using counts = std::map<std::string, int>;
+  // Without queues, priority takes all: a 8.
+  EXPECT_EQ(round({}, 8, 4), (counts{{"a", 8}}));
+  // Two queues, no guarantees: equal weights, 4 each.
+  EXPECT_EQ(round({{"a", "", -1, -1}, {"b", "", -1, -1}}, 8, 4), (counts{{"a", 4}, {"b", 4}}));
+  // Guarantees 32 + 32: 4 each.
+  EXPECT_EQ(round({guaranteed("a", 32000), guaranteed("b", 32000)}, 8, 4), (counts{{"a", 4}, {"b", 4}}));
+  // b asks for 2: a borrows the rest of b's guarantee.
+  EXPECT_EQ(round({guaranteed("a", 32000), guaranteed("b", 32000)}, 8, 2), (counts{{"a", 6}, {"b", 2}}));
+  // No guarantees, weights 1:3.
+  EXPECT_EQ(round({guaranteed("a", 0, 1), guaranteed("b", 0, 3)}, 8, 8), (counts{{"a", 2}, {"b", 6}}));
+  // b's jobs fit nowhere: a borrows all of it in the second pass.
+  EXPECT_EQ(round({guaranteed("a", 32000), guaranteed("b", 32000)}, 8, 4, false), (counts{{"a", 8}}));
+}
+
+/// Running job `name` of `queue` holding all 8 GPUs of node n, preemptible,
+/// at priority 0, with `secs` of work since its checkpoint.
+void occupy(round_input& in, std::string name, std::string queue, std::int32_t n, std::int64_t secs) {
+  running_job r;
+  r.name = std::move(name);
+  r.queue = std::move(queue);
+  r.per_replica = {8, 1000, 1000, 1024};
+  r.replicas = {{n, {0, 1, 2, 3, 4, 5, 6, 7}, 1000}};
+  r.preemptible = true;
+  r.start_time = in.now - secs;
+  r.last_checkpoint = r.start_time;
+  auto& nd = in.state.nodes[static_cast<std::size_t>(n)];
+  std::fill(nd.gpu_free_milli.begin(), nd.gpu_free_milli.end(), 0);
+  nd.cpu_milli_free -= 1000;
+  nd.memory_mib_free -= 1024;
+  in.running.push_back(std::move(r));
+}
+
+// With preemption on, a queue below its guarantee reclaims what another
+// borrowed (cheapest first, at equal priority: reason "quota"); work within
+// a guarantee is never preempted by another queue, even for a higher
+// priority.
+TEST(Quotas, PreemptionReclaimsBorrowedCapacityButNeverAGuarantee) {
+  auto s = cpu();
+  auto base = [] {
+    round_input in;
+    in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(8).gpus(8).build();  // 64 GPUs
+    in.now = 100000;
+    in.pol.queue.preemption = true;
+    in.pol.queue.loaning = false;
+    in.queues = {guaranteed("a", 32000), guaranteed("b", 32000), {"c", "", -1, -1}};
+    return in;
+  };
+  // a borrowed all 64 GPUs; b asks for 8 of its guarantee.
+  round_input in = base();
+  for (int n = 0; n < 8; ++n) occupy(in, "a-run-" + std::to_string(n), "a", n, 1000 + (n == 5 ? 0 : 500));
+  add_jobs(in, "b", 1, 8);
+  auto r = s.solve(in);
+  expect_round_invariants(in, r);
+  ASSERT_EQ(r.preemptions.size(), 1U);
+  EXPECT_EQ(r.preemptions[0].job, "a-run-5");  // the least work lost
+  EXPECT_EQ(r.preemptions[0].reason, "quota");
+  ASSERT_EQ(r.placements.size(), 1U);
+  // Without a guarantee behind it, the same job preempts nothing.
+  in.queues[1].gpu_milli_guarantee = 0;
+  r = s.solve(in);
+  EXPECT_TRUE(r.preemptions.empty());
+  EXPECT_TRUE(r.placements.empty());
+
+  // a and b at their guarantees: b's next job reclaims nothing, and c's
+  // job, outranking everyone, finds no work beyond a guarantee.
+  in = base();
+  for (int n = 0; n < 8; ++n) occupy(in, "run-" + std::to_string(n), n < 4 ? "a" : "b", n, 1000);
+  add_jobs(in, "b", 1, 8);
+  add_jobs(in, "c", 1, 8, 9);
+  r = s.solve(in);
+  EXPECT_TRUE(r.preemptions.empty());
+  EXPECT_TRUE(r.placements.empty());
+  // a at 40 (8 beyond its guarantee), b at 24: c's job takes a's cheapest
+  // for its priority, never b's (below its guarantee); b's job then
+  // reclaims nothing, since a is back at its guarantee.
+  in = base();
+  for (int n = 0; n < 8; ++n) occupy(in, "run-" + std::to_string(n), n < 5 ? "a" : "b", n, n == 6 ? 10 : 1000 + n);
+  add_jobs(in, "c", 1, 8, 9);
+  add_jobs(in, "b", 1, 8, 0);
+  r = s.solve(in);
+  expect_round_invariants(in, r);
+  ASSERT_EQ(r.preemptions.size(), 1U);
+  EXPECT_EQ(r.preemptions[0].job, "run-0");
+  EXPECT_EQ(r.preemptions[0].reason, "priority");
+  EXPECT_EQ(in.pending[static_cast<std::size_t>(r.preemptions[0].for_job)].queue, "c");
+}
+
+// Random rounds at one priority with preemption on: every preemption is a
+// reclaim, and no queue ends below its guarantee (or below what it held,
+// if that was less). Its usage only falls through those checked stops, so
+// the bound holds at the round's end.
+TEST(Quotas, RandomReclaimKeepsEveryGuarantee) {
+  auto s = cpu();
+  std::mt19937_64 rng(424242);
+  int reclaims = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    round_input first = testing_support::random_round(rng, 6, 30);
+    round_result const placed = s.solve(first);
+    round_input in = testing_support::with_running(rng, first, placed, 0);
+    in.pending = testing_support::random_round(rng, 6, 30).pending;
+    for (auto& j : in.pending) j.priority = 0;
+    for (auto& r : in.running) {
+      r.priority = 0;
+      r.preemptible = true;
+    }
+    in.pol.queue.preemption = true;
+    in.pol.queue.loaning = false;
+    add_queues(rng, in);
+    auto const r = s.solve(in);
+    SCOPED_TRACE("iteration " + std::to_string(iter));
+    expect_round_invariants(in, r);
+    expect_within_limits(in, r, "iteration " + std::to_string(iter));
+    auto const before = usage(in, nullptr);
+    auto after = usage(in, &r);
+    for (auto const& q : in.queues) {
+      auto const b = before.count(q.name) ? before.at(q.name) : 0;
+      EXPECT_GE(after[q.name], std::min(b, q.gpu_milli_guarantee)) << "queue " << q.name << " held " << b;
+    }
+    for (auto const& p : r.preemptions) {
+      EXPECT_EQ(p.reason, "quota");
+      ++reclaims;
+    }
+    if (::testing::Test::HasFailure()) return;
+  }
+  EXPECT_GT(reclaims, 20);
 }
 
 }  // namespace

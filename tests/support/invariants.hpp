@@ -68,8 +68,15 @@ inline void release_cross_round(round_input const& in, round_result const& r, st
       EXPECT_TRUE(rj->preemptible) << p.job << " is not preemptible";
       ASSERT_GE(p.for_job, 0);
       ASSERT_LT(p.for_job, static_cast<std::int32_t>(in.pending.size()));
-      EXPECT_LT(rj->priority, in.pending[p.for_job].priority)
-          << p.job << " preempted for a job of equal or lower priority";
+      auto const& for_job = in.pending[static_cast<std::size_t>(p.for_job)];
+      if (p.reason == "quota") {  // a reclaim for a guarantee: across queues, the job's own has one
+        EXPECT_NE(rj->queue, for_job.queue) << p.job << " reclaimed for its own queue";
+        EXPECT_TRUE(std::any_of(in.queues.begin(), in.queues.end(), [&](queue_spec const& q) {
+          return q.name == for_job.queue && (q.gpu_milli_guarantee > 0 || q.cpu_milli_guarantee > 0);
+        })) << p.job << " reclaimed for a queue without a guarantee";
+      } else {
+        EXPECT_LT(rj->priority, for_job.priority) << p.job << " preempted for a job of equal or lower priority";
+      }
     }
     for (auto const& rp : rj->replicas) give_back(nodes[rp.node], rj->per_replica, rp);  // whole job
   }

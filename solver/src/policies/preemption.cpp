@@ -28,8 +28,16 @@
 // domain's nodes offered, on a state with the victims stopped), and its
 // placement is the one applied; if the core disagrees, the next-best node or
 // domain is tried.
+//
+// Queues (quotas.hpp queue_guarantees). Running work is a candidate only
+// if its queues keep their guarantees without it (the job's start
+// counted), and a set only if they keep them without the whole set: no
+// preemption leaves a queue below its guarantee. A job whose queue is below its guarantee
+// (with the job) may also stop such work at its own priority or above:
+// the reclaim of borrowed capacity (reason "quota").
 #include "host_fit.hpp"
 #include "policies.hpp"
+#include "../quotas.hpp"
 
 #include <placer/topology/error.hpp>
 
@@ -70,7 +78,7 @@ class planner {
           round_result& out)
       : core_(core), ws_(ws), scope_(scope), out_(out),
         shapes_(overrides != nullptr ? *overrides : ws.in.pending),
-        loaning_(ws.in.pol.queue.loaning) {}
+        loaning_(ws.in.pol.queue.loaning), guarantees_(ws.in) {}
 
   void place(std::int32_t j);
 
@@ -83,8 +91,10 @@ class planner {
   /// with `victims` stopped; empty unless all `need` replicas are placed.
   std::vector<replica_placement> confirm(work_state const& ws, std::int32_t j, std::vector<std::int32_t> const& dom,
                                          std::vector<std::size_t> const& victims, std::int64_t need);
-  /// Victim candidates for a job of priority `prio`, alive in `ws`, cheapest first.
-  [[nodiscard]] std::vector<std::size_t> candidates(work_state const& ws, std::int32_t prio) const;
+  /// Victim candidates, alive in `ws`, for `replicas` more replicas of
+  /// `shape`, cheapest first; measures the queues' usage in `ws` for
+  /// cheapest_in's calls on the same state.
+  [[nodiscard]] std::vector<std::size_t> candidates(work_state const& ws, job const& shape, std::int64_t replicas);
   /// Node sets of the domains the job must fit in (one set: the cluster).
   [[nodiscard]] std::vector<std::vector<std::int32_t>> domains_for(job const& shape) const;
   void apply(std::int32_t j, std::int64_t prev, std::vector<std::size_t> const& victims,
@@ -96,21 +106,34 @@ class planner {
   round_result& out_;
   std::vector<job> shapes_;  ///< per pending job: the shape searched (overrides applied)
   bool loaning_;
+  queue_guarantees guarantees_;
+  std::int32_t queue_ = -1;  ///< the queue of the job being placed ...
+  std::int64_t take_gpu_ = 0, take_cpu_ = 0;  ///< ... and what one victim set makes room for
   // Per-node scratch for cheapest_in, all zero between calls (a call sets
   // and clears only its domain's entries: per-node searches stay O(node)).
   std::vector<char> in_dom_;
   std::vector<std::int64_t> base_fit_;
 };
 
-std::vector<std::size_t> planner::candidates(work_state const& ws, std::int32_t prio) const {
+std::vector<std::size_t> planner::candidates(work_state const& ws, job const& shape, std::int64_t replicas) {
   float const threshold = ws.in.pol.queue.sensitivity_threshold;
+  guarantees_.measure(ws.running, ws.alive);
   std::vector<std::size_t> c;
+  std::vector<std::size_t> one(1);
   for (std::size_t r = 0; r < ws.running.size(); ++r) {
     auto const& rj = ws.running[r];
     if (ws.alive[r] == 0 || ws.started_from[r] >= 0) continue;  // stopped, or placed this round
-    if (!rj.preemptible || rj.priority >= prio) continue;         // never equal or higher priority
+    if (!rj.preemptible || rj.replicas.empty()) continue;
     if (scope_ == preempt_scope::network && rj.network_sensitivity >= threshold) continue;
-    if (rj.replicas.empty()) continue;
+    // Never equal or higher priority, but for a queue's guarantee.
+    if (rj.priority >= shape.priority &&
+        (scope_ != preempt_scope::priority ||
+         !guarantees_.within_guarantee(queue_, guarantees_.index(rj.queue), shape.per_replica.gpu_milli_total() * replicas,
+                                       shape.per_replica.cpu_milli * replicas))) {
+      continue;
+    }
+    one[0] = r;
+    if (!guarantees_.keeps_guarantees(queue_, take_gpu_, take_cpu_, ws.running, one)) continue;
     c.push_back(r);
   }
   std::vector<std::int64_t> cost(ws.running.size(), 0);
@@ -261,7 +284,7 @@ std::optional<victim_set> planner::cheapest_in(work_state const& ws, std::vector
       for (std::size_t k = 0; k < local.size(); ++k) {
         if ((m >> k) & 1U) set.push_back(local[k]);
       }
-      if (holds(set)) {
+      if (guarantees_.keeps_guarantees(queue_, take_gpu_, take_cpu_, ws.running, set) && holds(set)) {
         best.victims = set;
         best.cost = mcost[m];
         return best;
@@ -276,6 +299,10 @@ std::optional<victim_set> planner::cheapest_in(work_state const& ws, std::vector
   bool fits = false;
   for (std::size_t k = 0; k < local.size() && !fits; ++k) {
     set.push_back(local[k]);
+    if (!guarantees_.keeps_guarantees(queue_, take_gpu_, take_cpu_, ws.running, set)) {  // together they would take a guarantee
+      set.pop_back();
+      continue;
+    }
     set_cost.push_back(cost[k]);
     fits = holds(set);
   }
@@ -312,7 +339,10 @@ std::vector<replica_placement> planner::confirm(work_state const& ws, std::int32
 
 void planner::apply(std::int32_t j, std::int64_t prev, std::vector<std::size_t> const& victims,
                     std::vector<replica_placement> const& reps, std::int32_t wanted) {
-  char const* reason = scope_ == preempt_scope::network ? "network" : "priority";
+  auto const reason = [&](std::size_t r) {
+    if (scope_ == preempt_scope::network) return "network";
+    return ws_.running[r].priority < shapes_[static_cast<std::size_t>(j)].priority ? "priority" : "quota";
+  };
   if (prev >= 0) {
     // The partial placement an earlier step made is replaced by the new one.
     ws_.stop(static_cast<std::size_t>(prev));
@@ -321,7 +351,7 @@ void planner::apply(std::int32_t j, std::int64_t prev, std::vector<std::size_t> 
                           out_.placements.end());
   }
   for (auto r : victims) {
-    out_.preemptions.push_back({ws_.running[r].name, reason, j, ws_.lost_work(r)});
+    out_.preemptions.push_back({ws_.running[r].name, reason(r), j, ws_.lost_work(r)});
     ws_.stop(r);
   }
   ws_.start(j, reps);
@@ -336,6 +366,7 @@ void planner::apply(std::int32_t j, std::int64_t prev, std::vector<std::size_t> 
 void planner::place(std::int32_t j) {
   job const shape = shapes_[static_cast<std::size_t>(j)];
   if (shape.replicas <= 0) return;
+  queue_ = guarantees_.index(shape.queue);
   std::int64_t const prev = ws_.running_of(j);
   std::vector<replica_placement> const old =
       prev >= 0 ? ws_.running[static_cast<std::size_t>(prev)].replicas : std::vector<replica_placement>{};
@@ -345,12 +376,15 @@ void planner::place(std::int32_t j) {
   bool const domain_mode =
       shape.replicas > 1 && (shape.gang || required || scope_ == preempt_scope::network);
 
+  std::int64_t const per_set = domain_mode ? shape.replicas : 1;
+  take_gpu_ = shape.per_replica.gpu_milli_total() * per_set;
+  take_cpu_ = shape.per_replica.cpu_milli * per_set;
   if (domain_mode) {
     // The whole job in one domain. A partial placement (non-gang topology
     // job) is released in the trial and replaced only if the job then fits.
     work_state base(ws_);
     if (prev >= 0) base.stop(static_cast<std::size_t>(prev));
-    auto const cands = candidates(base, shape.priority);
+    auto const cands = candidates(base, shape, shape.replicas);
     auto const doms = domains_for(shape);
     std::vector<victim_set> options;
     for (std::size_t d = 0; d < doms.size(); ++d) {
@@ -382,7 +416,7 @@ void planner::place(std::int32_t j) {
   while (static_cast<std::int32_t>(got.size()) < shape.replicas) {
     // Victims per node (cheapest first), so each node's search sees only its own.
     std::vector<std::vector<std::size_t>> on_node(static_cast<std::size_t>(n_nodes));
-    for (auto r : candidates(trial, shape.priority)) {
+    for (auto r : candidates(trial, shape, shape.replicas - static_cast<std::int64_t>(got.size()))) {
       for (auto const& rp : trial.running[r].replicas) {
         if (rp.node < 0 || rp.node >= n_nodes) continue;
         auto& l = on_node[static_cast<std::size_t>(rp.node)];

@@ -210,12 +210,16 @@ struct policy {
 
 /// A queue (a tenant) of a round's queue tree. Jobs name their queue in
 /// job::queue; a queue's usage is its own running and placed work plus its
-/// children's. -1 = no limit.
+/// children's. -1 = no limit. Siblings share their parent's capacity by
+/// deserved share: each its guarantee, then the rest by weight (quotas.hpp).
 struct queue_spec {
   std::string name;
   std::string parent;  ///< "" = a root
   std::int64_t gpu_milli_limit = -1;
   std::int64_t cpu_milli_limit = -1;
+  std::int64_t gpu_milli_guarantee = 0;
+  std::int64_t cpu_milli_guarantee = 0;
+  std::int32_t weight = 1;  ///< 1..1000
   bool operator==(queue_spec const&) const = default;
 };
 
@@ -299,7 +303,7 @@ struct unplaced {
 
 struct preemption {
   std::string job;         ///< running job name (a gang is preempted whole)
-  std::string reason;      ///< "priority", "reclaim", "network"
+  std::string reason;      ///< "priority", "reclaim", "network", "quota" (a queue below its guarantee)
   std::int32_t for_job = -1;     ///< pending index it makes room for; -1 for a reclaim
   std::int64_t lost_work = 0;    ///< milli-GPU x seconds since the last checkpoint
 };
