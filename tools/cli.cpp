@@ -90,4 +90,19 @@ std::string shared_data_dir(char const* argv0, std::string const& explicit_dir) 
   return "../shared/data";
 }
 
+std::vector<std::string> split(std::string const& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else if (c != ' ') {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
 }  // namespace placer::tools

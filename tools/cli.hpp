@@ -47,6 +47,9 @@ cli_args parse_cli(int argc, char** argv, int first, std::set<std::string> const
 /// --client-cert FILE (this client's secret certificate), both or neither.
 client_options client_connection(cli_args const& a, int timeout_ms);
 
+/// The non-empty parts of a list such as "a,b, c" (spaces dropped).
+std::vector<std::string> split(std::string const& s, char sep = ',');
+
 /// The shared data directory: `explicit_dir` if given, else $PLACER_DATA_DIR,
 /// else shared/data beside the repository the running binary was built in
 /// (build/placer -> <repo>/../shared/data), else ../shared/data.

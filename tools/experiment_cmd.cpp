@@ -53,20 +53,6 @@ char const* const usage =
     "  --jobs      worker threads (default: hardware threads)\n";
 
 
-std::vector<std::string> split(std::string const& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  for (char c : s) {
-    if (c == sep) {
-      if (!cur.empty()) out.push_back(cur);
-      cur.clear();
-    } else if (c != ' ') {
-      cur += c;
-    }
-  }
-  if (!cur.empty()) out.push_back(cur);
-  return out;
-}
 
 std::vector<std::uint64_t> parse_seeds(std::string const& s) {
   std::vector<std::uint64_t> out;
@@ -103,9 +89,10 @@ int cmd_experiment_policies(int argc, char** argv);
 
 int cmd_experiment(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[2]) == "policies") return cmd_experiment_policies(argc, argv);
+  if (argc >= 3 && std::string(argv[2]) == "tenants") return cmd_experiment_tenants(argc, argv);
   try {
     if (argc < 3 || std::string(argv[2]) != "fgd")
-      throw usage_error("expected 'placer experiment fgd ...' or 'placer experiment policies ...'");
+      throw usage_error("expected 'placer experiment fgd|policies|tenants ...'");
     std::set<std::string> const valued{"workload", "seeds", "plot", "policies", "batch", "data", "jobs"};
     std::set<std::string> const boolean{"all", "json", "help"};
     auto const args = parse_cli(argc, argv, 3, valued, boolean, "experiment fgd");

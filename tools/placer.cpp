@@ -80,6 +80,7 @@ usage:
                 (trace-driven discrete-event simulator; `placer simulate --help`)
   placer experiment fgd [--workload NAME|--all] [--seeds 42-51] [--json] [--plot FILE]
   placer experiment policies [--trace itp:clusterNN] [--out DIR] [--json]
+  placer experiment tenants [--trace itp:clusterNN] [--out DIR] [--json]
                 (the FGD paper's table; each cross-round policy on and off on real traces)
   placer version
 

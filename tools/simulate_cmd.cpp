@@ -83,15 +83,6 @@ std::set<std::string> const valued =
          sim::policy_valued_options());
 std::set<std::string> const boolean = with({"on-event", "progress", "quiet", "help"}, sim::policy_flag_options());
 
-std::vector<std::string> split(std::string const& s, char sep) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream is(s);
-  while (std::getline(is, cur, sep)) {
-    if (!cur.empty()) out.push_back(cur);
-  }
-  return out;
-}
 
 }  // namespace
 

@@ -152,6 +152,7 @@ sim_result run_simulation(workload const& w, sim_config const& cfg, solve_fn con
   in.state = w.nodes;
   in.pol.algo = cfg.algo;
   in.pol.queue = cfg.queue;
+  in.queues = cfg.queues;
   for (auto const& n : in.state.nodes) {
     if (!n.healthy || n.gpu_count() == 0) continue;
     ++res.gpu_nodes;
@@ -184,6 +185,15 @@ sim_result run_simulation(workload const& w, sim_config const& cfg, solve_fn con
   }
   std::stable_sort(order.begin(), order.end(),
                    [&](std::size_t a, std::size_t b) { return w.jobs[a].submit_time < w.jobs[b].submit_time; });
+  std::vector<std::int32_t> job_queue;  // per job: its index in cfg.queues (-1: none); empty without queues
+  if (!cfg.queues.empty()) {
+    job_queue.assign(n_jobs, -1);
+    for (std::size_t i = 0; i < n_jobs; ++i) {
+      for (std::size_t q = 0; q < cfg.queues.size(); ++q) {
+        if (cfg.queues[q].name == w.jobs[i].queue) job_queue[i] = static_cast<std::int32_t>(q);
+      }
+    }
+  }
   std::vector<std::size_t> rank(n_jobs);  // arrival rank: the queue stays in this order
   for (std::size_t k = 0; k < n_jobs; ++k) rank[order[k]] = k;
   if (n_jobs == 0) return res;
@@ -222,6 +232,18 @@ sim_result run_simulation(workload const& w, sim_config const& cfg, solve_fn con
     s.frag = last_frag;
     s.queue = static_cast<std::int32_t>(pending.size());
     s.running = static_cast<std::int32_t>(in.running.size());
+    if (!job_queue.empty()) {
+      s.queue_milli.assign(cfg.queues.size(), 0);
+      s.queue_demand_milli.assign(cfg.queues.size(), 0);
+      for (auto idx : running_idx) {
+        if (job_queue[idx] < 0) continue;
+        s.queue_milli[static_cast<std::size_t>(job_queue[idx])] += st[idx].cur_milli;
+        s.queue_demand_milli[static_cast<std::size_t>(job_queue[idx])] += st[idx].cur_milli;
+      }
+      for (auto idx : pending) {
+        if (job_queue[idx] >= 0) s.queue_demand_milli[static_cast<std::size_t>(job_queue[idx])] += res.jobs[idx].gpu_milli;
+      }
+    }
     if (!res.series.empty() && res.series.back().time == t) {
       res.series.back() = s;
     } else {
@@ -379,6 +401,7 @@ sim_result run_simulation(workload const& w, sim_config const& cfg, solve_fn con
       rj.max_replicas = std::max(j.max_replicas, j.min_replicas);
     }
     rj.network_sensitivity = j.network_sensitivity;
+    if (!cfg.queues.empty()) rj.queue = j.queue;
     rj.start_time = t;
     st[idx].run_pos = static_cast<std::int64_t>(in.running.size());
     in.running.push_back(std::move(rj));

@@ -395,6 +395,45 @@ TEST(SimPolicies, RealSolverRunsAreConserved) {
   }
 }
 
+// Queues over a whole run, with the real solver: each sample's per-queue
+// usage adds up to the cluster's allocation, and no queue is ever past its
+// limit (the run's rounds refuse what would take it there).
+TEST(SimPolicies, QueuesStayWithinTheirLimitsOverARun) {
+  sim::workload_options o;
+  o.trace = "synthetic";
+  o.synthetic_jobs = 160;
+  o.arrival_rate = 8;
+  o.nodes = 8;
+  o.seed = 11;
+  auto w = sim::load_workload(o);
+  char const* const names[] = {"research", "prod", "batch"};
+  for (std::size_t i = 0; i < w.jobs.size(); ++i) w.jobs[i].queue = names[i % 3];
+  solver s(kernels::select_backend("cpu"));
+  for (bool preemption : {false, true}) {
+    SCOPED_TRACE(preemption ? "preemption" : "no preemption");
+    auto cfg = config(60);
+    cfg.queue.loaning = false;
+    cfg.queue.preemption = preemption;
+    cfg.queues = {{"research", "", 16000, -1}, {"prod", "", -1, -1}, {"batch", "", 8000, -1}};
+    cfg.queues[1].gpu_milli_guarantee = 24000;
+    cfg.queues[0].weight = 2;
+    auto const r = sim::run_simulation(w, cfg, sim::in_process(s));
+    check_conservation(r);
+    EXPECT_GT(r.unplaced.count("QuotaExceeded") ? r.unplaced.at("QuotaExceeded") : 0, 0);
+    std::int64_t peak_research = 0;
+    for (auto const& x : r.series) {
+      ASSERT_EQ(x.queue_milli.size(), 3U);
+      EXPECT_EQ(x.queue_milli[0] + x.queue_milli[1] + x.queue_milli[2], x.allocated_milli) << "t=" << x.time;
+      EXPECT_LE(x.queue_milli[0], 16000) << "t=" << x.time;
+      EXPECT_LE(x.queue_milli[2], 8000) << "t=" << x.time;
+      for (std::size_t q = 0; q < 3; ++q) EXPECT_GE(x.queue_demand_milli[q], x.queue_milli[q]);
+      peak_research = std::max(peak_research, x.queue_milli[0]);
+      if (::testing::Test::HasFailure()) return;
+    }
+    EXPECT_GT(peak_research, 8000);  // the limit is reached, not just respected
+  }
+}
+
 // ---------------------------------------------------------- mixed workload
 
 std::string data_dir() {
@@ -631,6 +670,35 @@ TEST(SimPolicies, ExperimentPoliciesSmoke) {
                         "itp_cluster02/gar.svg", "mixed_cluster02/jwtd_cdf.svg", "mixed_cluster02/jobs_+loaning.csv"}) {
     EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
   }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(SimPolicies, ExperimentTenantsSmoke) {
+  std::string out;
+  if (run_placer("experiment tenants --help", out) < 0) GTEST_SKIP() << "placer binary not built beside the test";
+  if (!have_data()) GTEST_SKIP() << "ITP or DLRM data not found under " << data_dir();
+  auto const dir = std::filesystem::temp_directory_path() / "placer_tenants_smoke";
+  std::filesystem::remove_all(dir);
+  int const rc = run_placer("experiment tenants --data " + data_dir() + " --limit 300 --nodes 8 --backend cpu --json " +
+                                "--out " + dir.string(),
+                            out);
+  ASSERT_EQ(rc, 0) << out;
+  // One JSON line per run, each tenant's jobs adding up to the 300.
+  int lines = 0;
+  for (char const* run : {"shared", "shared+preempt", "hard-quota", "shares", "shares+reclaim", "drf"}) {
+    auto const at = out.find(std::string("\"run\":\"") + run + "\"");
+    ASSERT_NE(at, std::string::npos) << run << "\n" << out;
+    auto const line = out.substr(at, out.find('\n', at) - at);
+    int jobs = 0;
+    for (auto k = line.find("\"tenant\":"); k != std::string::npos; k = line.find("\"tenant\":", k + 1)) {
+      jobs += std::atoi(line.c_str() + line.find("\"jobs\":", k) + 7);
+    }
+    EXPECT_EQ(jobs, 300) << line;
+    EXPECT_TRUE(std::filesystem::exists(dir / (std::string("share_") + run + ".svg"))) << run;
+    ++lines;
+  }
+  EXPECT_EQ(lines, 6);
+  EXPECT_TRUE(std::filesystem::exists(dir / "summary.json"));
   std::filesystem::remove_all(dir);
 }
 

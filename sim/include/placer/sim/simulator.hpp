@@ -54,6 +54,9 @@ struct sim_config {
   bool on_event = false;        ///< also run a round right after arrivals/completions
   std::int64_t horizon = 0;     ///< stop at first submit + horizon; 0 = run to the end
   bool progress = false;        ///< progress bar on stderr
+  /// The queue tree sent in every round (round_input::queues); the jobs'
+  /// job::queue name their queues. Empty: job::queue is not read.
+  std::vector<queue_spec> queues;
 };
 
 /// One round: the solver call. Must return a result for `in` (placements
@@ -99,6 +102,9 @@ struct sample {
   std::int64_t loaned_milli = 0;     ///< allocated to training/batch jobs on inference-pool nodes
   double gar = 0, gfr = 0, frag = 0;
   std::int32_t queue = 0, running = 0;
+  /// Per sim_config::queues entry (empty without queues): GPU milli held by
+  /// the jobs that name it, and their demand (held + pending nominal).
+  std::vector<std::int64_t> queue_milli, queue_demand_milli;
 };
 
 struct sim_result {
