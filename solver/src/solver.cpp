@@ -147,12 +147,16 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
   if (in.queues.empty()) return solve_admitted(in, memory);
   // Queues (quotas.hpp): the jobs that would take a queue past its bound
   // are left out (QuotaExceeded) and the rest solved as a round of their
-  // own. Without cross-round policies the bound is first the deserved
-  // share, and a second pass lends what that leaves up to the limits; with
-  // them, the limit in one pass (preemption reclaims for guarantees).
+  // own. Without cross-round policies other than preemption, the bound is
+  // first the deserved share, and a second pass lends what that leaves up
+  // to the limits; with them, the limit in one pass. Preemption keeps the
+  // guarantees and reclaims for them.
   auto const t = clock_type::now();
   validate(in);
-  bool const two_passes = !in.pol.queue.any_cross_round() && !reclaim_possible(in);
+  auto const& qp = in.pol.queue;
+  bool const at_most_preemption = qp.backfill == backfill_mode::off && !qp.elastic && !qp.delay_scheduling &&
+                                  !qp.network_preemption && qp.reclaim_nodes == 0;
+  bool const two_passes = at_most_preemption && !reclaim_possible(in);
   auto plan = detail::plan_quotas(in, two_passes ? detail::admission::by_share : detail::admission::by_limit);
   if (plan.refused.empty() && plan.frozen.empty()) return solve_admitted(in, memory);
   round_input sub = without_jobs(in, in.state, in.running, in.deadline_us);
@@ -195,10 +199,19 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
 void solver::second_pass(round_input const& in, std::uint64_t deadline_us, std::vector<unplaced>& refused,
                          round_result& out) {
   if (refused.empty()) return;
-  // The first pass's placements as running work, charged to their nodes.
+  // The first pass's preemptions and placements applied to the cluster.
   detail::work_state ws(in);
+  for (auto const& p : out.preemptions) {
+    for (std::size_t r = 0; r < in.running.size(); ++r) {
+      if (ws.alive[r] != 0 && in.running[r].name == p.job) ws.stop(r);
+    }
+  }
   for (auto const& p : out.placements) ws.start(p.job, p.replicas);
-  round_input sub = without_jobs(in, std::move(ws.state), std::move(ws.running), deadline_us);
+  std::vector<running_job> running;
+  for (std::size_t r = 0; r < ws.running.size(); ++r) {
+    if (ws.alive[r] != 0) running.push_back(std::move(ws.running[r]));
+  }
+  round_input sub = without_jobs(in, std::move(ws.state), std::move(running), deadline_us);
   sub.queues = in.queues;
   std::vector<std::int32_t> from;  // sub's pending -> in's
   for (auto const& u : refused) {
@@ -218,8 +231,10 @@ void solver::second_pass(round_input const& in, std::uint64_t deadline_us, std::
     to.push_back(from[static_cast<std::size_t>(j)]);
   }
   round2.pending = std::move(admitted);
-  round2.running.resize(in.running.size());  // the first pass's placements are in the node state
   round2.queues.clear();
+  // Lending preempts nothing: the second pass is a plain round.
+  round2.pol.queue.preemption = false;
+  round2.pol.queue.auto_reclaim = false;
   round_result r2 = solve_admitted(round2, nullptr);
   auto const back = [&](std::int32_t j) { return to[static_cast<std::size_t>(j)]; };
   for (auto& p : r2.placements) {

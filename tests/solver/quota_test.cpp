@@ -87,8 +87,9 @@ TEST(Quotas, WhatAnUnplacedJobHeldIsAdmittedAgain) {
   EXPECT_EQ(r.unplaced_jobs[0].job, 0);
   EXPECT_EQ(r.unplaced_jobs[0].reason, unplaced_reason::gang_incomplete);
   EXPECT_EQ(r.metrics.jobs_placed, 1);
-  // With a cross-round policy on, admission stays conservative (one pass).
-  in.pol.queue.preemption = true;
+  // With a cross-round policy other than preemption on (backfill would
+  // reserve again), admission stays conservative (one pass).
+  in.pol.queue.backfill = backfill_mode::easy;
   auto const p = s.solve(in);
   ASSERT_EQ(p.unplaced_jobs.size(), 2U);
   EXPECT_EQ(p.unplaced_jobs[1].reason, unplaced_reason::quota_exceeded);
@@ -390,28 +391,42 @@ TEST(Quotas, PreemptionReclaimsBorrowedCapacityButNeverAGuarantee) {
   EXPECT_TRUE(r.preemptions.empty());
   EXPECT_TRUE(r.placements.empty());
 
-  // a and b at their guarantees: b's next job reclaims nothing, and c's
-  // job, outranking everyone, finds no work beyond a guarantee.
+  // a and b at their guarantees: b's next job reclaims nothing, and a job
+  // in no queue (admitted whatever the shares), outranking everyone, finds
+  // no work beyond a guarantee.
   in = base();
   for (int n = 0; n < 8; ++n) occupy(in, "run-" + std::to_string(n), n < 4 ? "a" : "b", n, 1000);
   add_jobs(in, "b", 1, 8);
-  add_jobs(in, "c", 1, 8, 9);
+  in.pending.push_back(gpu_job("urgent", "", 8, 1, 9));
   r = s.solve(in);
   EXPECT_TRUE(r.preemptions.empty());
   EXPECT_TRUE(r.placements.empty());
-  // a at 40 (8 beyond its guarantee), b at 24: c's job takes a's cheapest
-  // for its priority, never b's (below its guarantee); b's job then
-  // reclaims nothing, since a is back at its guarantee.
+  // a at 40 (8 beyond its guarantee), b at 24: the urgent job takes a's
+  // cheapest for its priority, never b's (below its guarantee); b's job
+  // then reclaims nothing, since a is back at its guarantee.
   in = base();
   for (int n = 0; n < 8; ++n) occupy(in, "run-" + std::to_string(n), n < 5 ? "a" : "b", n, n == 6 ? 10 : 1000 + n);
-  add_jobs(in, "c", 1, 8, 9);
+  in.pending.push_back(gpu_job("urgent", "", 8, 1, 9));
   add_jobs(in, "b", 1, 8, 0);
   r = s.solve(in);
   expect_round_invariants(in, r);
   ASSERT_EQ(r.preemptions.size(), 1U);
   EXPECT_EQ(r.preemptions[0].job, "run-0");
   EXPECT_EQ(r.preemptions[0].reason, "priority");
-  EXPECT_EQ(in.pending[static_cast<std::size_t>(r.preemptions[0].for_job)].queue, "c");
+  EXPECT_EQ(in.pending[static_cast<std::size_t>(r.preemptions[0].for_job)].name, "urgent");
+  // The same high-priority job in queue c (no guarantee; a's and b's fill
+  // the cluster) is past its deserved share: b's job, below its guarantee,
+  // goes first and reclaims a's cheapest; c's is lent nothing, since lending
+  // preempts nothing.
+  in.pending[0].queue = "c";
+  r = s.solve(in);
+  expect_round_invariants(in, r);
+  ASSERT_EQ(r.preemptions.size(), 1U);
+  EXPECT_EQ(r.preemptions[0].job, "run-0");
+  EXPECT_EQ(r.preemptions[0].reason, "quota");
+  EXPECT_EQ(in.pending[static_cast<std::size_t>(r.preemptions[0].for_job)].queue, "b");
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].job, 1);
 }
 
 // Random rounds at one priority with preemption on: every preemption is a
