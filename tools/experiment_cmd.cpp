@@ -290,11 +290,20 @@ int cmd_experiment(int argc, char** argv) {
 namespace {
 
 char const* const policies_usage =
-    "usage: placer experiment policies [--trace T] [--mixed M] [--limit N] [--nodes N] [--inference-nodes N]\n"
-    "                                  [--out DIR] [--json] [--only LIST] [--jobs N] [--data DIR]\n"
-    "                                  [--interval S] [--checkpoint-interval S] [--seed S] [--backend B]\n"
+    "usage: placer experiment policies [--trace T] [--mixed M] [--clusters LIST|all] [--loads LIST] [--limit N]\n"
+    "                                  [--nodes N] [--inference-nodes N] [--out DIR] [--json] [--only LIST]\n"
+    "                                  [--jobs N] [--data DIR] [--interval S] [--checkpoint-interval S]\n"
+    "                                  [--seed S] [--backend B]\n"
     "  --trace     ITP training workload (default itp:cluster02; 'none' skips it)\n"
     "  --mixed     training + inference workload (default mixed:cluster02; 'none' skips it)\n"
+    "  --clusters  ITP clusters instead (e.g. 01,02 or all: every shared cluster with 1,000 jobs or more),\n"
+    "              each as itp:clusterNN and mixed:clusterNN (--trace none / --mixed none drop one kind)\n"
+    "  --loads     cluster sizes as percentages of each trace's peak demand (e.g. 25,35,50; default 50),\n"
+    "              (named NAME@peakL%), raised where the largest job would not fit; with several workloads an across-workload\n"
+    "              summary (below). --load-basis offered: percentages of offered load instead (NAME@loadL%: the jobs'\n"
+    "              GPU time over the cluster's, first to last submission; traces with one burst have a\n"
+    "              peak far above their mean)\n"
+    "  across:     each run's JWTD mean and p90 against placer's (no policy), median and worst\n"
     "  --limit     first N training jobs of each trace (default 6000: all 5,778 of cluster02; 0 = all)\n"
     "  --nodes     training nodes (default: half the trace's default size, 24 for cluster02, so\n"
     "              that jobs queue); --inference-nodes (default: half the training nodes, whole leaves)\n"
@@ -417,12 +426,121 @@ void print_table(std::string const& name, std::string const& description, std::v
   std::fflush(stdout);
 }
 
+/// 8-GPU nodes the training jobs keep busy on average: their GPU time over
+/// the time from the first submission to the last.
+double offered_nodes(sim::workload const& w) {
+  double work = 0;
+  for (std::size_t i = 0; i < w.jobs.size(); ++i) {
+    if (w.jobs[i].kind == job_kind::inference) continue;
+    work += static_cast<double>(w.jobs[i].per_replica.gpus) * w.jobs[i].replicas * static_cast<double>(w.durations[i]);
+  }
+  double const span = w.jobs.empty() ? 0 : static_cast<double>(w.jobs.back().submit_time - w.jobs.front().submit_time);
+  return span > 0 ? work / span / 8.0 : 0.0;
+}
+
+/// One run's JWTD mean and p90 against the no-policy run ("placer") of the
+/// same workload, over a family of workloads (itp or mixed).
+struct across_row {
+  std::string family, run;
+  std::vector<double> mean, p90;  ///< ratios, one per workload with both runs
+  std::vector<std::string> where;
+};
+
+double ratio(double v, double base) { return base > 0 ? v / base : (v > 0 ? 1e9 : 1.0); }
+
+std::vector<across_row> across_workloads(std::vector<policy_run> const& runs, std::vector<sim::workload> const& ws) {
+  std::vector<across_row> rows;
+  for (auto const& r : runs) {
+    if (!r.ok || r.var.label == "placer") continue;
+    auto const base = std::find_if(runs.begin(), runs.end(), [&](policy_run const& b) {
+      return b.ok && b.workload == r.workload && b.var.label == "placer";
+    });
+    if (base == runs.end()) continue;
+    auto const& name = ws[r.workload].name;
+    std::string const family = name.substr(0, name.find(':'));
+    auto it = std::find_if(rows.begin(), rows.end(),
+                           [&](across_row const& a) { return a.family == family && a.run == r.var.label; });
+    if (it == rows.end()) {
+      rows.push_back({family, r.var.label, {}, {}, {}});
+      it = rows.end() - 1;
+    }
+    it->mean.push_back(ratio(r.summary.wait.mean, base->summary.wait.mean));
+    it->p90.push_back(ratio(r.summary.wait.p90, base->summary.wait.p90));
+    it->where.push_back(name);
+  }
+  return rows;
+}
+
+/// Median and worst (largest) of v, and where the worst is.
+std::string median_worst(std::vector<double> const& v, std::vector<std::string> const& where, bool json) {
+  auto const worst = static_cast<std::size_t>(std::max_element(v.begin(), v.end()) - v.begin());
+  double const med = sim::percentile(v, 50);
+  char b[256];
+  if (json) {
+    std::snprintf(b, sizeof b, "{\"median\":%.3f,\"worst\":%.3f,\"worst_at\":%s}", med, v[worst],
+                  sim::json_quote(where[worst]).c_str());
+  } else {
+    std::snprintf(b, sizeof b, "%6.2f %6.2f %-26s", med, v[worst], where[worst].c_str());
+  }
+  return b;
+}
+
+void print_across(std::vector<across_row> const& rows) {
+  for (std::string const family : {"itp", "mixed"}) {
+    bool header = false;
+    for (auto const& a : rows) {
+      if (a.family != family) continue;
+      if (!header) {
+        std::printf("\nacross %zu %s workloads: JWTD against placer (no policy), ratio (lower is better)\n",
+                    a.mean.size(), family.c_str());
+        std::printf("%-12s %6s %6s %-26s %6s %6s %-26s\n", "run", "mean", "worst", "(mean: median, worst, where)",
+                    "p90", "worst", "(p90: median, worst, where)");
+        header = true;
+      }
+      std::printf("%-12s %s %s\n", a.run.c_str(), median_worst(a.mean, a.where, false).c_str(),
+                  median_worst(a.p90, a.where, false).c_str());
+    }
+  }
+  std::fflush(stdout);
+}
+
+std::string across_json(std::vector<across_row> const& rows) {
+  std::string o = "[";
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    auto const& a = rows[k];
+    o += (k ? ",\n" : "\n") + std::string("{\"family\":") + sim::json_quote(a.family) + ",\"run\":" +
+         sim::json_quote(a.run) + ",\"workloads\":" + std::to_string(a.mean.size()) +
+         ",\"jwtd_mean_ratio\":" + median_worst(a.mean, a.where, true) +
+         ",\"jwtd_p90_ratio\":" + median_worst(a.p90, a.where, true) + "}";
+  }
+  return o + "\n]";
+}
+
+/// Per family: the distribution (CDF) over workloads of each run's JWTD
+/// p90 ratio to no policy.
+void write_across_plots(std::vector<across_row> const& rows, fs::path const& out) {
+  for (std::string const family : {"itp", "mixed"}) {
+    sim::line_plot p{"JWTD p90 against no policy, across " + family + " workloads", "ratio to placer (no policy)",
+                     "fraction of workloads"};
+    p.steps = true;
+    p.log_x = true;
+    for (auto const& a : rows) {
+      if (a.family != family) continue;
+      std::vector<double> v;
+      for (auto x : a.p90) v.push_back(std::clamp(x, 1e-2, 1e2));
+      p.series.push_back(sim::cdf(a.run, v));
+    }
+    if (!p.series.empty()) sim::write_svg(p, (out / ("across_" + family + "_p90.svg")).string());
+  }
+}
+
 }  // namespace
 
 int cmd_experiment_policies(int argc, char** argv) {
   try {
     std::set<std::string> const valued{"trace", "mixed", "limit", "nodes", "inference-nodes", "out", "only", "jobs",
-                                       "data", "interval", "checkpoint-interval", "seed", "backend"};
+                                       "data", "interval", "checkpoint-interval", "seed", "backend", "clusters",
+                                       "loads", "load-basis"};
     std::set<std::string> const boolean{"json", "help"};
     auto const args = parse_cli(argc, argv, 3, valued, boolean, "experiment policies");
     auto const& o = args.opts;
@@ -445,11 +563,33 @@ int cmd_experiment_policies(int argc, char** argv) {
     std::string const backend = args.get("backend", "auto");
 
     std::vector<std::string> names;
-    for (auto const& key : {"trace", "mixed"}) {
-      std::string const t = args.get(key, key == std::string("trace") ? "itp:cluster02" : "mixed:cluster02");
-      if (t != "none") names.push_back(t);
+    if (o.count("clusters") != 0) {
+      std::vector<std::string> clusters = split(o.at("clusters"));
+      if (clusters == std::vector<std::string>{"all"}) clusters = {"01", "02", "03", "04", "05", "07", "08", "09"};
+      bool const itp = args.get("trace", "") != "none", mixed = args.get("mixed", "") != "none";
+      for (auto const& c : clusters) {
+        std::string const name = "cluster" + std::string(c.size() == 1 ? "0" : "") + c;
+        if (itp) names.push_back("itp:" + name);
+        if (mixed) names.push_back("mixed:" + name);
+      }
+    } else {
+      for (auto const& key : {"trace", "mixed"}) {
+        std::string const t = args.get(key, key == std::string("trace") ? "itp:cluster02" : "mixed:cluster02");
+        if (t != "none") names.push_back(t);
+      }
     }
     if (names.empty()) throw usage_error("--trace none and --mixed none leave nothing to run");
+    std::vector<long long> loads;
+    for (auto const& l : split(args.get("loads", ""))) {
+      char* end = nullptr;
+      long long const v = std::strtoll(l.c_str(), &end, 10);
+      if (end == l.c_str() || *end != '\0' || v < 1 || v > 400) throw usage_error("--loads: '" + l + "' is not a percentage in 1..400");
+      loads.push_back(v);
+    }
+    if (!loads.empty() && base.nodes != 0) throw usage_error("--loads and --nodes exclude each other");
+    if (loads.empty()) loads.push_back(0);  // 0: --nodes, or half the trace's size
+    std::string const basis = args.get("load-basis", "peak");
+    if (basis != "peak" && basis != "offered") throw usage_error("--load-basis: peak or offered, not '" + basis + "'");
     std::vector<variant> variants = policy_variants();
     if (o.count("only") != 0) {
       auto const want = split(o.at("only"), ',');
@@ -465,21 +605,49 @@ int cmd_experiment_policies(int argc, char** argv) {
     std::vector<sim::workload> workloads;
     std::vector<std::int32_t> training_nodes;
     for (auto const& n : names) {
-      sim::workload_options wo = base;
-      wo.trace = n;
-      if (wo.nodes == 0) {
-        // Half the size the loader picks for the trace (its peak demand):
-        // sized for the peak nothing queues and no policy has work to do.
-        sim::workload const probe = sim::load_workload(wo);
-        std::int32_t training = 0;
-        for (auto const& nd : probe.nodes.nodes) training += nd.pool == pool_kind::inference ? 0 : 1;
-        wo.nodes = std::max(sim::sim_nodes_per_leaf, ((training + 1) / 2 + sim::sim_nodes_per_leaf - 1) /
-                                                         sim::sim_nodes_per_leaf * sim::sim_nodes_per_leaf);
+      std::int32_t last_nodes = -1;
+      for (auto const load : loads) {
+        sim::workload_options wo = base;
+        wo.trace = n;
+        std::string raised;
+        if (wo.nodes == 0) {
+          // A share of the size the loader picks for the trace (its peak
+          // demand; half by default): sized for the peak nothing queues and
+          // no policy has work to do. Whole leaves, and room for the
+          // largest job at its smallest.
+          sim::workload const probe = sim::load_workload(wo);
+          std::int32_t training = 0;
+          for (auto const& nd : probe.nodes.nodes) training += nd.pool == pool_kind::inference ? 0 : 1;
+          std::int64_t want = load == 0 ? (training + 1) / 2 : (training * load + 99) / 100;
+          if (load != 0 && basis == "offered") want = static_cast<std::int64_t>(std::ceil(offered_nodes(probe) * 100.0 / load));
+          std::int64_t largest = 0;
+          for (auto const& j : probe.jobs) {
+            std::int64_t const r = j.min_replicas > 0 ? std::min(j.min_replicas, j.replicas) : j.replicas;
+            largest = std::max(largest, (static_cast<std::int64_t>(j.per_replica.gpus) * r + 7) / 8);
+          }
+          auto const leaf = static_cast<std::int64_t>(sim::sim_nodes_per_leaf);
+          // Whole leaves at the default size; exactly the load asked for.
+          std::int64_t nodes = load == 0 ? std::max(leaf, (want + leaf - 1) / leaf * leaf) : std::max<std::int64_t>(want, 1);
+          if (nodes < largest) {
+            nodes = largest;
+            raised = " (raised from " + std::to_string(want) + " nodes for the largest job)";
+          }
+          wo.nodes = static_cast<std::int32_t>(nodes);
+          if (wo.nodes == last_nodes) {  // the same cluster as the load before: counted once
+            std::fprintf(stderr, "[policies] %s at %lld%%: %d nodes again, skipped\n", n.c_str(), load, wo.nodes);
+            continue;
+          }
+          last_nodes = wo.nodes;
+        }
+        workloads.push_back(sim::load_workload(wo));
+        if (load != 0) workloads.back().name += "@" + std::string(basis == "peak" ? "peak" : "load") + std::to_string(load) + "%";
+        char b[64];
+        std::snprintf(b, sizeof b, "; offered load %.0f%%", 100 * offered_nodes(workloads.back()) / wo.nodes);
+        workloads.back().description += b + raised;
+        training_nodes.push_back(wo.nodes);
+        std::fprintf(stderr, "[policies] workload %s: %s\n", workloads.back().name.c_str(),
+                     workloads.back().description.c_str());
       }
-      workloads.push_back(sim::load_workload(wo));
-      training_nodes.push_back(wo.nodes);
-      std::fprintf(stderr, "[policies] workload %s: %s\n", workloads.back().name.c_str(),
-                   workloads.back().description.c_str());
     }
     auto const is_mixed = [&](std::size_t wi) { return workloads[wi].name.rfind("mixed:", 0) == 0; };
 
@@ -546,6 +714,8 @@ int cmd_experiment_policies(int argc, char** argv) {
         print_table(workloads[wi].name, workloads[wi].description, rs, is_mixed(wi));
       }
     }
+    auto const across = across_workloads(runs, workloads);
+    if (workloads.size() > 1 && !json) print_across(across);
 
     std::size_t failed = 0;
     for (auto const& r : runs) failed += r.ok ? 0 : 1;
@@ -579,7 +749,8 @@ int cmd_experiment_policies(int argc, char** argv) {
         if (!res.empty()) sim::write_outputs(dir, res, sums, wcfg);
         all += (wi ? ",\n" : "\n") + sim::json_quote(workloads[wi].name) + ": " + sim::summary_json(sums, wcfg, false);
       }
-      all += "}\n}\n";
+      all += "},\n\"across\": " + across_json(across) + "\n}\n";
+      if (workloads.size() > 1) write_across_plots(across, out);
       std::ofstream f(out / "summary.json");
       f << all;
       if (!f) throw std::runtime_error("cannot write " + (out / "summary.json").string());

@@ -17,7 +17,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -670,6 +672,36 @@ TEST(SimPolicies, ExperimentPoliciesSmoke) {
                         "itp_cluster02/gar.svg", "mixed_cluster02/jwtd_cdf.svg", "mixed_cluster02/jobs_+loaning.csv"}) {
     EXPECT_TRUE(std::filesystem::exists(dir / f)) << f;
   }
+  std::filesystem::remove_all(dir);
+}
+
+// Across clusters and loads: one workload per (cluster, load), the
+// across-workload table against no policy, and its JSON and plot.
+TEST(SimPolicies, ExperimentPoliciesAcrossClustersAndLoads) {
+  std::string out;
+  if (run_placer("experiment policies --help", out) < 0) GTEST_SKIP() << "placer binary not built beside the test";
+  if (!have_data()) GTEST_SKIP() << "ITP or DLRM data not found under " << data_dir();
+  auto const dir = std::filesystem::temp_directory_path() / "placer_policies_across";
+  std::filesystem::remove_all(dir);
+  int const rc = run_placer("experiment policies --data " + data_dir() + " --clusters 2,05 --mixed none --limit 300 " +
+                                "--loads 50,90 --load-basis offered --only placer,+preemption --backend cpu --out " +
+                                dir.string(),
+                            out);
+  ASSERT_EQ(rc, 0) << out;
+  for (char const* w : {"itp:cluster02@load50%", "itp:cluster02@load90%", "itp:cluster05@load50%"}) {
+    EXPECT_NE(out.find(std::string("\n") + w + ": "), std::string::npos) << w << "\n" << out;
+  }
+  EXPECT_NE(out.find("across "), std::string::npos) << out;
+  EXPECT_NE(out.find("+preemption"), std::string::npos);
+  EXPECT_EQ(out.find("mixed:"), std::string::npos) << "--mixed none";
+  std::ifstream f(dir / "summary.json");
+  std::string const json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(json.find("\"across\": [\n{\"family\":\"itp\",\"run\":\"+preemption\""), std::string::npos) << json;
+  EXPECT_TRUE(std::filesystem::exists(dir / "across_itp_p90.svg"));
+  // Bad values are usage errors.
+  EXPECT_EQ(run_placer("experiment policies --loads 0 --data " + data_dir(), out), 2) << out;
+  EXPECT_EQ(run_placer("experiment policies --loads 50 --nodes 8 --data " + data_dir(), out), 2) << out;
+  EXPECT_EQ(run_placer("experiment policies --loads 50 --load-basis mean --data " + data_dir(), out), 2) << out;
   std::filesystem::remove_all(dir);
 }
 
