@@ -186,6 +186,15 @@ void expect_within_limits(round_input const& in, round_result const& r, std::str
   }
 }
 
+/// A random round on a cluster busy with another random round's placements
+/// (elastic_pct of them elastic), with fresh pending jobs.
+round_input busy_round(solver& s, std::mt19937_64& rng, int elastic_pct) {
+  round_input const first = testing_support::random_round(rng, 6, 30);
+  round_input in = testing_support::with_running(rng, first, s.solve(first), elastic_pct);
+  in.pending = testing_support::random_round(rng, 6, 30).pending;
+  return in;
+}
+
 // Random rounds, every policy mix: no queue passes its limit (or, already
 // past it, grows), and every job is placed or has a reason.
 TEST(Quotas, RandomRoundsStayWithinLimits) {
@@ -193,10 +202,7 @@ TEST(Quotas, RandomRoundsStayWithinLimits) {
   std::mt19937_64 rng(20261125);
   int refused = 0;
   for (int iter = 0; iter < 400; ++iter) {
-    round_input first = testing_support::random_round(rng, 6, 30);
-    round_result const placed = s.solve(first);
-    round_input in = testing_support::with_running(rng, first, placed, 30);
-    in.pending = testing_support::random_round(rng, 6, 30).pending;
+    round_input in = busy_round(s, rng, 30);
     auto& q = in.pol.queue;
     q.preemption = iter % 2 == 0;
     q.elastic = iter % 3 == 0;
@@ -438,10 +444,7 @@ TEST(Quotas, RandomReclaimKeepsEveryGuarantee) {
   std::mt19937_64 rng(424242);
   int reclaims = 0;
   for (int iter = 0; iter < 300; ++iter) {
-    round_input first = testing_support::random_round(rng, 6, 30);
-    round_result const placed = s.solve(first);
-    round_input in = testing_support::with_running(rng, first, placed, 0);
-    in.pending = testing_support::random_round(rng, 6, 30).pending;
+    round_input in = busy_round(s, rng, 0);
     for (auto& j : in.pending) j.priority = 0;
     for (auto& r : in.running) {
       r.priority = 0;
