@@ -15,6 +15,7 @@ find_package(FlatBuffers REQUIRED)     # libflatbuffers (verifier, JSON parser)
 find_program(PLACER_FLATC flatc REQUIRED)  # flatbuffers-compiler
 find_package(prometheus-cpp REQUIRED)  # /metrics: registry and text format (core only)
 find_package(spdlog REQUIRED)          # the service's log lines (text or JSON)
+find_package(nlohmann_json 3 REQUIRED) # the Slurm bridge reads squeue/sinfo --json
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(httplib REQUIRED IMPORTED_TARGET cpp-httplib)  # /metrics, /livez, /readyz
 

@@ -5,4 +5,5 @@ int cmd_experiment(int argc, char** argv);  // experiment_cmd.cpp: `placer exper
 int cmd_experiment_tenants(int argc, char** argv);  // tenants_cmd.cpp: `placer experiment tenants ...`
 int cmd_simulate(int argc, char** argv);    // simulate_cmd.cpp: `placer simulate ...`
 int cmd_bench(int argc, char** argv);       // bench_cmd.cpp: `placer bench ...`
+int cmd_slurm_bridge(int argc, char** argv);  // slurm_bridge_cmd.cpp: `placer slurm-bridge ...`
 }  // namespace placer::tools

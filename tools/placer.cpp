@@ -81,6 +81,7 @@ usage:
   placer experiment fgd [--workload NAME|--all] [--seeds 42-51] [--json] [--plot FILE]
   placer experiment policies [--trace itp:clusterNN] [--out DIR] [--json]
   placer experiment tenants [--trace itp:clusterNN] [--out DIR] [--json]
+  placer slurm-bridge [--endpoint E] [--partition P] [--interval S] [--once] [--dry-run]
                 (the FGD paper's table; each cross-round policy on and off on real traces)
   placer version
 
@@ -587,6 +588,7 @@ int main(int argc, char** argv) {
     if (verb == "experiment") return tools::cmd_experiment(argc, argv);
     if (verb == "simulate") return tools::cmd_simulate(argc, argv);
     if (verb == "bench") return tools::cmd_bench(argc, argv);
+    if (verb == "slurm-bridge") return tools::cmd_slurm_bridge(argc, argv);
     if (verb == "version" || verb == "--version") {
       std::cout << "placer " << PLACER_VERSION << " (CUDA backend " << (kernels::cuda_enabled ? "built" : "not built")
                 << ")\nGPU: " << kernels::cuda_device_summary() << "\n";

@@ -1,0 +1,94 @@
+#pragma once
+// The Slurm bridge (docs/slurm.md): Placer as the placement engine of a
+// live Slurm cluster, through Slurm's own command-line tools.
+//
+// The held-job convention. A job is the bridge's when it was submitted held
+// with a comment that starts with the bridge's tag (`sbatch -H
+// --comment=placer ...`). Each cycle reads those jobs and the nodes
+// (`squeue --json`, `sinfo --json`), builds one Placer round, solves it
+// through the service, and for each placed job runs `scontrol update
+// JobId=N ReqNodeList=... AdminComment=...` and then `scontrol release N`;
+// an unplaced job stays held with Placer's reason in its AdminComment. The
+// bridge keeps no state of its own: a crash between update and release
+// leaves the job held (the next cycle places it again), and jobs released
+// but not yet started hold their requested nodes in the next round.
+//
+//   auto snap = placer::slurm::build_round(squeue_json, sinfo_json, opt);
+//   auto r = solve(snap.round);                     // the service, over ZeroMQ
+//   auto acts = placer::slurm::decide(snap, r);
+//   placer::slurm::apply(acts, placer::slurm::run_command);
+
+#include <placer/solver/model.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace placer::slurm {
+
+/// Slurm's tools failed or said something the bridge cannot read.
+class slurm_error : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct bridge_options {
+  std::string partition;        ///< only this partition's nodes and jobs; "" = every partition
+  std::string tag = "placer";   ///< the comment prefix that makes a held job the bridge's
+  /// Feature names that are racks (a feature with this prefix): the
+  /// topology level gangs are kept within when capacity allows.
+  std::string rack_prefix = "rack";
+};
+
+/// Node labels from Slurm features: "slurm.feature/<feature>=true".
+std::string feature_label(std::string const& feature);
+
+/// Runs argv (no shell), returns its stdout; throws slurm_error with its
+/// stderr when it cannot start, exits non-zero, or runs past timeout_ms.
+std::string run_command(std::vector<std::string> const& argv, int timeout_ms = 30000);
+using command_runner = std::function<std::string(std::vector<std::string> const&)>;
+
+struct skipped_job {
+  std::int64_t job = 0;
+  std::string why;
+};
+
+/// One cycle's view of Slurm as a Placer round.
+struct snapshot {
+  round_input round;                  ///< the nodes, and the held jobs as pending
+  std::vector<std::int64_t> job_ids;  ///< Slurm job id of each pending job
+  std::vector<std::int32_t> node_count;  ///< per pending job: Slurm's -N (distinct nodes)
+  std::vector<skipped_job> skipped;   ///< held jobs of the bridge it cannot express
+  std::int32_t reserved_jobs = 0;     ///< released jobs not started yet, holding their nodes
+};
+
+/// The round from `squeue --json` and `sinfo --json` output. Nodes: GPUs
+/// (model and count from gres, in use from gres_used's indices), CPUs and
+/// memory free, features as labels, down/drained nodes unhealthy, racks as
+/// topology. Jobs: -N as replicas (a gang above one), GPUs per node from
+/// tres_per_node, CPUs and memory per node, --constraint (a&b, a,b or a|b
+/// of plain features) as selectors. Throws slurm_error when the output is
+/// not what Slurm writes; a job it cannot express is skipped, saying why.
+snapshot build_round(std::string const& squeue_json, std::string const& sinfo_json, bridge_options const& opt);
+
+/// What the bridge does to one job.
+struct action {
+  std::int64_t job = 0;
+  std::vector<std::string> nodes;  ///< placed: ReqNodeList, then released; empty: stays held
+  std::string comment;             ///< AdminComment: where it goes, or why it waits
+};
+
+/// Placements become node lists; a placement of a -N job on fewer distinct
+/// nodes than N (Placer put two replicas on one node) stays held, saying
+/// so; unplaced and skipped jobs stay held with Placer's reason.
+std::vector<action> decide(snapshot const& snap, round_result const& r);
+
+/// Runs the actions: per placed job `scontrol update JobId=N ReqNodeList=..
+/// AdminComment=..` then `scontrol release N`; per held job the update of
+/// its AdminComment. A failing command is reported in the returned list
+/// (job id and error) and the others go on.
+std::vector<skipped_job> apply(std::vector<action> const& actions, command_runner const& run);
+
+}  // namespace placer::slurm

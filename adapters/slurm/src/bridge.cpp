@@ -1,0 +1,366 @@
+// The Slurm bridge's translation (bridge.hpp): Slurm's JSON to a Placer
+// round, and Placer's answer to scontrol commands.
+#include <placer/slurm/bridge.hpp>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cctype>
+#include <ctime>
+#include <map>
+#include <set>
+
+namespace placer::slurm {
+
+namespace {
+
+using json = nlohmann::json;
+
+/// AdminComment: one line, bounded.
+constexpr std::size_t max_comment = 240;
+
+json parse(std::string const& text, char const* what) {
+  try {
+    return json::parse(text);
+  } catch (json::exception const& e) {
+    throw slurm_error(std::string(what) + ": not JSON: " + e.what());
+  }
+}
+
+std::string str(json const& o, char const* key) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+std::int64_t num(json const& o, char const* key, std::int64_t def = 0) {
+  auto it = o.find(key);
+  return it != o.end() && it->is_number() ? it->get<std::int64_t>() : def;
+}
+
+std::vector<std::string> split(std::string const& s, char sep) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+bool starts_with(std::string const& s, std::string const& p) { return s.compare(0, p.size(), p) == 0; }
+
+/// A gres entry "gpu[:type]:count[(...)]": type and count; false if not a GPU.
+bool gpu_gres(std::string entry, std::string& type, std::int64_t& count) {
+  if (starts_with(entry, "gres:")) entry = entry.substr(5);
+  if (!starts_with(entry, "gpu")) return false;
+  auto const paren = entry.find('(');
+  std::string const head = entry.substr(0, paren);
+  auto parts = split(head, ':');
+  if (parts.empty() || parts[0] != "gpu") return false;
+  type.clear();
+  count = 1;
+  if (parts.size() == 2) {
+    count = std::stoll(parts[1]);
+  } else if (parts.size() >= 3) {
+    type = parts[1];
+    count = std::stoll(parts[2]);
+  }
+  return true;
+}
+
+/// "IDX:0-3,5" inside gres_used: the GPU indices in use.
+std::vector<std::int32_t> used_indices(std::string const& gres_used) {
+  std::vector<std::int32_t> idx;
+  auto const at = gres_used.find("IDX:");
+  if (at == std::string::npos) return idx;
+  std::string list = gres_used.substr(at + 4);
+  list = list.substr(0, list.find(')'));
+  if (list == "N/A") return idx;
+  for (auto const& part : split(list, ',')) {
+    auto const dash = part.find('-');
+    std::int32_t const a = std::stoi(part.substr(0, dash));
+    std::int32_t const b = dash == std::string::npos ? a : std::stoi(part.substr(dash + 1));
+    for (std::int32_t k = a; k <= b; ++k) idx.push_back(k);
+  }
+  return idx;
+}
+
+/// Node names in a Slurm host list of plain names ("n3,n4"); ranges
+/// ("n[3-4]") expanded for the simple one-bracket form.
+std::vector<std::string> host_list(std::string const& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  int depth = 0;
+  std::vector<std::string> parts;
+  for (char c : s) {
+    if (c == '[') ++depth;
+    if (c == ']') --depth;
+    if (c == ',' && depth == 0) {
+      parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) parts.push_back(cur);
+  for (auto const& p : parts) {
+    auto const open = p.find('[');
+    if (open == std::string::npos) {
+      out.push_back(p);
+      continue;
+    }
+    std::string const prefix = p.substr(0, open);
+    std::string const body = p.substr(open + 1, p.find(']') - open - 1);
+    for (auto const& r : split(body, ',')) {
+      auto const dash = r.find('-');
+      int const a = std::stoi(r.substr(0, dash));
+      int const b = dash == std::string::npos ? a : std::stoi(r.substr(dash + 1));
+      for (int k = a; k <= b; ++k) out.push_back(prefix + std::to_string(k));
+    }
+  }
+  return out;
+}
+
+std::string one_line(std::string s) {
+  for (auto& c : s) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  if (s.size() > max_comment) s = s.substr(0, max_comment - 3) + "...";
+  return s;
+}
+
+bool plain_feature(std::string const& f) {
+  return !f.empty() && std::all_of(f.begin(), f.end(), [](unsigned char c) {
+    return std::isalnum(c) != 0 || c == '_' || c == '-' || c == '.';
+  });
+}
+
+}  // namespace
+
+std::string feature_label(std::string const& feature) { return "slurm.feature/" + feature + "=true"; }
+
+snapshot build_round(std::string const& squeue_json, std::string const& sinfo_json, bridge_options const& opt) {
+  json const info = parse(sinfo_json, "sinfo --json");
+  json const queue = parse(squeue_json, "squeue --json");
+  if (!info.contains("nodes") || !info["nodes"].is_array()) throw slurm_error("sinfo --json: no \"nodes\" list");
+  if (!queue.contains("jobs") || !queue["jobs"].is_array()) throw slurm_error("squeue --json: no \"jobs\" list");
+  snapshot snap;
+  auto& c = snap.round.state;
+  c.topo.level_names = {"cluster", "rack"};
+  c.topo.domains.push_back({"cluster", 0, -1});
+  std::map<std::string, std::int32_t> rack_domain;
+  std::map<std::string, std::size_t> node_at;
+  for (auto const& n : info["nodes"]) {
+    if (!n.is_object()) throw slurm_error("sinfo --json: a node is not an object");
+    std::string const name = str(n, "name");
+    if (name.empty()) throw slurm_error("sinfo --json: a node has no name");
+    if (!opt.partition.empty()) {
+      auto const parts = n.value("partitions", json::array());
+      if (std::find(parts.begin(), parts.end(), opt.partition) == parts.end()) continue;
+    }
+    if (node_at.count(name) != 0) continue;  // listed once per partition
+    node nd;
+    nd.name = name;
+    std::int64_t gpus = 0;
+    for (auto const& g : split(str(n, "gres"), ',')) {
+      std::string type;
+      std::int64_t count = 0;
+      if (gpu_gres(g, type, count)) {
+        gpus += count;
+        if (nd.gpu_model.empty()) nd.gpu_model = type;
+      }
+    }
+    if (gpus > 64) throw slurm_error("sinfo --json: node " + name + " has " + std::to_string(gpus) + " GPUs (at most 64)");
+    nd.gpu_free_milli.assign(static_cast<std::size_t>(gpus), milli_per_gpu);
+    for (auto k : used_indices(str(n, "gres_used"))) {
+      if (k >= 0 && k < gpus) nd.gpu_free_milli[static_cast<std::size_t>(k)] = 0;
+    }
+    nd.cpu_milli_capacity = num(n, "cpus") * 1000;
+    nd.cpu_milli_free = std::max<std::int64_t>(0, nd.cpu_milli_capacity - num(n, "alloc_cpus") * 1000);
+    nd.memory_mib_capacity = num(n, "real_memory");
+    nd.memory_mib_free = std::max<std::int64_t>(0, nd.memory_mib_capacity - num(n, "alloc_memory"));
+    std::string state = str(n, "state");
+    std::transform(state.begin(), state.end(), state.begin(), [](unsigned char ch) { return std::tolower(ch); });
+    bool healthy = state == "idle" || state == "mixed" || state == "allocated";
+    for (auto const& f : n.value("state_flags", json::array())) {
+      if (f.is_string() && (f == "DRAIN" || f == "DRAINING" || f == "DRAINED" || f == "FAIL" || f == "NOT_RESPONDING" ||
+                            f == "MAINTENANCE" || f == "REBOOT_REQUESTED")) {
+        healthy = false;
+      }
+    }
+    nd.healthy = healthy;
+    std::string features = str(n, "active_features");
+    if (features.empty()) features = str(n, "features");
+    for (auto const& f : split(features, ',')) {
+      nd.labels.push_back(feature_label(f));
+      if (!opt.rack_prefix.empty() && starts_with(f, opt.rack_prefix) && nd.domain < 0) {
+        auto [it, fresh] = rack_domain.emplace(f, static_cast<std::int32_t>(c.topo.domains.size()));
+        if (fresh) c.topo.domains.push_back({f, 1, 0});
+        nd.domain = it->second;
+      }
+    }
+    node_at[name] = c.nodes.size();
+    c.nodes.push_back(std::move(nd));
+  }
+  if (rack_domain.empty()) c.topo = {};
+
+  auto const now = static_cast<std::int64_t>(std::time(nullptr));
+  snap.round.now = now;
+  for (auto const& j : queue["jobs"]) {
+    if (!j.is_object()) throw slurm_error("squeue --json: a job is not an object");
+    if (!starts_with(str(j, "comment"), opt.tag)) continue;
+    if (!opt.partition.empty() && str(j, "partition") != opt.partition) continue;
+    if (str(j, "job_state") != "PENDING") continue;
+    std::int64_t const id = num(j, "job_id", -1);
+    if (id < 0) throw slurm_error("squeue --json: a job has no job_id");
+    auto skip = [&](std::string why) { snap.skipped.push_back({id, std::move(why)}); };
+    std::int64_t const nodes = std::max<std::int64_t>(1, num(j, "node_count", 1));
+    std::int64_t gpus = 0;
+    std::string model;
+    bool odd = false;
+    for (auto const& g : split(str(j, "tres_per_node"), ',')) {
+      std::string type;
+      std::int64_t count = 0;
+      try {
+        if (gpu_gres(g, type, count)) {
+          gpus += count;
+          model = type;
+        }
+      } catch (std::exception const&) {
+        odd = true;
+      }
+    }
+    std::int64_t const cpus = std::max(num(j, "minimum_cpus_per_node", 1), (num(j, "cpus", 1) + nodes - 1) / nodes);
+    std::int64_t memory = num(j, "memory_per_node");
+    if (memory <= 0) memory = num(j, "memory_per_cpu") * cpus;
+    bool const held = str(j, "state_reason") == "JobHeldUser";
+    if (!held) {
+      // Released by the bridge but not started: it holds its nodes.
+      auto const req = host_list(str(j, "required_nodes"));
+      if (req.empty()) continue;
+      ++snap.reserved_jobs;
+      for (auto const& name : req) {
+        auto it = node_at.find(name);
+        if (it == node_at.end()) continue;
+        auto& nd = c.nodes[it->second];
+        std::int64_t left = gpus;
+        for (auto& f : nd.gpu_free_milli) {
+          if (left > 0 && f == milli_per_gpu) {
+            f = 0;
+            --left;
+          }
+        }
+        nd.cpu_milli_free = std::max<std::int64_t>(0, nd.cpu_milli_free - cpus * 1000);
+        nd.memory_mib_free = std::max<std::int64_t>(0, nd.memory_mib_free - memory);
+      }
+      continue;
+    }
+    if (odd) {
+      skip("tres_per_node '" + str(j, "tres_per_node") + "' is not a GPU count");
+      continue;
+    }
+    if (!str(j, "tres_per_job").empty()) {
+      skip("--gpus (per job) is not supported: ask for GPUs per node (--gres=gpu:N)");
+      continue;
+    }
+    if (nodes > 4096 || gpus > 64) {
+      skip("-N " + std::to_string(nodes) + " with " + std::to_string(gpus) + " GPUs a node is out of range");
+      continue;
+    }
+    job jb;
+    jb.name = "slurm-" + std::to_string(id);
+    jb.queue.clear();
+    jb.replicas = static_cast<std::int32_t>(nodes);
+    jb.gang = nodes > 1;
+    jb.per_replica.gpus = static_cast<std::int32_t>(gpus);
+    jb.per_replica.cpu_milli = cpus * 1000;
+    jb.per_replica.memory_mib = memory;
+    if (!model.empty()) jb.allowed_gpu_models = {model};
+    jb.submit_time = num(j, "submit_time", now);
+    if (jb.gang && !c.topo.empty()) {
+      jb.topology_level = 1;
+      jb.topo_mode = topology_mode::preferred;
+    }
+    std::string const features = str(j, "features");
+    if (!features.empty()) {
+      bool const any = features.find('|') != std::string::npos;
+      bool const all = features.find('&') != std::string::npos || features.find(',') != std::string::npos;
+      auto const names = split(features, any ? '|' : (features.find('&') != std::string::npos ? '&' : ','));
+      if ((any && all) || !std::all_of(names.begin(), names.end(), plain_feature)) {
+        skip("--constraint '" + features + "': only a&b, a,b or a|b of plain features is supported");
+        continue;
+      }
+      for (auto const& f : names) {
+        if (!any) {
+          jb.constraints.node_selector.push_back(feature_label(f));
+        } else {
+          selector_term t;
+          std::string const label = feature_label(f);
+          t.match.push_back({label.substr(0, label.find('=')), selector_op::in, {"true"}});
+          jb.constraints.required.push_back(std::move(t));
+        }
+      }
+    }
+    snap.round.pending.push_back(std::move(jb));
+    snap.job_ids.push_back(id);
+    snap.node_count.push_back(static_cast<std::int32_t>(nodes));
+  }
+  return snap;
+}
+
+std::vector<action> decide(snapshot const& snap, round_result const& r) {
+  std::vector<action> out;
+  auto const& nodes = snap.round.state.nodes;
+  for (auto const& p : r.placements) {
+    auto const j = static_cast<std::size_t>(p.job);
+    action a{snap.job_ids[j], {}, {}};
+    std::set<std::string> distinct;
+    for (auto const& rp : p.replicas) distinct.insert(nodes[static_cast<std::size_t>(rp.node)].name);
+    if (static_cast<std::int32_t>(distinct.size()) != snap.node_count[j] ||
+        static_cast<std::int32_t>(p.replicas.size()) != snap.node_count[j]) {
+      a.comment = one_line("placer: waits: -N " + std::to_string(snap.node_count[j]) + " needs distinct nodes and this "
+                           "round's placement shared one");
+    } else {
+      a.nodes.assign(distinct.begin(), distinct.end());
+      std::string list;
+      for (auto const& n : a.nodes) list += (list.empty() ? "" : ",") + n;
+      a.comment = one_line("placer: placed on " + list);
+    }
+    out.push_back(std::move(a));
+  }
+  for (auto const& u : r.unplaced_jobs) {
+    auto const j = static_cast<std::size_t>(u.job);
+    out.push_back({snap.job_ids[j], {}, one_line("placer: " + std::string(to_string(u.reason)) + ": " + u.detail)});
+  }
+  for (auto const& s : snap.skipped) out.push_back({s.job, {}, one_line("placer: skipped: " + s.why)});
+  return out;
+}
+
+std::vector<skipped_job> apply(std::vector<action> const& actions, command_runner const& run) {
+  std::vector<skipped_job> failed;
+  for (auto const& a : actions) {
+    std::string const id = std::to_string(a.job);
+    try {
+      if (a.nodes.empty()) {
+        run({"scontrol", "update", "JobId=" + id, "AdminComment=" + a.comment});
+        continue;
+      }
+      std::string list;
+      for (auto const& n : a.nodes) list += (list.empty() ? "" : ",") + n;
+      // First the nodes (the job stays held: a crash here loses nothing),
+      // then the release.
+      run({"scontrol", "update", "JobId=" + id, "ReqNodeList=" + list, "AdminComment=" + a.comment});
+      run({"scontrol", "release", id});
+    } catch (std::exception const& e) {
+      failed.push_back({a.job, e.what()});
+    }
+  }
+  return failed;
+}
+
+}  // namespace placer::slurm

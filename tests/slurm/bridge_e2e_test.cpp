@@ -1,0 +1,206 @@
+// The Slurm bridge against a live local Slurm (scripts/slurm-cluster.sh):
+// 16 nodes of 8 GPUs, two GPU models, two racks; a job mix with single-GPU
+// jobs, whole-node jobs, gangs, constraints and one job that fits nowhere.
+// Every job runs on exactly the nodes Placer chose, Slurm never shows a
+// node over its GPUs, the unplaceable job stays held with its reason, and
+// neither a dead service nor a crash between update and release loses or
+// doubles a job. Skipped, saying so, where Slurm is not installed or the
+// test is not root (slurmd runs jobs as their users).
+#include <placer/slurm/bridge.hpp>
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "../support/run_placer.hpp"
+#include "../support/running_server.hpp"
+
+namespace placer {
+namespace {
+
+namespace fs = std::filesystem;
+using slurm::run_command;
+
+fs::path repo_root() { return fs::path(__FILE__).parent_path().parent_path().parent_path(); }
+
+bool have(char const* tool) { return std::system((std::string("command -v ") + tool + " >/dev/null 2>&1").c_str()) == 0; }
+
+/// The local cluster, up for the test and down after it.
+class local_slurm {
+ public:
+  explicit local_slurm(int nodes) {
+    dir_ = fs::temp_directory_path() / ("placer-slurm-e2e-" + std::to_string(getpid()));
+    port_ = 20000 + static_cast<int>(getpid() % 2000) * 20;
+    try {
+      out_ = run_command({"bash", (repo_root() / "scripts/slurm-cluster.sh").string(), "up", "--nodes",
+                          std::to_string(nodes), "--gpus", "8", "--models", "a100,h100", "--racks", "2", "--dir",
+                          dir_.string(), "--port", std::to_string(port_)},
+                         60000);
+    } catch (...) {
+      down();  // what came up before the failure
+      throw;
+    }
+    setenv("SLURM_CONF", (dir_ / "slurm.conf").c_str(), 1);
+  }
+  ~local_slurm() { down(); }
+  local_slurm(local_slurm const&) = delete;
+  local_slurm& operator=(local_slurm const&) = delete;
+  void down() {
+    try {
+      run_command({"bash", (repo_root() / "scripts/slurm-cluster.sh").string(), "down", "--dir", dir_.string()});
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "slurm down: %s\n", e.what());
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  [[nodiscard]] fs::path const& dir() const { return dir_; }
+
+  /// sbatch -H --comment=placer; the job prints its nodes' names.
+  std::int64_t submit(std::string const& spec, int seconds = 3) {
+    std::vector<std::string> argv{"sbatch", "--parsable", "-H", "--comment=placer", "-o",
+                                  (dir_ / "job-%j.out").string()};
+    std::istringstream is(spec);
+    for (std::string w; is >> w;) argv.push_back(w);
+    argv.push_back("--wrap=srun bash -c 'echo $SLURMD_NODENAME'; sleep " + std::to_string(seconds));
+    return std::stoll(run_command(argv));
+  }
+  /// The distinct node names job `id` printed.
+  std::set<std::string> ran_on(std::int64_t id) const {
+    std::ifstream f(dir_ / ("job-" + std::to_string(id) + ".out"));
+    std::set<std::string> s;
+    for (std::string line; std::getline(f, line);) {
+      if (!line.empty()) s.insert(line);
+    }
+    return s;
+  }
+
+ private:
+  fs::path dir_;
+  int port_ = 0;
+  std::string out_;
+};
+
+/// "job N: placed on a,b" lines of the bridge's output.
+std::map<std::int64_t, std::set<std::string>> placed_lines(std::string const& out) {
+  std::map<std::int64_t, std::set<std::string>> m;
+  std::istringstream is(out);
+  for (std::string line; std::getline(is, line);) {
+    auto const at = line.find(": placed on ");
+    if (line.rfind("job ", 0) != 0 || at == std::string::npos) continue;
+    std::set<std::string> nodes;
+    std::istringstream ns(line.substr(at + 12));
+    for (std::string n; std::getline(ns, n, ',');) nodes.insert(n);
+    m[std::stoll(line.substr(4, at - 4))] = nodes;
+  }
+  return m;
+}
+
+nlohmann::json squeue() { return nlohmann::json::parse(run_command({"squeue", "--json"})); }
+
+// (A json kept in a local: a range-for over squeue()["jobs"] would read
+// a destroyed temporary.)
+nlohmann::json job_of(std::int64_t id) {
+  auto const q = squeue();
+  for (auto const& j : q["jobs"]) {
+    if (j.value("job_id", -1) == id) return j;
+  }
+  return {};
+}
+
+/// Waits until no job but the held ones is pending or running, checking
+/// every node's GPUs in use against its GPUs all the while.
+void drain(int timeout_s) {
+  auto const until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < until) {
+    auto const info = nlohmann::json::parse(run_command({"sinfo", "--json"}));
+    for (auto const& n : info["nodes"]) {
+      std::string const used = n.value("gres_used", "");  // gpu:a100:N(IDX:...)
+      auto const colon = used.rfind(':', used.find('('));
+      int const in_use = std::atoi(used.c_str() + colon + 1);
+      EXPECT_LE(in_use, 8) << n.value("name", "") << ": " << used;
+    }
+    bool busy = false;
+    auto const q = squeue();
+    for (auto const& j : q["jobs"]) {
+      std::string const state = j.value("job_state", "");
+      if ((state == "PENDING" && j.value("state_reason", "") != "JobHeldUser") || state == "RUNNING" ||
+          state == "CONFIGURING" || state == "COMPLETING") {
+        busy = true;
+      }
+    }
+    if (!busy) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  ADD_FAILURE() << "jobs still running after " << timeout_s << " s";
+}
+
+TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
+  if (!have("slurmctld") || !have("munged") || !have("sbatch")) GTEST_SKIP() << "Slurm is not installed (scripts/install-deps.sh installs it)";
+  if (getuid() != 0) GTEST_SKIP() << "needs root: slurmd starts jobs as their users";
+  std::string out;
+  if (testing_support::run_placer("slurm-bridge --help", out) < 0) GTEST_SKIP() << "placer binary not built beside the test";
+  local_slurm cluster(16);
+  testing_support::running_server srv;
+  std::string const bridge = "slurm-bridge --once --endpoint " + srv.endpoint();
+
+  std::vector<std::int64_t> jobs;
+  for (int k = 0; k < 6; ++k) jobs.push_back(cluster.submit("-N1 --gres=gpu:1"));
+  for (int k = 0; k < 3; ++k) jobs.push_back(cluster.submit("-N1 --gres=gpu:8"));
+  jobs.push_back(cluster.submit("-N2 --gres=gpu:8"));                          // a gang, one rack if it can
+  jobs.push_back(cluster.submit("-N2 --gres=gpu:8 --constraint=h100"));
+  jobs.push_back(cluster.submit("-N1 --gres=gpu:2 --constraint=rack2&a100"));  // no such node: waits
+  jobs.push_back(cluster.submit("-N1 --gres=gpu:4 --constraint=rack1"));
+  std::int64_t const never = cluster.submit("-N1 --gres=gpu:16");
+
+  ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
+  auto const placed = placed_lines(out);
+  EXPECT_GE(placed.size(), 11U) << out;
+  EXPECT_EQ(placed.count(never), 0U) << out;
+  drain(60);
+  for (auto const& [id, nodes] : placed) EXPECT_EQ(cluster.ran_on(id), nodes) << "job " << id;
+  // The gangs ran within one rack (n1-n8 rack1, n9-n16 rack2).
+  for (auto id : {jobs[9], jobs[10]}) {
+    auto const& nodes = placed.at(id);
+    std::set<bool> racks;
+    for (auto const& n : nodes) racks.insert(std::stoi(n.substr(1)) <= 8);
+    EXPECT_EQ(racks.size(), 1U) << "job " << id;
+  }
+  // h100 nodes are n9-n16; the rack1 job ran on n1-n8.
+  for (auto const& n : placed.at(jobs[10])) EXPECT_GE(std::stoi(n.substr(1)), 9) << n;
+  for (auto const& n : placed.at(jobs[12])) EXPECT_LE(std::stoi(n.substr(1)), 8) << n;
+  // The job that fits nowhere is held, saying why.
+  auto const held = job_of(never);
+  EXPECT_EQ(held.value("state_reason", ""), "JobHeldUser");
+  EXPECT_NE(held.value("admin_comment", "").find("Insufficient nvidia.com/gpu"), std::string::npos) << held.dump();
+  EXPECT_NE(job_of(jobs[11]).value("admin_comment", "").find("placer:"), std::string::npos);
+
+  // The service down: the cycle fails, and nothing changes.
+  std::int64_t const late = cluster.submit("-N1 --gres=gpu:1", 1);
+  EXPECT_EQ(testing_support::run_placer("slurm-bridge --once --timeout-ms 300 --endpoint tcp://127.0.0.1:1", out), 1) << out;
+  EXPECT_EQ(job_of(late).value("state_reason", ""), "JobHeldUser");
+  EXPECT_EQ(job_of(late).value("admin_comment", ""), "");
+  // A crash between update and release: the job has its nodes but is
+  // still held; the next cycle places it once.
+  run_command({"scontrol", "update", "JobId=" + std::to_string(late), "ReqNodeList=n16"});
+  ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
+  auto const again = placed_lines(out);
+  ASSERT_EQ(again.count(late), 1U) << out;
+  drain(30);
+  EXPECT_EQ(cluster.ran_on(late), again.at(late));
+  EXPECT_EQ(job_of(late).value("job_state", ""), "COMPLETED");
+}
+
+}  // namespace
+}  // namespace placer

@@ -1,0 +1,138 @@
+// The Slurm bridge: its reading of Slurm's JSON (fields as squeue/sinfo
+// --json of Slurm 22.05 write them) and its decisions, without Slurm.
+#include <placer/slurm/bridge.hpp>
+#include <placer/solver/solver.hpp>
+
+#include <gtest/gtest.h>
+
+#include "../support/invariants.hpp"
+
+namespace placer {
+namespace {
+
+std::string node(std::string const& name, std::string const& gres, std::string const& used, int alloc_cpus,
+                 std::string const& features, std::string const& state = "idle", std::string const& flags = "") {
+  return R"({"name":")" + name + R"(","gres":")" + gres + R"(","gres_used":")" + used +
+         R"(","cpus":64,"alloc_cpus":)" + std::to_string(alloc_cpus) +
+         R"(,"real_memory":512000,"alloc_memory":4096,"features":")" + features + R"(","state":")" + state +
+         R"(","state_flags":[)" + flags + R"(],"partitions":["train"]})";
+}
+
+std::string sinfo() {
+  return R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:4(IDX:0-2,5)", 4, "a100,rack1") + "," +
+         node("n2", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100,rack1") + "," +
+         node("n3", "gpu:h100:8", "gpu:h100:0(IDX:N/A)", 0, "h100,rack2") + "," +
+         node("n4", "gpu:h100:8", "gpu:h100:0(IDX:N/A)", 0, "h100,rack2", "idle", R"("DRAIN")") + "]}";
+}
+
+std::string job(int id, std::string const& extra, std::string const& reason = "JobHeldUser",
+                std::string const& comment = "placer") {
+  return R"({"job_id":)" + std::to_string(id) + R"(,"job_state":"PENDING","state_reason":")" + reason +
+         R"(","comment":")" + comment + R"(","partition":"train","submit_time":)" + std::to_string(1000 + id) +
+         (extra.empty() ? "" : "," + extra) + "}";
+}
+
+TEST(SlurmBridge, NodesAndJobsBecomeARound) {
+  std::string const squeue =
+      R"({"jobs":[)" +
+      job(1, R"("node_count":1,"cpus":4,"tres_per_node":"gres:gpu:2","memory_per_node":8192)") + "," +
+      job(2, R"("node_count":2,"cpus":16,"tres_per_node":"gres:gpu:h100:8","features":"rack2&h100")") + "," +
+      job(3, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:1","features":"a100|h100","memory_per_cpu":2048)") +
+      "," + job(4, R"("node_count":1,"tres_per_node":"gres:gpu:1")", "JobHeldUser", "someone else") + "," +
+      job(5, R"("node_count":1,"tres_per_node":"gres:gpu:1","features":"[rack1*2]")") + "," +
+      job(6, R"("node_count":1,"cpus":8,"tres_per_node":"gres:gpu:3","required_nodes":"n[2-3]")", "None") + "]}";
+  slurm::bridge_options opt;
+  opt.partition = "train";
+  auto const snap = slurm::build_round(squeue, sinfo(), opt);
+  auto const& c = snap.round.state;
+  ASSERT_EQ(c.nodes.size(), 4U);
+  // n1: GPUs 0, 1, 2 and 5 in use; 4 CPUs of 64.
+  EXPECT_EQ(c.nodes[0].gpu_free_milli, (std::vector<std::int32_t>{0, 0, 0, 1000, 1000, 0, 1000, 1000}));
+  EXPECT_EQ(c.nodes[0].cpu_milli_free, 60000);
+  EXPECT_EQ(c.nodes[0].gpu_model, "a100");
+  EXPECT_EQ(c.nodes[0].labels, (std::vector<std::string>{"slurm.feature/a100=true", "slurm.feature/rack1=true"}));
+  EXPECT_FALSE(c.nodes[3].healthy);  // drained
+  // Racks are the topology's second level.
+  ASSERT_EQ(c.topo.domains.size(), 3U);
+  EXPECT_EQ(c.nodes[0].domain, c.nodes[1].domain);
+  EXPECT_NE(c.nodes[0].domain, c.nodes[2].domain);
+  // Job 6, released and not started, holds 3 GPUs and 8 CPUs on n2 and n3.
+  EXPECT_EQ(snap.reserved_jobs, 1);
+  EXPECT_EQ(c.nodes[1].gpu_free_milli, (std::vector<std::int32_t>{0, 0, 0, 1000, 1000, 1000, 1000, 1000}));
+  EXPECT_EQ(c.nodes[2].cpu_milli_free, 56000);
+  // Jobs 1-3 are pending; 4 is someone else's; 5's constraint is skipped.
+  ASSERT_EQ(snap.job_ids, (std::vector<std::int64_t>{1, 2, 3}));
+  ASSERT_EQ(snap.skipped.size(), 1U);
+  EXPECT_EQ(snap.skipped[0].job, 5);
+  auto const& p = snap.round.pending;
+  EXPECT_EQ(p[0].per_replica.gpus, 2);
+  EXPECT_EQ(p[0].per_replica.cpu_milli, 4000);
+  EXPECT_EQ(p[0].per_replica.memory_mib, 8192);
+  EXPECT_FALSE(p[0].gang);
+  EXPECT_EQ(p[1].replicas, 2);
+  EXPECT_TRUE(p[1].gang);
+  EXPECT_EQ(p[1].per_replica.cpu_milli, 8000);
+  EXPECT_EQ(p[1].allowed_gpu_models, (std::vector<std::string>{"h100"}));
+  EXPECT_EQ(p[1].constraints.node_selector,
+            (std::vector<std::string>{"slurm.feature/rack2=true", "slurm.feature/h100=true"}));
+  EXPECT_EQ(p[1].topo_mode, topology_mode::preferred);
+  EXPECT_EQ(p[2].constraints.required.size(), 2U);  // a100 | h100
+  EXPECT_EQ(p[2].per_replica.memory_mib, 2048);
+}
+
+TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {
+  std::string const squeue =
+      R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:8")") + "," +
+      job(2, R"("node_count":2,"cpus":2,"tres_per_node":"gres:gpu:4","features":"h100")") + "," +
+      job(3, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:16")") + "," +
+      job(4, R"("node_count":1,"tres_per_job":"gres:gpu:2")") + "]}";
+  auto const snap = slurm::build_round(squeue, sinfo(), {});
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(snap.round);
+  expect_round_invariants(snap.round, r);
+  auto const acts = slurm::decide(snap, r);
+  std::map<std::int64_t, slurm::action> by;
+  for (auto const& a : acts) by[a.job] = a;
+  ASSERT_EQ(by.size(), 4U);
+  // Job 1 takes a whole free node: n2 or n3 (n1 is partly used, n4 drained).
+  ASSERT_EQ(by[1].nodes.size(), 1U);
+  EXPECT_TRUE(by[1].nodes[0] == "n2" || by[1].nodes[0] == "n3") << by[1].nodes[0];
+  // Job 2: -N 2 on h100; n4 is drained, so one node would have to take
+  // both replicas: it waits rather than run on one node.
+  EXPECT_TRUE(by[2].nodes.empty());
+  EXPECT_NE(by[2].comment.find("placer:"), std::string::npos);
+  // Job 3 fits nowhere, and says so in kube-scheduler's words.
+  EXPECT_TRUE(by[3].nodes.empty());
+  EXPECT_NE(by[3].comment.find("0/4 nodes are available"), std::string::npos) << by[3].comment;
+  EXPECT_NE(by[4].comment.find("skipped: --gpus"), std::string::npos) << by[4].comment;
+  for (auto const& a : acts) EXPECT_LE(a.comment.size(), 240U);
+  // apply(): the update before the release, and failures reported, not thrown.
+  std::vector<std::string> ran;
+  auto const failed = slurm::apply(acts, [&](std::vector<std::string> const& argv) -> std::string {
+    std::string line;
+    for (auto const& w : argv) line += (line.empty() ? "" : " ") + w;
+    ran.push_back(line);
+    if (line.find("JobId=3") != std::string::npos) throw slurm::slurm_error("scontrol: exit 1: no such job");
+    return {};
+  });
+  ASSERT_EQ(failed.size(), 1U);
+  EXPECT_EQ(failed[0].job, 3);
+  auto const update = std::find_if(ran.begin(), ran.end(), [](auto const& l) { return l.find("JobId=1 ReqNodeList=") != std::string::npos; });
+  ASSERT_NE(update, ran.end());
+  ASSERT_NE(update + 1, ran.end());
+  EXPECT_EQ(*(update + 1), "scontrol release 1");
+}
+
+TEST(SlurmBridge, BadOutputIsAClearError) {
+  EXPECT_THROW(slurm::build_round("not json", sinfo(), {}), slurm::slurm_error);
+  EXPECT_THROW(slurm::build_round(R"({"jobs":[]})", R"({"nodes":{}})", {}), slurm::slurm_error);
+  EXPECT_THROW(slurm::build_round(R"({"jobs":[]})", R"({"nodes":[{"gres":"gpu:8"}]})", {}), slurm::slurm_error);
+  // A command that fails, or is not there, says so.
+  EXPECT_THROW(slurm::run_command({"false"}), slurm::slurm_error);
+  EXPECT_THROW(slurm::run_command({"/no/such/command"}), slurm::slurm_error);
+  EXPECT_EQ(slurm::run_command({"echo", "a b"}), "a b\n");
+  EXPECT_THROW(slurm::run_command({"sleep", "5"}, 200), slurm::slurm_error);
+}
+
+}  // namespace
+}  // namespace placer

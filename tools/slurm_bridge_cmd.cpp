@@ -1,0 +1,130 @@
+// `placer slurm-bridge`: Placer as the placement engine of a live Slurm
+// cluster (adapters/slurm/include/placer/slurm/bridge.hpp, docs/slurm.md).
+#include "cli.hpp"
+#include "commands.hpp"
+
+#include <placer/service/client.hpp>
+#include <placer/slurm/bridge.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+namespace placer::tools {
+
+namespace {
+
+char const* const bridge_usage =
+    "usage: placer slurm-bridge [--endpoint tcp://127.0.0.1:5555] [--partition P] [--interval S] [--once]\n"
+    "                           [--tag placer] [--timeout-ms N] [--dry-run] [--server-key F --client-cert F]\n"
+    "Each cycle: the held jobs whose comment starts with the tag (sbatch -H --comment=placer ...) and the\n"
+    "nodes are read from squeue/sinfo --json, solved as one round by the Placer service at --endpoint, and\n"
+    "each placed job gets ReqNodeList and is released; the others stay held with the reason in their\n"
+    "AdminComment. --once: one cycle, exit 0 if it ran (1 if Slurm or the service failed). --dry-run:\n"
+    "print the decisions, change nothing. One line per job and a cycle summary on stdout.\n";
+
+std::atomic<bool> stop{false};
+
+double ms_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+/// One cycle; false when Slurm or the service failed (said on stderr).
+bool cycle(slurm::bridge_options const& opt, client& svc, bool dry_run) {
+  auto const t0 = std::chrono::steady_clock::now();
+  std::string squeue, sinfo;
+  try {
+    squeue = slurm::run_command({"squeue", "--json"});
+    sinfo = slurm::run_command({"sinfo", "--json"});
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "slurm-bridge: reading Slurm: %s\n", e.what());
+    return false;
+  }
+  double const read_ms = ms_since(t0);
+  auto const t1 = std::chrono::steady_clock::now();
+  slurm::snapshot snap;
+  try {
+    snap = slurm::build_round(squeue, sinfo, opt);
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "slurm-bridge: %s\n", e.what());
+    return false;
+  }
+  round_result r;
+  double solve_ms = 0;
+  if (!snap.round.pending.empty()) {
+    try {
+      auto const t2 = std::chrono::steady_clock::now();
+      auto reply = svc.solve(snap.round);
+      solve_ms = ms_since(t2);
+      if (reply.code != wire::ErrorCode::Ok) {
+        std::fprintf(stderr, "slurm-bridge: the service refused the round: %s\n", reply.message.c_str());
+        return false;
+      }
+      r = std::move(reply.result);
+    } catch (std::exception const& e) {
+      std::fprintf(stderr, "slurm-bridge: the service: %s (nothing changed; next cycle)\n", e.what());
+      return false;
+    }
+  }
+  auto const actions = slurm::decide(snap, r);
+  double const build_ms = ms_since(t1) - solve_ms;
+  auto const t3 = std::chrono::steady_clock::now();
+  std::vector<slurm::skipped_job> failed;
+  if (!dry_run) failed = slurm::apply(actions, [](std::vector<std::string> const& argv) { return slurm::run_command(argv); });
+  double const apply_ms = ms_since(t3);
+  int placed = 0;
+  for (auto const& a : actions) {
+    std::string nodes;
+    for (auto const& n : a.nodes) nodes += (nodes.empty() ? "" : ",") + n;
+    placed += a.nodes.empty() ? 0 : 1;
+    std::printf("job %lld: %s%s\n", static_cast<long long>(a.job), a.nodes.empty() ? "held: " : "placed on ",
+                a.nodes.empty() ? a.comment.c_str() : nodes.c_str());
+  }
+  for (auto const& f : failed) std::printf("job %lld: FAILED: %s\n", static_cast<long long>(f.job), f.why.c_str());
+  std::printf("cycle: %zu nodes, %zu held jobs, %d placed, %zu failed, %d released awaiting start; "
+              "slurm read %.1f ms, bridge %.1f ms, placer %.1f ms, scontrol %.1f ms%s\n",
+              snap.round.state.nodes.size(), snap.job_ids.size() + snap.skipped.size(), placed, failed.size(),
+              snap.reserved_jobs, read_ms, build_ms, solve_ms, apply_ms, dry_run ? " (dry run)" : "");
+  std::fflush(stdout);
+  return true;
+}
+
+}  // namespace
+
+int cmd_slurm_bridge(int argc, char** argv) {
+  try {
+    auto const a = parse_cli(argc, argv, 2,
+                             {"endpoint", "partition", "interval", "tag", "timeout-ms", "server-key", "client-cert"},
+                             {"once", "dry-run", "help"}, "slurm-bridge");
+    if (a.flags.count("help") != 0) {
+      std::fputs(bridge_usage, stdout);
+      return 0;
+    }
+    slurm::bridge_options opt;
+    opt.partition = a.get("partition");
+    opt.tag = a.get("tag", "placer");
+    if (opt.tag.empty()) throw usage_error("--tag must not be empty (every held job would be the bridge's)");
+    long long const interval = integer_option(a.opts, "interval", 10);
+    if (interval < 1) throw usage_error("--interval must be at least 1 (seconds)");
+    client svc(client_connection(a, 5000));
+    if (a.flags.count("once") != 0) return cycle(opt, svc, a.flags.count("dry-run") != 0) ? 0 : 1;
+    std::signal(SIGINT, [](int) { stop = true; });
+    std::signal(SIGTERM, [](int) { stop = true; });
+    while (!stop) {
+      (void)cycle(opt, svc, a.flags.count("dry-run") != 0);
+      for (long long k = 0; k < interval * 10 && !stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return 0;
+  } catch (usage_error const& e) {
+    std::fprintf(stderr, "placer slurm-bridge: %s\n%s", e.what(), bridge_usage);
+    return 2;
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "placer slurm-bridge: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace placer::tools
