@@ -256,7 +256,7 @@ quota_plan plan_quotas(round_input const& in, admission mode) {
       charge(t, used, q, g, c);
     } else {
       admitted[static_cast<std::size_t>(j)] = 0;
-      plan.refused.push_back({j, unplaced_reason::quota_exceeded, std::move(why)});
+      plan.refused.push_back({j, unplaced_reason::quota_exceeded, std::move(why), {}});
     }
   }
   for (std::size_t j = 0; j < admitted.size(); ++j) {

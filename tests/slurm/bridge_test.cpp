@@ -106,6 +106,14 @@ TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {
   EXPECT_NE(by[3].comment.find("0/4 nodes are available"), std::string::npos) << by[3].comment;
   EXPECT_NE(by[4].comment.find("skipped: --gpus"), std::string::npos) << by[4].comment;
   for (auto const& a : acts) EXPECT_LE(a.comment.size(), 240U);
+  // Held jobs whose AdminComment already says it get no update.
+  auto again = snap;
+  for (auto const& a : acts) {
+    if (a.nodes.empty()) again.comments[a.job] = a.comment;
+  }
+  auto const quiet = slurm::decide(again, r);
+  ASSERT_EQ(quiet.size(), 1U);
+  EXPECT_EQ(quiet[0].job, 1);
   // apply(): the update before the release, and failures reported, not thrown.
   std::vector<std::string> ran;
   auto const failed = slurm::apply(acts, [&](std::vector<std::string> const& argv) -> std::string {

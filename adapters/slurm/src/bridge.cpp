@@ -239,6 +239,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     std::int64_t memory = num(j, "memory_per_node");
     if (memory <= 0) memory = num(j, "memory_per_cpu") * cpus;
     bool const held = str(j, "state_reason") == "JobHeldUser";
+    if (held) snap.comments[id] = str(j, "admin_comment");
     if (!held) {
       // Released by the bridge but not started: it holds its nodes.
       auto const req = host_list(str(j, "required_nodes"));
@@ -316,28 +317,31 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
 std::vector<action> decide(snapshot const& snap, round_result const& r) {
   std::vector<action> out;
   auto const& nodes = snap.round.state.nodes;
+  auto const held = [&](std::int64_t id, std::string comment) {
+    auto it = snap.comments.find(id);
+    if (it == snap.comments.end() || it->second != comment) out.push_back({id, {}, std::move(comment)});
+  };
   for (auto const& p : r.placements) {
     auto const j = static_cast<std::size_t>(p.job);
-    action a{snap.job_ids[j], {}, {}};
     std::set<std::string> distinct;
     for (auto const& rp : p.replicas) distinct.insert(nodes[static_cast<std::size_t>(rp.node)].name);
     if (static_cast<std::int32_t>(distinct.size()) != snap.node_count[j] ||
         static_cast<std::int32_t>(p.replicas.size()) != snap.node_count[j]) {
-      a.comment = one_line("placer: waits: -N " + std::to_string(snap.node_count[j]) + " needs distinct nodes and this "
-                           "round's placement shared one");
-    } else {
-      a.nodes.assign(distinct.begin(), distinct.end());
-      std::string list;
-      for (auto const& n : a.nodes) list += (list.empty() ? "" : ",") + n;
-      a.comment = one_line("placer: placed on " + list);
+      held(snap.job_ids[j], one_line("placer: waits: -N " + std::to_string(snap.node_count[j]) +
+                                     " needs distinct nodes and this round's placement shared one"));
+      continue;
     }
+    action a{snap.job_ids[j], {distinct.begin(), distinct.end()}, {}};
+    std::string list;
+    for (auto const& n : a.nodes) list += (list.empty() ? "" : ",") + n;
+    a.comment = one_line("placer: placed on " + list);
     out.push_back(std::move(a));
   }
   for (auto const& u : r.unplaced_jobs) {
     auto const j = static_cast<std::size_t>(u.job);
-    out.push_back({snap.job_ids[j], {}, one_line("placer: " + std::string(to_string(u.reason)) + ": " + u.detail)});
+    held(snap.job_ids[j], one_line("placer: " + std::string(to_string(u.reason)) + ": " + u.detail));
   }
-  for (auto const& s : snap.skipped) out.push_back({s.job, {}, one_line("placer: skipped: " + s.why)});
+  for (auto const& s : snap.skipped) held(s.job, one_line("placer: skipped: " + s.why));
   return out;
 }
 

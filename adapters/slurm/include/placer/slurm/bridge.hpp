@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -62,6 +63,7 @@ struct snapshot {
   std::vector<std::int32_t> node_count;  ///< per pending job: Slurm's -N (distinct nodes)
   std::vector<skipped_job> skipped;   ///< held jobs of the bridge it cannot express
   std::int32_t reserved_jobs = 0;     ///< released jobs not started yet, holding their nodes
+  std::map<std::int64_t, std::string> comments;  ///< the held jobs' AdminComment now
 };
 
 /// The round from `squeue --json` and `sinfo --json` output. Nodes: GPUs
@@ -82,7 +84,8 @@ struct action {
 
 /// Placements become node lists; a placement of a -N job on fewer distinct
 /// nodes than N (Placer put two replicas on one node) stays held, saying
-/// so; unplaced and skipped jobs stay held with Placer's reason.
+/// so; unplaced and skipped jobs stay held with Placer's reason (no action
+/// when their AdminComment says it already).
 std::vector<action> decide(snapshot const& snap, round_result const& r);
 
 /// Runs the actions: per placed job `scontrol update JobId=N ReqNodeList=..

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Placer behind Slurm against Slurm alone, on the same seeded job mix.
+
+    sudo bench/slurm/side_by_side.py [--nodes 64] [--jobs 400] [--seed 1] [--out FILE.json]
+
+Starts a local Slurm cluster (scripts/slurm-cluster.sh: 8 GPUs a node, two
+GPU models, racks of 16 nodes) and a Placer service, submits the job mix
+held, and places it twice on fresh clusters:
+  slurm   every job released at once: sched/backfill with cons_tres decides;
+  placer  `placer slurm-bridge` cycles until a cycle places nothing more.
+Jobs sleep long, so the state once placement settles is the packing each
+scheduler chose. For each run: jobs and GPUs placed, GPUs left free on
+partly used nodes (stranded for whole-node jobs), whole free nodes, gangs
+within one rack, seconds from release to the last start, placements per
+second, and for the bridge how a cycle split between Slurm's CLI and
+Placer. Needs root and Slurm (scripts/install-deps.sh); run from the
+repository with build/placer built.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PLACER = os.path.join(ROOT, "build", "placer")
+CLUSTER = os.path.join(ROOT, "scripts", "slurm-cluster.sh")
+RACK = 16  # nodes a rack
+
+
+def run(argv, **kw):
+    return subprocess.run(argv, check=True, capture_output=True, text=True, **kw).stdout
+
+
+def job_mix(n, seed):
+    """(nodes, GPUs a node, constraint) per job: mostly small jobs, some whole
+    nodes, a few 2- and 4-node gangs of whole nodes, a few pinned to a model."""
+    rng = random.Random(seed)
+    mix = []
+    for _ in range(n):
+        u = rng.random()
+        if u < 0.45:
+            spec = (1, rng.choice([1, 1, 2]), "")
+        elif u < 0.70:
+            spec = (1, 4, "")
+        elif u < 0.88:
+            spec = (1, 8, "")
+        elif u < 0.96:
+            spec = (2, 8, "")
+        else:
+            spec = (4, 8, "")
+        if rng.random() < 0.15:
+            spec = (spec[0], spec[1], rng.choice(["a100", "h100"]))
+        mix.append(spec)
+    return mix
+
+
+def snapshot():
+    nodes = json.loads(run(["sinfo", "--json"]))["nodes"]
+    used = {}
+    for nd in nodes:
+        g = nd.get("gres_used", "")
+        head = g.split("(")[0]
+        used[nd["name"]] = int(head.split(":")[-1]) if head else 0
+    return used
+
+
+def jobs():
+    return json.loads(run(["squeue", "--json"]))["jobs"]
+
+
+def settle(max_s, poll=1.0, quiet_s=8.0, step=None):
+    """Waits until the number of running jobs stops changing for quiet_s."""
+    t0 = time.time()
+    last, since = -1, time.time()
+    while time.time() - t0 < max_s:
+        if step:
+            step()
+        running = sum(1 for j in jobs() if j["job_state"] == "RUNNING")
+        if running != last:
+            last, since = running, time.time()
+        elif time.time() - since >= quiet_s:
+            break
+        time.sleep(poll)
+    return last
+
+
+def measure(mix, ids, t_release, gpus_per_node, n_nodes):
+    used = snapshot()
+    js = {j["job_id"]: j for j in jobs()}
+    placed = [i for i in ids if js.get(i, {}).get("job_state") == "RUNNING"]
+    gpus = 0
+    gangs = gangs_one_rack = 0
+    last_start = t_release
+    for k, i in enumerate(ids):
+        j = js.get(i)
+        if not j or j["job_state"] != "RUNNING":
+            continue
+        n, g, _ = mix[k]
+        gpus += n * g
+        last_start = max(last_start, j.get("start_time", t_release))
+        if n > 1:
+            gangs += 1
+            names = expand(j.get("nodes", ""))
+            racks = {(int(x[1:]) - 1) // RACK for x in names}
+            gangs_one_rack += 1 if len(racks) == 1 else 0
+    stranded = sum(gpus_per_node - u for u in used.values() if 0 < u < gpus_per_node)
+    free_nodes = sum(1 for u in used.values() if u == 0)
+    span = max(last_start - t_release, 1e-9)
+    return {
+        "jobs": len(ids), "jobs_placed": len(placed), "gpus_placed": gpus,
+        "gpus_total": gpus_per_node * n_nodes,
+        "gpus_free_on_partly_used_nodes": stranded, "free_nodes": free_nodes,
+        "gangs_placed": gangs, "gangs_in_one_rack": gangs_one_rack,
+        "seconds_to_last_start": last_start - t_release,
+        "placements_per_second": len(placed) / span,
+    }
+
+
+def expand(hosts):
+    out = []
+    depth, cur, parts = 0, "", []
+    for c in hosts:
+        depth += c == "["
+        depth -= c == "]"
+        if c == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += c
+    if cur:
+        parts.append(cur)
+    for p in parts:
+        if "[" not in p:
+            out.append(p)
+            continue
+        prefix, body = p.split("[", 1)
+        for r in body.rstrip("]").split(","):
+            a, _, b = r.partition("-")
+            for k in range(int(a), int(b or a) + 1):
+                out.append(prefix + str(k))
+    return out
+
+
+def one_run(mode, args, tmp):
+    cdir = os.path.join(tmp, mode)
+    run(["bash", CLUSTER, "up", "--nodes", str(args.nodes), "--gpus", "8", "--models", "a100,h100",
+         "--racks", str(max(1, args.nodes // RACK)), "--dir", cdir, "--port", str(args.port)], timeout=120)
+    os.environ["SLURM_CONF"] = os.path.join(cdir, "slurm.conf")
+    try:
+        mix = job_mix(args.jobs, args.seed)
+        ids = []
+        for n, g, c in mix:
+            argv = ["sbatch", "--parsable", "-H", "--comment=placer", "-o", "/dev/null", "-N", str(n),
+                    f"--gres=gpu:{g}", "--wrap=sleep 3600"]
+            if c:
+                argv.append(f"--constraint={c}")
+            ids.append(int(run(argv).strip().split(";")[0]))
+        cycles = []
+        t_release = time.time()
+        if mode == "slurm":
+            run(["scontrol", "release", ",".join(str(i) for i in ids)])
+            # Slurm's main scheduler stops at the first job that cannot
+            # start; its backfill pass (bf_interval, 30 s) places the rest:
+            # quiet for longer than one backfill interval.
+            settle(args.max_seconds, quiet_s=45.0)
+        else:
+            def cycle():
+                out = run([PLACER, "slurm-bridge", "--once", "--endpoint", args.endpoint])
+                for line in out.splitlines():
+                    if line.startswith("cycle:"):
+                        cycles.append(line)
+            settle(args.max_seconds, poll=0.5, step=cycle)
+        r = measure(mix, ids, t_release, 8, args.nodes)
+        r["mode"] = mode
+        if cycles:
+            r["bridge_cycles"] = len(cycles)
+            r["bridge_first_cycle"] = cycles[0]
+        return r
+    finally:
+        run(["bash", CLUSTER, "down", "--dir", cdir], timeout=60)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=64)
+    ap.add_argument("--jobs", type=int, default=400)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--port", type=int, default=27000)
+    ap.add_argument("--endpoint", default="tcp://127.0.0.1:5631")
+    ap.add_argument("--max-seconds", type=float, default=240)
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("side_by_side.py: needs root (slurmd runs the jobs as their users)")
+    if not shutil.which("slurmctld") or not os.path.exists(PLACER):
+        sys.exit("side_by_side.py: needs Slurm (scripts/install-deps.sh) and build/placer (make build)")
+    serve = subprocess.Popen([PLACER, "serve", "--endpoint", args.endpoint], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    tmp = tempfile.mkdtemp(prefix="placer-slurm-bench-")
+    try:
+        results = [one_run(m, args, tmp) for m in ("slurm", "placer")]
+    finally:
+        serve.send_signal(signal.SIGINT)
+        serve.wait(timeout=10)
+        shutil.rmtree(tmp, ignore_errors=True)
+    keys = ["jobs_placed", "gpus_placed", "gpus_total", "gpus_free_on_partly_used_nodes", "free_nodes",
+            "gangs_placed", "gangs_in_one_rack", "seconds_to_last_start", "placements_per_second"]
+    print(f"{args.jobs} jobs (seed {args.seed}) on {args.nodes} nodes x 8 GPUs, racks of {RACK}")
+    print(f"{'':34s} {'slurm alone':>12s} {'placer':>12s}")
+    for k in keys:
+        a, b = results[0][k], results[1][k]
+        fmt = (lambda v: f"{v:12.1f}") if isinstance(a, float) or isinstance(b, float) else (lambda v: f"{v:12d}")
+        print(f"{k:34s} {fmt(a)} {fmt(b)}")
+    print("bridge:", results[1].get("bridge_cycles"), "cycles; first:", results[1].get("bridge_first_cycle", ""))
+    doc = {"nodes": args.nodes, "jobs": args.jobs, "seed": args.seed, "date": time.strftime("%Y-%m-%d"),
+           "runs": results}
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()
