@@ -347,6 +347,7 @@ std::vector<action> decide(snapshot const& snap, round_result const& r) {
 
 std::vector<skipped_job> apply(std::vector<action> const& actions, command_runner const& run) {
   std::vector<skipped_job> failed;
+  std::vector<std::int64_t> release;
   for (auto const& a : actions) {
     std::string const id = std::to_string(a.job);
     try {
@@ -356,12 +357,26 @@ std::vector<skipped_job> apply(std::vector<action> const& actions, command_runne
       }
       std::string list;
       for (auto const& n : a.nodes) list += (list.empty() ? "" : ",") + n;
-      // First the nodes (the job stays held: a crash here loses nothing),
-      // then the release.
+      // First every job's nodes (held still: a crash here loses nothing)...
       run({"scontrol", "update", "JobId=" + id, "ReqNodeList=" + list, "AdminComment=" + a.comment});
-      run({"scontrol", "release", id});
+      release.push_back(a.job);
     } catch (std::exception const& e) {
       failed.push_back({a.job, e.what()});
+    }
+  }
+  if (release.empty()) return failed;
+  // ... then one release for them all; if it fails, one by one to say which.
+  std::string ids;
+  for (auto j : release) ids += (ids.empty() ? "" : ",") + std::to_string(j);
+  try {
+    run({"scontrol", "release", ids});
+  } catch (std::exception const&) {
+    for (auto j : release) {
+      try {
+        run({"scontrol", "release", std::to_string(j)});
+      } catch (std::exception const& e) {
+        failed.push_back({j, e.what()});
+      }
     }
   }
   return failed;

@@ -89,9 +89,10 @@ struct action {
 std::vector<action> decide(snapshot const& snap, round_result const& r);
 
 /// Runs the actions: per placed job `scontrol update JobId=N ReqNodeList=..
-/// AdminComment=..` then `scontrol release N`; per held job the update of
-/// its AdminComment. A failing command is reported in the returned list
-/// (job id and error) and the others go on.
+/// AdminComment=..`, then one `scontrol release N,M,..` for them all (one
+/// by one if that fails, to tell which); per held job the update of its
+/// AdminComment. A failing command is reported in the returned list (job
+/// id and error) and the others go on.
 std::vector<skipped_job> apply(std::vector<action> const& actions, command_runner const& run);
 
 }  // namespace placer::slurm
