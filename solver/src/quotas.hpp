@@ -16,12 +16,14 @@
 // smaller of the limit and the deserved share (by_share). A job admitted
 // but not placed holds its share for that pass only.
 //
-// solver::solve runs, on rounds without cross-round policies, a by_share
-// pass and then (solver::second_pass) a by_limit pass for the refused jobs
-// on what the first left: queues within their share go first, and the
-// capacity they leave is borrowed by the others, up to their limits. With
-// a cross-round policy on, one by_limit pass; the preemption policy then
-// reclaims for queues below their guarantee (queue_guarantees).
+// solver::solve runs, on rounds without cross-round policies other than
+// preemption, a by_share pass and then (solver::second_pass, a plain round
+// that preempts nothing) a by_limit pass for the refused jobs on what the
+// first left: queues within their share go first, and the capacity they
+// leave is borrowed by the others, up to their limits. With backfill,
+// elastic scaling or delay scheduling on, one by_limit pass. Preemption
+// keeps every guarantee and reclaims for queues below theirs
+// (queue_guarantees).
 
 #include <placer/solver/model.hpp>
 

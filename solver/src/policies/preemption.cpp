@@ -32,9 +32,9 @@
 // Queues (quotas.hpp queue_guarantees). Running work is a candidate only
 // if its queues keep their guarantees without it (the job's start
 // counted), and a set only if they keep them without the whole set: no
-// preemption leaves a queue below its guarantee. A job whose queue is below its guarantee
-// (with the job) may also stop such work at its own priority or above:
-// the reclaim of borrowed capacity (reason "quota").
+// preemption leaves a queue below its guarantee. A job whose queue stays
+// within its guarantee with it may also stop such work at its own priority
+// or above: the reclaim of borrowed capacity (reason "quota").
 #include "host_fit.hpp"
 #include "policies.hpp"
 #include "../quotas.hpp"
@@ -128,7 +128,8 @@ std::vector<std::size_t> planner::candidates(work_state const& ws, job const& sh
     // Never equal or higher priority, but for a queue's guarantee.
     if (rj.priority >= shape.priority &&
         (scope_ != preempt_scope::priority ||
-         !guarantees_.within_guarantee(queue_, guarantees_.index(rj.queue), shape.per_replica.gpu_milli_total() * replicas,
+         !guarantees_.within_guarantee(queue_, guarantees_.index(rj.queue),
+                                       shape.per_replica.gpu_milli_total() * replicas,
                                        shape.per_replica.cpu_milli * replicas))) {
       continue;
     }
@@ -299,7 +300,8 @@ std::optional<victim_set> planner::cheapest_in(work_state const& ws, std::vector
   bool fits = false;
   for (std::size_t k = 0; k < local.size() && !fits; ++k) {
     set.push_back(local[k]);
-    if (!guarantees_.keeps_guarantees(queue_, take_gpu_, take_cpu_, ws.running, set)) {  // together they would take a guarantee
+    // Together they would take a guarantee: go on without this one.
+    if (!guarantees_.keeps_guarantees(queue_, take_gpu_, take_cpu_, ws.running, set)) {
       set.pop_back();
       continue;
     }
