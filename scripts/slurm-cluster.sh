@@ -126,7 +126,9 @@ EOF
     local model=${model_list[$(( (i - 1) * m / nodes ))]}
     local rack=$(( (i - 1) * racks / nodes + 1 ))
     mkdir -p "$dir/dev/n$i"
-    for g in $(seq 0 $((gpus - 1))); do mknod "$dir/dev/n$i/gpu$g" c 1 3; done
+    # Placeholder devices (/dev/null's numbers); plain files where mknod is not allowed
+    # (jobs then get their GPUs counted, without CUDA_VISIBLE_DEVICES).
+    for g in $(seq 0 $((gpus - 1))); do mknod "$dir/dev/n$i/gpu$g" c 1 3 2>/dev/null || : >"$dir/dev/n$i/gpu$g"; done
     echo "NodeName=n$i NodeHostname=localhost Port=$((port + i)) CPUs=64 RealMemory=512000 Gres=gpu:$model:$gpus Feature=$model,rack$rack State=UNKNOWN" >>"$conf"
     echo "NodeName=n$i Name=gpu Type=$model File=$dir/dev/n$i/gpu[0-$((gpus - 1))]" >>"$gres"
     if [ "$i" -gt $((nodes - infer)) ]; then inf+=("n$i"); else train+=("n$i"); fi
