@@ -382,14 +382,14 @@ std::string run_json(policy_run const& r, std::string const& workload) {
   char b[1536];
   std::snprintf(b, sizeof b,
                 ",\"status\":\"ok\",\"jobs\":%lld,\"finished\":%lld,\"jwtd_p50\":%.0f,\"jwtd_p90\":%.0f,"
-                "\"jwtd_p99\":%.0f,\"jct_mean\":%.1f,\"jct_p50\":%.0f,\"makespan\":%lld,\"gar\":%.5f,\"sor\":%.5f,"
+                "\"jwtd_p99\":%.0f,\"jwtd_gpu_weighted\":%.1f,\"jct_mean\":%.1f,\"jct_p50\":%.0f,\"makespan\":%lld,\"gar\":%.5f,\"sor\":%.5f,"
                 "\"gfr\":%.5f,\"preemptions\":%lld,\"lost_gpu_hours\":%.2f,\"reclaimed_nodes\":%lld,"
                 "\"scale_outs\":%lld,\"scale_ins\":%lld,\"reservations\":%lld,\"deferred_job_rounds\":%lld,"
                 "\"slowdown_multi_node\":%.4f,\"jwtd_inference_p99\":%.0f,\"jwtd_training_p90\":%.0f,"
                 "\"jwtd_training_p99\":%.0f,\"jct_training_mean\":%.1f,"
                 "\"loaned_gpus_mean\":%.2f,\"rounds\":%lld,\"seconds\":%.2f}",
                 static_cast<long long>(s.jobs), static_cast<long long>(s.finished), s.wait.p50, s.wait.p90, s.wait.p99,
-                s.jct.mean, s.jct.p50, static_cast<long long>(s.makespan), s.gar_time, s.sor, s.gfr_time,
+                s.wait_gpu_weighted, s.jct.mean, s.jct.p50, static_cast<long long>(s.makespan), s.gar_time, s.sor, s.gfr_time,
                 static_cast<long long>(s.preemptions), s.lost_gpu_hours, static_cast<long long>(s.reclaimed_nodes),
                 static_cast<long long>(s.scale_outs), static_cast<long long>(s.scale_ins),
                 static_cast<long long>(s.reservations), static_cast<long long>(s.deferred_job_rounds),
@@ -442,7 +442,7 @@ double offered_nodes(sim::workload const& w) {
 /// same workload, over a family of workloads (itp or mixed).
 struct across_row {
   std::string family, run;
-  std::vector<double> mean, p90;  ///< ratios, one per workload with both runs
+  std::vector<double> mean, p90, gpu;  ///< ratios (per-job mean, p90, GPU-weighted mean), one per workload
   std::vector<std::string> where;
 };
 
@@ -461,11 +461,12 @@ std::vector<across_row> across_workloads(std::vector<policy_run> const& runs, st
     auto it = std::find_if(rows.begin(), rows.end(),
                            [&](across_row const& a) { return a.family == family && a.run == r.var.label; });
     if (it == rows.end()) {
-      rows.push_back({family, r.var.label, {}, {}, {}});
+      rows.push_back({family, r.var.label, {}, {}, {}, {}});
       it = rows.end() - 1;
     }
     it->mean.push_back(ratio(r.summary.wait.mean, base->summary.wait.mean));
     it->p90.push_back(ratio(r.summary.wait.p90, base->summary.wait.p90));
+    it->gpu.push_back(ratio(r.summary.wait_gpu_weighted, base->summary.wait_gpu_weighted));
     it->where.push_back(name);
   }
   return rows;
@@ -493,12 +494,13 @@ void print_across(std::vector<across_row> const& rows) {
       if (!header) {
         std::printf("\nacross %zu %s workloads: JWTD against placer (no policy), ratio (lower is better)\n",
                     a.mean.size(), family.c_str());
-        std::printf("%-12s %6s %6s %-26s %6s %6s %-26s\n", "run", "mean", "worst", "(mean: median, worst, where)",
-                    "p90", "worst", "(p90: median, worst, where)");
+        std::printf("%-12s %6s %6s %-26s %6s %6s %-26s %6s %6s %-26s\n", "run", "mean", "worst",
+                    "(mean: median, worst, where)", "p90", "worst", "(p90: median, worst, where)", "GPU-w", "worst",
+                    "(GPU-weighted mean)");
         header = true;
       }
-      std::printf("%-12s %s %s\n", a.run.c_str(), median_worst(a.mean, a.where, false).c_str(),
-                  median_worst(a.p90, a.where, false).c_str());
+      std::printf("%-12s %s %s %s\n", a.run.c_str(), median_worst(a.mean, a.where, false).c_str(),
+                  median_worst(a.p90, a.where, false).c_str(), median_worst(a.gpu, a.where, false).c_str());
     }
   }
   std::fflush(stdout);
@@ -511,7 +513,8 @@ std::string across_json(std::vector<across_row> const& rows) {
     o += (k ? ",\n" : "\n") + std::string("{\"family\":") + sim::json_quote(a.family) + ",\"run\":" +
          sim::json_quote(a.run) + ",\"workloads\":" + std::to_string(a.mean.size()) +
          ",\"jwtd_mean_ratio\":" + median_worst(a.mean, a.where, true) +
-         ",\"jwtd_p90_ratio\":" + median_worst(a.p90, a.where, true) + "}";
+         ",\"jwtd_p90_ratio\":" + median_worst(a.p90, a.where, true) +
+         ",\"jwtd_gpu_weighted_ratio\":" + median_worst(a.gpu, a.where, true) + "}";
   }
   return o + "\n]";
 }

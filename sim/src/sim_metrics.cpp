@@ -83,7 +83,7 @@ sim_summary summarize(sim_result const& r) {
   std::vector<double> waits, jcts, ratios, waits_tr, waits_inf, jcts_tr, multi;
   bool all_done = true;
   std::int64_t last_end = r.t_begin;
-  double slow_w = 0, slow_gs = 0;
+  double slow_w = 0, slow_gs = 0, wait_g = 0, g_started = 0;
   for (auto const& j : r.jobs) {
     if (j.start < 0) {
       ++s.never_started;
@@ -95,6 +95,8 @@ sim_summary summarize(sim_result const& r) {
     double const wait = static_cast<double>(j.start - j.submit);
     waits.push_back(wait);
     (inference ? waits_inf : waits_tr).push_back(wait);
+    wait_g += wait * static_cast<double>(j.gpu_milli);
+    g_started += static_cast<double>(j.gpu_milli);
     ratios.push_back(static_cast<double>(j.estimated) / static_cast<double>(std::max<std::int64_t>(j.duration, 1)));
     s.gpu_time_jobs += static_cast<double>(j.gpu_milli_seconds) / milli_per_gpu;
     double const gs = static_cast<double>(j.gpu_milli_seconds);
@@ -114,6 +116,7 @@ sim_summary summarize(sim_result const& r) {
     }
   }
   s.wait = describe(waits);
+  s.wait_gpu_weighted = g_started > 0 ? wait_g / g_started : 0.0;
   s.jct = describe(jcts);
   s.jtted = describe(ratios);
   s.wait_training = describe(waits_tr);
@@ -202,6 +205,7 @@ std::string summary_json(std::vector<sim_summary> const& runs, std::string const
       << ", \"gpu_seconds_demanded\": " << num(s.gpu_time_demanded)
       << ", \"gpu_seconds_available\": " << num(s.gpu_time_available)
       << ", \"gpu_seconds_jobs\": " << num(s.gpu_time_jobs) << ",\n     \"jwtd_s\": " << dist_json(s.wait)
+      << ", \"jwtd_gpu_weighted_s\": " << num(s.wait_gpu_weighted)
       << ",\n     \"jct_s\": " << dist_json(s.jct) << ",\n     \"jtted_ratio\": " << dist_json(s.jtted)
       << ",\n     \"jwtd_training_s\": " << dist_json(s.wait_training)
       << ",\n     \"jwtd_inference_s\": " << dist_json(s.wait_inference)
@@ -273,6 +277,7 @@ std::string summary_table(std::vector<sim_summary> const& runs) {
   row("JWTD p90 / s", [&](sim_summary const& s) { return f(s.wait.p90, "%.0f"); });
   row("JWTD p99 / s", [&](sim_summary const& s) { return f(s.wait.p99, "%.0f"); });
   row("JWTD mean / s", [&](sim_summary const& s) { return f(s.wait.mean, "%.1f"); });
+  row("JWTD GPU-weighted / s", [&](sim_summary const& s) { return f(s.wait_gpu_weighted, "%.1f"); });
   row("JCT p50 / s", [&](sim_summary const& s) { return f(s.jct.p50, "%.0f"); });
   row("JCT mean / s", [&](sim_summary const& s) { return f(s.jct.mean, "%.0f"); });
   row("JCT p99 / s", [&](sim_summary const& s) { return f(s.jct.p99, "%.0f"); });

@@ -39,6 +39,9 @@ struct sim_summary {
   double gpu_time_allocated = 0, gpu_time_demanded = 0, gpu_time_available = 0;  ///< GPU-seconds
   double gpu_time_jobs = 0;  ///< sum over jobs of GPUs x run time inside the window
   distribution wait, jct, jtted;
+  /// Mean wait weighted by the job's GPUs (nominal): what a GPU asked for
+  /// waits on average, beside the per-job mean that small jobs dominate.
+  double wait_gpu_weighted = 0;
   distribution wait_training, wait_inference, jct_training;  ///< by job kind (batch counts as training)
   double queue_mean = 0;
   std::int32_t queue_max = 0;
