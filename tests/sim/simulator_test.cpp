@@ -108,6 +108,7 @@ TEST(Simulator, HandComputedTrace) {
     EXPECT_EQ(s.wait.p50, 0);
     EXPECT_EQ(s.wait.max, 95);
     EXPECT_NEAR(s.wait.mean, 95.0 / 3, 1e-9);
+    EXPECT_NEAR(s.wait_gpu_weighted, 95.0 * 8 / 16, 1e-9);  // C's 8 GPUs waited 95 s, A's and B's 4 + 4 none
     EXPECT_EQ(s.jct.p50, 100);  // JCTs 100, 50, 125
     EXPECT_EQ(s.jct.p99, 125);
     EXPECT_NEAR(s.jct.mean, 275.0 / 3, 1e-9);
