@@ -274,8 +274,7 @@ int cmd_experiment_tenants(int argc, char** argv) {
     if (cfg0.interval < 1) throw usage_error("--interval must be at least 1");
     cfg0.checkpoint_interval = integer_option(o, "checkpoint-interval", cfg0.checkpoint_interval);
     cfg0.queue.loaning = false;
-    // Every run records the tenants' usage; only those that send queues
-    // to the solver name them in its rounds.
+    // The tenants as queues, each guaranteed a third (hard-quota: limited to it too).
     auto queues = [&](bool limited) {
       std::vector<queue_spec> qs;
       for (auto const& t : tenant_names) {
@@ -304,20 +303,10 @@ int cmd_experiment_tenants(int argc, char** argv) {
       sim::sim_config cfg = cfg0;
       cfg.label = label;
       cfg.queues = queues(label == "hard-quota");
-      // Runs without queues in their rounds keep job::queue from the solver
-      // (the round sends none) but the simulator still samples per tenant.
-      bool const sends_queues = label == "hard-quota" || label == "shares" || label == "shares+reclaim";
+      // Every run samples each tenant's usage; only these send the queues.
+      cfg.queues_in_rounds = label == "hard-quota" || label == "shares" || label == "shares+reclaim";
       cfg.queue.preemption = label == "shares+reclaim" || label == "shared+preempt";
-      sim::solve_fn solve = label == "drf" ? drf_order(sv, tenant_by_name) : sim::in_process(sv);
-      if (!sends_queues) {
-        sim::solve_fn inner = solve;
-        solve = [inner](round_input const& in) {
-          round_input plain = in;
-          plain.queues.clear();
-          return inner(plain);
-        };
-      }
-      r.result = sim::run_simulation(w, cfg, solve);
+      r.result = sim::run_simulation(w, cfg, label == "drf" ? drf_order(sv, tenant_by_name) : sim::in_process(sv));
       r.summary = sim::summarize(r.result);
       r.tenants = figures(r.result, w, guarantee);
       for (auto const& f : r.tenants) r.short_gpu_hours += f.short_gpu_hours;

@@ -152,7 +152,7 @@ sim_result run_simulation(workload const& w, sim_config const& cfg, solve_fn con
   in.state = w.nodes;
   in.pol.algo = cfg.algo;
   in.pol.queue = cfg.queue;
-  in.queues = cfg.queues;
+  if (cfg.queues_in_rounds) in.queues = cfg.queues;
   for (auto const& n : in.state.nodes) {
     if (!n.healthy || n.gpu_count() == 0) continue;
     ++res.gpu_nodes;
@@ -401,7 +401,7 @@ sim_result run_simulation(workload const& w, sim_config const& cfg, solve_fn con
       rj.max_replicas = std::max(j.max_replicas, j.min_replicas);
     }
     rj.network_sensitivity = j.network_sensitivity;
-    if (!cfg.queues.empty()) rj.queue = j.queue;
+    if (!in.queues.empty()) rj.queue = j.queue;
     rj.start_time = t;
     st[idx].run_pos = static_cast<std::int64_t>(in.running.size());
     in.running.push_back(std::move(rj));

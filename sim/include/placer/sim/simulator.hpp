@@ -55,8 +55,12 @@ struct sim_config {
   std::int64_t horizon = 0;     ///< stop at first submit + horizon; 0 = run to the end
   bool progress = false;        ///< progress bar on stderr
   /// The queue tree sent in every round (round_input::queues); the jobs'
-  /// job::queue name their queues. Empty: job::queue is not read.
+  /// job::queue name their queues. Empty: job::queue is not read. Each
+  /// sample records every queue's usage (sample::queue_milli).
   std::vector<queue_spec> queues;
+  /// false: the queues are only sampled, the rounds go without them (a
+  /// baseline that does not know the tenants, measured the same way).
+  bool queues_in_rounds = true;
 };
 
 /// One round: the solver call. Must return a result for `in` (placements
