@@ -52,6 +52,7 @@ bool cycle(slurm::bridge_options const& opt, client& svc, bool dry_run) {
     std::fprintf(stderr, "slurm-bridge: %s\n", e.what());
     return false;
   }
+  for (auto const& w : snap.warnings) std::fprintf(stderr, "slurm-bridge: %s\n", w.c_str());
   round_result r;
   double solve_ms = 0;
   if (!snap.round.pending.empty()) {

@@ -148,6 +148,17 @@ TEST(SlurmBridge, BadOutputIsAClearError) {
   EXPECT_THROW(slurm::build_round("not json", sinfo(), {}), slurm::slurm_error);
   EXPECT_THROW(slurm::build_round(R"({"jobs":[]})", R"({"nodes":{}})", {}), slurm::slurm_error);
   EXPECT_THROW(slurm::build_round(R"({"jobs":[]})", R"({"nodes":[{"gres":"gpu:8"}]})", {}), slurm::slurm_error);
+  // A node whose GPUs cannot be read is left out, saying so; the others stay.
+  auto const snap = slurm::build_round(
+      R"({"jobs":[]})",
+      R"({"nodes":[)" + node("bad", "gpu:a100:x", "gpu:a100:0(IDX:N/A)", 0, "a100") + "," +
+          node("good", "gpu:a100:8", "gpu:a100:2(IDX:0-z)", 0, "a100") + "," +
+          node("fine", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100") + "]}",
+      {});
+  ASSERT_EQ(snap.round.state.nodes.size(), 1U);
+  EXPECT_EQ(snap.round.state.nodes[0].name, "fine");
+  ASSERT_EQ(snap.warnings.size(), 2U);
+  EXPECT_NE(snap.warnings[0].find("'x' is not a number"), std::string::npos) << snap.warnings[0];
   // A command that fails, or is not there, says so.
   EXPECT_THROW(slurm::run_command({"false"}), slurm::slurm_error);
   EXPECT_THROW(slurm::run_command({"/no/such/command"}), slurm::slurm_error);

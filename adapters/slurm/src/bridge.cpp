@@ -54,6 +54,14 @@ std::vector<std::string> split(std::string const& s, char sep) {
 
 bool starts_with(std::string const& s, std::string const& p) { return s.compare(0, p.size(), p) == 0; }
 
+/// A non-negative decimal number, or slurm_error naming the text.
+std::int64_t number(std::string const& s) {
+  if (s.empty() || s.size() > 12 || !std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
+    throw slurm_error("'" + s + "' is not a number");
+  }
+  return std::stoll(s);
+}
+
 /// A gres entry "gpu[:type]:count[(...)]": type and count; false if not a GPU.
 bool gpu_gres(std::string entry, std::string& type, std::int64_t& count) {
   if (starts_with(entry, "gres:")) entry = entry.substr(5);
@@ -65,10 +73,10 @@ bool gpu_gres(std::string entry, std::string& type, std::int64_t& count) {
   type.clear();
   count = 1;
   if (parts.size() == 2) {
-    count = std::stoll(parts[1]);
+    count = number(parts[1]);
   } else if (parts.size() >= 3) {
     type = parts[1];
-    count = std::stoll(parts[2]);
+    count = number(parts[2]);
   }
   return true;
 }
@@ -83,8 +91,8 @@ std::vector<std::int32_t> used_indices(std::string const& gres_used) {
   if (list == "N/A") return idx;
   for (auto const& part : split(list, ',')) {
     auto const dash = part.find('-');
-    std::int32_t const a = std::stoi(part.substr(0, dash));
-    std::int32_t const b = dash == std::string::npos ? a : std::stoi(part.substr(dash + 1));
+    auto const a = static_cast<std::int32_t>(number(part.substr(0, dash)));
+    auto const b = dash == std::string::npos ? a : static_cast<std::int32_t>(number(part.substr(dash + 1)));
     for (std::int32_t k = a; k <= b; ++k) idx.push_back(k);
   }
   return idx;
@@ -118,9 +126,10 @@ std::vector<std::string> host_list(std::string const& s) {
     std::string const body = p.substr(open + 1, p.find(']') - open - 1);
     for (auto const& r : split(body, ',')) {
       auto const dash = r.find('-');
-      int const a = std::stoi(r.substr(0, dash));
-      int const b = dash == std::string::npos ? a : std::stoi(r.substr(dash + 1));
-      for (int k = a; k <= b; ++k) out.push_back(prefix + std::to_string(k));
+      auto const a = number(r.substr(0, dash));
+      auto const b = dash == std::string::npos ? a : number(r.substr(dash + 1));
+      if (b - a > 100000) throw slurm_error("host range '" + r + "' is too long");
+      for (auto k = a; k <= b; ++k) out.push_back(prefix + std::to_string(k));
     }
   }
   return out;
@@ -167,18 +176,24 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     node nd;
     nd.name = name;
     std::int64_t gpus = 0;
-    for (auto const& g : split(str(n, "gres"), ',')) {
-      std::string type;
-      std::int64_t count = 0;
-      if (gpu_gres(g, type, count)) {
-        gpus += count;
-        if (nd.gpu_model.empty()) nd.gpu_model = type;
+    try {
+      for (auto const& g : split(str(n, "gres"), ',')) {
+        std::string type;
+        std::int64_t count = 0;
+        if (gpu_gres(g, type, count)) {
+          gpus += count;
+          if (nd.gpu_model.empty()) nd.gpu_model = type;
+        }
       }
-    }
-    if (gpus > 64) throw slurm_error("sinfo --json: node " + name + " has " + std::to_string(gpus) + " GPUs (at most 64)");
-    nd.gpu_free_milli.assign(static_cast<std::size_t>(gpus), milli_per_gpu);
-    for (auto k : used_indices(str(n, "gres_used"))) {
-      if (k >= 0 && k < gpus) nd.gpu_free_milli[static_cast<std::size_t>(k)] = 0;
+      if (gpus > 64) throw slurm_error(std::to_string(gpus) + " GPUs (at most 64)");
+      nd.gpu_free_milli.assign(static_cast<std::size_t>(gpus), milli_per_gpu);
+      for (auto k : used_indices(str(n, "gres_used"))) {
+        if (k >= 0 && k < gpus) nd.gpu_free_milli[static_cast<std::size_t>(k)] = 0;
+      }
+    } catch (slurm_error const& e) {  // a node it cannot read is left out of the round
+      snap.warnings.push_back("node " + name + ": " + e.what() + " (gres '" + str(n, "gres") + "', gres_used '" +
+                              str(n, "gres_used") + "'): left out");
+      continue;
     }
     nd.cpu_milli_capacity = num(n, "cpus") * 1000;
     nd.cpu_milli_free = std::max<std::int64_t>(0, nd.cpu_milli_capacity - num(n, "alloc_cpus") * 1000);
@@ -231,7 +246,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
           gpus += count;
           model = type;
         }
-      } catch (std::exception const&) {
+      } catch (slurm_error const&) {
         odd = true;
       }
     }
@@ -242,7 +257,13 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     if (held) snap.comments[id] = str(j, "admin_comment");
     if (!held) {
       // Released by the bridge but not started: it holds its nodes.
-      auto const req = host_list(str(j, "required_nodes"));
+      std::vector<std::string> req;
+      try {
+        req = host_list(str(j, "required_nodes"));
+      } catch (slurm_error const& e) {
+        snap.warnings.push_back("job " + std::to_string(id) + ": required_nodes: " + e.what());
+        continue;
+      }
       if (req.empty()) continue;
       ++snap.reserved_jobs;
       for (auto const& name : req) {

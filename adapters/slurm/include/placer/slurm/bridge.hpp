@@ -64,6 +64,7 @@ struct snapshot {
   std::vector<skipped_job> skipped;   ///< held jobs of the bridge it cannot express
   std::int32_t reserved_jobs = 0;     ///< released jobs not started yet, holding their nodes
   std::map<std::int64_t, std::string> comments;  ///< the held jobs' AdminComment now
+  std::vector<std::string> warnings;  ///< nodes left out, and jobs' fields it could not read
 };
 
 /// The round from `squeue --json` and `sinfo --json` output. Nodes: GPUs
@@ -72,7 +73,8 @@ struct snapshot {
 /// topology. Jobs: -N as replicas (a gang above one), GPUs per node from
 /// tres_per_node, CPUs and memory per node, --constraint (a&b, a,b or a|b
 /// of plain features) as selectors. Throws slurm_error when the output is
-/// not what Slurm writes; a job it cannot express is skipped, saying why.
+/// not what Slurm writes; a job it cannot express is skipped, saying why,
+/// and a node whose GPUs it cannot read is left out (snapshot::warnings).
 snapshot build_round(std::string const& squeue_json, std::string const& sinfo_json, bridge_options const& opt);
 
 /// What the bridge does to one job.
