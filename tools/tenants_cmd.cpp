@@ -137,13 +137,11 @@ std::vector<tenant_figures> figures(sim::sim_result const& r, sim::workload cons
     }
   }
   for (std::size_t t = 0; t < f.size(); ++t) f[t].wait = sim::describe(waits[t]);
-  // Samples hold until the next one (the last until the window's end).
   double const span = static_cast<double>(std::max<std::int64_t>(r.t_end - r.t_begin, 1));
   for (std::size_t k = 0; k < r.series.size(); ++k) {
     auto const& s = r.series[k];
     if (s.queue_demand_milli.size() != f.size()) continue;  // the run had no queues
-    std::int64_t const until = k + 1 < r.series.size() ? r.series[k + 1].time : r.t_end;
-    double const dt = static_cast<double>(std::max<std::int64_t>(until - s.time, 0));
+    double const dt = static_cast<double>(std::max<std::int64_t>(r.sample_end(k) - s.time, 0));
     for (std::size_t t = 0; t < f.size(); ++t) {
       double const held = static_cast<double>(s.queue_milli[t]) / milli_per_gpu;
       double const demand = static_cast<double>(s.queue_demand_milli[t]) / milli_per_gpu;
@@ -160,7 +158,7 @@ std::vector<tenant_figures> figures(sim::sim_result const& r, sim::workload cons
 /// Each tenant's GPUs held over time (hours from the start, averaged over
 /// bins) and the guarantee.
 sim::line_plot share_plot(tenant_run const& run, std::string const& workload, double guarantee_gpus) {
-  sim::line_plot p{"GPUs held per tenant: " + run.label + " (" + workload + ")", "time (hours)", "GPUs held"};
+  sim::line_plot p{"GPUs held per tenant: " + run.label + " (" + workload + ")", "time (hours)", "GPUs held", {}};
   auto const& r = run.result;
   constexpr std::size_t bins = 400;
   double const span = static_cast<double>(std::max<std::int64_t>(r.t_end - r.t_begin, 1));
@@ -169,9 +167,8 @@ sim::line_plot share_plot(tenant_run const& run, std::string const& workload, do
     for (std::size_t k = 0; k < r.series.size(); ++k) {
       auto const& s = r.series[k];
       if (s.queue_milli.size() != tenant_names.size()) continue;
-      std::int64_t const until = k + 1 < r.series.size() ? r.series[k + 1].time : r.t_end;
       auto const b = std::min(bins - 1, static_cast<std::size_t>(static_cast<double>(s.time - r.t_begin) / span * bins));
-      double const dt = static_cast<double>(std::max<std::int64_t>(until - s.time, 0));
+      double const dt = static_cast<double>(std::max<std::int64_t>(r.sample_end(k) - s.time, 0));
       sum[b] += static_cast<double>(s.queue_milli[t]) / milli_per_gpu * dt;
       width[b] += dt;
     }

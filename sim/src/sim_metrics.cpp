@@ -141,8 +141,7 @@ sim_summary summarize(sim_result const& r) {
          loan_i = 0;
   for (std::size_t i = 0; i < r.series.size(); ++i) {
     auto const& x = r.series[i];
-    std::int64_t const next = i + 1 < r.series.size() ? r.series[i + 1].time : r.t_end;
-    auto const dt = static_cast<double>(std::max<std::int64_t>(next - x.time, 0));
+    auto const dt = static_cast<double>(std::max<std::int64_t>(r.sample_end(i) - x.time, 0));
     gar_i += x.gar * dt;
     gfr_i += x.gfr * dt;
     frag_i += x.frag * dt;
@@ -402,7 +401,7 @@ void write_outputs(std::string const& dir, std::vector<sim_result> const& result
     std::vector<double> gw(static_cast<std::size_t>(buckets), 0), fw(gw), tw(gw);
     for (std::size_t k = 0; k < r.series.size(); ++k) {
       std::int64_t a = r.series[k].time;
-      std::int64_t const b = k + 1 < r.series.size() ? r.series[k + 1].time : r.t_end;
+      std::int64_t const b = r.sample_end(k);
       while (a < b) {  // split [a, b) at bucket edges
         auto const bi = std::min<std::int64_t>((a - r.t_begin) * buckets / span, buckets - 1);
         std::int64_t const edge = r.t_begin + ((bi + 1) * span + buckets - 1) / buckets;

@@ -133,6 +133,12 @@ struct sim_result {
   std::vector<double> frag_after;   ///< per round, the solver's metrics.frag_ratio_after
   double wall_seconds = 0;          ///< whole run
   double wall_solver_seconds = 0;   ///< inside solve calls
+
+  /// Until when series[k] holds: the next sample's time, the last one's
+  /// the window's end.
+  [[nodiscard]] std::int64_t sample_end(std::size_t k) const {
+    return k + 1 < series.size() ? series[k + 1].time : t_end;
+  }
 };
 
 /// Throws std::runtime_error when the solver breaks its contract (a
