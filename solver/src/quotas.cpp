@@ -142,12 +142,13 @@ void validate_queues(round_input const& in) {
   }
 }
 
-queue_amounts deserved_shares(round_input const& in) {
+namespace {
+
+/// deserved_shares on the round's tree `t` and its running usage `used`.
+queue_amounts shares(round_input const& in, tree const& t, queue_amounts demand) {
   auto const& qs = in.queues;
   auto const n = qs.size();
-  tree const t = make_tree(qs);
-  // Demand: running work plus pending jobs, per queue and its ancestors.
-  queue_amounts demand = running_usage(in, t);
+  // Demand: running work (`demand` on entry) plus pending jobs, per queue and its ancestors.
   for (auto const& jb : in.pending) {
     auto const r = largest(in, jb);
     charge(t, demand, queue_of(t, jb.queue, "pending job '" + jb.name + "'"), jb.per_replica.gpu_milli_total() * r,
@@ -193,6 +194,13 @@ queue_amounts deserved_shares(round_input const& in) {
   return share;
 }
 
+}  // namespace
+
+queue_amounts deserved_shares(round_input const& in) {
+  tree const t = make_tree(in.queues);
+  return shares(in, t, running_usage(in, t));
+}
+
 quota_plan plan_quotas(round_input const& in, admission mode) {
   quota_plan plan;
   auto const& qs = in.queues;
@@ -200,7 +208,7 @@ quota_plan plan_quotas(round_input const& in, admission mode) {
   queue_amounts used = running_usage(in, t);
   // The bound of every queue: its limit, or the smaller of it and its share.
   queue_amounts bound{std::vector<std::int64_t>(qs.size()), std::vector<std::int64_t>(qs.size())};
-  queue_amounts const share = mode == admission::by_share ? deserved_shares(in) : queue_amounts{};
+  queue_amounts const share = mode == admission::by_share ? shares(in, t, used) : queue_amounts{};
   for (std::size_t q = 0; q < qs.size(); ++q) {
     bound.gpu[q] = qs[q].gpu_milli_limit >= 0 ? qs[q].gpu_milli_limit : unbounded;
     bound.cpu[q] = qs[q].cpu_milli_limit >= 0 ? qs[q].cpu_milli_limit : unbounded;
@@ -256,7 +264,7 @@ quota_plan plan_quotas(round_input const& in, admission mode) {
       charge(t, used, q, g, c);
     } else {
       admitted[static_cast<std::size_t>(j)] = 0;
-      plan.refused.push_back({j, unplaced_reason::quota_exceeded, std::move(why), {}});
+      plan.refused.push_back({j, unplaced_reason::quota_exceeded, std::move(why)});
     }
   }
   for (std::size_t j = 0; j < admitted.size(); ++j) {
