@@ -524,7 +524,7 @@ std::string across_json(std::vector<across_row> const& rows) {
 void write_across_plots(std::vector<across_row> const& rows, fs::path const& out) {
   for (std::string const family : {"itp", "mixed"}) {
     sim::line_plot p{"JWTD p90 against no policy, across " + family + " workloads", "ratio to placer (no policy)",
-                     "fraction of workloads"};
+                     "fraction of workloads", {}};
     p.steps = true;
     p.log_x = true;
     for (auto const& a : rows) {

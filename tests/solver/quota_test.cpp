@@ -258,7 +258,9 @@ TEST(Quotas, MultiRoundRunsStayWithinLimits) {
       in = std::move(next);
       for (auto const& [name, used] : usage(in, nullptr)) {
         for (auto const& q : in.queues) {
-          if (q.name == name && q.gpu_milli_limit >= 0) EXPECT_LE(used, q.gpu_milli_limit) << name;
+          if (q.name == name && q.gpu_milli_limit >= 0) {
+            EXPECT_LE(used, q.gpu_milli_limit) << name;
+          }
         }
       }
     }

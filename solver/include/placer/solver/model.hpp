@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace placer {
@@ -295,6 +296,11 @@ struct explanation {
 };
 
 struct unplaced {
+  unplaced() = default;
+  /// `why` is filled by explain_unplaced after the round, so the stages
+  /// that find a job unplaced say only the reason and the detail.
+  unplaced(std::int32_t j, unplaced_reason r, std::string d, explanation w = {})
+      : job(j), reason(r), detail(std::move(d)), why(std::move(w)) {}
   std::int32_t job = -1;
   unplaced_reason reason = unplaced_reason::none;
   std::string detail;
