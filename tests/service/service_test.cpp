@@ -1018,6 +1018,10 @@ TEST(Service, RoundsWhosePeerLeftOrWhoseDeadlinePassedAreNotSolved) {
   auto const dropped = probe_until(probe, [](auto const& h) { return h.dropped_disconnected == 3; });
   EXPECT_EQ(dropped.dropped_disconnected, 3U);
   EXPECT_EQ(dropped.queued_rounds, 1U) << "the gone peer's rounds leave the queue when it goes";
+  // late's round arrived before the probe saw it queued, so after this sleep
+  // it has waited past its 1 ms whatever the machine's speed (without it, a
+  // fast machine dispatched it within the millisecond and solved it).
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));
   g.open();
   EXPECT_EQ(p.receive().code, ErrorCode::Ok);
   auto const expired = late.receive();
