@@ -40,6 +40,26 @@ std::int64_t best_value(tier_instance const& t, std::vector<std::int64_t> const&
   return best;
 }
 
+// A column scored at once (one fragmentation state, shape cache and GPU
+// counts per node) equals its cells scored one by one.
+TEST(ScoreColumn, EqualsTheCellsScoredOneByOne) {
+  std::mt19937_64 rng(16);
+  std::int64_t feasible = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    tier_instance t = iter % 2 == 0 ? random_cluster(rng, 30, 8) : twin_cluster(rng, 5, 6, 8);
+    t.score_all();
+    score_cell_op const op{t.nodes(), t.classes(), t.tasks(), score_params{}};
+    for (std::int32_t c = 0; c < t.n_classes(); ++c) {
+      for (std::int32_t n = 0; n < t.n_nodes(); ++n) {
+        std::int32_t const s = t.scores[static_cast<std::size_t>(c) * t.n_nodes() + n];
+        ASSERT_EQ(s, op.score(c, n)) << "instance " << iter << " class " << c << " node " << n;
+        feasible += s >= 0 ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(feasible, 5000);
+}
+
 TEST(TierProgram, OneIterationIsOptimalOnSmallInstances) {
   auto b = make_backend(backend_kind::cpu);
   std::mt19937_64 rng(11);

@@ -182,6 +182,8 @@ struct column_frag {
   std::int32_t model = -1;
   std::int64_t cpu_free = 0;
   std::int64_t total = 0;
+  std::int32_t whole = 0;     ///< GPUs fully free (1000 milli)
+  std::int32_t max_free = 0;  ///< the most free milli on one GPU
   std::int32_t f[max_gpus_per_node];
   std::int32_t count[max_tasks];   ///< per task: GPUs with free >= its share
   std::int64_t usable[max_tasks];  ///< per task: free milli on those GPUs
@@ -192,9 +194,13 @@ struct column_frag {
     model = node_model;
     cpu_free = cpu;
     total = 0;
+    whole = 0;
+    max_free = 0;
     for (std::int32_t i = 0; i < g; ++i) {
       f[i] = free[i];
       total += f[i];
+      whole += f[i] >= 1000 ? 1 : 0;  // gpus_fit's count for a whole GPU
+      max_free = max_of(max_free, f[i]);
     }
     for (std::int32_t m = 0; m < t.n_tasks; ++m) {
       std::int32_t c = 0;
@@ -206,6 +212,15 @@ struct column_frag {
       count[m] = c;
       usable[m] = u;
     }
+  }
+
+  /// gpus_fit on the node's GPUs (whole GPUs and single shares from the
+  /// counts taken once, other shapes by the scan).
+  PLACER_HD bool fits(std::int32_t gpus, std::int32_t milli) const {
+    if (gpus == 0) return true;
+    if (milli == 1000) return whole >= gpus;
+    if (gpus == 1 && milli > 0) return max_free >= milli;
+    return gpus_fit(f, g, gpus, milli);
   }
 
   /// F with `taken[i]` milli removed from GPU `idx[i]` (k GPUs) and `cpu`
@@ -400,12 +415,21 @@ struct score_cell_op {
   /// node's column_frag.
   PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n, std::int64_t before, frag_cache* cache = nullptr,
                                column_frag const* col = nullptr) const {
-    if (!cell_feasible(nv, cv, c, n)) return infeasible;
+    // cell_feasible, with the GPU fit from the column's counts when it has them.
+    if (col != nullptr ? !node_admits(nv, cv, c, n) || cv.cpu[c] > nv.cpu_free[n] || cv.mem[c] > nv.mem_free[n] ||
+                             !col->fits(cv.gpus[c], cv.milli[c])
+                       : !cell_feasible(nv, cv, c, n)) {
+      return infeasible;
+    }
     std::int32_t const b = nv.gpu_begin[n];
     std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
     std::int64_t const gpu_cap = nv.gpu_capacity[n];
     std::int64_t gpu_free = 0;
-    for (std::int32_t i = 0; i < g; ++i) gpu_free += nv.gpu_free[b + i];
+    if (col != nullptr) {
+      gpu_free = col->total;
+    } else {
+      for (std::int32_t i = 0; i < g; ++i) gpu_free += nv.gpu_free[b + i];
+    }
     std::int64_t const gpu_req = static_cast<std::int64_t>(cv.gpus[c]) * cv.milli[c];
     std::int64_t const cpu_cap = max_of<std::int64_t>(nv.cpu_capacity[n], 1);
 
