@@ -223,6 +223,34 @@ struct column_frag {
     return gpus_fit(f, g, gpus, milli);
   }
 
+  /// F after one replica of (gpus, milli, cpu) that fits, taken by
+  /// take_gpus' rule. F depends on the free values, not on which GPU holds
+  /// them, so whole GPUs are any `gpus` fully free ones (take_gpus' island
+  /// choice only picks among equal values); a share goes to the best-fit
+  /// GPU (least free that fits), as take_gpus does, one GPU whatever
+  /// `gpus` says.
+  PLACER_HD std::int64_t after_replica(task_view const& t, std::int32_t gpus, std::int32_t milli,
+                                       std::int64_t cpu) const {
+    std::int32_t idx[max_gpus_per_node], taken[max_gpus_per_node];
+    std::int32_t k = 0;
+    if (gpus > 0 && milli >= 1000) {
+      for (std::int32_t i = 0; i < g && k < gpus; ++i) {
+        if (f[i] != 1000) continue;
+        idx[k] = i;
+        taken[k++] = 1000;
+      }
+    } else if (gpus > 0) {
+      std::int32_t best = -1;
+      for (std::int32_t i = 0; i < g; ++i) {
+        if (f[i] >= milli && (best < 0 || f[i] < f[best])) best = i;
+      }
+      idx[0] = best;
+      taken[0] = milli;
+      k = 1;
+    }
+    return fragmentation(t, idx, taken, k, cpu);
+  }
+
   /// F with `taken[i]` milli removed from GPU `idx[i]` (k GPUs) and `cpu`
   /// taken; k = 0 and cpu = 0 give the state as it is.
   PLACER_HD std::int64_t fragmentation(task_view const& t, std::int32_t const* idx, std::int32_t const* taken,
@@ -466,21 +494,12 @@ struct score_cell_op {
     if (p.w_fragmentation != 0 && tv.n_tasks > 0 && g > 0) {
       std::int64_t after = 0;
       if (cache == nullptr || !cache->find(cv.gpus[c], cv.milli[c], cv.cpu[c], after)) {
-        std::int32_t f[max_gpus_per_node];
-        for (std::int32_t i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
-        take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + b : nullptr);
         if (col != nullptr) {
-          std::int32_t idx[max_gpus_per_node], taken[max_gpus_per_node];
-          std::int32_t k = 0;
-          for (std::int32_t i = 0; i < g; ++i) {
-            if (f[i] != nv.gpu_free[b + i]) {
-              idx[k] = i;
-              taken[k] = nv.gpu_free[b + i] - f[i];
-              ++k;
-            }
-          }
-          after = col->fragmentation(tv, idx, taken, k, cv.cpu[c]);
+          after = col->after_replica(tv, cv.gpus[c], cv.milli[c], cv.cpu[c]);
         } else {
+          std::int32_t f[max_gpus_per_node];
+          for (std::int32_t i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
+          take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + b : nullptr);
           after = node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[c], nv.model[n], tv, true);
         }
         if (cache != nullptr) cache->add(cv.gpus[c], cv.milli[c], cv.cpu[c], after);
