@@ -225,51 +225,39 @@ struct column_frag {
 
   /// F after one replica of (gpus, milli, cpu) that fits, taken by
   /// take_gpus' rule. F depends on the free values, not on which GPU holds
-  /// them, so whole GPUs are any `gpus` fully free ones (take_gpus' island
-  /// choice only picks among equal values); a share goes to the best-fit
-  /// GPU (least free that fits), as take_gpus does, one GPU whatever
-  /// `gpus` says.
+  /// them: whole GPUs are `gpus` fully free ones (take_gpus' island choice
+  /// only picks among equal values), a share comes off the best-fit GPU
+  /// (least free that fits), one GPU whatever `gpus` says, as take_gpus
+  /// takes it.
   PLACER_HD std::int64_t after_replica(task_view const& t, std::int32_t gpus, std::int32_t milli,
                                        std::int64_t cpu) const {
-    std::int32_t idx[max_gpus_per_node], taken[max_gpus_per_node];
-    std::int32_t k = 0;
-    if (gpus > 0 && milli >= 1000) {
-      for (std::int32_t i = 0; i < g && k < gpus; ++i) {
-        if (f[i] != 1000) continue;
-        idx[k] = i;
-        taken[k++] = 1000;
-      }
-    } else if (gpus > 0) {
-      std::int32_t best = -1;
-      for (std::int32_t i = 0; i < g; ++i) {
-        if (f[i] >= milli && (best < 0 || f[i] < f[best])) best = i;
-      }
-      idx[0] = best;
-      taken[0] = milli;
-      k = 1;
+    if (gpus == 0) return fragmentation(t, 0, 0, 0, cpu);
+    if (milli >= 1000) return fragmentation(t, gpus, 0, 0, cpu);
+    std::int32_t best = -1;
+    for (std::int32_t i = 0; i < g; ++i) {
+      if (f[i] >= milli && (best < 0 || f[i] < f[best])) best = i;
     }
-    return fragmentation(t, idx, taken, k, cpu);
+    return fragmentation(t, 0, f[best], milli, cpu);
   }
 
-  /// F with `taken[i]` milli removed from GPU `idx[i]` (k GPUs) and `cpu`
-  /// taken; k = 0 and cpu = 0 give the state as it is.
-  PLACER_HD std::int64_t fragmentation(task_view const& t, std::int32_t const* idx, std::int32_t const* taken,
-                                       std::int32_t k, std::int64_t cpu) const {
-    std::int64_t tot = total;
-    for (std::int32_t i = 0; i < k; ++i) tot -= taken[i];
+  /// F with `whole` fully free GPUs taken, `share` milli taken from a GPU
+  /// with `from` free (share 0: none) and `cpu` taken; all zero give the
+  /// state as it is. O(tasks): a task's fit count and usable sum change by
+  /// closed forms.
+  PLACER_HD std::int64_t fragmentation(task_view const& t, std::int32_t whole, std::int32_t from, std::int32_t share,
+                                       std::int64_t cpu) const {
+    std::int64_t const tot = total - std::int64_t{1000} * whole - share;
     if (tot == 0) return 0;
     std::int64_t const cpu_left = cpu_free - cpu;
+    std::int32_t const to = from - share;
     std::int64_t frag = 0;
     for (std::int32_t m = 0; m < t.n_tasks; ++m) {
       std::int32_t const milli = t.milli[m];
-      std::int32_t c = count[m];
-      std::int64_t u = usable[m];
-      for (std::int32_t i = 0; i < k; ++i) {
-        std::int32_t const before = f[idx[i]];
-        std::int32_t const after = before - taken[i];
-        c += (after >= milli ? 1 : 0) - (before >= milli ? 1 : 0);
-        u += (after >= milli ? after : 0) - (before >= milli ? before : 0);
-      }
+      // A whole GPU goes from 1000 free to 0; the share's GPU from `from` to `to`.
+      std::int32_t const c = count[m] + whole * ((0 >= milli ? 1 : 0) - (1000 >= milli ? 1 : 0)) +
+                             (to >= milli ? 1 : 0) - (from >= milli ? 1 : 0);
+      std::int64_t const u = usable[m] - std::int64_t{1000} * whole * (1000 >= milli ? 1 : 0) +
+                             (to >= milli ? to : 0) - (from >= milli ? from : 0);
       bool const model_ok = model >= 0 && ((t.model_mask[m] >> model) & 1U) != 0;
       bool const runs = t.gpus[m] > 0 && model_ok && t.cpu[m] <= cpu_left && c >= t.gpus[m];
       std::int64_t use = 0;
@@ -428,7 +416,7 @@ struct score_cell_op {
     column_frag col;
     if (frag) {
       col.init(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
-      before = col.fragmentation(tv, nullptr, nullptr, 0, 0);
+      before = col.fragmentation(tv, 0, 0, 0, 0);
     } else {
       before = fragmentation_before(n);
     }
