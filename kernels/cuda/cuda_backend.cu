@@ -448,6 +448,8 @@ class cuda_backend final : public backend {
       tier_layout(b, nv.n_nodes, problem.n_rows, copies, measure);
       arena_.reserve(node_bytes(nv) + class_bytes(problem.classes) + task_bytes(problem.tasks) +
                      padded<std::int32_t>(cells) + 2 * padded<std::int32_t>(rows) + padded<std::int32_t>(rows + 1) +
+                     padded<std::int32_t>(static_cast<std::size_t>(nv.n_nodes)) +
+                     padded<std::int32_t>(static_cast<std::size_t>(problem.classes.n_classes)) +
                      padded<std::uint8_t>(static_cast<std::size_t>(problem.classes.n_classes)) +
                      padded<std::int32_t>(problem.state != nullptr ? static_cast<std::size_t>(nv.n_nodes) : 0) +
                      padded<tier_control>(1) + work);
@@ -464,6 +466,9 @@ class cuda_backend final : public backend {
       b.p.scores = arena_.stage(static_cast<std::int32_t const*>(problem.scores), cells);
       b.p.row_class = arena_.stage(problem.row_class, rows);
       b.p.demand = arena_.stage(problem.demand, rows);
+      b.p.stamp = arena_.stage(static_cast<std::int32_t const*>(problem.stamp), static_cast<std::size_t>(nv.n_nodes));
+      b.p.fresh = arena_.stage(static_cast<std::int32_t const*>(problem.fresh),
+                               static_cast<std::size_t>(problem.classes.n_classes));
       b.p.live_class = arena_.stage(problem.live_class,
                                     problem.live_class != nullptr ? static_cast<std::size_t>(problem.classes.n_classes) : 0);
       b.p.state = arena_.stage(static_cast<std::int32_t const*>(problem.state),
@@ -479,7 +484,8 @@ class cuda_backend final : public backend {
       tier_kernel<<<1, tier_threads, 0, stream_>>>(b);
       PLACER_CUDA_TRY(cudaPeekAtLastError());
       count_tier(steps_);
-      // Results down in one wait: control, placements, node state, scores.
+      // Results down in one wait: control, placements, node state, scores,
+      // the clock's stamps.
       tier_control const* h_ctl = down(b.ctl, 1);
       tier_placement const* h_out = down(b.out, static_cast<std::size_t>(copies));
       std::int32_t const* h_gpu = down(b.p.gpu_free, static_cast<std::size_t>(nv.n_gpus));
@@ -487,7 +493,11 @@ class cuda_backend final : public backend {
       std::int64_t const* h_mem = down(b.p.mem_free, static_cast<std::size_t>(nv.n_nodes));
       std::int32_t const* h_scores = down(b.p.scores, cells);
       std::int32_t const* h_state = problem.state != nullptr ? down(b.p.state, static_cast<std::size_t>(nv.n_nodes)) : nullptr;
+      std::int32_t const* h_stamp = down(b.p.stamp, static_cast<std::size_t>(nv.n_nodes));
+      std::int32_t const* h_fresh = down(b.p.fresh, static_cast<std::size_t>(problem.classes.n_classes));
       PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
+      std::memcpy(problem.stamp, h_stamp, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int32_t));
+      std::memcpy(problem.fresh, h_fresh, static_cast<std::size_t>(problem.classes.n_classes) * sizeof(std::int32_t));
       if (h_state != nullptr) std::memcpy(problem.state, h_state, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int32_t));
       std::memcpy(problem.gpu_free, h_gpu, static_cast<std::size_t>(nv.n_gpus) * sizeof(std::int32_t));
       std::memcpy(problem.cpu_free, h_cpu, static_cast<std::size_t>(nv.n_nodes) * sizeof(std::int64_t));

@@ -282,10 +282,61 @@ PLACER_HD inline std::uint64_t tier_commit(tier_buffers const& b, std::int32_t c
   return taken;
 }
 
-/// Re-scores node n's column after a commit, for every class still live.
+/// The cells of live classes that are stale on a node (stamp >= fresh).
+struct tier_stale {
+  std::uint8_t const* live;
+  std::int32_t const* fresh;
+  std::int32_t stamp;
+  PLACER_HD bool operator()(std::int32_t, std::int32_t c) const {
+    return (live == nullptr || live[c] != 0) && stamp >= fresh[c];
+  }
+};
+
+/// The cells of rows that still have copies to place after this
+/// iteration's held ones (the rows the next iteration reads).
+struct tier_open {
+  std::int32_t const* remaining;
+  std::int32_t const* held;
+  PLACER_HD bool operator()(std::int32_t r, std::int32_t) const { return remaining[r] > held[r]; }
+};
+
+/// The twin node n copies its refreshed cells from, or -1 (it re-scores its
+/// own): its label's node when that is the root of its label (labelled
+/// itself, so it re-scores its own) and in the same state.
+PLACER_HD inline std::int32_t tier_twin(tier_buffers const& b, std::int32_t n) {
+  auto const& p = b.p;
+  if (p.state == nullptr) return -1;
+  std::int32_t const l = p.state[n];
+  return l != n && p.state[l] == l && node_state_equal(p.nodes, n, l) ? l : -1;
+}
+
+/// The refresh of node n's stale cells of the live classes
+/// (tier_problem::stamp), in two passes over the nodes with a barrier
+/// between: pass 0 re-scores the nodes that have no twin to copy from (the
+/// roots of labels among them), pass 1 copies the twins'. `oldest` is the
+/// least fresh of the live classes: a node stamped before it has nothing
+/// stale.
+PLACER_HD inline void tier_refresh(tier_buffers const& b, std::int32_t n, std::int32_t pass, std::int32_t oldest) {
+  auto const& p = b.p;
+  if (p.stamp[n] < oldest) return;
+  std::int32_t const twin = tier_twin(b, n);
+  tier_stale const stale{p.live_class, p.fresh, p.stamp[n]};
+  if (pass == 0 && twin < 0) {
+    score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, nullptr, p.classes.n_classes, stale);
+  } else if (pass == 1 && twin >= 0) {
+    for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
+      if (!stale(c, c)) continue;
+      std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
+      p.scores[row + n] = p.scores[row + twin];
+    }
+  }
+}
+
+/// Re-scores node n's cells of the open rows after a commit.
 PLACER_HD inline void tier_rescore(tier_buffers const& b, std::int32_t n) {
   auto const& p = b.p;
-  score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, p.live_class);
+  score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, p.row_class, p.n_rows,
+                                                                    tier_open{b.remaining, b.held});
 }
 
 /// Row r's winners grouped by state label (one worker per row): sets
@@ -305,9 +356,9 @@ PLACER_HD inline void tier_group(tier_buffers const& b, std::int32_t r) {
   for (std::int32_t i = 0; i < held; ++i) b.bid_row[hn[i]] = leader[b.p.state[hn[i]]];
 }
 
-/// After the leaders have re-scored: winner n copies its leader's column
-/// when their states are equal (else re-scores its own) and takes the
-/// label of the state it is in now.
+/// After the leaders have re-scored: winner n copies its leader's cells of
+/// the open rows when their states are equal (else re-scores its own) and
+/// takes the label of the state it is in now.
 PLACER_HD inline void tier_follow(tier_buffers const& b, std::int32_t n) {
   auto const& p = b.p;
   std::int32_t const from = b.bid_row[n];
@@ -316,9 +367,10 @@ PLACER_HD inline void tier_follow(tier_buffers const& b, std::int32_t n) {
     p.state[n] = n;
     return;
   }
-  for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
-    if (p.live_class != nullptr && p.live_class[c] == 0) continue;
-    std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
+  tier_open const open{b.remaining, b.held};
+  for (std::int32_t r = 0; r < p.n_rows; ++r) {
+    if (!open(r, p.row_class[r])) continue;
+    std::int64_t const row = static_cast<std::int64_t>(p.row_class[r]) * p.nodes.n_nodes;
     p.scores[row + n] = p.scores[row + from];
   }
   p.state[n] = from;
@@ -385,7 +437,21 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   std::int32_t const team = t.size();
   for (std::int32_t r = me; r < n_rows; r += team) b.remaining[r] = p.demand[r];
   for (std::int32_t n = me; n < n_nodes; n += team) b.won_row[n] = -1;
+  // --- the live classes' stale cells, before anything reads them: a node
+  // changed since is re-scored once, however often it changed.
+  std::int32_t oldest = p.now + 1;
+  for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
+    if (p.live_class == nullptr || p.live_class[c] != 0) oldest = min_of(oldest, p.fresh[c]);
+  }
+  for (std::int32_t n = me; n < n_nodes; n += team) tier_refresh(b, n, 0, oldest);
   t.sync();
+  for (std::int32_t n = me; n < n_nodes; n += team) tier_refresh(b, n, 1, oldest);
+  t.sync();
+  if (me == 0) {
+    for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
+      if (p.live_class == nullptr || p.live_class[c] != 0) p.fresh[c] = p.now + 1;
+    }
+  }
   while (true) {
     // --- a new iteration: floors from the current scores.
     if (me == 0) {
@@ -468,10 +534,12 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       o.row = r;
       o.iteration = iteration;
       o.gpus = tier_commit(b, p.row_class[r], n);
+      p.stamp[n] = p.now + 1;
       b.won_row[n] = -1;
     }
-    // Re-scoring: with state labels, one column per (label, row) group and
-    // copies (the first bidding wave puts whole groups of twins on one row).
+    // Re-scoring the open rows' cells: with state labels, one column per
+    // (label, row) group and copies (the first bidding wave puts whole
+    // groups of twins on one row).
     bool const grouped = p.state != nullptr;
     if (grouped) {
       for (std::int32_t r = me; r < n_rows; r += team) tier_group(b, r);

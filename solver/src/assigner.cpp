@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstdlib>
 #include <numeric>
 #include <utility>
 
@@ -123,7 +124,11 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
   for (auto d : s_.entry_domain) ++s_.domain_begin[static_cast<std::size_t>(d) + 1];
   for (std::size_t d = 0; d < n_domains; ++d) s_.domain_begin[d + 1] += s_.domain_begin[d];
   s_.class_feasible.assign(static_cast<std::size_t>(m_.n_classes()), -1);
-  s_.live_class.clear();  // every class live until run() knows the groups
+  s_.stamp.assign(static_cast<std::size_t>(m_.n_nodes()), -1);  // the scored matrix is current
+  s_.fresh.assign(static_cast<std::size_t>(m_.n_classes()), 0);
+  s_.changes.clear();
+  s_.fresh_at.assign(static_cast<std::size_t>(m_.n_classes()), 0);
+  verify_ = std::getenv("PLACER_VERIFY_SCORES") != nullptr;
 }
 
 void assigner::run(round_result& out, std::function<bool()> const& out_of_time, reorder const& r) {
@@ -173,8 +178,8 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
   }
   std::sort(tiers.begin(), tiers.end());
   auto job_at = [&](std::size_t t) { return order[static_cast<std::size_t>(tiers[t].second)]; };
-  // A class is live while a group still ahead uses it: commits re-score
-  // only live classes' cells (the others are never read again).
+  // A class is live while a group still ahead uses it: the tier programs
+  // keep only live classes' cells current (the others are never read again).
   auto& last_group = s_.class_last_group;
   last_group.assign(static_cast<std::size_t>(m_.n_classes()), -1);
   std::int32_t group = 0;
@@ -182,7 +187,7 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
     if (t > 0 && tiers[t].first != tiers[t - 1].first) ++group;
     last_group[static_cast<std::size_t>(m_.job_class[job_at(t)])] = group;
   }
-  s_.live_class.assign(static_cast<std::size_t>(m_.n_classes()), 1);
+  s_.live_class.resize(static_cast<std::size_t>(m_.n_classes()));
   // State labels start as the score stage's twins; the tier programs keep
   // them (the host's own commits leave them: the program compares states
   // before it copies a column).
@@ -233,6 +238,7 @@ void assigner::place_greedy(std::int32_t j, round_result& out) {
     return;
   }
   if (never_feasible(j, out)) return;
+  refresh_class(m_.job_class[j]);
   std::vector<replica_placement> placed;
   place_replicas(job, m_.job_class[j], -1, job.replicas, placed);
   if (job.gang && static_cast<std::int32_t>(placed.size()) < job.replicas) {
@@ -255,6 +261,7 @@ void assigner::place_local(std::int32_t j, round_result& out) {
   std::int32_t const want = job.replicas;
   bool const required = job.topo_mode == topology_mode::required && job.topology_level >= 0;
   std::vector<replica_placement> placed;
+  refresh_class(c);
 
   // Replicas of this class each domain can hold (a segmented sum of the
   // per-node fit counts by domain, on the backend; kept current since).
@@ -357,6 +364,9 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
   p.n_rows = static_cast<std::int32_t>(row_class.size());
   p.row_class = row_class.data();
   p.demand = demand.data();
+  p.stamp = s_.stamp.data();
+  p.fresh = s_.fresh.data();
+  p.now = now_;
   p.live_class = s_.live_class.data();
   p.state = s_.state.data();
   // Bids rise by at least 1/1024 of the largest score: the assignment is
@@ -367,6 +377,18 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
   p.eps = std::max<std::int64_t>(1, 1000LL * (std::int64_t{op_.p.w_binpack} + op_.p.w_fragmentation) / 1024);
   auto& got = s_.tier_out;
   backend_.place_tier(p, got);
+  now_ += 1;  // past the program's stamps
+  // The program refreshed the live classes before its commits; the nodes
+  // it changed join the log once each.
+  for (std::size_t c = 0; c < s_.live_class.size(); ++c) {
+    if (s_.live_class[c] != 0) s_.fresh_at[c] = static_cast<std::int32_t>(s_.changes.size());
+  }
+  std::size_t const logged = s_.changes.size();
+  for (auto const& tp : got) s_.changes.push_back(tp.node);
+  std::sort(s_.changes.begin() + static_cast<std::ptrdiff_t>(logged), s_.changes.end());
+  s_.changes.erase(std::unique(s_.changes.begin() + static_cast<std::ptrdiff_t>(logged), s_.changes.end()),
+                   s_.changes.end());
+  if (verify_) verify_current();
   drop_caps();  // the program committed on the backend
   // Placements in (iteration, node) order; a row's replicas go to its jobs
   // in queue order, so the earlier jobs fill first.
@@ -448,8 +470,27 @@ bool assigner::initially_feasible(std::int32_t c, std::int32_t n) const {
 }
 
 std::int32_t assigner::score(std::int32_t c, std::int32_t n) const {
-  if (mode_ != assign_mode::kube) return scores_[static_cast<std::size_t>(c) * m_.n_nodes() + n];
-  return op_.score(c, n);  // kube-style: every node scored anew per replica
+  if (mode_ == assign_mode::kube) return op_.score(c, n);  // kube-style: every node scored anew per replica
+  std::int32_t const s = scores_[static_cast<std::size_t>(c) * m_.n_nodes() + n];
+  if (verify_ && s != op_.score(c, n)) {
+    throw logic_error(error_code::internal, "stale score read: class " + std::to_string(c) + " on node " +
+                                                std::to_string(n) + " (PLACER_VERIFY_SCORES)");
+  }
+  return s;
+}
+
+void assigner::verify_current() const {
+  for (std::int32_t c = 0; c < m_.n_classes(); ++c) {
+    if (s_.live_class[static_cast<std::size_t>(c)] == 0) continue;
+    for (std::int32_t n = 0; n < m_.n_nodes(); ++n) {
+      if (s_.stamp[static_cast<std::size_t>(n)] < s_.fresh[static_cast<std::size_t>(c)] &&
+          scores_[static_cast<std::size_t>(c) * m_.n_nodes() + n] != op_.score(c, n)) {
+        throw logic_error(error_code::internal, "a tier left a stale cell it calls current: class " +
+                                                    std::to_string(c) + " on node " + std::to_string(n) +
+                                                    " (PLACER_VERIFY_SCORES)");
+      }
+    }
+  }
 }
 
 std::int64_t assigner::topo_bonus(job const& job, std::int32_t anchor, std::int32_t n) const {
@@ -517,7 +558,7 @@ replica_placement assigner::commit(std::int32_t n, std::int32_t c) {
   if (m_.cpu_free[n] < 0 || m_.mem_free[n] < 0) {
     throw logic_error(error_code::internal, "assignment over-committed CPU or memory");
   }
-  refresh(n);
+  changed(n, c);
   return rp;
 }
 
@@ -530,7 +571,7 @@ void assigner::release_all(std::int32_t c, std::vector<replica_placement>& place
     m_.cpu_free[rp.node] += cv.cpu[c];
     m_.mem_free[rp.node] += cv.mem[c];
     caps_after(rp.node);
-    refresh(rp.node);
+    changed(rp.node, c);
   }
   placed.clear();
 }
@@ -593,9 +634,25 @@ void assigner::caps_after(std::int32_t n) {
   }
 }
 
-void assigner::refresh(std::int32_t n) {
+void assigner::changed(std::int32_t n, std::int32_t c) {
   if (mode_ == assign_mode::kube) return;  // kube scores on the fly
-  op_.score_column(n, scores_.data(), s_.live_class.empty() ? nullptr : s_.live_class.data());
+  auto& stamp = s_.stamp[static_cast<std::size_t>(n)];
+  if (stamp != now_) s_.changes.push_back(n);  // logged once between refreshes
+  stamp = now_;
+  scores_[static_cast<std::size_t>(c) * m_.n_nodes() + n] = op_.score(c, n);
+}
+
+void assigner::refresh_class(std::int32_t c) {
+  if (mode_ == assign_mode::kube) return;
+  auto const k = static_cast<std::size_t>(c);
+  for (auto i = static_cast<std::size_t>(s_.fresh_at[k]); i < s_.changes.size(); ++i) {
+    std::int32_t const n = s_.changes[i];
+    if (s_.stamp[static_cast<std::size_t>(n)] >= s_.fresh[k]) {
+      scores_[k * static_cast<std::size_t>(m_.n_nodes()) + static_cast<std::size_t>(n)] = op_.score(c, n);
+    }
+  }
+  s_.fresh[k] = ++now_;
+  s_.fresh_at[k] = static_cast<std::int32_t>(s_.changes.size());
 }
 
 std::string assigner::level_name(std::int32_t l) const {

@@ -37,7 +37,13 @@ struct assigner_scratch {
   std::vector<std::int32_t> order;                          ///< queue order
   std::vector<std::pair<std::int64_t, std::int32_t>> tiers;  ///< (level x 1024 - tier, position in order)
   std::vector<std::int32_t> class_last_group;              ///< per class: the last group that uses it
-  std::vector<std::uint8_t> live_class;                     ///< per class: 1 = a group ahead uses it
+  std::vector<std::uint8_t> live_class;                     ///< per class: 1 = this or a later group uses it
+  /// The clock of current cells (kernels::tier_problem::stamp): class c's
+  /// cell on node n is current when stamp[n] < fresh[c].
+  std::vector<std::int32_t> stamp;  ///< per node: when it last changed
+  std::vector<std::int32_t> fresh;  ///< per class: when its stale cells were last re-scored
+  std::vector<std::int32_t> changes;   ///< nodes in the order they changed (each once between refreshes)
+  std::vector<std::int32_t> fresh_at;  ///< per class: the length of `changes` when it was refreshed
   std::vector<std::int32_t> tier_jobs;                      ///< one tier's non-locality jobs
   // Domain capacities of the classes with locality jobs (place_locality):
   // loaded from the backend a group's classes at a time, kept exact across
@@ -100,7 +106,12 @@ class assigner {
   bool never_feasible(std::int32_t j, round_result& out);
   void finish_job(std::int32_t j, std::vector<replica_placement>&& placed, round_result& out);
   [[nodiscard]] bool initially_feasible(std::int32_t c, std::int32_t n) const;
+  /// The current score of class c on node n (with PLACER_VERIFY_SCORES
+  /// set, checked against a fresh scoring: a stale read throws).
   [[nodiscard]] std::int32_t score(std::int32_t c, std::int32_t n) const;
+  /// PLACER_VERIFY_SCORES: every live cell the clock calls current is the
+  /// state's score, or logic_error.
+  void verify_current() const;
   [[nodiscard]] std::int64_t topo_bonus(job const& job, std::int32_t anchor, std::int32_t n) const;
   [[nodiscard]] std::int32_t domain_of(std::int32_t n, std::int32_t level) const {
     return s_.paths[static_cast<std::size_t>(n) * levels_ + level];
@@ -114,7 +125,11 @@ class assigner {
   /// The placement of class c on node n that took the GPUs in `taken` (bit i = GPU i).
   [[nodiscard]] replica_placement placement_of(std::int32_t n, std::int32_t c, std::uint64_t taken) const;
   void release_all(std::int32_t c, std::vector<replica_placement>& placed);
-  void refresh(std::int32_t n);
+  /// Node n changed: every cell of it goes stale, and class c's (the job
+  /// being placed reads it next) is re-scored.
+  void changed(std::int32_t n, std::int32_t c);
+  /// Re-scores class c's stale cells, before a job of it reads them.
+  void refresh_class(std::int32_t c);
   [[nodiscard]] std::string level_name(std::int32_t l) const;
 
   round_input const& in_;
@@ -125,6 +140,8 @@ class assigner {
   assign_mode mode_;
   std::int32_t levels_ = 1;
   assigner_scratch& s_;
+  std::int32_t now_ = 0;  ///< the clock of stamp and fresh
+  bool verify_ = false;   ///< PLACER_VERIFY_SCORES: check the cells read (tests)
 };
 
 /// Queue order: priority, then (placer) largest total GPU demand first, then

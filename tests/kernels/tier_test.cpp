@@ -4,7 +4,7 @@
 // by (nodes + 1), epsilon = 1 is below the values' resolution, so the
 // program must find the exact optimum. Then whole tiers: every placement
 // fits, no node takes two replicas in one iteration, rows never exceed
-// their demand, the score matrix stays current. And the CPU/CUDA parity
+// their demand, the cells it reads are current. And the CPU/CUDA parity
 // (GPU only).
 #include <placer/kernels/backend.hpp>
 #include <placer/kernels/ops.hpp>
@@ -114,21 +114,30 @@ TEST(TierProgram, OneIterationIsOptimalOnSmallInstances) {
   EXPECT_GT(contested, 200) << "too few instances where rows compete";
 }
 
-TEST(TierProgram, WholeTiersFitAndKeepTheMatrixCurrent) {
+TEST(TierProgram, WholeTiersFitAndKeepTheCellsTheyReadCurrent) {
   auto b = make_backend(backend_kind::cpu);
   std::mt19937_64 rng(12);
+  std::int64_t stale = 0;
   for (int iter = 0; iter < 300; ++iter) {
     SCOPED_TRACE("instance " + std::to_string(iter));
     tier_instance t = random_cluster(rng, 40, 6);
     t.score_all();
+    // Rows: most classes; live: the rows and some of the others (a later
+    // tier's), the rest never read again.
+    std::vector<std::uint8_t> live(static_cast<std::size_t>(t.n_classes()), 0);
     for (std::int32_t c = 0; c < t.n_classes(); ++c) {
+      int const kind = c == 0 ? 0 : std::uniform_int_distribution<int>(0, 3)(rng);
+      live[static_cast<std::size_t>(c)] = kind <= 2 ? 1 : 0;
+      if (kind >= 2) continue;
       t.row_class.push_back(c);
       t.demand.push_back(std::uniform_int_distribution<int>(1, 30)(rng));
     }
     tier_instance const before = t;
     std::vector<tier_placement> got;
     std::int64_t const eps = iter % 2 == 0 ? 50 : 200;  // the solver uses ~200 (1/1024 of the largest score)
-    auto const st = b->place_tier(t.problem(1 << 30, eps), got);
+    auto problem = t.problem(1 << 30, eps);
+    problem.live_class = live.data();
+    auto const st = b->place_tier(problem, got);
     ASSERT_FALSE(st.round_cap_hit);
     // Replay the placements in (iteration, node) order on the state before:
     // each fits, takes exactly the GPUs the program reported, and no node
@@ -168,11 +177,78 @@ TEST(TierProgram, WholeTiersFitAndKeepTheMatrixCurrent) {
         EXPECT_FALSE(cell_feasible(t.nodes(), t.classes(), t.row_class[r], n)) << "row " << r << " could take node " << n;
       }
     }
-    // And the matrix it leaves is the matrix of the state it leaves.
+    // The cells the clock calls current are the state's; the live classes
+    // were refreshed, and every node the program changed is stamped.
     std::vector<std::int32_t> const kept = t.scores;
     t.score_all();
-    EXPECT_EQ(kept, t.scores);
+    for (std::int32_t c = 0; c < t.n_classes(); ++c) {
+      EXPECT_EQ(t.fresh[static_cast<std::size_t>(c)], live[static_cast<std::size_t>(c)]);
+      for (std::int32_t n = 0; n < t.n_nodes(); ++n) {
+        std::size_t const cell = static_cast<std::size_t>(c) * t.n_nodes() + n;
+        if (t.stamp[static_cast<std::size_t>(n)] < t.fresh[static_cast<std::size_t>(c)]) {
+          ASSERT_EQ(kept[cell], t.scores[cell]) << "class " << c << " node " << n;
+        }
+      }
+    }
+    for (auto const& p : got) EXPECT_EQ(t.stamp[static_cast<std::size_t>(p.node)], 1);
+    stale += std::count(t.stamp.begin(), t.stamp.end(), 1);
   }
+  EXPECT_GT(stale, 1000) << "too few nodes left with stale cells";
+}
+
+// Cells the clock calls stale are re-scored before the program reads them:
+// nodes changed behind the matrix's back, their cells garbage and stamped,
+// give the placements of an exact matrix.
+TEST(TierProgram, StaleCellsAreRefreshedBeforeTheyAreRead) {
+  auto b = make_backend(backend_kind::cpu);
+  std::mt19937_64 rng(15);
+  int refreshed = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    SCOPED_TRACE("instance " + std::to_string(iter));
+    tier_instance t = random_cluster(rng, 40, 6);
+    t.score_all();
+    for (std::int32_t c = 0; c < t.n_classes(); ++c) {
+      t.row_class.push_back(c);
+      t.demand.push_back(std::uniform_int_distribution<int>(1, 20)(rng));
+    }
+    t.now = 3;
+    t.stamp.assign(static_cast<std::size_t>(t.n_nodes()), 1);
+    t.fresh.assign(static_cast<std::size_t>(t.n_classes()), 2);  // every cell current
+    for (std::int32_t n = 0; n < t.n_nodes(); ++n) {
+      if (std::uniform_int_distribution<int>(0, 2)(rng) != 0) continue;
+      // A replica of some class lands on n behind the matrix's back.
+      std::int32_t const c = std::uniform_int_distribution<std::int32_t>(0, t.n_classes() - 1)(rng);
+      if (!cell_feasible(t.nodes(), t.classes(), c, n)) continue;
+      std::uint64_t taken = 0;
+      take_replica(t.nodes(), t.classes(), c, n, t.gpu_free.data(), t.cpu_free.data(), t.mem_free.data(), taken);
+      t.stamp[static_cast<std::size_t>(n)] = 2;
+      for (std::int32_t k = 0; k < t.n_classes(); ++k) {
+        t.scores[static_cast<std::size_t>(k) * t.n_nodes() + n] = std::uniform_int_distribution<std::int32_t>(-1, 300000)(rng);
+      }
+      ++refreshed;
+    }
+    tier_instance exact = t;
+    exact.score_all();
+    exact.stamp.assign(static_cast<std::size_t>(t.n_nodes()), 1);
+    std::vector<tier_placement> a, e;
+    b->place_tier(t.problem(1 << 30, 200), a);
+    b->place_tier(exact.problem(1 << 30, 200), e);
+    auto order = [](auto const& x, auto const& y) {
+      return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node;
+    };
+    std::sort(a.begin(), a.end(), order);
+    std::sort(e.begin(), e.end(), order);
+    ASSERT_EQ(a.size(), e.size());
+    for (std::size_t k = 0; k < a.size(); ++k) {
+      ASSERT_EQ(a[k].node, e[k].node);
+      ASSERT_EQ(a[k].row, e[k].row);
+      ASSERT_EQ(a[k].gpus, e[k].gpus);
+    }
+    ASSERT_EQ(t.gpu_free, exact.gpu_free);
+    for (auto const& p : a) ASSERT_EQ(t.stamp[static_cast<std::size_t>(p.node)], 4);
+    for (auto f : t.fresh) ASSERT_EQ(f, 4);
+  }
+  EXPECT_GT(refreshed, 1000) << "too few nodes changed behind the matrix";
 }
 
 // Twins share re-scored columns: with state labels (right ones, and wrong
@@ -272,6 +348,8 @@ TEST(TierParity, CudaMatchesCpu) {
     }
     ASSERT_EQ(t.scores, u.scores) << "instance " << iter;
     ASSERT_EQ(t.gpu_free, u.gpu_free) << "instance " << iter;
+    ASSERT_EQ(t.stamp, u.stamp) << "instance " << iter;
+    ASSERT_EQ(t.fresh, u.fresh) << "instance " << iter;
   }
 }
 

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <set>
@@ -379,6 +380,26 @@ TEST(SolverRandom, InvariantsHoldOnRandomRounds) {
   // The generator must exercise both outcomes, or the test proves little.
   EXPECT_GT(placed, 5000);
   EXPECT_GT(unplaced, 500);
+}
+
+// The matrix's cells are re-scored lazily (a clock of node stamps and
+// class freshness): every cell the host reads, and every live cell a tier
+// program calls current, equals a fresh scoring. PLACER_VERIFY_SCORES makes
+// the assigner check both and throw on a stale one.
+TEST(SolverRandom, EveryScoreReadIsCurrent) {
+  ::setenv("PLACER_VERIFY_SCORES", "1", 1);
+  auto s = cpu_solver();
+  std::mt19937_64 rng(20261125);
+  int placed = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    round_input in = testing_support::random_round(rng);
+    in.pol.algo = iter % 4 == 3 ? algorithm::greedy : algorithm::placer;
+    round_result r;
+    ASSERT_NO_THROW(r = s.solve(in)) << "iteration " << iter;
+    placed += static_cast<int>(r.placements.size());
+  }
+  ::unsetenv("PLACER_VERIFY_SCORES");
+  EXPECT_GT(placed, 1000);
 }
 
 TEST(SolverRandom, DeterministicAcrossRuns) {

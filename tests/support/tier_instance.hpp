@@ -19,9 +19,18 @@ using namespace placer::kernels;
 /// (round_arrays, as the solver's round_matrices).
 struct tier_instance : round_arrays {
   std::vector<std::int32_t> scores, row_class, demand;
+  /// The clock of current cells (tier_problem::stamp): all current until
+  /// a test says otherwise.
+  std::vector<std::int32_t> stamp, fresh;
+  std::int32_t now = 0;
 
   tier_problem problem(std::int32_t max_iterations, std::int64_t eps) {
+    stamp.resize(static_cast<std::size_t>(n_nodes()), -1);
+    fresh.resize(static_cast<std::size_t>(n_classes()), 0);
     tier_problem p;
+    p.stamp = stamp.data();
+    p.fresh = fresh.data();
+    p.now = now;
     p.nodes = nodes();
     p.classes = classes();
     p.tasks = tasks();

@@ -381,6 +381,11 @@ struct frag_cache {
   }
 };
 
+/// score_cell_op::score_column's filter that wants every cell.
+struct every_cell {
+  PLACER_HD bool operator()(std::int32_t, std::int32_t) const { return true; }
+};
+
 /// Score of one (class, node) cell; cell = c * n_nodes + n (row-major).
 struct score_cell_op {
   node_view nv;
@@ -405,23 +410,35 @@ struct score_cell_op {
 
   PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n) const { return score(c, n, fragmentation_before(n)); }
 
-  /// Scores node n's column into out (row-major, n_nodes wide), for the
-  /// classes with live[c] != 0 (null: all).
-  PLACER_HD void score_column(std::int32_t n, std::int32_t* out, std::uint8_t const* live = nullptr) const {
+  /// Scores node n's column into out (row-major, n_nodes wide): every class.
+  PLACER_HD void score_column(std::int32_t n, std::int32_t* out) const {
+    score_column(n, out, nullptr, cv.n_classes, every_cell{});
+  }
+
+  /// Scores node n's cells of the classes c = of[i], i < k (of null: c =
+  /// i) for which want(i, c) holds, into out; the node's fragmentation
+  /// state and the shape cache are taken once, and only if a cell is wanted.
+  template <class Want>
+  PLACER_HD void score_column(std::int32_t n, std::int32_t* out, std::int32_t const* of, std::int32_t k,
+                              Want const& want) const {
     frag_cache cache;
-    std::int64_t before = 0;
-    std::int32_t const b = nv.gpu_begin[n];
-    std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
-    bool const frag = p.w_fragmentation != 0 && tv.n_tasks > 0 && p.kube_mode == 0 && tv.n_tasks <= max_tasks;
     column_frag col;
-    if (frag) {
-      col.init(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
-      before = col.fragmentation(tv, 0, 0, 0, 0);
-    } else {
-      before = fragmentation_before(n);
-    }
-    for (std::int32_t c = 0; c < cv.n_classes; ++c) {
-      if (live != nullptr && live[c] == 0) continue;
+    std::int64_t before = 0;
+    bool const frag = p.w_fragmentation != 0 && tv.n_tasks > 0 && p.kube_mode == 0 && tv.n_tasks <= max_tasks;
+    bool ready = false;
+    for (std::int32_t i = 0; i < k; ++i) {
+      std::int32_t const c = of != nullptr ? of[i] : i;
+      if (!want(i, c)) continue;
+      if (!ready) {
+        ready = true;
+        if (frag) {
+          std::int32_t const b = nv.gpu_begin[n];
+          col.init(nv.gpu_free + b, min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node), nv.cpu_free[n], nv.model[n], tv);
+          before = col.fragmentation(tv, 0, 0, 0, 0);
+        } else {
+          before = fragmentation_before(n);
+        }
+      }
       out[static_cast<std::int64_t>(c) * nv.n_nodes + n] = score(c, n, before, &cache, frag ? &col : nullptr);
     }
   }

@@ -10,8 +10,8 @@
 // node bids for its best row at price + (best margin - second margin) + 1;
 // a row keeps its `remaining[r]` best bids, evicting the lowest), commits
 // every winner in one parallel step (the winners are on different nodes),
-// re-scores those nodes' columns for every class, and iterates with the
-// rest until nothing more fits. A bidding round costs O(R) per active node,
+// re-scores those nodes' cells of the rows still open, and iterates with
+// the rest until nothing more fits. A bidding round costs O(R) per active node,
 // not a scan of every node per row, and the number of rounds depends on
 // the competition between rows, not on the number of replicas.
 //
@@ -30,8 +30,8 @@
 namespace placer::kernels {
 
 /// One tier. `nodes` reads the arrays that gpu_free / cpu_free / mem_free
-/// point to: the program commits into them, and keeps `scores` current
-/// (every class's cell of each node it touches is re-scored).
+/// point to: the program commits into them, and keeps the cells of
+/// `scores` it reads current (stamp and fresh below).
 struct tier_problem {
   node_view nodes;
   class_view classes;
@@ -44,8 +44,20 @@ struct tier_problem {
   std::int32_t n_rows = 0;
   std::int32_t const* row_class = nullptr;  ///< n_rows: the class of each row
   std::int32_t const* demand = nullptr;     ///< n_rows: replicas wanted
-  /// Per class: 1 = re-score its cells after a commit; 0 = no job left in
-  /// the round uses it, its cells may go stale. Null = every class.
+  /// Which cells are current, by a clock the caller keeps: class c's cell
+  /// on node n is current when stamp[n] < fresh[c]. Both writable, per
+  /// node and per class, and required. The program first re-scores the
+  /// stale cells of the live classes (one column per changed node, twins
+  /// copied), sets their fresh to now + 1, and stamps every node it
+  /// commits to now + 1; after a commit it re-scores only the cells of the
+  /// rows that still have copies to place. A node's other cells wait for
+  /// the next refresh (the next tier's, or a job's on the host): a node
+  /// changed several times in one tier is re-scored once.
+  std::int32_t* stamp = nullptr;
+  std::int32_t* fresh = nullptr;
+  std::int32_t now = 0;
+  /// Per class: 1 = the refresh keeps it current (this tier or a later
+  /// one uses it); 0 = nothing reads it again. Null = every class.
   std::uint8_t const* live_class = nullptr;
   /// Per node, writable, or null: a state label, a node index such that
   /// the nodes with one label were in one state when they got it (the
