@@ -24,6 +24,23 @@ using testing_support::random_cluster;
 using testing_support::tier_instance;
 using testing_support::twin_cluster;
 
+/// Sorts both placement lists by (iteration, node) and compares their
+/// nodes, rows and GPUs.
+::testing::AssertionResult same_placements(std::vector<tier_placement>& a, std::vector<tier_placement>& b) {
+  auto order = [](auto const& x, auto const& y) {
+    return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node;
+  };
+  std::sort(a.begin(), a.end(), order);
+  std::sort(b.begin(), b.end(), order);
+  if (a.size() != b.size()) return ::testing::AssertionFailure() << a.size() << " placements against " << b.size();
+  for (std::size_t k = 0; k < a.size(); ++k) {
+    if (a[k].node != b[k].node || a[k].row != b[k].row || a[k].gpus != b[k].gpus) {
+      return ::testing::AssertionFailure() << "placement " << k << " differs";
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 /// Brute force over one iteration: each node takes nothing or one replica
 /// of a row with demand left; maximises the sum of the values.
 std::int64_t best_value(tier_instance const& t, std::vector<std::int64_t> const& value, std::int32_t node,
@@ -233,17 +250,7 @@ TEST(TierProgram, StaleCellsAreRefreshedBeforeTheyAreRead) {
     std::vector<tier_placement> a, e;
     b->place_tier(t.problem(1 << 30, 200), a);
     b->place_tier(exact.problem(1 << 30, 200), e);
-    auto order = [](auto const& x, auto const& y) {
-      return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node;
-    };
-    std::sort(a.begin(), a.end(), order);
-    std::sort(e.begin(), e.end(), order);
-    ASSERT_EQ(a.size(), e.size());
-    for (std::size_t k = 0; k < a.size(); ++k) {
-      ASSERT_EQ(a[k].node, e[k].node);
-      ASSERT_EQ(a[k].row, e[k].row);
-      ASSERT_EQ(a[k].gpus, e[k].gpus);
-    }
+    ASSERT_TRUE(same_placements(a, e));
     ASSERT_EQ(t.gpu_free, exact.gpu_free);
     for (auto const& p : a) ASSERT_EQ(t.stamp[static_cast<std::size_t>(p.node)], 4);
     for (auto f : t.fresh) ASSERT_EQ(f, 4);
@@ -281,17 +288,7 @@ TEST(TierProgram, StateLabelsShareColumnsExactly) {
     auto pu = u.problem(1 << 30, 200);
     pu.state = label.data();
     b->place_tier(pu, c);
-    auto order = [](auto const& x, auto const& y) {
-      return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node;
-    };
-    std::sort(a.begin(), a.end(), order);
-    std::sort(c.begin(), c.end(), order);
-    ASSERT_EQ(a.size(), c.size());
-    for (std::size_t k = 0; k < a.size(); ++k) {
-      ASSERT_EQ(a[k].node, c[k].node);
-      ASSERT_EQ(a[k].row, c[k].row);
-      ASSERT_EQ(a[k].gpus, c[k].gpus);
-    }
+    ASSERT_TRUE(same_placements(a, c));
     ASSERT_EQ(t.scores, u.scores);
     ASSERT_EQ(t.gpu_free, u.gpu_free);
     ASSERT_EQ(t.cpu_free, u.cpu_free);
