@@ -44,7 +44,7 @@ class local_slurm {
     port_ = 20000 + static_cast<int>(getpid() % 2000) * 20;
     try {
       out_ = run_command({"bash", (repo_root() / "scripts/slurm-cluster.sh").string(), "up", "--nodes",
-                          std::to_string(nodes), "--gpus", "8", "--models", "a100,h100", "--racks", "2", "--dir",
+                          std::to_string(nodes), "--gpus", "8", "--models", "a100,h100", "--racks", "2", "--infer", "2", "--dir",
                           dir_.string(), "--port", std::to_string(port_)},
                          60000);
     } catch (...) {
@@ -162,11 +162,12 @@ TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
   jobs.push_back(cluster.submit("-N2 --gres=gpu:8 --constraint=h100"));
   jobs.push_back(cluster.submit("-N1 --gres=gpu:2 --constraint=rack2&a100"));  // no such node: waits
   jobs.push_back(cluster.submit("-N1 --gres=gpu:4 --constraint=rack1"));
+  jobs.push_back(cluster.submit("-p infer -N1 --gres=gpu:1"));                // n15 and n16 are the infer partition
   std::int64_t const never = cluster.submit("-N1 --gres=gpu:16");
 
   ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
   auto const placed = placed_lines(out);
-  EXPECT_GE(placed.size(), 11U) << out;
+  EXPECT_GE(placed.size(), 12U) << out;
   EXPECT_EQ(placed.count(never), 0U) << out;
   drain(60);
   for (auto const& [id, nodes] : placed) EXPECT_EQ(cluster.ran_on(id), nodes) << "job " << id;
@@ -180,6 +181,10 @@ TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
   // h100 nodes are n9-n16; the rack1 job ran on n1-n8.
   for (auto const& n : placed.at(jobs[10])) EXPECT_GE(std::stoi(n.substr(1)), 9) << n;
   for (auto const& n : placed.at(jobs[12])) EXPECT_LE(std::stoi(n.substr(1)), 8) << n;
+  // Every job stayed in its partition: infer is n15-n16, train the rest.
+  for (auto const& [id, nodes] : placed) {
+    for (auto const& n : nodes) EXPECT_EQ(std::stoi(n.substr(1)) >= 15, id == jobs[13]) << "job " << id << " on " << n;
+  }
   // The job that fits nowhere is held, saying why.
   auto const held = job_of(never);
   EXPECT_EQ(held.value("state_reason", ""), "JobHeldUser");
@@ -193,7 +198,7 @@ TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
   EXPECT_EQ(job_of(late).value("admin_comment", ""), "");
   // A crash between update and release: the job has its nodes but is
   // still held; the next cycle places it once.
-  run_command({"scontrol", "update", "JobId=" + std::to_string(late), "ReqNodeList=n16"});
+  run_command({"scontrol", "update", "JobId=" + std::to_string(late), "ReqNodeList=n14"});
   ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
   auto const again = placed_lines(out);
   ASSERT_EQ(again.count(late), 1U) << out;

@@ -5,17 +5,21 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+#include <set>
+
 #include "../support/invariants.hpp"
 
 namespace placer {
 namespace {
 
 std::string node(std::string const& name, std::string const& gres, std::string const& used, int alloc_cpus,
-                 std::string const& features, std::string const& state = "idle", std::string const& flags = "") {
+                 std::string const& features, std::string const& state = "idle", std::string const& flags = "",
+                 std::string const& partition = "train") {
   return R"({"name":")" + name + R"(","gres":")" + gres + R"(","gres_used":")" + used +
          R"(","cpus":64,"alloc_cpus":)" + std::to_string(alloc_cpus) +
          R"(,"real_memory":512000,"alloc_memory":4096,"features":")" + features + R"(","state":")" + state +
-         R"(","state_flags":[)" + flags + R"(],"partitions":["train"]})";
+         R"(","state_flags":[)" + flags + R"(],"partitions":[")" + partition + R"("]})";
 }
 
 std::string sinfo() {
@@ -26,10 +30,10 @@ std::string sinfo() {
 }
 
 std::string job(int id, std::string const& extra, std::string const& reason = "JobHeldUser",
-                std::string const& comment = "placer") {
+                std::string const& comment = "placer", std::string const& partition = "train") {
   return R"({"job_id":)" + std::to_string(id) + R"(,"job_state":"PENDING","state_reason":")" + reason +
-         R"(","comment":")" + comment + R"(","partition":"train","submit_time":)" + std::to_string(1000 + id) +
-         (extra.empty() ? "" : "," + extra) + "}";
+         R"(","comment":")" + comment + R"(","partition":")" + partition + R"(","submit_time":)" +
+         std::to_string(1000 + id) + (extra.empty() ? "" : "," + extra) + "}";
 }
 
 TEST(SlurmBridge, NodesAndJobsBecomeARound) {
@@ -50,7 +54,8 @@ TEST(SlurmBridge, NodesAndJobsBecomeARound) {
   EXPECT_EQ(c.nodes[0].gpu_free_milli, (std::vector<std::int32_t>{0, 0, 0, 1000, 1000, 0, 1000, 1000}));
   EXPECT_EQ(c.nodes[0].cpu_milli_free, 60000);
   EXPECT_EQ(c.nodes[0].gpu_model, "a100");
-  EXPECT_EQ(c.nodes[0].labels, (std::vector<std::string>{"slurm.feature/a100=true", "slurm.feature/rack1=true"}));
+  EXPECT_EQ(c.nodes[0].labels, (std::vector<std::string>{"slurm.feature/a100=true", "slurm.feature/rack1=true",
+                                                          "slurm.partition/train=true"}));
   EXPECT_FALSE(c.nodes[3].healthy);  // drained
   // Racks are the topology's second level.
   ASSERT_EQ(c.topo.domains.size(), 3U);
@@ -74,7 +79,7 @@ TEST(SlurmBridge, NodesAndJobsBecomeARound) {
   EXPECT_EQ(p[1].per_replica.cpu_milli, 8000);
   EXPECT_EQ(p[1].allowed_gpu_models, (std::vector<std::string>{"h100"}));
   EXPECT_EQ(p[1].constraints.node_selector,
-            (std::vector<std::string>{"slurm.feature/rack2=true", "slurm.feature/h100=true"}));
+            (std::vector<std::string>{"slurm.partition/train=true", "slurm.feature/rack2=true", "slurm.feature/h100=true"}));
   EXPECT_EQ(p[1].topo_mode, topology_mode::preferred);
   EXPECT_EQ(p[2].constraints.required.size(), 2U);  // a100 | h100
   EXPECT_EQ(p[2].per_replica.memory_mib, 2048);
@@ -142,6 +147,51 @@ TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {
   ASSERT_EQ(one_failed.size(), 1U);
   EXPECT_EQ(one_failed[0].job, 8);
   EXPECT_EQ(ran.size(), 5U);  // two updates, the batch, then 7 and 8
+}
+
+// Slurm runs a job only on nodes of its partition: a node listed under two
+// partitions carries both, and a job goes only where its partition is.
+TEST(SlurmBridge, JobsStayInTheirPartitions) {
+  std::string const info =
+      R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100", "idle", "", "train") + "," +
+      node("n2", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100", "idle", "", "infer") + "," +
+      node("n3", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100", "idle", "", "train") + "," +
+      node("n3", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100", "idle", "", "infer") + "]}";
+  std::string const squeue =
+      R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:8")", "JobHeldUser", "placer", "infer") +
+      "," + job(2, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:8")", "JobHeldUser", "placer", "infer") + "," +
+      job(3, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:8")", "JobHeldUser", "placer", "infer") + "," +
+      job(4, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:1")", "JobHeldUser", "placer", "train,infer") + "," +
+      job(5, R"("node_count":1,"tres_per_node":"gres:gpu:1","features":"a|b")", "JobHeldUser", "placer", "train,infer") +
+      "]}";
+  auto const snap = slurm::build_round(squeue, info, {});
+  auto const& c = snap.round.state;
+  ASSERT_EQ(c.nodes.size(), 3U);
+  EXPECT_EQ(c.nodes[2].labels, (std::vector<std::string>{"slurm.feature/a100=true", "slurm.partition/train=true",
+                                                          "slurm.partition/infer=true"}));
+  ASSERT_EQ(snap.job_ids, (std::vector<std::int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(snap.round.pending[3].constraints.required.size(), 2U);  // train or infer
+  ASSERT_EQ(snap.skipped.size(), 1U);  // two partitions and a|b
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(snap.round);
+  expect_round_invariants(snap.round, r);
+  std::map<std::int64_t, slurm::action> by;
+  for (auto const& a : slurm::decide(snap, r)) by[a.job] = a;
+  // Three whole-node infer jobs, two infer nodes: n2 and n3 run two, the
+  // third waits although n1 (train) is free.
+  std::set<std::string> infer_nodes;
+  int waiting = 0;
+  for (std::int64_t id : {1, 2, 3}) {
+    if (by[id].nodes.empty()) {
+      ++waiting;
+      continue;
+    }
+    infer_nodes.insert(by[id].nodes.begin(), by[id].nodes.end());
+  }
+  EXPECT_EQ(waiting, 1);
+  EXPECT_EQ(infer_nodes, (std::set<std::string>{"n2", "n3"}));
+  ASSERT_EQ(by[4].nodes.size(), 1U);
+  EXPECT_EQ(by[4].nodes[0], "n1");  // the only room left, in one of its partitions
 }
 
 TEST(SlurmBridge, BadOutputIsAClearError) {

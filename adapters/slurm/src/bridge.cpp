@@ -153,6 +153,8 @@ bool plain_feature(std::string const& f) {
 
 std::string feature_label(std::string const& feature) { return "slurm.feature/" + feature + "=true"; }
 
+std::string partition_label(std::string const& partition) { return "slurm.partition/" + partition + "=true"; }
+
 snapshot build_round(std::string const& squeue_json, std::string const& sinfo_json, bridge_options const& opt) {
   json const info = parse(sinfo_json, "sinfo --json");
   json const queue = parse(squeue_json, "squeue --json");
@@ -168,11 +170,20 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     if (!n.is_object()) throw slurm_error("sinfo --json: a node is not an object");
     std::string const name = str(n, "name");
     if (name.empty()) throw slurm_error("sinfo --json: a node has no name");
-    if (!opt.partition.empty()) {
-      auto const parts = n.value("partitions", json::array());
-      if (std::find(parts.begin(), parts.end(), opt.partition) == parts.end()) continue;
+    auto const parts = n.value("partitions", json::array());
+    if (!opt.partition.empty() && std::find(parts.begin(), parts.end(), opt.partition) == parts.end()) continue;
+    // A node is listed once per partition; each of its partitions is a label.
+    auto label_partitions = [&](node& nd) {
+      for (auto const& part : parts) {
+        if (!part.is_string()) continue;
+        std::string const label = partition_label(part.get<std::string>());
+        if (std::find(nd.labels.begin(), nd.labels.end(), label) == nd.labels.end()) nd.labels.push_back(label);
+      }
+    };
+    if (auto const seen = node_at.find(name); seen != node_at.end()) {
+      label_partitions(c.nodes[seen->second]);
+      continue;
     }
-    if (node_at.count(name) != 0) continue;  // listed once per partition
     node nd;
     nd.name = name;
     std::int64_t gpus = 0;
@@ -219,6 +230,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
         nd.domain = it->second;
       }
     }
+    label_partitions(nd);
     node_at[name] = c.nodes.size();
     c.nodes.push_back(std::move(nd));
   }
@@ -308,7 +320,24 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
       jb.topology_level = 1;
       jb.topo_mode = topology_mode::preferred;
     }
+    // Slurm runs a job only on nodes of its partition: one partition is a
+    // selector; a job submitted to several (-p a,b) may use any of them.
+    auto const partitions = split(str(j, "partition"), ',');
     std::string const features = str(j, "features");
+    if (partitions.size() > 1 && features.find('|') != std::string::npos) {
+      skip("several partitions with --constraint a|b is not supported");
+      continue;
+    }
+    if (partitions.size() == 1) {
+      jb.constraints.node_selector.push_back(partition_label(partitions[0]));
+    } else {
+      for (auto const& part : partitions) {
+        selector_term t;
+        std::string const label = partition_label(part);
+        t.match.push_back({label.substr(0, label.find('=')), selector_op::in, {"true"}});
+        jb.constraints.required.push_back(std::move(t));
+      }
+    }
     if (!features.empty()) {
       bool const any = features.find('|') != std::string::npos;
       bool const all = features.find('&') != std::string::npos || features.find(',') != std::string::npos;

@@ -45,6 +45,9 @@ struct bridge_options {
 
 /// Node labels from Slurm features: "slurm.feature/<feature>=true".
 std::string feature_label(std::string const& feature);
+/// Node labels from the partitions a node is in: "slurm.partition/<name>=true".
+/// A job's partition is a selector on it (Slurm runs a job only there).
+std::string partition_label(std::string const& partition);
 
 /// Runs argv (no shell), returns its stdout; throws slurm_error with its
 /// stderr when it cannot start, exits non-zero, or runs past timeout_ms.
@@ -69,10 +72,11 @@ struct snapshot {
 
 /// The round from `squeue --json` and `sinfo --json` output. Nodes: GPUs
 /// (model and count from gres, in use from gres_used's indices), CPUs and
-/// memory free, features as labels, down/drained nodes unhealthy, racks as
-/// topology. Jobs: -N as replicas (a gang above one), GPUs per node from
-/// tres_per_node, CPUs and memory per node, --constraint (a&b, a,b or a|b
-/// of plain features) as selectors. Throws slurm_error when the output is
+/// memory free, features and partitions as labels, down/drained nodes
+/// unhealthy, racks as topology. Jobs: -N as replicas (a gang above one),
+/// GPUs per node from tres_per_node, CPUs and memory per node, the
+/// partition (or -p a,b: any of them) and --constraint (a&b, a,b or a|b of
+/// plain features) as selectors. Throws slurm_error when the output is
 /// not what Slurm writes; a job it cannot express is skipped, saying why,
 /// and a node whose GPUs it cannot read is left out (snapshot::warnings).
 snapshot build_round(std::string const& squeue_json, std::string const& sinfo_json, bridge_options const& opt);
