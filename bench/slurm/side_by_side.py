@@ -61,13 +61,37 @@ def job_mix(n, seed):
 
 
 def snapshot():
+    """Per node: GPUs in use, and its GPU model (from gres)."""
     nodes = json.loads(run(["sinfo", "--json"]))["nodes"]
-    used = {}
+    used, model = {}, {}
     for nd in nodes:
         g = nd.get("gres_used", "")
         head = g.split("(")[0]
         used[nd["name"]] = int(head.split(":")[-1]) if head else 0
-    return used
+        parts = nd.get("gres", "").split(":")
+        model[nd["name"]] = parts[1] if len(parts) >= 3 else ""
+    return used, model
+
+
+def fgd_fragmented(mix, used, model, gpus_per_node):
+    """FGD's fragmentation of the final state (Weng et al., ATC'23) for the
+    mix's own typical tasks: a node's free GPUs count as fragmented for a
+    task that cannot run there (too few free GPUs, or another model), each
+    task weighted by its share of the mix's replicas. Whole GPUs only, as
+    Slurm's gres are."""
+    tasks = {}
+    for n, g, con in mix:
+        tasks[(g, con)] = tasks.get((g, con), 0) + n
+    total = sum(tasks.values())
+    frag = 0.0
+    for name, u in used.items():
+        free = gpus_per_node - u
+        if free <= 0:
+            continue
+        for (g, con), count in tasks.items():
+            runs = g <= free and (con == "" or con == model[name])
+            frag += (0 if runs else free) * count / total
+    return frag
 
 
 def jobs():
@@ -91,7 +115,7 @@ def settle(max_s, poll=1.0, quiet_s=8.0, step=None):
 
 
 def measure(mix, ids, t_release, gpus_per_node, n_nodes):
-    used = snapshot()
+    used, model = snapshot()
     js = {j["job_id"]: j for j in jobs()}
     placed = [i for i in ids if js.get(i, {}).get("job_state") == "RUNNING"]
     gpus = 0
@@ -116,6 +140,7 @@ def measure(mix, ids, t_release, gpus_per_node, n_nodes):
         "jobs": len(ids), "jobs_placed": len(placed), "gpus_placed": gpus,
         "gpus_total": gpus_per_node * n_nodes,
         "gpus_free_on_partly_used_nodes": stranded, "free_nodes": free_nodes,
+        "fgd_fragmented_gpus": fgd_fragmented(mix, used, model, gpus_per_node),
         "gangs_placed": gangs, "gangs_in_one_rack": gangs_one_rack,
         "seconds_to_last_start": last_start - t_release,
         "placements_per_second": len(placed) / span,
@@ -210,6 +235,7 @@ def main():
         serve.wait(timeout=10)
         shutil.rmtree(tmp, ignore_errors=True)
     keys = ["jobs_placed", "gpus_placed", "gpus_total", "gpus_free_on_partly_used_nodes", "free_nodes",
+            "fgd_fragmented_gpus",
             "gangs_placed", "gangs_in_one_rack", "seconds_to_last_start", "placements_per_second"]
     print(f"{args.jobs} jobs (seed {args.seed}) on {args.nodes} nodes x 8 GPUs, racks of {RACK}")
     print(f"{'':34s} {'slurm alone':>12s} {'placer':>12s}")
