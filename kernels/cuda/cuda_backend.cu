@@ -451,6 +451,7 @@ class cuda_backend final : public backend {
                      padded<std::int32_t>(static_cast<std::size_t>(nv.n_nodes)) +
                      padded<std::int32_t>(static_cast<std::size_t>(problem.classes.n_classes)) +
                      padded<std::uint8_t>(static_cast<std::size_t>(problem.classes.n_classes)) +
+                     padded<std::int32_t>(problem.changed != nullptr ? static_cast<std::size_t>(problem.n_changed) : 0) +
                      padded<std::int32_t>(problem.state != nullptr ? static_cast<std::size_t>(nv.n_nodes) : 0) +
                      padded<tier_control>(1) + work);
       arena_.reset();
@@ -469,6 +470,7 @@ class cuda_backend final : public backend {
       b.p.stamp = arena_.stage(static_cast<std::int32_t const*>(problem.stamp), static_cast<std::size_t>(nv.n_nodes));
       b.p.fresh = arena_.stage(static_cast<std::int32_t const*>(problem.fresh),
                                static_cast<std::size_t>(problem.classes.n_classes));
+      b.p.changed = arena_.stage(problem.changed, problem.changed != nullptr ? static_cast<std::size_t>(problem.n_changed) : 0);
       b.p.live_class = arena_.stage(problem.live_class,
                                     problem.live_class != nullptr ? static_cast<std::size_t>(problem.classes.n_classes) : 0);
       b.p.state = arena_.stage(static_cast<std::int32_t const*>(problem.state),

@@ -443,9 +443,10 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
     if (p.live_class == nullptr || p.live_class[c] != 0) oldest = min_of(oldest, p.fresh[c]);
   }
-  for (std::int32_t n = me; n < n_nodes; n += team) tier_refresh(b, n, 0, oldest);
+  std::int32_t const candidates = p.changed != nullptr ? p.n_changed : n_nodes;
+  for (std::int32_t i = me; i < candidates; i += team) tier_refresh(b, p.changed != nullptr ? p.changed[i] : i, 0, oldest);
   t.sync();
-  for (std::int32_t n = me; n < n_nodes; n += team) tier_refresh(b, n, 1, oldest);
+  for (std::int32_t i = me; i < candidates; i += team) tier_refresh(b, p.changed != nullptr ? p.changed[i] : i, 1, oldest);
   t.sync();
   if (me == 0) {
     for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {

@@ -368,6 +368,18 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
   p.fresh = s_.fresh.data();
   p.now = now_;
   p.live_class = s_.live_class.data();
+  // The refresh's candidates: the log since the least fresh live class,
+  // each node once.
+  std::size_t from = s_.changes.size();
+  for (std::size_t c = 0; c < s_.live_class.size(); ++c) {
+    if (s_.live_class[c] != 0) from = std::min(from, static_cast<std::size_t>(s_.fresh_at[c]));
+  }
+  auto& changed = s_.refresh_nodes;
+  changed.assign(s_.changes.begin() + static_cast<std::ptrdiff_t>(from), s_.changes.end());
+  std::sort(changed.begin(), changed.end());
+  changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
+  p.changed = changed.data();
+  p.n_changed = static_cast<std::int32_t>(changed.size());
   p.state = s_.state.data();
   // Bids rise by at least 1/1024 of the largest score: the assignment is
   // within that per replica of each iteration's optimum (scores are

@@ -59,6 +59,11 @@ struct tier_problem {
   /// Per class: 1 = the refresh keeps it current (this tier or a later
   /// one uses it); 0 = nothing reads it again. Null = every class.
   std::uint8_t const* live_class = nullptr;
+  /// The nodes the refresh looks at, each once: every node that may have
+  /// changed since the least fresh live class was refreshed (the caller's
+  /// log). Null: every node.
+  std::int32_t const* changed = nullptr;
+  std::int32_t n_changed = 0;
   /// Per node, writable, or null: a state label, a node index such that
   /// the nodes with one label were in one state when they got it (the
   /// first node of the state, node_view::same_as, to start with). Winners
