@@ -1,6 +1,8 @@
 // Option parsing and the data-directory rule shared by the verbs (cli.hpp).
 #include "cli.hpp"
 
+#include <cstdio>
+
 #include <CLI/CLI.hpp>
 
 #include <cmath>
@@ -88,6 +90,18 @@ std::string shared_data_dir(char const* argv0, std::string const& explicit_dir) 
   fs::path const beside_repo = exe.parent_path().parent_path().parent_path() / "shared" / "data";
   if (fs::is_directory(beside_repo, ec)) return beside_repo.string();
   return "../shared/data";
+}
+
+int verb_failed(char const* verb, char const* usage) {
+  try {
+    throw;
+  } catch (usage_error const& e) {
+    std::fprintf(stderr, "placer %s: %s\n%s", verb, e.what(), usage);
+    return 2;
+  } catch (std::exception const& e) {
+    std::fprintf(stderr, "placer %s: %s\n", verb, e.what());
+    return 1;
+  }
 }
 
 std::vector<std::string> split(std::string const& s, char sep) {

@@ -17,6 +17,12 @@ struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A verb's exit status for the exception being handled (call it inside a
+/// catch (...)): a usage_error prints "placer VERB: why" and the usage
+/// (2), any other std::exception "placer VERB: why" (1); anything else is
+/// rethrown.
+int verb_failed(char const* verb, char const* usage);
+
 /// An option's value as a non-negative integer, or number; `def` when the
 /// option is absent; a usage_error naming the option and the value when it
 /// is not one (no bare std::stoi message).

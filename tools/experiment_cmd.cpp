@@ -276,12 +276,8 @@ int cmd_experiment(int argc, char** argv) {
     std::fprintf(stderr, "[fgd] total %.1f s\n",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count());
     return 0;
-  } catch (usage_error const& e) {
-    std::fprintf(stderr, "placer experiment: %s\n%s", e.what(), usage);
-    return 2;
-  } catch (std::exception const& e) {
-    std::fprintf(stderr, "placer experiment: %s\n", e.what());
-    return 1;
+  } catch (...) {
+    return verb_failed("experiment", usage);
   }
 }
 
@@ -763,12 +759,8 @@ int cmd_experiment_policies(int argc, char** argv) {
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count());
     // Everything is reported and written; the status still says a run failed.
     return failed == 0 ? 0 : 1;
-  } catch (usage_error const& e) {
-    std::fprintf(stderr, "placer experiment policies: %s\n%s", e.what(), policies_usage);
-    return 2;
-  } catch (std::exception const& e) {
-    std::fprintf(stderr, "placer experiment policies: %s\n", e.what());
-    return 1;
+  } catch (...) {
+    return verb_failed("experiment policies", policies_usage);
   }
 }
 

@@ -119,12 +119,8 @@ int cmd_slurm_bridge(int argc, char** argv) {
       for (long long k = 0; k < interval * 10 && !stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return 0;
-  } catch (usage_error const& e) {
-    std::fprintf(stderr, "placer slurm-bridge: %s\n%s", e.what(), bridge_usage);
-    return 2;
-  } catch (std::exception const& e) {
-    std::fprintf(stderr, "placer slurm-bridge: %s\n", e.what());
-    return 1;
+  } catch (...) {
+    return verb_failed("slurm-bridge", bridge_usage);
   }
 }
 

@@ -336,12 +336,8 @@ int cmd_experiment_tenants(int argc, char** argv) {
       std::fprintf(stderr, "[tenants] wrote %s/summary.json and share_*.svg\n", out.c_str());
     }
     return 0;
-  } catch (usage_error const& e) {
-    std::fprintf(stderr, "placer experiment tenants: %s\n%s", e.what(), tenants_usage);
-    return 2;
-  } catch (std::exception const& e) {
-    std::fprintf(stderr, "placer experiment tenants: %s\n", e.what());
-    return 1;
+  } catch (...) {
+    return verb_failed("experiment tenants", tenants_usage);
   }
 }
 
