@@ -16,6 +16,7 @@
 #include <placer/solver/matrices.hpp>
 #include <placer/solver/model.hpp>
 
+#include <compare>
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -28,13 +29,23 @@ enum class assign_mode { placer, greedy, kube };
 /// The assigner's working buffers, owned by the caller and reused across
 /// rounds (the solver keeps one): a steady stream of same-shaped rounds
 /// assigns without allocating, except for what goes into the result.
+/// A job's place in the queue order (job_order), compared field by field.
+struct order_key {
+  std::int64_t priority;     ///< minus the priority: the highest first
+  std::int64_t size;         ///< minus the job's GPU milli (largest first), or 0
+  std::int64_t models;       ///< GPU models allowed (1000: any), or 0
+  std::int64_t submit_time;
+  std::int32_t index;        ///< position in round_input::pending
+  auto operator<=>(order_key const&) const = default;
+};
+
 struct assigner_scratch {
   std::vector<std::int32_t> paths;                          ///< node x level -> domain (node_domain_paths)
-  std::vector<std::int32_t> entry_node, entry_domain;       ///< (node, domain) pairs sorted by domain
+  std::vector<std::int32_t> entry_node;                     ///< the nodes of (node, domain) pairs, by domain
   std::vector<std::int32_t> domain_begin;                   ///< n_domains + 1: CSR of the entries by domain
-  std::vector<std::pair<std::int32_t, std::int32_t>> keyed;  ///< sort scratch: (key, position)
-  std::vector<std::int32_t> permuted;                       ///< sort scratch
+  std::vector<std::int32_t> domain_cursor;                  ///< counting-sort scratch
   std::vector<std::int32_t> order;                          ///< queue order
+  std::vector<order_key> order_keys;                        ///< job_order's scratch
   std::vector<std::pair<std::int64_t, std::int32_t>> tiers;  ///< (level x 1024 - tier, position in order)
   std::vector<std::int32_t> class_last_group;              ///< per class: the last group that uses it
   std::vector<std::uint8_t> live_class;                     ///< per class: 1 = this or a later group uses it
@@ -145,10 +156,10 @@ class assigner {
   bool verify_ = false;   ///< PLACER_VERIFY_SCORES: check the cells read (tests)
 };
 
-/// Queue order: priority, then (placer) largest total GPU demand first, then
-/// submit time, then index.
-std::vector<std::int32_t> job_order(round_input const& in, bool largest_first);
-/// The same into `order` (its capacity reused).
-void job_order(round_input const& in, bool largest_first, std::vector<std::int32_t>& order);
+/// Queue order into `order`: priority, then (largest_first, placer) the
+/// largest total GPU demand and the fewest GPU models allowed first, then
+/// submit time, then index. `keys` is the caller's reused scratch.
+void job_order(round_input const& in, bool largest_first, std::vector<std::int32_t>& order,
+               std::vector<order_key>& keys);
 
 }  // namespace placer::detail

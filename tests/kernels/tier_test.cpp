@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../../kernels/portable/tier_program.hpp"
 #include "../support/tier_instance.hpp"
 
 #include <algorithm>
@@ -55,6 +56,53 @@ std::int64_t best_value(tier_instance const& t, std::vector<std::int64_t> const&
     ++left[r];
   }
   return best;
+}
+
+// A row's floor is its (copies+1)-th best feasible value, or 0 when no more
+// nodes than copies can take it: the radix selection of long rows (and the
+// direct one of short rows) against a sorted copy of the row, on spread,
+// quantised, tied, one-bucket and mostly infeasible values.
+TEST(TierFloor, EqualsTheSortedRowsValue) {
+  std::mt19937 rng(20261125);
+  std::int32_t checked = 0, radix = 0;
+  for (std::int32_t n : {1, 64, tier_floor_radix_from, tier_floor_radix_from + 1, 1280, 5000}) {
+    for (std::int32_t trial = 0; trial < 60; ++trial) {
+      std::vector<std::int32_t> row(static_cast<std::size_t>(n));
+      std::int32_t const kind = trial % 5;
+      std::uniform_int_distribution<std::int32_t> spread(0, (1 << 30) + 12345);
+      std::uniform_int_distribution<std::int32_t> step(0, 1000);
+      std::uniform_int_distribution<std::int32_t> few(0, 3);
+      std::uniform_int_distribution<std::int32_t> near(0, 40);
+      std::uniform_int_distribution<std::int32_t> pct(0, 99);
+      std::int32_t const infeasible_pct = kind == 4 ? 95 : trial % 3 == 0 ? 30 : 0;
+      for (auto& v : row) {
+        v = kind == 0 ? spread(rng) : kind == 1 ? 200 * step(rng) : kind == 2 ? 1000 * few(rng) : 7000000 + near(rng);
+        if (kind == 4) v = step(rng);
+        if (pct(rng) < infeasible_pct) v = -1;
+      }
+      std::vector<std::int32_t> sorted;
+      for (auto v : row) {
+        if (v >= 0) sorted.push_back(v);
+      }
+      std::sort(sorted.rbegin(), sorted.rend());
+      std::uniform_int_distribution<std::int32_t> pick(0, n);
+      std::int32_t const copies = trial % 7 == 0 ? static_cast<std::int32_t>(sorted.size()) : pick(rng);
+      std::int64_t const want =
+          static_cast<std::int32_t>(sorted.size()) <= copies ? 0 : sorted[static_cast<std::size_t>(copies)];
+      std::vector<std::int32_t> select(static_cast<std::size_t>(n));
+      std::int32_t const row_class = 0;
+      tier_buffers b{};
+      b.p.nodes.n_nodes = n;
+      b.p.scores = row.data();
+      b.p.row_class = &row_class;
+      b.select = select.data();
+      ASSERT_EQ(tier_floor(b, 0, copies), want) << n << " nodes, kind " << kind << ", copies " << copies;
+      ++checked;
+      radix += n > tier_floor_radix_from && want > 0 ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(checked, 360);
+  EXPECT_GT(radix, 100);  // the long rows' selection ran, not only the zero floors
 }
 
 // A column scored at once (one fragmentation state, shape cache and GPU
