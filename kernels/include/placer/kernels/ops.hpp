@@ -233,11 +233,12 @@ struct column_frag {
                                        std::int64_t cpu) const {
     if (gpus == 0) return fragmentation(t, 0, 0, 0, cpu);
     if (milli >= 1000) return fragmentation(t, gpus, 0, 0, cpu);
-    std::int32_t best = -1;
-    for (std::int32_t i = 0; i < g; ++i) {
-      if (f[i] >= milli && (best < 0 || f[i] < f[best])) best = i;
-    }
-    return fragmentation(t, 0, f[best], milli, cpu);
+    // Only the best-fit GPU's free value matters: the least that fits, as
+    // a branch-free minimum (which GPUs fit is data the predictor cannot learn).
+    constexpr std::int32_t none = std::int32_t{1} << 30;
+    std::int32_t from = none;
+    for (std::int32_t i = 0; i < g; ++i) from = min_of(from, f[i] >= milli ? f[i] : none);
+    return fragmentation(t, 0, from, milli, cpu);
   }
 
   /// F with `whole` fully free GPUs taken, `share` milli taken from a GPU
