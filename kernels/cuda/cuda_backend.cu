@@ -375,14 +375,17 @@ class cuda_backend final : public backend {
              score_params const& params, std::span<std::int32_t> out) override {
     return guard([&] {
       std::size_t const cells = static_cast<std::size_t>(nodes.n_nodes) * classes.n_classes;
-      arena_.reserve(node_bytes(nodes) + class_bytes(classes) + task_bytes(tasks) + padded<std::int32_t>(cells));
+      std::size_t const table = frag_table_cells(nodes, classes, tasks, params);
+      arena_.reserve(node_bytes(nodes) + class_bytes(classes) + task_bytes(tasks) + padded<std::int32_t>(cells) +
+                     padded<std::int64_t>(table));
       arena_.reset();
       node_view const dn = upload(nodes);
       class_view const dc = upload(classes);
       task_view const dt = upload(tasks);
       arena_.flush(stream_);
       std::int32_t* d_out = arena_.take<std::int32_t>(cells);
-      score_matrix(exec_nosync(), dn, dc, dt, params, d_out, steps_);
+      std::int64_t* d_table = arena_.take<std::int64_t>(table);  // device only: never copied back
+      score_matrix(exec_nosync(), dn, dc, dt, params, d_out, d_table, steps_);
       PLACER_CUDA_TRY(cudaPeekAtLastError());
       std::int32_t const* h_out = down(d_out, cells);
       PLACER_CUDA_TRY(cudaStreamSynchronize(stream_));
@@ -528,7 +531,8 @@ class cuda_backend final : public backend {
     std::size_t const n = v.n_nodes;
     return 3 * padded<std::int64_t>(n) + padded<std::int32_t>(n) + 2 * padded<std::uint8_t>(n) +
            padded<std::int32_t>(n + 1) + padded<std::int32_t>(v.n_gpus) + padded<std::int32_t>(n) +
-           padded<std::uint8_t>(v.n_gpus) + 3 * padded<std::int32_t>(n);  // scarcity, same_as, group
+           padded<std::uint8_t>(v.n_gpus) + 3 * padded<std::int32_t>(n) +  // scarcity, same_as, group
+           padded<std::int32_t>(v.frag_slot != nullptr ? n : 0) + padded<std::int32_t>(static_cast<std::size_t>(v.n_frag));
   }
   static std::size_t class_bytes(class_view const& v) {
     std::size_t const n = v.n_classes;
@@ -560,6 +564,8 @@ class cuda_backend final : public backend {
     v.scarcity = arena_.stage(v.scarcity, n);
     v.same_as = arena_.stage(v.same_as, v.same_as != nullptr ? n : 0);
     v.group = arena_.stage(v.group, v.group != nullptr ? n : 0);
+    v.frag_slot = arena_.stage(v.frag_slot, v.frag_slot != nullptr ? n : 0);
+    v.frag_node = arena_.stage(v.frag_node, v.frag_node != nullptr ? static_cast<std::size_t>(v.n_frag) : 0);
     return v;
   }
   class_view upload(class_view v) {

@@ -13,16 +13,40 @@
 #include <thrust/transform.h>
 #include <thrust/transform_reduce.h>
 
+#include <cstddef>
+
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
+/// Cells of a round's fragmentation table (score_cell_op::frag_row): one
+/// row per fragmentation state, or 0 when the score does not use one.
+inline std::size_t frag_table_cells(node_view const& nv, class_view const& cv, task_view const& tv,
+                                    score_params const& p) {
+  if (nv.frag_slot == nullptr || !score_cell_op{nv, cv, tv, p}.column_fragmentation()) return 0;
+  return static_cast<std::size_t>(nv.n_frag) * (static_cast<std::size_t>(cv.n_classes) + 1);
+}
+
+/// Fills the fragmentation table's row of state s from its first node.
+struct frag_row_op {
+  score_cell_op op;
+  std::int64_t* table;
+  PLACER_HD void operator()(std::int32_t s) const {
+    op.frag_row(op.nv.frag_node[s], table + static_cast<std::int64_t>(s) * (op.cv.n_classes + 1));
+  }
+};
+
 /// Scores the column of each node that is the first of its state
-/// (node_view::same_as; every node when null).
+/// (node_view::same_as; every node when null), reading F from the
+/// fragmentation table when there is one.
 struct score_column_op {
   score_cell_op op;
   std::int32_t* out;
+  std::int64_t const* table;  ///< null: none
   PLACER_HD void operator()(std::int32_t n) const {
-    if (op.nv.same_as == nullptr || op.nv.same_as[n] == n) op.score_column(n, out);
+    if (op.nv.same_as != nullptr && op.nv.same_as[n] != n) return;
+    std::int64_t const* known =
+        table != nullptr ? table + static_cast<std::int64_t>(op.nv.frag_slot[n]) * (op.cv.n_classes + 1) : nullptr;
+    op.score_column(n, out, nullptr, op.cv.n_classes, every_cell{}, known);
   }
 };
 
@@ -41,14 +65,22 @@ struct copy_column_op {
 };
 
 /// out[c * n_nodes + n] = score of class c on node n, or -1 if infeasible:
-/// one column per node state, then the copies. Two calls (one without
-/// same_as); the host reads the matrix (one wait).
+/// the fragmentation table (F before and after each class's replica, once
+/// per fragmentation state, into `table`, frag_table_cells entries), one
+/// column per node state, then the copies. Three calls (one fewer without
+/// a table, one fewer without same_as); the host reads the matrix (one wait).
 template <class ExecPolicy>
 void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, task_view const& tv,
-                  score_params const& p, std::int32_t* out, step_counts& st) {
+                  score_params const& p, std::int32_t* out, std::int64_t* table, step_counts& st) {
   if (static_cast<std::int64_t>(nv.n_nodes) * cv.n_classes == 0) return;
   thrust::counting_iterator<std::int32_t> first(0);
-  thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{score_cell_op{nv, cv, tv, p}, out});
+  score_cell_op const op{nv, cv, tv, p};
+  if (frag_table_cells(nv, cv, tv, p) == 0) table = nullptr;
+  if (table != nullptr) {
+    thrust::for_each(exec, first, first + nv.n_frag, frag_row_op{op, table});
+    st.calls += 1;
+  }
+  thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{op, out, table});
   st.calls += 1;
   if (nv.same_as != nullptr) {
     thrust::for_each(exec, first, first + nv.n_nodes, copy_column_op{nv, cv.n_classes, out});

@@ -51,10 +51,11 @@ omp_backend::omp_backend(bool always_parallel)
 
 void omp_backend::score(node_view const& nodes, class_view const& classes, task_view const& tasks,
                         score_params const& params, std::span<std::int32_t> out) {
+  frag_table_.resize(frag_table_cells(nodes, classes, tasks, params));
   if (!always_parallel_ && static_cast<std::int64_t>(nodes.n_nodes) * classes.n_classes < parallel_threshold / 16) {
-    score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data(), steps_);
+    score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), steps_);
   } else {
-    score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data(), steps_);
+    score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), steps_);
   }
 }
 

@@ -57,6 +57,34 @@ std::pair<Value, bool> find_or_insert(std::vector<std::pair<Key, Value>>& v, Key
   return {fresh, true};
 }
 
+/// For the items i = 0..n) that `keep(i)` selects: rep[i] = the first
+/// selected item equal to i (eq), i itself for the first of its kind,
+/// through a hash table (open addressing, hash(i) as the key, eq to tell
+/// equal hashes apart): O(n) where sorting the hashes was O(n log n). A
+/// hash collision costs one comparison; items neither kept nor written
+/// keep their rep.
+template <class Keep, class Hash, class Eq>
+void first_of_equals(std::size_t n, Keep&& keep, Hash&& hash, Eq&& eq, std::vector<std::int32_t>& rep,
+                     std::vector<std::pair<std::uint64_t, std::int32_t>>& table) {
+  std::size_t size = 16;
+  while (size < 2 * n) size *= 2;
+  table.assign(size, {0, -1});
+  std::size_t const mask = size - 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!keep(i)) continue;
+    std::uint64_t const h = hash(i);
+    auto slot = static_cast<std::size_t>(h ^ (h >> 32)) & mask;
+    rep[i] = static_cast<std::int32_t>(i);
+    for (; table[slot].second >= 0; slot = (slot + 1) & mask) {
+      if (table[slot].first == h && eq(static_cast<std::size_t>(table[slot].second), i)) {
+        rep[i] = table[slot].second;
+        break;
+      }
+    }
+    if (table[slot].second < 0) table[slot] = {h, static_cast<std::int32_t>(i)};
+  }
+}
+
 }  // namespace
 
 std::uint64_t model_mask(std::vector<std::string> const& allowed, std::vector<std::string> const& models) {
@@ -175,16 +203,14 @@ void build_matrices(round_input const& in, round_matrices& m) {
 
   // Nodes in identical states score identically: the score stage computes
   // one column per state and copies it (openb's 1,213 GPU nodes are 15
-  // states before the round). A hash of every field the score reads,
-  // sorted; equal hashes are compared in full, so a collision only costs
-  // a column.
+  // states before the round). A hash of every field the score reads
+  // (first_of_equals); equal hashes are compared in full, so a collision
+  // costs nothing but a comparison.
   auto const nv = m.nodes();
   auto same_state = [&](std::size_t a, std::size_t b) {
     return kernels::node_state_equal(nv, static_cast<std::int32_t>(a), static_cast<std::int32_t>(b));
   };
-  auto& hashed = scratch.node_hash;
-  hashed.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
+  auto state_hash = [&](std::size_t i) {
     std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the fields' values
     auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
     for (std::int64_t v : {m.cpu_free[i], m.cpu_capacity[i], m.mem_free[i], std::int64_t{m.model[i]},
@@ -195,16 +221,60 @@ void build_matrices(round_input const& in, round_matrices& m) {
     for (auto g = m.gpu_begin[i]; g < m.gpu_begin[i + 1]; ++g) {
       mix(static_cast<std::uint64_t>(m.gpu_free[g]) << 8 | m.gpu_island[g]);
     }
-    hashed[i] = {h, static_cast<std::int32_t>(i)};
-  }
-  std::sort(hashed.begin(), hashed.end());
+    return h;
+  };
   m.same_as.resize(n);
-  std::size_t first = 0;  // the run of equal hashes; its first node has the lowest index
-  for (std::size_t k = 0; k < n; ++k) {
-    if (hashed[k].first != hashed[first].first) first = k;
-    auto const i = static_cast<std::size_t>(hashed[k].second);
-    auto const rep = static_cast<std::size_t>(hashed[first].second);
-    m.same_as[i] = first != k && same_state(rep, i) ? static_cast<std::int32_t>(rep) : static_cast<std::int32_t>(i);
+  first_of_equals(n, [](std::size_t) { return true; }, state_hash, same_state, m.same_as, scratch.hash_table);
+
+  // Fragmentation states (node_view::frag_slot): F and a replica's effect
+  // on it depend only on the multiset of a node's free GPU values, its
+  // free CPU and its model, so states that differ in which GPUs are taken,
+  // in memory or in pool share one row of the score stage's fragmentation
+  // table (the 10k scenario's 788 states are 234 fragmentation states,
+  // 100k's 5,504 are 731). Keyed like the states above, among their first
+  // nodes, by a hash that does not depend on the GPUs' order (a sum of
+  // mixed values); the others take their state's slot.
+  auto gpus_of = [&](std::size_t i) {
+    return std::min<std::int32_t>(m.gpu_begin[i + 1] - m.gpu_begin[i], kernels::max_gpus_per_node);
+  };
+  std::array<std::int32_t, kernels::max_gpus_per_node> fa{}, fb{};
+  auto sorted_free = [&](std::size_t i, std::array<std::int32_t, kernels::max_gpus_per_node>& f) {
+    auto const g = gpus_of(i);
+    std::copy_n(m.gpu_free.begin() + m.gpu_begin[i], g, f.begin());
+    std::sort(f.begin(), f.begin() + g);
+  };
+  auto same_frag = [&](std::size_t a, std::size_t b) {
+    if (m.cpu_free[a] != m.cpu_free[b] || m.model[a] != m.model[b] || gpus_of(a) != gpus_of(b)) return false;
+    sorted_free(a, fa);
+    sorted_free(b, fb);
+    return std::equal(fa.begin(), fa.begin() + gpus_of(a), fb.begin());
+  };
+  auto frag_hash = [&](std::size_t i) {
+    std::uint64_t h = (static_cast<std::uint64_t>(m.cpu_free[i]) * 0x9E3779B97F4A7C15ULL) ^
+                      (static_cast<std::uint64_t>(m.model[i] + 1) << 48) ^ static_cast<std::uint64_t>(gpus_of(i));
+    for (auto g = m.gpu_begin[i], e = m.gpu_begin[i] + gpus_of(i); g < e; ++g) {
+      std::uint64_t v = static_cast<std::uint64_t>(m.gpu_free[g]) + 0x9E3779B97F4A7C15ULL;  // splitmix64's finaliser
+      v = (v ^ (v >> 30)) * 0xBF58476D1CE4E5B9ULL;
+      v = (v ^ (v >> 27)) * 0x94D049BB133111EBULL;
+      h += v ^ (v >> 31);
+    }
+    return h;
+  };
+  auto& frag_rep = scratch.frag_rep;  // per state root: the first root of its fragmentation state
+  frag_rep.resize(n);
+  auto const state_root = [&](std::size_t i) { return m.same_as[i] == static_cast<std::int32_t>(i); };
+  first_of_equals(n, state_root, frag_hash, same_frag, frag_rep, scratch.hash_table);
+  m.frag_slot.resize(n);
+  m.frag_node.clear();
+  for (std::size_t i = 0; i < n; ++i) {
+    auto const root = static_cast<std::size_t>(m.same_as[i]);         // <= i
+    auto const frag_root = static_cast<std::size_t>(frag_rep[root]);  // <= root: its slot is set
+    if (i == frag_root) {
+      m.frag_slot[i] = static_cast<std::int32_t>(m.frag_node.size());
+      m.frag_node.push_back(static_cast<std::int32_t>(i));
+    } else {
+      m.frag_slot[i] = m.frag_slot[frag_root];
+    }
   }
 
   // Typical task set M (FGD): replica shapes of pending and running work,

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <set>
@@ -471,6 +472,60 @@ TEST(Backend, DomainCapacityOfAClassSetSumsFitCounts) {
     }
   }
   EXPECT_GT(checked, 100);  // the rounds do fit replicas somewhere
+}
+
+// Nodes that hold the same free GPU values in another order, with the same
+// free CPU and model but other memory or pools, are one fragmentation
+// state: the score stage computes F once for them (a table row) and every
+// cell still equals the cell scored on its own, on the default and the
+// forced-parallel CPU backends.
+TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
+  std::vector<std::unique_ptr<kernels::backend>> backends;
+  backends.push_back(kernels::make_backend(kernels::backend_kind::cpu));
+  backends.push_back(kernels::make_parallel_cpu_backend());
+  std::mt19937_64 rng(2026);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int shared = 0, cells = 0;
+  for (int iter = 0; iter < 150; ++iter) {
+    round_input in = testing_support::random_round(rng);
+    auto& nodes = in.state.nodes;
+    for (std::size_t i = 1; i < nodes.size(); ++i) {
+      if (pick(0, 1) == 0) continue;
+      auto const& from = nodes[static_cast<std::size_t>(pick(0, static_cast<int>(i) - 1))];
+      auto& to = nodes[i];
+      to.gpu_model = from.gpu_model;
+      to.cpu_milli_free = from.cpu_milli_free;
+      std::vector<std::size_t> perm(from.gpu_free_milli.size());
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng);
+      for (std::size_t g = 0; g < perm.size(); ++g) to.gpu_free_milli[g] = from.gpu_free_milli[perm[g]];
+      to.gpu_healthy.clear();
+      if (!from.gpu_healthy.empty()) {
+        for (std::size_t g = 0; g < perm.size(); ++g) to.gpu_healthy.push_back(from.gpu_healthy[perm[g]]);
+      }
+    }
+    in.pol.w.fragmentation = iter % 5 == 4 ? 0 : 200;
+    round_matrices const m = build_matrices(in);
+    if (m.n_classes() == 0) continue;
+    auto const states = std::count_if(m.same_as.begin(), m.same_as.end(), [i = 0](std::int32_t s) mutable { return s == i++; });
+    shared += static_cast<int>(m.frag_node.size()) < states ? 1 : 0;
+    kernels::score_params p;
+    p.w_fragmentation = in.pol.w.fragmentation;
+    kernels::score_cell_op const op{m.nodes(), m.classes(), m.tasks(), p};
+    for (auto& b : backends) {
+      std::vector<std::int32_t> got(static_cast<std::size_t>(m.n_nodes()) * m.n_classes(), -7);
+      b->score(m.nodes(), m.classes(), m.tasks(), p, got);
+      for (std::int32_t c = 0; c < m.n_classes(); ++c) {
+        for (std::int32_t n = 0; n < m.n_nodes(); ++n) {
+          ASSERT_EQ(got[static_cast<std::size_t>(c) * m.n_nodes() + n], op.score(c, n))
+              << "iteration " << iter << " class " << c << " node " << n;
+          ++cells;
+        }
+      }
+    }
+  }
+  EXPECT_GT(shared, 60);  // rounds where some states did share a fragmentation row
+  EXPECT_GT(cells, 10000);
 }
 
 /// Two solvers' stages (score matrix, cluster statistics, domain

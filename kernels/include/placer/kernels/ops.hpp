@@ -190,6 +190,22 @@ struct column_frag {
 
   PLACER_HD void init(std::int32_t const* free, std::int32_t gpus, std::int64_t cpu, std::int32_t node_model,
                       task_view const& t) {
+    init_gpus(free, gpus, cpu, node_model);
+    for (std::int32_t m = 0; m < t.n_tasks; ++m) {
+      std::int32_t c = 0;
+      std::int64_t u = 0;
+      for (std::int32_t i = 0; i < g; ++i) {
+        c += f[i] >= t.milli[m] ? 1 : 0;
+        u += f[i] >= t.milli[m] ? f[i] : 0;
+      }
+      count[m] = c;
+      usable[m] = u;
+    }
+  }
+
+  /// The GPU counts alone (fits and total; not the per-task counts that
+  /// fragmentation and after_replica read).
+  PLACER_HD void init_gpus(std::int32_t const* free, std::int32_t gpus, std::int64_t cpu, std::int32_t node_model) {
     g = gpus;
     model = node_model;
     cpu_free = cpu;
@@ -201,16 +217,6 @@ struct column_frag {
       total += f[i];
       whole += f[i] >= 1000 ? 1 : 0;  // gpus_fit's count for a whole GPU
       max_free = max_of(max_free, f[i]);
-    }
-    for (std::int32_t m = 0; m < t.n_tasks; ++m) {
-      std::int32_t c = 0;
-      std::int64_t u = 0;
-      for (std::int32_t i = 0; i < g; ++i) {
-        c += f[i] >= t.milli[m] ? 1 : 0;
-        u += f[i] >= t.milli[m] ? f[i] : 0;
-      }
-      count[m] = c;
-      usable[m] = u;
     }
   }
 
@@ -416,16 +422,25 @@ struct score_cell_op {
     score_column(n, out, nullptr, cv.n_classes, every_cell{});
   }
 
+  /// Whether the score's fragmentation term goes through column_frag (and
+  /// a fragmentation table): the Placer score with a task set that fits.
+  [[nodiscard]] PLACER_HD bool column_fragmentation() const {
+    return p.w_fragmentation != 0 && tv.n_tasks > 0 && p.kube_mode == 0 && tv.n_tasks <= max_tasks;
+  }
+
   /// Scores node n's cells of the classes c = of[i], i < k (of null: c =
   /// i) for which want(i, c) holds, into out; the node's fragmentation
   /// state and the shape cache are taken once, and only if a cell is wanted.
+  /// `known`, when given (column_fragmentation() only), is the node's row
+  /// of a fragmentation table (frag_row): F before and after each class's
+  /// replica are read from it instead of computed.
   template <class Want>
   PLACER_HD void score_column(std::int32_t n, std::int32_t* out, std::int32_t const* of, std::int32_t k,
-                              Want const& want) const {
+                              Want const& want, std::int64_t const* known = nullptr) const {
     frag_cache cache;
     column_frag col;
     std::int64_t before = 0;
-    bool const frag = p.w_fragmentation != 0 && tv.n_tasks > 0 && p.kube_mode == 0 && tv.n_tasks <= max_tasks;
+    bool const frag = column_fragmentation();
     bool ready = false;
     for (std::int32_t i = 0; i < k; ++i) {
       std::int32_t const c = of != nullptr ? of[i] : i;
@@ -434,21 +449,50 @@ struct score_cell_op {
         ready = true;
         if (frag) {
           std::int32_t const b = nv.gpu_begin[n];
-          col.init(nv.gpu_free + b, min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node), nv.cpu_free[n], nv.model[n], tv);
-          before = col.fragmentation(tv, 0, 0, 0, 0);
+          std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
+          if (known != nullptr) {
+            col.init_gpus(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n]);
+            before = known[cv.n_classes];
+          } else {
+            col.init(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
+            before = col.fragmentation(tv, 0, 0, 0, 0);
+          }
         } else {
           before = fragmentation_before(n);
         }
       }
-      out[static_cast<std::int64_t>(c) * nv.n_nodes + n] = score(c, n, before, &cache, frag ? &col : nullptr);
+      out[static_cast<std::int64_t>(c) * nv.n_nodes + n] =
+          score(c, n, before, &cache, frag ? &col : nullptr, frag ? known : nullptr);
+    }
+  }
+
+  /// Node n's row of a fragmentation table (n_classes + 1 values): its F
+  /// after one replica of each class, as the score computes it (0 where the
+  /// replica's GPUs or CPU do not fit: such a cell is infeasible and never
+  /// reads it), then its F before, at [n_classes]. Nodes of one
+  /// fragmentation state (node_view::frag_slot) share the row.
+  PLACER_HD void frag_row(std::int32_t n, std::int64_t* row) const {
+    std::int32_t const b = nv.gpu_begin[n];
+    column_frag col;
+    col.init(nv.gpu_free + b, min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node), nv.cpu_free[n], nv.model[n], tv);
+    row[cv.n_classes] = col.fragmentation(tv, 0, 0, 0, 0);
+    frag_cache cache;
+    for (std::int32_t c = 0; c < cv.n_classes; ++c) {
+      std::int64_t after = 0;
+      if (col.g > 0 && col.fits(cv.gpus[c], cv.milli[c]) && cv.cpu[c] <= col.cpu_free &&
+          !cache.find(cv.gpus[c], cv.milli[c], cv.cpu[c], after)) {
+        after = col.after_replica(tv, cv.gpus[c], cv.milli[c], cv.cpu[c]);
+        cache.add(cv.gpus[c], cv.milli[c], cv.cpu[c], after);
+      }
+      row[c] = after;
     }
   }
 
   /// Scores class c on node n, given the node's fragmentation before; a
   /// caller scoring a whole column passes one frag_cache for it and the
-  /// node's column_frag.
+  /// node's column_frag, and with a fragmentation table the node's row.
   PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n, std::int64_t before, frag_cache* cache = nullptr,
-                               column_frag const* col = nullptr) const {
+                               column_frag const* col = nullptr, std::int64_t const* known = nullptr) const {
     // cell_feasible, with the GPU fit from the column's counts when it has them.
     if (col != nullptr ? !node_admits(nv, cv, c, n) || cv.cpu[c] > nv.cpu_free[n] || cv.mem[c] > nv.mem_free[n] ||
                              !col->fits(cv.gpus[c], cv.milli[c])
@@ -499,7 +543,9 @@ struct score_cell_op {
 
     if (p.w_fragmentation != 0 && tv.n_tasks > 0 && g > 0) {
       std::int64_t after = 0;
-      if (cache == nullptr || !cache->find(cv.gpus[c], cv.milli[c], cv.cpu[c], after)) {
+      if (known != nullptr) {
+        after = known[c];
+      } else if (cache == nullptr || !cache->find(cv.gpus[c], cv.milli[c], cv.cpu[c], after)) {
         if (col != nullptr) {
           after = col->after_replica(tv, cv.gpus[c], cv.milli[c], cv.cpu[c]);
         } else {

@@ -21,6 +21,7 @@ struct round_arrays {
   std::vector<std::uint8_t> gpu_island;
   std::vector<std::int32_t> scarcity;  ///< per node, 0..1000
   std::vector<std::int32_t> same_as;   ///< per node: the lowest-indexed node in the identical state; empty = none
+  std::vector<std::int32_t> frag_node, frag_slot;  ///< node_view's fragmentation states; empty = none
   // Constraints (solver/constraints.hpp); all empty when the round has none.
   std::vector<std::int32_t> node_group;        ///< per node: its label-and-taint group
   std::int32_t n_constraint_sets = 0, n_constraint_groups = 0;
@@ -57,6 +58,11 @@ struct round_arrays {
     v.gpu_island = gpu_island.data();
     v.scarcity = scarcity.data();
     v.same_as = same_as.empty() ? nullptr : same_as.data();
+    if (!frag_slot.empty()) {
+      v.n_frag = static_cast<std::int32_t>(frag_node.size());
+      v.frag_node = frag_node.data();
+      v.frag_slot = frag_slot.data();
+    }
     v.group = node_group.empty() ? nullptr : node_group.data();
     return v;
   }

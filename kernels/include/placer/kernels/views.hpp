@@ -35,6 +35,15 @@ struct node_view {
   /// the first of its state), so a stage may compute one column per state.
   /// Null: every node its own. Read only by the score stage.
   std::int32_t const* same_as = nullptr;
+  /// Nodes whose GPUs hold the same free values (in any order), with the
+  /// same free CPU and GPU model, fragment alike: FGD's F and a replica's
+  /// effect on it depend on nothing else. n_frag such states; frag_node[s]
+  /// is the lowest-indexed node of state s, frag_slot[n] node n's state.
+  /// Null: none (the score stage then computes F per column). Read only by
+  /// the score stage.
+  std::int32_t n_frag = 0;
+  std::int32_t const* frag_node = nullptr;
+  std::int32_t const* frag_slot = nullptr;
   /// Per node: its group of identical labels (on the keys the round's jobs
   /// ask about) and taints; null when the round has no constraints.
   std::int32_t const* group = nullptr;
