@@ -177,6 +177,10 @@ PLACER_HD inline std::int32_t tier_kth_largest(std::int32_t* v, std::int32_t n, 
   return v[want];
 }
 
+/// Feasible values from which tier_floor takes a radix step before its
+/// quickselect; shorter lists are selected directly.
+inline constexpr std::int32_t tier_floor_radix_from = 512;
+
 /// Row r's floor for an iteration with `copies` copies in all: its
 /// (copies+1)-th best value (a node of the row's top `copies` is always
 /// at least as good for it, so no optimal assignment needs another), or 0
@@ -184,43 +188,45 @@ PLACER_HD inline std::int32_t tier_kth_largest(std::int32_t* v, std::int32_t n, 
 /// out, so the prices start near where they end instead of climbing to it
 /// one increment per round when nodes far outnumber copies.
 ///
-/// The selection is a radix step and a small quickselect: a pass finds the
-/// feasible count and the largest value, a histogram of the values' top
-/// eight bits finds the bucket that holds the (copies+1)-th, and only that
-/// bucket's values are copied and selected from (three branch-free passes
-/// over the row instead of a quickselect over all of it).
-inline constexpr std::int32_t tier_floor_radix_from = 512;  ///< nodes: shorter rows are selected directly
-
+/// The selection: one branch-free pass copies the row's feasible values
+/// (their count and largest too); a short list goes to a quickselect as it
+/// is; a long one takes a radix step first, a histogram of the values' top
+/// eight bits (four interleaved copies, so that runs of one bucket do not
+/// wait on each other's increments) finding the bucket that holds the
+/// (copies+1)-th, and only that bucket's values, compacted in place, go to
+/// the quickselect.
 PLACER_HD inline std::int64_t tier_floor(tier_buffers const& b, std::int32_t r, std::int32_t copies) {
   auto const& p = b.p;
   std::int32_t const n_nodes = p.nodes.n_nodes;
   std::int32_t const* row = p.scores + static_cast<std::int64_t>(p.row_class[r]) * n_nodes;
-  std::int32_t feasible = 0;
-  std::int32_t hi = 0;
-  for (std::int32_t n = 0; n < n_nodes; ++n) {
-    feasible += row[n] >= 0 ? 1 : 0;
-    hi = max_of(hi, row[n]);
-  }
-  if (feasible <= copies) return 0;
   std::int32_t* v = b.select + static_cast<std::int64_t>(r) * n_nodes;
   std::int32_t k = 0;
-  if (n_nodes <= tier_floor_radix_from) {  // a short row: the histogram costs more than it saves
-    for (std::int32_t n = 0; n < n_nodes; ++n) {
-      v[k] = row[n];
-      k += row[n] >= 0 ? 1 : 0;
-    }
-    return tier_kth_largest(v, k, copies + 1);
-  }
-  std::int32_t shift = 0;
-  while ((hi >> shift) >= 256) ++shift;
-  std::int32_t hist[257] = {};  // [256]: the infeasible cells
-  for (std::int32_t n = 0; n < n_nodes; ++n) ++hist[row[n] >= 0 ? row[n] >> shift : 256];
-  std::int32_t want = copies + 1;  // the want-th largest; at most `feasible`
-  std::int32_t bucket = 255;
-  while (hist[bucket] < want) want -= hist[bucket--];
+  std::int32_t hi = 0;
   for (std::int32_t n = 0; n < n_nodes; ++n) {
     v[k] = row[n];
-    k += row[n] >= 0 && (row[n] >> shift) == bucket ? 1 : 0;
+    k += row[n] >= 0 ? 1 : 0;
+    hi = max_of(hi, row[n]);
+  }
+  if (k <= copies) return 0;
+  std::int32_t want = copies + 1;  // the want-th largest; at most k
+  if (k > tier_floor_radix_from) {
+    std::int32_t shift = 0;
+    while ((hi >> shift) >= 256) ++shift;
+    std::int32_t hist[4][256] = {};
+    for (std::int32_t i = 0; i < k; ++i) ++hist[i & 3][v[i] >> shift];
+    std::int32_t bucket = 255;
+    while (true) {
+      std::int32_t const in = hist[0][bucket] + hist[1][bucket] + hist[2][bucket] + hist[3][bucket];
+      if (in >= want) break;
+      want -= in;
+      --bucket;
+    }
+    std::int32_t m = 0;
+    for (std::int32_t i = 0; i < k; ++i) {  // in place: m <= i
+      v[m] = v[i];
+      m += (v[i] >> shift) == bucket ? 1 : 0;
+    }
+    k = m;
   }
   return tier_kth_largest(v, k, want);
 }

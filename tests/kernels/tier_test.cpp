@@ -98,11 +98,11 @@ TEST(TierFloor, EqualsTheSortedRowsValue) {
       b.select = select.data();
       ASSERT_EQ(tier_floor(b, 0, copies), want) << n << " nodes, kind " << kind << ", copies " << copies;
       ++checked;
-      radix += n > tier_floor_radix_from && want > 0 ? 1 : 0;
+      radix += static_cast<std::int32_t>(sorted.size()) > tier_floor_radix_from && want > 0 ? 1 : 0;
     }
   }
   EXPECT_EQ(checked, 360);
-  EXPECT_GT(radix, 100);  // the long rows' selection ran, not only the zero floors
+  EXPECT_GT(radix, 80);  // the long rows' selection ran, not only the zero floors
 }
 
 // A column scored at once (one fragmentation state, shape cache and GPU
