@@ -31,6 +31,7 @@ class omp_backend final : public backend {
   tier_host_arena tier_arena_;
   int tier_threads_ = 1;
   bool always_parallel_ = false;
+  std::int32_t stats_parallel_from_ = 0;  ///< nodes from which stats() runs on the team
 };
 
 }  // namespace placer::kernels
