@@ -19,12 +19,15 @@ namespace {
 
 char const* const bridge_usage =
     "usage: placer slurm-bridge [--endpoint tcp://127.0.0.1:5555] [--partition P] [--interval S] [--once]\n"
-    "                           [--tag placer] [--timeout-ms N] [--dry-run] [--server-key F --client-cert F]\n"
+    "                           [--tag placer] [--timeout-ms N] [--dry-run] [--no-stacking]\n"
+    "                           [--server-key F --client-cert F]\n"
     "Each cycle: the held jobs whose comment starts with the tag (sbatch -H --comment=placer ...) and the\n"
     "nodes are read from squeue/sinfo --json, solved as one round by the Placer service at --endpoint, and\n"
     "each placed job gets ReqNodeList and is released; the others stay held with the reason in their\n"
     "AdminComment. --once: one cycle, exit 0 if it ran (1 if Slurm or the service failed). --dry-run:\n"
-    "print the decisions, change nothing. One line per job and a cycle summary on stdout.\n";
+    "print the decisions, change nothing. --no-stacking: jobs of one shape may take one equal node each\n"
+    "(by default a round fills a node before it starts an empty one). One line per job and a cycle\n"
+    "summary on stdout.\n";
 
 std::atomic<bool> stop{false};
 
@@ -99,7 +102,7 @@ int cmd_slurm_bridge(int argc, char** argv) {
   try {
     auto const a = parse_cli(argc, argv, 2,
                              {"endpoint", "partition", "interval", "tag", "timeout-ms", "server-key", "client-cert"},
-                             {"once", "dry-run", "help"}, "slurm-bridge");
+                             {"once", "dry-run", "no-stacking", "help"}, "slurm-bridge");
     if (a.flags.count("help") != 0) {
       std::fputs(bridge_usage, stdout);
       return 0;
@@ -107,6 +110,7 @@ int cmd_slurm_bridge(int argc, char** argv) {
     slurm::bridge_options opt;
     opt.partition = a.get("partition");
     opt.tag = a.get("tag", "placer");
+    opt.stacking = a.flags.count("no-stacking") == 0;
     if (opt.tag.empty()) throw usage_error("--tag must not be empty (every held job would be the bridge's)");
     long long const interval = integer_option(a.opts, "interval", 10);
     if (interval < 1) throw usage_error("--interval must be at least 1 (seconds)");

@@ -450,7 +450,7 @@ class cuda_backend final : public backend {
       tier_buffers b{};
       tier_layout(b, nv.n_nodes, problem.n_rows, copies, measure);
       arena_.reserve(node_bytes(nv) + class_bytes(problem.classes) + task_bytes(problem.tasks) +
-                     padded<std::int32_t>(cells) + 2 * padded<std::int32_t>(rows) + padded<std::int32_t>(rows + 1) +
+                     padded<std::int32_t>(cells) + 3 * padded<std::int32_t>(rows) + padded<std::int32_t>(rows + 1) +
                      padded<std::int32_t>(static_cast<std::size_t>(nv.n_nodes)) +
                      padded<std::int32_t>(static_cast<std::size_t>(problem.classes.n_classes)) +
                      padded<std::uint8_t>(static_cast<std::size_t>(problem.classes.n_classes)) +
@@ -470,6 +470,7 @@ class cuda_backend final : public backend {
       b.p.scores = arena_.stage(static_cast<std::int32_t const*>(problem.scores), cells);
       b.p.row_class = arena_.stage(problem.row_class, rows);
       b.p.demand = arena_.stage(problem.demand, rows);
+      b.p.row_cap = arena_.stage(problem.row_cap, problem.row_cap != nullptr ? rows : 0);
       b.p.stamp = arena_.stage(static_cast<std::int32_t const*>(problem.stamp), static_cast<std::size_t>(nv.n_nodes));
       b.p.fresh = arena_.stage(static_cast<std::int32_t const*>(problem.fresh),
                                static_cast<std::size_t>(problem.classes.n_classes));

@@ -50,6 +50,7 @@ struct tier_buffers {
   tier_problem p;                    ///< pointers into backend memory
   std::int32_t const* heap_begin;    ///< R + 1: exclusive scan of demand (host)
   std::int32_t* remaining;           ///< R
+  std::int32_t* quota;               ///< R: copies a row may place this iteration (remaining, or less under row_cap)
   std::int64_t* floor;               ///< R: the price of a row's unheld copies
   std::int64_t* price;               ///< R: a row's price this round (tier_price; tier_closed when met)
   std::int32_t* select;              ///< R x N: scratch for the floors, then the winners' groups
@@ -89,6 +90,7 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   auto const r = static_cast<std::size_t>(n_rows);
   auto const d = static_cast<std::size_t>(copies);
   b.remaining = take(b.remaining, r);
+  b.quota = take(b.quota, r);
   b.floor = take(b.floor, r);
   b.price = take(b.price, r);
   b.select = take(b.select, r * n);
@@ -140,11 +142,11 @@ PLACER_HD inline bool tier_worse(std::int64_t bid_a, std::int32_t node_a, std::i
 inline constexpr std::int64_t tier_closed = std::int64_t{1} << 62;
 
 /// The price a bidder sees for row r: the worst held bid when every copy
-/// is held, else the floor (an unheld copy); tier_closed when the row's
-/// demand is met.
+/// of the iteration is held, else the floor (an unheld copy); tier_closed
+/// when the row places nothing more this iteration.
 PLACER_HD inline std::int64_t tier_price(tier_buffers const& b, std::int32_t r) {
-  if (b.remaining[r] == 0) return tier_closed;
-  return b.held[r] < b.remaining[r] ? b.floor[r] : b.heap_bid[b.heap_begin[r]];
+  if (b.quota[r] == 0) return tier_closed;
+  return b.held[r] < b.quota[r] ? b.floor[r] : b.heap_bid[b.heap_begin[r]];
 }
 
 /// The k-th largest (1-based) of v[0..n) by quickselect, reordering v;
@@ -238,7 +240,7 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
   std::int64_t* hb = b.heap_bid + b.heap_begin[r];
   std::int32_t* hn = b.heap_node + b.heap_begin[r];
   std::int32_t size = b.held[r];
-  std::int32_t const cap = b.remaining[r];
+  std::int32_t const cap = b.quota[r];
   std::int32_t lost = -1;
   std::int32_t i;
   if (size < cap) {
@@ -490,15 +492,19 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   }
   while (true) {
     // --- a new iteration: floors from the current scores.
+    for (std::int32_t r = me; r < n_rows; r += team) {
+      b.quota[r] = p.row_cap != nullptr ? min_of(b.remaining[r], p.row_cap[r]) : b.remaining[r];
+    }
+    t.sync();
     if (me == 0) {
       std::int32_t copies = 0;
-      for (std::int32_t r = 0; r < n_rows; ++r) copies += b.remaining[r];
+      for (std::int32_t r = 0; r < n_rows; ++r) copies += b.quota[r];
       ctl->placed_before = copies;  // the iteration's copies, for the floors
       ctl->iterations += 1;
     }
     t.sync();
     for (std::int32_t r = me; r < n_rows; r += team) {
-      b.floor[r] = b.remaining[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
+      b.floor[r] = b.quota[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
     }
     std::int32_t rounds = 0;  // this iteration's bidding rounds
     bool again = false;
@@ -540,7 +546,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       if (me == 0) {
         ctl->again = 0;
         for (std::int32_t r = 0; r < n_rows; ++r) {
-          if (b.held[r] < b.remaining[r] && b.floor[r] > 0) {
+          if (b.held[r] < b.quota[r] && b.floor[r] > 0) {
             b.floor[r] = 0;
             ctl->again = 1;
           }

@@ -537,7 +537,7 @@ flatbuffers::Offset<wire::Policy> policy_out(fbb_t& fbb, policy const& p) {
                                           q.preemption, q.loaning, q.reclaim_nodes, q.elastic, q.delay_scheduling,
                                           q.sensitivity_threshold, q.delay_timer_max, q.network_preemption,
                                           q.auto_reclaim);
-  return wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(p.algo), w, 0, qp);
+  return wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(p.algo), w, 0, qp, p.stacking);
 }
 
 flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::ScaleChange>>> scale_out(
@@ -1127,6 +1127,7 @@ policy decode_policy(wire::Policy const* p) {
   policy out;
   if (p == nullptr) return out;
   out.algo = enum_in<algorithm>(p->algorithm(), "policy", "algorithm");
+  out.stacking = p->stacking();
   if (auto const* w = p->weights()) {
     out.w.binpack = w->binpack();
     out.w.fragmentation = w->fragmentation();

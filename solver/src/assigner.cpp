@@ -344,6 +344,21 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
   p.n_rows = static_cast<std::int32_t>(row_class.size());
   p.row_class = row_class.data();
   p.demand = demand.data();
+  if (in_.pol.stacking) {
+    // A row of whole GPUs places at most ceil(copies / replicas one node
+    // holds) per iteration (tier_problem::row_cap).
+    std::int32_t most = 0;  // GPUs of the largest node
+    for (std::int32_t n = 0; n < m_.n_nodes(); ++n) most = std::max(most, m_.gpu_capacity[n] / milli_per_gpu);
+    auto& cap = s_.row_cap;
+    cap.resize(row_class.size());
+    for (std::size_t r = 0; r < row_class.size(); ++r) {
+      std::int32_t const c = row_class[r];
+      std::int32_t const per_node =
+          op_.cv.gpus[c] > 0 && op_.cv.milli[c] >= milli_per_gpu ? std::min(8, most / op_.cv.gpus[c]) : 1;
+      cap[r] = per_node > 1 ? (demand[r] + per_node - 1) / per_node : demand[r];
+    }
+    p.row_cap = cap.data();
+  }
   p.stamp = s_.stamp.data();
   p.fresh = s_.fresh.data();
   p.now = now_;

@@ -70,7 +70,7 @@ struct assigner_scratch {
   std::vector<std::int32_t> fits;                           ///< domains that hold a job
   std::vector<std::int8_t> class_feasible;                  ///< per class: 1 fits some node, 0 none, -1 not known yet
   // place_tier
-  std::vector<std::int32_t> live, row_class, class_row, demand, cursor;
+  std::vector<std::int32_t> live, row_class, class_row, demand, row_cap, cursor;
   std::vector<kernels::tier_placement> tier_out;
   std::vector<std::int32_t> state;  ///< per node: its state label (tier_problem::state), across the round's tiers
   std::vector<std::vector<replica_placement>> placed;  ///< per live job (moved into the result)

@@ -139,6 +139,7 @@ round_input rich_input() {
 
   in.pol.algo = algorithm::kube_most_allocated;
   in.pol.w = {70, 30, 0, 5, 90, 33};
+  in.pol.stacking = true;
   in.pol.queue.backfill = backfill_mode::conservative;
   in.pol.queue.max_reservations = 3;
   in.pol.queue.preemption = true;
@@ -280,6 +281,7 @@ void expect_eq(running_job const& a, running_job const& b) {
 
 void expect_eq(policy const& a, policy const& b) {
   EXPECT_EQ(a.algo, b.algo);
+  EXPECT_EQ(a.stacking, b.stacking);
   EXPECT_EQ(a.w.binpack, b.w.binpack);
   EXPECT_EQ(a.w.fragmentation, b.w.fragmentation);
   EXPECT_EQ(a.w.topology, b.w.topology);

@@ -361,6 +361,28 @@ TEST(Solver, FragmentationLeadsBinpackForShares) {
 }
 
 // Thousands of random rounds, every algorithm: nothing over-committed,
+// Stacking: four 4-GPU jobs on four empty 8-GPU nodes. One tier iteration
+// gives equal nodes one copy each (four half-used nodes); with the policy's
+// stacking a row places ceil(4 / 2) copies an iteration, and the next
+// iteration puts the other two on the now half-used nodes (two full ones).
+TEST(Solver, StackingFillsANodeBeforeTheNextEmptyOne) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(4).gpus(8).build();
+  for (int k = 0; k < 4; ++k) in.pending.push_back(gpu_job("four-" + std::to_string(k), 4));
+  auto nodes_used = [&](bool stacking) {
+    in.pol.stacking = stacking;
+    auto s = cpu_solver();
+    auto const r = s.solve(in);
+    expect_round_invariants(in, r);
+    EXPECT_EQ(r.placements.size(), 4U);
+    std::set<std::int32_t> used;
+    for (auto const& p : r.placements) used.insert(p.replicas[0].node);
+    return used.size();
+  };
+  EXPECT_EQ(nodes_used(false), 4U);
+  EXPECT_EQ(nodes_used(true), 2U);
+}
+
 // constraints respected, every job placed or given a reason.
 TEST(SolverRandom, InvariantsHoldOnRandomRounds) {
   auto s = cpu_solver();
@@ -369,6 +391,7 @@ TEST(SolverRandom, InvariantsHoldOnRandomRounds) {
   for (int iter = 0; iter < 2000; ++iter) {
     round_input in = testing_support::random_round(rng);
     in.pol.algo = static_cast<algorithm>(iter % 4);
+    in.pol.stacking = (iter / 4) % 2 == 1;
     auto const r = s.solve(in);
     expect_round_invariants(in, r);
     if (::testing::Test::HasFailure()) {
@@ -395,6 +418,7 @@ TEST(SolverRandom, EveryScoreReadIsCurrent) {
   for (int iter = 0; iter < 400; ++iter) {
     round_input in = testing_support::random_round(rng);
     in.pol.algo = iter % 4 == 3 ? algorithm::greedy : algorithm::placer;
+    in.pol.stacking = iter % 2 == 1;
     round_result r;
     ASSERT_NO_THROW(r = s.solve(in)) << "iteration " << iter;
     placed += static_cast<int>(r.placements.size());
@@ -536,6 +560,7 @@ void expect_parity(solver& ref, solver& other, int iterations, std::uint64_t see
   for (int iter = 0; iter < iterations; ++iter) {
     round_input in = testing_support::random_round(rng);
     in.pol.w.fragmentation = iter % 2 == 0 ? 0 : 50;
+    in.pol.stacking = iter % 4 == 3;
     if (iter % 3 == 1) testing_support::add_random_constraints(rng, in);  // selectors, affinity, taints
     round_matrices const m = build_matrices(in);
     std::vector<std::int32_t> a(static_cast<std::size_t>(m.n_nodes()) * m.n_classes());

@@ -238,6 +238,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
 
   auto const now = static_cast<std::int64_t>(std::time(nullptr));
   snap.round.now = now;
+  snap.round.pol.stacking = opt.stacking;
   for (auto const& j : queue["jobs"]) {
     if (!j.is_object()) throw slurm_error("squeue --json: a job is not an object");
     if (!starts_with(str(j, "comment"), opt.tag)) continue;

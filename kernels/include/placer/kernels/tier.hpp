@@ -44,6 +44,12 @@ struct tier_problem {
   std::int32_t n_rows = 0;
   std::int32_t const* row_class = nullptr;  ///< n_rows: the class of each row
   std::int32_t const* demand = nullptr;     ///< n_rows: replicas wanted
+  /// n_rows, or null (no limit): the most copies a row places in one
+  /// iteration. An iteration gives each node one copy at most, so equal
+  /// nodes take one each (four 4-GPU jobs on four empty 8-GPU nodes); a
+  /// limit leaves the rest to the next iteration, on the re-scored nodes,
+  /// which packs them (two full nodes). The policy's stacking sets it.
+  std::int32_t const* row_cap = nullptr;
   /// Which cells are current, by a clock the caller keeps: class c's cell
   /// on node n is current when stamp[n] < fresh[c]. Both writable, per
   /// node and per class, and required. The program first re-scores the

@@ -207,6 +207,10 @@ struct policy {
   algorithm algo = algorithm::placer;
   weights w;
   queue_policy queue;
+  /// Stacking (wire Policy.stacking): a tier row of whole GPUs places at
+  /// most ceil(copies / replicas one node holds) per iteration, so equal
+  /// nodes are filled one after the other rather than one copy each.
+  bool stacking = false;
 };
 
 /// A queue (a tenant) of a round's queue tree. Jobs name their queue in

@@ -41,6 +41,10 @@ struct bridge_options {
   /// Feature names that are racks (a feature with this prefix): the
   /// topology level gangs are kept within when capacity allows.
   std::string rack_prefix = "rack";
+  /// The round's policy stacking (model.hpp policy::stacking): a Slurm
+  /// cluster is many equal nodes, and without it one round's jobs of one
+  /// shape land one per node (docs/slurm.md).
+  bool stacking = true;
 };
 
 /// Node labels from Slurm features: "slurm.feature/<feature>=true".
