@@ -196,7 +196,8 @@ def one_run(mode, args, tmp):
             settle(args.max_seconds, quiet_s=45.0)
         else:
             def cycle():
-                out = run([PLACER, "slurm-bridge", "--once", "--endpoint", args.endpoint])
+                out = run([PLACER, "slurm-bridge", "--once", "--endpoint", args.endpoint] +
+                          (["--no-stacking"] if args.no_stacking else []))
                 for line in out.splitlines():
                     if line.startswith("cycle:"):
                         cycles.append(line)
@@ -220,6 +221,7 @@ def main():
     ap.add_argument("--endpoint", default="tcp://127.0.0.1:5631")
     ap.add_argument("--max-seconds", type=float, default=240)
     ap.add_argument("--out", default="")
+    ap.add_argument("--no-stacking", action="store_true", help="the bridge's --no-stacking (for comparison)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("side_by_side.py: needs root (slurmd runs the jobs as their users)")

@@ -492,13 +492,12 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   }
   while (true) {
     // --- a new iteration: floors from the current scores.
-    for (std::int32_t r = me; r < n_rows; r += team) {
-      b.quota[r] = p.row_cap != nullptr ? min_of(b.remaining[r], p.row_cap[r]) : b.remaining[r];
-    }
-    t.sync();
     if (me == 0) {
       std::int32_t copies = 0;
-      for (std::int32_t r = 0; r < n_rows; ++r) copies += b.quota[r];
+      for (std::int32_t r = 0; r < n_rows; ++r) {
+        b.quota[r] = p.row_cap != nullptr ? min_of(b.remaining[r], p.row_cap[r]) : b.remaining[r];
+        copies += b.quota[r];
+      }
       ctl->placed_before = copies;  // the iteration's copies, for the floors
       ctl->iterations += 1;
     }
