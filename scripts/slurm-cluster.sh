@@ -41,6 +41,22 @@ die() { echo "slurm-cluster.sh: $*" >&2; exit 1; }
 down() {
   [ -d "$dir/run" ] || return 0
   local pids=() f pid
+  # Jobs first, while slurmctld and the slurmds can still end their steps:
+  # a job step (slurmstepd and its task) outlives the daemons otherwise
+  # (the side-by-side's hour-long sleeps piled up in the thousands).
+  if [ -f "$dir/slurm.conf" ] && [ -f "$dir/run/slurmctld.pid" ] &&
+     kill -0 "$(cat "$dir/run/slurmctld.pid" 2>/dev/null)" 2>/dev/null; then
+    local jobs
+    jobs=$(SLURM_CONF=$dir/slurm.conf timeout 10 squeue -h -o %A 2>/dev/null || true)
+    if [ -n "$jobs" ]; then
+      # shellcheck disable=SC2086
+      SLURM_CONF=$dir/slurm.conf timeout 20 scancel $jobs 2>/dev/null || true
+      for _ in $(seq 50); do
+        [ -z "$(SLURM_CONF=$dir/slurm.conf timeout 5 squeue -h -o %A 2>/dev/null)" ] && break
+        sleep 0.2
+      done
+    fi
+  fi
   for f in "$dir"/run/*.pid; do
     [ -e "$f" ] || continue
     pid=$(cat "$f" 2>/dev/null || true)

@@ -193,8 +193,8 @@ inline constexpr std::int32_t tier_floor_radix_from = 512;
 /// The selection: one branch-free pass copies the row's feasible values
 /// (their count and largest too); a short list goes to a quickselect as it
 /// is; a long one takes a radix step first, a histogram of the values' top
-/// eight bits (four interleaved copies, so that runs of one bucket do not
-/// wait on each other's increments) finding the bucket that holds the
+/// eight bits (on the host four interleaved copies, so that runs of one
+/// bucket do not wait on each other's increments) finding the bucket that holds the
 /// (copies+1)-th, and only that bucket's values, compacted in place, go to
 /// the quickselect.
 PLACER_HD inline std::int64_t tier_floor(tier_buffers const& b, std::int32_t r, std::int32_t copies) {
@@ -214,11 +214,21 @@ PLACER_HD inline std::int64_t tier_floor(tier_buffers const& b, std::int32_t r, 
   if (k > tier_floor_radix_from) {
     std::int32_t shift = 0;
     while ((hi >> shift) >= 256) ++shift;
-    std::int32_t hist[4][256] = {};
-    for (std::int32_t i = 0; i < k; ++i) ++hist[i & 3][v[i] >> shift];
+    // Four interleaved histograms on the host; one on the device, where a
+    // thread's stack is local memory reserved for every thread the GPU can
+    // hold (4 KB more a thread would be about 1 GB on an H100). The counts,
+    // and so the floors, are the same either way.
+#ifdef __CUDA_ARCH__
+    constexpr std::int32_t lanes = 1;
+#else
+    constexpr std::int32_t lanes = 4;
+#endif
+    std::int32_t hist[lanes][256] = {};
+    for (std::int32_t i = 0; i < k; ++i) ++hist[i % lanes][v[i] >> shift];
     std::int32_t bucket = 255;
     while (true) {
-      std::int32_t const in = hist[0][bucket] + hist[1][bucket] + hist[2][bucket] + hist[3][bucket];
+      std::int32_t in = 0;
+      for (std::int32_t l = 0; l < lanes; ++l) in += hist[l][bucket];
       if (in >= want) break;
       want -= in;
       --bucket;
