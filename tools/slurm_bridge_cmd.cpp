@@ -36,7 +36,11 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 }
 
 /// One cycle; false when Slurm or the service failed (said on stderr).
-bool cycle(slurm::bridge_options const& opt, client& svc, bool dry_run) {
+/// Rounds after the first go as deltas against the service's session
+/// (Client::solve_incremental: the nodes that changed, the jobs that left
+/// and arrived), each at the next epoch; the client resends in full by
+/// itself when the service lost the session.
+bool cycle(slurm::bridge_options const& opt, client& svc, bool dry_run, std::uint64_t& epoch) {
   auto const t0 = std::chrono::steady_clock::now();
   std::string squeue, sinfo;
   try {
@@ -61,13 +65,14 @@ bool cycle(slurm::bridge_options const& opt, client& svc, bool dry_run) {
   if (!snap.round.pending.empty()) {
     try {
       auto const t2 = std::chrono::steady_clock::now();
-      auto reply = svc.solve(snap.round);
+      snap.round.state.epoch = ++epoch;
+      auto reply = svc.solve_incremental(snap.round);
       solve_ms = ms_since(t2);
       if (reply.code != wire::ErrorCode::Ok) {
         std::fprintf(stderr, "slurm-bridge: the service refused the round: %s\n", reply.message.c_str());
         return false;
       }
-      r = std::move(reply.result);
+      r = std::move(reply.result);  // its job indices are the snapshot's: the deltas keep the caller's order
     } catch (std::exception const& e) {
       std::fprintf(stderr, "slurm-bridge: the service: %s (nothing changed; next cycle)\n", e.what());
       return false;
@@ -115,11 +120,12 @@ int cmd_slurm_bridge(int argc, char** argv) {
     long long const interval = integer_option(a.opts, "interval", 10);
     if (interval < 1) throw usage_error("--interval must be at least 1 (seconds)");
     client svc(client_connection(a, 5000));
-    if (a.flags.count("once") != 0) return cycle(opt, svc, a.flags.count("dry-run") != 0) ? 0 : 1;
+    std::uint64_t epoch = 0;
+    if (a.flags.count("once") != 0) return cycle(opt, svc, a.flags.count("dry-run") != 0, epoch) ? 0 : 1;
     std::signal(SIGINT, [](int) { stop = true; });
     std::signal(SIGTERM, [](int) { stop = true; });
     while (!stop) {
-      (void)cycle(opt, svc, a.flags.count("dry-run") != 0);
+      (void)cycle(opt, svc, a.flags.count("dry-run") != 0, epoch);
       for (long long k = 0; k < interval * 10 && !stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return 0;

@@ -1,14 +1,17 @@
 // The Slurm bridge: its reading of Slurm's JSON (fields as squeue/sinfo
 // --json of Slurm 22.05 write them) and its decisions, without Slurm.
+#include <placer/service/client.hpp>
 #include <placer/slurm/bridge.hpp>
 #include <placer/solver/solver.hpp>
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
 #include "../support/invariants.hpp"
+#include "../support/running_server.hpp"
 
 namespace placer {
 namespace {
@@ -151,6 +154,61 @@ TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {
 
 // Slurm runs a job only on nodes of its partition: a node listed under two
 // partitions carries both, and a job goes only where its partition is.
+// The bridge sends its rounds after the first as deltas (the nodes that
+// changed, the jobs that left and arrived; the client keeps the caller's
+// job order, so the reply indexes the snapshot's jobs): every cycle decides
+// what the same round solved in full on its own decides.
+TEST(SlurmBridge, RoundsSentAsDeltasDecideAsFullRoundsDo) {
+  testing_support::running_server srv;
+  client_options opt;
+  opt.endpoint = srv.endpoint();
+  opt.timeout_ms = 5000;
+  client svc(opt);
+  std::uint64_t epoch = 0;
+  auto by_job = [](std::vector<slurm::action> const& acts) {
+    std::map<std::int64_t, std::pair<std::vector<std::string>, std::string>> m;
+    for (auto const& a : acts) m[a.job] = {a.nodes, a.comment};
+    return m;
+  };
+  std::string const busy_n2 = R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:4(IDX:0-2,5)", 4, "a100,rack1") +
+                              "," + node("n2", "gpu:a100:8", "gpu:a100:8(IDX:0-7)", 8, "a100,rack1") + "," +
+                              node("n3", "gpu:h100:8", "gpu:h100:0(IDX:N/A)", 0, "h100,rack2") + "," +
+                              node("n4", "gpu:h100:8", "gpu:h100:0(IDX:N/A)", 0, "h100,rack2", "idle", R"("DRAIN")") +
+                              "]}";
+  std::string const gpus = R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:)";
+  std::vector<std::pair<std::string, std::string>> const cycles = {
+      {R"({"jobs":[)" + job(1, gpus + R"(8")") + "," + job(5, gpus + R"(1")") + "," +
+           job(6, gpus + R"(2","features":"h100")") + "," + job(7, gpus + R"(16")") + "]}",
+       sinfo()},
+      // Job 1 started on n2; 8 arrived; 5 and 6 were placed but wait to start.
+      {R"({"jobs":[)" + job(5, gpus + R"(1")") + "," + job(6, gpus + R"(2","features":"h100")") + "," +
+           job(7, gpus + R"(16")") + "," + job(8, gpus + R"(4")") + "]}",
+       busy_n2},
+      // 5 left, 9 arrived, and 6 now asks for one GPU (a job whose fields
+      // changed leaves and arrives again in the job delta).
+      {R"({"jobs":[)" + job(6, gpus + R"(1","features":"h100")") + "," + job(7, gpus + R"(16")") + "," +
+           job(8, gpus + R"(4")") + "," + job(9, gpus + R"(3")") + "]}",
+       busy_n2},
+  };
+  int placed = 0;
+  for (auto const& [squeue, nodes] : cycles) {
+    auto snap = slurm::build_round(squeue, nodes, {});
+    solver s(kernels::make_backend(kernels::backend_kind::cpu));
+    auto const full = by_job(slurm::decide(snap, s.solve(snap.round)));
+    snap.round.state.epoch = ++epoch;
+    auto reply = svc.solve_incremental(snap.round);
+    ASSERT_EQ(reply.code, wire::ErrorCode::Ok) << reply.message;
+    bool const delta = std::any_of(reply.result.timing.begin(), reply.result.timing.end(),
+                                   [](auto const& t) { return t.stage == "apply_delta"; });
+    EXPECT_EQ(delta, epoch > 1) << "cycle " << epoch;  // the first in full, then deltas
+    auto const inc = by_job(slurm::decide(snap, reply.result));
+    EXPECT_EQ(inc, full) << "cycle " << epoch;
+    for (auto const& [id, what] : inc) placed += what.first.empty() ? 0 : 1;
+  }
+  EXPECT_GE(placed, 5);             // the cycles do place jobs, not only hold them
+  EXPECT_EQ(svc.resyncs(), 0U);
+}
+
 TEST(SlurmBridge, JobsStayInTheirPartitions) {
   std::string const info =
       R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100", "idle", "", "train") + "," +
