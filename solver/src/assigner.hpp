@@ -26,9 +26,6 @@ namespace placer::detail {
 
 enum class assign_mode { placer, greedy, kube };
 
-/// The assigner's working buffers, owned by the caller and reused across
-/// rounds (the solver keeps one): a steady stream of same-shaped rounds
-/// assigns without allocating, except for what goes into the result.
 /// A job's place in the queue order (job_order), compared field by field.
 struct order_key {
   std::int64_t priority;     ///< minus the priority: the highest first
@@ -39,6 +36,9 @@ struct order_key {
   auto operator<=>(order_key const&) const = default;
 };
 
+/// The assigner's working buffers, owned by the caller and reused across
+/// rounds (the solver keeps one): a steady stream of same-shaped rounds
+/// assigns without allocating, except for what goes into the result.
 struct assigner_scratch {
   std::vector<std::int32_t> paths;                          ///< node x level -> domain (node_domain_paths)
   std::vector<std::int32_t> entry_node;                     ///< the nodes of (node, domain) pairs, by domain
