@@ -41,6 +41,7 @@ struct tier_control {
   std::int32_t round_cap_hit = 0;
   std::int32_t done = 0;         ///< 1: stop iterating
   std::int32_t again = 0;        ///< 1: a row ended unfilled above a zero floor; bid again
+  std::int32_t jump_raised = 0;  ///< 1: the last tier_jump raised prices (read after its barrier)
   std::int64_t rounds = 0;
 };
 
@@ -52,7 +53,11 @@ struct tier_buffers {
   std::int32_t* remaining;           ///< R
   std::int32_t* quota;               ///< R: copies a row may place this iteration (remaining, or less under row_cap)
   std::int64_t* floor;               ///< R: the price of a row's unheld copies
-  std::int64_t* price;               ///< R: a row's price this round (tier_price; tier_closed when met)
+  /// 2R: a row's price (tier_price; tier_closed when met), in two halves:
+  /// round k reads half k % 2 (tier_prices) and writes the other, so an
+  /// offer may re-price holders against the round's prices while other
+  /// rows' workers move theirs.
+  std::int64_t* price;
   std::int32_t* select;              ///< R x N: scratch for the floors, then the winners' groups
   std::int32_t* held;                ///< R: copies held this iteration
   std::int32_t* bid_count;           ///< R
@@ -61,10 +66,12 @@ struct tier_buffers {
   std::int32_t* heap_node;           ///< D
   std::int32_t* bid_row;             ///< N: row a node bids for this round, -1 none
   std::int64_t* bid_value;           ///< N
+  std::int32_t* bid_round;           ///< N: the round a held bid was made in (ctl->rounds)
   std::int32_t* todo[2];             ///< N each: nodes bidding this round / next
   std::int32_t* bucket;              ///< N: this round's bids grouped by row
   std::int32_t* won;                 ///< N: nodes that won a copy this iteration
   std::int32_t* won_row;             ///< N: the row a node won, -1 none
+  std::int32_t* jump_rows;           ///< 2R: tier_jump's row marks and worklist
   tier_placement* out;               ///< D
   tier_control* ctl;
 };
@@ -92,7 +99,7 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.remaining = take(b.remaining, r);
   b.quota = take(b.quota, r);
   b.floor = take(b.floor, r);
-  b.price = take(b.price, r);
+  b.price = take(b.price, 2 * r);
   b.select = take(b.select, r * n);
   b.held = take(b.held, r);
   b.bid_count = take(b.bid_count, r);
@@ -101,11 +108,13 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.heap_node = take(b.heap_node, d);
   b.bid_row = take(b.bid_row, n);
   b.bid_value = take(b.bid_value, n);
+  b.bid_round = take(b.bid_round, n);
   b.todo[0] = take(b.todo[0], n);
   b.todo[1] = take(b.todo[1], n);
   b.bucket = take(b.bucket, n);
   b.won = take(b.won, n);
   b.won_row = take(b.won_row, n);
+  b.jump_rows = take(b.jump_rows, 2 * r);
   b.out = take(b.out, d);
 }
 
@@ -147,6 +156,11 @@ inline constexpr std::int64_t tier_closed = std::int64_t{1} << 62;
 PLACER_HD inline std::int64_t tier_price(tier_buffers const& b, std::int32_t r) {
   if (b.quota[r] == 0) return tier_closed;
   return b.held[r] < b.quota[r] ? b.floor[r] : b.heap_bid[b.heap_begin[r]];
+}
+
+/// The prices round k reads (list = k % 2); the round writes the other half.
+PLACER_HD inline std::int64_t* tier_prices(tier_buffers const& b, std::int32_t list) {
+  return b.price + static_cast<std::int64_t>(list) * b.p.n_rows;
 }
 
 /// The k-th largest (1-based) of v[0..n) by quickselect, reordering v;
@@ -243,35 +257,70 @@ PLACER_HD inline std::int64_t tier_floor(tier_buffers const& b, std::int32_t r, 
   return tier_kth_largest(v, k, want);
 }
 
-/// Offers node n's bid to row r's heap (one worker per row). Returns the
-/// node that lost (the evicted holder, or n itself when its bid is not
-/// better than the worst held one), or -1 when nobody lost.
-PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, std::int32_t n, std::int64_t bid) {
-  std::int64_t* hb = b.heap_bid + b.heap_begin[r];
-  std::int32_t* hn = b.heap_node + b.heap_begin[r];
-  std::int32_t size = b.held[r];
-  std::int32_t const cap = b.quota[r];
-  std::int32_t lost = -1;
-  std::int32_t i;
-  if (size < cap) {
-    i = size++;
-    b.held[r] = size;
-    // Sift up: the worst on top.
-    while (i > 0) {
-      std::int32_t const parent = (i - 1) / 2;
-      if (!tier_worse(bid, n, hb[parent], hn[parent])) break;
-      hb[i] = hb[parent];
-      hn[i] = hn[parent];
-      i = parent;
+/// Row r's value on node n (-1 = infeasible).
+PLACER_HD inline std::int32_t tier_value(tier_buffers const& b, std::int32_t r, std::int32_t n) {
+  return b.p.scores[static_cast<std::int64_t>(b.p.row_class[r]) * b.p.nodes.n_nodes + n];
+}
+
+/// Node n's margins at `prices` (value + 1 - price; infeasible and closed
+/// rows below any): the best row (ties to the lower) with its margin, and
+/// the best margin of the rows other than `skip`, floored at 0 (sitting
+/// out). With skip = -1 the second is the best of the rows other than the
+/// best one.
+PLACER_HD inline void tier_margins(tier_buffers const& b, std::int32_t n, std::int64_t const* prices, std::int32_t skip,
+                                   std::int32_t& r1, std::int64_t& m1, std::int64_t& m2) {
+  auto const& p = b.p;
+  m1 = 0;
+  m2 = 0;
+  r1 = -1;
+  for (std::int32_t r = 0; r < p.n_rows; ++r) {
+    if (r == skip) continue;
+    std::int32_t const v = tier_value(b, r, n);
+    if (v < 0) continue;
+    // A closed row's margin is below any other's and below zero.
+    std::int64_t const m = static_cast<std::int64_t>(v) + 1 - prices[r];
+    if (r1 < 0 || m > m1) {
+      if (r1 >= 0 && m1 > m2) m2 = m1;
+      m1 = m;
+      r1 = r;
+    } else if (m > m2) {
+      m2 = m;
     }
-    hb[i] = bid;
-    hn[i] = n;
-    return -1;
   }
-  if (cap == 0 || !tier_worse(hb[0], hn[0], bid, n)) return n;  // not better than the worst held
-  lost = hn[0];
-  i = 0;
-  while (true) {  // sift the new entry down from the top
+}
+
+/// Node n's bid this round: its best row by margin at the round's prices,
+/// at price + (best - max(second, 0)) + eps, i.e. value + 1 - second + eps:
+/// the most it pays while that row stays its best within eps. Returns false
+/// when no row has a positive margin (the node sits this iteration out:
+/// prices only rise within one).
+PLACER_HD inline bool tier_bid(tier_buffers const& b, std::int32_t n, std::int64_t const* prices, std::int32_t& row,
+                               std::int64_t& bid) {
+  std::int32_t r1 = -1;
+  std::int64_t m1 = 0, m2 = 0;
+  tier_margins(b, n, prices, -1, r1, m1, m2);
+  if (r1 < 0 || m1 <= 0) return false;
+  row = r1;
+  bid = prices[r1] + (m1 - m2) + b.p.eps;
+  return true;
+}
+
+/// What holder n of row r would bid for r now, at the round's prices:
+/// value + 1 - (its best margin elsewhere, or 0) + eps. Prices only rise
+/// within a pass, so this is never below the bid it holds with.
+PLACER_HD inline std::int64_t tier_rebid(tier_buffers const& b, std::int32_t n, std::int32_t r, std::int64_t const* prices) {
+  std::int32_t r1 = -1;
+  std::int64_t m1 = 0, m2 = 0;
+  tier_margins(b, n, prices, r, r1, m1, m2);
+  std::int64_t const other = r1 >= 0 && m1 > 0 ? m1 : 0;
+  return static_cast<std::int64_t>(tier_value(b, r, n)) + 1 - other + b.p.eps;
+}
+
+/// Puts (bid, n) at entry i of a held-bids heap of `size` entries (the
+/// worst on top) and sifts it down to its place.
+PLACER_HD inline void tier_sift_down(std::int64_t* hb, std::int32_t* hn, std::int32_t size, std::int32_t i,
+                                     std::int64_t bid, std::int32_t n) {
+  while (true) {
     std::int32_t worst = i;
     std::int64_t wb = bid;
     std::int32_t wn = n;
@@ -289,34 +338,165 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
   }
   hb[i] = bid;
   hn[i] = n;
-  return lost;
 }
 
-/// Node n's bid this round: its best row by margin (value + 1 - price; ties
-/// to the lower row), at price + (best - max(second, 0)) + 1. Returns false
-/// when no row has a positive margin (the node sits this iteration out:
-/// prices only rise within one).
-PLACER_HD inline bool tier_bid(tier_buffers const& b, std::int32_t n, std::int32_t& row, std::int64_t& bid) {
+/// Offers node n's bid to row r's heap (one worker per row). Returns the
+/// node that lost (the evicted holder, or n itself when its bid is not
+/// better than the worst held one), or -1 when nobody lost.
+///
+/// Before the worst holder is evicted it bids again in place, at the
+/// round's prices (tier_rebid): a held bid was made against the prices of
+/// its round, and the other rows have risen since. Without this, a full row
+/// of q copies rises by about one increment per q evictions (each lifts
+/// its price only to the next stale bid), and a few surplus nodes bounce
+/// between near-equal rows for thousands of rounds; with it, the holder
+/// keeps the copy whenever it would win it back next round anyway.
+PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, std::int32_t n, std::int64_t bid,
+                                         std::int64_t const* prices) {
+  std::int64_t* hb = b.heap_bid + b.heap_begin[r];
+  std::int32_t* hn = b.heap_node + b.heap_begin[r];
+  std::int32_t size = b.held[r];
+  std::int32_t const cap = b.quota[r];
+  std::int32_t lost = -1;
+  std::int32_t const now = static_cast<std::int32_t>(b.ctl->rounds);
+  b.bid_round[n] = now;
+  if (size < cap) {
+    std::int32_t i = size++;
+    b.held[r] = size;
+    // Sift up: the worst on top.
+    while (i > 0) {
+      std::int32_t const parent = (i - 1) / 2;
+      if (!tier_worse(bid, n, hb[parent], hn[parent])) break;
+      hb[i] = hb[parent];
+      hn[i] = hn[parent];
+      i = parent;
+    }
+    hb[i] = bid;
+    hn[i] = n;
+    return -1;
+  }
+  if (cap == 0) return n;
+  while (tier_worse(hb[0], hn[0], bid, n)) {
+    // A bid of this round is current: no need to make it again.
+    std::int64_t const again = b.bid_round[hn[0]] == now ? hb[0] : tier_rebid(b, hn[0], r, prices);
+    b.bid_round[hn[0]] = now;
+    if (again <= hb[0]) {  // its bid is current: it loses the copy
+      lost = hn[0];
+      tier_sift_down(hb, hn, size, 0, bid, n);
+      return lost;
+    }
+    tier_sift_down(hb, hn, size, 0, again, hn[0]);
+  }
+  return n;  // not better than the worst held
+}
+
+/// Bidding rounds of a pass before tier_jump is tried (then after a round
+/// that left as many bidders as it had: a price war), and the most rounds
+/// between tries after tries that raised nothing.
+inline constexpr std::int32_t tier_jump_after = 8;
+inline constexpr std::int32_t tier_jump_most_wait = 64;
+
+/// A price jump over a set of full rows (rank 0, between rounds; the
+/// bidders of the next round are todo[list], its prices half `list`).
+///
+/// When a few nodes are left bidding for near-equal full rows, forward
+/// bidding raises those rows one increment a round, each bid displacing a
+/// holder that bids on the next row: thousands of rounds when the rows
+/// must climb far (rows whose preference doubles their values on a few
+/// nodes). The jump does that climb in a few steps, as the Hungarian
+/// method's dual step does. G starts as the rows the bidders want (within
+/// eps of their best). A step closes G over its holders (a row within eps
+/// of a holder's margin joins); if every row of G is full, all of G's
+/// prices rise by the largest amount that keeps every holder of G within
+/// eps of its best margin outside G (or of sitting out, 0). After a step
+/// the holder that bound it is within eps of a row outside G, which joins
+/// at the next; the steps end when G reaches a row with an unheld copy
+/// (the bidders' path ends there), a holder bound by sitting out, or after
+/// rows + 1 steps. G only grows: two rows that bind each other rise
+/// together instead of taking turns.
+///
+/// Rows of G rise together, so a holder's preferences within G do not
+/// change; rows outside G do not move, so their holders only gain; nodes
+/// that sit out only lose margin. Every assignment condition the program's
+/// optimality rests on holds after a step as before it, so the jump changes
+/// how fast the prices get there, not what they certify. Returns whether
+/// the prices rose.
+PLACER_HD inline bool tier_jump(tier_buffers const& b, std::int32_t list) {
   auto const& p = b.p;
-  std::int64_t m1 = 0, m2 = 0;
-  std::int32_t r1 = -1;
-  for (std::int32_t r = 0; r < p.n_rows; ++r) {
-    std::int32_t const v = p.scores[static_cast<std::int64_t>(p.row_class[r]) * p.nodes.n_nodes + n];
-    if (v < 0) continue;
-    // A closed row's margin is below any other's and below zero.
-    std::int64_t const m = static_cast<std::int64_t>(v) + 1 - b.price[r];
-    if (r1 < 0 || m > m1) {
-      if (r1 >= 0 && m1 > m2) m2 = m1;
-      m1 = m;
-      r1 = r;
-    } else if (m > m2) {
-      m2 = m;
+  std::int32_t const n_rows = p.n_rows;
+  std::int64_t* prices = tier_prices(b, list);
+  std::int32_t* in = b.jump_rows;             // 1 = row in G
+  std::int32_t* queue = b.jump_rows + n_rows;  // G's rows, in the order they joined
+  std::int32_t size = 0;
+  for (std::int32_t r = 0; r < n_rows; ++r) in[r] = 0;
+  auto join = [&](std::int32_t r) {
+    if (in[r] == 0) {
+      in[r] = 1;
+      queue[size++] = r;
+    }
+  };
+  // The rows each bidder wants: its best and those within eps of it.
+  std::int32_t const* todo = b.todo[list];
+  std::int32_t const k = b.ctl->todo_count[list];
+  for (std::int32_t i = 0; i < k; ++i) {
+    std::int32_t const n = todo[i];
+    std::int32_t r1 = -1;
+    std::int64_t m1 = 0, m2 = 0;
+    tier_margins(b, n, prices, -1, r1, m1, m2);
+    if (r1 < 0 || m1 <= 0) continue;
+    for (std::int32_t r = 0; r < n_rows; ++r) {
+      std::int32_t const v = tier_value(b, r, n);
+      if (v >= 0 && static_cast<std::int64_t>(v) + 1 - prices[r] >= m1 - p.eps) join(r);
     }
   }
-  if (r1 < 0 || m1 <= 0) return false;
-  row = r1;
-  bid = b.price[r1] + (m1 - m2) + p.eps;
-  return true;
+  bool raised = false;
+  for (std::int32_t step = 0; step <= n_rows && size > 0; ++step) {
+    // G closed over its holders, at this step's prices.
+    for (std::int32_t at = 0; at < size; ++at) {
+      std::int32_t const g = queue[at];
+      if (b.quota[g] == 0 || b.held[g] < b.quota[g]) return raised;
+      std::int32_t const* hn = b.heap_node + b.heap_begin[g];
+      for (std::int32_t i = 0; i < b.held[g]; ++i) {
+        std::int64_t const own = static_cast<std::int64_t>(tier_value(b, g, hn[i])) + 1 - prices[g];
+        for (std::int32_t r = 0; r < n_rows; ++r) {
+          if (in[r] != 0) continue;
+          std::int32_t const v = tier_value(b, r, hn[i]);
+          if (v >= 0 && static_cast<std::int64_t>(v) + 1 - prices[r] >= own - p.eps) join(r);
+        }
+      }
+    }
+    // The rise: the least slack of G's holders against the rows outside G.
+    std::int64_t rise = tier_closed;
+    for (std::int32_t at = 0; at < size; ++at) {
+      std::int32_t const g = queue[at];
+      std::int32_t const* hn = b.heap_node + b.heap_begin[g];
+      for (std::int32_t i = 0; i < b.held[g]; ++i) {
+        std::int64_t alt = 0;
+        for (std::int32_t r = 0; r < n_rows; ++r) {
+          std::int32_t const v = tier_value(b, r, hn[i]);
+          if (in[r] == 0 && v >= 0) alt = max_of(alt, static_cast<std::int64_t>(v) + 1 - prices[r]);
+        }
+        rise = min_of(rise, static_cast<std::int64_t>(tier_value(b, g, hn[i])) + 1 - prices[g] - alt + p.eps);
+      }
+    }
+    if (rise <= p.eps) return raised;  // no more than a round would do
+    // Held bids below the new price rise to it (a bid is never above what
+    // its holder would bid now, so the price never climbs past a holder's
+    // value later on); equal bids may reorder the heap by node, so it is
+    // rebuilt.
+    for (std::int32_t at = 0; at < size; ++at) {
+      std::int32_t const g = queue[at];
+      std::int64_t* hb = b.heap_bid + b.heap_begin[g];
+      std::int32_t* hn = b.heap_node + b.heap_begin[g];
+      std::int32_t const held = b.held[g];
+      std::int64_t const to = prices[g] + rise;
+      for (std::int32_t i = 0; i < held; ++i) hb[i] = max_of(hb[i], to);
+      for (std::int32_t i = held / 2 - 1; i >= 0; --i) tier_sift_down(hb, hn, held, i, hb[i], hn[i]);
+      prices[g] = tier_price(b, g);
+    }
+    raised = true;
+  }
+  return raised;
 }
 
 /// Commits one replica of class c on node n (it fits: the cell was
@@ -434,12 +614,14 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list) {
   std::int32_t const team = t.size();
   std::int32_t const* todo = b.todo[list];
   std::int32_t* next = b.todo[1 - list];
+  std::int64_t const* prices = tier_prices(b, list);
+  std::int64_t* next_prices = tier_prices(b, 1 - list);
   std::int32_t const k = ctl->todo_count[list];
   for (std::int32_t i = me; i < k; i += team) {
     std::int32_t const n = todo[i];
     std::int32_t row = -1;
     std::int64_t bid = 0;
-    b.bid_row[n] = tier_bid(b, n, row, bid) ? row : -1;
+    b.bid_row[n] = tier_bid(b, n, prices, row, bid) ? row : -1;
     b.bid_value[n] = bid;
     if (row >= 0) t.fetch_add(&b.bid_count[row], 1);
   }
@@ -465,10 +647,10 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list) {
     std::int32_t const end = b.bid_cursor[r];
     for (std::int32_t i = end - b.bid_count[r]; i < end; ++i) {
       std::int32_t const n = b.bucket[i];
-      std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n]);
+      std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n], prices);
       if (lost >= 0) next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = lost;
     }
-    if (b.bid_count[r] > 0) b.price[r] = tier_price(b, r);
+    next_prices[r] = b.bid_count[r] > 0 ? tier_price(b, r) : prices[r];
     b.bid_count[r] = 0;
   }
   t.sync();
@@ -483,7 +665,10 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   std::int32_t const me = t.rank();
   std::int32_t const team = t.size();
   for (std::int32_t r = me; r < n_rows; r += team) b.remaining[r] = p.demand[r];
-  for (std::int32_t n = me; n < n_nodes; n += team) b.won_row[n] = -1;
+  for (std::int32_t n = me; n < n_nodes; n += team) {
+    b.won_row[n] = -1;
+    b.bid_round[n] = -1;
+  }
   // --- the live classes' stale cells, before anything reads them: a node
   // changed since is re-scored once, however often it changed.
   std::int32_t oldest = p.now + 1;
@@ -522,7 +707,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       for (std::int32_t r = me; r < n_rows; r += team) {
         b.held[r] = 0;
         b.bid_count[r] = 0;
-        b.price[r] = tier_price(b, r);
+        tier_prices(b, 0)[r] = tier_price(b, r);  // round 0 reads half 0
       }
       for (std::int32_t n = me; n < n_nodes; n += team) b.todo[0][n] = n;
       if (me == 0) {
@@ -530,10 +715,15 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
         ctl->touched = 0;
       }
       t.sync();
+      // The next round after which tier_jump is tried; the wait doubles
+      // after a try that raised nothing (every worker keeps the same).
+      std::int32_t jump_at = tier_jump_after;
+      std::int32_t jump_wait = 1;
       // --- bidding rounds until no node bids (or the cap: max_rounds an
       // iteration; the assignment held then is feasible).
       for (std::int32_t list = 0;; list = 1 - list) {
-        if (ctl->todo_count[list] < t.solo_below()) {
+        std::int32_t const bidders = ctl->todo_count[list];
+        if (bidders < t.solo_below()) {
           if (me == 0) {
             seq_team one;
             tier_round(one, b, list);
@@ -547,6 +737,12 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
         if (next == 0 || rounds >= p.max_rounds) {
           if (me == 0 && next != 0) ctl->round_cap_hit = 1;
           break;
+        }
+        if (rounds >= jump_at && next >= bidders) {
+          if (me == 0) ctl->jump_raised = tier_jump(b, 1 - list) ? 1 : 0;
+          t.sync();
+          jump_wait = ctl->jump_raised != 0 ? 1 : min_of(2 * jump_wait, tier_jump_most_wait);
+          jump_at = rounds + jump_wait;
         }
       }
       // --- a row left unfilled above a zero floor breaks the complementary

@@ -2,9 +2,11 @@
 // ThreadSanitizer: on random tiers, a team of four (every bidding round
 // split, or the small ones solo on rank 0) must place exactly what one
 // worker places and leave the same matrix, node state and labels, with no
-// race reported. Built by clang with -fsanitize=thread against LLVM's
-// OpenMP runtime, whose barriers TSan understands (tests/CMakeLists.txt);
-// header only, so nothing built by g++ or against libgomp is linked in.
+// race reported; a quarter of them with price wars (prefer_some_nodes), so
+// the price jumps run between the team's rounds too. Built by clang with
+// -fsanitize=thread against LLVM's OpenMP runtime, whose barriers TSan
+// understands (tests/CMakeLists.txt); header only, so nothing built by g++
+// or against libgomp is linked in.
 #include "../../kernels/portable/tier_host.hpp"
 #include "../support/tier_instance.hpp"
 
@@ -15,6 +17,7 @@
 #include <vector>
 
 using namespace placer::kernels;
+using placer::testing_support::prefer_some_nodes;
 using placer::testing_support::random_cluster;
 using placer::testing_support::tier_instance;
 using placer::testing_support::twin_cluster;
@@ -42,6 +45,7 @@ int main() {
       t.row_class.push_back(c);
       t.demand.push_back(std::uniform_int_distribution<int>(1, 120)(rng));
     }
+    if (iter % 4 == 3) prefer_some_nodes(rng, t, 100000);  // price wars: tier_jump on rank 0 between rounds
     tier_instance u = t;
     std::vector<std::int32_t> la(static_cast<std::size_t>(t.n_nodes()));
     std::iota(la.begin(), la.end(), 0);

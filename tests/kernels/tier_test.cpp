@@ -15,12 +15,14 @@
 #include "../support/tier_instance.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <random>
 #include <vector>
 
 namespace placer::kernels {
 namespace {
 
+using testing_support::prefer_some_nodes;
 using testing_support::random_cluster;
 using testing_support::tier_instance;
 using testing_support::twin_cluster;
@@ -56,6 +58,65 @@ std::int64_t best_value(tier_instance const& t, std::vector<std::int64_t> const&
     ++left[r];
   }
   return best;
+}
+
+/// The same optimum at any size: a min-cost flow (source -> node, capacity
+/// 1; node -> row, weight `value`; row -> sink, capacity the demand) by
+/// successive longest augmenting paths (Bellman-Ford on the residual
+/// graph) while a path gains.
+std::int64_t flow_optimum(tier_instance const& t, std::vector<std::int64_t> const& value) {
+  auto const n_nodes = static_cast<std::int32_t>(t.n_nodes());
+  auto const n_rows = static_cast<std::int32_t>(t.row_class.size());
+  std::int32_t const source = n_nodes + n_rows, sink = source + 1, vertices = sink + 1;
+  struct edge {
+    std::int32_t to, cap;
+    std::int64_t gain;
+  };
+  std::vector<edge> edges;
+  std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(vertices));
+  auto add = [&](std::int32_t a, std::int32_t z, std::int32_t cap, std::int64_t gain) {
+    out[static_cast<std::size_t>(a)].push_back(static_cast<std::int32_t>(edges.size()));
+    edges.push_back({z, cap, gain});
+    out[static_cast<std::size_t>(z)].push_back(static_cast<std::int32_t>(edges.size()));
+    edges.push_back({a, 0, -gain});
+  };
+  for (std::int32_t n = 0; n < n_nodes; ++n) add(source, n, 1, 0);
+  for (std::int32_t r = 0; r < n_rows; ++r) {
+    for (std::int32_t n = 0; n < n_nodes; ++n) {
+      std::int64_t const v = value[static_cast<std::size_t>(r) * static_cast<std::size_t>(n_nodes) + static_cast<std::size_t>(n)];
+      if (v >= 0) add(n, n_nodes + r, 1, v);
+    }
+    add(n_nodes + r, sink, t.demand[static_cast<std::size_t>(r)], 0);
+  }
+  std::int64_t total = 0;
+  constexpr std::int64_t none = std::numeric_limits<std::int64_t>::min() / 4;
+  while (true) {
+    std::vector<std::int64_t> best(static_cast<std::size_t>(vertices), none);
+    std::vector<std::int32_t> via(static_cast<std::size_t>(vertices), -1);
+    best[static_cast<std::size_t>(source)] = 0;
+    for (bool moved = true; moved;) {  // Bellman-Ford: the residual graph has no positive cycle
+      moved = false;
+      for (std::int32_t a = 0; a < vertices; ++a) {
+        if (best[static_cast<std::size_t>(a)] == none) continue;
+        for (auto e : out[static_cast<std::size_t>(a)]) {
+          auto const& ed = edges[static_cast<std::size_t>(e)];
+          if (ed.cap > 0 && best[static_cast<std::size_t>(a)] + ed.gain > best[static_cast<std::size_t>(ed.to)]) {
+            best[static_cast<std::size_t>(ed.to)] = best[static_cast<std::size_t>(a)] + ed.gain;
+            via[static_cast<std::size_t>(ed.to)] = e;
+            moved = true;
+          }
+        }
+      }
+    }
+    if (best[static_cast<std::size_t>(sink)] == none || best[static_cast<std::size_t>(sink)] <= 0) return total;
+    total += best[static_cast<std::size_t>(sink)];
+    for (std::int32_t v = sink; v != source;) {
+      auto const e = static_cast<std::size_t>(via[static_cast<std::size_t>(v)]);
+      edges[e].cap -= 1;
+      edges[e ^ 1].cap += 1;
+      v = edges[e ^ 1].to;
+    }
+  }
 }
 
 // A row's floor is its (copies+1)-th best feasible value, or 0 when no more
@@ -177,6 +238,52 @@ TEST(TierProgram, OneIterationIsOptimalOnSmallInstances) {
     contested += t.row_class.size() > 1 && got.size() < static_cast<std::size_t>(t.n_nodes()) ? 1 : 0;
   }
   EXPECT_GT(contested, 200) << "too few instances where rows compete";
+}
+
+// Price wars: half the rows prefer a few nodes (prefer_some_nodes: a
+// bonus there, as a node-affinity preference gives) and want more of them
+// than there are, so their prices must climb tens of thousands of
+// increments (eps = 1 on values scaled by nodes + 1). Plain bidding took
+// thousands of rounds on such rows (docs/architecture.md, price wars); the
+// re-bids in place and the price jumps end them in tens, and the result is
+// still the optimum, checked against a min-cost flow.
+TEST(TierProgram, PriceWarsEndInFewRoundsAtTheOptimum) {
+  auto b = make_backend(backend_kind::cpu);
+  std::mt19937_64 rng(17);
+  int wars = 0;
+  std::int64_t most_rounds = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    SCOPED_TRACE("instance " + std::to_string(iter));
+    tier_instance t = random_cluster(rng, 150, 6);
+    t.score_all();
+    for (std::int32_t c = 0; c < t.n_classes(); ++c) {
+      t.row_class.push_back(c);
+      t.demand.push_back(std::uniform_int_distribution<int>(1, 12)(rng));
+    }
+    std::int64_t const scale = t.n_nodes() + 1;
+    for (auto& s : t.scores) s = s < 0 ? -1 : s / 64;
+    prefer_some_nodes(rng, t, 4000);
+    for (auto& s : t.scores) s = s < 0 ? -1 : static_cast<std::int32_t>(s * scale);
+    std::vector<std::int64_t> value;  // as the brute force's: the score + 1
+    for (auto c : t.row_class) {
+      for (std::int32_t n = 0; n < t.n_nodes(); ++n) {
+        std::int32_t const s = t.scores[static_cast<std::size_t>(c) * t.n_nodes() + n];
+        value.push_back(s < 0 ? -1 : s + 1);
+      }
+    }
+    std::int64_t const best = flow_optimum(t, value);
+    std::vector<tier_placement> got;
+    auto const st = b->place_tier(t.problem(1, 1), got);
+    ASSERT_FALSE(st.round_cap_hit);
+    std::int64_t total = 0;
+    for (auto const& p : got) total += value[static_cast<std::size_t>(p.row) * t.n_nodes() + p.node];
+    EXPECT_EQ(total / scale, best / scale) << "program " << total << ", optimum " << best;
+    EXPECT_LE(total, best);
+    EXPECT_LE(st.rounds, 64);
+    most_rounds = std::max(most_rounds, st.rounds);
+    wars += st.rounds > 20 ? 1 : 0;
+  }
+  EXPECT_GT(wars, 3) << "too few instances where prices had to climb (most rounds " << most_rounds << ")";
 }
 
 TEST(TierProgram, WholeTiersFitAndKeepTheCellsTheyReadCurrent) {

@@ -126,4 +126,19 @@ inline tier_instance twin_cluster(std::mt19937_64& rng, int templates, int copie
   return t;
 }
 
+/// A node-affinity preference, as the `-k8s` scenarios have: the first
+/// ceil(rows / 2) rows value a random 15% of the nodes `bonus` more (their
+/// feasible cells), so those rows compete for more of them than they need
+/// and their prices must climb far: a price war for plain bidding.
+inline void prefer_some_nodes(std::mt19937_64& rng, tier_instance& t, std::int32_t bonus) {
+  std::vector<std::uint8_t> preferred(static_cast<std::size_t>(t.n_nodes()));
+  for (auto& p : preferred) p = std::uniform_int_distribution<int>(0, 99)(rng) < 15 ? 1 : 0;
+  for (std::size_t r = 0; r < (t.row_class.size() + 1) / 2; ++r) {
+    auto const row = static_cast<std::size_t>(t.row_class[r]) * static_cast<std::size_t>(t.n_nodes());
+    for (std::size_t n = 0; n < preferred.size(); ++n) {
+      if (preferred[n] != 0 && t.scores[row + n] >= 0) t.scores[row + n] += bonus;
+    }
+  }
+}
+
 }  // namespace placer::testing_support
