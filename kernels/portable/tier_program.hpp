@@ -717,7 +717,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       t.sync();
       // The next round after which tier_jump is tried; the wait doubles
       // after a try that raised nothing (every worker keeps the same).
-      std::int32_t jump_at = tier_jump_after;
+      std::int32_t jump_at = rounds + tier_jump_after;  // rounds: the iteration's, over its passes
       std::int32_t jump_wait = 1;
       // --- bidding rounds until no node bids (or the cap: max_rounds an
       // iteration; the assignment held then is feasible).
