@@ -538,7 +538,7 @@ class cuda_backend final : public backend {
   static std::size_t class_bytes(class_view const& v) {
     std::size_t const n = v.n_classes;
     return 2 * padded<std::int32_t>(n) + 2 * padded<std::int64_t>(n) + padded<std::uint64_t>(n) +
-           3 * padded<std::uint8_t>(n) + constraint_bytes(v);
+           3 * padded<std::uint8_t>(n) + padded<std::uint8_t>(v.one_per_node != nullptr ? n : 0) + constraint_bytes(v);
   }
   static std::size_t constraint_bytes(class_view const& v) {
     if (v.admit == nullptr) return 0;
@@ -579,6 +579,7 @@ class cuda_backend final : public backend {
     v.pool_mask = arena_.stage(v.pool_mask, n);
     v.loan_ok = arena_.stage(v.loan_ok, n);
     v.any_model = arena_.stage(v.any_model, n);
+    v.one_per_node = arena_.stage(v.one_per_node, v.one_per_node != nullptr ? n : 0);
     if (v.admit != nullptr) {
       std::size_t const cells = static_cast<std::size_t>(v.n_sets) * static_cast<std::size_t>(v.n_groups);
       v.constraint = arena_.stage(v.constraint, n);

@@ -453,6 +453,7 @@ void job_in(wire::Job const& w, who_t const& who, job& j) {
   j.submit_time = w.submit_time();
   j.estimated_duration = w.estimated_duration();
   constraints_in(w.constraints(), who, j.constraints);
+  j.distinct_nodes = w.distinct_nodes();
 }
 
 flatbuffers::Offset<wire::Job> job_out(fbb_t& fbb, job const& j, who_t const& who) {
@@ -467,7 +468,7 @@ flatbuffers::Offset<wire::Job> job_out(fbb_t& fbb, job const& j, who_t const& wh
                          static_cast<wire::TopologyMode>(j.topo_mode), j.network_sensitivity,
                          narrow<std::uint32_t>(j.min_replicas, who, "min_replicas"),
                          narrow<std::uint32_t>(j.max_replicas, who, "max_replicas"), j.preemptible, j.submit_time,
-                         j.estimated_duration, cons);
+                         j.estimated_duration, cons, j.distinct_nodes);
 }
 
 void replicas_in(fb_vector<flatbuffers::Offset<wire::ReplicaPlacement>> const* v, who_t const& who,

@@ -16,7 +16,8 @@ using namespace placer::kernels;
 namespace {
 
 bool wants_locality(job const& j) {
-  return j.replicas > 1 && (j.gang || j.topo_mode != topology_mode::none || j.network_sensitivity > 0.0F);
+  return j.replicas > 1 &&
+         (j.gang || j.distinct_nodes || j.topo_mode != topology_mode::none || j.network_sensitivity > 0.0F);
 }
 
 /// Shape tiers, largest first: whole GPUs by count, then
@@ -517,7 +518,9 @@ std::int32_t assigner::best_node(job const& job, std::int32_t c, std::int32_t do
                                  std::int32_t anchor) const {
   std::int32_t best = -1;
   std::int64_t best_s = -1;
+  bool const distinct = job.distinct_nodes;
   auto consider = [&](std::int32_t n) {
+    if (distinct && s_.job_holds[static_cast<std::size_t>(n)] != 0) return;  // a node of its own per replica
     std::int32_t const s0 = score(c, n);
     if (s0 < 0) return;
     std::int64_t const s = s0 + topo_bonus(job, anchor, n);
@@ -536,12 +539,21 @@ std::int32_t assigner::best_node(job const& job, std::int32_t c, std::int32_t do
 void assigner::place_replicas(job const& job, std::int32_t c, std::int32_t domain,
                               std::int32_t count, std::vector<replica_placement>& placed) {
   bool const local = wants_locality(job);
+  auto& holds = s_.job_holds;  // distinct_nodes: the nodes the job holds, marked for best_node
+  if (job.distinct_nodes) {
+    holds.resize(static_cast<std::size_t>(m_.n_nodes()), 0);
+    for (auto const& rp : placed) holds[static_cast<std::size_t>(rp.node)] = 1;
+  }
   for (std::int32_t r = 0; r < count; ++r) {
     std::int32_t const anchor = local && !placed.empty() ? placed.front().node : -1;
     std::int32_t const n = best_node(job, c, domain, anchor);
-    if (n < 0) return;
+    if (n < 0) break;
     if (placed.empty()) placed.reserve(static_cast<std::size_t>(job.replicas));  // one allocation per job
     placed.push_back(commit(n, c));
+    if (job.distinct_nodes) holds[static_cast<std::size_t>(n)] = 1;
+  }
+  if (job.distinct_nodes) {
+    for (auto const& rp : placed) holds[static_cast<std::size_t>(rp.node)] = 0;
   }
 }
 

@@ -69,6 +69,7 @@ struct assigner_scratch {
   std::vector<std::int32_t> fit_before;      ///< per slot: a node's fit count before a change
   std::vector<std::int32_t> fits;                           ///< domains that hold a job
   std::vector<std::int8_t> class_feasible;                  ///< per class: 1 fits some node, 0 none, -1 not known yet
+  std::vector<std::uint8_t> job_holds;  ///< per node: 1 = the distinct_nodes job being placed holds it (else all 0)
   // place_tier
   std::vector<std::int32_t> live, row_class, class_row, demand, row_cap, cursor;
   std::vector<kernels::tier_placement> tier_out;

@@ -62,7 +62,8 @@ struct shape_facts {
 
 bool same_shape(job const& a, job const& b) {
   return a.per_replica == b.per_replica && a.kind == b.kind && a.allowed_gpu_models == b.allowed_gpu_models &&
-         a.constraints == b.constraints && (a.topo_mode == topology_mode::required) == (b.topo_mode == topology_mode::required) &&
+         a.constraints == b.constraints && a.distinct_nodes == b.distinct_nodes &&
+         (a.topo_mode == topology_mode::required) == (b.topo_mode == topology_mode::required) &&
          (a.topo_mode != topology_mode::required || a.topology_level == b.topology_level);
 }
 
@@ -209,7 +210,8 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
         bool fits = false;
         auto const why = first_failure(nd, jb, loaning, &which, fits);
         if (fits) {
-          auto const k = detail::fit_free(nd, jb.per_replica);
+          auto const k = jb.distinct_nodes ? std::min<std::int64_t>(detail::fit_free(nd, jb.per_replica), 1)
+                                           : detail::fit_free(nd, jb.per_replica);
           f.fit += k;
           if (required) {
             auto const d = paths[static_cast<std::size_t>(n) * static_cast<std::size_t>(levels) +

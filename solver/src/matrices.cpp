@@ -146,7 +146,9 @@ void build_matrices(round_input const& in, round_matrices& m) {
   // order of first appearance.
   for (auto* v : {&m.class_gpus, &m.class_milli, &m.job_class, &m.class_constraint}) v->clear();
   for (auto* v : {&m.class_cpu, &m.class_mem}) v->clear();
-  for (auto* v : {&m.class_pool_mask, &m.class_loan_ok, &m.class_any_model}) v->clear();
+  for (auto* v : {&m.class_pool_mask, &m.class_loan_ok, &m.class_any_model, &m.class_one_per_node}) v->clear();
+  bool const any_distinct =
+      std::any_of(in.pending.begin(), in.pending.end(), [](job const& j) { return j.distinct_nodes; });
   m.class_model_mask.clear();
   scratch.classes.clear();
   m.job_class.reserve(in.pending.size());
@@ -157,8 +159,9 @@ void build_matrices(round_input const& in, round_matrices& m) {
     std::uint8_t const pm = job_pool_mask(j.kind);
     std::uint8_t const loan = j.kind != job_kind::inference && in.pol.queue.loaning ? 1 : 0;
     std::int32_t const set = constrained ? m.constraints.job_set[jj] : 0;
+    std::uint8_t const one = j.distinct_nodes ? 1 : 0;
     flatten_scratch::class_key const k{d.gpus, d.gpus > 0 ? d.gpu_milli : milli_per_gpu, d.cpu_milli, d.memory_mib,
-                                       mm, pm, loan, set};
+                                       mm, pm, loan, set, one};
     auto const [row, fresh] = find_or_insert(scratch.classes, k, static_cast<std::int32_t>(m.class_gpus.size()));
     if (fresh) {
       m.class_gpus.push_back(std::get<0>(k));
@@ -170,6 +173,7 @@ void build_matrices(round_input const& in, round_matrices& m) {
       m.class_loan_ok.push_back(loan);
       m.class_any_model.push_back(d.gpus > 0 && j.allowed_gpu_models.empty() ? 1 : 0);
       if (constrained) m.class_constraint.push_back(set);
+      if (any_distinct) m.class_one_per_node.push_back(one);
     }
     m.job_class.push_back(row);
   }

@@ -97,6 +97,10 @@ void validate(round_input const& in) {
                    who() + ": elastic range must satisfy 0 <= min_replicas <= max_replicas");
     PLACER_EXPECTS(job.min_replicas <= 100000 && job.max_replicas <= 100000,
                    who() + ": min_replicas and max_replicas must be at most 100000");
+    // A running job carries no distinct_nodes, so elastic scale-out could
+    // not keep it.
+    PLACER_EXPECTS(!job.distinct_nodes || job.min_replicas == 0,
+                   who() + ": distinct_nodes with an elastic range (min_replicas) is not supported");
     PLACER_EXPECTS(job.estimated_duration >= 0, who() + ": estimated_duration must not be negative");
     if (!job.constraints.empty()) {
       auto const problem = constraints_problem(job.constraints);

@@ -1441,6 +1441,7 @@ TEST(JsonExamples, ParseAndSolve) {
   ASSERT_EQ(in.pending.size(), 4U);
   EXPECT_TRUE(in.pending[0].gang);
   EXPECT_EQ(in.pending[0].topo_mode, placer::topology_mode::required);
+  EXPECT_TRUE(in.pending[1].distinct_nodes);
   placer::solver s(placer::kernels::make_backend(placer::kernels::backend_kind::cpu));
   auto const r = s.solve(in);
   EXPECT_EQ(r.placements.size(), 4U);

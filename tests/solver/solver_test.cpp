@@ -383,6 +383,62 @@ TEST(Solver, StackingFillsANodeBeforeTheNextEmptyOne) {
   EXPECT_EQ(nodes_used(true), 2U);
 }
 
+// Slurm's -N (job::distinct_nodes): a gang of two 4-GPU replicas with a
+// preferred leaf goes on two nodes of one leaf, where without it both
+// replicas share the best node; and a leaf's capacity counts one replica a
+// node, so three 1-GPU replicas that must share a leaf of two nodes are
+// not placed (without distinct_nodes one node holds them all). Every
+// algorithm, and the service's validation of an elastic range.
+TEST(Solver, DistinctNodesGetANodeEach) {
+  round_input in;
+  in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(2).gpus(8).build();
+  job pair = gpu_job("pair", 4, 1000, 2);
+  pair.gang = true;
+  pair.topology_level = 2;  // levels: cluster, spine, leaf
+  pair.topo_mode = topology_mode::preferred;
+  job three = gpu_job("three", 1, 1000, 3);
+  three.gang = true;
+  three.topology_level = 2;
+  three.topo_mode = topology_mode::required;
+  auto nodes_of = [](round_result const& r, std::int32_t job) {
+    std::vector<std::int32_t> on;
+    for (auto const& p : r.placements) {
+      if (p.job != job) continue;
+      for (auto const& rp : p.replicas) on.push_back(rp.node);
+    }
+    return on;
+  };
+  auto leaf = [&](std::int32_t n) { return in.state.nodes[static_cast<std::size_t>(n)].domain; };
+  for (int a = 0; a <= static_cast<int>(algorithm::first_fit); ++a) {
+    SCOPED_TRACE(std::string("algorithm ") + algorithm_name(static_cast<algorithm>(a)));
+    in.pol.algo = static_cast<algorithm>(a);
+    auto s = cpu_solver();
+    in.pending = {pair};
+    auto const shared = nodes_of(s.solve(in), 0);
+    ASSERT_EQ(shared.size(), 2U);
+    bool const packs = in.pol.algo == algorithm::placer;  // kube-least spreads anyway
+    if (packs) EXPECT_EQ(shared[0], shared[1]) << "without distinct_nodes both replicas fit on one node";
+    in.pending[0].distinct_nodes = true;
+    auto const r = s.solve(in);
+    expect_round_invariants(in, r);
+    auto const own = nodes_of(r, 0);
+    ASSERT_EQ(own.size(), 2U);
+    EXPECT_NE(own[0], own[1]);
+    if (packs) EXPECT_EQ(leaf(own[0]), leaf(own[1])) << "the preferred leaf";
+    in.pending = {three};
+    EXPECT_EQ(nodes_of(s.solve(in), 0).size(), 3U);
+    in.pending[0].distinct_nodes = true;
+    auto const none = s.solve(in);
+    expect_round_invariants(in, none);
+    EXPECT_TRUE(nodes_of(none, 0).empty()) << "a leaf of two nodes cannot hold three replicas on nodes of their own";
+    ASSERT_EQ(none.unplaced_jobs.size(), 1U);
+  }
+  in.pending = {pair};
+  in.pending[0].distinct_nodes = true;
+  in.pending[0].min_replicas = 1;
+  EXPECT_THROW(validate(in), logic_error);
+}
+
 // constraints respected, every job placed or given a reason.
 TEST(SolverRandom, InvariantsHoldOnRandomRounds) {
   auto s = cpu_solver();

@@ -7,6 +7,7 @@
 //   - GPU model in the job's allowed list; pool rules (inference only on
 //     inference/shared nodes; training on inference nodes only if loanable);
 //   - gangs are whole; required topology: all replicas under one domain;
+//     distinct_nodes: no two replicas of the job on one node;
 //   - every job is placed in full, or reported unplaced (partial non-gang
 //     placements are reported in both lists);
 //   - cross-round decisions: a preempted job is a running job, preemptible
@@ -190,6 +191,11 @@ inline void expect_round_invariants(round_input const& in, round_result const& r
     if (j.topo_mode == topology_mode::required) {
       EXPECT_EQ(domains.size(), 1U) << j.name << ": required topology spans " << domains.size() << " domains";
       EXPECT_GE(*domains.begin(), 0);
+    }
+    if (j.distinct_nodes) {
+      std::set<std::int32_t> on;
+      for (auto const& rp : p.replicas) on.insert(rp.node);
+      EXPECT_EQ(on.size(), p.replicas.size()) << j.name << ": two replicas on one node despite distinct_nodes";
     }
   }
   for (std::int32_t k = 0; k < static_cast<std::int32_t>(in.pending.size()); ++k) {

@@ -62,6 +62,9 @@ inline round_input random_round(std::mt19937_64& rng, int max_nodes_per_leaf = 6
     }
     j.network_sensitivity = static_cast<float>(pick(0, 10)) / 10.0F;
     j.submit_time = pick(0, 1000);
+    // A quarter of the multi-replica jobs want distinct nodes; no draw of
+    // its own, so the rest of the stream (and every seeded test) is as before.
+    j.distinct_nodes = j.replicas > 1 && j.submit_time % 4 == 0;
     in.pending.push_back(std::move(j));
   }
   return in;

@@ -312,6 +312,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     jb.queue.clear();
     jb.replicas = static_cast<std::int32_t>(nodes);
     jb.gang = nodes > 1;
+    jb.distinct_nodes = nodes > 1;  // -N: a node for each replica
     jb.per_replica.gpus = static_cast<std::int32_t>(gpus);
     jb.per_replica.cpu_milli = cpus * 1000;
     jb.per_replica.memory_mib = memory;

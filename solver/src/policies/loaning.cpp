@@ -213,12 +213,14 @@ class inference_fit {
     for (auto const& s : shapes_) full_.push_back(s.replicas);
     // A job the core placed in part keeps its replicas; only the rest are
     // sought, except under a required topology, where they could land
-    // outside the domain the placed ones hold: such a job is left alone.
+    // outside the domain the placed ones hold, or with distinct nodes,
+    // where they could land on a node the placed ones hold: such a job is
+    // left alone.
     for (auto j : jobs_) {
       auto const r = ws.running_of(j);
       if (r < 0) continue;
       auto& s = shapes_[static_cast<std::size_t>(j)];
-      if (s.topo_mode == topology_mode::required) {
+      if (s.topo_mode == topology_mode::required || s.distinct_nodes) {
         s.replicas = 0;
         continue;
       }

@@ -214,12 +214,14 @@ std::optional<victim_set> planner::cheapest_in(work_state const& ws, std::vector
   auto& base_fit = base_fit_;
   std::int64_t base_total = 0;
   bool any_admits = false;
+  // Replicas a node holds for this job: one at most when it wants distinct nodes.
+  auto per_node = [&](std::int64_t k) { return shape.distinct_nodes ? std::min<std::int64_t>(k, 1) : k; };
   for (auto n : dom) {
     auto const& nd = nodes[static_cast<std::size_t>(n)];
     if (!admits(nd, shape, loaning_)) continue;
     in_dom[static_cast<std::size_t>(n)] = 1;
     any_admits = true;
-    base_fit[static_cast<std::size_t>(n)] = fit_free(nd, shape.per_replica);
+    base_fit[static_cast<std::size_t>(n)] = per_node(fit_free(nd, shape.per_replica));
     base_total += base_fit[static_cast<std::size_t>(n)];
   }
   if (!any_admits) return std::nullopt;
@@ -256,7 +258,7 @@ std::optional<victim_set> planner::cheapest_in(work_state const& ws, std::vector
       }
     }
     std::int64_t total = base_total;
-    for (auto const& [n, f] : touched) total += fit_count(f, shape.per_replica) - base_fit[static_cast<std::size_t>(n)];
+    for (auto const& [n, f] : touched) total += per_node(fit_count(f, shape.per_replica)) - base_fit[static_cast<std::size_t>(n)];
     return total >= need;
   };
   std::vector<std::int64_t> cost(local.size());
@@ -375,8 +377,10 @@ void planner::place(std::int32_t j) {
   if (static_cast<std::int32_t>(old.size()) >= shape.replicas) return;  // already placed in full
 
   bool const required = shape.topo_mode == topology_mode::required && shape.topology_level >= 0;
+  // A job that wants distinct nodes goes whole too: one replica at a time
+  // could land beside one it already holds.
   bool const domain_mode =
-      shape.replicas > 1 && (shape.gang || required || scope_ == preempt_scope::network);
+      shape.replicas > 1 && (shape.gang || required || shape.distinct_nodes || scope_ == preempt_scope::network);
 
   std::int64_t const per_set = domain_mode ? shape.replicas : 1;
   take_gpu_ = shape.per_replica.gpu_milli_total() * per_set;

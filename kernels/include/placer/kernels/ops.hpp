@@ -327,6 +327,7 @@ PLACER_HD inline std::int32_t fit_count(node_view const& nv, class_view const& c
     }
     fit = min_of<std::int64_t>(fit, cv.milli[c] < 1000 ? g : g / cv.gpus[c]);
   }
+  if (cv.one_per_node != nullptr && cv.one_per_node[c] != 0) fit = min_of<std::int64_t>(fit, 1);
   return static_cast<std::int32_t>(fit);
 }
 

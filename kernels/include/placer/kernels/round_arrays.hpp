@@ -33,6 +33,7 @@ struct round_arrays {
   std::vector<std::int64_t> class_cpu, class_mem;
   std::vector<std::uint64_t> class_model_mask;
   std::vector<std::uint8_t> class_pool_mask, class_loan_ok, class_any_model;
+  std::vector<std::uint8_t> class_one_per_node;  ///< 1 = one replica a node; empty when no class is
   // Typical task set M (FGD).
   std::vector<std::int32_t> task_gpus, task_milli, task_freq_ppm;
   std::vector<std::int64_t> task_cpu;
@@ -77,6 +78,7 @@ struct round_arrays {
     v.pool_mask = class_pool_mask.data();
     v.loan_ok = class_loan_ok.data();
     v.any_model = class_any_model.data();
+    v.one_per_node = class_one_per_node.empty() ? nullptr : class_one_per_node.data();
     if (!constraint_admit.empty()) {
       v.constraint = class_constraint.data();
       v.n_sets = n_constraint_sets;

@@ -61,6 +61,10 @@ struct class_view {
   std::uint8_t const* pool_mask = nullptr;    ///< pools usable outright
   std::uint8_t const* loan_ok = nullptr;      ///< 1 = may use loanable inference nodes
   std::uint8_t const* any_model = nullptr;    ///< 1 = GPU replicas that accept every model
+  /// 1 = a node takes one replica of the class at most (its jobs want
+  /// distinct nodes, solver job::distinct_nodes): fit_count counts 1. Null
+  /// when no class of the round is.
+  std::uint8_t const* one_per_node = nullptr;
   /// Node selector, affinity and taints (solver/constraints.hpp), null when
   /// the round has none: class c on node n is admitted when
   /// admit[constraint[c] * n_groups + group[n]] != 0, and scores

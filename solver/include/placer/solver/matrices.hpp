@@ -26,7 +26,7 @@ namespace placer {
 struct flatten_scratch {
   /// (gpus, milli, cpu, mem, model mask, pool mask, loan, constraint set) of a class row.
   using class_key = std::tuple<std::int32_t, std::int32_t, std::int64_t, std::int64_t, std::uint64_t, std::uint8_t,
-                               std::uint8_t, std::int32_t>;
+                               std::uint8_t, std::int32_t, std::uint8_t>;
   /// (cpu, milli, gpus, model mask) of a typical-task shape.
   using task_key = std::tuple<std::int64_t, std::int32_t, std::int32_t, std::uint64_t>;
   std::vector<std::pair<class_key, std::int32_t>> classes;  ///< sorted by key: key -> class row

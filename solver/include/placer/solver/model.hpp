@@ -100,6 +100,11 @@ struct job {
   std::int64_t submit_time = 0;
   std::int64_t estimated_duration = 0;
   node_constraints constraints;
+  /// Each replica on a node of its own (Slurm's -N, a pod anti-affinity on
+  /// the hostname): a multi-replica job is placed by the locality path,
+  /// which skips the nodes the job already holds, and its domain capacity
+  /// counts one replica a node (kernels fit_count, class_view::one_per_node).
+  bool distinct_nodes = false;
   bool operator==(job const&) const = default;
 };
 
