@@ -163,11 +163,14 @@ TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
   jobs.push_back(cluster.submit("-N1 --gres=gpu:2 --constraint=rack2&a100"));  // no such node: waits
   jobs.push_back(cluster.submit("-N1 --gres=gpu:4 --constraint=rack1"));
   jobs.push_back(cluster.submit("-p infer -N1 --gres=gpu:1"));                // n15 and n16 are the infer partition
+  std::int64_t const pair = cluster.submit("-N2 --gres=gpu:2");  // two nodes, though one could hold both
   std::int64_t const never = cluster.submit("-N1 --gres=gpu:16");
 
   ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
   auto const placed = placed_lines(out);
-  EXPECT_GE(placed.size(), 12U) << out;
+  EXPECT_GE(placed.size(), 13U) << out;
+  ASSERT_EQ(placed.count(pair), 1U) << out;
+  EXPECT_EQ(std::set<std::string>(placed.at(pair).begin(), placed.at(pair).end()).size(), 2U) << out;
   EXPECT_EQ(placed.count(never), 0U) << out;
   drain(60);
   for (auto const& [id, nodes] : placed) EXPECT_EQ(cluster.ran_on(id), nodes) << "job " << id;
