@@ -19,15 +19,17 @@ namespace {
 
 char const* const bridge_usage =
     "usage: placer slurm-bridge [--endpoint tcp://127.0.0.1:5555] [--partition P] [--interval S] [--once]\n"
-    "                           [--tag placer] [--timeout-ms N] [--dry-run] [--no-stacking]\n"
+    "                           [--tag placer] [--timeout-ms N] [--dry-run] [--no-stacking] [--preempt]\n"
     "                           [--server-key F --client-cert F]\n"
     "Each cycle: the held jobs whose comment starts with the tag (sbatch -H --comment=placer ...) and the\n"
     "nodes are read from squeue/sinfo --json, solved as one round by the Placer service at --endpoint, and\n"
     "each placed job gets ReqNodeList and is released; the others stay held with the reason in their\n"
     "AdminComment. --once: one cycle, exit 0 if it ran (1 if Slurm or the service failed). --dry-run:\n"
     "print the decisions, change nothing. --no-stacking: jobs of one shape may take one equal node each\n"
-    "(by default a round fills a node before it starts an empty one). One line per job and a cycle\n"
-    "summary on stdout.\n";
+    "(by default a round fills a node before it starts an empty one). --preempt: the bridge's running jobs\n"
+    "are in the round too (priority -nice; preemptible when Slurm may requeue them) and a job Placer evicts\n"
+    "is requeued and held (scontrol requeuehold) before the others are released. One line per job and a\n"
+    "cycle summary on stdout.\n";
 
 std::atomic<bool> stop{false};
 
@@ -84,18 +86,19 @@ bool cycle(slurm::bridge_options const& opt, client& svc, bool dry_run, std::uin
   std::vector<slurm::skipped_job> failed;
   if (!dry_run) failed = slurm::apply(actions, [](std::vector<std::string> const& argv) { return slurm::run_command(argv); });
   double const apply_ms = ms_since(t3);
-  int placed = 0;
+  int placed = 0, evicted = 0;
   for (auto const& a : actions) {
     std::string nodes;
     for (auto const& n : a.nodes) nodes += (nodes.empty() ? "" : ",") + n;
     placed += a.nodes.empty() ? 0 : 1;
-    std::printf("job %lld: %s%s\n", static_cast<long long>(a.job), a.nodes.empty() ? "held: " : "placed on ",
-                a.nodes.empty() ? a.comment.c_str() : nodes.c_str());
+    evicted += a.requeue ? 1 : 0;
+    char const* what = a.requeue ? "requeued: " : a.nodes.empty() ? "held: " : "placed on ";
+    std::printf("job %lld: %s%s\n", static_cast<long long>(a.job), what, a.nodes.empty() ? a.comment.c_str() : nodes.c_str());
   }
   for (auto const& f : failed) std::printf("job %lld: FAILED: %s\n", static_cast<long long>(f.job), f.why.c_str());
-  std::printf("cycle: %zu nodes, %zu held jobs, %d placed, %zu failed, %d released awaiting start; "
+  std::printf("cycle: %zu nodes, %zu held jobs, %d placed, %d requeued, %zu failed, %d released awaiting start; "
               "slurm read %.1f ms, bridge %.1f ms, placer %.1f ms, scontrol %.1f ms%s\n",
-              snap.round.state.nodes.size(), snap.job_ids.size() + snap.skipped.size(), placed, failed.size(),
+              snap.round.state.nodes.size(), snap.job_ids.size() + snap.skipped.size(), placed, evicted, failed.size(),
               snap.reserved_jobs, read_ms, build_ms, solve_ms, apply_ms, dry_run ? " (dry run)" : "");
   std::fflush(stdout);
   return true;
@@ -107,7 +110,7 @@ int cmd_slurm_bridge(int argc, char** argv) {
   try {
     auto const a = parse_cli(argc, argv, 2,
                              {"endpoint", "partition", "interval", "tag", "timeout-ms", "server-key", "client-cert"},
-                             {"once", "dry-run", "no-stacking", "help"}, "slurm-bridge");
+                             {"once", "dry-run", "no-stacking", "preempt", "help"}, "slurm-bridge");
     if (a.flags.count("help") != 0) {
       std::fputs(bridge_usage, stdout);
       return 0;
@@ -116,6 +119,7 @@ int cmd_slurm_bridge(int argc, char** argv) {
     opt.partition = a.get("partition");
     opt.tag = a.get("tag", "placer");
     opt.stacking = a.flags.count("no-stacking") == 0;
+    opt.preempt = a.flags.count("preempt") != 0;
     if (opt.tag.empty()) throw usage_error("--tag must not be empty (every held job would be the bridge's)");
     long long const interval = integer_option(a.opts, "interval", 10);
     if (interval < 1) throw usage_error("--interval must be at least 1 (seconds)");

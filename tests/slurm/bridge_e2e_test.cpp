@@ -210,5 +210,50 @@ TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
   EXPECT_EQ(job_of(late).value("job_state", ""), "COMPLETED");
 }
 
+/// Waits until job `id` is in `state` (or the timeout); returns whether it got there.
+bool wait_for(std::int64_t id, std::string const& state, int timeout_s) {
+  auto const until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  while (std::chrono::steady_clock::now() < until) {
+    if (job_of(id).value("job_state", "") == state) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  }
+  return false;
+}
+
+// --preempt: two nice-100 jobs fill the train partition's two nodes; an
+// 8-GPU job at nice 0 waits without the flag, and with it one of them is
+// requeued and held (the bridge's again, saying why) and the new job runs
+// on the node it freed.
+TEST(SlurmBridgeLive, EvictionsAreRequeuesUnderAFlag) {
+  if (!have("slurmctld") || !have("munged") || !have("sbatch")) GTEST_SKIP() << "Slurm is not installed (scripts/install-deps.sh installs it)";
+  local_slurm cluster(4);  // n1, n2 train (a100); n3, n4 infer
+  std::string out;
+  testing_support::running_server srv;
+  std::string const bridge = "slurm-bridge --once --endpoint " + srv.endpoint();
+  std::int64_t const low1 = cluster.submit("-N1 --gres=gpu:8 --nice=100", 120);
+  std::int64_t const low2 = cluster.submit("-N1 --gres=gpu:8 --nice=100", 120);
+  ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
+  ASSERT_EQ(placed_lines(out).size(), 2U) << out;
+  ASSERT_TRUE(wait_for(low1, "RUNNING", 30) && wait_for(low2, "RUNNING", 30));
+  std::int64_t const high = cluster.submit("-N1 --gres=gpu:8", 2);
+  ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
+  EXPECT_EQ(placed_lines(out).count(high), 0U) << out;
+  EXPECT_EQ(out.find(": requeued"), std::string::npos) << out;
+  ASSERT_EQ(testing_support::run_placer(bridge + " --preempt", out), 0) << out;
+  auto const placed = placed_lines(out);
+  ASSERT_EQ(placed.count(high), 1U) << out;
+  std::int64_t const evicted =
+      out.find("job " + std::to_string(low1) + ": requeued") != std::string::npos ? low1 : low2;
+  EXPECT_NE(out.find("job " + std::to_string(evicted) + ": requeued"), std::string::npos) << out;
+  ASSERT_TRUE(wait_for(high, "COMPLETED", 60)) << job_of(high).dump();
+  EXPECT_EQ(cluster.ran_on(high), placed.at(high));
+  EXPECT_EQ(cluster.ran_on(evicted).count(*placed.at(high).begin()), 1U) << "it ran where the new job went";
+  auto const again = job_of(evicted);
+  EXPECT_EQ(again.value("job_state", ""), "PENDING");
+  EXPECT_EQ(again.value("state_reason", ""), "JobHeldUser");
+  EXPECT_NE(again.value("admin_comment", "").find("evicted"), std::string::npos) << again.dump();
+  EXPECT_EQ(job_of(low1 == evicted ? low2 : low1).value("job_state", ""), "RUNNING");
+}
+
 }  // namespace
 }  // namespace placer

@@ -178,6 +178,74 @@ TEST(SlurmBridge, MultiNodeJobsGetDistinctNodes) {
   EXPECT_TRUE(held[0].nodes.empty());
 }
 
+// --preempt: the bridge's running jobs are running work (priority -nice,
+// preemptible when Slurm may requeue them, GPUs from gres_detail). An 8-GPU
+// a100 job at nice 0 fits only where a nice-100 job runs: it is evicted
+// (requeued and held, before anything is released) and the new job takes
+// its node. Without the flag the new job waits and nothing is requeued.
+TEST(SlurmBridge, EvictionsAreRequeuesUnderAFlag) {
+  std::string const nodes = R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:4(IDX:0-2,5)", 4, "a100,rack1") + "," +
+                            node("n2", "gpu:a100:8", "gpu:a100:8(IDX:0-7)", 4, "a100,rack1") + "," +
+                            node("n3", "gpu:h100:8", "gpu:h100:0(IDX:N/A)", 0, "h100,rack2") + "]}";
+  std::string const running =
+      R"({"job_id":10,"job_state":"RUNNING","state_reason":"None","comment":"placer","partition":"train",)"
+      R"("nice":100,"requeue":true,"cpus":4,"node_count":1,"nodes":"n2","tres_per_node":"gres:gpu:8",)"
+      R"x("gres_detail":["gpu:a100:8(IDX:0-7)"],"start_time":900,)x"
+      R"("job_resources":{"allocated_nodes":[{"nodename":"n2","memory_allocated":4096}]}})";
+  std::string const squeue = R"({"jobs":[)" + running + "," +
+                             job(11, R"("node_count":1,"cpus":2,"tres_per_node":"gres:gpu:8","features":"a100")") + "]}";
+  slurm::bridge_options opt;
+  opt.preempt = true;
+  auto const snap = slurm::build_round(squeue, nodes, opt);
+  ASSERT_EQ(snap.round.running.size(), 1U) << (snap.warnings.empty() ? "" : snap.warnings[0]);
+  auto const& rj = snap.round.running[0];
+  EXPECT_EQ(rj.name, "slurm-10");
+  EXPECT_EQ(rj.priority, -100);
+  EXPECT_TRUE(rj.preemptible);
+  ASSERT_EQ(rj.replicas.size(), 1U);
+  EXPECT_EQ(rj.replicas[0].node, 1);
+  EXPECT_EQ(rj.replicas[0].gpus, (std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(rj.per_replica.cpu_milli, 4000);
+  EXPECT_EQ(rj.per_replica.memory_mib, 4096);
+  EXPECT_TRUE(snap.round.pol.queue.preemption);
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(snap.round);
+  expect_round_invariants(snap.round, r);
+  auto const acts = slurm::decide(snap, r);
+  ASSERT_EQ(acts.size(), 2U);
+  EXPECT_EQ(acts[0].job, 10);
+  EXPECT_TRUE(acts[0].requeue);
+  EXPECT_NE(acts[0].comment.find("for job 11"), std::string::npos) << acts[0].comment;
+  EXPECT_EQ(acts[1].job, 11);
+  EXPECT_EQ(acts[1].nodes, (std::vector<std::string>{"n2"}));
+  std::vector<std::string> ran;
+  auto const failed = slurm::apply(acts, [&](std::vector<std::string> const& argv) -> std::string {
+    std::string line;
+    for (auto const& w : argv) line += (line.empty() ? "" : " ") + w;
+    ran.push_back(line);
+    return {};
+  });
+  EXPECT_TRUE(failed.empty());
+  ASSERT_EQ(ran.size(), 4U);
+  EXPECT_EQ(ran[1], "scontrol requeuehold 10");
+  EXPECT_EQ(ran[3], "scontrol release 11");
+  // Without --preempt: the running job is only the nodes' usage.
+  auto const plain = slurm::build_round(squeue, nodes, {});
+  EXPECT_TRUE(plain.round.running.empty());
+  auto const waits = slurm::decide(plain, s.solve(plain.round));
+  ASSERT_EQ(waits.size(), 1U);
+  EXPECT_FALSE(waits[0].requeue);
+  EXPECT_TRUE(waits[0].nodes.empty());
+  // A job Slurm may not requeue is never evicted.
+  std::string no_requeue = running;
+  no_requeue.replace(no_requeue.find(R"("requeue":true)"), 14, R"("requeue":false)");
+  auto const kept = slurm::build_round(R"({"jobs":[)" + no_requeue + "," + squeue.substr(squeue.find(running) + running.size() + 1),
+                                       nodes, opt);
+  ASSERT_EQ(kept.round.running.size(), 1U);
+  auto const stays = slurm::decide(kept, s.solve(kept.round));
+  for (auto const& a : stays) EXPECT_FALSE(a.requeue);
+}
+
 // Slurm runs a job only on nodes of its partition: a node listed under two
 // partitions carries both, and a job goes only where its partition is.
 // The bridge sends its rounds after the first as deltas (the nodes that

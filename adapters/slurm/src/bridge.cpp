@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <limits>
 #include <cctype>
 #include <ctime>
 #include <map>
@@ -96,6 +97,12 @@ std::vector<std::int32_t> used_indices(std::string const& gres_used) {
     for (std::int32_t k = a; k <= b; ++k) idx.push_back(k);
   }
   return idx;
+}
+
+/// A job's priority for Placer: Slurm's nice, negated (a held job's Slurm
+/// priority is 0, so nice is what a user sets), within +-1,000,000.
+std::int32_t priority_of(json const& j) {
+  return static_cast<std::int32_t>(-std::clamp<std::int64_t>(num(j, "nice", 0), -1000000, 1000000));
 }
 
 /// Node names in a Slurm host list of plain names ("n3,n4"); ranges
@@ -239,13 +246,74 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
   auto const now = static_cast<std::int64_t>(std::time(nullptr));
   snap.round.now = now;
   snap.round.pol.stacking = opt.stacking;
+  snap.round.pol.queue.preemption = opt.preempt;
+  // --preempt: one of the bridge's running jobs as running work, its
+  // replicas on the nodes and GPU indices Slurm gave it (gres_detail, one
+  // entry per node of its host list). Its CPU and memory per node are at
+  // most what the node has in use, as a round requires. A job it cannot
+  // read stays out of the round: its usage is in the nodes all the same,
+  // and it is never evicted.
+  auto add_running = [&](json const& j, std::int64_t id) {
+    auto const why_not = [&](std::string const& why) {
+      snap.warnings.push_back("running job " + std::to_string(id) + ": " + why + ": not evictable this cycle");
+    };
+    std::vector<std::string> hosts;
+    try {
+      hosts = host_list(str(j, "nodes"));
+    } catch (slurm_error const& e) {
+      return why_not(e.what());
+    }
+    auto const detail = j.value("gres_detail", json::array());
+    if (hosts.empty() || !detail.is_array() || detail.size() != hosts.size()) return why_not("no gres_detail per node");
+    running_job rj;
+    rj.name = "slurm-" + std::to_string(id);
+    rj.priority = priority_of(j);
+    rj.preemptible = j.value("requeue", false);
+    rj.gang = hosts.size() > 1;
+    rj.start_time = num(j, "start_time", now);
+    std::int64_t const cpus = num(j, "cpus", 1) * 1000 / static_cast<std::int64_t>(hosts.size());
+    std::int64_t memory = std::numeric_limits<std::int64_t>::max();
+    auto const alloc = j.value("job_resources", json::object()).value("allocated_nodes", json::array());
+    for (auto const& a : alloc) memory = std::min(memory, num(a, "memory_allocated", 0));
+    if (alloc.empty()) memory = 0;
+    rj.per_replica.cpu_milli = cpus;
+    rj.per_replica.memory_mib = memory;
+    for (std::size_t k = 0; k < hosts.size(); ++k) {
+      auto const at = node_at.find(hosts[k]);
+      if (at == node_at.end()) return why_not("node " + hosts[k] + " is not in the round");
+      auto const& nd = c.nodes[at->second];
+      if (!detail[k].is_string()) return why_not("gres_detail is not text");
+      auto const idx = used_indices(detail[k].get<std::string>());
+      if (k == 0) rj.per_replica.gpus = static_cast<std::int32_t>(idx.size());
+      if (static_cast<std::int32_t>(idx.size()) != rj.per_replica.gpus) return why_not("unequal GPUs per node");
+      replica_placement rp;
+      rp.node = static_cast<std::int32_t>(at->second);
+      for (auto g : idx) {
+        if (g < 0 || static_cast<std::size_t>(g) >= nd.gpu_free_milli.size() || nd.gpu_free_milli[static_cast<std::size_t>(g)] != 0) {
+          return why_not("GPU " + std::to_string(g) + " of " + hosts[k] + " is not in use");
+        }
+        rp.gpus.push_back(g);
+      }
+      rj.per_replica.cpu_milli = std::min(rj.per_replica.cpu_milli, nd.cpu_milli_capacity - nd.cpu_milli_free);
+      rj.per_replica.memory_mib = std::min(rj.per_replica.memory_mib, nd.memory_mib_capacity - nd.memory_mib_free);
+      rj.replicas.push_back(std::move(rp));
+    }
+    rj.per_replica.cpu_milli = std::max<std::int64_t>(0, rj.per_replica.cpu_milli);
+    rj.per_replica.memory_mib = std::max<std::int64_t>(0, rj.per_replica.memory_mib);
+    snap.running_ids[rj.name] = id;
+    snap.round.running.push_back(std::move(rj));
+  };
   for (auto const& j : queue["jobs"]) {
     if (!j.is_object()) throw slurm_error("squeue --json: a job is not an object");
     if (!starts_with(str(j, "comment"), opt.tag)) continue;
     if (!opt.partition.empty() && str(j, "partition") != opt.partition) continue;
-    if (str(j, "job_state") != "PENDING") continue;
     std::int64_t const id = num(j, "job_id", -1);
     if (id < 0) throw slurm_error("squeue --json: a job has no job_id");
+    if (opt.preempt && str(j, "job_state") == "RUNNING") {
+      add_running(j, id);
+      continue;
+    }
+    if (str(j, "job_state") != "PENDING") continue;
     auto skip = [&](std::string why) { snap.skipped.push_back({id, std::move(why)}); };
     std::int64_t const nodes = std::max<std::int64_t>(1, num(j, "node_count", 1));
     std::int64_t gpus = 0;
@@ -309,6 +377,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     }
     job jb;
     jb.name = "slurm-" + std::to_string(id);
+    jb.priority = priority_of(j);
     jb.queue.clear();
     jb.replicas = static_cast<std::int32_t>(nodes);
     jb.gang = nodes > 1;
@@ -369,6 +438,15 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
 std::vector<action> decide(snapshot const& snap, round_result const& r) {
   std::vector<action> out;
   auto const& nodes = snap.round.state.nodes;
+  for (auto const& p : r.preemptions) {
+    auto const it = snap.running_ids.find(p.job);
+    if (it == snap.running_ids.end()) continue;  // not one the bridge sent
+    std::string const for_job = p.for_job >= 0 && static_cast<std::size_t>(p.for_job) < snap.job_ids.size()
+                                    ? " for job " + std::to_string(snap.job_ids[static_cast<std::size_t>(p.for_job)])
+                                    : "";
+    action a{it->second, {}, one_line("placer: evicted (" + p.reason + ")" + for_job + "; requeued, held"), true};
+    out.push_back(std::move(a));
+  }
   auto const held = [&](std::int64_t id, std::string comment) {
     auto it = snap.comments.find(id);
     if (it == snap.comments.end() || it->second != comment) out.push_back({id, {}, std::move(comment)});
@@ -400,7 +478,19 @@ std::vector<action> decide(snapshot const& snap, round_result const& r) {
 std::vector<skipped_job> apply(std::vector<action> const& actions, command_runner const& run) {
   std::vector<skipped_job> failed;
   std::vector<std::int64_t> release;
+  // Evictions first: their nodes are free before any job given them starts.
   for (auto const& a : actions) {
+    if (!a.requeue) continue;
+    std::string const id = std::to_string(a.job);
+    try {
+      run({"scontrol", "update", "JobId=" + id, "AdminComment=" + a.comment});
+      run({"scontrol", "requeuehold", id});
+    } catch (std::exception const& e) {
+      failed.push_back({a.job, e.what()});
+    }
+  }
+  for (auto const& a : actions) {
+    if (a.requeue) continue;
     std::string const id = std::to_string(a.job);
     try {
       if (a.nodes.empty()) {

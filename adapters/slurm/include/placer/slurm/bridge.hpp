@@ -45,6 +45,12 @@ struct bridge_options {
   /// cluster is many equal nodes, and without it one round's jobs of one
   /// shape land one per node (docs/slurm.md).
   bool stacking = true;
+  /// Evictions (`placer slurm-bridge --preempt`): the bridge's running jobs
+  /// go into the round as running work (preemptible when Slurm may requeue
+  /// them), preemption is on, and an eviction becomes `scontrol
+  /// requeuehold`: the job is pending and held again, the bridge's, and a
+  /// later cycle places it. Off: running jobs are only the nodes' usage.
+  bool preempt = false;
 };
 
 /// Node labels from Slurm features: "slurm.feature/<feature>=true".
@@ -71,6 +77,7 @@ struct snapshot {
   std::vector<skipped_job> skipped;   ///< held jobs of the bridge it cannot express
   std::int32_t reserved_jobs = 0;     ///< released jobs not started yet, holding their nodes
   std::map<std::int64_t, std::string> comments;  ///< the held jobs' AdminComment now
+  std::map<std::string, std::int64_t> running_ids;  ///< --preempt: running job name ("slurm-N") -> Slurm id
   std::vector<std::string> warnings;  ///< nodes left out, and jobs' fields it could not read
 };
 
@@ -80,7 +87,10 @@ struct snapshot {
 /// unhealthy, racks as topology. Jobs: -N as replicas (a gang above one),
 /// GPUs per node from tres_per_node, CPUs and memory per node, the
 /// partition (or -p a,b: any of them) and --constraint (a&b, a,b or a|b of
-/// plain features) as selectors. Throws slurm_error when the output is
+/// plain features) as selectors, -nice as priority. With opt.preempt, the
+/// bridge's running jobs as running work: their nodes and GPU indices
+/// (gres_detail), -nice as priority, preemptible when Slurm may requeue
+/// them. Throws slurm_error when the output is
 /// not what Slurm writes; a job it cannot express is skipped, saying why,
 /// and a node whose GPUs it cannot read is left out (snapshot::warnings).
 snapshot build_round(std::string const& squeue_json, std::string const& sinfo_json, bridge_options const& opt);
@@ -90,15 +100,18 @@ struct action {
   std::int64_t job = 0;
   std::vector<std::string> nodes;  ///< placed: ReqNodeList, then released; empty: stays held
   std::string comment;             ///< AdminComment: where it goes, or why it waits
+  bool requeue = false;            ///< a running job evicted (--preempt): requeued and held
 };
 
-/// Placements become node lists; a placement of a -N job on fewer distinct
+/// Evictions (--preempt) first, as requeues; placements become node lists; a placement of a -N job on fewer distinct
 /// nodes than N (Placer put two replicas on one node) stays held, saying
 /// so; unplaced and skipped jobs stay held with Placer's reason (no action
 /// when their AdminComment says it already).
 std::vector<action> decide(snapshot const& snap, round_result const& r);
 
-/// Runs the actions: per placed job `scontrol update JobId=N ReqNodeList=..
+/// Runs the actions: per evicted job its AdminComment, then `scontrol
+/// requeuehold N` (before any release, so the nodes it frees are the ones
+/// the placed jobs were given); per placed job `scontrol update JobId=N ReqNodeList=..
 /// AdminComment=..`, then one `scontrol release N,M,..` for them all (one
 /// by one if that fails, to tell which); per held job the update of its
 /// AdminComment. A failing command is reported in the returned list (job
