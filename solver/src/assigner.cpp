@@ -539,21 +539,29 @@ std::int32_t assigner::best_node(job const& job, std::int32_t c, std::int32_t do
 void assigner::place_replicas(job const& job, std::int32_t c, std::int32_t domain,
                               std::int32_t count, std::vector<replica_placement>& placed) {
   bool const local = wants_locality(job);
-  auto& holds = s_.job_holds;  // distinct_nodes: the nodes the job holds, marked for best_node
-  if (job.distinct_nodes) {
-    holds.resize(static_cast<std::size_t>(m_.n_nodes()), 0);
-    for (auto const& rp : placed) holds[static_cast<std::size_t>(rp.node)] = 1;
+  // distinct_nodes: the nodes the job holds, marked for best_node, and
+  // unmarked however this ends (the scratch outlives the round).
+  struct marks {
+    std::vector<std::uint8_t>& holds;
+    std::vector<replica_placement> const& placed;
+    bool const on;
+    ~marks() {
+      if (on) {
+        for (auto const& rp : placed) holds[static_cast<std::size_t>(rp.node)] = 0;
+      }
+    }
+  } const held{s_.job_holds, placed, job.distinct_nodes};
+  if (held.on) {
+    held.holds.resize(static_cast<std::size_t>(m_.n_nodes()), 0);
+    for (auto const& rp : placed) held.holds[static_cast<std::size_t>(rp.node)] = 1;
   }
   for (std::int32_t r = 0; r < count; ++r) {
     std::int32_t const anchor = local && !placed.empty() ? placed.front().node : -1;
     std::int32_t const n = best_node(job, c, domain, anchor);
-    if (n < 0) break;
+    if (n < 0) return;
     if (placed.empty()) placed.reserve(static_cast<std::size_t>(job.replicas));  // one allocation per job
     placed.push_back(commit(n, c));
-    if (job.distinct_nodes) holds[static_cast<std::size_t>(n)] = 1;
-  }
-  if (job.distinct_nodes) {
-    for (auto const& rp : placed) holds[static_cast<std::size_t>(rp.node)] = 0;
+    if (held.on) held.holds[static_cast<std::size_t>(n)] = 1;
   }
 }
 

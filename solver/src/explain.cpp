@@ -29,14 +29,17 @@ bool about_room(unplaced_reason r) {
 
 /// The first check node nd fails for one replica of jb at the round's
 /// start; when it passes all, `fits` is set and `taken` returned (the
-/// caller tells taken from still available). *which gets an excluding taint.
-node_exclusion first_failure(node const& nd, job const& jb, bool loaning, taint const** which, bool& fits) {
+/// caller tells taken from still available). *which gets an excluding
+/// taint. `exclude()` is constraints.hpp exclusion(nd, jb.constraints,
+/// which), or the same read from a memo.
+template <class Exclude>
+node_exclusion first_failure(node const& nd, job const& jb, bool loaning, bool& fits, Exclude&& exclude) {
   fits = false;
   if (!nd.healthy) return node_exclusion::unhealthy;
   if (!detail::pool_admits(nd, jb, loaning)) return node_exclusion::pool;
   if (!detail::model_admits(nd, jb)) return node_exclusion::gpu_model;
   auto const& d = jb.per_replica;
-  switch (exclusion(nd, jb.constraints, which)) {
+  switch (exclude()) {
     case constraint_miss::selector:
     case constraint_miss::affinity: return node_exclusion::affinity;
     case constraint_miss::taint: return node_exclusion::taint;
@@ -74,6 +77,11 @@ char const* effect_name(taint_effect e) {
     case taint_effect::no_execute: return "NoExecute";
   }
   return "?";
+}
+
+/// Counts `nodes` more nodes excluded by taint t, by its kube-scheduler name.
+void add_taint(shape_facts& f, taint const& t, std::int32_t nodes) {
+  f.taints[t.key + (t.value.empty() ? "" : "=" + t.value) + ":" + effect_name(t.effect)] += nodes;
 }
 
 std::string thousands(std::int64_t v) {
@@ -204,11 +212,28 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
       per_domain.assign(required ? in.state.topo.domains.size() : 0, 0);
       shape_facts f;
       f.shape = &jb;
+      // Nodes of one constraint group (same labels on the round's keys, same
+      // taints) answer the shape's constraints alike: one evaluation a group.
+      bool const memo = x.node_group != nullptr && !jb.constraints.empty() &&
+                        x.node_group->size() == static_cast<std::size_t>(n_nodes);
+      if (memo) {
+        x.group_miss.assign(static_cast<std::size_t>(x.n_groups), -1);
+        x.group_taint.assign(static_cast<std::size_t>(x.n_groups), nullptr);
+        x.group_tainted.assign(static_cast<std::size_t>(x.n_groups), 0);
+      }
       for (std::int32_t n = 0; n < n_nodes; ++n) {
         auto const& nd = nodes[static_cast<std::size_t>(n)];
         taint const* which = nullptr;
         bool fits = false;
-        auto const why = first_failure(nd, jb, loaning, &which, fits);
+        auto const why = first_failure(nd, jb, loaning, fits, [&] {
+          if (!memo) return exclusion(nd, jb.constraints, &which);
+          auto const g = static_cast<std::size_t>((*x.node_group)[static_cast<std::size_t>(n)]);
+          if (x.group_miss[g] < 0) {
+            x.group_miss[g] = static_cast<std::int8_t>(exclusion(nd, jb.constraints, &x.group_taint[g]));
+          }
+          which = x.group_taint[g];
+          return static_cast<constraint_miss>(x.group_miss[g]);
+        });
         if (fits) {
           auto const k = jb.distinct_nodes ? std::min<std::int64_t>(detail::fit_free(nd, jb.per_replica), 1)
                                            : detail::fit_free(nd, jb.per_replica);
@@ -224,7 +249,16 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
         }
         f.count[static_cast<std::size_t>(why)] += 1;
         if (why == node_exclusion::taint && which != nullptr) {
-          f.taints[which->key + (which->value.empty() ? "" : "=" + which->value) + ":" + effect_name(which->effect)] += 1;
+          if (memo) {
+            x.group_tainted[static_cast<std::size_t>((*x.node_group)[static_cast<std::size_t>(n)])] += 1;
+          } else {
+            add_taint(f, *which, 1);
+          }
+        }
+      }
+      if (memo) {  // a group's excluding taint named once
+        for (std::size_t g = 0; g < x.group_tainted.size(); ++g) {
+          if (x.group_tainted[g] > 0) add_taint(f, *x.group_taint[g], x.group_tainted[g]);
         }
       }
       for (std::size_t d = 0; d < per_domain.size(); ++d) {

@@ -417,14 +417,18 @@ TEST(Solver, DistinctNodesGetANodeEach) {
     auto const shared = nodes_of(s.solve(in), 0);
     ASSERT_EQ(shared.size(), 2U);
     bool const packs = in.pol.algo == algorithm::placer;  // kube-least spreads anyway
-    if (packs) EXPECT_EQ(shared[0], shared[1]) << "without distinct_nodes both replicas fit on one node";
+    if (packs) {
+      EXPECT_EQ(shared[0], shared[1]) << "without distinct_nodes both replicas fit on one node";
+    }
     in.pending[0].distinct_nodes = true;
     auto const r = s.solve(in);
     expect_round_invariants(in, r);
     auto const own = nodes_of(r, 0);
     ASSERT_EQ(own.size(), 2U);
     EXPECT_NE(own[0], own[1]);
-    if (packs) EXPECT_EQ(leaf(own[0]), leaf(own[1])) << "the preferred leaf";
+    if (packs) {
+      EXPECT_EQ(leaf(own[0]), leaf(own[1])) << "the preferred leaf";
+    }
     in.pending = {three};
     EXPECT_EQ(nodes_of(s.solve(in), 0).size(), 3U);
     in.pending[0].distinct_nodes = true;

@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <limits>
 #include <cctype>
 #include <ctime>
+#include <limits>
 #include <map>
 #include <set>
 

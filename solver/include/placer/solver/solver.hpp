@@ -29,6 +29,14 @@ class explain_scratch {
   ~explain_scratch();
   std::vector<std::int32_t> placed_priority, paths;
   std::vector<std::int64_t> per_domain;
+  /// The round's constraint groups (round_arrays::node_group, one per node
+  /// of the round's cluster), when the caller has them: a shape's
+  /// constraints are evaluated once a group. Null: once a node.
+  std::vector<std::int32_t> const* node_group = nullptr;
+  std::int32_t n_groups = 0;
+  std::vector<std::int8_t> group_miss;                 ///< per group: constraint_miss, -1 not yet
+  std::vector<taint const*> group_taint;              ///< per group: the excluding taint
+  std::vector<std::int32_t> group_tainted;            ///< per group: nodes its taint excluded
   struct shapes;
   std::unique_ptr<shapes> shapes_;
 };
