@@ -6,8 +6,10 @@ target_compile_options(placer_warnings INTERFACE
 # placer_add_test(NAME SOURCES... [LABELS l1 l2]): one GoogleTest executable,
 # registered with CTest through gtest_discover_tests.
 include(GoogleTest)
+# LOCK: a resource the suite's tests hold one at a time, against every other
+# test naming it (ctest -j runs them side by side otherwise).
 function(placer_add_test name)
-  cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "" "LOCK" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main placer_warnings)
   target_compile_definitions(${name} PRIVATE
@@ -15,6 +17,10 @@ function(placer_add_test name)
     PLACER_SOURCE_DIR="${CMAKE_SOURCE_DIR}")
   # Passive OpenMP waits: ctest runs suites side by side on few cores, where
   # spinning threads steal each other's time slices.
-  gtest_discover_tests(${name} PROPERTIES LABELS "${T_LABELS}" ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE"
+  set(_lock)
+  if(T_LOCK)
+    set(_lock RESOURCE_LOCK ${T_LOCK})
+  endif()
+  gtest_discover_tests(${name} PROPERTIES LABELS "${T_LABELS}" ENVIRONMENT "OMP_WAIT_POLICY=PASSIVE" ${_lock}
                        DISCOVERY_TIMEOUT 60)
 endfunction()

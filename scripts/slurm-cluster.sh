@@ -161,15 +161,16 @@ EOF
     mkdir -p "$dir/spool/n$i"
     slurmd -f "$conf" -N "n$i" </dev/null >>"$dir/log/slurmd-n$i.log" 2>&1 || die "slurmd n$i did not start: $(tail -5 "$dir/log/slurmd-n$i.log")"
   done
-  # Ready when every node is idle.
-  for _ in $(seq 100); do
+  # Ready when every node is idle (a loaded machine, a test suite beside it,
+  # can take a node tens of seconds to register).
+  for _ in $(seq 300); do
     local idle
     idle=$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)
     [ "$idle" -eq "$nodes" ] && { echo "export SLURM_CONF=$conf"; return 0; }
     sleep 0.2
   done
   sinfo -N -o '%N %t %E' >&2 || true
-  die "the nodes did not come up idle within 20 s (logs: $dir/log)"
+  die "the nodes did not come up idle within 60 s (logs: $dir/log)"
 }
 
 case "$cmd" in
