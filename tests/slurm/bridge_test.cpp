@@ -5,6 +5,7 @@
 #include <placer/solver/solver.hpp>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <map>
@@ -88,6 +89,65 @@ TEST(SlurmBridge, NodesAndJobsBecomeARound) {
   EXPECT_EQ(p[1].topo_mode, topology_mode::preferred);
   EXPECT_EQ(p[2].constraints.required.size(), 2U);  // a100 | h100
   EXPECT_EQ(p[2].per_replica.memory_mib, 2048);
+}
+
+// Slurm 23.02 and later write numbers as {"set", "infinite", "number"} and
+// states and some lists as arrays of strings. The same cluster and jobs in
+// that form read as the same round.
+TEST(SlurmBridge, NewerSlurmJsonReadsTheSame) {
+  std::string const squeue =
+      R"({"jobs":[)" +
+      job(1, R"("node_count":1,"cpus":4,"tres_per_node":"gres:gpu:2","memory_per_node":8192,"nice":5)") + "," +
+      job(2, R"("node_count":2,"cpus":16,"tres_per_node":"gres:gpu:h100:8","features":"rack2&h100")") + "," +
+      job(3, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:1","features":"a100|h100","memory_per_cpu":2048)") +
+      "," + job(6, R"("node_count":1,"cpus":8,"tres_per_node":"gres:gpu:3","required_nodes":"n[2-3]")", "None") + "]}";
+  auto wrap = [](nlohmann::json& o) {
+    for (auto& [k, v] : o.items()) {
+      if (v.is_number()) v = {{"set", true}, {"infinite", false}, {"number", v}};
+    }
+  };
+  auto jobs = nlohmann::json::parse(squeue);
+  for (auto& j : jobs["jobs"]) {
+    wrap(j);
+    j["job_state"] = nlohmann::json::array({j["job_state"]});
+  }
+  jobs["jobs"].push_back({{"job_id", {{"set", false}, {"infinite", false}, {"number", 0}}},  // unset: no id, an error
+                          {"comment", "placer"},
+                          {"partition", "train"},
+                          {"job_state", {"PENDING"}}});
+  auto nodes = nlohmann::json::parse(sinfo());
+  for (auto& n : nodes["nodes"]) {
+    wrap(n);
+    std::string state = n["state"];
+    std::transform(state.begin(), state.end(), state.begin(), [](unsigned char c) { return std::toupper(c); });
+    auto words = nlohmann::json::array({state});
+    for (auto const& f : n["state_flags"]) words.push_back(f);
+    n["state"] = words;
+    n.erase("state_flags");
+    auto features = nlohmann::json::array();
+    std::string const f = n["features"];
+    for (std::size_t at = 0; at <= f.size();) {
+      auto const comma = std::min(f.find(',', at), f.size());
+      features.push_back(f.substr(at, comma - at));
+      at = comma + 1;
+    }
+    n["features"] = features;
+  }
+  slurm::bridge_options opt;
+  opt.partition = "train";
+  auto const old_form = slurm::build_round(squeue, sinfo(), opt);
+  EXPECT_THROW(slurm::build_round(jobs.dump(), nodes.dump(), opt), slurm::slurm_error);
+  jobs["jobs"].erase(jobs["jobs"].size() - 1);
+  auto const new_form = slurm::build_round(jobs.dump(), nodes.dump(), opt);
+  EXPECT_EQ(new_form.round.state.nodes, old_form.round.state.nodes);
+  EXPECT_EQ(new_form.round.state.topo, old_form.round.state.topo);
+  EXPECT_EQ(new_form.round.pending, old_form.round.pending);
+  EXPECT_EQ(new_form.job_ids, old_form.job_ids);
+  EXPECT_EQ(new_form.reserved_jobs, old_form.reserved_jobs);
+  EXPECT_FALSE(new_form.round.state.nodes[3].healthy);  // ["IDLE", "DRAIN"]
+  EXPECT_EQ(new_form.round.pending[0].priority, -5);
+  EXPECT_EQ(new_form.round.pending[0].per_replica.memory_mib, 8192);
+  EXPECT_EQ(new_form.round.pending[1].replicas, 2);
 }
 
 TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {

@@ -28,14 +28,41 @@ json parse(std::string const& text, char const* what) {
   }
 }
 
+// Slurm 23.02 and later write some fields differently from 22.05: numbers
+// as {"set": true, "infinite": false, "number": N}, states and some lists
+// as arrays of strings. Both forms read the same.
+
+/// A text field; an array of strings reads as its elements joined by ','.
 std::string str(json const& o, char const* key) {
   auto it = o.find(key);
-  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  if (it == o.end()) return {};
+  if (it->is_string()) return it->get<std::string>();
+  std::string out;
+  if (it->is_array()) {
+    for (auto const& e : *it) {
+      if (e.is_string()) out += (out.empty() ? "" : ",") + e.get<std::string>();
+    }
+  }
+  return out;
 }
 
+/// A number field, or `def` where it is absent, not a number, or unset or
+/// infinite in the newer form.
 std::int64_t num(json const& o, char const* key, std::int64_t def = 0) {
   auto it = o.find(key);
-  return it != o.end() && it->is_number() ? it->get<std::int64_t>() : def;
+  if (it == o.end()) return def;
+  if (it->is_number()) return it->get<std::int64_t>();
+  if (it->is_object() && it->value("set", false) && !it->value("infinite", false)) {
+    auto const n = it->find("number");
+    if (n != it->end() && n->is_number()) return n->get<std::int64_t>();
+  }
+  return def;
+}
+
+/// A job's state: "PENDING", or the first of ["PENDING", flags...].
+std::string state_of(json const& j) {
+  std::string const s = str(j, "job_state");
+  return s.substr(0, s.find(','));
 }
 
 std::vector<std::string> split(std::string const& s, char sep) {
@@ -217,12 +244,16 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     nd.cpu_milli_free = std::max<std::int64_t>(0, nd.cpu_milli_capacity - num(n, "alloc_cpus") * 1000);
     nd.memory_mib_capacity = num(n, "real_memory");
     nd.memory_mib_free = std::max<std::int64_t>(0, nd.memory_mib_capacity - num(n, "alloc_memory"));
-    std::string state = str(n, "state");
+    // "idle" with state_flags ["DRAIN"] (22.05), or ["IDLE", "DRAIN"] (newer).
+    auto words = split(str(n, "state"), ',');
+    for (auto const& f : split(str(n, "state_flags"), ',')) words.push_back(f);
+    std::string state = words.empty() ? std::string() : words.front();
     std::transform(state.begin(), state.end(), state.begin(), [](unsigned char ch) { return std::tolower(ch); });
     bool healthy = state == "idle" || state == "mixed" || state == "allocated";
-    for (auto const& f : n.value("state_flags", json::array())) {
-      if (f.is_string() && (f == "DRAIN" || f == "DRAINING" || f == "DRAINED" || f == "FAIL" || f == "NOT_RESPONDING" ||
-                            f == "MAINTENANCE" || f == "REBOOT_REQUESTED")) {
+    for (std::size_t k = 1; k < words.size(); ++k) {
+      auto const& f = words[k];
+      if (f == "DRAIN" || f == "DRAINING" || f == "DRAINED" || f == "FAIL" || f == "NOT_RESPONDING" ||
+          f == "MAINTENANCE" || f == "REBOOT_REQUESTED") {
         healthy = false;
       }
     }
@@ -309,11 +340,11 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     if (!opt.partition.empty() && str(j, "partition") != opt.partition) continue;
     std::int64_t const id = num(j, "job_id", -1);
     if (id < 0) throw slurm_error("squeue --json: a job has no job_id");
-    if (opt.preempt && str(j, "job_state") == "RUNNING") {
+    if (opt.preempt && state_of(j) == "RUNNING") {
       add_running(j, id);
       continue;
     }
-    if (str(j, "job_state") != "PENDING") continue;
+    if (state_of(j) != "PENDING") continue;
     auto skip = [&](std::string why) { snap.skipped.push_back({id, std::move(why)}); };
     std::int64_t const nodes = std::max<std::int64_t>(1, num(j, "node_count", 1));
     std::int64_t gpus = 0;
