@@ -262,11 +262,24 @@ PLACER_HD inline std::int32_t tier_value(tier_buffers const& b, std::int32_t r, 
   return b.p.scores[static_cast<std::int64_t>(b.p.row_class[r]) * b.p.nodes.n_nodes + n];
 }
 
-/// Node n's margins at `prices` (value + 1 - price; infeasible and closed
-/// rows below any): the best row (ties to the lower) with its margin, and
-/// the best margin of the rows other than `skip`, floored at 0 (sitting
-/// out). With skip = -1 the second is the best of the rows other than the
-/// best one.
+/// A margin below any cell's, closed rows' included (their price is
+/// tier_closed), and below 0: an infeasible cell's.
+inline constexpr std::int64_t tier_no_margin = -(std::int64_t{1} << 62) - 1;
+
+/// Node n's margin on row r at `prices`: value + 1 - price, or
+/// tier_no_margin where the cell is infeasible.
+PLACER_HD inline std::int64_t tier_margin(tier_buffers const& b, std::int32_t r, std::int32_t n,
+                                          std::int64_t const* prices) {
+  std::int32_t const v = tier_value(b, r, n);
+  return v >= 0 ? static_cast<std::int64_t>(v) + 1 - prices[r] : tier_no_margin;
+}
+
+/// Node n's margins at `prices` (tier_margin; infeasible rows left out, a
+/// closed row's below any other's and below 0): the best row (ties to the
+/// lower) with its margin, and the best margin of the rows other than
+/// `skip`, floored at 0 (sitting out). With skip = -1 the second is the
+/// best of the rows other than the best one. The hot loop of every bid,
+/// so it reads the cell itself rather than through tier_margin's sentinel.
 PLACER_HD inline void tier_margins(tier_buffers const& b, std::int32_t n, std::int64_t const* prices, std::int32_t skip,
                                    std::int32_t& r1, std::int64_t& m1, std::int64_t& m2) {
   auto const& p = b.p;
@@ -277,8 +290,7 @@ PLACER_HD inline void tier_margins(tier_buffers const& b, std::int32_t n, std::i
     if (r == skip) continue;
     std::int32_t const v = tier_value(b, r, n);
     if (v < 0) continue;
-    // A closed row's margin is below any other's and below zero.
-    std::int64_t const m = static_cast<std::int64_t>(v) + 1 - prices[r];
+    std::int64_t const m = static_cast<std::int64_t>(v) + 1 - prices[r];  // tier_margin of a feasible cell
     if (r1 < 0 || m > m1) {
       if (r1 >= 0 && m1 > m2) m2 = m1;
       m1 = m;
@@ -445,8 +457,7 @@ PLACER_HD inline bool tier_jump(tier_buffers const& b, std::int32_t list) {
     tier_margins(b, n, prices, -1, r1, m1, m2);
     if (r1 < 0 || m1 <= 0) continue;
     for (std::int32_t r = 0; r < n_rows; ++r) {
-      std::int32_t const v = tier_value(b, r, n);
-      if (v >= 0 && static_cast<std::int64_t>(v) + 1 - prices[r] >= m1 - p.eps) join(r);
+      if (tier_margin(b, r, n, prices) >= m1 - p.eps) join(r);
     }
   }
   bool raised = false;
@@ -457,11 +468,9 @@ PLACER_HD inline bool tier_jump(tier_buffers const& b, std::int32_t list) {
       if (b.quota[g] == 0 || b.held[g] < b.quota[g]) return raised;
       std::int32_t const* hn = b.heap_node + b.heap_begin[g];
       for (std::int32_t i = 0; i < b.held[g]; ++i) {
-        std::int64_t const own = static_cast<std::int64_t>(tier_value(b, g, hn[i])) + 1 - prices[g];
+        std::int64_t const own = tier_margin(b, g, hn[i], prices);
         for (std::int32_t r = 0; r < n_rows; ++r) {
-          if (in[r] != 0) continue;
-          std::int32_t const v = tier_value(b, r, hn[i]);
-          if (v >= 0 && static_cast<std::int64_t>(v) + 1 - prices[r] >= own - p.eps) join(r);
+          if (in[r] == 0 && tier_margin(b, r, hn[i], prices) >= own - p.eps) join(r);
         }
       }
     }
@@ -473,10 +482,9 @@ PLACER_HD inline bool tier_jump(tier_buffers const& b, std::int32_t list) {
       for (std::int32_t i = 0; i < b.held[g]; ++i) {
         std::int64_t alt = 0;
         for (std::int32_t r = 0; r < n_rows; ++r) {
-          std::int32_t const v = tier_value(b, r, hn[i]);
-          if (in[r] == 0 && v >= 0) alt = max_of(alt, static_cast<std::int64_t>(v) + 1 - prices[r]);
+          if (in[r] == 0) alt = max_of(alt, tier_margin(b, r, hn[i], prices));
         }
-        rise = min_of(rise, static_cast<std::int64_t>(tier_value(b, g, hn[i])) + 1 - prices[g] - alt + p.eps);
+        rise = min_of(rise, tier_margin(b, g, hn[i], prices) - alt + p.eps);
       }
     }
     if (rise <= p.eps) return raised;  // no more than a round would do
