@@ -183,11 +183,19 @@ void build_matrices(round_input const& in, round_matrices& m) {
   // GPU of that model, capped at 1 (per mille). Jobs that accept any model
   // are steered away from models under pressure (ops.hpp). At most 64
   // models (model_id), so fixed arrays.
+  //    The demand is the round's (round_input::context): a policy's
+  //    sub-problem sees the scarcity its whole round sees.
+  round_input const& ctx = in.context != nullptr ? *in.context : in;
+  auto const ctx_model_mask = [&](std::size_t jj) {
+    auto const& j = ctx.pending[jj];
+    if (j.per_replica.gpus == 0) return ~std::uint64_t{0};
+    return &ctx == &in ? m.class_model_mask[m.job_class[jj]] : model_mask(j.allowed_gpu_models, m.models);
+  };
   std::array<std::int64_t, 64> restricted{}, free_by_model{};
-  for (std::size_t jj = 0; jj < in.pending.size(); ++jj) {
-    auto const& j = in.pending[jj];
+  for (std::size_t jj = 0; jj < ctx.pending.size(); ++jj) {
+    auto const& j = ctx.pending[jj];
     if (j.per_replica.gpus == 0 || j.allowed_gpu_models.empty()) continue;
-    std::uint64_t const mm = m.class_model_mask[m.job_class[jj]];
+    std::uint64_t const mm = ctx_model_mask(jj);
     int const k = std::popcount(mm);
     if (k == 0) continue;
     for (std::size_t id = 0; id < m.models.size(); ++id) {
@@ -281,8 +289,8 @@ void build_matrices(round_input const& in, round_matrices& m) {
     }
   }
 
-  // Typical task set M (FGD): replica shapes of pending and running work,
-  // most frequent first (ties by key, descending), until 95% is covered.
+  // Typical task set M (FGD): replica shapes of the round's (ctx) pending
+  // and running work, most frequent first (ties by key, descending), until 95% is covered.
   using tkey = flatten_scratch::task_key;  // cpu, milli, gpus, models
   auto& counts = scratch.counts;
   counts.clear();
@@ -297,10 +305,10 @@ void build_matrices(round_input const& in, round_matrices& m) {
     }
     total += count;
   };
-  for (std::size_t j = 0; j < in.pending.size(); ++j) {
-    add_shape(in.pending[j].per_replica, m.class_model_mask[m.job_class[j]], in.pending[j].replicas);
+  for (std::size_t j = 0; j < ctx.pending.size(); ++j) {
+    add_shape(ctx.pending[j].per_replica, ctx_model_mask(j), ctx.pending[j].replicas);
   }
-  for (auto const& r : in.running) {
+  for (auto const& r : ctx.running) {
     add_shape(r.per_replica, ~std::uint64_t{0}, static_cast<std::int64_t>(r.replicas.size()));
   }
   auto& ranked = scratch.ranked;

@@ -152,6 +152,7 @@ round_result assign_jobs(core_fn const& core, work_state const& ws, sub_round co
   in.pol.queue = queue_policy{};
   in.pol.queue.loaning = ws.in.pol.queue.loaning;
   in.now = ws.in.now;
+  in.context = ws.in.context != nullptr ? ws.in.context : &ws.in;
   round_result r = core(in);
   for (auto& p : r.placements) p.job = sub.jobs[static_cast<std::size_t>(p.job)];
   for (auto& u : r.unplaced_jobs) u.job = sub.jobs[static_cast<std::size_t>(u.job)];

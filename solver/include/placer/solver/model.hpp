@@ -244,6 +244,13 @@ struct round_input {
   policy pol;
   std::int64_t now = 0;
   std::uint64_t deadline_us = 0;  ///< 0 = none
+  /// The round a sub-problem belongs to: set by the cross-round policies
+  /// for the sub-problems they solve, never encoded. Its pending and
+  /// running work define the score's context (FGD's typical task set, the
+  /// GPU models' scarcity), so a sub-problem scores nodes as its round
+  /// does: a policy with nothing to do leaves the round's placements as
+  /// they are without it. Null: this round is its own context.
+  round_input const* context = nullptr;
 };
 
 enum class unplaced_reason : std::uint8_t {
