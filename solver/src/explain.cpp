@@ -283,7 +283,7 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
     }
     std::stable_sort(e.excluded.begin(), e.excluded.end(), [](auto const& a, auto const& b) { return a.nodes > b.nodes; });
     e.replicas_fit = static_cast<std::int32_t>(std::min<std::int64_t>(it->fit, INT32_MAX));
-    e.replicas_required = in.pol.queue.elastic && jb.min_replicas > 0 ? jb.min_replicas : jb.replicas;
+    e.replicas_required = in.pol.queue.elastic ? jb.start_replicas() : jb.replicas;
     if (it->best_domain >= 0) {
       e.best_domain = in.state.topo.domains[static_cast<std::size_t>(it->best_domain)].name;
       e.best_domain_fit = static_cast<std::int32_t>(std::min<std::int64_t>(it->best_fit, INT32_MAX));

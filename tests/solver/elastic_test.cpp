@@ -186,6 +186,42 @@ TEST(ElasticScaleOut, PendingJobGrowsToWhatFits) {
   expect_no_double_use(in, r);
 }
 
+TEST(ElasticScaleOut, PendingJobStartsAtItsRequestedSizeNotItsMinimum) {
+  // min 2, requested 4, max 6, 2-GPU workers. The minimum is how far the
+  // job may be shrunk for others, not where it starts: starting gangs at
+  // their minimum let them run twice as long on half a congested cluster
+  // and made small jobs wait 2.7x longer on ITP cluster01 (issue 18).
+  job el = elastic_job("el", 2, 2, 6, 3600);
+  el.replicas = 4;
+  // Room for 3 workers: 4 do not fit, so the job waits (2 would).
+  auto in = elastic_round(make_cluster().leaves_per_spine(1).nodes_per_leaf(1).gpus(6).build());
+  in.pending.push_back(el);
+  auto s = cpu_solver();
+  auto r = s.solve(in);
+  EXPECT_TRUE(r.placements.empty());
+  ASSERT_EQ(r.unplaced_jobs.size(), 1U);
+  // Room for 4: placed at 4, then grown into what is left by the knapsack.
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(1).gpus(8).build();
+  r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].replicas.size(), 4U);
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].replicas.size(), 6U);
+  // A request below the range starts at the minimum, above it at the maximum.
+  in.pending[0].replicas = 1;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(1).gpus(4).build();
+  r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].replicas.size(), 2U);
+  in.pending[0].replicas = 9;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].replicas.size(), 6U);
+}
+
 TEST(ElasticScaleOut, PendingJobStopsAtItsMaximum) {
   auto in = elastic_round(make_cluster().leaves_per_spine(1).nodes_per_leaf(4).gpus(8).build());
   in.pending.push_back(elastic_job("el", 1, 2, 3, 3600));

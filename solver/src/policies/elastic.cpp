@@ -1,5 +1,5 @@
 // Elastic scale-out (Aryl): after the core has placed every pending job (an
-// elastic one at its minimum, as a gang), the spare GPUs go to elastic jobs
+// elastic one at the size it asks for, within its range, as a gang), the spare GPUs go to elastic jobs
 // by a multiple-choice knapsack; and scale-in, which gives extra workers
 // back to blocked jobs (see the scale-in section below). Owns solve_mck,
 // elastic_scale_out and elastic_scale_in_for (policies.hpp has the contract).
@@ -9,7 +9,7 @@
 // CPU-only worker 0). Values are seconds of estimated JCT reduction under
 // linear scaling: a job with R seconds of work left at n workers finishes
 // in R*n/(n+k) with k more, so item k is worth R - R*n/(n+k). R is the
-// estimated_duration of a job started this round (it runs at its minimum)
+// estimated_duration of a job started this round (at its start size)
 // and max(estimated_end - now, 0) of a running one; a job without an
 // estimate, or past it, gains nothing and is not grown.
 //
@@ -294,7 +294,7 @@ void elastic_scale_out(core_fn const& core, work_state& ws, round_result& out) {
     if (rj.per_replica.gpus > 0) c.shape.allowed_gpu_models = models_of(rj);
     cands.push_back(std::move(c));
   }
-  // Elastic jobs the core started this round at their minimum.
+  // Elastic jobs the core started this round (at their start size).
   for (std::size_t j = 0; j < ws.in.pending.size(); ++j) {
     auto const& jb = ws.in.pending[j];
     if (jb.min_replicas <= 0) continue;
@@ -309,7 +309,7 @@ void elastic_scale_out(core_fn const& core, work_state& ws, round_result& out) {
     c.pending = static_cast<std::int32_t>(j);
     c.room = most - size;
     c.workers = size;
-    c.remaining = jb.estimated_duration;  // at its minimum, starting now
+    c.remaining = jb.estimated_duration;  // at its start size, starting now
     c.unit = worker_unit(jb.per_replica);
     c.shape = jb;
     c.shape.min_replicas = c.shape.max_replicas = 0;
@@ -898,7 +898,7 @@ void elastic_scale_in_for(core_fn const& core, work_state& ws, std::vector<std::
     };
 
     // Donors: given running elastic jobs above their minimum, not of
-    // strictly higher priority (this round's starts are at their minimum).
+    // strictly higher priority (this round's starts are not donors).
     std::vector<donor> donors;
     for (std::size_t r = 0; r < ws.in.running.size(); ++r) {
       auto const& rj = ws.running[r];

@@ -87,7 +87,7 @@ struct sub_round {
 round_result assign_jobs(core_fn const& core, work_state const& ws, sub_round const& sub);
 
 /// The job as the core places it: with the elastic policy on, an elastic
-/// job starts as a gang of its minimum (queue_round's rewrite).
+/// job starts as a gang of job::start_replicas() (queue_round's rewrite).
 job as_placed(job j, round_input const& in);
 
 /// Queue order: priority (high first), then submit time, then index.
@@ -134,7 +134,7 @@ void backfill(core_fn const& core, work_state& ws, std::vector<job> const* overr
               round_result& out);
 
 /// Elastic scale-out (elastic.cpp): spare GPUs to elastic jobs (placed this
-/// round at their minimum, or running below their maximum) by a
+/// round at their start size, or running below their maximum) by a
 /// multiple-choice knapsack on estimated JCT reduction; extra replicas go
 /// into the job's placement (pending) or out.scale_outs (running). Never
 /// uses nodes held by out.reservations.
@@ -187,7 +187,7 @@ std::string delay_class(job const& j, round_input const& in);
 
 /// Runs the whole round with the cross-round policies (queue_round.cpp);
 /// the cluster as the round leaves it goes to *final_state (for metrics).
-/// Elastic jobs are placed at min_replicas by the core (a gang), then grown.
+/// Elastic jobs are placed at their start size by the core (a gang), then grown.
 /// `out_of_time`: the round's budget; past it, the steps after the core
 /// assignment are skipped or cut short (each keeps what it has done).
 round_result queue_round(core_fn const& core, round_input const& in, queue_memory* memory, cluster* final_state,

@@ -42,7 +42,9 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
 
   // 1. Delay scheduling rewrites communication-heavy gangs that may still
   //    wait into "consolidated or nothing".
-  //    Elastic jobs are first placed at their minimum, as a gang.
+  //    Elastic jobs are first placed at the size they ask for (clamped
+  //    into their range), as a gang: the minimum is how far they may be
+  //    shrunk for others, not where they start (docs/policies.md).
   delay_plan plan;
   std::vector<job> const* overrides = nullptr;
   if (q.delay_scheduling) {

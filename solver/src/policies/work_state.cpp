@@ -161,8 +161,8 @@ round_result assign_jobs(core_fn const& core, work_state const& ws, sub_round co
 
 job as_placed(job j, round_input const& in) {
   if (in.pol.queue.elastic && j.min_replicas > 0) {
-    j.replicas = j.min_replicas;
-    j.gang = j.gang || j.min_replicas > 1;
+    j.replicas = j.start_replicas();
+    j.gang = j.gang || j.replicas > 1;
   }
   return j;
 }

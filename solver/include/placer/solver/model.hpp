@@ -5,6 +5,7 @@
 
 #include <placer/topology/cluster.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -92,10 +93,15 @@ struct job {
   topology_mode topo_mode = topology_mode::none;
   float network_sensitivity = 0.0F;  ///< 0..1
   /// Elastic range: with min_replicas > 0 and the elastic policy on, the job
-  /// is placed with k replicas, min_replicas <= k <= max(max_replicas,
-  /// min_replicas) (the first min_replicas as a gang); otherwise `replicas`.
+  /// starts as a gang of start_replicas() (`replicas` clamped into the
+  /// range), may grow to max(max_replicas, min_replicas) into spare GPUs,
+  /// and be shrunk to min_replicas for blocked jobs; otherwise `replicas`.
   std::int32_t min_replicas = 0;
   std::int32_t max_replicas = 0;
+  /// The size an elastic job starts at: the one it asks for, within its range.
+  [[nodiscard]] std::int32_t start_replicas() const {
+    return min_replicas > 0 ? std::clamp(replicas, min_replicas, std::max(max_replicas, min_replicas)) : replicas;
+  }
   bool preemptible = false;
   std::int64_t submit_time = 0;
   std::int64_t estimated_duration = 0;
