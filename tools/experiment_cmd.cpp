@@ -289,7 +289,7 @@ char const* const policies_usage =
     "usage: placer experiment policies [--trace T] [--mixed M] [--clusters LIST|all] [--loads LIST] [--limit N]\n"
     "                                  [--nodes N] [--inference-nodes N] [--out DIR] [--json] [--only LIST]\n"
     "                                  [--jobs N] [--data DIR] [--interval S] [--checkpoint-interval S]\n"
-    "                                  [--seed S] [--backend B]\n"
+    "                                  [--preempt-max-lost S] [--seed S] [--backend B]\n"
     "  --trace     ITP training workload (default itp:cluster02; 'none' skips it)\n"
     "  --mixed     training + inference workload (default mixed:cluster02; 'none' skips it)\n"
     "  --clusters  ITP clusters instead (e.g. 01,02 or all: every shared cluster with 1,000 jobs or more),\n"
@@ -306,6 +306,7 @@ char const* const policies_usage =
     "  --only      comma list of run labels (fifo,kube-least,placer,+backfill,+preemption,+loaning,\n"
     "              +elastic,+delay,all)\n"
     "  --jobs      runs in parallel (default 1)\n"
+    "  --preempt-max-lost  preemption takes victims within S s of their last checkpoint (120; -1: any)\n"
     "  --out       summary.json, and per workload its summary.json, CSVs, jwtd_cdf.svg, jct_cdf.svg, gar.svg\n"
     "  --json      one JSON object per run on stdout instead of the tables\n"
     "A run that fails is reported (FAILED row, \"status\":\"failed\") and the others go on; exit 1 then.\n";
@@ -539,7 +540,7 @@ int cmd_experiment_policies(int argc, char** argv) {
   try {
     std::set<std::string> const valued{"trace", "mixed", "limit", "nodes", "inference-nodes", "out", "only", "jobs",
                                        "data", "interval", "checkpoint-interval", "seed", "backend", "clusters",
-                                       "loads", "load-basis"};
+                                       "loads", "load-basis", "preempt-max-lost"};
     std::set<std::string> const boolean{"json", "help"};
     auto const args = parse_cli(argc, argv, 3, valued, boolean, "experiment policies");
     auto const& o = args.opts;
@@ -558,6 +559,9 @@ int cmd_experiment_policies(int argc, char** argv) {
     cfg0.interval = integer_option(o, "interval", 60);
     if (cfg0.interval < 1) throw usage_error("--interval must be at least 1");
     cfg0.checkpoint_interval = integer_option(o, "checkpoint-interval", cfg0.checkpoint_interval);
+    // Preemption's checkpoint window (-1: any victim, as before 2026-11-25).
+    auto const max_lost = integer_option(o, "preempt-max-lost", queue_policy{}.preempt_max_lost_s);
+    if (max_lost < -1) throw usage_error("--preempt-max-lost must be -1 (any victim) or at least 0");
     auto const jobs = static_cast<unsigned>(std::max<long long>(1, integer_option(o, "jobs", 1)));
     std::string const backend = args.get("backend", "auto");
 
@@ -677,6 +681,7 @@ int cmd_experiment_policies(int argc, char** argv) {
           sim::sim_config cfg = cfg0;
           cfg.algo = r.var.algo;
           cfg.queue = r.var.queue;
+          cfg.queue.preempt_max_lost_s = max_lost;
           cfg.label = r.var.label;
           r.result = sim::run_simulation(workloads[r.workload], cfg, sim::in_process(*sv));
           r.summary = sim::summarize(r.result);
@@ -727,7 +732,8 @@ int cmd_experiment_policies(int argc, char** argv) {
                            ", \"inference_nodes\": " + std::to_string(base.inference_nodes) +
                            ", \"seed\": " + std::to_string(base.seed) + ", \"interval_s\": " +
                            std::to_string(cfg0.interval) + ", \"checkpoint_interval_s\": " +
-                           std::to_string(cfg0.checkpoint_interval) + "}";
+                           std::to_string(cfg0.checkpoint_interval) +
+                           ", \"preempt_max_lost_s\": " + std::to_string(max_lost) + "}";
       std::string all = "{\n\"config\": " + config + ",\n\"runs\": [\n";
       for (std::size_t k = 0; k < runs.size(); ++k) {
         all += (k ? ",\n" : "") + run_json(runs[k], workloads[runs[k].workload].name);

@@ -46,6 +46,7 @@ Options:
 Cross-round policies (solver algorithms; docs/simulator.md):
   --backfill off|easy|conservative   reservations for blocked jobs (default off)
   --preemption          blocked jobs may preempt lower-priority preemptible jobs
+  --preempt-max-lost S  ... only victims within S s of their last checkpoint (120; -1 = any)
   --no-loaning          training may not borrow loanable inference nodes (default: may)
   --elastic             elastic jobs get min..max replicas, grow into spare GPUs
   --delay-scheduling    communication-heavy gangs wait (auto-tuned timers) for a consolidated placement

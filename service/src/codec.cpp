@@ -537,7 +537,7 @@ flatbuffers::Offset<wire::Policy> policy_out(fbb_t& fbb, policy const& p) {
   auto const qp = wire::CreateQueuePolicy(fbb, static_cast<wire::BackfillMode>(q.backfill), q.max_reservations,
                                           q.preemption, q.loaning, q.reclaim_nodes, q.elastic, q.delay_scheduling,
                                           q.sensitivity_threshold, q.delay_timer_max, q.network_preemption,
-                                          q.auto_reclaim);
+                                          q.auto_reclaim, q.preempt_max_lost_s);
   return wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(p.algo), w, 0, qp, p.stacking);
 }
 
@@ -1150,9 +1150,11 @@ policy decode_policy(wire::Policy const* p) {
     x.delay_timer_max = q->delay_timer_max();
     x.network_preemption = q->network_preemption();
     x.auto_reclaim = q->auto_reclaim();
+    x.preempt_max_lost_s = q->preempt_max_lost_s();
     if (x.max_reservations < 1) invalid("policy: queue.max_reservations must be at least 1");
     if (x.reclaim_nodes < 0) invalid("policy: queue.reclaim_nodes must not be negative");
     if (x.delay_timer_max < 0) invalid("policy: queue.delay_timer_max must not be negative");
+    if (x.preempt_max_lost_s < -1) invalid("policy: queue.preempt_max_lost_s must be -1 (any victim) or at least 0");
     if (!(x.sensitivity_threshold >= 0.0F && x.sensitivity_threshold <= 1.0F)) {
       invalid("policy: queue.sensitivity_threshold must be in 0..1");
     }

@@ -85,22 +85,32 @@ char const* backfill_name(backfill_mode m) {
   return "off";
 }
 
+namespace {
+
+std::int64_t seconds_option(std::string const& k, std::string const& v, long long lowest, char const* what) {
+  long long x = 0;
+  std::size_t pos = 0;
+  try {
+    x = std::stoll(v, &pos);
+  } catch (std::exception const&) {
+    pos = 0;
+  }
+  if (pos == 0 || pos != v.size() || x < lowest)
+    throw std::invalid_argument("--" + k + " needs " + what + ", got '" + v + "'");
+  return x;
+}
+
+}  // namespace
+
 void apply_policy_options(std::map<std::string, std::string> const& opts, std::set<std::string> const& flags,
                           sim_config& cfg) {
   for (auto const& [k, v] : opts) {
     if (k == "backfill") {
       cfg.queue.backfill = parse_backfill(v);
     } else if (k == "checkpoint-interval") {
-      long long x = 0;
-      std::size_t pos = 0;
-      try {
-        x = std::stoll(v, &pos);
-      } catch (std::exception const&) {
-        pos = 0;
-      }
-      if (pos == 0 || pos != v.size() || x < 0)
-        throw std::invalid_argument("--checkpoint-interval needs a non-negative integer (seconds), got '" + v + "'");
-      cfg.checkpoint_interval = x;
+      cfg.checkpoint_interval = seconds_option(k, v, 0, "a non-negative integer (seconds)");
+    } else if (k == "preempt-max-lost") {
+      cfg.queue.preempt_max_lost_s = seconds_option(k, v, -1, "an integer number of seconds, or -1 for any victim");
     } else if (policy_valued_options().count(k) == 0) {
       throw std::invalid_argument("unknown policy option --" + k);
     }

@@ -149,6 +149,7 @@ round_input rich_input() {
   in.pol.queue.delay_scheduling = true;
   in.pol.queue.sensitivity_threshold = 0.25F;
   in.pol.queue.delay_timer_max = 900;
+  in.pol.queue.preempt_max_lost_s = 300;
   in.pol.queue.network_preemption = true;
   in.pol.queue.auto_reclaim = false;
   in.now = 1700000100;
@@ -298,6 +299,7 @@ void expect_eq(policy const& a, policy const& b) {
   EXPECT_EQ(x.delay_scheduling, y.delay_scheduling);
   EXPECT_EQ(x.sensitivity_threshold, y.sensitivity_threshold);
   EXPECT_EQ(x.delay_timer_max, y.delay_timer_max);
+  EXPECT_EQ(x.preempt_max_lost_s, y.preempt_max_lost_s);
   EXPECT_EQ(x.network_preemption, y.network_preemption);
   EXPECT_EQ(x.auto_reclaim, y.auto_reclaim);
 }

@@ -268,6 +268,7 @@ TEST(SlurmBridge, EvictionsAreRequeuesUnderAFlag) {
   EXPECT_EQ(rj.per_replica.cpu_milli, 4000);
   EXPECT_EQ(rj.per_replica.memory_mib, 4096);
   EXPECT_TRUE(snap.round.pol.queue.preemption);
+  EXPECT_EQ(snap.round.pol.queue.preempt_max_lost_s, -1);
   solver s(kernels::make_backend(kernels::backend_kind::cpu));
   auto const r = s.solve(snap.round);
   expect_round_invariants(snap.round, r);

@@ -50,6 +50,7 @@ round_input base_round(int spines, int leaves, int nodes_per_leaf, int gpus = 8)
   in.state = make_cluster().spines(spines).leaves_per_spine(leaves).nodes_per_leaf(nodes_per_leaf).gpus(gpus).build();
   in.now = now;
   in.pol.queue.preemption = true;
+  in.pol.queue.preempt_max_lost_s = -1;  // any victim: the window has its own test
   return in;
 }
 
@@ -115,6 +116,32 @@ TEST(Preemption, ExactSetBeatsTheCheapestPrefixOnOneNode) {
   ASSERT_EQ(r.preemptions.size(), 1U);
   EXPECT_EQ(r.preemptions[0].lost_work, 16000);
   EXPECT_EQ(r.placements[0].replicas[0].gpus, (std::vector<std::int32_t>{4, 5, 6, 7}));
+}
+
+// By default a victim must be within 120 s of its last checkpoint: the
+// blocked job waits for the next one rather than destroy work. Across the
+// ITP clusters and loads that took preemption's worst mean wait from 1.83x
+// of no policy to 0.99x (docs/policies.md, "Preemption at checkpoints").
+TEST(Preemption, VictimsOnlyNearTheirCheckpoint) {
+  auto in = base_round(1, 1, 1);
+  in.pol.queue.preempt_max_lost_s = queue_policy{}.preempt_max_lost_s;
+  ASSERT_EQ(in.pol.queue.preempt_max_lost_s, 120);
+  run_on(in, "cheap-but-late", {{0, {0}}}, 200);     // 1 GPU x 200 s lost
+  run_on(in, "just-saved", {{0, {4, 5, 6, 7}}}, 100);  // 4 GPUs x 100 s lost
+  in.pending.push_back(gpu_job("urgent", 4));
+  auto s = cpu_solver();
+  auto r = s.solve(in);
+  EXPECT_EQ(victims_of(r), (std::set<std::string>{"just-saved"}));
+  ASSERT_EQ(r.placements.size(), 1U);
+  // With any victim allowed, the least lost work goes.
+  in.pol.queue.preempt_max_lost_s = -1;
+  r = s.solve(in);
+  EXPECT_EQ(victims_of(r), (std::set<std::string>{"cheap-but-late"}));
+  // Neither within 60 s of a checkpoint: nothing is preempted, the job waits.
+  in.pol.queue.preempt_max_lost_s = 60;
+  r = s.solve(in);
+  EXPECT_TRUE(r.preemptions.empty());
+  EXPECT_TRUE(r.placements.empty());
 }
 
 TEST(Preemption, NeverEqualOrHigherPriorityOrNonPreemptible) {

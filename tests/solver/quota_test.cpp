@@ -380,6 +380,7 @@ TEST(Quotas, PreemptionReclaimsBorrowedCapacityButNeverAGuarantee) {
     in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(8).gpus(8).build();  // 64 GPUs
     in.now = 100000;
     in.pol.queue.preemption = true;
+    in.pol.queue.preempt_max_lost_s = -1;  // any victim (the checkpoint window: preemption_test)
     in.pol.queue.loaning = false;
     in.queues = {guaranteed("a", 32000), guaranteed("b", 32000), {"c", "", -1, -1}};
     return in;
@@ -454,6 +455,7 @@ TEST(Quotas, RandomReclaimKeepsEveryGuarantee) {
       r.preemptible = true;
     }
     in.pol.queue.preemption = true;
+    in.pol.queue.preempt_max_lost_s = -1;
     in.pol.queue.loaning = false;
     add_queues(rng, in);
     auto const r = s.solve(in);

@@ -278,6 +278,10 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
   snap.round.now = now;
   snap.round.pol.stacking = opt.stacking;
   snap.round.pol.queue.preemption = opt.preempt;
+  // Slurm reports no checkpoints, and a requeue restarts a job from its
+  // start, as Slurm's own PreemptMode=REQUEUE does: any victim, by its
+  // lost work (run time x GPUs).
+  snap.round.pol.queue.preempt_max_lost_s = -1;
   // --preempt: one of the bridge's running jobs as running work, its
   // replicas on the nodes and GPU indices Slurm gave it (gres_detail, one
   // entry per node of its host list). Its CPU and memory per node are at

@@ -55,6 +55,8 @@ class work_state {
   /// Lost work if running[r] were preempted now: milli-GPU x seconds since
   /// its last checkpoint (start_time when never checkpointed).
   [[nodiscard]] std::int64_t lost_work(std::size_t r) const;
+  /// Seconds of running[r]'s work a preemption now would lose.
+  [[nodiscard]] std::int64_t lost_seconds(std::size_t r) const;
 
   /// The round's time budget (empty = none): once it says so, the policies
   /// stop trying more and the round answers with what it has.

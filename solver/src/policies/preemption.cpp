@@ -117,6 +117,7 @@ class planner {
 
 std::vector<std::size_t> planner::candidates(work_state const& ws, job const& shape, std::int64_t replicas) {
   float const threshold = ws.in.pol.queue.sensitivity_threshold;
+  std::int64_t const max_lost = ws.in.pol.queue.preempt_max_lost_s;
   guarantees_.measure(ws.running, ws.alive);
   std::vector<std::size_t> c;
   std::vector<std::size_t> one(1);
@@ -124,6 +125,8 @@ std::vector<std::size_t> planner::candidates(work_state const& ws, job const& sh
     auto const& rj = ws.running[r];
     if (ws.alive[r] == 0 || ws.started_from[r] >= 0) continue;  // stopped, or placed this round
     if (!rj.preemptible || rj.replicas.empty()) continue;
+    // Priority preemption waits for a victim's checkpoint (max_lost < 0: any).
+    if (scope_ == preempt_scope::priority && max_lost >= 0 && ws.lost_seconds(r) > max_lost) continue;
     if (scope_ == preempt_scope::network && rj.network_sensitivity >= threshold) continue;
     // Never equal or higher priority, but for a queue's guarantee.
     if (rj.priority >= shape.priority &&

@@ -126,10 +126,14 @@ std::int64_t work_state::running_of(std::int32_t j) const {
   return -1;
 }
 
+std::int64_t work_state::lost_seconds(std::size_t r) const {
+  auto const& rj = running[r];
+  return std::max<std::int64_t>(0, in.now - std::max(rj.last_checkpoint, rj.start_time));
+}
+
 std::int64_t work_state::lost_work(std::size_t r) const {
   auto const& rj = running[r];
-  std::int64_t const since = std::max(rj.last_checkpoint, rj.start_time);
-  std::int64_t const secs = std::max<std::int64_t>(0, in.now - since);
+  std::int64_t const secs = lost_seconds(r);
   std::int64_t milli = 0;
   for (auto const& rp : rj.replicas) milli += static_cast<std::int64_t>(rp.gpus.size()) * rp.gpu_milli;
   return milli * secs;

@@ -166,7 +166,7 @@ char const* backfill_name(backfill_mode m);
 void apply_policy_options(std::map<std::string, std::string> const& opts, std::set<std::string> const& flags,
                           sim_config& cfg);
 inline std::set<std::string> const& policy_valued_options() {
-  static std::set<std::string> const s = {"backfill", "checkpoint-interval"};
+  static std::set<std::string> const s = {"backfill", "checkpoint-interval", "preempt-max-lost"};
   return s;
 }
 inline std::set<std::string> const& policy_flag_options() {
