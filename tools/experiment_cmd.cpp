@@ -289,7 +289,7 @@ char const* const policies_usage =
     "usage: placer experiment policies [--trace T] [--mixed M] [--clusters LIST|all] [--loads LIST] [--limit N]\n"
     "                                  [--nodes N] [--inference-nodes N] [--out DIR] [--json] [--only LIST]\n"
     "                                  [--jobs N] [--data DIR] [--interval S] [--checkpoint-interval S]\n"
-    "                                  [--preempt-max-lost S] [--seed S] [--backend B]\n"
+    "                                  [--preempt-max-lost S] [--seed S | --seeds A-B] [--backend B]\n"
     "  --trace     ITP training workload (default itp:cluster02; 'none' skips it)\n"
     "  --mixed     training + inference workload (default mixed:cluster02; 'none' skips it)\n"
     "  --clusters  ITP clusters instead (e.g. 01,02 or all: every shared cluster with 1,000 jobs or more),\n"
@@ -306,6 +306,8 @@ char const* const policies_usage =
     "  --only      comma list of run labels (fifo,kube-least,placer,+backfill,+preemption,+loaning,\n"
     "              +elastic,+delay,all)\n"
     "  --jobs      runs in parallel (default 1)\n"
+    "  --seeds     A-B or A,B,C: each workload once per seed (the jobs' drawn priority, sensitivity and\n"
+    "              elastic range; named NAME#sK); across: a workload's ratio is of its figures summed over seeds\n"
     "  --preempt-max-lost  preemption takes victims within S s of their last checkpoint (120; -1: any)\n"
     "  --out       summary.json, and per workload its summary.json, CSVs, jwtd_cdf.svg, jct_cdf.svg, gar.svg\n"
     "  --json      one JSON object per run on stdout instead of the tables\n"
@@ -445,28 +447,57 @@ struct across_row {
 
 double ratio(double v, double base) { return base > 0 ? v / base : (v > 0 ? 1e9 : 1.0); }
 
+/// A workload's name without its seed ("itp:cluster02@load70%#s2" ->
+/// "itp:cluster02@load70%"): the runs of every seed count as one workload.
+std::string without_seed(std::string const& name) { return name.substr(0, name.find('#')); }
+
+/// With several seeds (--seeds), a workload's ratio is that of the run's
+/// figure summed over its seeds to the no-policy run's over the same seeds:
+/// the expected wait under the policy against without it, where one seed's
+/// run alone can swing either way (docs/policies.md, "One run is one draw").
 std::vector<across_row> across_workloads(std::vector<policy_run> const& runs, std::vector<sim::workload> const& ws) {
-  std::vector<across_row> rows;
+  struct sums {
+    double mean = 0, base_mean = 0, p90 = 0, base_p90 = 0, gpu = 0, base_gpu = 0;
+  };
+  std::vector<std::pair<across_row, std::vector<sums>>> rows;  // per (family, run); per workload stem
   for (auto const& r : runs) {
     if (!r.ok || r.var.label == "placer") continue;
     auto const base = std::find_if(runs.begin(), runs.end(), [&](policy_run const& b) {
       return b.ok && b.workload == r.workload && b.var.label == "placer";
     });
     if (base == runs.end()) continue;
-    auto const& name = ws[r.workload].name;
-    std::string const family = name.substr(0, name.find(':'));
+    std::string const stem = without_seed(ws[r.workload].name);
+    std::string const family = stem.substr(0, stem.find(':'));
     auto it = std::find_if(rows.begin(), rows.end(),
-                           [&](across_row const& a) { return a.family == family && a.run == r.var.label; });
+                           [&](auto const& a) { return a.first.family == family && a.first.run == r.var.label; });
     if (it == rows.end()) {
-      rows.push_back({family, r.var.label, {}, {}, {}, {}});
+      rows.push_back({{family, r.var.label, {}, {}, {}, {}}, {}});
       it = rows.end() - 1;
     }
-    it->mean.push_back(ratio(r.summary.wait.mean, base->summary.wait.mean));
-    it->p90.push_back(ratio(r.summary.wait.p90, base->summary.wait.p90));
-    it->gpu.push_back(ratio(r.summary.wait_gpu_weighted, base->summary.wait_gpu_weighted));
-    it->where.push_back(name);
+    auto& where = it->first.where;
+    auto const k = static_cast<std::size_t>(std::find(where.begin(), where.end(), stem) - where.begin());
+    if (k == where.size()) {
+      where.push_back(stem);
+      it->second.emplace_back();
+    }
+    auto& s = it->second[k];
+    s.mean += r.summary.wait.mean;
+    s.base_mean += base->summary.wait.mean;
+    s.p90 += r.summary.wait.p90;
+    s.base_p90 += base->summary.wait.p90;
+    s.gpu += r.summary.wait_gpu_weighted;
+    s.base_gpu += base->summary.wait_gpu_weighted;
   }
-  return rows;
+  std::vector<across_row> out;
+  for (auto& [row, per] : rows) {
+    for (auto const& s : per) {
+      row.mean.push_back(ratio(s.mean, s.base_mean));
+      row.p90.push_back(ratio(s.p90, s.base_p90));
+      row.gpu.push_back(ratio(s.gpu, s.base_gpu));
+    }
+    out.push_back(std::move(row));
+  }
+  return out;
 }
 
 /// Median and worst (largest) of v, and where the worst is.
@@ -540,7 +571,7 @@ int cmd_experiment_policies(int argc, char** argv) {
   try {
     std::set<std::string> const valued{"trace", "mixed", "limit", "nodes", "inference-nodes", "out", "only", "jobs",
                                        "data", "interval", "checkpoint-interval", "seed", "backend", "clusters",
-                                       "loads", "load-basis", "preempt-max-lost"};
+                                       "loads", "load-basis", "preempt-max-lost", "seeds"};
     std::set<std::string> const boolean{"json", "help"};
     auto const args = parse_cli(argc, argv, 3, valued, boolean, "experiment policies");
     auto const& o = args.opts;
@@ -555,6 +586,9 @@ int cmd_experiment_policies(int argc, char** argv) {
     base.nodes = static_cast<std::int32_t>(integer_option(o, "nodes", 0));
     base.inference_nodes = static_cast<std::int32_t>(integer_option(o, "inference-nodes", 0));
     base.seed = static_cast<std::uint64_t>(integer_option(o, "seed", 1));
+    if (o.count("seeds") != 0 && o.count("seed") != 0) throw usage_error("--seed and --seeds exclude each other");
+    std::vector<std::uint64_t> const seeds =
+        o.count("seeds") != 0 ? parse_seeds(o.at("seeds")) : std::vector<std::uint64_t>{base.seed};
     sim::sim_config cfg0;
     cfg0.interval = integer_option(o, "interval", 60);
     if (cfg0.interval < 1) throw usage_error("--interval must be at least 1");
@@ -642,14 +676,18 @@ int cmd_experiment_policies(int argc, char** argv) {
           }
           last_nodes = wo.nodes;
         }
-        workloads.push_back(sim::load_workload(wo));
-        if (load != 0) workloads.back().name += "@" + std::string(basis == "peak" ? "peak" : "load") + std::to_string(load) + "%";
-        char b[64];
-        std::snprintf(b, sizeof b, "; offered load %.0f%%", 100 * offered_nodes(workloads.back()) / wo.nodes);
-        workloads.back().description += b + raised;
-        training_nodes.push_back(wo.nodes);
-        std::fprintf(stderr, "[policies] workload %s: %s\n", workloads.back().name.c_str(),
-                     workloads.back().description.c_str());
+        for (auto const seed : seeds) {
+          wo.seed = seed;
+          workloads.push_back(sim::load_workload(wo));
+          auto& w = workloads.back();
+          if (load != 0) w.name += "@" + std::string(basis == "peak" ? "peak" : "load") + std::to_string(load) + "%";
+          if (seeds.size() > 1) w.name += "#s" + std::to_string(seed);
+          char b[64];
+          std::snprintf(b, sizeof b, "; offered load %.0f%%", 100 * offered_nodes(w) / wo.nodes);
+          w.description += b + raised;
+          training_nodes.push_back(wo.nodes);
+          std::fprintf(stderr, "[policies] workload %s: %s\n", w.name.c_str(), w.description.c_str());
+        }
       }
     }
     auto const is_mixed = [&](std::size_t wi) { return workloads[wi].name.rfind("mixed:", 0) == 0; };
@@ -728,9 +766,11 @@ int cmd_experiment_policies(int argc, char** argv) {
       std::error_code ec;
       fs::create_directories(out, ec);
       if (ec) throw std::runtime_error("cannot create " + out.string() + ": " + ec.message());
+      std::string seed_list;
+      for (auto const s : seeds) seed_list += (seed_list.empty() ? "" : ",") + std::to_string(s);
       std::string config = "{\"limit\": " + std::to_string(base.limit) + ", \"nodes\": " + std::to_string(base.nodes) +
                            ", \"inference_nodes\": " + std::to_string(base.inference_nodes) +
-                           ", \"seed\": " + std::to_string(base.seed) + ", \"interval_s\": " +
+                           ", \"seeds\": [" + seed_list + "], \"interval_s\": " +
                            std::to_string(cfg0.interval) + ", \"checkpoint_interval_s\": " +
                            std::to_string(cfg0.checkpoint_interval) +
                            ", \"preempt_max_lost_s\": " + std::to_string(max_lost) + "}";

@@ -21,6 +21,7 @@
 #include <functional>
 #include <iterator>
 #include <map>
+#include <regex>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -702,6 +703,40 @@ TEST(SimPolicies, ExperimentPoliciesAcrossClustersAndLoads) {
   EXPECT_EQ(run_placer("experiment policies --loads 0 --data " + data_dir(), out), 2) << out;
   EXPECT_EQ(run_placer("experiment policies --loads 50 --nodes 8 --data " + data_dir(), out), 2) << out;
   EXPECT_EQ(run_placer("experiment policies --loads 50 --load-basis mean --data " + data_dir(), out), 2) << out;
+  std::filesystem::remove_all(dir);
+}
+
+// Several seeds: each workload runs once per seed, and its across ratio is
+// the run's figure summed over the seeds against no policy's (one run at a
+// saturated load is one draw: docs/policies.md, "One run is one draw").
+TEST(SimPolicies, ExperimentPoliciesSumsSeedsIntoOneWorkload) {
+  std::string out;
+  if (run_placer("experiment policies --help", out) < 0) GTEST_SKIP() << "placer binary not built beside the test";
+  if (!have_data()) GTEST_SKIP() << "ITP or DLRM data not found under " << data_dir();
+  auto const dir = std::filesystem::temp_directory_path() / "placer_policies_seeds";
+  std::filesystem::remove_all(dir);
+  int const rc = run_placer("experiment policies --data " + data_dir() + " --clusters 2 --mixed none --limit 400 " +
+                                "--loads 90 --load-basis offered --seeds 1-2 --only placer,+preemption --backend cpu --out " +
+                                dir.string(),
+                            out);
+  ASSERT_EQ(rc, 0) << out;
+  std::ifstream f(dir / "summary.json");
+  std::string const json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto p90 = [&](std::string const& workload, std::string const& run) {
+    std::string const key = "{\"workload\":\"" + workload + "\",\"run\":\"" + run + "\"";
+    auto const at = json.find(key);
+    EXPECT_NE(at, std::string::npos) << key << "\n" << json;
+    auto const v = json.find("\"jwtd_p90\":", at);
+    return at == std::string::npos || v == std::string::npos ? 0.0 : std::stod(json.substr(v + 11));
+  };
+  double const base = p90("itp:cluster02@load90%#s1", "placer") + p90("itp:cluster02@load90%#s2", "placer");
+  double const pre = p90("itp:cluster02@load90%#s1", "+preemption") + p90("itp:cluster02@load90%#s2", "+preemption");
+  ASSERT_GT(base, 0);
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(json, m, std::regex(R"("run":"\+preemption","workloads":1,[^\n]*"jwtd_p90_ratio":\{"median":([0-9.]+),"worst":([0-9.]+),"worst_at":"itp:cluster02@load90%")")))
+      << json;
+  EXPECT_NEAR(std::stod(m[1].str()), pre / base, 0.0006);
+  EXPECT_EQ(run_placer("experiment policies --seed 1 --seeds 1-2 --data " + data_dir(), out), 2) << out;
   std::filesystem::remove_all(dir);
 }
 
