@@ -121,7 +121,7 @@ TEST(Preemption, ExactSetBeatsTheCheapestPrefixOnOneNode) {
 // By default a victim must be within 120 s of its last checkpoint: the
 // blocked job waits for the next one rather than destroy work. Across the
 // ITP clusters and loads that took preemption's worst mean wait from 1.83x
-// of no policy to 0.99x (docs/policies.md, "Preemption at checkpoints").
+// of no policy to 0.99x (docs/policies.md, "Preemption with minimum cost").
 TEST(Preemption, VictimsOnlyNearTheirCheckpoint) {
   auto in = base_round(1, 1, 1);
   in.pol.queue.preempt_max_lost_s = queue_policy{}.preempt_max_lost_s;

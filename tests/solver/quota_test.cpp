@@ -380,7 +380,7 @@ TEST(Quotas, PreemptionReclaimsBorrowedCapacityButNeverAGuarantee) {
     in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(8).gpus(8).build();  // 64 GPUs
     in.now = 100000;
     in.pol.queue.preemption = true;
-    in.pol.queue.preempt_max_lost_s = -1;  // any victim (the checkpoint window: preemption_test)
+    in.pol.queue.preempt_max_lost_s = -1;  // preemption for priority takes any victim here
     in.pol.queue.loaning = false;
     in.queues = {guaranteed("a", 32000), guaranteed("b", 32000), {"c", "", -1, -1}};
     return in;
@@ -395,6 +395,13 @@ TEST(Quotas, PreemptionReclaimsBorrowedCapacityButNeverAGuarantee) {
   EXPECT_EQ(r.preemptions[0].job, "a-run-5");  // the least work lost
   EXPECT_EQ(r.preemptions[0].reason, "quota");
   ASSERT_EQ(r.placements.size(), 1U);
+  // A guarantee's reclaim does not wait for a victim's checkpoint (the
+  // victims are 1,000-1,500 s past theirs; preemption_test has the window).
+  in.pol.queue.preempt_max_lost_s = 120;
+  r = s.solve(in);
+  ASSERT_EQ(r.preemptions.size(), 1U);
+  EXPECT_EQ(r.preemptions[0].job, "a-run-5");
+  in.pol.queue.preempt_max_lost_s = -1;
   // Without a guarantee behind it, the same job preempts nothing.
   in.queues[1].gpu_milli_guarantee = 0;
   r = s.solve(in);
@@ -455,7 +462,6 @@ TEST(Quotas, RandomReclaimKeepsEveryGuarantee) {
       r.preemptible = true;
     }
     in.pol.queue.preemption = true;
-    in.pol.queue.preempt_max_lost_s = -1;
     in.pol.queue.loaning = false;
     add_queues(rng, in);
     auto const r = s.solve(in);

@@ -125,8 +125,12 @@ std::vector<std::size_t> planner::candidates(work_state const& ws, job const& sh
     auto const& rj = ws.running[r];
     if (ws.alive[r] == 0 || ws.started_from[r] >= 0) continue;  // stopped, or placed this round
     if (!rj.preemptible || rj.replicas.empty()) continue;
-    // Priority preemption waits for a victim's checkpoint (max_lost < 0: any).
-    if (scope_ == preempt_scope::priority && max_lost >= 0 && ws.lost_seconds(r) > max_lost) continue;
+    // Preemption for a higher priority waits for a victim's checkpoint
+    // (max_lost < 0: any); a queue reclaiming its guarantee does not.
+    if (scope_ == preempt_scope::priority && rj.priority < shape.priority && max_lost >= 0 &&
+        ws.lost_seconds(r) > max_lost) {
+      continue;
+    }
     if (scope_ == preempt_scope::network && rj.network_sensitivity >= threshold) continue;
     // Never equal or higher priority, but for a queue's guarantee.
     if (rj.priority >= shape.priority &&
