@@ -380,14 +380,14 @@ std::string run_json(policy_run const& r, std::string const& workload) {
   auto const& s = r.summary;
   char b[1536];
   std::snprintf(b, sizeof b,
-                ",\"status\":\"ok\",\"jobs\":%lld,\"finished\":%lld,\"jwtd_p50\":%.0f,\"jwtd_p90\":%.0f,"
+                ",\"status\":\"ok\",\"jobs\":%lld,\"finished\":%lld,\"jwtd_mean\":%.1f,\"jwtd_p50\":%.0f,\"jwtd_p90\":%.0f,"
                 "\"jwtd_p99\":%.0f,\"jwtd_gpu_weighted\":%.1f,\"jct_mean\":%.1f,\"jct_p50\":%.0f,\"makespan\":%lld,\"gar\":%.5f,\"sor\":%.5f,"
                 "\"gfr\":%.5f,\"preemptions\":%lld,\"lost_gpu_hours\":%.2f,\"reclaimed_nodes\":%lld,"
                 "\"scale_outs\":%lld,\"scale_ins\":%lld,\"reservations\":%lld,\"deferred_job_rounds\":%lld,"
                 "\"slowdown_multi_node\":%.4f,\"jwtd_inference_p99\":%.0f,\"jwtd_training_p90\":%.0f,"
                 "\"jwtd_training_p99\":%.0f,\"jct_training_mean\":%.1f,"
                 "\"loaned_gpus_mean\":%.2f,\"rounds\":%lld,\"seconds\":%.2f}",
-                static_cast<long long>(s.jobs), static_cast<long long>(s.finished), s.wait.p50, s.wait.p90, s.wait.p99,
+                static_cast<long long>(s.jobs), static_cast<long long>(s.finished), s.wait.mean, s.wait.p50, s.wait.p90, s.wait.p99,
                 s.wait_gpu_weighted, s.jct.mean, s.jct.p50, static_cast<long long>(s.makespan), s.gar_time, s.sor, s.gfr_time,
                 static_cast<long long>(s.preemptions), s.lost_gpu_hours, static_cast<long long>(s.reclaimed_nodes),
                 static_cast<long long>(s.scale_outs), static_cast<long long>(s.scale_ins),
