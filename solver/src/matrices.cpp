@@ -290,7 +290,8 @@ void build_matrices(round_input const& in, round_matrices& m) {
   }
 
   // Typical task set M (FGD): replica shapes of the round's (ctx) pending
-  // and running work, most frequent first (ties by key, descending), until 95% is covered.
+  // and running work, most frequent first (ties by key, descending),
+  // until 95% is covered.
   using tkey = flatten_scratch::task_key;  // cpu, milli, gpus, models
   auto& counts = scratch.counts;
   counts.clear();

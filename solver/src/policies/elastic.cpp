@@ -1,8 +1,9 @@
 // Elastic scale-out (Aryl): after the core has placed every pending job (an
-// elastic one at the size it asks for, within its range, as a gang), the spare GPUs go to elastic jobs
-// by a multiple-choice knapsack; and scale-in, which gives extra workers
-// back to blocked jobs (see the scale-in section below). Owns solve_mck,
-// elastic_scale_out and elastic_scale_in_for (policies.hpp has the contract).
+// elastic one at the size it asks for, within its range, as a gang), the
+// spare GPUs go to elastic jobs by a multiple-choice knapsack; and
+// scale-in, which gives extra workers back to blocked jobs (see the
+// scale-in section below). Owns solve_mck, elastic_scale_out and
+// elastic_scale_in_for (policies.hpp has the contract).
 //
 // Units. Knapsack weights and the capacity are whole GPUs: a worker weighs
 // ceil(gpu_milli_total / 1000) GPUs (a fractional share weighs 1, a

@@ -189,7 +189,8 @@ std::string delay_class(job const& j, round_input const& in);
 
 /// Runs the whole round with the cross-round policies (queue_round.cpp);
 /// the cluster as the round leaves it goes to *final_state (for metrics).
-/// Elastic jobs are placed at their start size by the core (a gang), then grown.
+/// Elastic jobs are placed at their start size by the core (a gang), then
+/// grown.
 /// `out_of_time`: the round's budget; past it, the steps after the core
 /// assignment are skipped or cut short (each keeps what it has done).
 round_result queue_round(core_fn const& core, round_input const& in, queue_memory* memory, cluster* final_state,

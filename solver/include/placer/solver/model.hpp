@@ -185,9 +185,10 @@ struct queue_policy {
   /// Preemption for a higher priority takes only victims whose work since
   /// their last checkpoint (or start) is at most this many seconds: a
   /// blocked job waits for a victim's next checkpoint rather than destroy
-  /// its work (a queue reclaiming its guarantee does not wait). -1: any. 120 s: across the ITP clusters and loads it took
-  /// preemption's worst mean-wait ratio to no policy from 1.83 to 0.99
-  /// (docs/policies.md, "Preemption with minimum cost").
+  /// its work (a queue reclaiming its guarantee does not wait). -1: any.
+  /// 120 s: across the ITP clusters and loads it took preemption's worst
+  /// mean-wait ratio to no policy from 1.83 to 0.99 (docs/policies.md,
+  /// "Preemption with minimum cost").
   std::int64_t preempt_max_lost_s = 120;
   /// Training may borrow loanable inference nodes; inference jobs that do
   /// not fit reclaim them (lowest server preemption cost first).
