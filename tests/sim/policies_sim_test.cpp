@@ -676,27 +676,44 @@ TEST(SimPolicies, ExperimentPoliciesSmoke) {
   std::filesystem::remove_all(dir);
 }
 
+/// `placer experiment policies --data D --backend cpu ARGS --out DIR`, DIR
+/// a fresh folder `dir_name` under the temporary directory: its exit code,
+/// standard output and summary.json.
+struct experiment_run {
+  int rc = -1;
+  std::string out, json;
+  std::filesystem::path dir;
+};
+experiment_run run_policies_experiment(std::string const& dir_name, std::string const& args) {
+  experiment_run r;
+  r.dir = std::filesystem::temp_directory_path() / dir_name;
+  std::filesystem::remove_all(r.dir);
+  r.rc = run_placer("experiment policies --data " + data_dir() + " --backend cpu " + args + " --out " + r.dir.string(),
+                    r.out);
+  std::ifstream f(r.dir / "summary.json");
+  r.json.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  return r;
+}
+
 // Across clusters and loads: one workload per (cluster, load), the
 // across-workload table against no policy, and its JSON and plot.
 TEST(SimPolicies, ExperimentPoliciesAcrossClustersAndLoads) {
   std::string out;
   if (run_placer("experiment policies --help", out) < 0) GTEST_SKIP() << "placer binary not built beside the test";
   if (!have_data()) GTEST_SKIP() << "ITP or DLRM data not found under " << data_dir();
-  auto const dir = std::filesystem::temp_directory_path() / "placer_policies_across";
-  std::filesystem::remove_all(dir);
-  int const rc = run_placer("experiment policies --data " + data_dir() + " --clusters 2,05 --mixed none --limit 300 " +
-                                "--loads 50,90 --load-basis offered --only placer,+preemption --backend cpu --out " +
-                                dir.string(),
-                            out);
-  ASSERT_EQ(rc, 0) << out;
+  auto const run = run_policies_experiment(
+      "placer_policies_across",
+      "--clusters 2,05 --mixed none --limit 300 --loads 50,90 --load-basis offered --only placer,+preemption");
+  auto const& dir = run.dir;
+  auto const& json = run.json;
+  out = run.out;
+  ASSERT_EQ(run.rc, 0) << out;
   for (char const* w : {"itp:cluster02@load50%", "itp:cluster02@load90%", "itp:cluster05@load50%"}) {
     EXPECT_NE(out.find(std::string("\n") + w + ": "), std::string::npos) << w << "\n" << out;
   }
   EXPECT_NE(out.find("across "), std::string::npos) << out;
   EXPECT_NE(out.find("+preemption"), std::string::npos);
   EXPECT_EQ(out.find("mixed:"), std::string::npos) << "--mixed none";
-  std::ifstream f(dir / "summary.json");
-  std::string const json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(json.find("\"across\": [\n{\"family\":\"itp\",\"run\":\"+preemption\""), std::string::npos) << json;
   EXPECT_TRUE(std::filesystem::exists(dir / "across_itp_p90.svg"));
   // Bad values are usage errors.
@@ -713,15 +730,11 @@ TEST(SimPolicies, ExperimentPoliciesSumsSeedsIntoOneWorkload) {
   std::string out;
   if (run_placer("experiment policies --help", out) < 0) GTEST_SKIP() << "placer binary not built beside the test";
   if (!have_data()) GTEST_SKIP() << "ITP or DLRM data not found under " << data_dir();
-  auto const dir = std::filesystem::temp_directory_path() / "placer_policies_seeds";
-  std::filesystem::remove_all(dir);
-  int const rc = run_placer("experiment policies --data " + data_dir() + " --clusters 2 --mixed none --limit 400 " +
-                                "--loads 90 --load-basis offered --seeds 1-2 --only placer,+preemption --backend cpu --out " +
-                                dir.string(),
-                            out);
-  ASSERT_EQ(rc, 0) << out;
-  std::ifstream f(dir / "summary.json");
-  std::string const json((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto const run = run_policies_experiment(
+      "placer_policies_seeds",
+      "--clusters 2 --mixed none --limit 400 --loads 90 --load-basis offered --seeds 1-2 --only placer,+preemption");
+  auto const& json = run.json;
+  ASSERT_EQ(run.rc, 0) << run.out;
   auto p90 = [&](std::string const& workload, std::string const& run) {
     std::string const key = "{\"workload\":\"" + workload + "\",\"run\":\"" + run + "\"";
     auto const at = json.find(key);
@@ -737,7 +750,7 @@ TEST(SimPolicies, ExperimentPoliciesSumsSeedsIntoOneWorkload) {
       << json;
   EXPECT_NEAR(std::stod(m[1].str()), pre / base, 0.0006);
   EXPECT_EQ(run_placer("experiment policies --seed 1 --seeds 1-2 --data " + data_dir(), out), 2) << out;
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(run.dir);
 }
 
 TEST(SimPolicies, ExperimentTenantsSmoke) {
