@@ -151,6 +151,7 @@ struct config_result {
   double placed_per_round = 0;
   std::uint64_t retries = 0, resyncs = 0;  // rounds resent after a timeout; full snapshots resent
   double calls_per_round = 0, waits_per_round = 0;  // backend steps (means): stage calls, device-to-host waits
+  double mb_per_round = 0;  // bytes copied to the device and back (means, MB; 0 on the CPU backend)
 };
 
 double mean(std::vector<double> const& v) {
@@ -244,6 +245,7 @@ config_result run_config(bench_args const& a, round_input in, std::string const&
       if (t.stage == "total") {
         res.calls_per_round += static_cast<double>(t.calls) / rounds;
         res.waits_per_round += static_cast<double>(t.waits) / rounds;
+        res.mb_per_round += static_cast<double>(t.bytes_up + t.bytes_down) / 1e6 / rounds;
       }
     }
     res.client_encode_ms += c.last_timing().encode_us / 1000.0 / rounds;
@@ -315,17 +317,18 @@ int cmd_bench(int argc, char** argv) {
   }
 
   // Human table.
-  std::printf("\n%-6s %-34s %9s %9s %9s %9s %9s %10s %12s %7s %7s\n", "config", "backend", "p50 ms", "p90 ms",
-              "p99 ms", "p99.9 ms", "max ms", "rounds/s", "placements/s", "calls", "waits");
+  std::printf("\n%-6s %-34s %9s %9s %9s %9s %9s %10s %12s %7s %7s %7s\n", "config", "backend", "p50 ms", "p90 ms",
+              "p99 ms", "p99.9 ms", "max ms", "rounds/s", "placements/s", "calls", "waits", "MB");
   for (auto const& r : results) {
     double const rps = static_cast<double>(r.latency_ms.size()) / r.wall_s;
-    std::printf("%-6s %-34s %9s %9s %9s %9s %9s %10s %12s %7s %7s\n", r.name.c_str(), r.backend.substr(0, 34).c_str(),
+    std::printf("%-6s %-34s %9s %9s %9s %9s %9s %10s %12s %7s %7s %7s\n", r.name.c_str(), r.backend.substr(0, 34).c_str(),
                 fmt(percentile(r.latency_ms, 0.5)).c_str(), fmt(percentile(r.latency_ms, 0.9)).c_str(),
                 fmt(percentile(r.latency_ms, 0.99)).c_str(), fmt(percentile(r.latency_ms, 0.999)).c_str(),
                 fmt(percentile(r.latency_ms, 1.0)).c_str(), fmt(rps, 1).c_str(), fmt(rps * r.placed_per_round, 0).c_str(),
-                fmt(r.calls_per_round, 0).c_str(), fmt(r.waits_per_round, 0).c_str());
+                fmt(r.calls_per_round, 0).c_str(), fmt(r.waits_per_round, 0).c_str(), fmt(r.mb_per_round, 2).c_str());
   }
-  std::printf("(calls, waits: the backend's stage calls and device-to-host waits per round)\n");
+  std::printf("(calls, waits, MB: the backend's stage calls, device-to-host waits and megabytes copied to and from "
+              "the device per round)\n");
   std::printf("\nserver-side stage means (ms):\n");
   for (auto const& r : results) {
     std::printf("  %-6s", r.name.c_str());
@@ -372,7 +375,8 @@ int cmd_bench(int argc, char** argv) {
         << ",\"rounds_per_s\":" << static_cast<double>(r.latency_ms.size()) / r.wall_s
         << ",\"replicas_placed_per_round\":" << r.placed_per_round << ",\"retries\":" << r.retries
         << ",\"resyncs\":" << r.resyncs << ",\"stage_calls_per_round\":" << r.calls_per_round
-        << ",\"waits_per_round\":" << r.waits_per_round << ",\"stages_ms\":{";
+        << ",\"waits_per_round\":" << r.waits_per_round << ",\"mb_copied_per_round\":" << r.mb_per_round
+        << ",\"stages_ms\":{";
       bool first = true;
       for (auto const& [s, v] : r.stage_ms) {
         f << (first ? "" : ",") << "\"" << s << "\":" << v;

@@ -194,7 +194,14 @@ void print_summary(std::ostream& os, round_input const& in, round_result const& 
   for (auto const& t : r.timing) os << " " << t.stage << " " << fixed(t.micros / 1000.0, 3) << "ms";
   os << "\n";
   for (auto const& t : r.timing) {
-    if (t.stage == "total") os << "Backend steps: " << t.calls << " stage calls, " << t.waits << " device-to-host waits\n";
+    if (t.stage == "total") {
+      os << "Backend steps: " << t.calls << " stage calls, " << t.waits << " device-to-host waits";
+      if (t.bytes_up + t.bytes_down > 0) {
+        os << ", " << fixed(static_cast<double>(t.bytes_up) / 1e6, 3) << " MB to the device and "
+           << fixed(static_cast<double>(t.bytes_down) / 1e6, 3) << " MB back";
+      }
+      os << "\n";
+    }
   }
   if (latency_us > 0) os << "Round-trip latency: " << fixed(latency_us / 1000.0, 3) << " ms (backend " << r.backend << ")\n";
   else os << "Backend: " << r.backend << "\n";

@@ -66,7 +66,7 @@ void bm_round(benchmark::State& st, std::string const& backend, std::string cons
   round_input in = scenario(name);
   in.pol.algo = algo;
   std::map<std::string, double> stage_us;
-  double placed = 0, calls = 0, waits = 0;
+  double placed = 0, calls = 0, waits = 0, up = 0, down = 0;
   (void)s.solve(in);  // warm-up: workspace sized, pages touched (first-round costs kept out of the mean)
   for (auto _ : st) {
     round_result const r = s.solve(in);
@@ -76,15 +76,21 @@ void bm_round(benchmark::State& st, std::string const& backend, std::string cons
       if (t.stage == "total") {
         calls = static_cast<double>(t.calls);
         waits = static_cast<double>(t.waits);
+        up = static_cast<double>(t.bytes_up);
+        down = static_cast<double>(t.bytes_down);
       }
     }
     benchmark::DoNotOptimize(r.placements.data());
   }
   for (auto const& [k, v] : stage_us) st.counters[k + "_us"] = v / static_cast<double>(st.iterations());
   // Backend steps of one round (the same on every backend): stage calls
-  // and device-to-host waits.
+  // and device-to-host waits; bytes copied to the device and back (a
+  // backend with memory of its own: cuda, and twin, its code over host
+  // memory, which counts what a GPU round moves on a machine without one).
   st.counters["calls"] = calls;
   st.counters["waits"] = waits;
+  st.counters["bytes_up"] = up;
+  st.counters["bytes_down"] = down;
   st.counters["placed"] = placed;
   round_matrices const m = build_matrices(in);
   st.counters["cells"] = static_cast<double>(m.n_classes()) * m.n_nodes();
@@ -92,7 +98,7 @@ void bm_round(benchmark::State& st, std::string const& backend, std::string cons
 }
 
 int register_all() {
-  for (std::string const backend : {"cpu", "cuda"}) {
+  for (std::string const backend : {"cpu", "cuda", "twin"}) {
     for (std::string const name : {"demo", "10k", "100k", "openb", "10k-k8s", "100k-k8s"}) {
       benchmark::RegisterBenchmark(("round/" + backend + "/" + name).c_str(), bm_round, backend, name, algorithm::placer)
           ->Unit(benchmark::kMillisecond)

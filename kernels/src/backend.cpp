@@ -50,8 +50,9 @@ std::unique_ptr<backend> select_backend(std::string_view choice, std::function<v
                                         int device) {
   if (choice == "cpu") return make_backend(backend_kind::cpu);
   if (choice == "cuda") return make_backend(backend_kind::cuda, device);
+  if (choice == "twin") return make_device_twin();
   PLACER_EXPECTS(choice == "auto" || choice.empty(),
-                 "unknown backend '" + std::string(choice) + "' (expected auto, cpu or cuda)");
+                 "unknown backend '" + std::string(choice) + "' (expected auto, cpu, cuda or twin)");
   auto const why = cuda_unavailable_reason();
   if (why.empty()) {
     try {

@@ -860,7 +860,8 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
   timing.reserve(r.timing.size() + 1);
   for (auto const& t : r.timing) {
     timing.push_back(wire::CreateStageTiming(fbb, fbb.CreateString(t.stage), t.micros, static_cast<std::uint64_t>(t.calls),
-                                             static_cast<std::uint64_t>(t.waits)));
+                                             static_cast<std::uint64_t>(t.waits), static_cast<std::uint64_t>(t.bytes_up),
+                                             static_cast<std::uint64_t>(t.bytes_down)));
   }
   if (encode_stage != nullptr) {
     double const us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
@@ -1032,7 +1033,8 @@ decoded_reply decode_reply(wire::Envelope const& env) {
     r.timing.reserve(v->size());
     for (auto const* t : *v) {
       r.timing.push_back({str(t->stage()), t->micros(), static_cast<std::int64_t>(t->calls()),
-                          static_cast<std::int64_t>(t->waits())});
+                          static_cast<std::int64_t>(t->waits()), static_cast<std::int64_t>(t->bytes_up()),
+                          static_cast<std::int64_t>(t->bytes_down())});
     }
   }
   r.backend = str(rep->backend());

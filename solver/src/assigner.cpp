@@ -371,6 +371,7 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
     if (s_.live_class[c] != 0) from = std::min(from, static_cast<std::size_t>(s_.fresh_at[c]));
   }
   auto& changed = s_.refresh_nodes;
+  changed.reserve(1);  // an empty log is an empty list, not none (null: every node)
   changed.assign(s_.changes.begin() + static_cast<std::ptrdiff_t>(from), s_.changes.end());
   std::sort(changed.begin(), changed.end());
   changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
@@ -662,6 +663,7 @@ void assigner::caps_after(std::int32_t n) {
 }
 
 void assigner::changed(std::int32_t n, std::int32_t c) {
+  backend_.host_wrote(n);
   if (mode_ == assign_mode::kube) return;  // kube scores on the fly
   auto& stamp = s_.stamp[static_cast<std::size_t>(n)];
   if (stamp != now_) s_.changes.push_back(n);  // logged once between refreshes
@@ -676,6 +678,7 @@ void assigner::refresh_class(std::int32_t c) {
     std::int32_t const n = s_.changes[i];
     if (s_.stamp[static_cast<std::size_t>(n)] >= s_.fresh[k]) {
       scores_[k * static_cast<std::size_t>(m_.n_nodes()) + static_cast<std::size_t>(n)] = op_.score(c, n);
+      backend_.host_wrote(n);
     }
   }
   s_.fresh[k] = ++now_;

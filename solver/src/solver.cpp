@@ -322,7 +322,7 @@ round_result solver::solve_admitted(round_input const& in, queue_memory* memory)
   std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   step_counts const total = backend_->steps() - steps_round;
-  out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits});
+  out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits, total.bytes_up, total.bytes_down});
   explain_stage(in, out, ws_->explain);
   return out;
 }
@@ -403,6 +403,7 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   auto assign = [&] {
     m = ws_->m_scored;
     ws_->scores = ws_->scores_scored;
+    backend_->host_wrote_all();  // the bound arrays, restored
     trial = round_result{};
     detail::assigner(in, m, ws_->scores, p, *backend_, detail::assign_mode::placer, ws_->assign)
         .run(trial, out_of_time, order);
@@ -527,7 +528,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   step_counts steps_stage = backend_->steps();
   auto stage_done = [&](char const* name) {
     step_counts const d = backend_->steps() - steps_stage;
-    out.timing.push_back({name, micros_since(t), d.calls, d.waits});
+    out.timing.push_back({name, micros_since(t), d.calls, d.waits, d.bytes_up, d.bytes_down});
     t = clock_type::now();
     steps_stage = backend_->steps();
   };
@@ -540,7 +541,23 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   std::vector<std::int32_t>& scores = ws_->scores;
 
   build_matrices(in, m);
+  // The one-job-at-a-time baselines score on the host per replica.
+  bool const kube = in.pol.algo == algorithm::kube_least_allocated || in.pol.algo == algorithm::kube_most_allocated ||
+                    in.pol.algo == algorithm::first_fit;
+  // Every cell is written below (backend or host loop), so no zeroing.
+  scores.resize(static_cast<std::size_t>(m.n_nodes()) * m.n_classes());
   stage_done("flatten");
+
+  // The round stays on a backend with memory of its own until it ends
+  // (residency: backend::bind_round), however it ends.
+  struct binding {
+    kernels::backend& b;
+    ~binding() { b.unbind_round(); }
+  } const bound{*backend_};
+  if (!kube) {
+    backend_->bind_round({m.nodes(), m.classes(), m.tasks(), scores.data(), m.gpu_free.data(), m.cpu_free.data(),
+                          m.mem_free.data()});
+  }
 
   cluster_stats const before = backend_->stats(m.nodes(), m.tasks());
   fill_stats(before, out.metrics.gar_before, out.metrics.gfr_before, out.metrics.frag_ratio_before);
@@ -552,16 +569,11 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   p.w_pool_affinity = in.pol.w.pool_affinity;
   p.w_scarcity = in.pol.w.scarcity;
   p.w_affinity = in.pol.w.affinity;
-  // The one-job-at-a-time baselines score on the host per replica.
-  bool const kube = in.pol.algo == algorithm::kube_least_allocated || in.pol.algo == algorithm::kube_most_allocated ||
-                    in.pol.algo == algorithm::first_fit;
   p.kube_mode = in.pol.algo == algorithm::kube_least_allocated  ? 1
                 : in.pol.algo == algorithm::kube_most_allocated ? 2
                 : in.pol.algo == algorithm::first_fit           ? 3
                                                                 : 0;
 
-  // Every cell is written below (backend or host loop), so no zeroing.
-  scores.resize(static_cast<std::size_t>(m.n_nodes()) * m.n_classes());
   if (!kube) backend_->score(m.nodes(), m.classes(), m.tasks(), p, scores);
   stage_done("score");
 
@@ -600,7 +612,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   step_counts const total = backend_->steps() - steps_round;
-  out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits});
+  out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits, total.bytes_up, total.bytes_down});
   return out;
 }
 

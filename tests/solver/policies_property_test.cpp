@@ -125,6 +125,38 @@ TEST(PoliciesProperty, RandomRoundsWithConstraintsKeepInvariants) {
               constrained);
 }
 
+// The cross-round policies solve sub-problem after sub-problem on one
+// backend, each bound and unbound in turn: the CUDA backend's code over host
+// memory (the device twin, its copies checked against the host's at every
+// call) gives the CPU backend's decisions.
+TEST(PoliciesProperty, DeviceTwinGivesTheCpuBackendsDecisions) {
+  solver cpu(kernels::select_backend("cpu"));
+  solver twin(kernels::make_device_twin(/*resident=*/true, /*verify=*/true));
+  std::mt19937_64 rng(20261126);
+  int decisions = 0;
+  for (int round = 0; round < 150; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    round_input const in = round_with_running(rng, cpu, round % 2 == 1);
+    queue_memory m1, m2;
+    round_result const a = cpu.solve(in, &m1);
+    round_result b;
+    ASSERT_NO_THROW(b = twin.solve(in, &m2));
+    ASSERT_EQ(a.placements.size(), b.placements.size());
+    for (std::size_t k = 0; k < a.placements.size(); ++k) {
+      EXPECT_EQ(a.placements[k].job, b.placements[k].job);
+      EXPECT_EQ(a.placements[k].replicas, b.placements[k].replicas);
+    }
+    ASSERT_EQ(a.preemptions.size(), b.preemptions.size());
+    ASSERT_EQ(a.scale_ins.size(), b.scale_ins.size());
+    ASSERT_EQ(a.scale_outs.size(), b.scale_outs.size());
+    EXPECT_EQ(a.reclaimed_nodes, b.reclaimed_nodes);
+    EXPECT_EQ(a.metrics.gfr_after, b.metrics.gfr_after);
+    decisions += static_cast<int>(a.placements.size() + a.preemptions.size() + a.scale_outs.size());
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(decisions, 500);
+}
+
 // A policy with nothing to act on leaves the round as it is without it.
 // The policies solve sub-problems (here the one of every pending job);
 // those score nodes with the round's FGD typical task set and model

@@ -674,6 +674,90 @@ TEST(BackendParity, ParallelCpuPathsMatchTheSequentialOnes) {
   expect_parity(sequential, parallel, 300, 7);
 }
 
+// The CUDA backend's code over host memory (kernels/portable/device_backend.hpp):
+// its arenas, staging and the bound round kept on its "device" between calls,
+// with node records both ways. Verify mode reads its copies back at every call
+// of a bound round and compares them with the host's arrays, and every view a
+// stage reads must lie in its device memory.
+TEST(BackendParity, DeviceTwinMatchesCpuOnRandomRounds) {
+  solver cpu = cpu_solver();
+  solver twin(kernels::make_device_twin(/*resident=*/true, /*verify=*/true));
+  expect_parity(cpu, twin, 300, 11);
+}
+
+TEST(BackendParity, DeviceTwinSendingEverythingMatchesCpu) {
+  solver cpu = cpu_solver();
+  solver twin(kernels::make_device_twin(/*resident=*/false));
+  expect_parity(cpu, twin, 100, 13);
+}
+
+// Every algorithm that runs on the backend (the tier program, greedy's host
+// commits, the repair search's restored states, stacking, constraints) gives
+// the CPU backend's round on the twin, whose copies must equal the host's at
+// every call.
+TEST(BackendParity, DeviceTwinKeepsEveryAlgorithmsRound) {
+  solver cpu = cpu_solver();
+  solver twin(kernels::make_device_twin(/*resident=*/true, /*verify=*/true));
+  std::mt19937_64 rng(20261126);
+  std::int64_t up = 0, down = 0;
+  int placed = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    round_input in = testing_support::random_round(rng);
+    in.pol.algo = static_cast<algorithm>(iter % 4);
+    in.pol.stacking = (iter / 4) % 2 == 1;
+    if (iter % 3 == 2) testing_support::add_random_constraints(rng, in);
+    auto const before = twin.backend().steps();
+    round_result const a = cpu.solve(in);
+    round_result b;
+    ASSERT_NO_THROW(b = twin.solve(in)) << "iteration " << iter;
+    up += twin.backend().steps().bytes_up - before.bytes_up;
+    down += twin.backend().steps().bytes_down - before.bytes_down;
+    ASSERT_EQ(a.placements.size(), b.placements.size()) << "iteration " << iter;
+    for (std::size_t k = 0; k < a.placements.size(); ++k) {
+      ASSERT_EQ(a.placements[k].job, b.placements[k].job) << "iteration " << iter;
+      ASSERT_EQ(a.placements[k].replicas, b.placements[k].replicas) << "iteration " << iter;
+    }
+    ASSERT_EQ(a.unplaced_jobs.size(), b.unplaced_jobs.size()) << "iteration " << iter;
+    EXPECT_EQ(a.metrics.gfr_after, b.metrics.gfr_after) << "iteration " << iter;
+    placed += static_cast<int>(a.placements.size());
+  }
+  EXPECT_GT(placed, 1000);
+  EXPECT_GT(up, 0);  // it does move data, and counts it
+  EXPECT_GT(down, 0);
+  EXPECT_EQ(cpu.backend().steps().bytes_up, 0);  // the CPU backend works in the host's arrays
+}
+
+// Verify mode is what makes the twin's silence mean something: a host write
+// the backend was not told of shows at its next call.
+TEST(Backend, DeviceTwinCatchesAnUndeclaredHostWrite) {
+  std::mt19937_64 rng(5);
+  round_input in;
+  do {
+    in = testing_support::random_round(rng);
+  } while (in.state.nodes.empty() || in.pending.empty());
+  round_matrices m = build_matrices(in);
+  std::vector<std::int32_t> scores(static_cast<std::size_t>(m.n_nodes()) * m.n_classes());
+  auto b = kernels::make_device_twin(true, true);
+  kernels::round_binding const bind{m.nodes(),        m.classes(),        m.tasks(),       scores.data(),
+                                    m.gpu_free.data(), m.cpu_free.data(), m.mem_free.data()};
+  b->bind_round(bind);
+  b->score(m.nodes(), m.classes(), m.tasks(), {}, scores);
+  m.cpu_free[0] -= 1;
+  b->host_wrote(0);  // declared: sent as a node record
+  EXPECT_NO_THROW(b->stats(m.nodes(), m.tasks()));
+  EXPECT_GT(b->steps().bytes_up, 0);
+  m.cpu_free[0] -= 1;  // not declared
+  EXPECT_THROW(b->stats(m.nodes(), m.tasks()), logic_error);
+  b->bind_round(bind);  // bound afresh: everything sent again
+  b->score(m.nodes(), m.classes(), m.tasks(), {}, scores);
+  if (m.n_classes() > 0) {
+    scores[0] += 1;  // a score cell, not declared
+    EXPECT_THROW(b->stats(m.nodes(), m.tasks()), logic_error);
+  }
+  b->unbind_round();
+  EXPECT_NO_THROW(b->stats(m.nodes(), m.tasks()));  // unbound: sent whole
+}
+
 TEST(Backend, AutoFallsBackToCpuWithAReason) {
   std::string said;
   auto b = kernels::select_backend("auto", [&](std::string const& m) { said = m; });

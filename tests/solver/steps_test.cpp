@@ -4,6 +4,7 @@
 // here, on the CPU backend, because the counting is in the code both
 // backends share. On a GPU each call costs a launch and each wait a round
 // trip, so these bounds bound the GPU round (docs/architecture.md).
+#include <placer/solver/matrices.hpp>
 #include <placer/solver/solver.hpp>
 #include <placer/traces/synthetic.hpp>
 
@@ -61,6 +62,61 @@ TEST_P(StepBounds, RoundStaysWithinItsStepBudget) {
 INSTANTIATE_TEST_SUITE_P(Scenarios, StepBounds,
                          ::testing::Values(bound{"10k", 64, 48}, bound{"100k", 64, 48}),
                          [](auto const& info) { return std::string("s") + info.param.scenario; });
+
+// What a GPU round moves between host and device, counted by the CUDA
+// backend's own code run over host memory (the device twin). Resident, the
+// round is sent once when it is bound and then only the nodes either side
+// changed move; sent whole at every call (as before residency), every tier
+// moved the node arrays and the score matrix both ways.
+struct traffic {
+  std::int64_t up = 0, down = 0, calls = 0, waits = 0;
+};
+traffic traffic_of(kernels::backend& b, solver& s, round_input const& in) {
+  auto const before = b.steps();
+  (void)s.solve(in);
+  auto const d = b.steps() - before;
+  return {d.bytes_up, d.bytes_down, d.calls, d.waits};
+}
+
+class Residency : public ::testing::TestWithParam<char const*> {};
+
+TEST_P(Residency, ARoundMovesWhatChangedNotEveryArrayPerTier) {
+  round_input const in = traces::make_scenario(traces::scenario_preset(GetParam()));
+  round_matrices const m = build_matrices(in);
+  // One copy of the round's data: the node arrays and the score matrix.
+  std::int64_t const nodes = static_cast<std::int64_t>(m.n_nodes()) * (3 * 8 + 9 * 4 + 2) +
+                             static_cast<std::int64_t>(m.gpu_free.size()) * 5;
+  std::int64_t const matrix = static_cast<std::int64_t>(m.n_nodes()) * m.n_classes() * 4;
+  solver resident(kernels::make_device_twin(true));
+  solver whole(kernels::make_device_twin(false));
+  traffic const first = traffic_of(resident.backend(), resident, in);
+  traffic const again = traffic_of(resident.backend(), resident, in);
+  traffic const old = traffic_of(whole.backend(), whole, in);
+  std::printf("%s: resident first round up %.2f MB down %.2f MB, next round up %.2f MB down %.2f MB; "
+              "sent whole per call: up %.2f MB down %.2f MB (node arrays %.2f MB, matrix %.2f MB); "
+              "%lld calls, %lld waits (whole: %lld, %lld)\n",
+              GetParam(), first.up / 1e6, first.down / 1e6, again.up / 1e6, again.down / 1e6, old.up / 1e6,
+              old.down / 1e6, nodes / 1e6, matrix / 1e6, static_cast<long long>(first.calls),
+              static_cast<long long>(first.waits), static_cast<long long>(old.calls), static_cast<long long>(old.waits));
+  // Resident: the round goes up about once, and the matrix comes down once
+  // with the records of the nodes each tier changed.
+  EXPECT_LE(first.up, 2 * (nodes + matrix));
+  EXPECT_LE(first.down, 3 * (nodes + matrix));
+  // Sent whole, every tier moves at least the matrix both ways.
+  EXPECT_GE(old.up, 10 * first.up);
+  EXPECT_GE(old.down, 5 * first.down);
+  // A session's next round sends the node arrays that did not change
+  // (capacities, models, topology) no more.
+  EXPECT_LT(again.up, first.up);
+  EXPECT_EQ(again.down, first.down);
+  // Residency adds no waits, and a call only where host commits precede a
+  // stage that reads the nodes (their records unpacked on the device).
+  EXPECT_EQ(first.waits, old.waits);
+  EXPECT_LE(first.calls, old.calls + 8);
+}
+
+INSTANTIATE_TEST_SUITE_P(Scenarios, Residency, ::testing::Values("10k", "100k"),
+                         [](auto const& info) { return std::string("s") + info.param; });
 
 }  // namespace
 }  // namespace placer

@@ -40,6 +40,20 @@ struct device_fault : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// A round's arrays that a backend with memory of its own (the CUDA
+/// backend) may keep there between its calls: the views, and the host's
+/// writable arrays of what the round changes (the nodes' free GPUs, CPU
+/// and memory, which are the views' own, and the score matrix).
+struct round_binding {
+  node_view nodes;
+  class_view classes;
+  task_view tasks;
+  std::int32_t* scores = nullptr;    ///< n_classes x n_nodes
+  std::int32_t* gpu_free = nullptr;  ///< nodes.gpu_free
+  std::int64_t* cpu_free = nullptr;  ///< nodes.cpu_free
+  std::int64_t* mem_free = nullptr;  ///< nodes.mem_free
+};
+
 class backend {
  public:
   virtual ~backend() = default;
@@ -73,8 +87,57 @@ class backend {
   /// (steps.hpp); a caller takes differences around a stage.
   [[nodiscard]] step_counts const& steps() const { return steps_; }
 
+  // --- Residency (docs/architecture.md): one round's arrays kept on the
+  // backend between calls. Until unbind_round, a call given the bound
+  // views (and matrix) reads the backend's copies, and the host declares
+  // every node whose free resources, clock (a tier problem's stamp and
+  // state) or score cells it writes between calls; each call then moves
+  // only the nodes either side changed. Calls given other views send them
+  // whole. The CPU backend works in the host's arrays and ignores all of it.
+
+  /// Binds a round (the solver, once its matrices are built).
+  virtual void bind_round(round_binding const& b) { (void)b; }
+  virtual void unbind_round() {}
+  /// The host wrote node n's free GPUs, CPU, memory, stamp or score cells.
+  void host_wrote(std::int32_t n) {
+    if (!wrote_.on || wrote_.all) return;
+    auto& m = wrote_.mark[static_cast<std::size_t>(n)];
+    if (m == 0) {
+      m = 1;
+      wrote_.nodes.push_back(n);
+    }
+  }
+  /// The host rewrote the changing arrays wholesale (a saved state restored
+  /// into them) and starts a new clock.
+  void host_wrote_all() {
+    if (!wrote_.on) return;
+    wrote_.clear();
+    wrote_.all = true;
+  }
+
  protected:
   step_counts steps_;
+  /// The host's declared writes since the backend's last call.
+  struct host_writes {
+    bool on = false;   ///< a round is bound and its writes are kept
+    bool all = false;  ///< host_wrote_all
+    std::vector<std::int32_t> nodes;  ///< each once
+    std::vector<std::uint8_t> mark;   ///< per node: 1 = in `nodes`
+    void start(std::int32_t n_nodes) {
+      clear();
+      mark.assign(static_cast<std::size_t>(n_nodes), 0);
+      on = true;
+    }
+    void stop() {
+      clear();
+      on = false;
+    }
+    void clear() {
+      for (auto n : nodes) mark[static_cast<std::size_t>(n)] = 0;
+      nodes.clear();
+      all = false;
+    }
+  } wrote_;
 };
 
 /// Makes the backend of `kind` (CUDA: on GPU `device`, which every stage
@@ -88,7 +151,16 @@ std::unique_ptr<backend> make_backend(backend_kind kind, int device = 0);
 /// paths give the sequential results, under ThreadSanitizer too.
 std::unique_ptr<backend> make_parallel_cpu_backend();
 
-/// Parses "auto" | "cpu" | "cuda" and makes the backend. "auto" takes CUDA
+/// The CUDA backend's code (kernels/portable/device_backend.hpp) over host
+/// memory: its own "device" allocations, copies, residency and node
+/// records, with every stage on the calling thread. For tests (its results
+/// must be the CPU backend's; `verify` compares its copies of a bound round
+/// with the host's at every call, and every view a stage reads must lie in
+/// its device memory) and for counting what the GPU round moves
+/// (round_bench). `resident` false: every call sends its views whole.
+std::unique_ptr<backend> make_device_twin(bool resident = true, bool verify = false);
+
+/// Parses "auto" | "cpu" | "cuda" | "twin" and makes the backend. "auto" takes CUDA
 /// when a GPU answers and falls back to the CPU otherwise, reporting why
 /// through `log`.
 std::unique_ptr<backend> select_backend(std::string_view choice,

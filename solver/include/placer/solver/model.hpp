@@ -391,6 +391,10 @@ struct stage_timing {
   /// backend; `total` carries the round's sums.
   std::int64_t calls = 0;
   std::int64_t waits = 0;
+  /// Bytes the stage copied to the device and back (a backend with memory
+  /// of its own: the CUDA backend and its twin; 0 on the CPU backend).
+  std::int64_t bytes_up = 0;
+  std::int64_t bytes_down = 0;
 };
 
 struct round_result {

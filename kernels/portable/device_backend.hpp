@@ -1,0 +1,856 @@
+#pragma once
+// The backend of a device with memory of its own, written once against a
+// `Device`: cuda_device (kernels/cuda/cuda_backend.cu, nvcc) and its twin
+// over host memory, host_device (kernels/src/device_twin.cpp, g++), which
+// runs this same code in CI: the arenas, the staging, the residency of a
+// bound round and its node records, the transfers and their counts.
+//
+// Memory: two arenas, each a device allocation with a pinned host mirror.
+//   resident  the bound round (bind_round .. unbind_round): every array of
+//             its node, class and task views, the score matrix, the clock
+//             (stamp, state). Sent at bind_round, except the arrays that
+//             are byte for byte what the device already holds (a session's
+//             next round: the nodes' fixed arrays), and kept there.
+//   work      one call's inputs, scratch and results, laid out per call.
+// A call with the bound round's views reads the resident copies: the host
+// sends only the nodes it declared changed (backend::host_wrote) as node
+// records, and a tier program sends back only the nodes it changed
+// (residency.hpp). A call with other views sends them whole, as before.
+//
+// A Device provides:
+//   static constexpr backend_kind kind; static constexpr bool checks_pointers;
+//   description(); guard(f) (runs f with the device current, failures as
+//   device_fault); device_alloc / device_free; host_alloc / host_free
+//   (pinned); up(d, h, bytes) / down(h, d, bytes) (asynchronous, in stream
+//   order); sync(); check_launch(); exec() / exec_nosync() (Thrust
+//   policies); run_tier(buffers, records in, count, records out) (one
+//   launch); expect_device(p, bytes) (the twin: p lies in device memory).
+
+#include "residency.hpp"
+#include "stages.hpp"
+#include "tier_program.hpp"
+
+#include <placer/kernels/backend.hpp>
+#include <placer/topology/error.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace placer::kernels {
+inline namespace PLACER_BACKEND_NS {
+
+// ------------------------------------------------------------- view arrays
+
+/// Calls f(field, count, changes) for every array of a view, in a fixed
+/// order (null fields included, with any count): `field` is the pointer
+/// member (f may replace it), `changes` marks the arrays a round changes
+/// (the free CPU, memory and GPUs). The one list of a view's arrays, for
+/// sending, sizing, comparing and checking them.
+template <class F>
+void each_array(node_view& v, F&& f) {
+  auto const n = static_cast<std::size_t>(v.n_nodes);
+  auto const g = static_cast<std::size_t>(v.n_gpus);
+  f(v.cpu_free, n, true);
+  f(v.cpu_capacity, n, false);
+  f(v.mem_free, n, true);
+  f(v.model, n, false);
+  f(v.pool, n, false);
+  f(v.flags, n, false);
+  f(v.gpu_begin, n + 1, false);
+  f(v.gpu_free, g, true);
+  f(v.gpu_capacity, n, false);
+  f(v.gpu_island, g, false);
+  f(v.scarcity, n, false);
+  f(v.same_as, n, false);
+  f(v.frag_node, static_cast<std::size_t>(v.n_frag), false);
+  f(v.frag_slot, n, false);
+  f(v.group, n, false);
+}
+
+template <class F>
+void each_array(class_view& v, F&& f) {
+  auto const n = static_cast<std::size_t>(v.n_classes);
+  auto const cells = v.admit != nullptr ? static_cast<std::size_t>(v.n_sets) * static_cast<std::size_t>(v.n_groups) : 0;
+  f(v.gpus, n, false);
+  f(v.milli, n, false);
+  f(v.cpu, n, false);
+  f(v.mem, n, false);
+  f(v.model_mask, n, false);
+  f(v.pool_mask, n, false);
+  f(v.loan_ok, n, false);
+  f(v.any_model, n, false);
+  f(v.one_per_node, n, false);
+  f(v.constraint, v.admit != nullptr ? n : 0, false);
+  f(v.admit, cells, false);
+  f(v.prefer, cells, false);
+}
+
+template <class F>
+void each_array(task_view& v, F&& f) {
+  auto const n = static_cast<std::size_t>(v.n_tasks);
+  f(v.gpus, n, false);
+  f(v.milli, n, false);
+  f(v.cpu, n, false);
+  f(v.model_mask, n, false);
+  f(v.freq_ppm, n, false);
+}
+
+template <class F>
+void each_array(domain_index_view& v, F&& f) {
+  f(v.node, static_cast<std::size_t>(v.n_entries), false);
+  f(v.begin, static_cast<std::size_t>(v.n_domains) + 1, false);
+}
+
+/// Whether two views are the same arrays (pointers and sizes) with the
+/// same scalars.
+template <class View>
+bool same_arrays(View a, View b) {
+  std::array<std::pair<void const*, std::size_t>, 16> pa{}, pb{};  // a view has at most 15 arrays
+  std::size_t ka = 0, kb = 0;
+  each_array(a, [&](auto const* p, std::size_t n, bool) { pa[ka++] = {p, p != nullptr ? n : 0}; });
+  each_array(b, [&](auto const* p, std::size_t n, bool) { pb[kb++] = {p, p != nullptr ? n : 0}; });
+  if constexpr (std::is_same_v<View, task_view>) {
+    if (a.share_cpu != b.share_cpu) return false;
+  }
+  return ka == kb && std::equal(pa.begin(), pa.begin() + static_cast<std::ptrdiff_t>(ka), pb.begin());
+}
+
+template <class T>
+std::size_t padded(std::size_t n) {
+  return (n * sizeof(T) + 255) / 256 * 256;
+}
+
+// ------------------------------------------------------------------ arena
+
+/// Device memory and its pinned host mirror, each a bump allocator laid
+/// out per use by a plan: the plan runs once to measure, the memory grows
+/// to fit (only between calls, with nothing in flight), and it runs again
+/// for real. Staged buffers have a device part and a mirror part (their
+/// inputs are written into the mirror and sent by flush(), coalesced into
+/// as few copies as their layout allows); scratch is device only; landings
+/// are mirror only, where results come down. Both grow to the high-water
+/// mark, so a steady stream of rounds allocates nothing.
+template <class Device>
+class device_arena {
+ public:
+  explicit device_arena(Device& d) : dev_(d) {}
+  device_arena(device_arena const&) = delete;
+  device_arena& operator=(device_arena const&) = delete;
+  ~device_arena() {
+    if (d_base_ != nullptr) dev_.device_free(d_base_);
+    if (h_base_ != nullptr) dev_.host_free(h_base_);
+  }
+
+  /// Lays buffers out with layout(*this); returns whether the memory was
+  /// replaced (whatever it held is gone).
+  template <class Layout>
+  bool plan(Layout&& layout) {
+    measuring_ = true;
+    apart_ = false;
+    d_used_ = h_used_ = 0;
+    layout(*this);
+    bool replaced = false;
+    if (d_used_ > d_cap_) {
+      if (d_base_ != nullptr) dev_.device_free(d_base_);
+      d_base_ = nullptr;
+      d_cap_ = 0;
+      std::size_t const grown = d_used_ + d_used_ / 2;
+      d_base_ = static_cast<char*>(dev_.device_alloc(grown));
+      d_cap_ = grown;
+      replaced = true;
+    }
+    if (h_used_ > h_cap_) {
+      if (h_base_ != nullptr) dev_.host_free(h_base_);
+      h_base_ = nullptr;
+      h_cap_ = 0;
+      std::size_t const grown = h_used_ + h_used_ / 2;
+      h_base_ = static_cast<char*>(dev_.host_alloc(grown));
+      h_cap_ = grown;
+      replaced = true;
+    }
+    measuring_ = false;
+    apart_ = false;
+    d_used_ = h_used_ = 0;
+    sends_.clear();
+    layout(*this);
+    return replaced;
+  }
+
+  /// n elements on the device and their mirror: {device, mirror}.
+  template <class T>
+  std::pair<T*, T*> space(std::size_t n) {
+    if (n == 0) return {nullptr, nullptr};
+    std::size_t const bytes = padded<T>(n);
+    std::size_t const d = d_used_, h = h_used_;
+    d_used_ += bytes;
+    h_used_ += bytes;
+    if (measuring_) return {nullptr, nullptr};
+    return {reinterpret_cast<T*>(d_base_ + d), reinterpret_cast<T*>(h_base_ + h)};
+  }
+  /// n elements of h staged: copied into the mirror now, sent by flush().
+  /// Null for a null h; an empty array stays a non-null one (a list of
+  /// none is not an absent list).
+  template <class T>
+  T* stage(T const* h, std::size_t n) {
+    if (h == nullptr) return nullptr;
+    if (n == 0) return take<T>(1);
+    auto const [d, m] = space<T>(n);
+    if (d != nullptr) {
+      std::memcpy(m, h, n * sizeof(T));
+      send(d, m, n * sizeof(T));
+    }
+    return d;
+  }
+  /// n elements on the device only.
+  template <class T>
+  T* take(std::size_t n) {
+    if (n == 0) return nullptr;
+    std::size_t const d = d_used_;
+    d_used_ += padded<T>(n);
+    apart_ = true;
+    return measuring_ ? nullptr : reinterpret_cast<T*>(d_base_ + d);
+  }
+  /// n elements of mirror only: where a result comes down.
+  template <class T>
+  T* landing(std::size_t n) {
+    if (n == 0) return nullptr;
+    std::size_t const h = h_used_;
+    h_used_ += padded<T>(n);
+    apart_ = true;
+    return measuring_ ? nullptr : reinterpret_cast<T*>(h_base_ + h);
+  }
+  /// The mirror of a device buffer, in an arena laid out by space() alone
+  /// (its two sides in step).
+  template <class T>
+  T* mirror(T const* d) const {
+    if (apart_) throw logic_error(error_code::internal, "device arena: mirror() of an arena with one-sided buffers");
+    return reinterpret_cast<T*>(h_base_ + (reinterpret_cast<char const*>(d) - d_base_));
+  }
+  /// Queues `bytes` of mirror h (a buffer of space()) to be sent to d.
+  void send(void const* d, void const* h, std::size_t bytes) {
+    if (bytes == 0) return;
+    auto const dat = static_cast<std::size_t>(static_cast<char const*>(d) - d_base_);
+    auto const hat = static_cast<std::size_t>(static_cast<char const*>(h) - h_base_);
+    // A neighbour on both sides merges (the padding between goes along):
+    // one copy for a run of staged buffers.
+    if (!sends_.empty()) {
+      auto& last = sends_.back();
+      if (dat >= last.d && hat >= last.h && dat - last.d == hat - last.h && dat <= last.d + last.bytes + 256) {
+        last.bytes = std::max(last.bytes, dat + bytes - last.d);
+        return;
+      }
+    }
+    sends_.push_back({dat, hat, bytes});
+  }
+  /// Sends everything queued since the last flush; returns the bytes sent.
+  std::int64_t flush() {
+    std::int64_t sent = 0;
+    for (auto const& q : sends_) {
+      dev_.up(d_base_ + q.d, h_base_ + q.h, q.bytes);
+      sent += static_cast<std::int64_t>(q.bytes);
+    }
+    sends_.clear();
+    return sent;
+  }
+
+ private:
+  Device& dev_;
+  char* d_base_ = nullptr;
+  char* h_base_ = nullptr;
+  std::size_t d_cap_ = 0, h_cap_ = 0;
+  std::size_t d_used_ = 0, h_used_ = 0;
+  bool measuring_ = false;
+  bool apart_ = false;  ///< device-only or mirror-only buffers laid out: offsets differ
+  struct queued {
+    std::size_t d, h, bytes;
+  };
+  std::vector<queued> sends_;
+};
+
+// ---------------------------------------------------------------- backend
+
+template <class Device>
+class device_backend final : public backend {
+ public:
+  /// `resident`: keep a bound round on the device (false: every call sends
+  /// its views whole, as before residency; the twin measures both).
+  /// `verify`: at every call of a bound round, read the device's copies
+  /// back and compare them with the host's arrays (tests).
+  template <class... A>
+  explicit device_backend(bool resident, bool verify, A&&... device_args)
+      : dev_(std::forward<A>(device_args)...), keep_(resident), verify_(verify) {}
+
+  [[nodiscard]] backend_kind kind() const override { return Device::kind; }
+  [[nodiscard]] std::string const& description() const override { return dev_.description(); }
+
+  void bind_round(round_binding const& b) override {
+    unbind_round();
+    if (!keep_) return;
+    dev_.guard([&] {
+      settle();  // the last round's copies out of the mirror
+      host_ = b;
+      node_view dn = b.nodes;
+      class_view dc = b.classes;
+      task_view dt = b.tasks;
+      auto const n = static_cast<std::size_t>(b.nodes.n_nodes);
+      std::size_t const cells = n * static_cast<std::size_t>(b.classes.n_classes);
+      std::size_t k = 0;
+      auto place = [&](device_arena<Device>& a, auto& field, std::size_t count, bool changes) {
+        using T = std::remove_const_t<std::remove_pointer_t<std::remove_reference_t<decltype(field)>>>;
+        std::size_t const len = field != nullptr ? count : 0;
+        auto const [d, m] = a.template space<T>(len);
+        if (k >= next_.size()) next_.resize(k + 1);
+        next_[k++] = {d, m, len * sizeof(T), changes, false};
+      };
+      bool const replaced = resident_.plan([&](device_arena<Device>& a) {
+        k = 0;
+        auto at = [&](auto& field, std::size_t count, bool changes) { place(a, field, count, changes); };
+        each_array(dn, at);
+        each_array(dc, at);
+        each_array(dt, at);
+        d_scores_ = a.template space<std::int32_t>(cells).first;
+        d_stamp_ = a.template space<std::int32_t>(n).first;
+        d_state_ = a.template space<std::int32_t>(n).first;
+      });
+      // Every array to its device copy, except one the device holds already
+      // (the same place and size, its mirror an image of it, the same
+      // bytes): a session's next round sends its nodes' fixed arrays once.
+      k = 0;
+      auto send = [&](auto& field, std::size_t, bool) {
+        region& r = next_[k];
+        region const was = k < regions_.size() ? regions_[k] : region{};
+        ++k;
+        if (r.bytes == 0) {
+          field = nullptr;
+          return;
+        }
+        bool const held = !replaced && !r.changes && was.image && was.d == r.d && was.bytes == r.bytes &&
+                          std::memcmp(r.h, field, r.bytes) == 0;
+        if (!held) {
+          std::memcpy(r.h, field, r.bytes);
+          resident_.send(r.d, r.h, r.bytes);
+        }
+        r.image = !r.changes;  // the changing arrays move on the device
+        field = static_cast<std::remove_reference_t<decltype(field)>>(r.d);
+      };
+      each_array(dn, send);
+      each_array(dc, send);
+      each_array(dt, send);
+      regions_.assign(next_.begin(), next_.begin() + static_cast<std::ptrdiff_t>(k));
+      steps_.bytes_up += resident_.flush();
+      in_flight_ = true;
+      d_nodes_ = dn;
+      d_classes_ = dc;
+      d_tasks_ = dt;
+      record_gpus_ = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        record_gpus_ = std::max(record_gpus_, b.nodes.gpu_begin[i + 1] - b.nodes.gpu_begin[i]);
+      }
+      scores_kept_ = false;
+      clock_stamp_ = clock_state_ = nullptr;
+      wrote_.start(b.nodes.n_nodes);
+      bound_ = true;
+    });
+  }
+
+  void unbind_round() override {
+    bound_ = false;
+    wrote_.stop();
+  }
+
+  void score(node_view const& nodes, class_view const& classes, task_view const& tasks, score_params const& params,
+             std::span<std::int32_t> out) override {
+    dev_.guard([&] {
+      std::size_t const cells = static_cast<std::size_t>(nodes.n_nodes) * classes.n_classes;
+      bool const kept = bound(nodes, classes, tasks) && out.data() == host_.scores;
+      if (kept) resend_all();
+      std::size_t const table = frag_table_cells(nodes, classes, tasks, params);
+      node_view dn = kept ? d_nodes_ : nodes;
+      class_view dc = kept ? d_classes_ : classes;
+      task_view dt = kept ? d_tasks_ : tasks;
+      std::int32_t* d_out = kept ? d_scores_ : nullptr;
+      std::int32_t* h_out = nullptr;
+      std::int64_t* d_table = nullptr;
+      work_.plan([&](device_arena<Device>& a) {
+        if (kept) {
+          records_in(a);
+        } else {
+          dn = stage_view(a, nodes);
+          dc = stage_view(a, classes);
+          dt = stage_view(a, tasks);
+          d_out = a.template take<std::int32_t>(cells);
+          h_out = a.template landing<std::int32_t>(cells);
+        }
+        d_table = a.template take<std::int64_t>(table);  // device only: never copied back
+      });
+      if (kept) h_out = resident_.mirror(d_scores_);
+      send_inputs(kept);
+      check(dn);
+      check(dc);
+      check(dt);
+      score_matrix(dev_.exec_nosync(), dn, dc, dt, params, d_out, d_table, steps_);
+      dev_.check_launch();
+      down(h_out, d_out, cells);
+      sync();
+      if (cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
+      if (kept) {
+        scores_kept_ = true;
+        verify();
+      }
+    });
+  }
+
+  cluster_stats stats(node_view const& nodes, task_view const& tasks) override {
+    return dev_.guard([&] {
+      bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(tasks, host_.tasks);
+      if (kept) resend_all();
+      node_view dn = kept ? d_nodes_ : nodes;
+      task_view dt = kept ? d_tasks_ : tasks;
+      work_.plan([&](device_arena<Device>& a) {
+        if (kept) {
+          records_in(a);
+        } else {
+          dn = stage_view(a, nodes);
+          dt = stage_view(a, tasks);
+        }
+      });
+      send_inputs(kept);
+      check(dn);
+      check(dt);
+      // The reduction hands its 48-byte result back itself (and waits for it).
+      cluster_stats const s = reduce_cluster_stats(dev_.exec(), dn, dt, steps_);
+      dev_.check_launch();
+      if (nodes.n_nodes > 0) steps_.bytes_down += static_cast<std::int64_t>(sizeof(cluster_stats));
+      sync();  // the staged inputs are free again
+      return s;
+    });
+  }
+
+  void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
+                       domain_index_view const& idx, std::span<std::int64_t> cap) override {
+    dev_.guard([&] {
+      bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(classes, host_.classes);
+      if (kept) resend_all();
+      auto const d = static_cast<std::size_t>(idx.n_domains);
+      auto const n = static_cast<std::size_t>(nodes.n_nodes);
+      std::size_t const k = of.size();
+      node_view dn = kept ? d_nodes_ : nodes;
+      class_view dc = kept ? d_classes_ : classes;
+      domain_index_view di = idx;
+      std::int32_t const* d_of = nullptr;
+      std::int32_t* d_fit = nullptr;
+      std::int64_t* d_cap = nullptr;
+      std::int64_t* h_cap = nullptr;
+      work_.plan([&](device_arena<Device>& a) {
+        if (kept) {
+          records_in(a);
+        } else {
+          dn = stage_view(a, nodes);
+          dc = stage_view(a, classes);
+        }
+        d_of = a.stage(of.data(), k);
+        di = stage_view(a, idx);
+        d_fit = a.template take<std::int32_t>(k * n);
+        d_cap = a.template take<std::int64_t>(k * d);
+        h_cap = a.template landing<std::int64_t>(k * d);
+      });
+      send_inputs(kept);
+      check(dn);
+      check(dc);
+      check(di);
+      kernels::domain_capacity(dev_.exec_nosync(), dn, dc, d_of, static_cast<std::int32_t>(k), di, d_fit, d_cap,
+                               steps_);
+      dev_.check_launch();
+      down(h_cap, d_cap, k * d);
+      sync();
+      if (k * d > 0) std::memcpy(cap.data(), h_cap, k * d * sizeof(std::int64_t));
+    });
+  }
+
+  tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) override {
+    return dev_.guard([&]() -> tier_stats {
+      node_view const& nv = problem.nodes;
+      bool const kept = bound(nv, problem.classes, problem.tasks) && scores_kept_ && problem.scores == host_.scores &&
+                        problem.gpu_free == host_.gpu_free && problem.cpu_free == host_.cpu_free &&
+                        problem.mem_free == host_.mem_free;
+      auto const n = static_cast<std::size_t>(nv.n_nodes);
+      auto const n_classes = static_cast<std::size_t>(problem.classes.n_classes);
+      std::size_t const cells = n * n_classes;
+      auto const rows = static_cast<std::size_t>(problem.n_rows);
+      heap_begin_.resize(rows + 1);
+      std::int32_t const copies = tier_heap_begin(problem, heap_begin_.data());
+      if (kept) {
+        resend_all();
+        bind_clock(problem);
+        verify(true);  // before the host's records land: the rest must be the host's already
+      }
+      // Kept: the nodes the program changed come back as records (of every
+      // cell: the width of the matrix). Not kept: the whole state.
+      std::int32_t const back = kept ? tier_records_capacity(problem, copies) : 0;
+      auto const width = static_cast<std::int32_t>(n_classes);
+      std::size_t const back_bytes = records_bytes(back, record_gpus_, width);
+      tier_buffers b{};
+      tier_control const zero{};
+      node_records in;
+      std::byte* d_back = nullptr;
+      std::byte* h_back = nullptr;
+      tier_control* h_ctl = nullptr;
+      tier_placement* h_out = nullptr;
+      std::int32_t* h_fresh = nullptr;
+      std::int32_t* h_gpu = nullptr;
+      std::int64_t* h_cpu = nullptr;
+      std::int64_t* h_mem = nullptr;
+      std::int32_t* h_scores = nullptr;
+      std::int32_t* h_stamp = nullptr;
+      std::int32_t* h_state = nullptr;
+      work_.plan([&](device_arena<Device>& a) {
+        b.p = problem;
+        if (kept) {
+          in = records_in(a);
+          b.p.nodes = d_nodes_;
+          b.p.classes = d_classes_;
+          b.p.tasks = d_tasks_;
+          b.p.scores = d_scores_;
+          b.p.stamp = d_stamp_;
+          b.p.state = problem.state != nullptr ? d_state_ : nullptr;
+        } else {
+          b.p.nodes = stage_view(a, nv);
+          b.p.classes = stage_view(a, problem.classes);
+          b.p.tasks = stage_view(a, problem.tasks);
+          b.p.scores = a.stage(static_cast<std::int32_t const*>(problem.scores), cells);
+          b.p.stamp = a.stage(static_cast<std::int32_t const*>(problem.stamp), n);
+          b.p.state = a.stage(static_cast<std::int32_t const*>(problem.state), n);
+        }
+        b.p.row_class = a.stage(problem.row_class, rows);
+        b.p.demand = a.stage(problem.demand, rows);
+        b.p.row_cap = a.stage(problem.row_cap, rows);
+        b.p.fresh = a.stage(static_cast<std::int32_t const*>(problem.fresh), n_classes);
+        b.p.live_class = a.stage(problem.live_class, n_classes);
+        b.p.changed = a.stage(problem.changed, static_cast<std::size_t>(problem.n_changed));
+        b.heap_begin = a.stage(static_cast<std::int32_t const*>(heap_begin_.data()), rows + 1);
+        b.ctl = a.stage(&zero, 1);
+        tier_layout(b, nv.n_nodes, problem.n_rows, copies, [&](auto* tag, std::size_t count) {
+          return a.template take<std::remove_pointer_t<decltype(tag)>>(count);
+        });
+        d_back = a.template take<std::byte>(back_bytes);
+        h_back = a.template landing<std::byte>(back_bytes);
+        h_ctl = a.template landing<tier_control>(1);
+        h_out = a.template landing<tier_placement>(static_cast<std::size_t>(copies));
+        h_fresh = a.template landing<std::int32_t>(n_classes);
+        if (!kept) {
+          h_gpu = a.template landing<std::int32_t>(static_cast<std::size_t>(nv.n_gpus));
+          h_cpu = a.template landing<std::int64_t>(n);
+          h_mem = a.template landing<std::int64_t>(n);
+          h_scores = a.template landing<std::int32_t>(cells);
+          h_stamp = a.template landing<std::int32_t>(n);
+          if (problem.state != nullptr) h_state = a.template landing<std::int32_t>(n);
+        }
+      });
+      b.p.gpu_free = const_cast<std::int32_t*>(b.p.nodes.gpu_free);
+      b.p.cpu_free = const_cast<std::int64_t*>(b.p.nodes.cpu_free);
+      b.p.mem_free = const_cast<std::int64_t*>(b.p.nodes.mem_free);
+      std::int32_t const n_in = send_host_writes();
+      steps_.bytes_up += work_.flush();
+      check(b.p.nodes);
+      check(b.p.classes);
+      check(b.p.tasks);
+      dev_.run_tier(b, in, n_in, records_at(d_back, back, record_gpus_, width));
+      dev_.check_launch();
+      count_tier(steps_);
+      // One wait: control, placements, freshness, and the nodes the
+      // program may have changed (kept) or the whole state (not kept).
+      down(h_ctl, b.ctl, 1);
+      down(h_out, b.out, static_cast<std::size_t>(copies));
+      down(h_fresh, b.p.fresh, n_classes);
+      down(h_back, d_back, back_bytes);
+      down(h_gpu, b.p.gpu_free, static_cast<std::size_t>(h_gpu != nullptr ? nv.n_gpus : 0));
+      down(h_cpu, b.p.cpu_free, h_cpu != nullptr ? n : 0);
+      down(h_mem, b.p.mem_free, h_mem != nullptr ? n : 0);
+      down(h_scores, b.p.scores, h_scores != nullptr ? cells : 0);
+      down(h_stamp, b.p.stamp, h_stamp != nullptr ? n : 0);
+      down(h_state, b.p.state, h_state != nullptr ? n : 0);
+      sync();
+      std::memcpy(problem.fresh, h_fresh, n_classes * sizeof(std::int32_t));
+      if (kept) {
+        node_records const got = records_at(h_back, back, record_gpus_, width);
+        std::int32_t const count = tier_records_count(problem, copies, h_ctl->placed);
+        node_state_view const s = host_state();
+        for (std::int32_t i = 0; i < count; ++i) unpack_record(s, got, i);
+      } else {
+        copy_out(problem.gpu_free, h_gpu, static_cast<std::size_t>(nv.n_gpus));
+        copy_out(problem.cpu_free, h_cpu, n);
+        copy_out(problem.mem_free, h_mem, n);
+        copy_out(problem.scores, h_scores, cells);
+        copy_out(problem.stamp, h_stamp, n);
+        copy_out(problem.state, h_state, n);
+      }
+      out.assign(h_out, h_out + h_ctl->placed);
+      tier_stats const st{h_ctl->iterations, h_ctl->rounds, h_ctl->round_cap_hit != 0};
+      if (kept) verify();
+      return st;
+    });
+  }
+
+ private:
+  /// One array of the resident arena: its device and mirror parts, its
+  /// bytes, whether the round changes it, and whether the mirror is an
+  /// image of what the device holds.
+  struct region {
+    void* d = nullptr;
+    void* h = nullptr;
+    std::size_t bytes = 0;
+    bool changes = false;
+    bool image = false;
+  };
+
+  /// Whether these are the bound round's views.
+  [[nodiscard]] bool bound(node_view const& n, class_view const& c, task_view const& t) const {
+    return bound_ && same_arrays(n, host_.nodes) && same_arrays(c, host_.classes) && same_arrays(t, host_.tasks);
+  }
+
+  /// Waits for copies out of the resident mirror before it is written again.
+  void settle() {
+    if (in_flight_) sync();
+  }
+  void sync() {
+    dev_.sync();
+    in_flight_ = false;
+  }
+  template <class T>
+  void down(T* h, T const* d, std::size_t n) {
+    if (n == 0) return;
+    dev_.down(h, d, n * sizeof(T));
+    steps_.bytes_down += static_cast<std::int64_t>(n * sizeof(T));
+  }
+  template <class T>
+  static void copy_out(T* to, T const* from, std::size_t n) {
+    if (to != nullptr && n > 0) std::memcpy(to, from, n * sizeof(T));
+  }
+  /// Sends host array h into the resident device array d whole.
+  template <class T>
+  void resend(T const* d, T const* h, std::size_t n) {
+    if (d == nullptr || n == 0) return;
+    T* m = resident_.mirror(d);
+    std::memcpy(m, h, n * sizeof(T));
+    resident_.send(d, m, n * sizeof(T));
+  }
+
+  template <class View>
+  View stage_view(device_arena<Device>& a, View v) {
+    each_array(v, [&](auto& field, std::size_t count, bool) { field = a.stage(field, count); });
+    return v;
+  }
+  /// The twin: every array of a view the device reads lies in device memory.
+  template <class View>
+  void check(View v) const {
+    if constexpr (Device::checks_pointers) {
+      each_array(v, [&](auto const* p, std::size_t count, bool) {
+        if (p != nullptr && count > 0) dev_.expect_device(p, count * sizeof(*p));
+      });
+    }
+  }
+
+  /// The bound round's changing arrays on the host and on the device.
+  [[nodiscard]] node_state_view host_state() const {
+    node_state_view s;
+    s.n_nodes = host_.nodes.n_nodes;
+    s.n_classes = host_.classes.n_classes;
+    s.gpu_begin = host_.nodes.gpu_begin;
+    s.gpu_free = host_.gpu_free;
+    s.cpu_free = host_.cpu_free;
+    s.mem_free = host_.mem_free;
+    s.scores = scores_kept_ ? host_.scores : nullptr;
+    s.stamp = clock_stamp_;
+    s.state = clock_state_;
+    return s;
+  }
+  [[nodiscard]] node_state_view device_state() const {
+    node_state_view s = host_state();
+    s.gpu_begin = d_nodes_.gpu_begin;
+    s.gpu_free = const_cast<std::int32_t*>(d_nodes_.gpu_free);
+    s.cpu_free = const_cast<std::int64_t*>(d_nodes_.cpu_free);
+    s.mem_free = const_cast<std::int64_t*>(d_nodes_.mem_free);
+    s.scores = scores_kept_ ? d_scores_ : nullptr;
+    s.stamp = clock_stamp_ != nullptr ? d_stamp_ : nullptr;
+    s.state = clock_state_ != nullptr ? d_state_ : nullptr;
+    return s;
+  }
+  /// Score cells a record carries: the matrix's column once the device keeps it.
+  [[nodiscard]] std::int32_t record_width() const { return scores_kept_ ? host_.classes.n_classes : 0; }
+
+  /// After host_wrote_all (a saved state restored): every changing array
+  /// whole, and the clock unbound (a new assignment binds its own).
+  void resend_all() {
+    if (!wrote_.all) return;
+    settle();
+    auto const n = static_cast<std::size_t>(host_.nodes.n_nodes);
+    resend(d_nodes_.gpu_free, static_cast<std::int32_t const*>(host_.gpu_free), static_cast<std::size_t>(host_.nodes.n_gpus));
+    resend(d_nodes_.cpu_free, static_cast<std::int64_t const*>(host_.cpu_free), n);
+    resend(d_nodes_.mem_free, static_cast<std::int64_t const*>(host_.mem_free), n);
+    if (scores_kept_) {
+      resend(static_cast<std::int32_t const*>(d_scores_), static_cast<std::int32_t const*>(host_.scores),
+             n * static_cast<std::size_t>(host_.classes.n_classes));
+    }
+    clock_stamp_ = clock_state_ = nullptr;
+    steps_.bytes_up += resident_.flush();
+    in_flight_ = true;
+    wrote_.clear();
+  }
+  /// The assigner's clock (stamp, state labels) kept from its first tier.
+  void bind_clock(tier_problem const& p) {
+    if (clock_stamp_ == p.stamp && clock_state_ == p.state) return;
+    settle();
+    auto const n = static_cast<std::size_t>(p.nodes.n_nodes);
+    resend(static_cast<std::int32_t const*>(d_stamp_), static_cast<std::int32_t const*>(p.stamp), n);
+    if (p.state != nullptr) resend(static_cast<std::int32_t const*>(d_state_), static_cast<std::int32_t const*>(p.state), n);
+    steps_.bytes_up += resident_.flush();
+    in_flight_ = true;
+    clock_stamp_ = p.stamp;
+    clock_state_ = p.state;
+  }
+
+  /// Space for the records of the host's declared writes, in a call's
+  /// layout; returns the device block.
+  node_records records_in(device_arena<Device>& a) {
+    auto const k = static_cast<std::int32_t>(wrote_.nodes.size());
+    auto const [d, h] = a.template space<std::byte>(records_bytes(k, record_gpus_, record_width()));
+    in_host_ = records_at(h, k, record_gpus_, record_width());
+    in_dev_ = records_at(d, k, record_gpus_, record_width());
+    return in_dev_;
+  }
+  /// Packs the host's declared writes into the records records_in laid
+  /// out, queued with the call's inputs; returns how many.
+  std::int32_t send_host_writes() {
+    auto const k = static_cast<std::int32_t>(wrote_.nodes.size());
+    if (!bound_ || k == 0) return 0;
+    node_state_view const s = host_state();
+    for (std::int32_t i = 0; i < k; ++i) pack_record(s, in_host_, i, wrote_.nodes[static_cast<std::size_t>(i)]);
+    work_.send(in_dev_.cpu, in_host_.cpu, records_bytes(k, record_gpus_, record_width()));
+    wrote_.clear();
+    return k;
+  }
+  /// A stage's inputs sent; a kept call's host writes unpacked on the
+  /// device first (one call) and checked.
+  void send_inputs(bool kept) {
+    std::int32_t const k = kept ? send_host_writes() : 0;
+    steps_.bytes_up += work_.flush();
+    if (k > 0) {
+      thrust::counting_iterator<std::int32_t> first(0);
+      thrust::for_each(dev_.exec_nosync(), first, first + k, unpack_records_op{device_state(), in_dev_});
+      dev_.check_launch();
+      steps_.calls += 1;
+    }
+    if (kept) verify();
+  }
+
+  /// Verify mode: every array of the bound round on the device equals the
+  /// host's (a full read-back); with `pending`, the nodes whose records
+  /// are still to land are left out of the changing arrays.
+  void verify(bool pending = false) {
+    if (!verify_ || !bound_) return;
+    sync();
+    auto const* skip = pending ? &wrote_.mark : nullptr;
+    auto skipped = [&](std::size_t node) { return skip != nullptr && (*skip)[node] != 0; };
+    auto fail = [&](std::string const& what) {
+      throw logic_error(error_code::internal, "resident round: the device's " + what + " differs from the host's");
+    };
+    // The fixed arrays, byte for byte.
+    std::array<std::pair<void const*, std::size_t>, 48> dv{}, hv{};
+    std::size_t kd = 0, kh = 0;
+    auto into = [](auto& v, std::size_t& k) {
+      return [&v, &k](auto const* p, std::size_t count, bool changes) {
+        v[k++] = {changes ? nullptr : p, p != nullptr && !changes ? count * sizeof(*p) : 0};
+      };
+    };
+    node_view a = d_nodes_, b = host_.nodes;
+    class_view c = d_classes_, e = host_.classes;
+    task_view t = d_tasks_, u = host_.tasks;
+    each_array(a, into(dv, kd));
+    each_array(c, into(dv, kd));
+    each_array(t, into(dv, kd));
+    each_array(b, into(hv, kh));
+    each_array(e, into(hv, kh));
+    each_array(u, into(hv, kh));
+    for (std::size_t i = 0; i < kd; ++i) {
+      if (dv[i].second == 0) continue;
+      read_back(dv[i].first, dv[i].second);
+      if (std::memcmp(verify_buf_.data(), hv[i].first, dv[i].second) != 0) fail("fixed array #" + std::to_string(i));
+    }
+    // The changing arrays, node by node.
+    auto const n = static_cast<std::size_t>(host_.nodes.n_nodes);
+    auto same_per_node = [&](auto const* d, auto const* h, char const* what) {
+      using T = std::remove_const_t<std::remove_pointer_t<decltype(h)>>;
+      if (d == nullptr || h == nullptr || n == 0) return;
+      read_back(d, n * sizeof(T));
+      auto const* got = reinterpret_cast<T const*>(verify_buf_.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!skipped(i) && got[i] != h[i]) fail(std::string(what) + " of node " + std::to_string(i));
+      }
+    };
+    same_per_node(d_nodes_.cpu_free, host_.cpu_free, "free CPU");
+    same_per_node(d_nodes_.mem_free, host_.mem_free, "free memory");
+    same_per_node(clock_stamp_ != nullptr ? d_stamp_ : nullptr, clock_stamp_, "stamp");
+    same_per_node(clock_state_ != nullptr ? d_state_ : nullptr, clock_state_, "state label");
+    if (host_.nodes.n_gpus > 0) {
+      read_back(d_nodes_.gpu_free, static_cast<std::size_t>(host_.nodes.n_gpus) * sizeof(std::int32_t));
+      auto const* got = reinterpret_cast<std::int32_t const*>(verify_buf_.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        for (auto g = host_.nodes.gpu_begin[i]; g < host_.nodes.gpu_begin[i + 1]; ++g) {
+          if (!skipped(i) && got[g] != host_.gpu_free[g]) fail("free GPU of node " + std::to_string(i));
+        }
+      }
+    }
+    if (scores_kept_) {
+      std::size_t const cells = n * static_cast<std::size_t>(host_.classes.n_classes);
+      read_back(d_scores_, cells * sizeof(std::int32_t));
+      auto const* got = reinterpret_cast<std::int32_t const*>(verify_buf_.data());
+      for (std::size_t i = 0; i < cells; ++i) {
+        if (!skipped(i % n) && got[i] != host_.scores[i]) {
+          fail("score of class " + std::to_string(i / n) + " on node " + std::to_string(i % n));
+        }
+      }
+    }
+  }
+  /// Device bytes into verify_buf_, synchronously.
+  void read_back(void const* d, std::size_t bytes) {
+    verify_buf_.resize(bytes);
+    if (bytes == 0) return;
+    dev_.down(verify_buf_.data(), d, bytes);
+    dev_.sync();
+  }
+
+  Device dev_;
+  device_arena<Device> work_{dev_};
+  device_arena<Device> resident_{dev_};
+  bool keep_ = true;
+  bool verify_ = false;
+  bool in_flight_ = false;  ///< copies out of the resident mirror may still run
+  // The bound round: the host's arrays and the device's copies.
+  bool bound_ = false;
+  round_binding host_;
+  node_view d_nodes_;
+  class_view d_classes_;
+  task_view d_tasks_;
+  std::int32_t* d_scores_ = nullptr;
+  std::int32_t* d_stamp_ = nullptr;
+  std::int32_t* d_state_ = nullptr;
+  bool scores_kept_ = false;             ///< the device's matrix is the host's (score() ran)
+  std::int32_t* clock_stamp_ = nullptr;  ///< the host clock the device keeps, or null
+  std::int32_t* clock_state_ = nullptr;
+  std::int32_t record_gpus_ = 0;         ///< GPU slots of a record: the largest node's GPUs
+  std::vector<region> regions_, next_;   ///< the resident arrays, as bound and being bound
+  node_records in_host_, in_dev_;        ///< this call's records of host writes
+  std::vector<std::int32_t> heap_begin_;
+  std::vector<char> verify_buf_;
+};
+
+}  // inline namespace PLACER_BACKEND_NS
+}  // namespace placer::kernels

@@ -1,0 +1,181 @@
+#pragma once
+// Residency: what a backend with memory of its own (device_backend.hpp:
+// the CUDA backend and its host twin) keeps between the calls of one round,
+// and the node records that carry changes across (docs/architecture.md,
+// "Residency").
+//
+// A round's node state (free GPU, CPU and memory), its score matrix and the
+// clock of current cells (stamp, state label) change on both sides: the
+// tier program commits on the device, the host places locality jobs and
+// re-scores cells. Instead of sending every array both ways at every call,
+// each side sends the nodes it changed, one fixed-width record a node:
+//
+//   record = node, free CPU, free memory, stamp, state label,
+//            the node's GPUs (gpus slots), its score column (classes cells)
+//
+// The host packs the nodes it declared (backend::host_wrote) and the
+// device unpacks them first; a tier program packs the nodes it changed
+// (its refresh candidates and its winners) and the host unpacks them
+// after the call's one wait. The same functions run on both sides.
+
+#include "tier_program.hpp"
+
+#include <placer/kernels/hd.hpp>
+#include <placer/kernels/tier.hpp>
+#include <placer/kernels/views.hpp>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace placer::kernels {
+inline namespace PLACER_BACKEND_NS {
+
+/// The arrays of a round that change during it, on one side (host or
+/// device). Null stamp / state: not kept (the clock is not bound yet);
+/// null scores: no matrix yet.
+struct node_state_view {
+  std::int32_t n_nodes = 0;
+  std::int32_t n_classes = 0;
+  std::int32_t const* gpu_begin = nullptr;  ///< n_nodes + 1 (node_view::gpu_begin)
+  std::int32_t* gpu_free = nullptr;
+  std::int64_t* cpu_free = nullptr;
+  std::int64_t* mem_free = nullptr;
+  std::int32_t* scores = nullptr;  ///< n_classes x n_nodes
+  std::int32_t* stamp = nullptr;
+  std::int32_t* state = nullptr;
+};
+
+/// A block of node records, as arrays of `capacity` entries (the GPU and
+/// score parts `gpus` and `classes` wide).
+struct node_records {
+  std::int32_t capacity = 0;
+  std::int32_t gpus = 0;     ///< GPU slots a record: the round's largest node
+  std::int32_t classes = 0;  ///< score cells a record (0: no matrix)
+  std::int64_t* cpu = nullptr;
+  std::int64_t* mem = nullptr;
+  std::int32_t* node = nullptr;
+  std::int32_t* stamp = nullptr;
+  std::int32_t* state = nullptr;
+  std::int32_t* gpu = nullptr;
+  std::int32_t* col = nullptr;
+};
+
+/// Bytes of a block of `capacity` records.
+inline std::size_t records_bytes(std::int32_t capacity, std::int32_t gpus, std::int32_t classes) {
+  auto const k = static_cast<std::size_t>(capacity);
+  return k * (2 * sizeof(std::int64_t) + (3 + static_cast<std::size_t>(gpus) + static_cast<std::size_t>(classes)) *
+                                             sizeof(std::int32_t));
+}
+
+/// Lays a block of records out at `base` (8-byte aligned, records_bytes long).
+inline node_records records_at(void* base, std::int32_t capacity, std::int32_t gpus, std::int32_t classes) {
+  node_records r;
+  r.capacity = capacity;
+  r.gpus = gpus;
+  r.classes = classes;
+  if (base == nullptr) return r;
+  auto const k = static_cast<std::size_t>(capacity);
+  auto* w = static_cast<std::int64_t*>(base);
+  r.cpu = w;
+  r.mem = w + k;
+  auto* i = reinterpret_cast<std::int32_t*>(w + 2 * k);
+  r.node = i;
+  r.stamp = i + k;
+  r.state = i + 2 * k;
+  r.gpu = i + 3 * k;
+  r.col = r.gpu + k * static_cast<std::size_t>(gpus);
+  return r;
+}
+
+/// Record i := node n of state s.
+PLACER_HD inline void pack_record(node_state_view const& s, node_records const& r, std::int32_t i, std::int32_t n) {
+  r.node[i] = n;
+  r.cpu[i] = s.cpu_free[n];
+  r.mem[i] = s.mem_free[n];
+  r.stamp[i] = s.stamp != nullptr ? s.stamp[n] : 0;
+  r.state[i] = s.state != nullptr ? s.state[n] : n;
+  std::int32_t const g0 = s.gpu_begin[n];
+  std::int32_t const g = s.gpu_begin[n + 1] - g0;
+  std::int32_t* gpu = r.gpu + static_cast<std::int64_t>(i) * r.gpus;
+  for (std::int32_t k = 0; k < g; ++k) gpu[k] = s.gpu_free[g0 + k];
+  std::int32_t* col = r.col + static_cast<std::int64_t>(i) * r.classes;
+  for (std::int32_t c = 0; c < r.classes; ++c) col[c] = s.scores[static_cast<std::int64_t>(c) * s.n_nodes + n];
+}
+
+/// State s := record i (for its node).
+PLACER_HD inline void unpack_record(node_state_view const& s, node_records const& r, std::int32_t i) {
+  std::int32_t const n = r.node[i];
+  s.cpu_free[n] = r.cpu[i];
+  s.mem_free[n] = r.mem[i];
+  if (s.stamp != nullptr) s.stamp[n] = r.stamp[i];
+  if (s.state != nullptr) s.state[n] = r.state[i];
+  std::int32_t const g0 = s.gpu_begin[n];
+  std::int32_t const g = s.gpu_begin[n + 1] - g0;
+  std::int32_t const* gpu = r.gpu + static_cast<std::int64_t>(i) * r.gpus;
+  for (std::int32_t k = 0; k < g; ++k) s.gpu_free[g0 + k] = gpu[k];
+  if (s.scores == nullptr) return;
+  std::int32_t const* col = r.col + static_cast<std::int64_t>(i) * r.classes;
+  for (std::int32_t c = 0; c < r.classes; ++c) s.scores[static_cast<std::int64_t>(c) * s.n_nodes + n] = col[c];
+}
+
+/// The changing arrays a tier problem points to.
+PLACER_HD inline node_state_view state_of(tier_problem const& p) {
+  node_state_view s;
+  s.n_nodes = p.nodes.n_nodes;
+  s.n_classes = p.classes.n_classes;
+  s.gpu_begin = p.nodes.gpu_begin;
+  s.gpu_free = p.gpu_free;
+  s.cpu_free = p.cpu_free;
+  s.mem_free = p.mem_free;
+  s.scores = p.scores;
+  s.stamp = p.stamp;
+  s.state = p.state;
+  return s;
+}
+
+/// Unpacks record i (a functor for a stage call over the records).
+struct unpack_records_op {
+  node_state_view s;
+  node_records r;
+  PLACER_HD void operator()(std::int32_t i) const { unpack_record(s, r, i); }
+};
+
+/// The nodes a tier program may have changed are its refresh candidates
+/// and its winners; it sends every node instead when there are no
+/// candidates (it refreshed all) or when they and its copies reach the
+/// node count. `copies` is the tier's demand (the most winners).
+PLACER_HD inline bool tier_sends_all(tier_problem const& p, std::int32_t copies) {
+  return p.changed == nullptr || static_cast<std::int64_t>(p.n_changed) + copies >= p.nodes.n_nodes;
+}
+/// Records the tier's block must hold.
+PLACER_HD inline std::int32_t tier_records_capacity(tier_problem const& p, std::int32_t copies) {
+  return tier_sends_all(p, copies) ? p.nodes.n_nodes : p.n_changed + copies;
+}
+/// Records a tier sent, once it placed `placed` replicas (a node may be
+/// sent twice, with the same contents).
+PLACER_HD inline std::int32_t tier_records_count(tier_problem const& p, std::int32_t copies, std::int32_t placed) {
+  return tier_sends_all(p, copies) ? p.nodes.n_nodes : p.n_changed + placed;
+}
+
+/// The tier program of a resident round, one launch: the host's records
+/// (n_in of them) unpacked first, then the program, then every node it may
+/// have changed packed into `out` (none when out.capacity is 0).
+template <class Team>
+PLACER_HD void resident_tier_program(Team& t, tier_buffers const& b, node_records const& in, std::int32_t n_in,
+                                     node_records const& out) {
+  node_state_view const s = state_of(b.p);
+  for (std::int32_t i = t.rank(); i < n_in; i += t.size()) unpack_record(s, in, i);
+  t.sync();
+  tier_program(t, b);  // ends at a barrier: placed, scores and labels are final
+  if (out.capacity == 0) return;
+  std::int32_t const copies = b.heap_begin[b.p.n_rows];
+  bool const all = tier_sends_all(b.p, copies);
+  std::int32_t const count = tier_records_count(b.p, copies, b.ctl->placed);
+  for (std::int32_t i = t.rank(); i < count; i += t.size()) {
+    std::int32_t const n = all ? i : i < b.p.n_changed ? b.p.changed[i] : b.out[i - b.p.n_changed].node;
+    pack_record(s, out, i, n);
+  }
+}
+
+}  // inline namespace PLACER_BACKEND_NS
+}  // namespace placer::kernels
