@@ -132,12 +132,12 @@ struct cuda_team {
 /// GPU vector per thread, so registers, not the node count, bound it.
 constexpr int tier_threads = 256;
 
-/// One tier: the host's node records unpacked, the program, the nodes it
-/// changed packed (residency.hpp); one CTA.
+/// A chain of tiers: the host's node records unpacked, the tiers one after
+/// another, the nodes they changed packed (residency.hpp); one CTA.
 __global__ void __launch_bounds__(tier_threads)
-    tier_kernel(tier_buffers b, node_records in, std::int32_t n_in, node_records out) {
+    tier_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out) {
   cuda_team team;
-  resident_tier_program(team, b, in, n_in, out);
+  resident_chain_program(team, c, in, n_in, out);
 }
 
 /// Thrust's temporary storage (sort, copy_if, reduce) from cached device
@@ -305,8 +305,8 @@ class cuda_device {
   /// synchronises itself before reading a result.
   auto exec_nosync() { return thrust::cuda::par_nosync(temp_).on(stream_); }
 
-  void run_tier(tier_buffers const& b, node_records const& in, std::int32_t n_in, node_records const& out) {
-    tier_kernel<<<1, tier_threads, 0, stream_>>>(b, in, n_in, out);
+  void run_tiers(tier_chain const& c, node_records const& in, std::int32_t n_in, node_records const& out) {
+    tier_kernel<<<1, tier_threads, 0, stream_>>>(c, in, n_in, out);
   }
 
  private:

@@ -23,7 +23,7 @@
 //   device_fault); device_alloc / device_free; host_alloc / host_free
 //   (pinned); up(d, h, bytes) / down(h, d, bytes) (asynchronous, in stream
 //   order); sync(); check_launch(); exec() / exec_nosync() (Thrust
-//   policies); run_tier(buffers, records in, count, records out) (one
+//   policies); run_tiers(chain, records in, count, records out) (one
 //   launch); expect_device(p, bytes) (the twin: p lies in device memory).
 
 #include "residency.hpp"
@@ -475,30 +475,42 @@ class device_backend final : public backend {
     });
   }
 
-  tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) override {
-    return dev_.guard([&]() -> tier_stats {
-      node_view const& nv = problem.nodes;
-      bool const kept = bound(nv, problem.classes, problem.tasks) && scores_kept_ && problem.scores == host_.scores &&
-                        problem.gpu_free == host_.gpu_free && problem.cpu_free == host_.cpu_free &&
-                        problem.mem_free == host_.mem_free;
+  void place_tiers(std::span<tier_problem const> tiers, tier_results& out) override {
+    dev_.guard([&] {
+      out.placed.clear();
+      out.begin.assign(1, 0);
+      out.stats.clear();
+      auto const k = static_cast<std::int32_t>(tiers.size());
+      if (k == 0) return;
+      tier_problem const& first = tiers[0];
+      node_view const& nv = first.nodes;
+      // Kept: the bound round's views, matrix and node arrays (every tier of a
+      // chain shares them).
+      bool const kept = bound(nv, first.classes, first.tasks) && scores_kept_ && first.scores == host_.scores &&
+                        first.gpu_free == host_.gpu_free && first.cpu_free == host_.cpu_free &&
+                        first.mem_free == host_.mem_free;
       auto const n = static_cast<std::size_t>(nv.n_nodes);
-      auto const n_classes = static_cast<std::size_t>(problem.classes.n_classes);
+      auto const n_classes = static_cast<std::size_t>(first.classes.n_classes);
       std::size_t const cells = n * n_classes;
-      auto const rows = static_cast<std::size_t>(problem.n_rows);
-      heap_begin_.resize(rows + 1);
-      std::int32_t const copies = tier_heap_begin(problem, heap_begin_.data());
+      heap_begin_.resize(tier_chain_heap_entries(tiers.data(), k));
+      heap_at_.resize(static_cast<std::size_t>(k));
+      out_at_.resize(static_cast<std::size_t>(k) + 1);
+      std::int32_t most_rows = 0, most_copies = 0;
+      std::int32_t const copies = tier_chain_offsets(tiers.data(), k, heap_begin_.data(), heap_at_.data(),
+                                                     out_at_.data(), most_rows, most_copies);
       if (kept) {
         resend_all();
-        bind_clock(problem);
+        bind_clock(first);
         verify(true);  // before the host's records land: the rest must be the host's already
       }
-      // Kept: the nodes the program changed come back as records (of every
-      // cell: the width of the matrix). Not kept: the whole state.
-      std::int32_t const back = kept ? tier_records_capacity(problem, copies) : 0;
+      // Kept: the nodes the chain may have changed come back as records (of
+      // every cell: the width of the matrix). Not kept: the whole state.
+      std::int32_t const back = kept ? chain_records_capacity(first, copies) : 0;
       auto const width = static_cast<std::int32_t>(n_classes);
       std::size_t const back_bytes = records_bytes(back, record_gpus_, width);
-      tier_buffers b{};
-      tier_control const zero{};
+      ctl_zero_.assign(static_cast<std::size_t>(k), tier_control{});
+      problems_.assign(tiers.begin(), tiers.end());
+      tier_chain c;
       node_records in;
       std::byte* d_back = nullptr;
       std::byte* h_back = nullptr;
@@ -511,38 +523,67 @@ class device_backend final : public backend {
       std::int32_t* h_scores = nullptr;
       std::int32_t* h_stamp = nullptr;
       std::int32_t* h_state = nullptr;
+      tier_problem shared;  // the arrays every tier of the chain shares, on the device
       work_.plan([&](device_arena<Device>& a) {
-        b.p = problem;
+        shared = first;
         if (kept) {
           in = records_in(a);
-          b.p.nodes = d_nodes_;
-          b.p.classes = d_classes_;
-          b.p.tasks = d_tasks_;
-          b.p.scores = d_scores_;
-          b.p.stamp = d_stamp_;
-          b.p.state = problem.state != nullptr ? d_state_ : nullptr;
+          shared.nodes = d_nodes_;
+          shared.classes = d_classes_;
+          shared.tasks = d_tasks_;
+          shared.scores = d_scores_;
+          shared.stamp = d_stamp_;
+          shared.state = first.state != nullptr ? d_state_ : nullptr;
         } else {
-          b.p.nodes = stage_view(a, nv);
-          b.p.classes = stage_view(a, problem.classes);
-          b.p.tasks = stage_view(a, problem.tasks);
-          b.p.scores = a.stage(static_cast<std::int32_t const*>(problem.scores), cells);
-          b.p.stamp = a.stage(static_cast<std::int32_t const*>(problem.stamp), n);
-          b.p.state = a.stage(static_cast<std::int32_t const*>(problem.state), n);
+          shared.nodes = stage_view(a, nv);
+          shared.classes = stage_view(a, first.classes);
+          shared.tasks = stage_view(a, first.tasks);
+          shared.scores = a.stage(static_cast<std::int32_t const*>(first.scores), cells);
+          shared.stamp = a.stage(static_cast<std::int32_t const*>(first.stamp), n);
+          shared.state = a.stage(static_cast<std::int32_t const*>(first.state), n);
         }
-        b.p.row_class = a.stage(problem.row_class, rows);
-        b.p.demand = a.stage(problem.demand, rows);
-        b.p.row_cap = a.stage(problem.row_cap, rows);
-        b.p.fresh = a.stage(static_cast<std::int32_t const*>(problem.fresh), n_classes);
-        b.p.live_class = a.stage(problem.live_class, n_classes);
-        b.p.changed = a.stage(problem.changed, static_cast<std::size_t>(problem.n_changed));
-        b.heap_begin = a.stage(static_cast<std::int32_t const*>(heap_begin_.data()), rows + 1);
-        b.ctl = a.stage(&zero, 1);
-        tier_layout(b, nv.n_nodes, problem.n_rows, copies, [&](auto* tag, std::size_t count) {
+        shared.fresh = a.stage(static_cast<std::int32_t const*>(first.fresh), n_classes);
+        shared.gpu_free = const_cast<std::int32_t*>(shared.nodes.gpu_free);
+        shared.cpu_free = const_cast<std::int64_t*>(shared.nodes.cpu_free);
+        shared.mem_free = const_cast<std::int64_t*>(shared.nodes.mem_free);
+        // Each tier's own arrays; its problem points to their device copies.
+        for (std::size_t t = 0; t < tiers.size(); ++t) {
+          tier_problem const& h = tiers[t];
+          tier_problem& d = problems_[t];
+          auto const rows = static_cast<std::size_t>(h.n_rows);
+          d = h;
+          d.nodes = shared.nodes;
+          d.classes = shared.classes;
+          d.tasks = shared.tasks;
+          d.gpu_free = shared.gpu_free;
+          d.cpu_free = shared.cpu_free;
+          d.mem_free = shared.mem_free;
+          d.scores = shared.scores;
+          d.stamp = shared.stamp;
+          d.state = shared.state;
+          d.fresh = shared.fresh;
+          d.row_class = a.stage(h.row_class, rows);
+          d.demand = a.stage(h.demand, rows);
+          d.row_cap = a.stage(h.row_cap, rows);
+          d.live_class = a.stage(h.live_class, n_classes);
+          d.changed = t == 0 ? a.stage(h.changed, static_cast<std::size_t>(h.n_changed)) : nullptr;
+        }
+        c.n_tiers = k;
+        c.tiers = a.stage(static_cast<tier_problem const*>(problems_.data()), problems_.size());
+        c.heap_begin = a.stage(static_cast<std::int32_t const*>(heap_begin_.data()), heap_begin_.size());
+        c.heap_at = a.stage(static_cast<std::int32_t const*>(heap_at_.data()), heap_at_.size());
+        c.out_at = a.stage(static_cast<std::int32_t const*>(out_at_.data()), out_at_.size());
+        c.ctl = a.stage(ctl_zero_.data(), ctl_zero_.size());
+        tier_layout(c.work, nv.n_nodes, most_rows, most_copies, [&](auto* tag, std::size_t count) {
           return a.template take<std::remove_pointer_t<decltype(tag)>>(count);
         });
+        c.out = a.template take<tier_placement>(static_cast<std::size_t>(copies));
+        c.listed = a.template take<std::int32_t>(k > 1 ? n : 0);
+        c.candidates = a.template take<std::int32_t>(static_cast<std::size_t>(most_copies));
+        c.n_candidates = a.template take<std::int32_t>(1);
         d_back = a.template take<std::byte>(back_bytes);
         h_back = a.template landing<std::byte>(back_bytes);
-        h_ctl = a.template landing<tier_control>(1);
+        h_ctl = a.template landing<tier_control>(static_cast<std::size_t>(k));
         h_out = a.template landing<tier_placement>(static_cast<std::size_t>(copies));
         h_fresh = a.template landing<std::int32_t>(n_classes);
         if (!kept) {
@@ -551,51 +592,54 @@ class device_backend final : public backend {
           h_mem = a.template landing<std::int64_t>(n);
           h_scores = a.template landing<std::int32_t>(cells);
           h_stamp = a.template landing<std::int32_t>(n);
-          if (problem.state != nullptr) h_state = a.template landing<std::int32_t>(n);
+          if (first.state != nullptr) h_state = a.template landing<std::int32_t>(n);
         }
       });
-      b.p.gpu_free = const_cast<std::int32_t*>(b.p.nodes.gpu_free);
-      b.p.cpu_free = const_cast<std::int64_t*>(b.p.nodes.cpu_free);
-      b.p.mem_free = const_cast<std::int64_t*>(b.p.nodes.mem_free);
       std::int32_t const n_in = send_host_writes();
       steps_.bytes_up += work_.flush();
-      check(b.p.nodes);
-      check(b.p.classes);
-      check(b.p.tasks);
-      dev_.run_tier(b, in, n_in, records_at(d_back, back, record_gpus_, width));
+      check(shared.nodes);
+      check(shared.classes);
+      check(shared.tasks);
+      dev_.run_tiers(c, in, n_in, records_at(d_back, back, record_gpus_, width));
       dev_.check_launch();
       count_tier(steps_);
-      // One wait: control, placements, freshness, and the nodes the
-      // program may have changed (kept) or the whole state (not kept).
-      down(h_ctl, b.ctl, 1);
-      down(h_out, b.out, static_cast<std::size_t>(copies));
-      down(h_fresh, b.p.fresh, n_classes);
+      // One wait: controls, placements, freshness, and the nodes the chain
+      // may have changed (kept) or the whole state (not kept).
+      down(h_ctl, c.ctl, static_cast<std::size_t>(k));
+      down(h_out, c.out, static_cast<std::size_t>(copies));
+      down(h_fresh, shared.fresh, n_classes);
       down(h_back, d_back, back_bytes);
-      down(h_gpu, b.p.gpu_free, static_cast<std::size_t>(h_gpu != nullptr ? nv.n_gpus : 0));
-      down(h_cpu, b.p.cpu_free, h_cpu != nullptr ? n : 0);
-      down(h_mem, b.p.mem_free, h_mem != nullptr ? n : 0);
-      down(h_scores, b.p.scores, h_scores != nullptr ? cells : 0);
-      down(h_stamp, b.p.stamp, h_stamp != nullptr ? n : 0);
-      down(h_state, b.p.state, h_state != nullptr ? n : 0);
+      down(h_gpu, shared.gpu_free, h_gpu != nullptr ? static_cast<std::size_t>(nv.n_gpus) : 0);
+      down(h_cpu, shared.cpu_free, h_cpu != nullptr ? n : 0);
+      down(h_mem, shared.mem_free, h_mem != nullptr ? n : 0);
+      down(h_scores, shared.scores, h_scores != nullptr ? cells : 0);
+      down(h_stamp, shared.stamp, h_stamp != nullptr ? n : 0);
+      down(h_state, shared.state, h_state != nullptr ? n : 0);
       sync();
-      std::memcpy(problem.fresh, h_fresh, n_classes * sizeof(std::int32_t));
+      std::memcpy(first.fresh, h_fresh, n_classes * sizeof(std::int32_t));
+      std::int32_t placed = 0;
+      for (std::int32_t t = 0; t < k; ++t) {
+        tier_control const& ctl = h_ctl[t];
+        out.placed.insert(out.placed.end(), h_out + out_at_[static_cast<std::size_t>(t)],
+                          h_out + out_at_[static_cast<std::size_t>(t)] + ctl.placed);
+        out.begin.push_back(static_cast<std::int32_t>(out.placed.size()));
+        out.stats.push_back({ctl.iterations, ctl.rounds, ctl.round_cap_hit != 0});
+        placed += ctl.placed;
+      }
       if (kept) {
         node_records const got = records_at(h_back, back, record_gpus_, width);
-        std::int32_t const count = tier_records_count(problem, copies, h_ctl->placed);
+        std::int32_t const count = chain_records_count(first, copies, placed);
         node_state_view const s = host_state();
         for (std::int32_t i = 0; i < count; ++i) unpack_record(s, got, i);
+        verify();
       } else {
-        copy_out(problem.gpu_free, h_gpu, static_cast<std::size_t>(nv.n_gpus));
-        copy_out(problem.cpu_free, h_cpu, n);
-        copy_out(problem.mem_free, h_mem, n);
-        copy_out(problem.scores, h_scores, cells);
-        copy_out(problem.stamp, h_stamp, n);
-        copy_out(problem.state, h_state, n);
+        copy_out(first.gpu_free, h_gpu, static_cast<std::size_t>(nv.n_gpus));
+        copy_out(first.cpu_free, h_cpu, n);
+        copy_out(first.mem_free, h_mem, n);
+        copy_out(first.scores, h_scores, cells);
+        copy_out(first.stamp, h_stamp, n);
+        copy_out(first.state, h_state, n);
       }
-      out.assign(h_out, h_out + h_ctl->placed);
-      tier_stats const st{h_ctl->iterations, h_ctl->rounds, h_ctl->round_cap_hit != 0};
-      if (kept) verify();
-      return st;
     });
   }
 
@@ -848,7 +892,11 @@ class device_backend final : public backend {
   std::int32_t record_gpus_ = 0;         ///< GPU slots of a record: the largest node's GPUs
   std::vector<region> regions_, next_;   ///< the resident arrays, as bound and being bound
   node_records in_host_, in_dev_;        ///< this call's records of host writes
-  std::vector<std::int32_t> heap_begin_;
+  // A chain's host-side staging: its problems with device pointers, heap
+  // offsets, placements' offsets, zeroed controls.
+  std::vector<tier_problem> problems_;
+  std::vector<std::int32_t> heap_begin_, heap_at_, out_at_;
+  std::vector<tier_control> ctl_zero_;
   std::vector<char> verify_buf_;
 };
 

@@ -140,39 +140,51 @@ struct unpack_records_op {
   PLACER_HD void operator()(std::int32_t i) const { unpack_record(s, r, i); }
 };
 
-/// The nodes a tier program may have changed are its refresh candidates
-/// and its winners; it sends every node instead when there are no
-/// candidates (it refreshed all) or when they and its copies reach the
-/// node count. `copies` is the tier's demand (the most winners).
-PLACER_HD inline bool tier_sends_all(tier_problem const& p, std::int32_t copies) {
-  return p.changed == nullptr || static_cast<std::int64_t>(p.n_changed) + copies >= p.nodes.n_nodes;
+/// The nodes a chain of tiers may have changed are its first tier's
+/// refresh candidates and every tier's winners (a later tier's candidates
+/// are the winners before it); the chain sends every node instead when the
+/// first tier has no candidates (it refreshed all) or when they and the
+/// chain's copies reach the node count.
+PLACER_HD inline bool chain_sends_all(tier_problem const& first, std::int32_t copies) {
+  return first.changed == nullptr || static_cast<std::int64_t>(first.n_changed) + copies >= first.nodes.n_nodes;
 }
-/// Records the tier's block must hold.
-PLACER_HD inline std::int32_t tier_records_capacity(tier_problem const& p, std::int32_t copies) {
-  return tier_sends_all(p, copies) ? p.nodes.n_nodes : p.n_changed + copies;
+/// Records the chain's block must hold.
+PLACER_HD inline std::int32_t chain_records_capacity(tier_problem const& first, std::int32_t copies) {
+  return chain_sends_all(first, copies) ? first.nodes.n_nodes : first.n_changed + copies;
 }
-/// Records a tier sent, once it placed `placed` replicas (a node may be
-/// sent twice, with the same contents).
-PLACER_HD inline std::int32_t tier_records_count(tier_problem const& p, std::int32_t copies, std::int32_t placed) {
-  return tier_sends_all(p, copies) ? p.nodes.n_nodes : p.n_changed + placed;
+/// Records a chain sent, once it placed `placed` replicas in all (a node
+/// may be sent more than once, with the same contents).
+PLACER_HD inline std::int32_t chain_records_count(tier_problem const& first, std::int32_t copies, std::int32_t placed) {
+  return chain_sends_all(first, copies) ? first.nodes.n_nodes : first.n_changed + placed;
 }
 
-/// The tier program of a resident round, one launch: the host's records
-/// (n_in of them) unpacked first, then the program, then every node it may
+/// A chain of tiers on a resident round, one launch: the host's records
+/// (n_in of them) unpacked first, then the tiers, then every node they may
 /// have changed packed into `out` (none when out.capacity is 0).
 template <class Team>
-PLACER_HD void resident_tier_program(Team& t, tier_buffers const& b, node_records const& in, std::int32_t n_in,
-                                     node_records const& out) {
-  node_state_view const s = state_of(b.p);
+PLACER_HD void resident_chain_program(Team& t, tier_chain const& c, node_records const& in, std::int32_t n_in,
+                                      node_records const& out) {
+  tier_problem const& first = c.tiers[0];
+  node_state_view const s = state_of(first);
   for (std::int32_t i = t.rank(); i < n_in; i += t.size()) unpack_record(s, in, i);
   t.sync();
-  tier_program(t, b);  // ends at a barrier: placed, scores and labels are final
+  tier_chain_program(t, c);  // ends at a barrier: placements, scores and labels are final
   if (out.capacity == 0) return;
-  std::int32_t const copies = b.heap_begin[b.p.n_rows];
-  bool const all = tier_sends_all(b.p, copies);
-  std::int32_t const count = tier_records_count(b.p, copies, b.ctl->placed);
+  std::int32_t const copies = c.out_at[c.n_tiers];
+  std::int32_t placed = 0;
+  for (std::int32_t k = 0; k < c.n_tiers; ++k) placed += c.ctl[k].placed;
+  bool const all = chain_sends_all(first, copies);
+  std::int32_t const count = chain_records_count(first, copies, placed);
   for (std::int32_t i = t.rank(); i < count; i += t.size()) {
-    std::int32_t const n = all ? i : i < b.p.n_changed ? b.p.changed[i] : b.out[i - b.p.n_changed].node;
+    std::int32_t n = i;
+    if (!all && i < first.n_changed) {
+      n = first.changed[i];
+    } else if (!all) {
+      std::int32_t j = i - first.n_changed;  // the j-th winner, tier after tier
+      std::int32_t k = 0;
+      while (j >= c.ctl[k].placed) j -= c.ctl[k++].placed;
+      n = c.out[c.out_at[k] + j].node;
+    }
     pack_record(s, out, i, n);
   }
 }

@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+#include <utility>
 #include <vector>
 
 namespace placer::kernels {
@@ -43,52 +45,87 @@ struct omp_team {
 
 /// The reused host memory of tier programs.
 struct tier_host_arena {
-  std::vector<std::int32_t> heap_begin;
+  std::vector<std::int32_t> heap_begin, heap_at, out_at;
+  std::vector<tier_control> ctl;
   std::vector<std::max_align_t> bytes;
 };
 
-/// Runs one tier program in host memory with `threads` workers (1: the
-/// calling thread; more: an OpenMP team whose rounds with fewer than
-/// `solo` bidders run on its rank 0). The results do not depend on either.
-inline tier_stats run_tier_host(tier_problem const& problem, std::vector<tier_placement>& out, tier_host_arena& a,
-                                int threads = 1, std::int32_t solo = omp_team{}.solo) {
-  a.heap_begin.resize(static_cast<std::size_t>(problem.n_rows) + 1);
-  std::int32_t const copies = tier_heap_begin(problem, a.heap_begin.data());
+/// Runs a chain of tiers (tier_chain_program) in host memory with `threads`
+/// workers (1: the calling thread; more: an OpenMP team whose rounds with
+/// fewer than `solo` bidders run on its rank 0). The results do not depend
+/// on either.
+inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& out, tier_host_arena& a,
+                           int threads = 1, std::int32_t solo = omp_team{}.solo) {
+  auto const k = static_cast<std::int32_t>(tiers.size());
+  out.placed.clear();
+  out.begin.assign(1, 0);
+  out.stats.clear();
+  if (k == 0) return;
+  a.heap_begin.resize(tier_chain_heap_entries(tiers.data(), k));
+  a.heap_at.resize(static_cast<std::size_t>(k));
+  a.out_at.resize(static_cast<std::size_t>(k) + 1);
+  std::int32_t most_rows = 0, most_copies = 0;
+  std::int32_t const copies = tier_chain_offsets(tiers.data(), k, a.heap_begin.data(), a.heap_at.data(),
+                                                 a.out_at.data(), most_rows, most_copies);
+  std::int32_t const n_nodes = tiers[0].nodes.n_nodes;
   auto const aligned = [](std::size_t n) {
     return (n + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) * alignof(std::max_align_t);
   };
   // One pass sizes the arena, the second lays the buffers out in it.
+  tier_chain c;
   std::size_t bytes = 0;
   auto measure = [&](auto* tag, std::size_t n) -> decltype(tag) {
     bytes += aligned(n * sizeof(*tag));
     return nullptr;
   };
-  tier_buffers b{};
-  tier_layout(b, problem.nodes.n_nodes, problem.n_rows, copies, measure);
+  auto lay_out = [&](auto&& take) {
+    tier_layout(c.work, n_nodes, most_rows, most_copies, take);
+    c.out = take(c.out, static_cast<std::size_t>(copies));
+    c.listed = take(c.listed, k > 1 ? static_cast<std::size_t>(n_nodes) : 0);
+    c.candidates = take(c.candidates, static_cast<std::size_t>(most_copies));
+    c.n_candidates = take(c.n_candidates, 1);
+  };
+  lay_out(measure);
   a.bytes.resize(bytes / sizeof(std::max_align_t) + 1);
   auto* at = reinterpret_cast<unsigned char*>(a.bytes.data());
-  auto take = [&](auto* tag, std::size_t n) -> decltype(tag) {
+  lay_out([&](auto* tag, std::size_t n) -> decltype(tag) {
     auto* p = reinterpret_cast<decltype(tag)>(at);
     at += aligned(n * sizeof(*tag));
     return p;
-  };
-  tier_layout(b, problem.nodes.n_nodes, problem.n_rows, copies, take);
-  tier_control ctl{};
-  b.p = problem;
-  b.heap_begin = a.heap_begin.data();
-  b.ctl = &ctl;
+  });
+  a.ctl.assign(static_cast<std::size_t>(k), tier_control{});
+  c.n_tiers = k;
+  c.tiers = tiers.data();
+  c.heap_begin = a.heap_begin.data();
+  c.heap_at = a.heap_at.data();
+  c.out_at = a.out_at.data();
+  c.ctl = a.ctl.data();
   if (threads > 1) {
 #pragma omp parallel num_threads(threads)
     {
       omp_team team{solo};
-      tier_program(team, b);
+      tier_chain_program(team, c);
     }
   } else {
     seq_team team;
-    tier_program(team, b);
+    tier_chain_program(team, c);
   }
-  out.assign(b.out, b.out + ctl.placed);
-  return {ctl.iterations, ctl.rounds, ctl.round_cap_hit != 0};
+  for (std::int32_t t = 0; t < k; ++t) {
+    tier_control const& ctl = a.ctl[static_cast<std::size_t>(t)];
+    tier_placement const* from = c.out + a.out_at[static_cast<std::size_t>(t)];
+    out.placed.insert(out.placed.end(), from, from + ctl.placed);
+    out.begin.push_back(static_cast<std::int32_t>(out.placed.size()));
+    out.stats.push_back({ctl.iterations, ctl.rounds, ctl.round_cap_hit != 0});
+  }
+}
+
+/// One tier (a chain of one), for the tests that run the program alone.
+inline tier_stats run_tier_host(tier_problem const& problem, std::vector<tier_placement>& out, tier_host_arena& a,
+                                int threads = 1, std::int32_t solo = omp_team{}.solo) {
+  tier_results r;
+  run_chain_host({&problem, 1}, r, a, threads, solo);
+  out = std::move(r.placed);
+  return r.stats.at(0);
 }
 
 }  // inline namespace PLACER_BACKEND_NS

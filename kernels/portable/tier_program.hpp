@@ -76,6 +76,28 @@ struct tier_buffers {
   tier_control* ctl;
 };
 
+/// A chain of tiers run in one launch (tier_chain_program; the backend's
+/// place_tiers): tier k + 1 starts from the node state, matrix and clock
+/// tier k left, and its refresh candidates are the nodes tier k committed,
+/// each once (tiers after the first do not read their `changed`). Per tier
+/// k: its problem, its heap_begin at heap_at[k], its control ctl[k] and
+/// its placements at out + out_at[k] (its copies reserved). `work` holds
+/// the program's other buffers, laid out for the chain's largest tier
+/// (tier_layout with the most nodes x rows and copies of any tier).
+struct tier_chain {
+  std::int32_t n_tiers = 0;
+  tier_problem const* tiers = nullptr;
+  std::int32_t const* heap_begin = nullptr;  ///< sum of (R_k + 1)
+  std::int32_t const* heap_at = nullptr;     ///< n_tiers
+  std::int32_t const* out_at = nullptr;      ///< n_tiers + 1
+  tier_control* ctl = nullptr;               ///< n_tiers, zeroed
+  tier_placement* out = nullptr;             ///< out_at[n_tiers]
+  std::int32_t* listed = nullptr;            ///< N: the last tier that listed a node as a candidate
+  std::int32_t* candidates = nullptr;        ///< the most copies of a tier: tier k - 1's committed nodes
+  std::int32_t* n_candidates = nullptr;      ///< 1
+  tier_buffers work;
+};
+
 /// Host: heap_begin[0..R] = exclusive scan of the demands; returns their sum
 /// (the copies, and the most placements a tier can make).
 inline std::int32_t tier_heap_begin(tier_problem const& p, std::int32_t* heap_begin) {
@@ -115,11 +137,36 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.won = take(b.won, n);
   b.won_row = take(b.won_row, n);
   b.jump_rows = take(b.jump_rows, 2 * r);
-  b.out = take(b.out, d);
 }
 
-/// A tier is one launch of the program, and one wait: the placements, the
-/// node state and the score matrix read back.
+/// Host: the chain's sizes and offsets from its problems: heap_begin
+/// (concatenated) and heap_at, out_at (n_tiers + 1), and the largest tier's
+/// rows and copies for tier_layout. Returns the chain's copies.
+inline std::int32_t tier_chain_offsets(tier_problem const* tiers, std::int32_t n_tiers, std::int32_t* heap_begin,
+                                       std::int32_t* heap_at, std::int32_t* out_at, std::int32_t& most_rows,
+                                       std::int32_t& most_copies) {
+  std::int32_t h = 0;
+  most_rows = most_copies = 0;
+  out_at[0] = 0;
+  for (std::int32_t k = 0; k < n_tiers; ++k) {
+    heap_at[k] = h;
+    std::int32_t const copies = tier_heap_begin(tiers[k], heap_begin + h);
+    h += tiers[k].n_rows + 1;
+    out_at[k + 1] = out_at[k] + copies;
+    most_rows = most_rows > tiers[k].n_rows ? most_rows : tiers[k].n_rows;
+    most_copies = most_copies > copies ? most_copies : copies;
+  }
+  return out_at[n_tiers];
+}
+/// Entries of the chain's concatenated heap_begin.
+inline std::size_t tier_chain_heap_entries(tier_problem const* tiers, std::int32_t n_tiers) {
+  std::size_t e = 0;
+  for (std::int32_t k = 0; k < n_tiers; ++k) e += static_cast<std::size_t>(tiers[k].n_rows) + 1;
+  return e;
+}
+
+/// A chain of tiers is one launch of the program, and one wait: the
+/// placements and what the tiers changed read back.
 inline void count_tier(step_counts& st) {
   st.calls += 1;
   st.waits += 1;
@@ -819,6 +866,40 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     }
     t.sync();
     if (ctl->done != 0) break;
+  }
+}
+
+/// The tiers of a chain one after another (tier_chain): tier k + 1 starts
+/// from what tier k left, its refresh candidates the nodes tier k
+/// committed, listed once each by rank 0 (at most the tier's copies).
+template <class Team>
+PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
+  if (c.n_tiers > 1) {
+    for (std::int32_t n = t.rank(); n < c.tiers[0].nodes.n_nodes; n += t.size()) c.listed[n] = -1;
+  }
+  for (std::int32_t k = 0; k < c.n_tiers; ++k) {
+    tier_buffers b = c.work;
+    b.p = c.tiers[k];
+    b.heap_begin = c.heap_begin + c.heap_at[k];
+    b.ctl = c.ctl + k;
+    b.out = c.out + c.out_at[k];
+    if (k > 0) {
+      if (t.rank() == 0) {
+        tier_placement const* prev = c.out + c.out_at[k - 1];
+        std::int32_t listed = 0;
+        for (std::int32_t i = 0; i < c.ctl[k - 1].placed; ++i) {
+          std::int32_t const n = prev[i].node;
+          if (c.listed[n] == k) continue;
+          c.listed[n] = k;
+          c.candidates[listed++] = n;
+        }
+        *c.n_candidates = listed;
+      }
+      t.sync();
+      b.p.changed = c.candidates;
+      b.p.n_changed = *c.n_candidates;
+    }
+    tier_program(t, b);  // ends at a barrier
   }
 }
 

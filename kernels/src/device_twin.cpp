@@ -64,14 +64,18 @@ class host_device {
   auto exec() { return thrust::cpp::par; }
   auto exec_nosync() { return thrust::cpp::par; }
 
-  void run_tier(tier_buffers const& b, node_records const& in, std::int32_t n_in, node_records const& out) {
-    for (void const* p : {static_cast<void const*>(b.heap_begin), static_cast<void const*>(b.ctl),
-                          static_cast<void const*>(b.p.scores), static_cast<void const*>(b.p.stamp),
-                          static_cast<void const*>(b.p.fresh)}) {
-      if (p != nullptr) expect_device(p, 1);
+  void run_tiers(tier_chain const& c, node_records const& in, std::int32_t n_in, node_records const& out) {
+    expect_device(c.tiers, sizeof(tier_problem) * static_cast<std::size_t>(c.n_tiers));
+    for (std::int32_t k = 0; k < c.n_tiers; ++k) {
+      tier_problem const& p = c.tiers[k];
+      for (void const* q : {static_cast<void const*>(p.scores), static_cast<void const*>(p.stamp),
+                            static_cast<void const*>(p.fresh), static_cast<void const*>(p.row_class),
+                            static_cast<void const*>(p.demand), static_cast<void const*>(p.gpu_free)}) {
+        if (q != nullptr) expect_device(q, 1);
+      }
     }
     seq_team team;
-    resident_tier_program(team, b, in, n_in, out);
+    resident_chain_program(team, c, in, n_in, out);
   }
 
   /// [p, p + bytes) lies in one device allocation, or logic_error: on a

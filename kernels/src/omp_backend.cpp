@@ -95,13 +95,13 @@ void omp_backend::domain_capacity(node_view const& nodes, class_view const& clas
   }
 }
 
-tier_stats omp_backend::place_tier(tier_problem const& problem, std::vector<tier_placement>& out) {
-  // A team only for a tier with enough bidding to split (nodes x rows).
-  bool const big =
-      always_parallel_ || static_cast<std::int64_t>(problem.nodes.n_nodes) * problem.n_rows >= tier_team_threshold;
-  tier_stats const st = run_tier_host(problem, out, tier_arena_, big ? tier_threads_ : 1);
+void omp_backend::place_tiers(std::span<tier_problem const> tiers, tier_results& out) {
+  // A team only for a chain with enough bidding to split (nodes x rows).
+  std::int64_t most = 0;
+  for (auto const& t : tiers) most = std::max(most, static_cast<std::int64_t>(t.nodes.n_nodes) * t.n_rows);
+  bool const big = always_parallel_ || most >= tier_team_threshold;
+  run_chain_host(tiers, out, tier_arena_, big ? tier_threads_ : 1);
   count_tier(steps_);
-  return st;
 }
 
 }  // namespace placer::kernels

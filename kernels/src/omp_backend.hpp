@@ -21,7 +21,7 @@ class omp_backend final : public backend {
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override;
   void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                        domain_index_view const& idx, std::span<std::int64_t> cap) override;
-  tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) override;
+  void place_tiers(std::span<tier_problem const> tiers, tier_results& out) override;
 
  private:
   std::string description_;

@@ -191,6 +191,9 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
     for (std::size_t t = t0; t < t1; ++t) {
       if (wants_locality(in_.pending[job_at(t)])) local.push_back(m_.job_class[job_at(t)]);
     }
+    // Host work reads the node state and the matrix: the tiers chained so
+    // far run first.
+    if (!local.empty()) run_chain(out);
     load_caps(local);
     for (std::size_t t = t0; t < t1; ++t) {
       std::int32_t const j = job_at(t);
@@ -206,8 +209,9 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
       for (auto j : rest) expire(j);
       continue;
     }
-    place_tier(rest, out);
+    chain_tier(rest, out);
   }
+  run_chain(out);
 }
 
 // ------------------------------------------------------------------ greedy
@@ -306,18 +310,20 @@ void assigner::place_local(std::int32_t j, round_result& out) {
 
 // -------------------------------------------------------------------- tier
 
-void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& out) {
+void assigner::chain_tier(std::vector<std::int32_t> const& jobs, round_result& out) {
   // Rows: the classes present, compacted in order of first appearance; a
   // row's demand is its jobs' replicas. Every buffer is the reused scratch.
-  auto& live = s_.live;
+  if (s_.chain.size() <= s_.chain_len) s_.chain.resize(s_.chain_len + 1);
+  auto& t = s_.chain[s_.chain_len];
+  auto& live = t.jobs;
   live.clear();
   for (auto j : jobs) {
     if (!never_feasible(j, out)) live.push_back(j);
   }
   if (live.empty()) return;
-  auto& row_class = s_.row_class;
+  auto& row_class = t.row_class;
   auto& class_row = s_.class_row;  // class -> row, -1 = none yet
-  auto& demand = s_.demand;
+  auto& demand = t.demand;
   row_class.clear();
   demand.clear();
   class_row.assign(static_cast<std::size_t>(m_.n_classes()), -1);
@@ -330,101 +336,128 @@ void assigner::place_tier(std::vector<std::int32_t> const& jobs, round_result& o
     }
     demand[static_cast<std::size_t>(class_row[c])] += in_.pending[j].replicas;
   }
-  // One launch of the tier program (kernels/include/placer/kernels/tier.hpp):
-  // nodes bid for rows, one replica per node per iteration, winners
-  // committed and re-scored in one step, until nothing more fits.
-  tier_problem p;
-  p.nodes = m_.nodes();
-  p.classes = m_.classes();
-  p.tasks = m_.tasks();
-  p.params = op_.p;
-  p.gpu_free = m_.gpu_free.data();
-  p.cpu_free = m_.cpu_free.data();
-  p.mem_free = m_.mem_free.data();
-  p.scores = scores_.data();
-  p.n_rows = static_cast<std::int32_t>(row_class.size());
-  p.row_class = row_class.data();
-  p.demand = demand.data();
+  t.row_cap.clear();
   if (in_.pol.stacking) {
     // A row of whole GPUs places at most ceil(copies / replicas one node
     // holds) per iteration (tier_problem::row_cap).
     std::int32_t most = 0;  // GPUs of the largest node
     for (std::int32_t n = 0; n < m_.n_nodes(); ++n) most = std::max(most, m_.gpu_capacity[n] / milli_per_gpu);
-    auto& cap = s_.row_cap;
-    cap.resize(row_class.size());
+    t.row_cap.resize(row_class.size());
     for (std::size_t r = 0; r < row_class.size(); ++r) {
       std::int32_t const c = row_class[r];
       std::int32_t const per_node =
           op_.cv.gpus[c] > 0 && op_.cv.milli[c] >= milli_per_gpu ? std::min(8, most / op_.cv.gpus[c]) : 1;
-      cap[r] = per_node > 1 ? (demand[r] + per_node - 1) / per_node : demand[r];
+      t.row_cap[r] = per_node > 1 ? (demand[r] + per_node - 1) / per_node : demand[r];
     }
-    p.row_cap = cap.data();
   }
-  p.stamp = s_.stamp.data();
-  p.fresh = s_.fresh.data();
-  p.now = now_;
-  p.live_class = s_.live_class.data();
-  // The refresh's candidates: the log since the least fresh live class,
-  // each node once.
-  std::size_t from = s_.changes.size();
-  for (std::size_t c = 0; c < s_.live_class.size(); ++c) {
-    if (s_.live_class[c] != 0) from = std::min(from, static_cast<std::size_t>(s_.fresh_at[c]));
+  t.live_class = s_.live_class;
+  if (s_.chain_len == 0) {
+    // The first tier's refresh candidates: the log since the least fresh
+    // live class, each node once (a later tier's are the nodes the tier
+    // before it committed, tier.hpp).
+    std::size_t from = s_.changes.size();
+    for (std::size_t c = 0; c < s_.live_class.size(); ++c) {
+      if (s_.live_class[c] != 0) from = std::min(from, static_cast<std::size_t>(s_.fresh_at[c]));
+    }
+    auto& changed = s_.refresh_nodes;
+    changed.reserve(1);  // an empty log is an empty list, not none (null: every node)
+    changed.assign(s_.changes.begin() + static_cast<std::ptrdiff_t>(from), s_.changes.end());
+    std::sort(changed.begin(), changed.end());
+    changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
   }
-  auto& changed = s_.refresh_nodes;
-  changed.reserve(1);  // an empty log is an empty list, not none (null: every node)
-  changed.assign(s_.changes.begin() + static_cast<std::ptrdiff_t>(from), s_.changes.end());
-  std::sort(changed.begin(), changed.end());
-  changed.erase(std::unique(changed.begin(), changed.end()), changed.end());
-  p.changed = changed.data();
-  p.n_changed = static_cast<std::int32_t>(changed.size());
-  p.state = s_.state.data();
-  // Bids rise by at least 1/1024 of the largest score: the assignment is
-  // within that per replica of each iteration's optimum (scores are
-  // heuristic values; the MIP gap is the same at eps = 1, 64 and 256), and
-  // price wars between near-equal nodes end in tens of rounds, not
-  // thousands (docs/architecture.md).
-  p.eps = std::max<std::int64_t>(1, 1000LL * (std::int64_t{op_.p.w_binpack} + op_.p.w_fragmentation) / 1024);
-  auto& got = s_.tier_out;
-  backend_.place_tier(p, got);
+  t.now = now_;
   now_ += 1;  // past the program's stamps
-  // The program refreshed the live classes before its commits; the nodes
-  // it changed join the log once each.
-  for (std::size_t c = 0; c < s_.live_class.size(); ++c) {
-    if (s_.live_class[c] != 0) s_.fresh_at[c] = static_cast<std::int32_t>(s_.changes.size());
+  ++s_.chain_len;
+}
+
+void assigner::run_chain(round_result& out) {
+  std::size_t const k = s_.chain_len;
+  if (k == 0) return;
+  s_.chain_len = 0;
+  // One problem per tier (kernels/include/placer/kernels/tier.hpp): nodes
+  // bid for rows, one replica per node per iteration, winners committed
+  // and re-scored in one step, until nothing more fits; tier after tier in
+  // one launch of the program.
+  auto& problems = s_.chain_problems;
+  problems.resize(k);
+  for (std::size_t i = 0; i < k; ++i) {
+    auto const& t = s_.chain[i];
+    tier_problem& p = problems[i];
+    p = tier_problem{};
+    p.nodes = m_.nodes();
+    p.classes = m_.classes();
+    p.tasks = m_.tasks();
+    p.params = op_.p;
+    p.gpu_free = m_.gpu_free.data();
+    p.cpu_free = m_.cpu_free.data();
+    p.mem_free = m_.mem_free.data();
+    p.scores = scores_.data();
+    p.n_rows = static_cast<std::int32_t>(t.row_class.size());
+    p.row_class = t.row_class.data();
+    p.demand = t.demand.data();
+    p.row_cap = t.row_cap.empty() ? nullptr : t.row_cap.data();
+    p.stamp = s_.stamp.data();
+    p.fresh = s_.fresh.data();
+    p.now = t.now;
+    p.live_class = t.live_class.data();
+    if (i == 0) {
+      p.changed = s_.refresh_nodes.data();
+      p.n_changed = static_cast<std::int32_t>(s_.refresh_nodes.size());
+    }
+    p.state = s_.state.data();
+    // Bids rise by at least 1/1024 of the largest score: the assignment is
+    // within that per replica of each iteration's optimum (scores are
+    // heuristic values; the MIP gap is the same at eps = 1, 64 and 256), and
+    // price wars between near-equal nodes end in tens of rounds, not
+    // thousands (docs/architecture.md).
+    p.eps = std::max<std::int64_t>(1, 1000LL * (std::int64_t{op_.p.w_binpack} + op_.p.w_fragmentation) / 1024);
   }
-  std::size_t const logged = s_.changes.size();
-  for (auto const& tp : got) s_.changes.push_back(tp.node);
-  std::sort(s_.changes.begin() + static_cast<std::ptrdiff_t>(logged), s_.changes.end());
-  s_.changes.erase(std::unique(s_.changes.begin() + static_cast<std::ptrdiff_t>(logged), s_.changes.end()),
-                   s_.changes.end());
+  auto& result = s_.chain_out;
+  backend_.place_tiers({problems.data(), k}, result);
+  drop_caps();  // the programs committed on the backend
+  for (std::size_t i = 0; i < k; ++i) {
+    auto const& t = s_.chain[i];
+    // The program refreshed the tier's live classes before its commits; the
+    // nodes it changed join the log once each.
+    for (std::size_t c = 0; c < t.live_class.size(); ++c) {
+      if (t.live_class[c] != 0) s_.fresh_at[c] = static_cast<std::int32_t>(s_.changes.size());
+    }
+    auto& got = s_.tier_out;
+    got.assign(result.placed.begin() + result.begin[i], result.placed.begin() + result.begin[i + 1]);
+    std::size_t const logged = s_.changes.size();
+    for (auto const& tp : got) s_.changes.push_back(tp.node);
+    std::sort(s_.changes.begin() + static_cast<std::ptrdiff_t>(logged), s_.changes.end());
+    s_.changes.erase(std::unique(s_.changes.begin() + static_cast<std::ptrdiff_t>(logged), s_.changes.end()),
+                     s_.changes.end());
+    // Placements in (iteration, node) order; a row's replicas go to its jobs
+    // in queue order, so the earlier jobs fill first.
+    std::sort(got.begin(), got.end(), [](tier_placement const& a, tier_placement const& b) {
+      return a.iteration != b.iteration ? a.iteration < b.iteration : a.node < b.node;
+    });
+    auto const& live = t.jobs;
+    auto& placed = s_.placed;  // per live job
+    placed.clear();
+    placed.resize(live.size());
+    auto& cursor = s_.cursor;  // per row: the live job taking its next replica
+    cursor.assign(t.row_class.size(), 0);
+    for (auto const& tp : got) {
+      std::int32_t const c = t.row_class[static_cast<std::size_t>(tp.row)];
+      auto& j = cursor[static_cast<std::size_t>(tp.row)];
+      while (m_.job_class[live[static_cast<std::size_t>(j)]] != c ||
+             static_cast<std::int32_t>(placed[static_cast<std::size_t>(j)].size()) ==
+                 in_.pending[live[static_cast<std::size_t>(j)]].replicas) {
+        ++j;
+      }
+      if (m_.cpu_free[tp.node] < 0 || m_.mem_free[tp.node] < 0) {
+        throw logic_error(error_code::internal, "tier assignment over-committed CPU or memory");
+      }
+      auto& to = placed[static_cast<std::size_t>(j)];
+      if (to.empty()) to.reserve(static_cast<std::size_t>(in_.pending[live[static_cast<std::size_t>(j)]].replicas));
+      to.push_back(placement_of(tp.node, c, tp.gpus));
+    }
+    for (std::size_t j = 0; j < live.size(); ++j) finish_job(live[j], std::move(placed[j]), out);
+  }
   if (verify_) verify_current();
-  drop_caps();  // the program committed on the backend
-  // Placements in (iteration, node) order; a row's replicas go to its jobs
-  // in queue order, so the earlier jobs fill first.
-  std::sort(got.begin(), got.end(), [](tier_placement const& a, tier_placement const& b) {
-    return a.iteration != b.iteration ? a.iteration < b.iteration : a.node < b.node;
-  });
-  auto& placed = s_.placed;  // per live job
-  placed.clear();
-  placed.resize(live.size());
-  auto& cursor = s_.cursor;  // per row: the live job taking its next replica
-  cursor.assign(row_class.size(), 0);
-  for (auto const& tp : got) {
-    std::int32_t const c = row_class[static_cast<std::size_t>(tp.row)];
-    auto& k = cursor[static_cast<std::size_t>(tp.row)];
-    while (m_.job_class[live[static_cast<std::size_t>(k)]] != c ||
-           static_cast<std::int32_t>(placed[static_cast<std::size_t>(k)].size()) ==
-               in_.pending[live[static_cast<std::size_t>(k)]].replicas) {
-      ++k;
-    }
-    if (m_.cpu_free[tp.node] < 0 || m_.mem_free[tp.node] < 0) {
-      throw logic_error(error_code::internal, "tier assignment over-committed CPU or memory");
-    }
-    auto& to = placed[static_cast<std::size_t>(k)];
-    if (to.empty()) to.reserve(static_cast<std::size_t>(in_.pending[live[static_cast<std::size_t>(k)]].replicas));
-    to.push_back(placement_of(tp.node, c, tp.gpus));
-  }
-  for (std::size_t k = 0; k < live.size(); ++k) finish_job(live[k], std::move(placed[k]), out);
 }
 
 // ------------------------------------------------------------ shared parts

@@ -2,9 +2,10 @@
 // The assign stage: turns the score matrix into placements. Three modes:
 //   - placer: per priority level, locality jobs (gangs, topology needs) go
 //     first, largest first, under the lowest topology domain that holds them;
-//     then the other replicas, by shape tier (largest first), through one
-//     launch of the tier program per tier on the backend (nodes bid for
-//     classes; kernels/include/placer/kernels/tier.hpp);
+//     then the other replicas, by shape tier (largest first), through the
+//     tier program on the backend (nodes bid for classes; kernels/include/
+//     placer/kernels/tier.hpp), the tiers between two groups of host work
+//     in one chain: one launch and one wait;
 //   - greedy: every job in queue order takes its best cells one replica at a
 //     time (the reference the tier assignment is measured against);
 //   - kube: one job at a time, every node filtered and scored anew per
@@ -70,9 +71,21 @@ struct assigner_scratch {
   std::vector<std::int32_t> fits;                           ///< domains that hold a job
   std::vector<std::int8_t> class_feasible;                  ///< per class: 1 fits some node, 0 none, -1 not known yet
   std::vector<std::uint8_t> job_holds;  ///< per node: 1 = the distinct_nodes job being placed holds it (else all 0)
-  // place_tier
-  std::vector<std::int32_t> live, row_class, class_row, demand, row_cap, cursor;
-  std::vector<kernels::tier_placement> tier_out;
+  // Tier programs, chained: consecutive tiers with no host work between
+  // them go to the backend as one chain (one launch, one wait; its first
+  // tier's refresh candidates in refresh_nodes).
+  struct chained_tier {
+    std::vector<std::int32_t> jobs;  ///< the tier's jobs that can be placed somewhere
+    std::vector<std::int32_t> row_class, demand, row_cap;
+    std::vector<std::uint8_t> live_class;
+    std::int32_t now = 0;
+  };
+  std::vector<chained_tier> chain;  ///< the first chain_len are waiting
+  std::size_t chain_len = 0;
+  std::vector<kernels::tier_problem> chain_problems;
+  kernels::tier_results chain_out;
+  std::vector<kernels::tier_placement> tier_out;  ///< one tier's placements, sorted
+  std::vector<std::int32_t> class_row, cursor;
   std::vector<std::int32_t> state;  ///< per node: its state label (tier_problem::state), across the round's tiers
   std::vector<std::vector<replica_placement>> placed;  ///< per live job (moved into the result)
 };
@@ -103,7 +116,11 @@ class assigner {
   /// place_local, then one locality job of its class fewer to come.
   void place_locality(std::int32_t j, round_result& out);
   void place_local(std::int32_t j, round_result& out);
-  void place_tier(std::vector<std::int32_t> const& jobs, round_result& out);
+  /// Adds a tier of non-locality jobs to the chain waiting for the backend.
+  void chain_tier(std::vector<std::int32_t> const& jobs, round_result& out);
+  /// Places the waiting chain (one backend call) and hands each tier's
+  /// placements to its jobs.
+  void run_chain(round_result& out);
 
   // --- shared pieces
   /// Whether the job goes through place_locality in this mode.

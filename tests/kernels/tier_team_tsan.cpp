@@ -78,10 +78,43 @@ int main() {
     expect(la == lb, iter, "state labels");
     placed += static_cast<long>(a.size());
   }
+  // Chains of tiers (tier_chain_program): rank 0 lists each tier's refresh
+  // candidates between the team's tiers.
+  for (int iter = 0; iter < 20; ++iter) {
+    tier_instance t = iter % 2 == 0 ? twin_cluster(rng, 40, 8, 8) : random_cluster(rng, 400, 8);
+    t.score_all();
+    auto const c = placer::testing_support::split_into_tiers(rng, t, 3);
+    tier_instance u = t;
+    std::vector<std::int32_t> la(static_cast<std::size_t>(t.n_nodes()));
+    std::iota(la.begin(), la.end(), 0);
+    std::vector<std::int32_t> lb = la, none_a, none_b;
+    none_a.reserve(1);
+    none_b.reserve(1);
+    auto pa = placer::testing_support::chain_problems(t, c, none_a);
+    auto pb = placer::testing_support::chain_problems(u, c, none_b);
+    for (auto& p : pa) p.state = la.data();
+    for (auto& p : pb) p.state = lb.data();
+    tier_results a, b;
+    run_chain_host(pa, a, one, 1);
+    run_chain_host(pb, b, four, 4, 0);
+    bool same = a.begin == b.begin && a.placed.size() == b.placed.size();
+    for (std::size_t j = 0; same && j + 1 < a.begin.size(); ++j) {
+      auto order = [](auto const& x, auto const& y) { return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node; };
+      std::sort(a.placed.begin() + a.begin[j], a.placed.begin() + a.begin[j + 1], order);
+      std::sort(b.placed.begin() + b.begin[j], b.placed.begin() + b.begin[j + 1], order);
+    }
+    same = same && std::equal(a.placed.begin(), a.placed.end(), b.placed.begin(), [](auto const& x, auto const& y) {
+             return x.node == y.node && x.row == y.row && x.gpus == y.gpus && x.iteration == y.iteration;
+           });
+    expect(same, 100 + iter, "chained placements");
+    expect(t.scores == u.scores && t.gpu_free == u.gpu_free && t.stamp == u.stamp && la == lb, 100 + iter,
+           "chained states");
+    placed += static_cast<long>(a.placed.size());
+  }
   if (placed < 2000) {
     std::fprintf(stderr, "only %ld placements: the instances hardly exercise the team\n", placed);
     ++failures;
   }
-  std::printf("%d instances, %ld placements: %s\n", 40, placed, failures == 0 ? "the team matches one worker" : "FAILED");
+  std::printf("%d instances, %ld placements: %s\n", 60, placed, failures == 0 ? "the team matches one worker" : "FAILED");
   return failures == 0 ? 0 : 1;
 }

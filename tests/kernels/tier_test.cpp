@@ -16,13 +16,17 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
 namespace placer::kernels {
 namespace {
 
+using testing_support::chain_problems;
+using testing_support::chained;
 using testing_support::prefer_some_nodes;
+using testing_support::split_into_tiers;
 using testing_support::random_cluster;
 using testing_support::tier_instance;
 using testing_support::twin_cluster;
@@ -455,6 +459,85 @@ TEST(TierProgram, StateLabelsShareColumnsExactly) {
     }
   }
   EXPECT_GT(shared, 500) << "too few columns copied from a twin";
+}
+
+// A chain of tiers in one launch gives what the tiers one at a time gave,
+// each with the nodes the tier before it committed as its refresh
+// candidates (the assigner's log): placements, statistics, node state,
+// matrix, clock and labels, on every CPU path and the device twin.
+TEST(TierChain, RunsAsTheTiersOneByOne) {
+  std::vector<std::unique_ptr<backend>> backends;
+  backends.push_back(make_backend(backend_kind::cpu));
+  backends.push_back(make_parallel_cpu_backend());  // the chain on a team: rank 0 lists, the others wait
+  backends.push_back(make_device_twin());
+  std::mt19937_64 rng(2026112601);
+  int chains = 0;
+  long placed = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    SCOPED_TRACE("instance " + std::to_string(iter));
+    tier_instance base = iter % 3 == 0 ? twin_cluster(rng, 20, 6, 8) : random_cluster(rng, 80, 8);
+    base.score_all();
+    int const k = std::uniform_int_distribution<int>(1, 4)(rng);
+    chained const c = split_into_tiers(rng, base, k);
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(base.n_nodes()));
+    for (std::int32_t n = 0; n < base.n_nodes(); ++n) labels[static_cast<std::size_t>(n)] = iter % 3 == 0 ? n % 20 : n;
+    // One by one, the candidates from the placements before.
+    tier_instance one = base;
+    std::vector<std::int32_t> one_labels = labels;
+    std::vector<std::int32_t> candidates;
+    std::vector<std::vector<tier_placement>> by_tier;
+    std::vector<tier_stats> one_stats;
+    {
+      auto ps = chain_problems(one, c, candidates);
+      for (std::size_t j = 0; j < ps.size(); ++j) {
+        ps[j].state = one_labels.data();
+        ps[j].changed = candidates.data();
+        ps[j].n_changed = static_cast<std::int32_t>(candidates.size());
+        std::vector<tier_placement> got;
+        one_stats.push_back(backends[0]->place_tier(ps[j], got));
+        candidates.clear();
+        for (auto const& tp : got) candidates.push_back(tp.node);
+        std::sort(candidates.begin(), candidates.end());
+        candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+        candidates.reserve(1);
+        by_tier.push_back(got);
+        placed += static_cast<long>(got.size());
+      }
+    }
+    chains += k > 1 ? 1 : 0;
+    for (auto& b : backends) {
+      SCOPED_TRACE(b->description());
+      tier_instance all = base;
+      std::vector<std::int32_t> all_labels = labels;
+      std::vector<std::int32_t> none;
+      none.reserve(1);
+      auto ps = chain_problems(all, c, none);
+      for (auto& p : ps) p.state = all_labels.data();
+      auto const calls = b->steps().calls;
+      tier_results r;
+      b->place_tiers(ps, r);
+      EXPECT_EQ(b->steps().calls - calls, 1);  // one launch for the chain
+      ASSERT_EQ(r.stats.size(), static_cast<std::size_t>(k));
+      for (int j = 0; j < k; ++j) {
+        std::vector<tier_placement> got(r.placed.begin() + r.begin[static_cast<std::size_t>(j)],
+                                        r.placed.begin() + r.begin[static_cast<std::size_t>(j) + 1]);
+        std::vector<tier_placement> want = by_tier[static_cast<std::size_t>(j)];
+        EXPECT_TRUE(same_placements(got, want)) << "tier " << j;
+        EXPECT_EQ(r.stats[static_cast<std::size_t>(j)].rounds, one_stats[static_cast<std::size_t>(j)].rounds);
+        EXPECT_EQ(r.stats[static_cast<std::size_t>(j)].iterations, one_stats[static_cast<std::size_t>(j)].iterations);
+      }
+      EXPECT_EQ(all.scores, one.scores);
+      EXPECT_EQ(all.gpu_free, one.gpu_free);
+      EXPECT_EQ(all.cpu_free, one.cpu_free);
+      EXPECT_EQ(all.mem_free, one.mem_free);
+      EXPECT_EQ(all.stamp, one.stamp);
+      EXPECT_EQ(all.fresh, one.fresh);
+      EXPECT_EQ(all_labels, one_labels);
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(chains, 60);
+  EXPECT_GT(placed, 2000);
 }
 
 TEST(TierParity, CudaMatchesCpu) {

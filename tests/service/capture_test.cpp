@@ -203,8 +203,8 @@ class slow_backend final : public kernels::backend {
                        kernels::domain_index_view const& idx, std::span<std::int64_t> cap) override {
     cpu_->domain_capacity(n, c, of, idx, cap);
   }
-  kernels::tier_stats place_tier(kernels::tier_problem const& p, std::vector<kernels::tier_placement>& out) override {
-    return cpu_->place_tier(p, out);
+  void place_tiers(std::span<kernels::tier_problem const> tiers, kernels::tier_results& out) override {
+    cpu_->place_tiers(tiers, out);
   }
 
  private:

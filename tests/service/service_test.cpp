@@ -1137,9 +1137,9 @@ class faulty_backend final : public kernels::backend {
     call();
     cpu_->domain_capacity(n, c, of, idx, cap);
   }
-  kernels::tier_stats place_tier(kernels::tier_problem const& p, std::vector<kernels::tier_placement>& out) override {
+  void place_tiers(std::span<kernels::tier_problem const> tiers, kernels::tier_results& out) override {
     call();
-    return cpu_->place_tier(p, out);
+    cpu_->place_tiers(tiers, out);
   }
 
  private:

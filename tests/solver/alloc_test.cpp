@@ -53,11 +53,10 @@ class delegating_backend final : public kernels::backend {
     testing_support::aside_scope s;
     b_->domain_capacity(nodes, classes, of, idx, cap);
   }
-  kernels::tier_stats place_tier(kernels::tier_problem const& problem,
-                                 std::vector<kernels::tier_placement>& out) override {
+  void place_tiers(std::span<kernels::tier_problem const> chain, kernels::tier_results& out) override {
     testing_support::aside_scope s;
-    tiers += 1;
-    return b_->place_tier(problem, out);
+    tiers += static_cast<std::int64_t>(chain.size());
+    b_->place_tiers(chain, out);
   }
   std::int64_t tiers = 0;
 

@@ -141,4 +141,47 @@ inline void prefer_some_nodes(std::mt19937_64& rng, tier_instance& t, std::int32
   }
 }
 
+/// A round's tiers as the assigner chains them: the instance's classes
+/// split into k tiers of rows; tier j's live classes are its own and every
+/// later tier's; each tier one tick of the clock after the one before.
+struct chained {
+  std::vector<std::vector<std::int32_t>> row_class, demand;
+  std::vector<std::vector<std::uint8_t>> live;
+};
+inline chained split_into_tiers(std::mt19937_64& rng, tier_instance const& t, int k) {
+  chained c;
+  c.row_class.resize(static_cast<std::size_t>(k));
+  c.demand.resize(static_cast<std::size_t>(k));
+  std::vector<int> tier_of(static_cast<std::size_t>(t.n_classes()));
+  for (auto& x : tier_of) x = std::uniform_int_distribution<int>(0, k - 1)(rng);
+  for (std::int32_t cl = 0; cl < t.n_classes(); ++cl) {
+    auto const j = static_cast<std::size_t>(tier_of[static_cast<std::size_t>(cl)]);
+    c.row_class[j].push_back(cl);
+    c.demand[j].push_back(std::uniform_int_distribution<int>(1, 40)(rng));
+  }
+  for (int j = 0; j < k; ++j) {
+    std::vector<std::uint8_t> live(static_cast<std::size_t>(t.n_classes()), 0);
+    for (std::size_t cl = 0; cl < live.size(); ++cl) live[cl] = tier_of[cl] >= j ? 1 : 0;
+    c.live.push_back(live);
+  }
+  return c;
+}
+inline std::vector<tier_problem> chain_problems(tier_instance& t, chained const& c, std::vector<std::int32_t>& first_changed) {
+  std::vector<tier_problem> ps;
+  for (std::size_t j = 0; j < c.row_class.size(); ++j) {
+    t.now = static_cast<std::int32_t>(j);
+    tier_problem p = t.problem(1 << 30, 200);
+    p.n_rows = static_cast<std::int32_t>(c.row_class[j].size());
+    p.row_class = c.row_class[j].data();
+    p.demand = c.demand[j].data();
+    p.live_class = c.live[j].data();
+    if (j == 0) {
+      p.changed = first_changed.data();
+      p.n_changed = static_cast<std::int32_t>(first_changed.size());
+    }
+    ps.push_back(p);
+  }
+  return ps;
+}
+
 }  // namespace placer::testing_support

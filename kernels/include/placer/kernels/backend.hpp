@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace placer::kernels {
@@ -77,11 +78,23 @@ class backend {
   virtual void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                                domain_index_view const& idx, std::span<std::int64_t> cap) = 0;
 
-  /// @brief Places one tier (tier.hpp): one launch of the tier program.
-  /// Commits into the problem's node arrays and score matrix (host memory;
-  /// the CUDA backend copies them there and back).
-  /// @param[out] out  the placements, in the program's order (the caller sorts)
-  virtual tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) = 0;
+  /// @brief Places a chain of tiers (tier.hpp), one after another in one
+  /// launch of the tier program and one wait: tier k + 1 starts from the
+  /// node state, matrix and clock tier k left (all tiers share those
+  /// arrays), and its refresh candidates are the nodes tier k committed
+  /// (the `changed` of tiers after the first is not read). Commits into the
+  /// problems' node arrays and score matrix (host memory; a device backend
+  /// keeps its copies, residency below).
+  /// @param[out] out  each tier's placements, in the program's order (the caller sorts)
+  virtual void place_tiers(std::span<tier_problem const> tiers, tier_results& out) = 0;
+
+  /// One tier: a chain of one.
+  tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) {
+    tier_results r;
+    place_tiers({&problem, 1}, r);
+    out = std::move(r.placed);
+    return r.stats.at(0);
+  }
 
   /// Stage calls and device-to-host waits since the backend was made
   /// (steps.hpp); a caller takes differences around a stage.

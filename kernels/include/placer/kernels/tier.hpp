@@ -26,6 +26,7 @@
 #include <placer/kernels/views.hpp>
 
 #include <cstdint>
+#include <vector>
 
 namespace placer::kernels {
 
@@ -103,6 +104,14 @@ struct tier_stats {
   std::int32_t iterations = 0;
   std::int64_t rounds = 0;  ///< bidding rounds over all iterations
   bool round_cap_hit = false;
+};
+
+/// What a chain of tiers placed (backend::place_tiers): tier k's
+/// placements are placed[begin[k] .. begin[k + 1]), in the program's order.
+struct tier_results {
+  std::vector<tier_placement> placed;
+  std::vector<std::int32_t> begin;  ///< n_tiers + 1
+  std::vector<tier_stats> stats;    ///< n_tiers
 };
 
 }  // namespace placer::kernels
