@@ -38,7 +38,7 @@ case "$step" in
     { date -u +%FT%TZ; echo "commit $commit"; echo "GPU: $gpu"; nvidia-smi; } > "$OUT/device.txt" 2>&1
     status=0
     # The parity tests under compute-sanitizer: memory errors, then shared-memory races.
-    parity='BackendParity.*:TierParity.*'
+    parity='BackendParity.Cuda*:TierParity.*'
     for tool in memcheck racecheck; do
       for t in kernels_test_omp solver_test_omp; do
         timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
@@ -48,6 +48,9 @@ case "$step" in
     {
       run "$G/bin/solver_test_omp" || status=1
       run "$G/bin/kernels_test_omp" || status=1
+      # The resident round checked on the GPU itself: the device's copies read
+      # back and compared with the host's at every call (residency, docs/architecture.md).
+      PLACER_VERIFY_RESIDENT=1 run "$G/bin/solver_test_omp" --gtest_filter='BackendParity.Cuda*' || status=1
     } > "$OUT/tests.txt" 2>&1
     run "$G/bin/placer" bench --scenario 10k --rounds 10 --configs cuda --data "$G/data" \
       --json "$OUT/bench-10k-smoke.json" > "$OUT/bench-smoke.txt" 2>&1 || status=1

@@ -50,7 +50,7 @@ struct bench_args {
   int job_churn = -1;   // -1 = the jobs in full every round
   std::string mode = "closed";
   double rate = 10;
-  std::vector<std::string> configs;  // cuda, cpu, kube
+  std::vector<std::string> configs;  // cuda, cpu, twin, kube
   std::string json_path, plot_path;
   int timeout_ms = 30000;  // per attempt
   int retries = 3;         // attempts after a timeout (a server restarted mid-round)
@@ -61,7 +61,7 @@ struct bench_args {
   throw std::invalid_argument(
       why +
       "\nusage: placer bench [--scenario 1k|10k|100k|openb] [--rounds N] [--warmup N] [--delta NODES]\n"
-      "                    [--job-churn JOBS] [--mode closed|open] [--rate ROUNDS_PER_S] [--configs cuda,cpu,kube]\n"
+      "                    [--job-churn JOBS] [--mode closed|open] [--rate ROUNDS_PER_S] [--configs cuda,cpu,twin,kube]\n"
       "                    [--endpoint E [--server-key FILE --client-cert FILE]] [--timeout-ms N] [--retries N]\n"
       "                    [--data DIR] [--json FILE] [--plot FILE.svg]");
 }
@@ -293,14 +293,14 @@ int cmd_bench(int argc, char** argv) {
   std::vector<config_result> results;
   service::set_log_level(service::log_level::warn);
   for (auto const& cfg : a.configs) {
-    if (cfg != "cuda" && cfg != "cpu" && cfg != "kube") usage("unknown configuration '" + cfg + "'");
+    if (cfg != "cuda" && cfg != "cpu" && cfg != "twin" && cfg != "kube") usage("unknown configuration '" + cfg + "'");
     if (!a.endpoint.empty()) {
       results.push_back(run_config(a, in, cfg, a.endpoint, rounds));
       continue;
     }
     service::service_config sc;
     sc.endpoint = "tcp://127.0.0.1:*";
-    sc.backend = cfg == "cuda" ? "cuda" : "cpu";
+    sc.backend = cfg == "cuda" || cfg == "twin" ? cfg : "cpu";
     sc.log_rounds = false;
     sc.poll_ms = 20;
     service::server srv(sc);

@@ -73,7 +73,7 @@ usage:
   placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda] [--repeat N]
                 (every algorithm on the same round, side by side)
   placer bench  [--scenario 1k|10k|100k|openb] [--rounds N] [--mode closed|open] [--rate R]
-                [--configs cuda,cpu,kube] [--endpoint E] [--json FILE] [--plot FILE.svg]
+                [--configs cuda,cpu,twin,kube] [--endpoint E] [--json FILE] [--plot FILE.svg]
                 (load generator over the real client; starts its own servers unless --endpoint)
   placer simulate [--trace itp:clusterNN|mixed:clusterNN|openb:NAME|dlrm|synthetic] [--algorithm A | --compare A,B]
                 [--backfill easy|conservative] [--preemption] [--elastic] [--delay-scheduling] ...
@@ -457,8 +457,9 @@ int cmd_serve(int argc, char** argv) {
   std::string log_format = "text", log_level = "info", demo;
   bool quiet = false;
   env(app.add_option("--endpoint", cfg.endpoint, "ZeroMQ endpoint to bind")->capture_default_str());
-  env(app.add_option("--backend", cfg.backend, "solver backend")
-          ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+  env(app.add_option("--backend", cfg.backend,
+                     "solver backend (twin: the CUDA backend's code over host memory, for diagnosis)")
+          ->check(CLI::IsMember({"auto", "cpu", "cuda", "twin"}))
           ->capture_default_str());
   env(app.add_option("--workers", cfg.workers, "solver threads, each with its own backend")
           ->check(CLI::Range(1, 256))

@@ -586,7 +586,8 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
   PLACER_EXPECTS(cfg_.queue.peer_rounds >= 1, "a peer must be allowed at least one waiting round (--max-queued)");
   PLACER_EXPECTS(cfg_.stuck_after_ms > 0, "the stuck threshold must be positive (--stuck-ms)");
   if (!cfg_.devices.empty()) {
-    PLACER_EXPECTS(cfg_.backend != "cpu", "--devices names GPUs: it needs --backend cuda or auto, not cpu");
+    PLACER_EXPECTS(cfg_.backend == "cuda" || cfg_.backend == "auto",
+                   "--devices names GPUs: it needs --backend cuda or auto, not " + cfg_.backend);
     auto const why = kernels::cuda_unavailable_reason();
     if (!why.empty()) throw logic_error(error_code::unavailable, "--devices: no usable GPU here: " + why);
   }
