@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Placer behind Slurm against Slurm alone, on the same seeded job mix.
 
-    sudo bench/slurm/side_by_side.py [--nodes 64] [--jobs 400] [--seed 1] [--out FILE.json]
+    sudo bench/slurm/side_by_side.py [--nodes 64] [--jobs 400] [--seed 1] [--out FILE.json] [--capture DIR]
 
 Starts a local Slurm cluster (scripts/slurm-cluster.sh: 8 GPUs a node, two
 GPU models, racks of 16 nodes) and a Placer service, submits the job mix
@@ -222,13 +222,15 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=240)
     ap.add_argument("--out", default="")
     ap.add_argument("--no-stacking", action="store_true", help="the bridge's --no-stacking (for comparison)")
+    ap.add_argument("--capture", default="", help="the service keeps the bridge's rounds here (placer solve --request)")
     args = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("side_by_side.py: needs root (slurmd runs the jobs as their users)")
     if not shutil.which("slurmctld") or not os.path.exists(PLACER):
         sys.exit("side_by_side.py: needs Slurm (scripts/install-deps.sh) and build/placer (make build)")
-    serve = subprocess.Popen([PLACER, "serve", "--endpoint", args.endpoint], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.DEVNULL)
+    serve = subprocess.Popen([PLACER, "serve", "--endpoint", args.endpoint] +
+                             (["--capture", args.capture] if args.capture else []),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     tmp = tempfile.mkdtemp(prefix="placer-slurm-bench-")
     try:
         results = [one_run(m, args, tmp) for m in ("slurm", "placer")]

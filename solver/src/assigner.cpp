@@ -723,4 +723,146 @@ std::string assigner::level_name(std::int32_t l) const {
   return l >= 0 && l < static_cast<std::int32_t>(names.size()) ? "'" + names[l] + "'" : std::to_string(l);
 }
 
+// ------------------------------------------------------------ stacking
+
+std::int32_t consolidate(round_input const& in, round_matrices& m, score_params const& p, round_result& out,
+                         backend& b, std::int64_t budget) {
+  node_view const nv = m.nodes();
+  class_view const cv = m.classes();
+  task_view const tv = m.tasks();
+  score_cell_op const op{nv, cv, tv, p};
+  auto const n_nodes = static_cast<std::size_t>(m.n_nodes());
+  // The movable replicas, by node: (placement, replica) of jobs with no
+  // locality need; and every node's GPU milli in use.
+  struct ref {
+    std::int32_t k, r;
+  };
+  std::vector<std::vector<ref>> on(n_nodes);
+  std::vector<std::int64_t> movable(n_nodes, 0), used(n_nodes, 0);
+  for (std::size_t k = 0; k < out.placements.size(); ++k) {
+    auto const& pl = out.placements[k];
+    if (wants_locality(in.pending[static_cast<std::size_t>(pl.job)])) continue;
+    for (std::size_t r = 0; r < pl.replicas.size(); ++r) {
+      auto const& rp = pl.replicas[r];
+      on[static_cast<std::size_t>(rp.node)].push_back({static_cast<std::int32_t>(k), static_cast<std::int32_t>(r)});
+      movable[static_cast<std::size_t>(rp.node)] +=
+          static_cast<std::int64_t>(rp.gpu_milli) * static_cast<std::int64_t>(rp.gpus.size());
+    }
+  }
+  auto used_now = [&](std::size_t n) {
+    std::int64_t free = 0;
+    for (auto g = m.gpu_begin[n]; g < m.gpu_begin[n + 1]; ++g) free += m.gpu_free[static_cast<std::size_t>(g)];
+    return static_cast<std::int64_t>(m.gpu_capacity[n]) - free;
+  };
+  for (std::size_t n = 0; n < n_nodes; ++n) used[n] = used_now(n);
+  auto frag = [&](std::size_t n) { return node_stats_op{nv, tv}(static_cast<std::int32_t>(n)).frag_milli_ppm; };
+  auto partly = [&](std::size_t n) { return used[n] > 0 && used[n] < m.gpu_capacity[n] ? 1 : 0; };
+  // Sources: the nodes this round's movable replicas alone put GPUs to use
+  // on (emptying one frees a whole node), the least used first.
+  std::vector<std::int32_t> sources;
+  for (std::size_t n = 0; n < n_nodes; ++n) {
+    if (movable[n] > 0 && movable[n] == used[n] && used[n] < m.gpu_capacity[n]) {
+      sources.push_back(static_cast<std::int32_t>(n));
+    }
+  }
+  std::sort(sources.begin(), sources.end(), [&](std::int32_t a, std::int32_t c) {
+    auto const ua = used[static_cast<std::size_t>(a)], uc = used[static_cast<std::size_t>(c)];
+    return ua != uc ? ua < uc : a < c;
+  });
+  // One source at a time: all its movable replicas onto the fullest other
+  // nodes in use where they fit, kept only if the nodes involved fragment
+  // less (or as much, with fewer of them partly used); else undone.
+  struct saved {
+    std::int32_t node;
+    std::vector<std::int32_t> gpu;
+    std::int64_t cpu, mem, used, frag, partly;
+  };
+  std::vector<saved> touched;
+  std::vector<std::pair<ref, replica_placement>> was;
+  auto touch = [&](std::int32_t n) {
+    auto const u = static_cast<std::size_t>(n);
+    for (auto const& t : touched) {
+      if (t.node == n) return;
+    }
+    auto const g0 = m.gpu_free.begin() + m.gpu_begin[u];
+    touched.push_back({n, std::vector<std::int32_t>(g0, m.gpu_free.begin() + m.gpu_begin[u + 1]), m.cpu_free[u],
+                       m.mem_free[u], used[u], frag(u), partly(u)});
+  };
+  std::int32_t moved = 0;
+  for (auto const s : sources) {
+    auto const su = static_cast<std::size_t>(s);
+    auto& here = on[su];
+    if (here.empty() || used[su] == 0) continue;
+    touched.clear();
+    was.clear();
+    touch(s);
+    bool ok = true;
+    for (auto const& x : here) {
+      auto& rp = out.placements[static_cast<std::size_t>(x.k)].replicas[static_cast<std::size_t>(x.r)];
+      std::int32_t const c = m.job_class[static_cast<std::size_t>(out.placements[static_cast<std::size_t>(x.k)].job)];
+      std::int64_t const need = static_cast<std::int64_t>(rp.gpu_milli) * static_cast<std::int64_t>(rp.gpus.size());
+      was.push_back({x, rp});
+      // Off the source...
+      for (auto const i : rp.gpus) m.gpu_free[static_cast<std::size_t>(m.gpu_begin[su] + i)] += rp.gpu_milli;
+      m.cpu_free[su] += cv.cpu[c];
+      m.mem_free[su] += cv.mem[c];
+      used[su] -= need;
+      // ...onto the fullest other node in use where it fits (a cell is
+      // scored only for a node fuller than the best so far with room).
+      std::int32_t best = -1;
+      std::int64_t best_used = 0;
+      for (std::size_t t = 0; t < n_nodes && budget > 0; ++t) {
+        if (t == su || used[t] <= best_used || m.gpu_capacity[t] - used[t] < need) continue;
+        --budget;
+        if (op.score(c, static_cast<std::int32_t>(t)) >= 0) {
+          best = static_cast<std::int32_t>(t);
+          best_used = used[t];
+        }
+      }
+      if (best < 0) {
+        ok = false;
+        break;
+      }
+      auto const bu = static_cast<std::size_t>(best);
+      touch(best);
+      std::uint64_t taken = 0;
+      if (!take_replica(nv, cv, c, best, m.gpu_free.data(), m.cpu_free.data(), m.mem_free.data(), taken)) {
+        throw logic_error(error_code::internal, "stacking moved a replica to a node whose GPUs do not fit");
+      }
+      used[bu] += need;
+      rp.node = best;
+      rp.gpus.clear();
+      for (std::uint64_t g = taken; g != 0; g &= g - 1) rp.gpus.push_back(std::countr_zero(g));
+    }
+    std::int64_t before = 0, after = 0, partly_before = 0, partly_after = 0;
+    for (auto const& t : touched) {
+      before += t.frag;
+      after += frag(static_cast<std::size_t>(t.node));
+      partly_before += t.partly;
+      partly_after += partly(static_cast<std::size_t>(t.node));
+    }
+    if (ok && (after < before || (after == before && partly_after < partly_before))) {
+      for (auto const& [x, old] : was) {
+        auto const& rp = out.placements[static_cast<std::size_t>(x.k)].replicas[static_cast<std::size_t>(x.r)];
+        on[static_cast<std::size_t>(rp.node)].push_back(x);
+        ++moved;
+      }
+      here.clear();
+      for (auto const& t : touched) b.host_wrote(t.node);
+      continue;
+    }
+    // Undone: the nodes and the replicas as they were.
+    for (auto const& t : touched) {
+      auto const u = static_cast<std::size_t>(t.node);
+      std::copy(t.gpu.begin(), t.gpu.end(), m.gpu_free.begin() + m.gpu_begin[u]);
+      m.cpu_free[u] = t.cpu;
+      m.mem_free[u] = t.mem;
+      used[u] = t.used;
+    }
+    for (auto const& [x, old] : was) out.placements[static_cast<std::size_t>(x.k)].replicas[static_cast<std::size_t>(x.r)] = old;
+    if (budget <= 0) break;
+  }
+  return moved;
+}
+
 }  // namespace placer::detail

@@ -174,6 +174,18 @@ class assigner {
   bool verify_ = false;   ///< PLACER_VERIFY_SCORES: check the cells read (tests)
 };
 
+/// Stacking's last step (policy::stacking): this round's replicas of jobs
+/// without a locality need leave the nodes they use least, for other nodes
+/// already in use, when the fragmentation of the nodes involved (FGD, the
+/// round's typical task set) drops; so the round's small jobs end on as few
+/// nodes as their shapes and constraints allow, and whole nodes stay free
+/// for whole-node jobs. Feasibility is the score stage's (a cell >= 0 on
+/// the state as it is), so every rule of a placement holds. Moves commit
+/// into `m` and `out` (and are declared to the backend); at most `budget`
+/// cells are scored. Returns the replicas moved.
+std::int32_t consolidate(round_input const& in, round_matrices& m, kernels::score_params const& p, round_result& out,
+                         kernels::backend& backend, std::int64_t budget);
+
 /// Queue order into `order`: priority, then (largest_first, placer) the
 /// largest total GPU demand and the fewest GPU models allowed first, then
 /// submit time, then index. `keys` is the caller's reused scratch.

@@ -383,6 +383,43 @@ TEST(Solver, StackingFillsANodeBeforeTheNextEmptyOne) {
   EXPECT_EQ(nodes_used(true), 2U);
 }
 
+// Rows of one shape fill in parallel, one node each per iteration: four
+// one-GPU jobs anywhere and four that select a feature every node has end
+// half a node each on two nodes. Stacking's last step moves one row's
+// replicas onto the other's node (detail::consolidate): one node full,
+// three whole nodes free, and the selectors still hold (the invariants).
+TEST(Solver, StackingConsolidatesOneShapesRowsOntoFewNodes) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(4).gpus(8).build();
+  for (auto& n : in.state.nodes) n.labels = {"feature=a100"};
+  in.state.nodes[3].labels.clear();  // one node without the feature
+  for (int k = 0; k < 4; ++k) in.pending.push_back(gpu_job("any-" + std::to_string(k), 1));
+  for (int k = 0; k < 4; ++k) {
+    in.pending.push_back(gpu_job("a100-" + std::to_string(k), 1));
+    in.pending.back().constraints.node_selector = {"feature=a100"};
+  }
+  in.pol.stacking = true;
+  // The device twin too, checking its copies: the moves are host writes
+  // the backend must be told of before the statistics after the round.
+  for (auto* make : {+[] { return kernels::make_backend(kernels::backend_kind::cpu); },
+                     +[] { return kernels::make_device_twin(true, true); }}) {
+    solver s(make());
+    SCOPED_TRACE(s.backend().description());
+    round_result r;
+    ASSERT_NO_THROW(r = s.solve(in));
+    expect_round_invariants(in, r);
+    ASSERT_EQ(r.placements.size(), 8U);
+    std::set<std::int32_t> used;
+    for (auto const& p : r.placements) used.insert(p.replicas[0].node);
+    EXPECT_EQ(used.size(), 1U);
+    EXPECT_FALSE(used.contains(3));
+    bool staged = false;
+    for (auto const& t : r.timing) staged = staged || t.stage == "stack";
+    EXPECT_TRUE(staged);
+    EXPECT_DOUBLE_EQ(r.metrics.gar_after, 8.0 / 32.0);  // the statistics see the moved state
+  }
+}
+
 // Slurm's -N (job::distinct_nodes): a gang of two 4-GPU replicas with a
 // preferred leaf goes on two nodes of one leaf, where without it both
 // replicas share the best node; and a leaf's capacity counts one replica a
