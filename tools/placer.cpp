@@ -42,7 +42,7 @@ using namespace placer;
 constexpr char const* usage_text = R"(placer: GPU placement solver service
 
 usage:
-  placer serve  [--endpoint E] [--backend auto|cpu|cuda] [--workers N] [--max-message-mib N]
+  placer serve  [--endpoint E] [--backend auto|cpu|cuda|twin] [--workers N] [--max-message-mib N]
                 [--max-nodes N] [--max-jobs N] [--max-replicas N] [--max-round-ms N] [--max-session-mib N]
                 [--max-queued N] [--max-queued-mib N] [--max-queue-mib N] [--stuck-ms N] [--http HOST:PORT]
                 [--demo DIR] [--quiet] [--log-format text|json] [--log-level debug|info|warn|error]
@@ -57,7 +57,7 @@ usage:
                  --capture: the rounds solved as request files in DIR, 256 MiB at most, oldest deleted first)
   placer keygen --out DIR --name NAME
                 (a CURVE key pair: DIR/NAME.key, public, and DIR/NAME.key_secret, mode 0600)
-  placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda]
+  placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda|twin]
                 [--algorithm placer|greedy|kube-least|kube-most|first-fit] [--summary] [--output FILE]
   placer solve  --request FILE [--backend ...] [--algorithm ...] [--summary] [--output FILE]
                 (replays a request file, e.g. one `placer serve --capture` wrote: prints the reply)
@@ -70,7 +70,7 @@ usage:
                  on a round or its queue has waited past the server's --stuck-ms, 5 when ready but a
                  worker runs on its CPU fallback after a device fault; --live: 0 when the service
                  answers at all; 3 when it does not; prints each worker's state and backend)
-  placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda] [--repeat N]
+  placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda|twin] [--repeat N]
                 (every algorithm on the same round, side by side)
   placer bench  [--scenario 1k|10k|100k|openb] [--rounds N] [--mode closed|open] [--rate R]
                 [--configs cuda,cpu,twin,kube] [--endpoint E] [--json FILE] [--plot FILE.svg]
