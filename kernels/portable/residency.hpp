@@ -14,9 +14,10 @@
 //            the node's GPUs (gpus slots), its score column (classes cells)
 //
 // The host packs the nodes it declared (backend::host_wrote) and the
-// device unpacks them first; a tier program packs the nodes it changed
-// (its refresh candidates and its winners) and the host unpacks them
-// after the call's one wait. The same functions run on both sides.
+// device unpacks them first; a chain of tier programs packs the nodes it
+// may have changed (its first tier's refresh candidates, every tier's
+// winners) and the host unpacks them after the call's one wait. The same
+// functions run on both sides.
 
 #include "tier_program.hpp"
 
