@@ -60,7 +60,8 @@ TEST(PoliciesProperty, RandomRoundsKeepInvariantsAndAreDeterministic) {
   std::mt19937_64 rng(20261121);
   int preemptions = 0, reservations = 0, scale_events = 0, reclaims = 0, deferred = 0;
   for (int round = 0; round < 300; ++round) {
-    round_input const in = round_with_running(rng, s);
+    round_input in = round_with_running(rng, s);
+    in.pol.stacking = round % 3 == 2;  // stacking's consolidation inside the policies' sub-problems
     auto const& q = in.pol.queue;
     SCOPED_TRACE("round " + std::to_string(round) + " backfill " + std::to_string(static_cast<int>(q.backfill)) +
                  (q.preemption ? " preemption" : "") + (q.loaning ? " loaning" : "") +
@@ -136,7 +137,8 @@ TEST(PoliciesProperty, DeviceTwinGivesTheCpuBackendsDecisions) {
   int decisions = 0;
   for (int round = 0; round < 150; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
-    round_input const in = round_with_running(rng, cpu, round % 2 == 1);
+    round_input in = round_with_running(rng, cpu, round % 2 == 1);
+    in.pol.stacking = round % 3 == 2;
     queue_memory m1, m2;
     round_result const a = cpu.solve(in, &m1);
     round_result b;
