@@ -477,11 +477,11 @@ class device_backend final : public backend {
 
   void place_tiers(std::span<tier_problem const> tiers, tier_results& out) override {
     dev_.guard([&] {
-      out.placed.clear();
-      out.begin.assign(1, 0);
-      out.stats.clear();
       auto const k = static_cast<std::int32_t>(tiers.size());
-      if (k == 0) return;
+      if (k == 0) {
+        tier_chain_results(nullptr, nullptr, nullptr, 0, out);
+        return;
+      }
       tier_problem const& first = tiers[0];
       node_view const& nv = first.nodes;
       // Kept: the bound round's views, matrix and node arrays (every tier of a
@@ -617,15 +617,7 @@ class device_backend final : public backend {
       down(h_state, shared.state, h_state != nullptr ? n : 0);
       sync();
       std::memcpy(first.fresh, h_fresh, n_classes * sizeof(std::int32_t));
-      std::int32_t placed = 0;
-      for (std::int32_t t = 0; t < k; ++t) {
-        tier_control const& ctl = h_ctl[t];
-        out.placed.insert(out.placed.end(), h_out + out_at_[static_cast<std::size_t>(t)],
-                          h_out + out_at_[static_cast<std::size_t>(t)] + ctl.placed);
-        out.begin.push_back(static_cast<std::int32_t>(out.placed.size()));
-        out.stats.push_back({ctl.iterations, ctl.rounds, ctl.round_cap_hit != 0});
-        placed += ctl.placed;
-      }
+      std::int32_t const placed = tier_chain_results(h_ctl, h_out, out_at_.data(), k, out);
       if (kept) {
         node_records const got = records_at(h_back, back, record_gpus_, width);
         std::int32_t const count = chain_records_count(first, copies, placed);

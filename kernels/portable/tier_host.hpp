@@ -57,10 +57,10 @@ struct tier_host_arena {
 inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& out, tier_host_arena& a,
                            int threads = 1, std::int32_t solo = omp_team{}.solo) {
   auto const k = static_cast<std::int32_t>(tiers.size());
-  out.placed.clear();
-  out.begin.assign(1, 0);
-  out.stats.clear();
-  if (k == 0) return;
+  if (k == 0) {
+    tier_chain_results(nullptr, nullptr, nullptr, 0, out);
+    return;
+  }
   a.heap_begin.resize(tier_chain_heap_entries(tiers.data(), k));
   a.heap_at.resize(static_cast<std::size_t>(k));
   a.out_at.resize(static_cast<std::size_t>(k) + 1);
@@ -110,13 +110,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
     seq_team team;
     tier_chain_program(team, c);
   }
-  for (std::int32_t t = 0; t < k; ++t) {
-    tier_control const& ctl = a.ctl[static_cast<std::size_t>(t)];
-    tier_placement const* from = c.out + a.out_at[static_cast<std::size_t>(t)];
-    out.placed.insert(out.placed.end(), from, from + ctl.placed);
-    out.begin.push_back(static_cast<std::int32_t>(out.placed.size()));
-    out.stats.push_back({ctl.iterations, ctl.rounds, ctl.round_cap_hit != 0});
-  }
+  tier_chain_results(a.ctl.data(), c.out, a.out_at.data(), k, out);
 }
 
 /// One tier (a chain of one), for the tests that run the program alone.

@@ -158,6 +158,24 @@ inline std::int32_t tier_chain_offsets(tier_problem const* tiers, std::int32_t n
   }
   return out_at[n_tiers];
 }
+/// Host: a chain's results from its controls and placements (out + out_at[k]
+/// for tier k, as tier_chain_offsets laid them out); returns the
+/// placements in all. No tiers: empty results.
+inline std::int32_t tier_chain_results(tier_control const* ctl, tier_placement const* out, std::int32_t const* out_at,
+                                       std::int32_t n_tiers, tier_results& r) {
+  r.placed.clear();
+  r.begin.assign(1, 0);
+  r.stats.clear();
+  std::int32_t placed = 0;
+  for (std::int32_t k = 0; k < n_tiers; ++k) {
+    tier_placement const* from = out + out_at[k];
+    r.placed.insert(r.placed.end(), from, from + ctl[k].placed);
+    r.begin.push_back(static_cast<std::int32_t>(r.placed.size()));
+    r.stats.push_back({ctl[k].iterations, ctl[k].rounds, ctl[k].round_cap_hit != 0});
+    placed += ctl[k].placed;
+  }
+  return placed;
+}
 /// Entries of the chain's concatenated heap_begin.
 inline std::size_t tier_chain_heap_entries(tier_problem const* tiers, std::int32_t n_tiers) {
   std::size_t e = 0;
