@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine, from the repository root, with .gpu/ carried (scripts/gpu-bundle.sh made
-# it). One step per device call, each well inside the 600 s a call may take, each writing to $OUT
-# (at most 8 files come back) and ending with a short summary:
+# it). Each step is one device call, well inside the 600 s a call may take, writing to $OUT (at most
+# 8 files come back) and ending with a short summary:
 #
+#   bash .gpu/gpu-run.sh all [SECONDS]  # everything below in one call, most telling first, each part
+#                                       # skipped once less than its share of SECONDS (480) is left:
+#                                       # one machine start for a whole session's GPU figures
 #   bash .gpu/gpu-run.sh check          # the device, the CUDA parity tests under compute-sanitizer
 #                                       # (memcheck, racecheck), every test, a 10-round CUDA bench
 #   bash .gpu/gpu-run.sh bench 10k      # round_bench and `placer bench` for one scenario (10k, 100k,
@@ -20,65 +23,111 @@ export PLACER_DATA_DIR=$G/data
 run() { "$G/run" "$@"; }
 commit=$(cat "$G/commit")
 step=${1:-check}
+start=$SECONDS
+status=0
 
 # The CUDA backend must be usable: `placer version` names the GPU or says why not.
-run "$G/bin/placer" version > "$OUT/version.txt" 2>&1
-gpu=$(sed -n 's/^GPU: //p' "$OUT/version.txt")
+run "$G/bin/placer" version > /tmp/placer-version.txt 2>&1
+gpu=$(sed -n 's/^GPU: //p' /tmp/placer-version.txt)
+{ date -u +%FT%TZ; echo "commit $commit"; cat /tmp/placer-version.txt; nvidia-smi; } > "$OUT/device.txt" 2>&1
 case "$gpu" in
-  ""|none*) echo "gpu-run: the CUDA backend is not usable here: ${gpu:-no answer}"; cat "$OUT/version.txt"; exit 2 ;;
+  ""|none*) echo "gpu-run: the CUDA backend is not usable here: ${gpu:-no answer}"; cat "$OUT/device.txt"; exit 2 ;;
 esac
 # `placer bench`'s cuda configuration must have run on CUDA on that GPU.
 check_cuda() {  # bench json
   grep -q '"backend": *"cuda (GPU 0' "$1" || grep -q '"backend":"cuda (GPU 0' "$1" ||
     { echo "gpu-run: $1 does not show the CUDA backend on GPU 0"; exit 2; }
 }
+# Whether a part that needs about $1 seconds still fits in the call's $budget.
+fits() { (( SECONDS - start + $1 <= budget )) || { echo "gpu-run: skipped, $1 s do not fit: $2" | tee -a "$OUT/tests.txt"; return 1; }; }
+
+parity='BackendParity.Cuda*:TierParity.*:TierChain.*'
+hung=0
+timed() {  # seconds command...: a command past its time marks the GPU run hung (a kernel that never ends)
+  timeout "$@"; local rc=$?
+  (( rc == 124 )) && { hung=1; echo "gpu-run: timed out after $1 s: ${*:2}"; }
+  return $rc
+}
+parity_tests() {  # the CUDA parity first: it is what no other machine runs
+  {
+    for t in solver_test_omp kernels_test_omp; do
+      timed 90 "$G/run" "$G/bin/$t" --gtest_filter="$parity" || status=1
+    done
+    # The resident round checked on the GPU itself: the device's copies read
+    # back and compared with the host's at every call (residency, docs/architecture.md).
+    PLACER_VERIFY_RESIDENT=1 timed 90 "$G/run" "$G/bin/solver_test_omp" --gtest_filter='BackendParity.Cuda*' || status=1
+  } >> "$OUT/tests.txt" 2>&1
+}
+all_tests() {
+  for t in solver_test_omp kernels_test_omp; do
+    timeout 200 "$G/run" "$G/bin/$t" --gtest_filter="-$parity" >> "$OUT/tests.txt" 2>&1 || status=1
+  done
+}
+sanitizer() {  # tools...: memory errors, then shared-memory races, on the parity tests
+  for tool in "$@"; do
+    for t in kernels_test_omp solver_test_omp; do
+      timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
+        "$G/run" "$G/bin/$t" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
+    done
+  done
+}
+smoke() {
+  timed 60 "$G/run" "$G/bin/placer" bench --scenario 10k --rounds 10 --configs cuda --data "$G/data" \
+    --json /tmp/bench-10k-smoke.json >> "$OUT/tests.txt" 2>&1 || status=1
+  check_cuda /tmp/bench-10k-smoke.json
+}
+round_bench() {  # name scenario-regex
+  timeout 240 "$G/run" "$G/bin/round_bench" --benchmark_filter="round/(cuda|cpu|kube-least)/($2)/" \
+    --benchmark_out="$OUT/round-bench-$1.json" --benchmark_out_format=json \
+    --benchmark_context=commit="$commit" --benchmark_context=date="$(date -u +%F)" \
+    --benchmark_context=gpu="$gpu" >> "$OUT/bench.txt" 2>&1 || status=1
+}
+placer_bench() {  # scenario [--plot file]
+  local s=$1 rounds=200; shift
+  [ "$s" = 100k ] && rounds=50
+  timeout 240 "$G/run" "$G/bin/placer" bench --scenario "$s" --rounds "$rounds" --configs cuda,cpu,kube \
+    --data "$G/data" --json "$OUT/bench-$s.json" "$@" >> "$OUT/bench.txt" 2>&1 || status=1
+  check_cuda "$OUT/bench-$s.json"
+}
+summary() {
+  echo "== $gpu, commit $commit, $((SECONDS - start)) s"
+  [ -f "$OUT/sanitizer.txt" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) *\]" "$OUT/sanitizer.txt"
+  [ -f "$OUT/tests.txt" ] && grep -E "^\[  (PASSED|FAILED|SKIPPED) *\]|tests? from .* ran|^gpu-run" "$OUT/tests.txt"
+  [ -f "$OUT/bench.txt" ] && grep -E "^(round/|config|cpu |cuda |kube )" "$OUT/bench.txt" | cut -c1-120
+}
 
 case "$step" in
+  all)
+    budget=${2:-480}
+    parity_tests
+    (( hung )) || smoke
+    (( hung )) && { summary; exit 1; }
+    fits 60 "round_bench" && round_bench all '10k|100k|openb'
+    fits 40 "placer bench 10k" && placer_bench 10k
+    fits 60 "placer bench 100k" && placer_bench 100k
+    fits 30 "placer bench openb" && placer_bench openb
+    fits 60 "every other test" && all_tests
+    fits 100 "memcheck" && sanitizer memcheck
+    fits 100 "racecheck" && sanitizer racecheck
+    summary
+    ;;
   check)
-    { date -u +%FT%TZ; echo "commit $commit"; echo "GPU: $gpu"; nvidia-smi; } > "$OUT/device.txt" 2>&1
-    status=0
-    # The parity tests under compute-sanitizer: memory errors, then shared-memory races.
-    parity='BackendParity.Cuda*:TierParity.*'
-    for tool in memcheck racecheck; do
-      for t in kernels_test_omp solver_test_omp; do
-        timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
-          "$G/run" "$G/bin/$t" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
-      done
-    done
-    {
-      run "$G/bin/solver_test_omp" || status=1
-      run "$G/bin/kernels_test_omp" || status=1
-      # The resident round checked on the GPU itself: the device's copies read
-      # back and compared with the host's at every call (residency, docs/architecture.md).
-      PLACER_VERIFY_RESIDENT=1 run "$G/bin/solver_test_omp" --gtest_filter='BackendParity.Cuda*' || status=1
-    } > "$OUT/tests.txt" 2>&1
-    run "$G/bin/placer" bench --scenario 10k --rounds 10 --configs cuda --data "$G/data" \
-      --json "$OUT/bench-10k-smoke.json" > "$OUT/bench-smoke.txt" 2>&1 || status=1
-    check_cuda "$OUT/bench-10k-smoke.json"
-    echo "== $gpu, commit $commit"
-    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) *\]" "$OUT/sanitizer.txt"
-    grep -E "^\[  (PASSED|FAILED|SKIPPED) *\]|tests? from .* ran" "$OUT/tests.txt"
-    grep -E "^(config|cuda )" "$OUT/bench-smoke.txt" | head -4
-    exit $status
+    sanitizer memcheck racecheck
+    parity_tests
+    all_tests
+    smoke
+    summary
     ;;
   bench)
     s=${2:?"gpu-run: bench needs a scenario: 10k, 100k or openb"}
-    rounds=200; [ "$s" = 100k ] && rounds=50
-    status=0
-    run "$G/bin/round_bench" --benchmark_filter="round/(cuda|cpu|kube-least)/$s/" \
-      --benchmark_out="$OUT/round-bench-$s.json" --benchmark_out_format=json \
-      --benchmark_context=commit="$commit" --benchmark_context=date="$(date -u +%F)" \
-      --benchmark_context=gpu="$gpu" > "$OUT/round-bench-$s.txt" 2>&1 || status=1
+    round_bench "$s" "$s"
     plot=(); [ "$s" = 10k ] && plot=(--plot "$OUT/bench-10k.svg")
-    timeout 420 "$G/run" "$G/bin/placer" bench --scenario "$s" --rounds "$rounds" --configs cuda,cpu,kube \
-      --data "$G/data" --json "$OUT/bench-$s.json" "${plot[@]}" >> "$OUT/round-bench-$s.txt" 2>&1 || status=1
-    check_cuda "$OUT/bench-$s.json"
-    echo "== $gpu, commit $commit, scenario $s"
-    grep -E "^(round/|config|cpu |cuda |kube )" "$OUT/round-bench-$s.txt" | tail -16
-    exit $status
+    placer_bench "$s" "${plot[@]}"
+    summary
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (check, or bench 10k|100k|openb)"
+    echo "gpu-run: unknown step '$step' (all, check, or bench 10k|100k|openb)"
     exit 2
     ;;
 esac
+exit $status

@@ -464,12 +464,14 @@ TEST(TierProgram, StateLabelsShareColumnsExactly) {
 // A chain of tiers in one launch gives what the tiers one at a time gave,
 // each with the nodes the tier before it committed as its refresh
 // candidates (the assigner's log): placements, statistics, node state,
-// matrix, clock and labels, on every CPU path and the device twin.
+// matrix, clock and labels, on every CPU path, the device twin and, where a
+// GPU is usable, the CUDA backend (one CTA runs the chain).
 TEST(TierChain, RunsAsTheTiersOneByOne) {
   std::vector<std::unique_ptr<backend>> backends;
   backends.push_back(make_backend(backend_kind::cpu));
   backends.push_back(make_parallel_cpu_backend());  // the chain on a team: rank 0 lists, the others wait
   backends.push_back(make_device_twin());
+  if (cuda_unavailable_reason().empty()) backends.push_back(make_backend(backend_kind::cuda));
   std::mt19937_64 rng(2026112601);
   int chains = 0;
   long placed = 0;
