@@ -11,6 +11,8 @@
 #   bash .gpu/gpu-run.sh bench 10k      # round_bench and `placer bench` for one scenario (10k, 100k,
 #   bash .gpu/gpu-run.sh bench 100k     # openb), CUDA first, bounded rounds
 #   bash .gpu/gpu-run.sh bench openb
+#   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
+#                                       # per-tier-phase counters, and ncu's time per kernel (3 rounds)
 #
 # Every step stops at once unless the CUDA backend is the one in use, on the GPU it names: a
 # machine whose driver or GPU the probe refuses would otherwise record CPU figures as GPU ones.
@@ -80,7 +82,7 @@ round_bench() {  # name scenario-regex
   timeout 240 "$G/run" "$G/bin/round_bench" --benchmark_filter="round/(cuda|cpu|kube-least)/($2)/" \
     --benchmark_out="$OUT/round-bench-$1.json" --benchmark_out_format=json \
     --benchmark_context=commit="$commit" --benchmark_context=date="$(date -u +%F)" \
-    --benchmark_context=gpu="$gpu" >> "$OUT/bench.txt" 2>&1 || status=1
+    --benchmark_context=gpu="${gpu//,/;}" >> "$OUT/bench.txt" 2>&1 || status=1
 }
 placer_bench() {  # scenario [--plot file]
   local s=$1 rounds=200; shift
@@ -125,8 +127,17 @@ case "$step" in
     placer_bench "$s" "${plot[@]}"
     summary
     ;;
+  profile)
+    round_bench profile '10k|100k|openb'
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    timeout 150 "$G/run" "${ncu:-ncu}" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \
+      --log-file "$OUT/ncu.txt" "$G/bin/placer" bench --scenario 10k --rounds 3 --configs cuda --data "$G/data" \
+      > /tmp/ncu-bench.txt 2>&1 || { status=1; tail -20 /tmp/ncu-bench.txt; }
+    summary
+    [ -f "$OUT/ncu.txt" ] && grep -E "^  [a-zA-Z_]|gpu__time_duration" "$OUT/ncu.txt" | cut -c1-150 | head -70
+    ;;
   *)
-    echo "gpu-run: unknown step '$step' (all, check, or bench 10k|100k|openb)"
+    echo "gpu-run: unknown step '$step' (all, check, bench 10k|100k|openb, or profile)"
     exit 2
     ;;
 esac

@@ -68,6 +68,8 @@ void bm_round(benchmark::State& st, std::string const& backend, std::string cons
   std::map<std::string, double> stage_us;
   double placed = 0, calls = 0, waits = 0, up = 0, down = 0;
   (void)s.solve(in);  // warm-up: workspace sized, pages touched (first-round costs kept out of the mean)
+  std::int64_t tier_before[kernels::tier_phase_count];
+  kernels::tier_profile(tier_before);
   for (auto _ : st) {
     round_result const r = s.solve(in);
     placed = static_cast<double>(r.placements.size());
@@ -83,6 +85,14 @@ void bm_round(benchmark::State& st, std::string const& backend, std::string cons
     benchmark::DoNotOptimize(r.placements.data());
   }
   for (auto const& [k, v] : stage_us) st.counters[k + "_us"] = v / static_cast<double>(st.iterations());
+  // Where the tier programs' time went (kernels/include/placer/kernels/tier.hpp,
+  // tier_phase), per round: the program's own clock, on the GPU inside the kernel.
+  std::int64_t tier_after[kernels::tier_phase_count];
+  kernels::tier_profile(tier_after);
+  for (int p = 0; p < kernels::tier_phase_count; ++p) {
+    st.counters[std::string("tier_") + kernels::tier_phase_names[p] + "_us"] =
+        static_cast<double>(tier_after[p] - tier_before[p]) / 1e3 / static_cast<double>(st.iterations());
+  }
   // Backend steps of one round (the same on every backend): stage calls
   // and device-to-host waits; bytes copied to the device and back (a
   // backend with memory of its own: cuda, and twin, its code over host

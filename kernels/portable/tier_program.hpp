@@ -22,6 +22,7 @@
 #include <placer/kernels/steps.hpp>
 #include <placer/kernels/tier.hpp>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 
@@ -43,6 +44,53 @@ struct tier_control {
   std::int32_t again = 0;        ///< 1: a row ended unfilled above a zero floor; bid again
   std::int32_t jump_raised = 0;  ///< 1: the last tier_jump raised prices (read after its barrier)
   std::int64_t rounds = 0;
+  /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
+  /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
+  std::int64_t phase[tier_phase_count] = {};
+  std::int64_t ticks = 0;
+  std::int64_t ns = 0;
+};
+
+/// Rank 0's stopwatch over a tier's phases (tier_control::phase): lap(P)
+/// adds the time since the last lap to phase P. Others' laps do nothing.
+struct tier_clock {
+  PLACER_HD static std::int64_t ticks() {
+#if defined(__CUDA_ARCH__)
+    return static_cast<std::int64_t>(clock64());
+#else
+    return tier_clock::ns();
+#endif
+  }
+  PLACER_HD static std::int64_t ns() {
+#if defined(__CUDA_ARCH__)
+    std::uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return static_cast<std::int64_t>(t);
+#else
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+#endif
+  }
+  PLACER_HD tier_clock(tier_control* c, bool on) : ctl(on ? c : nullptr) {
+    if (ctl != nullptr) {
+      start_ns = ns();
+      start = last = ticks();
+    }
+  }
+  PLACER_HD void lap(tier_phase p) {
+    if (ctl == nullptr) return;
+    std::int64_t const now = ticks();
+    ctl->phase[p] += now - last;
+    last = now;
+  }
+  /// The tier's span, once at its end.
+  PLACER_HD void stop() {
+    if (ctl == nullptr) return;
+    ctl->ticks += ticks() - start;
+    ctl->ns += ns() - start_ns;
+  }
+  tier_control* ctl;
+  std::int64_t start = 0, last = 0, start_ns = 0;
 };
 
 /// The program's buffers, in the backend's memory. Sizes: N = nodes, R =
@@ -171,7 +219,13 @@ inline std::int32_t tier_chain_results(tier_control const* ctl, tier_placement c
     tier_placement const* from = out + out_at[k];
     r.placed.insert(r.placed.end(), from, from + ctl[k].placed);
     r.begin.push_back(static_cast<std::int32_t>(r.placed.size()));
-    r.stats.push_back({ctl[k].iterations, ctl[k].rounds, ctl[k].round_cap_hit != 0});
+    tier_stats st{ctl[k].iterations, ctl[k].rounds, ctl[k].round_cap_hit != 0};
+    double const scale = ctl[k].ticks > 0 ? static_cast<double>(ctl[k].ns) / static_cast<double>(ctl[k].ticks) : 0.0;
+    for (int ph = 0; ph < tier_phase_count; ++ph) {
+      st.phase_ns[ph] = static_cast<std::int64_t>(static_cast<double>(ctl[k].phase[ph]) * scale);
+    }
+    tier_profile_add(st);
+    r.stats.push_back(st);
     placed += ctl[k].placed;
   }
   return placed;
@@ -680,7 +734,7 @@ PLACER_HD inline void tier_follow(tier_buffers const& b, std::int32_t n) {
 /// bids for its best row; the bids are bucketed by row; each row keeps its
 /// best and sends the losers to the other list; the prices follow.
 template <class Team>
-PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list) {
+PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tier_clock& clk) {
   std::int32_t const n_rows = b.p.n_rows;
   tier_control* const ctl = b.ctl;
   std::int32_t const me = t.rank();
@@ -699,6 +753,7 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list) {
     if (row >= 0) t.fetch_add(&b.bid_count[row], 1);
   }
   t.sync();
+  clk.lap(tier_phase_bid);
   if (me == 0) {
     std::int32_t at = 0;  // buckets: exclusive scan of the counts
     for (std::int32_t r = 0; r < n_rows; ++r) {
@@ -709,11 +764,13 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list) {
     ctl->rounds += 1;
   }
   t.sync();
+  clk.lap(tier_phase_scan);
   for (std::int32_t i = me; i < k; i += team) {
     std::int32_t const n = todo[i];
     if (b.bid_row[n] >= 0) b.bucket[t.fetch_add(&b.bid_cursor[b.bid_row[n]], 1)] = n;
   }
   t.sync();
+  clk.lap(tier_phase_bucket);
   // Each row takes its bids (the bucket ends at its cursor); the losers
   // bid again next round.
   for (std::int32_t r = me; r < n_rows; r += team) {
@@ -727,6 +784,7 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list) {
     b.bid_count[r] = 0;
   }
   t.sync();
+  clk.lap(tier_phase_offer);
 }
 
 template <class Team>
@@ -737,6 +795,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   tier_control* const ctl = b.ctl;
   std::int32_t const me = t.rank();
   std::int32_t const team = t.size();
+  tier_clock clk(ctl, me == 0);
   for (std::int32_t r = me; r < n_rows; r += team) b.remaining[r] = p.demand[r];
   for (std::int32_t n = me; n < n_nodes; n += team) {
     b.won_row[n] = -1;
@@ -758,6 +817,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       if (p.live_class == nullptr || p.live_class[c] != 0) p.fresh[c] = p.now + 1;
     }
   }
+  clk.lap(tier_phase_refresh);  // read after the next barrier
   while (true) {
     // --- a new iteration: floors from the current scores.
     if (me == 0) {
@@ -788,6 +848,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
         ctl->touched = 0;
       }
       t.sync();
+      clk.lap(tier_phase_floor);
       // The next round after which tier_jump is tried; the wait doubles
       // after a try that raised nothing (every worker keeps the same).
       std::int32_t jump_at = rounds + tier_jump_after;  // rounds: the iteration's, over its passes
@@ -799,11 +860,11 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
         if (bidders < t.solo_below()) {
           if (me == 0) {
             seq_team one;
-            tier_round(one, b, list);
+            tier_round(one, b, list, clk);
           }
           t.sync();
         } else {
-          tier_round(t, b, list);
+          tier_round(t, b, list, clk);
         }
         ++rounds;
         std::int32_t const next = ctl->todo_count[1 - list];
@@ -814,6 +875,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
         if (rounds >= jump_at && next >= bidders) {
           if (me == 0) ctl->jump_raised = tier_jump(b, 1 - list) ? 1 : 0;
           t.sync();
+          clk.lap(tier_phase_jump);
           jump_wait = ctl->jump_raised != 0 ? 1 : min_of(2 * jump_wait, tier_jump_most_wait);
           jump_at = rounds + jump_wait;
         }
@@ -833,6 +895,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       t.sync();
       again = ctl->again != 0;
       t.sync();  // everyone has read it before rank 0 moves the control again
+      clk.lap(tier_phase_again);
     } while (again);
     // --- commit every held copy (each on its own node) and re-score.
     for (std::int32_t r = me; r < n_rows; r += team) {
@@ -865,6 +928,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       for (std::int32_t r = me; r < n_rows; r += team) tier_group(b, r);
     }
     t.sync();
+    clk.lap(tier_phase_commit);
     for (std::int32_t i = me; i < touched; i += team) {
       if (!grouped || b.bid_row[b.won[i]] == b.won[i]) tier_rescore(b, b.won[i]);
     }
@@ -873,6 +937,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       for (std::int32_t i = me; i < touched; i += team) tier_follow(b, b.won[i]);
       t.sync();
     }
+    clk.lap(tier_phase_rescore);
     if (me == 0) {
       std::int32_t left = 0;
       for (std::int32_t r = 0; r < n_rows; ++r) {
@@ -883,8 +948,10 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       ctl->done = touched == 0 || left == 0 || ctl->iterations >= p.max_iterations ? 1 : 0;
     }
     t.sync();
+    clk.lap(tier_phase_close);
     if (ctl->done != 0) break;
   }
+  clk.stop();
 }
 
 /// The tiers of a chain one after another (tier_chain): tier k + 1 starts
@@ -902,6 +969,7 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
     b.ctl = c.ctl + k;
     b.out = c.out + c.out_at[k];
     if (k > 0) {
+      tier_clock clk(b.ctl, t.rank() == 0);
       if (t.rank() == 0) {
         tier_placement const* prev = c.out + c.out_at[k - 1];
         std::int32_t listed = 0;
@@ -914,6 +982,8 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
         *c.n_candidates = listed;
       }
       t.sync();
+      clk.lap(tier_phase_list);
+      clk.stop();
       b.p.changed = c.candidates;
       b.p.n_changed = *c.n_candidates;
     }

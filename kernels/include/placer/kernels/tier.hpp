@@ -25,6 +25,7 @@
 
 #include <placer/kernels/views.hpp>
 
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -100,11 +101,51 @@ struct tier_placement {
   std::uint64_t gpus = 0;
 };
 
+/// Where a tier program's time goes, measured by the team's rank 0 from
+/// barrier to barrier (so a phase's time is its slowest worker's): on the
+/// GPU in SM cycles scaled by the launch's global timer, on the host in
+/// steady_clock nanoseconds. The serial steps (scan, again, close, list)
+/// run on rank 0 alone; a round with fewer bidders than the team's
+/// solo_below() runs on rank 0 too, its time in bid/bucket/offer.
+enum tier_phase : int {
+  tier_phase_refresh,  ///< the live classes' stale cells re-scored
+  tier_phase_floor,    ///< an iteration's quotas, floors and empty rows
+  tier_phase_bid,      ///< nodes pick their best row
+  tier_phase_scan,     ///< rank 0: the bids' buckets (scan over rows)
+  tier_phase_bucket,   ///< bids into their rows' buckets
+  tier_phase_offer,    ///< each row takes its best bids (heaps), prices
+  tier_phase_jump,     ///< rank 0: price jumps (tier_jump)
+  tier_phase_again,    ///< rank 0: rows left unfilled above a floor
+  tier_phase_commit,   ///< winners committed, their groups formed
+  tier_phase_rescore,  ///< winners' cells re-scored or copied
+  tier_phase_close,    ///< rank 0: remaining copies, stop or go on
+  tier_phase_list,     ///< rank 0: the next tier's refresh candidates
+  tier_phase_count
+};
+inline constexpr char const* tier_phase_names[tier_phase_count] = {
+    "refresh", "floor", "bid", "scan", "bucket", "offer", "jump", "again", "commit", "rescore", "close", "list"};
+
 struct tier_stats {
   std::int32_t iterations = 0;
   std::int64_t rounds = 0;  ///< bidding rounds over all iterations
   bool round_cap_hit = false;
+  std::int64_t phase_ns[tier_phase_count] = {};  ///< tier_phase
 };
+
+/// Every tier program's phase times in this process so far, over all
+/// backends (nanoseconds; round_bench reports them per round), and the
+/// backends' way of adding a chain's. Inline: one counter set for the
+/// CUDA and the host libraries alike.
+inline std::atomic<std::int64_t> (&tier_phase_totals())[tier_phase_count] {
+  static std::atomic<std::int64_t> totals[tier_phase_count];
+  return totals;
+}
+inline void tier_profile_add(tier_stats const& s) {
+  for (int p = 0; p < tier_phase_count; ++p) tier_phase_totals()[p].fetch_add(s.phase_ns[p], std::memory_order_relaxed);
+}
+inline void tier_profile(std::int64_t (&ns)[tier_phase_count]) {
+  for (int p = 0; p < tier_phase_count; ++p) ns[p] = tier_phase_totals()[p].load(std::memory_order_relaxed);
+}
 
 /// What a chain of tiers placed (backend::place_tiers): tier k's
 /// placements are placed[begin[k] .. begin[k + 1]), in the program's order.
