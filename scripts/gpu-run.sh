@@ -11,6 +11,8 @@
 #   bash .gpu/gpu-run.sh bench 10k      # round_bench and `placer bench` for one scenario (10k, 100k,
 #   bash .gpu/gpu-run.sh bench 100k     # openb), CUDA first, bounded rounds
 #   bash .gpu/gpu-run.sh bench openb
+#   bash .gpu/gpu-run.sh quick          # after a change to the CUDA path: the CUDA parity tests and the
+#                                       # CUDA round_bench with its per-tier-phase counters (a minute)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, and ncu's time per kernel (3 rounds)
 #
@@ -78,8 +80,8 @@ smoke() {
     --json /tmp/bench-10k-smoke.json >> "$OUT/tests.txt" 2>&1 || status=1
   check_cuda /tmp/bench-10k-smoke.json
 }
-round_bench() {  # name scenario-regex
-  timeout 240 "$G/run" "$G/bin/round_bench" --benchmark_filter="round/(cuda|cpu|kube-least)/($2)/" \
+round_bench() {  # name scenario-regex [config-regex]
+  timeout 240 "$G/run" "$G/bin/round_bench" --benchmark_filter="round/(${3:-cuda|cpu|kube-least})/($2)/" \
     --benchmark_out="$OUT/round-bench-$1.json" --benchmark_out_format=json \
     --benchmark_context=commit="$commit" --benchmark_context=date="$(date -u +%F)" \
     --benchmark_context=gpu="${gpu//,/;}" >> "$OUT/bench.txt" 2>&1 || status=1
@@ -125,6 +127,11 @@ case "$step" in
     round_bench "$s" "$s"
     plot=(); [ "$s" = 10k ] && plot=(--plot "$OUT/bench-10k.svg")
     placer_bench "$s" "${plot[@]}"
+    summary
+    ;;
+  quick)
+    parity_tests
+    (( hung )) || round_bench quick '10k|100k|openb' cuda
     summary
     ;;
   profile)

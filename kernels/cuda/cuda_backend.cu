@@ -126,6 +126,18 @@ struct cuda_team {
     return old;
 #endif
   }
+  __host__ __device__ std::int32_t fetch_max(std::int32_t* p, std::int32_t v) const {
+#ifdef __CUDA_ARCH__
+    return atomicMax(p, v);
+#else
+    std::int32_t const old = *p;
+    if (v > old) *p = v;
+    return old;
+#endif
+  }
+  /// A row's floor on one thread is a serial scan of global memory: the
+  /// whole CTA selects them (tier_floors_radix).
+  static constexpr bool radix_floors = true;
 };
 
 /// Threads of the tier program's CTA. The score functor keeps a 64-entry

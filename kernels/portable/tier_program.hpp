@@ -11,8 +11,10 @@
 //   cuda_team (cuda_backend)  one CTA, __syncthreads(), atomicAdd: one launch per tier
 //
 // A Team provides rank(), size(), sync(), fetch_add(int*, int) (an atomic
-// add returning the old value) and solo_below() (a bidding round with
-// fewer bidders runs on rank 0 alone). Results never depend on the order
+// add returning the old value), fetch_max(int*, int), solo_below() (a
+// bidding round with fewer bidders runs on rank 0 alone) and radix_floors
+// (the iteration's floors by the whole team, tier_floors_radix, instead of
+// a worker per row, tier_floor: the same values). Results never depend on the order
 // in which the team's workers do things: a row keeps the best bids of
 // everything it was offered (a strict order: bid, then the lower node), and
 // the placements are sorted by (iteration, node) on the host.
@@ -43,6 +45,7 @@ struct tier_control {
   std::int32_t done = 0;         ///< 1: stop iterating
   std::int32_t again = 0;        ///< 1: a row ended unfilled above a zero floor; bid again
   std::int32_t jump_raised = 0;  ///< 1: the last tier_jump raised prices (read after its barrier)
+  std::int32_t floor_passes = 0;  ///< tier_floors_radix: the most digit passes a row needs (fetch_max)
   std::int64_t rounds = 0;
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
   /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
@@ -120,6 +123,8 @@ struct tier_buffers {
   std::int32_t* won;                 ///< N: nodes that won a copy this iteration
   std::int32_t* won_row;             ///< N: the row a node won, -1 none
   std::int32_t* jump_rows;           ///< 2R: tier_jump's row marks and worklist
+  std::int32_t* floor_hist;          ///< 256R: tier_floors_radix's digit counts per row
+  std::int32_t* floor_row;           ///< tier_floor_fields x R: tier_floors_radix's state per row
   tier_placement* out;               ///< D
   tier_control* ctl;
 };
@@ -158,6 +163,12 @@ inline std::int32_t tier_heap_begin(tier_problem const& p, std::int32_t* heap_be
   return static_cast<std::int32_t>(at);
 }
 
+/// tier_floors_radix's state of a row (tier_buffers::floor_row): its
+/// feasible cells and their largest value, then the rank wanted among the
+/// cells that match the value's bits found so far (pre, the bits above
+/// `at`); at <= 0 once the floor is known.
+enum tier_floor_field : int { tier_floor_count, tier_floor_hi, tier_floor_want, tier_floor_pre, tier_floor_at, tier_floor_fields };
+
 /// Host: lays the program's work buffers out through take(T* tag, count),
 /// which returns backend memory for `count` elements of T. `p`, heap_begin
 /// and ctl are the caller's.
@@ -185,6 +196,8 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.won = take(b.won, n);
   b.won_row = take(b.won_row, n);
   b.jump_rows = take(b.jump_rows, 2 * r);
+  b.floor_hist = take(b.floor_hist, 256 * r);
+  b.floor_row = take(b.floor_row, tier_floor_fields * r);
 }
 
 /// Host: the chain's sizes and offsets from its problems: heap_begin
@@ -258,6 +271,14 @@ struct seq_team {
     *p += v;
     return old;
   }
+  PLACER_HD static std::int32_t fetch_max(std::int32_t* p, std::int32_t v) {
+    std::int32_t const old = *p;
+    if (v > old) *p = v;
+    return old;
+  }
+  /// The CPU backend selects each row's floor on one worker (tier_floor);
+  /// the device twin runs the CUDA backend's way (tier_floors_radix).
+  bool radix_floors = false;
 };
 
 /// (bid, node) order of held copies: a is worse than b (lower bid, or the
@@ -374,6 +395,99 @@ PLACER_HD inline std::int64_t tier_floor(tier_buffers const& b, std::int32_t r, 
     k = m;
   }
   return tier_kth_largest(v, k, want);
+}
+
+/// Every row's floor (tier_floor's values; 0 for a row without quota) by
+/// the whole team, for a team of many slow workers (a CTA): tier_floor's
+/// scan of a row on one GPU thread is serial global-memory work, 40 of the
+/// 100k round's 78 ms on an H100, with all but R of the CTA's threads
+/// idle. Here the team reads each row's cells together: a pass counts the
+/// feasible ones and finds their largest value, then radix passes of eight
+/// bits, most significant first (as many as the largest value needs), count
+/// the digits of the cells that match the bits found so far, and one worker
+/// per row walks its 256 counts down to the digit that holds the wanted
+/// rank. A worker adds runs of one digit at once (identical nodes score
+/// alike), so equal values do not queue on one counter. Ends at a barrier.
+template <class Team>
+PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t copies) {
+  auto const& p = b.p;
+  std::int32_t const n_nodes = p.nodes.n_nodes;
+  std::int32_t const n_rows = p.n_rows;
+  std::int32_t const me = t.rank();
+  std::int32_t const team = t.size();
+  for (std::int32_t i = me; i < 256 * n_rows; i += team) b.floor_hist[i] = 0;
+  for (std::int32_t i = me; i < tier_floor_fields * n_rows; i += team) b.floor_row[i] = 0;
+  if (me == 0) b.ctl->floor_passes = 0;
+  t.sync();
+  auto row_of = [&](std::int32_t r) { return p.scores + static_cast<std::int64_t>(p.row_class[r]) * n_nodes; };
+  for (std::int32_t r = 0; r < n_rows; ++r) {
+    if (b.quota[r] == 0) continue;
+    std::int32_t const* row = row_of(r);
+    std::int32_t count = 0;
+    std::int32_t hi = 0;
+    for (std::int32_t n = me; n < n_nodes; n += team) {
+      count += row[n] >= 0 ? 1 : 0;
+      hi = max_of(hi, row[n]);
+    }
+    std::int32_t* f = b.floor_row + tier_floor_fields * r;
+    if (count > 0) t.fetch_add(f + tier_floor_count, count);
+    if (hi > 0) t.fetch_max(f + tier_floor_hi, hi);
+  }
+  t.sync();
+  for (std::int32_t r = me; r < n_rows; r += team) {
+    std::int32_t* f = b.floor_row + tier_floor_fields * r;
+    b.floor[r] = 0;
+    if (b.quota[r] == 0 || f[tier_floor_count] <= copies) continue;  // at 0: nothing to find
+    std::int32_t shift = 0;
+    while ((f[tier_floor_hi] >> shift) >= 256) ++shift;
+    f[tier_floor_want] = copies + 1;
+    f[tier_floor_at] = shift + 8;  // every feasible value has no bits at or above shift + 8
+    t.fetch_max(&b.ctl->floor_passes, (shift + 15) / 8);
+  }
+  t.sync();
+  std::int32_t const passes = b.ctl->floor_passes;
+  for (std::int32_t pass = 0; pass < passes; ++pass) {
+    for (std::int32_t r = 0; r < n_rows; ++r) {
+      std::int32_t const* f = b.floor_row + tier_floor_fields * r;
+      std::int32_t const at = f[tier_floor_at];
+      if (at <= 0) continue;
+      std::int32_t const width = min_of(8, at);
+      std::int32_t const below = at - width;
+      std::int32_t const pre = f[tier_floor_pre];
+      std::int32_t const* row = row_of(r);
+      std::int32_t* hist = b.floor_hist + 256 * r;
+      std::int32_t digit = -1;
+      std::int32_t run = 0;
+      for (std::int32_t n = me; n < n_nodes; n += team) {
+        std::int32_t const v = row[n];
+        if (v < 0 || (v >> at) != pre) continue;
+        std::int32_t const d = (v >> below) & ((1 << width) - 1);
+        if (d != digit) {
+          if (run > 0) t.fetch_add(hist + digit, run);
+          digit = d;
+          run = 0;
+        }
+        ++run;
+      }
+      if (run > 0) t.fetch_add(hist + digit, run);
+    }
+    t.sync();
+    for (std::int32_t r = me; r < n_rows; r += team) {
+      std::int32_t* f = b.floor_row + tier_floor_fields * r;
+      if (f[tier_floor_at] <= 0) continue;
+      std::int32_t const width = min_of(8, f[tier_floor_at]);
+      std::int32_t* hist = b.floor_hist + 256 * r;
+      std::int32_t want = f[tier_floor_want];
+      std::int32_t d = (1 << width) - 1;
+      while (d > 0 && hist[d] < want) want -= hist[d--];
+      for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
+      f[tier_floor_want] = want;
+      f[tier_floor_pre] = (f[tier_floor_pre] << width) | d;
+      f[tier_floor_at] -= width;
+      if (f[tier_floor_at] == 0) b.floor[r] = f[tier_floor_pre];
+    }
+    t.sync();
+  }
 }
 
 /// Row r's value on node n (-1 = infeasible).
@@ -830,8 +944,12 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       ctl->iterations += 1;
     }
     t.sync();
-    for (std::int32_t r = me; r < n_rows; r += team) {
-      b.floor[r] = b.quota[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
+    if (t.radix_floors) {
+      tier_floors_radix(t, b, ctl->placed_before);
+    } else {
+      for (std::int32_t r = me; r < n_rows; r += team) {
+        b.floor[r] = b.quota[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
+      }
     }
     std::int32_t rounds = 0;  // this iteration's bidding rounds
     bool again = false;

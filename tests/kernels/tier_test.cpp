@@ -126,7 +126,8 @@ std::int64_t flow_optimum(tier_instance const& t, std::vector<std::int64_t> cons
 // A row's floor is its (copies+1)-th best feasible value, or 0 when no more
 // nodes than copies can take it: the radix selection of long rows (and the
 // direct one of short rows) against a sorted copy of the row, on spread,
-// quantised, tied, one-bucket and mostly infeasible values.
+// quantised, tied, one-bucket and mostly infeasible values; and the same
+// floor selected by a team (tier_floors_radix, the CUDA backend's way).
 TEST(TierFloor, EqualsTheSortedRowsValue) {
   std::mt19937 rng(20261125);
   std::int32_t checked = 0, radix = 0;
@@ -162,6 +163,20 @@ TEST(TierFloor, EqualsTheSortedRowsValue) {
       b.p.row_class = &row_class;
       b.select = select.data();
       ASSERT_EQ(tier_floor(b, 0, copies), want) << n << " nodes, kind " << kind << ", copies " << copies;
+      // The team's way (tier_floors_radix, the CUDA backend's): the same floor.
+      std::int32_t quota = 1;
+      std::int64_t floor = -7;
+      std::vector<std::int32_t> hist(256), fields(tier_floor_fields);
+      tier_control ctl;
+      b.p.n_rows = 1;
+      b.quota = &quota;
+      b.floor = &floor;
+      b.floor_hist = hist.data();
+      b.floor_row = fields.data();
+      b.ctl = &ctl;
+      seq_team team{true};
+      tier_floors_radix(team, b, copies);
+      ASSERT_EQ(floor, want) << n << " nodes, kind " << kind << ", copies " << copies << " (radix)";
       ++checked;
       radix += static_cast<std::int32_t>(sorted.size()) > tier_floor_radix_from && want > 0 ? 1 : 0;
     }
