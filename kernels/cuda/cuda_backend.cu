@@ -126,39 +126,18 @@ struct cuda_team {
     return old;
 #endif
   }
-  // atomicMax/Min on int and long long (std::int64_t is long here).
-  __host__ __device__ std::int32_t fetch_max(std::int32_t* p, std::int32_t v) const { return atomic_max(p, v); }
-  __host__ __device__ std::int64_t fetch_max(std::int64_t* p, std::int64_t v) const {
-    return atomic_max(reinterpret_cast<long long*>(p), static_cast<long long>(v));
-  }
-  __host__ __device__ std::int64_t fetch_min(std::int64_t* p, std::int64_t v) const {
-    return atomic_min(reinterpret_cast<long long*>(p), static_cast<long long>(v));
-  }
-  template <class T>
-  __host__ __device__ static T atomic_max(T* p, T v) {
+  __host__ __device__ std::int32_t fetch_max(std::int32_t* p, std::int32_t v) const {
 #ifdef __CUDA_ARCH__
     return atomicMax(p, v);
 #else
-    T const old = *p;
+    std::int32_t const old = *p;
     if (v > old) *p = v;
     return old;
 #endif
   }
-  template <class T>
-  __host__ __device__ static T atomic_min(T* p, T v) {
-#ifdef __CUDA_ARCH__
-    return atomicMin(p, v);
-#else
-    T const old = *p;
-    if (v < old) *p = v;
-    return old;
-#endif
-  }
-  /// A row's floor or offers on one thread are serial chains of global
-  /// memory steps: the whole CTA selects together (tier_floors_radix,
-  /// tier_cut).
-  static constexpr bool team_selects = true;
-  static constexpr std::int32_t cut_from = tier_cut_from;
+  /// A row's floor on one thread is a serial scan of global memory: the
+  /// whole CTA selects them (tier_floors_radix).
+  static constexpr bool radix_floors = true;
 };
 
 /// Threads of the tier program's CTA. The score functor keeps a 64-entry

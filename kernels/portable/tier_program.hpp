@@ -11,12 +11,10 @@
 //   cuda_team (cuda_backend)  one CTA, __syncthreads(), atomicAdd: one launch per tier
 //
 // A Team provides rank(), size(), sync(), fetch_add(int*, int) (an atomic
-// add returning the old value), fetch_max and fetch_min (int32 and int64),
-// solo_below() (a bidding round with fewer bidders runs on rank 0 alone)
-// and team_selects: the team selects together where a worker per row would
-// run long serial loops (the iteration's floors, tier_floors_radix instead
-// of tier_floor; a large round's sure losers, tier_cut), with the same
-// results. Results never depend on the order
+// add returning the old value), fetch_max(int*, int), solo_below() (a
+// bidding round with fewer bidders runs on rank 0 alone) and radix_floors
+// (the iteration's floors by the whole team, tier_floors_radix, instead of
+// a worker per row, tier_floor: the same values). Results never depend on the order
 // in which the team's workers do things: a row keeps the best bids of
 // everything it was offered (a strict order: bid, then the lower node), and
 // the placements are sorted by (iteration, node) on the host.
@@ -127,7 +125,6 @@ struct tier_buffers {
   std::int32_t* jump_rows;           ///< 2R: tier_jump's row marks and worklist
   std::int32_t* floor_hist;          ///< 256R: tier_floors_radix's digit counts per row
   std::int32_t* floor_row;           ///< tier_floor_fields x R: tier_floors_radix's state per row
-  std::int64_t* cut;                 ///< 4R: tier_cut's bids' least and largest, digit shift and cut per row
   tier_placement* out;               ///< D
   tier_control* ctl;
 };
@@ -201,7 +198,6 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.jump_rows = take(b.jump_rows, 2 * r);
   b.floor_hist = take(b.floor_hist, 256 * r);
   b.floor_row = take(b.floor_row, tier_floor_fields * r);
-  b.cut = take(b.cut, 4 * r);
 }
 
 /// Host: the chain's sizes and offsets from its problems: heap_begin
@@ -261,10 +257,6 @@ inline void count_tier(step_counts& st) {
   st.waits += 1;
 }
 
-/// Bidders from which a round on a team_selects team cuts its sure losers
-/// first (tier_cut): below, the serial offers are short anyway.
-inline constexpr std::int32_t tier_cut_from = 512;
-
 /// A team of one: the CPU backend's worker.
 struct seq_team {
   [[nodiscard]] static constexpr std::int32_t rank() { return 0; }
@@ -279,23 +271,14 @@ struct seq_team {
     *p += v;
     return old;
   }
-  template <class T>
-  PLACER_HD static T fetch_max(T* p, T v) {
-    T const old = *p;
+  PLACER_HD static std::int32_t fetch_max(std::int32_t* p, std::int32_t v) {
+    std::int32_t const old = *p;
     if (v > old) *p = v;
     return old;
   }
-  template <class T>
-  PLACER_HD static T fetch_min(T* p, T v) {
-    T const old = *p;
-    if (v < old) *p = v;
-    return old;
-  }
-  /// The CPU backend selects each row's floor on one worker (tier_floor)
-  /// and offers every bid; the device twin runs the CUDA backend's way
-  /// (tier_floors_radix, and tier_cut from cut_from bidders; tests lower it).
-  bool team_selects = false;
-  std::int32_t cut_from = tier_cut_from;
+  /// The CPU backend selects each row's floor on one worker (tier_floor);
+  /// the device twin runs the CUDA backend's way (tier_floors_radix).
+  bool radix_floors = false;
 };
 
 /// (bid, node) order of held copies: a is worse than b (lower bid, or the
@@ -864,106 +847,6 @@ PLACER_HD inline void tier_follow(tier_buffers const& b, std::int32_t n) {
 /// One bidding round over the nodes in todo[list] (four barriers): each
 /// bids for its best row; the bids are bucketed by row; each row keeps its
 /// best and sends the losers to the other list; the prices follow.
-/// Drops, before the offers, every bid of the round that is sure to lose:
-/// a bid below `quota` others of its row's bucket (a row keeps its best
-/// `quota`, and holders' re-bids only rise). The team finds each crowded
-/// row's bids' range, a histogram of 256 slices of it, and the slice that
-/// holds the quota-th best; bids below that slice go to the next list at
-/// once and leave the bucket (-1), so the row's worker offers about its
-/// copies' worth instead of every bid: on the GPU a row's serial offers
-/// are a chain of global-memory heap steps, and the first round of a pass
-/// brings every node to a few rows. The rows end as without the cut: a
-/// row's result does not depend on the order of its offers, and a sure
-/// loser offered last would change nothing. Ends at a barrier.
-template <class Team>
-PLACER_HD void tier_cut(Team& t, tier_buffers const& b, std::int32_t list) {
-  std::int32_t const n_rows = b.p.n_rows;
-  if (n_rows == 0) return;  // a tier without rows: no bucket
-  std::int32_t const me = t.rank();
-  std::int32_t const team = t.size();
-  std::int64_t* lo = b.cut;
-  std::int64_t* hi = b.cut + n_rows;
-  std::int64_t* shift = b.cut + 2 * n_rows;
-  std::int64_t* cut = b.cut + 3 * n_rows;
-  std::int32_t* next = b.todo[1 - list];
-  auto crowded = [&](std::int32_t r) { return b.quota[r] > 0 && b.bid_count[r] > b.quota[r]; };
-  for (std::int32_t r = me; r < n_rows; r += team) {
-    lo[r] = tier_closed;
-    hi[r] = -tier_closed;
-    cut[r] = -tier_closed;
-  }
-  t.sync();
-  // Rows are contiguous in the bucket: a worker's entries change row
-  // seldom, and it adds each row's run at once.
-  std::int32_t const total = b.bid_cursor[n_rows - 1];
-  auto runs = [&](auto&& entry, auto&& flush) {
-    std::int32_t row = -1;
-    for (std::int32_t i = me; i < total; i += team) {
-      std::int32_t const n = b.bucket[i];
-      std::int32_t const r = b.bid_row[n];
-      if (!crowded(r)) continue;
-      if (r != row) {
-        if (row >= 0) flush(row);
-        row = r;
-      }
-      entry(r, b.bid_value[n]);
-    }
-    if (row >= 0) flush(row);
-  };
-  std::int64_t least = tier_closed, most = -tier_closed;
-  runs([&](std::int32_t, std::int64_t v) { least = min_of(least, v); most = max_of(most, v); },
-       [&](std::int32_t r) {
-         t.fetch_min(lo + r, least);
-         t.fetch_max(hi + r, most);
-         least = tier_closed;
-         most = -tier_closed;
-       });
-  t.sync();
-  for (std::int32_t r = me; r < n_rows; r += team) {
-    std::int64_t s = 0;
-    if (crowded(r)) {
-      while (((hi[r] - lo[r]) >> s) >= 256) ++s;
-    }
-    shift[r] = s;
-  }
-  t.sync();
-  std::int32_t slice = -1, count = 0;
-  runs(
-      [&](std::int32_t r, std::int64_t v) {
-        std::int32_t const d = static_cast<std::int32_t>((v - lo[r]) >> shift[r]);
-        if (d != slice) {
-          if (count > 0) t.fetch_add(b.floor_hist + 256 * r + slice, count);
-          slice = d;
-          count = 0;
-        }
-        ++count;
-      },
-      [&](std::int32_t r) {
-        if (count > 0) t.fetch_add(b.floor_hist + 256 * r + slice, count);
-        slice = -1;
-        count = 0;
-      });
-  t.sync();
-  for (std::int32_t r = me; r < n_rows; r += team) {
-    if (!crowded(r)) continue;
-    std::int32_t* hist = b.floor_hist + 256 * r;
-    std::int32_t want = b.quota[r];
-    std::int32_t d = 255;
-    while (d > 0 && hist[d] < want) want -= hist[d--];
-    cut[r] = lo[r] + (static_cast<std::int64_t>(d) << shift[r]);  // >= quota bids at or above it
-    for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
-  }
-  t.sync();
-  for (std::int32_t i = me; i < total; i += team) {
-    std::int32_t const n = b.bucket[i];
-    if (b.bid_value[n] < cut[b.bid_row[n]]) {
-      b.bucket[i] = -1;
-      next[t.fetch_add(&b.ctl->todo_count[1 - list], 1)] = n;
-    }
-  }
-  t.sync();
-}
-
 template <class Team>
 PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tier_clock& clk) {
   std::int32_t const n_rows = b.p.n_rows;
@@ -1001,7 +884,6 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
     if (b.bid_row[n] >= 0) b.bucket[t.fetch_add(&b.bid_cursor[b.bid_row[n]], 1)] = n;
   }
   t.sync();
-  if (t.team_selects && k >= t.cut_from) tier_cut(t, b, list);
   clk.lap(tier_phase_bucket);
   // Each row takes its bids (the bucket ends at its cursor); the losers
   // bid again next round.
@@ -1009,7 +891,6 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
     std::int32_t const end = b.bid_cursor[r];
     for (std::int32_t i = end - b.bid_count[r]; i < end; ++i) {
       std::int32_t const n = b.bucket[i];
-      if (n < 0) continue;  // cut: it lost already (tier_cut)
       std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n], prices);
       if (lost >= 0) next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = lost;
     }
@@ -1063,7 +944,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       ctl->iterations += 1;
     }
     t.sync();
-    if (t.team_selects) {
+    if (t.radix_floors) {
       tier_floors_radix(t, b, ctl->placed_before);
     } else {
       for (std::int32_t r = me; r < n_rows; r += team) {

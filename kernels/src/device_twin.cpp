@@ -74,7 +74,7 @@ class host_device {
         if (q != nullptr) expect_device(q, 1);
       }
     }
-    seq_team team{true};  // the CUDA backend's selections (cuda_team::team_selects)
+    seq_team team{true};  // the CUDA backend's floors (cuda_team::radix_floors)
     resident_chain_program(team, c, in, n_in, out);
   }
 

@@ -63,10 +63,9 @@ int main() {
     pb.state = lb.data();
     std::vector<tier_placement> a, b;
     auto const sa = run_tier_host(pa, a, one, 1);
-    // A third of them selecting together, the CUDA backend's way (the
-    // floors, tier_floors_radix, and every round's sure losers, tier_cut:
-    // fetch_add, fetch_max and fetch_min on shared counts).
-    auto const sb = run_tier_host(pb, b, four, 4, iter % 4 < 2 ? 0 : 64, iter % 3 == 0, 0);
+    // A third of them with the floors selected by the whole team (the CUDA
+    // backend's tier_floors_radix: fetch_add and fetch_max on shared counts).
+    auto const sb = run_tier_host(pb, b, four, 4, iter % 4 < 2 ? 0 : 64, iter % 3 == 0);
     auto order = [](auto const& x, auto const& y) {
       return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node;
     };
@@ -99,7 +98,7 @@ int main() {
     for (auto& p : pb) p.state = lb.data();
     tier_results a, b;
     run_chain_host(pa, a, one, 1);
-    run_chain_host(pb, b, four, 4, 0, iter % 2 == 0, 0);
+    run_chain_host(pb, b, four, 4, 0, iter % 2 == 0);
     bool same = a.begin == b.begin && a.placed.size() == b.placed.size();
     for (std::size_t j = 0; same && j + 1 < a.begin.size(); ++j) {
       auto order = [](auto const& x, auto const& y) { return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node; };
