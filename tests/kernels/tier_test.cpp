@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../../kernels/portable/tier_host.hpp"
 #include "../../kernels/portable/tier_program.hpp"
 #include "../support/tier_instance.hpp"
 
@@ -555,6 +556,64 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
   }
   EXPECT_GT(chains, 60);
   EXPECT_GT(placed, 2000);
+}
+
+// The floors selected by the whole team (tier_floors_radix: the CUDA
+// backend's and the device twin's way) place exactly what a worker per
+// row places (tier_floor), on one worker and on a team of three whose
+// every round is split. Chains of up to three tiers, a quarter with price
+// wars, a third with twins.
+TEST(TierChain, TeamFloorsPlaceTheSame) {
+  std::mt19937_64 rng(2026112602);
+  long placed = 0;
+  for (int iter = 0; iter < 90; ++iter) {
+    SCOPED_TRACE("instance " + std::to_string(iter));
+    tier_instance base = iter % 3 == 0 ? twin_cluster(rng, 30, 8, 8) : random_cluster(rng, 240, 8);
+    base.score_all();
+    if (iter % 4 == 1) prefer_some_nodes(rng, base, 100000);
+    chained const c = split_into_tiers(rng, base, std::uniform_int_distribution<int>(1, 3)(rng));
+    struct way {
+      int threads;
+      bool together;
+    };
+    std::vector<tier_instance> after;
+    std::vector<tier_results> results;
+    std::vector<std::vector<std::int32_t>> labels;
+    for (way const w : {way{1, false}, way{1, true}, way{3, true}}) {
+      tier_instance t = base;
+      std::vector<std::int32_t> l(static_cast<std::size_t>(t.n_nodes()));
+      for (std::int32_t n = 0; n < t.n_nodes(); ++n) l[static_cast<std::size_t>(n)] = iter % 3 == 0 ? n % 30 : n;
+      std::vector<std::int32_t> none;
+      none.reserve(1);
+      auto ps = chain_problems(t, c, none);
+      for (auto& p : ps) p.state = l.data();
+      tier_host_arena arena;
+      tier_results r;
+      run_chain_host(ps, r, arena, w.threads, 0, w.together);
+      after.push_back(std::move(t));
+      results.push_back(std::move(r));
+      labels.push_back(std::move(l));
+    }
+    for (std::size_t v = 1; v < results.size(); ++v) {
+      SCOPED_TRACE("way " + std::to_string(v));
+      ASSERT_EQ(results[v].begin, results[0].begin);
+      for (std::size_t j = 0; j < results[0].stats.size(); ++j) {
+        auto tier = [&](tier_results const& r) {
+          return std::vector<tier_placement>(r.placed.begin() + r.begin[j], r.placed.begin() + r.begin[j + 1]);
+        };
+        auto got = tier(results[v]), want = tier(results[0]);
+        EXPECT_TRUE(same_placements(got, want)) << "tier " << j;
+        EXPECT_EQ(results[v].stats[j].rounds, results[0].stats[j].rounds) << "tier " << j;
+        EXPECT_EQ(results[v].stats[j].iterations, results[0].stats[j].iterations) << "tier " << j;
+      }
+      EXPECT_EQ(after[v].scores, after[0].scores);
+      EXPECT_EQ(after[v].gpu_free, after[0].gpu_free);
+      EXPECT_EQ(after[v].stamp, after[0].stamp);
+      EXPECT_EQ(labels[v], labels[0]);
+    }
+    placed += static_cast<long>(results[0].placed.size());
+  }
+  EXPECT_GT(placed, 3000);
 }
 
 TEST(TierParity, CudaMatchesCpu) {
