@@ -135,9 +135,19 @@ struct cuda_team {
     return old;
 #endif
   }
-  /// A row's floor on one thread is a serial scan of global memory: the
-  /// whole CTA selects them (tier_floors_radix).
-  static constexpr bool radix_floors = true;
+  __host__ __device__ std::int64_t fetch_min(std::int64_t* p, std::int64_t v) const {
+#ifdef __CUDA_ARCH__
+    return atomicMin(reinterpret_cast<long long*>(p), static_cast<long long>(v));
+#else
+    std::int64_t const old = *p;
+    if (v < old) *p = v;
+    return old;
+#endif
+  }
+  /// A row's floor or a price jump on one thread is a serial chain of
+  /// global-memory steps: the whole CTA does them (tier_floors_radix,
+  /// tier_jump_team).
+  static constexpr bool team_wide = true;
 };
 
 /// Threads of the tier program's CTA. The score functor keeps a 64-entry

@@ -26,7 +26,7 @@ struct omp_team {
   /// Bidding rounds with fewer bidders run on rank 0 alone: below a few
   /// hundred, a round's work is less than its four barriers.
   std::int32_t solo = 256;
-  bool radix_floors = false;  ///< tier_floors_radix instead of a worker per row (the same floors)
+  bool team_wide = false;  ///< the team does the floors and jumps together (the same results)
   [[nodiscard]] static std::int32_t rank() { return omp_get_thread_num(); }
   [[nodiscard]] static std::int32_t size() { return omp_get_num_threads(); }
   [[nodiscard]] std::int32_t solo_below() const { return solo; }
@@ -48,6 +48,12 @@ struct omp_team {
     }
     return old;
   }
+  static std::int64_t fetch_min(std::int64_t* p, std::int64_t v) {
+    std::int64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (v < old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return old;
+  }
 };
 
 /// The reused host memory of tier programs.
@@ -60,10 +66,11 @@ struct tier_host_arena {
 /// Runs a chain of tiers (tier_chain_program) in host memory with `threads`
 /// workers (1: the calling thread; more: an OpenMP team whose rounds with
 /// fewer than `solo` bidders run on its rank 0), the floors by a worker per
-/// row or, with `radix`, by the whole team (tier_floors_radix, the CUDA
-/// backend's way). The results do not depend on any of them.
+/// row and the price jumps on rank 0 or, with `team_wide`, by the whole team
+/// (tier_floors_radix, tier_jump_team: the CUDA backend's way). The
+/// results do not depend on any of them.
 inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& out, tier_host_arena& a,
-                           int threads = 1, std::int32_t solo = omp_team{}.solo, bool radix = false) {
+                           int threads = 1, std::int32_t solo = omp_team{}.solo, bool team_wide = false) {
   auto const k = static_cast<std::int32_t>(tiers.size());
   if (k == 0) {
     tier_chain_results(nullptr, nullptr, nullptr, 0, out);
@@ -111,11 +118,11 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
   if (threads > 1) {
 #pragma omp parallel num_threads(threads)
     {
-      omp_team team{solo, radix};
+      omp_team team{solo, team_wide};
       tier_chain_program(team, c);
     }
   } else {
-    seq_team team{radix};
+    seq_team team{team_wide};
     tier_chain_program(team, c);
   }
   tier_chain_results(a.ctl.data(), c.out, a.out_at.data(), k, out);
@@ -123,9 +130,9 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
 
 /// One tier (a chain of one), for the tests that run the program alone.
 inline tier_stats run_tier_host(tier_problem const& problem, std::vector<tier_placement>& out, tier_host_arena& a,
-                                int threads = 1, std::int32_t solo = omp_team{}.solo, bool radix = false) {
+                                int threads = 1, std::int32_t solo = omp_team{}.solo, bool team_wide = false) {
   tier_results r;
-  run_chain_host({&problem, 1}, r, a, threads, solo, radix);
+  run_chain_host({&problem, 1}, r, a, threads, solo, team_wide);
   out = std::move(r.placed);
   return r.stats.at(0);
 }

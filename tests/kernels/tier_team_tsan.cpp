@@ -63,9 +63,10 @@ int main() {
     pb.state = lb.data();
     std::vector<tier_placement> a, b;
     auto const sa = run_tier_host(pa, a, one, 1);
-    // A third of them with the floors selected by the whole team (the CUDA
-    // backend's tier_floors_radix: fetch_add and fetch_max on shared counts).
-    auto const sb = run_tier_host(pb, b, four, 4, iter % 4 < 2 ? 0 : 64, iter % 3 == 0);
+    // Two thirds of them the CUDA backend's way (team_wide: the floors by
+    // tier_floors_radix, the jumps by tier_jump_team: fetch_add, fetch_max
+    // and fetch_min on shared counts, sweeps between barriers).
+    auto const sb = run_tier_host(pb, b, four, 4, iter % 4 < 2 ? 0 : 64, iter % 3 != 0);
     auto order = [](auto const& x, auto const& y) {
       return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node;
     };

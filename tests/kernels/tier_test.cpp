@@ -558,14 +558,16 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
   EXPECT_GT(placed, 2000);
 }
 
-// The floors selected by the whole team (tier_floors_radix: the CUDA
-// backend's and the device twin's way) place exactly what a worker per
-// row places (tier_floor), on one worker and on a team of three whose
-// every round is split. Chains of up to three tiers, a quarter with price
-// wars, a third with twins.
-TEST(TierChain, TeamFloorsPlaceTheSame) {
+// The team's way of a CTA (team_wide: the floors by tier_floors_radix, the
+// price jumps by tier_jump_team; the CUDA backend's and the device twin's)
+// places exactly what a worker per row and rank 0 place (tier_floor,
+// tier_jump), on one worker and on a team of three whose every round is
+// split. Chains of up to three tiers, a quarter with price wars (the
+// jumps), a third with twins.
+TEST(TierChain, TeamStepsPlaceTheSame) {
   std::mt19937_64 rng(2026112602);
   long placed = 0;
+  int jumped = 0;
   for (int iter = 0; iter < 90; ++iter) {
     SCOPED_TRACE("instance " + std::to_string(iter));
     tier_instance base = iter % 3 == 0 ? twin_cluster(rng, 30, 8, 8) : random_cluster(rng, 240, 8);
@@ -612,8 +614,10 @@ TEST(TierChain, TeamFloorsPlaceTheSame) {
       EXPECT_EQ(labels[v], labels[0]);
     }
     placed += static_cast<long>(results[0].placed.size());
+    for (auto const& st : results[2].stats) jumped += st.phase_ns[tier_phase_jump] > 0 ? 1 : 0;
   }
   EXPECT_GT(placed, 3000);
+  EXPECT_GT(jumped, 5);  // the team's price jumps ran (their phase took time)
 }
 
 TEST(TierParity, CudaMatchesCpu) {
