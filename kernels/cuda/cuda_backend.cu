@@ -135,6 +135,15 @@ struct cuda_team {
     return old;
 #endif
   }
+  __host__ __device__ std::int32_t fetch_min(std::int32_t* p, std::int32_t v) const {
+#ifdef __CUDA_ARCH__
+    return atomicMin(p, v);
+#else
+    std::int32_t const old = *p;
+    if (v < old) *p = v;
+    return old;
+#endif
+  }
   __host__ __device__ std::int64_t fetch_min(std::int64_t* p, std::int64_t v) const {
 #ifdef __CUDA_ARCH__
     return atomicMin(reinterpret_cast<long long*>(p), static_cast<long long>(v));
@@ -144,9 +153,9 @@ struct cuda_team {
     return old;
 #endif
   }
-  /// A row's floor or a price jump on one thread is a serial chain of
-  /// global-memory steps: the whole CTA does them (tier_floors_radix,
-  /// tier_jump_team).
+  /// A row's floor, a price jump or a row's winners on one thread are
+  /// serial chains of global-memory steps: the whole CTA does them
+  /// (tier_floors_radix, tier_jump_team, tier_group_team, the lists).
   static constexpr bool team_wide = true;
 };
 

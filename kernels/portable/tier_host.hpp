@@ -26,7 +26,7 @@ struct omp_team {
   /// Bidding rounds with fewer bidders run on rank 0 alone: below a few
   /// hundred, a round's work is less than its four barriers.
   std::int32_t solo = 256;
-  bool team_wide = false;  ///< the team does the floors and jumps together (the same results)
+  bool team_wide = false;  ///< the team does the floors, jumps and lists together (the same results)
   [[nodiscard]] static std::int32_t rank() { return omp_get_thread_num(); }
   [[nodiscard]] static std::int32_t size() { return omp_get_num_threads(); }
   [[nodiscard]] std::int32_t solo_below() const { return solo; }
@@ -48,8 +48,9 @@ struct omp_team {
     }
     return old;
   }
-  static std::int64_t fetch_min(std::int64_t* p, std::int64_t v) {
-    std::int64_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  template <class T>
+  static T fetch_min(T* p, T v) {
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
     while (v < old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     return old;

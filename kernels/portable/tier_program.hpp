@@ -11,12 +11,13 @@
 //   cuda_team (cuda_backend)  one CTA, __syncthreads(), atomicAdd: one launch per tier
 //
 // A Team provides rank(), size(), sync(), fetch_add(int*, int) (an atomic
-// add returning the old value), fetch_max(int*, int), fetch_min(int64*,
+// add returning the old value), fetch_max(int*, int), fetch_min (int and
 // int64), solo_below() (a bidding round with fewer bidders runs on rank 0
 // alone) and team_wide: a team of many slow workers (a CTA) does together
 // what a worker per row or rank 0 would do alone (the floors,
 // tier_floors_radix for tier_floor; the price jumps, tier_jump_team for
-// tier_jump), with the same results. Results never depend on the order
+// tier_jump; the winners' list and groups, the next tier's candidates),
+// with the same results. Results never depend on the order
 // in which the team's workers do things: a row keeps the best bids of
 // everything it was offered (a strict order: bid, then the lower node), and
 // the placements are sorted by (iteration, node) on the host.
@@ -284,8 +285,9 @@ struct seq_team {
     if (v > old) *p = v;
     return old;
   }
-  PLACER_HD static std::int64_t fetch_min(std::int64_t* p, std::int64_t v) {
-    std::int64_t const old = *p;
+  template <class T>
+  PLACER_HD static T fetch_min(T* p, T v) {
+    T const old = *p;
     if (v < old) *p = v;
     return old;
   }
@@ -956,6 +958,28 @@ PLACER_HD inline void tier_group(tier_buffers const& b, std::int32_t r) {
   for (std::int32_t i = 0; i < held; ++i) b.bid_row[hn[i]] = leader[b.p.state[hn[i]]];
 }
 
+/// tier_group for every row by the whole team (Team::team_wide): each
+/// winner's label entry set high, then lowered to the least winner with
+/// the label (fetch_max, fetch_min), then read. Ends at a barrier.
+template <class Team>
+PLACER_HD void tier_group_team(Team& t, tier_buffers const& b) {
+  std::int32_t const n_rows = b.p.n_rows;
+  std::int32_t const n_nodes = b.p.nodes.n_nodes;
+  for (std::int32_t step = 0; step < 3; ++step) {
+    for (std::int32_t r = 0; r < n_rows; ++r) {
+      std::int32_t const* hn = b.heap_node + b.heap_begin[r];
+      std::int32_t* leader = b.select + static_cast<std::int64_t>(r) * n_nodes;
+      for (std::int32_t i = t.rank(); i < b.held[r]; i += t.size()) {
+        std::int32_t* l = leader + b.p.state[hn[i]];
+        if (step == 0) t.fetch_max(l, n_nodes);
+        if (step == 1) t.fetch_min(l, hn[i]);
+        if (step == 2) b.bid_row[hn[i]] = *l;
+      }
+    }
+    t.sync();
+  }
+}
+
 /// After the leaders have re-scored: winner n copies its leader's cells of
 /// the open rows when their states are equal (else re-scores its own) and
 /// takes the label of the state it is in now.
@@ -1151,10 +1175,12 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       t.sync();  // everyone has read it before rank 0 moves the control again
       clk.lap(tier_phase_again);
     } while (again);
-    // --- commit every held copy (each on its own node) and re-score.
-    for (std::int32_t r = me; r < n_rows; r += team) {
+    // --- commit every held copy (each on its own node) and re-score. The
+    // winners listed a row per worker, or on a team_wide team by all
+    // workers row after row.
+    for (std::int32_t r = t.team_wide ? 0 : me; r < n_rows; r += t.team_wide ? 1 : team) {
       std::int32_t const* hn = b.heap_node + b.heap_begin[r];
-      for (std::int32_t i = 0; i < b.held[r]; ++i) {
+      for (std::int32_t i = t.team_wide ? me : 0; i < b.held[r]; i += t.team_wide ? team : 1) {
         b.won[t.fetch_add(&ctl->touched, 1)] = hn[i];
         b.won_row[hn[i]] = r;
       }
@@ -1178,7 +1204,9 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     // (label, row) group and copies (the first bidding wave puts whole
     // groups of twins on one row).
     bool const grouped = p.state != nullptr;
-    if (grouped) {
+    if (grouped && t.team_wide) {
+      tier_group_team(t, b);
+    } else if (grouped) {
       for (std::int32_t r = me; r < n_rows; r += team) tier_group(b, r);
     }
     t.sync();
@@ -1222,7 +1250,24 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
     b.heap_begin = c.heap_begin + c.heap_at[k];
     b.ctl = c.ctl + k;
     b.out = c.out + c.out_at[k];
-    if (k > 0) {
+    if (k > 0 && t.team_wide) {
+      // Every worker lists its share: a node's first claim (fetch_max of
+      // its listed tier) adds it. The candidates' order is free: each
+      // re-scores its own column.
+      tier_clock clk(b.ctl, t.rank() == 0);
+      if (t.rank() == 0) *c.n_candidates = 0;
+      t.sync();
+      tier_placement const* prev = c.out + c.out_at[k - 1];
+      for (std::int32_t i = t.rank(); i < c.ctl[k - 1].placed; i += t.size()) {
+        std::int32_t const n = prev[i].node;
+        if (t.fetch_max(c.listed + n, k) < k) c.candidates[t.fetch_add(c.n_candidates, 1)] = n;
+      }
+      t.sync();
+      clk.lap(tier_phase_list);
+      clk.stop();
+      b.p.changed = c.candidates;
+      b.p.n_changed = *c.n_candidates;
+    } else if (k > 0) {
       tier_clock clk(b.ctl, t.rank() == 0);
       if (t.rank() == 0) {
         tier_placement const* prev = c.out + c.out_at[k - 1];
