@@ -135,6 +135,15 @@ struct cuda_team {
     return old;
 #endif
   }
+  __host__ __device__ std::int64_t fetch_max(std::int64_t* p, std::int64_t v) const {
+#ifdef __CUDA_ARCH__
+    return atomicMax(reinterpret_cast<long long*>(p), static_cast<long long>(v));
+#else
+    std::int64_t const old = *p;
+    if (v > old) *p = v;
+    return old;
+#endif
+  }
   __host__ __device__ std::int32_t fetch_min(std::int32_t* p, std::int32_t v) const {
 #ifdef __CUDA_ARCH__
     return atomicMin(p, v);

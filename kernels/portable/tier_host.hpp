@@ -42,8 +42,9 @@ struct omp_team {
     }
     return old;
   }
-  static std::int32_t fetch_max(std::int32_t* p, std::int32_t v) {
-    std::int32_t old = __atomic_load_n(p, __ATOMIC_RELAXED);
+  template <class T>
+  static T fetch_max(T* p, T v) {
+    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
     while (v > old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
     return old;

@@ -55,6 +55,7 @@ struct tier_control {
   std::int32_t jump_any = 0;
   std::int32_t jump_stop = 0;
   std::int64_t jump_rise = 0;
+  std::int32_t offer_passes = 0;  ///< tier_offer_fresh: the most digit passes a row needs (fetch_max)
   std::int64_t rounds = 0;
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
   /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
@@ -134,6 +135,7 @@ struct tier_buffers {
   std::int32_t* jump_rows;           ///< 2R: tier_jump's row marks and worklist
   std::int32_t* floor_hist;          ///< 256R: tier_floors_radix's digit counts per row
   std::int32_t* floor_row;           ///< tier_floor_fields x R: tier_floors_radix's state per row
+  std::int64_t* offer_row;           ///< tier_offer_fields x R: tier_offer_fresh's state per row
   tier_placement* out;               ///< D
   tier_control* ctl;
 };
@@ -178,6 +180,19 @@ inline std::int32_t tier_heap_begin(tier_problem const& p, std::int32_t* heap_be
 /// `at`); at <= 0 once the floor is known.
 enum tier_floor_field : int { tier_floor_count, tier_floor_hi, tier_floor_want, tier_floor_pre, tier_floor_at, tier_floor_fields };
 
+/// tier_offer_fresh's state of a row (tier_buffers::offer_row): the round
+/// it was fresh in (else older), its bids' least and largest, then the
+/// radix search for its quota-th best key as in tier_floor_field.
+enum tier_offer_field : int {
+  tier_offer_round,
+  tier_offer_lo,
+  tier_offer_hi,
+  tier_offer_want,
+  tier_offer_pre,
+  tier_offer_at,
+  tier_offer_fields
+};
+
 /// Host: lays the program's work buffers out through take(T* tag, count),
 /// which returns backend memory for `count` elements of T. `p`, heap_begin
 /// and ctl are the caller's.
@@ -207,6 +222,7 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.jump_rows = take(b.jump_rows, 2 * r);
   b.floor_hist = take(b.floor_hist, 256 * r);
   b.floor_row = take(b.floor_row, tier_floor_fields * r);
+  b.offer_row = take(b.offer_row, tier_offer_fields * r);
 }
 
 /// Host: the chain's sizes and offsets from its problems: heap_begin
@@ -280,8 +296,9 @@ struct seq_team {
     *p += v;
     return old;
   }
-  PLACER_HD static std::int32_t fetch_max(std::int32_t* p, std::int32_t v) {
-    std::int32_t const old = *p;
+  template <class T>
+  PLACER_HD static T fetch_max(T* p, T v) {
+    T const old = *p;
     if (v > old) *p = v;
     return old;
   }
@@ -1000,6 +1017,171 @@ PLACER_HD inline void tier_follow(tier_buffers const& b, std::int32_t n) {
   p.state[n] = from;
 }
 
+/// The offers of the rows that held nothing when the round began, by the
+/// whole team (Team::team_wide): on the GPU a row's offers are a chain of
+/// heap steps on one thread, and such rows took most of them (every
+/// pass's first round brings most nodes to a few rows). Their bids are all
+/// current, so tier_offer would keep the best `quota` of them by the
+/// strict order (bid, then the lower node) and send the rest back, with no
+/// re-bid. Here each bid gets a key that orders it so, (bid - least) shifted
+/// above the node's bits (N - 1 - node below); a radix search finds each
+/// row's quota-th best key (as tier_floors_radix does); the bids at or
+/// above it fill the row's heap in any order and the others join the next
+/// list; the heaps are then built a level at a time, the sift-downs of one
+/// level in parallel (disjoint subtrees). A heap's order among its held
+/// bids never shows (its worst is unique), so the rows end as tier_offer
+/// leaves them. A row whose keys would not fit 62 bits keeps the serial
+/// offers. Marks the rows it did (offer_row round = this round); ends at a
+/// barrier.
+template <class Team>
+PLACER_HD void tier_offer_fresh(Team& t, tier_buffers const& b, std::int32_t list) {
+  std::int32_t const n_rows = b.p.n_rows;
+  std::int32_t const n_nodes = b.p.nodes.n_nodes;
+  std::int32_t const me = t.rank();
+  std::int32_t const team = t.size();
+  tier_control* const ctl = b.ctl;
+  std::int32_t* next = b.todo[1 - list];
+  std::int32_t const now = static_cast<std::int32_t>(ctl->rounds);
+  auto fresh_at_start = [&](std::int32_t r) { return b.held[r] == 0 && b.quota[r] > 0 && b.bid_count[r] > 0; };
+  bool any = false;
+  for (std::int32_t r = 0; r < n_rows; ++r) any = any || fresh_at_start(r);
+  t.sync();  // everyone has read the rows before a row's worker changes them
+  if (!any) return;
+  std::int32_t node_bits = 0;
+  while ((std::int64_t{1} << node_bits) < n_nodes) ++node_bits;
+  auto field = [&](std::int32_t r, tier_offer_field f) -> std::int64_t& { return b.offer_row[tier_offer_fields * r + f]; };
+  auto fresh = [&](std::int32_t r) { return field(r, tier_offer_round) == now; };
+  auto key = [&](std::int32_t r, std::int32_t n) {
+    return ((b.bid_value[n] - field(r, tier_offer_lo)) << node_bits) | static_cast<std::int64_t>(n_nodes - 1 - n);
+  };
+  for (std::int32_t r = me; r < n_rows; r += team) {
+    field(r, tier_offer_round) = fresh_at_start(r) ? now : -1;
+    field(r, tier_offer_lo) = tier_closed;
+    field(r, tier_offer_hi) = -tier_closed;
+  }
+  if (me == 0) ctl->offer_passes = 0;
+  t.sync();
+  // A worker's bucket entries change row seldom (rows are contiguous): it
+  // adds each row's run at once.
+  std::int32_t const total = b.bid_cursor[n_rows - 1];
+  std::int64_t least = tier_closed, most = -tier_closed;
+  std::int32_t row = -1;
+  auto flush_range = [&]() {
+    if (row < 0) return;
+    t.fetch_min(&field(row, tier_offer_lo), least);
+    t.fetch_max(&field(row, tier_offer_hi), most);
+    least = tier_closed;
+    most = -tier_closed;
+  };
+  for (std::int32_t i = me; i < total; i += team) {
+    std::int32_t const n = b.bucket[i];
+    std::int32_t const r = b.bid_row[n];
+    if (!fresh(r)) continue;
+    if (r != row) {
+      flush_range();
+      row = r;
+    }
+    least = min_of(least, b.bid_value[n]);
+    most = max_of(most, b.bid_value[n]);
+  }
+  flush_range();
+  t.sync();
+  for (std::int32_t r = me; r < n_rows; r += team) {
+    if (!fresh(r)) continue;
+    std::int64_t const spread = field(r, tier_offer_hi) - field(r, tier_offer_lo);
+    if (spread >= (std::int64_t{1} << (62 - node_bits))) {
+      field(r, tier_offer_round) = -1;  // keys would not fit: the serial offers
+      continue;
+    }
+    field(r, tier_offer_pre) = -1;  // keep every key (>= -1) ...
+    field(r, tier_offer_at) = 0;
+    if (b.bid_count[r] <= b.quota[r]) continue;  // ... when every bid fits
+    std::int64_t const top = (spread << node_bits) | ((std::int64_t{1} << node_bits) - 1);
+    std::int32_t shift = 0;
+    while ((top >> shift) >= 256) ++shift;
+    field(r, tier_offer_want) = b.quota[r];
+    field(r, tier_offer_pre) = 0;
+    field(r, tier_offer_at) = shift + 8;
+    t.fetch_max(&ctl->offer_passes, (shift + 15) / 8);
+  }
+  t.sync();
+  std::int32_t const passes = ctl->offer_passes;
+  for (std::int32_t pass = 0; pass < passes; ++pass) {
+    std::int32_t digit = -1, run = 0;
+    row = -1;
+    auto flush_run = [&]() {
+      if (run > 0) t.fetch_add(b.floor_hist + 256 * row + digit, run);
+      run = 0;
+      digit = -1;
+    };
+    for (std::int32_t i = me; i < total; i += team) {
+      std::int32_t const n = b.bucket[i];
+      std::int32_t const r = b.bid_row[n];
+      if (!fresh(r)) continue;
+      std::int64_t const at = field(r, tier_offer_at);
+      if (at <= 0) continue;
+      std::int64_t const k = key(r, n);
+      if ((k >> at) != field(r, tier_offer_pre)) continue;
+      std::int32_t const width = static_cast<std::int32_t>(min_of<std::int64_t>(8, at));
+      std::int32_t const d = static_cast<std::int32_t>((k >> (at - width)) & ((1 << width) - 1));
+      if (r != row || d != digit) {
+        flush_run();
+        row = r;
+        digit = d;
+      }
+      ++run;
+    }
+    flush_run();
+    t.sync();
+    for (std::int32_t r = me; r < n_rows; r += team) {
+      if (!fresh(r) || field(r, tier_offer_at) <= 0) continue;
+      std::int32_t const width = static_cast<std::int32_t>(min_of<std::int64_t>(8, field(r, tier_offer_at)));
+      std::int32_t* hist = b.floor_hist + 256 * r;
+      std::int64_t want = field(r, tier_offer_want);
+      std::int32_t d = (1 << width) - 1;
+      while (d > 0 && hist[d] < want) want -= hist[d--];
+      for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
+      field(r, tier_offer_want) = want;
+      field(r, tier_offer_pre) = (field(r, tier_offer_pre) << width) | d;
+      field(r, tier_offer_at) -= width;
+    }
+    t.sync();
+  }
+  // The best `quota` keys (at or above the quota-th best) are held, in any order.
+  for (std::int32_t i = me; i < total; i += team) {
+    std::int32_t const n = b.bucket[i];
+    std::int32_t const r = b.bid_row[n];
+    if (!fresh(r)) continue;
+    b.bid_round[n] = now;
+    if (key(r, n) >= field(r, tier_offer_pre)) {
+      std::int32_t const at = b.heap_begin[r] + t.fetch_add(&b.held[r], 1);
+      b.heap_bid[at] = b.bid_value[n];
+      b.heap_node[at] = n;
+    } else {
+      next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = n;
+    }
+  }
+  t.sync();
+  // The heaps, a level at a time from the deepest parents up.
+  std::int32_t most_held = 0;
+  for (std::int32_t r = 0; r < n_rows; ++r) {
+    if (fresh(r)) most_held = max_of(most_held, b.held[r]);
+  }
+  std::int32_t level = 0;
+  while ((2 << level) - 1 < most_held / 2) ++level;  // the deepest level with a parent
+  for (; level >= 0; --level) {
+    for (std::int32_t r = 0; r < n_rows; ++r) {
+      if (!fresh(r)) continue;
+      std::int32_t const held = b.held[r];
+      std::int64_t* hb = b.heap_bid + b.heap_begin[r];
+      std::int32_t* hn = b.heap_node + b.heap_begin[r];
+      std::int32_t const end = min_of((2 << level) - 1, held / 2);
+      for (std::int32_t i = (1 << level) - 1 + me; i < end; i += team) tier_sift_down(hb, hn, held, i, hb[i], hn[i]);
+    }
+    t.sync();
+  }
+}
+
 /// One bidding round over the nodes in todo[list] (four barriers): each
 /// bids for its best row; the bids are bucketed by row; each row keeps its
 /// best and sends the losers to the other list; the prices follow.
@@ -1041,11 +1223,13 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   }
   t.sync();
   clk.lap(tier_phase_bucket);
+  if (t.team_wide) tier_offer_fresh(t, b, list);
   // Each row takes its bids (the bucket ends at its cursor); the losers
   // bid again next round.
   for (std::int32_t r = me; r < n_rows; r += team) {
     std::int32_t const end = b.bid_cursor[r];
-    for (std::int32_t i = end - b.bid_count[r]; i < end; ++i) {
+    bool const done = t.team_wide && b.offer_row[tier_offer_fields * r + tier_offer_round] == ctl->rounds;
+    for (std::int32_t i = done ? end : end - b.bid_count[r]; i < end; ++i) {
       std::int32_t const n = b.bucket[i];
       std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n], prices);
       if (lost >= 0) next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = lost;
@@ -1066,7 +1250,10 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   std::int32_t const me = t.rank();
   std::int32_t const team = t.size();
   tier_clock clk(ctl, me == 0);
-  for (std::int32_t r = me; r < n_rows; r += team) b.remaining[r] = p.demand[r];
+  for (std::int32_t r = me; r < n_rows; r += team) {
+    b.remaining[r] = p.demand[r];
+    b.offer_row[tier_offer_fields * r + tier_offer_round] = -1;  // fresh in no round yet
+  }
   for (std::int32_t n = me; n < n_nodes; n += team) {
     b.won_row[n] = -1;
     b.bid_round[n] = -1;
