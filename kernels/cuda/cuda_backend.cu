@@ -126,41 +126,32 @@ struct cuda_team {
     return old;
 #endif
   }
-  __host__ __device__ std::int32_t fetch_max(std::int32_t* p, std::int32_t v) const {
+  // atomicMax/atomicMin take int or long long: std::int64_t is long here.
+  template <class T>
+  __host__ __device__ T fetch_max(T* p, T v) const {
 #ifdef __CUDA_ARCH__
-    return atomicMax(p, v);
+    return static_cast<T>(atomicMax(word(p), static_cast<word_t<T>>(v)));
 #else
-    std::int32_t const old = *p;
+    T const old = *p;
     if (v > old) *p = v;
     return old;
 #endif
   }
-  __host__ __device__ std::int64_t fetch_max(std::int64_t* p, std::int64_t v) const {
+  template <class T>
+  __host__ __device__ T fetch_min(T* p, T v) const {
 #ifdef __CUDA_ARCH__
-    return atomicMax(reinterpret_cast<long long*>(p), static_cast<long long>(v));
+    return static_cast<T>(atomicMin(word(p), static_cast<word_t<T>>(v)));
 #else
-    std::int64_t const old = *p;
-    if (v > old) *p = v;
-    return old;
-#endif
-  }
-  __host__ __device__ std::int32_t fetch_min(std::int32_t* p, std::int32_t v) const {
-#ifdef __CUDA_ARCH__
-    return atomicMin(p, v);
-#else
-    std::int32_t const old = *p;
+    T const old = *p;
     if (v < old) *p = v;
     return old;
 #endif
   }
-  __host__ __device__ std::int64_t fetch_min(std::int64_t* p, std::int64_t v) const {
-#ifdef __CUDA_ARCH__
-    return atomicMin(reinterpret_cast<long long*>(p), static_cast<long long>(v));
-#else
-    std::int64_t const old = *p;
-    if (v < old) *p = v;
-    return old;
-#endif
+  template <class T>
+  using word_t = std::conditional_t<sizeof(T) == 8, long long, int>;
+  template <class T>
+  __host__ __device__ static word_t<T>* word(T* p) {
+    return reinterpret_cast<word_t<T>*>(p);
   }
   /// A row's floor, a price jump or a row's winners on one thread are
   /// serial chains of global-memory steps: the whole CTA does them

@@ -674,6 +674,21 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
 inline constexpr std::int32_t tier_jump_after = 8;
 inline constexpr std::int32_t tier_jump_most_wait = 64;
 
+/// A jump's step on row g: held bids below the row's new price (`rise`
+/// above its price) rise to it, never above (a held bid must stay at or
+/// below what its holder would bid now, or the price could later climb
+/// past a holder's value); equal bids may reorder the heap by node, so it
+/// is rebuilt; the price follows.
+PLACER_HD inline void tier_lift(tier_buffers const& b, std::int32_t g, std::int64_t rise, std::int64_t* prices) {
+  std::int64_t* hb = b.heap_bid + b.heap_begin[g];
+  std::int32_t* hn = b.heap_node + b.heap_begin[g];
+  std::int32_t const held = b.held[g];
+  std::int64_t const to = prices[g] + rise;
+  for (std::int32_t i = 0; i < held; ++i) hb[i] = max_of(hb[i], to);
+  for (std::int32_t i = held / 2 - 1; i >= 0; --i) tier_sift_down(hb, hn, held, i, hb[i], hn[i]);
+  prices[g] = tier_price(b, g);
+}
+
 /// A price jump over a set of full rows (rank 0, between rounds; the
 /// bidders of the next round are todo[list], its prices half `list`).
 ///
@@ -754,20 +769,7 @@ PLACER_HD inline bool tier_jump(tier_buffers const& b, std::int32_t list) {
       }
     }
     if (rise <= p.eps) return raised;  // no more than a round would do
-    // Held bids below the new price rise to it (a bid is never above what
-    // its holder would bid now, so the price never climbs past a holder's
-    // value later on); equal bids may reorder the heap by node, so it is
-    // rebuilt.
-    for (std::int32_t at = 0; at < size; ++at) {
-      std::int32_t const g = queue[at];
-      std::int64_t* hb = b.heap_bid + b.heap_begin[g];
-      std::int32_t* hn = b.heap_node + b.heap_begin[g];
-      std::int32_t const held = b.held[g];
-      std::int64_t const to = prices[g] + rise;
-      for (std::int32_t i = 0; i < held; ++i) hb[i] = max_of(hb[i], to);
-      for (std::int32_t i = held / 2 - 1; i >= 0; --i) tier_sift_down(hb, hn, held, i, hb[i], hn[i]);
-      prices[g] = tier_price(b, g);
-    }
+    for (std::int32_t at = 0; at < size; ++at) tier_lift(b, queue[at], rise, prices);
     raised = true;
   }
   return raised;
@@ -875,16 +877,8 @@ PLACER_HD void tier_jump_team(Team& t, tier_buffers const& b, std::int32_t list)
     t.sync();
     if (ctl->jump_any == 0 || ctl->jump_stop != 0 || ctl->jump_rise <= p.eps) break;
     rise = ctl->jump_rise;
-    // Held bids below the new price rise to it; the heap is rebuilt (tier_jump).
     for (std::int32_t g = me; g < n_rows; g += team) {
-      if (in[g] == 0) continue;
-      std::int64_t* hb = b.heap_bid + b.heap_begin[g];
-      std::int32_t* hn = b.heap_node + b.heap_begin[g];
-      std::int32_t const held = b.held[g];
-      std::int64_t const to = prices[g] + rise;
-      for (std::int32_t i = 0; i < held; ++i) hb[i] = max_of(hb[i], to);
-      for (std::int32_t i = held / 2 - 1; i >= 0; --i) tier_sift_down(hb, hn, held, i, hb[i], hn[i]);
-      prices[g] = tier_price(b, g);
+      if (in[g] != 0) tier_lift(b, g, rise, prices);
     }
     if (me == 0) ctl->jump_raised = 1;
     t.sync();
