@@ -26,7 +26,7 @@ struct omp_team {
   /// Bidding rounds with fewer bidders run on rank 0 alone: below a few
   /// hundred, a round's work is less than its four barriers.
   std::int32_t solo = 256;
-  bool team_wide = false;  ///< the team does the floors, jumps and lists together (the same results)
+  bool team_wide = false;  ///< the team does floors, jumps, lists and fresh rows' offers together (the same results)
   [[nodiscard]] static std::int32_t rank() { return omp_get_thread_num(); }
   [[nodiscard]] static std::int32_t size() { return omp_get_num_threads(); }
   [[nodiscard]] std::int32_t solo_below() const { return solo; }
@@ -69,8 +69,8 @@ struct tier_host_arena {
 /// workers (1: the calling thread; more: an OpenMP team whose rounds with
 /// fewer than `solo` bidders run on its rank 0), the floors by a worker per
 /// row and the price jumps on rank 0 or, with `team_wide`, by the whole team
-/// (tier_floors_radix, tier_jump_team: the CUDA backend's way). The
-/// results do not depend on any of them.
+/// (the CUDA backend's way: tier_program.hpp). The results do not depend
+/// on any of them.
 inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& out, tier_host_arena& a,
                            int threads = 1, std::int32_t solo = omp_team{}.solo, bool team_wide = false) {
   auto const k = static_cast<std::int32_t>(tiers.size());

@@ -16,8 +16,9 @@
 // alone) and team_wide: a team of many slow workers (a CTA) does together
 // what a worker per row or rank 0 would do alone (the floors,
 // tier_floors_radix for tier_floor; the price jumps, tier_jump_team for
-// tier_jump; the winners' list and groups, the next tier's candidates),
-// with the same results. Results never depend on the order
+// tier_jump; the winners' list and groups, the next tier's candidates;
+// the offers of rows that held nothing, tier_offer_fresh), with the same
+// results. Results never depend on the order
 // in which the team's workers do things: a row keeps the best bids of
 // everything it was offered (a strict order: bid, then the lower node), and
 // the placements are sorted by (iteration, node) on the host.
@@ -308,9 +309,9 @@ struct seq_team {
     if (v < old) *p = v;
     return old;
   }
-  /// The CPU backend selects each row's floor on one worker (tier_floor)
-  /// and jumps on rank 0 (tier_jump); the device twin runs the CUDA
-  /// backend's way (tier_floors_radix, tier_jump_team).
+  /// The CPU backend selects each row's floor on one worker (tier_floor),
+  /// jumps on rank 0 (tier_jump) and offers a row's bids on its worker;
+  /// the device twin runs the CUDA backend's way (team_wide).
   bool team_wide = false;
 };
 

@@ -74,7 +74,7 @@ class host_device {
         if (q != nullptr) expect_device(q, 1);
       }
     }
-    seq_team team{true};  // the CUDA backend's floors and jumps (cuda_team::team_wide)
+    seq_team team{true};  // the CUDA backend's team steps (cuda_team::team_wide)
     resident_chain_program(team, c, in, n_in, out);
   }
 
