@@ -4,6 +4,7 @@
 #include <placer/solver/matrices.hpp>
 #include <placer/solver/solver.hpp>
 #include <placer/topology/error.hpp>
+#include <placer/traces/synthetic.hpp>
 
 #include <gtest/gtest.h>
 
@@ -720,6 +721,36 @@ TEST(BackendParity, DeviceTwinMatchesCpuOnRandomRounds) {
   solver cpu = cpu_solver();
   solver twin(kernels::make_device_twin(/*resident=*/true, /*verify=*/true));
   expect_parity(cpu, twin, 300, 11);
+}
+
+// The benchmark scenarios at full scale: thousands of bids a row, several
+// radix passes, price wars (-k8s), many tiers. The device twin and, where a
+// GPU is usable, the CUDA backend run their CTA's way (team_wide: floors,
+// jumps, lists and the fresh rows' offers by the whole team) and must place
+// what the CPU backend places, two rounds in a row on one solver.
+TEST(BackendParity, BenchmarkScenariosPlaceTheSame) {
+  bool const gpu = kernels::cuda_unavailable_reason().empty();
+  for (char const* name : {"10k", "10k-k8s", "100k", "100k-k8s"}) {
+    SCOPED_TRACE(name);
+    round_input const in = traces::make_scenario(traces::scenario_preset(name));
+    solver cpu = cpu_solver();
+    round_result const want = cpu.solve(in);
+    EXPECT_GT(want.placements.size(), 500u);
+    for (int which = 0; which < (gpu ? 2 : 1); ++which) {
+      solver other(which == 0 ? kernels::make_device_twin(/*resident=*/true)
+                              : kernels::make_backend(kernels::backend_kind::cuda));
+      SCOPED_TRACE(other.backend().description());
+      for (int again = 0; again < 2; ++again) {
+        round_result const got = other.solve(in);
+        ASSERT_EQ(got.placements.size(), want.placements.size());
+        for (std::size_t k = 0; k < want.placements.size(); ++k) {
+          ASSERT_EQ(got.placements[k].job, want.placements[k].job);
+          ASSERT_EQ(got.placements[k].replicas, want.placements[k].replicas) << "job " << want.placements[k].job;
+        }
+        ASSERT_EQ(got.unplaced_jobs.size(), want.unplaced_jobs.size());
+      }
+    }
+  }
 }
 
 TEST(BackendParity, DeviceTwinSendingEverythingMatchesCpu) {
