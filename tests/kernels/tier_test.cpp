@@ -558,12 +558,13 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
   EXPECT_GT(placed, 2000);
 }
 
-// The team's way of a CTA (team_wide: the floors by tier_floors_radix, the
-// price jumps by tier_jump_team; the CUDA backend's and the device twin's)
-// places exactly what a worker per row and rank 0 place (tier_floor,
-// tier_jump), on one worker and on a team of three whose every round is
-// split. Chains of up to three tiers, a quarter with price wars (the
-// jumps), a third with twins.
+// The team's way of a CTA (team_wide, the CUDA backend's and the device
+// twin's: the floors by tier_floors_radix, the price jumps by
+// tier_jump_team, the winners' lists and groups and the next tier's
+// candidates by all workers, the fresh rows' offers by tier_offer_fresh)
+// places exactly what a worker per row and rank 0 place, on one worker and
+// on a team of three whose every round is split. Chains of up to three
+// tiers, a quarter with price wars (the jumps), a third with twins.
 TEST(TierChain, TeamStepsPlaceTheSame) {
   std::mt19937_64 rng(2026112602);
   long placed = 0;
