@@ -17,7 +17,7 @@
 // what a worker per row or rank 0 would do alone (the floors,
 // tier_floors_radix for tier_floor; the price jumps, tier_jump_team for
 // tier_jump; the winners' list and groups, the next tier's candidates;
-// the offers of rows that held nothing, tier_offer_fresh), with the same
+// a round's offers, tier_offer_team), with the same
 // results. Results never depend on the order
 // in which the team's workers do things: a row keeps the best bids of
 // everything it was offered (a strict order: bid, then the lower node), and
@@ -56,7 +56,8 @@ struct tier_control {
   std::int32_t jump_any = 0;
   std::int32_t jump_stop = 0;
   std::int64_t jump_rise = 0;
-  std::int32_t offer_passes = 0;  ///< tier_offer_fresh: the most digit passes a row needs (fetch_max)
+  std::int32_t offer_passes = 0;  ///< tier_offer_team: the most digit passes a row needs (fetch_max)
+  std::int32_t offer_moved[2] = {0, 0};  ///< tier_offer_team: a row's M moved in a step (two, alternating)
   std::int64_t rounds = 0;
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
   /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
@@ -136,7 +137,7 @@ struct tier_buffers {
   std::int32_t* jump_rows;           ///< 2R: tier_jump's row marks and worklist
   std::int32_t* floor_hist;          ///< 256R: tier_floors_radix's digit counts per row
   std::int32_t* floor_row;           ///< tier_floor_fields x R: tier_floors_radix's state per row
-  std::int64_t* offer_row;           ///< tier_offer_fields x R: tier_offer_fresh's state per row
+  std::int64_t* offer_row;           ///< tier_offer_fields x R: tier_offer_team's state per row
   tier_placement* out;               ///< D
   tier_control* ctl;
 };
@@ -181,16 +182,19 @@ inline std::int32_t tier_heap_begin(tier_problem const& p, std::int32_t* heap_be
 /// `at`); at <= 0 once the floor is known.
 enum tier_floor_field : int { tier_floor_count, tier_floor_hi, tier_floor_want, tier_floor_pre, tier_floor_at, tier_floor_fields };
 
-/// tier_offer_fresh's state of a row (tier_buffers::offer_row): the round
+/// tier_offer_team's state of a row (tier_buffers::offer_row): the round
 /// it was fresh in (else older), its bids' least and largest, then the
 /// radix search for its quota-th best key as in tier_floor_field.
 enum tier_offer_field : int {
   tier_offer_round,
   tier_offer_lo,
   tier_offer_hi,
+  tier_offer_shift,
+  tier_offer_pre_m,  ///< M, the threshold key so far (-1: nobody re-bid)
   tier_offer_want,
   tier_offer_pre,
   tier_offer_at,
+  tier_offer_searching,  ///< 1: M may still move
   tier_offer_fields
 };
 
@@ -1012,24 +1016,28 @@ PLACER_HD inline void tier_follow(tier_buffers const& b, std::int32_t n) {
   p.state[n] = from;
 }
 
-/// The offers of the rows that held nothing when the round began, by the
-/// whole team (Team::team_wide): on the GPU a row's offers are a chain of
-/// heap steps on one thread, and such rows took most of them (every
-/// pass's first round brings most nodes to a few rows). Their bids are all
-/// current, so tier_offer would keep the best `quota` of them by the
-/// strict order (bid, then the lower node) and send the rest back, with no
-/// re-bid. Here each bid gets a key that orders it so, (bid - least) shifted
-/// above the node's bits (N - 1 - node below); a radix search finds each
-/// row's quota-th best key (as tier_floors_radix does); the bids at or
-/// above it fill the row's heap in any order and the others join the next
-/// list; the heaps are then built a level at a time, the sift-downs of one
-/// level in parallel (disjoint subtrees). A heap's order among its held
-/// bids never shows (its worst is unique), so the rows end as tier_offer
-/// leaves them. A row whose keys would not fit 62 bits keeps the serial
-/// offers. Marks the rows it did (offer_row round = this round); ends at a
-/// barrier.
+/// A round's offers by the whole team (Team::team_wide): on the GPU a
+/// row's offers are a chain of heap steps on one thread (about 1 µs each
+/// on an H100). What tier_offer leaves, whatever the order of the bids, is
+/// known in closed form. A row's items are its new bids (value x, current)
+/// and its holders (stored bid s, and v, the re-bid tier_rebid would make
+/// at the round's prices, v >= s). Under a threshold key M, a holder whose
+/// s lies below M has been challenged and re-bid (value v), the others keep
+/// s; the row ends holding the items at or above M, its quota of them, where
+/// M is the least M = f(M), f(M) being the quota-th best of the items so
+/// valued: the heap's least held bid only rises, a holder can leave or fall
+/// below it only after its re-bid, and none re-bids that need not. Each
+/// item's key orders it strictly ((value - least) above the bits of
+/// N - 1 - node); from M = -1 (nobody re-bid) the team finds f(M) with the
+/// floors' radix search, again until M stays; the items at or above M fill
+/// the heap (built a level at a time, one level's sift-downs in parallel),
+/// the others go to the next list. A row with no more items than copies
+/// keeps them all; one whose keys would not fit 62 bits, or whose M moves
+/// more than tier_offer_most_steps times, keeps the serial offers. Marks
+/// the rows it did (offer_row round = this round); ends at a barrier.
+inline constexpr std::int32_t tier_offer_most_steps = 16;
 template <class Team>
-PLACER_HD void tier_offer_fresh(Team& t, tier_buffers const& b, std::int32_t list) {
+PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list, std::int64_t const* prices) {
   std::int32_t const n_rows = b.p.n_rows;
   std::int32_t const n_nodes = b.p.nodes.n_nodes;
   std::int32_t const me = t.rank();
@@ -1037,136 +1045,202 @@ PLACER_HD void tier_offer_fresh(Team& t, tier_buffers const& b, std::int32_t lis
   tier_control* const ctl = b.ctl;
   std::int32_t* next = b.todo[1 - list];
   std::int32_t const now = static_cast<std::int32_t>(ctl->rounds);
-  auto fresh_at_start = [&](std::int32_t r) { return b.held[r] == 0 && b.quota[r] > 0 && b.bid_count[r] > 0; };
   bool any = false;
-  for (std::int32_t r = 0; r < n_rows; ++r) any = any || fresh_at_start(r);
+  for (std::int32_t r = 0; r < n_rows; ++r) any = any || (b.quota[r] > 0 && b.bid_count[r] > 0);
   t.sync();  // everyone has read the rows before a row's worker changes them
   if (!any) return;
   std::int32_t node_bits = 0;
   while ((std::int64_t{1} << node_bits) < n_nodes) ++node_bits;
   auto field = [&](std::int32_t r, tier_offer_field f) -> std::int64_t& { return b.offer_row[tier_offer_fields * r + f]; };
-  auto fresh = [&](std::int32_t r) { return field(r, tier_offer_round) == now; };
-  auto key = [&](std::int32_t r, std::int32_t n) {
-    return ((b.bid_value[n] - field(r, tier_offer_lo)) << node_bits) | static_cast<std::int64_t>(n_nodes - 1 - n);
+  auto mine = [&](std::int32_t r) { return field(r, tier_offer_round) == now; };
+  auto key = [&](std::int32_t r, std::int64_t value, std::int32_t n) {
+    return ((value - field(r, tier_offer_lo)) << node_bits) | static_cast<std::int64_t>(n_nodes - 1 - n);
+  };
+  std::int32_t* kept = b.floor_row;  // per row, the items kept (tier_floor_fields apart; free while bidding)
+  // Item i of row r: its bucket's bids, then its holders (heap entries)
+  // with their stored bids.
+  auto raw = [&](std::int32_t r, std::int32_t i, std::int32_t& n, std::int64_t& value) {
+    std::int32_t const bids = b.bid_count[r];
+    if (i < bids) {
+      n = b.bucket[b.bid_cursor[r] - bids + i];
+      value = b.bid_value[n];
+      return false;
+    }
+    std::int32_t const at = b.heap_begin[r] + i - bids;
+    n = b.heap_node[at];
+    value = b.heap_bid[at];
+    return true;
+  };
+  // The same with a holder's value under the threshold key M: its re-bid
+  // (in bid_value while it holds) when its stored bid lies below M.
+  auto item = [&](std::int32_t r, std::int32_t i, std::int32_t& n, std::int64_t& value, bool& holder, bool& rebid) {
+    holder = raw(r, i, n, value);
+    rebid = holder && key(r, value, n) < field(r, tier_offer_pre_m);
+    if (rebid) value = b.bid_value[n];
   };
   for (std::int32_t r = me; r < n_rows; r += team) {
-    field(r, tier_offer_round) = fresh_at_start(r) ? now : -1;
+    field(r, tier_offer_round) = b.quota[r] > 0 && b.bid_count[r] > 0 ? now : -1;
     field(r, tier_offer_lo) = tier_closed;
     field(r, tier_offer_hi) = -tier_closed;
+    field(r, tier_offer_pre_m) = -1;  // nobody re-bid yet
+    kept[tier_floor_fields * r] = 0;
   }
-  if (me == 0) ctl->offer_passes = 0;
+  if (me == 0) {
+    ctl->offer_passes = 0;
+    ctl->offer_moved[0] = ctl->offer_moved[1] = 0;
+  }
   t.sync();
-  // A worker's bucket entries change row seldom (rows are contiguous): it
-  // adds each row's run at once.
-  std::int32_t const total = b.bid_cursor[n_rows - 1];
-  std::int64_t least = tier_closed, most = -tier_closed;
-  std::int32_t row = -1;
-  auto flush_range = [&]() {
-    if (row < 0) return;
-    t.fetch_min(&field(row, tier_offer_lo), least);
-    t.fetch_max(&field(row, tier_offer_hi), most);
-    least = tier_closed;
-    most = -tier_closed;
-  };
-  for (std::int32_t i = me; i < total; i += team) {
-    std::int32_t const n = b.bucket[i];
-    std::int32_t const r = b.bid_row[n];
-    if (!fresh(r)) continue;
-    if (r != row) {
-      flush_range();
-      row = r;
+  // The holders' re-bids (in bid_value: a holder does not bid), and each
+  // row's least and largest value.
+  for (std::int32_t r = 0; r < n_rows; ++r) {
+    if (!mine(r)) continue;
+    std::int32_t const items = b.bid_count[r] + b.held[r];
+    std::int64_t least = tier_closed, most = -tier_closed;
+    for (std::int32_t i = me; i < items; i += team) {
+      std::int32_t n;
+      std::int64_t value;
+      bool const holder = raw(r, i, n, value);
+      if (holder) {
+        std::int64_t const v = tier_rebid(b, n, r, prices);
+        b.bid_value[n] = v;
+        most = max_of(most, v);
+      }
+      least = min_of(least, value);
+      most = max_of(most, value);
     }
-    least = min_of(least, b.bid_value[n]);
-    most = max_of(most, b.bid_value[n]);
+    if (least < tier_closed) t.fetch_min(&field(r, tier_offer_lo), least);
+    if (most > -tier_closed) t.fetch_max(&field(r, tier_offer_hi), most);
   }
-  flush_range();
   t.sync();
   for (std::int32_t r = me; r < n_rows; r += team) {
-    if (!fresh(r)) continue;
+    if (!mine(r)) continue;
     std::int64_t const spread = field(r, tier_offer_hi) - field(r, tier_offer_lo);
     if (spread >= (std::int64_t{1} << (62 - node_bits))) {
       field(r, tier_offer_round) = -1;  // keys would not fit: the serial offers
       continue;
     }
-    field(r, tier_offer_pre) = -1;  // keep every key (>= -1) ...
-    field(r, tier_offer_at) = 0;
-    if (b.bid_count[r] <= b.quota[r]) continue;  // ... when every bid fits
+    field(r, tier_offer_searching) = 0;  // M stays -1: every item kept ...
+    if (b.bid_count[r] + b.held[r] <= b.quota[r]) continue;  // ... when they all fit
     std::int64_t const top = (spread << node_bits) | ((std::int64_t{1} << node_bits) - 1);
     std::int32_t shift = 0;
     while ((top >> shift) >= 256) ++shift;
-    field(r, tier_offer_want) = b.quota[r];
-    field(r, tier_offer_pre) = 0;
-    field(r, tier_offer_at) = shift + 8;
+    field(r, tier_offer_shift) = shift;
+    field(r, tier_offer_searching) = 1;
     t.fetch_max(&ctl->offer_passes, (shift + 15) / 8);
   }
   t.sync();
   std::int32_t const passes = ctl->offer_passes;
-  for (std::int32_t pass = 0; pass < passes; ++pass) {
-    std::int32_t digit = -1, run = 0;
-    row = -1;
-    auto flush_run = [&]() {
-      if (run > 0) t.fetch_add(b.floor_hist + 256 * row + digit, run);
-      run = 0;
-      digit = -1;
-    };
-    for (std::int32_t i = me; i < total; i += team) {
-      std::int32_t const n = b.bucket[i];
-      std::int32_t const r = b.bid_row[n];
-      if (!fresh(r)) continue;
-      std::int64_t const at = field(r, tier_offer_at);
-      if (at <= 0) continue;
-      std::int64_t const k = key(r, n);
-      if ((k >> at) != field(r, tier_offer_pre)) continue;
-      std::int32_t const width = static_cast<std::int32_t>(min_of<std::int64_t>(8, at));
-      std::int32_t const d = static_cast<std::int32_t>((k >> (at - width)) & ((1 << width) - 1));
-      if (r != row || d != digit) {
-        flush_run();
-        row = r;
-        digit = d;
-      }
-      ++run;
-    }
-    flush_run();
-    t.sync();
+  // M = f(M) from M = -1: a search of the quota-th best key per step.
+  for (std::int32_t step = 0; passes > 0; ++step) {
+    std::int32_t* moved = ctl->offer_moved + step % 2;
     for (std::int32_t r = me; r < n_rows; r += team) {
-      if (!fresh(r) || field(r, tier_offer_at) <= 0) continue;
-      std::int32_t const width = static_cast<std::int32_t>(min_of<std::int64_t>(8, field(r, tier_offer_at)));
-      std::int32_t* hist = b.floor_hist + 256 * r;
-      std::int64_t want = field(r, tier_offer_want);
-      std::int32_t d = (1 << width) - 1;
-      while (d > 0 && hist[d] < want) want -= hist[d--];
-      for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
-      field(r, tier_offer_want) = want;
-      field(r, tier_offer_pre) = (field(r, tier_offer_pre) << width) | d;
-      field(r, tier_offer_at) -= width;
+      field(r, tier_offer_at) = 0;
+      if (!mine(r) || field(r, tier_offer_searching) == 0) continue;
+      field(r, tier_offer_want) = b.quota[r];
+      field(r, tier_offer_pre) = 0;
+      field(r, tier_offer_at) = field(r, tier_offer_shift) + 8;
     }
     t.sync();
-  }
-  // The best `quota` keys (at or above the quota-th best) are held, in any order.
-  for (std::int32_t i = me; i < total; i += team) {
-    std::int32_t const n = b.bucket[i];
-    std::int32_t const r = b.bid_row[n];
-    if (!fresh(r)) continue;
-    b.bid_round[n] = now;
-    if (key(r, n) >= field(r, tier_offer_pre)) {
-      std::int32_t const at = b.heap_begin[r] + t.fetch_add(&b.held[r], 1);
-      b.heap_bid[at] = b.bid_value[n];
-      b.heap_node[at] = n;
-    } else {
-      next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = n;
+    for (std::int32_t pass = 0; pass < passes; ++pass) {
+      for (std::int32_t r = 0; r < n_rows; ++r) {
+        if (!mine(r)) continue;
+        std::int64_t const at = field(r, tier_offer_at);
+        if (at <= 0) continue;
+        std::int32_t const width = static_cast<std::int32_t>(min_of<std::int64_t>(8, at));
+        std::int32_t const items = b.bid_count[r] + b.held[r];
+        std::int32_t digit = -1, run = 0;
+        for (std::int32_t i = me; i < items; i += team) {
+          std::int32_t n;
+          std::int64_t value;
+          bool holder, rebid;
+          item(r, i, n, value, holder, rebid);
+          std::int64_t const k = key(r, value, n);
+          if ((k >> at) != field(r, tier_offer_pre)) continue;
+          std::int32_t const d = static_cast<std::int32_t>((k >> (at - width)) & ((1 << width) - 1));
+          if (d != digit && run > 0) {
+            t.fetch_add(b.floor_hist + 256 * r + digit, run);
+            run = 0;
+          }
+          digit = d;
+          ++run;
+        }
+        if (run > 0) t.fetch_add(b.floor_hist + 256 * r + digit, run);
+      }
+      t.sync();
+      for (std::int32_t r = me; r < n_rows; r += team) {
+        if (!mine(r) || field(r, tier_offer_at) <= 0) continue;
+        std::int32_t const width = static_cast<std::int32_t>(min_of<std::int64_t>(8, field(r, tier_offer_at)));
+        std::int32_t* hist = b.floor_hist + 256 * r;
+        std::int64_t want = field(r, tier_offer_want);
+        std::int32_t d = (1 << width) - 1;
+        while (d > 0 && hist[d] < want) want -= hist[d--];
+        for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
+        field(r, tier_offer_want) = want;
+        field(r, tier_offer_pre) = (field(r, tier_offer_pre) << width) | d;
+        field(r, tier_offer_at) -= width;
+      }
+      t.sync();
     }
+    // Every worker has read the other flag (before the last barrier).
+    if (me == 0) ctl->offer_moved[1 - step % 2] = 0;
+    for (std::int32_t r = me; r < n_rows; r += team) {
+      if (!mine(r) || field(r, tier_offer_searching) == 0) continue;
+      std::int64_t const m = field(r, tier_offer_pre);  // f(M): the search's key
+      if (m == field(r, tier_offer_pre_m)) {
+        field(r, tier_offer_searching) = 0;  // M = f(M)
+      } else if (step + 1 >= tier_offer_most_steps) {
+        field(r, tier_offer_round) = -1;  // the serial offers
+        field(r, tier_offer_searching) = 0;
+      } else {
+        field(r, tier_offer_pre_m) = m;
+        t.fetch_max(moved, 1);
+      }
+    }
+    t.sync();
+    if (*moved == 0) break;
+  }
+  // The items at or above M are held, in any order (their nodes in the
+  // row's stretch of `select`, their values in bid_value); the others lose.
+  for (std::int32_t r = 0; r < n_rows; ++r) {
+    if (!mine(r)) continue;
+    std::int32_t const items = b.bid_count[r] + b.held[r];
+    std::int32_t* stage = b.select + static_cast<std::int64_t>(r) * n_nodes;
+    for (std::int32_t i = me; i < items; i += team) {
+      std::int32_t n;
+      std::int64_t value;
+      bool holder, rebid;
+      item(r, i, n, value, holder, rebid);
+      if (!holder || rebid) b.bid_round[n] = now;
+      if (key(r, value, n) >= field(r, tier_offer_pre_m)) {
+        b.bid_value[n] = value;
+        stage[t.fetch_add(kept + tier_floor_fields * r, 1)] = n;
+      } else {
+        next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = n;
+      }
+    }
+  }
+  t.sync();
+  for (std::int32_t r = 0; r < n_rows; ++r) {
+    if (!mine(r)) continue;
+    std::int32_t const held = kept[tier_floor_fields * r];
+    std::int32_t const* stage = b.select + static_cast<std::int64_t>(r) * n_nodes;
+    for (std::int32_t i = me; i < held; i += team) {
+      b.heap_node[b.heap_begin[r] + i] = stage[i];
+      b.heap_bid[b.heap_begin[r] + i] = b.bid_value[stage[i]];
+    }
+    if (me == 0) b.held[r] = held;
   }
   t.sync();
   // The heaps, a level at a time from the deepest parents up.
   std::int32_t most_held = 0;
   for (std::int32_t r = 0; r < n_rows; ++r) {
-    if (fresh(r)) most_held = max_of(most_held, b.held[r]);
+    if (mine(r)) most_held = max_of(most_held, b.held[r]);
   }
   std::int32_t level = 0;
   while ((2 << level) - 1 < most_held / 2) ++level;  // the deepest level with a parent
   for (; level >= 0; --level) {
     for (std::int32_t r = 0; r < n_rows; ++r) {
-      if (!fresh(r)) continue;
+      if (!mine(r)) continue;
       std::int32_t const held = b.held[r];
       std::int64_t* hb = b.heap_bid + b.heap_begin[r];
       std::int32_t* hn = b.heap_node + b.heap_begin[r];
@@ -1218,7 +1292,7 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   }
   t.sync();
   clk.lap(tier_phase_bucket);
-  if (t.team_wide) tier_offer_fresh(t, b, list);
+  if (t.team_wide) tier_offer_team(t, b, list, prices);
   // Each row takes its bids (the bucket ends at its cursor); the losers
   // bid again next round.
   for (std::int32_t r = me; r < n_rows; r += team) {
