@@ -153,7 +153,7 @@ struct cuda_team {
   __host__ __device__ static word_t<T>* word(T* p) {
     return reinterpret_cast<word_t<T>*>(p);
   }
-  /// A row's floor, a price jump, a row's winners or a fresh row's offers
+  /// A row's floor, a price jump, a row's winners or a row's offers
   /// on one thread are serial chains of global-memory steps: the whole CTA
   /// does them (team_wide in tier_program.hpp).
   static constexpr bool team_wide = true;

@@ -26,7 +26,7 @@ struct omp_team {
   /// Bidding rounds with fewer bidders run on rank 0 alone: below a few
   /// hundred, a round's work is less than its four barriers.
   std::int32_t solo = 256;
-  bool team_wide = false;  ///< the team does floors, jumps, lists and fresh rows' offers together (the same results)
+  bool team_wide = false;  ///< the team does floors, jumps, lists and offers together (the same results)
   [[nodiscard]] static std::int32_t rank() { return omp_get_thread_num(); }
   [[nodiscard]] static std::int32_t size() { return omp_get_num_threads(); }
   [[nodiscard]] std::int32_t solo_below() const { return solo; }

@@ -183,8 +183,9 @@ inline std::int32_t tier_heap_begin(tier_problem const& p, std::int32_t* heap_be
 enum tier_floor_field : int { tier_floor_count, tier_floor_hi, tier_floor_want, tier_floor_pre, tier_floor_at, tier_floor_fields };
 
 /// tier_offer_team's state of a row (tier_buffers::offer_row): the round
-/// it was fresh in (else older), its bids' least and largest, then the
-/// radix search for its quota-th best key as in tier_floor_field.
+/// the team took its offers in (else older), its items' least and largest
+/// value, the key shift, the threshold M, then the radix search for f(M)
+/// as in tier_floor_field.
 enum tier_offer_field : int {
   tier_offer_round,
   tier_offer_lo,

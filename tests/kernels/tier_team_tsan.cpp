@@ -64,7 +64,7 @@ int main() {
     std::vector<tier_placement> a, b;
     auto const sa = run_tier_host(pa, a, one, 1);
     // Two thirds of them the CUDA backend's way (team_wide: the floors, the
-    // jumps, the lists and the fresh rows' offers by the whole team:
+    // jumps, the lists and the offers by the whole team:
     // fetch_add, fetch_max and fetch_min on shared counts, sweeps and heap
     // levels between barriers).
     auto const sb = run_tier_host(pb, b, four, 4, iter % 4 < 2 ? 0 : 64, iter % 3 != 0);

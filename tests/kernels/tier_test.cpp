@@ -561,7 +561,7 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
 // The team's way of a CTA (team_wide, the CUDA backend's and the device
 // twin's: the floors by tier_floors_radix, the price jumps by
 // tier_jump_team, the winners' lists and groups and the next tier's
-// candidates by all workers, the fresh rows' offers by tier_offer_fresh)
+// candidates by all workers, a round's offers by tier_offer_team)
 // places exactly what a worker per row and rank 0 place, on one worker and
 // on a team of three whose every round is split. Chains of up to three
 // tiers, a quarter with price wars (the jumps), a third with twins.

@@ -726,7 +726,7 @@ TEST(BackendParity, DeviceTwinMatchesCpuOnRandomRounds) {
 // The benchmark scenarios at full scale: thousands of bids a row, several
 // radix passes, price wars (-k8s), many tiers. The device twin and, where a
 // GPU is usable, the CUDA backend run their CTA's way (team_wide: floors,
-// jumps, lists and the fresh rows' offers by the whole team) and must place
+// jumps, lists and offers by the whole team) and must place
 // what the CPU backend places, two rounds in a row on one solver.
 TEST(BackendParity, BenchmarkScenariosPlaceTheSame) {
   bool const gpu = kernels::cuda_unavailable_reason().empty();
