@@ -680,6 +680,19 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
 inline constexpr std::int32_t tier_jump_after = 8;
 inline constexpr std::int32_t tier_jump_most_wait = 64;
 
+/// The rows bidder n wants at `prices`, each passed to join(r): its best
+/// and those within eps of it; none when it would sit out (G's first rows).
+template <class Join>
+PLACER_HD void tier_wanted(tier_buffers const& b, std::int32_t n, std::int64_t const* prices, Join&& join) {
+  std::int32_t r1 = -1;
+  std::int64_t m1 = 0, m2 = 0;
+  tier_margins(b, n, prices, -1, r1, m1, m2);
+  if (r1 < 0 || m1 <= 0) return;
+  for (std::int32_t r = 0; r < b.p.n_rows; ++r) {
+    if (tier_margin(b, r, n, prices) >= m1 - b.p.eps) join(r);
+  }
+}
+
 /// A jump's step on row g: held bids below the row's new price (`rise`
 /// above its price) rise to it, never above (a held bid must stay at or
 /// below what its holder would bid now, or the price could later climb
@@ -737,16 +750,7 @@ PLACER_HD inline bool tier_jump(tier_buffers const& b, std::int32_t list) {
   // The rows each bidder wants: its best and those within eps of it.
   std::int32_t const* todo = b.todo[list];
   std::int32_t const k = b.ctl->todo_count[list];
-  for (std::int32_t i = 0; i < k; ++i) {
-    std::int32_t const n = todo[i];
-    std::int32_t r1 = -1;
-    std::int64_t m1 = 0, m2 = 0;
-    tier_margins(b, n, prices, -1, r1, m1, m2);
-    if (r1 < 0 || m1 <= 0) continue;
-    for (std::int32_t r = 0; r < n_rows; ++r) {
-      if (tier_margin(b, r, n, prices) >= m1 - p.eps) join(r);
-    }
-  }
+  for (std::int32_t i = 0; i < k; ++i) tier_wanted(b, todo[i], prices, join);
   bool raised = false;
   for (std::int32_t step = 0; step <= n_rows && size > 0; ++step) {
     // G closed over its holders, at this step's prices.
@@ -814,14 +818,7 @@ PLACER_HD void tier_jump_team(Team& t, tier_buffers const& b, std::int32_t list)
   std::int32_t const* todo = b.todo[list];
   std::int32_t const k = ctl->todo_count[list];
   for (std::int32_t i = me; i < k; i += team) {
-    std::int32_t const n = todo[i];
-    std::int32_t r1 = -1;
-    std::int64_t m1 = 0, m2 = 0;
-    tier_margins(b, n, prices, -1, r1, m1, m2);
-    if (r1 < 0 || m1 <= 0) continue;
-    for (std::int32_t r = 0; r < n_rows; ++r) {
-      if (tier_margin(b, r, n, prices) >= m1 - p.eps) t.fetch_max(in + r, 1);
-    }
+    tier_wanted(b, todo[i], prices, [&](std::int32_t r) { t.fetch_max(in + r, 1); });
   }
   t.sync();
   std::int32_t sweep = 0;  // every worker counts the same sweeps
