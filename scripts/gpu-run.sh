@@ -12,7 +12,8 @@
 #   bash .gpu/gpu-run.sh bench 100k     # openb), CUDA first, bounded rounds
 #   bash .gpu/gpu-run.sh bench openb
 #   bash .gpu/gpu-run.sh quick          # after a change to the CUDA path: the CUDA parity tests and the
-#                                       # CUDA round_bench with its per-tier-phase counters (a minute)
+#                                       # CUDA round_bench with its per-tier-phase counters, with the team
+#                                       # steps and without (PLACER_CUDA_TEAM_STEPS=0) (a minute or two)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, and ncu's time per kernel (3 rounds)
 #
@@ -132,6 +133,8 @@ case "$step" in
   quick)
     parity_tests
     (( hung )) || round_bench quick '10k|100k|openb' cuda
+    # The same with the first GPU run's serial tier steps, to compare on this machine.
+    (( hung )) || PLACER_CUDA_TEAM_STEPS=0 round_bench quick-serial '10k|100k|openb' cuda
     summary
     ;;
   profile)

@@ -18,6 +18,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -94,7 +95,10 @@ std::string cuda_probe_summary() { return probe().summary; }
 
 namespace {
 
-/// One CTA as the tier program's team (tier_program.hpp).
+/// One CTA as the tier program's team (tier_program.hpp); Wide: its
+/// team steps (team_wide), or a thread per row and rank 0's serial steps
+/// as the first GPU run had them (PLACER_CUDA_TEAM_STEPS=0, to compare).
+template <bool Wide>
 struct cuda_team {
   __host__ __device__ std::int32_t rank() const {
 #ifdef __CUDA_ARCH__
@@ -156,7 +160,7 @@ struct cuda_team {
   /// A row's floor, a price jump, a row's winners or a row's offers
   /// on one thread are serial chains of global-memory steps: the whole CTA
   /// does them (team_wide in tier_program.hpp).
-  static constexpr bool team_wide = true;
+  static constexpr bool team_wide = Wide;
 };
 
 /// Threads of the tier program's CTA. The score functor keeps a 64-entry
@@ -165,9 +169,10 @@ constexpr int tier_threads = 256;
 
 /// A chain of tiers: the host's node records unpacked, the tiers one after
 /// another, the nodes they changed packed (residency.hpp); one CTA.
+template <bool Wide>
 __global__ void __launch_bounds__(tier_threads)
     tier_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out) {
-  cuda_team team;
+  cuda_team<Wide> team;
   resident_chain_program(team, c, in, n_in, out);
 }
 
@@ -261,8 +266,11 @@ class cuda_device {
     cudaDriverGetVersion(&driver);
     cudaRuntimeGetVersion(&runtime);
     // The device, its architecture, the driver and the runtime.
+    char const* steps = std::getenv("PLACER_CUDA_TEAM_STEPS");
+    wide_ = steps == nullptr || std::string_view(steps) != "0";
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
-                   ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) + ")";
+                   ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
+                   (wide_ ? ")" : ", serial tier steps)");
   }
   cuda_device(cuda_device const&) = delete;
   cuda_device& operator=(cuda_device const&) = delete;
@@ -337,11 +345,16 @@ class cuda_device {
   auto exec_nosync() { return thrust::cuda::par_nosync(temp_).on(stream_); }
 
   void run_tiers(tier_chain const& c, node_records const& in, std::int32_t n_in, node_records const& out) {
-    tier_kernel<<<1, tier_threads, 0, stream_>>>(c, in, n_in, out);
+    if (wide_) {
+      tier_kernel<true><<<1, tier_threads, 0, stream_>>>(c, in, n_in, out);
+    } else {
+      tier_kernel<false><<<1, tier_threads, 0, stream_>>>(c, in, n_in, out);
+    }
   }
 
  private:
   int device_ = 0;
+  bool wide_ = true;  ///< the tier kernel's team steps (cuda_team<true>)
   cudaStream_t stream_ = nullptr;
   temp_allocator temp_;
   std::string description_;
