@@ -212,20 +212,12 @@ class device_arena {
   /// n elements on the device only.
   template <class T>
   T* take(std::size_t n) {
-    if (n == 0) return nullptr;
-    std::size_t const d = d_used_;
-    d_used_ += padded<T>(n);
-    apart_ = true;
-    return measuring_ ? nullptr : reinterpret_cast<T*>(d_base_ + d);
+    return one_side<T>(d_used_, d_base_, n);
   }
   /// n elements of mirror only: where a result comes down.
   template <class T>
   T* landing(std::size_t n) {
-    if (n == 0) return nullptr;
-    std::size_t const h = h_used_;
-    h_used_ += padded<T>(n);
-    apart_ = true;
-    return measuring_ ? nullptr : reinterpret_cast<T*>(h_base_ + h);
+    return one_side<T>(h_used_, h_base_, n);
   }
   /// The mirror of a device buffer, in an arena laid out by space() alone
   /// (its two sides in step).
@@ -262,6 +254,16 @@ class device_arena {
   }
 
  private:
+  /// n elements on one side (device or mirror): the sides' offsets part.
+  template <class T>
+  T* one_side(std::size_t& used, char* base, std::size_t n) {
+    if (n == 0) return nullptr;
+    std::size_t const at = used;
+    used += padded<T>(n);
+    apart_ = true;
+    return measuring_ ? nullptr : reinterpret_cast<T*>(base + at);
+  }
+
   Device& dev_;
   char* d_base_ = nullptr;
   char* h_base_ = nullptr;

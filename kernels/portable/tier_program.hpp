@@ -436,6 +436,51 @@ PLACER_HD inline std::int64_t tier_floor(tier_buffers const& b, std::int32_t r, 
   return tier_kth_largest(v, k, want);
 }
 
+/// The radix search both team selections run (tier_floors_radix over a
+/// row's values, tier_offer_team over its items' keys): the bits found so
+/// far are `pre`, those above bit `at`; a pass counts the next digit (at
+/// most eight bits) of the values that match them, and a worker per row
+/// walks the counts down to the digit that holds the wanted rank.
+///
+/// The next digit of v, or -1 when v does not match the bits found.
+template <class T>
+PLACER_HD std::int32_t tier_digit(T v, T pre, T at) {
+  if ((v >> at) != pre) return -1;
+  T const width = min_of<T>(8, at);
+  return static_cast<std::int32_t>((v >> (at - width)) & ((T{1} << width) - 1));
+}
+/// A worker's digit counts, a run of one digit added at once (identical
+/// nodes score alike, so equal values do not queue on one counter).
+template <class Team>
+struct tier_digit_runs {
+  Team& t;
+  std::int32_t* hist;  ///< the row's 256 counts
+  std::int32_t digit = -1;
+  std::int32_t run = 0;
+  PLACER_HD void add(std::int32_t d) {
+    if (d != digit) {
+      flush();
+      digit = d;
+    }
+    ++run;
+  }
+  PLACER_HD void flush() {
+    if (run > 0) t.fetch_add(hist + digit, run);
+    run = 0;
+  }
+};
+/// After a pass: the digit that holds the wanted rank joins `pre`, the rank
+/// is taken within it, and the counts are cleared for the next pass.
+template <class T>
+PLACER_HD void tier_radix_step(std::int32_t* hist, T& want, T& pre, T& at) {
+  T const width = min_of<T>(8, at);
+  std::int32_t d = (1 << width) - 1;
+  while (d > 0 && hist[d] < want) want -= hist[d--];
+  for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
+  pre = (pre << width) | d;
+  at -= width;
+}
+
 /// Every row's floor (tier_floor's values; 0 for a row without quota) by
 /// the whole team, for a team of many slow workers (a CTA): tier_floor's
 /// scan of a row on one GPU thread is serial global-memory work, 40 of the
@@ -488,41 +533,20 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
   for (std::int32_t pass = 0; pass < passes; ++pass) {
     for (std::int32_t r = 0; r < n_rows; ++r) {
       std::int32_t const* f = b.floor_row + tier_floor_fields * r;
-      std::int32_t const at = f[tier_floor_at];
-      if (at <= 0) continue;
-      std::int32_t const width = min_of(8, at);
-      std::int32_t const below = at - width;
-      std::int32_t const pre = f[tier_floor_pre];
+      if (f[tier_floor_at] <= 0) continue;
       std::int32_t const* row = row_of(r);
-      std::int32_t* hist = b.floor_hist + 256 * r;
-      std::int32_t digit = -1;
-      std::int32_t run = 0;
+      tier_digit_runs<Team> runs{t, b.floor_hist + 256 * r};
       for (std::int32_t n = me; n < n_nodes; n += team) {
-        std::int32_t const v = row[n];
-        if (v < 0 || (v >> at) != pre) continue;
-        std::int32_t const d = (v >> below) & ((1 << width) - 1);
-        if (d != digit) {
-          if (run > 0) t.fetch_add(hist + digit, run);
-          digit = d;
-          run = 0;
-        }
-        ++run;
+        std::int32_t const d = row[n] < 0 ? -1 : tier_digit(row[n], f[tier_floor_pre], f[tier_floor_at]);
+        if (d >= 0) runs.add(d);
       }
-      if (run > 0) t.fetch_add(hist + digit, run);
+      runs.flush();
     }
     t.sync();
     for (std::int32_t r = me; r < n_rows; r += team) {
       std::int32_t* f = b.floor_row + tier_floor_fields * r;
       if (f[tier_floor_at] <= 0) continue;
-      std::int32_t const width = min_of(8, f[tier_floor_at]);
-      std::int32_t* hist = b.floor_hist + 256 * r;
-      std::int32_t want = f[tier_floor_want];
-      std::int32_t d = (1 << width) - 1;
-      while (d > 0 && hist[d] < want) want -= hist[d--];
-      for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
-      f[tier_floor_want] = want;
-      f[tier_floor_pre] = (f[tier_floor_pre] << width) | d;
-      f[tier_floor_at] -= width;
+      tier_radix_step(b.floor_hist + 256 * r, f[tier_floor_want], f[tier_floor_pre], f[tier_floor_at]);
       if (f[tier_floor_at] == 0) b.floor[r] = f[tier_floor_pre];
     }
     t.sync();
@@ -1141,41 +1165,24 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     t.sync();
     for (std::int32_t pass = 0; pass < passes; ++pass) {
       for (std::int32_t r = 0; r < n_rows; ++r) {
-        if (!mine(r)) continue;
-        std::int64_t const at = field(r, tier_offer_at);
-        if (at <= 0) continue;
-        std::int32_t const width = static_cast<std::int32_t>(min_of<std::int64_t>(8, at));
+        if (!mine(r) || field(r, tier_offer_at) <= 0) continue;
         std::int32_t const items = b.bid_count[r] + b.held[r];
-        std::int32_t digit = -1, run = 0;
+        tier_digit_runs<Team> runs{t, b.floor_hist + 256 * r};
         for (std::int32_t i = me; i < items; i += team) {
           std::int32_t n;
           std::int64_t value;
           bool holder, rebid;
           item(r, i, n, value, holder, rebid);
-          std::int64_t const k = key(r, value, n);
-          if ((k >> at) != field(r, tier_offer_pre)) continue;
-          std::int32_t const d = static_cast<std::int32_t>((k >> (at - width)) & ((1 << width) - 1));
-          if (d != digit && run > 0) {
-            t.fetch_add(b.floor_hist + 256 * r + digit, run);
-            run = 0;
-          }
-          digit = d;
-          ++run;
+          std::int32_t const d = tier_digit(key(r, value, n), field(r, tier_offer_pre), field(r, tier_offer_at));
+          if (d >= 0) runs.add(d);
         }
-        if (run > 0) t.fetch_add(b.floor_hist + 256 * r + digit, run);
+        runs.flush();
       }
       t.sync();
       for (std::int32_t r = me; r < n_rows; r += team) {
         if (!mine(r) || field(r, tier_offer_at) <= 0) continue;
-        std::int32_t const width = static_cast<std::int32_t>(min_of<std::int64_t>(8, field(r, tier_offer_at)));
-        std::int32_t* hist = b.floor_hist + 256 * r;
-        std::int64_t want = field(r, tier_offer_want);
-        std::int32_t d = (1 << width) - 1;
-        while (d > 0 && hist[d] < want) want -= hist[d--];
-        for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
-        field(r, tier_offer_want) = want;
-        field(r, tier_offer_pre) = (field(r, tier_offer_pre) << width) | d;
-        field(r, tier_offer_at) -= width;
+        tier_radix_step(b.floor_hist + 256 * r, field(r, tier_offer_want), field(r, tier_offer_pre),
+                        field(r, tier_offer_at));
       }
       t.sync();
     }
