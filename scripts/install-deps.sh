@@ -9,7 +9,7 @@ PKGS=(cmake ninja-build g++ make pkg-config ccache
       libflatbuffers-dev flatbuffers-compiler
       libgtest-dev libbenchmark-dev libomp-dev libglpk-dev clang libclang-rt-dev
       python3-zmq python3-flatbuffers prometheus-cpp-dev libcpp-httplib-dev libspdlog-dev libcli11-dev
-      nlohmann-json3-dev slurm-wlm munge)
+      nlohmann-json3-dev slurm-wlm libslurm-dev munge)
 
 # Thrust/CUB headers: from the CUDA toolkit when installed, else Debian's.
 if [ ! -e /usr/local/cuda/include/cccl/thrust/version.h ] && [ ! -e /usr/local/cuda/include/thrust/version.h ]; then

@@ -81,7 +81,7 @@ usage:
   placer experiment fgd [--workload NAME|--all] [--seeds 42-51] [--json] [--plot FILE]
   placer experiment policies [--trace itp:clusterNN] [--out DIR] [--json]
   placer experiment tenants [--trace itp:clusterNN] [--out DIR] [--json]
-  placer slurm-bridge [--endpoint E] [--partition P] [--interval S] [--once] [--dry-run] [--no-stacking] [--preempt]
+  placer slurm-bridge [--endpoint E] [--partition P] [--interval S] [--once] [--dry-run] [--no-stacking] [--preempt] [--slurm-api A]
                 (the FGD paper's table; each cross-round policy on and off on real traces)
   placer version
 

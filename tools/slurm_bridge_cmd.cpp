@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <memory>
 #include <cstdio>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@ namespace {
 char const* const bridge_usage =
     "usage: placer slurm-bridge [--endpoint tcp://127.0.0.1:5555] [--partition P] [--interval S] [--once]\n"
     "                           [--tag placer] [--timeout-ms N] [--dry-run] [--no-stacking] [--preempt]\n"
+    "                           [--slurm-api auto|libslurm|scontrol]\n"
     "                           [--server-key F --client-cert F]\n"
     "Each cycle: the held jobs whose comment starts with the tag (sbatch -H --comment=placer ...) and the\n"
     "nodes are read from squeue/sinfo --json, solved as one round by the Placer service at --endpoint, and\n"
@@ -28,8 +30,10 @@ char const* const bridge_usage =
     "print the decisions, change nothing. --no-stacking: jobs of one shape may take one equal node each\n"
     "(by default a round fills a node before it starts an empty one). --preempt: the bridge's running jobs\n"
     "are in the round too (priority -nice; preemptible when Slurm may requeue them) and a job Placer evicts\n"
-    "is requeued and held (scontrol requeuehold) before the others are released. One line per job and a\n"
-    "cycle summary on stdout.\n";
+    "is requeued and held (scontrol requeuehold) before the others are released. --slurm-api: how the jobs\n"
+    "are changed: libslurm's RPCs from this process (about 8x faster a job than a scontrol process),\n"
+    "scontrol, or auto (the default: libslurm when it can be loaded, else scontrol, saying why once).\n"
+    "One line per job and a cycle summary on stdout.\n";
 
 std::atomic<bool> stop{false};
 
@@ -42,7 +46,8 @@ double ms_since(std::chrono::steady_clock::time_point t) {
 /// (Client::solve_incremental: the nodes that changed, the jobs that left
 /// and arrived), each at the next epoch; the client resends in full by
 /// itself when the service lost the session.
-bool cycle(slurm::bridge_options const& opt, client& svc, bool dry_run, std::uint64_t& epoch) {
+bool cycle(slurm::bridge_options const& opt, client& svc, slurm::job_changes& changes, bool dry_run,
+           std::uint64_t& epoch) {
   auto const t0 = std::chrono::steady_clock::now();
   std::string squeue, sinfo;
   try {
@@ -84,7 +89,7 @@ bool cycle(slurm::bridge_options const& opt, client& svc, bool dry_run, std::uin
   double const build_ms = ms_since(t1) - solve_ms;
   auto const t3 = std::chrono::steady_clock::now();
   std::vector<slurm::skipped_job> failed;
-  if (!dry_run) failed = slurm::apply(actions, [](std::vector<std::string> const& argv) { return slurm::run_command(argv); });
+  if (!dry_run) failed = slurm::apply(actions, changes);
   double const apply_ms = ms_since(t3);
   int placed = 0, evicted = 0;
   for (auto const& a : actions) {
@@ -97,11 +102,26 @@ bool cycle(slurm::bridge_options const& opt, client& svc, bool dry_run, std::uin
   }
   for (auto const& f : failed) std::printf("job %lld: FAILED: %s\n", static_cast<long long>(f.job), f.why.c_str());
   std::printf("cycle: %zu nodes, %zu held jobs, %d placed, %d requeued, %zu failed, %d released awaiting start; "
-              "slurm read %.1f ms, bridge %.1f ms, placer %.1f ms, scontrol %.1f ms%s\n",
+              "slurm read %.1f ms, bridge %.1f ms, placer %.1f ms, %s %.1f ms%s\n",
               snap.round.state.nodes.size(), snap.job_ids.size() + snap.skipped.size(), placed, evicted, failed.size(),
-              snap.reserved_jobs, read_ms, build_ms, solve_ms, apply_ms, dry_run ? " (dry run)" : "");
+              snap.reserved_jobs, read_ms, build_ms, solve_ms, changes.name(), apply_ms, dry_run ? " (dry run)" : "");
   std::fflush(stdout);
   return true;
+}
+
+/// --slurm-api: libslurm where it loads (auto says once why it does not).
+std::unique_ptr<slurm::job_changes> job_changes_for(std::string const& api) {
+  auto scontrol = [] {
+    return std::make_unique<slurm::scontrol_changes>(
+        [](std::vector<std::string> const& argv) { return slurm::run_command(argv); });
+  };
+  if (api == "scontrol") return scontrol();
+  if (api == "libslurm") return slurm::make_libslurm_changes();
+  if (api != "auto") throw usage_error("--slurm-api must be auto, libslurm or scontrol, not '" + api + "'");
+  std::string why;
+  if (slurm::libslurm_usable(&why)) return slurm::make_libslurm_changes();
+  std::fprintf(stderr, "slurm-bridge: changing jobs through scontrol: %s\n", why.c_str());
+  return scontrol();
 }
 
 }  // namespace
@@ -109,7 +129,7 @@ bool cycle(slurm::bridge_options const& opt, client& svc, bool dry_run, std::uin
 int cmd_slurm_bridge(int argc, char** argv) {
   try {
     auto const a = parse_cli(argc, argv, 2,
-                             {"endpoint", "partition", "interval", "tag", "timeout-ms", "server-key", "client-cert"},
+                             {"endpoint", "partition", "interval", "tag", "timeout-ms", "server-key", "client-cert", "slurm-api"},
                              {"once", "dry-run", "no-stacking", "preempt", "help"}, "slurm-bridge");
     if (a.flags.count("help") != 0) {
       std::fputs(bridge_usage, stdout);
@@ -123,13 +143,15 @@ int cmd_slurm_bridge(int argc, char** argv) {
     if (opt.tag.empty()) throw usage_error("--tag must not be empty (every held job would be the bridge's)");
     long long const interval = integer_option(a.opts, "interval", 10);
     if (interval < 1) throw usage_error("--interval must be at least 1 (seconds)");
+    auto const changes = job_changes_for(a.get("slurm-api", "auto"));
     client svc(client_connection(a, 5000));
     std::uint64_t epoch = 0;
-    if (a.flags.count("once") != 0) return cycle(opt, svc, a.flags.count("dry-run") != 0, epoch) ? 0 : 1;
+    bool const dry_run = a.flags.count("dry-run") != 0;
+    if (a.flags.count("once") != 0) return cycle(opt, svc, *changes, dry_run, epoch) ? 0 : 1;
     std::signal(SIGINT, [](int) { stop = true; });
     std::signal(SIGTERM, [](int) { stop = true; });
     while (!stop) {
-      (void)cycle(opt, svc, a.flags.count("dry-run") != 0, epoch);
+      (void)cycle(opt, svc, *changes, dry_run, epoch);
       for (long long k = 0; k < interval * 10 && !stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return 0;

@@ -166,7 +166,12 @@ TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
   std::int64_t const pair = cluster.submit("-N2 --gres=gpu:2");  // two nodes, though one could hold both
   std::int64_t const never = cluster.submit("-N1 --gres=gpu:16");
 
+  // The default changes jobs through libslurm where it loads (with
+  // libslurm-dev at build time); the crash below goes through scontrol.
   ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
+  std::string why;
+  bool const libslurm = slurm::libslurm_usable(&why);
+  EXPECT_NE(out.find(libslurm ? ", libslurm " : ", scontrol "), std::string::npos) << why << "\n" << out;
   auto const placed = placed_lines(out);
   EXPECT_GE(placed.size(), 13U) << out;
   ASSERT_EQ(placed.count(pair), 1U) << out;
@@ -202,7 +207,8 @@ TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
   // A crash between update and release: the job has its nodes but is
   // still held; the next cycle places it once.
   run_command({"scontrol", "update", "JobId=" + std::to_string(late), "ReqNodeList=n14"});
-  ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
+  ASSERT_EQ(testing_support::run_placer(bridge + " --slurm-api scontrol", out), 0) << out;
+  EXPECT_NE(out.find(", scontrol "), std::string::npos) << out;
   auto const again = placed_lines(out);
   ASSERT_EQ(again.count(late), 1U) << out;
   drain(30);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -212,6 +213,64 @@ TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {
   ASSERT_EQ(one_failed.size(), 1U);
   EXPECT_EQ(one_failed[0].job, 8);
   EXPECT_EQ(ran.size(), 5U);  // two updates, the batch, then 7 and 8
+}
+
+/// Records the changes apply() asks for, failing the ones it is told to.
+class recorded_changes final : public slurm::job_changes {
+ public:
+  std::vector<std::string> log;
+  std::set<std::int64_t> fail_update, fail_release;
+  void update(std::int64_t job, std::string const& nodes, std::string const& comment) override {
+    log.push_back("update " + std::to_string(job) + " [" + nodes + "] " + comment);
+    if (fail_update.count(job) != 0) throw slurm::slurm_error("no such job");
+  }
+  void requeue_hold(std::int64_t job) override { log.push_back("requeuehold " + std::to_string(job)); }
+  std::vector<slurm::skipped_job> release(std::vector<std::int64_t> const& jobs) override {
+    std::string ids;
+    std::vector<slurm::skipped_job> failed;
+    for (auto j : jobs) {
+      ids += " " + std::to_string(j);
+      if (fail_release.count(j) != 0) failed.push_back({j, "gone"});
+    }
+    log.push_back("release" + ids);
+    return failed;
+  }
+  [[nodiscard]] char const* name() const override { return "recorded"; }
+};
+
+// The same apply() drives scontrol and libslurm (job_changes): evictions
+// first, then every placed job's nodes and every held job's comment, then
+// one release of the placed jobs whose update went through; what fails is
+// reported per job and the rest goes on.
+TEST(SlurmBridge, ChangesGoInOneOrderWhicheverWayTheyAreMade) {
+  std::vector<slurm::action> acts{{5, {}, "placer: waits: Insufficient nvidia.com/gpu"},
+                                  {6, {"n1", "n2"}, "placer: placed on n1,n2"},
+                                  {9, {}, "placer: evicted (priority); requeued, held", true},
+                                  {7, {"n3"}, "placer: placed on n3"},
+                                  {8, {"n4"}, "placer: placed on n4"}};
+  recorded_changes rec;
+  rec.fail_update = {7};
+  rec.fail_release = {8};
+  auto const failed = slurm::apply(acts, rec);
+  EXPECT_EQ(rec.log, (std::vector<std::string>{"update 9 [] placer: evicted (priority); requeued, held",
+                                               "requeuehold 9", "update 5 [] placer: waits: Insufficient nvidia.com/gpu",
+                                               "update 6 [n1,n2] placer: placed on n1,n2", "update 7 [n3] placer: placed on n3",
+                                               "update 8 [n4] placer: placed on n4", "release 6 8"}));
+  ASSERT_EQ(failed.size(), 2U);
+  EXPECT_EQ(failed[0].job, 7);
+  EXPECT_EQ(failed[1].job, 8);
+}
+
+// libslurm exits the process when it finds no configuration; the bridge
+// looks first and says why it cannot use it (`--slurm-api auto` then
+// falls back to scontrol).
+TEST(SlurmBridge, LibslurmWithoutAConfigurationIsAnErrorNotAnExit) {
+  ::setenv("SLURM_CONF", "/nonexistent/placer-test/slurm.conf", 1);
+  std::string why;
+  EXPECT_FALSE(slurm::libslurm_usable(&why));
+  EXPECT_FALSE(why.empty());
+  EXPECT_THROW((void)slurm::make_libslurm_changes(), slurm::slurm_error);
+  ::unsetenv("SLURM_CONF");
 }
 
 // -N 2 asks for two nodes: the solver gives each replica a node of its own

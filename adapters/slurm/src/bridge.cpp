@@ -510,53 +510,68 @@ std::vector<action> decide(snapshot const& snap, round_result const& r) {
   return out;
 }
 
-std::vector<skipped_job> apply(std::vector<action> const& actions, command_runner const& run) {
+void scontrol_changes::update(std::int64_t job, std::string const& nodes, std::string const& comment) {
+  std::vector<std::string> argv{"scontrol", "update", "JobId=" + std::to_string(job)};
+  if (!nodes.empty()) argv.push_back("ReqNodeList=" + nodes);
+  argv.push_back("AdminComment=" + comment);
+  run_(argv);
+}
+
+void scontrol_changes::requeue_hold(std::int64_t job) { run_({"scontrol", "requeuehold", std::to_string(job)}); }
+
+std::vector<skipped_job> scontrol_changes::release(std::vector<std::int64_t> const& jobs) {
   std::vector<skipped_job> failed;
-  std::vector<std::int64_t> release;
-  // Evictions first: their nodes are free before any job given them starts.
-  for (auto const& a : actions) {
-    if (!a.requeue) continue;
-    std::string const id = std::to_string(a.job);
-    try {
-      run({"scontrol", "update", "JobId=" + id, "AdminComment=" + a.comment});
-      run({"scontrol", "requeuehold", id});
-    } catch (std::exception const& e) {
-      failed.push_back({a.job, e.what()});
-    }
-  }
-  for (auto const& a : actions) {
-    if (a.requeue) continue;
-    std::string const id = std::to_string(a.job);
-    try {
-      if (a.nodes.empty()) {
-        run({"scontrol", "update", "JobId=" + id, "AdminComment=" + a.comment});
-        continue;
-      }
-      std::string list;
-      for (auto const& n : a.nodes) list += (list.empty() ? "" : ",") + n;
-      // First every job's nodes (held still: a crash here loses nothing)...
-      run({"scontrol", "update", "JobId=" + id, "ReqNodeList=" + list, "AdminComment=" + a.comment});
-      release.push_back(a.job);
-    } catch (std::exception const& e) {
-      failed.push_back({a.job, e.what()});
-    }
-  }
-  if (release.empty()) return failed;
-  // ... then one release for them all; if it fails, one by one to say which.
+  if (jobs.empty()) return failed;
   std::string ids;
-  for (auto j : release) ids += (ids.empty() ? "" : ",") + std::to_string(j);
+  for (auto j : jobs) ids += (ids.empty() ? "" : ",") + std::to_string(j);
   try {
-    run({"scontrol", "release", ids});
+    run_({"scontrol", "release", ids});
   } catch (std::exception const&) {
-    for (auto j : release) {
+    for (auto j : jobs) {
       try {
-        run({"scontrol", "release", std::to_string(j)});
+        run_({"scontrol", "release", std::to_string(j)});
       } catch (std::exception const& e) {
         failed.push_back({j, e.what()});
       }
     }
   }
   return failed;
+}
+
+std::vector<skipped_job> apply(std::vector<action> const& actions, job_changes& slurm) {
+  std::vector<skipped_job> failed;
+  std::vector<std::int64_t> release;
+  // Evictions first: their nodes are free before any job given them starts.
+  for (auto const& a : actions) {
+    if (!a.requeue) continue;
+    try {
+      slurm.update(a.job, {}, a.comment);
+      slurm.requeue_hold(a.job);
+    } catch (std::exception const& e) {
+      failed.push_back({a.job, e.what()});
+    }
+  }
+  for (auto const& a : actions) {
+    if (a.requeue) continue;
+    try {
+      std::string list;
+      for (auto const& n : a.nodes) list += (list.empty() ? "" : ",") + n;
+      // First every job's nodes (held still: a crash here loses nothing)...
+      slurm.update(a.job, list, a.comment);
+      if (!a.nodes.empty()) release.push_back(a.job);
+    } catch (std::exception const& e) {
+      failed.push_back({a.job, e.what()});
+    }
+  }
+  // ... then the release of them all.
+  auto const unreleased = slurm.release(release);
+  failed.insert(failed.end(), unreleased.begin(), unreleased.end());
+  return failed;
+}
+
+std::vector<skipped_job> apply(std::vector<action> const& actions, command_runner const& run) {
+  scontrol_changes changes(run);
+  return placer::slurm::apply(actions, changes);  // (qualified: ADL also finds std::apply)
 }
 
 }  // namespace placer::slurm

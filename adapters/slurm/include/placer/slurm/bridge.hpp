@@ -16,13 +16,15 @@
 //   auto snap = placer::slurm::build_round(squeue_json, sinfo_json, opt);
 //   auto r = solve(snap.round);                     // the service, over ZeroMQ
 //   auto acts = placer::slurm::decide(snap, r);
-//   placer::slurm::apply(acts, placer::slurm::run_command);
+//   auto slurm = placer::slurm::make_libslurm_changes();  // or scontrol_changes
+//   placer::slurm::apply(acts, *slurm);
 
 #include <placer/solver/model.hpp>
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -109,13 +111,58 @@ struct action {
 /// when their AdminComment says it already).
 std::vector<action> decide(snapshot const& snap, round_result const& r);
 
-/// Runs the actions: per evicted job its AdminComment, then `scontrol
-/// requeuehold N` (before any release, so the nodes it frees are the ones
-/// the placed jobs were given); per placed job `scontrol update JobId=N ReqNodeList=..
-/// AdminComment=..`, then one `scontrol release N,M,..` for them all (one
-/// by one if that fails, to tell which); per held job the update of its
-/// AdminComment. A failing command is reported in the returned list (job
-/// id and error) and the others go on.
+/// The three changes apply() makes to Slurm's jobs. Two ways to make them:
+/// Slurm's CLI (scontrol_changes: a process per command) or libslurm's RPCs
+/// from this process (make_libslurm_changes: about 8x faster a job,
+/// bench/results/2026-11-26-dev-2core-slurm-apply-latency.md).
+class job_changes {
+ public:
+  virtual ~job_changes() = default;
+  /// The job's AdminComment and, when `nodes` (a comma list) is not
+  /// empty, its ReqNodeList; a held job stays held. Throws slurm_error.
+  virtual void update(std::int64_t job, std::string const& nodes, std::string const& comment) = 0;
+  /// A running job back to pending and held. Throws slurm_error.
+  virtual void requeue_hold(std::int64_t job) = 0;
+  /// Releases held jobs; returns the ones it could not, saying why.
+  virtual std::vector<skipped_job> release(std::vector<std::int64_t> const& jobs) = 0;
+  /// "scontrol" or "libslurm", for the cycle's summary.
+  [[nodiscard]] virtual char const* name() const = 0;
+};
+
+/// Through the CLI: `scontrol update JobId=N [ReqNodeList=..] AdminComment=..`,
+/// `scontrol requeuehold N`, and one `scontrol release N,M,..` for all
+/// (one by one if that fails, to tell which).
+class scontrol_changes final : public job_changes {
+ public:
+  explicit scontrol_changes(command_runner run) : run_(std::move(run)) {}
+  void update(std::int64_t job, std::string const& nodes, std::string const& comment) override;
+  void requeue_hold(std::int64_t job) override;
+  std::vector<skipped_job> release(std::vector<std::int64_t> const& jobs) override;
+  [[nodiscard]] char const* name() const override { return "scontrol"; }
+
+ private:
+  command_runner run_;
+};
+
+/// Through libslurm, loaded at run time (dlopen of the soname of the
+/// libslurm-dev this was built against, so the placer binary itself does
+/// not need Slurm): the same RPCs scontrol sends, one per update, requeue
+/// and release. Talks to the slurmctld of SLURM_CONF (or Slurm's default
+/// configuration). Throws slurm_error saying why when this build has no
+/// libslurm headers or the library cannot be loaded.
+std::unique_ptr<job_changes> make_libslurm_changes();
+/// Whether make_libslurm_changes() would succeed here, and if not why.
+bool libslurm_usable(std::string* why = nullptr);
+
+/// Runs the actions: per evicted job its AdminComment, then the requeue
+/// and hold (before any release, so the nodes it frees are the ones the
+/// placed jobs were given); per placed job its ReqNodeList and
+/// AdminComment, all of them, and then one release for them all (a crash
+/// before the release leaves every job held, and the next cycle places it
+/// again); per held job the update of its AdminComment. A failing change
+/// is reported in the returned list (job id and error) and the others go on.
+std::vector<skipped_job> apply(std::vector<action> const& actions, job_changes& slurm);
+/// The same through scontrol, run by `run`.
 std::vector<skipped_job> apply(std::vector<action> const& actions, command_runner const& run);
 
 }  // namespace placer::slurm

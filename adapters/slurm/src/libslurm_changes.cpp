@@ -1,0 +1,151 @@
+// The bridge's job changes through libslurm (bridge.hpp, job_changes):
+// the RPCs scontrol sends, from this process. The library is loaded at run
+// time by the soname of the libslurm-dev the build found
+// (PLACER_LIBSLURM_SONAME), so the placer binary runs where Slurm is not
+// installed and only `slurm-bridge` needs it; the headers give the layout of
+// job_desc_msg_t, which is that Slurm release's ABI.
+#include <placer/slurm/bridge.hpp>
+
+#ifdef PLACER_LIBSLURM_SONAME
+#include <dlfcn.h>
+#include <unistd.h>
+#include <slurm/slurm.h>
+#include <slurm/slurm_errno.h>
+
+#include <cstdlib>
+#include <limits>
+#include <type_traits>
+#endif
+
+namespace placer::slurm {
+
+#ifndef PLACER_LIBSLURM_SONAME
+
+bool libslurm_usable(std::string* why) {
+  if (why != nullptr) *why = "this placer was built without libslurm's headers (install libslurm-dev and rebuild)";
+  return false;
+}
+
+std::unique_ptr<job_changes> make_libslurm_changes() {
+  std::string why;
+  (void)libslurm_usable(&why);
+  throw slurm_error(why);
+}
+
+#else
+
+namespace {
+
+/// The entry points the bridge calls, resolved once for the process.
+struct libslurm {
+  void (*init)(char const*) = nullptr;
+  void (*init_job_desc_msg)(job_desc_msg_t*) = nullptr;
+  int (*update_job)(job_desc_msg_t*) = nullptr;
+  int (*requeue)(std::uint32_t, std::uint32_t) = nullptr;
+  int (*get_errno)() = nullptr;
+  char* (*strerror)(int) = nullptr;
+  std::string error;  ///< why it is not usable; empty when it is
+
+  static libslurm const& get() {
+    static libslurm const lib = load();
+    return lib;
+  }
+
+ private:
+  static libslurm load() {
+    libslurm l;
+    // libslurm exits the process when it finds no configuration: look first.
+    char const* env = std::getenv("SLURM_CONF");
+    std::string const conf = env != nullptr && *env != '\0' ? env : "/etc/slurm/slurm.conf";
+    if (access(conf.c_str(), R_OK) != 0) {
+      l.error = "no Slurm configuration to read at " + conf + (env == nullptr ? " (set SLURM_CONF)" : "");
+      return l;
+    }
+    // Global: the plugins libslurm loads in turn (select/cons_tres, ...)
+    // resolve their calls into it against the global namespace.
+    void* h = dlopen(PLACER_LIBSLURM_SONAME, RTLD_NOW | RTLD_GLOBAL);
+    if (h == nullptr) {
+      char const* e = dlerror();
+      l.error = std::string("cannot load " PLACER_LIBSLURM_SONAME " (the libslurm this placer was built against): ") +
+                (e != nullptr ? e : "unknown error");
+      return l;
+    }
+    auto sym = [&](char const* name, auto& fn) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+      if (fn == nullptr && l.error.empty()) l.error = std::string(PLACER_LIBSLURM_SONAME " has no ") + name;
+    };
+    sym("slurm_init", l.init);
+    sym("slurm_init_job_desc_msg", l.init_job_desc_msg);
+    sym("slurm_update_job", l.update_job);
+    sym("slurm_requeue", l.requeue);
+    sym("slurm_get_errno", l.get_errno);
+    sym("slurm_strerror", l.strerror);
+    if (l.error.empty()) l.init(nullptr);  // reads SLURM_CONF, or Slurm's default configuration
+    return l;
+  }
+};
+
+std::uint32_t slurm_id(std::int64_t job) {
+  if (job <= 0 || job >= static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max())) {
+    throw slurm_error("job id " + std::to_string(job) + " is not a Slurm job id");
+  }
+  return static_cast<std::uint32_t>(job);
+}
+
+class libslurm_changes final : public job_changes {
+ public:
+  void update(std::int64_t job, std::string const& nodes, std::string const& comment) override {
+    job_desc_msg_t m;
+    lib_.init_job_desc_msg(&m);
+    m.job_id = slurm_id(job);
+    // Slurm's message only reads these strings (update only).
+    m.req_nodes = nodes.empty() ? nullptr : const_cast<char*>(nodes.c_str());
+    m.admin_comment = const_cast<char*>(comment.c_str());
+    check(lib_.update_job(&m), "update", job);
+  }
+  void requeue_hold(std::int64_t job) override {
+    check(lib_.requeue(slurm_id(job), JOB_REQUEUE_HOLD), "requeuehold", job);
+  }
+  std::vector<skipped_job> release(std::vector<std::int64_t> const& jobs) override {
+    std::vector<skipped_job> failed;
+    for (auto j : jobs) {
+      try {
+        job_desc_msg_t m;
+        lib_.init_job_desc_msg(&m);
+        m.job_id = slurm_id(j);
+        m.priority = INFINITE;  // what `scontrol release` sends
+        check(lib_.update_job(&m), "release", j);
+      } catch (std::exception const& e) {
+        failed.push_back({j, e.what()});
+      }
+    }
+    return failed;
+  }
+  [[nodiscard]] char const* name() const override { return "libslurm"; }
+
+ private:
+  void check(int rc, char const* what, std::int64_t job) const {
+    if (rc == SLURM_SUCCESS) return;
+    throw slurm_error(std::string("libslurm ") + what + " of job " + std::to_string(job) + ": " +
+                      lib_.strerror(lib_.get_errno()));
+  }
+  libslurm const& lib_ = libslurm::get();
+};
+
+}  // namespace
+
+bool libslurm_usable(std::string* why) {
+  auto const& lib = libslurm::get();
+  if (why != nullptr) *why = lib.error;
+  return lib.error.empty();
+}
+
+std::unique_ptr<job_changes> make_libslurm_changes() {
+  std::string why;
+  if (!libslurm_usable(&why)) throw slurm_error(why);
+  return std::make_unique<libslurm_changes>();
+}
+
+#endif
+
+}  // namespace placer::slurm
