@@ -31,8 +31,9 @@ char const* const bridge_usage =
     "(by default a round fills a node before it starts an empty one). --preempt: the bridge's running jobs\n"
     "are in the round too (priority -nice; preemptible when Slurm may requeue them) and a job Placer evicts\n"
     "is requeued and held (scontrol requeuehold) before the others are released. --slurm-api: how the jobs\n"
-    "are changed: libslurm's RPCs from this process (about 8x faster a job than a scontrol process),\n"
-    "scontrol, or auto (the default: libslurm when it can be loaded, else scontrol, saying why once).\n"
+    "are changed: libslurm's RPCs from this process (about 6x faster a job than a scontrol process),\n"
+    "scontrol, or auto (the default: libslurm when it loads and slurmctld answers its ping, else scontrol,\n"
+    "saying why once).\n"
     "One line per job and a cycle summary on stdout.\n";
 
 std::atomic<bool> stop{false};
@@ -52,7 +53,7 @@ bool cycle(slurm::bridge_options const& opt, client& svc, slurm::job_changes& ch
   std::string squeue, sinfo;
   try {
     squeue = slurm::run_command({"squeue", "--json"});
-    sinfo = slurm::run_command({"sinfo", "--json"});
+    sinfo = slurm::read_nodes([](std::vector<std::string> const& argv) { return slurm::run_command(argv); });
   } catch (std::exception const& e) {
     std::fprintf(stderr, "slurm-bridge: reading Slurm: %s\n", e.what());
     return false;

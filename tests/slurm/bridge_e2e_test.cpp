@@ -107,7 +107,16 @@ std::map<std::int64_t, std::set<std::string>> placed_lines(std::string const& ou
   return m;
 }
 
-nlohmann::json squeue() { return nlohmann::json::parse(run_command({"squeue", "--json"})); }
+// (--states=all: from 23.11 squeue --json leaves ended jobs out by default.)
+nlohmann::json squeue() { return nlohmann::json::parse(run_command({"squeue", "--json", "--states=all"})); }
+
+/// A job's state: a string up to Slurm 23.02, a list (state, then flags) after.
+std::string job_state(nlohmann::json const& j) {
+  auto const it = j.find("job_state");
+  if (it == j.end()) return {};
+  if (it->is_array()) return it->empty() ? std::string() : (*it)[0].get<std::string>();
+  return it->get<std::string>();
+}
 
 // (A json kept in a local: a range-for over squeue()["jobs"] would read
 // a destroyed temporary.)
@@ -124,7 +133,7 @@ nlohmann::json job_of(std::int64_t id) {
 void drain(int timeout_s) {
   auto const until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (std::chrono::steady_clock::now() < until) {
-    auto const info = nlohmann::json::parse(run_command({"sinfo", "--json"}));
+    auto const info = nlohmann::json::parse(slurm::read_nodes([](auto const& argv) { return run_command(argv); }));
     for (auto const& n : info["nodes"]) {
       std::string const used = n.value("gres_used", "");  // gpu:a100:N(IDX:...)
       auto const colon = used.rfind(':', used.find('('));
@@ -134,7 +143,7 @@ void drain(int timeout_s) {
     bool busy = false;
     auto const q = squeue();
     for (auto const& j : q["jobs"]) {
-      std::string const state = j.value("job_state", "");
+      std::string const state = job_state(j);
       if ((state == "PENDING" && j.value("state_reason", "") != "JobHeldUser") || state == "RUNNING" ||
           state == "CONFIGURING" || state == "COMPLETING") {
         busy = true;
@@ -213,14 +222,14 @@ TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
   ASSERT_EQ(again.count(late), 1U) << out;
   drain(30);
   EXPECT_EQ(cluster.ran_on(late), again.at(late));
-  EXPECT_EQ(job_of(late).value("job_state", ""), "COMPLETED");
+  EXPECT_EQ(job_state(job_of(late)), "COMPLETED");
 }
 
 /// Waits until job `id` is in `state` (or the timeout); returns whether it got there.
 bool wait_for(std::int64_t id, std::string const& state, int timeout_s) {
   auto const until = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   while (std::chrono::steady_clock::now() < until) {
-    if (job_of(id).value("job_state", "") == state) return true;
+    if (job_state(job_of(id)) == state) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
   }
   return false;
@@ -255,10 +264,10 @@ TEST(SlurmBridgeLive, EvictionsAreRequeuesUnderAFlag) {
   EXPECT_EQ(cluster.ran_on(high), placed.at(high));
   EXPECT_EQ(cluster.ran_on(evicted).count(*placed.at(high).begin()), 1U) << "it ran where the new job went";
   auto const again = job_of(evicted);
-  EXPECT_EQ(again.value("job_state", ""), "PENDING");
+  EXPECT_EQ(job_state(again), "PENDING");
   EXPECT_EQ(again.value("state_reason", ""), "JobHeldUser");
   EXPECT_NE(again.value("admin_comment", "").find("evicted"), std::string::npos) << again.dump();
-  EXPECT_EQ(job_of(low1 == evicted ? low2 : low1).value("job_state", ""), "RUNNING");
+  EXPECT_EQ(job_state(job_of(low1 == evicted ? low2 : low1)), "RUNNING");
 }
 
 }  // namespace

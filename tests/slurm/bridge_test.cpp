@@ -111,6 +111,8 @@ TEST(SlurmBridge, NewerSlurmJsonReadsTheSame) {
   for (auto& j : jobs["jobs"]) {
     wrap(j);
     j["job_state"] = nlohmann::json::array({j["job_state"]});
+    std::string tres = j["tres_per_node"];  // "gres:gpu:2" is "gres/gpu:2" from 23.11 (24.11 live)
+    j["tres_per_node"] = tres.replace(0, 5, "gres/");
   }
   jobs["jobs"].push_back({{"job_id", {{"set", false}, {"infinite", false}, {"number", 0}}},  // unset: no id, an error
                           {"comment", "placer"},
@@ -149,6 +151,13 @@ TEST(SlurmBridge, NewerSlurmJsonReadsTheSame) {
   EXPECT_EQ(new_form.round.pending[0].priority, -5);
   EXPECT_EQ(new_form.round.pending[0].per_replica.memory_mib, 8192);
   EXPECT_EQ(new_form.round.pending[1].replicas, 2);
+  // A GPU request in a form the bridge does not know skips the job (never
+  // read as no GPUs, which would over-commit its nodes).
+  jobs["jobs"][0]["tres_per_node"] = "gres=gpu:2";
+  auto const odd = slurm::build_round(jobs.dump(), nodes.dump(), opt);
+  ASSERT_EQ(odd.skipped.size(), 1U);
+  EXPECT_EQ(odd.skipped[0].job, 1);
+  EXPECT_EQ(odd.round.pending.size(), new_form.round.pending.size() - 1);
 }
 
 TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {

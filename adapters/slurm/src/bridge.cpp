@@ -90,9 +90,10 @@ std::int64_t number(std::string const& s) {
   return std::stoll(s);
 }
 
-/// A gres entry "gpu[:type]:count[(...)]": type and count; false if not a GPU.
+/// A gres entry "gpu[:type]:count[(...)]" (in a job's tres_per_node after
+/// "gres:", or "gres/" from Slurm 23.11): type and count; false if not a GPU.
 bool gpu_gres(std::string entry, std::string& type, std::int64_t& count) {
-  if (starts_with(entry, "gres:")) entry = entry.substr(5);
+  if (starts_with(entry, "gres:") || starts_with(entry, "gres/")) entry = entry.substr(5);
   if (!starts_with(entry, "gpu")) return false;
   auto const paren = entry.find('(');
   std::string const head = entry.substr(0, paren);
@@ -361,6 +362,8 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
         if (gpu_gres(g, type, count)) {
           gpus += count;
           model = type;
+        } else if (g.find("gpu") != std::string::npos) {
+          odd = true;  // a GPU request it cannot read is never read as none
         }
       } catch (slurm_error const&) {
         odd = true;
@@ -507,6 +510,15 @@ std::vector<action> decide(snapshot const& snap, round_result const& r) {
     held(snap.job_ids[j], one_line("placer: " + std::string(to_string(u.reason)) + ": " + u.detail));
   }
   for (auto const& s : snap.skipped) held(s.job, one_line("placer: skipped: " + s.why));
+  return out;
+}
+
+std::string read_nodes(command_runner const& run) {
+  std::string out = run({"sinfo", "--json"});
+  auto const info = nlohmann::json::parse(out, nullptr, false);
+  if (!info.is_discarded() && info.is_object() && !info.contains("nodes") && info.contains("sinfo")) {
+    out = run({"scontrol", "show", "nodes", "--json"});
+  }
   return out;
 }
 

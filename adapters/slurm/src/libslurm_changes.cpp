@@ -42,9 +42,22 @@ struct libslurm {
   void (*init_job_desc_msg)(job_desc_msg_t*) = nullptr;
   int (*update_job)(job_desc_msg_t*) = nullptr;
   int (*requeue)(std::uint32_t, std::uint32_t) = nullptr;
+  int (*ping)(int) = nullptr;
   int (*get_errno)() = nullptr;
   char* (*strerror)(int) = nullptr;
   std::string error;  ///< why it is not usable; empty when it is
+  /// Why the controller did not answer a ping through it (checked once,
+  /// by libslurm_usable): a slurmctld more than two releases newer than
+  /// this libslurm answers nothing it can read. Empty when it answered.
+  std::string ping_error() const {
+    static std::string const e = [this] {
+      int const rc = ping(0);
+      if (rc == SLURM_SUCCESS) return std::string();
+      return std::string("slurmctld did not answer " PLACER_LIBSLURM_SONAME "'s ping (") + strerror(rc) +
+             "; a slurmctld more than two releases newer than this libslurm cannot read it)";
+    }();
+    return e;
+  }
 
   static libslurm const& get() {
     static libslurm const lib = load();
@@ -78,6 +91,7 @@ struct libslurm {
     sym("slurm_init_job_desc_msg", l.init_job_desc_msg);
     sym("slurm_update_job", l.update_job);
     sym("slurm_requeue", l.requeue);
+    sym("slurm_ping", l.ping);
     sym("slurm_get_errno", l.get_errno);
     sym("slurm_strerror", l.strerror);
     if (l.error.empty()) l.init(nullptr);  // reads SLURM_CONF, or Slurm's default configuration
@@ -136,13 +150,14 @@ class libslurm_changes final : public job_changes {
 
 bool libslurm_usable(std::string* why) {
   auto const& lib = libslurm::get();
-  if (why != nullptr) *why = lib.error;
-  return lib.error.empty();
+  std::string const e = lib.error.empty() ? lib.ping_error() : lib.error;
+  if (why != nullptr) *why = e;
+  return e.empty();
 }
 
 std::unique_ptr<job_changes> make_libslurm_changes() {
-  std::string why;
-  if (!libslurm_usable(&why)) throw slurm_error(why);
+  auto const& lib = libslurm::get();
+  if (!lib.error.empty()) throw slurm_error(lib.error);
   return std::make_unique<libslurm_changes>();
 }
 

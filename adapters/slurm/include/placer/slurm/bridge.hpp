@@ -71,6 +71,12 @@ struct skipped_job {
   std::string why;
 };
 
+/// The nodes as one JSON list ({"nodes": [...]}): `sinfo --json` up to
+/// Slurm 23.02; from 23.11 it groups nodes by partition and state
+/// ({"sinfo": [...]}), and `scontrol show nodes --json` (which 22.05 does
+/// not have) gives the per-node list instead. Throws slurm_error.
+std::string read_nodes(command_runner const& run);
+
 /// One cycle's view of Slurm as a Placer round.
 struct snapshot {
   round_input round;                  ///< the nodes, and the held jobs as pending
@@ -83,7 +89,7 @@ struct snapshot {
   std::vector<std::string> warnings;  ///< nodes left out, and jobs' fields it could not read
 };
 
-/// The round from `squeue --json` and `sinfo --json` output. Nodes: GPUs
+/// The round from `squeue --json` and read_nodes() output. Nodes: GPUs
 /// (model and count from gres, in use from gres_used's indices), CPUs and
 /// memory free, features and partitions as labels, down/drained nodes
 /// unhealthy, racks as topology. Jobs: -N as replicas (a gang above one),
@@ -113,7 +119,7 @@ std::vector<action> decide(snapshot const& snap, round_result const& r);
 
 /// The three changes apply() makes to Slurm's jobs. Two ways to make them:
 /// Slurm's CLI (scontrol_changes: a process per command) or libslurm's RPCs
-/// from this process (make_libslurm_changes: about 8x faster a job,
+/// from this process (make_libslurm_changes: about 6x faster a job,
 /// bench/results/2026-11-26-dev-2core-slurm-apply-latency.md).
 class job_changes {
  public:
@@ -151,7 +157,10 @@ class scontrol_changes final : public job_changes {
 /// configuration). Throws slurm_error saying why when this build has no
 /// libslurm headers or the library cannot be loaded.
 std::unique_ptr<job_changes> make_libslurm_changes();
-/// Whether make_libslurm_changes() would succeed here, and if not why.
+/// Whether libslurm loads here and the controller answers its ping (once
+/// per process: a slurmctld more than two releases newer than the
+/// libslurm built against cannot read its messages), and if not why.
+/// `--slurm-api auto` uses scontrol then.
 bool libslurm_usable(std::string* why = nullptr);
 
 /// Runs the actions: per evicted job its AdminComment, then the requeue
