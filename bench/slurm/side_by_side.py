@@ -62,7 +62,10 @@ def job_mix(n, seed):
 
 def snapshot():
     """Per node: GPUs in use, and its GPU model (from gres)."""
-    nodes = json.loads(run(["sinfo", "--json"]))["nodes"]
+    info = json.loads(run(["sinfo", "--json"]))
+    if "nodes" not in info:  # 23.11 on: grouped; the per-node list is scontrol's
+        info = json.loads(run(["scontrol", "show", "nodes", "--json"]))
+    nodes = info["nodes"]
     used, model = {}, {}
     for nd in nodes:
         g = nd.get("gres_used", "")
@@ -94,8 +97,20 @@ def fgd_fragmented(mix, used, model, gpus_per_node):
     return frag
 
 
+def number(v):
+    """A number, or 23.11 on's {"set", "infinite", "number"}."""
+    return v.get("number", 0) if isinstance(v, dict) else v
+
+
 def jobs():
-    return json.loads(run(["squeue", "--json"]))["jobs"]
+    js = json.loads(run(["squeue", "--json"]))["jobs"]
+    for j in js:  # 23.11 on: states as lists, numbers wrapped
+        if isinstance(j.get("job_state"), list):
+            j["job_state"] = j["job_state"][0] if j["job_state"] else ""
+        for k in ("job_id", "start_time"):
+            if k in j:
+                j[k] = number(j[k])
+    return js
 
 
 def settle(max_s, poll=1.0, quiet_s=8.0, step=None):
