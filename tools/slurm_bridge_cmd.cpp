@@ -53,7 +53,8 @@ bool cycle(slurm::bridge_options const& opt, client& svc, slurm::job_changes& ch
   std::string squeue, sinfo;
   try {
     squeue = slurm::run_command({"squeue", "--json"});
-    sinfo = slurm::read_nodes([](std::vector<std::string> const& argv) { return slurm::run_command(argv); });
+    static bool grouped = false;  // sinfo --json groups the nodes (23.11 on): ask scontrol from then on
+    sinfo = slurm::read_nodes([](std::vector<std::string> const& argv) { return slurm::run_command(argv); }, &grouped);
   } catch (std::exception const& e) {
     std::fprintf(stderr, "slurm-bridge: reading Slurm: %s\n", e.what());
     return false;

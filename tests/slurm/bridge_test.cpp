@@ -224,6 +224,27 @@ TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {
   EXPECT_EQ(ran.size(), 5U);  // two updates, the batch, then 7 and 8
 }
 
+// The nodes: sinfo --json's list up to 23.02; from 23.11 sinfo groups them
+// and scontrol show nodes --json has the list (asked directly once known).
+TEST(SlurmBridge, NodesAreReadFromWhicheverToolListsThem) {
+  std::vector<std::string> asked;
+  bool grouped_sinfo = false;
+  auto const run = [&](std::vector<std::string> const& argv) -> std::string {
+    asked.push_back(argv[0] + (argv.size() > 1 ? " " + argv[1] : ""));
+    if (argv[0] == "sinfo") return grouped_sinfo ? R"({"sinfo":[{"nodes":{"nodes":["n1"]}}]})" : sinfo();
+    return R"({"nodes":[{"name":"n1"}]})";
+  };
+  EXPECT_EQ(slurm::read_nodes(run), sinfo());
+  EXPECT_EQ(asked, (std::vector<std::string>{"sinfo --json"}));
+  grouped_sinfo = true;
+  asked.clear();
+  bool grouped = false;
+  EXPECT_EQ(slurm::read_nodes(run, &grouped), R"({"nodes":[{"name":"n1"}]})");
+  EXPECT_TRUE(grouped);
+  EXPECT_EQ(slurm::read_nodes(run, &grouped), R"({"nodes":[{"name":"n1"}]})");
+  EXPECT_EQ(asked, (std::vector<std::string>{"sinfo --json", "scontrol show", "scontrol show"}));
+}
+
 /// Records the changes apply() asks for, failing the ones it is told to.
 class recorded_changes final : public slurm::job_changes {
  public:

@@ -513,11 +513,14 @@ std::vector<action> decide(snapshot const& snap, round_result const& r) {
   return out;
 }
 
-std::string read_nodes(command_runner const& run) {
+std::string read_nodes(command_runner const& run, bool* grouped) {
+  std::vector<std::string> const per_node{"scontrol", "show", "nodes", "--json"};
+  if (grouped != nullptr && *grouped) return run(per_node);
   std::string out = run({"sinfo", "--json"});
   auto const info = nlohmann::json::parse(out, nullptr, false);
   if (!info.is_discarded() && info.is_object() && !info.contains("nodes") && info.contains("sinfo")) {
-    out = run({"scontrol", "show", "nodes", "--json"});
+    if (grouped != nullptr) *grouped = true;
+    out = run(per_node);
   }
   return out;
 }

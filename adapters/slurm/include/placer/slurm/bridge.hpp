@@ -74,8 +74,10 @@ struct skipped_job {
 /// The nodes as one JSON list ({"nodes": [...]}): `sinfo --json` up to
 /// Slurm 23.02; from 23.11 it groups nodes by partition and state
 /// ({"sinfo": [...]}), and `scontrol show nodes --json` (which 22.05 does
-/// not have) gives the per-node list instead. Throws slurm_error.
-std::string read_nodes(command_runner const& run);
+/// not have) gives the per-node list instead. `grouped`, when given,
+/// remembers across calls that sinfo groups them (the next call asks
+/// scontrol only). Throws slurm_error.
+std::string read_nodes(command_runner const& run, bool* grouped = nullptr);
 
 /// One cycle's view of Slurm as a Placer round.
 struct snapshot {
