@@ -54,7 +54,7 @@ struct libslurm {
       int const rc = ping(0);
       if (rc == SLURM_SUCCESS) return std::string();
       return std::string("slurmctld did not answer " PLACER_LIBSLURM_SONAME "'s ping (") + strerror(rc) +
-             "; a slurmctld more than two releases newer than this libslurm cannot read it)";
+             "): either it is down, or it is more than two releases newer than this libslurm and cannot read it";
     }();
     return e;
   }
