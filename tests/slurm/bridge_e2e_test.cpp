@@ -56,11 +56,16 @@ class local_slurm {
   ~local_slurm() { down(); }
   local_slurm(local_slurm const&) = delete;
   local_slurm& operator=(local_slurm const&) = delete;
+  /// Stops the daemons; keeps the directory (their pid files) when that
+  /// failed, so that `scripts/slurm-cluster.sh down --dir` can still stop them.
   void down() {
     try {
-      run_command({"bash", (repo_root() / "scripts/slurm-cluster.sh").string(), "down", "--dir", dir_.string()});
+      // (Its own limits add up to about a minute with jobs to cancel.)
+      run_command({"bash", (repo_root() / "scripts/slurm-cluster.sh").string(), "down", "--dir", dir_.string()}, 120000);
     } catch (std::exception const& e) {
-      std::fprintf(stderr, "slurm down: %s\n", e.what());
+      std::fprintf(stderr, "slurm down: %s (daemons may be left: scripts/slurm-cluster.sh down --dir %s)\n", e.what(),
+                   dir_.c_str());
+      return;
     }
     std::error_code ec;
     fs::remove_all(dir_, ec);
