@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <future>
 #include <memory>
 #include <cstdio>
 #include <string>
@@ -52,9 +53,11 @@ bool cycle(slurm::bridge_options const& opt, client& svc, slurm::job_changes& ch
   auto const t0 = std::chrono::steady_clock::now();
   std::string squeue, sinfo;
   try {
-    squeue = slurm::run_command({"squeue", "--json"});
+    // The jobs and the nodes at once: two processes, each mostly waiting on slurmctld.
+    auto jobs = std::async(std::launch::async, [] { return slurm::run_command({"squeue", "--json"}); });
     static bool grouped = false;  // sinfo --json groups the nodes (23.11 on): ask scontrol from then on
     sinfo = slurm::read_nodes([](std::vector<std::string> const& argv) { return slurm::run_command(argv); }, &grouped);
+    squeue = jobs.get();
   } catch (std::exception const& e) {
     std::fprintf(stderr, "slurm-bridge: reading Slurm: %s\n", e.what());
     return false;
