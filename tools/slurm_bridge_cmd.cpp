@@ -9,9 +9,9 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdio>
 #include <future>
 #include <memory>
-#include <cstdio>
 #include <string>
 #include <thread>
 
@@ -25,8 +25,9 @@ char const* const bridge_usage =
     "                           [--slurm-api auto|libslurm|scontrol]\n"
     "                           [--server-key F --client-cert F]\n"
     "Each cycle: the held jobs whose comment starts with the tag (sbatch -H --comment=placer ...) and the\n"
-    "nodes are read from squeue/sinfo --json, solved as one round by the Placer service at --endpoint, and\n"
-    "each placed job gets ReqNodeList and is released; the others stay held with the reason in their\n"
+    "nodes are read from squeue/sinfo --json (the nodes from scontrol show nodes --json from Slurm 23.11),\n"
+    "solved as one round by the Placer service at --endpoint, and each placed job gets ReqNodeList and is\n"
+    "released; the others stay held with the reason in their\n"
     "AdminComment. --once: one cycle, exit 0 if it ran (1 if Slurm or the service failed). --dry-run:\n"
     "print the decisions, change nothing. --no-stacking: jobs of one shape may take one equal node each\n"
     "(by default a round fills a node before it starts an empty one). --preempt: the bridge's running jobs\n"
@@ -38,6 +39,9 @@ char const* const bridge_usage =
     "One line per job and a cycle summary on stdout.\n";
 
 std::atomic<bool> stop{false};
+
+/// Slurm's command-line tools, each run without a shell (run_command's limits).
+std::string slurm_cli(std::vector<std::string> const& argv) { return slurm::run_command(argv); }
 
 double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
@@ -56,7 +60,7 @@ bool cycle(slurm::bridge_options const& opt, client& svc, slurm::job_changes& ch
     // The jobs and the nodes at once: two processes, each mostly waiting on slurmctld.
     auto jobs = std::async(std::launch::async, [] { return slurm::run_command({"squeue", "--json"}); });
     static bool grouped = false;  // sinfo --json groups the nodes (23.11 on): ask scontrol from then on
-    sinfo = slurm::read_nodes([](std::vector<std::string> const& argv) { return slurm::run_command(argv); }, &grouped);
+    sinfo = slurm::read_nodes(slurm_cli, &grouped);
     squeue = jobs.get();
   } catch (std::exception const& e) {
     std::fprintf(stderr, "slurm-bridge: reading Slurm: %s\n", e.what());
@@ -116,10 +120,7 @@ bool cycle(slurm::bridge_options const& opt, client& svc, slurm::job_changes& ch
 
 /// --slurm-api: libslurm where it loads (auto says once why it does not).
 std::unique_ptr<slurm::job_changes> job_changes_for(std::string const& api) {
-  auto scontrol = [] {
-    return std::make_unique<slurm::scontrol_changes>(
-        [](std::vector<std::string> const& argv) { return slurm::run_command(argv); });
-  };
+  auto scontrol = [] { return std::make_unique<slurm::scontrol_changes>(slurm_cli); };
   if (api == "scontrol") return scontrol();
   if (api == "libslurm") return slurm::make_libslurm_changes();
   if (api != "auto") throw usage_error("--slurm-api must be auto, libslurm or scontrol, not '" + api + "'");
