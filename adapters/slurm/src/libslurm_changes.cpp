@@ -109,9 +109,7 @@ std::uint32_t slurm_id(std::int64_t job) {
 class libslurm_changes final : public job_changes {
  public:
   void update(std::int64_t job, std::string const& nodes, std::string const& comment) override {
-    job_desc_msg_t m;
-    lib_.init_job_desc_msg(&m);
-    m.job_id = slurm_id(job);
+    job_desc_msg_t m = message(job);
     // Slurm's message only reads these strings (update only).
     m.req_nodes = nodes.empty() ? nullptr : const_cast<char*>(nodes.c_str());
     m.admin_comment = const_cast<char*>(comment.c_str());
@@ -124,9 +122,7 @@ class libslurm_changes final : public job_changes {
     std::vector<skipped_job> failed;
     for (auto j : jobs) {
       try {
-        job_desc_msg_t m;
-        lib_.init_job_desc_msg(&m);
-        m.job_id = slurm_id(j);
+        job_desc_msg_t m = message(j);
         m.priority = INFINITE;  // what `scontrol release` sends
         check(lib_.update_job(&m), "release", j);
       } catch (std::exception const& e) {
@@ -138,6 +134,13 @@ class libslurm_changes final : public job_changes {
   [[nodiscard]] char const* name() const override { return "libslurm"; }
 
  private:
+  /// An update of job `job` that changes nothing yet.
+  job_desc_msg_t message(std::int64_t job) const {
+    job_desc_msg_t m;
+    lib_.init_job_desc_msg(&m);
+    m.job_id = slurm_id(job);
+    return m;
+  }
   void check(int rc, char const* what, std::int64_t job) const {
     if (rc == SLURM_SUCCESS) return;
     throw slurm_error(std::string("libslurm ") + what + " of job " + std::to_string(job) + ": " +
