@@ -14,6 +14,10 @@
 #   bash .gpu/gpu-run.sh quick          # after a change to the CUDA path: the CUDA parity tests and the
 #                                       # CUDA round_bench with its per-tier-phase counters, with the team
 #                                       # steps and without (PLACER_CUDA_TEAM_STEPS=0) (a minute or two)
+#   bash .gpu/gpu-run.sh sweep VAR V...  # the CUDA parity tests, then the CUDA round_bench once per value
+#                                       # of the environment variable VAR (round-bench-VAR-V.json, 5 at most)
+#   bash .gpu/gpu-run.sh racecheck [S]  # racecheck alone on the parity tests but the benchmark-scale
+#                                       # one (too slow under the tool), S seconds (300) in all
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, and ncu's time per kernel (3 rounds)
 #
@@ -137,6 +141,25 @@ case "$step" in
     (( hung )) || PLACER_CUDA_TEAM_STEPS=0 round_bench quick-serial '10k|100k|openb' cuda
     summary
     ;;
+  sweep)
+    var=${2:?"gpu-run: sweep needs a variable and its values"}
+    shift 2
+    parity_tests
+    for v in "$@"; do
+      export "$var=$v"
+      (( hung )) || round_bench "$var-$v" '10k|100k|openb' cuda
+    done
+    unset "$var"
+    summary
+    ;;
+  racecheck)
+    per=$(( ${2:-300} / 2 ))
+    for t in kernels_test_omp solver_test_omp; do
+      timeout "$per" compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$G/run" "$G/bin/$t" --gtest_filter="$parity:-BackendParity.Bench*" >> "$OUT/sanitizer.txt" 2>&1 || status=1
+    done
+    summary
+    ;;
   profile)
     round_bench profile '10k|100k|openb'
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
@@ -147,7 +170,7 @@ case "$step" in
     [ -f "$OUT/ncu.txt" ] && grep -E "^  [a-zA-Z_]|gpu__time_duration" "$OUT/ncu.txt" | cut -c1-150 | head -70
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (all, check, bench 10k|100k|openb, or profile)"
+    echo "gpu-run: unknown step '$step' (all, check, bench 10k|100k|openb, quick, racecheck, or profile)"
     exit 2
     ;;
 esac

@@ -268,9 +268,13 @@ class cuda_device {
     // The device, its architecture, the driver and the runtime.
     char const* steps = std::getenv("PLACER_CUDA_TEAM_STEPS");
     wide_ = steps == nullptr || std::string_view(steps) != "0";
+    // The fewest bids for which the team takes a row's offers (to measure).
+    if (char const* least = std::getenv("PLACER_CUDA_TEAM_OFFER_LEAST")) offer_least_ = std::atoi(least);
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
                    ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
-                   (wide_ ? ")" : ", serial tier steps)");
+                   (!wide_ ? ", serial tier steps)"
+                    : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
+                                                           : ")");
   }
   cuda_device(cuda_device const&) = delete;
   cuda_device& operator=(cuda_device const&) = delete;
@@ -346,7 +350,9 @@ class cuda_device {
 
   void run_tiers(tier_chain const& c, node_records const& in, std::int32_t n_in, node_records const& out) {
     if (wide_) {
-      tier_kernel<true><<<1, tier_threads, 0, stream_>>>(c, in, n_in, out);
+      tier_chain k = c;
+      k.work.offer_team_least = offer_least_;
+      tier_kernel<true><<<1, tier_threads, 0, stream_>>>(k, in, n_in, out);
     } else {
       tier_kernel<false><<<1, tier_threads, 0, stream_>>>(c, in, n_in, out);
     }
@@ -355,6 +361,7 @@ class cuda_device {
  private:
   int device_ = 0;
   bool wide_ = true;  ///< the tier kernel's team steps (cuda_team<true>)
+  std::int32_t offer_least_ = tier_offer_team_least;  ///< tier_buffers::offer_team_least
   cudaStream_t stream_ = nullptr;
   temp_allocator temp_;
   std::string description_;

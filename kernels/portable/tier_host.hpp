@@ -69,10 +69,11 @@ struct tier_host_arena {
 /// workers (1: the calling thread; more: an OpenMP team whose rounds with
 /// fewer than `solo` bidders run on its rank 0), the floors by a worker per
 /// row and the price jumps on rank 0 or, with `team_wide`, by the whole team
-/// (the CUDA backend's way: tier_program.hpp). The results do not depend
-/// on any of them.
+/// (the CUDA backend's way: tier_program.hpp), its offers for the rows with
+/// `offer_least` bids or more. The results do not depend on any of them.
 inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& out, tier_host_arena& a,
-                           int threads = 1, std::int32_t solo = omp_team{}.solo, bool team_wide = false) {
+                           int threads = 1, std::int32_t solo = omp_team{}.solo, bool team_wide = false,
+                           std::int32_t offer_least = tier_offer_team_least) {
   auto const k = static_cast<std::int32_t>(tiers.size());
   if (k == 0) {
     tier_chain_results(nullptr, nullptr, nullptr, 0, out);
@@ -117,6 +118,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
   c.heap_at = a.heap_at.data();
   c.out_at = a.out_at.data();
   c.ctl = a.ctl.data();
+  c.work.offer_team_least = offer_least;
   if (threads > 1) {
 #pragma omp parallel num_threads(threads)
     {
@@ -132,9 +134,10 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
 
 /// One tier (a chain of one), for the tests that run the program alone.
 inline tier_stats run_tier_host(tier_problem const& problem, std::vector<tier_placement>& out, tier_host_arena& a,
-                                int threads = 1, std::int32_t solo = omp_team{}.solo, bool team_wide = false) {
+                                int threads = 1, std::int32_t solo = omp_team{}.solo, bool team_wide = false,
+                                std::int32_t offer_least = tier_offer_team_least) {
   tier_results r;
-  run_chain_host({&problem, 1}, r, a, threads, solo, team_wide);
+  run_chain_host({&problem, 1}, r, a, threads, solo, team_wide, offer_least);
   out = std::move(r.placed);
   return r.stats.at(0);
 }

@@ -108,6 +108,13 @@ struct tier_clock {
   std::int64_t start = 0, last = 0, start_ns = 0;
 };
 
+/// A row's serial offers are a chain of heap steps, one per bid, while the
+/// team's take some tens of barriers and a sweep of every row whatever the
+/// row's bids: the team takes a row from this many bids in a round.
+/// Measured on an H100 (bench/results/2026-11-26-h100-offer-least-*):
+/// taking every row with bids cost the 10k round 5.8 -> 15.4 ms of offers.
+inline constexpr std::int32_t tier_offer_team_least = 64;
+
 /// The program's buffers, in the backend's memory. Sizes: N = nodes, R =
 /// rows, D = sum of the rows' demands.
 struct tier_buffers {
@@ -140,6 +147,9 @@ struct tier_buffers {
   std::int64_t* offer_row;           ///< tier_offer_fields x R: tier_offer_team's state per row
   tier_placement* out;               ///< D
   tier_control* ctl;
+  /// tier_offer_team takes the rows with at least this many bids in a
+  /// round; the others keep the serial offers (the same results).
+  std::int32_t offer_team_least = tier_offer_team_least;
 };
 
 /// A chain of tiers run in one launch (tier_chain_program; the backend's
@@ -1068,7 +1078,9 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   std::int32_t* next = b.todo[1 - list];
   std::int32_t const now = static_cast<std::int32_t>(ctl->rounds);
   bool any = false;
-  for (std::int32_t r = 0; r < n_rows; ++r) any = any || (b.quota[r] > 0 && b.bid_count[r] > 0);
+  std::int32_t const least = max_of(b.offer_team_least, 1);
+  auto const takes = [&](std::int32_t r) { return b.quota[r] > 0 && b.bid_count[r] >= least; };
+  for (std::int32_t r = 0; r < n_rows; ++r) any = any || takes(r);
   t.sync();  // everyone has read the rows before a row's worker changes them
   if (!any) return;
   std::int32_t node_bits = 0;
@@ -1101,7 +1113,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     if (rebid) value = b.bid_value[n];
   };
   for (std::int32_t r = me; r < n_rows; r += team) {
-    field(r, tier_offer_round) = b.quota[r] > 0 && b.bid_count[r] > 0 ? now : -1;
+    field(r, tier_offer_round) = takes(r) ? now : -1;
     field(r, tier_offer_lo) = tier_closed;
     field(r, tier_offer_hi) = -tier_closed;
     field(r, tier_offer_pre_m) = -1;  // nobody re-bid yet

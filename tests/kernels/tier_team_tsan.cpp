@@ -66,8 +66,9 @@ int main() {
     // Two thirds of them the CUDA backend's way (team_wide: the floors, the
     // jumps, the lists and the offers by the whole team:
     // fetch_add, fetch_max and fetch_min on shared counts, sweeps and heap
-    // levels between barriers).
-    auto const sb = run_tier_host(pb, b, four, 4, iter % 4 < 2 ? 0 : 64, iter % 3 != 0);
+    // levels between barriers), the offers for every row with bids or for
+    // the rows with 8 or more.
+    auto const sb = run_tier_host(pb, b, four, 4, iter % 4 < 2 ? 0 : 64, iter % 3 != 0, iter % 2 == 0 ? 1 : 8);
     auto order = [](auto const& x, auto const& y) {
       return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node;
     };

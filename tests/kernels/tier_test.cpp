@@ -578,11 +578,12 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
     struct way {
       int threads;
       bool together;
+      std::int32_t offer_least;  // the team's offers for every row with bids, or for some
     };
     std::vector<tier_instance> after;
     std::vector<tier_results> results;
     std::vector<std::vector<std::int32_t>> labels;
-    for (way const w : {way{1, false}, way{1, true}, way{3, true}}) {
+    for (way const w : {way{1, false, 1}, way{1, true, 1}, way{3, true, 1}, way{3, true, 6}}) {
       tier_instance t = base;
       std::vector<std::int32_t> l(static_cast<std::size_t>(t.n_nodes()));
       for (std::int32_t n = 0; n < t.n_nodes(); ++n) l[static_cast<std::size_t>(n)] = iter % 3 == 0 ? n % 30 : n;
@@ -592,7 +593,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       for (auto& p : ps) p.state = l.data();
       tier_host_arena arena;
       tier_results r;
-      run_chain_host(ps, r, arena, w.threads, 0, w.together);
+      run_chain_host(ps, r, arena, w.threads, 0, w.together, w.offer_least);
       after.push_back(std::move(t));
       results.push_back(std::move(r));
       labels.push_back(std::move(l));
