@@ -10,7 +10,7 @@
 #                                       # (memcheck, racecheck), every test, a 10-round CUDA bench
 #   bash .gpu/gpu-run.sh bench 10k      # round_bench and `placer bench` for one scenario (10k, 100k,
 #   bash .gpu/gpu-run.sh bench 100k     # openb), CUDA first, bounded rounds
-#   bash .gpu/gpu-run.sh bench openb
+#   bash .gpu/gpu-run.sh bench openb    # (PLACER_BENCH_CONFIGS=cuda,cpu: `placer bench` without kube's minutes at 100k)
 #   bash .gpu/gpu-run.sh quick          # after a change to the CUDA path: the CUDA parity tests and the
 #                                       # CUDA round_bench with its per-tier-phase counters, with the team
 #                                       # steps and without (PLACER_CUDA_TEAM_STEPS=0) (a minute or two)
@@ -94,7 +94,7 @@ round_bench() {  # name scenario-regex [config-regex]
 placer_bench() {  # scenario [--plot file]
   local s=$1 rounds=200; shift
   [ "$s" = 100k ] && rounds=50
-  timeout 240 "$G/run" "$G/bin/placer" bench --scenario "$s" --rounds "$rounds" --configs cuda,cpu,kube \
+  timeout 240 "$G/run" "$G/bin/placer" bench --scenario "$s" --rounds "$rounds" --configs "${PLACER_BENCH_CONFIGS:-cuda,cpu,kube}" \
     --data "$G/data" --json "$OUT/bench-$s.json" "$@" >> "$OUT/bench.txt" 2>&1 || status=1
   check_cuda "$OUT/bench-$s.json"
 }
