@@ -58,6 +58,7 @@ struct tier_control {
   std::int64_t jump_rise = 0;
   std::int32_t offer_passes = 0;  ///< tier_offer_team: the most digit passes a row needs (fetch_max)
   std::int32_t offer_moved[2] = {0, 0};  ///< tier_offer_team: a row's M moved in a step (two, alternating)
+  std::int32_t offer_taken = 0;  ///< tier_offer_team: rows in offer_rows (fetch_add; 0 again at its end)
   std::int64_t rounds = 0;
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
   /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
@@ -145,6 +146,7 @@ struct tier_buffers {
   std::int32_t* floor_hist;          ///< 256R: tier_floors_radix's digit counts per row
   std::int32_t* floor_row;           ///< tier_floor_fields x R: tier_floors_radix's state per row
   std::int64_t* offer_row;           ///< tier_offer_fields x R: tier_offer_team's state per row
+  std::int32_t* offer_rows;          ///< R: the rows tier_offer_team takes in a round, in any order
   tier_placement* out;               ///< D
   tier_control* ctl;
   /// tier_offer_team takes the rows with at least this many bids in a
@@ -239,6 +241,7 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.floor_hist = take(b.floor_hist, 256 * r);
   b.floor_row = take(b.floor_row, tier_floor_fields * r);
   b.offer_row = take(b.offer_row, tier_offer_fields * r);
+  b.offer_rows = take(b.offer_rows, r);
 }
 
 /// Host: the chain's sizes and offsets from its problems: heap_begin
@@ -1077,12 +1080,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   tier_control* const ctl = b.ctl;
   std::int32_t* next = b.todo[1 - list];
   std::int32_t const now = static_cast<std::int32_t>(ctl->rounds);
-  bool any = false;
   std::int32_t const least = max_of(b.offer_team_least, 1);
-  auto const takes = [&](std::int32_t r) { return b.quota[r] > 0 && b.bid_count[r] >= least; };
-  for (std::int32_t r = 0; r < n_rows; ++r) any = any || takes(r);
-  t.sync();  // everyone has read the rows before a row's worker changes them
-  if (!any) return;
   std::int32_t node_bits = 0;
   while ((std::int64_t{1} << node_bits) < n_nodes) ++node_bits;
   auto field = [&](std::int32_t r, tier_offer_field f) -> std::int64_t& { return b.offer_row[tier_offer_fields * r + f]; };
@@ -1112,24 +1110,33 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     rebid = holder && key(r, value, n) < field(r, tier_offer_pre_m);
     if (rebid) value = b.bid_value[n];
   };
+  // The rows the team takes, listed in any order (each row's worker, the
+  // one tier_round's serial offers give it, lists its own): every step
+  // below visits only them. A row that leaves for the serial offers on the
+  // way is no longer mine().
   for (std::int32_t r = me; r < n_rows; r += team) {
-    field(r, tier_offer_round) = takes(r) ? now : -1;
+    if (b.quota[r] <= 0 || b.bid_count[r] < least) continue;
+    field(r, tier_offer_round) = now;
     field(r, tier_offer_lo) = tier_closed;
     field(r, tier_offer_hi) = -tier_closed;
     field(r, tier_offer_pre_m) = -1;  // nobody re-bid yet
     kept[tier_floor_fields * r] = 0;
+    b.offer_rows[t.fetch_add(&ctl->offer_taken, 1)] = r;
   }
   if (me == 0) {
     ctl->offer_passes = 0;
     ctl->offer_moved[0] = ctl->offer_moved[1] = 0;
   }
   t.sync();
+  std::int32_t const taken = ctl->offer_taken;
+  if (taken == 0) return;
+  std::int32_t const* rows = b.offer_rows;
   // The holders' re-bids (in bid_value: a holder does not bid), and each
   // row's least and largest value.
-  for (std::int32_t r = 0; r < n_rows; ++r) {
-    if (!mine(r)) continue;
+  for (std::int32_t j = 0; j < taken; ++j) {
+    std::int32_t const r = rows[j];
     std::int32_t const items = b.bid_count[r] + b.held[r];
-    std::int64_t least = tier_closed, most = -tier_closed;
+    std::int64_t least_value = tier_closed, most = -tier_closed;
     for (std::int32_t i = me; i < items; i += team) {
       std::int32_t n;
       std::int64_t value;
@@ -1139,15 +1146,15 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
         b.bid_value[n] = v;
         most = max_of(most, v);
       }
-      least = min_of(least, value);
+      least_value = min_of(least_value, value);
       most = max_of(most, value);
     }
-    if (least < tier_closed) t.fetch_min(&field(r, tier_offer_lo), least);
+    if (least_value < tier_closed) t.fetch_min(&field(r, tier_offer_lo), least_value);
     if (most > -tier_closed) t.fetch_max(&field(r, tier_offer_hi), most);
   }
   t.sync();
-  for (std::int32_t r = me; r < n_rows; r += team) {
-    if (!mine(r)) continue;
+  for (std::int32_t j = me; j < taken; j += team) {
+    std::int32_t const r = rows[j];
     std::int64_t const spread = field(r, tier_offer_hi) - field(r, tier_offer_lo);
     if (spread >= (std::int64_t{1} << (62 - node_bits))) {
       field(r, tier_offer_round) = -1;  // keys would not fit: the serial offers
@@ -1167,7 +1174,8 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   // M = f(M) from M = -1: a search of the quota-th best key per step.
   for (std::int32_t step = 0; passes > 0; ++step) {
     std::int32_t* moved = ctl->offer_moved + step % 2;
-    for (std::int32_t r = me; r < n_rows; r += team) {
+    for (std::int32_t j = me; j < taken; j += team) {
+      std::int32_t const r = rows[j];
       field(r, tier_offer_at) = 0;
       if (!mine(r) || field(r, tier_offer_searching) == 0) continue;
       field(r, tier_offer_want) = b.quota[r];
@@ -1176,8 +1184,9 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     }
     t.sync();
     for (std::int32_t pass = 0; pass < passes; ++pass) {
-      for (std::int32_t r = 0; r < n_rows; ++r) {
-        if (!mine(r) || field(r, tier_offer_at) <= 0) continue;
+      for (std::int32_t j = 0; j < taken; ++j) {
+        std::int32_t const r = rows[j];
+        if (field(r, tier_offer_at) <= 0) continue;
         std::int32_t const items = b.bid_count[r] + b.held[r];
         tier_digit_runs<Team> runs{t, b.floor_hist + 256 * r};
         for (std::int32_t i = me; i < items; i += team) {
@@ -1191,8 +1200,9 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
         runs.flush();
       }
       t.sync();
-      for (std::int32_t r = me; r < n_rows; r += team) {
-        if (!mine(r) || field(r, tier_offer_at) <= 0) continue;
+      for (std::int32_t j = me; j < taken; j += team) {
+        std::int32_t const r = rows[j];
+        if (field(r, tier_offer_at) <= 0) continue;
         tier_radix_step(b.floor_hist + 256 * r, field(r, tier_offer_want), field(r, tier_offer_pre),
                         field(r, tier_offer_at));
       }
@@ -1200,7 +1210,8 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     }
     // Every worker has read the other flag (before the last barrier).
     if (me == 0) ctl->offer_moved[1 - step % 2] = 0;
-    for (std::int32_t r = me; r < n_rows; r += team) {
+    for (std::int32_t j = me; j < taken; j += team) {
+      std::int32_t const r = rows[j];
       if (!mine(r) || field(r, tier_offer_searching) == 0) continue;
       std::int64_t const m = field(r, tier_offer_pre);  // f(M): the search's key
       if (m == field(r, tier_offer_pre_m)) {
@@ -1218,7 +1229,8 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   }
   // The items at or above M are held, in any order (their nodes in the
   // row's stretch of `select`, their values in bid_value); the others lose.
-  for (std::int32_t r = 0; r < n_rows; ++r) {
+  for (std::int32_t j = 0; j < taken; ++j) {
+    std::int32_t const r = rows[j];
     if (!mine(r)) continue;
     std::int32_t const items = b.bid_count[r] + b.held[r];
     std::int32_t* stage = b.select + static_cast<std::int64_t>(r) * n_nodes;
@@ -1237,7 +1249,8 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     }
   }
   t.sync();
-  for (std::int32_t r = 0; r < n_rows; ++r) {
+  for (std::int32_t j = 0; j < taken; ++j) {
+    std::int32_t const r = rows[j];
     if (!mine(r)) continue;
     std::int32_t const held = kept[tier_floor_fields * r];
     std::int32_t const* stage = b.select + static_cast<std::int64_t>(r) * n_nodes;
@@ -1250,13 +1263,14 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   t.sync();
   // The heaps, a level at a time from the deepest parents up.
   std::int32_t most_held = 0;
-  for (std::int32_t r = 0; r < n_rows; ++r) {
-    if (mine(r)) most_held = max_of(most_held, b.held[r]);
+  for (std::int32_t j = 0; j < taken; ++j) {
+    if (mine(rows[j])) most_held = max_of(most_held, b.held[rows[j]]);
   }
   std::int32_t level = 0;
   while ((2 << level) - 1 < most_held / 2) ++level;  // the deepest level with a parent
   for (; level >= 0; --level) {
-    for (std::int32_t r = 0; r < n_rows; ++r) {
+    for (std::int32_t j = 0; j < taken; ++j) {
+      std::int32_t const r = rows[j];
       if (!mine(r)) continue;
       std::int32_t const held = b.held[r];
       std::int64_t* hb = b.heap_bid + b.heap_begin[r];
@@ -1266,6 +1280,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     }
     t.sync();
   }
+  if (me == 0) ctl->offer_taken = 0;  // every worker read it before the last barrier
 }
 
 /// One bidding round over the nodes in todo[list] (four barriers): each
