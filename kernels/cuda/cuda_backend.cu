@@ -130,6 +130,15 @@ struct cuda_team {
     return old;
 #endif
   }
+  __host__ __device__ std::int64_t fetch_add(std::int64_t* p, std::int64_t v) const {
+#ifdef __CUDA_ARCH__
+    return static_cast<std::int64_t>(atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v)));
+#else
+    std::int64_t const old = *p;
+    *p += v;
+    return old;
+#endif
+  }
   // atomicMax/atomicMin take int or long long: std::int64_t is long here.
   template <class T>
   __host__ __device__ T fetch_max(T* p, T v) const {

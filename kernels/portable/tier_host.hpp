@@ -20,8 +20,8 @@ namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
 /// The threads of one OpenMP parallel region as a Team. sync() is an
-/// `omp barrier` (orphaned: called from inside the region), fetch_add an
-/// atomic capture.
+/// `omp barrier` (orphaned: called from inside the region), the fetches
+/// relaxed atomics (the barriers order the rest).
 struct omp_team {
   /// Bidding rounds with fewer bidders run on rank 0 alone: below a few
   /// hundred, a round's work is less than its four barriers.
@@ -33,15 +33,8 @@ struct omp_team {
   static void sync() {
 #pragma omp barrier
   }
-  static std::int32_t fetch_add(std::int32_t* p, std::int32_t v) {
-    std::int32_t old;
-#pragma omp atomic capture
-    {
-      old = *p;
-      *p += v;
-    }
-    return old;
-  }
+  static std::int32_t fetch_add(std::int32_t* p, std::int32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+  static std::int64_t fetch_add(std::int64_t* p, std::int64_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
   template <class T>
   static T fetch_max(T* p, T v) {
     T old = __atomic_load_n(p, __ATOMIC_RELAXED);

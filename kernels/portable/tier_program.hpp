@@ -58,7 +58,10 @@ struct tier_control {
   std::int64_t jump_rise = 0;
   std::int32_t offer_passes = 0;  ///< tier_offer_team: the most digit passes a row needs (fetch_max)
   std::int32_t offer_moved[2] = {0, 0};  ///< tier_offer_team: a row's M moved in a step (two, alternating)
-  std::int32_t offer_taken = 0;  ///< tier_offer_team: rows in offer_rows (fetch_add; 0 again at its end)
+  /// tier_offer_team: the rows listed in offer_rows (high 32 bits) and
+  /// their items (low 32 bits), one fetch_add a row; 0 again at its end.
+  std::int64_t offer_slots = 0;
+  std::int32_t offer_most_held = 0;  ///< tier_offer_team: the most copies a listed row keeps (fetch_max)
   std::int64_t rounds = 0;
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
   /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
@@ -147,6 +150,7 @@ struct tier_buffers {
   std::int32_t* floor_row;           ///< tier_floor_fields x R: tier_floors_radix's state per row
   std::int64_t* offer_row;           ///< tier_offer_fields x R: tier_offer_team's state per row
   std::int32_t* offer_rows;          ///< R: the rows tier_offer_team takes in a round, in any order
+  std::int32_t* offer_begin;         ///< R: where a listed row's items begin among all of them (ascending)
   tier_placement* out;               ///< D
   tier_control* ctl;
   /// tier_offer_team takes the rows with at least this many bids in a
@@ -242,6 +246,7 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.floor_row = take(b.floor_row, tier_floor_fields * r);
   b.offer_row = take(b.offer_row, tier_offer_fields * r);
   b.offer_rows = take(b.offer_rows, r);
+  b.offer_begin = take(b.offer_begin, r);
 }
 
 /// Host: the chain's sizes and offsets from its problems: heap_begin
@@ -312,6 +317,11 @@ struct seq_team {
   PLACER_HD static void sync() {}
   PLACER_HD static std::int32_t fetch_add(std::int32_t* p, std::int32_t v) {
     std::int32_t const old = *p;
+    *p += v;
+    return old;
+  }
+  PLACER_HD static std::int64_t fetch_add(std::int64_t* p, std::int64_t v) {
+    std::int64_t const old = *p;
     *p += v;
     return old;
   }
@@ -476,6 +486,15 @@ struct tier_digit_runs {
       digit = d;
     }
     ++run;
+  }
+  /// The same into another row's counts.
+  PLACER_HD void add(std::int32_t* h, std::int32_t d) {
+    if (h != hist) {
+      flush();
+      hist = h;
+      digit = -1;
+    }
+    add(d);
   }
   PLACER_HD void flush() {
     if (run > 0) t.fetch_add(hist + digit, run);
@@ -1111,9 +1130,12 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     if (rebid) value = b.bid_value[n];
   };
   // The rows the team takes, listed in any order (each row's worker, the
-  // one tier_round's serial offers give it, lists its own): every step
-  // below visits only them. A row that leaves for the serial offers on the
-  // way is no longer mine().
+  // one tier_round's serial offers give it, lists its own) with where its
+  // items begin among all the listed rows' items (one fetch_add: the list
+  // and the items' ranges in the same order). Every step below spreads
+  // all the listed rows' items over the whole team at once (item_at), so a
+  // step costs the sum of their items over the team, not a pass per row.
+  // A row that leaves for the serial offers on the way is no longer mine().
   for (std::int32_t r = me; r < n_rows; r += team) {
     if (b.quota[r] <= 0 || b.bid_count[r] < least) continue;
     field(r, tier_offer_round) = now;
@@ -1121,27 +1143,59 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     field(r, tier_offer_hi) = -tier_closed;
     field(r, tier_offer_pre_m) = -1;  // nobody re-bid yet
     kept[tier_floor_fields * r] = 0;
-    b.offer_rows[t.fetch_add(&ctl->offer_taken, 1)] = r;
+    std::int32_t const items = b.bid_count[r] + b.held[r];
+    std::int64_t const slot = t.fetch_add(&ctl->offer_slots, (std::int64_t{1} << 32) + items);
+    b.offer_rows[slot >> 32] = r;
+    b.offer_begin[slot >> 32] = static_cast<std::int32_t>(slot & 0xffffffff);
   }
   if (me == 0) {
     ctl->offer_passes = 0;
     ctl->offer_moved[0] = ctl->offer_moved[1] = 0;
+    ctl->offer_most_held = 0;
   }
   t.sync();
-  std::int32_t const taken = ctl->offer_taken;
+  auto const taken = static_cast<std::int32_t>(ctl->offer_slots >> 32);
+  auto const total = static_cast<std::int32_t>(ctl->offer_slots & 0xffffffff);
   if (taken == 0) return;
   std::int32_t const* rows = b.offer_rows;
+  std::int32_t const* begin = b.offer_begin;
+  // Item g of all: j, the listed row holding it (the last whose items begin
+  // at or before g; a worker's g only grows, so the search starts at its
+  // last j), and its index i in that row.
+  auto item_at = [&](std::int32_t g, std::int32_t& j) {
+    std::int32_t hi = taken - 1;
+    while (j < hi) {
+      std::int32_t const mid = (j + hi + 1) / 2;
+      if (begin[mid] <= g) {
+        j = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return g - begin[j];
+  };
   // The holders' re-bids (in bid_value: a holder does not bid), and each
-  // row's least and largest value.
-  for (std::int32_t j = 0; j < taken; ++j) {
-    std::int32_t const r = rows[j];
-    std::int32_t const items = b.bid_count[r] + b.held[r];
+  // row's least and largest value (a worker's run of one row's items at once).
+  {
+    std::int32_t j = 0, run_row = -1;
     std::int64_t least_value = tier_closed, most = -tier_closed;
-    for (std::int32_t i = me; i < items; i += team) {
+    auto flush = [&] {
+      if (run_row < 0) return;
+      if (least_value < tier_closed) t.fetch_min(&field(run_row, tier_offer_lo), least_value);
+      if (most > -tier_closed) t.fetch_max(&field(run_row, tier_offer_hi), most);
+      least_value = tier_closed;
+      most = -tier_closed;
+    };
+    for (std::int32_t g = me; g < total; g += team) {
+      std::int32_t const i = item_at(g, j);
+      std::int32_t const r = rows[j];
+      if (r != run_row) {
+        flush();
+        run_row = r;
+      }
       std::int32_t n;
       std::int64_t value;
-      bool const holder = raw(r, i, n, value);
-      if (holder) {
+      if (raw(r, i, n, value)) {
         std::int64_t const v = tier_rebid(b, n, r, prices);
         b.bid_value[n] = v;
         most = max_of(most, v);
@@ -1149,8 +1203,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
       least_value = min_of(least_value, value);
       most = max_of(most, value);
     }
-    if (least_value < tier_closed) t.fetch_min(&field(r, tier_offer_lo), least_value);
-    if (most > -tier_closed) t.fetch_max(&field(r, tier_offer_hi), most);
+    flush();
   }
   t.sync();
   for (std::int32_t j = me; j < taken; j += team) {
@@ -1184,21 +1237,20 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     }
     t.sync();
     for (std::int32_t pass = 0; pass < passes; ++pass) {
-      for (std::int32_t j = 0; j < taken; ++j) {
+      tier_digit_runs<Team> runs{t, nullptr};
+      std::int32_t j = 0;
+      for (std::int32_t g = me; g < total; g += team) {
+        std::int32_t const i = item_at(g, j);
         std::int32_t const r = rows[j];
         if (field(r, tier_offer_at) <= 0) continue;
-        std::int32_t const items = b.bid_count[r] + b.held[r];
-        tier_digit_runs<Team> runs{t, b.floor_hist + 256 * r};
-        for (std::int32_t i = me; i < items; i += team) {
-          std::int32_t n;
-          std::int64_t value;
-          bool holder, rebid;
-          item(r, i, n, value, holder, rebid);
-          std::int32_t const d = tier_digit(key(r, value, n), field(r, tier_offer_pre), field(r, tier_offer_at));
-          if (d >= 0) runs.add(d);
-        }
-        runs.flush();
+        std::int32_t n;
+        std::int64_t value;
+        bool holder, rebid;
+        item(r, i, n, value, holder, rebid);
+        std::int32_t const d = tier_digit(key(r, value, n), field(r, tier_offer_pre), field(r, tier_offer_at));
+        if (d >= 0) runs.add(b.floor_hist + 256 * r, d);
       }
+      runs.flush();
       t.sync();
       for (std::int32_t j = me; j < taken; j += team) {
         std::int32_t const r = rows[j];
@@ -1229,12 +1281,12 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   }
   // The items at or above M are held, in any order (their nodes in the
   // row's stretch of `select`, their values in bid_value); the others lose.
-  for (std::int32_t j = 0; j < taken; ++j) {
-    std::int32_t const r = rows[j];
-    if (!mine(r)) continue;
-    std::int32_t const items = b.bid_count[r] + b.held[r];
-    std::int32_t* stage = b.select + static_cast<std::int64_t>(r) * n_nodes;
-    for (std::int32_t i = me; i < items; i += team) {
+  {
+    std::int32_t j = 0;
+    for (std::int32_t g = me; g < total; g += team) {
+      std::int32_t const i = item_at(g, j);
+      std::int32_t const r = rows[j];
+      if (!mine(r)) continue;
       std::int32_t n;
       std::int64_t value;
       bool holder, rebid;
@@ -1242,30 +1294,37 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
       if (!holder || rebid) b.bid_round[n] = now;
       if (key(r, value, n) >= field(r, tier_offer_pre_m)) {
         b.bid_value[n] = value;
-        stage[t.fetch_add(kept + tier_floor_fields * r, 1)] = n;
+        b.select[static_cast<std::int64_t>(r) * n_nodes + t.fetch_add(kept + tier_floor_fields * r, 1)] = n;
       } else {
         next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = n;
       }
     }
   }
   t.sync();
-  for (std::int32_t j = 0; j < taken; ++j) {
+  for (std::int32_t j = me; j < taken; j += team) {
     std::int32_t const r = rows[j];
     if (!mine(r)) continue;
-    std::int32_t const held = kept[tier_floor_fields * r];
-    std::int32_t const* stage = b.select + static_cast<std::int64_t>(r) * n_nodes;
-    for (std::int32_t i = me; i < held; i += team) {
-      b.heap_node[b.heap_begin[r] + i] = stage[i];
-      b.heap_bid[b.heap_begin[r] + i] = b.bid_value[stage[i]];
-    }
-    if (me == 0) b.held[r] = held;
+    b.held[r] = kept[tier_floor_fields * r];
+    t.fetch_max(&ctl->offer_most_held, b.held[r]);
   }
   t.sync();
-  // The heaps, a level at a time from the deepest parents up.
-  std::int32_t most_held = 0;
-  for (std::int32_t j = 0; j < taken; ++j) {
-    if (mine(rows[j])) most_held = max_of(most_held, b.held[rows[j]]);
+  // A row keeps no more items than it has: its kept ones go to its heap.
+  {
+    std::int32_t j = 0;
+    for (std::int32_t g = me; g < total; g += team) {
+      std::int32_t const i = item_at(g, j);
+      std::int32_t const r = rows[j];
+      if (!mine(r) || i >= b.held[r]) continue;
+      std::int32_t const n = b.select[static_cast<std::int64_t>(r) * n_nodes + i];
+      b.heap_node[b.heap_begin[r] + i] = n;
+      b.heap_bid[b.heap_begin[r] + i] = b.bid_value[n];
+    }
   }
+  t.sync();
+  // The heaps, a level at a time from the deepest parents up, a row after
+  // another (a level's parents are fewer than the items: spreading them
+  // all would cost more where the levels are narrow).
+  std::int32_t const most_held = ctl->offer_most_held;
   std::int32_t level = 0;
   while ((2 << level) - 1 < most_held / 2) ++level;  // the deepest level with a parent
   for (; level >= 0; --level) {
@@ -1280,7 +1339,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     }
     t.sync();
   }
-  if (me == 0) ctl->offer_taken = 0;  // every worker read it before the last barrier
+  if (me == 0) ctl->offer_slots = 0;  // every worker read it before the last barrier
 }
 
 /// One bidding round over the nodes in todo[list] (four barriers): each
