@@ -16,8 +16,8 @@
 #                                       # steps and without (PLACER_CUDA_TEAM_STEPS=0) (a minute or two)
 #   bash .gpu/gpu-run.sh sweep VAR V...  # the CUDA parity tests, then the CUDA round_bench once per value
 #                                       # of the environment variable VAR (round-bench-VAR-V.json, 5 at most)
-#   bash .gpu/gpu-run.sh racecheck [S]  # racecheck alone on the parity tests but the benchmark-scale
-#                                       # one (too slow under the tool), S seconds (300) in all
+#   bash .gpu/gpu-run.sh sanitize       # racecheck on the kernel parity tests, racecheck and memcheck
+#                                       # over two full CUDA rounds at 10k, 100k and openb (about 80 s)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, and ncu's time per kernel (3 rounds)
 #
@@ -152,11 +152,20 @@ case "$step" in
     unset "$var"
     summary
     ;;
-  racecheck)
-    per=$(( ${2:-300} / 2 ))
-    for t in kernels_test_omp solver_test_omp; do
-      timeout "$per" compute-sanitizer --tool racecheck --error-exitcode 9 \
-        "$G/run" "$G/bin/$t" --gtest_filter="$parity:-BackendParity.Bench*" >> "$OUT/sanitizer.txt" 2>&1 || status=1
+  sanitize)
+    # The kernel parity tests under racecheck, then two full CUDA rounds a
+    # scenario under racecheck and memcheck: every kernel of a round at
+    # scale. (The solver's 300 random rounds do not end under racecheck in
+    # 200 s.) About 80 s on an H100.
+    timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
+      "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
+    for tool in racecheck memcheck; do
+      for s in 10k 100k openb; do
+        echo "== $tool over 2 rounds of placer bench $s" >> "$OUT/sanitizer.txt"
+        timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/run" "$G/bin/placer" bench --scenario "$s" \
+          --rounds 2 --configs cuda --data "$G/data" --json /tmp/sanitize.json >> "$OUT/sanitizer.txt" 2>&1 || status=1
+        check_cuda /tmp/sanitize.json
+      done
     done
     summary
     ;;
@@ -170,7 +179,7 @@ case "$step" in
     [ -f "$OUT/ncu.txt" ] && grep -E "^  [a-zA-Z_]|gpu__time_duration" "$OUT/ncu.txt" | cut -c1-150 | head -70
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (all, check, bench 10k|100k|openb, quick, racecheck, or profile)"
+    echo "gpu-run: unknown step '$step' (all, check, bench 10k|100k|openb, quick, sweep, sanitize, or profile)"
     exit 2
     ;;
 esac
