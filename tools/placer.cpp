@@ -458,7 +458,8 @@ int cmd_serve(int argc, char** argv) {
   bool quiet = false;
   env(app.add_option("--endpoint", cfg.endpoint, "ZeroMQ endpoint to bind")->capture_default_str());
   env(app.add_option("--backend", cfg.backend,
-                     "solver backend (twin: the CUDA backend's code over host memory, for diagnosis)")
+                     "solver backend: auto = the CPU, or with a usable GPU the faster of the two on a 10k trial "
+                     "round at start; twin = the CUDA backend's code over host memory, for diagnosis")
           ->check(CLI::IsMember({"auto", "cpu", "cuda", "twin"}))
           ->capture_default_str());
   env(app.add_option("--workers", cfg.workers, "solver threads, each with its own backend")

@@ -5,6 +5,7 @@
 #include "http.hpp"
 #include "metrics.hpp"
 
+#include <placer/service/backend_choice.hpp>
 #include <placer/service/curve.hpp>
 #include <placer/service/log.hpp>
 #include <placer/service/server.hpp>
@@ -581,6 +582,34 @@ void server::impl::serve_zap(int poll_ms) {
   }
 }
 
+namespace {
+
+/// --backend auto with a usable GPU: the faster of CUDA (GPU 0) and the
+/// CPU backend on the 10k scenario (backend_choice.hpp), both times logged.
+/// A GPU that fails its trial leaves the CPU backend, saying why.
+std::string auto_backend_by_trial() {
+  try {
+    round_input const round = traces::make_scenario(traces::scenario_preset("10k"));
+    std::vector<backend_maker> const makers = {
+        [] { return kernels::make_backend(kernels::backend_kind::cuda, 0); },
+        [] { return kernels::make_backend(kernels::backend_kind::cpu); }};
+    std::vector<backend_trial> trials;
+    std::size_t const best = fastest_backend(makers, round, 5, trials);
+    std::string const chosen = best == 0 ? "cuda" : "cpu";
+    log_info("backend auto: " + chosen + ", the faster on a 10k round",
+             {{"cuda", trials[0].backend},
+              {"cuda_ms", millis(trials[0].median_ms * 1000)},
+              {"cpu", trials[1].backend},
+              {"cpu_ms", millis(trials[1].median_ms * 1000)}});
+    return chosen;
+  } catch (std::exception const& e) {
+    log_warn(std::string("backend auto: the GPU failed its trial round (") + e.what() + "); using the CPU backend");
+    return "cpu";
+  }
+}
+
+}  // namespace
+
 server::server(service_config cfg) : cfg_(std::move(cfg)) {
   PLACER_EXPECTS(cfg_.workers >= 1 && cfg_.workers <= 256, "workers must be in 1..256");
   PLACER_EXPECTS(cfg_.queue.peer_rounds >= 1, "a peer must be allowed at least one waiting round (--max-queued)");
@@ -590,6 +619,10 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
                    "--devices names GPUs: it needs --backend cuda or auto, not " + cfg_.backend);
     auto const why = kernels::cuda_unavailable_reason();
     if (!why.empty()) throw logic_error(error_code::unavailable, "--devices: no usable GPU here: " + why);
+  }
+  if (cfg_.backend == "auto" && cfg_.devices.empty() && !cfg_.make_backend &&
+      kernels::cuda_unavailable_reason().empty()) {
+    cfg_.backend = auto_backend_by_trial();
   }
   impl_ = std::make_unique<impl>(cfg_);
   if (!cfg_.curve_secret_file.empty()) {

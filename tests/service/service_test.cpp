@@ -1,6 +1,7 @@
 // The service end to end over a real TCP loopback socket: placer::client
 // against placer::service::server in a thread. Bad input of every kind gets
 // a specific error code, and the server answers the next good request.
+#include <placer/service/backend_choice.hpp>
 #include <placer/service/client.hpp>
 #include <placer/service/codec.hpp>
 #include <placer/service/curve.hpp>
@@ -1117,10 +1118,11 @@ TEST(Service, MetricsAndProbesOverHttpFollowTheRounds) {
 /// stages, but the stage call that brings the shared countdown `fail_in`
 /// from 1 to 0 throws device_fault, as an illegal address or an Xid
 /// would (at 0 or below nothing fails; the test arms it when it wants).
+/// With `slow`, every stage call first waits that long.
 class faulty_backend final : public kernels::backend {
  public:
-  explicit faulty_backend(std::atomic<int>& fail_in)
-      : cpu_(kernels::make_backend(kernels::backend_kind::cpu)), fail_in_(fail_in) {}
+  explicit faulty_backend(std::atomic<int>& fail_in, std::chrono::milliseconds slow = {})
+      : cpu_(kernels::make_backend(kernels::backend_kind::cpu)), fail_in_(fail_in), slow_(slow) {}
   [[nodiscard]] kernels::backend_kind kind() const override { return kernels::backend_kind::cuda; }
   [[nodiscard]] std::string const& description() const override { return description_; }
   void score(kernels::node_view const& n, kernels::class_view const& c, kernels::task_view const& t,
@@ -1144,12 +1146,39 @@ class faulty_backend final : public kernels::backend {
 
  private:
   void call() {
+    std::this_thread::sleep_for(slow_);
     if (fail_in_.load() > 0 && fail_in_.fetch_sub(1) == 1) throw kernels::device_fault("injected: illegal address");
   }
   std::unique_ptr<kernels::backend> cpu_;
   std::atomic<int>& fail_in_;
+  std::chrono::milliseconds slow_;
   std::string description_ = "cuda (fault-injecting test double)";
 };
+
+TEST(BackendChoice, AutoTakesTheFasterBackendWhicheverComesFirst) {
+  // --backend auto with a usable GPU serves with the faster of CUDA and the
+  // CPU on a trial round (on the H100 the CPU's 16 cores were faster).
+  // Here a stand-in 5 ms slower a stage call against the CPU backend.
+  std::atomic<int> never{0};
+  service::backend_maker const slow = [&] {
+    return std::make_unique<faulty_backend>(never, std::chrono::milliseconds(5));
+  };
+  service::backend_maker const cpu = [] { return kernels::make_backend(kernels::backend_kind::cpu); };
+  round_input const round = demo_round();
+  std::vector<service::backend_trial> trials;
+  EXPECT_EQ(service::fastest_backend(std::vector{slow, cpu}, round, 3, trials), 1U);
+  ASSERT_EQ(trials.size(), 2U);
+  EXPECT_EQ(trials[0].backend, "cuda (fault-injecting test double)");
+  EXPECT_GE(trials[0].median_ms, 5.0);
+  EXPECT_EQ(trials[1].backend.rfind("cpu", 0), 0U) << trials[1].backend;
+  EXPECT_LT(trials[1].median_ms, trials[0].median_ms);
+  EXPECT_EQ(service::fastest_backend(std::vector{cpu, slow}, round, 3, trials), 0U);
+  EXPECT_EQ(trials[1].backend, "cuda (fault-injecting test double)");
+  // A candidate that fails its trial says so.
+  std::atomic<int> fail_first{1};
+  service::backend_maker const broken = [&] { return std::make_unique<faulty_backend>(fail_first); };
+  EXPECT_THROW(service::fastest_backend(std::vector{broken, cpu}, round, 3, trials), kernels::device_fault);
+}
 
 TEST(Service, ADeviceFaultIsAnsweredOnTheCpuAndHealthSaysDegraded) {
   // Before, a CUDA error became an Internal reply for this round and every
