@@ -112,12 +112,14 @@ struct tier_clock {
   std::int64_t start = 0, last = 0, start_ns = 0;
 };
 
-/// A row's serial offers are a chain of heap steps, one per bid, while the
-/// team's take some tens of barriers and a sweep of every row whatever the
-/// row's bids: the team takes a row from this many bids in a round.
-/// Measured on an H100 (bench/results/2026-11-26-h100-offer-least-*):
-/// taking every row with bids cost the 10k round 5.8 -> 15.4 ms of offers.
-inline constexpr std::int32_t tier_offer_team_least = 64;
+/// The serial offers run every row at once, a heap step a bid on each row's
+/// thread, while the team's cost some tens of barriers a bidding round
+/// whatever the rows' bids: the team takes a row from this many bids in a
+/// round. Chosen on an H100 (bench/results/2026-11-26-h100-offer-least-*):
+/// taking every row with bids cost the 10k round's offers 5.8 -> 12.6 ms;
+/// from 16 bids the offers of 10k, 100k and openb sum to 27.1 ms, from 64
+/// to 29.9 and from 1 to 36.1.
+inline constexpr std::int32_t tier_offer_team_least = 16;
 
 /// The program's buffers, in the backend's memory. Sizes: N = nodes, R =
 /// rows, D = sum of the rows' demands.
