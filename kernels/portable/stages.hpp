@@ -103,17 +103,20 @@ cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_
 
 /// Replicas of each class of[0..k) every domain can hold: the fit count of
 /// each (class, node) once (fit, k x n_nodes entries of scratch), then per
-/// (class, domain) the sum over the domain's nodes (idx.begin). Two calls
-/// for the whole set; the host reads the sums (one wait).
+/// (class, domain) the sum over the domain's nodes (idx.begin) in `parts`
+/// parts (part, k x n_domains x parts entries of scratch; many for a
+/// backend of many slow threads) and the parts' sum. Three calls for the
+/// whole set; the host reads the sums (one wait).
 template <class ExecPolicy>
 void domain_capacity(ExecPolicy&& exec, node_view const& nv, class_view const& cv, std::int32_t const* of,
-                     std::int32_t k, domain_index_view const& idx, std::int32_t* fit, std::int64_t* cap,
-                     step_counts& st) {
+                     std::int32_t k, domain_index_view const& idx, std::int32_t parts, std::int32_t* fit,
+                     std::int64_t* part, std::int64_t* cap, step_counts& st) {
   if (idx.n_domains == 0 || k == 0) return;
   thrust::counting_iterator<std::int32_t> first(0);
   thrust::transform(exec, first, first + k * nv.n_nodes, fit, fit_count_op{nv, cv, of});
-  thrust::for_each(exec, first, first + k * idx.n_domains, domain_sum_op{idx, nv.n_nodes, fit, cap});
-  st.calls += 2;
+  thrust::for_each(exec, first, first + k * idx.n_domains * parts, domain_part_op{idx, nv.n_nodes, parts, fit, part});
+  thrust::for_each(exec, first, first + k * idx.n_domains, domain_sum_op{parts, part, cap});
+  st.calls += 3;
   st.waits += 1;
 }
 

@@ -88,10 +88,16 @@ void omp_backend::domain_capacity(node_view const& nodes, class_view const& clas
                                   domain_index_view const& idx, std::span<std::int64_t> cap) {
   auto const k = static_cast<std::int32_t>(of.size());
   domain_fit_.resize(of.size() * static_cast<std::size_t>(nodes.n_nodes));
+  // A domain's sum in one part: a few fast threads split the domains well
+  // enough (4 parts measured the same at 10k and 100k, 64 cost 2%).
+  std::int32_t const parts = 1;
+  domain_part_.resize(of.size() * static_cast<std::size_t>(idx.n_domains) * parts);
   if (!always_parallel_ && static_cast<std::int64_t>(k) * idx.n_entries < parallel_threshold) {
-    kernels::domain_capacity(thrust::cpp::par, nodes, classes, of.data(), k, idx, domain_fit_.data(), cap.data(), steps_);
+    kernels::domain_capacity(thrust::cpp::par, nodes, classes, of.data(), k, idx, parts, domain_fit_.data(),
+                             domain_part_.data(), cap.data(), steps_);
   } else {
-    kernels::domain_capacity(thrust::omp::par, nodes, classes, of.data(), k, idx, domain_fit_.data(), cap.data(), steps_);
+    kernels::domain_capacity(thrust::omp::par, nodes, classes, of.data(), k, idx, parts, domain_fit_.data(),
+                             domain_part_.data(), cap.data(), steps_);
   }
 }
 

@@ -26,6 +26,7 @@ class omp_backend final : public backend {
  private:
   std::string description_;
   std::vector<std::int32_t> domain_fit_;
+  std::vector<std::int64_t> domain_part_;  ///< domain_capacity's parts of each sum
   std::vector<std::int64_t> frag_table_;  ///< the score stage's fragmentation table
   // Tier program workspace and team size (PLACER_TIER_THREADS).
   tier_host_arena tier_arena_;

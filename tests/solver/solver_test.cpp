@@ -569,12 +569,16 @@ domain_entries entries_of(cluster const& c) {
 
 // One call gives every class of a set its capacity per domain: the sum of
 // the domain's nodes' fit counts (kernels::fit_count, one node at a time).
+// Random rounds, and two benchmark clusters whose domains hold up to 1,280
+// and 12,800 nodes (on the device twin a sum in 64 parts of up to 200 nodes
+// each), on the CPU backend and on the device twin.
 TEST(Backend, DomainCapacityOfAClassSetSumsFitCounts) {
-  auto b = kernels::make_backend(kernels::backend_kind::cpu);
   std::mt19937_64 rng(17);
-  int checked = 0;
-  for (int iter = 0; iter < 200; ++iter) {
-    round_input const in = testing_support::random_round(rng);
+  int checked = 0, large = 0;
+  for (int iter = 0; iter < 204; ++iter) {
+    auto b = iter % 2 == 0 ? kernels::make_backend(kernels::backend_kind::cpu) : kernels::make_device_twin();
+    round_input const in = iter < 200 ? testing_support::random_round(rng)
+                                      : traces::make_scenario(traces::scenario_preset(iter < 202 ? "10k" : "100k"));
     round_matrices const m = build_matrices(in);
     if (m.n_classes() == 0 || in.state.topo.domains.empty()) continue;
     auto const e = entries_of(in.state);
@@ -590,10 +594,12 @@ TEST(Backend, DomainCapacityOfAClassSetSumsFitCounts) {
         for (auto k = e.begin[d]; k < e.begin[d + 1]; ++k) want += kernels::fit_count(m.nodes(), m.classes(), of[s], e.node[k]);
         ASSERT_EQ(cap[s * nd + d], want) << "iteration " << iter << " class " << of[s] << " domain " << d;
         checked += want > 0 ? 1 : 0;
+        large += e.begin[d + 1] - e.begin[d] > 256 && want > 0 ? 1 : 0;
       }
     }
   }
   EXPECT_GT(checked, 100);  // the rounds do fit replicas somewhere
+  EXPECT_GT(large, 10);     // and in domains of many nodes a part
 }
 
 // Nodes that hold the same free GPU values in another order, with the same
