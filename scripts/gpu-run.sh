@@ -15,7 +15,8 @@
 #                                       # CUDA round_bench with its per-tier-phase counters, with the team
 #                                       # steps and without (PLACER_CUDA_TEAM_STEPS=0) (a minute or two)
 #   bash .gpu/gpu-run.sh sweep VAR V...  # the CUDA parity tests, then the CUDA round_bench once per value
-#                                       # of the environment variable VAR (round-bench-VAR-V.json, 5 at most)
+#                                       # of the environment variable VAR (round-bench-VAR-V.json, 5 at most);
+#                                       # PLACER_SWEEP_CONFIGS=cpu: the CPU backend's instead, no parity tests
 #   bash .gpu/gpu-run.sh sanitize       # racecheck on the kernel parity tests, racecheck and memcheck
 #                                       # over two full CUDA rounds at 10k, 100k and openb (about 80 s)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
@@ -145,10 +146,11 @@ case "$step" in
   sweep)
     var=${2:?"gpu-run: sweep needs a variable and its values"}
     shift 2
-    parity_tests
+    configs=${PLACER_SWEEP_CONFIGS:-cuda}
+    [[ $configs == *cuda* ]] && parity_tests
     for v in "$@"; do
       export "$var=$v"
-      (( hung )) || round_bench "$var-$v" '10k|100k|openb' cuda
+      (( hung )) || round_bench "$var-$v" '10k|100k|openb' "$configs"
     done
     unset "$var"
     summary
