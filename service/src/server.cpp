@@ -620,9 +620,12 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
     auto const why = kernels::cuda_unavailable_reason();
     if (!why.empty()) throw logic_error(error_code::unavailable, "--devices: no usable GPU here: " + why);
   }
+  // The CPU when it won the trial; else auto stays auto (the GPU, or the
+  // CPU with the reason logged should the GPU fail between the trial and
+  // a worker's start).
   if (cfg_.backend == "auto" && cfg_.devices.empty() && !cfg_.make_backend &&
-      kernels::cuda_unavailable_reason().empty()) {
-    cfg_.backend = auto_backend_by_trial();
+      kernels::cuda_unavailable_reason().empty() && auto_backend_by_trial() == "cpu") {
+    cfg_.backend = "cpu";
   }
   impl_ = std::make_unique<impl>(cfg_);
   if (!cfg_.curve_secret_file.empty()) {
