@@ -1006,6 +1006,28 @@ PLACER_HD inline void tier_refresh(tier_buffers const& b, std::int32_t n, std::i
   }
 }
 
+/// A team_wide team refreshes a tier's stale cells a worker per cell, not
+/// per node, when the tier has at most this many candidate nodes: half the
+/// CUDA backend's CTA (tier_threads, 256).
+inline constexpr std::int32_t tier_refresh_cells_below = 128;
+
+/// The refresh of one stale cell, class c on node n, for a team that
+/// splits a refresh by cell (tier_program): pass 0 scores it where n has
+/// no twin to copy from, pass 1 copies the twin's. The same values as
+/// tier_refresh (op.score of a cell equals the column's).
+PLACER_HD inline void tier_refresh_cell(tier_buffers const& b, std::int32_t n, std::int32_t c, std::int32_t pass,
+                                        std::int32_t oldest) {
+  auto const& p = b.p;
+  if (p.stamp[n] < oldest || !tier_stale{p.live_class, p.fresh, p.stamp[n]}(c, c)) return;
+  std::int32_t const twin = tier_twin(b, n);
+  std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
+  if (pass == 0 && twin < 0) {
+    p.scores[row + n] = score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score(c, n);
+  } else if (pass == 1 && twin >= 0) {
+    p.scores[row + n] = p.scores[row + twin];
+  }
+}
+
 /// Re-scores node n's cells of the open rows after a commit.
 PLACER_HD inline void tier_rescore(tier_buffers const& b, std::int32_t n) {
   auto const& p = b.p;
@@ -1427,10 +1449,25 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     if (p.live_class == nullptr || p.live_class[c] != 0) oldest = min_of(oldest, p.fresh[c]);
   }
   std::int32_t const candidates = p.changed != nullptr ? p.n_changed : n_nodes;
-  for (std::int32_t i = me; i < candidates; i += team) tier_refresh(b, p.changed != nullptr ? p.changed[i] : i, 0, oldest);
-  t.sync();
-  for (std::int32_t i = me; i < candidates; i += team) tier_refresh(b, p.changed != nullptr ? p.changed[i] : i, 1, oldest);
-  t.sync();
+  auto const candidate = [&](std::int32_t i) { return p.changed != nullptr ? p.changed[i] : i; };
+  if (t.team_wide && candidates <= tier_refresh_cells_below) {
+    // Few nodes (most tiers after a chain's first: 51 a tier at 10k): a
+    // worker per cell, not per column, so the CTA's idle workers share the
+    // columns (a cell recomputes what a column shares, its node's F before
+    // and a shape's F after). The device twin takes the same path.
+    std::int32_t const n_classes = p.classes.n_classes;
+    for (std::int32_t pass = 0; pass < 2; ++pass) {
+      for (std::int32_t i = me; i < candidates * n_classes; i += team) {
+        tier_refresh_cell(b, candidate(i / n_classes), i % n_classes, pass, oldest);
+      }
+      t.sync();
+    }
+  } else {
+    for (std::int32_t i = me; i < candidates; i += team) tier_refresh(b, candidate(i), 0, oldest);
+    t.sync();
+    for (std::int32_t i = me; i < candidates; i += team) tier_refresh(b, candidate(i), 1, oldest);
+    t.sync();
+  }
   if (me == 0) {
     for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
       if (p.live_class == nullptr || p.live_class[c] != 0) p.fresh[c] = p.now + 1;
