@@ -402,7 +402,7 @@ class device_backend final : public backend {
       check(dn);
       check(dc);
       check(dt);
-      score_matrix(dev_.exec_nosync(), dn, dc, dt, params, d_out, d_table, steps_);
+      score_matrix(dev_.exec_nosync(), dn, dc, dt, params, d_out, d_table, true, steps_);  // the table by entry
       dev_.check_launch();
       down(h_out, d_out, cells);
       sync();

@@ -35,6 +35,19 @@ struct frag_row_op {
   }
 };
 
+/// The same table an entry at a time (frag_entry): a thread per entry
+/// instead of per row, for a backend of many slow threads (a row's F after
+/// each class is a chain of FGD sums; the H100 took 0.2 ms a call for the
+/// 10k round's 234 rows on one CTA).
+struct frag_entry_op {
+  score_cell_op op;
+  std::int64_t* table;
+  PLACER_HD void operator()(std::int32_t i) const {
+    std::int32_t const w = op.cv.n_classes + 1;
+    table[i] = op.frag_entry(op.nv.frag_node[i / w], i % w);
+  }
+};
+
 /// Scores the column of each node that is the first of its state
 /// (node_view::same_as; every node when null), reading F from the
 /// fragmentation table when there is one.
@@ -66,17 +79,22 @@ struct copy_column_op {
 
 /// out[c * n_nodes + n] = score of class c on node n, or -1 if infeasible:
 /// the fragmentation table (F before and after each class's replica, once
-/// per fragmentation state, into `table`, frag_table_cells entries), one
-/// column per node state, then the copies. Three calls (one fewer without
-/// a table, one fewer without same_as); the host reads the matrix (one wait).
+/// per fragmentation state, into `table`, frag_table_cells entries; a
+/// thread per row, or with `by_entry` per entry), one column per node
+/// state, then the copies. Three calls (one fewer without a table, one
+/// fewer without same_as); the host reads the matrix (one wait).
 template <class ExecPolicy>
 void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, task_view const& tv,
-                  score_params const& p, std::int32_t* out, std::int64_t* table, step_counts& st) {
+                  score_params const& p, std::int32_t* out, std::int64_t* table, bool by_entry, step_counts& st) {
   if (static_cast<std::int64_t>(nv.n_nodes) * cv.n_classes == 0) return;
   thrust::counting_iterator<std::int32_t> first(0);
   score_cell_op const op{nv, cv, tv, p};
-  if (frag_table_cells(nv, cv, tv, p) == 0) table = nullptr;
-  if (table != nullptr) {
+  std::size_t const cells = frag_table_cells(nv, cv, tv, p);
+  if (cells == 0) table = nullptr;
+  if (table != nullptr && by_entry) {
+    thrust::for_each(exec, first, first + static_cast<std::int64_t>(cells), frag_entry_op{op, table});
+    st.calls += 1;
+  } else if (table != nullptr) {
     thrust::for_each(exec, first, first + nv.n_frag, frag_row_op{op, table});
     st.calls += 1;
   }

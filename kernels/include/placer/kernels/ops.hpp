@@ -492,20 +492,37 @@ struct score_cell_op {
   /// reads it), then its F before, at [n_classes]. Nodes of one
   /// fragmentation state (node_view::frag_slot) share the row.
   PLACER_HD void frag_row(std::int32_t n, std::int64_t* row) const {
-    std::int32_t const b = nv.gpu_begin[n];
-    column_frag col;
-    col.init(nv.gpu_free + b, min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node), nv.cpu_free[n], nv.model[n], tv);
+    column_frag const col = frag_state(n);
     row[cv.n_classes] = col.fragmentation(tv, 0, 0, 0, 0);
     frag_cache cache;
     for (std::int32_t c = 0; c < cv.n_classes; ++c) {
       std::int64_t after = 0;
-      if (col.g > 0 && col.fits(cv.gpus[c], cv.milli[c]) && cv.cpu[c] <= col.cpu_free &&
-          !cache.find(cv.gpus[c], cv.milli[c], cv.cpu[c], after)) {
+      if (frag_fits(col, c) && !cache.find(cv.gpus[c], cv.milli[c], cv.cpu[c], after)) {
         after = col.after_replica(tv, cv.gpus[c], cv.milli[c], cv.cpu[c]);
         cache.add(cv.gpus[c], cv.milli[c], cv.cpu[c], after);
       }
       row[c] = after;
     }
+  }
+
+  /// Entry c of node n's row (frag_row's value; c = n_classes: F before),
+  /// alone: for a backend of many slow threads, a thread per entry.
+  PLACER_HD std::int64_t frag_entry(std::int32_t n, std::int32_t c) const {
+    column_frag const col = frag_state(n);
+    if (c == cv.n_classes) return col.fragmentation(tv, 0, 0, 0, 0);
+    return frag_fits(col, c) ? col.after_replica(tv, cv.gpus[c], cv.milli[c], cv.cpu[c]) : 0;
+  }
+
+  /// Node n's GPUs, CPU and model as frag_row reads them.
+  PLACER_HD column_frag frag_state(std::int32_t n) const {
+    std::int32_t const b = nv.gpu_begin[n];
+    column_frag col;
+    col.init(nv.gpu_free + b, min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node), nv.cpu_free[n], nv.model[n], tv);
+    return col;
+  }
+  /// A replica of class c fits the node's GPUs and CPU (else its entry is 0).
+  PLACER_HD bool frag_fits(column_frag const& col, std::int32_t c) const {
+    return col.g > 0 && col.fits(cv.gpus[c], cv.milli[c]) && cv.cpu[c] <= col.cpu_free;
   }
 
   /// Scores class c on node n, given the node's fragmentation before; a
