@@ -1198,10 +1198,18 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     }
     return g - begin[j];
   };
+  // f(r, i) for every listed row r's item i, a worker's share of them all.
+  auto each_item = [&](auto const& f) {
+    std::int32_t j = 0;
+    for (std::int32_t g = me; g < total; g += team) {
+      std::int32_t const i = item_at(g, j);
+      f(rows[j], i);
+    }
+  };
   // The holders' re-bids (in bid_value: a holder does not bid), and each
   // row's least and largest value (a worker's run of one row's items at once).
   {
-    std::int32_t j = 0, run_row = -1;
+    std::int32_t run_row = -1;
     std::int64_t least_value = tier_closed, most = -tier_closed;
     auto flush = [&] {
       if (run_row < 0) return;
@@ -1210,9 +1218,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
       least_value = tier_closed;
       most = -tier_closed;
     };
-    for (std::int32_t g = me; g < total; g += team) {
-      std::int32_t const i = item_at(g, j);
-      std::int32_t const r = rows[j];
+    each_item([&](std::int32_t r, std::int32_t i) {
       if (r != run_row) {
         flush();
         run_row = r;
@@ -1226,7 +1232,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
       }
       least_value = min_of(least_value, value);
       most = max_of(most, value);
-    }
+    });
     flush();
   }
   t.sync();
@@ -1262,18 +1268,15 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     t.sync();
     for (std::int32_t pass = 0; pass < passes; ++pass) {
       tier_digit_runs<Team> runs{t, nullptr};
-      std::int32_t j = 0;
-      for (std::int32_t g = me; g < total; g += team) {
-        std::int32_t const i = item_at(g, j);
-        std::int32_t const r = rows[j];
-        if (field(r, tier_offer_at) <= 0) continue;
+      each_item([&](std::int32_t r, std::int32_t i) {
+        if (field(r, tier_offer_at) <= 0) return;
         std::int32_t n;
         std::int64_t value;
         bool holder, rebid;
         item(r, i, n, value, holder, rebid);
         std::int32_t const d = tier_digit(key(r, value, n), field(r, tier_offer_pre), field(r, tier_offer_at));
         if (d >= 0) runs.add(b.floor_hist + 256 * r, d);
-      }
+      });
       runs.flush();
       t.sync();
       for (std::int32_t j = me; j < taken; j += team) {
@@ -1305,25 +1308,20 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   }
   // The items at or above M are held, in any order (their nodes in the
   // row's stretch of `select`, their values in bid_value); the others lose.
-  {
-    std::int32_t j = 0;
-    for (std::int32_t g = me; g < total; g += team) {
-      std::int32_t const i = item_at(g, j);
-      std::int32_t const r = rows[j];
-      if (!mine(r)) continue;
-      std::int32_t n;
-      std::int64_t value;
-      bool holder, rebid;
-      item(r, i, n, value, holder, rebid);
-      if (!holder || rebid) b.bid_round[n] = now;
-      if (key(r, value, n) >= field(r, tier_offer_pre_m)) {
-        b.bid_value[n] = value;
-        b.select[static_cast<std::int64_t>(r) * n_nodes + t.fetch_add(kept + tier_floor_fields * r, 1)] = n;
-      } else {
-        next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = n;
-      }
+  each_item([&](std::int32_t r, std::int32_t i) {
+    if (!mine(r)) return;
+    std::int32_t n;
+    std::int64_t value;
+    bool holder, rebid;
+    item(r, i, n, value, holder, rebid);
+    if (!holder || rebid) b.bid_round[n] = now;
+    if (key(r, value, n) >= field(r, tier_offer_pre_m)) {
+      b.bid_value[n] = value;
+      b.select[static_cast<std::int64_t>(r) * n_nodes + t.fetch_add(kept + tier_floor_fields * r, 1)] = n;
+    } else {
+      next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = n;
     }
-  }
+  });
   t.sync();
   for (std::int32_t j = me; j < taken; j += team) {
     std::int32_t const r = rows[j];
@@ -1333,17 +1331,12 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   }
   t.sync();
   // A row keeps no more items than it has: its kept ones go to its heap.
-  {
-    std::int32_t j = 0;
-    for (std::int32_t g = me; g < total; g += team) {
-      std::int32_t const i = item_at(g, j);
-      std::int32_t const r = rows[j];
-      if (!mine(r) || i >= b.held[r]) continue;
-      std::int32_t const n = b.select[static_cast<std::int64_t>(r) * n_nodes + i];
-      b.heap_node[b.heap_begin[r] + i] = n;
-      b.heap_bid[b.heap_begin[r] + i] = b.bid_value[n];
-    }
-  }
+  each_item([&](std::int32_t r, std::int32_t i) {
+    if (!mine(r) || i >= b.held[r]) return;
+    std::int32_t const n = b.select[static_cast<std::int64_t>(r) * n_nodes + i];
+    b.heap_node[b.heap_begin[r] + i] = n;
+    b.heap_bid[b.heap_begin[r] + i] = b.bid_value[n];
+  });
   t.sync();
   // The heaps, a level at a time from the deepest parents up, a row after
   // another (a level's parents are fewer than the items: spreading them
@@ -1463,10 +1456,10 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       t.sync();
     }
   } else {
-    for (std::int32_t i = me; i < candidates; i += team) tier_refresh(b, candidate(i), 0, oldest);
-    t.sync();
-    for (std::int32_t i = me; i < candidates; i += team) tier_refresh(b, candidate(i), 1, oldest);
-    t.sync();
+    for (std::int32_t pass = 0; pass < 2; ++pass) {
+      for (std::int32_t i = me; i < candidates; i += team) tier_refresh(b, candidate(i), pass, oldest);
+      t.sync();
+    }
   }
   if (me == 0) {
     for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {

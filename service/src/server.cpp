@@ -584,27 +584,26 @@ void server::impl::serve_zap(int poll_ms) {
 
 namespace {
 
-/// --backend auto with a usable GPU: the faster of CUDA (GPU 0) and the
-/// CPU backend on the 10k scenario (backend_choice.hpp), both times logged.
-/// A GPU that fails its trial leaves the CPU backend, saying why.
-std::string auto_backend_by_trial() {
+/// --backend auto with a usable GPU: whether the CPU backend is faster than
+/// CUDA (GPU 0) on the 10k scenario (backend_choice.hpp), both times
+/// logged. A GPU that fails its trial leaves the CPU backend, saying why.
+bool cpu_wins_the_trial() {
   try {
     round_input const round = traces::make_scenario(traces::scenario_preset("10k"));
     std::vector<backend_maker> const makers = {
         [] { return kernels::make_backend(kernels::backend_kind::cuda, 0); },
         [] { return kernels::make_backend(kernels::backend_kind::cpu); }};
     std::vector<backend_trial> trials;
-    std::size_t const best = fastest_backend(makers, round, 5, trials);
-    std::string const chosen = best == 0 ? "cuda" : "cpu";
-    log_info("backend auto: " + chosen + ", the faster on a 10k round",
+    bool const cpu = fastest_backend(makers, round, 5, trials) == 1;
+    log_info(std::string("backend auto: ") + (cpu ? "cpu" : "cuda") + ", the faster on a 10k round",
              {{"cuda", trials[0].backend},
               {"cuda_ms", millis(trials[0].median_ms * 1000)},
               {"cpu", trials[1].backend},
               {"cpu_ms", millis(trials[1].median_ms * 1000)}});
-    return chosen;
+    return cpu;
   } catch (std::exception const& e) {
     log_warn(std::string("backend auto: the GPU failed its trial round (") + e.what() + "); using the CPU backend");
-    return "cpu";
+    return true;
   }
 }
 
@@ -624,7 +623,7 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
   // CPU with the reason logged should the GPU fail between the trial and
   // a worker's start).
   if (cfg_.backend == "auto" && cfg_.devices.empty() && !cfg_.make_backend &&
-      kernels::cuda_unavailable_reason().empty() && auto_backend_by_trial() == "cpu") {
+      kernels::cuda_unavailable_reason().empty() && cpu_wins_the_trial()) {
     cfg_.backend = "cpu";
   }
   impl_ = std::make_unique<impl>(cfg_);
