@@ -162,15 +162,22 @@ EOF
     slurmd -f "$conf" -N "n$i" </dev/null >>"$dir/log/slurmd-n$i.log" 2>&1 || die "slurmd n$i did not start: $(tail -5 "$dir/log/slurmd-n$i.log")"
   done
   # Ready when every node is idle (a loaded machine, a test suite beside it,
-  # can take a node tens of seconds to register).
-  for _ in $(seq 300); do
-    local idle
-    idle=$(sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)
+  # can take a node tens of seconds to register). A daemon that died (its
+  # port taken, say) ends the wait at once, with its words.
+  local limit=${PLACER_SLURM_UP_SECONDS:-90}
+  local until=$((SECONDS + limit))
+  while [ "$SECONDS" -lt "$until" ]; do
+    local idle fatal
+    idle=$(timeout 10 sinfo -h -N -t idle -o '%N' 2>/dev/null | sort -u | wc -l)
     [ "$idle" -eq "$nodes" ] && { echo "export SLURM_CONF=$conf"; return 0; }
+    fatal=$(grep -H -E 'fatal|Address already in use' "$dir"/log/slurm*.log 2>/dev/null | head -5 || true)
+    [ -z "$fatal" ] || die "a daemon ended (logs: $dir/log):
+$fatal"
     sleep 0.2
   done
-  sinfo -N -o '%N %t %E' >&2 || true
-  die "the nodes did not come up idle within 60 s (logs: $dir/log)"
+  timeout 10 sinfo -N -o '%N %t %E' >&2 || true
+  grep -h -E 'error|fatal' "$dir"/log/slurm*.log 2>/dev/null | grep -v -E 'MailProg|pmix|PMIx|MPI|state file|backup state' | tail -10 >&2 || true
+  die "the nodes did not come up idle within $limit s (logs: $dir/log)"
 }
 
 case "$cmd" in

@@ -10,8 +10,12 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -36,20 +40,71 @@ fs::path repo_root() { return fs::path(__FILE__).parent_path().parent_path().par
 
 bool have(char const* tool) { return std::system((std::string("command -v ") + tool + " >/dev/null 2>&1").c_str()) == 0; }
 
-/// The local cluster, up for the test and down after it.
+/// A block of `count` TCP ports, each free to bind now, below the kernel's
+/// ephemeral range: other tests' sockets (ZeroMQ's wildcard binds, every
+/// client connection) take ports from that range, and a slurmd whose port
+/// is taken dies, leaving its node down. `salt` picks another block.
+int free_port_block(int count, int salt) {
+  int lo = 32768;
+  if (std::ifstream r("/proc/sys/net/ipv4/ip_local_port_range"); r) r >> lo;
+  int const first = 10000, blocks = std::max(1, (std::min(lo, 65536) - first - count) / count);
+  auto const is_free = [](int port) {
+    int const fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return false;
+    int const one = 1;  // as Slurm's daemons bind: a port in TIME_WAIT is free
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    bool const ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(fd);
+    return ok;
+  };
+  for (int k = 0; k < blocks; ++k) {
+    int const base = first + static_cast<int>((getpid() + salt * 7919 + k) % blocks) * count;
+    bool all = true;
+    for (int p = base; p < base + count && all; ++p) all = is_free(p);
+    if (all) return base;
+  }
+  throw std::runtime_error("no block of " + std::to_string(count) + " free ports below " + std::to_string(lo));
+}
+
+/// Skips, saying why, where the live cluster cannot run.
+bool live_slurm_missing(std::string& why) {
+  if (!have("slurmctld") || !have("munged") || !have("sbatch")) {
+    why = "Slurm is not installed (scripts/install-deps.sh installs it)";
+  } else if (getuid() != 0) {
+    why = "needs root: slurmd starts jobs as their users";
+  } else {
+    std::string out;
+    if (testing_support::run_placer("slurm-bridge --help", out) < 0) why = "placer binary not built beside the test";
+  }
+  return !why.empty();
+}
+
+/// The local cluster, up for the test and down after it. A cluster that
+/// does not come up is tried once more on other ports (what failed goes
+/// to stderr): the test is of the bridge, not of this host's ports.
 class local_slurm {
  public:
   explicit local_slurm(int nodes) {
     dir_ = fs::temp_directory_path() / ("placer-slurm-e2e-" + std::to_string(getpid()));
-    port_ = 20000 + static_cast<int>(getpid() % 2000) * 20;
-    try {
-      out_ = run_command({"bash", (repo_root() / "scripts/slurm-cluster.sh").string(), "up", "--nodes",
-                          std::to_string(nodes), "--gpus", "8", "--models", "a100,h100", "--racks", "2", "--infer", "2", "--dir",
-                          dir_.string(), "--port", std::to_string(port_)},
-                         60000);
-    } catch (...) {
-      down();  // what came up before the failure
-      throw;
+    for (int attempt = 0;; ++attempt) {
+      port_ = free_port_block(nodes + 1, attempt);  // slurmctld's, then a slurmd's each
+      try {
+        // (Beyond the script's own 90 s wait for the nodes, so that its
+        // account of what did not come up reaches us.)
+        out_ = run_command({"bash", (repo_root() / "scripts/slurm-cluster.sh").string(), "up", "--nodes",
+                            std::to_string(nodes), "--gpus", "8", "--models", "a100,h100", "--racks", "2", "--infer", "2",
+                            "--dir", dir_.string(), "--port", std::to_string(port_)},
+                           150000);
+        break;
+      } catch (std::exception const& e) {
+        down();  // what came up before the failure
+        if (attempt == 1) throw;
+        std::fprintf(stderr, "slurm up on ports %d..%d failed, trying others: %s\n", port_, port_ + nodes, e.what());
+      }
     }
     setenv("SLURM_CONF", (dir_ / "slurm.conf").c_str(), 1);
   }
@@ -161,11 +216,9 @@ void drain(int timeout_s) {
 }
 
 TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
-  if (!have("slurmctld") || !have("munged") || !have("sbatch")) GTEST_SKIP() << "Slurm is not installed (scripts/install-deps.sh installs it)";
-  if (getuid() != 0) GTEST_SKIP() << "needs root: slurmd starts jobs as their users";
-  std::string out;
-  if (testing_support::run_placer("slurm-bridge --help", out) < 0) GTEST_SKIP() << "placer binary not built beside the test";
+  if (std::string why; live_slurm_missing(why)) GTEST_SKIP() << why;
   local_slurm cluster(16);
+  std::string out;
   testing_support::running_server srv;
   std::string const bridge = "slurm-bridge --once --endpoint " + srv.endpoint();
 
@@ -245,7 +298,7 @@ bool wait_for(std::int64_t id, std::string const& state, int timeout_s) {
 // requeued and held (the bridge's again, saying why) and the new job runs
 // on the node it freed.
 TEST(SlurmBridgeLive, EvictionsAreRequeuesUnderAFlag) {
-  if (!have("slurmctld") || !have("munged") || !have("sbatch")) GTEST_SKIP() << "Slurm is not installed (scripts/install-deps.sh installs it)";
+  if (std::string why; live_slurm_missing(why)) GTEST_SKIP() << why;
   local_slurm cluster(4);  // n1, n2 train (a100); n3, n4 infer
   std::string out;
   testing_support::running_server srv;

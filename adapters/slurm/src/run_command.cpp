@@ -82,9 +82,12 @@ std::string run_command(std::vector<std::string> const& argv, int timeout_ms) {
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
-  if (timed_out) throw slurm_error(what + ": no answer within " + std::to_string(timeout_ms) + " ms (killed)");
+  while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
+  if (e.size() > 4096) e = "..." + e.substr(e.size() - 4096);
+  if (timed_out) {
+    throw slurm_error(what + ": no answer within " + std::to_string(timeout_ms) + " ms (killed)" + (e.empty() ? "" : ": " + e));
+  }
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-    while (!e.empty() && (e.back() == '\n' || e.back() == ' ')) e.pop_back();
     throw slurm_error(what + ": exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) +
                       (e.empty() ? "" : ": " + e));
   }
