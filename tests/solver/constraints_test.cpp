@@ -7,6 +7,7 @@
 #include <placer/solver/matrices.hpp>
 #include <placer/solver/solver.hpp>
 #include <placer/topology/error.hpp>
+#include <placer/traces/synthetic.hpp>
 
 #include <gtest/gtest.h>
 
@@ -471,6 +472,35 @@ TEST(Explanations, CountsAreConsistentOnRandomRounds) {
     }
   }
   EXPECT_GT(explained, 1000);
+}
+
+// The constrained benchmark round (10k-k8s: zones, racks in maintenance,
+// tainted inference nodes; 108 constraint groups): the solver evaluates a
+// shape's constraints once a group; node by node, every explanation is the
+// same, field for field.
+TEST(Explanations, GroupSumsMatchNodeByNodeOnTheConstrainedScenario) {
+  round_input const in = traces::make_scenario(traces::scenario_preset("10k-k8s"));
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(in);
+  round_result again = r;
+  for (auto& u : again.unplaced_jobs) u.why = {};
+  explain_unplaced(in, again);
+  std::size_t constrained = 0, tainted = 0;
+  for (std::size_t k = 0; k < r.unplaced_jobs.size(); ++k) {
+    auto const& a = again.unplaced_jobs[k].why;
+    auto const& b = r.unplaced_jobs[k].why;
+    EXPECT_EQ(describe(a), describe(b)) << k;
+    EXPECT_EQ(a.replicas_fit, b.replicas_fit) << k;
+    EXPECT_EQ(a.outbid_priority, b.outbid_priority) << k;
+    ASSERT_EQ(a.excluded.size(), b.excluded.size()) << k;
+    for (std::size_t i = 0; i < a.excluded.size(); ++i) {
+      EXPECT_EQ(a.excluded[i].nodes, b.excluded[i].nodes) << k;
+      tainted += b.excluded[i].reason == node_exclusion::taint ? 1 : 0;
+    }
+    constrained += in.pending[static_cast<std::size_t>(r.unplaced_jobs[k].job)].constraints.empty() ? 0 : 1;
+  }
+  EXPECT_GT(constrained, 20U);  // the case is the constrained shapes'
+  EXPECT_GT(tainted, 0U);
 }
 
 }  // namespace
