@@ -18,6 +18,16 @@ std::pair<std::string_view, std::string_view> split_label(std::string_view l) {
   return {l.substr(0, eq), l.substr(eq + 1)};
 }
 
+/// Whether label l's key (split_label(l).first) is `key`, without looking
+/// for l's '=': l starts with key and goes on with '=' or ends there. A key
+/// holding '=' is no label's key. (Real nodes carry tens of labels, NFD's
+/// and GFD's, and a round reads them all: this is the per-label cost.)
+bool has_key(std::string_view l, std::string_view key) {
+  auto const n = key.size();
+  return l.size() >= n && (l.size() == n || l[n] == '=') && l.compare(0, n, key) == 0 &&
+         key.find('=') == std::string_view::npos;
+}
+
 bool parse_int(std::string_view s, std::int64_t& v) {
   if (s.empty()) return false;
   auto const* end = s.data() + s.size();
@@ -92,10 +102,9 @@ constexpr std::int64_t max_constraint_work = std::int64_t{1} << 22;
 }  // namespace
 
 bool label_value(node const& n, std::string_view key, std::string_view& value) {
-  for (auto const& l : n.labels) {
-    auto const [k, v] = split_label(l);
-    if (k == key) {
-      value = v;
+  for (std::string_view const l : n.labels) {
+    if (has_key(l, key)) {
+      value = l.size() > key.size() ? l.substr(key.size() + 1) : std::string_view{};
       return true;
     }
   }
@@ -241,6 +250,13 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
   }
   std::sort(keys.begin(), keys.end());
   keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+  // (A key holding '=' is no label's key: split_label cuts at the first.)
+  keys.erase(std::remove_if(keys.begin(), keys.end(), [](std::string const& k) { return k.find('=') != std::string::npos; }),
+             keys.end());
+  key_lengths.clear();
+  for (auto const& k : keys) key_lengths.push_back(k.size());
+  std::sort(key_lengths.begin(), key_lengths.end());
+  key_lengths.erase(std::unique(key_lengths.begin(), key_lengths.end()), key_lengths.end());
 
   // Groups: nodes with the same labels on those keys and the same taints.
   ids.clear();
@@ -250,10 +266,20 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
     auto const& nd = nodes[i];
     key.clear();
     if (!keys.empty()) {
-      for (auto const& l : nd.labels) {
-        if (std::binary_search(keys.begin(), keys.end(), split_label(l).first)) {
-          key += l;
-          key += '\0';
+      // A label's bytes are a cache miss each, tens a node: ask for those
+      // of the node after next (100k-nfd's groups 7.1 -> 4.8 ms).
+      if (i + 2 < nodes.size()) {
+        for (auto const& l : nodes[i + 2].labels) __builtin_prefetch(l.data());
+      }
+      for (std::string_view const l : nd.labels) {
+        // Is l's key one of the sets'? Only where a key's length meets an '=' (or l's end).
+        for (auto const n : key_lengths) {
+          if (n > l.size()) break;
+          if ((n == l.size() || l[n] == '=') && std::binary_search(keys.begin(), keys.end(), l.substr(0, n))) {
+            key += l;
+            key += '\0';
+            break;
+          }
         }
       }
     }

@@ -293,6 +293,50 @@ TEST(Constraints, TablesAgreeWithTheHostEvaluator) {
   }
 }
 
+// A label's key ends at its first '=' (or the label's end), however the
+// keys asked about overlap: a key that is another's prefix, a key holding
+// '=' (no label has one), a value holding '='. Node groups follow the same
+// rule: labels on keys no job asks about split no group.
+TEST(Constraints, LabelKeysEndAtTheFirstEquals) {
+  node const n = labelled({"rack-row=7", "rack=r3", "a=b=c", "gpu", "zone=z1", "x=1"});
+  std::string_view v;
+  ASSERT_TRUE(label_value(n, "rack", v));
+  EXPECT_EQ(v, "r3");
+  ASSERT_TRUE(label_value(n, "rack-row", v));
+  EXPECT_EQ(v, "7");
+  EXPECT_FALSE(label_value(n, "rack-", v));
+  ASSERT_TRUE(label_value(n, "a", v));
+  EXPECT_EQ(v, "b=c");
+  EXPECT_FALSE(label_value(n, "a=b", v));
+  ASSERT_TRUE(label_value(n, "gpu", v));
+  EXPECT_EQ(v, "");
+  EXPECT_FALSE(label_value(n, "gp", v));
+  EXPECT_FALSE(label_value(n, "gpu2", v));
+  EXPECT_TRUE(matches(n, "a", selector_op::in, {"b=c"}));
+  EXPECT_FALSE(matches(n, "a=b", selector_op::exists));
+
+  // Groups: three nodes apart on the asked keys (rack, a=b never matching,
+  // gpu), the same on the rest; four nodes, three groups.
+  round_input in;
+  for (auto const& labels : std::vector<std::vector<std::string>>{
+           {"rack=r1", "gpu", "noise=1", "a=b=c"}, {"rack=r1", "gpu", "noise=2", "a=b=d"}, {"rack=r2", "gpu"}, {"rack=r1"}}) {
+    node x = labelled(labels);
+    x.name = "n" + std::to_string(in.state.nodes.size());
+    in.state.nodes.push_back(x);
+  }
+  job j;
+  j.name = "j";
+  j.constraints.required = {{{{"rack", selector_op::in, {"r1"}}, {"gpu", selector_op::exists, {}}}}};
+  j.constraints.preferred = {{10, {{{"a=b", selector_op::exists, {}}}}}};
+  in.pending.push_back(j);
+  kernels::round_arrays out;
+  constraint_tables t;
+  t.build(in, out);
+  ASSERT_TRUE(t.active);
+  EXPECT_EQ(out.n_constraint_groups, 3);
+  EXPECT_EQ(out.node_group, (std::vector<std::int32_t>{0, 0, 1, 2}));
+}
+
 // A round without constraints builds no tables and gives the same classes.
 TEST(Constraints, ARoundWithoutThemPaysNothing) {
   std::mt19937_64 rng(5);

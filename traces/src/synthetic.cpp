@@ -5,16 +5,19 @@
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
+#include <array>
 #include <random>
 
 namespace placer::traces {
 
 scenario_options scenario_preset(std::string const& name) {
-  constexpr std::string_view k8s = "-k8s";
-  if (name.size() > k8s.size() && name.ends_with(k8s)) {
-    scenario_options o = scenario_preset(name.substr(0, name.size() - k8s.size()));
-    o.constraints = true;
-    return o;
+  for (std::string_view const suffix : {"-k8s", "-nfd"}) {
+    if (name.size() > suffix.size() && name.ends_with(suffix)) {
+      scenario_options o = scenario_preset(name.substr(0, name.size() - suffix.size()));
+      o.constraints = true;
+      o.feature_labels = suffix == "-nfd" ? 40 : 0;
+      return o;
+    }
   }
   scenario_options o;
   o.name = name;
@@ -31,7 +34,7 @@ scenario_options scenario_preset(std::string const& name) {
     o.leaves_per_spine = 2;
     return o;
   }
-  throw logic_error(error_code::invalid_argument, "unknown scenario '" + name + "' (1k, 10k, 100k, each also -k8s)");
+  throw logic_error(error_code::invalid_argument, "unknown scenario '" + name + "' (1k, 10k, 100k, each also -k8s and -nfd)");
 }
 
 namespace {
@@ -50,6 +53,20 @@ void add_constraints(round_input& in, scenario_options const& o) {
     auto const leaf = i / o.nodes_per_leaf;
     n.labels = {"kubernetes.io/hostname=" + n.name, "topology.kubernetes.io/zone=z" + std::to_string(leaf / o.leaves_per_spine % 3),
                 "rack=r" + std::to_string(leaf), "nvidia.com/gpu.product=" + n.gpu_model + "-SXM"};
+    for (std::int32_t k = 0; k < o.feature_labels; ++k) {
+      static constexpr std::array<std::pair<char const*, char const*>, 8> features{{
+          {"feature.node.kubernetes.io/cpu-cpuid.AVX512F", "true"},
+          {"feature.node.kubernetes.io/kernel-version.full", "6.1.0-18-amd64"},
+          {"feature.node.kubernetes.io/pci-10de.present", "true"},
+          {"nvidia.com/cuda.driver.major", "550"},
+          {"nvidia.com/gpu.memory", "81559"},
+          {"nvidia.com/gpu.count", "8"},
+          {"nvidia.com/mig.capable", "true"},
+          {"feature.node.kubernetes.io/system-os_release.ID", "ubuntu"},
+      }};
+      auto const& [key, value] = features[static_cast<std::size_t>(k) % features.size()];
+      n.labels.push_back(std::string(key) + (k < 8 ? "" : std::to_string(k / 8)) + "=" + value);
+    }
     if (chance(0.05)) {
       n.labels.emplace_back("node-role=inference");
       n.taints.push_back({"team", "inference", taint_effect::no_schedule});

@@ -68,6 +68,7 @@ struct constraint_tables {
   /// (set 0 at an empty one); valid while that round is.
   std::vector<node_constraints const*> sets;
   std::vector<std::string> keys;  ///< scratch: label keys the sets refer to, sorted
+  std::vector<std::size_t> key_lengths;  ///< scratch: their lengths, sorted, each once
   std::string key;                ///< scratch: one set's or node's key being built
 
   void build(round_input const& in, kernels::round_arrays& out);

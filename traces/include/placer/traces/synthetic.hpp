@@ -31,11 +31,17 @@ struct scenario_options {
   /// two racks in maintenance). The same nodes' free state and the same
   /// jobs as without.
   bool constraints = false;
+  /// With constraints: this many more labels on every node that no job
+  /// asks about, as Node Feature Discovery and GPU Feature Discovery put
+  /// on a real Kubernetes GPU node (CPU flags, kernel, driver, CUDA, GPU
+  /// memory and count; 40 in the "-nfd" presets).
+  std::int32_t feature_labels = 0;
 };
 
 /// "10k": 1,280 nodes x 8 GPUs, 1,000 pending; "100k": 12,800 nodes, 5,000
 /// pending; "1k": 128 nodes, 200 pending (smoke tests); each with "-k8s"
-/// (e.g. "10k-k8s"): the same round with constraints. Throws
+/// (e.g. "10k-k8s"): the same round with constraints, and "-nfd" (e.g.
+/// "100k-nfd"): with constraints and 40 feature labels a node. Throws
 /// logic_error(invalid_argument) for other names.
 scenario_options scenario_preset(std::string const& name);
 
