@@ -60,8 +60,9 @@ struct bench_args {
 [[noreturn]] void usage(std::string const& why) {
   throw std::invalid_argument(
       why +
-      "\nusage: placer bench [--scenario 1k|10k|100k|openb] [--rounds N] [--warmup N] [--delta NODES]\n"
-      "                    [--job-churn JOBS] [--mode closed|open] [--rate ROUNDS_PER_S] [--configs cuda,cpu,twin,kube]\n"
+      "\nusage: placer bench [--scenario 1k|10k|100k|openb, the first three also -k8s|-nfd] [--rounds N] [--warmup N]\n"
+      "                    [--delta NODES] [--job-churn JOBS] [--mode closed|open] [--rate ROUNDS_PER_S]\n"
+      "                    [--configs cuda,cpu,twin,kube]\n"
       "                    [--endpoint E [--server-key FILE --client-cert FILE]] [--timeout-ms N] [--retries N]\n"
       "                    [--data DIR] [--json FILE] [--plot FILE.svg]");
 }
@@ -275,7 +276,7 @@ std::string fmt(double v, int p = 2) {
 int cmd_bench(int argc, char** argv) {
   bench_args a = parse(argc, argv);
   round_input const in = make_round(a, argv[0]);
-  int const rounds = a.rounds > 0 ? a.rounds : (a.scenario == "100k" ? 20 : 200);
+  int const rounds = a.rounds > 0 ? a.rounds : (a.scenario.starts_with("100k") ? 20 : 200);
   std::int64_t gpus = 0;
   for (auto const& n : in.state.nodes) gpus += n.gpu_count();
   if (static_cast<std::size_t>(a.delta_nodes) > in.state.nodes.size()) usage("--delta is larger than the cluster");

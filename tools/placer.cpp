@@ -72,7 +72,7 @@ usage:
                  answers at all; 3 when it does not; prints each worker's state and backend)
   placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda|twin] [--repeat N]
                 (every algorithm on the same round, side by side)
-  placer bench  [--scenario 1k|10k|100k|openb] [--rounds N] [--mode closed|open] [--rate R]
+  placer bench  [--scenario 1k|10k|100k|openb, also -k8s|-nfd] [--rounds N] [--mode closed|open] [--rate R]
                 [--configs cuda,cpu,twin,kube] [--endpoint E] [--json FILE] [--plot FILE.svg]
                 (load generator over the real client; starts its own servers unless --endpoint)
   placer simulate [--trace itp:clusterNN|mixed:clusterNN|openb:NAME|dlrm|synthetic] [--algorithm A | --compare A,B]
