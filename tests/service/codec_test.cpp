@@ -652,6 +652,45 @@ TEST(CodecRoundTrip, LargeRound) {
   expect_all_eq(in.pending, dec.input.pending);
 }
 
+// Labels and taints repeat across nodes, in the same places or not: each
+// distinct text is in the message once, and every node decodes as it was.
+TEST(CodecRoundTrip, RepeatedLabelsAreStoredOnce) {
+  round_input in;
+  in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(20).gpus(8).build();
+  for (std::size_t i = 0; i < in.state.nodes.size(); ++i) {
+    auto& n = in.state.nodes[i];
+    n.labels = {"kubernetes.io/hostname=" + n.name, "feature.node.kubernetes.io/cpu-cpuid.AVX512F=true",
+                "rack=r" + std::to_string(i / 20), "nvidia.com/cuda.driver.major=550"};
+    if (i % 3 == 0) std::swap(n.labels[1], n.labels[3]);  // the same texts, elsewhere
+    if (i % 5 == 0) n.taints = {{"team", "inference", taint_effect::no_schedule}};
+    if (i % 7 == 0) n.taints.push_back({"rack", "r1", taint_effect::prefer_no_schedule});  // a label's words as a taint's
+  }
+  auto const b = encoded_request(in);
+  std::string_view const text(reinterpret_cast<char const*>(b.data()), b.size());
+  auto count = [&](std::string_view s) {
+    std::size_t k = 0;
+    for (auto at = text.find(s); at != std::string_view::npos; at = text.find(s, at + 1)) ++k;
+    return k;
+  };
+  EXPECT_EQ(count("feature.node.kubernetes.io/cpu-cpuid.AVX512F=true"), 1U);
+  EXPECT_EQ(count("nvidia.com/cuda.driver.major=550"), 1U);
+  EXPECT_EQ(count("rack=r1"), 1U);
+  EXPECT_EQ(count("inference"), 1U);
+  EXPECT_EQ(count("kubernetes.io/hostname="), in.state.nodes.size());
+  auto const dec = decode_ok(b);
+  EXPECT_TRUE(same(in.state.nodes, dec.input.state.nodes));
+  for (std::size_t i = 0; i < in.state.nodes.size(); ++i) {
+    auto const& want = in.state.nodes[i].taints;
+    auto const& got = dec.input.state.nodes[i].taints;
+    ASSERT_EQ(got.size(), want.size()) << i;
+    for (std::size_t k = 0; k < want.size(); ++k) {
+      EXPECT_EQ(got[k].key, want[k].key);
+      EXPECT_EQ(got[k].value, want[k].value);
+      EXPECT_EQ(got[k].effect, want[k].effect);
+    }
+  }
+}
+
 // ------------------------------------------------------------------ envelope checks
 
 TEST(Envelope, RandomBytesNeverOk) {
