@@ -47,7 +47,9 @@ from placer.wire.RunningJob import RunningJobT
 from placer.wire.ScheduleReply import ScheduleReplyT
 from placer.wire.ScheduleRequest import ScheduleRequestT
 
+from placer.wire.NodeConstraints import NodeConstraintsT
 from placer_client import Client, ClientError, Reply, make, plain
+from placer_client.client import _SharingBuilder
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "schemas" / "placement.fbs"
@@ -413,6 +415,34 @@ class PythonClientTest(unittest.TestCase):
                                    "--timeout-ms", "3000"], capture_output=True, text=True)
         self.assertEqual(done.returncode, 0, done.stderr)
         self.assertRegex(done.stdout, r"\"request_id\": 42\b")
+
+    def test_repeated_labels_go_once_and_still_decide(self) -> None:
+        # Feature labels on every node, the same texts: each is in the
+        # request once (the client's builder shares strings), and a node
+        # selector on one of the repeated labels still picks its nodes.
+        round_ = example_round()
+        features = [f"feature.node.kubernetes.io/cpu-cpuid.F{k}=true" for k in range(12)]
+        for i, node in enumerate(round_.cluster.nodes):
+            node.labels = [f"kubernetes.io/hostname={node.name}", f"zone={'ab'[i % 2]}", *features]
+        picky = job("zone-b", 1, constraints=make(NodeConstraintsT, nodeSelector=["zone=b"]))
+        round_.pending = [picky]
+        envelope = make(EnvelopeT, header=make(HeaderT, requestId=1), bodyType=Body.ScheduleRequest, body=round_)
+        builder = _SharingBuilder(1 << 16)
+        builder.Finish(envelope.Pack(builder), file_identifier=b"PLCR")
+        sent = bytes(builder.Output())
+        for text in (*features, "zone=b"):
+            self.assertEqual(sent.count(text.encode()), 1, text)
+        unshared = flatbuffers.Builder(1 << 16)
+        unshared.Finish(envelope.Pack(unshared), file_identifier=b"PLCR")
+        client = self.client("repeated-labels")
+        reply = client.solve(round_)
+        self.assertTrue(reply.ok, reply.message)
+        # What the client sent is the shared form (its header, with the session, differs a little).
+        self.assertLess(abs(client.last_request_bytes - len(sent)), 256)
+        self.assertLess(client.last_request_bytes, len(unshared.Output()) - 3 * len(features) * 40)
+        got = placed(reply.result)
+        self.assertEqual([name for name, _ in got], ["zone-b"])
+        self.assertTrue(all(node % 2 == 1 for node, _, _ in got[0][1]), got)  # the zone=b nodes
 
     def test_make_refuses_a_misspelt_field(self) -> None:
         with self.assertRaisesRegex(TypeError, "NodeT has no field 'gpuFreeMili'"):
