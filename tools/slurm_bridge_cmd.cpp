@@ -58,7 +58,7 @@ bool cycle(slurm::bridge_options const& opt, client& svc, slurm::job_changes& ch
   std::string squeue, sinfo;
   try {
     // The jobs and the nodes at once: two processes, each mostly waiting on slurmctld.
-    auto jobs = std::async(std::launch::async, [] { return slurm::run_command({"squeue", "--json"}); });
+    auto jobs = std::async(std::launch::async, [] { return slurm_cli({"squeue", "--json"}); });
     static bool grouped = false;  // sinfo --json groups the nodes (23.11 on): ask scontrol from then on
     sinfo = slurm::read_nodes(slurm_cli, &grouped);
     squeue = jobs.get();

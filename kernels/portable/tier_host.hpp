@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -33,8 +34,10 @@ struct omp_team {
   static void sync() {
 #pragma omp barrier
   }
-  static std::int32_t fetch_add(std::int32_t* p, std::int32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
-  static std::int64_t fetch_add(std::int64_t* p, std::int64_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+  template <class T>
+  static T fetch_add(T* p, std::type_identity_t<T> v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+  }
   template <class T>
   static T fetch_max(T* p, T v) {
     T old = __atomic_load_n(p, __ATOMIC_RELAXED);

@@ -31,6 +31,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
@@ -317,13 +318,9 @@ struct seq_team {
   /// cost more than the work they split.
   [[nodiscard]] static constexpr std::int32_t solo_below() { return 0; }
   PLACER_HD static void sync() {}
-  PLACER_HD static std::int32_t fetch_add(std::int32_t* p, std::int32_t v) {
-    std::int32_t const old = *p;
-    *p += v;
-    return old;
-  }
-  PLACER_HD static std::int64_t fetch_add(std::int64_t* p, std::int64_t v) {
-    std::int64_t const old = *p;
+  template <class T>
+  PLACER_HD static T fetch_add(T* p, std::type_identity_t<T> v) {
+    T const old = *p;
     *p += v;
     return old;
   }
