@@ -19,6 +19,9 @@
 #                                       # PLACER_SWEEP_CONFIGS=cpu: the CPU backend's instead, no parity tests
 #   bash .gpu/gpu-run.sh sanitize       # racecheck on the kernel parity tests, racecheck and memcheck
 #                                       # over two full CUDA rounds at 10k, 100k and openb (about 80 s)
+#   bash .gpu/gpu-run.sh session [SECONDS]  # a session's first call (500): the parity tests, sanitize,
+#                                       # the offer threshold at 8 16 32, the CPU team at 1 4 16 threads,
+#                                       # placer bench (cuda, cpu) and ncu; the JSON files in one tar
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -170,6 +173,32 @@ case "$step" in
         check_cuda /tmp/sanitize.json
       done
     done
+    summary
+    ;;
+  session)
+    # One machine start for a session's first figures, most telling first:
+    # correctness (parity, then the sanitizers over full rounds), the offer
+    # threshold, the CPU backend's team size on this machine's cores, the
+    # end-to-end p50 / p99, then ncu. More than 8 files: the JSON go in one tar.
+    budget=${2:-500}
+    parity_tests
+    (( hung )) && { summary; exit 1; }
+    if fits 90 "sanitize"; then "$0" sanitize > /tmp/sanitize.log 2>&1 || status=1; fi
+    for v in 8 16 32; do
+      fits 20 "offer least $v" && PLACER_CUDA_TEAM_OFFER_LEAST=$v round_bench "offer-least-$v" '10k|100k|openb' cuda
+    done
+    for v in 1 4 16; do
+      fits 25 "cpu tier threads $v" && PLACER_TIER_THREADS=$v round_bench "cpu-threads-$v" '10k|100k|openb' cpu
+    done
+    export PLACER_BENCH_CONFIGS=cuda,cpu
+    for s in 10k 100k openb; do fits 25 "placer bench $s" && placer_bench "$s"; done
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    for s in 10k 100k; do
+      fits 30 "ncu $s" && timeout 120 "$G/run" "${ncu:-ncu}" --clock-control none --metrics gpu__time_duration.sum \
+        --print-summary per-kernel --log-file "$OUT/ncu-$s.txt" "$G/bin/placer" bench --scenario "$s" --rounds 2 \
+        --configs cuda --data "$G/data" > /tmp/ncu-bench.txt 2>&1
+    done
+    (cd "$OUT" && tar cf results.tar round-bench-*.json bench-*.json ncu-*.txt 2>/dev/null && rm -f round-bench-*.json bench-*.json ncu-*.txt)
     summary
     ;;
   profile)
