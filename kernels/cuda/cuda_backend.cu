@@ -172,14 +172,20 @@ struct cuda_team {
   static constexpr bool team_wide = Wide;
 };
 
-/// Threads of the tier program's CTA. The score functor keeps a 64-entry
-/// GPU vector per thread, so registers, not the node count, bound it.
-constexpr int tier_threads = 256;
+/// Threads of the tier program's CTA (PLACER_CUDA_TIER_THREADS=256 or 1024
+/// selects another, to measure). Registers bound it, not the node count: the
+/// score functor keeps a 64-entry GPU vector per thread, and one CTA a
+/// multiprocessor (__launch_bounds__'s 1) gives a thread 65,536 / Threads
+/// registers: 242 used at 256 (no spills), 128 at 512 (1.4 KB spilled), 64
+/// at 1024 (5 KB). 512 was the fastest on an H200 (2026-11-26, ms a round at
+/// 256 / 512 / 1024: 10k 13.6 / 13.3 / 15.3, 100k 32.0 / 27.6 / 28.2, openb
+/// 16.4 / 16.1 / 17.2; bench/results/2026-11-26-h200-tier-threads.md).
+constexpr int tier_threads = 512;
 
 /// A chain of tiers: the host's node records unpacked, the tiers one after
 /// another, the nodes they changed packed (residency.hpp); one CTA.
-template <bool Wide>
-__global__ void __launch_bounds__(tier_threads)
+template <bool Wide, int Threads = tier_threads>
+__global__ void __launch_bounds__(Threads, 1)
     tier_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out) {
   cuda_team<Wide> team;
   resident_chain_program(team, c, in, n_in, out);
@@ -279,8 +285,15 @@ class cuda_device {
     wide_ = steps == nullptr || std::string_view(steps) != "0";
     // The fewest bids for which the team takes a row's offers (to measure).
     if (char const* least = std::getenv("PLACER_CUDA_TEAM_OFFER_LEAST")) offer_least_ = std::atoi(least);
+    if (char const* threads = std::getenv("PLACER_CUDA_TIER_THREADS")) {
+      threads_ = std::atoi(threads);
+      if (threads_ != 256 && threads_ != 512 && threads_ != 1024) {
+        throw logic_error(error_code::invalid_argument, "PLACER_CUDA_TIER_THREADS must be 256, 512 or 1024");
+      }
+    }
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
                    ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
+                   (threads_ != tier_threads ? ", " + std::to_string(threads_) + " tier threads" : "") +
                    (!wide_ ? ", serial tier steps)"
                     : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
                                                            : ")");
@@ -361,7 +374,13 @@ class cuda_device {
     if (wide_) {
       tier_chain k = c;
       k.work.offer_team_least = offer_least_;
-      tier_kernel<true><<<1, tier_threads, 0, stream_>>>(k, in, n_in, out);
+      if (threads_ == 256) {
+        tier_kernel<true, 256><<<1, 256, 0, stream_>>>(k, in, n_in, out);
+      } else if (threads_ == 1024) {
+        tier_kernel<true, 1024><<<1, 1024, 0, stream_>>>(k, in, n_in, out);
+      } else {
+        tier_kernel<true><<<1, tier_threads, 0, stream_>>>(k, in, n_in, out);
+      }
     } else {
       tier_kernel<false><<<1, tier_threads, 0, stream_>>>(c, in, n_in, out);
     }
@@ -371,6 +390,7 @@ class cuda_device {
   int device_ = 0;
   bool wide_ = true;  ///< the tier kernel's team steps (cuda_team<true>)
   std::int32_t offer_least_ = tier_offer_team_least;  ///< tier_buffers::offer_team_least
+  int threads_ = tier_threads;                         ///< the tier kernel's CTA
   cudaStream_t stream_ = nullptr;
   temp_allocator temp_;
   std::string description_;

@@ -1004,8 +1004,8 @@ PLACER_HD inline void tier_refresh(tier_buffers const& b, std::int32_t n, std::i
 }
 
 /// A team_wide team refreshes a tier's stale cells a worker per cell, not
-/// per node, when the tier has at most this many candidate nodes: half the
-/// CUDA backend's CTA (tier_threads, 256).
+/// per node, when the tier has at most this many candidate nodes (half the
+/// CUDA backend's CTA when it had 256 threads; tier_threads is 512 now).
 inline constexpr std::int32_t tier_refresh_cells_below = 128;
 
 /// The refresh of one stale cell, class c on node n, for a team that
