@@ -9,6 +9,7 @@
 #include <placer/service/log.hpp>
 #include <placer/service/server.hpp>
 #include <placer/solver/solver.hpp>
+#include <placer/traces/synthetic.hpp>
 
 #include "cli.hpp"
 #include "commands.hpp"
@@ -42,7 +43,8 @@ using namespace placer;
 constexpr char const* usage_text = R"(placer: GPU placement solver service
 
 usage:
-  placer serve  [--endpoint E] [--backend auto|cpu|cuda|twin] [--workers N] [--max-message-mib N]
+  placer serve  [--endpoint E] [--backend auto|cpu|cuda|twin] [--auto-trial 10k|100k|...] [--workers N]
+                [--max-message-mib N]
                 [--max-nodes N] [--max-jobs N] [--max-replicas N] [--max-round-ms N] [--max-session-mib N]
                 [--max-queued N] [--max-queued-mib N] [--max-queue-mib N] [--stuck-ms N] [--http HOST:PORT]
                 [--demo DIR] [--quiet] [--log-format text|json] [--log-level debug|info|warn|error]
@@ -458,9 +460,20 @@ int cmd_serve(int argc, char** argv) {
   bool quiet = false;
   env(app.add_option("--endpoint", cfg.endpoint, "ZeroMQ endpoint to bind")->capture_default_str());
   env(app.add_option("--backend", cfg.backend,
-                     "solver backend: auto = the CPU, or with a usable GPU the faster of the two on a 10k trial "
-                     "round at start; twin = the CUDA backend's code over host memory, for diagnosis")
+                     "solver backend: auto = the CPU, or with a usable GPU the faster of the two on a trial "
+                     "round at start (--auto-trial); twin = the CUDA backend's code over host memory, for diagnosis")
           ->check(CLI::IsMember({"auto", "cpu", "cuda", "twin"}))
+          ->capture_default_str());
+  env(app.add_option("--auto-trial", cfg.auto_trial,
+                     "--backend auto's trial round, the size of the rounds to come: 1k, 10k or 100k (also -k8s, -nfd)")
+          ->check([](std::string const& s) {
+            try {
+              (void)traces::scenario_preset(s);
+              return std::string();
+            } catch (std::exception const& e) {
+              return std::string(e.what());
+            }
+          })
           ->capture_default_str());
   env(app.add_option("--workers", cfg.workers, "solver threads, each with its own backend")
           ->check(CLI::Range(1, 256))

@@ -585,17 +585,17 @@ void server::impl::serve_zap(int poll_ms) {
 namespace {
 
 /// --backend auto with a usable GPU: whether the CPU backend is faster than
-/// CUDA (GPU 0) on the 10k scenario (backend_choice.hpp), both times
+/// CUDA (GPU 0) on the trial scenario (backend_choice.hpp), both times
 /// logged. A GPU that fails its trial leaves the CPU backend, saying why.
-bool cpu_wins_the_trial() {
+bool cpu_wins_the_trial(std::string const& scenario) {
   try {
-    round_input const round = traces::make_scenario(traces::scenario_preset("10k"));
+    round_input const round = traces::make_scenario(traces::scenario_preset(scenario));
     std::vector<backend_maker> const makers = {
         [] { return kernels::make_backend(kernels::backend_kind::cuda, 0); },
         [] { return kernels::make_backend(kernels::backend_kind::cpu); }};
     std::vector<backend_trial> trials;
     bool const cpu = fastest_backend(makers, round, 5, trials) == 1;
-    log_info(std::string("backend auto: ") + (cpu ? "cpu" : "cuda") + ", the faster on a 10k round",
+    log_info(std::string("backend auto: ") + (cpu ? "cpu" : "cuda") + ", the faster on a " + scenario + " round",
              {{"cuda", trials[0].backend},
               {"cuda_ms", millis(trials[0].median_ms * 1000)},
               {"cpu", trials[1].backend},
@@ -622,8 +622,9 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
   // The CPU when it won the trial; else auto stays auto (the GPU, or the
   // CPU with the reason logged should the GPU fail between the trial and
   // a worker's start).
+  if (cfg_.backend == "auto") (void)traces::scenario_preset(cfg_.auto_trial);  // a bad name fails here
   if (cfg_.backend == "auto" && cfg_.devices.empty() && !cfg_.make_backend &&
-      kernels::cuda_unavailable_reason().empty() && cpu_wins_the_trial()) {
+      kernels::cuda_unavailable_reason().empty() && cpu_wins_the_trial(cfg_.auto_trial)) {
     cfg_.backend = "cpu";
   }
   impl_ = std::make_unique<impl>(cfg_);

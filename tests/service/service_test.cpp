@@ -1284,6 +1284,25 @@ TEST(Service, DevicesNameGpusOnPurposeOrTheServerSaysWhyNot) {
   }
 }
 
+TEST(Service, AutoTrialNamesAScenarioOrTheServerSaysWhich) {
+  // --auto-trial picks --backend auto's trial round by the size of the
+  // rounds to come; a name that is no scenario fails at start, with or
+  // without a GPU, listing the names it takes.
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.backend = "auto";
+  cfg.auto_trial = "10000k";
+  try {
+    service::server srv(cfg);
+    ADD_FAILURE() << "a server started with an unknown trial scenario";
+  } catch (logic_error const& e) {
+    EXPECT_EQ(e.code(), error_code::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("unknown scenario '10000k' (1k, 10k, 100k"), std::string::npos) << e.what();
+  }
+  cfg.backend = "cpu";  // not auto: the trial is not used, nor checked
+  EXPECT_NO_THROW(service::server{cfg});
+}
+
 TEST(Service, ClientRetriesARoundLostWithAServerThatDied) {
   // A stand-in takes the round and goes away without answering, as a server
   // that dies mid-round; the real one comes back on the same endpoint. The

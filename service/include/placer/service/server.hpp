@@ -56,6 +56,11 @@ inline constexpr std::array<char const*, 5> service_stages{stage_verify, stage_q
 struct service_config {
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::string backend = "auto";  ///< auto | cpu | cuda
+  /// --backend auto's trial round (a synthetic scenario: 1k, 10k, 100k, each
+  /// also -k8s and -nfd): the size of the rounds the service will see, since
+  /// the faster backend changes with it (an H200's GPU lost at 10k and won at
+  /// 100k, bench/results/2026-11-26-h200-tier-threads.md).
+  std::string auto_trial = "10k";
   /// GPUs for the workers: worker i solves on devices[i % size] (CUDA, or
   /// the server fails to start); empty = GPU 0 when the backend is CUDA.
   std::vector<int> devices;
