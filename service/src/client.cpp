@@ -158,8 +158,18 @@ service::decoded_reply client::keep(service::decoded_reply reply) {
   if (reply.code == wire::ErrorCode::Ok) {
     if (!mirror_) mirror_.emplace();
     std::swap(*mirror_, next_);
+    moved_ = undo_.armed = false;
+  } else {
+    undo_cluster();
   }
   return reply;
+}
+
+void client::undo_cluster() noexcept {
+  if (!moved_) return;
+  moved_ = false;
+  revert_delta(next_.state, undo_);
+  std::swap(next_.state, mirror_->state);
 }
 
 service::decoded_reply client::solve(round_input const& in) {
@@ -172,10 +182,17 @@ service::decoded_reply client::solve(round_input const& in) {
 
 void client::move_cluster(cluster_delta const& delta, round_input const& rest) {
   if (!mirror_) throw client_error("solve_delta needs a full snapshot first (call solve)");
-  // On a copy (over the last one, reusing its storage): the mirror moves
-  // only when the server takes the round.
-  next_.state = mirror_->state;
-  apply_delta(next_.state, delta);  // throws on a bad or stale delta, before sending
+  // The mirror's cluster itself, moved on in place: the mirror takes it back
+  // unless the server takes the round (keep).
+  std::swap(next_.state, mirror_->state);
+  moved_ = true;
+  try {
+    apply_delta(next_.state, delta, undo_);  // throws on a bad or stale delta, before sending
+  } catch (...) {
+    undo_cluster();
+    if (undo_.lost) mirror_.reset();  // out of memory half-way: the next round goes in full
+    throw;
+  }
   next_.pol = rest.pol;
   next_.now = rest.now;
   next_.deadline_us = rest.deadline_us;
@@ -195,18 +212,28 @@ service::decoded_reply client::send_delta(cluster_delta const& delta, job_delta 
 service::decoded_reply client::solve_delta(cluster_delta const& delta, round_input const& jobs_only) {
   auto const t0 = std::chrono::steady_clock::now();
   move_cluster(delta, jobs_only);
-  next_.pending = jobs_only.pending;
-  next_.running = jobs_only.running;
-  return send_delta(delta, nullptr, t0);
+  try {
+    next_.pending = jobs_only.pending;
+    next_.running = jobs_only.running;
+    return send_delta(delta, nullptr, t0);
+  } catch (...) {
+    undo_cluster();
+    throw;
+  }
 }
 
 service::decoded_reply client::solve_delta(cluster_delta const& delta, job_delta const& jobs,
                                            round_input const& rest) {
   auto const t0 = std::chrono::steady_clock::now();
   move_cluster(delta, rest);
-  // Throws on a bad job delta, before sending.
-  apply_job_delta(mirror_->pending, mirror_->running, jobs, next_.pending, next_.running);
-  return send_delta(delta, &jobs, t0);
+  try {
+    // Throws on a bad job delta, before sending.
+    apply_job_delta(mirror_->pending, mirror_->running, jobs, next_.pending, next_.running);
+    return send_delta(delta, &jobs, t0);
+  } catch (...) {
+    undo_cluster();
+    throw;
+  }
 }
 
 namespace {

@@ -1178,7 +1178,9 @@ TEST(ApplyDelta, RandomSequenceMatchesReference) {
   // 1,000 random deltas, each sent through the wire and applied in place,
   // against a reference node list edited directly. One in four is broken
   // on purpose after it was built: it must be rejected and leave the
-  // cluster exactly as it was.
+  // cluster exactly as it was. The undoable form (apply_delta with a
+  // delta_undo, as the server and the client use it) gives the same, and
+  // reverts to the base.
   std::mt19937 rng(2024);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   cluster cur = small_cluster();
@@ -1188,6 +1190,7 @@ TEST(ApplyDelta, RandomSequenceMatchesReference) {
   int rejected = 0;
   flatbuffers::FlatBufferBuilder fbb;
   round_input jobs_only;
+  delta_undo undo;
   for (int step = 0; step < 1000; ++step) {
     cluster_delta d;
     d.base_epoch = cur.epoch;
@@ -1211,6 +1214,26 @@ TEST(ApplyDelta, RandomSequenceMatchesReference) {
     ASSERT_NE(chk.envelope, nullptr) << "step " << step << ": " << chk.message;
     auto const dec = svc::decode_request(*chk.envelope);
     ASSERT_TRUE(dec.delta.has_value());
+    // The undoable form on a copy: the same result, and revert_delta gives
+    // the base back exactly (its buffers reused from step to step).
+    cluster undone = cur;
+    if (broken) {
+      EXPECT_THROW(apply_delta(undone, *dec.delta, undo), logic_error) << "step " << step;
+      EXPECT_FALSE(undo.armed);
+      EXPECT_FALSE(undo.lost);
+      revert_delta(undone, undo);  // nothing to revert
+      expect_eq(undone, cur);
+    } else {
+      apply_delta(undone, *dec.delta, undo);
+      ASSERT_TRUE(undo.armed);
+      ASSERT_EQ(undone.epoch, d.new_epoch) << "step " << step;
+      cluster const moved = undone;
+      revert_delta(undone, undo);
+      EXPECT_FALSE(undo.armed);
+      expect_eq(undone, cur);
+      apply_delta(undone, *dec.delta, undo);  // and again, to compare with apply_delta below
+      ASSERT_TRUE(same(undone.nodes, moved.nodes)) << "step " << step;
+    }
     if (broken) {
       auto const before = cur.epoch;
       EXPECT_THROW(apply_delta(cur, *dec.delta), logic_error) << "step " << step;
@@ -1230,6 +1253,7 @@ TEST(ApplyDelta, RandomSequenceMatchesReference) {
     apply_delta(cur, *dec.delta);
     ASSERT_EQ(cur.epoch, d.new_epoch) << "step " << step;
     ASSERT_TRUE(same(cur.nodes, ref)) << "step " << step;
+    ASSERT_TRUE(same(undone.nodes, ref)) << "step " << step << ": the undoable form differs";
   }
   // From scratch: the reference nodes as a full snapshot at the same epoch.
   cluster rebuilt = small_cluster();

@@ -314,6 +314,13 @@ TEST(Service, RejectedRoundLeavesTheSessionAsItWas) {
   round_input bad_jobs = jobs_only;
   bad_jobs.pending[0].per_replica.cpu_milli = -5;
   EXPECT_EQ(send_raw({5, 6, {}, {2}, {{0, fine}}}, bad_jobs, 202).code, ErrorCode::InvalidArgument);
+  // The same through the client, which moves its own copy of the session's
+  // cluster in place: rejected, and the client's copy is back at epoch 5,
+  // node for node.
+  EXPECT_EQ(c.solve_delta({5, 6, {}, {2}, {{0, fine}}}, bad_jobs).code, ErrorCode::InvalidArgument);
+  ASSERT_NE(c.last_round(), nullptr);
+  EXPECT_EQ(c.last_round()->state.epoch, 5U);
+  EXPECT_TRUE(c.last_round()->state.nodes == in.state.nodes);
   // The session still holds what the snapshot sent, at epoch 5: a delta
   // against it gives the round a local solve of that cluster gives.
   auto const rep = c.solve_delta({5, 6, {}, {}, {{0, fine}}}, jobs_only);

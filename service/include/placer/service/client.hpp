@@ -108,12 +108,17 @@ class client {
   service::decoded_reply send(round_input const& in, cluster_delta const* delta, job_delta const* jobs,
                               std::chrono::steady_clock::time_point t0);
   /// next_ becomes the mirror's cluster moved by `delta`, with `rest`'s
-  /// policy, now and deadline.
+  /// policy, now and deadline: the mirror's cluster itself, moved into
+  /// next_ and on in place (no copy of every node), until keep() keeps it or
+  /// undo_cluster() moves it back.
   void move_cluster(cluster_delta const& delta, round_input const& rest);
+  /// The mirror's cluster back where move_cluster found it.
+  void undo_cluster() noexcept;
   /// Sends next_ as deltas, or in full when the server lost the session.
   service::decoded_reply send_delta(cluster_delta const& delta, job_delta const* jobs,
                                     std::chrono::steady_clock::time_point t0);
-  /// next_ becomes the mirror when the server accepted the round.
+  /// next_ becomes the mirror when the server accepted the round; else the
+  /// mirror's cluster goes back (undo_cluster).
   service::decoded_reply keep(service::decoded_reply reply);
 
   struct impl;
@@ -123,6 +128,8 @@ class client {
   round_trip_timing last_timing_;
   std::optional<round_input> mirror_;  ///< the last round accepted: what the session holds
   round_input next_;                   ///< the round in flight (the mirror moved by its deltas)
+  bool moved_ = false;                 ///< next_.state is the mirror's cluster, moved
+  delta_undo undo_;                    ///< what the delta in flight replaced
   std::uint64_t resyncs_ = 0;
   std::uint64_t retries_ = 0;
 };
