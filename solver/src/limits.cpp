@@ -83,15 +83,7 @@ void check_limits(round_input const& in, round_limits const& lim, std::vector<st
   for (auto const& d : c.topo.domains) name_fits(d.name, lim.name_bytes, "a topology domain");
   scratch.clear();
   for (auto const& n : c.nodes) {
-    cap(n.gpu_count(), lim.gpus_per_node, "GPUs on one node", "");
-    name_fits(n.name, lim.name_bytes, "a node");
-    name_fits(n.gpu_model, lim.name_bytes, "a GPU model");
-    cap(static_cast<std::int64_t>(n.labels.size() + n.taints.size()), lim.labels, "labels and taints on one node", "");
-    for (auto const& l : n.labels) name_fits(l, lim.name_bytes, "a node label");
-    for (auto const& t : n.taints) {
-      name_fits(t.key, lim.name_bytes, "a taint key");
-      name_fits(t.value, lim.name_bytes, "a taint value");
-    }
+    if (!in.nodes_validated) check_node_limits(n, lim);
     scratch.push_back(n.name);
   }
   auto twice = repeated(scratch);
@@ -115,6 +107,18 @@ void check_limits(round_input const& in, round_limits const& lim, std::vector<st
   }
   twice = repeated(scratch);
   PLACER_EXPECTS(twice.empty(), "two running jobs are named " + shown(twice));
+}
+
+void check_node_limits(node const& n, round_limits const& lim) {
+  cap(n.gpu_count(), lim.gpus_per_node, "GPUs on one node", "");
+  name_fits(n.name, lim.name_bytes, "a node");
+  name_fits(n.gpu_model, lim.name_bytes, "a GPU model");
+  cap(static_cast<std::int64_t>(n.labels.size() + n.taints.size()), lim.labels, "labels and taints on one node", "");
+  for (auto const& l : n.labels) name_fits(l, lim.name_bytes, "a node label");
+  for (auto const& t : n.taints) {
+    name_fits(t.key, lim.name_bytes, "a taint key");
+    name_fits(t.value, lim.name_bytes, "a taint value");
+  }
 }
 
 }  // namespace placer

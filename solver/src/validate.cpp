@@ -73,7 +73,7 @@ void check_running_fit(round_input const& in) {
 }  // namespace
 
 void validate(round_input const& in) {
-  validate(in.state);
+  validate(in.state, !in.nodes_validated);
   // Comparisons are false for NaN, so these refuse it too.
   PLACER_EXPECTS(in.pol.queue.sensitivity_threshold >= 0.0F && in.pol.queue.sensitivity_threshold <= 1.0F,
                  "policy.queue.sensitivity_threshold must be in 0..1");

@@ -334,6 +334,56 @@ TEST(Service, RejectedRoundLeavesTheSessionAsItWas) {
   EXPECT_EQ(rep.result.metrics.gar_before, want.metrics.gar_before);
 }
 
+TEST(Service, SessionBytesFollowDeltasNodeByNode) {
+  // A delta round moves its session's bytes by the nodes it changes, removes
+  // and adds instead of reading every node and label again; the figure
+  // stays what session_bytes gives for the whole, round after round, and a
+  // rejected delta leaves it as it was.
+  running_server s;
+  client c({s.endpoint(), 5000, "bytes"});
+  round_input in = demo_round();
+  ASSERT_GE(in.state.nodes.size(), 4U);
+  in.state.epoch = 1;
+  for (std::size_t i = 0; i < in.state.nodes.size(); ++i) {
+    in.state.nodes[i].labels = {"kubernetes.io/hostname=" + in.state.nodes[i].name, "zone=z" + std::to_string(i % 3)};
+  }
+  round_input jobs_only;
+  jobs_only.pending = in.pending;
+  ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
+  auto held = [&] { return c.health().session_bytes; };
+  auto whole = [&] {
+    auto const* r = c.last_round();
+    return service::session_bytes(r->state, r->pending, r->running);
+  };
+  EXPECT_EQ(held(), whole());
+  std::uint64_t epoch = 1;
+  for (int step = 0; step < 6; ++step) {
+    auto const& cur = c.last_round()->state.nodes;
+    cluster_delta d{epoch, epoch + 1, {}, {}, {}};
+    node longer = cur[0];
+    longer.labels.push_back("feature.node.kubernetes.io/step-" + std::to_string(step) + "=" + std::string(40, 'x'));
+    longer.taints.push_back({"team-with-a-long-taint-key", "inference", taint_effect::no_schedule});
+    d.changed.push_back({0, longer});
+    if (step % 2 == 1) d.removed.push_back(static_cast<std::int32_t>(cur.size() - 1));
+    node added = cur[1];
+    added.name = "added-node-with-a-long-name-" + std::to_string(step);
+    if (step % 3 != 2) d.added.push_back(added);
+    auto const rep = c.solve_delta(d, jobs_only);
+    ASSERT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+    ++epoch;
+    EXPECT_EQ(held(), whole()) << "step " << step;
+    // A round the server rejects (for a job) after its delta (a node
+    // removed, one changed, one added) was applied moves nothing.
+    round_input bad_jobs = jobs_only;
+    bad_jobs.pending[0].per_replica.cpu_milli = -5;
+    auto const before = held();
+    EXPECT_EQ(c.solve_delta({epoch, epoch + 1, {added}, {2}, {{0, longer}}}, bad_jobs).code,
+              ErrorCode::InvalidArgument);
+    EXPECT_EQ(held(), before) << "step " << step;
+    EXPECT_EQ(held(), whole()) << "step " << step;
+  }
+}
+
 TEST(Service, SessionsBelongToThePeerThatMadeThem) {
   // The hijack a hostile peer could do before sessions had owners: with
   // only A's session id, B read A's round (an empty delta at A's epoch) and
@@ -428,6 +478,22 @@ TEST(Service, RoundsPastTheLimitsAreRefusedBeforeSolving) {
   fine.cpu_milli_free = 0;
   round_input jobs_only;
   jobs_only.pending = good.pending;
+  // A delta round's nodes are not checked again as a whole (they were when
+  // they came), but the nodes a delta brings are: too many labels on a
+  // changed node, a label too long on an added one.
+  node labelled = good.state.nodes[0];
+  for (int k = 0; k < 257; ++k) labelled.labels.push_back("l" + std::to_string(k) + "=v");
+  auto refused = c.solve_delta({3, 4, {}, {}, {{0, labelled}}}, jobs_only);
+  EXPECT_EQ(refused.code, ErrorCode::ResourceExhausted);
+  EXPECT_NE(refused.message.find("labels and taints on one node, above the limit of 256"), std::string::npos)
+      << refused.message;
+  node added = good.state.nodes[1];
+  added.name = "added";
+  added.labels = {"zone=" + std::string(300, 'z')};
+  refused = c.solve_delta({3, 4, {added}, {}, {}}, jobs_only);
+  EXPECT_EQ(refused.code, ErrorCode::InvalidArgument);
+  EXPECT_NE(refused.message.find("node label name of 305 bytes, above the limit of 256"), std::string::npos)
+      << refused.message;
   auto const rep = c.solve_delta({3, 4, {}, {}, {{0, fine}}}, jobs_only);
   EXPECT_EQ(rep.code, ErrorCode::Ok) << rep.message;
   EXPECT_EQ(c.resyncs(), 0U);

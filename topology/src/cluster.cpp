@@ -47,7 +47,7 @@ std::string node_problem(node const& n, std::int32_t n_domains) {
   return {};
 }
 
-void validate(cluster const& c) {
+void validate(cluster const& c, bool nodes) {
   auto const& t = c.topo;
   auto const nd = static_cast<std::int32_t>(t.domains.size());
   for (std::int32_t d = 0; d < nd; ++d) {
@@ -63,7 +63,7 @@ void validate(cluster const& c) {
                      "topology domain " + std::to_string(d) + " must sit below its parent's level (no cycles)");
     }
   }
-  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
+  for (std::size_t i = 0; nodes && i < c.nodes.size(); ++i) {
     auto const problem = node_problem(c.nodes[i], nd);
     PLACER_EXPECTS(problem.empty(), node_ctx(c, i) + ": " + problem);
   }

@@ -128,9 +128,14 @@ struct server_stats {
   capture_stats capture;                   ///< --capture: files written, dropped, failed
 };
 
-/// What a session holds in memory, estimated from its containers'
-/// capacities (the cluster, pending and running jobs it keeps for deltas).
+/// What a session holds in memory, estimated from its containers' sizes
+/// (the cluster, pending and running jobs it keeps for deltas), as the heap
+/// would allocate them: node_bytes per node, jobs_bytes for the jobs. Sizes,
+/// not capacities, so that the figure a server keeps up to date delta by
+/// delta equals this of the whole.
 std::size_t session_bytes(cluster const& c, std::vector<job> const& pending, std::vector<running_job> const& running);
+std::size_t node_bytes(node const& n);
+std::size_t jobs_bytes(std::vector<job> const& pending, std::vector<running_job> const& running);
 
 class server {
  public:

@@ -43,6 +43,13 @@ struct round_limits {
 /// (invalid_argument). `scratch` is the caller's reused buffer (its
 /// capacity is kept), so checking a steady stream of rounds allocates
 /// nothing once it has grown.
+/// With in.nodes_validated, a node's own bounds (GPUs, name, labels and
+/// taints) are not checked again: the service checks a delta's nodes with
+/// check_node_limits as they come.
 void check_limits(round_input const& in, round_limits const& lim, std::vector<std::string_view>& scratch);
+
+/// One node's bounds: its GPUs, its name and GPU model, its labels and
+/// taints (count and lengths).
+void check_node_limits(node const& n, round_limits const& lim);
 
 }  // namespace placer

@@ -265,6 +265,13 @@ struct round_input {
   /// does: a policy with nothing to do leaves the round's placements as
   /// they are without it. Null: this round is its own context.
   round_input const* context = nullptr;
+  /// Every node was validated before (validate(), check_node_limits): set
+  /// by the service for a delta round, whose session's cluster passed both
+  /// when it came and whose delta's nodes were checked as it was applied,
+  /// so the per-node checks are not paid again for every node and label of
+  /// the cluster each round. Never encoded; the topology, the jobs and the
+  /// nodes' names are checked all the same.
+  bool nodes_validated = false;
 };
 
 enum class unplaced_reason : std::uint8_t {

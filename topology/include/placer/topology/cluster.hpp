@@ -84,7 +84,8 @@ struct cluster {
 /// Throws placer::logic_error (invalid_argument) naming the first problem:
 /// free above capacity, GPU free outside 0..1000, a domain index out of
 /// range, a cycle in the tree, a node whose domain is not a valid index.
-void validate(cluster const& c);
+/// `nodes` false: the topology alone (the nodes were checked before).
+void validate(cluster const& c, bool nodes = true);
 
 /// validate()'s checks of one node in a tree of `n_domains` domains: the
 /// first problem ("cpu_milli_free must be in 0..cpu_milli_capacity"), or ""
