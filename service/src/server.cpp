@@ -246,6 +246,7 @@ class worker {
       // A session's cluster was checked node by node when it came, and a
       // delta's nodes are as they come (check_node_limits, apply_delta).
       in.nodes_validated = req_.delta.has_value();
+      in.label_memo = nullptr;
       session_key(peer, h.session, key_);
       auto const found = h.session.empty() ? sessions_.end() : sessions_.find(key_);
       session* const sess = found == sessions_.end() ? nullptr : &found->second;
@@ -257,15 +258,16 @@ class worker {
       // moves it back, so the session keeps its epoch (revert_delta).
       struct session_restore {
         cluster* round = nullptr;
-        cluster* kept = nullptr;
+        session* kept = nullptr;
         delta_undo* undo = nullptr;
         ~session_restore() {
           if (kept == nullptr) return;
           revert_delta(*round, *undo);
-          std::swap(*round, *kept);
+          std::swap(*round, kept->state);
+          kept->labels.clear();  // it followed the delta
           // Out of memory half-way: no epoch a delta can name, so the
           // client's next one is answered StaleEpoch and it resyncs.
-          if (undo->lost) kept->epoch = std::numeric_limits<std::uint64_t>::max();
+          if (undo->lost) kept->state.epoch = std::numeric_limits<std::uint64_t>::max();
         }
       } restore;
       if (req_.delta) {
@@ -278,11 +280,13 @@ class worker {
         }
         t = std::chrono::steady_clock::now();
         std::swap(in.state, sess->state);
-        restore = {&in.state, &sess->state, &undo_};
+        restore = {&in.state, sess, &undo_};
         for (auto const& u : req_.delta->changed) check_node_limits(u.value, cfg_.limits);
         for (auto const& a : req_.delta->added) check_node_limits(a, cfg_.limits);
         apply_delta(in.state, *req_.delta, undo_);  // throws stale_epoch, with nothing changed
         delta_bytes = cluster_bytes_moved(in.state, undo_);
+        sess->labels.follow(undo_, in.state.nodes.size());
+        in.label_memo = &sess->labels;
         if (req_.jobs) apply_job_delta(sess->pending, sess->running, *req_.jobs, in.pending, in.running);
         delta_us = micros_since(t);
       }
@@ -332,6 +336,7 @@ class worker {
         }
         restore.kept = nullptr;  // the round's cluster becomes the session's
         undo_.armed = false;
+        if (!req_.delta) kept->labels.clear();  // made for the cluster this one replaces
         std::swap(kept->state, in.state);
         std::swap(kept->pending, in.pending);
         std::swap(kept->running, in.running);
@@ -488,6 +493,7 @@ class worker {
     std::vector<job> pending;          ///< its pending jobs (job deltas apply to them)
     std::vector<running_job> running;  ///< its running jobs (job deltas apply to them)
     queue_memory memory;               ///< cross-round policy memory
+    node_label_memo labels;            ///< its nodes' constraint-group keys (constraint_tables)
     std::uint64_t last_used = 0;       ///< the worker's tick of its last accepted round
     std::size_t bytes = 0;             ///< session_bytes() when it was stored
     std::size_t cluster_bytes = 0;     ///< of which the cluster's (moved on delta by delta)

@@ -259,11 +259,25 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
   key_lengths.erase(std::unique(key_lengths.begin(), key_lengths.end()), key_lengths.end());
 
   // Groups: nodes with the same labels on those keys and the same taints.
+  // With a session's memo for the same keys, a node's key is read from it
+  // unless the node changed since.
+  node_label_memo* const memo = in.context == nullptr ? in.label_memo : nullptr;
+  if (memo != nullptr && (memo->keys != keys || memo->node_key.size() != nodes.size())) {
+    memo->keys = keys;
+    memo->node_key.assign(nodes.size(), {});
+    memo->fresh.assign(nodes.size(), 0);
+  }
   ids.clear();
   node_group.resize(nodes.size());
   group_node.clear();
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     auto const& nd = nodes[i];
+    if (memo != nullptr && memo->fresh[i] != 0) {
+      auto const [it, fresh] = ids.try_emplace(memo->node_key[i], static_cast<std::int32_t>(group_node.size()));
+      if (fresh) group_node.push_back(static_cast<std::int32_t>(i));
+      node_group[i] = it->second;
+      continue;
+    }
     key.clear();
     if (!keys.empty()) {
       // A label's bytes are a cache miss each, tens a node: ask for those
@@ -293,6 +307,10 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
     auto const [it, fresh] = ids.try_emplace(key, static_cast<std::int32_t>(group_node.size()));
     if (fresh) group_node.push_back(static_cast<std::int32_t>(i));
     node_group[i] = it->second;
+    if (memo != nullptr) {
+      memo->node_key[i] = key;
+      memo->fresh[i] = 1;
+    }
   }
   auto const n_groups = static_cast<std::int32_t>(group_node.size());
   out.n_constraint_groups = n_groups;
@@ -315,6 +333,32 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
     }
   }
   merge_equal_sets(out);
+}
+
+void node_label_memo::follow(delta_undo const& undo, std::size_t nodes) {
+  if (node_key.size() != undo.size) {  // made for another cluster: start again
+    clear();
+    return;
+  }
+  for (auto const i : undo.changed) fresh[static_cast<std::size_t>(i)] = 0;
+  if (!undo.removed.empty()) {
+    std::size_t kept = 0, r = 0;
+    for (std::size_t i = 0; i < undo.size; ++i) {
+      if (r < undo.removed.size() && static_cast<std::size_t>(undo.removed[r]) == i) {
+        ++r;
+        continue;
+      }
+      if (kept != i) {
+        node_key[kept] = std::move(node_key[i]);
+        fresh[kept] = fresh[i];
+      }
+      ++kept;
+    }
+    node_key.resize(kept);
+    fresh.resize(kept);
+  }
+  node_key.resize(nodes);
+  fresh.resize(nodes, 0);
 }
 
 void constraint_tables::merge_equal_sets(kernels::round_arrays& out) {

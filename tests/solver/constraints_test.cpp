@@ -337,6 +337,69 @@ TEST(Constraints, LabelKeysEndAtTheFirstEquals) {
   EXPECT_EQ(out.node_group, (std::vector<std::int32_t>{0, 0, 1, 2}));
 }
 
+// A session's label memo (node_label_memo: each node's group key, kept
+// across delta rounds) gives the groups and tables that reading every label
+// gives, over random deltas (labels and taints changed, nodes removed and
+// added) and jobs whose asked keys change, and spares the unchanged nodes.
+TEST(Constraints, ASessionsLabelMemoGivesTheGroupsReadingEveryLabelGives) {
+  std::mt19937_64 rng(20261127);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  round_input in = testing_support::random_round(rng, 24, 40);
+  testing_support::add_random_constraints(rng, in);
+  round_input const labels_source = in;  // nodes whose labels and taints the deltas take
+  node_label_memo memo;
+  delta_undo undo;
+  std::int64_t reused = 0, nodes_seen = 0;
+  int serial = 0;
+  for (int step = 0; step < 300; ++step) {
+    if (step > 0) {
+      auto const n = static_cast<std::int32_t>(in.state.nodes.size());
+      cluster_delta d{in.state.epoch, in.state.epoch + 1, {}, {}, {}};
+      std::vector<std::int32_t> idx(static_cast<std::size_t>(n));
+      for (std::int32_t i = 0; i < n; ++i) idx[static_cast<std::size_t>(i)] = i;
+      std::shuffle(idx.begin(), idx.end(), rng);
+      int const n_changed = std::min<int>(n, pick(0, 3));
+      int const n_removed = n > 16 ? pick(0, 2) : 0;
+      for (int k = 0; k < n_changed; ++k) {
+        node x = in.state.nodes[static_cast<std::size_t>(idx[static_cast<std::size_t>(k)])];
+        auto const& src = labels_source.state.nodes[static_cast<std::size_t>(pick(0, 23))];
+        x.labels = src.labels;
+        x.taints = src.taints;
+        d.changed.push_back({idx[static_cast<std::size_t>(k)], x});
+      }
+      for (int k = 0; k < n_removed; ++k) d.removed.push_back(idx[static_cast<std::size_t>(n_changed + k)]);
+      for (int k = pick(0, n < 32 ? 2 : 0); k > 0; --k) {
+        node x = labels_source.state.nodes[static_cast<std::size_t>(pick(0, 23))];
+        x.name = "added-" + std::to_string(serial++);
+        d.added.push_back(x);
+      }
+      apply_delta(in.state, d, undo);
+      memo.follow(undo, in.state.nodes.size());
+    }
+    if (step % 25 == 7) {  // the jobs' constraints, and so the keys asked about, change
+      round_input fresh = in;
+      testing_support::add_random_constraints(rng, fresh);
+      for (std::size_t j = 0; j < in.pending.size(); ++j) in.pending[j].constraints = fresh.pending[j].constraints;
+    }
+    for (auto f : memo.fresh) reused += f;
+    nodes_seen += static_cast<std::int64_t>(in.state.nodes.size());
+    round_input with = in;
+    with.label_memo = &memo;
+    kernels::round_arrays a, b;
+    constraint_tables ta, tb;
+    ta.build(with, a);
+    tb.build(in, b);
+    ASSERT_EQ(ta.active, tb.active) << "step " << step;
+    ASSERT_EQ(a.node_group, b.node_group) << "step " << step;
+    ASSERT_EQ(a.n_constraint_groups, b.n_constraint_groups) << "step " << step;
+    ASSERT_EQ(a.constraint_admit, b.constraint_admit) << "step " << step;
+    ASSERT_EQ(a.constraint_prefer, b.constraint_prefer) << "step " << step;
+    ASSERT_EQ(ta.job_set, tb.job_set) << "step " << step;
+  }
+  // Most nodes, most rounds, came from the memo.
+  EXPECT_GT(reused, nodes_seen * 3 / 4) << reused << " of " << nodes_seen;
+}
+
 // A round without constraints builds no tables and gives the same classes.
 TEST(Constraints, ARoundWithoutThemPaysNothing) {
   std::mt19937_64 rng(5);

@@ -247,6 +247,26 @@ struct queue_spec {
   bool operator==(queue_spec const&) const = default;
 };
 
+/// A session's memory of its nodes' constraint-group keys (the labels on
+/// the keys the round's selectors ask about, and the taints), so that a
+/// delta round reads the labels of the nodes the delta brought alone, not
+/// every label of every node (constraint_tables::build). Held by the
+/// service with a session, at most one key per node (each no longer than
+/// the node's labels and taints). Never encoded.
+struct node_label_memo {
+  std::vector<std::string> keys;       ///< the asked keys the entries were made for
+  std::vector<std::string> node_key;   ///< per node: its group key
+  std::vector<std::uint8_t> fresh;     ///< per node: node_key is its current one
+  /// Follows apply_delta(c, d, undo) on the cluster (now `nodes` nodes):
+  /// changed nodes stale, removed ones out, added ones stale.
+  void follow(delta_undo const& undo, std::size_t nodes);
+  void clear() {
+    keys.clear();
+    node_key.clear();
+    fresh.clear();
+  }
+};
+
 struct round_input {
   cluster state;
   /// Queues with limits (empty: job::queue is not read). A round never
@@ -272,6 +292,9 @@ struct round_input {
   /// the cluster each round. Never encoded; the topology, the jobs and the
   /// nodes' names are checked all the same.
   bool nodes_validated = false;
+  /// The session's label memo for this round's cluster, or null (then every
+  /// node's labels are read). Used by the round itself, not its sub-problems.
+  node_label_memo* label_memo = nullptr;
 };
 
 enum class unplaced_reason : std::uint8_t {
