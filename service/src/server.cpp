@@ -280,6 +280,7 @@ class worker {
         }
         t = std::chrono::steady_clock::now();
         std::swap(in.state, sess->state);
+        undo_.armed = undo_.lost = false;  // until apply_delta says otherwise
         restore = {&in.state, sess, &undo_};
         for (auto const& u : req_.delta->changed) check_node_limits(u.value, cfg_.limits);
         for (auto const& a : req_.delta->added) check_node_limits(a, cfg_.limits);

@@ -271,46 +271,19 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
   node_group.resize(nodes.size());
   group_node.clear();
   for (std::size_t i = 0; i < nodes.size(); ++i) {
-    auto const& nd = nodes[i];
+    std::string const* k = &key;
     if (memo != nullptr && memo->fresh[i] != 0) {
-      auto const [it, fresh] = ids.try_emplace(memo->node_key[i], static_cast<std::int32_t>(group_node.size()));
-      if (fresh) group_node.push_back(static_cast<std::int32_t>(i));
-      node_group[i] = it->second;
-      continue;
-    }
-    key.clear();
-    if (!keys.empty()) {
-      // A label's bytes are a cache miss each, tens a node: ask for those
-      // of the node after next (100k-nfd's groups 7.1 -> 4.8 ms).
-      if (i + 2 < nodes.size()) {
-        for (auto const& l : nodes[i + 2].labels) __builtin_prefetch(l.data());
-      }
-      for (std::string_view const l : nd.labels) {
-        // Is l's key one of the sets'? Only where a key's length meets an '=' (or l's end).
-        for (auto const n : key_lengths) {
-          if (n > l.size()) break;
-          if ((n == l.size() || l[n] == '=') && std::binary_search(keys.begin(), keys.end(), l.substr(0, n))) {
-            key += l;
-            key += '\0';
-            break;
-          }
-        }
+      k = &memo->node_key[i];
+    } else {
+      node_key(nodes, i);
+      if (memo != nullptr) {
+        memo->node_key[i] = key;
+        memo->fresh[i] = 1;
       }
     }
-    key += '\1';
-    for (auto const& t : nd.taints) {
-      key += t.key;
-      key += '\0';
-      key += t.value;
-      key += static_cast<char>('0' + static_cast<int>(t.effect));
-    }
-    auto const [it, fresh] = ids.try_emplace(key, static_cast<std::int32_t>(group_node.size()));
+    auto const [it, fresh] = ids.try_emplace(*k, static_cast<std::int32_t>(group_node.size()));
     if (fresh) group_node.push_back(static_cast<std::int32_t>(i));
     node_group[i] = it->second;
-    if (memo != nullptr) {
-      memo->node_key[i] = key;
-      memo->fresh[i] = 1;
-    }
   }
   auto const n_groups = static_cast<std::int32_t>(group_node.size());
   out.n_constraint_groups = n_groups;
@@ -333,6 +306,36 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
     }
   }
   merge_equal_sets(out);
+}
+
+void constraint_tables::node_key(std::vector<node> const& nodes, std::size_t i) {
+  auto const& nd = nodes[i];
+  key.clear();
+  if (!keys.empty()) {
+    // A label's bytes are a cache miss each, tens a node: ask for those
+    // of the node after next (100k-nfd's groups 7.1 -> 4.8 ms).
+    if (i + 2 < nodes.size()) {
+      for (auto const& l : nodes[i + 2].labels) __builtin_prefetch(l.data());
+    }
+    for (std::string_view const l : nd.labels) {
+      // Is l's key one of the sets'? Only where a key's length meets an '=' (or l's end).
+      for (auto const n : key_lengths) {
+        if (n > l.size()) break;
+        if ((n == l.size() || l[n] == '=') && std::binary_search(keys.begin(), keys.end(), l.substr(0, n))) {
+          key += l;
+          key += '\0';
+          break;
+        }
+      }
+    }
+  }
+  key += '\1';
+  for (auto const& t : nd.taints) {
+    key += t.key;
+    key += '\0';
+    key += t.value;
+    key += static_cast<char>('0' + static_cast<int>(t.effect));
+  }
 }
 
 void node_label_memo::follow(delta_undo const& undo, std::size_t nodes) {

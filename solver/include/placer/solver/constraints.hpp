@@ -74,6 +74,9 @@ struct constraint_tables {
   void build(round_input const& in, kernels::round_arrays& out);
 
  private:
+  /// Node i's group key into `key`: its labels on the asked keys, then its
+  /// taints.
+  void node_key(std::vector<node> const& nodes, std::size_t i);
   /// Sets with equal rows become one (job_set remapped, rows compacted);
   /// with one set left that admits all and prefers nothing, inactive.
   void merge_equal_sets(kernels::round_arrays& out);
