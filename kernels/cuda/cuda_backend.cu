@@ -285,6 +285,8 @@ class cuda_device {
     wide_ = steps == nullptr || std::string_view(steps) != "0";
     // The fewest bids for which the team takes a row's offers (to measure).
     if (char const* least = std::getenv("PLACER_CUDA_TEAM_OFFER_LEAST")) offer_least_ = std::atoi(least);
+    // The most candidate nodes a tier's refresh goes a cell per thread for (to measure).
+    if (char const* below = std::getenv("PLACER_CUDA_REFRESH_CELLS_BELOW")) refresh_below_ = std::atoi(below);
     if (char const* threads = std::getenv("PLACER_CUDA_TIER_THREADS")) {
       threads_ = std::atoi(threads);
       if (threads_ != 256 && threads_ != 512 && threads_ != 1024) {
@@ -374,6 +376,7 @@ class cuda_device {
     if (wide_) {
       tier_chain k = c;
       k.work.offer_team_least = offer_least_;
+      k.work.refresh_cells_below = refresh_below_;
       if (threads_ == 256) {
         tier_kernel<true, 256><<<1, 256, 0, stream_>>>(k, in, n_in, out);
       } else if (threads_ == 1024) {
@@ -391,6 +394,7 @@ class cuda_device {
   bool wide_ = true;  ///< the tier kernel's team steps (cuda_team<true>)
   std::int32_t offer_least_ = tier_offer_team_least;  ///< tier_buffers::offer_team_least
   int threads_ = tier_threads;                         ///< the tier kernel's CTA
+  std::int32_t refresh_below_ = tier_refresh_cells_below;  ///< tier_buffers::refresh_cells_below
   cudaStream_t stream_ = nullptr;
   temp_allocator temp_;
   std::string description_;

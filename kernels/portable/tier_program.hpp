@@ -122,6 +122,13 @@ struct tier_clock {
 /// to 29.9 and from 1 to 36.1.
 inline constexpr std::int32_t tier_offer_team_least = 16;
 
+/// A team_wide team refreshes a tier's stale cells a worker per cell, not
+/// per node, when the tier has at most this many candidate nodes: half the
+/// CUDA backend's CTA when it had 256 threads (it has 512 now;
+/// PLACER_CUDA_REFRESH_CELLS_BELOW sets tier_buffers::refresh_cells_below
+/// there, to measure).
+inline constexpr std::int32_t tier_refresh_cells_below = 128;
+
 /// The program's buffers, in the backend's memory. Sizes: N = nodes, R =
 /// rows, D = sum of the rows' demands.
 struct tier_buffers {
@@ -159,6 +166,9 @@ struct tier_buffers {
   /// tier_offer_team takes the rows with at least this many bids in a
   /// round; the others keep the serial offers (the same results).
   std::int32_t offer_team_least = tier_offer_team_least;
+  /// A team_wide team refreshes a tier a worker per cell up to this many
+  /// candidate nodes (tier_refresh_cells_below).
+  std::int32_t refresh_cells_below = tier_refresh_cells_below;
 };
 
 /// A chain of tiers run in one launch (tier_chain_program; the backend's
@@ -1003,10 +1013,6 @@ PLACER_HD inline void tier_refresh(tier_buffers const& b, std::int32_t n, std::i
   }
 }
 
-/// A team_wide team refreshes a tier's stale cells a worker per cell, not
-/// per node, when the tier has at most this many candidate nodes (half the
-/// CUDA backend's CTA when it had 256 threads; tier_threads is 512 now).
-inline constexpr std::int32_t tier_refresh_cells_below = 128;
 
 /// The refresh of one stale cell, class c on node n, for a team that
 /// splits a refresh by cell (tier_program): pass 0 scores it where n has
@@ -1440,7 +1446,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   }
   std::int32_t const candidates = p.changed != nullptr ? p.n_changed : n_nodes;
   auto const candidate = [&](std::int32_t i) { return p.changed != nullptr ? p.changed[i] : i; };
-  if (t.team_wide && candidates <= tier_refresh_cells_below) {
+  if (t.team_wide && candidates <= b.refresh_cells_below) {
     // Few nodes (most tiers after a chain's first: 51 a tier at 10k): a
     // worker per cell, not per column, so the CTA's idle workers share the
     // columns (a cell recomputes what a column shares, its node's F before
