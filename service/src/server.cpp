@@ -260,6 +260,9 @@ class worker {
         cluster* round = nullptr;
         session* kept = nullptr;
         delta_undo* undo = nullptr;
+        session_restore() = default;
+        session_restore(session_restore const&) = delete;  // a temporary's destructor would restore
+        session_restore& operator=(session_restore const&) = delete;
         ~session_restore() {
           if (kept == nullptr) return;
           revert_delta(*round, *undo);
@@ -281,7 +284,9 @@ class worker {
         t = std::chrono::steady_clock::now();
         std::swap(in.state, sess->state);
         undo_.armed = undo_.lost = false;  // until apply_delta says otherwise
-        restore = {&in.state, sess, &undo_};
+        restore.round = &in.state;
+        restore.undo = &undo_;
+        restore.kept = sess;
         for (auto const& u : req_.delta->changed) check_node_limits(u.value, cfg_.limits);
         for (auto const& a : req_.delta->added) check_node_limits(a, cfg_.limits);
         apply_delta(in.state, *req_.delta, undo_);  // throws stale_epoch, with nothing changed
