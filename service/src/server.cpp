@@ -296,7 +296,9 @@ class worker {
         if (req_.jobs) apply_job_delta(sess->pending, sess->running, *req_.jobs, in.pending, in.running);
         delta_us = micros_since(t);
       }
+      t = std::chrono::steady_clock::now();
       check_limits(in, cfg_.limits, names_);
+      double const limits_us = micros_since(t);
       std::uint64_t const sent_deadline = in.deadline_us;  // a capture keeps the request's own
       if (in.deadline_us > 0 && queued_us > 0) {
         auto const waited = static_cast<std::uint64_t>(queued_us);
@@ -326,6 +328,7 @@ class worker {
       if (queued_us >= 0) r.timing.push_back({stage_queue, queued_us});
       r.timing.push_back({stage_decode, decode_us});
       if (req_.delta) r.timing.push_back({stage_apply_delta, delta_us});
+      r.timing.push_back({stage_limits, limits_us});
       encode_reply(fbb_, h, r, in, stage_encode);
       std::size_t const n_nodes = in.state.nodes.size();
       std::size_t const n_pending = in.pending.size();

@@ -145,7 +145,7 @@ TEST(Service, ReplyTimesTheServicesOwnStages) {
   auto const names = stages(full);
   ASSERT_FALSE(names.empty());
   EXPECT_EQ(names.back(), service::stage_encode);
-  for (char const* st : {"validate", "total", service::stage_verify, service::stage_decode}) {
+  for (char const* st : {"validate", "total", service::stage_verify, service::stage_decode, service::stage_limits}) {
     EXPECT_TRUE(has_stage(full, st)) << st;
   }
   EXPECT_FALSE(has_stage(full, service::stage_apply_delta)) << "a full snapshot applies no delta";

@@ -43,15 +43,18 @@ namespace placer::service {
 /// The stages the service adds to a reply's timing list beside the
 /// solver's (whose "total" is the solve alone): the FlatBuffers verifier
 /// (on the I/O thread), the request's decoding, the deltas applied to the
-/// session's cluster and jobs (delta rounds only) and the reply's encoding.
+/// session's cluster and jobs (delta rounds only), the round's limits
+/// (--max-nodes and the rest, names and their lengths) and the reply's
+/// encoding.
 inline constexpr char const* stage_verify = "verify";
 inline constexpr char const* stage_decode = "decode";
 inline constexpr char const* stage_apply_delta = "apply_delta";
+inline constexpr char const* stage_limits = "limits";
 inline constexpr char const* stage_encode = "encode";
 /// How long the round waited in the I/O thread's queue for its worker.
 inline constexpr char const* stage_queue = "queue";
-inline constexpr std::array<char const*, 5> service_stages{stage_verify, stage_queue, stage_decode,
-                                                           stage_apply_delta, stage_encode};
+inline constexpr std::array<char const*, 6> service_stages{stage_verify,      stage_queue,  stage_decode,
+                                                           stage_apply_delta, stage_limits, stage_encode};
 
 struct service_config {
   std::string endpoint = "tcp://127.0.0.1:5555";
