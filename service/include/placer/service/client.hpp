@@ -13,6 +13,7 @@
 #include <placer/service/curve.hpp>
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -105,8 +106,10 @@ class client {
 
  private:
   /// Encodes, sends, waits, decodes; the round trip started at `t0`.
+  /// `while_waiting` runs once the request is on its way (each attempt's).
   service::decoded_reply send(round_input const& in, cluster_delta const* delta, job_delta const* jobs,
-                              std::chrono::steady_clock::time_point t0);
+                              std::chrono::steady_clock::time_point t0,
+                              std::function<void()> const& while_waiting = {});
   /// next_ becomes the mirror's cluster moved by `delta`, with `rest`'s
   /// policy, now and deadline: the mirror's cluster itself, moved into
   /// next_ and on in place (no copy of every node), until keep() keeps it or
