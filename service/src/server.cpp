@@ -297,7 +297,10 @@ class worker {
         delta_us = micros_since(t);
       }
       t = std::chrono::steady_clock::now();
-      check_limits(in, cfg_.limits, names_);
+      // A job delta appends its jobs to the session's, which were checked.
+      arrived_jobs const arrived{req_.jobs ? in.pending.size() - req_.jobs->added.size() : 0,
+                                 req_.jobs ? in.running.size() - req_.jobs->started.size() : 0};
+      check_limits(in, cfg_.limits, names_, req_.jobs ? &arrived : nullptr);
       double const limits_us = micros_since(t);
       std::uint64_t const sent_deadline = in.deadline_us;  // a capture keeps the request's own
       if (in.deadline_us > 0 && queued_us > 0) {

@@ -59,7 +59,8 @@ void constraints_fit(node_constraints const& c, round_limits const& lim) {
 
 }  // namespace
 
-void check_limits(round_input const& in, round_limits const& lim, std::vector<std::string_view>& scratch) {
+void check_limits(round_input const& in, round_limits const& lim, std::vector<std::string_view>& scratch,
+                  arrived_jobs const* arrived) {
   auto const& c = in.state;
   cap(static_cast<std::int64_t>(c.nodes.size()), lim.nodes, "nodes", " (--max-nodes)");
   cap(c.topo.levels(), lim.topology_levels, "topology levels", "");
@@ -88,22 +89,28 @@ void check_limits(round_input const& in, round_limits const& lim, std::vector<st
   }
   auto twice = repeated(scratch);
   PLACER_EXPECTS(twice.empty(), "two nodes are named " + shown(twice));
+  // A job delta's round: the jobs it appended alone, and their names are
+  // unique already (sorting 5,000 names was most of 1 ms a round at 100k).
+  std::size_t const pending_from = arrived != nullptr ? std::min(arrived->pending_from, in.pending.size()) : 0;
+  std::size_t const running_from = arrived != nullptr ? std::min(arrived->running_from, in.running.size()) : 0;
   scratch.clear();
-  for (auto const& j : in.pending) {
+  for (std::size_t k = pending_from; k < in.pending.size(); ++k) {
+    auto const& j = in.pending[k];
     name_fits(j.name, lim.name_bytes, "a pending job");
     name_fits(j.queue, lim.name_bytes, "a queue");
     for (auto const& m : j.allowed_gpu_models) name_fits(m, lim.name_bytes, "a GPU model");
     constraints_fit(j.constraints, lim);
-    scratch.push_back(j.name);
+    if (arrived == nullptr) scratch.push_back(j.name);
   }
   twice = repeated(scratch);
   PLACER_EXPECTS(twice.empty(), "two pending jobs are named " + shown(twice));
   scratch.clear();
-  for (auto const& r : in.running) {
+  for (std::size_t k = running_from; k < in.running.size(); ++k) {
+    auto const& r = in.running[k];
     name_fits(r.name, lim.name_bytes, "a running job");
     name_fits(r.queue, lim.name_bytes, "a queue");
     constraints_fit(r.constraints, lim);
-    scratch.push_back(r.name);
+    if (arrived == nullptr) scratch.push_back(r.name);
   }
   twice = repeated(scratch);
   PLACER_EXPECTS(twice.empty(), "two running jobs are named " + shown(twice));

@@ -494,6 +494,15 @@ TEST(Service, RoundsPastTheLimitsAreRefusedBeforeSolving) {
   EXPECT_EQ(refused.code, ErrorCode::InvalidArgument);
   EXPECT_NE(refused.message.find("node label name of 305 bytes, above the limit of 256"), std::string::npos)
       << refused.message;
+  // Likewise a job delta's jobs: only those it brings are checked (the
+  // session's were), and one of them past a limit is refused.
+  job_delta long_job;
+  long_job.added.push_back(good.pending.front());
+  long_job.added.back().name = std::string(300, 'j');
+  refused = c.solve_delta({3, 4, {}, {}, {}}, long_job, jobs_only);
+  EXPECT_EQ(refused.code, ErrorCode::InvalidArgument);
+  EXPECT_NE(refused.message.find("pending job name of 300 bytes, above the limit of 256"), std::string::npos)
+      << refused.message;
   auto const rep = c.solve_delta({3, 4, {}, {}, {{0, fine}}}, jobs_only);
   EXPECT_EQ(rep.code, ErrorCode::Ok) << rep.message;
   EXPECT_EQ(c.resyncs(), 0U);

@@ -46,7 +46,18 @@ struct round_limits {
 /// With in.nodes_validated, a node's own bounds (GPUs, name, labels and
 /// taints) are not checked again: the service checks a delta's nodes with
 /// check_node_limits as they come.
-void check_limits(round_input const& in, round_limits const& lim, std::vector<std::string_view>& scratch);
+///
+/// `arrived`, for a round whose jobs a job delta moved on from a session's
+/// (checked before, their names unique, and the delta refused any name
+/// twice or already held): the jobs before these indices were checked in an
+/// earlier round, so only those appended from there are, and no name is
+/// looked for twice.
+struct arrived_jobs {
+  std::size_t pending_from = 0;
+  std::size_t running_from = 0;
+};
+void check_limits(round_input const& in, round_limits const& lim, std::vector<std::string_view>& scratch,
+                  arrived_jobs const* arrived = nullptr);
 
 /// One node's bounds: its GPUs, its name and GPU model, its labels and
 /// taints (count and lengths).
