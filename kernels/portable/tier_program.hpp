@@ -1013,7 +1013,6 @@ PLACER_HD inline void tier_refresh(tier_buffers const& b, std::int32_t n, std::i
   }
 }
 
-
 /// The refresh of one stale cell, class c on node n, for a team that
 /// splits a refresh by cell (tier_program): pass 0 scores it where n has
 /// no twin to copy from, pass 1 copies the twin's. The same values as

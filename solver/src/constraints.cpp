@@ -265,21 +265,17 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
   if (memo != nullptr && (memo->keys != keys || memo->node_key.size() != nodes.size())) {
     memo->keys = keys;
     memo->node_key.assign(nodes.size(), {});
-    memo->fresh.assign(nodes.size(), 0);
   }
   ids.clear();
   node_group.resize(nodes.size());
   group_node.clear();
   for (std::size_t i = 0; i < nodes.size(); ++i) {
     std::string const* k = &key;
-    if (memo != nullptr && memo->fresh[i] != 0) {
+    if (memo != nullptr && !memo->node_key[i].empty()) {
       k = &memo->node_key[i];
     } else {
       node_key(nodes, i);
-      if (memo != nullptr) {
-        memo->node_key[i] = key;
-        memo->fresh[i] = 1;
-      }
+      if (memo != nullptr) memo->node_key[i] = key;
     }
     auto const [it, fresh] = ids.try_emplace(*k, static_cast<std::int32_t>(group_node.size()));
     if (fresh) group_node.push_back(static_cast<std::int32_t>(i));
@@ -343,7 +339,7 @@ void node_label_memo::follow(delta_undo const& undo, std::size_t nodes) {
     clear();
     return;
   }
-  for (auto const i : undo.changed) fresh[static_cast<std::size_t>(i)] = 0;
+  for (auto const i : undo.changed) node_key[static_cast<std::size_t>(i)].clear();  // stale, its storage kept
   if (!undo.removed.empty()) {
     std::size_t kept = 0, r = 0;
     for (std::size_t i = 0; i < undo.size; ++i) {
@@ -351,17 +347,12 @@ void node_label_memo::follow(delta_undo const& undo, std::size_t nodes) {
         ++r;
         continue;
       }
-      if (kept != i) {
-        node_key[kept] = std::move(node_key[i]);
-        fresh[kept] = fresh[i];
-      }
+      if (kept != i) node_key[kept] = std::move(node_key[i]);
       ++kept;
     }
     node_key.resize(kept);
-    fresh.resize(kept);
   }
-  node_key.resize(nodes);
-  fresh.resize(nodes, 0);
+  node_key.resize(nodes);  // the added nodes' keys empty: stale
 }
 
 void constraint_tables::merge_equal_sets(kernels::round_arrays& out) {

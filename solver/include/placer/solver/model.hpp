@@ -254,16 +254,16 @@ struct queue_spec {
 /// service with a session, at most one key per node (each no longer than
 /// the node's labels and taints). Never encoded.
 struct node_label_memo {
-  std::vector<std::string> keys;       ///< the asked keys the entries were made for
-  std::vector<std::string> node_key;   ///< per node: its group key
-  std::vector<std::uint8_t> fresh;     ///< per node: node_key is its current one
+  std::vector<std::string> keys;      ///< the asked keys the entries were made for
+  /// Per node: its group key, or empty where the node changed since (a
+  /// group key is never empty: it holds at least the taints' separator).
+  std::vector<std::string> node_key;
   /// Follows apply_delta(c, d, undo) on the cluster (now `nodes` nodes):
   /// changed nodes stale, removed ones out, added ones stale.
   void follow(delta_undo const& undo, std::size_t nodes);
   void clear() {
     keys.clear();
     node_key.clear();
-    fresh.clear();
   }
 };
 
