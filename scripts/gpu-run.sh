@@ -18,9 +18,10 @@
 #                                       # of the environment variable VAR (round-bench-VAR-V.json, 5 at most);
 #                                       # PLACER_SWEEP_CONFIGS=cpu: the CPU backend's instead, no parity tests
 #   bash .gpu/gpu-run.sh sanitize       # racecheck on the kernel parity tests, racecheck and memcheck
-#                                       # over two full CUDA rounds at 10k, 100k and openb (about 80 s)
+#                                       # over two full CUDA rounds at 10k, 10k-k8s, 100k and openb (~100 s)
 #   bash .gpu/gpu-run.sh session [SECONDS]  # a session's first call (500): the parity tests, sanitize,
-#                                       # the offer threshold at 8 16 32, the CPU team at 1 4 16 threads,
+#                                       # the constrained rounds (-k8s) against the plain ones on both
+#                                       # backends, the offer threshold at 8 16 32, the CPU team at 1 4 16 threads,
 #                                       # placer bench (cuda, cpu) and ncu; the JSON files in one tar
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
@@ -161,12 +162,13 @@ case "$step" in
   sanitize)
     # The kernel parity tests under racecheck, then two full CUDA rounds a
     # scenario under racecheck and memcheck: every kernel of a round at
-    # scale. (The solver's 300 random rounds do not end under racecheck in
-    # 200 s.) About 80 s on an H100.
+    # scale, and of a constrained one (the admit and preference tables).
+    # (The solver's 300 random rounds do not end under racecheck in 200 s.)
+    # About 80 s on an H100 without 10k-k8s.
     timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
       "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
     for tool in racecheck memcheck; do
-      for s in 10k 100k openb; do
+      for s in 10k 10k-k8s 100k openb; do
         echo "== $tool over 2 rounds of placer bench $s" >> "$OUT/sanitizer.txt"
         timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/run" "$G/bin/placer" bench --scenario "$s" \
           --rounds 2 --configs cuda --data "$G/data" --json /tmp/sanitize.json >> "$OUT/sanitizer.txt" 2>&1 || status=1
@@ -184,6 +186,9 @@ case "$step" in
     parity_tests
     (( hung )) && { summary; exit 1; }
     if fits 90 "sanitize"; then "$0" sanitize > /tmp/sanitize.log 2>&1 || status=1; fi
+    # Issue 16's bound on the GPU: the constrained rounds against the same rounds without, on both
+    # backends in one call (never measured on a GPU before).
+    fits 40 "constrained rounds" && round_bench constrained '10k|10k-k8s|100k|100k-k8s' 'cuda|cpu'
     for v in 8 16 32; do
       fits 20 "offer least $v" && PLACER_CUDA_TEAM_OFFER_LEAST=$v round_bench "offer-least-$v" '10k|100k|openb' cuda
     done
