@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../support/running.hpp"
 #include "policies/policies.hpp"
 
 namespace placer {
@@ -155,6 +156,52 @@ TEST(DelayScheduling, DeferredGangTakesTheLeafThatFrees) {
   EXPECT_EQ(t->samples, 1);
   EXPECT_EQ(t->observed_wait, 300);
   EXPECT_EQ(t->timer, 450);  // 1.5 x 300
+}
+
+// Network preemption consolidates a deferred gang that could start now
+// spread. One that has no room even spread waits for capacity like any
+// blocked job: preempting for it would be priority preemption without the
+// checkpoint window, and on a cluster of one leaf every blocked sensitive
+// gang was such a case (ITP cluster01 on 8 nodes: 57-82 jobs preempted a
+// run, p90 wait 5x; docs/policies.md).
+TEST(DelayScheduling, NetworkPreemptionOnlyForGangsThatCouldStartSpread) {
+  auto s = cpu_solver();
+  std::vector<int> const all{0, 1, 2, 3, 4, 5, 6, 7};
+  for (bool const room : {true, false}) {
+    SCOPED_TRACE(room ? "room spread" : "no room");
+    auto in = split_round(100);
+    in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(2).gpus(8).build();
+    in.pol.queue.network_preemption = true;
+    testing_support::run_on(in, "busy-0", {{0, all}}, 0).preemptible = true;  // insensitive, priority 0
+    testing_support::run_on(in, "busy-2", {{2, all}}, 0).preemptible = true;
+    if (!room) testing_support::run_on(in, "busy-3", {{3, all}}, 0).preemptible = true;
+    auto g = gang("g", 1.0F, 0);
+    g.priority = 1;
+    in.pending.push_back(g);
+    queue_memory mem;
+    auto const r = s.solve(in, &mem);
+    if (room) {
+      ASSERT_EQ(r.placements.size(), 1U);
+      EXPECT_EQ(placement_spread(in.state, r.placements[0].replicas).levels_crossed, 0);
+      ASSERT_EQ(r.preemptions.size(), 1U);
+      EXPECT_EQ(r.preemptions[0].reason, "network");
+    } else {
+      EXPECT_TRUE(r.placements.empty());
+      EXPECT_TRUE(r.preemptions.empty());
+      ASSERT_NE(reason_of(r, 0), nullptr);
+      EXPECT_NE(reason_of(r, 0)->reason, unplaced_reason::deferred) << "it waits for room, not by choice";
+      // With priority preemption on, that gang is a blocked job like any
+      // other: it preempts for room (at victims' checkpoints, here any),
+      // and still takes a consolidated placement.
+      in.pol.queue.preemption = true;
+      in.pol.queue.preempt_max_lost_s = -1;
+      auto const p = s.solve(in, &mem);
+      ASSERT_EQ(p.placements.size(), 1U);
+      EXPECT_EQ(placement_spread(in.state, p.placements[0].replicas).levels_crossed, 0);
+      ASSERT_EQ(p.preemptions.size(), 1U);
+      EXPECT_EQ(p.preemptions[0].reason, "priority");
+    }
+  }
 }
 
 /// One gang of the class deferred at `submit` (with the leaves full) and

@@ -202,9 +202,10 @@ void settle_delays(work_state const& ws, delay_plan const& plan, queue_memory& m
     if (p.job >= 0 && static_cast<std::size_t>(p.job) < placed.size()) placed[static_cast<std::size_t>(p.job)] = 1;
   }
 
-  // 1. Candidates still unplaced wait by choice: Deferred. A reason that
-  //    is not about room (no feasible node, invalid, out of time) stays, and
-  //    so does a backfill reservation (it says more).
+  // 1. Candidates still unplaced that could start spread wait by choice:
+  //    Deferred. A reason that is not about room (no feasible node,
+  //    invalid, out of time) stays, and so does a backfill reservation (it
+  //    says more).
   for (std::size_t j = 0; j < in.pending.size(); ++j) {
     if (j >= plan.deferred_candidate.size() || plan.deferred_candidate[j] == 0 || placed[j] != 0) continue;
     auto const jj = static_cast<std::int32_t>(j);
@@ -213,7 +214,14 @@ void settle_delays(work_state const& ws, delay_plan const& plan, queue_memory& m
     auto const r = it->reason;
     bool const waits = r == unplaced_reason::none || r == unplaced_reason::topology_unsatisfiable ||
                        r == unplaced_reason::gang_incomplete || r == unplaced_reason::insufficient_capacity;
-    if (waits) {
+    bool const by_choice = plan.by_choice.empty() || plan.by_choice[j] != 0;
+    if (waits && !by_choice) {
+      // No room even spread: it waits for capacity, and says so as the core
+      // does without the rewrite.
+      auto const s = std::find_if(plan.spread_reasons.begin(), plan.spread_reasons.end(),
+                                  [&](unplaced const& u) { return u.job == jj; });
+      if (s != plan.spread_reasons.end()) *it = *s;
+    } else if (waits) {
       auto const& v = views[j];
       auto const t = memory.timers.count(v.cls) != 0
                          ? timer_in_force(memory.timers.at(v.cls), worth.count(v.cls) != 0 ? worth.at(v.cls) : 0, timer_max)

@@ -177,6 +177,14 @@ std::vector<std::int32_t> solve_mck(std::vector<knapsack_group> const& groups, s
 struct delay_plan {
   std::vector<job> overrides;            ///< a copy of ws.in.pending with the rewrites
   std::vector<char> deferred_candidate;  ///< per pending job: 1 = rewritten to wait
+  /// Filled by queue_round after the assignment, per pending job: 1 = a
+  /// candidate left unplaced that could start now spread, so it waits for
+  /// consolidation by choice (Deferred, spared by priority preemption,
+  /// helped by network preemption). A candidate that has no room even
+  /// spread waits for capacity like any blocked job, with the reason the
+  /// core gives it without the rewrite (`spread_reasons`).
+  std::vector<char> by_choice;
+  std::vector<unplaced> spread_reasons;
 };
 // plan_delays must fill overrides with all of ws.in.pending (rewritten or
 // not) and deferred_candidate with one entry per pending job.

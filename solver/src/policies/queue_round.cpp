@@ -30,6 +30,44 @@ std::vector<std::int32_t> still_unplaced(work_state const& ws, round_result cons
   return queue_order(ws.in, js);
 }
 
+/// Which deferred gangs still unplaced after the assignment could start
+/// now spread (delay_plan::by_choice): the core places them in queue order
+/// without delay scheduling's consolidated-or-nothing rewrite, and nothing
+/// is applied. The others' reasons from that probe are kept for the reply.
+/// Without this, network preemption acted for gangs that had no room at
+/// all: priority preemption without its checkpoint window (ITP cluster01
+/// on one leaf: 57-82 jobs preempted a run, docs/policies.md).
+void find_by_choice(core_fn const& core, work_state const& ws, round_result const& out, delay_plan& plan) {
+  auto const n = ws.in.pending.size();
+  plan.by_choice.assign(n, 0);
+  plan.spread_reasons.clear();
+  std::vector<std::int32_t> waiting;
+  for (std::size_t j = 0; j < n; ++j) {
+    if (plan.deferred_candidate[j] != 0 && !is_placed(out, static_cast<std::int32_t>(j))) {
+      waiting.push_back(static_cast<std::int32_t>(j));
+    }
+  }
+  if (waiting.empty()) return;
+  std::vector<job> consolidated;
+  consolidated.reserve(waiting.size());
+  for (auto j : waiting) {
+    auto& o = plan.overrides[static_cast<std::size_t>(j)];
+    consolidated.push_back(std::move(o));
+    o = as_placed(ws.in.pending[static_cast<std::size_t>(j)], ws.in);
+  }
+  sub_round probe;
+  probe.jobs = queue_order(ws.in, waiting);
+  probe.overrides = &plan.overrides;
+  round_result r = assign_jobs(core, ws, probe);
+  for (std::size_t k = 0; k < waiting.size(); ++k) {
+    plan.overrides[static_cast<std::size_t>(waiting[k])] = std::move(consolidated[k]);
+  }
+  for (auto const& p : r.placements) {
+    if (!p.replicas.empty()) plan.by_choice[static_cast<std::size_t>(p.job)] = 1;
+  }
+  plan.spread_reasons = std::move(r.unplaced_jobs);
+}
+
 }  // namespace
 
 round_result queue_round(core_fn const& core, round_input const& in, queue_memory* memory, cluster* final_state,
@@ -78,9 +116,10 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
     if (!inference.empty() || q.reclaim_nodes > 0) reclaim_loaned(core, ws, inference, overrides, out);
   }
 
-  // 4. Priority preemption for what is still blocked (not deferred jobs:
-  //    they wait by choice).
-  std::vector<char> const* deferred = q.delay_scheduling ? &plan.deferred_candidate : nullptr;
+  // 4. Priority preemption for what is still blocked (not the deferred
+  //    gangs that could start spread: they wait by choice).
+  if (q.delay_scheduling) find_by_choice(core, ws, out, plan);
+  std::vector<char> const* deferred = q.delay_scheduling ? &plan.by_choice : nullptr;
   //    First, at no lost work: elastic jobs' extra workers yield to blocked
   //    jobs of equal or higher priority (scale-in).
   if (q.elastic && !ws.out_of_time()) {
@@ -92,13 +131,14 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
     if (!blocked.empty()) preempt_for(core, ws, blocked, preempt_scope::priority, overrides, out);
   }
 
-  // 5. Network-sensitive preemption: deferred gangs try to consolidate by
-  //    preempting insensitive, lower-priority work inside one domain.
+  // 5. Network-sensitive preemption: deferred gangs that could start spread
+  //    try to consolidate by preempting insensitive, lower-priority work
+  //    inside one domain.
   if (q.network_preemption && q.delay_scheduling && !ws.out_of_time()) {
     std::vector<std::int32_t> waiting;
     for (std::size_t j = 0; j < in.pending.size(); ++j) {
       auto const jj = static_cast<std::int32_t>(j);
-      if (plan.deferred_candidate[j] != 0 && !is_placed(out, jj)) waiting.push_back(jj);
+      if (plan.by_choice[j] != 0 && !is_placed(out, jj)) waiting.push_back(jj);
     }
     if (!waiting.empty()) preempt_for(core, ws, queue_order(in, waiting), preempt_scope::network, overrides, out);
   }
