@@ -169,8 +169,10 @@ TEST(DelayScheduling, NetworkPreemptionOnlyForGangsThatCouldStartSpread) {
   std::vector<int> const all{0, 1, 2, 3, 4, 5, 6, 7};
   for (bool const room : {true, false}) {
     SCOPED_TRACE(room ? "room spread" : "no room");
-    auto in = split_round(100);
+    round_input in;
     in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(2).gpus(8).build();
+    in.now = 100;
+    in.pol.queue.delay_scheduling = true;
     in.pol.queue.network_preemption = true;
     testing_support::run_on(in, "busy-0", {{0, all}}, 0).preemptible = true;  // insensitive, priority 0
     testing_support::run_on(in, "busy-2", {{2, all}}, 0).preemptible = true;

@@ -97,8 +97,8 @@ TEST(PoliciesProperty, RandomRoundsKeepInvariantsAndAreDeterministic) {
   }
   // Delay scheduling defers only the gangs that could start spread, which
   // the crowded rounds above hardly have: leaves of two or three 8-GPU
-  // nodes, some partly used by insensitive work, sensitive gangs, delay scheduling with network preemption and
-  // the other policies at random.
+  // nodes, some partly used by insensitive work, sensitive gangs, delay
+  // scheduling with network preemption and the other policies at random.
   for (int round = 0; round < 500; ++round) {
     auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     round_input in;
