@@ -214,8 +214,7 @@ void settle_delays(work_state const& ws, delay_plan const& plan, queue_memory& m
     auto const r = it->reason;
     bool const waits = r == unplaced_reason::none || r == unplaced_reason::topology_unsatisfiable ||
                        r == unplaced_reason::gang_incomplete || r == unplaced_reason::insufficient_capacity;
-    bool const by_choice = plan.by_choice.empty() || plan.by_choice[j] != 0;
-    if (waits && !by_choice) {
+    if (waits && plan.by_choice[j] == 0) {
       // No room even spread: it waits for capacity, and says so as the core
       // does without the rewrite.
       auto const s = std::find_if(plan.spread_reasons.begin(), plan.spread_reasons.end(),

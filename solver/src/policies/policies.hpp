@@ -177,7 +177,8 @@ std::vector<std::int32_t> solve_mck(std::vector<knapsack_group> const& groups, s
 struct delay_plan {
   std::vector<job> overrides;            ///< a copy of ws.in.pending with the rewrites
   std::vector<char> deferred_candidate;  ///< per pending job: 1 = rewritten to wait
-  /// Filled by queue_round after the assignment, per pending job: 1 = a
+  /// Filled by queue_round after the assignment (before settle_delays
+  /// reads it), per pending job: 1 = a
   /// candidate left unplaced that could start now spread, so it waits for
   /// consolidation by choice (Deferred, spared by priority preemption,
   /// helped by network preemption). A candidate that has no room even
