@@ -27,29 +27,39 @@ bool about_room(unplaced_reason r) {
   }
 }
 
+/// What node nd has room for: the first capacity check one replica of d
+/// fails (`taken` when it passes all) and the replicas it holds (at most 1
+/// for a job on distinct nodes).
+struct room {
+  node_exclusion why = node_exclusion::taken;
+  std::int64_t fit = 0;
+};
+room room_for(node const& nd, demand const& d, bool distinct_nodes) {
+  if (d.cpu_milli > nd.cpu_milli_free) return {node_exclusion::cpu, 0};
+  if (d.memory_mib > nd.memory_mib_free) return {node_exclusion::memory, 0};
+  std::int64_t const fit = detail::fit_free(nd, d);
+  if (d.gpus > 0 && fit < 1) return {d.fractional() ? node_exclusion::gpu_share : node_exclusion::gpus, 0};
+  return {node_exclusion::taken, distinct_nodes ? std::min<std::int64_t>(fit, 1) : fit};
+}
+
 /// The first check node nd fails for one replica of jb at the round's
-/// start; when it passes all, `fits` is set and `taken` returned (the
-/// caller tells taken from still available). *which gets an excluding
-/// taint. `exclude()` is constraints.hpp exclusion(nd, jb.constraints,
-/// which), or the same read from a memo.
-template <class Exclude>
-node_exclusion first_failure(node const& nd, job const& jb, bool loaning, bool& fits, Exclude&& exclude) {
-  fits = false;
+/// start, `taken` when it passes all (the caller tells taken from still
+/// available). *which gets an excluding taint. `exclude()` is
+/// constraints.hpp exclusion(nd, jb.constraints, which), or the same read
+/// from a memo; `capacity()` is room_for(nd, ...), or the same read from a
+/// memo.
+template <class Exclude, class Capacity>
+node_exclusion first_failure(node const& nd, job const& jb, bool loaning, Exclude&& exclude, Capacity&& capacity) {
   if (!nd.healthy) return node_exclusion::unhealthy;
   if (!detail::pool_admits(nd, jb, loaning)) return node_exclusion::pool;
   if (!detail::model_admits(nd, jb)) return node_exclusion::gpu_model;
-  auto const& d = jb.per_replica;
   switch (exclude()) {
     case constraint_miss::selector:
     case constraint_miss::affinity: return node_exclusion::affinity;
     case constraint_miss::taint: return node_exclusion::taint;
     case constraint_miss::none: break;
   }
-  if (d.cpu_milli > nd.cpu_milli_free) return node_exclusion::cpu;
-  if (d.memory_mib > nd.memory_mib_free) return node_exclusion::memory;
-  if (d.gpus > 0 && detail::fit_free(nd, d) < 1) return d.fractional() ? node_exclusion::gpu_share : node_exclusion::gpus;
-  fits = true;
-  return node_exclusion::taken;
+  return capacity().why;
 }
 
 /// One shape's explanation, shared by the unplaced jobs of that shape.
@@ -173,6 +183,7 @@ std::string describe(explanation const& e) {
 
 struct explain_scratch::shapes {
   std::vector<shape_facts> facts;
+  std::vector<room> rooms;  ///< per shape, on the node at hand
 };
 
 explain_scratch::explain_scratch() : shapes_(std::make_unique<shapes>()) {}
@@ -191,85 +202,126 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
   facts.clear();
   bool const loaning = in.pol.queue.loaning;
   auto const levels = std::max(in.state.topo.levels(), 1);
-  for (auto& u : out.unplaced_jobs) {
+  // The shapes to explain, each unplaced job's among them (fact_of).
+  auto& fact_of = x.fact_of;
+  fact_of.assign(out.unplaced_jobs.size(), -1);
+  for (std::size_t k = 0; k < out.unplaced_jobs.size(); ++k) {
+    auto const& u = out.unplaced_jobs[k];
     if (!about_room(u.reason) || u.job < 0 || static_cast<std::size_t>(u.job) >= in.pending.size()) continue;
     job const& jb = in.pending[static_cast<std::size_t>(u.job)];
     auto it = std::find_if(facts.begin(), facts.end(), [&](shape_facts const& f) { return same_shape(*f.shape, jb); });
     if (it == facts.end()) {
-      if (placed_priority.empty()) {
-        placed_priority.assign(static_cast<std::size_t>(n_nodes), INT_MIN);
-        for (auto const& p : out.placements) {
-          auto const prio = in.pending[static_cast<std::size_t>(p.job)].priority;
-          for (auto const& rp : p.replicas) {
-            auto& x = placed_priority[static_cast<std::size_t>(rp.node)];
-            x = std::max(x, prio);
-          }
-        }
-      }
-      bool const required = jb.topo_mode == topology_mode::required && jb.topology_level >= 0;
-      if (required && paths.empty()) paths = node_domain_paths(in.state);
-      auto& per_domain = x.per_domain;
-      per_domain.assign(required ? in.state.topo.domains.size() : 0, 0);
-      shape_facts f;
-      f.shape = &jb;
-      // Nodes of one constraint group (same labels on the round's keys, same
-      // taints) answer the shape's constraints alike: one evaluation a group.
-      bool const memo = x.node_group != nullptr && !jb.constraints.empty() &&
-                        x.node_group->size() == static_cast<std::size_t>(n_nodes);
-      if (memo) {
-        x.group_miss.assign(static_cast<std::size_t>(x.n_groups), -1);
-        x.group_taint.assign(static_cast<std::size_t>(x.n_groups), nullptr);
-        x.group_tainted.assign(static_cast<std::size_t>(x.n_groups), 0);
-      }
-      for (std::int32_t n = 0; n < n_nodes; ++n) {
-        auto const& nd = nodes[static_cast<std::size_t>(n)];
-        taint const* which = nullptr;
-        bool fits = false;
-        auto const why = first_failure(nd, jb, loaning, fits, [&] {
-          if (!memo) return exclusion(nd, jb.constraints, &which);
-          auto const g = static_cast<std::size_t>((*x.node_group)[static_cast<std::size_t>(n)]);
-          if (x.group_miss[g] < 0) {
-            x.group_miss[g] = static_cast<std::int8_t>(exclusion(nd, jb.constraints, &x.group_taint[g]));
-          }
-          which = x.group_taint[g];
-          return static_cast<constraint_miss>(x.group_miss[g]);
-        });
-        if (fits) {
-          auto const k = jb.distinct_nodes ? std::min<std::int64_t>(detail::fit_free(nd, jb.per_replica), 1)
-                                           : detail::fit_free(nd, jb.per_replica);
-          f.fit += k;
-          if (required) {
-            auto const d = paths[static_cast<std::size_t>(n) * static_cast<std::size_t>(levels) +
-                                 static_cast<std::size_t>(jb.topology_level)];
-            if (d >= 0) per_domain[static_cast<std::size_t>(d)] += k;
-          }
-          auto const prio = placed_priority[static_cast<std::size_t>(n)];
-          if (prio == INT_MIN) continue;  // still available
-          f.outbid_priority = std::max(f.outbid_priority, prio);
-        }
-        f.count[static_cast<std::size_t>(why)] += 1;
-        if (why == node_exclusion::taint && which != nullptr) {
-          if (memo) {
-            x.group_tainted[static_cast<std::size_t>((*x.node_group)[static_cast<std::size_t>(n)])] += 1;
-          } else {
-            add_taint(f, *which, 1);
-          }
-        }
-      }
-      if (memo) {  // a group's excluding taint named once
-        for (std::size_t g = 0; g < x.group_tainted.size(); ++g) {
-          if (x.group_tainted[g] > 0) add_taint(f, *x.group_taint[g], x.group_tainted[g]);
-        }
-      }
-      for (std::size_t d = 0; d < per_domain.size(); ++d) {
-        if (per_domain[d] > f.best_fit) {
-          f.best_fit = per_domain[d];
-          f.best_domain = static_cast<std::int32_t>(d);
-        }
-      }
-      facts.push_back(std::move(f));
+      facts.push_back({});
+      facts.back().shape = &jb;
       it = facts.end() - 1;
     }
+    fact_of[k] = static_cast<std::int32_t>(it - facts.begin());
+  }
+  if (facts.empty()) return;
+  placed_priority.assign(static_cast<std::size_t>(n_nodes), INT_MIN);
+  for (auto const& p : out.placements) {
+    auto const prio = in.pending[static_cast<std::size_t>(p.job)].priority;
+    for (auto const& rp : p.replicas) {
+      auto& x = placed_priority[static_cast<std::size_t>(rp.node)];
+      x = std::max(x, prio);
+    }
+  }
+  // One pass over the nodes for every shape: a node's fields are read
+  // once, not once a shape (ten shapes at 100k-k8s). Nodes of one constraint group (same labels on the round's
+  // keys, same taints) answer a shape's constraints alike: one evaluation a
+  // (shape, group).
+  auto const n_facts = facts.size();
+  bool const grouped = x.node_group != nullptr && x.node_group->size() == static_cast<std::size_t>(n_nodes);
+  auto const n_groups = grouped ? static_cast<std::size_t>(x.n_groups) : 0;
+  x.group_miss.assign(n_facts * n_groups, -1);
+  x.group_taint.assign(n_facts * n_groups, nullptr);
+  x.group_tainted.assign(n_facts * n_groups, 0);
+  auto const n_domains = in.state.topo.domains.size();
+  auto& per_domain = x.per_domain;  // per (shape, domain) with a required topology
+  per_domain.assign(n_facts * n_domains, 0);
+  bool any_required = false;
+  for (auto const& f : facts) any_required |= f.shape->topo_mode == topology_mode::required && f.shape->topology_level >= 0;
+  if (any_required) paths = node_domain_paths(in.state);
+  // Shapes that differ only in what they admit share their room on a node
+  // (same_room: the first shape with the same demand).
+  auto& same_room = x.same_room;
+  same_room.resize(n_facts);
+  for (std::size_t i = 0; i < n_facts; ++i) {
+    same_room[i] = static_cast<std::int32_t>(i);
+    for (std::size_t e = 0; e < i; ++e) {
+      auto const& a = *facts[e].shape;
+      auto const& b = *facts[i].shape;
+      if (a.per_replica == b.per_replica && a.distinct_nodes == b.distinct_nodes) {
+        same_room[i] = static_cast<std::int32_t>(e);
+        break;
+      }
+    }
+  }
+  auto& rooms = x.shapes_->rooms;  // fit < 0: not yet on this node
+  rooms.resize(n_facts);
+  for (std::int32_t n = 0; n < n_nodes; ++n) {
+    auto const& nd = nodes[static_cast<std::size_t>(n)];
+    auto const prio = placed_priority[static_cast<std::size_t>(n)];
+    std::size_t const g = grouped ? static_cast<std::size_t>((*x.node_group)[static_cast<std::size_t>(n)]) : 0;
+    for (auto& r : rooms) r.fit = -1;
+    for (std::size_t i = 0; i < n_facts; ++i) {
+      auto& f = facts[i];
+      job const& jb = *f.shape;
+      bool const memo = grouped && !jb.constraints.empty();
+      std::size_t const at = i * n_groups + g;
+      taint const* which = nullptr;
+      auto& r = rooms[static_cast<std::size_t>(same_room[i])];
+      auto const why = first_failure(
+          nd, jb, loaning,
+          [&] {
+            if (!memo) return exclusion(nd, jb.constraints, &which);
+            if (x.group_miss[at] < 0) {
+              x.group_miss[at] = static_cast<std::int8_t>(exclusion(nd, jb.constraints, &x.group_taint[at]));
+            }
+            which = x.group_taint[at];
+            return static_cast<constraint_miss>(x.group_miss[at]);
+          },
+          [&]() -> room const& {
+            if (r.fit < 0) r = room_for(nd, jb.per_replica, jb.distinct_nodes);
+            return r;
+          });
+      if (why == node_exclusion::taken) {
+        f.fit += r.fit;
+        if (jb.topo_mode == topology_mode::required && jb.topology_level >= 0) {
+          auto const d = paths[static_cast<std::size_t>(n) * static_cast<std::size_t>(levels) +
+                               static_cast<std::size_t>(jb.topology_level)];
+          if (d >= 0) per_domain[i * n_domains + static_cast<std::size_t>(d)] += r.fit;
+        }
+        if (prio == INT_MIN) continue;  // still available
+        f.outbid_priority = std::max(f.outbid_priority, prio);
+      }
+      f.count[static_cast<std::size_t>(why)] += 1;
+      if (why == node_exclusion::taint && which != nullptr) {
+        if (memo) {
+          x.group_tainted[at] += 1;
+        } else {
+          add_taint(f, *which, 1);
+        }
+      }
+    }
+  }
+  for (std::size_t i = 0; i < n_facts; ++i) {
+    auto& f = facts[i];
+    for (std::size_t g = 0; g < n_groups; ++g) {  // a group's excluding taint named once
+      if (x.group_tainted[i * n_groups + g] > 0) add_taint(f, *x.group_taint[i * n_groups + g], x.group_tainted[i * n_groups + g]);
+    }
+    for (std::size_t d = 0; d < n_domains; ++d) {
+      if (per_domain[i * n_domains + d] > f.best_fit) {
+        f.best_fit = per_domain[i * n_domains + d];
+        f.best_domain = static_cast<std::int32_t>(d);
+      }
+    }
+  }
+  for (std::size_t j = 0; j < out.unplaced_jobs.size(); ++j) {
+    if (fact_of[j] < 0) continue;
+    auto& u = out.unplaced_jobs[j];
+    job const& jb = in.pending[static_cast<std::size_t>(u.job)];
+    auto const it = facts.begin() + fact_of[j];
     auto& e = u.why;
     e = {};
     e.nodes = n_nodes;

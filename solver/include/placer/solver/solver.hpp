@@ -28,15 +28,17 @@ class explain_scratch {
   explain_scratch();
   ~explain_scratch();
   std::vector<std::int32_t> placed_priority, paths;
-  std::vector<std::int64_t> per_domain;
+  std::vector<std::int64_t> per_domain;  ///< per (shape, domain)
   /// The round's constraint groups (round_arrays::node_group, one per node
   /// of the round's cluster), when the caller has them: a shape's
   /// constraints are evaluated once a group. Null: once a node.
   std::vector<std::int32_t> const* node_group = nullptr;
   std::int32_t n_groups = 0;
-  std::vector<std::int8_t> group_miss;                 ///< per group: constraint_miss, -1 not yet
-  std::vector<taint const*> group_taint;              ///< per group: the excluding taint
-  std::vector<std::int32_t> group_tainted;            ///< per group: nodes its taint excluded
+  std::vector<std::int32_t> fact_of;                  ///< per unplaced job: its shape, -1 not explained
+  std::vector<std::int8_t> group_miss;                 ///< per (shape, group): constraint_miss, -1 not yet
+  std::vector<taint const*> group_taint;              ///< per (shape, group): the excluding taint
+  std::vector<std::int32_t> group_tainted;            ///< per (shape, group): nodes its taint excluded
+  std::vector<std::int32_t> same_room;                ///< per shape: the first shape with its demand
   struct shapes;
   std::unique_ptr<shapes> shapes_;
 };
@@ -47,7 +49,8 @@ class explain_scratch {
 /// node_exclusion, nodes taken by this round's placements and by which
 /// priority, and the replicas the cluster (for a required topology: the
 /// best domain) could hold against those required. Jobs of one shape share
-/// one pass over the nodes; a round with every job placed costs nothing.
+/// one explanation, and every shape one pass over the nodes; a round with
+/// every job placed costs nothing.
 void explain_unplaced(round_input const& in, round_result& out, explain_scratch* scratch = nullptr);
 
 /// An explanation in kube-scheduler's words: "0/1,280 nodes are available:
