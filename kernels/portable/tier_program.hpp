@@ -1364,6 +1364,35 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
 /// One bidding round over the nodes in todo[list] (four barriers): each
 /// bids for its best row; the bids are bucketed by row; each row keeps its
 /// best and sends the losers to the other list; the prices follow.
+/// Round 0 of a pass bids from the nodes with a positive margin on some
+/// row at its floor (tier_bid: value >= price), listed in todo[0]. The
+/// others would sit the whole pass out (prices only rise), and most nodes
+/// do: at 100k, 2,239 of 12,800 bid in the fractional tier. Finding them
+/// is one streaming pass over the open rows' cells (todo[1], free until
+/// round 0 lists its losers, holds a mark per node), not a bid's search
+/// for the best and second-best row on every node. Ends at a barrier.
+template <class Team>
+PLACER_HD void tier_first_bidders(Team& t, tier_buffers const& b) {
+  std::int32_t const n_nodes = b.p.nodes.n_nodes;
+  std::int32_t const me = t.rank();
+  std::int32_t const team = t.size();
+  std::int64_t const* prices = tier_prices(b, 0);
+  std::int32_t* __restrict__ mark = b.todo[1];
+  for (std::int32_t n = me; n < n_nodes; n += team) mark[n] = 0;
+  for (std::int32_t r = 0; r < b.p.n_rows; ++r) {
+    // value + 1 - price > 0 on a feasible cell (value >= 0): value >= least.
+    std::int64_t const least = max_of<std::int64_t>(prices[r], 0);
+    if (b.quota[r] == 0 || least > INT32_MAX) continue;
+    std::int32_t const at = static_cast<std::int32_t>(least);
+    std::int32_t const* __restrict__ cell = b.p.scores + static_cast<std::int64_t>(b.p.row_class[r]) * n_nodes;  // tier_value
+    for (std::int32_t n = me; n < n_nodes; n += team) mark[n] |= static_cast<std::int32_t>(cell[n] >= at);
+  }
+  for (std::int32_t n = me; n < n_nodes; n += team) {
+    if (mark[n] != 0) b.todo[0][t.fetch_add(&b.ctl->todo_count[0], 1)] = n;
+  }
+  t.sync();
+}
+
 template <class Team>
 PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tier_clock& clk) {
   std::int32_t const n_rows = b.p.n_rows;
@@ -1491,18 +1520,18 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     std::int32_t rounds = 0;  // this iteration's bidding rounds
     bool again = false;
     do {
-      // --- rows empty, every node bids.
+      // --- rows empty; every node that has a row to bid for bids.
       for (std::int32_t r = me; r < n_rows; r += team) {
         b.held[r] = 0;
         b.bid_count[r] = 0;
         tier_prices(b, 0)[r] = tier_price(b, r);  // round 0 reads half 0
       }
-      for (std::int32_t n = me; n < n_nodes; n += team) b.todo[0][n] = n;
       if (me == 0) {
-        ctl->todo_count[0] = n_nodes;
+        ctl->todo_count[0] = 0;
         ctl->touched = 0;
       }
       t.sync();
+      tier_first_bidders(t, b);
       clk.lap(tier_phase_floor);
       // The next round after which tier_jump is tried; the wait doubles
       // after a try that raised nothing (every worker keeps the same).
