@@ -60,7 +60,7 @@ struct bench_args {
 [[noreturn]] void usage(std::string const& why) {
   throw std::invalid_argument(
       why +
-      "\nusage: placer bench [--scenario 1k|10k|100k|openb, the first three also -k8s|-nfd] [--rounds N] [--warmup N]\n"
+      "\nusage: placer bench [--scenario 1k|10k|100k|openb, the first three also -k8s|-nfd|-split] [--rounds N] [--warmup N]\n"
       "                    [--delta NODES] [--job-churn JOBS] [--mode closed|open] [--rate ROUNDS_PER_S]\n"
       "                    [--configs cuda,cpu,twin,kube]\n"
       "                    [--endpoint E [--server-key FILE --client-cert FILE]] [--timeout-ms N] [--retries N]\n"

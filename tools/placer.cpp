@@ -74,7 +74,7 @@ usage:
                  answers at all; 3 when it does not; prints each worker's state and backend)
   placer compare --cluster FILE --jobs FILE [--backend auto|cpu|cuda|twin] [--repeat N]
                 (every algorithm on the same round, side by side)
-  placer bench  [--scenario 1k|10k|100k|openb, also -k8s|-nfd] [--rounds N] [--mode closed|open] [--rate R]
+  placer bench  [--scenario 1k|10k|100k|openb, also -k8s|-nfd|-split] [--rounds N] [--mode closed|open] [--rate R]
                 [--configs cuda,cpu,twin,kube] [--endpoint E] [--json FILE] [--plot FILE.svg]
                 (load generator over the real client; starts its own servers unless --endpoint)
   placer simulate [--trace itp:clusterNN|mixed:clusterNN|openb:NAME|dlrm|synthetic] [--algorithm A | --compare A,B]
@@ -465,7 +465,7 @@ int cmd_serve(int argc, char** argv) {
           ->check(CLI::IsMember({"auto", "cpu", "cuda", "twin"}))
           ->capture_default_str());
   env(app.add_option("--auto-trial", cfg.auto_trial,
-                     "--backend auto's trial round, the size of the rounds to come: 1k, 10k or 100k (also -k8s, -nfd)")
+                     "--backend auto's trial round, the size of the rounds to come: 1k, 10k or 100k (also -k8s, -nfd, -split)")
           ->check([](std::string const& s) {
             try {
               (void)traces::scenario_preset(s);

@@ -109,7 +109,7 @@ void bm_round(benchmark::State& st, std::string const& backend, std::string cons
 
 int register_all() {
   for (std::string const backend : {"cpu", "cuda", "twin"}) {
-    for (std::string const name : {"demo", "10k", "100k", "openb", "10k-k8s", "100k-k8s", "100k-nfd"}) {
+    for (std::string const name : {"demo", "10k", "100k", "openb", "10k-k8s", "100k-k8s", "100k-nfd", "10k-split", "100k-split"}) {
       benchmark::RegisterBenchmark(("round/" + backend + "/" + name).c_str(), bm_round, backend, name, algorithm::placer)
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.5)

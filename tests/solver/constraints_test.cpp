@@ -581,6 +581,37 @@ TEST(Explanations, CountsAreConsistentOnRandomRounds) {
   EXPECT_GT(explained, 1000);
 }
 
+// The "-split" scenarios are the control for what constraints cost beyond
+// the classes they make (docs/results.md): the -k8s round's jobs, classes
+// split as many ways by memory requests alone, with nothing to evaluate.
+TEST(Constraints, SplitScenarioHasTheConstrainedRoundsClassesAndNoConstraints) {
+  for (char const* size : {"10k", "100k"}) {
+    SCOPED_TRACE(size);
+    auto const plain = traces::make_scenario(traces::scenario_preset(size));
+    auto const k8s = traces::make_scenario(traces::scenario_preset(std::string(size) + "-k8s"));
+    auto const split = traces::make_scenario(traces::scenario_preset(std::string(size) + "-split"));
+    ASSERT_EQ(split.pending.size(), k8s.pending.size());
+    for (auto const& n : split.state.nodes) {
+      EXPECT_TRUE(n.labels.empty());
+      EXPECT_TRUE(n.taints.empty());
+    }
+    std::size_t apart = 0;  // jobs the constraints set apart: their own memory request instead
+    for (std::size_t j = 0; j < split.pending.size(); ++j) {
+      EXPECT_TRUE(split.pending[j].constraints.empty());
+      EXPECT_EQ(split.pending[j].per_replica.gpus, k8s.pending[j].per_replica.gpus);
+      bool const constrained = !k8s.pending[j].constraints.empty();
+      EXPECT_EQ(split.pending[j].per_replica.memory_mib != plain.pending[j].per_replica.memory_mib, constrained) << j;
+      apart += constrained ? 1 : 0;
+    }
+    EXPECT_GT(apart, split.pending.size() / 4);
+    auto const classes_plain = build_matrices(plain).n_classes();
+    auto const classes_k8s = build_matrices(k8s).n_classes();
+    auto const classes_split = build_matrices(split).n_classes();
+    EXPECT_GT(classes_k8s, 2 * classes_plain);
+    EXPECT_EQ(classes_split, classes_k8s);
+  }
+}
+
 // The constrained benchmark round (10k-k8s: zones, racks in maintenance,
 // tainted inference nodes; 108 constraint groups): the solver evaluates a
 // shape's constraints once a group; node by node, every explanation is the

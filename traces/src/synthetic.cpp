@@ -11,10 +11,11 @@
 namespace placer::traces {
 
 scenario_options scenario_preset(std::string const& name) {
-  for (std::string_view const suffix : {"-k8s", "-nfd"}) {
+  for (std::string_view const suffix : {"-k8s", "-nfd", "-split"}) {
     if (name.size() > suffix.size() && name.ends_with(suffix)) {
       scenario_options o = scenario_preset(name.substr(0, name.size() - suffix.size()));
-      o.constraints = true;
+      o.constraints = suffix != "-split";
+      o.split_classes = suffix == "-split";
       o.feature_labels = suffix == "-nfd" ? 40 : 0;
       return o;
     }
@@ -34,13 +35,14 @@ scenario_options scenario_preset(std::string const& name) {
     o.leaves_per_spine = 2;
     return o;
   }
-  throw logic_error(error_code::invalid_argument, "unknown scenario '" + name + "' (1k, 10k, 100k, each also -k8s and -nfd)");
+  throw logic_error(error_code::invalid_argument, "unknown scenario '" + name + "' (1k, 10k, 100k, each also -k8s, -nfd and -split)");
 }
 
 namespace {
 
 /// scenario_options::constraints, from a random stream of its own (the
-/// nodes and jobs stay those of the round without).
+/// nodes and jobs stay those of the round without); with split_classes,
+/// the same draws split the jobs' classes instead.
 void add_constraints(round_input& in, scenario_options const& o) {
   std::mt19937_64 rng(o.seed + 7);
   auto chance = [&](double p) { return std::uniform_real_distribution<double>(0, 1)(rng) < p; };
@@ -73,8 +75,23 @@ void add_constraints(round_input& in, scenario_options const& o) {
     } else if (chance(0.10)) {
       n.taints.push_back({"spot", "", taint_effect::prefer_no_schedule});
     }
+    if (o.split_classes) {  // the draws taken, nothing kept
+      n.labels.clear();
+      n.taints.clear();
+    }
   }
   for (auto& j : in.pending) {
+    if (o.split_classes) {  // the same draws as below, a memory request per constraint set
+      auto& mib = j.per_replica.memory_mib;
+      if (j.kind == job_kind::inference) {
+        mib += 1;
+      } else if (chance(0.25)) {
+        mib += 2 + uni(0, std::min(zones, 3) - 1);
+      } else if (chance(0.2)) {
+        mib += 5;
+      }
+      continue;
+    }
     auto& c = j.constraints;
     if (j.kind == job_kind::inference) {
       c.tolerations.push_back({"team", toleration_op::equal, "inference", -1});
@@ -177,7 +194,7 @@ round_input make_scenario(scenario_options const& o) {
     j.per_replica.memory_mib = std::max(1, j.per_replica.gpus) * 32 * 1024;
     in.pending.push_back(std::move(j));
   }
-  if (o.constraints) add_constraints(in, o);
+  if (o.constraints || o.split_classes) add_constraints(in, o);
   return in;
 }
 

@@ -60,7 +60,7 @@ struct service_config {
   std::string endpoint = "tcp://127.0.0.1:5555";
   std::string backend = "auto";  ///< auto | cpu | cuda
   /// --backend auto's trial round (a synthetic scenario: 1k, 10k, 100k, each
-  /// also -k8s and -nfd): the size of the rounds the service will see, since
+  /// also -k8s, -nfd and -split): the size of the rounds the service will see, since
   /// the faster backend changes with it (an H200's GPU lost at 10k and won at
   /// 100k, bench/results/2026-11-26-h200-tier-threads.md).
   std::string auto_trial = "10k";

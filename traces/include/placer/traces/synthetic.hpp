@@ -36,12 +36,20 @@ struct scenario_options {
   /// on a real Kubernetes GPU node (CPU flags, kernel, driver, CUDA, GPU
   /// memory and count; 40 in the "-nfd" presets).
   std::int32_t feature_labels = 0;
+  /// Instead of constraints ("-split"): no labels, taints or constraints,
+  /// but every job the constraints would set apart asks for 1..5 MiB more
+  /// memory, one amount per constraint set it would have had. The classes
+  /// split as in the "-k8s" round (24 -> 74 at 10k) with nothing to
+  /// evaluate: what a round with that many classes costs, the control for
+  /// what the constraints themselves cost (docs/results.md).
+  bool split_classes = false;
 };
 
 /// "10k": 1,280 nodes x 8 GPUs, 1,000 pending; "100k": 12,800 nodes, 5,000
 /// pending; "1k": 128 nodes, 200 pending (smoke tests); each with "-k8s"
-/// (e.g. "10k-k8s"): the same round with constraints, and "-nfd" (e.g.
-/// "100k-nfd"): with constraints and 40 feature labels a node. Throws
+/// (e.g. "10k-k8s"): the same round with constraints, "-nfd" (e.g.
+/// "100k-nfd"): with constraints and 40 feature labels a node, and
+/// "-split": the "-k8s" round's classes without its constraints. Throws
 /// logic_error(invalid_argument) for other names.
 scenario_options scenario_preset(std::string const& name);
 
