@@ -64,6 +64,7 @@ struct tier_control {
   std::int64_t offer_slots = 0;
   std::int32_t offer_most_held = 0;  ///< tier_offer_team: the most copies a listed row keeps (fetch_max)
   std::int64_t rounds = 0;
+  std::int32_t passes = 0;  ///< passes so far (tier_first_bidders), the stamp of bid_pass
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
   /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
   std::int64_t phase[tier_phase_count] = {};
@@ -129,6 +130,17 @@ inline constexpr std::int32_t tier_offer_team_least = 16;
 /// there, to measure).
 inline constexpr std::int32_t tier_refresh_cells_below = 128;
 
+/// Rows a node remembers from its last full scan of a pass (tier_bid):
+/// most of its later bids are decided by these alone.
+inline constexpr std::int32_t tier_bid_top = 4;
+/// Bids remember rows only in tiers of more rows than this: a remembered
+/// bid is a chain of dependent loads (the pass, the rows, their cells)
+/// where a scan's loads are independent, so on 18 rows (the 100k round's
+/// largest tier) remembering cost 2-5% of the bid phase on the CPU, on
+/// 37 (10k-k8s) it was even, on 50 (100k-k8s) it saved 20% and on 248
+/// (gpuspec25 in one round) a fifth of the round.
+inline constexpr std::int32_t tier_remember_rows_above = 32;
+
 /// The program's buffers, in the backend's memory. Sizes: N = nodes, R =
 /// rows, D = sum of the rows' demands.
 struct tier_buffers {
@@ -151,6 +163,11 @@ struct tier_buffers {
   std::int32_t* bid_row;             ///< N: row a node bids for this round, -1 none
   std::int64_t* bid_value;           ///< N
   std::int32_t* bid_round;           ///< N: the round a held bid was made in (ctl->rounds)
+  /// tier_bid_top x N, node-major: the rows of a node's best margins at
+  /// its last full scan (tier_scan_margins), ascending, -1 past the last.
+  std::int32_t* bid_top;
+  std::int64_t* bid_bound;           ///< N: the next best margin at that scan (tier_no_margin: none)
+  std::int32_t* bid_pass;            ///< N: the pass of that scan (ctl->passes), -1 none in this tier
   std::int32_t* todo[2];             ///< N each: nodes bidding this round / next
   std::int32_t* bucket;              ///< N: this round's bids grouped by row
   std::int32_t* won;                 ///< N: nodes that won a copy this iteration
@@ -169,6 +186,9 @@ struct tier_buffers {
   /// A team_wide team refreshes a tier a worker per cell up to this many
   /// candidate nodes (tier_refresh_cells_below).
   std::int32_t refresh_cells_below = tier_refresh_cells_below;
+  /// Bids remember rows in tiers of more rows than this
+  /// (tier_remember_rows_above; 0: always, in the tests).
+  std::int32_t remember_rows_above = tier_remember_rows_above;
 };
 
 /// A chain of tiers run in one launch (tier_chain_program; the backend's
@@ -249,6 +269,9 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.bid_row = take(b.bid_row, n);
   b.bid_value = take(b.bid_value, n);
   b.bid_round = take(b.bid_round, n);
+  b.bid_top = take(b.bid_top, tier_bid_top * n);
+  b.bid_bound = take(b.bid_bound, n);
+  b.bid_pass = take(b.bid_pass, n);
   b.todo[0] = take(b.todo[0], n);
   b.todo[1] = take(b.todo[1], n);
   b.bucket = take(b.bucket, n);
@@ -638,16 +661,90 @@ PLACER_HD inline void tier_margins(tier_buffers const& b, std::int32_t n, std::i
   }
 }
 
+/// Node n's margins at `prices` as tier_margins gives them (skip = -1),
+/// by a scan of every row that also remembers the node's tier_bid_top best
+/// rows and the margin after them (bid_top, bid_bound) for this pass. Ties
+/// go to the lower row, as in tier_margins (the rows are scanned in order;
+/// an equal margin does not pass an earlier row's).
+PLACER_HD inline void tier_scan_margins(tier_buffers const& b, std::int32_t n, std::int64_t const* prices,
+                                        std::int32_t& r1, std::int64_t& m1, std::int64_t& m2) {
+  constexpr std::int32_t k = tier_bid_top;
+  std::int64_t tm[k + 1];
+  std::int32_t tr[k + 1];
+  std::int32_t count = 0;
+  for (std::int32_t r = 0; r < b.p.n_rows; ++r) {
+    std::int32_t const v = tier_value(b, r, n);
+    if (v < 0) continue;
+    std::int64_t const m = static_cast<std::int64_t>(v) + 1 - prices[r];  // tier_margin of a feasible cell
+    if (count == k + 1 && m <= tm[k]) continue;
+    std::int32_t i = count < k + 1 ? count++ : k;
+    for (; i > 0 && tm[i - 1] < m; --i) {
+      tm[i] = tm[i - 1];
+      tr[i] = tr[i - 1];
+    }
+    tm[i] = m;
+    tr[i] = r;
+  }
+  r1 = count > 0 ? tr[0] : -1;
+  m1 = count > 0 ? tm[0] : 0;
+  m2 = count > 1 ? max_of<std::int64_t>(tm[1], 0) : 0;
+  std::int32_t* top = b.bid_top + static_cast<std::int64_t>(n) * k;
+  std::int32_t const kept = min_of(count, k);
+  for (std::int32_t i = 0; i < kept; ++i) {  // ascending, for tier_remembered_margins' ties
+    std::int32_t j = i;
+    for (; j > 0 && top[j - 1] > tr[i]; --j) top[j] = top[j - 1];
+    top[j] = tr[i];
+  }
+  for (std::int32_t i = kept; i < k; ++i) top[i] = -1;
+  b.bid_bound[n] = count == k + 1 ? tm[k] : tier_no_margin;
+  b.bid_pass[n] = b.ctl->passes;
+}
+
+/// Node n's margins at `prices` from the rows it remembers of this pass
+/// (tier_scan_margins), when they decide them: prices only rise within a
+/// pass and the cells do not change, so every other row's margin is still
+/// at most bid_bound. When the best remembered margin is above it and the
+/// second at or above it (or it is at most 0, sitting out), they are
+/// tier_margins' answer; returns false otherwise (scan every row).
+PLACER_HD inline bool tier_remembered_margins(tier_buffers const& b, std::int32_t n, std::int64_t const* prices,
+                                              std::int32_t& r1, std::int64_t& m1, std::int64_t& m2) {
+  if (b.bid_pass[n] != b.ctl->passes) return false;
+  std::int32_t const* top = b.bid_top + static_cast<std::int64_t>(n) * tier_bid_top;
+  r1 = -1;
+  m1 = 0;
+  m2 = 0;
+  for (std::int32_t i = 0; i < tier_bid_top && top[i] >= 0; ++i) {
+    std::int32_t const r = top[i];
+    std::int64_t const m = static_cast<std::int64_t>(tier_value(b, r, n)) + 1 - prices[r];  // feasible when scanned
+    if (r1 < 0 || m > m1) {
+      if (r1 >= 0 && m1 > m2) m2 = m1;
+      m1 = m;
+      r1 = r;
+    } else if (m > m2) {
+      m2 = m;
+    }
+  }
+  std::int64_t const bound = b.bid_bound[n];
+  return r1 >= 0 && m1 > bound && m2 >= bound;
+}
+
 /// Node n's bid this round: its best row by margin at the round's prices,
 /// at price + (best - max(second, 0)) + eps, i.e. value + 1 - second + eps:
 /// the most it pays while that row stays its best within eps. Returns false
 /// when no row has a positive margin (the node sits this iteration out:
-/// prices only rise within one).
+/// prices only rise within one). In a tier of many rows, most bids after
+/// a pass's first round are decided by the rows the node remembers
+/// (tier_remembered_margins: two thirds of the bids at 10k-k8s, 60% at
+/// 100k-k8s).
 PLACER_HD inline bool tier_bid(tier_buffers const& b, std::int32_t n, std::int64_t const* prices, std::int32_t& row,
                                std::int64_t& bid) {
   std::int32_t r1 = -1;
   std::int64_t m1 = 0, m2 = 0;
-  tier_margins(b, n, prices, -1, r1, m1, m2);
+  if (b.p.n_rows <= b.remember_rows_above) {
+    tier_margins(b, n, prices, -1, r1, m1, m2);
+  } else if (!tier_remembered_margins(b, n, prices, r1, m1, m2)) {
+    tier_scan_margins(b, n, prices, r1, m1, m2);
+  }
   if (r1 < 0 || m1 <= 0) return false;
   row = r1;
   bid = prices[r1] + (m1 - m2) + b.p.eps;
@@ -1377,6 +1474,7 @@ PLACER_HD void tier_first_bidders(Team& t, tier_buffers const& b) {
   std::int32_t const me = t.rank();
   std::int32_t const team = t.size();
   std::int64_t const* prices = tier_prices(b, 0);
+  if (me == 0) b.ctl->passes += 1;  // read after the barrier below
   std::int32_t* __restrict__ mark = b.todo[1];
   for (std::int32_t n = me; n < n_nodes; n += team) mark[n] = 0;
   for (std::int32_t r = 0; r < b.p.n_rows; ++r) {
@@ -1465,6 +1563,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   for (std::int32_t n = me; n < n_nodes; n += team) {
     b.won_row[n] = -1;
     b.bid_round[n] = -1;
+    b.bid_pass[n] = -1;
   }
   // --- the live classes' stale cells, before anything reads them: a node
   // changed since is re-scored once, however often it changed.

@@ -564,7 +564,8 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
 // candidates by all workers, a round's offers by tier_offer_team)
 // places exactly what a worker per row and rank 0 place, on one worker and
 // on a team of three whose every round is split, its refresh by column or
-// by cell whatever the tier's size. Chains of up to three
+// by cell whatever the tier's size, its bids remembering rows or scanning
+// them all whatever the tier's rows. Chains of up to three
 // tiers, a quarter with price wars (the jumps), a third with twins.
 TEST(TierChain, TeamStepsPlaceTheSame) {
   std::mt19937_64 rng(2026112602);
@@ -581,12 +582,14 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       bool together;
       std::int32_t offer_least;  // the team's offers for every row with bids, or for some
       std::int32_t refresh_below = tier_refresh_cells_below;  // a refresh by cell up to this many nodes
+      std::int32_t remember_above = tier_remember_rows_above;  // bids remember rows in tiers of more rows
     };
     std::vector<tier_instance> after;
     std::vector<tier_results> results;
     std::vector<std::vector<std::int32_t>> labels;
     for (way const w : {way{1, false, 1}, way{1, true, 1}, way{3, true, 1}, way{3, true, 6}, way{3, true, 6, 0},
-                        way{3, true, 6, 1 << 30}}) {
+                        way{3, true, 6, 1 << 30}, way{1, false, 1, tier_refresh_cells_below, 0},
+                        way{3, true, 6, tier_refresh_cells_below, 0}}) {
       tier_instance t = base;
       std::vector<std::int32_t> l(static_cast<std::size_t>(t.n_nodes()));
       for (std::int32_t n = 0; n < t.n_nodes(); ++n) l[static_cast<std::size_t>(n)] = iter % 3 == 0 ? n % 30 : n;
@@ -596,7 +599,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       for (auto& p : ps) p.state = l.data();
       tier_host_arena arena;
       tier_results r;
-      run_chain_host(ps, r, arena, w.threads, 0, w.together, w.offer_least, w.refresh_below);
+      run_chain_host(ps, r, arena, w.threads, 0, w.together, w.offer_least, w.refresh_below, w.remember_above);
       after.push_back(std::move(t));
       results.push_back(std::move(r));
       labels.push_back(std::move(l));
