@@ -459,6 +459,44 @@ TEST(Constraints, EvaluationWorkIsBounded) {
   }
 }
 
+// A label value no set names answers every In, NotIn, selector and
+// Exists alike, so nodes that differ only in such values share a group: a
+// job pinned to one host makes two groups, not one a node. A key that Gt
+// or Lt reads keeps every value (the numbers compare).
+TEST(Constraints, ValuesNoSetNamesShareAGroup) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(1000).gpus(1).build();
+  for (std::size_t i = 0; i < in.state.nodes.size(); ++i) {
+    in.state.nodes[i].labels = {"kubernetes.io/hostname=h" + std::to_string(i), "rack=r" + std::to_string(i % 50),
+                                "mem=" + std::to_string(i % 7)};
+  }
+  job pinned = one_gpu("pinned");
+  pinned.constraints.node_selector = {"kubernetes.io/hostname=h17"};
+  job off = one_gpu("off-two-racks");
+  off.constraints.required = {{{{"rack", selector_op::not_in, {"r0", "r1"}}}}};
+  in.pending = {pinned, off};
+  round_matrices m = build_matrices(in);
+  ASSERT_TRUE(m.constraints.active);
+  // h17 (in rack r17), racks r0 and r1, and everything else.
+  EXPECT_EQ(m.n_constraint_groups, 4);
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 2U);
+  EXPECT_EQ(r.placements[0].replicas[0].node, 17);
+  auto const other = r.placements[1].replicas[0].node;
+  EXPECT_NE(other % 50, 0);
+  EXPECT_NE(other % 50, 1);
+  // A Gt on "mem" reads its numbers: the 7 values split the groups.
+  job roomy = one_gpu("roomy");
+  roomy.constraints.required = {{{{"mem", selector_op::gt, {"4"}}}}};
+  in.pending.push_back(roomy);
+  m = build_matrices(in);
+  EXPECT_EQ(m.n_constraint_groups, 1 + 3 * 7);  // h17 has one mem value; r0, r1 and the rest all seven
+  r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 3U);
+  EXPECT_GT(r.placements[2].replicas[0].node % 7, 4);
+}
+
 // ------------------------------------------------------------ explanations
 
 TEST(Explanations, CountNodesByTheFirstCheckTheyFail) {

@@ -69,13 +69,22 @@ struct constraint_tables {
   std::vector<node_constraints const*> sets;
   std::vector<std::string> keys;  ///< scratch: label keys the sets refer to, sorted
   std::vector<std::size_t> key_lengths;  ///< scratch: their lengths, sorted, each once
+  /// Scratch: the (key, value) pairs the sets name (selectors, In, NotIn),
+  /// sorted; per key its first pair (named_at, keys.size() + 1 entries) and
+  /// whether a Gt or Lt reads its number (key_numeric); and all of it as
+  /// one string (names), which a session's label memo was made for.
+  std::vector<std::pair<std::string_view, std::string_view>> named;
+  std::vector<std::size_t> named_at;
+  std::vector<std::uint8_t> key_numeric;
+  std::string names;
   std::string key;                ///< scratch: one set's or node's key being built
 
   void build(round_input const& in, kernels::round_arrays& out);
 
  private:
-  /// Node i's group key into `key`: its labels on the asked keys, then its
-  /// taints.
+  /// Node i's group key into `key`: its labels on the asked keys (a value
+  /// no set names, of a key no Gt or Lt reads, as one "other" value), then
+  /// its taints.
   void node_key(std::vector<node> const& nodes, std::size_t i);
   /// Sets with equal rows become one (job_set remapped, rows compacted);
   /// with one set left that admits all and prefers nothing, inactive.

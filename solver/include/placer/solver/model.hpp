@@ -255,6 +255,7 @@ struct queue_spec {
 /// the node's labels and taints). Never encoded.
 struct node_label_memo {
   std::vector<std::string> keys;      ///< the asked keys the entries were made for
+  std::string names;                  ///< and the values named (constraint_tables::names)
   /// Per node: its group key, or empty where the node changed since (a
   /// group key is never empty: it holds at least the taints' separator).
   std::vector<std::string> node_key;
@@ -263,6 +264,7 @@ struct node_label_memo {
   void follow(delta_undo const& undo, std::size_t nodes);
   void clear() {
     keys.clear();
+    names.clear();
     node_key.clear();
   }
 };
