@@ -651,7 +651,7 @@ TEST(Constraints, SplitScenarioHasTheConstrainedRoundsClassesAndNoConstraints) {
 }
 
 // The constrained benchmark round (10k-k8s: zones, racks in maintenance,
-// tainted inference nodes; 108 constraint groups): the solver evaluates a
+// tainted inference nodes; 14 constraint groups): the solver evaluates a
 // shape's constraints once a group; node by node, every explanation is the
 // same, field for field.
 TEST(Explanations, GroupSumsMatchNodeByNodeOnTheConstrainedScenario) {
