@@ -186,9 +186,10 @@ case "$step" in
     parity_tests
     (( hung )) && { summary; exit 1; }
     if fits 90 "sanitize"; then "$0" sanitize > /tmp/sanitize.log 2>&1 || status=1; fi
-    # Issue 16's bound on the GPU: the constrained rounds against the same rounds without, on both
-    # backends in one call (never measured on a GPU before).
-    fits 40 "constrained rounds" && round_bench constrained '10k|10k-k8s|100k|100k-k8s' 'cuda|cpu'
+    # Issue 16's bound on the GPU: the constrained rounds against the same rounds without and against
+    # the rounds with their classes and no constraints (-split), on both backends in one call (never
+    # measured on a GPU before).
+    fits 50 "constrained rounds" && round_bench constrained '10k|10k-k8s|10k-split|100k|100k-k8s|100k-split' 'cuda|cpu'
     for v in 8 16 32; do
       fits 20 "offer least $v" && PLACER_CUDA_TEAM_OFFER_LEAST=$v round_bench "offer-least-$v" '10k|100k|openb' cuda
     done
