@@ -634,6 +634,20 @@ PLACER_HD inline std::int64_t tier_margin(tier_buffers const& b, std::int32_t r,
   return v >= 0 ? static_cast<std::int64_t>(v) + 1 - prices[r] : tier_no_margin;
 }
 
+/// Folds row r's margin m into the best row r1 (margin m1; an equal margin
+/// keeps the row folded first) and the second-best margin m2, which starts
+/// at 0 (sitting out).
+PLACER_HD inline void tier_fold_margin(std::int32_t r, std::int64_t m, std::int32_t& r1, std::int64_t& m1,
+                                       std::int64_t& m2) {
+  if (r1 < 0 || m > m1) {
+    if (r1 >= 0 && m1 > m2) m2 = m1;
+    m1 = m;
+    r1 = r;
+  } else if (m > m2) {
+    m2 = m;
+  }
+}
+
 /// Node n's margins at `prices` (tier_margin; infeasible rows left out, a
 /// closed row's below any other's and below 0): the best row (ties to the
 /// lower) with its margin, and the best margin of the rows other than
@@ -651,13 +665,7 @@ PLACER_HD inline void tier_margins(tier_buffers const& b, std::int32_t n, std::i
     std::int32_t const v = tier_value(b, r, n);
     if (v < 0) continue;
     std::int64_t const m = static_cast<std::int64_t>(v) + 1 - prices[r];  // tier_margin of a feasible cell
-    if (r1 < 0 || m > m1) {
-      if (r1 >= 0 && m1 > m2) m2 = m1;
-      m1 = m;
-      r1 = r;
-    } else if (m > m2) {
-      m2 = m;
-    }
+    tier_fold_margin(r, m, r1, m1, m2);
   }
 }
 
@@ -716,13 +724,7 @@ PLACER_HD inline bool tier_remembered_margins(tier_buffers const& b, std::int32_
   for (std::int32_t i = 0; i < tier_bid_top && top[i] >= 0; ++i) {
     std::int32_t const r = top[i];
     std::int64_t const m = static_cast<std::int64_t>(tier_value(b, r, n)) + 1 - prices[r];  // feasible when scanned
-    if (r1 < 0 || m > m1) {
-      if (r1 >= 0 && m1 > m2) m2 = m1;
-      m1 = m;
-      r1 = r;
-    } else if (m > m2) {
-      m2 = m;
-    }
+    tier_fold_margin(r, m, r1, m1, m2);
   }
   std::int64_t const bound = b.bid_bound[n];
   return r1 >= 0 && m1 > bound && m2 >= bound;
@@ -1458,9 +1460,6 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   if (me == 0) ctl->offer_slots = 0;  // every worker read it before the last barrier
 }
 
-/// One bidding round over the nodes in todo[list] (four barriers): each
-/// bids for its best row; the bids are bucketed by row; each row keeps its
-/// best and sends the losers to the other list; the prices follow.
 /// Round 0 of a pass bids from the nodes with a positive margin on some
 /// row at its floor (tier_bid: value >= price), listed in todo[0]. The
 /// others would sit the whole pass out (prices only rise), and most nodes
@@ -1491,6 +1490,9 @@ PLACER_HD void tier_first_bidders(Team& t, tier_buffers const& b) {
   t.sync();
 }
 
+/// One bidding round over the nodes in todo[list] (four barriers): each
+/// bids for its best row; the bids are bucketed by row; each row keeps its
+/// best and sends the losers to the other list; the prices follow.
 template <class Team>
 PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tier_clock& clk) {
   std::int32_t const n_rows = b.p.n_rows;
