@@ -222,14 +222,14 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
   for (auto const& p : out.placements) {
     auto const prio = in.pending[static_cast<std::size_t>(p.job)].priority;
     for (auto const& rp : p.replicas) {
-      auto& x = placed_priority[static_cast<std::size_t>(rp.node)];
-      x = std::max(x, prio);
+      auto& top = placed_priority[static_cast<std::size_t>(rp.node)];
+      top = std::max(top, prio);
     }
   }
   // One pass over the nodes for every shape: a node's fields are read
-  // once, not once a shape (ten shapes at 100k-k8s). Nodes of one constraint group (same labels on the round's
-  // keys, same taints) answer a shape's constraints alike: one evaluation a
-  // (shape, group).
+  // once, not once a shape (ten shapes at 100k-k8s). Nodes of one
+  // constraint group (same labels on the round's keys, same taints) answer
+  // a shape's constraints alike: one evaluation a (shape, group).
   auto const n_facts = facts.size();
   bool const grouped = x.node_group != nullptr && x.node_group->size() == static_cast<std::size_t>(n_nodes);
   auto const n_groups = grouped ? static_cast<std::size_t>(x.n_groups) : 0;
@@ -307,8 +307,8 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
   }
   for (std::size_t i = 0; i < n_facts; ++i) {
     auto& f = facts[i];
-    for (std::size_t g = 0; g < n_groups; ++g) {  // a group's excluding taint named once
-      if (x.group_tainted[i * n_groups + g] > 0) add_taint(f, *x.group_taint[i * n_groups + g], x.group_tainted[i * n_groups + g]);
+    for (std::size_t at = i * n_groups; at < (i + 1) * n_groups; ++at) {  // a group's excluding taint named once
+      if (x.group_tainted[at] > 0) add_taint(f, *x.group_taint[at], x.group_tainted[at]);
     }
     for (std::size_t d = 0; d < n_domains; ++d) {
       if (per_domain[i * n_domains + d] > f.best_fit) {
