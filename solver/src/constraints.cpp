@@ -283,14 +283,19 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
   std::sort(named.begin(), named.end());
   named.erase(std::unique(named.begin(), named.end()), named.end());
   named_at.clear();
-  names.clear();
   for (std::size_t i = 0; i <= keys.size(); ++i) {
     auto const at = i < keys.size() ? std::lower_bound(named.begin(), named.end(),
                                                        std::pair<std::string_view, std::string_view>{keys[i], {}})
                                      : named.end();
     named_at.push_back(static_cast<std::size_t>(at - named.begin()));
   }
-  for (std::size_t i = 0; i < keys.size(); ++i) {  // what a session's memo was made for
+
+  // Groups: nodes with the same labels on those keys and the same taints.
+  // With a session's memo for the same keys and named values, a node's key
+  // is read from it unless the node changed since.
+  node_label_memo* const memo = in.context == nullptr ? in.label_memo : nullptr;
+  names.clear();
+  for (std::size_t i = 0; memo != nullptr && i < keys.size(); ++i) {  // what the memo was made for
     names += static_cast<char>('0' + key_numeric[i]);
     for (std::size_t j = named_at[i]; j < named_at[i + 1] && named[j].first == keys[i]; ++j) {
       names += std::to_string(named[j].second.size());
@@ -299,11 +304,6 @@ void constraint_tables::build(round_input const& in, kernels::round_arrays& out)
     }
     names += '|';
   }
-
-  // Groups: nodes with the same labels on those keys and the same taints.
-  // With a session's memo for the same keys, a node's key is read from it
-  // unless the node changed since.
-  node_label_memo* const memo = in.context == nullptr ? in.label_memo : nullptr;
   if (memo != nullptr && (memo->keys != keys || memo->names != names || memo->node_key.size() != nodes.size())) {
     memo->keys = keys;
     memo->names = names;

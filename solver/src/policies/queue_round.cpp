@@ -30,6 +30,15 @@ std::vector<std::int32_t> still_unplaced(work_state const& ws, round_result cons
   return queue_order(ws.in, js);
 }
 
+/// The jobs marked in `mark` that `out` has not placed, in queue order.
+std::vector<std::int32_t> unplaced_marked(work_state const& ws, round_result const& out, std::vector<char> const& mark) {
+  std::vector<std::int32_t> js;
+  for (std::size_t j = 0; j < ws.in.pending.size(); ++j) {
+    if (mark[j] != 0 && !is_placed(out, static_cast<std::int32_t>(j))) js.push_back(static_cast<std::int32_t>(j));
+  }
+  return queue_order(ws.in, js);
+}
+
 /// Which deferred gangs still unplaced after the assignment could start
 /// now spread (delay_plan::by_choice): the core places them in queue order
 /// without delay scheduling's consolidated-or-nothing rewrite, and nothing
@@ -38,15 +47,9 @@ std::vector<std::int32_t> still_unplaced(work_state const& ws, round_result cons
 /// all: priority preemption without its checkpoint window (ITP cluster01
 /// on one leaf: 57-82 jobs preempted a run, docs/policies.md).
 void find_by_choice(core_fn const& core, work_state const& ws, round_result const& out, delay_plan& plan) {
-  auto const n = ws.in.pending.size();
-  plan.by_choice.assign(n, 0);
+  plan.by_choice.assign(ws.in.pending.size(), 0);
   plan.spread_reasons.clear();
-  std::vector<std::int32_t> waiting;
-  for (std::size_t j = 0; j < n; ++j) {
-    if (plan.deferred_candidate[j] != 0 && !is_placed(out, static_cast<std::int32_t>(j))) {
-      waiting.push_back(static_cast<std::int32_t>(j));
-    }
-  }
+  std::vector<std::int32_t> const waiting = unplaced_marked(ws, out, plan.deferred_candidate);
   if (waiting.empty()) return;
   std::vector<job> consolidated;
   consolidated.reserve(waiting.size());
@@ -56,7 +59,7 @@ void find_by_choice(core_fn const& core, work_state const& ws, round_result cons
     o = as_placed(ws.in.pending[static_cast<std::size_t>(j)], ws.in);
   }
   sub_round probe;
-  probe.jobs = queue_order(ws.in, waiting);
+  probe.jobs = waiting;
   probe.overrides = &plan.overrides;
   round_result r = assign_jobs(core, ws, probe);
   for (std::size_t k = 0; k < waiting.size(); ++k) {
@@ -135,12 +138,8 @@ round_result queue_round(core_fn const& core, round_input const& in, queue_memor
   //    try to consolidate by preempting insensitive, lower-priority work
   //    inside one domain.
   if (q.network_preemption && q.delay_scheduling && !ws.out_of_time()) {
-    std::vector<std::int32_t> waiting;
-    for (std::size_t j = 0; j < in.pending.size(); ++j) {
-      auto const jj = static_cast<std::int32_t>(j);
-      if (plan.by_choice[j] != 0 && !is_placed(out, jj)) waiting.push_back(jj);
-    }
-    if (!waiting.empty()) preempt_for(core, ws, queue_order(in, waiting), preempt_scope::network, overrides, out);
+    auto const waiting = unplaced_marked(ws, out, plan.by_choice);
+    if (!waiting.empty()) preempt_for(core, ws, waiting, preempt_scope::network, overrides, out);
   }
 
   // 6. Backfill: reservations for the blocked head(s); undo backfills that
