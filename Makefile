@@ -33,6 +33,7 @@ run: deps configure
 	$(BUILD)/placer serve --endpoint $(ENDPOINT) --backend $(BACKEND) --demo data/openb-sample
 
 test: build
+	@$(BUILD)/placer version | head -1
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 	$(MAKE) --no-print-directory tsan

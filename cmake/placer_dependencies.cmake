@@ -21,10 +21,25 @@ pkg_check_modules(httplib REQUIRED IMPORTED_TARGET cpp-httplib)  # /metrics, /li
 
 # --- CUDA (optional) -------------------------------------------------------
 set(PLACER_HAS_CUDA OFF)
+set(PLACER_CUDA_PREFIX "$ENV{PLACER_CUDA_PREFIX}" CACHE PATH "Where scripts/install-deps.sh puts NVIDIA's CUDA wheels")
+if(NOT PLACER_CUDA_PREFIX)
+  set(PLACER_CUDA_PREFIX /opt/placer/cuda-13.0 CACHE PATH "" FORCE)
+endif()
+set(PLACER_CUDA_WHEEL_ROOT "${PLACER_CUDA_PREFIX}/nvidia/cu13")
 if(PLACER_ENABLE_CUDA)
   include(CheckLanguage)
-  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
-    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  # An installed toolkit first ($CUDA_HOME, /usr/local/cuda), then the one
+  # scripts/install-deps.sh makes from NVIDIA's wheels (PLACER_CUDA_PREFIX).
+  if(NOT CMAKE_CUDA_COMPILER)
+    foreach(root IN ITEMS "$ENV{CUDA_HOME}" /usr/local/cuda "${PLACER_CUDA_WHEEL_ROOT}")
+      if(root AND EXISTS "${root}/bin/nvcc")
+        set(CMAKE_CUDA_COMPILER "${root}/bin/nvcc")
+        if(NOT CUDAToolkit_ROOT)
+          set(CUDAToolkit_ROOT "${root}")
+        endif()
+        break()
+      endif()
+    endforeach()
   endif()
   check_language(CUDA)
   if(CMAKE_CUDA_COMPILER)
@@ -40,6 +55,7 @@ if(PLACER_ENABLE_CUDA)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(PLACER_HAS_CUDA ON)
+    message(STATUS "placer: CUDA backend built by ${CMAKE_CUDA_COMPILER} (CUDA ${CUDAToolkit_VERSION})")
   else()
     message(STATUS "placer: nvcc not found, building the CPU backend only")
   endif()
@@ -51,13 +67,15 @@ else()
 endif()
 
 # --- CCCL (Thrust/CUB/libcu++) headers ---------------------------------------
-# The CUDA toolkit ships CCCL; the CPU-only build uses the same headers when a
-# toolkit is installed, and Debian's libthrust-dev otherwise.
+# The CUDA toolkit ships CCCL; the CPU-only build (and the fuzz and TSan builds)
+# use the same headers: the toolkit's, else the wheels', and Debian's older
+# libthrust-dev only where neither is there (PLACER_NO_CUDA_WHEELS=1).
 find_path(PLACER_CCCL_INCLUDE_DIR thrust/version.h
-  HINTS ${CUDAToolkit_INCLUDE_DIRS}/cccl /usr/local/cuda/include/cccl /usr/local/cuda/include /usr/include
+  HINTS ${CUDAToolkit_INCLUDE_DIRS}/cccl "$ENV{CUDA_HOME}/include/cccl" /usr/local/cuda/include/cccl
+        /usr/local/cuda/include "${PLACER_CUDA_WHEEL_ROOT}/include/cccl" /usr/include
   NO_DEFAULT_PATH)
 if(NOT PLACER_CCCL_INCLUDE_DIR)
-  message(FATAL_ERROR "Thrust headers not found: install the CUDA toolkit or 'apt-get install libthrust-dev libcub-dev'")
+  message(FATAL_ERROR "Thrust headers not found: run scripts/install-deps.sh (CUDA's wheels) or 'apt-get install libthrust-dev libcub-dev'")
 endif()
 
 # --- GoogleTest / Google Benchmark ------------------------------------------

@@ -6,9 +6,10 @@
 # docs/gpu-session.md has the whole procedure and what to commit afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-command -v nvcc >/dev/null || { echo "gpu-bundle.sh: nvcc not found: the CUDA backend would not be built" >&2; exit 1; }
+# make build installs the toolkit when none is found (CUDA 13.0 from NVIDIA's wheels, scripts/install-deps.sh).
 make build
-build/placer --version | grep -q "CUDA backend built" || { echo "gpu-bundle.sh: build/ has no CUDA backend" >&2; exit 1; }
+build/placer --version | grep -q "CUDA backend built" ||
+  { echo "gpu-bundle.sh: build/ has no CUDA backend (see the 'placer: CUDA backend' line of its cmake output)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # The CUDA parity tests live in solver_test_omp and kernels_test_omp.
