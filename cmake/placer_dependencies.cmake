@@ -18,6 +18,7 @@ find_package(spdlog REQUIRED)          # the service's log lines (text or JSON)
 find_package(nlohmann_json 3 REQUIRED) # the Slurm bridge reads squeue/sinfo --json
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(httplib REQUIRED IMPORTED_TARGET cpp-httplib)  # /metrics, /livez, /readyz
+pkg_check_modules(sodium REQUIRED IMPORTED_TARGET libsodium)     # CurveZMQ in the service's own ZMTP (zmtp.cpp)
 
 # --- CUDA (optional) -------------------------------------------------------
 set(PLACER_HAS_CUDA OFF)

@@ -5,7 +5,7 @@
 set -euo pipefail
 
 PKGS=(cmake ninja-build g++ make pkg-config ccache
-      libzmq3-dev cppzmq-dev
+      libzmq3-dev cppzmq-dev libsodium-dev
       libflatbuffers-dev flatbuffers-compiler
       libgtest-dev libbenchmark-dev libomp-dev libglpk-dev clang libclang-rt-dev
       python3-zmq python3-flatbuffers prometheus-cpp-dev libcpp-httplib-dev libspdlog-dev libcli11-dev

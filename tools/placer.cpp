@@ -452,6 +452,7 @@ int cmd_serve(int argc, char** argv) {
   };
   std::int64_t message_mib = static_cast<std::int64_t>(cfg.max_message_bytes >> 20);
   std::int64_t session_mib = static_cast<std::int64_t>(cfg.max_session_bytes >> 20);
+  std::int64_t peer_session_mib = static_cast<std::int64_t>(cfg.max_session_bytes_per_peer >> 20);
   std::int64_t queued_mib = static_cast<std::int64_t>(cfg.queue.peer_bytes >> 20);
   std::int64_t queue_mib = static_cast<std::int64_t>(cfg.queue.total_bytes >> 20);
   std::int64_t max_jobs = cfg.limits.pending_jobs;
@@ -494,6 +495,16 @@ int cmd_serve(int argc, char** argv) {
           ->check(CLI::NonNegativeNumber)
           ->capture_default_str());
   env(app.add_option("--max-session-mib", session_mib, "sessions' memory per worker, MiB (LRU eviction)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-sessions", cfg.max_sessions, "sessions per worker (past it, the largest holder's go)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-sessions-per-peer", cfg.max_sessions_per_peer,
+                     "one peer's sessions per worker (a peer: its CURVE key, else its connection)")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-session-mib-per-peer", peer_session_mib, "one peer's sessions' memory per worker, MiB")
           ->check(CLI::PositiveNumber)
           ->capture_default_str());
   env(app.add_option("--max-queued", cfg.queue.peer_rounds, "rounds one peer may have waiting")
@@ -553,6 +564,7 @@ int cmd_serve(int argc, char** argv) {
   }
   cfg.max_message_bytes = static_cast<std::size_t>(message_mib) << 20;
   cfg.max_session_bytes = static_cast<std::size_t>(session_mib) << 20;
+  cfg.max_session_bytes_per_peer = static_cast<std::size_t>(peer_session_mib) << 20;
   cfg.queue.peer_bytes = static_cast<std::size_t>(queued_mib) << 20;
   cfg.queue.total_bytes = static_cast<std::size_t>(queue_mib) << 20;
   cfg.capture.max_bytes = static_cast<std::size_t>(capture_mib) << 20;

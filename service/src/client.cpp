@@ -56,6 +56,8 @@ client::client(client_options opt) : opt_(std::move(opt)), impl_(std::make_uniqu
 
 client::~client() = default;
 
+void client::reconnect() { impl_->connect(opt_); }
+
 /// Sends one request and waits for its reply: the reply frame, the verdict
 /// on it (checked once, here; `envelope` is not kept because a small zmq
 /// message stores its bytes inline and moves with it) and when it arrived.
@@ -138,7 +140,7 @@ service::decoded_reply client::send(round_input const& in, cluster_delta const* 
   for (int attempt = 0;; ++attempt) {
     // A fresh request id each time: a late reply to an earlier attempt is
     // dropped by exchange().
-    service::request_header h{next_id_++, opt_.session, now_us()};
+    service::request_header h{next_id_++, opt_.session, now_us(), secret_};
     service::encode_request(fbb, h, in, delta, jobs);
     t_sent = std::chrono::steady_clock::now();
     try {
@@ -153,7 +155,15 @@ service::decoded_reply client::send(round_input const& in, cluster_delta const* 
     throw client_error(std::string("unreadable reply from the service: ") + service::error_code_name(r.check.code) +
                        ": " + r.check.message);
   }
-  auto reply = service::decode_reply(*wire::GetEnvelope(r.payload.data()));  // verified in exchange
+  auto const* env = wire::GetEnvelope(r.payload.data());  // verified in exchange
+  // Without CURVE the server issues the session's secret with the round
+  // that makes it; it goes with every later request, so the session stays
+  // this client's across a rebuilt socket, and no one else's.
+  if (auto const* hdr = env->header(); hdr != nullptr && hdr->session_secret() != nullptr &&
+                                       hdr->session_secret()->size() > 0) {
+    secret_.assign(hdr->session_secret()->string_view());
+  }
+  auto reply = service::decode_reply(*env);
   auto const t_end = std::chrono::steady_clock::now();
   auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
   last_timing_ = {us(t_sent - t0), us(t_end - r.received), us(t_end - t0)};

@@ -183,7 +183,8 @@ flatbuffers::Offset<flatbuffers::String> opt_shared(fbb_t& fbb, std::string cons
 
 flatbuffers::Offset<wire::Header> header_out(fbb_t& fbb, request_header const& h) {
   // version is the schema default (1) and so is not stored explicitly.
-  return wire::CreateHeader(fbb, 1, h.request_id, opt_string(fbb, h.session), h.sent_at_us);
+  return wire::CreateHeader(fbb, 1, h.request_id, opt_string(fbb, h.session), h.sent_at_us,
+                            opt_string(fbb, h.session_secret));
 }
 
 void header_in(wire::Envelope const& env, request_header& h) {
@@ -191,6 +192,7 @@ void header_in(wire::Envelope const& env, request_header& h) {
   h.request_id = w ? w->request_id() : 0;
   str_in(w ? w->session() : nullptr, h.session);
   h.sent_at_us = w ? w->sent_at_us() : 0;
+  str_in(w ? w->session_secret() : nullptr, h.session_secret);
 }
 
 // ------------------------------------------------------------------ cluster

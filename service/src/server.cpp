@@ -1,7 +1,8 @@
-// The service: an I/O thread on the ROUTER socket and solver workers behind
-// inproc PAIR sockets (see server.hpp). ZeroMQ sockets are not thread-safe,
-// so the ROUTER is touched by the I/O thread only; workers get and return
-// whole messages over their own PAIR socket.
+// The service: an I/O thread on the network socket (ZMTP spoken by
+// zmtp::listener over a ZMQ_STREAM socket) and solver workers behind inproc
+// PAIR sockets (see server.hpp). ZeroMQ sockets are not thread-safe, so the
+// listener is touched by the I/O thread only; workers get and return whole
+// messages over their own PAIR socket.
 #include "http.hpp"
 #include "metrics.hpp"
 
@@ -9,7 +10,10 @@
 #include <placer/service/curve.hpp>
 #include <placer/service/log.hpp>
 #include <placer/service/server.hpp>
+#include <placer/service/zmtp.hpp>
 #include <placer/traces/synthetic.hpp>
+
+#include <sodium.h>
 
 #include <algorithm>
 #include <limits>
@@ -24,6 +28,7 @@
 #include <string_view>
 #include <thread>
 #include <tuple>
+#include <unordered_map>
 #include <utility>
 #include <zmq.hpp>
 
@@ -48,18 +53,19 @@ double micros_since(std::chrono::steady_clock::time_point t) {
 struct shared_stats {
   std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0}, handshakes_denied{0}, sessions_evicted{0};
   std::atomic<std::uint64_t> refused_busy{0}, dropped_expired{0}, dropped_disconnected{0}, device_faults{0};
+  std::atomic<std::uint64_t> oversized{0}, protocol_errors{0}, connections{0};
   std::atomic<std::int64_t> session_bytes{0};  ///< every worker's sessions' bytes
   std::atomic<std::int64_t> sessions{0};       ///< every worker's sessions
 };
 
-/// A session belongs to the peer that made it: its key is the peer's
-/// identity (length-prefixed, so no two (peer, id) pairs share a key) and
-/// then the session id the request names. Another peer naming the same id
-/// reaches a session of its own, never this one. The peer is the client's
-/// CURVE public key on an authenticated socket ("curve:<Z85>"), else the
-/// connection's ZeroMQ routing identity ("id:<bytes>"), which libzmq
-/// generates per connection (a peer cannot claim a generated one: those
-/// start with a zero byte, which libzmq refuses from peers).
+/// A session belongs to whoever made it: its key is its owner (length-
+/// prefixed, so no two (owner, id) pairs share a key) and then the session
+/// id the request names. Another owner naming the same id reaches a session
+/// of its own, never this one. The owner is the client's CURVE public key on
+/// an authenticated socket ("curve:<Z85>"), else the secret the server
+/// issued when the session was made ("secret:<hex>", 128 random bits), which
+/// the client presents in every later request's header: a peer without it
+/// names a fresh session, indistinguishable from one never made.
 void session_key(std::string_view peer, std::string_view session, std::string& key) {
   key.clear();
   auto const n = std::min<std::size_t>(peer.size(), 0xffff);  // owners are at most 261 bytes
@@ -76,24 +82,13 @@ namespace {
 /// request plus an 8-byte header rounded up to 16, 32 at least. A session
 /// is many small vectors (three per node), so this is a tenth of its size.
 std::size_t heap(std::size_t n) { return n == 0 ? 0 : std::max<std::size_t>(32, (n + 8 + 15) & ~std::size_t{15}); }
-/// A peer as the logs name it: its CURVE key, or its connection's routing
-/// identity in hex ("conn:..."; libzmq's are 5 binary bytes).
-std::string peer_label(std::string_view owner) {
-  if (owner.rfind("id:", 0) != 0) return std::string(owner);
-  static constexpr char hex[] = "0123456789abcdef";
-  std::string out = "conn:";
-  for (std::size_t k = 3; k < owner.size() && k < 3 + 64; ++k) {
-    auto const c = static_cast<unsigned char>(owner[k]);
-    out += hex[c >> 4];
-    out += hex[c & 15];
-  }
-  return out;
-}
-
-void log_rejected(request_header const& h, std::string_view owner, wire::ErrorCode code, std::string const& msg) {
+/// A peer as the logs and the quotas name it: "curve:<key>" on CURVE, else
+/// "conn:<n>", the server's serial of its connection. Never a session's
+/// secret, which no log shows.
+void log_rejected(request_header const& h, std::string_view peer, wire::ErrorCode code, std::string const& msg) {
   log_warn("rejected", {{"request_id", std::to_string(h.request_id)},
                         {"session", h.session},
-                        {"peer", peer_label(owner)},
+                        {"peer", std::string(peer)},
                         {"code", error_code_name(code)},
                         {"error", msg}});
 }
@@ -205,17 +200,20 @@ class worker {
   /// Bytes in, the reply's bytes out (valid until the next call); never
   /// throws for bad input. `verify_us`: set when the I/O thread already ran
   /// check_envelope on these bytes (not run twice), to the time it took.
-  /// `peer`: who sent them (session_key); its sessions are its own.
+  /// `owner`: whose sessions the request reaches (session_key); `peer`:
+  /// who sent it, for the logs and the per-peer session quota.
   /// `queued_us`: how long the round waited for this worker, taken off the
   /// request's deadline (a reply past it would come too late).
   std::span<std::uint8_t const> handle(void const* data, std::size_t size, std::optional<double> verify_us = {},
-                                       std::string_view peer = {}, double queued_us = -1) {
+                                       std::string_view owner = {}, double queued_us = -1,
+                                       std::string_view peer = {}) {
     auto const t0 = std::chrono::steady_clock::now();
     auto t = t0;
     stats_.requests.fetch_add(1);
     request_header& h = req_.header;
     h.request_id = 0;
     h.session.clear();
+    h.session_secret.clear();
     auto reply = [&] { return std::span<std::uint8_t const>(fbb_.GetBufferPointer(), fbb_.GetSize()); };
     auto held_s = [&] { return (std::max(queued_us, 0.0) + micros_since(t0)) / 1e6; };
     auto fail = [&](wire::ErrorCode code, std::string const& msg) {
@@ -241,13 +239,20 @@ class worker {
     try {
       t = std::chrono::steady_clock::now();
       decode_request(*chk.envelope, req_);
+      // The reply names the secret the session is owned by (issued now, or
+      // the one presented); a CURVE client's sessions are its key's.
+      if (owner.rfind("secret:", 0) == 0) {
+        h.session_secret.assign(owner.substr(7));
+      } else {
+        h.session_secret.clear();
+      }
       double const decode_us = micros_since(t);
       round_input& in = req_.input;
       // A session's cluster was checked node by node when it came, and a
       // delta's nodes are as they come (check_node_limits, apply_delta).
       in.nodes_validated = req_.delta.has_value();
       in.label_memo = nullptr;
-      session_key(peer, h.session, key_);
+      session_key(owner, h.session, key_);
       auto const found = h.session.empty() ? sessions_.end() : sessions_.find(key_);
       session* const sess = found == sessions_.end() ? nullptr : &found->second;
       double delta_us = 0;
@@ -344,6 +349,8 @@ class worker {
         if (kept == nullptr) {
           kept = &sessions_[key_];
           kept->memory = std::move(scratch);
+          kept->peer.assign(peer);
+          ++peer_use_[kept->peer].count;
           stats_.sessions.fetch_add(1);
         }
         restore.kept = nullptr;  // the round's cluster becomes the session's
@@ -358,10 +365,10 @@ class worker {
                                                                     delta_bytes)
                                          : session_bytes(kept->state, {}, {});
         auto const bytes = kept->cluster_bytes + jobs_bytes(kept->pending, kept->running);
-        hold(static_cast<std::int64_t>(bytes) - static_cast<std::int64_t>(kept->bytes));
+        hold(*kept, static_cast<std::int64_t>(bytes) - static_cast<std::int64_t>(kept->bytes));
         kept->bytes = bytes;
         kept->last_used = ++tick_;
-        evict();
+        evict(kept->peer);
       }
       double const us = micros_since(t0);
       stats_.rounds_ok.fetch_add(1);
@@ -369,7 +376,7 @@ class worker {
       if (cfg_.log_rounds) {
         log_info("round", {{"request_id", std::to_string(h.request_id)},
                            {"session", h.session},
-                           {"peer", peer_label(peer)},
+                           {"peer", std::string(peer)},
                            {"nodes", std::to_string(n_nodes)},
                            {"pending", std::to_string(n_pending)},
                            {"placed", std::to_string(r.placements.size())},
@@ -509,30 +516,71 @@ class worker {
     std::uint64_t last_used = 0;       ///< the worker's tick of its last accepted round
     std::size_t bytes = 0;             ///< session_bytes() when it was stored
     std::size_t cluster_bytes = 0;     ///< of which the cluster's (moved on delta by delta)
+    std::string peer;                  ///< who made it: whose share it counts in
+  };
+  /// A peer's share of the worker's sessions.
+  struct peer_use {
+    std::size_t count = 0, bytes = 0;
   };
 
-  /// Least recently used first, the sessions go while the worker holds more
-  /// than max_sessions or max_session_bytes; the one just stored too, when
-  /// it alone is over the bytes (its client then sends full snapshots). An
-  /// evicted client's next delta is answered StaleEpoch and it resyncs.
-  void hold(std::int64_t change) {
+  void hold(session& s, std::int64_t change) {
     held_bytes_ = static_cast<std::size_t>(static_cast<std::int64_t>(held_bytes_) + change);
+    auto& use = peer_use_[s.peer];
+    use.bytes = static_cast<std::size_t>(static_cast<std::int64_t>(use.bytes) + change);
     stats_.session_bytes.fetch_add(change);
   }
-  void evict() {
-    while (!sessions_.empty() &&
-           (sessions_.size() > cfg_.max_sessions || held_bytes_ > cfg_.max_session_bytes)) {
-      auto lru = sessions_.begin();
+  /// The least recently used session of `peer`'s.
+  std::map<std::string, session>::iterator lru_of(std::string const& peer) {
+    auto lru = sessions_.end();
+    for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
+      if (it->second.peer == peer && (lru == sessions_.end() || it->second.last_used < lru->second.last_used)) lru = it;
+    }
+    return lru;
+  }
+  void drop(std::map<std::string, session>::iterator it) {
+    auto const peer = it->second.peer;
+    hold(it->second, -static_cast<std::int64_t>(it->second.bytes));
+    auto& use = peer_use_[peer];
+    if (--use.count == 0) peer_use_.erase(peer);
+    sessions_.erase(it);
+    stats_.sessions.fetch_sub(1);
+    stats_.sessions_evicted.fetch_add(1);
+  }
+  /// Sessions go in two steps, least recently used first within a peer:
+  /// while `peer` (who just stored one) holds more than its share
+  /// (max_sessions_per_peer, max_session_bytes_per_peer), its own; then,
+  /// while the worker holds more than max_sessions or max_session_bytes,
+  /// those of the peer holding the most (sessions or bytes, whichever is
+  /// over). So one peer's flood evicts its own sessions, and another's only
+  /// once every peer holds as few. The one just stored goes too when it
+  /// alone is over the bytes (its client then sends full snapshots). An
+  /// evicted client's next delta is answered StaleEpoch and it resyncs.
+  void evict(std::string const& peer) {
+    auto over_share = [&] {
+      auto const it = peer_use_.find(peer);
+      return it != peer_use_.end() && (it->second.count > cfg_.max_sessions_per_peer ||
+                                       it->second.bytes > cfg_.max_session_bytes_per_peer);
+    };
+    while (over_share()) drop(lru_of(peer));
+    while (!sessions_.empty() && (sessions_.size() > cfg_.max_sessions || held_bytes_ > cfg_.max_session_bytes)) {
+      bool const by_count = sessions_.size() > cfg_.max_sessions;
+      auto amount = [&](std::string const& p) {
+        auto const& u = peer_use_[p];
+        return by_count ? u.count : u.bytes;
+      };
+      std::size_t top = 0;
+      for (auto const& [p, u] : peer_use_) top = std::max(top, by_count ? u.count : u.bytes);
+      auto lru = sessions_.end();  // the least recently used of the peers holding the most
       for (auto it = sessions_.begin(); it != sessions_.end(); ++it) {
-        if (it->second.last_used < lru->second.last_used) lru = it;
+        if (amount(it->second.peer) == top && (lru == sessions_.end() || it->second.last_used < lru->second.last_used)) {
+          lru = it;
+        }
       }
-      hold(-static_cast<std::int64_t>(lru->second.bytes));
-      sessions_.erase(lru);
-      stats_.sessions.fetch_sub(1);
-      stats_.sessions_evicted.fetch_add(1);
+      drop(lru);
     }
   }
-  std::map<std::string, session> sessions_;  ///< by session_key: the peer's, then the session id
+  std::map<std::string, session> sessions_;  ///< by session_key: the owner's, then the session id
+  std::unordered_map<std::string, peer_use> peer_use_;  ///< by peer: what its sessions hold
   std::string key_;                           ///< the request's session key (reused)
   std::uint64_t tick_ = 0;                    ///< counts accepted session rounds (LRU order)
   std::size_t held_bytes_ = 0;                ///< the sessions' bytes, summed
@@ -571,12 +619,13 @@ struct dispatch_meta {
 /// A round waiting for its worker: the message as received and where it
 /// came from.
 struct queued_round {
-  std::vector<zmq::message_t> frames;  ///< [identity, (empty), payload]
-  std::string owner;                   ///< session_key's peer
+  std::vector<zmq::message_t> frames;  ///< [(empty), payload]: answered in the same shape
+  std::string owner;                   ///< session_key's owner
+  std::string peer;                    ///< who sent it: its queue budget, session quota and log name
   std::optional<double> verify_us;     ///< set when the verifier passed it
   request_header header;               ///< for an answer from the I/O thread
   std::uint64_t deadline_us = 0;       ///< the request's, 0 = none
-  int fd = -1;                         ///< the connection it came on (ZMQ_SRCFD; -1 for inproc)
+  std::uint64_t conn = 0;              ///< the connection it came on (zmtp::incoming::conn)
   std::chrono::steady_clock::time_point arrived;
 };
 
@@ -593,25 +642,19 @@ struct server::impl {
     slots.resize(static_cast<std::size_t>(cfg.workers));
   }
   zmq::context_t ctx{1};
-  zmq::socket_t router{ctx, zmq::socket_type::router};
-  // CURVE: the ZAP handler (ZeroMQ's authentication protocol, RFC 27) on
-  // its own thread, bound before the ROUTER so that no handshake goes
-  // unchecked; it owns `zap` once started.
-  zmq::socket_t zap{ctx, zmq::socket_type::rep};
+  /// The network side: ZMTP over a STREAM socket, NULL or CURVE (zmtp.hpp).
+  std::unique_ptr<zmtp::listener> net;
+  /// The HTTP probes' way in: a ROUTER on an inproc endpoint (in-process
+  /// peers only; health requests alone are answered).
+  std::unique_ptr<zmq::socket_t> probe;
   std::vector<std::string> allowed;  ///< Z85 public keys, sorted
-  std::thread zap_thread;
-  std::atomic<bool> zap_stop{false};
-  ~impl() {
-    zap_stop.store(true);
-    if (zap_thread.joinable()) zap_thread.join();
-  }
-  void serve_zap(int poll_ms);
   /// Refused CURVE keys: when each was last logged, and refusals since.
   struct refusal {
     std::chrono::steady_clock::time_point logged;
     std::uint64_t suppressed = 0;
   };
-  std::map<std::string, refusal> refusals;  ///< the ZAP thread's own
+  std::map<std::string, refusal> refusals;
+  bool allow(std::string const& key, std::string const& address);
   shared_stats stats;
   std::unique_ptr<service_metrics> metrics;  ///< with --http
   std::unique_ptr<http_endpoint> http;       ///< with --http; before ctx goes
@@ -619,7 +662,7 @@ struct server::impl {
   std::vector<std::unique_ptr<worker>> workers;
   std::vector<std::unique_ptr<worker_status>> status;  ///< one per worker
   std::string key;    ///< a request's session key, to pick its worker (reused)
-  std::string owner;  ///< a request's owner: CURVE key or routing identity (reused)
+  std::string owner;  ///< a request's owner: CURVE key or session secret (reused)
   // The I/O thread's own (run()).
   round_queue<queued_round> queue;
   std::vector<worker_slot> slots;
@@ -627,46 +670,24 @@ struct server::impl {
   flatbuffers::FlatBufferBuilder io_fbb{256};  ///< probes and the I/O thread's own errors
 };
 
-void server::impl::serve_zap(int poll_ms) {
-  std::vector<zmq::message_t> frames;
-  while (!zap_stop.load()) {
-    zmq::pollitem_t item{zap.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(poll_ms));
-    if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(zap, frames)) continue;
-    // Request: version, request id, domain, address, routing id, mechanism,
-    // credentials (CURVE: the client's 32-byte public key).
-    std::string key;
-    if (frames.size() >= 7 && frames[5].to_string_view() == "CURVE" && frames[6].size() == 32) {
-      char z85[41];
-      if (zmq_z85_encode(z85, static_cast<std::uint8_t const*>(frames[6].data()), 32) != nullptr) key = z85;
-    }
-    bool const ok = !key.empty() && std::binary_search(allowed.begin(), allowed.end(), key);
-    if (!ok) {
-      stats.handshakes_denied.fetch_add(1);
-      // A refused client reconnects every 100 ms or so: one line per key
-      // and minute, with the count of those not logged.
-      auto const now = std::chrono::steady_clock::now();
-      if (refusals.size() > 4096) refusals.clear();  // bounded, whatever keys are tried
-      auto& seen = refusals[key];
-      if (seen.suppressed == 0 || now - seen.logged >= std::chrono::minutes(1)) {
-        log_warn("CURVE handshake refused" + (key.empty() ? std::string() : " for key " + key) +
-                 (frames.size() > 3 ? " from " + printable(frames[3].to_string(), 64) : std::string()) +
-                 (seen.suppressed > 1 ? " (" + std::to_string(seen.suppressed - 1) + " more since the last line)"
-                                      : std::string()));
-        seen.logged = now;
-        seen.suppressed = 0;
-      }
-      ++seen.suppressed;
-    }
-    std::vector<zmq::message_t> reply;
-    reply.emplace_back(std::string_view("1.0"));
-    reply.emplace_back(frames.size() > 1 ? frames[1].to_string_view() : std::string_view());
-    reply.emplace_back(std::string_view(ok ? "200" : "400"));
-    reply.emplace_back(std::string_view(ok ? "OK" : "key not allowed"));
-    reply.emplace_back(std::string_view(ok ? key : std::string()));  // the User-Id of its messages
-    reply.emplace_back();
-    send_all(zap, reply);
+/// A CURVE client's key against the allowed ones; refusals are counted,
+/// and logged once a key and minute (a refused client reconnects every
+/// 100 ms or so), with the count of those not logged.
+bool server::impl::allow(std::string const& key, std::string const& address) {
+  if (std::binary_search(allowed.begin(), allowed.end(), key)) return true;
+  stats.handshakes_denied.fetch_add(1);
+  auto const now = std::chrono::steady_clock::now();
+  if (refusals.size() > 4096) refusals.clear();  // bounded, whatever keys are tried
+  auto& seen = refusals[key];
+  if (seen.suppressed == 0 || now - seen.logged >= std::chrono::minutes(1)) {
+    log_warn("CURVE handshake refused for key " + key + (address.empty() ? std::string() : " from " + printable(address, 64)) +
+             (seen.suppressed > 1 ? " (" + std::to_string(seen.suppressed - 1) + " more since the last line)"
+                                  : std::string()));
+    seen.logged = now;
+    seen.suppressed = 0;
   }
+  ++seen.suppressed;
+  return false;
 }
 
 namespace {
@@ -715,6 +736,7 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
     cfg_.backend = "cpu";
   }
   impl_ = std::make_unique<impl>(cfg_);
+  std::optional<zmtp::key32> curve_secret;
   if (!cfg_.curve_secret_file.empty()) {
     PLACER_EXPECTS(!cfg_.allow_keys_dir.empty(), "CURVE needs the allowed clients' public keys (--allow-keys DIR)");
     auto const own = read_certificate(cfg_.curve_secret_file);
@@ -722,10 +744,8 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
       throw std::runtime_error("'" + cfg_.curve_secret_file + "' is a public certificate: give the *_secret file");
     }
     impl_->allowed = read_allowed_keys(cfg_.allow_keys_dir);
-    impl_->zap.bind("inproc://zeromq.zap.01");
-    impl_->zap_thread = std::thread([this] { impl_->serve_zap(cfg_.poll_ms); });
-    impl_->router.set(zmq::sockopt::curve_server, true);
-    impl_->router.set(zmq::sockopt::curve_secretkey, own.secret_key);
+    curve_secret = zmtp::z85_key(own.secret_key);
+    if (!curve_secret) throw std::runtime_error("'" + cfg_.curve_secret_file + "' holds no valid secret key");
   } else if (!cfg_.insecure && !loopback_endpoint(cfg_.endpoint)) {
     throw logic_error(error_code::failed_precondition,
                       "refusing to serve " + cfg_.endpoint +
@@ -750,23 +770,26 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
     impl_->workers.push_back(std::make_unique<worker>(cfg_, impl_->stats, impl_->metrics.get(), *impl_->status.back(), k,
                                                         impl_->capture.get()));
   }
-  // Bound the largest frame at the transport too (a generous multiple of the
-  // application limit, which answers with ResourceExhausted instead).
-  impl_->router.set(zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(cfg_.max_message_bytes) * 2);
-  impl_->router.set(zmq::sockopt::linger, 0);
-  // The I/O thread drains the socket into its own bounded queue as fast as
-  // messages come, so ZeroMQ's per-connection queues stay short; a peer that
-  // outpaces it waits in TCP, and one that does not read its replies loses
-  // those past the send mark.
-  impl_->router.set(zmq::sockopt::rcvhwm, 64);
-  impl_->router.set(zmq::sockopt::sndhwm, 64);
-  impl_->router.bind(cfg_.endpoint);
-  endpoint_ = impl_->router.get(zmq::sockopt::last_endpoint);
+  // The transport reads a message past max_message_bytes to its end without
+  // keeping it, and the I/O thread answers it with the limit. The I/O
+  // thread drains the socket into its own bounded queue as fast as messages
+  // come; a peer that outpaces it waits in TCP, and one that does not read
+  // its replies is disconnected.
+  zmtp::listener_config net;
+  net.max_message_bytes = cfg_.max_message_bytes;
+  net.handshake_timeout = std::chrono::milliseconds(cfg_.handshake_ms);
+  net.curve_secret = curve_secret;
+  net.allow = [this](std::string const& key, std::string const& address) { return impl_->allow(key, address); };
+  impl_->net = std::make_unique<zmtp::listener>(impl_->ctx, std::move(net));
+  impl_->net->bind(cfg_.endpoint);
+  endpoint_ = impl_->net->last_endpoint();
   if (!cfg_.http.empty()) {
-    // The HTTP probes ask the I/O thread over a second endpoint of its own
-    // ROUTER (inproc: no network, no CURVE handshake).
+    // The HTTP probes ask the I/O thread over an inproc ROUTER of its own
+    // (no network, no CURVE handshake).
     std::string const probe = "inproc://placer-probe-" + std::to_string(reinterpret_cast<std::uintptr_t>(this));
-    impl_->router.bind(probe);
+    impl_->probe = std::make_unique<zmq::socket_t>(impl_->ctx, zmq::socket_type::router);
+    impl_->probe->set(zmq::sockopt::linger, 0);
+    impl_->probe->bind(probe);
     impl_->http = std::make_unique<http_endpoint>(cfg_.http, impl_->ctx, probe, *impl_->metrics, 1000);
   }
 }
@@ -778,11 +801,22 @@ std::string server::backend_description() const { return impl_->status.front()->
 std::string server::http_address() const { return impl_->http ? impl_->http->address() : std::string(); }
 
 server_stats server::stats() const {
-  return {impl_->stats.requests.load(), impl_->stats.rounds_ok.load(), impl_->stats.errors.load(),
-          impl_->stats.handshakes_denied.load(), impl_->stats.sessions_evicted.load(),
-          static_cast<std::uint64_t>(impl_->stats.session_bytes.load()), impl_->stats.refused_busy.load(),
-          impl_->stats.dropped_expired.load(), impl_->stats.dropped_disconnected.load(),
-          impl_->capture ? impl_->capture->stats() : capture_stats{}};
+  auto const& st = impl_->stats;
+  server_stats s;
+  s.requests = st.requests.load();
+  s.rounds_ok = st.rounds_ok.load();
+  s.errors = st.errors.load();
+  s.handshakes_denied = st.handshakes_denied.load();
+  s.oversized = st.oversized.load();
+  s.protocol_errors = st.protocol_errors.load();
+  s.connections = st.connections.load();
+  s.sessions_evicted = st.sessions_evicted.load();
+  s.session_bytes = static_cast<std::uint64_t>(st.session_bytes.load());
+  s.refused_busy = st.refused_busy.load();
+  s.dropped_expired = st.dropped_expired.load();
+  s.dropped_disconnected = st.dropped_disconnected.load();
+  s.capture = impl_->capture ? impl_->capture->stats() : capture_stats{};
+  return s;
 }
 
 void server::flush_captures() {
@@ -845,7 +879,7 @@ health_status server::health() const {
 
 void server::run(std::atomic<bool> const* external_stop) {
   auto& io = *impl_;
-  auto& router = io.router;
+  auto& net = *io.net;
   auto const n = io.workers.size();
   auto stopping = [&] { return stop_.load() || (external_stop != nullptr && external_stop->load()); };
   log_info("serving on " + endpoint_ + " with " + std::to_string(n) + " worker(s), backend " + backend_description());
@@ -869,54 +903,28 @@ void server::run(std::atomic<bool> const* external_stop) {
       while (!workers_stop.load()) {
         zmq::pollitem_t item{link.handle(), 0, ZMQ_POLLIN, 0};
         zmq::poll(&item, 1, std::chrono::milliseconds(cfg_.poll_ms));
-        if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(link, frames) || frames.size() < 4) continue;
-        // [meta, owner, identity, (empty), payload] in; the same envelope,
-        // without the meta and the owner, with the reply out.
+        if ((item.revents & ZMQ_POLLIN) == 0 || !recv_all(link, frames) || frames.size() < 5) continue;  // 6 with a delimiter
+        // [meta, owner, peer, connection, (empty), payload] in; the same
+        // envelope, without the meta, the owner and the peer, with the
+        // reply out.
         dispatch_meta meta;
         if (frames.front().size() == sizeof meta) std::memcpy(&meta, frames.front().data(), sizeof meta);
         std::optional<double> verify_us;
         if (meta.verify_us >= 0) verify_us = meta.verify_us;
         std::string const owner = frames[1].to_string();
-        frames.erase(frames.begin(), frames.begin() + 2);
+        std::string const peer = frames[2].to_string();
+        frames.erase(frames.begin(), frames.begin() + 3);
         auto& payload = frames.back();
-        auto const reply = io.workers[k]->handle(payload.data(), payload.size(), verify_us, owner, meta.queued_us);
+        auto const reply =
+            io.workers[k]->handle(payload.data(), payload.size(), verify_us, owner, meta.queued_us, peer);
         frames.back() = zmq::message_t(reply.data(), reply.size());  // the one copy of the reply
         send_all(link, frames);
       }
     });
   }
 
-  // Disconnects, for rounds whose peer has gone while they waited.
-  std::string const monitor_endpoint = "inproc://placer-monitor-" + tag;
-  zmq_socket_monitor(router.handle(), monitor_endpoint.c_str(), ZMQ_EVENT_DISCONNECTED);
-  zmq::socket_t monitor(io.ctx, zmq::socket_type::pair);
-  monitor.connect(monitor_endpoint);
-  auto drain_monitor = [&] {
-    zmq::message_t event, address;
-    while (monitor.recv(event, zmq::recv_flags::dontwait)) {
-      // [event id (2 bytes), value (4 bytes: the fd)], [endpoint]
-      if (event.size() >= 6) {
-        std::uint16_t id = 0;
-        std::uint32_t value = 0;
-        std::memcpy(&id, event.data(), 2);
-        std::memcpy(&value, static_cast<char const*>(event.data()) + 2, 4);
-        if (id == ZMQ_EVENT_DISCONNECTED) {
-          // Its waiting rounds have nobody to answer: they go now. A later
-          // connection on the same fd is no victim: the monitor is read
-          // after every message and before it is queued, and the context's
-          // one I/O thread reports a close before it accepts the next
-          // connection, so no round of a new connection is queued yet.
-          auto const fd = static_cast<int>(value);
-          auto const gone = io.queue.drop_if([&](queued_round const& q) { return q.fd == fd; });
-          if (gone > 0) {
-            io.stats.dropped_disconnected.fetch_add(gone);
-            log_warn(std::to_string(gone) + " queued round(s) dropped: their peer disconnected");
-          }
-        }
-      }
-      if (event.more()) (void)monitor.recv(address, zmq::recv_flags::dontwait);
-    }
-  };
+  // A reply to its connection: frames [(empty), payload].
+  auto reply_to = [&](std::uint64_t conn, std::vector<zmq::message_t>& frames) { (void)net.send(conn, frames); };
 
   // An answer from the I/O thread itself (a refusal or a lapsed deadline).
   auto answer_error = [&](queued_round& q, wire::ErrorCode code, std::string const& msg,
@@ -924,54 +932,95 @@ void server::run(std::atomic<bool> const* external_stop) {
     io.stats.requests.fetch_add(1);
     io.stats.errors.fetch_add(1);
     if (io.metrics) io.metrics->round(code, 0);
-    log_rejected(q.header, q.owner, code, msg);
+    log_rejected(q.header, q.peer, code, msg);
     auto& frames = q.frames;
-    auto const& h = q.header;
-    encode_error(io.io_fbb, h, code, msg, retry_after_ms);
+    encode_error(io.io_fbb, q.header, code, msg, retry_after_ms);
     frames.back() = zmq::message_t(io.io_fbb.GetBufferPointer(), io.io_fbb.GetSize());
-    send_all(router, frames);
+    reply_to(q.conn, frames);
   };
 
-  // One message off the ROUTER: a probe is answered, a round queued (or
+  // A message too large to keep was read and dropped by the transport: its
+  // sender hears the limit (a permanent error: retrying cannot help), and
+  // nothing of it was queued or counted against the peer's queue budget.
+  auto answer_oversized = [&](zmtp::incoming const& e) {
+    io.stats.oversized.fetch_add(1);
+    queued_round q;
+    q.conn = e.conn;
+    q.peer = e.user_id.empty() ? "conn:" + std::to_string(e.conn) : "curve:" + e.user_id;
+    if (e.delimited) q.frames.emplace_back();  // answered in the shape it came in
+    q.frames.emplace_back();
+    std::ostringstream mib;
+    mib << static_cast<double>(cfg_.max_message_bytes) / (1 << 20);
+    answer_error(q, wire::ErrorCode::ResourceExhausted,
+                 e.frame_count > 16
+                     ? "message of " + std::to_string(e.frame_count) + " frames refused: a request is one frame"
+                     : "message of " + std::to_string(e.bytes) + " bytes or more exceeds the server's limit of " +
+                           std::to_string(cfg_.max_message_bytes) + " bytes (--max-message-mib " + mib.str() +
+                           "); it is never accepted: send the cluster as deltas, or ask the operator to raise it");
+  };
+
+  // One message off the network: a probe is answered, a round queued (or
   // refused when its peer or the server has too much waiting).
-  auto accept = [&](std::vector<zmq::message_t>& frames) {
-    // [identity, (empty delimiter from REQ peers), payload]
-    if (frames.size() < 2) return;  // nothing routable to answer
-    bool const req_peer = frames[1].size() == 0 && frames.size() >= 3;
-    std::size_t const payload = req_peer ? 2 : 1;
+  auto accept = [&](zmtp::incoming& e) {
+    // [(empty delimiter from REQ and placer's DEALER peers), payload]
+    auto& frames = e.frames;
+    if (frames.empty()) return;
+    bool const delimited = frames.front().size() == 0 && frames.size() >= 2;
+    std::size_t const payload = delimited ? 1 : 0;
     if (frames.size() != payload + 1) {  // multi-frame payloads are malformed
       frames.resize(payload + 1);
       frames[payload] = zmq::message_t{};
     }
+    queued_round q;
+    q.conn = e.conn;
+    // Who sent it: the CURVE key when the connection is authenticated,
+    // else the connection (the server's serial, which no peer chooses).
+    q.peer = e.user_id.empty() ? "conn:" + std::to_string(e.conn) : "curve:" + e.user_id;
     // The verdict travels with the message, so the worker does not verify
-    // it again: the verifier's time (the round's `verify` stage) when it
-    // passed; a bad message goes to a worker, which answers with the error.
+    // it again: the verifier's time (the round's `verify` stage).
     auto const t_verify = std::chrono::steady_clock::now();
     auto const chk = check_envelope(frames[payload].data(), frames[payload].size(), cfg_.max_message_bytes);
     double const verify_us = micros_since(t_verify);
-    queued_round q;
-    if (chk.envelope != nullptr) {
-      q.verify_us = verify_us;
-      if (auto const* hdr = chk.envelope->header()) {
-        q.header.request_id = hdr->request_id();
-        if (hdr->session() != nullptr) q.header.session.assign(hdr->session()->string_view());
-      }
-      if (chk.envelope->body_type() == wire::Body::HealthRequest) {  // probes never wait
-        encode_health_reply(io.io_fbb, q.header, health());
-        frames[payload] = zmq::message_t(io.io_fbb.GetBufferPointer(), io.io_fbb.GetSize());
-        send_all(router, frames);
+    q.frames = std::move(frames);
+    if (chk.envelope == nullptr) {  // answered here: a bad message is never queued
+      answer_error(q, chk.code, chk.message);
+      return;
+    }
+    q.verify_us = verify_us;
+    std::string secret;
+    if (auto const* hdr = chk.envelope->header()) {
+      q.header.request_id = hdr->request_id();
+      if (hdr->session() != nullptr) q.header.session.assign(hdr->session()->string_view());
+      if (hdr->session_secret() != nullptr) secret.assign(hdr->session_secret()->string_view());
+    }
+    if (chk.envelope->body_type() == wire::Body::HealthRequest) {  // probes never wait
+      encode_health_reply(io.io_fbb, q.header, health());
+      q.frames.back() = zmq::message_t(io.io_fbb.GetBufferPointer(), io.io_fbb.GetSize());
+      reply_to(q.conn, q.frames);
+      return;
+    }
+    if (auto const* req = chk.envelope->body_as_ScheduleRequest()) q.deadline_us = req->deadline_us();
+    // Who owns the sessions the message names: the client's CURVE key when
+    // the connection is authenticated (its sessions survive a reconnect),
+    // else the session's secret: the one presented, or one issued now for
+    // a session the request makes (the reply carries it).
+    auto& owner = io.owner;
+    if (!e.user_id.empty()) {
+      owner.assign("curve:").append(e.user_id);
+    } else if (q.header.session.empty()) {
+      owner.clear();
+    } else {
+      if (secret.empty()) {
+        std::uint8_t raw[16];
+        randombytes_buf(raw, sizeof raw);
+        char hex[2 * sizeof raw + 1];
+        sodium_bin2hex(hex, sizeof hex, raw, sizeof raw);
+        secret = hex;
+      } else if (secret.size() > 64) {
+        answer_error(q, wire::ErrorCode::InvalidArgument, "session_secret longer than 64 bytes");
         return;
       }
-      if (auto const* req = chk.envelope->body_as_ScheduleRequest()) q.deadline_us = req->deadline_us();
-    }
-    // Who owns the sessions this message names: the client's CURVE key when
-    // the connection is authenticated (its sessions survive a reconnect),
-    // else the connection's routing identity.
-    auto& owner = io.owner;
-    if (char const* uid = zmq_msg_gets(frames[payload].handle(), "User-Id"); uid != nullptr && *uid != '\0') {
-      owner.assign("curve:").append(uid);
-    } else {
-      owner.assign("id:").append(frames[0].to_string_view());
+      owner.assign("secret:").append(secret);
     }
     // A session's rounds all go to its worker (hash of its key), so they
     // stay in order; a round without one to the least loaded worker.
@@ -983,15 +1032,11 @@ void server::run(std::atomic<bool> const* external_stop) {
       auto load = [&](std::size_t k) { return io.queue.queued(k) + (io.slots[k].busy ? 1 : 0); };
       for (std::size_t k = 1; k < n; ++k) target = load(k) < load(target) ? k : target;
     }
-    // The connection it came on. The monitor is read first, so a reused
-    // fd's earlier close has been handled before this round can be queued.
-    drain_monitor();
-    q.fd = zmq_msg_get(frames[payload].handle(), ZMQ_SRCFD);
     q.owner = owner;
     q.arrived = std::chrono::steady_clock::now();
-    std::size_t const bytes = frames[payload].size();
-    q.frames = std::move(frames);
-    auto const verdict = io.queue.push(target, owner, bytes, std::move(q), q.arrived);
+    std::size_t const bytes = q.frames.back().size();
+    std::string const peer = q.peer;
+    auto const verdict = io.queue.push(target, peer, bytes, std::move(q), q.arrived);
     if (verdict == admission::queued) return;
     io.stats.refused_busy.fetch_add(1);
     auto const& slot = io.slots[target];
@@ -1007,10 +1052,45 @@ void server::run(std::atomic<bool> const* external_stop) {
                  static_cast<std::uint32_t>(hint));
   };
 
+  // The probe endpoint (HTTP's /readyz): health requests only.
+  auto answer_probe = [&](std::vector<zmq::message_t>& frames) {
+    if (frames.size() < 2) return;
+    auto const chk = check_envelope(frames.back().data(), frames.back().size(), cfg_.max_message_bytes);
+    if (chk.envelope == nullptr || chk.envelope->body_type() != wire::Body::HealthRequest) return;
+    request_header h;
+    if (auto const* hdr = chk.envelope->header()) h.request_id = hdr->request_id();
+    encode_health_reply(io.io_fbb, h, health());
+    frames.back() = zmq::message_t(io.io_fbb.GetBufferPointer(), io.io_fbb.GetSize());
+    send_all(*io.probe, frames);
+  };
+
+  // What the transport read: messages, oversized ones, connections gone
+  // (their waiting rounds have nobody to answer: they go now).
+  std::vector<zmtp::incoming> events;
+  auto take_events = [&] {
+    events.clear();
+    net.read(events, 256);
+    for (auto& e : events) {
+      if (e.what == zmtp::incoming::kind::message) {
+        accept(e);
+      } else if (e.what == zmtp::incoming::kind::oversized) {
+        answer_oversized(e);
+      } else {
+        auto const gone = io.queue.drop_if([&](queued_round const& q) { return q.conn == e.conn; });
+        if (gone > 0) {
+          io.stats.dropped_disconnected.fetch_add(gone);
+          log_warn(std::to_string(gone) + " queued round(s) dropped: their peer disconnected");
+        }
+      }
+    }
+    auto const ns = net.stats();
+    io.stats.protocol_errors.store(ns.protocol_errors);
+    io.stats.connections.store(ns.connections);
+  };
+
   // An idle worker gets the next round in turn that still has someone to
   // answer and time left.
   auto dispatch = [&](std::size_t k) {
-    drain_monitor();  // so a gone peer's rounds are out of the queue
     while (auto q = io.queue.pop(k)) {
       double const waited_us = micros_since(q->arrived);
       if (q->deadline_us > 0 && waited_us >= static_cast<double>(q->deadline_us)) {
@@ -1021,6 +1101,9 @@ void server::run(std::atomic<bool> const* external_stop) {
         continue;
       }
       dispatch_meta const meta{q->verify_us.value_or(-1), waited_us};
+      std::uint64_t const conn = q->conn;
+      q->frames.insert(q->frames.begin(), zmq::message_t(&conn, sizeof conn));
+      q->frames.insert(q->frames.begin(), zmq::message_t(q->peer.data(), q->peer.size()));
       q->frames.insert(q->frames.begin(), zmq::message_t(q->owner.data(), q->owner.size()));
       q->frames.insert(q->frames.begin(), zmq::message_t(&meta, sizeof meta));
       send_all(links[k], q->frames);
@@ -1033,18 +1116,21 @@ void server::run(std::atomic<bool> const* external_stop) {
   std::vector<zmq::pollitem_t> items(n + 2);
   std::vector<zmq::message_t> frames;
   while (!stopping()) {
-    items[0] = {router.handle(), 0, ZMQ_POLLIN, 0};
+    items[0] = {net.handle(), 0, ZMQ_POLLIN, 0};
     for (std::size_t k = 0; k < n; ++k) items[k + 1] = {links[k].handle(), 0, ZMQ_POLLIN, 0};
-    items[n + 1] = {monitor.handle(), 0, ZMQ_POLLIN, 0};
+    items[n + 1] = {io.probe ? io.probe->handle() : nullptr, 0, io.probe ? short{ZMQ_POLLIN} : short{0}, 0};
     try {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(cfg_.poll_ms));
+      zmq::poll(items.data(), io.probe ? items.size() : items.size() - 1, std::chrono::milliseconds(cfg_.poll_ms));
     } catch (zmq::error_t const& e) {
       if (e.num() == EINTR) continue;  // a signal: re-check the stop flags
       throw;
     }
     for (std::size_t k = 0; k < n; ++k) {  // replies back to their clients
-      if ((items[k + 1].revents & ZMQ_POLLIN) == 0 || !recv_all(links[k], frames)) continue;
-      send_all(router, frames);
+      if ((items[k + 1].revents & ZMQ_POLLIN) == 0 || !recv_all(links[k], frames) || frames.empty()) continue;
+      std::uint64_t conn = 0;
+      if (frames.front().size() == sizeof conn) std::memcpy(&conn, frames.front().data(), sizeof conn);
+      frames.erase(frames.begin());
+      reply_to(conn, frames);
       auto& slot = io.slots[k];
       slot.busy = false;
       ++slot.rounds;
@@ -1052,16 +1138,18 @@ void server::run(std::atomic<bool> const* external_stop) {
                      0.2 * std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - slot.since).count();
     }
     // Everything that has arrived, so the queue sees every peer's rounds
-    // before the next is picked (bounded, so replies are not held back).
-    for (int m = 0; m < 256 && recv_all(router, frames); ++m) accept(frames);
-    drain_monitor();
+    // before the next is picked (bounded, so replies are not held back);
+    // every pass, so that late handshakes are closed too.
+    take_events();
+    if (io.probe) {
+      for (int m = 0; m < 16 && recv_all(*io.probe, frames); ++m) answer_probe(frames);
+    }
     for (std::size_t k = 0; k < n; ++k) {
       if (!io.slots[k].busy) dispatch(k);
     }
   }
   workers_stop.store(true);
   for (auto& t : threads) t.join();
-  zmq_socket_monitor(router.handle(), nullptr, 0);
   auto const st = stats();
   log_info("shutting down: " + std::to_string(st.requests) + " requests, " + std::to_string(st.rounds_ok) +
            " rounds, " + std::to_string(st.errors) + " errors");

@@ -310,9 +310,12 @@ class PythonClientTest(unittest.TestCase):
             resume.join()
         self.assertTrue(reply.ok, reply.message)
         self.assertGreaterEqual(client.retried, 1)
-        # The resent delta came on a new connection, a new peer to the
-        # service: answered StaleEpoch and resynced with the full round.
-        self.assertEqual(client.resyncs, 1)
+        # The resent delta came on a new connection, with the session's
+        # secret, so it reaches the same session: solved as it is when the
+        # lost one was dropped with its connection, or answered StaleEpoch
+        # and resynced once when the lost one was solved first.
+        self.assertIsNotNone(client.session_secret)
+        self.assertLessEqual(client.resyncs, 1)
         self.assertIn("late", [p.name for p in reply.result.placements])
 
     def test_curve_service_answers_listed_keys_only(self) -> None:

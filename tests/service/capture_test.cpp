@@ -263,13 +263,15 @@ std::string slurp(fs::path const& path) {
 }
 
 /// The text of `key`'s value in a reply's JSON, from the key to the next
-/// key at the same indentation (a list or a table, as printed).
+/// key at the same indentation, or the end of its table (a list or a
+/// table, as printed).
 std::string json_field(std::string const& json, std::string const& key) {
   auto const at = json.find("\"" + key + "\":");
   if (at == std::string::npos) return "";
   auto const line = json.rfind('\n', at);
   std::string const indent = json.substr(line + 1, at - line - 1);
-  auto const next = json.find(",\n" + indent + "\"", at);
+  auto const next = std::min(json.find(",\n" + indent + "\"", at),
+                             json.find("\n" + indent.substr(0, indent.size() >= 2 ? indent.size() - 2 : 0) + "}", at));
   return json.substr(at, next == std::string::npos ? std::string::npos : next - at);
 }
 

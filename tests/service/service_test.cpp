@@ -301,7 +301,7 @@ TEST(Service, RejectedRoundLeavesTheSessionAsItWas) {
   jobs_only.pending = in.pending;
   auto send_raw = [&](cluster_delta const& d, round_input const& jobs, std::uint64_t id) {
     flatbuffers::FlatBufferBuilder fbb;
-    service::encode_request(fbb, {id, "session-kept", 0}, jobs, &d);
+    service::encode_request(fbb, {id, "session-kept", 0, c.session_secret()}, jobs, &d);
     return decode(c.roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), id));
   };
   node fine = in.state.nodes[0];
@@ -1531,7 +1531,7 @@ TEST(Service, RejectedJobDeltaLeavesTheSessionAsItWas) {
   ASSERT_EQ(c.solve(in).code, ErrorCode::Ok);
   auto send_raw = [&](cluster_delta const& d, job_delta const& jd, std::uint64_t id) {
     flatbuffers::FlatBufferBuilder fbb;
-    service::encode_request(fbb, {id, "session-jobs", 0}, in, &d, &jd);
+    service::encode_request(fbb, {id, "session-jobs", 0, c.session_secret()}, in, &d, &jd);
     return decode(c.roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), id));
   };
   cluster_delta const step{5, 6, {}, {}, {}};

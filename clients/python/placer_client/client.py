@@ -110,6 +110,10 @@ class Client:
                 raise ValueError(f"{client_cert} is a public certificate: give the *.key_secret file")
             self._curve = (server_public, public, secret)
         self._next_id = 1
+        # Without CURVE the service issues the session's secret with the round
+        # that makes it; sent with every later request, it keeps the session
+        # this client's alone, across rebuilt sockets.
+        self.session_secret: str | None = None
         self._mirror: Snapshot | None = None
         self._context = zmq.Context()
         self._socket: zmq.Socket | None = None
@@ -211,7 +215,7 @@ class Client:
         request_id = self._next_id
         self._next_id += 1
         header = make(HeaderT, requestId=request_id, session=self.session,
-                      sentAtUs=time.time_ns() // 1000)
+                      sentAtUs=time.time_ns() // 1000, sessionSecret=self.session_secret)
         envelope = make(EnvelopeT, header=header, bodyType=body_type, body=body)
         builder = _SharingBuilder(1 << 16)
         builder.Finish(envelope.Pack(builder), file_identifier=b"PLCR")
@@ -230,10 +234,12 @@ class Client:
                 # restarted service anew.
                 self._connect()
                 return None
-            reply_id, reply = _decode(self._socket.recv_multipart()[-1])
+            reply_id, reply, secret = _decode(self._socket.recv_multipart()[-1])
             # A late reply to an earlier request is dropped; error replies to
             # requests the service could not read carry id 0.
             if reply_id in (request_id, 0):
+                if secret:
+                    self.session_secret = secret
                 return reply
 
 
@@ -244,8 +250,9 @@ def _snapshot(round_: ScheduleRequestT) -> Snapshot:
     return Snapshot.of(round_)
 
 
-def _decode(payload: bytes) -> tuple[int, Reply | HealthReplyT]:
-    """The reply's request id and contents: a Reply, or a HealthReplyT for a probe."""
+def _decode(payload: bytes) -> tuple[int, Reply | HealthReplyT, str | None]:
+    """The reply's request id, its contents (a Reply, or a HealthReplyT for a
+    probe) and the session secret its header carries."""
     if not Envelope.EnvelopeBufferHasIdentifier(payload, 0):
         raise ClientError("unreadable reply from the service: no PLCR file identifier")
     # The Python FlatBuffers runtime has no verifier: a damaged buffer fails
@@ -255,14 +262,17 @@ def _decode(payload: bytes) -> tuple[int, Reply | HealthReplyT]:
     except Exception as e:
         raise ClientError(f"unreadable reply from the service: {e!r}") from e
     request_id = envelope.header.requestId if envelope.header is not None else 0
+    secret = envelope.header.sessionSecret if envelope.header is not None else None
+    if isinstance(secret, bytes):
+        secret = secret.decode()
     body = envelope.body
     if body is None or envelope.bodyType not in (Body.Error, Body.ScheduleReply, Body.HealthReply):
         raise ClientError(f"unexpected reply from the service: body type {envelope.bodyType}")
     if envelope.bodyType == Body.HealthReply:
-        return request_id, body
+        return request_id, body, secret
     if envelope.bodyType == Body.Error:
         # An Error with code Ok would read as success without a result.
         code = body.code if body.code != ErrorCode.Ok else ErrorCode.Internal
-        return request_id, Reply(code, body.message or "", retry_after_ms=body.retryAfterMs)
+        return request_id, Reply(code, body.message or "", retry_after_ms=body.retryAfterMs), secret
     status = body.status or StatusT()
-    return request_id, Reply(status.code, status.message or "", body)
+    return request_id, Reply(status.code, status.message or "", body), secret

@@ -103,6 +103,13 @@ class client {
   /// The last round trip's wall time and the client's part of it.
   [[nodiscard]] round_trip_timing const& last_timing() const { return last_timing_; }
   [[nodiscard]] std::string const& session() const { return opt_.session; }
+  /// What the server issued for the session (without CURVE; "" before its
+  /// first round): sent with every request, so the session stays this
+  /// client's alone, across reconnects.
+  [[nodiscard]] std::string const& session_secret() const { return secret_; }
+  /// Drops the connection and opens a new one, as the client does itself
+  /// after a timeout; the session stays this client's.
+  void reconnect();
 
  private:
   /// Encodes, sends, waits, decodes; the round trip started at `t0`.
@@ -135,6 +142,7 @@ class client {
   delta_undo undo_;                    ///< what the delta in flight replaced
   std::uint64_t resyncs_ = 0;
   std::uint64_t retries_ = 0;
+  std::string secret_;  ///< the session's, as the server issued it (without CURVE)
 };
 
 /// The name the design card uses.

@@ -25,9 +25,12 @@ namespace placer::service {
 inline constexpr std::size_t default_max_message_bytes = 256u << 20;
 
 struct request_header {
+  request_header(std::uint64_t id = 0, std::string sess = {}, std::uint64_t sent = 0, std::string secret = {})
+      : request_id(id), session(std::move(sess)), sent_at_us(sent), session_secret(std::move(secret)) {}
   std::uint64_t request_id = 0;
   std::string session;
   std::uint64_t sent_at_us = 0;
+  std::string session_secret;  ///< without CURVE: the session's owner's secret (server-issued)
 };
 
 /// A decoded ScheduleRequest: the round, plus deltas when the request moves

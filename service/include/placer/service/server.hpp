@@ -69,10 +69,16 @@ struct service_config {
   std::vector<int> devices;
   std::size_t max_message_bytes = default_max_message_bytes;
   int poll_ms = 100;             ///< how often the loop checks for shutdown
+  int handshake_ms = 10000;      ///< a connection that has not finished its ZMTP handshake by then is closed
   /// Per worker, sessions beyond either bound go, least recently used
   /// first (session_bytes); an evicted client resyncs through StaleEpoch.
   std::size_t max_sessions = 4096;
   std::size_t max_session_bytes = std::size_t{4} << 30;
+  /// Per worker, one peer's share (a peer: its CURVE key, else its
+  /// connection): past it the peer's own sessions go first, least recently
+  /// used first; past the totals, the sessions of the peer holding the most.
+  std::size_t max_sessions_per_peer = 1024;
+  std::size_t max_session_bytes_per_peer = std::size_t{1} << 30;
   int workers = 1;                   ///< solver threads (each with its own backend)
   bool log_rounds = true;        ///< one log line per round with its latency
   /// What one round may cost (solver/limits.hpp); a request past a limit is
@@ -84,8 +90,9 @@ struct service_config {
   std::int64_t max_round_ms = 5000;
   /// CurveZMQ (curve.hpp): with the server's secret certificate, the socket
   /// encrypts and authenticates, and only clients whose public certificate
-  /// is in `allow_keys_dir` get in (a ZAP handler checks every handshake).
-  /// Sessions then belong to the client's key rather than its connection.
+  /// is in `allow_keys_dir` get in (checked in every handshake, zmtp.hpp).
+  /// Sessions then belong to the client's key rather than to a secret the
+  /// server issues.
   std::string curve_secret_file;
   std::string allow_keys_dir;
   /// Without CURVE the server binds loopback and ipc:// endpoints only;
@@ -123,6 +130,9 @@ struct server_stats {
   std::uint64_t rounds_ok = 0;
   std::uint64_t errors = 0;
   std::uint64_t handshakes_denied = 0;  ///< CURVE clients whose key is not allowed
+  std::uint64_t oversized = 0;          ///< messages past max_message_bytes, dropped and answered
+  std::uint64_t protocol_errors = 0;    ///< connections closed for what their peer sent
+  std::uint64_t connections = 0;        ///< open now (handshaking or not)
   std::uint64_t sessions_evicted = 0;   ///< over max_sessions or max_session_bytes
   std::uint64_t session_bytes = 0;      ///< what the sessions hold now (session_bytes), all workers
   std::uint64_t refused_busy = 0;          ///< rounds refused by the queue limits
