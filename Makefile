@@ -59,11 +59,12 @@ fuzz: deps
 
 # Under ThreadSanitizer (clang, LLVM OpenMP; its own build): every OpenMP
 # stage's parallel path against the sequential one, bit for bit, and the
-# whole service suite (I/O thread, workers, queue, HTTP, faults, CURVE).
+# whole service suite (I/O thread, workers, queue, HTTP, faults, CURVE,
+# the transport's peers).
 TSAN_RUN = TSAN_OPTIONS=ignore_noninstrumented_modules=1:halt_on_error=1:exitcode=66 OMP_WAIT_POLICY=PASSIVE
 tsan: deps
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DPLACER_TSAN=ON > /dev/null
-	cmake --build $(TSAN_BUILD) -j $(JOBS) --target solver_test_omp service_test capture_test
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target solver_test_omp service_test capture_test peers_test
 	$(TSAN_RUN) $(TSAN_BUILD)/tests/solver_test_omp --gtest_filter='BackendParity.Parallel*' --gtest_brief=1
 	$(TSAN_RUN) $(TSAN_BUILD)/tests/service_test --gtest_brief=1 > $(TSAN_BUILD)/service_test.log 2>&1 || \
 	  { grep -A30 'WARNING: ThreadSanitizer' $(TSAN_BUILD)/service_test.log | head -60; tail -5 $(TSAN_BUILD)/service_test.log; exit 1; }
@@ -71,6 +72,9 @@ tsan: deps
 	$(TSAN_RUN) $(TSAN_BUILD)/tests/capture_test --gtest_brief=1 > $(TSAN_BUILD)/capture_test.log 2>&1 || \
 	  { grep -A30 'WARNING: ThreadSanitizer' $(TSAN_BUILD)/capture_test.log | head -60; tail -5 $(TSAN_BUILD)/capture_test.log; exit 1; }
 	@tail -2 $(TSAN_BUILD)/capture_test.log
+	$(TSAN_RUN) $(TSAN_BUILD)/tests/peers_test --gtest_brief=1 > $(TSAN_BUILD)/peers_test.log 2>&1 || \
+	  { grep -A30 'WARNING: ThreadSanitizer' $(TSAN_BUILD)/peers_test.log | head -60; tail -5 $(TSAN_BUILD)/peers_test.log; exit 1; }
+	@tail -2 $(TSAN_BUILD)/peers_test.log
 
 # The image in a real container runtime (podman + runc, root): a Debian 12
 # base by debootstrap, this build's binary, the README's runs checked.

@@ -778,6 +778,8 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
   zmtp::listener_config net;
   net.max_message_bytes = cfg_.max_message_bytes;
   net.handshake_timeout = std::chrono::milliseconds(cfg_.handshake_ms);
+  net.frame_timeout = std::chrono::milliseconds(cfg_.frame_ms);
+  net.max_buffered_bytes = std::max(cfg_.queue.total_bytes, 2 * cfg_.max_message_bytes);
   net.curve_secret = curve_secret;
   net.allow = [this](std::string const& key, std::string const& address) { return impl_->allow(key, address); };
   impl_->net = std::make_unique<zmtp::listener>(impl_->ctx, std::move(net));

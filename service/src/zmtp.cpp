@@ -113,6 +113,8 @@ struct listener::impl {
     std::string pending;  ///< greeting and frame header bytes not yet whole
     // The frame being read.
     bool in_frame = false;
+    clock::time_point frame_since;  ///< when the frame being read began
+    std::size_t reserved = 0;       ///< its bytes, counted in `buffered`
     std::uint8_t flags = 0;
     std::size_t size = 0, got = 0;
     zmq::message_t body;              ///< NULL data frames: read in place
@@ -141,6 +143,7 @@ struct listener::impl {
   std::unordered_map<std::string, connection> by_rid;
   std::unordered_map<std::uint64_t, std::string> rid_of;
   std::uint64_t next_serial = 1;
+  std::size_t buffered = 0;  ///< partly read frames' bytes, all connections
   listener_stats st;
   clock::time_point last_sweep = clock::now();
 
@@ -157,7 +160,13 @@ struct listener::impl {
   }
   void hang_up(std::string const& rid) { (void)raw(rid, zmq::message_t{}); }
 
+  void release(connection& c) {
+    buffered -= c.reserved;
+    c.reserved = 0;
+  }
+
   void forget(connection& c, std::vector<incoming>* out) {
+    release(c);
     if (out != nullptr && c.ph == connection::phase::ready) {
       incoming e;
       e.what = incoming::kind::closed;
@@ -538,6 +547,14 @@ struct listener::impl {
         c.in_frame = true;
         c.size = static_cast<std::size_t>(size);
         c.got = 0;
+        c.frame_since = clock::now();
+        std::size_t const keep = command || !c.dropping ? c.size : (curve() ? curve_header : 0);
+        if (keep > cfg.max_buffered_bytes - std::min(buffered, cfg.max_buffered_bytes)) {
+          fail(c, "the server holds too many partly sent messages", out);
+          return;
+        }
+        buffered += keep;
+        c.reserved = keep;
         if (command || curve()) {
           c.cbody.resize(c.dropping && !command ? curve_header : c.size);  // dropped: its nonce alone
         } else if (!c.dropping) {
@@ -556,6 +573,7 @@ struct listener::impl {
       n -= take;
       if (c.got < c.size) return;
       c.in_frame = false;
+      release(c);
       bool ok = true;
       if (command) {
         ok = on_command(c, out);
@@ -573,12 +591,21 @@ struct listener::impl {
     if (now - last_sweep < std::chrono::milliseconds(100)) return;
     last_sweep = now;
     std::vector<std::string> late;
+    std::vector<std::string> slow;
     for (auto const& [rid, c] : by_rid) {
-      if (c.ph != connection::phase::ready && now - c.since > cfg.handshake_timeout) late.push_back(rid);
+      if (c.ph != connection::phase::ready && now - c.since > cfg.handshake_timeout) {
+        late.push_back(rid);
+      } else if (c.in_frame && now - c.frame_since > cfg.frame_timeout) {
+        slow.push_back(rid);
+      }
     }
     for (auto const& rid : late) {
       auto it = by_rid.find(rid);
       if (it != by_rid.end()) fail(it->second, "handshake timed out", out);
+    }
+    for (auto const& rid : slow) {
+      auto it = by_rid.find(rid);
+      if (it != by_rid.end()) fail(it->second, "a frame not sent in time", out);
     }
   }
 };

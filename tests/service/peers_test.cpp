@@ -291,6 +291,7 @@ TEST(Peers, GarbageSilenceAndHalfHandshakesAreClosedAndForgotten) {
   service::service_config cfg;
   cfg.endpoint = "tcp://127.0.0.1:*";
   cfg.handshake_ms = 300;
+  cfg.frame_ms = 300;
   running_server s(cfg);
   std::vector<int> fds;
   std::string const junk[] = {
@@ -299,6 +300,11 @@ TEST(Peers, GarbageSilenceAndHalfHandshakesAreClosedAndForgotten) {
       std::string("\xff\0\0\0\0\0\0\0\1\x7f\3\0CURVE", 17) + std::string(47, '\0'),
       std::string("\xff\0\0\0\0\0\0\0\1\x7f\2", 11),
       std::string("\xff\0\0\0\0\0\0\0\1\x7f\3\0NULL", 16),  // then silence: past the handshake's time
+      // A whole handshake, then a frame of 1 MB announced, 3 bytes of it
+      // sent, and silence: past the frame's time.
+      std::string("\xff\0\0\0\0\0\0\0\1\x7f\3\0NULL", 16) + std::string(48, '\0') +
+          std::string("\x04\x1c\x05READY\x0bSocket-Type\0\0\0\x06" "DEALER", 30) +
+          std::string("\x02\0\0\0\0\0\x0f\x42\x40" "abc", 12),
   };
   for (auto const& bytes : junk) {
     int const fd = raw_connect(s.endpoint());
@@ -308,10 +314,10 @@ TEST(Peers, GarbageSilenceAndHalfHandshakesAreClosedAndForgotten) {
   }
   // Each is closed by the server for what it sent, and nothing of it stays.
   auto const deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (s.get().stats().protocol_errors < 5 && std::chrono::steady_clock::now() < deadline) {
+  while (s.get().stats().protocol_errors < 6 && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  EXPECT_EQ(s.get().stats().protocol_errors, 5U);
+  EXPECT_EQ(s.get().stats().protocol_errors, 6U);
   for (int fd : fds) {
     char buf[256];
     ssize_t n = 0;
@@ -327,7 +333,7 @@ TEST(Peers, GarbageSilenceAndHalfHandshakesAreClosedAndForgotten) {
   // A connection the server closed is not taken for a new one when the
   // socket reports it gone (it would linger until its handshake's time).
   std::this_thread::sleep_for(std::chrono::milliseconds(2 * cfg.handshake_ms));
-  EXPECT_EQ(s.get().stats().protocol_errors, 5U);
+  EXPECT_EQ(s.get().stats().protocol_errors, 6U);
   client c({s.endpoint(), 5000, ""});
   EXPECT_EQ(c.solve(small_round()).code, ErrorCode::Ok);
 }

@@ -70,6 +70,7 @@ struct service_config {
   std::size_t max_message_bytes = default_max_message_bytes;
   int poll_ms = 100;             ///< how often the loop checks for shutdown
   int handshake_ms = 10000;      ///< a connection that has not finished its ZMTP handshake by then is closed
+  int frame_ms = 30000;          ///< one that sends part of a frame and not the rest by then, too
   /// Per worker, sessions beyond either bound go, least recently used
   /// first (session_bytes); an evicted client resyncs through StaleEpoch.
   std::size_t max_sessions = 4096;

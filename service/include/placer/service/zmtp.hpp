@@ -39,6 +39,12 @@ struct listener_config {
   std::size_t max_frames = 16;                            ///< frames in one message
   std::size_t max_connections = 4096;                     ///< more are closed at once
   std::chrono::milliseconds handshake_timeout{10000};     ///< greeting to READY
+  /// A message's frames, from the first byte of one to its last, within
+  /// this long; and all connections' partly read frames within this many
+  /// bytes (a frame that would pass it closes its connection): a peer that
+  /// announces large frames and sends nothing holds no memory for long.
+  std::chrono::milliseconds frame_timeout{30000};
+  std::size_t max_buffered_bytes = std::size_t{1} << 30;
   /// CURVE: the server's long-term secret key. With it the listener takes
   /// CURVE peers only; without, NULL peers only.
   std::optional<key32> curve_secret;
