@@ -19,6 +19,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -56,7 +57,11 @@ struct rig {
     auto const until = clock_type::now() + std::chrono::milliseconds(ms);
     while (!done() && clock_type::now() < until) {
       zmq::pollitem_t item{net.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(1));
+      try {
+        zmq::poll(&item, 1, std::chrono::milliseconds(1));
+      } catch (zmq::error_t const& e) {
+        if (e.num() != EINTR) throw;  // libFuzzer's timer signal
+      }
       events.clear();
       net.read(events, 64);
       for (auto& e : events) {
@@ -105,7 +110,11 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
     bool answered = false;
     r.pump(2000, [&] {
       zmq::pollitem_t item{d.handle(), 0, ZMQ_POLLIN, 0};
-      zmq::poll(&item, 1, std::chrono::milliseconds(0));
+      try {
+        zmq::poll(&item, 1, std::chrono::milliseconds(0));
+      } catch (zmq::error_t const& e) {
+        if (e.num() != EINTR) throw;
+      }
       answered = (item.revents & ZMQ_POLLIN) != 0;
       return answered;
     });

@@ -209,67 +209,63 @@ TEST(Peers, AnOversizedMessageGetsAPermanentErrorNamingTheLimit) {
   EXPECT_EQ(c.solve(small_round()).code, ErrorCode::Ok);
 }
 
-TEST(Peers, OnePeersSessionFloodEvictsOnlyItsOwn) {
-  service::service_config cfg;
-  cfg.endpoint = "tcp://127.0.0.1:*";
-  cfg.max_sessions = 256;
-  cfg.max_sessions_per_peer = 64;
-  running_server s(cfg);
-  client bystander({s.endpoint(), 5000, "bystander"});
-  round_input in = small_round(9);
-  in.state.epoch = 3;
-  ASSERT_EQ(bystander.solve(in).code, ErrorCode::Ok);
-  // One peer (one connection) makes 10,000 sessions.
-  client flood({s.endpoint(), 5000, ""});
-  round_input tiny;
-  tiny.state = in.state;
-  flatbuffers::FlatBufferBuilder fbb;
-  for (std::uint64_t k = 0; k < 10000; ++k) {
-    service::encode_request(fbb, {k + 1, "flood-" + std::to_string(k), 0}, tiny);
-    auto const bytes = flood.roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), k + 1);
-    ASSERT_EQ(decode(bytes.data(), bytes.size()).code, ErrorCode::Ok);
+/// A server with these session bounds, and one peer's session at epoch 3
+/// made on it (the bystander whose session must stay).
+struct sessions_rig {
+  sessions_rig(std::size_t total, std::size_t per_peer)
+      : s([&] {
+          service::service_config cfg;
+          cfg.endpoint = "tcp://127.0.0.1:*";
+          cfg.max_sessions = total;
+          cfg.max_sessions_per_peer = per_peer;
+          return cfg;
+        }()),
+        bystander({s.endpoint(), 5000, "bystander"}) {
+    in.state.epoch = 3;
+    EXPECT_EQ(bystander.solve(in).code, ErrorCode::Ok);
   }
-  auto const st = s.get().stats();
-  EXPECT_GE(st.sessions_evicted, 10000U - 64U) << "the flood evicted its own";
-  // The bystander's delta is solved on its session: nothing to resync.
-  node fine = in.state.nodes[0];
-  fine.cpu_milli_free = 0;
-  round_input jobs_only;
-  jobs_only.pending = in.pending;
-  EXPECT_EQ(bystander.solve_delta({3, 4, {}, {}, {{0, fine}}}, jobs_only).code, ErrorCode::Ok);
-  EXPECT_EQ(bystander.resyncs(), 0U);
-}
-
-TEST(Peers, ManyPeersOverTheTotalEvictTheLargestHolderFirst) {
-  service::service_config cfg;
-  cfg.endpoint = "tcp://127.0.0.1:*";
-  cfg.max_sessions = 40;
-  cfg.max_sessions_per_peer = 32;
-  running_server s(cfg);
-  client small({s.endpoint(), 5000, "small"});
-  round_input in = small_round(9);
-  in.state.epoch = 3;
-  ASSERT_EQ(small.solve(in).code, ErrorCode::Ok);
-  // Two peers within their share, together past the total: the one
-  // holding the most gives way, never the peer with one session.
-  round_input tiny;
-  tiny.state = in.state;
-  for (int peer = 0; peer < 2; ++peer) {
+  /// `count` sessions made by one new peer (one connection), each a round
+  /// of the bystander's nodes.
+  void flood(std::string const& prefix, std::uint64_t count) {
     client c({s.endpoint(), 5000, ""});
+    round_input tiny;
+    tiny.state = in.state;
     flatbuffers::FlatBufferBuilder fbb;
-    for (std::uint64_t k = 0; k < 30; ++k) {
-      service::encode_request(fbb, {k + 1, "p" + std::to_string(peer) + "-" + std::to_string(k), 0}, tiny);
+    for (std::uint64_t k = 0; k < count; ++k) {
+      service::encode_request(fbb, {k + 1, prefix + std::to_string(k), 0}, tiny);
       auto const bytes = c.roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), k + 1);
       ASSERT_EQ(decode(bytes.data(), bytes.size()).code, ErrorCode::Ok);
     }
   }
-  EXPECT_EQ(s.get().stats().sessions_evicted, 1U + 60U - 40U);
-  node fine = in.state.nodes[0];
-  fine.cpu_milli_free = 0;
-  round_input jobs_only;
-  jobs_only.pending = in.pending;
-  EXPECT_EQ(small.solve_delta({3, 4, {}, {}, {{0, fine}}}, jobs_only).code, ErrorCode::Ok);
-  EXPECT_EQ(small.resyncs(), 0U);
+  /// The bystander's next delta is solved on its session: nothing to resync.
+  void expect_bystander_kept() {
+    node fine = in.state.nodes[0];
+    fine.cpu_milli_free = 0;
+    round_input jobs_only;
+    jobs_only.pending = in.pending;
+    EXPECT_EQ(bystander.solve_delta({3, 4, {}, {}, {{0, fine}}}, jobs_only).code, ErrorCode::Ok);
+    EXPECT_EQ(bystander.resyncs(), 0U);
+  }
+  running_server s;
+  round_input in = small_round(9);
+  client bystander;
+};
+
+TEST(Peers, OnePeersSessionFloodEvictsOnlyItsOwn) {
+  sessions_rig r(256, 64);
+  r.flood("flood-", 10000);
+  EXPECT_GE(r.s.get().stats().sessions_evicted, 10000U - 64U) << "the flood evicted its own";
+  r.expect_bystander_kept();
+}
+
+TEST(Peers, ManyPeersOverTheTotalEvictTheLargestHolderFirst) {
+  // Two peers within their share, together past the total: the one
+  // holding the most gives way, never the peer with one session.
+  sessions_rig r(40, 32);
+  r.flood("p0-", 30);
+  r.flood("p1-", 30);
+  EXPECT_EQ(r.s.get().stats().sessions_evicted, 1U + 60U - 40U);
+  r.expect_bystander_kept();
 }
 
 /// A raw TCP connection to the server's port, for bytes no ZeroMQ peer sends.
