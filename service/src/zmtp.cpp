@@ -248,8 +248,11 @@ struct listener::impl {
     std::string data(16 + 144, '\0');
     auto* d = reinterpret_cast<std::uint8_t*>(data.data());
     std::memcpy(d, welcome_nonce + 8, 16);
-    crypto_box_easy(d + 16, welcome_plain, 128, welcome_nonce, c.cn_client.data(), cfg.curve_secret->data());
     sodium_memzero(cookie_plain, sizeof cookie_plain);
+    // Fails for a weak (low-order) C': such a client is refused.
+    if (crypto_box_easy(d + 16, welcome_plain, 128, welcome_nonce, c.cn_client.data(), cfg.curve_secret->data()) != 0) {
+      return false;
+    }
     c.step = connection::curve_step::initiate;
     return send_command(c, "WELCOME", data);
   }
@@ -290,7 +293,7 @@ struct listener::impl {
     if (zmq_z85_encode(z85, client_key, 32) == nullptr) return 0;
     if (!cfg.allow || !cfg.allow(z85, c.address)) return -1;
     c.user_id = z85;
-    crypto_box_beforenm(c.precom.data(), c.cn_client.data(), c.cn_secret.data());
+    if (crypto_box_beforenm(c.precom.data(), c.cn_client.data(), c.cn_secret.data()) != 0) return 0;
     sodium_memzero(c.cn_secret.data(), c.cn_secret.size());
     // READY: a short nonce, Box[metadata](S'->C').
     std::string const& meta = ready_metadata();
