@@ -860,7 +860,9 @@ void encode_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, 
         narrow<std::uint32_t>(e.nodes, "unplaced", "nodes"), excluded,
         narrow<std::uint32_t>(e.replicas_fit, "unplaced", "replicas_fit"),
         narrow<std::uint32_t>(e.replicas_required, "unplaced", "replicas_required"), opt_shared(fbb, e.best_domain),
-        narrow<std::uint32_t>(e.best_domain_fit, "unplaced", "best_domain_fit"), e.outbid, e.outbid_priority));
+        narrow<std::uint32_t>(e.best_domain_fit, "unplaced", "best_domain_fit"), e.outbid, e.outbid_priority,
+        narrow<std::uint32_t>(e.replicas_fit_empty, "unplaced", "replicas_fit_empty"),
+        narrow<std::uint32_t>(e.best_domain_fit_empty, "unplaced", "best_domain_fit_empty"), e.never));
   }
   auto const& m = r.metrics;
   auto const metrics = wire::CreateRoundMetrics(
@@ -1044,6 +1046,9 @@ decoded_reply decode_reply(wire::Envelope const& env) {
       e.best_domain_fit = u32_in(u->best_domain_fit(), who, "best_domain_fit");
       e.outbid = u->outbid();
       e.outbid_priority = u->outbid_priority();
+      e.replicas_fit_empty = u32_in(u->replicas_fit_empty(), who, "replicas_fit_empty");
+      e.best_domain_fit_empty = u32_in(u->best_domain_fit_empty(), who, "best_domain_fit_empty");
+      e.never = u->never();
     }
   }
   if (auto const* m = rep->metrics()) {

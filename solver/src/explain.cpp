@@ -70,6 +70,14 @@ struct shape_facts {
   std::int64_t fit = 0;                         ///< replicas over all nodes at the round's start
   std::int32_t best_domain = -1;
   std::int64_t best_fit = 0;
+  bool multi = false;            ///< a job of this shape needs more than one replica at once
+  std::int64_t need = 0;         ///< the most replicas a job of this shape needs at once
+  /// Replicas the nodes that admit it could hold empty, and the most one
+  /// required domain could, counted until they reach `need` (`enough`):
+  /// exact for a shape that can never run.
+  std::int64_t fit_empty = 0;
+  std::int64_t best_fit_empty = 0;
+  bool enough = false;
   std::int32_t outbid_priority = INT_MIN;
 };
 
@@ -120,6 +128,19 @@ char const* to_string(node_exclusion e) {
 
 void describe(explanation const& e, std::string& s) {
   if (e.nodes == 0) return;
+  if (e.never) {
+    s += "It can never run on this cluster as it is: it needs ";
+    s += thousands(e.replicas_required);
+    s += " replicas at once, and ";
+    if (e.replicas_fit_empty < e.replicas_required) {
+      s += "the nodes that admit it could hold at most ";
+      s += thousands(e.replicas_fit_empty);
+    } else {
+      s += "no domain of its required level could hold more than ";
+      s += thousands(e.best_domain_fit_empty);
+    }
+    s += " even empty. ";
+  }
   std::int32_t excluded = 0;
   for (auto const& x : e.excluded) excluded += x.nodes;
   s.reserve(s.size() + 160 + 64 * e.excluded.size());
@@ -215,6 +236,8 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
       facts.back().shape = &jb;
       it = facts.end() - 1;
     }
+    it->need = std::max<std::int64_t>(it->need, in.pol.queue.elastic ? jb.start_replicas() : jb.replicas);
+    it->multi = it->need > 1;
     fact_of[k] = static_cast<std::int32_t>(it - facts.begin());
   }
   if (facts.empty()) return;
@@ -239,6 +262,8 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
   auto const n_domains = in.state.topo.domains.size();
   auto& per_domain = x.per_domain;  // per (shape, domain) with a required topology
   per_domain.assign(n_facts * n_domains, 0);
+  auto& per_domain_empty = x.per_domain_empty;  // the same, the nodes empty
+  per_domain_empty.assign(n_facts * n_domains, 0);
   bool any_required = false;
   for (auto const& f : facts) any_required |= f.shape->topo_mode == topology_mode::required && f.shape->topology_level >= 0;
   if (any_required) paths = node_domain_paths(in.state);
@@ -285,6 +310,28 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
             if (r.fit < 0) r = room_for(nd, jb.per_replica, jb.distinct_nodes);
             return r;
           });
+      // What the node could ever give a job of several replicas: its room
+      // were it empty, when only its state (health, what is free) stands in
+      // the way (an unhealthy node counts: it may come back).
+      bool const admits = why != node_exclusion::pool && why != node_exclusion::gpu_model &&
+                          why != node_exclusion::affinity && why != node_exclusion::taint;
+      if (f.multi && admits && !f.enough) {
+        std::int64_t empty = detail::fit_empty(nd, jb.per_replica);
+        if (jb.distinct_nodes) empty = std::min<std::int64_t>(empty, 1);
+        f.fit_empty += empty;
+        bool domain_enough = true;
+        if (jb.topo_mode == topology_mode::required && jb.topology_level >= 0 && n_domains > 0) {
+          auto const d = paths[static_cast<std::size_t>(n) * static_cast<std::size_t>(levels) +
+                               static_cast<std::size_t>(jb.topology_level)];
+          if (d >= 0) {
+            auto& sum = per_domain_empty[i * n_domains + static_cast<std::size_t>(d)];
+            sum += empty;
+            f.best_fit_empty = std::max(f.best_fit_empty, sum);
+          }
+          domain_enough = f.best_fit_empty >= f.need;
+        }
+        f.enough = f.fit_empty >= f.need && domain_enough;
+      }
       if (why == node_exclusion::taken) {
         f.fit += r.fit;
         if (jb.topo_mode == topology_mode::required && jb.topology_level >= 0) {
@@ -342,6 +389,15 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
     }
     e.outbid = it->outbid_priority != INT_MIN;
     e.outbid_priority = e.outbid ? it->outbid_priority : 0;
+    if (it->multi && e.replicas_required > 1) {
+      bool const required = jb.topo_mode == topology_mode::required && jb.topology_level >= 0 && n_domains > 0;
+      e.replicas_fit_empty = static_cast<std::int32_t>(std::min<std::int64_t>(it->fit_empty, INT32_MAX));
+      e.best_domain_fit_empty = required ? static_cast<std::int32_t>(std::min<std::int64_t>(it->best_fit_empty, INT32_MAX)) : 0;
+      // A job that may start with fewer replicas (not a gang) is never
+      // "never": it takes what fits.
+      e.never = jb.gang && (e.replicas_fit_empty < e.replicas_required ||
+                            (required && e.best_domain_fit_empty < e.replicas_required));
+    }
     if (!u.detail.empty()) u.detail += ". ";
     describe(e, u.detail);
   }

@@ -572,6 +572,55 @@ TEST(Explanations, RequiredTopologyNamesTheBestDomain) {
   EXPECT_NE(r.unplaced_jobs[0].detail.find("holds 2"), std::string::npos) << r.unplaced_jobs[0].detail;
 }
 
+// A gang the cluster could not hold even empty says it can never run (as
+// Slurm's PartitionNodeLimit does), with the most it could get; one that
+// waits only for room does not.
+TEST(Explanations, AGangTheClusterCouldNeverHoldSaysSo) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(2).nodes_per_leaf(4).gpus(8).build();  // 8 nodes
+  in.state.nodes[0].gpu_free_milli.assign(8, 0);  // busy, not gone
+  job wide = one_gpu("nine-nodes", 9);             // -N9 on eight nodes
+  wide.gang = true;
+  wide.distinct_nodes = true;
+  job eight = one_gpu("eight-nodes", 8);  // fits the cluster, not this round
+  eight.gang = true;
+  eight.distinct_nodes = true;
+  job big = one_gpu("65-gpus", 9);  // nine whole nodes' worth of GPUs
+  big.per_replica.gpus = 8;
+  big.gang = true;
+  job leaf = one_gpu("five-on-a-leaf", 5);  // a leaf has four nodes
+  leaf.per_replica.gpus = 8;
+  leaf.gang = true;
+  leaf.topology_level = 2;
+  leaf.topo_mode = topology_mode::required;
+  job spread = one_gpu("not-a-gang", 9);  // takes what fits: never "never"
+  spread.distinct_nodes = true;
+  for (auto const& j : {wide, eight, big, leaf}) {
+    round_input one = in;
+    one.pending = {j};
+    solver s(kernels::make_backend(kernels::backend_kind::cpu));
+    auto const r = s.solve(one);
+    ASSERT_EQ(r.unplaced_jobs.size(), 1U) << j.name;
+    auto const& u = r.unplaced_jobs[0];
+    bool const never = j.name != "eight-nodes";
+    EXPECT_EQ(u.why.never, never) << j.name << ": " << u.detail;
+    EXPECT_EQ(u.detail.find("It can never run on this cluster") != std::string::npos, never) << u.detail;
+  }
+  round_input one = in;
+  one.pending = {wide};
+  auto const r = solver(kernels::make_backend(kernels::backend_kind::cpu)).solve(one);
+  EXPECT_EQ(r.unplaced_jobs[0].why.replicas_fit_empty, 8);
+  EXPECT_NE(r.unplaced_jobs[0].detail.find("needs 9 replicas at once, and the nodes that admit it could hold at most 8"),
+            std::string::npos)
+      << r.unplaced_jobs[0].detail;
+  one.pending = {leaf};
+  auto const l = solver(kernels::make_backend(kernels::backend_kind::cpu)).solve(one);
+  EXPECT_EQ(l.unplaced_jobs[0].why.best_domain_fit_empty, 4);
+  one.pending = {spread};
+  auto const p = solver(kernels::make_backend(kernels::backend_kind::cpu)).solve(one);
+  for (auto const& u : p.unplaced_jobs) EXPECT_FALSE(u.why.never) << u.detail;
+}
+
 // On random rounds with constraints and the policies: the counts never
 // exceed the nodes, unhealthy nodes are counted exactly, a job no node can
 // ever take has every node excluded, and a placed round explains nothing.

@@ -354,6 +354,15 @@ struct explanation {
   std::int32_t best_domain_fit = 0;
   bool outbid = false;                 ///< nodes it fitted on were taken this round...
   std::int32_t outbid_priority = 0;    ///< ...by jobs of at most this priority
+  /// The most it could ever get: replicas the nodes that admit it (healthy
+  /// or not) could hold were they empty, and with a required topology, the
+  /// most one domain of its level could hold so, counted until they reach
+  /// what it needs (exact when `never`). `never`: a gang that needs more at
+  /// once, so no round on this cluster as it is can start it (as Slurm's
+  /// PartitionNodeLimit says of a job).
+  std::int32_t replicas_fit_empty = 0;
+  std::int32_t best_domain_fit_empty = 0;
+  bool never = false;
   bool operator==(explanation const&) const = default;
 };
 

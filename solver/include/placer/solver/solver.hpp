@@ -29,6 +29,7 @@ class explain_scratch {
   ~explain_scratch();
   std::vector<std::int32_t> placed_priority, paths;
   std::vector<std::int64_t> per_domain;  ///< per (shape, domain)
+  std::vector<std::int64_t> per_domain_empty;  ///< per (shape, domain), the nodes empty
   /// The round's constraint groups (round_arrays::node_group, one per node
   /// of the round's cluster), when the caller has them: a shape's
   /// constraints are evaluated once a group. Null: once a node.
