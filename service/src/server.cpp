@@ -941,6 +941,12 @@ void server::run(std::atomic<bool> const* external_stop) {
     reply_to(q.conn, frames);
   };
 
+  // Who sent a message: the CURVE key when the connection is authenticated,
+  // else the connection (the server's serial, which no peer chooses).
+  auto peer_of = [](zmtp::incoming const& e) {
+    return e.user_id.empty() ? "conn:" + std::to_string(e.conn) : "curve:" + e.user_id;
+  };
+
   // A message too large to keep was read and dropped by the transport: its
   // sender hears the limit (a permanent error: retrying cannot help), and
   // nothing of it was queued or counted against the peer's queue budget.
@@ -948,13 +954,13 @@ void server::run(std::atomic<bool> const* external_stop) {
     io.stats.oversized.fetch_add(1);
     queued_round q;
     q.conn = e.conn;
-    q.peer = e.user_id.empty() ? "conn:" + std::to_string(e.conn) : "curve:" + e.user_id;
+    q.peer = peer_of(e);
     if (e.delimited) q.frames.emplace_back();  // answered in the shape it came in
     q.frames.emplace_back();
     std::ostringstream mib;
     mib << static_cast<double>(cfg_.max_message_bytes) / (1 << 20);
     answer_error(q, wire::ErrorCode::ResourceExhausted,
-                 e.frame_count > 16
+                 e.too_many_frames
                      ? "message of " + std::to_string(e.frame_count) + " frames refused: a request is one frame"
                      : "message of " + std::to_string(e.bytes) + " bytes or more exceeds the server's limit of " +
                            std::to_string(cfg_.max_message_bytes) + " bytes (--max-message-mib " + mib.str() +
@@ -975,9 +981,7 @@ void server::run(std::atomic<bool> const* external_stop) {
     }
     queued_round q;
     q.conn = e.conn;
-    // Who sent it: the CURVE key when the connection is authenticated,
-    // else the connection (the server's serial, which no peer chooses).
-    q.peer = e.user_id.empty() ? "conn:" + std::to_string(e.conn) : "curve:" + e.user_id;
+    q.peer = peer_of(e);
     // The verdict travels with the message, so the worker does not verify
     // it again: the verifier's time (the round's `verify` stage).
     auto const t_verify = std::chrono::steady_clock::now();

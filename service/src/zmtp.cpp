@@ -179,9 +179,10 @@ struct listener::impl {
     st.connections = by_rid.size();
   }
 
-  /// Closes a connection for what its peer did, saying why in ZMTP's ERROR.
-  void fail(connection& c, std::string_view reason, std::vector<incoming>& out) {
-    ++st.protocol_errors;
+  /// Closes a connection for what its peer did, saying why in ZMTP's ERROR;
+  /// counted in `counter` (a denied key), else as a protocol error.
+  void fail(connection& c, std::string_view reason, std::vector<incoming>& out, std::uint64_t* counter = nullptr) {
+    ++*(counter != nullptr ? counter : &st.protocol_errors);
     if (c.ph != connection::phase::greeting && !(curve() && c.step == connection::curve_step::done)) {
       send_command(c, "ERROR", std::string(1, static_cast<char>(std::min<std::size_t>(reason.size(), 255))) +
                                    std::string(reason.substr(0, 255)));
@@ -362,10 +363,10 @@ struct listener::impl {
         return true;
       }
       if (verdict < 0) {
-        ++st.handshakes_denied;
-        --st.protocol_errors;  // counted as a denial, not a protocol error
+        fail(c, "key not allowed", out, &st.handshakes_denied);
+      } else {
+        fail(c, "bad INITIATE", out);
       }
-      fail(c, verdict < 0 ? "key not allowed" : "bad INITIATE", out);
       return false;
     }
     return after_handshake_command(c, name, cmd + 1 + cmd[0], n - 1 - cmd[0], out);
@@ -393,7 +394,6 @@ struct listener::impl {
   void ready(connection& c) {
     if (!curve()) send_command(c, "READY", ready_metadata());
     c.ph = connection::phase::ready;
-    ++st.accepted;
   }
 
   /// A data frame's payload (NULL: c.body; CURVE: opened from c.cbody) joins
@@ -479,6 +479,7 @@ struct listener::impl {
     e.bytes = c.msg_bytes;
     e.frame_count = c.msg_frames;
     e.delimited = c.first_empty && c.msg_frames >= 2;
+    e.too_many_frames = c.msg_frames > cfg.max_frames;
     out.push_back(std::move(e));
     c.frames.clear();
     c.dropping = false;

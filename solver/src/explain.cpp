@@ -70,7 +70,6 @@ struct shape_facts {
   std::int64_t fit = 0;                         ///< replicas over all nodes at the round's start
   std::int32_t best_domain = -1;
   std::int64_t best_fit = 0;
-  bool multi = false;            ///< a job of this shape needs more than one replica at once
   std::int64_t need = 0;         ///< the most replicas a job of this shape needs at once
   /// Replicas the nodes that admit it could hold empty, and the most one
   /// required domain could, counted until they reach `need` (`enough`):
@@ -237,7 +236,6 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
       it = facts.end() - 1;
     }
     it->need = std::max<std::int64_t>(it->need, in.pol.queue.elastic ? jb.start_replicas() : jb.replicas);
-    it->multi = it->need > 1;
     fact_of[k] = static_cast<std::int32_t>(it - facts.begin());
   }
   if (facts.empty()) return;
@@ -310,35 +308,30 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
             if (r.fit < 0) r = room_for(nd, jb.per_replica, jb.distinct_nodes);
             return r;
           });
+      // The node's domain at the shape's required level (-1: none required).
+      bool const required = jb.topo_mode == topology_mode::required && jb.topology_level >= 0;
+      std::int32_t const d = required ? paths[static_cast<std::size_t>(n) * static_cast<std::size_t>(levels) +
+                                              static_cast<std::size_t>(jb.topology_level)]
+                                      : -1;
       // What the node could ever give a job of several replicas: its room
       // were it empty, when only its state (health, what is free) stands in
       // the way (an unhealthy node counts: it may come back).
       bool const admits = why != node_exclusion::pool && why != node_exclusion::gpu_model &&
                           why != node_exclusion::affinity && why != node_exclusion::taint;
-      if (f.multi && admits && !f.enough) {
+      if (f.need > 1 && admits && !f.enough) {
         std::int64_t empty = detail::fit_empty(nd, jb.per_replica);
         if (jb.distinct_nodes) empty = std::min<std::int64_t>(empty, 1);
         f.fit_empty += empty;
-        bool domain_enough = true;
-        if (jb.topo_mode == topology_mode::required && jb.topology_level >= 0 && n_domains > 0) {
-          auto const d = paths[static_cast<std::size_t>(n) * static_cast<std::size_t>(levels) +
-                               static_cast<std::size_t>(jb.topology_level)];
-          if (d >= 0) {
-            auto& sum = per_domain_empty[i * n_domains + static_cast<std::size_t>(d)];
-            sum += empty;
-            f.best_fit_empty = std::max(f.best_fit_empty, sum);
-          }
-          domain_enough = f.best_fit_empty >= f.need;
+        if (d >= 0) {
+          auto& sum = per_domain_empty[i * n_domains + static_cast<std::size_t>(d)];
+          sum += empty;
+          f.best_fit_empty = std::max(f.best_fit_empty, sum);
         }
-        f.enough = f.fit_empty >= f.need && domain_enough;
+        f.enough = f.fit_empty >= f.need && (!required || f.best_fit_empty >= f.need);
       }
       if (why == node_exclusion::taken) {
         f.fit += r.fit;
-        if (jb.topo_mode == topology_mode::required && jb.topology_level >= 0) {
-          auto const d = paths[static_cast<std::size_t>(n) * static_cast<std::size_t>(levels) +
-                               static_cast<std::size_t>(jb.topology_level)];
-          if (d >= 0) per_domain[i * n_domains + static_cast<std::size_t>(d)] += r.fit;
-        }
+        if (d >= 0) per_domain[i * n_domains + static_cast<std::size_t>(d)] += r.fit;
         if (prio == INT_MIN) continue;  // still available
         f.outbid_priority = std::max(f.outbid_priority, prio);
       }
@@ -389,7 +382,7 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
     }
     e.outbid = it->outbid_priority != INT_MIN;
     e.outbid_priority = e.outbid ? it->outbid_priority : 0;
-    if (it->multi && e.replicas_required > 1) {
+    if (e.replicas_required > 1) {
       bool const required = jb.topo_mode == topology_mode::required && jb.topology_level >= 0 && n_domains > 0;
       e.replicas_fit_empty = static_cast<std::int32_t>(std::min<std::int64_t>(it->fit_empty, INT32_MAX));
       e.best_domain_fit_empty = required ? static_cast<std::int32_t>(std::min<std::int64_t>(it->best_fit_empty, INT32_MAX)) : 0;

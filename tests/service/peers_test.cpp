@@ -121,6 +121,18 @@ TEST(Peers, ChosenRoutingIdsNeverStopTheServer) {
   EXPECT_EQ(c.solve(small_round()).code, ErrorCode::Ok);
 }
 
+/// The session `c` made at `epoch` (from round `in`) is still its own: a
+/// delta on it is solved, with nothing to resync.
+void expect_session_kept(client& c, round_input const& in, std::uint64_t epoch) {
+  node fine = in.state.nodes[0];
+  fine.cpu_milli_free = 0;
+  round_input jobs_only;
+  jobs_only.pending = in.pending;
+  auto const next = c.solve_delta({epoch, epoch + 1, {}, {}, {{0, fine}}}, jobs_only);
+  EXPECT_EQ(next.code, ErrorCode::Ok) << next.message;
+  EXPECT_EQ(c.resyncs(), 0U);
+}
+
 /// The probe's read: a job delta that changes nothing, at the epoch the
 /// session is thought to hold. Answered with the session's jobs when it
 /// reaches it.
@@ -168,13 +180,7 @@ TEST(Peers, ASessionIsReadOnlyWithItsSecretAcrossReconnects) {
       }
     }
     // The victim's own delta after its reconnect: its session, no resync.
-    node fine = in.state.nodes[0];
-    fine.cpu_milli_free = 0;
-    round_input jobs_only;
-    jobs_only.pending = in.pending;
-    auto const next = victim.solve_delta({41, 42, {}, {}, {{0, fine}}}, jobs_only);
-    EXPECT_EQ(next.code, ErrorCode::Ok) << next.message;
-    EXPECT_EQ(victim.resyncs(), 0U);
+    expect_session_kept(victim, in, 41);
     // With the victim's secret (as only the victim holds it) the same read
     // reaches it: the test above could have passed for the wrong reason.
     client holder({s.endpoint(), 5000, "other"});
@@ -237,15 +243,6 @@ struct sessions_rig {
       ASSERT_EQ(decode(bytes.data(), bytes.size()).code, ErrorCode::Ok);
     }
   }
-  /// The bystander's next delta is solved on its session: nothing to resync.
-  void expect_bystander_kept() {
-    node fine = in.state.nodes[0];
-    fine.cpu_milli_free = 0;
-    round_input jobs_only;
-    jobs_only.pending = in.pending;
-    EXPECT_EQ(bystander.solve_delta({3, 4, {}, {}, {{0, fine}}}, jobs_only).code, ErrorCode::Ok);
-    EXPECT_EQ(bystander.resyncs(), 0U);
-  }
   running_server s;
   round_input in = small_round(9);
   client bystander;
@@ -255,7 +252,7 @@ TEST(Peers, OnePeersSessionFloodEvictsOnlyItsOwn) {
   sessions_rig r(256, 64);
   r.flood("flood-", 10000);
   EXPECT_GE(r.s.get().stats().sessions_evicted, 10000U - 64U) << "the flood evicted its own";
-  r.expect_bystander_kept();
+  expect_session_kept(r.bystander, r.in, 3);
 }
 
 TEST(Peers, ManyPeersOverTheTotalEvictTheLargestHolderFirst) {
@@ -265,7 +262,7 @@ TEST(Peers, ManyPeersOverTheTotalEvictTheLargestHolderFirst) {
   r.flood("p0-", 30);
   r.flood("p1-", 30);
   EXPECT_EQ(r.s.get().stats().sessions_evicted, 1U + 60U - 40U);
-  r.expect_bystander_kept();
+  expect_session_kept(r.bystander, r.in, 3);
 }
 
 /// A raw TCP connection to the server's port, for bytes no ZeroMQ peer sends.

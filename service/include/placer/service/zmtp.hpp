@@ -67,11 +67,11 @@ struct incoming {
   std::size_t bytes = 0;  ///< oversized: the bytes it had when dropped
   std::size_t frame_count = 0;  ///< oversized: its frames when dropped
   bool delimited = false;       ///< oversized: it began with an empty frame (answers do too)
+  bool too_many_frames = false;  ///< oversized: past max_frames (else past max_message_bytes)
 };
 
 struct listener_stats {
   std::uint64_t connections = 0;        ///< open now
-  std::uint64_t accepted = 0;           ///< handshakes completed
   std::uint64_t handshakes_denied = 0;  ///< CURVE keys not allowed
   std::uint64_t protocol_errors = 0;    ///< peers closed for what they sent (or did not send in time)
 };
