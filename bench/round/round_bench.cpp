@@ -49,7 +49,8 @@ round_input const& scenario(std::string const& name) {
   return cache.emplace(name, std::move(in)).first->second;
 }
 
-void bm_round(benchmark::State& st, std::string const& backend, std::string const& name, algorithm algo) {
+void bm_round(benchmark::State& st, std::string const& backend, std::string const& name, algorithm algo,
+              queue_order order) {
   if (name == "openb" && !std::filesystem::exists(data_dir())) {
     st.SkipWithError("shared data not found");
     return;
@@ -65,6 +66,7 @@ void bm_round(benchmark::State& st, std::string const& backend, std::string cons
   solver s(std::move(b));
   round_input in = scenario(name);
   in.pol.algo = algo;
+  in.pol.order = order;
   std::map<std::string, double> stage_us;
   double placed = 0, calls = 0, waits = 0, up = 0, down = 0;
   (void)s.solve(in);  // warm-up: workspace sized, pages touched (first-round costs kept out of the mean)
@@ -110,15 +112,23 @@ void bm_round(benchmark::State& st, std::string const& backend, std::string cons
 int register_all() {
   for (std::string const backend : {"cpu", "cuda", "twin"}) {
     for (std::string const name : {"demo", "10k", "100k", "openb", "10k-k8s", "100k-k8s", "100k-nfd", "10k-split", "100k-split"}) {
-      benchmark::RegisterBenchmark(("round/" + backend + "/" + name).c_str(), bm_round, backend, name, algorithm::placer)
+      benchmark::RegisterBenchmark(("round/" + backend + "/" + name).c_str(), bm_round, backend, name, algorithm::placer, queue_order::fifo)
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.5)
           ->UseRealTime();
     }
   }
+  // The largest-first order (policy::order pack) beside the default fifo.
+  for (std::string const name : {"10k", "100k", "openb"}) {
+    benchmark::RegisterBenchmark(("round/cpu-pack/" + name).c_str(), bm_round, std::string("cpu"), name,
+                                 algorithm::placer, queue_order::pack)
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.5)
+        ->UseRealTime();
+  }
   for (std::string const name : {"10k", "openb"}) {
     benchmark::RegisterBenchmark(("round/kube-least/" + name).c_str(), bm_round, std::string("cpu"), name,
-                                 algorithm::kube_least_allocated)
+                                 algorithm::kube_least_allocated, queue_order::fifo)
         ->Unit(benchmark::kMillisecond)
         ->MinTime(0.5)
         ->UseRealTime();

@@ -32,6 +32,8 @@ static_assert(static_cast<int>(algorithm::first_fit) == static_cast<int>(wire::A
 static_assert(static_cast<int>(unplaced_reason::deferred) == static_cast<int>(wire::UnplacedReason::Deferred));
 static_assert(static_cast<int>(unplaced_reason::quota_exceeded) ==
               static_cast<int>(wire::UnplacedReason::QuotaExceeded));
+static_assert(static_cast<int>(unplaced_reason::queue_blocked) == static_cast<int>(wire::UnplacedReason::QueueBlocked));
+static_assert(static_cast<int>(queue_order::strict) == static_cast<int>(wire::QueueOrder::Strict));
 
 using fbb_t = flatbuffers::FlatBufferBuilder;
 template <class T>
@@ -567,7 +569,10 @@ flatbuffers::Offset<wire::Policy> policy_out(fbb_t& fbb, policy const& p) {
                                           q.preemption, q.loaning, q.reclaim_nodes, q.elastic, q.delay_scheduling,
                                           q.sensitivity_threshold, q.delay_timer_max, q.network_preemption,
                                           q.auto_reclaim, q.preempt_max_lost_s);
-  return wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(p.algo), w, 0, qp, p.stacking);
+  auto const age = p.age == aging{} ? flatbuffers::Offset<wire::Aging>()
+                                    : wire::CreateAging(fbb, p.age.weight, p.age.max_age_s, p.age.cross_priority);
+  return wire::CreatePolicy(fbb, static_cast<wire::Algorithm>(p.algo), w, 0, qp, p.stacking,
+                            static_cast<wire::QueueOrder>(p.order), age);
 }
 
 flatbuffers::Offset<fb_vector<flatbuffers::Offset<wire::ScaleChange>>> scale_out(
@@ -1165,6 +1170,14 @@ policy decode_policy(wire::Policy const* p) {
   if (p == nullptr) return out;
   out.algo = enum_in<algorithm>(p->algorithm(), "policy", "algorithm");
   out.stacking = p->stacking();
+  out.order = enum_in<queue_order>(p->order(), "policy", "order");
+  if (auto const* a = p->aging()) {
+    out.age.weight = a->weight();
+    out.age.max_age_s = a->max_age_s();
+    out.age.cross_priority = a->cross_priority();
+    if (out.age.weight < 0) invalid("policy: aging.weight must not be negative");
+    if (out.age.max_age_s < 1) invalid("policy: aging.max_age_s must be at least 1");
+  }
   if (auto const* w = p->weights()) {
     out.w.binpack = w->binpack();
     out.w.fragmentation = w->fragmentation();

@@ -1,12 +1,15 @@
 // The assign stage (see assigner.hpp).
 #include "assigner.hpp"
 
+#include "queue_order.hpp"
+
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
 #include <numeric>
+#include <string_view>
 #include <utility>
 
 namespace placer::detail {
@@ -33,6 +36,27 @@ std::int32_t tier_of(demand const& d) {
 std::int64_t job_tier_of(job const& j) {
   if (!wants_locality(j) || j.per_replica.gpus == 0) return tier_of(j.per_replica);
   return 1 + (j.per_replica.gpu_milli_total() * j.replicas + milli_per_gpu - 1) / milli_per_gpu;
+}
+
+// A placer round's group keys (assigner::run): level x level_span plus an
+// offset, groups in key order. The offsets: -level_span / 2 + k for the
+// k-th job of reorder::first; minus the tier for the largest-first groups;
+// past_at and up for the jobs past their level's queue window, in regions
+// of window_span (the lower half: jobs waiting for a window, in order; the
+// upper half: a window's jobs, minus the tier); last_at + k for the k-th of
+// reorder::last.
+constexpr std::int64_t level_span = std::int64_t{1} << 32;
+constexpr std::int64_t past_at = level_span / 8;
+constexpr std::int64_t last_at = level_span / 4;
+constexpr std::int64_t window_span = std::int64_t{1} << 22;
+
+/// The level of a key at or past past_at.
+constexpr std::int64_t level_of_key(std::int64_t key) { return (key - past_at) >> 32; }
+
+/// Whether the key is a job's past its level's window still waiting for one.
+constexpr bool waits_in_order(std::int64_t key) {
+  auto const offset = key - past_at - (level_of_key(key) << 32);
+  return offset >= 0 && offset < last_at - past_at && (offset & (window_span - 1)) < window_span / 2;
 }
 
 }  // namespace
@@ -126,9 +150,27 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
     out.unplaced_jobs.push_back({j, unplaced_reason::deadline_exceeded, "round deadline reached"});
   };
   if (mode_ != assign_mode::placer) {
+    // Strict order: the queues (by name) whose head could not start, and that head.
+    bool const strict = mode_ == assign_mode::greedy && in_.pol.order == queue_order::strict;
+    std::vector<std::pair<std::string_view, std::int32_t>> blocked;
     for (auto j : order) {
+      auto const& q = in_.pending[j].queue;
+      if (strict) {
+        auto const b = std::find_if(blocked.begin(), blocked.end(), [&](auto const& x) { return x.first == q; });
+        if (b != blocked.end()) {
+          out.unplaced_jobs.push_back({j, unplaced_reason::queue_blocked,
+                                       "waits behind " + in_.pending[b->second].name + ", the first job of " +
+                                           (q.empty() ? std::string("the default queue") : "queue '" + q + "'") +
+                                           " that cannot start (strict order)"});
+          continue;
+        }
+      }
       if (out_of_time()) { expire(j); continue; }
+      auto const before = out.placements.size();
       place_greedy(j, out);
+      if (strict && out.placements.size() == before && waits_for_capacity(out.unplaced_jobs.back().reason)) {
+        blocked.emplace_back(q, j);
+      }
     }
     return;
   }
@@ -143,18 +185,30 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
   auto& tiers = s_.tiers;
   tiers.clear();
   std::int32_t level = 0;
-  constexpr std::int64_t level_span = std::int64_t{1} << 32;
-  auto index_in = [](std::vector<std::int32_t> const& v, std::int32_t j) -> std::int64_t {
-    auto const f = std::find(v.begin(), v.end(), j);
-    return f == v.end() ? -1 : f - v.begin();
-  };
+  // Per job: its offset inside its level for the jobs r moves, -1 for the
+  // others, -2 for those it skips, -3 - k for the k-th past its level's
+  // queue window (queue_window).
+  auto& moved = s_.moved;
+  moved.assign(in_.pending.size(), -1);
+  auto const first_at = -level_span / 2;
+  for (std::size_t f = 0; f < r.first.size(); ++f) moved[static_cast<std::size_t>(r.first[f])] = static_cast<std::int32_t>(f);
+  for (std::size_t l = 0; l < r.last.size(); ++l) {
+    moved[static_cast<std::size_t>(r.last[l])] = static_cast<std::int32_t>(r.first.size() + l);
+  }
+  for (auto j : r.skip) moved[static_cast<std::size_t>(j)] = -2;
+  if (in_.pol.order != queue_order::pack) queue_window(moved);
   for (std::size_t k = 0; k < order.size(); ++k) {
     auto const j = order[k];
     if (k > 0 && in_.pending[j].priority != in_.pending[order[k - 1]].priority) ++level;
     auto const& jb = in_.pending[j];
+    auto const mv = moved[static_cast<std::size_t>(j)];
+    if (mv == -2) continue;
     std::int64_t key = level * level_span - (r.whole_jobs ? job_tier_of(jb) : tier_of(jb.per_replica));
-    if (auto const f = index_in(r.first, j); f >= 0) key = level * level_span - level_span / 2 + f;
-    if (auto const l = index_in(r.last, j); l >= 0) key = level * level_span + level_span / 4 + l;
+    if (mv <= -3) key = level * level_span + past_at + (-3 - mv);  // past the window, in order
+    if (mv >= 0) {
+      auto const f = static_cast<std::int64_t>(mv), n_first = static_cast<std::int64_t>(r.first.size());
+      key = level * level_span + (f < n_first ? first_at + f : last_at + f - n_first);
+    }
     tiers.emplace_back(key, static_cast<std::int32_t>(k));
   }
   std::sort(tiers.begin(), tiers.end());
@@ -163,10 +217,12 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
   // keep only live classes' cells current (the others are never read again).
   auto& last_group = s_.class_last_group;
   last_group.assign(static_cast<std::size_t>(m_.n_classes()), -1);
+  s_.group_of.assign(in_.pending.size(), -1);
   std::int32_t group = 0;
   for (std::size_t t = 0; t < tiers.size(); ++t) {
     if (t > 0 && tiers[t].first != tiers[t - 1].first) ++group;
     last_group[static_cast<std::size_t>(m_.job_class[job_at(t)])] = group;
+    s_.group_of[static_cast<std::size_t>(job_at(t))] = group;
   }
   s_.live_class.resize(static_cast<std::size_t>(m_.n_classes()));
   // State labels start as the score stage's twins; the tier programs keep
@@ -180,6 +236,7 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
   }
   group = 0;
   for (std::size_t t0 = 0; t0 < tiers.size(); ++group) {
+    if (waits_in_order(tiers[t0].first)) next_window(t0, group, r.whole_jobs, out);
     for (std::size_t c = 0; c < last_group.size(); ++c) s_.live_class[c] = last_group[c] >= group ? 1 : 0;
     std::size_t t1 = t0;
     while (t1 < tiers.size() && tiers[t1].first == tiers[t0].first) ++t1;
@@ -212,6 +269,88 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
     chain_tier(rest, out);
   }
   run_chain(out);
+}
+
+void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, round_result& out) {
+  // The jobs past the window of a level, from t0 on, are in submission
+  // order. The next window is the prefix that the capacity free now holds
+  // (a job larger than all of it alone cannot start: it goes first and
+  // fails); it is packed largest first, the rest waits for the window
+  // after. One wait on the backend per window.
+  auto const level = level_of_key(s_.tiers[t0].first);
+  auto const base = level * level_span + past_at;
+  std::int64_t const w = (s_.tiers[t0].first - base) / window_span;  // this region: the window in its upper half
+  if (w + 1 >= (last_at - past_at) / window_span) return;  // out of regions: the rest go one at a time
+  run_chain(out);
+  std::int64_t gpu = 0, cpu = 0;
+  for (auto g : m_.gpu_free) gpu += g;
+  for (auto c : m_.cpu_free) cpu += c;
+  auto const& order = s_.order;
+  auto& tiers = s_.tiers;
+  auto job_at = [&](std::size_t t) { return order[static_cast<std::size_t>(tiers[t].second)]; };
+  std::size_t t_end = t0;
+  while (t_end < tiers.size() && tiers[t_end].first < level * level_span + last_at) ++t_end;
+  bool open = true;
+  std::int64_t rank = 0;
+  for (std::size_t t = t0; t < t_end; ++t) {
+    auto const& jb = in_.pending[static_cast<std::size_t>(job_at(t))];
+    auto const g = jb.per_replica.gpu_milli_total() * jb.replicas;
+    auto const c = jb.per_replica.cpu_milli * jb.replicas;
+    auto const tier = whole_jobs ? job_tier_of(jb) : tier_of(jb.per_replica);
+    if (g > gpu || c > cpu) {
+      tiers[t].first = base + w * window_span + window_span / 2;  // cannot start: alone, first
+    } else if (open) {
+      tiers[t].first = base + w * window_span + window_span - 1 - tier;
+      gpu -= g;
+      cpu -= c;
+    } else {
+      tiers[t].first = base + (w + 1) * window_span + rank++;
+    }
+    open = open && tiers[t].first < base + (w + 1) * window_span;
+  }
+  std::sort(tiers.begin() + static_cast<std::ptrdiff_t>(t0), tiers.begin() + static_cast<std::ptrdiff_t>(t_end));
+  // The groups from here on are new: the classes' last groups and the jobs' groups follow.
+  auto& last_group = s_.class_last_group;
+  for (auto& l : last_group) {
+    if (l >= group) l = -1;
+  }
+  std::int32_t g = group;
+  for (std::size_t t = t0; t < tiers.size(); ++t) {
+    if (t > t0 && tiers[t].first != tiers[t - 1].first) ++g;
+    last_group[static_cast<std::size_t>(m_.job_class[job_at(t)])] = g;
+    s_.group_of[static_cast<std::size_t>(job_at(t))] = g;
+  }
+}
+
+void assigner::queue_window(std::vector<std::int32_t>& moved) {
+  // Each level's window: the longest prefix of its jobs in submission order
+  // whose GPUs and CPUs the free capacity holds, less what the levels above
+  // ask for. Inside it largest-first packing cannot make a job wait behind
+  // a later one unless the shapes do not fit the way the sums do (the
+  // solver checks, solver::keep_order); past it every job goes alone, in
+  // order, into the best place left.
+  std::int64_t gpu = 0, cpu = 0;
+  for (auto g : m_.gpu_free) gpu += g;
+  for (auto c : m_.cpu_free) cpu += c;
+  auto const gpu_all = gpu, cpu_all = cpu;
+  job_order(in_, false, s_.fifo, s_.fifo_keys);
+  std::int32_t past = 0;
+  bool open = true;
+  for (std::size_t k = 0; k < s_.fifo.size(); ++k) {
+    auto const j = static_cast<std::size_t>(s_.fifo[k]);
+    auto const& jb = in_.pending[j];
+    if (k > 0 && jb.priority != in_.pending[static_cast<std::size_t>(s_.fifo[k - 1])].priority) {
+      open = true;
+      past = 0;
+    }
+    auto const g = jb.per_replica.gpu_milli_total() * jb.replicas;
+    auto const c = jb.per_replica.cpu_milli * jb.replicas;
+    if (g > gpu_all || c > cpu_all) continue;  // never starts here: it waits for no capacity
+    open = open && g <= gpu && c <= cpu;
+    gpu = std::max<std::int64_t>(0, gpu - g);
+    cpu = std::max<std::int64_t>(0, cpu - c);
+    if (!open && moved[j] == -1) moved[j] = -3 - past++;
+  }
 }
 
 // ------------------------------------------------------------------ greedy

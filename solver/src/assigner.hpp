@@ -48,6 +48,12 @@ struct assigner_scratch {
   std::vector<std::int32_t> order;                          ///< queue order
   std::vector<order_key> order_keys;                        ///< job_order's scratch
   std::vector<std::pair<std::int64_t, std::int32_t>> tiers;  ///< (level x 1024 - tier, position in order)
+  std::vector<std::int32_t> moved;                          ///< per job: its reorder key offset, or -1
+  std::vector<std::int32_t> fifo;                           ///< queue order without largest-first (queue_window)
+  std::vector<order_key> fifo_keys;                         ///< its job_order scratch
+  /// Per job: the group (a run of equal tier keys) it was placed in, in the
+  /// order the groups ran; -1 = none (placer mode's last run).
+  std::vector<std::int32_t> group_of;
   std::vector<std::int32_t> class_last_group;              ///< per class: the last group that uses it
   std::vector<std::uint8_t> live_class;                     ///< per class: 1 = this or a later group uses it
   /// The clock of current cells (kernels::tier_problem::stamp): class c's
@@ -90,13 +96,14 @@ struct assigner_scratch {
   std::vector<std::vector<replica_placement>> placed;  ///< per live job (moved into the result)
 };
 
-/// How the repair search (solver.cpp) changes a placer round's order: the
-/// jobs in `first` go ahead of their priority level, those in `last` after
-/// it, each in list order; with `whole_jobs` a locality job ranks by its
-/// whole job's GPUs rather than one replica's (a gang of six one-GPU
-/// replicas with the 6-GPU jobs).
+/// How the repair search and the queue order (solver.cpp) change a placer
+/// round's order: the jobs in `first` go ahead of their priority level,
+/// those in `last` after it, each in list order; with `whole_jobs` a
+/// locality job ranks by its whole job's GPUs rather than one replica's (a
+/// gang of six one-GPU replicas with the 6-GPU jobs). The jobs in `skip`
+/// are left out (the caller reports them).
 struct reorder {
-  std::vector<std::int32_t> first, last;
+  std::vector<std::int32_t> first, last, skip;
   bool whole_jobs = false;
 };
 
@@ -107,7 +114,9 @@ class assigner {
 
   /// Places every pending job (or records why not). `out_of_time` is asked
   /// between jobs; once it says yes, the rest are reported DeadlineExceeded.
-  /// Placer mode follows `r` (the repair search's changes of order).
+  /// Placer mode follows `r` (the repair search's changes of order). Greedy
+  /// mode under policy::order strict stops each queue at its first job that
+  /// cannot start: the later ones are QueueBlocked.
   void run(round_result& out, std::function<bool()> const& out_of_time, reorder const& r = {});
 
  private:
@@ -121,6 +130,13 @@ class assigner {
   /// Places the waiting chain (one backend call) and hands each tier's
   /// placements to its jobs.
   void run_chain(round_result& out);
+
+  /// Queue order (policy::order fifo, strict): marks in `moved` the jobs
+  /// past their level's window (the prefix the free capacity holds).
+  void queue_window(std::vector<std::int32_t>& moved);
+  /// Queue order: the groups from t0 on (jobs past a level's window, in
+  /// order) get their next window, against the capacity free now.
+  void next_window(std::size_t t0, std::int32_t group, bool whole_jobs, round_result& out);
 
   // --- shared pieces
   /// Whether the job goes through place_locality in this mode.

@@ -2,6 +2,7 @@
 // (assigner.cpp: tiers, locality, one tier program per tier on the backend) ->
 // metrics (backend), each stage timed into the result.
 #include "assigner.hpp"
+#include "queue_order.hpp"
 #include "policies/policies.hpp"
 #include "quotas.hpp"
 
@@ -31,6 +32,7 @@ char const* to_string(unplaced_reason r) {
     case unplaced_reason::reserved: return "Reserved";
     case unplaced_reason::deferred: return "Deferred";
     case unplaced_reason::quota_exceeded: return "QuotaExceeded";
+    case unplaced_reason::queue_blocked: return "QueueBlocked";
   }
   return "Unknown";
 }
@@ -52,6 +54,22 @@ char const* algorithm_name(algorithm a) {
     case algorithm::kube_least_allocated: return "kube-least";
     case algorithm::kube_most_allocated: return "kube-most";
     case algorithm::first_fit: return "first-fit";
+  }
+  return "unknown";
+}
+
+queue_order parse_queue_order(std::string const& name) {
+  if (name == "fifo") return queue_order::fifo;
+  if (name == "pack") return queue_order::pack;
+  if (name == "strict") return queue_order::strict;
+  throw logic_error(error_code::invalid_argument, "unknown queue order '" + name + "' (fifo, pack, strict)");
+}
+
+char const* queue_order_name(queue_order o) {
+  switch (o) {
+    case queue_order::fifo: return "fifo";
+    case queue_order::pack: return "pack";
+    case queue_order::strict: return "strict";
   }
   return "unknown";
 }
@@ -80,6 +98,10 @@ struct solver::workspace {
   round_matrices m_scored, m_best;
   std::vector<std::int32_t> scores_scored;
   explain_scratch explain;
+  // keep_order's: the order it leaves the repair search (the jobs strict
+  // order blocks, skipped), and why each of those waits.
+  detail::reorder kept;
+  std::vector<unplaced> blocked;  ///< why each job in kept.skip waits
 };
 
 solver::solver(std::unique_ptr<kernels::backend> backend)
@@ -144,6 +166,7 @@ void explain_stage(round_input const& in, round_result& out, explain_scratch& sc
 }  // namespace
 
 round_result solver::solve(round_input const& in, queue_memory* memory) {
+  if (in.pol.age.weight > 0) return solve(detail::aged(in), memory);
   if (in.queues.empty()) return solve_admitted(in, memory);
   // Queues (quotas.hpp): the jobs that would take a queue past its bound
   // are left out (QuotaExceeded) and the rest solved as a round of their
@@ -362,6 +385,15 @@ std::vector<std::int64_t> level_values(round_input const& in, std::vector<std::i
 
 bool contains(std::vector<std::int32_t> const& v, std::int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
+/// `out` takes a trial's decisions (its timing and the rest stay).
+void adopt(round_result& out, round_result const& trial) {
+  out.placements = trial.placements;
+  out.unplaced_jobs = trial.unplaced_jobs;
+  out.metrics.jobs_placed = trial.metrics.jobs_placed;
+  out.metrics.replicas_placed = trial.metrics.replicas_placed;
+  out.metrics.gpu_milli_placed = trial.metrics.gpu_milli_placed;
+}
+
 }  // namespace
 
 std::int32_t solver::repair_tries(round_input const& in) {
@@ -402,6 +434,10 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   };
   detail::reorder order;
   round_result trial;
+  // Under queue order a round is kept only if it overtakes no one.
+  auto keeps_order = [&] {
+    return in.pol.order == queue_order::pack || !detail::overtakes(in, trial, ws_->assign.fifo, ws_->assign.group_of);
+  };
   // One assignment in `order` from the scored state; kept if the best yet.
   auto assign = [&] {
     m = ws_->m_scored;
@@ -410,14 +446,11 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
     trial = round_result{};
     detail::assigner(in, m, ws_->scores, p, *backend_, detail::assign_mode::placer, ws_->assign)
         .run(trial, out_of_time, order);
+    trial.unplaced_jobs.insert(trial.unplaced_jobs.end(), ws_->blocked.begin(), ws_->blocked.end());
     auto value = level_values(in, levels, trial);
-    if (value > best) {
+    if (value > best && keeps_order()) {
       best = value;
-      out.placements = trial.placements;
-      out.unplaced_jobs = trial.unplaced_jobs;
-      out.metrics.jobs_placed = trial.metrics.jobs_placed;
-      out.metrics.replicas_placed = trial.metrics.replicas_placed;
-      out.metrics.gpu_milli_placed = trial.metrics.gpu_milli_placed;
+      adopt(out, trial);
       ws_->m_best = m;
     }
     return value;
@@ -432,7 +465,8 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   for (bool const whole_jobs : {false, true}) {
     std::int32_t path_tries = whole_jobs ? tries : tries / 2;  // the first path's leftovers go to the second
     tries -= path_tries;
-    order = detail::reorder{{}, {}, whole_jobs};
+    order = ws_->kept;
+    order.whole_jobs = whole_jobs;
     std::fill(hopeless.begin(), hopeless.end(), 0);
     auto current = best;
     unplaced_now = out.unplaced_jobs;
@@ -464,9 +498,7 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
       // Promotions: highest priority, then most value first; ties by index.
       candidates.clear();
       for (auto const& u : unplaced_now) {
-        if ((u.reason == unplaced_reason::insufficient_capacity || u.reason == unplaced_reason::gang_incomplete ||
-             u.reason == unplaced_reason::topology_unsatisfiable) &&
-            hopeless[static_cast<std::size_t>(u.job)] == 0) {
+        if (detail::waits_for_capacity(u.reason) && hopeless[static_cast<std::size_t>(u.job)] == 0) {
           candidates.push_back(u.job);
         }
       }
@@ -515,6 +547,25 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
     tries += path_tries;
   }
   std::swap(m, ws_->m_best);  // the best round's cluster state, for the metrics
+}
+
+void solver::keep_order(round_input const& in, kernels::score_params const& p,
+                        std::function<bool()> const& out_of_time, round_result& out) {
+  // Every job in submission order takes the best cells left (strict: a
+  // queue stops at its first job that cannot start): each is tried against
+  // exactly the jobs ahead of it.
+  round_matrices& m = ws_->m;
+  m = ws_->m_scored;
+  ws_->scores = ws_->scores_scored;
+  backend_->host_wrote_all();
+  round_result fifo;
+  detail::assigner(in, m, ws_->scores, p, *backend_, detail::assign_mode::greedy, ws_->assign).run(fifo, out_of_time);
+  adopt(out, fifo);
+  for (auto const& u : fifo.unplaced_jobs) {
+    if (u.reason != unplaced_reason::queue_blocked) continue;
+    ws_->kept.skip.push_back(u.job);  // the repair search leaves them out too
+    ws_->blocked.push_back(u);
+  }
 }
 
 round_result solver::solve_one(round_input const& in, std::function<bool()> const& round_late) {
@@ -597,18 +648,33 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
            (round_late && round_late());
   };
   std::int32_t const tries = mode == detail::assign_mode::placer ? repair_tries(in) : 0;
-  if (tries > 0) {
+  bool const ordered = mode == detail::assign_mode::placer && in.pol.order != queue_order::pack;
+  if (tries > 0 || ordered) {
     ws_->m_scored = m;
     ws_->scores_scored = scores;
   }
   detail::assigner(in, m, scores, p, *backend_, mode, ws_->assign).run(out, out_of_time);
   stage_done("assign");
+  ws_->kept = {};
+  ws_->blocked.clear();
+  if (ordered) {
+    if (detail::overtakes(in, out, ws_->assign.fifo, ws_->assign.group_of)) {
+      keep_order(in, p, out_of_time, out);
+      stage_done("order");
+    }
+  }
   if (tries > 0 && !out.unplaced_jobs.empty()) {
     repair(in, p, tries, out_of_time, out);
     stage_done("repair");
   }
-  if (in.pol.stacking && mode == detail::assign_mode::placer) {
-    // Stacking packs the round's small jobs onto as few nodes as they fit.
+  // Stacking packs the round's small jobs onto as few nodes as they fit.
+  // Under queue order not while a job waits for capacity: the room its
+  // moves free could be room that job needed, with later jobs placed.
+  auto const waits = [&] {
+    return std::any_of(out.unplaced_jobs.begin(), out.unplaced_jobs.end(),
+                       [](unplaced const& u) { return detail::waits_for_capacity(u.reason); });
+  };
+  if (in.pol.stacking && mode == detail::assign_mode::placer && (in.pol.order == queue_order::pack || !waits())) {
     detail::consolidate(in, m, p, out, *backend_, consolidate_budget);
     stage_done("stack");
   }

@@ -140,6 +140,8 @@ round_input rich_input() {
   in.pol.algo = algorithm::kube_most_allocated;
   in.pol.w = {70, 30, 0, 5, 90, 33};
   in.pol.stacking = true;
+  in.pol.order = queue_order::strict;
+  in.pol.age = {1440, 86400, true};
   in.pol.queue.backfill = backfill_mode::conservative;
   in.pol.queue.max_reservations = 3;
   in.pol.queue.preemption = true;
@@ -283,6 +285,8 @@ void expect_eq(running_job const& a, running_job const& b) {
 void expect_eq(policy const& a, policy const& b) {
   EXPECT_EQ(a.algo, b.algo);
   EXPECT_EQ(a.stacking, b.stacking);
+  EXPECT_EQ(a.order, b.order);
+  EXPECT_EQ(a.age, b.age);
   EXPECT_EQ(a.w.binpack, b.w.binpack);
   EXPECT_EQ(a.w.fragmentation, b.w.fragmentation);
   EXPECT_EQ(a.w.topology, b.w.topology);
@@ -1022,6 +1026,29 @@ TEST(DecodeParts, QueuePolicyOutOfRangeRejected) {
                  return wire::CreateQueuePolicy(fbb, wire::BackfillMode::Off, 8, false, true, 0, false, true, 1.5F);
                }),
                logic_error);
+}
+
+TEST(DecodeParts, QueueOrderAndAging) {
+  // Absent: submission order, no aging; an unknown order or an aging that
+  // cannot be computed is refused, naming the field.
+  auto decode = [](wire::QueueOrder order, std::int32_t weight, std::int64_t max_age) {
+    flatbuffers::FlatBufferBuilder fbb;
+    auto const age = wire::CreateAging(fbb, weight, max_age, false);
+    fbb.Finish(wire::CreatePolicy(fbb, wire::Algorithm::Placer, 0, 0, 0, false, order, age));
+    return svc::decode_policy(flatbuffers::GetRoot<wire::Policy>(fbb.GetBufferPointer()));
+  };
+  EXPECT_EQ(svc::decode_policy(nullptr).order, queue_order::fifo);
+  auto const p = decode(wire::QueueOrder::Pack, 60, 3600);
+  EXPECT_EQ(p.order, queue_order::pack);
+  EXPECT_EQ(p.age, (aging{60, 3600, false}));
+  try {
+    (void)decode(static_cast<wire::QueueOrder>(7), 0, 1);
+    ADD_FAILURE() << "an unknown order was accepted";
+  } catch (logic_error const& e) {
+    EXPECT_NE(std::string(e.what()).find("order"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW((void)decode(wire::QueueOrder::Fifo, -1, 3600), logic_error);
+  EXPECT_THROW((void)decode(wire::QueueOrder::Fifo, 10, 0), logic_error);
 }
 
 // ------------------------------------------------------------------ apply_delta

@@ -264,10 +264,12 @@ TEST(BackfillEasy, ReservationFollowsAJobStartedThisRound) {
 }
 
 TEST(BackfillEasy, HeadStartsWhenABiggerJobBehindItIsUndone) {
-  // Within one priority level the core places the biggest gang first, so a
-  // later 2x8 gang takes both nodes and the earlier 2x4 gang is left out.
+  // Within one priority level pack order places the biggest gang first, so
+  // a later 2x8 gang takes both nodes and the earlier 2x4 gang is left out.
   // Backfill gives the head the room back; the big gang then waits for it.
+  // (In submission order, the default, the head starts without backfill.)
   round_input in = flat_cluster(2);
+  in.pol.order = queue_order::pack;
   in.pending.push_back(gpu_job("head", 4, 100, 0, 2));
   in.pending.push_back(gpu_job("big", 8, 100, 1, 2));
   auto s = cpu_solver();

@@ -150,8 +150,11 @@ TEST(Solver, RepairSearchSeatsTheGangALargerJobWouldBlock) {
   // One leaf per node. Only node 0 (L40S, 8 GPUs) holds the 5-replica gang
   // under one leaf, and the 4-GPU job may run on L40S alone: 5 + 4 > 8.
   // Largest-first tiers seat the 4-GPU job first; the repair search
-  // promotes the gang, which is worth more (5,005 against 4,001).
+  // promotes the gang, which is worth more (5,005 against 4,001). That is
+  // pack order: in submission order (fifo) the 4-GPU job came first and
+  // keeps its place (Solver.QueueOrderKeepsTheEarlierJobThePackWouldDrop).
   round_input in;
+  in.pol.order = queue_order::pack;
   in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(1).gpus(8).gpu_model("L40S").build();
   in.state.nodes[1].gpu_model = "T4";
   in.state.nodes[1].gpu_free_milli.assign(4, 1000);

@@ -222,10 +222,42 @@ struct queue_policy {
   }
 };
 
+/// How a round orders the jobs of one priority level (docs/policies.md,
+/// "Queue order").
+///   - fifo: submission order decides who starts. Within a level a later job
+///     never takes capacity that an earlier job needed to start in this
+///     round (Slurm's backfill promise, Kueue's BestEffortFIFO); packing
+///     (largest-first tiers, the assignment, FGD scoring) then works
+///     inside what is left. The default.
+///   - pack: largest first, then most constrained, then submission order:
+///     the most GPUs placed, at the price of small jobs waiting behind later
+///     large ones.
+///   - strict: as fifo, but a job that cannot start blocks every later job
+///     of its queue and level (Kueue's StrictFIFO).
+enum class queue_order : std::uint8_t { fifo = 0, pack = 1, strict = 2 };
+
+/// "fifo", "pack", "strict"; throws logic_error(invalid_argument) listing them.
+queue_order parse_queue_order(std::string const& name);
+char const* queue_order_name(queue_order o);
+
+/// A job's effective priority grows with its wait (Slurm's PriorityWeightAge
+/// and PriorityMaxAge): priority + weight x min(now - submit_time, max_age_s)
+/// / max_age_s, rounded down. Unless `cross_priority`, the growth stops one
+/// short of the next higher explicit priority among the round's jobs, so an
+/// old job never jumps a higher class. weight 0: no aging.
+struct aging {
+  std::int32_t weight = 0;
+  std::int64_t max_age_s = 7 * 24 * 3600;
+  bool cross_priority = false;
+  bool operator==(aging const&) const = default;
+};
+
 struct policy {
   algorithm algo = algorithm::placer;
   weights w;
   queue_policy queue;
+  queue_order order = queue_order::fifo;
+  aging age;
   /// Stacking (wire Policy.stacking): a tier row of whole GPUs places at
   /// most ceil(copies / replicas one node holds) per iteration, so equal
   /// nodes are filled one after the other rather than one copy each.
@@ -310,6 +342,7 @@ enum class unplaced_reason : std::uint8_t {
   reserved = 7,
   deferred = 8,
   quota_exceeded = 9,
+  queue_blocked = 10,  ///< strict order: an earlier job of its queue cannot start
 };
 char const* to_string(unplaced_reason r);
 

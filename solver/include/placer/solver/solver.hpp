@@ -96,6 +96,13 @@ class solver {
   /// value grows; leaves the best result in `out` and its state in the workspace.
   void repair(round_input const& in, kernels::score_params const& p, std::int32_t tries,
               std::function<bool()> const& out_of_time, round_result& out);
+  /// Queue order (policy::order, fifo or strict) when a placer round's
+  /// result `out` may have let a job overtake one that waits for capacity
+  /// (detail::overtakes): the round is assigned again one job at a time in
+  /// submission order (assign_mode::greedy), each job against exactly the
+  /// jobs ahead of it, and `out` and the state become that round's.
+  void keep_order(round_input const& in, kernels::score_params const& p, std::function<bool()> const& out_of_time,
+                  round_result& out);
 
   /// solve_one's buffers (round matrices, score matrix, assigner scratch),
   /// reused across rounds: they grow to the high-water mark, so a steady

@@ -1,0 +1,306 @@
+// Queue order (policy::order) and aging (policy::age): docs/policies.md,
+// "Queue order". The promise is checked from outside the solver: for every
+// job left waiting for capacity while a later job of its priority started,
+// a round of that job alone on the cluster its predecessors left (the
+// placements of every job of a higher priority, and of every earlier job of
+// its own) must not place it.
+#include <placer/kernels/backend.hpp>
+#include <placer/sim/sim_workloads.hpp>
+#include <placer/sim/simulator.hpp>
+#include <placer/solver/solver.hpp>
+#include <placer/topology/error.hpp>
+#include <placer/traces/synthetic.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <tuple>
+
+#include "../support/invariants.hpp"
+#include "../support/random_round.hpp"
+
+namespace placer {
+namespace {
+
+solver cpu_solver() { return solver(kernels::make_backend(kernels::backend_kind::cpu)); }
+
+job gpu_job(std::string name, int gpus, std::int64_t submit, int replicas = 1, int priority = 0) {
+  job j;
+  j.name = std::move(name);
+  j.per_replica.gpus = gpus;
+  j.per_replica.cpu_milli = 1000;
+  j.per_replica.memory_mib = 1024;
+  j.replicas = replicas;
+  j.gang = replicas > 1;
+  j.distinct_nodes = replicas > 1;
+  j.submit_time = submit;
+  j.priority = priority;
+  return j;
+}
+
+bool waits_for_capacity(unplaced_reason r) {
+  return r == unplaced_reason::insufficient_capacity || r == unplaced_reason::gang_incomplete ||
+         r == unplaced_reason::topology_unsatisfiable;
+}
+
+placement const* placement_of(round_result const& r, std::int32_t j) {
+  for (auto const& p : r.placements) {
+    if (p.job == j) return &p;
+  }
+  return nullptr;
+}
+
+/// Ahead of job b in the queue: a higher priority, or the same and submitted
+/// earlier (then the lower index).
+bool ahead(round_input const& in, std::size_t a, std::size_t b) {
+  auto const& x = in.pending[a];
+  auto const& y = in.pending[b];
+  return std::tuple(-x.priority, x.submit_time, a) < std::tuple(-y.priority, y.submit_time, b);
+}
+
+/// The first job that waits for capacity although it fits on what the jobs
+/// ahead of it left, while a later job of its priority was placed; "" if none.
+std::string first_overtaken(round_input const& in, round_result const& r) {
+  for (auto const& u : r.unplaced_jobs) {
+    auto const ju = static_cast<std::size_t>(u.job);
+    if (!waits_for_capacity(u.reason) || placement_of(r, u.job) != nullptr) continue;
+    bool later_placed = false;
+    for (auto const& p : r.placements) {
+      auto const jp = static_cast<std::size_t>(p.job);
+      later_placed = later_placed || (in.pending[jp].priority == in.pending[ju].priority && ahead(in, ju, jp));
+    }
+    if (!later_placed) continue;
+    round_input alone;
+    alone.state = in.state;
+    alone.running = in.running;
+    alone.pol = in.pol;
+    alone.now = in.now;
+    for (auto const& p : r.placements) {
+      auto const jp = static_cast<std::size_t>(p.job);
+      if (!ahead(in, jp, ju)) continue;
+      for (auto const& rp : p.replicas) {
+        charge(alone.state.nodes[static_cast<std::size_t>(rp.node)], in.pending[jp].per_replica, rp, "test");
+      }
+    }
+    alone.pending = {in.pending[ju]};
+    auto const again = cpu_solver().solve(alone);
+    if (!again.placements.empty()) {
+      return in.pending[ju].name + " waits (" + u.detail + ") but fits on what the jobs ahead of it left";
+    }
+  }
+  return "";
+}
+
+TEST(QueueOrder, ALaterLargerJobDoesNotTakeWhatAnEarlierSmallJobNeeded) {
+  // Two 8-GPU nodes. Submitted in this order: a 1-GPU job, then two 8-GPU
+  // jobs. Largest first (pack) seats both 8-GPU jobs and the 1-GPU job,
+  // submitted first, waits; in submission order it starts, the first 8-GPU
+  // job too, and the second waits.
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  in.pending = {gpu_job("small", 1, 0), gpu_job("big-a", 8, 1), gpu_job("big-b", 8, 2)};
+  auto s = cpu_solver();
+  in.pol.order = queue_order::pack;
+  auto const packed = s.solve(in);
+  expect_round_invariants(in, packed);
+  ASSERT_EQ(placement_of(packed, 0), nullptr) << "premise: largest first leaves the small job out";
+  EXPECT_NE(first_overtaken(in, packed), "");
+
+  in.pol.order = queue_order::fifo;
+  auto const fifo = s.solve(in);
+  expect_round_invariants(in, fifo);
+  EXPECT_NE(placement_of(fifo, 0), nullptr);
+  EXPECT_NE(placement_of(fifo, 1), nullptr);
+  EXPECT_EQ(placement_of(fifo, 2), nullptr);
+  EXPECT_EQ(first_overtaken(in, fifo), "");
+  EXPECT_EQ(policy{}.order, queue_order::fifo) << "fifo is the default";
+}
+
+TEST(QueueOrder, ALaterJobThatFitsInWhatIsLeftStillStarts) {
+  // Backfill, as Slurm's and Kueue's BestEffortFIFO: an earlier 2-node gang
+  // cannot start (one node is busy), so the later 1-GPU jobs take what is
+  // free; they take nothing the gang could have used this round.
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  in.state.nodes[1].gpu_free_milli.assign(8, 0);
+  in.state.nodes[1].gpu_free_milli[0] = 1000;
+  in.pending = {gpu_job("gang", 8, 0, 2), gpu_job("one", 1, 1), gpu_job("two", 1, 2)};
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  expect_round_invariants(in, r);
+  EXPECT_EQ(placement_of(r, 0), nullptr);
+  EXPECT_NE(placement_of(r, 1), nullptr);
+  EXPECT_NE(placement_of(r, 2), nullptr);
+  EXPECT_EQ(first_overtaken(in, r), "");
+}
+
+TEST(QueueOrder, TheRepairSearchKeepsTheEarlierJob) {
+  // Solver.RepairSearchSeatsTheGangALargerJobWouldBlock in submission order:
+  // the 4-GPU job came first and fits, so the more valuable gang behind it
+  // does not displace it.
+  round_input in;
+  in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(1).gpus(8).gpu_model("L40S").build();
+  in.state.nodes[1].gpu_model = "T4";
+  in.state.nodes[1].gpu_free_milli.assign(4, 1000);
+  auto big = gpu_job("big", 4, 0);
+  big.allowed_gpu_models = {"L40S"};
+  auto gang = gpu_job("gang", 1, 1, 5);
+  gang.distinct_nodes = false;
+  gang.topology_level = 2;
+  gang.topo_mode = topology_mode::required;
+  in.pending = {big, gang};
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  expect_round_invariants(in, r);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].job, 0);
+  EXPECT_EQ(first_overtaken(in, r), "");
+}
+
+TEST(QueueOrder, RandomRoundsOvertakeNoOne) {
+  // Random clusters and jobs of every shape (gangs, topology, fractions,
+  // models, pools, constraints), 1,500 rounds, plus the 10k scenario.
+  std::mt19937_64 rng(0x51f0);
+  auto s = cpu_solver();
+  int waited = 0, reassigned = 0;
+  for (int t = 0; t < 1500; ++t) {
+    SCOPED_TRACE("round " + std::to_string(t));
+    auto in = testing_support::random_round(rng, 6, 40);
+    if (t % 2 == 1) testing_support::add_random_constraints(rng, in);
+    in.pol.queue.loaning = false;  // reclaims move capacity between rounds' parts
+    in.pol.stacking = t % 3 == 2;  // its last step moves the round's replicas
+    auto const r = s.solve(in);
+    expect_round_invariants(in, r);
+    for (auto const& u : r.unplaced_jobs) waited += waits_for_capacity(u.reason) ? 1 : 0;
+    for (auto const& st : r.timing) reassigned += st.stage == "order" ? 1 : 0;
+    auto const why = first_overtaken(in, r);
+    ASSERT_EQ(why, "");
+  }
+  EXPECT_GT(waited, 1000) << "the rounds must be full enough for the order to matter";
+  std::printf("%d jobs waited for capacity; %d of 1500 rounds were assigned again in order\n", waited, reassigned);
+  auto in = traces::make_scenario(traces::scenario_preset("10k"));
+  auto const r = s.solve(in);
+  EXPECT_EQ(first_overtaken(in, r), "");
+}
+
+TEST(QueueOrder, StrictBlocksTheQueueBehindAJobThatCannotStart) {
+  // Two queues on two 8-GPU nodes, one node busy. In queue "a" a 2-node gang
+  // cannot start: strict order holds every later job of "a"; queue "b" goes on.
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  in.state.nodes[1].gpu_free_milli.assign(8, 0);
+  auto gang = gpu_job("a-gang", 8, 0, 2);
+  auto a1 = gpu_job("a-one", 1, 1);
+  auto b1 = gpu_job("b-one", 1, 2);
+  gang.queue = a1.queue = "a";
+  b1.queue = "b";
+  in.pending = {gang, a1, b1};
+  in.pol.order = queue_order::strict;
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  expect_round_invariants(in, r);
+  EXPECT_EQ(placement_of(r, 0), nullptr);
+  EXPECT_EQ(placement_of(r, 1), nullptr);
+  EXPECT_NE(placement_of(r, 2), nullptr);
+  auto const u = std::find_if(r.unplaced_jobs.begin(), r.unplaced_jobs.end(), [](auto const& x) { return x.job == 1; });
+  ASSERT_NE(u, r.unplaced_jobs.end());
+  EXPECT_EQ(u->reason, unplaced_reason::queue_blocked);
+  EXPECT_NE(u->detail.find("a-gang"), std::string::npos) << u->detail;
+  // fifo lets a-one backfill.
+  in.pol.order = queue_order::fifo;
+  EXPECT_NE(placement_of(s.solve(in), 1), nullptr);
+}
+
+TEST(QueueOrder, AgingRaisesAWaitingJobButNotPastAHigherClass) {
+  // One 8-GPU node. Pack order: a 4-GPU job submitted long ago, an 8-GPU
+  // job just now, both priority 0; and a priority-10 8-GPU job. Priority 10
+  // goes first either way, so nothing else fits; without it, the old job
+  // ages into a level of its own above the new 8-GPU job.
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(1).gpus(8).build();
+  in.now = 10'000;
+  in.pending = {gpu_job("old", 4, 0), gpu_job("new", 8, 9'990), gpu_job("vip", 8, 9'995, 1, 10)};
+  in.pol.order = queue_order::pack;
+  in.pol.age.weight = 1000;
+  in.pol.age.max_age_s = 10'000;
+  auto s = cpu_solver();
+  auto r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].job, 2) << "aging never jumps a higher class unless told to";
+  in.pol.age.cross_priority = true;  // old: 0 + 1000 > 10
+  r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].job, 0);
+  in.pending.pop_back();
+  in.pol.age.cross_priority = false;
+  r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].job, 0) << "aged above the later, larger job of its class";
+  in.pol.age.weight = 0;
+  r = s.solve(in);
+  ASSERT_EQ(r.placements.size(), 1U);
+  EXPECT_EQ(r.placements[0].job, 1) << "premise: pack order without aging seats the larger job";
+  in.pol.age = {.weight = 1, .max_age_s = 0};
+  EXPECT_THROW((void)s.solve(in), logic_error);
+  EXPECT_EQ(parse_queue_order("strict"), queue_order::strict);
+  EXPECT_STREQ(queue_order_name(queue_order::pack), "pack");
+  EXPECT_THROW((void)parse_queue_order("lifo"), logic_error);
+}
+
+/// A stream of 2-node gangs of whole nodes, one every 15 minutes for an
+/// hour each (the 8 nodes' whole capacity), and a 1-GPU job with every
+/// fourth gang; the 1-GPU jobs' waits.
+std::vector<std::int64_t> small_job_waits(queue_order order, aging age) {
+  sim::workload w;
+  w.name = "gangs-and-singles";
+  w.nodes = make_cluster().spines(1).leaves_per_spine(1).nodes_per_leaf(8).gpus(8).build();
+  std::int64_t const gap = 900;
+  for (int k = 0; k < 240; ++k) {
+    auto g = gpu_job("gang-" + std::to_string(k), 8, k * gap, 2);
+    g.estimated_duration = 3600;
+    w.jobs.push_back(g);
+    w.durations.push_back(3600);
+    if (k % 4 == 0) {
+      auto one = gpu_job("one-" + std::to_string(k), 1, k * gap + 1);
+      one.estimated_duration = 600;
+      w.jobs.push_back(one);
+      w.durations.push_back(600);
+    }
+  }
+  sim::sim_config cfg;
+  cfg.order = order;
+  cfg.age = age;
+  cfg.interval = 60;
+  cfg.horizon = 240 * gap;
+  auto s = cpu_solver();
+  auto const res = sim::run_simulation(w, cfg, sim::in_process(s));
+  std::vector<std::int64_t> waits;
+  for (auto const& j : res.jobs) {
+    if (j.name.rfind("one-", 0) != 0) continue;
+    waits.push_back(j.start < 0 ? res.t_end - j.submit : j.start - j.submit);
+  }
+  return waits;
+}
+
+TEST(QueueOrder, SmallJobsAmongAStreamOfGangsWaitBoundedTimes) {
+  // Largest first, a 1-GPU job waits behind every gang that comes after it
+  // while one is waiting: at full load, always. In submission order it
+  // waits for the gangs ahead of it; in pack order with aging (a point a
+  // minute, Slurm's default PriorityMaxAge of 7 days), for about as long.
+  auto const fifo = small_job_waits(queue_order::fifo, {});
+  auto const pack = small_job_waits(queue_order::pack, {});
+  auto const aged = small_job_waits(queue_order::pack, {.weight = 7 * 24 * 60, .max_age_s = 7 * 24 * 3600});
+  ASSERT_EQ(fifo.size(), 60U);
+  auto const worst = [](std::vector<std::int64_t> const& v) { return *std::max_element(v.begin(), v.end()); };
+  std::printf("worst 1-GPU wait: fifo %lld s, pack %lld s, pack with aging %lld s\n",
+              static_cast<long long>(worst(fifo)), static_cast<long long>(worst(pack)),
+              static_cast<long long>(worst(aged)));
+  EXPECT_LE(worst(fifo), 3 * 3600) << "about the gangs ahead of it";
+  EXPECT_LE(worst(aged), 3 * 3600);
+  EXPECT_GT(worst(pack), 4 * worst(fifo)) << "premise: largest first starves them";
+}
+
+}  // namespace
+}  // namespace placer
