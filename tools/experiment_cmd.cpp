@@ -303,8 +303,11 @@ char const* const policies_usage =
     "  --limit     first N training jobs of each trace (default 6000: all 5,778 of cluster02; 0 = all)\n"
     "  --nodes     training nodes (default: half the trace's default size, 24 for cluster02, so\n"
     "              that jobs queue); --inference-nodes (default: half the training nodes, whole leaves)\n"
-    "  --only      comma list of run labels (fifo,kube-least,placer,+backfill,+preemption,+loaning,\n"
-    "              +elastic,+delay,all)\n"
+    "  --only      comma list of run labels (fifo,kube-least,placer,pack,pack+age,strict,+backfill,\n"
+    "              +preemption,+loaning,+elastic,+delay,all). fifo is the first-fit baseline; placer and the\n"
+    "              +policies keep submission order within a priority (queue order fifo), pack is placer\n"
+    "              largest first, pack+age that with aging, strict that with each queue stopped at its\n"
+    "              first job that cannot start; a table by job size compares them\n"
     "  --jobs      runs in parallel (default 1)\n"
     "  --seeds     A-B or A,B,C: each workload once per seed (the jobs' drawn priority, sensitivity and\n"
     "              elastic range; named NAME#sK); across: a workload's ratio is of its figures summed over seeds\n"
@@ -319,6 +322,8 @@ struct variant {
   algorithm algo = algorithm::placer;
   queue_policy queue;
   bool mixed_only = false;
+  queue_order order = queue_order::fifo;
+  aging age;
 };
 
 std::vector<variant> policy_variants() {
@@ -328,6 +333,11 @@ std::vector<variant> policy_variants() {
   v.push_back({"fifo", algorithm::first_fit, none, false});
   v.push_back({"kube-least", algorithm::kube_least_allocated, none, false});
   v.push_back({"placer", algorithm::placer, none, false});
+  // Queue order (docs/policies.md, "Queue order"): placer is in submission
+  // order (fifo); pack is largest first; pack+age ages a point a minute.
+  v.push_back({"pack", algorithm::placer, none, false, queue_order::pack});
+  v.push_back({"pack+age", algorithm::placer, none, false, queue_order::pack, {.weight = 7 * 24 * 60}});
+  v.push_back({"strict", algorithm::placer, none, false, queue_order::strict});
   variant x{"+backfill", algorithm::placer, none, false};
   x.queue.backfill = backfill_mode::easy;
   v.push_back(x);
@@ -375,7 +385,9 @@ std::string file_part(std::string s) {
 std::string run_json(policy_run const& r, std::string const& workload) {
   std::string o = "{\"workload\":" + sim::json_quote(workload) + ",\"run\":" + sim::json_quote(r.var.label) +
                   ",\"algorithm\":" + sim::json_quote(algorithm_name(r.var.algo)) +
-                  ",\"policy\":" + sim::json_quote(sim::policy_label(r.var.queue));
+                  ",\"policy\":" + sim::json_quote(sim::policy_label(r.var.queue)) +
+                  ",\"order\":" + sim::json_quote(queue_order_name(r.var.order)) +
+                  ",\"age_weight\":" + std::to_string(r.var.age.weight);
   if (!r.ok) return o + ",\"status\":\"failed\",\"error\":" + sim::json_quote(r.error) + "}";
   auto const& s = r.summary;
   char b[1536];
@@ -421,6 +433,44 @@ void print_table(std::string const& name, std::string const& description, std::v
                   s.jct_training.mean, s.loaned_gpus_mean);
     }
     std::printf(" %6.1f\n", r->seconds);
+  }
+  std::fflush(stdout);
+}
+
+/// Queue order by job size: for the runs in submission order (placer,
+/// strict) and largest first (pack, pack+age), each size class's mean and
+/// p99 wait (a job that never started waits to the window's end), the GPU
+/// allocation and the jobs started per round.
+void print_order_table(std::vector<policy_run const*> const& runs) {
+  static char const* const classes[] = {"1 GPU", "2-8 GPUs", "multi-node"};
+  bool any = false;
+  for (auto const* r : runs) any = any || (r->ok && (r->var.order != queue_order::fifo || r->var.label == "placer"));
+  if (!any) return;
+  std::printf("queue order by job size: wait mean / p99 in s (jobs, never started)\n");
+  std::printf("%-10s %-28s %-28s %-28s %6s %9s\n", "run", classes[0], classes[1], classes[2], "GAR%", "starts/rd");
+  for (auto const* r : runs) {
+    if (!r->ok || (r->var.order == queue_order::fifo && r->var.label != "placer")) continue;
+    std::vector<double> waits[3];
+    std::int64_t never[3] = {0, 0, 0};
+    for (auto const& j : r->result.jobs) {
+      int const c = j.replicas > 1 ? 2 : j.gpu_milli <= 1000 ? 0 : 1;
+      waits[c].push_back(static_cast<double>((j.start < 0 ? r->result.t_end : j.start) - j.submit));
+      never[c] += j.start < 0 ? 1 : 0;
+    }
+    std::printf("%-10s", r->var.label.c_str());
+    for (int c = 0; c < 3; ++c) {
+      auto& w = waits[c];
+      std::sort(w.begin(), w.end());
+      double mean = 0;
+      for (auto x : w) mean += x;
+      mean = w.empty() ? 0 : mean / static_cast<double>(w.size());
+      double const p99 = w.empty() ? 0 : w[std::min(w.size() - 1, static_cast<std::size_t>(0.99 * static_cast<double>(w.size())))];
+      char cell[64];
+      std::snprintf(cell, sizeof cell, "%.0f / %.0f (%zu, %lld)", mean, p99, w.size(), static_cast<long long>(never[c]));
+      std::printf(" %-28s", cell);
+    }
+    std::printf(" %6.2f %9.3f\n", 100 * r->summary.gar_time,
+                r->result.rounds > 0 ? static_cast<double>(r->result.placements) / static_cast<double>(r->result.rounds) : 0.0);
   }
   std::fflush(stdout);
 }
@@ -720,6 +770,8 @@ int cmd_experiment_policies(int argc, char** argv) {
           cfg.algo = r.var.algo;
           cfg.queue = r.var.queue;
           cfg.queue.preempt_max_lost_s = max_lost;
+          cfg.order = r.var.order;
+          cfg.age = r.var.age;
           cfg.label = r.var.label;
           r.result = sim::run_simulation(workloads[r.workload], cfg, sim::in_process(*sv));
           r.summary = sim::summarize(r.result);
@@ -754,6 +806,7 @@ int cmd_experiment_policies(int argc, char** argv) {
         std::fflush(stdout);
       } else {
         print_table(workloads[wi].name, workloads[wi].description, rs, is_mixed(wi));
+        print_order_table(rs);
       }
     }
     auto const across = across_workloads(runs, workloads);

@@ -60,11 +60,14 @@ usage:
   placer keygen --out DIR --name NAME
                 (a CURVE key pair: DIR/NAME.key, public, and DIR/NAME.key_secret, mode 0600)
   placer solve  --cluster FILE --jobs FILE [--backend auto|cpu|cuda|twin]
-                [--algorithm placer|greedy|kube-least|kube-most|first-fit] [--summary] [--output FILE]
-  placer solve  --request FILE [--backend ...] [--algorithm ...] [--summary] [--output FILE]
+                [--algorithm placer|greedy|kube-least|kube-most|first-fit] [--order fifo|pack|strict]
+                [--summary] [--output FILE]
+                (--order: a priority level's jobs in submission order, the default, or largest first;
+                 docs/policies.md, "Queue order")
+  placer solve  --request FILE [--backend ...] [--algorithm ...] [--order ...] [--summary] [--output FILE]
                 (replays a request file, e.g. one `placer serve --capture` wrote: prints the reply)
   placer client --cluster FILE --jobs FILE [--endpoint E] [--timeout-ms N]
-                [--algorithm ...] [--summary] [--output FILE]
+                [--algorithm ...] [--order ...] [--summary] [--output FILE]
   placer client --raw FILE [--endpoint E]   (send a file's bytes as they are; prints the reply)
                 (client, health, bench and simulate --endpoint take --server-key FILE --client-cert FILE)
   placer health [--endpoint E] [--timeout-ms N] [--ready | --live] [--quiet]
@@ -110,6 +113,16 @@ args parse(int argc, char** argv, std::set<std::string> const& valued, std::set<
 }
 
 
+/// --algorithm and --order over the file's policy.
+void override_policy(args const& a, policy& pol) {
+  try {
+    if (a.has("algorithm")) pol.algo = parse_algorithm(a.get("algorithm"));
+    if (a.has("order")) pol.order = parse_queue_order(a.get("order"));
+  } catch (logic_error const& e) {
+    throw usage_error(e.what());
+  }
+}
+
 round_input load_round(args const& a) {
   if (!a.has("cluster") || !a.has("jobs")) throw usage_error("--cluster FILE and --jobs FILE are required");
   round_input in;
@@ -120,13 +133,7 @@ round_input load_round(args const& a) {
   in.pol = b.pol;
   in.now = b.now;
   in.queues = std::move(b.queues);
-  if (a.has("algorithm")) {
-    try {
-      in.pol.algo = parse_algorithm(a.get("algorithm"));
-    } catch (logic_error const& e) {
-      throw usage_error(e.what());
-    }
-  }
+  override_policy(a, in.pol);
   return in;
 }
 
@@ -242,19 +249,13 @@ round_input load_request(args const& a, service::request_header& h) {
     service::log_warn("the request has delay scheduling on: the replay starts from empty timers (the service's "
                       "session kept them across rounds), so deferrals can differ from the service's reply");
   }
-  if (a.has("algorithm")) {
-    try {
-      req.input.pol.algo = parse_algorithm(a.get("algorithm"));
-    } catch (logic_error const& e) {
-      throw usage_error(e.what());
-    }
-  }
+  override_policy(a, req.input.pol);
   h = req.header;
   return std::move(req.input);
 }
 
 int cmd_solve(int argc, char** argv) {
-  auto const a = parse(argc, argv, {"cluster", "jobs", "request", "backend", "algorithm", "output"}, {"summary"});
+  auto const a = parse(argc, argv, {"cluster", "jobs", "request", "backend", "algorithm", "order", "output"}, {"summary"});
   service::request_header h;
   round_input in = a.has("request") ? load_request(a, h) : load_round(a);
   solver s(kernels::select_backend(a.get("backend", "auto"), [](std::string const& m) { service::log_info(m); }));
@@ -290,7 +291,7 @@ int send_raw(args const& a, client& c) {
 int cmd_client(int argc, char** argv) {
   auto const a =
       parse(argc, argv,
-            {"cluster", "jobs", "endpoint", "timeout-ms", "algorithm", "output", "raw", "server-key", "client-cert"},
+            {"cluster", "jobs", "endpoint", "timeout-ms", "algorithm", "order", "output", "raw", "server-key", "client-cert"},
             {"summary"});
   client c(tools::client_connection(a, 5000));
   if (a.has("raw")) return send_raw(a, c);

@@ -46,6 +46,13 @@ Options:
 Cross-round policies (solver algorithms; docs/simulator.md):
   --backfill off|easy|conservative   reservations for blocked jobs (default off)
   --preemption          blocked jobs may preempt lower-priority preemptible jobs
+  --order fifo|pack|strict  a priority level's jobs in submission order (fifo, the default: a later job
+                        never takes what an earlier one needed to start), largest first (pack), or
+                        with each queue stopping at its first job that cannot start (strict)
+  --age-weight N        priority points a job gains by waiting --age-max seconds (Slurm's
+                        PriorityWeightAge; 0, the default: no aging)
+  --age-max S           the wait at which aging stops (604800)
+  --age-cross-priority  aging may lift a job past a higher priority
   --preempt-max-lost S  ... only victims within S s of their last checkpoint (120; -1 = any)
   --no-loaning          training may not borrow loanable inference nodes (default: may)
   --elastic             elastic jobs get min..max replicas, grow into spare GPUs

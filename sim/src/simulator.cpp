@@ -111,6 +111,17 @@ void apply_policy_options(std::map<std::string, std::string> const& opts, std::s
       cfg.checkpoint_interval = seconds_option(k, v, 0, "a non-negative integer (seconds)");
     } else if (k == "preempt-max-lost") {
       cfg.queue.preempt_max_lost_s = seconds_option(k, v, -1, "an integer number of seconds, or -1 for any victim");
+    } else if (k == "order") {
+      try {
+        cfg.order = parse_queue_order(v);
+      } catch (std::exception const& e) {
+        throw std::invalid_argument(std::string("--order: ") + e.what());
+      }
+    } else if (k == "age-weight") {
+      cfg.age.weight = static_cast<std::int32_t>(
+          std::min<std::int64_t>(seconds_option(k, v, 0, "a non-negative integer (priority points)"), 1000000000));
+    } else if (k == "age-max") {
+      cfg.age.max_age_s = seconds_option(k, v, 1, "a positive integer (seconds)");
     } else if (policy_valued_options().count(k) == 0) {
       throw std::invalid_argument("unknown policy option --" + k);
     }
@@ -128,6 +139,8 @@ void apply_policy_options(std::map<std::string, std::string> const& opts, std::s
       cfg.queue.network_preemption = true;
     } else if (f == "no-slowdown") {
       cfg.network_slowdown = false;
+    } else if (f == "age-cross-priority") {
+      cfg.age.cross_priority = true;
     } else if (policy_flag_options().count(f) == 0) {
       throw std::invalid_argument("unknown policy flag --" + f);
     }
@@ -162,6 +175,8 @@ sim_result run_simulation(workload const& w, sim_config const& cfg, solve_fn con
   in.state = w.nodes;
   in.pol.algo = cfg.algo;
   in.pol.queue = cfg.queue;
+  in.pol.order = cfg.order;
+  in.pol.age = cfg.age;
   if (cfg.queues_in_rounds) in.queues = cfg.queues;
   for (auto const& n : in.state.nodes) {
     if (!n.healthy || n.gpu_count() == 0) continue;

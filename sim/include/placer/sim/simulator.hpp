@@ -42,6 +42,10 @@ struct sim_config {
   /// The cross-round policies, sent in every round as in.pol.queue. The
   /// default (all off but loaning) matches placer::queue_policy.
   queue_policy queue;
+  /// How each round orders a priority level's jobs, and their aging
+  /// (in.pol.order, in.pol.age).
+  queue_order order = queue_order::fifo;
+  aging age;
   /// Running jobs checkpoint every this many seconds of a run (counted from
   /// each (re)start); a preempted job redoes the work since its last
   /// checkpoint. 0 = never (a preemption loses the whole run since the
@@ -158,7 +162,9 @@ char const* backfill_name(backfill_mode m);
 
 /// The policy options shared by `placer simulate` and `placer experiment
 /// policies`, by their command-line names: valued "backfill" (off|easy|
-/// conservative) and "checkpoint-interval" (seconds, >= 0); flags
+/// conservative), "checkpoint-interval" (seconds, >= 0), "order" (fifo|
+/// pack|strict), "age-weight" (>= 0) and "age-max" (seconds, >= 1); flags
+/// "age-cross-priority",
 /// "preemption", "no-loaning", "elastic", "delay-scheduling",
 /// "network-preemption", "no-slowdown". Sets cfg.queue / cfg fields for the
 /// ones present; throws std::invalid_argument for a bad value or for
@@ -166,12 +172,14 @@ char const* backfill_name(backfill_mode m);
 void apply_policy_options(std::map<std::string, std::string> const& opts, std::set<std::string> const& flags,
                           sim_config& cfg);
 inline std::set<std::string> const& policy_valued_options() {
-  static std::set<std::string> const s = {"backfill", "checkpoint-interval", "preempt-max-lost"};
+  static std::set<std::string> const s = {"backfill", "checkpoint-interval", "preempt-max-lost", "order", "age-weight",
+                                          "age-max"};
   return s;
 }
 inline std::set<std::string> const& policy_flag_options() {
   static std::set<std::string> const s = {"preemption",       "no-loaning",         "elastic",
-                                          "delay-scheduling", "network-preemption", "no-slowdown"};
+                                          "delay-scheduling", "network-preemption", "no-slowdown",
+                                          "age-cross-priority"};
   return s;
 }
 
