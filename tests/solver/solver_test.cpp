@@ -152,7 +152,7 @@ TEST(Solver, RepairSearchSeatsTheGangALargerJobWouldBlock) {
   // Largest-first tiers seat the 4-GPU job first; the repair search
   // promotes the gang, which is worth more (5,005 against 4,001). That is
   // pack order: in submission order (fifo) the 4-GPU job came first and
-  // keeps its place (Solver.QueueOrderKeepsTheEarlierJobThePackWouldDrop).
+  // keeps its place (QueueOrder.TheRepairSearchKeepsTheEarlierJob).
   round_input in;
   in.pol.order = queue_order::pack;
   in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(1).gpus(8).gpu_model("L40S").build();
