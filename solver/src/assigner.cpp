@@ -50,6 +50,11 @@ constexpr std::int64_t past_at = level_span / 8;
 constexpr std::int64_t last_at = level_span / 4;
 constexpr std::int64_t window_span = std::int64_t{1} << 22;
 
+/// What a job asks for in all: GPU milli and CPU milli.
+std::pair<std::int64_t, std::int64_t> job_demand(job const& j) {
+  return {j.per_replica.gpu_milli_total() * j.replicas, j.per_replica.cpu_milli * j.replicas};
+}
+
 /// The level of a key at or past past_at.
 constexpr std::int64_t level_of_key(std::int64_t key) { return (key - past_at) >> 32; }
 
@@ -282,9 +287,7 @@ void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, 
   std::int64_t const w = (s_.tiers[t0].first - base) / window_span;  // this region: the window in its upper half
   if (w + 1 >= (last_at - past_at) / window_span) return;  // out of regions: the rest go one at a time
   run_chain(out);
-  std::int64_t gpu = 0, cpu = 0;
-  for (auto g : m_.gpu_free) gpu += g;
-  for (auto c : m_.cpu_free) cpu += c;
+  auto [gpu, cpu] = free_capacity();
   auto const& order = s_.order;
   auto& tiers = s_.tiers;
   auto job_at = [&](std::size_t t) { return order[static_cast<std::size_t>(tiers[t].second)]; };
@@ -294,8 +297,7 @@ void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, 
   std::int64_t rank = 0;
   for (std::size_t t = t0; t < t_end; ++t) {
     auto const& jb = in_.pending[static_cast<std::size_t>(job_at(t))];
-    auto const g = jb.per_replica.gpu_milli_total() * jb.replicas;
-    auto const c = jb.per_replica.cpu_milli * jb.replicas;
+    auto const [g, c] = job_demand(jb);
     auto const tier = whole_jobs ? job_tier_of(jb) : tier_of(jb.per_replica);
     if (g > gpu || c > cpu) {
       tiers[t].first = base + w * window_span + window_span / 2;  // cannot start: alone, first
@@ -322,16 +324,21 @@ void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, 
   }
 }
 
-void assigner::queue_window(std::vector<std::int32_t>& moved) {
-  // Each level's window: the longest prefix of its jobs in submission order
-  // whose GPUs and CPUs the free capacity holds, less what the levels above
-  // ask for. Inside it largest-first packing cannot make a job wait behind
-  // a later one unless the shapes do not fit the way the sums do (the
-  // solver checks, solver::keep_order); past it every job goes alone, in
-  // order, into the best place left.
+std::pair<std::int64_t, std::int64_t> assigner::free_capacity() const {
   std::int64_t gpu = 0, cpu = 0;
   for (auto g : m_.gpu_free) gpu += g;
   for (auto c : m_.cpu_free) cpu += c;
+  return {gpu, cpu};
+}
+
+void assigner::queue_window(std::vector<std::int32_t>& moved) {
+  // Each level's first window: the longest prefix of its jobs in submission
+  // order whose GPUs and CPUs the free capacity holds, less what the levels
+  // above ask for. Inside it largest-first packing cannot make a job wait
+  // behind a later one unless the shapes do not fit the way the sums do
+  // (the solver checks, detail::overtakes); the jobs past it wait, in
+  // order, for the next window (next_window).
+  auto [gpu, cpu] = free_capacity();
   auto const gpu_all = gpu, cpu_all = cpu;
   job_order(in_, false, s_.fifo, s_.fifo_keys);
   std::int32_t past = 0;
@@ -343,8 +350,7 @@ void assigner::queue_window(std::vector<std::int32_t>& moved) {
       open = true;
       past = 0;
     }
-    auto const g = jb.per_replica.gpu_milli_total() * jb.replicas;
-    auto const c = jb.per_replica.cpu_milli * jb.replicas;
+    auto const [g, c] = job_demand(jb);
     if (g > gpu_all || c > cpu_all) continue;  // never starts here: it waits for no capacity
     open = open && g <= gpu && c <= cpu;
     gpu = std::max<std::int64_t>(0, gpu - g);

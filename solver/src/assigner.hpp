@@ -1,6 +1,8 @@
 #pragma once
 // The assign stage: turns the score matrix into placements. Three modes:
-//   - placer: per priority level, locality jobs (gangs, topology needs) go
+//   - placer: per priority level (under queue order fifo and strict, per
+//     window of the level's jobs in submission order: queue_window),
+//     locality jobs (gangs, topology needs) go
 //     first, largest first, under the lowest topology domain that holds them;
 //     then the other replicas, by shape tier (largest first), through the
 //     tier program on the backend (nodes bid for classes; kernels/include/
@@ -134,6 +136,8 @@ class assigner {
   /// Queue order (policy::order fifo, strict): marks in `moved` the jobs
   /// past their level's window (the prefix the free capacity holds).
   void queue_window(std::vector<std::int32_t>& moved);
+  /// GPU milli and CPU milli free on the nodes now, in all.
+  [[nodiscard]] std::pair<std::int64_t, std::int64_t> free_capacity() const;
   /// Queue order: the groups from t0 on (jobs past a level's window, in
   /// order) get their next window, against the capacity free now.
   void next_window(std::size_t t0, std::int32_t group, bool whole_jobs, round_result& out);

@@ -440,9 +440,7 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   };
   // One assignment in `order` from the scored state; kept if the best yet.
   auto assign = [&] {
-    m = ws_->m_scored;
-    ws_->scores = ws_->scores_scored;
-    backend_->host_wrote_all();  // the bound arrays, restored
+    restore_scored();
     trial = round_result{};
     detail::assigner(in, m, ws_->scores, p, *backend_, detail::assign_mode::placer, ws_->assign)
         .run(trial, out_of_time, order);
@@ -549,17 +547,20 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   std::swap(m, ws_->m_best);  // the best round's cluster state, for the metrics
 }
 
+void solver::restore_scored() {
+  ws_->m = ws_->m_scored;
+  ws_->scores = ws_->scores_scored;
+  backend_->host_wrote_all();  // the bound arrays, restored
+}
+
 void solver::keep_order(round_input const& in, kernels::score_params const& p,
                         std::function<bool()> const& out_of_time, round_result& out) {
   // Every job in submission order takes the best cells left (strict: a
   // queue stops at its first job that cannot start): each is tried against
   // exactly the jobs ahead of it.
-  round_matrices& m = ws_->m;
-  m = ws_->m_scored;
-  ws_->scores = ws_->scores_scored;
-  backend_->host_wrote_all();
+  restore_scored();
   round_result fifo;
-  detail::assigner(in, m, ws_->scores, p, *backend_, detail::assign_mode::greedy, ws_->assign).run(fifo, out_of_time);
+  detail::assigner(in, ws_->m, ws_->scores, p, *backend_, detail::assign_mode::greedy, ws_->assign).run(fifo, out_of_time);
   adopt(out, fifo);
   for (auto const& u : fifo.unplaced_jobs) {
     if (u.reason != unplaced_reason::queue_blocked) continue;
