@@ -6,12 +6,14 @@
 #include <placer/service/client.hpp>
 #include <placer/slurm/bridge.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <future>
 #include <memory>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -22,7 +24,8 @@ namespace {
 char const* const bridge_usage =
     "usage: placer slurm-bridge [--endpoint tcp://127.0.0.1:5555] [--partition P] [--interval S] [--once]\n"
     "                           [--tag placer] [--timeout-ms N] [--dry-run] [--no-stacking] [--preempt]\n"
-    "                           [--slurm-api auto|libslurm|scontrol]\n"
+    "                           [--slurm-api auto|libslurm|scontrol] [--order fifo|pack|strict]\n"
+    "                           [--priority slurm|nice] [--age-weight N] [--age-max S]\n"
     "                           [--server-key F --client-cert F]\n"
     "Each cycle: the held jobs whose comment starts with the tag (sbatch -H --comment=placer ...) and the\n"
     "nodes are read from squeue/sinfo --json (the nodes from scontrol show nodes --json from Slurm 23.11),\n"
@@ -31,11 +34,20 @@ char const* const bridge_usage =
     "AdminComment. --once: one cycle, exit 0 if it ran (1 if Slurm or the service failed). --dry-run:\n"
     "print the decisions, change nothing. --no-stacking: jobs of one shape may take one equal node each\n"
     "(by default a round fills a node before it starts an empty one). --preempt: the bridge's running jobs\n"
-    "are in the round too (priority -nice; preemptible when Slurm may requeue them) and a job Placer evicts\n"
-    "is requeued and held (scontrol requeuehold) before the others are released. --slurm-api: how the jobs\n"
-    "are changed: libslurm's RPCs from this process (about 6x faster a job than a scontrol process),\n"
-    "scontrol, or auto (the default: libslurm when it loads and slurmctld answers its ping, else scontrol,\n"
-    "saying why once).\n"
+    "are in the round too (ranked as pending jobs are, with the age they have now; preemptible when Slurm\n"
+    "may requeue them) and a job Placer evicts is requeued and held (scontrol requeuehold) before the\n"
+    "others are released. --slurm-api: how the jobs are changed: libslurm's RPCs from this process\n"
+    "(about 6x faster a job than a scontrol process), scontrol, or auto (the default: libslurm when it\n"
+    "loads and slurmctld answers its ping, else scontrol, saying why once).\n"
+    "--order: equal priorities in submission order (fifo, the default: a later job never\n"
+    "takes what an earlier one needed to start), largest first (pack), or the queue stopped at its first job\n"
+    "that cannot start (strict: the bridge's round is one queue); docs/policies.md, \"Queue order\".\n"
+    "--priority: how jobs rank. slurm (the default): as Slurm's priority/multifactor would rank them (its\n"
+    "weights, the partitions' PriorityJobFactor and PriorityTier, job size, TRES, and with slurmdbd QOS and\n"
+    "fair share; nice), read again every PriorityCalcPeriod, and aged by PriorityWeightAge over\n"
+    "PriorityMaxAge from the submit time; with another PriorityType, -nice. nice: -nice, Slurm not asked.\n"
+    "--age-weight N (Slurm's priority points, 0: none) and --age-max S (seconds) override Slurm's aging;\n"
+    "docs/slurm.md, \"Priorities\".\n"
     "One line per job and a cycle summary on stdout.\n";
 
 std::atomic<bool> stop{false};
@@ -47,21 +59,67 @@ double ms_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
+/// Slurm's ranking (slurm::read_priorities), read again every
+/// PriorityCalcPeriod: Slurm recomputes its own priorities at that pace.
+struct priority_reader {
+  bool enabled = true;  ///< --priority slurm
+  std::chrono::steady_clock::time_point next{};
+  bool read = false;  ///< Slurm's configuration was read once
+  std::string said;   ///< what was last said of it on stderr
+};
+
+/// One line of what the round's priorities are made of.
+std::string describe(slurm::slurm_priorities const& p, aging const& age) {
+  auto pts = [](double w) { return std::to_string(static_cast<long long>(w)); };
+  std::string out;
+  if (!p.multifactor) {
+    out = "priority -nice";
+  } else {
+    std::set<std::int64_t> tiers;
+    for (auto const& [name, part] : p.partitions) tiers.insert(part.tier);
+    out = "Slurm's multifactor priority without its age: job size " + pts(p.weight_job_size) + ", partition " +
+          pts(p.weight_partition) + " (" + std::to_string(p.partitions.size()) + " partitions, " +
+          std::to_string(std::max<std::size_t>(1, tiers.size())) + (tiers.size() > 1 ? " tiers), QOS " : " tier), QOS ") +
+          pts(p.weight_qos) + " (" + std::to_string(p.qos.size()) + " QOS), fair share " +
+          pts(p.slurmdbd ? p.weight_fairshare : 0) + " (" + std::to_string(p.fairshare.size()) + " users), TRES " +
+          std::to_string(p.weight_tres.size()) + ", nice";
+  }
+  out += age.weight > 0 ? "; aged " + std::to_string(age.weight) + " over " + std::to_string(age.max_age_s) + " s"
+                        : "; no aging";
+  for (auto const& n : p.notes) out += "; " + n;
+  return out;
+}
+
 /// One cycle; false when Slurm or the service failed (said on stderr).
 /// Rounds after the first go as deltas against the service's session
 /// (Client::solve_incremental: the nodes that changed, the jobs that left
 /// and arrived), each at the next epoch; the client resends in full by
 /// itself when the service lost the session.
-bool cycle(slurm::bridge_options const& opt, client& svc, slurm::job_changes& changes, bool dry_run,
+bool cycle(slurm::bridge_options& opt, priority_reader& prio, client& svc, slurm::job_changes& changes, bool dry_run,
            std::uint64_t& epoch) {
   auto const t0 = std::chrono::steady_clock::now();
   std::string squeue, sinfo;
+  bool const read_prio = prio.enabled && t0 >= prio.next;
   try {
-    // The jobs and the nodes at once: two processes, each mostly waiting on slurmctld.
+    // The jobs, the nodes (and when due the priorities) at once: processes
+    // mostly waiting on slurmctld. read_priorities never throws.
     auto jobs = std::async(std::launch::async, [] { return slurm_cli({"squeue", "--json"}); });
+    std::future<slurm::slurm_priorities> ranking;
+    if (read_prio) ranking = std::async(std::launch::async, [] { return slurm::read_priorities(slurm_cli); });
     static bool grouped = false;  // sinfo --json groups the nodes (23.11 on): ask scontrol from then on
     sinfo = slurm::read_nodes(slurm_cli, &grouped);
     squeue = jobs.get();
+    if (read_prio) {
+      auto fresh = ranking.get();
+      // Unread (Slurm did not answer): asked again next cycle, and the ranking read before stands.
+      prio.next = fresh.unread ? t0 : t0 + std::chrono::seconds(std::clamp<std::int64_t>(fresh.calc_period_s, 10, 3600));
+      if (fresh.unread && prio.read) {
+        for (auto const& n : fresh.notes) std::fprintf(stderr, "slurm-bridge: priorities kept: %s\n", n.c_str());
+      } else {
+        prio.read = prio.read || !fresh.unread;
+        opt.priorities = std::move(fresh);
+      }
+    }
   } catch (std::exception const& e) {
     std::fprintf(stderr, "slurm-bridge: reading Slurm: %s\n", e.what());
     return false;
@@ -76,6 +134,10 @@ bool cycle(slurm::bridge_options const& opt, client& svc, slurm::job_changes& ch
     return false;
   }
   for (auto const& w : snap.warnings) std::fprintf(stderr, "slurm-bridge: %s\n", w.c_str());
+  if (auto const said = describe(opt.priorities, snap.round.pol.age); said != prio.said) {
+    std::fprintf(stderr, "slurm-bridge: priorities: %s\n", said.c_str());
+    prio.said = said;
+  }
   round_result r;
   double solve_ms = 0;
   if (!snap.round.pending.empty()) {
@@ -135,7 +197,8 @@ std::unique_ptr<slurm::job_changes> job_changes_for(std::string const& api) {
 int cmd_slurm_bridge(int argc, char** argv) {
   try {
     auto const a = parse_cli(argc, argv, 2,
-                             {"endpoint", "partition", "interval", "tag", "timeout-ms", "server-key", "client-cert", "slurm-api"},
+                             {"endpoint", "partition", "interval", "tag", "timeout-ms", "server-key", "client-cert", "slurm-api",
+                              "order", "priority", "age-weight", "age-max"},
                              {"once", "dry-run", "no-stacking", "preempt", "help"}, "slurm-bridge");
     if (a.flags.count("help") != 0) {
       std::fputs(bridge_usage, stdout);
@@ -145,7 +208,22 @@ int cmd_slurm_bridge(int argc, char** argv) {
     opt.partition = a.get("partition");
     opt.tag = a.get("tag", "placer");
     opt.stacking = a.flags.count("no-stacking") == 0;
+    try {
+      opt.order = parse_queue_order(a.get("order", "fifo"));
+    } catch (logic_error const& e) {
+      throw usage_error(e.what());
+    }
     opt.preempt = a.flags.count("preempt") != 0;
+    priority_reader prio;
+    std::string const ranking = a.get("priority", "slurm");
+    if (ranking != "slurm" && ranking != "nice") throw usage_error("--priority must be slurm or nice, not '" + ranking + "'");
+    prio.enabled = ranking == "slurm";
+    opt.age_weight = integer_option(a.opts, "age-weight", -1);
+    opt.age_max_s = integer_option(a.opts, "age-max", -1);
+    if (a.has("age-weight") && (opt.age_weight < 0 || opt.age_weight > 4294967295LL)) {
+      throw usage_error("--age-weight must be 0 to 4294967295 (Slurm's priority points)");
+    }
+    if (a.has("age-max") && opt.age_max_s < 1) throw usage_error("--age-max must be at least 1 (seconds)");
     if (opt.tag.empty()) throw usage_error("--tag must not be empty (every held job would be the bridge's)");
     long long const interval = integer_option(a.opts, "interval", 10);
     if (interval < 1) throw usage_error("--interval must be at least 1 (seconds)");
@@ -153,11 +231,11 @@ int cmd_slurm_bridge(int argc, char** argv) {
     client svc(client_connection(a, 5000));
     std::uint64_t epoch = 0;
     bool const dry_run = a.flags.count("dry-run") != 0;
-    if (a.flags.count("once") != 0) return cycle(opt, svc, *changes, dry_run, epoch) ? 0 : 1;
+    if (a.flags.count("once") != 0) return cycle(opt, prio, svc, *changes, dry_run, epoch) ? 0 : 1;
     std::signal(SIGINT, [](int) { stop = true; });
     std::signal(SIGTERM, [](int) { stop = true; });
     while (!stop) {
-      (void)cycle(opt, svc, *changes, dry_run, epoch);
+      (void)cycle(opt, prio, svc, *changes, dry_run, epoch);
       for (long long k = 0; k < interval * 10 && !stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return 0;

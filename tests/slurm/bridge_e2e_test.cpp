@@ -12,6 +12,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -88,7 +89,10 @@ bool live_slurm_missing(std::string& why) {
 /// to stderr): the test is of the bridge, not of this host's ports.
 class local_slurm {
  public:
-  explicit local_slurm(int nodes) {
+  /// `conf`: lines added to its slurm.conf, and slurmctld restarted to
+  /// read them (22.05's `scontrol reconfigure` shows a new PriorityType
+  /// but keeps the plugin it started with).
+  explicit local_slurm(int nodes, std::vector<std::string> const& conf = {}) {
     dir_ = fs::temp_directory_path() / ("placer-slurm-e2e-" + std::to_string(getpid()));
     for (int attempt = 0;; ++attempt) {
       port_ = free_port_block(nodes + 1, attempt);  // slurmctld's, then a slurmd's each
@@ -107,6 +111,13 @@ class local_slurm {
       }
     }
     setenv("SLURM_CONF", (dir_ / "slurm.conf").c_str(), 1);
+    if (conf.empty()) return;
+    try {
+      restart_with(conf, nodes);
+    } catch (...) {
+      down();  // (no destructor for a constructor that throws)
+      throw;
+    }
   }
   ~local_slurm() { down(); }
   local_slurm(local_slurm const&) = delete;
@@ -127,10 +138,38 @@ class local_slurm {
   }
   [[nodiscard]] fs::path const& dir() const { return dir_; }
 
-  /// sbatch -H --comment=placer; the job prints its nodes' names.
-  std::int64_t submit(std::string const& spec, int seconds = 3) {
-    std::vector<std::string> argv{"sbatch", "--parsable", "-H", "--comment=placer", "-o",
-                                  (dir_ / "job-%j.out").string()};
+  void restart_with(std::vector<std::string> const& conf, int nodes) {
+    {
+      std::ofstream f(dir_ / "slurm.conf", std::ios::app);
+      for (auto const& line : conf) f << line << "\n";
+    }
+    auto const alive = [&] {
+      std::ifstream pid(dir_ / "run" / "slurmctld.pid");
+      int p = 0;
+      return (pid >> p) && p > 0 && kill(p, 0) == 0;
+    };
+    run_command({"scontrol", "shutdown", "slurmctld"});
+    for (int k = 0; k < 300 && alive(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (alive()) throw std::runtime_error("slurmctld did not stop");
+    auto const conf_file = (dir_ / "slurm.conf").string(), log = (dir_ / "log" / "slurmctld.log").string();
+    run_command({"bash", "-c", "slurmctld -f '" + conf_file + "' -i </dev/null >>'" + log + "' 2>&1"});
+    for (int k = 0; k < 600; ++k) {
+      try {
+        auto const idle = run_command({"sinfo", "-h", "-N", "-t", "idle", "-o", "%N"});
+        if (std::count(idle.begin(), idle.end(), '\n') == nodes) return;
+      } catch (std::exception const&) {  // not up yet
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    throw std::runtime_error("the nodes did not come back idle after slurmctld's restart");
+  }
+
+  /// sbatch -H --comment=placer; the job prints its nodes' names. `held`
+  /// false: instead --begin in an hour, not the bridge's (--comment=twin),
+  /// a job Slurm gives its priority without starting it.
+  std::int64_t submit(std::string const& spec, int seconds = 3, bool held = true) {
+    std::vector<std::string> argv{"sbatch", "--parsable", held ? "-H" : "--begin=now+3600",
+                                  held ? "--comment=placer" : "--comment=twin", "-o", (dir_ / "job-%j.out").string()};
     std::istringstream is(spec);
     for (std::string w; is >> w;) argv.push_back(w);
     argv.push_back("--wrap=srun bash -c 'echo $SLURMD_NODENAME'; sleep " + std::to_string(seconds));
@@ -326,6 +365,69 @@ TEST(SlurmBridgeLive, EvictionsAreRequeuesUnderAFlag) {
   EXPECT_EQ(again.value("state_reason", ""), "JobHeldUser");
   EXPECT_NE(again.value("admin_comment", "").find("evicted"), std::string::npos) << again.dump();
   EXPECT_EQ(job_state(job_of(low1 == evicted ? low2 : low1)), "RUNNING");
+}
+
+// The bridge ranks its held jobs as Slurm would (docs/slurm.md,
+// "Priorities"): on a cluster with priority/multifactor, each held job's
+// priority in the bridge's round is the one Slurm gives the same job
+// submitted with --begin in an hour (not held: Slurm computes it, with no
+// age yet). And it decides: of two 8-GPU jobs for the train partition's
+// one node, the later one, larger in CPUs (Slurm's job-size factor), goes
+// first; ranked by nice alone (--priority nice) the earlier one would.
+TEST(SlurmBridgeLive, RoundsCarrySlurmsRanking) {
+  if (std::string why; live_slurm_missing(why)) GTEST_SKIP() << why;
+  // n1 train; n2, n3 infer.
+  local_slurm cluster(3, {"PriorityType=priority/multifactor", "PriorityWeightJobSize=500",
+                          "PriorityWeightPartition=2000", "PriorityWeightAge=1000", "PriorityMaxAge=1-0"});
+  run_command({"scontrol", "update", "PartitionName=infer", "PriorityJobFactor=10"});
+  auto const slurm_cli = [](std::vector<std::string> const& argv) { return run_command(argv); };
+  std::vector<std::pair<std::int64_t, std::int64_t>> pairs;  // held, twin
+  for (std::string const spec : {"-N1 --gres=gpu:1", "-p infer -N2 --gres=gpu:2 -c 4", "-p infer --gres=gpu:1 --nice=30",
+                                 "-p infer,train --gres=gpu:1 --nice=7", "--gres=gpu:1 --nice=-50 -c 16"}) {
+    pairs.emplace_back(cluster.submit(spec), cluster.submit(spec, 3, false));
+  }
+  slurm::bridge_options opt;
+  opt.priorities = slurm::read_priorities(slurm_cli);
+  std::string notes;
+  for (auto const& n : opt.priorities.notes) notes += n + "; ";
+  ASSERT_TRUE(opt.priorities.multifactor) << notes;
+  EXPECT_EQ(opt.priorities.partitions.at("infer").job_factor, 10) << notes;
+  auto const snap = slurm::build_round(run_command({"squeue", "--json"}), slurm::read_nodes(slurm_cli), opt);
+  std::map<std::int64_t, std::int32_t> ours;
+  for (std::size_t k = 0; k < snap.job_ids.size(); ++k) ours[snap.job_ids[k]] = snap.round.pending[k].priority;
+  std::set<std::int64_t> ranks;
+  for (auto const& [held, twin] : pairs) {
+    auto const slurms = job_of(twin).value("priority", -1);
+    ASSERT_EQ(ours.count(held), 1U) << held;
+    EXPECT_EQ(ours.at(held), slurms) << "job " << held << " (twin " << twin << ")";
+    EXPECT_EQ(job_of(held).value("priority", -1), 0) << "a held job's Slurm priority";
+    ranks.insert(slurms);
+  }
+  EXPECT_EQ(ranks.size(), pairs.size()) << "the jobs rank apart";
+  // Without slurmdbd Slurm leaves out the age, and so does the round.
+  EXPECT_EQ(snap.round.pol.age.weight, 0) << notes;
+  std::vector<std::string> cancel{"scancel"};
+  for (auto const& [held, twin] : pairs) {
+    cancel.push_back(std::to_string(held));
+    cancel.push_back(std::to_string(twin));
+  }
+  run_command(cancel);
+
+  std::int64_t const first = cluster.submit("-N1 --gres=gpu:8 -c 1");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // a later submit time (seconds), not a tie
+  std::int64_t const larger = cluster.submit("-N1 --gres=gpu:8 -c 32");
+  testing_support::running_server srv;
+  std::string const bridge = "slurm-bridge --once --endpoint " + srv.endpoint();
+  std::string out;
+  ASSERT_EQ(testing_support::run_placer(bridge + " --dry-run --priority nice", out), 0) << out;
+  EXPECT_EQ(placed_lines(out).count(first), 1U) << out;
+  ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
+  auto const placed = placed_lines(out);
+  EXPECT_EQ(placed.count(larger), 1U) << out;
+  EXPECT_EQ(placed.count(first), 0U) << out;
+  EXPECT_NE(out.find("priorities: Slurm's multifactor"), std::string::npos) << out;
+  ASSERT_TRUE(wait_for(larger, "COMPLETED", 60)) << job_of(larger).dump();
+  EXPECT_EQ(cluster.ran_on(larger), (std::set<std::string>{"n1"}));
 }
 
 }  // namespace

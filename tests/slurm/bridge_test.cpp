@@ -9,6 +9,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <ctime>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -516,6 +518,378 @@ TEST(SlurmBridge, BadOutputIsAClearError) {
   EXPECT_THROW(slurm::run_command({"/no/such/command"}), slurm::slurm_error);
   EXPECT_EQ(slurm::run_command({"echo", "a b"}), "a b\n");
   EXPECT_THROW(slurm::run_command({"sleep", "5"}, 200), slurm::slurm_error);
+}
+
+// --- Priorities (docs/slurm.md, "Priorities") ---------------------------
+//
+// The fixtures are Slurm 22.05's own output on the local cluster
+// (scripts/slurm-cluster.sh, 3 nodes of 64 CPUs: n1, n2 train, n3 infer
+// with PriorityJobFactor=10) with slurmdbd, QOS normal 0 / high 100 / mid
+// 40 and accounts physics and bio; each expected priority is the one
+// Slurm gave the same job submitted with --begin in an hour (not held, so
+// Slurm computes it, and with no age yet), read from squeue.
+
+std::string prio_config(std::string const& accounting = "accounting_storage/slurmdbd", std::string const& extra = "") {
+  return "Configuration data as of 2026-11-28T08:21:30\n"
+         "AccountingStorageTRES   = cpu,mem,energy,node,billing,fs/disk,vmem,pages\n"
+         "AccountingStorageType   = " + accounting + "\n"
+         "PriorityParameters      = (null)\n"
+         "PrioritySiteFactorParameters = (null)\n"
+         "PrioritySiteFactorPlugin = (null)\n"
+         "PriorityDecayHalfLife   = 7-00:00:00\n"
+         "PriorityCalcPeriod      = 00:05:00\n"
+         "PriorityFavorSmall      = No\n"
+         "PriorityFlags           = \n"
+         "PriorityMaxAge          = 1-00:00:00\n"
+         "PriorityUsageResetPeriod = NONE\n"
+         "PriorityType            = priority/multifactor\n"
+         "PriorityWeightAge       = 1000\n"
+         "PriorityWeightAssoc     = 0\n"
+         "PriorityWeightFairShare = 10000\n"
+         "PriorityWeightJobSize   = 500\n"
+         "PriorityWeightPartition = 2000\n"
+         "PriorityWeightQOS       = 3000\n"
+         "PriorityWeightTRES      = (null)\n" + extra;
+}
+
+std::string prio_partitions(std::string const& infer_tier = "1") {
+  return "PartitionName=train AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=YES QoS=N/A "
+         "DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED "
+         "MaxTime=UNLIMITED MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=n[1-2] PriorityJobFactor=1 "
+         "PriorityTier=1 RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF State=UP "
+         "TotalCPUs=128 TotalNodes=2 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED "
+         "MaxMemPerNode=UNLIMITED TRES=cpu=128,mem=1000G,node=2,billing=128\n"
+         "PartitionName=infer AllowGroups=ALL AllowAccounts=ALL AllowQos=ALL AllocNodes=ALL Default=NO QoS=N/A "
+         "DefaultTime=NONE DisableRootJobs=NO ExclusiveUser=NO GraceTime=0 Hidden=NO MaxNodes=UNLIMITED "
+         "MaxTime=UNLIMITED MinNodes=0 LLN=NO MaxCPUsPerNode=UNLIMITED Nodes=n3 PriorityJobFactor=10 "
+         "PriorityTier=" + infer_tier + " RootOnly=NO ReqResv=NO OverSubscribe=NO OverTimeLimit=NONE PreemptMode=OFF "
+         "State=UP TotalCPUs=64 TotalNodes=1 SelectTypeParameters=NONE JobDefaults=(null) DefMemPerNode=UNLIMITED "
+         "MaxMemPerNode=UNLIMITED TRES=cpu=64,mem=500G,node=1,billing=64\n";
+}
+
+// `scontrol -o show assoc_mgr flags=qos` (its limits cut short here).
+std::string const prio_qos =
+    "Current Association Manager state\n"
+    "QOS Records\n"
+    "QOS=normal(1) UsageRaw=0.000000 GrpJobs=N(0) GrpJobsAccrue=N(0) MaxWallPJ= MinPrioThresh=  MinTRESPJ= "
+    "PreemptMode=OFF Priority=0 Account Limits=No Accounts User Limits=No Users\n"
+    "QOS=high(2) UsageRaw=0.000000 GrpJobs=N(0) MinPrioThresh=  PreemptMode=OFF Priority=100 Account Limits=No Accounts\n"
+    "QOS=mid(3) UsageRaw=0.000000 GrpJobs=N(0) MinPrioThresh=  PreemptMode=OFF Priority=40 Account Limits=No Accounts\n";
+
+// `sshare -a -n -P -o Account,User,Partition,FairShare`.
+std::string const prio_sshare =
+    "root|||\n root|root||0.333333\n bio|||\n  bio|root||1.000000\n physics|||\n  physics|root||1.000000\n";
+
+std::string prio_sinfo() {
+  return R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100,rack1") + "," +
+         node("n2", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100,rack1") + "," +
+         node("n3", "gpu:h100:8", "gpu:h100:0(IDX:N/A)", 0, "h100,rack2", "idle", "", "infer") + "]}";
+}
+
+/// A held job of the fixtures: squeue 22.05's fields (no nice is null; a
+/// negative one its 32-bit two's complement).
+std::string prio_job(int id, std::string const& account, std::string const& qos, std::string const& partition,
+                     std::string const& extra, int gpus = 1) {
+  return job(id, R"("account":")" + account + R"(","qos":")" + qos + R"(","user_name":"root","priority":0,)" +
+                     R"("tres_per_node":"gres:gpu:)" + std::to_string(gpus) + R"(",)" + extra,
+             "JobHeldUser", "placer", partition);
+}
+
+std::map<std::int64_t, std::int32_t> priorities(slurm::snapshot const& snap) {
+  std::map<std::int64_t, std::int32_t> m;
+  for (std::size_t k = 0; k < snap.job_ids.size(); ++k) m[snap.job_ids[k]] = snap.round.pending[k].priority;
+  return m;
+}
+
+TEST(SlurmBridge, PrioritiesAreSlurmsMultifactorWithoutTheAge) {
+  std::string const squeue =
+      R"({"jobs":[)" +
+      prio_job(14, "physics", "high", "train",
+               R"("nice":null,"node_count":1,"cpus":1,"tres_req_str":"cpu=1,mem=4G,node=1,billing=1")") + "," +
+      prio_job(16, "bio", "mid", "train", R"("node_count":2,"cpus":8,"tres_req_str":"cpu=8,mem=32G,node=2,billing=8")") +
+      "," + prio_job(18, "physics", "normal", "infer,train", R"("nice":7,"node_count":1,"cpus":1)") + "," +
+      prio_job(20, "bio", "normal", "infer", R"("node_count":1,"cpus":1)") + "," +
+      prio_job(22, "physics", "mid", "train", R"("nice":4294967246,"node_count":1,"cpus":1,"time_limit":60)") + "]}";
+  slurm::bridge_options opt;
+  opt.priorities = slurm::parse_priorities(prio_config(), prio_partitions(), prio_qos, prio_sshare);
+  auto const& p = opt.priorities;
+  EXPECT_TRUE(p.multifactor);
+  EXPECT_TRUE(p.slurmdbd);
+  EXPECT_EQ(p.partitions.at("infer").job_factor, 10);
+  EXPECT_EQ(p.partitions.at("train").tres.at("mem"), 1000.0 * 1024);
+  EXPECT_EQ(p.qos, (std::map<std::string, std::int64_t>{{"normal", 0}, {"high", 100}, {"mid", 40}}));
+  EXPECT_EQ(p.fairshare.at("root|root|"), 0.333333);
+  EXPECT_EQ(p.fairshare.at("bio|root|"), 1.0);
+  EXPECT_EQ(p.calc_period_s, 300);
+  EXPECT_TRUE(p.notes.empty()) << p.notes[0];
+  auto const snap = slurm::build_round(squeue, prio_sinfo(), opt);
+  // Fair share 10000, QOS 3000 x 100/100, partition 2000 x 1/10 (train) or
+  // x 10/10 (infer; -p infer,train: the better), job size 500 x (nodes/3 +
+  // CPUs/192)/2, less nice (-50: plus 50).
+  EXPECT_EQ(priorities(snap),
+            (std::map<std::int64_t, std::int32_t>{{14, 13284}, {16, 11577}, {18, 12077}, {20, 12084}, {22, 11534}}));
+  // The age is the round's: Slurm's weight and PriorityMaxAge, from the
+  // submit time, across priorities (Slurm adds it to the sum).
+  EXPECT_EQ(snap.round.pol.age, (aging{.weight = 1000, .max_age_s = 86400, .cross_priority = true}));
+  EXPECT_EQ(snap.round.pending[0].submit_time, 1014);
+
+  // Slurm 23.02 and later write the numbers as {"set", "infinite", "number"}
+  // and a negative nice as itself: the same priorities.
+  auto jobs = nlohmann::json::parse(squeue);
+  for (auto& j : jobs["jobs"]) {
+    for (auto& [k, v] : j.items()) {
+      if (v.is_number()) v = {{"set", true}, {"infinite", false}, {"number", v}};
+    }
+    j["job_state"] = nlohmann::json::array({"PENDING"});
+  }
+  jobs["jobs"][4]["nice"] = -50;
+  EXPECT_EQ(priorities(slurm::build_round(jobs.dump(), prio_sinfo(), opt)), priorities(snap));
+
+  // Without slurmdbd Slurm leaves out the age and the fair share (and has no QOS).
+  opt.priorities = slurm::parse_priorities(prio_config("accounting_storage/none"), prio_partitions());
+  ASSERT_EQ(opt.priorities.notes.size(), 1U);
+  EXPECT_NE(opt.priorities.notes[0].find("no slurmdbd"), std::string::npos);
+  auto const plain = slurm::build_round(squeue, prio_sinfo(), opt);
+  EXPECT_EQ(priorities(plain),
+            (std::map<std::int64_t, std::int32_t>{{14, 284}, {16, 377}, {18, 2077}, {20, 2084}, {22, 334}}));
+  EXPECT_EQ(plain.round.pol.age.weight, 0);
+  // Aging from the command line instead (--age-weight, --age-max).
+  opt.age_weight = 5000;
+  opt.age_max_s = 3600;
+  EXPECT_EQ(slurm::build_round(squeue, prio_sinfo(), opt).round.pol.age,
+            (aging{.weight = 5000, .max_age_s = 3600, .cross_priority = true}));
+}
+
+// TRES weights and PriorityFlags: Slurm's numbers for the same jobs with
+// PriorityWeightTRES=CPU=1000,Mem=500, then also SMALL_RELATIVE_TO_TIME
+// and PriorityFavorSmall=YES.
+TEST(SlurmBridge, PrioritiesFollowSlurmsTresWeightsAndFlags) {
+  std::string const squeue =
+      R"({"jobs":[)" +
+      prio_job(24, "physics", "high", "train",
+               R"("node_count":1,"cpus":3,"tres_req_str":"cpu=3,mem=10G,node=1,billing=3")") + "," +
+      prio_job(26, "bio", "mid", "train", R"("node_count":2,"cpus":8,"tres_req_str":"cpu=8,mem=32G,node=2,billing=8")") +
+      "," +
+      prio_job(28, "physics", "normal", "infer,train",
+               R"("nice":7,"node_count":1,"cpus":1,"time_limit":30,"tres_req_str":"cpu=1,mem=4G,node=1,billing=1")") +
+      "," +
+      prio_job(30, "physics", "mid", "train",
+               R"("nice":4294967246,"node_count":1,"cpus":64,"time_limit":60,)"
+               R"("tres_req_str":"cpu=64,mem=256G,node=1,billing=64")") +
+      "]}";
+  slurm::bridge_options opt;
+  std::string const tres = "PriorityWeightTRES      = CPU=1000,Mem=500\n";
+  opt.priorities = slurm::parse_priorities(prio_config("accounting_storage/slurmdbd", tres), prio_partitions(), prio_qos,
+                                           prio_sshare);
+  EXPECT_EQ(opt.priorities.weight_tres, (std::map<std::string, double>{{"cpu", 1000}, {"mem", 500}}));
+  auto const by_tres = priorities(slurm::build_round(squeue, prio_sinfo(), opt));
+  EXPECT_EQ(by_tres.at(24), 13315);  // 13284 + CPUs 3/128 x 1000 + memory 10G/1000G x 500
+  EXPECT_EQ(by_tres.at(26), 11655);
+  std::string config = prio_config("accounting_storage/slurmdbd", tres);
+  config.replace(config.find("PriorityFavorSmall      = No"), 28, "PriorityFavorSmall      = Yes");
+  config.replace(config.find("PriorityFlags           = "), 26, "PriorityFlags           = SMALL_RELATIVE_TO_TIME");
+  opt.priorities = slurm::parse_priorities(config, prio_partitions(), prio_qos, prio_sshare);
+  EXPECT_TRUE(opt.priorities.size_relative);
+  EXPECT_TRUE(opt.priorities.favor_small);
+  EXPECT_EQ(priorities(slurm::build_round(squeue, prio_sinfo(), opt)),
+            (std::map<std::int64_t, std::int32_t>{{24, 13728}, {26, 11978}, {28, 12507}, {30, 12575}}));
+}
+
+// A partition's PriorityTier comes before any priority in Slurm's
+// scheduling: each tier is a band above the one below, wide enough that
+// no priority and no age (aging crosses priorities, not tiers) reaches the
+// next. Weights too large for 32 bits are divided down, keeping the order.
+TEST(SlurmBridge, PriorityTiersAreBandsThatAgingNeverCrosses) {
+  std::string const squeue =
+      R"({"jobs":[)" +
+      prio_job(1, "physics", "high", "train", R"("nice":4294966296,"node_count":2,"cpus":128)") + "," +  // nice -1000
+      prio_job(2, "bio", "normal", "infer", R"("nice":1000,"node_count":1,"cpus":1)") + "," +
+      prio_job(3, "bio", "normal", "infer", R"("node_count":1,"cpus":1)") + "," +
+      prio_job(4, "bio", "normal", "nowhere", R"("node_count":1,"cpus":1)") + "]}";
+  for (std::string const& weight : {std::string("1000"), std::string("400000000")}) {
+    std::string config = prio_config();
+    for (char const* w : {"PriorityWeightAge       = 1000", "PriorityWeightFairShare = 10000",
+                          "PriorityWeightJobSize   = 500", "PriorityWeightPartition = 2000",
+                          "PriorityWeightQOS       = 3000"}) {
+      std::string const key(w, 26);
+      config.replace(config.find(w), std::string(w).size(), key + weight);
+    }
+    slurm::bridge_options opt;
+    opt.priorities = slurm::parse_priorities(config, prio_partitions("5"), prio_qos, prio_sshare);
+    auto const snap = slurm::build_round(squeue, prio_sinfo(), opt);
+    auto const pr = priorities(snap);
+    auto const age = snap.round.pol.age;
+    ASSERT_GT(age.weight, 0) << weight;
+    EXPECT_TRUE(age.cross_priority);
+    // The train job's most (every factor, nice -1000, the whole age) is below the
+    // infer jobs' least (nice +1000, no age).
+    EXPECT_LT(static_cast<std::int64_t>(pr.at(1)) + age.weight, pr.at(2)) << weight;
+    EXPECT_LT(pr.at(2), pr.at(3)) << weight;
+    EXPECT_LT(pr.at(4), pr.at(1)) << weight;  // a partition it does not know: the lowest tier, no partition factor
+    // Nothing near int32's ends, age included.
+    for (auto const& [id, v] : pr) {
+      EXPECT_GT(v, -2000000) << weight;
+      EXPECT_LT(static_cast<std::int64_t>(v) + age.weight, std::numeric_limits<std::int32_t>::max()) << weight;
+    }
+    // The solver's aging keeps them so: the oldest train job stays below a new infer one.
+    auto aged = snap.round;
+    aged.pending[0].submit_time = aged.now - 10 * age.max_age_s;
+    solver s(kernels::make_backend(kernels::backend_kind::cpu));
+    auto const r = s.solve(aged);
+    expect_round_invariants(aged, r);
+  }
+}
+
+// Where Slurm's ranking cannot be read, the priority is -nice, as before,
+// and nothing throws: the bridge never stops for it.
+TEST(SlurmBridge, PrioritiesFallBackToNice) {
+  std::string const squeue = R"({"jobs":[)" + prio_job(1, "physics", "high", "train", R"("nice":5)") + "," +
+                             prio_job(2, "bio", "mid", "train", R"("nice":4294967246)") + "," +
+                             job(3, R"("nice":"odd","tres_per_node":"gres:gpu:1","cpus":{"set":false})") + "]}";
+  auto const nice_only = std::map<std::int64_t, std::int32_t>{{1, -5}, {2, 50}, {3, 0}};
+  EXPECT_EQ(priorities(slurm::build_round(squeue, prio_sinfo(), {})), nice_only);
+  slurm::bridge_options opt;
+  for (std::string const& config : {std::string(), std::string("garbage\n= = =\n"),
+                                   std::string("PriorityType            = priority/basic\n")}) {
+    opt.priorities = slurm::parse_priorities(config, "PartitionName=x PriorityTier=oops", "QOS=", "|||x");
+    EXPECT_FALSE(opt.priorities.multifactor);
+    EXPECT_EQ(opt.priorities.notes.size(), 1U);
+    EXPECT_EQ(priorities(slurm::build_round(squeue, prio_sinfo(), opt)), nice_only);
+  }
+  // No Slurm to ask.
+  opt.priorities = slurm::read_priorities([](auto const&) -> std::string { throw slurm::slurm_error("no slurmctld"); });
+  EXPECT_FALSE(opt.priorities.multifactor);
+  EXPECT_TRUE(opt.priorities.unread);
+  ASSERT_EQ(opt.priorities.notes.size(), 1U);
+  EXPECT_NE(opt.priorities.notes[0].find("no slurmctld"), std::string::npos);
+  EXPECT_EQ(priorities(slurm::build_round(squeue, prio_sinfo(), opt)), nice_only);
+  // Multifactor with odd values: weights read as 0 (saying so), odd job fields as absent.
+  std::string config = prio_config();
+  config.replace(config.find("= 500"), 5, "= lots");
+  opt.priorities = slurm::parse_priorities(config, "PartitionName=train PriorityJobFactor=x MaxTime=1-2:3:4:5\n", "", "");
+  EXPECT_TRUE(opt.priorities.multifactor);
+  EXPECT_EQ(opt.priorities.weight_job_size, 0);
+  EXPECT_EQ(opt.priorities.partitions.at("train").job_factor, 1);
+  EXPECT_EQ(opt.priorities.partitions.at("train").max_time_min, -1);
+  ASSERT_FALSE(opt.priorities.notes.empty());
+  EXPECT_NE(opt.priorities.notes[0].find("PriorityWeightJobSize 'lots'"), std::string::npos) << opt.priorities.notes[0];
+  auto const odd = slurm::build_round(squeue, prio_sinfo(), opt);
+  ASSERT_EQ(odd.round.pending.size(), 3U);
+  // No QOS nor fair share read: train's 2000 x 1/1, less nice.
+  EXPECT_EQ(priorities(odd), (std::map<std::int64_t, std::int32_t>{{1, 1995}, {2, 2050}, {3, 2000}}));
+}
+
+// read_priorities asks for what Slurm weighs and no more: QOS priorities
+// and fair share only with slurmdbd and a weight for them. A command that
+// fails leaves its factor out, saying so.
+TEST(SlurmBridge, ReadPrioritiesAsksOnlyWhatSlurmWeighs) {
+  auto with = [](std::string const& config, std::vector<std::string>& asked, bool fail_extras = false) {
+    return slurm::read_priorities([&, config, fail_extras](std::vector<std::string> const& argv) -> std::string {
+      std::string line;
+      for (auto const& w : argv) line += (line.empty() ? "" : " ") + w;
+      asked.push_back(line);
+      if (argv[1] == "show") return config;
+      if (fail_extras) throw slurm::slurm_error("refused");
+      if (argv[0] == "sshare") return prio_sshare;
+      if (argv[3] == "assoc_mgr") return prio_qos;
+      return prio_partitions();
+    });
+  };
+  std::vector<std::string> asked;
+  auto p = with(prio_config(), asked);
+  EXPECT_EQ(asked, (std::vector<std::string>{"scontrol show config", "scontrol -a -o show partition",
+                                             "scontrol -o show assoc_mgr flags=qos",
+                                             "sshare -a -n -P -o Account,User,Partition,FairShare"}));
+  EXPECT_EQ(p.qos.size(), 3U);
+  EXPECT_EQ(p.fairshare.size(), 3U);
+  EXPECT_EQ(p.partitions.size(), 2U);
+  asked.clear();
+  p = with(prio_config("accounting_storage/none"), asked);
+  EXPECT_EQ(asked, (std::vector<std::string>{"scontrol show config", "scontrol -a -o show partition"}));
+  EXPECT_TRUE(p.qos.empty());
+  asked.clear();
+  p = with(prio_config(), asked, true);
+  EXPECT_TRUE(p.multifactor);
+  EXPECT_TRUE(p.partitions.empty());
+  EXPECT_EQ(p.notes.size(), 3U);  // partitions, QOS, fair share
+  asked.clear();
+  p = with("PriorityType            = priority/basic\n", asked);
+  EXPECT_EQ(asked, (std::vector<std::string>{"scontrol show config"}));
+  EXPECT_FALSE(p.multifactor);
+}
+
+// Slurm's ranking decides who gets the last node: an 8-GPU job of QOS
+// high submitted after one of QOS normal goes first, as Slurm would start
+// it. With nice alone (the bridge before) the earlier job went.
+TEST(SlurmBridge, SlurmsRankingDecidesWhoGetsTheLastNode) {
+  std::string const nodes = R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100,rack1") + "," +
+                            node("n2", "gpu:a100:8", "gpu:a100:8(IDX:0-7)", 64, "a100,rack1") + "," +
+                            node("n3", "gpu:h100:8", "gpu:h100:8(IDX:0-7)", 64, "h100,rack2", "idle", "", "infer") + "]}";
+  std::string const squeue =
+      R"({"jobs":[)" + prio_job(1, "bio", "normal", "train", R"("node_count":1,"cpus":1)", 8) + "," +
+      prio_job(2, "bio", "high", "train", R"("node_count":1,"cpus":1)", 8) + "]}";
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto placed = [&](slurm::bridge_options const& opt) {
+    auto const snap = slurm::build_round(squeue, nodes, opt);
+    auto const r = s.solve(snap.round);
+    expect_round_invariants(snap.round, r);
+    std::vector<std::int64_t> ids;
+    for (auto const& a : slurm::decide(snap, r)) {
+      if (!a.nodes.empty()) ids.push_back(a.job);
+    }
+    return ids;
+  };
+  EXPECT_EQ(placed({}), (std::vector<std::int64_t>{1}));
+  slurm::bridge_options opt;
+  opt.priorities = slurm::parse_priorities(prio_config(), prio_partitions(), prio_qos, prio_sshare);
+  EXPECT_EQ(placed(opt), (std::vector<std::int64_t>{2}));
+}
+
+// --preempt: a running job is ranked as a pending one, with the age it
+// has now: a pending job evicts only one Slurm would rank below it now.
+TEST(SlurmBridge, RunningJobsRankWithTheAgeTheyHave) {
+  std::string const nodes = R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:8(IDX:0-7)", 4, "a100,rack1") + "," +
+                            node("n2", "gpu:a100:8", "gpu:a100:8(IDX:0-7)", 4, "a100,rack1") + "]}";
+  auto running = [](int id, std::string const& node, std::int64_t submit) {
+    return R"({"job_id":)" + std::to_string(id) + R"(,"job_state":"RUNNING","state_reason":"None","comment":"placer",)" +
+           R"("partition":"train","account":"bio","user_name":"root","qos":"normal","submit_time":)" +
+           std::to_string(submit) + R"(,"requeue":true,"cpus":4,"node_count":1,"nodes":")" + node +
+           R"x(","tres_per_node":"gres:gpu:8","gres_detail":["gpu:a100:8(IDX:0-7)"],"start_time":900,)x" +
+           R"("job_resources":{"allocated_nodes":[{"nodename":")" + node + R"(","memory_allocated":4096}]}})";
+  };
+  auto const now = static_cast<std::int64_t>(std::time(nullptr));
+  // Job 10 was submitted two days ago (the whole age, PriorityMaxAge 1 day); job 11 now.
+  auto round = [&](std::string const& qos) {
+    slurm::bridge_options opt;
+    opt.preempt = true;
+    opt.priorities = slurm::parse_priorities(prio_config(), prio_partitions(), prio_qos, prio_sshare);
+    return slurm::build_round(R"({"jobs":[)" + running(10, "n1", now - 2 * 86400) + "," + running(11, "n2", now) + "," +
+                                  prio_job(12, "bio", qos, "train", R"("node_count":1,"cpus":4)", 8) + "]}",
+                              nodes, opt);
+  };
+  auto snap = round("normal");
+  ASSERT_EQ(snap.round.running.size(), 2U);
+  auto const pending = snap.round.pending[0].priority;
+  EXPECT_EQ(snap.round.running[0].priority, pending + 1000);
+  EXPECT_GE(snap.round.running[1].priority, pending);
+  EXPECT_LE(snap.round.running[1].priority, pending + 1);
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto evicted = [&](slurm::snapshot const& sn) {
+    std::vector<std::int64_t> ids;
+    for (auto const& a : slurm::decide(sn, s.solve(sn.round))) {
+      if (a.requeue) ids.push_back(a.job);
+    }
+    return ids;
+  };
+  // New and ranked as both: it evicts neither.
+  snap.round.pending[0].submit_time = now;
+  EXPECT_TRUE(evicted(snap).empty());
+  // Submitted as long ago as job 10: it ranks above job 11 (Slurm would
+  // have started it first), not above job 10.
+  snap.round.pending[0].submit_time = now - 2 * 86400;
+  EXPECT_EQ(evicted(snap), (std::vector<std::int64_t>{11}));
+  // QOS high: above both; one is enough.
+  EXPECT_EQ(evicted(round("high")).size(), 1U);
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <ctime>
 #include <limits>
 #include <map>
@@ -127,11 +129,237 @@ std::vector<std::int32_t> used_indices(std::string const& gres_used) {
   return idx;
 }
 
-/// A job's priority for Placer: Slurm's nice, negated (a held job's Slurm
-/// priority is 0, so nice is what a user sets), within +-1,000,000.
-std::int32_t priority_of(json const& j) {
-  return static_cast<std::int32_t>(-std::clamp<std::int64_t>(num(j, "nice", 0), -1000000, 1000000));
+/// Nice counts as one point of priority each, as in Slurm, within +-1,000,000.
+constexpr std::int64_t nice_limit = 1000000;
+
+/// A job's nice. 22.05's squeue --json writes a negative nice as its 32-bit
+/// two's complement (--nice=-50 as 4294967246, live), and no nice as null.
+std::int64_t nice_of(json const& j) {
+  std::int64_t n = num(j, "nice", 0);
+  if (n > std::numeric_limits<std::int32_t>::max() && n <= std::numeric_limits<std::uint32_t>::max()) {
+    n -= std::int64_t{1} << 32;
+  }
+  return std::clamp<std::int64_t>(n, -nice_limit, nice_limit);
 }
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+std::string trim(std::string const& s) {
+  auto const a = s.find_first_not_of(" \t\r\n");
+  if (a == std::string::npos) return {};
+  return s.substr(a, s.find_last_not_of(" \t\r\n") - a + 1);
+}
+
+/// A decimal number (a sign and a fraction allowed), or false.
+bool decimal(std::string const& s, double& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(out);
+}
+
+/// A TRES amount, "4G" as 4096 (memory's unit is MiB; K, M, G, T, P are
+/// powers of 1024 against it), or false.
+bool tres_amount(std::string s, double& out) {
+  double scale = 1;
+  if (!s.empty() && std::isalpha(static_cast<unsigned char>(s.back())) != 0) {
+    std::string const units = "KMGTP";
+    auto const at = units.find(static_cast<char>(std::toupper(static_cast<unsigned char>(s.back()))));
+    if (at == std::string::npos) return false;
+    scale = std::pow(1024.0, static_cast<double>(at) - 1);
+    s.pop_back();
+  }
+  if (!decimal(s, out)) return false;
+  out *= scale;
+  return true;
+}
+
+/// "cpu=1,mem=4G,gres/gpu=2": amounts by lower-case name; unreadable entries left out.
+std::map<std::string, double> tres_list(std::string const& s) {
+  std::map<std::string, double> out;
+  for (auto const& e : split(s, ',')) {
+    auto const eq = e.find('=');
+    double v = 0;
+    if (eq != std::string::npos && tres_amount(e.substr(eq + 1), v)) out[lower(e.substr(0, eq))] = v;
+  }
+  return out;
+}
+
+/// Slurm's time in seconds, or -1 (UNLIMITED, INFINITE, anything else):
+/// "M", "M:S", "H:M:S", "D-H", "D-H:M", "D-H:M:S" (its time_str2mins forms).
+std::int64_t slurm_seconds(std::string const& s) {
+  auto const dash = s.find('-');
+  std::string const rest = dash == std::string::npos ? s : s.substr(dash + 1);
+  std::vector<std::int64_t> v;
+  for (auto const& p : split(rest, ':')) {
+    if (p.size() > 9 || !std::all_of(p.begin(), p.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) return -1;
+    v.push_back(std::stoll(p));
+  }
+  if (v.empty() || v.size() > 3 || rest.back() == ':' || rest.front() == ':') return -1;
+  if (dash == std::string::npos) {
+    if (v.size() == 1) return v[0] * 60;
+    if (v.size() == 2) return v[0] * 60 + v[1];
+    return v[0] * 3600 + v[1] * 60 + v[2];
+  }
+  std::string const d = s.substr(0, dash);
+  if (d.empty() || d.size() > 6 || !std::all_of(d.begin(), d.end(), [](unsigned char c) { return std::isdigit(c) != 0; })) {
+    return -1;
+  }
+  v.resize(3, 0);
+  return std::stoll(d) * 86400 + v[0] * 3600 + v[1] * 60 + v[2];
+}
+
+/// Slurm's ranking of a job as a Placer priority (docs/slurm.md,
+/// "Priorities"). Multifactor: the sum Slurm's priority/multifactor makes
+/// (set_priority_factors, _get_priority_internal) of every factor it reads
+/// but the age, less nice, in Slurm's points; a band per partition
+/// PriorityTier above it, each band wider than every priority and age of
+/// the one below can reach, so aging that crosses priorities never crosses
+/// a tier; divided down (`scale_`) only where the bands would not fit in
+/// 32 bits. Otherwise: -nice.
+class ranker {
+ public:
+  ranker(bridge_options const& opt, std::int64_t cluster_nodes, std::int64_t cluster_cpus)
+      : p_(opt.priorities), nodes_(cluster_nodes), cpus_(cluster_cpus) {
+    std::int64_t weight = opt.age_weight >= 0 ? opt.age_weight
+                          : p_.multifactor && p_.slurmdbd ? static_cast<std::int64_t>(p_.weight_age)
+                                                          : 0;
+    weight = std::clamp<std::int64_t>(weight, 0, max_slurm);
+    age_.max_age_s = opt.age_max_s > 0 ? opt.age_max_s : p_.max_age_s > 0 ? p_.max_age_s : age_.max_age_s;
+    if (!p_.multifactor) {
+      age_.weight = static_cast<std::int32_t>(std::min<std::int64_t>(weight, std::numeric_limits<std::int32_t>::max()));
+      return;
+    }
+    for (auto const& [name, part] : p_.partitions) {
+      max_part_ = std::max(max_part_, static_cast<double>(part.job_factor));
+      tiers_.push_back(part.tier);
+    }
+    std::sort(tiers_.begin(), tiers_.end());
+    tiers_.erase(std::unique(tiers_.begin(), tiers_.end()), tiers_.end());
+    for (auto const& [name, q] : p_.qos) max_qos_ = std::max(max_qos_, static_cast<double>(q));
+    // The most the non-age factors can add, in Slurm's points (its own cap 2^32 - 1).
+    double hi = p_.weight_job_size + p_.weight_partition * (p_.no_normal_part ? max_part_ : 1.0) +
+                p_.weight_qos * (p_.no_normal_qos ? max_qos_ : 1.0) + (p_.slurmdbd ? p_.weight_fairshare : 0.0);
+    for (auto const& [name, w] : p_.weight_tres) hi += p_.no_normal_tres ? static_cast<double>(max_slurm) : w;
+    hi_ = static_cast<std::int64_t>(std::min(std::max(hi, 0.0), static_cast<double>(max_slurm)));
+    // One tier's values, nice and age included; the tiers side by side in
+    // 2e9 of int32's range (below zero only -nice_limit).
+    std::int64_t const span = hi_ + weight + 2 * nice_limit + 1;
+    auto const tiers = static_cast<std::int64_t>(std::max<std::size_t>(1, tiers_.size()));
+    scale_ = std::max<std::int64_t>(1, (tiers * span + room - 1) / room);
+    band_ = (span + scale_ - 1) / scale_;
+    age_.weight = static_cast<std::int32_t>(weight == 0 ? 0 : std::max<std::int64_t>(1, weight / scale_));
+    age_.cross_priority = true;  // Slurm adds the age to the sum; the bands keep the tiers apart
+  }
+
+  /// The round's aging.
+  [[nodiscard]] aging age() const { return age_; }
+
+  /// A pending job's priority: the best of its partitions' (Slurm ranks a
+  /// job in each of them).
+  [[nodiscard]] std::int32_t priority(json const& j) const {
+    if (!p_.multifactor) return static_cast<std::int32_t>(-nice_of(j));
+    auto parts = split(str(j, "partition"), ',');
+    if (parts.empty()) parts.emplace_back();
+    std::int64_t best = std::numeric_limits<std::int64_t>::min();
+    for (auto const& name : parts) {
+      auto const it = p_.partitions.find(name);
+      auto const* part = it == p_.partitions.end() ? nullptr : &it->second;
+      auto const tier = part == nullptr ? 0
+                                        : std::lower_bound(tiers_.begin(), tiers_.end(), part->tier) - tiers_.begin();
+      auto const r = static_cast<std::int64_t>(std::floor(rank(j, name, part)));
+      auto const within = std::clamp<std::int64_t>(r, -nice_limit, hi_ + nice_limit);
+      // (Floor division: -nice below zero stays in order.)
+      auto const scaled = within >= 0 ? within / scale_ : -((-within + scale_ - 1) / scale_);
+      best = std::max<std::int64_t>(best, static_cast<std::int64_t>(tier) * band_ + scaled);
+    }
+    return static_cast<std::int32_t>(std::clamp<std::int64_t>(best, std::numeric_limits<std::int32_t>::min(),
+                                                               std::numeric_limits<std::int32_t>::max()));
+  }
+
+  /// A running job's: its priority with the age it would have now (as
+  /// the round's aging gives a pending job), so that a later job Slurm
+  /// ranks the same never evicts it for having waited.
+  [[nodiscard]] std::int32_t running_priority(json const& j, std::int64_t now) const {
+    std::int64_t pr = priority(j);
+    if (age_.weight > 0) {
+      auto const wait = std::clamp<std::int64_t>(now - num(j, "submit_time", now), 0, age_.max_age_s);
+      pr += age_.weight * wait / age_.max_age_s;
+    }
+    return static_cast<std::int32_t>(std::min<std::int64_t>(pr, std::numeric_limits<std::int32_t>::max()));
+  }
+
+ private:
+  static constexpr std::int64_t max_slurm = 4294967295;  ///< 2^32 - 1: Slurm's priorities are 32-bit unsigned
+  static constexpr std::int64_t room = 2000000000;
+
+  /// Slurm's multifactor priority of job j in partition `name`, without the age.
+  [[nodiscard]] double rank(json const& j, std::string const& name, slurm_priorities::partition const* part) const {
+    double r = 0;
+    if (p_.weight_job_size > 0 && nodes_ > 0 && cpus_ > 0) {
+      auto const n = static_cast<double>(nodes_), cpus = static_cast<double>(cpus_);
+      double const min_nodes = static_cast<double>(std::max<std::int64_t>(1, num(j, "node_count", 1)));
+      double const cpu = static_cast<double>(std::max<std::int64_t>(0, num(j, "cpus", 0)));
+      double js = 0;
+      if (p_.size_relative) {
+        js = std::max(min_nodes * cpus / n, cpu);
+        std::int64_t limit = num(j, "time_limit", 0);  // minutes
+        if (limit <= 0) limit = part != nullptr && part->max_time_min > 0 ? part->max_time_min : max_slurm;
+        js = js / static_cast<double>(limit) / cpus;
+        if (p_.favor_small) js = 1.0 - js;
+      } else if (p_.favor_small) {
+        js = std::max(0.0, (n - min_nodes) / n);
+        if (cpu > 0) js = (js + (cpus - cpu) / cpus) / 2;
+      } else {
+        js = min_nodes / n;
+        if (cpu > 0) js = (js + cpu / cpus) / 2;
+      }
+      r += std::clamp(js, 0.0, 1.0) * p_.weight_job_size;
+    }
+    if (part != nullptr && part->job_factor > 0 && p_.weight_partition > 0) {
+      auto const f = static_cast<double>(part->job_factor);
+      r += (p_.no_normal_part ? f : f / max_part_) * p_.weight_partition;
+    }
+    if (p_.weight_qos > 0 && max_qos_ > 0) {
+      auto const q = p_.qos.find(str(j, "qos"));
+      if (q != p_.qos.end() && q->second > 0) {
+        auto const f = static_cast<double>(q->second);
+        r += (p_.no_normal_qos ? f : f / max_qos_) * p_.weight_qos;
+      }
+    }
+    if (p_.slurmdbd && p_.weight_fairshare > 0) {
+      std::string const who = str(j, "account") + "|" + str(j, "user_name") + "|";
+      auto f = p_.fairshare.find(who + name);
+      if (f == p_.fairshare.end()) f = p_.fairshare.find(who);
+      if (f != p_.fairshare.end()) r += f->second * p_.weight_fairshare;
+    }
+    if (!p_.weight_tres.empty()) {
+      std::string alloc = str(j, "tres_alloc_str");
+      auto const tres = tres_list(alloc.empty() ? str(j, "tres_req_str") : alloc);
+      for (auto const& [tname, w] : p_.weight_tres) {
+        auto const v = tres.find(tname);
+        if (v == tres.end() || v->second <= 0) continue;
+        if (p_.no_normal_tres) {
+          r += v->second * w;
+        } else if (part != nullptr) {
+          auto const total = part->tres.find(tname);
+          if (total != part->tres.end() && total->second > 0) r += v->second / total->second * w;
+        }
+      }
+    }
+    return r - static_cast<double>(nice_of(j));
+  }
+
+  slurm_priorities const& p_;
+  std::int64_t nodes_ = 0, cpus_ = 0;
+  std::vector<std::int64_t> tiers_;
+  double max_part_ = 1, max_qos_ = 0;
+  std::int64_t hi_ = 0, scale_ = 1, band_ = 0;
+  aging age_;
+};
 
 /// Node names in a Slurm host list of plain names ("n3,n4"); ranges
 /// ("n[3-4]") expanded for the simple one-bracket form.
@@ -189,6 +417,167 @@ bool plain_feature(std::string const& f) {
 std::string feature_label(std::string const& feature) { return "slurm.feature/" + feature + "=true"; }
 
 std::string partition_label(std::string const& partition) { return "slurm.partition/" + partition + "=true"; }
+
+namespace {
+
+/// "Key=Value" words of a line (scontrol's -o form), the value up to the next space.
+std::map<std::string, std::string> words_of(std::string const& line) {
+  std::map<std::string, std::string> out;
+  for (auto const& w : split(line, ' ')) {
+    auto const eq = w.find('=');
+    if (eq != std::string::npos && eq > 0) out.emplace(w.substr(0, eq), w.substr(eq + 1));
+  }
+  return out;
+}
+
+/// A weight: a non-negative number, else 0 (noted).
+double weight_of(std::map<std::string, std::string> const& conf, char const* key, std::vector<std::string>& notes) {
+  auto const it = conf.find(key);
+  if (it == conf.end()) return 0;
+  double v = 0;
+  if (!decimal(it->second, v) || v < 0) {
+    notes.push_back(std::string(key) + " '" + it->second + "' is not a number: read as 0");
+    return 0;
+  }
+  return v;
+}
+
+}  // namespace
+
+slurm_priorities parse_priorities(std::string const& config, std::string const& partitions, std::string const& qos,
+                                  std::string const& sshare) {
+  slurm_priorities p;
+  // `scontrol show config`: "Name = value" a line.
+  std::map<std::string, std::string> conf;
+  for (auto const& line : split(config, '\n')) {
+    auto const eq = line.find(" = ");
+    if (eq != std::string::npos) conf[trim(line.substr(0, eq))] = trim(line.substr(eq + 3));
+  }
+  auto const get = [&](char const* key) {
+    auto const it = conf.find(key);
+    return it == conf.end() ? std::string() : it->second;
+  };
+  std::string const type = get("PriorityType");
+  p.multifactor = type == "priority/multifactor";
+  if (!p.multifactor) {
+    p.notes.push_back(type.empty() ? "no PriorityType in Slurm's configuration: priority -nice"
+                                   : "PriorityType=" + type + ": priority -nice, in submission order");
+    return p;
+  }
+  p.slurmdbd = get("AccountingStorageType") == "accounting_storage/slurmdbd";
+  p.weight_age = weight_of(conf, "PriorityWeightAge", p.notes);
+  p.weight_fairshare = weight_of(conf, "PriorityWeightFairShare", p.notes);
+  p.weight_job_size = weight_of(conf, "PriorityWeightJobSize", p.notes);
+  p.weight_partition = weight_of(conf, "PriorityWeightPartition", p.notes);
+  p.weight_qos = weight_of(conf, "PriorityWeightQOS", p.notes);
+  p.weight_assoc = weight_of(conf, "PriorityWeightAssoc", p.notes);
+  if (std::string const tres = get("PriorityWeightTRES"); !tres.empty() && tres != "(null)") {
+    for (auto const& [name, w] : tres_list(tres)) p.weight_tres[name] = w;
+  }
+  if (auto const age = slurm_seconds(get("PriorityMaxAge")); age > 0) p.max_age_s = age;
+  if (auto const period = slurm_seconds(get("PriorityCalcPeriod")); period > 0) p.calc_period_s = period;
+  p.favor_small = lower(get("PriorityFavorSmall")) == "yes";
+  for (auto const& f : split(get("PriorityFlags"), ',')) {
+    p.size_relative = p.size_relative || f == "SMALL_RELATIVE_TO_TIME";
+    p.no_normal_part = p.no_normal_part || f == "NO_NORMAL_PART" || f == "NO_NORMAL_ALL";
+    p.no_normal_qos = p.no_normal_qos || f == "NO_NORMAL_QOS" || f == "NO_NORMAL_ALL";
+    p.no_normal_tres = p.no_normal_tres || f == "NO_NORMAL_TRES" || f == "NO_NORMAL_ALL";
+  }
+  if (!p.slurmdbd && (p.weight_age > 0 || p.weight_fairshare > 0)) {
+    p.notes.push_back("no slurmdbd: PriorityWeightAge and PriorityWeightFairShare left out, as Slurm leaves them");
+  }
+  if (p.weight_assoc > 0) p.notes.push_back("PriorityWeightAssoc is not read: association priorities left out");
+  if (std::string const site = get("PrioritySiteFactorPlugin"); !site.empty() && site != "(null)") {
+    p.notes.push_back("PrioritySiteFactorPlugin " + site + " is not read: site factors left out");
+  }
+  // `scontrol -a -o show partition`: a partition a line.
+  for (auto const& line : split(partitions, '\n')) {
+    auto const w = words_of(line);
+    auto const name = w.find("PartitionName");
+    if (name == w.end() || name->second.empty()) continue;
+    slurm_priorities::partition part;
+    double v = 0;
+    if (auto it = w.find("PriorityJobFactor"); it != w.end() && decimal(it->second, v) && v >= 0) {
+      part.job_factor = static_cast<std::int64_t>(v);
+    }
+    if (auto it = w.find("PriorityTier"); it != w.end() && decimal(it->second, v) && v >= 0) {
+      part.tier = static_cast<std::int64_t>(v);
+    }
+    if (auto it = w.find("MaxTime"); it != w.end()) {
+      auto const secs = slurm_seconds(it->second);
+      part.max_time_min = secs > 0 ? secs / 60 : -1;
+    }
+    if (auto it = w.find("TRES"); it != w.end()) part.tres = tres_list(it->second);
+    p.partitions[name->second] = std::move(part);
+  }
+  // `scontrol show assoc_mgr flags=qos`: "QOS=name(id)", then its "Priority=N" (one line with -o).
+  std::string current;
+  for (auto const& line : split(qos, '\n')) {
+    for (auto const& word : split(line, ' ')) {
+      if (starts_with(word, "QOS=")) {
+        current = word.substr(4, word.rfind('(') == std::string::npos ? std::string::npos : word.rfind('(') - 4);
+      } else if (starts_with(word, "Priority=") && !current.empty()) {
+        double v = 0;
+        if (decimal(word.substr(9), v) && v >= 0) p.qos.emplace(current, static_cast<std::int64_t>(v));
+        current.clear();
+      }
+    }
+  }
+  // `sshare -a -n -P -o Account,User,Partition,FairShare`: users' rows.
+  for (auto const& line : split(sshare, '\n')) {
+    std::vector<std::string> f;
+    std::size_t at = 0;
+    for (;;) {
+      auto const bar = line.find('|', at);
+      f.push_back(trim(line.substr(at, bar == std::string::npos ? std::string::npos : bar - at)));
+      if (bar == std::string::npos) break;
+      at = bar + 1;
+    }
+    double v = 0;
+    if (f.size() < 4 || f[1].empty() || !decimal(f[3], v)) continue;
+    p.fairshare[f[0] + "|" + f[1] + "|" + f[2]] = std::clamp(v, 0.0, 1.0);
+  }
+  return p;
+}
+
+slurm_priorities read_priorities(command_runner const& run) {
+  std::string config;
+  try {
+    config = run({"scontrol", "show", "config"});
+  } catch (std::exception const& e) {
+    slurm_priorities p;
+    p.unread = true;
+    p.notes.push_back(std::string("scontrol show config: ") + e.what() + ": priority -nice");
+    return p;
+  }
+  auto p = parse_priorities(config, {});
+  if (!p.multifactor) return p;
+  std::vector<std::string> notes;
+  auto const output = [&](std::vector<std::string> const& argv, char const* what) {
+    try {
+      return run(argv);
+    } catch (std::exception const& e) {
+      notes.push_back(std::string(what) + ": " + e.what());
+      return std::string();
+    }
+  };
+  std::string const parts =
+      output({"scontrol", "-a", "-o", "show", "partition"}, "partitions not read (no partition factor, one tier)");
+  std::string qos, shares;
+  if (p.slurmdbd && p.weight_qos > 0) {
+    qos = output({"scontrol", "-o", "show", "assoc_mgr", "flags=qos"}, "QOS priorities not read (QOS factor 0)");
+  } else if (p.weight_qos > 0) {
+    notes.emplace_back("no slurmdbd: no QOS priorities (QOS factor 0, as in Slurm)");
+  }
+  if (p.slurmdbd && p.weight_fairshare > 0) {
+    shares = output({"sshare", "-a", "-n", "-P", "-o", "Account,User,Partition,FairShare"},
+                    "fair share not read (factor 0)");
+  }
+  p = parse_priorities(config, parts, qos, shares);
+  p.notes.insert(p.notes.end(), notes.begin(), notes.end());
+  if (p.partitions.empty() && notes.empty()) p.notes.emplace_back("no partition read: no partition factor, one tier");
+  return p;
+}
 
 snapshot build_round(std::string const& squeue_json, std::string const& sinfo_json, bridge_options const& opt) {
   json const info = parse(sinfo_json, "sinfo --json");
@@ -274,11 +663,20 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     c.nodes.push_back(std::move(nd));
   }
   if (rack_domain.empty()) c.topo = {};
+  // Slurm's job-size factor is relative to the whole cluster, every partition's nodes.
+  std::set<std::string> all_nodes;
+  std::int64_t all_cpus = 0;
+  for (auto const& n : info["nodes"]) {
+    if (all_nodes.insert(str(n, "name")).second) all_cpus += std::max<std::int64_t>(0, num(n, "cpus"));
+  }
+  ranker const rank(opt, static_cast<std::int64_t>(all_nodes.size()), all_cpus);
 
   auto const now = static_cast<std::int64_t>(std::time(nullptr));
   snap.round.now = now;
   snap.round.pol.stacking = opt.stacking;
+  snap.round.pol.order = opt.order;
   snap.round.pol.queue.preemption = opt.preempt;
+  snap.round.pol.age = rank.age();
   // Slurm reports no checkpoints, and a requeue restarts a job from its
   // start, as Slurm's own PreemptMode=REQUEUE does: any victim, by its
   // lost work (run time x GPUs).
@@ -303,7 +701,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     if (hosts.empty() || !detail.is_array() || detail.size() != hosts.size()) return why_not("no gres_detail per node");
     running_job rj;
     rj.name = "slurm-" + std::to_string(id);
-    rj.priority = priority_of(j);
+    rj.priority = rank.running_priority(j, now);
     rj.preemptible = j.value("requeue", false);
     rj.gang = hosts.size() > 1;
     rj.start_time = num(j, "start_time", now);
@@ -339,8 +737,18 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     snap.running_ids[rj.name] = id;
     snap.round.running.push_back(std::move(rj));
   };
+  // In job id order, Slurm's order of submission: jobs submitted within one
+  // second (submit_time's grain) keep it (the round breaks equal submit
+  // times by position; squeue lists by partition, state and priority).
+  std::vector<json const*> by_id;
   for (auto const& j : queue["jobs"]) {
     if (!j.is_object()) throw slurm_error("squeue --json: a job is not an object");
+    by_id.push_back(&j);
+  }
+  std::stable_sort(by_id.begin(), by_id.end(),
+                   [](json const* a, json const* b) { return num(*a, "job_id", -1) < num(*b, "job_id", -1); });
+  for (auto const* jp : by_id) {
+    auto const& j = *jp;
     if (!starts_with(str(j, "comment"), opt.tag)) continue;
     if (!opt.partition.empty() && str(j, "partition") != opt.partition) continue;
     std::int64_t const id = num(j, "job_id", -1);
@@ -415,7 +823,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     }
     job jb;
     jb.name = "slurm-" + std::to_string(id);
-    jb.priority = priority_of(j);
+    jb.priority = rank.priority(j);
     jb.queue.clear();
     jb.replicas = static_cast<std::int32_t>(nodes);
     jb.gang = nodes > 1;

@@ -37,6 +37,55 @@ class slurm_error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// How Slurm ranks jobs (docs/slurm.md, "Priorities"). A job the bridge
+/// holds has Slurm priority 0 and `sprio` leaves it out, so the bridge
+/// computes Slurm's multifactor priority itself from what Slurm exposes:
+/// the weights and flags (`scontrol show config`), each partition's
+/// PriorityJobFactor, PriorityTier, MaxTime and TRES (`scontrol -a -o show
+/// partition`), and with slurmdbd each QOS's priority (`scontrol -o show
+/// assoc_mgr flags=qos`) and each user's fair-share factor (`sshare`). All
+/// but the age: the round's aging adds it from the job's submit time.
+struct slurm_priorities {
+  bool multifactor = false;  ///< PriorityType=priority/multifactor; false: priority -nice
+  /// AccountingStorageType=accounting_storage/slurmdbd: without it Slurm
+  /// ignores PriorityWeightAge and PriorityWeightFairshare, and so does the bridge.
+  bool slurmdbd = false;
+  double weight_age = 0;
+  double weight_fairshare = 0;
+  double weight_job_size = 0;
+  double weight_partition = 0;
+  double weight_qos = 0;
+  double weight_assoc = 0;  ///< not computed (docs/slurm.md): a note when not 0
+  std::map<std::string, double> weight_tres;  ///< PriorityWeightTRES, by lower-case TRES name
+  std::int64_t max_age_s = 7 * 24 * 3600;     ///< PriorityMaxAge
+  std::int64_t calc_period_s = 300;           ///< PriorityCalcPeriod: how often Slurm recomputes priorities
+  bool favor_small = false;                   ///< PriorityFavorSmall
+  bool size_relative = false;                 ///< PriorityFlags SMALL_RELATIVE_TO_TIME
+  bool no_normal_part = false;                ///< PriorityFlags NO_NORMAL_PART (or NO_NORMAL_ALL)
+  bool no_normal_qos = false;
+  bool no_normal_tres = false;
+  struct partition {
+    std::int64_t job_factor = 1;      ///< PriorityJobFactor
+    std::int64_t tier = 1;            ///< PriorityTier: Slurm schedules a higher tier's jobs first
+    std::int64_t max_time_min = -1;   ///< MaxTime in minutes; -1: UNLIMITED
+    std::map<std::string, double> tres;  ///< TRES totals by lower-case name (memory in MiB)
+  };
+  std::map<std::string, partition> partitions;
+  std::map<std::string, std::int64_t> qos;  ///< QOS name -> Priority
+  /// sshare's FairShare factor: "account|user|partition" (partition empty
+  /// for an association of every partition).
+  std::map<std::string, double> fairshare;
+  std::vector<std::string> notes;  ///< what was not read, and why
+  bool unread = false;  ///< read_priorities: `scontrol show config` failed, nothing is known
+};
+
+/// slurm_priorities from the text of `scontrol show config`, `scontrol -a
+/// -o show partition`, `scontrol -o show assoc_mgr flags=qos` and `sshare
+/// -a -n -P -o Account,User,Partition,FairShare` (the last two may be
+/// empty). Lines it cannot read are left out; never throws.
+slurm_priorities parse_priorities(std::string const& config, std::string const& partitions,
+                                  std::string const& qos = {}, std::string const& sshare = {});
+
 struct bridge_options {
   std::string partition;        ///< only this partition's nodes and jobs; "" = every partition
   std::string tag = "placer";   ///< the comment prefix that makes a held job the bridge's
@@ -47,12 +96,21 @@ struct bridge_options {
   /// cluster is many equal nodes, and without it one round's jobs of one
   /// shape land one per node (docs/slurm.md).
   bool stacking = true;
+  /// The round's queue order (model.hpp policy::order).
+  queue_order order = queue_order::fifo;
   /// Evictions (`placer slurm-bridge --preempt`): the bridge's running jobs
   /// go into the round as running work (preemptible when Slurm may requeue
   /// them), preemption is on, and an eviction becomes `scontrol
   /// requeuehold`: the job is pending and held again, the bridge's, and a
   /// later cycle places it. Off: running jobs are only the nodes' usage.
   bool preempt = false;
+  /// Slurm's ranking (read_priorities). Not multifactor, the default:
+  /// priority -nice, no aging.
+  slurm_priorities priorities;
+  /// Aging (policy::age) overrides, in Slurm's priority points and seconds:
+  /// PriorityWeightAge (0: none) and PriorityMaxAge; -1: Slurm's own.
+  std::int64_t age_weight = -1;
+  std::int64_t age_max_s = -1;
 };
 
 /// Node labels from Slurm features: "slurm.feature/<feature>=true".
@@ -65,6 +123,12 @@ std::string partition_label(std::string const& partition);
 /// stderr when it cannot start, exits non-zero, or runs past timeout_ms.
 std::string run_command(std::vector<std::string> const& argv, int timeout_ms = 30000);
 using command_runner = std::function<std::string(std::vector<std::string> const&)>;
+
+/// Slurm's ranking as parse_priorities reads it, from the commands run by
+/// `run`: those with slurmdbd only when Slurm has it and weighs the factor.
+/// A command that fails leaves its part out, saying so in notes; where the
+/// configuration cannot be read, priority is -nice. Never throws.
+slurm_priorities read_priorities(command_runner const& run);
 
 struct skipped_job {
   std::int64_t job = 0;
@@ -97,10 +161,13 @@ struct snapshot {
 /// unhealthy, racks as topology. Jobs: -N as replicas (a gang above one),
 /// GPUs per node from tres_per_node, CPUs and memory per node, the
 /// partition (or -p a,b: any of them) and --constraint (a&b, a,b or a|b of
-/// plain features) as selectors, -nice as priority. With opt.preempt, the
-/// bridge's running jobs as running work: their nodes and GPU indices
-/// (gres_detail), -nice as priority, preemptible when Slurm may requeue
-/// them. Throws slurm_error when the output is
+/// plain features) as selectors, Slurm's ranking as priority (with
+/// opt.priorities multifactor: the multifactor priority without its age,
+/// in bands by partition PriorityTier, and the round's aging from
+/// PriorityWeightAge and PriorityMaxAge; otherwise -nice). With
+/// opt.preempt, the bridge's running jobs as running work: their nodes and
+/// GPU indices (gres_detail), the same priority with the age they have
+/// now, preemptible when Slurm may requeue them. Throws slurm_error when the output is
 /// not what Slurm writes; a job it cannot express is skipped, saying why,
 /// and a node whose GPUs it cannot read is left out (snapshot::warnings).
 snapshot build_round(std::string const& squeue_json, std::string const& sinfo_json, bridge_options const& opt);
