@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Placer behind Slurm against Slurm alone, on the same seeded job mix.
 
-    sudo bench/slurm/side_by_side.py [--nodes 64] [--jobs 400] [--seed 1] [--out FILE.json] [--capture DIR]
+    sudo bench/slurm/side_by_side.py [--nodes 64] [--jobs 400 | --load 1.1] [--seed 1] [--out FILE.json]
+                                     [--capture DIR] [--order fifo|pack|strict]
 
 Starts a local Slurm cluster (scripts/slurm-cluster.sh: 8 GPUs a node, two
 GPU models, racks of 16 nodes) and a Placer service, submits the job mix
@@ -28,7 +29,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PLACER = os.path.join(ROOT, "build", "placer")
+PLACER = os.environ.get("PLACER_BIN", os.path.join(ROOT, "build", "placer"))  # a copy keeps a rebuild out of a run
 CLUSTER = os.path.join(ROOT, "scripts", "slurm-cluster.sh")
 RACK = 16  # nodes a rack
 
@@ -37,12 +38,13 @@ def run(argv, **kw):
     return subprocess.run(argv, check=True, capture_output=True, text=True, **kw).stdout
 
 
-def job_mix(n, seed):
+def job_mix(n, seed, gpus=0):
     """(nodes, GPUs a node, constraint) per job: mostly small jobs, some whole
-    nodes, a few 2- and 4-node gangs of whole nodes, a few pinned to a model."""
+    nodes, a few 2- and 4-node gangs of whole nodes, a few pinned to a model.
+    n jobs, or with gpus > 0 as many as it takes to ask for that many GPUs."""
     rng = random.Random(seed)
     mix = []
-    for _ in range(n):
+    while (len(mix) < n) if gpus <= 0 else (sum(a * b for a, b, _ in mix) < gpus):
         u = rng.random()
         if u < 0.45:
             spec = (1, rng.choice([1, 1, 2]), "")
@@ -159,6 +161,7 @@ def measure(mix, ids, t_release, gpus_per_node, n_nodes):
         "gangs_placed": gangs, "gangs_in_one_rack": gangs_one_rack,
         "seconds_to_last_start": last_start - t_release,
         "placements_per_second": len(placed) / span,
+        "started": [k for k, i in enumerate(ids) if js.get(i, {}).get("job_state") == "RUNNING"],
     }
 
 
@@ -193,7 +196,7 @@ def one_run(mode, args, tmp):
          "--racks", str(max(1, args.nodes // RACK)), "--dir", cdir, "--port", str(args.port)], timeout=120)
     os.environ["SLURM_CONF"] = os.path.join(cdir, "slurm.conf")
     try:
-        mix = job_mix(args.jobs, args.seed)
+        mix = job_mix(args.jobs, args.seed, int(args.load * 8 * args.nodes))
         ids = []
         for n, g, c in mix:
             argv = ["sbatch", "--parsable", "-H", "--comment=placer", "-o", "/dev/null", "-N", str(n),
@@ -211,12 +214,14 @@ def one_run(mode, args, tmp):
             settle(args.max_seconds, quiet_s=45.0)
         else:
             def cycle():
-                out = run([PLACER, "slurm-bridge", "--once", "--endpoint", args.endpoint] +
+                out = run([PLACER, "slurm-bridge", "--once", "--endpoint", args.endpoint, "--order", args.order] +
                           (["--no-stacking"] if args.no_stacking else []))
                 for line in out.splitlines():
                     if line.startswith("cycle:"):
                         cycles.append(line)
-            settle(args.max_seconds, poll=0.5, step=cycle)
+            # Released jobs past Slurm's default_queue_depth (100) start in
+            # its backfill pass too: as long a quiet as above.
+            settle(args.max_seconds, poll=1.0, quiet_s=45.0, step=cycle)
         r = measure(mix, ids, t_release, 8, args.nodes)
         r["mode"] = mode
         if cycles:
@@ -231,7 +236,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--jobs", type=int, default=400)
+    ap.add_argument("--load", type=float, default=0,
+                    help="instead of --jobs: jobs until they ask for this share of the GPUs (e.g. 1.1)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--order", default="fifo", help="the bridge's queue order (fifo, pack, strict)")
     ap.add_argument("--port", type=int, default=27000)
     ap.add_argument("--endpoint", default="tcp://127.0.0.1:5631")
     ap.add_argument("--max-seconds", type=float, default=240)
@@ -256,14 +264,17 @@ def main():
     keys = ["jobs_placed", "gpus_placed", "gpus_total", "gpus_free_on_partly_used_nodes", "free_nodes",
             "fgd_fragmented_gpus",
             "gangs_placed", "gangs_in_one_rack", "seconds_to_last_start", "placements_per_second"]
-    print(f"{args.jobs} jobs (seed {args.seed}) on {args.nodes} nodes x 8 GPUs, racks of {RACK}")
+    asked = sum(n * g for n, g, _ in job_mix(args.jobs, args.seed, int(args.load * 8 * args.nodes)))
+    print(f"{results[0]['jobs']} jobs asking for {asked} GPUs ({100 * asked / (8 * args.nodes):.0f}%, seed {args.seed}) "
+          f"on {args.nodes} nodes x 8 GPUs, racks of {RACK}; bridge order {args.order}")
     print(f"{'':34s} {'slurm alone':>12s} {'placer':>12s}")
     for k in keys:
         a, b = results[0][k], results[1][k]
         fmt = (lambda v: f"{v:12.1f}") if isinstance(a, float) or isinstance(b, float) else (lambda v: f"{v:12d}")
         print(f"{k:34s} {fmt(a)} {fmt(b)}")
     print("bridge:", results[1].get("bridge_cycles"), "cycles; first:", results[1].get("bridge_first_cycle", ""))
-    doc = {"nodes": args.nodes, "jobs": args.jobs, "seed": args.seed, "date": time.strftime("%Y-%m-%d"),
+    doc = {"nodes": args.nodes, "jobs": results[0]["jobs"], "load": args.load, "order": args.order, "seed": args.seed,
+           "date": time.strftime("%Y-%m-%d"),
            "runs": results}
     if args.out:
         with open(args.out, "w") as f:
