@@ -136,29 +136,6 @@ TEST(QueueOrder, ALaterJobThatFitsInWhatIsLeftStillStarts) {
   EXPECT_EQ(first_overtaken(in, r), "");
 }
 
-TEST(QueueOrder, TheRepairSearchKeepsTheEarlierJob) {
-  // Solver.RepairSearchSeatsTheGangALargerJobWouldBlock in submission order:
-  // the 4-GPU job came first and fits, so the more valuable gang behind it
-  // does not displace it.
-  round_input in;
-  in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(1).gpus(8).gpu_model("L40S").build();
-  in.state.nodes[1].gpu_model = "T4";
-  in.state.nodes[1].gpu_free_milli.assign(4, 1000);
-  auto big = gpu_job("big", 4, 0);
-  big.allowed_gpu_models = {"L40S"};
-  auto gang = gpu_job("gang", 1, 1, 5);
-  gang.distinct_nodes = false;
-  gang.topology_level = 2;
-  gang.topo_mode = topology_mode::required;
-  in.pending = {big, gang};
-  auto s = cpu_solver();
-  auto const r = s.solve(in);
-  expect_round_invariants(in, r);
-  ASSERT_EQ(r.placements.size(), 1U);
-  EXPECT_EQ(r.placements[0].job, 0);
-  EXPECT_EQ(first_overtaken(in, r), "");
-}
-
 TEST(QueueOrder, RandomRoundsOvertakeNoOne) {
   // Random clusters and jobs of every shape (gangs, topology, fractions,
   // models, pools, constraints), 1,500 rounds, plus the 10k scenario.

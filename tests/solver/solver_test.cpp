@@ -151,8 +151,8 @@ TEST(Solver, RepairSearchSeatsTheGangALargerJobWouldBlock) {
   // under one leaf, and the 4-GPU job may run on L40S alone: 5 + 4 > 8.
   // Largest-first tiers seat the 4-GPU job first; the repair search
   // promotes the gang, which is worth more (5,005 against 4,001). That is
-  // pack order: in submission order (fifo) the 4-GPU job came first and
-  // keeps its place (QueueOrder.TheRepairSearchKeepsTheEarlierJob).
+  // pack order: in submission order (fifo, the default; checked at the
+  // end) the 4-GPU job came first and keeps its place.
   round_input in;
   in.pol.order = queue_order::pack;
   in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(1).gpus(8).gpu_model("L40S").build();
@@ -178,6 +178,10 @@ TEST(Solver, RepairSearchSeatsTheGangALargerJobWouldBlock) {
   EXPECT_TRUE(std::any_of(r.timing.begin(), r.timing.end(), [](auto const& t) { return t.stage == "repair"; }));
   // The GAR after the round is the gang's: 5 of the 12 GPUs.
   EXPECT_NEAR(r.metrics.gar_after, 5.0 / 12.0, 1e-9);
+  in.pol.order = queue_order::fifo;
+  auto const fifo = s.solve(in);
+  ASSERT_EQ(fifo.placements.size(), 1U);
+  EXPECT_EQ(fifo.placements[0].job, 0);
 }
 
 TEST(Solver, ModelAndPoolConstraintsGiveNoFeasibleNode) {
