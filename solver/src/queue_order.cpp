@@ -22,8 +22,7 @@ round_input aged(round_input const& in) {
   std::sort(explicit_levels.begin(), explicit_levels.end());
   explicit_levels.erase(std::unique(explicit_levels.begin(), explicit_levels.end()), explicit_levels.end());
   for (auto& j : out.pending) {
-    auto const wait = std::clamp<std::int64_t>(in.now - j.submit_time, 0, a.max_age_s);
-    auto effective = static_cast<std::int64_t>(j.priority) + a.weight * wait / a.max_age_s;
+    auto effective = static_cast<std::int64_t>(j.priority) + a.points(in.now, j.submit_time);
     if (!a.cross_priority) {
       // One short of the next higher explicit priority: never jumps a class.
       auto const next = std::upper_bound(explicit_levels.begin(), explicit_levels.end(), j.priority);

@@ -285,10 +285,7 @@ class ranker {
   /// ranks the same never evicts it for having waited.
   [[nodiscard]] std::int32_t running_priority(json const& j, std::int64_t now) const {
     std::int64_t pr = priority(j);
-    if (age_.weight > 0) {
-      auto const wait = std::clamp<std::int64_t>(now - num(j, "submit_time", now), 0, age_.max_age_s);
-      pr += age_.weight * wait / age_.max_age_s;
-    }
+    if (age_.weight > 0) pr += age_.points(now, num(j, "submit_time", now));
     return static_cast<std::int32_t>(std::min<std::int64_t>(pr, std::numeric_limits<std::int32_t>::max()));
   }
 

@@ -249,6 +249,11 @@ struct aging {
   std::int32_t weight = 0;
   std::int64_t max_age_s = 7 * 24 * 3600;
   bool cross_priority = false;
+  /// The points a job submitted at `submit_time` has gained by `now`
+  /// (max_age_s >= 1; a wait below 0 counts 0).
+  [[nodiscard]] std::int64_t points(std::int64_t now, std::int64_t submit_time) const {
+    return weight * std::clamp<std::int64_t>(now - submit_time, 0, max_age_s) / max_age_s;
+  }
   bool operator==(aging const&) const = default;
 };
 
