@@ -1,0 +1,381 @@
+#pragma once
+// The tier program's shared state (tier_program.hpp): the loop control,
+// rank 0's phase clock, the buffers and their layout in backend memory, a
+// chain's offsets and results, the team of one (seq_team) and the prices.
+
+#include <placer/kernels/hd.hpp>
+#include <placer/kernels/ops.hpp>
+#include <placer/kernels/steps.hpp>
+#include <placer/kernels/tier.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace placer::kernels {
+inline namespace PLACER_BACKEND_NS {
+
+/// Loop control shared by the team (backend memory).
+struct tier_control {
+  /// Nodes in todo[0] / todo[1]. Round k of a pass bids from list k % 2
+  /// (every worker knows k) and fills the other (fetch_add); a count is
+  /// reset only after a barrier since it was last read.
+  std::int32_t todo_count[2] = {0, 0};
+  std::int32_t placed = 0;       ///< placements so far (fetch_add)
+  std::int32_t touched = 0;      ///< nodes won this iteration (fetch_add)
+  std::int32_t placed_before = 0;  ///< copies at the iteration's start
+  std::int32_t iterations = 0;
+  std::int32_t round_cap_hit = 0;
+  std::int32_t done = 0;         ///< 1: stop iterating
+  std::int32_t again = 0;        ///< 1: a row ended unfilled above a zero floor; bid again
+  std::int32_t jump_raised = 0;  ///< 1: the last tier_jump raised prices (read after its barrier)
+  std::int32_t floor_passes = 0;  ///< tier_floors_radix: the most digit passes a row needs (fetch_max)
+  /// tier_jump_team: rows joined G in a sweep (two, alternating), G has a
+  /// row, G has a row with an unheld copy; the least slack of G's holders.
+  std::int32_t jump_changed[2] = {0, 0};
+  std::int32_t jump_any = 0;
+  std::int32_t jump_stop = 0;
+  std::int64_t jump_rise = 0;
+  std::int32_t offer_passes = 0;  ///< tier_offer_team: the most digit passes a row needs (fetch_max)
+  std::int32_t offer_moved[2] = {0, 0};  ///< tier_offer_team: a row's M moved in a step (two, alternating)
+  /// tier_offer_team: the rows listed in offer_rows (high 32 bits) and
+  /// their items (low 32 bits), one fetch_add a row; 0 again at its end.
+  std::int64_t offer_slots = 0;
+  std::int32_t offer_most_held = 0;  ///< tier_offer_team: the most copies a listed row keeps (fetch_max)
+  std::int64_t rounds = 0;
+  std::int32_t passes = 0;  ///< passes so far (tier_first_bidders), the stamp of bid_pass
+  /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
+  /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
+  std::int64_t phase[tier_phase_count] = {};
+  std::int64_t ticks = 0;
+  std::int64_t ns = 0;
+};
+
+/// Rank 0's stopwatch over a tier's phases (tier_control::phase): lap(P)
+/// adds the time since the last lap to phase P. Others' laps do nothing.
+struct tier_clock {
+  PLACER_HD static std::int64_t ticks() {
+#if defined(__CUDA_ARCH__)
+    return static_cast<std::int64_t>(clock64());
+#else
+    return tier_clock::ns();
+#endif
+  }
+  PLACER_HD static std::int64_t ns() {
+#if defined(__CUDA_ARCH__)
+    std::uint64_t t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return static_cast<std::int64_t>(t);
+#else
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+#endif
+  }
+  PLACER_HD tier_clock(tier_control* c, bool on) : ctl(on ? c : nullptr) {
+    if (ctl != nullptr) {
+      start_ns = ns();
+      start = last = ticks();
+    }
+  }
+  PLACER_HD void lap(tier_phase p) {
+    if (ctl == nullptr) return;
+    std::int64_t const now = ticks();
+    ctl->phase[p] += now - last;
+    last = now;
+  }
+  /// The tier's span, once at its end.
+  PLACER_HD void stop() {
+    if (ctl == nullptr) return;
+    ctl->ticks += ticks() - start;
+    ctl->ns += ns() - start_ns;
+  }
+  tier_control* ctl;
+  std::int64_t start = 0, last = 0, start_ns = 0;
+};
+
+/// The serial offers run every row at once, a heap step a bid on each row's
+/// thread, while the team's cost some tens of barriers a bidding round
+/// whatever the rows' bids: the team takes a row from this many bids in a
+/// round. Chosen on an H100 (bench/results/2026-11-26-h100-offer-least-*):
+/// taking every row with bids cost the 10k round's offers 5.8 -> 12.6 ms;
+/// from 16 bids the offers of 10k, 100k and openb sum to 27.1 ms, from 64
+/// to 29.9 and from 1 to 36.1.
+inline constexpr std::int32_t tier_offer_team_least = 16;
+
+/// A team_wide team refreshes a tier's stale cells a worker per cell, not
+/// per node, when the tier has at most this many candidate nodes: half the
+/// CUDA backend's CTA when it had 256 threads (it has 512 now;
+/// PLACER_CUDA_REFRESH_CELLS_BELOW sets tier_buffers::refresh_cells_below
+/// there, to measure).
+inline constexpr std::int32_t tier_refresh_cells_below = 128;
+
+/// Rows a node remembers from its last full scan of a pass (tier_bid):
+/// most of its later bids are decided by these alone.
+inline constexpr std::int32_t tier_bid_top = 4;
+/// Bids remember rows only in tiers of more rows than this: a remembered
+/// bid is a chain of dependent loads (the pass, the rows, their cells)
+/// where a scan's loads are independent, so on 18 rows (the 100k round's
+/// largest tier) remembering cost 2-5% of the bid phase on the CPU, on
+/// 37 (10k-k8s) it was even, on 50 (100k-k8s) it saved 20% and on 248
+/// (gpuspec25 in one round) a fifth of the round.
+inline constexpr std::int32_t tier_remember_rows_above = 32;
+
+/// The program's buffers, in the backend's memory. Sizes: N = nodes, R =
+/// rows, D = sum of the rows' demands.
+struct tier_buffers {
+  tier_problem p;                    ///< pointers into backend memory
+  std::int32_t const* heap_begin;    ///< R + 1: exclusive scan of demand (host)
+  std::int32_t* remaining;           ///< R
+  std::int32_t* quota;               ///< R: copies a row may place this iteration (remaining, or less under row_cap)
+  std::int64_t* floor;               ///< R: the price of a row's unheld copies
+  /// 2R: a row's price (tier_price; tier_closed when met), in two halves:
+  /// round k reads half k % 2 (tier_prices) and writes the other, so an
+  /// offer may re-price holders against the round's prices while other
+  /// rows' workers move theirs.
+  std::int64_t* price;
+  std::int32_t* select;              ///< R x N: scratch for the floors, then the winners' groups
+  std::int32_t* held;                ///< R: copies held this iteration
+  std::int32_t* bid_count;           ///< R
+  std::int32_t* bid_cursor;          ///< R
+  std::int64_t* heap_bid;            ///< D: per row a min-heap of held bids
+  std::int32_t* heap_node;           ///< D
+  std::int32_t* bid_row;             ///< N: row a node bids for this round, -1 none
+  std::int64_t* bid_value;           ///< N
+  std::int32_t* bid_round;           ///< N: the round a held bid was made in (ctl->rounds)
+  /// tier_bid_top x N, node-major: the rows of a node's best margins at
+  /// its last full scan (tier_scan_margins), ascending, -1 past the last.
+  std::int32_t* bid_top;
+  std::int64_t* bid_bound;           ///< N: the next best margin at that scan (tier_no_margin: none)
+  std::int32_t* bid_pass;            ///< N: the pass of that scan (ctl->passes), -1 none in this tier
+  std::int32_t* todo[2];             ///< N each: nodes bidding this round / next
+  std::int32_t* bucket;              ///< N: this round's bids grouped by row
+  std::int32_t* won;                 ///< N: nodes that won a copy this iteration
+  std::int32_t* won_row;             ///< N: the row a node won, -1 none
+  std::int32_t* jump_rows;           ///< 2R: tier_jump's row marks and worklist
+  std::int32_t* floor_hist;          ///< 256R: tier_floors_radix's digit counts per row
+  std::int32_t* floor_row;           ///< tier_floor_fields x R: tier_floors_radix's state per row
+  std::int64_t* offer_row;           ///< tier_offer_fields x R: tier_offer_team's state per row
+  std::int32_t* offer_rows;          ///< R: the rows tier_offer_team takes in a round, in any order
+  std::int32_t* offer_begin;         ///< R: where a listed row's items begin among all of them (ascending)
+  tier_placement* out;               ///< D
+  tier_control* ctl;
+  /// tier_offer_team takes the rows with at least this many bids in a
+  /// round; the others keep the serial offers (the same results).
+  std::int32_t offer_team_least = tier_offer_team_least;
+  /// A team_wide team refreshes a tier a worker per cell up to this many
+  /// candidate nodes (tier_refresh_cells_below).
+  std::int32_t refresh_cells_below = tier_refresh_cells_below;
+  /// Bids remember rows in tiers of more rows than this
+  /// (tier_remember_rows_above; 0: always, in the tests).
+  std::int32_t remember_rows_above = tier_remember_rows_above;
+};
+
+/// A chain of tiers run in one launch (tier_chain_program; the backend's
+/// place_tiers): tier k + 1 starts from the node state, matrix and clock
+/// tier k left, and its refresh candidates are the nodes tier k committed,
+/// each once (tiers after the first do not read their `changed`). Per tier
+/// k: its problem, its heap_begin at heap_at[k], its control ctl[k] and
+/// its placements at out + out_at[k] (its copies reserved). `work` holds
+/// the program's other buffers, laid out for the chain's largest tier
+/// (tier_layout with the most nodes x rows and copies of any tier).
+struct tier_chain {
+  std::int32_t n_tiers = 0;
+  tier_problem const* tiers = nullptr;
+  std::int32_t const* heap_begin = nullptr;  ///< sum of (R_k + 1)
+  std::int32_t const* heap_at = nullptr;     ///< n_tiers
+  std::int32_t const* out_at = nullptr;      ///< n_tiers + 1
+  tier_control* ctl = nullptr;               ///< n_tiers, zeroed
+  tier_placement* out = nullptr;             ///< out_at[n_tiers]
+  std::int32_t* listed = nullptr;            ///< N: the last tier that listed a node as a candidate
+  std::int32_t* candidates = nullptr;        ///< the most copies of a tier: tier k - 1's committed nodes
+  std::int32_t* n_candidates = nullptr;      ///< 1
+  tier_buffers work;
+};
+
+/// Host: heap_begin[0..R] = exclusive scan of the demands; returns their sum
+/// (the copies, and the most placements a tier can make).
+inline std::int32_t tier_heap_begin(tier_problem const& p, std::int32_t* heap_begin) {
+  std::int64_t at = 0;
+  for (std::int32_t r = 0; r < p.n_rows; ++r) {
+    heap_begin[r] = static_cast<std::int32_t>(at);
+    at += p.demand[r];
+  }
+  heap_begin[p.n_rows] = static_cast<std::int32_t>(at);
+  return static_cast<std::int32_t>(at);
+}
+
+/// tier_floors_radix's state of a row (tier_buffers::floor_row): its
+/// feasible cells and their largest value, then the rank wanted among the
+/// cells that match the value's bits found so far (pre, the bits above
+/// `at`); at <= 0 once the floor is known.
+enum tier_floor_field : int { tier_floor_count, tier_floor_hi, tier_floor_want, tier_floor_pre, tier_floor_at, tier_floor_fields };
+
+/// tier_offer_team's state of a row (tier_buffers::offer_row): the round
+/// the team took its offers in (else older), its items' least and largest
+/// value, the key shift, the threshold M, then the radix search for f(M)
+/// as in tier_floor_field.
+enum tier_offer_field : int {
+  tier_offer_round,
+  tier_offer_lo,
+  tier_offer_hi,
+  tier_offer_shift,
+  tier_offer_pre_m,  ///< M, the threshold key so far (-1: nobody re-bid)
+  tier_offer_want,
+  tier_offer_pre,
+  tier_offer_at,
+  tier_offer_searching,  ///< 1: M may still move
+  tier_offer_fields
+};
+
+/// Host: lays the program's work buffers out through take(T* tag, count),
+/// which returns backend memory for `count` elements of T. `p`, heap_begin
+/// and ctl are the caller's.
+template <class Take>
+void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std::int32_t copies, Take&& take) {
+  auto const n = static_cast<std::size_t>(n_nodes);
+  auto const r = static_cast<std::size_t>(n_rows);
+  auto const d = static_cast<std::size_t>(copies);
+  b.remaining = take(b.remaining, r);
+  b.quota = take(b.quota, r);
+  b.floor = take(b.floor, r);
+  b.price = take(b.price, 2 * r);
+  b.select = take(b.select, r * n);
+  b.held = take(b.held, r);
+  b.bid_count = take(b.bid_count, r);
+  b.bid_cursor = take(b.bid_cursor, r);
+  b.heap_bid = take(b.heap_bid, d);
+  b.heap_node = take(b.heap_node, d);
+  b.bid_row = take(b.bid_row, n);
+  b.bid_value = take(b.bid_value, n);
+  b.bid_round = take(b.bid_round, n);
+  b.bid_top = take(b.bid_top, tier_bid_top * n);
+  b.bid_bound = take(b.bid_bound, n);
+  b.bid_pass = take(b.bid_pass, n);
+  b.todo[0] = take(b.todo[0], n);
+  b.todo[1] = take(b.todo[1], n);
+  b.bucket = take(b.bucket, n);
+  b.won = take(b.won, n);
+  b.won_row = take(b.won_row, n);
+  b.jump_rows = take(b.jump_rows, 2 * r);
+  b.floor_hist = take(b.floor_hist, 256 * r);
+  b.floor_row = take(b.floor_row, tier_floor_fields * r);
+  b.offer_row = take(b.offer_row, tier_offer_fields * r);
+  b.offer_rows = take(b.offer_rows, r);
+  b.offer_begin = take(b.offer_begin, r);
+}
+
+/// Host: the chain's sizes and offsets from its problems: heap_begin
+/// (concatenated) and heap_at, out_at (n_tiers + 1), and the largest tier's
+/// rows and copies for tier_layout. Returns the chain's copies.
+inline std::int32_t tier_chain_offsets(tier_problem const* tiers, std::int32_t n_tiers, std::int32_t* heap_begin,
+                                       std::int32_t* heap_at, std::int32_t* out_at, std::int32_t& most_rows,
+                                       std::int32_t& most_copies) {
+  std::int32_t h = 0;
+  most_rows = most_copies = 0;
+  out_at[0] = 0;
+  for (std::int32_t k = 0; k < n_tiers; ++k) {
+    heap_at[k] = h;
+    std::int32_t const copies = tier_heap_begin(tiers[k], heap_begin + h);
+    h += tiers[k].n_rows + 1;
+    out_at[k + 1] = out_at[k] + copies;
+    most_rows = most_rows > tiers[k].n_rows ? most_rows : tiers[k].n_rows;
+    most_copies = most_copies > copies ? most_copies : copies;
+  }
+  return out_at[n_tiers];
+}
+/// Host: a chain's results from its controls and placements (out + out_at[k]
+/// for tier k, as tier_chain_offsets laid them out); returns the
+/// placements in all. No tiers: empty results.
+inline std::int32_t tier_chain_results(tier_control const* ctl, tier_placement const* out, std::int32_t const* out_at,
+                                       std::int32_t n_tiers, tier_results& r) {
+  r.placed.clear();
+  r.begin.assign(1, 0);
+  r.stats.clear();
+  std::int32_t placed = 0;
+  for (std::int32_t k = 0; k < n_tiers; ++k) {
+    tier_placement const* from = out + out_at[k];
+    r.placed.insert(r.placed.end(), from, from + ctl[k].placed);
+    r.begin.push_back(static_cast<std::int32_t>(r.placed.size()));
+    tier_stats st{ctl[k].iterations, ctl[k].rounds, ctl[k].round_cap_hit != 0};
+    double const scale = ctl[k].ticks > 0 ? static_cast<double>(ctl[k].ns) / static_cast<double>(ctl[k].ticks) : 0.0;
+    for (int ph = 0; ph < tier_phase_count; ++ph) {
+      st.phase_ns[ph] = static_cast<std::int64_t>(static_cast<double>(ctl[k].phase[ph]) * scale);
+    }
+    tier_profile_add(st);
+    r.stats.push_back(st);
+    placed += ctl[k].placed;
+  }
+  return placed;
+}
+/// Entries of the chain's concatenated heap_begin.
+inline std::size_t tier_chain_heap_entries(tier_problem const* tiers, std::int32_t n_tiers) {
+  std::size_t e = 0;
+  for (std::int32_t k = 0; k < n_tiers; ++k) e += static_cast<std::size_t>(tiers[k].n_rows) + 1;
+  return e;
+}
+
+/// A chain of tiers is one launch of the program, and one wait: the
+/// placements and what the tiers changed read back.
+inline void count_tier(step_counts& st) {
+  st.calls += 1;
+  st.waits += 1;
+}
+
+/// A team of one: the CPU backend's worker.
+struct seq_team {
+  [[nodiscard]] static constexpr std::int32_t rank() { return 0; }
+  [[nodiscard]] static constexpr std::int32_t size() { return 1; }
+  /// A bidding round with fewer bidders than this runs on rank 0 alone
+  /// (one barrier instead of four); every Team says where its barriers
+  /// cost more than the work they split.
+  [[nodiscard]] static constexpr std::int32_t solo_below() { return 0; }
+  PLACER_HD static void sync() {}
+  template <class T>
+  PLACER_HD static T fetch_add(T* p, std::type_identity_t<T> v) {
+    T const old = *p;
+    *p += v;
+    return old;
+  }
+  template <class T>
+  PLACER_HD static T fetch_max(T* p, T v) {
+    T const old = *p;
+    if (v > old) *p = v;
+    return old;
+  }
+  template <class T>
+  PLACER_HD static T fetch_min(T* p, T v) {
+    T const old = *p;
+    if (v < old) *p = v;
+    return old;
+  }
+  /// The CPU backend selects each row's floor on one worker (tier_floor),
+  /// jumps on rank 0 (tier_jump) and offers a row's bids on its worker;
+  /// the device twin runs the CUDA backend's way (team_wide).
+  bool team_wide = false;
+};
+
+/// (bid, node) order of held copies: a is worse than b (lower bid, or the
+/// same bid from a higher node index). The heap keeps the worst on top.
+PLACER_HD inline bool tier_worse(std::int64_t bid_a, std::int32_t node_a, std::int64_t bid_b, std::int32_t node_b) {
+  return bid_a != bid_b ? bid_a < bid_b : node_a > node_b;
+}
+
+/// The price of a row with no copy left to place: above any margin.
+inline constexpr std::int64_t tier_closed = std::int64_t{1} << 62;
+
+/// The price a bidder sees for row r: the worst held bid when every copy
+/// of the iteration is held, else the floor (an unheld copy); tier_closed
+/// when the row places nothing more this iteration.
+PLACER_HD inline std::int64_t tier_price(tier_buffers const& b, std::int32_t r) {
+  if (b.quota[r] == 0) return tier_closed;
+  return b.held[r] < b.quota[r] ? b.floor[r] : b.heap_bid[b.heap_begin[r]];
+}
+
+/// The prices round k reads (list = k % 2); the round writes the other half.
+PLACER_HD inline std::int64_t* tier_prices(tier_buffers const& b, std::int32_t list) {
+  return b.price + static_cast<std::int64_t>(list) * b.p.n_rows;
+}
+
+}  // inline namespace PLACER_BACKEND_NS
+}  // namespace placer::kernels

@@ -1,0 +1,67 @@
+#pragma once
+// The radix search both team selections run: the floors (floor.hpp) and the
+// team's offers (offer.hpp).
+
+#include "buffers.hpp"
+
+#include <cstdint>
+
+namespace placer::kernels {
+inline namespace PLACER_BACKEND_NS {
+
+/// The radix search both team selections run (tier_floors_radix over a
+/// row's values, tier_offer_team over its items' keys): the bits found so
+/// far are `pre`, those above bit `at`; a pass counts the next digit (at
+/// most eight bits) of the values that match them, and a worker per row
+/// walks the counts down to the digit that holds the wanted rank.
+///
+/// The next digit of v, or -1 when v does not match the bits found.
+template <class T>
+PLACER_HD std::int32_t tier_digit(T v, T pre, T at) {
+  if ((v >> at) != pre) return -1;
+  T const width = min_of<T>(8, at);
+  return static_cast<std::int32_t>((v >> (at - width)) & ((T{1} << width) - 1));
+}
+/// A worker's digit counts, a run of one digit added at once (identical
+/// nodes score alike, so equal values do not queue on one counter).
+template <class Team>
+struct tier_digit_runs {
+  Team& t;
+  std::int32_t* hist;  ///< the row's 256 counts
+  std::int32_t digit = -1;
+  std::int32_t run = 0;
+  PLACER_HD void add(std::int32_t d) {
+    if (d != digit) {
+      flush();
+      digit = d;
+    }
+    ++run;
+  }
+  /// The same into another row's counts.
+  PLACER_HD void add(std::int32_t* h, std::int32_t d) {
+    if (h != hist) {
+      flush();
+      hist = h;
+      digit = -1;
+    }
+    add(d);
+  }
+  PLACER_HD void flush() {
+    if (run > 0) t.fetch_add(hist + digit, run);
+    run = 0;
+  }
+};
+/// After a pass: the digit that holds the wanted rank joins `pre`, the rank
+/// is taken within it, and the counts are cleared for the next pass.
+template <class T>
+PLACER_HD void tier_radix_step(std::int32_t* hist, T& want, T& pre, T& at) {
+  T const width = min_of<T>(8, at);
+  std::int32_t d = (1 << width) - 1;
+  while (d > 0 && hist[d] < want) want -= hist[d--];
+  for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
+  pre = (pre << width) | d;
+  at -= width;
+}
+
+}  // inline namespace PLACER_BACKEND_NS
+}  // namespace placer::kernels

@@ -1,0 +1,75 @@
+#pragma once
+// The refresh: the live classes' stale cells re-scored before a tier reads
+// them, a column per node (tier_refresh) or a cell per worker
+// (tier_refresh_cell), twins copied.
+
+#include "buffers.hpp"
+
+#include <placer/kernels/ops.hpp>
+
+#include <cstdint>
+
+namespace placer::kernels {
+inline namespace PLACER_BACKEND_NS {
+
+/// The cells of live classes that are stale on a node (stamp >= fresh).
+struct tier_stale {
+  std::uint8_t const* live;
+  std::int32_t const* fresh;
+  std::int32_t stamp;
+  PLACER_HD bool operator()(std::int32_t, std::int32_t c) const {
+    return (live == nullptr || live[c] != 0) && stamp >= fresh[c];
+  }
+};
+
+/// The twin node n copies its refreshed cells from, or -1 (it re-scores its
+/// own): its label's node when that is the root of its label (labelled
+/// itself, so it re-scores its own) and in the same state.
+PLACER_HD inline std::int32_t tier_twin(tier_buffers const& b, std::int32_t n) {
+  auto const& p = b.p;
+  if (p.state == nullptr) return -1;
+  std::int32_t const l = p.state[n];
+  return l != n && p.state[l] == l && node_state_equal(p.nodes, n, l) ? l : -1;
+}
+
+/// The refresh of node n's stale cells of the live classes
+/// (tier_problem::stamp), in two passes over the nodes with a barrier
+/// between: pass 0 re-scores the nodes that have no twin to copy from (the
+/// roots of labels among them), pass 1 copies the twins'. `oldest` is the
+/// least fresh of the live classes: a node stamped before it has nothing
+/// stale.
+PLACER_HD inline void tier_refresh(tier_buffers const& b, std::int32_t n, std::int32_t pass, std::int32_t oldest) {
+  auto const& p = b.p;
+  if (p.stamp[n] < oldest) return;
+  std::int32_t const twin = tier_twin(b, n);
+  tier_stale const stale{p.live_class, p.fresh, p.stamp[n]};
+  if (pass == 0 && twin < 0) {
+    score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, nullptr, p.classes.n_classes, stale);
+  } else if (pass == 1 && twin >= 0) {
+    for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
+      if (!stale(c, c)) continue;
+      std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
+      p.scores[row + n] = p.scores[row + twin];
+    }
+  }
+}
+
+/// The refresh of one stale cell, class c on node n, for a team that
+/// splits a refresh by cell (tier_program): pass 0 scores it where n has
+/// no twin to copy from, pass 1 copies the twin's. The same values as
+/// tier_refresh (op.score of a cell equals the column's).
+PLACER_HD inline void tier_refresh_cell(tier_buffers const& b, std::int32_t n, std::int32_t c, std::int32_t pass,
+                                        std::int32_t oldest) {
+  auto const& p = b.p;
+  if (p.stamp[n] < oldest || !tier_stale{p.live_class, p.fresh, p.stamp[n]}(c, c)) return;
+  std::int32_t const twin = tier_twin(b, n);
+  std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
+  if (pass == 0 && twin < 0) {
+    p.scores[row + n] = score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score(c, n);
+  } else if (pass == 1 && twin >= 0) {
+    p.scores[row + n] = p.scores[row + twin];
+  }
+}
+
+}  // inline namespace PLACER_BACKEND_NS
+}  // namespace placer::kernels
