@@ -7,13 +7,14 @@
 // backend's stage calls and device-to-host waits in one round) and one
 // counter per pipeline stage in microseconds (mean over iterations, after
 // one warm-up round).
+#include "scenarios.hpp"
+
+#include <placer/solver/gpu_prediction.hpp>
 #include <placer/solver/matrices.hpp>
 #include <placer/solver/solver.hpp>
-#include <placer/traces/loaders.hpp>
-#include <placer/traces/synthetic.hpp>
-
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -21,33 +22,8 @@
 namespace {
 
 using namespace placer;
-
-/// The shared data: $PLACER_DATA_DIR (a GPU machine gets a copy beside the
-/// bundle, scripts/gpu-bundle.sh) or ../shared/data next to the source tree.
-std::string data_dir() {
-  char const* env = std::getenv("PLACER_DATA_DIR");
-  return env != nullptr && *env != '\0' ? env : PLACER_SHARED_DATA_DIR;
-}
-
-round_input const& scenario(std::string const& name) {
-  static std::map<std::string, round_input> cache;
-  auto it = cache.find(name);
-  if (it != cache.end()) return it->second;
-  round_input in;
-  if (name == "demo") {  // the round of `make run`: the committed openb sample
-    std::string const dir = std::string(PLACER_SOURCE_DIR) + "/data/openb-sample/";
-    in.state = traces::load_openb_nodes(dir + "nodes.csv");
-    in.pending = traces::load_openb_pods(dir + "pods.csv");
-  } else if (name == "openb") {
-    std::string const dir = data_dir() + "/alibaba-openb-v2023/";
-    in.state = traces::load_openb_nodes(dir + "openb_node_list_gpu_node.csv");
-    in.pending = traces::load_openb_pods(dir + "openb_pod_list_default.csv");
-    in.pending.resize(std::min<std::size_t>(in.pending.size(), 2000));
-  } else {
-    in = traces::make_scenario(traces::scenario_preset(name));
-  }
-  return cache.emplace(name, std::move(in)).first->second;
-}
+using bench::data_dir;
+using bench::scenario;
 
 void bm_round(benchmark::State& st, std::string const& backend, std::string const& name, algorithm algo,
               queue_order order) {
@@ -91,9 +67,21 @@ void bm_round(benchmark::State& st, std::string const& backend, std::string cons
   // tier_phase), per round: the program's own clock, on the GPU inside the kernel.
   std::int64_t tier_after[kernels::tier_phase_count];
   kernels::tier_profile(tier_after);
+  double tier_us = 0;
   for (int p = 0; p < kernels::tier_phase_count; ++p) {
-    st.counters[std::string("tier_") + kernels::tier_phase_names[p] + "_us"] =
-        static_cast<double>(tier_after[p] - tier_before[p]) / 1e3 / static_cast<double>(st.iterations());
+    double const us = static_cast<double>(tier_after[p] - tier_before[p]) / 1e3 / static_cast<double>(st.iterations());
+    st.counters[std::string("tier_") + kernels::tier_phase_names[p] + "_us"] = us;
+    tier_us += us;
+  }
+  // The CPU round's GPU twin, predicted (the GPU model, one CTA of 512
+  // threads; docs/architecture.md, "Predicting a GPU round"): this round's
+  // stages other than the tier programs as measured here, plus the tier
+  // kernel and the launches, waits and copies the model predicts.
+  if (backend == "cpu") {
+    double const host_us = std::max(0.0, stage_us["total"] / static_cast<double>(st.iterations()) - tier_us);
+    gpu_prediction const g = predict_gpu_round(in, {}, host_us);
+    st.counters["gpu_model_ms"] = g.round_us() / 1e3;
+    st.counters["gpu_model_tier_ms"] = g.tier_us / 1e3;
   }
   // Backend steps of one round (the same on every backend): stage calls
   // and device-to-host waits; bytes copied to the device and back (a

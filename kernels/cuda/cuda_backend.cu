@@ -116,6 +116,8 @@ struct cuda_team {
   }
   /// __syncthreads costs less than any round's work: never solo.
   __host__ __device__ static constexpr std::int32_t solo_below() { return 0; }
+  __host__ __device__ static constexpr void work(std::int64_t) {}
+  __host__ __device__ static constexpr void chain(std::int64_t) {}
   __host__ __device__ void sync() const {
 #ifdef __CUDA_ARCH__
     __syncthreads();

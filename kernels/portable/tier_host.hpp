@@ -34,6 +34,8 @@ struct omp_team {
   static void sync() {
 #pragma omp barrier
   }
+  static constexpr void work(std::int64_t) {}
+  static constexpr void chain(std::int64_t) {}
   template <class T>
   static T fetch_add(T* p, std::type_identity_t<T> v) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);

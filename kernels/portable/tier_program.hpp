@@ -61,6 +61,7 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
     b.bid_row[n] = tier_bid(b, n, prices, row, bid) ? row : -1;
     b.bid_value[n] = bid;
     if (row >= 0) t.fetch_add(&b.bid_count[row], 1);
+    t.work(n_rows);  // a margin a row
   }
   t.sync();
   clk.lap(tier_phase_bid);
@@ -72,12 +73,14 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
     }
     ctl->todo_count[1 - list] = 0;
     ctl->rounds += 1;
+    t.work(n_rows);
   }
   t.sync();
   clk.lap(tier_phase_scan);
   for (std::int32_t i = me; i < k; i += team) {
     std::int32_t const n = todo[i];
     if (b.bid_row[n] >= 0) b.bucket[t.fetch_add(&b.bid_cursor[b.bid_row[n]], 1)] = n;
+    t.work(1);
   }
   t.sync();
   clk.lap(tier_phase_bucket);
@@ -89,11 +92,14 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
     bool const done = t.team_wide && b.offer_row[tier_offer_fields * r + tier_offer_round] == ctl->rounds;
     for (std::int32_t i = done ? end : end - b.bid_count[r]; i < end; ++i) {
       std::int32_t const n = b.bucket[i];
-      std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n], prices);
+      std::int64_t steps = 0;
+      std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n], prices, &steps);
       if (lost >= 0) next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = lost;
+      t.chain(steps);
     }
     next_prices[r] = b.bid_count[r] > 0 ? tier_price(b, r) : prices[r];
     b.bid_count[r] = 0;
+    t.work(1);
   }
   t.sync();
   clk.lap(tier_phase_offer);
@@ -111,11 +117,13 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   for (std::int32_t r = me; r < n_rows; r += team) {
     b.remaining[r] = p.demand[r];
     b.offer_row[tier_offer_fields * r + tier_offer_round] = -1;  // fresh in no round yet
+    t.work(1);
   }
   for (std::int32_t n = me; n < n_nodes; n += team) {
     b.won_row[n] = -1;
     b.bid_round[n] = -1;
     b.bid_pass[n] = -1;
+    t.work(1);
   }
   // --- the live classes' stale cells, before anything reads them: a node
   // changed since is re-scored once, however often it changed.
@@ -133,13 +141,13 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     std::int32_t const n_classes = p.classes.n_classes;
     for (std::int32_t pass = 0; pass < 2; ++pass) {
       for (std::int32_t i = me; i < candidates * n_classes; i += team) {
-        tier_refresh_cell(b, candidate(i / n_classes), i % n_classes, pass, oldest);
+        t.work(tier_refresh_cell(b, candidate(i / n_classes), i % n_classes, pass, oldest));
       }
       t.sync();
     }
   } else {
     for (std::int32_t pass = 0; pass < 2; ++pass) {
-      for (std::int32_t i = me; i < candidates; i += team) tier_refresh(b, candidate(i), pass, oldest);
+      for (std::int32_t i = me; i < candidates; i += team) t.work(tier_refresh(b, candidate(i), pass, oldest));
       t.sync();
     }
   }
@@ -147,6 +155,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
       if (p.live_class == nullptr || p.live_class[c] != 0) p.fresh[c] = p.now + 1;
     }
+    t.work(p.classes.n_classes);
   }
   clk.lap(tier_phase_refresh);  // read after the next barrier
   while (true) {
@@ -159,6 +168,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       }
       ctl->placed_before = copies;  // the iteration's copies, for the floors
       ctl->iterations += 1;
+      t.work(n_rows);
     }
     t.sync();
     if (t.team_wide) {
@@ -166,6 +176,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     } else {
       for (std::int32_t r = me; r < n_rows; r += team) {
         b.floor[r] = b.quota[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
+        t.work(2 * n_nodes);  // a pass over the row's cells, then the selection
       }
     }
     std::int32_t rounds = 0;  // this iteration's bidding rounds
@@ -176,6 +187,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
         b.held[r] = 0;
         b.bid_count[r] = 0;
         tier_prices(b, 0)[r] = tier_price(b, r);  // round 0 reads half 0
+        t.work(1);
       }
       if (me == 0) {
         ctl->todo_count[0] = 0;
@@ -230,6 +242,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
             ctl->again = 1;
           }
         }
+        t.work(n_rows);
       }
       t.sync();
       again = ctl->again != 0;
@@ -244,6 +257,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       for (std::int32_t i = t.team_wide ? me : 0; i < b.held[r]; i += t.team_wide ? team : 1) {
         b.won[t.fetch_add(&ctl->touched, 1)] = hn[i];
         b.won_row[hn[i]] = r;
+        t.work(1);
       }
     }
     t.sync();
@@ -260,6 +274,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       o.gpus = tier_commit(b, p.row_class[r], n);
       p.stamp[n] = p.now + 1;
       b.won_row[n] = -1;
+      t.work(p.nodes.gpu_begin[n + 1] - p.nodes.gpu_begin[n] + 4);  // the node's GPUs, then its record
     }
     // Re-scoring the open rows' cells: with state labels, one column per
     // (label, row) group and copies (the first bidding wave puts whole
@@ -268,16 +283,16 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     if (grouped && t.team_wide) {
       tier_group_team(t, b);
     } else if (grouped) {
-      for (std::int32_t r = me; r < n_rows; r += team) tier_group(b, r);
+      for (std::int32_t r = me; r < n_rows; r += team) t.work(tier_group(b, r));
     }
     t.sync();
     clk.lap(tier_phase_commit);
     for (std::int32_t i = me; i < touched; i += team) {
-      if (!grouped || b.bid_row[b.won[i]] == b.won[i]) tier_rescore(b, b.won[i]);
+      t.work(!grouped || b.bid_row[b.won[i]] == b.won[i] ? tier_rescore(b, b.won[i]) : 1);
     }
     t.sync();
     if (grouped) {
-      for (std::int32_t i = me; i < touched; i += team) tier_follow(b, b.won[i]);
+      for (std::int32_t i = me; i < touched; i += team) t.work(tier_follow(b, b.won[i]));
       t.sync();
     }
     clk.lap(tier_phase_rescore);
@@ -287,6 +302,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
         b.remaining[r] -= b.held[r];
         left += b.remaining[r];
       }
+      t.work(n_rows);
       ctl->placed += touched;
       ctl->done = touched == 0 || left == 0 || ctl->iterations >= p.max_iterations ? 1 : 0;
     }
@@ -303,7 +319,10 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
 template <class Team>
 PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
   if (c.n_tiers > 1) {
-    for (std::int32_t n = t.rank(); n < c.tiers[0].nodes.n_nodes; n += t.size()) c.listed[n] = -1;
+    for (std::int32_t n = t.rank(); n < c.tiers[0].nodes.n_nodes; n += t.size()) {
+      c.listed[n] = -1;
+      t.work(1);
+    }
   }
   for (std::int32_t k = 0; k < c.n_tiers; ++k) {
     tier_buffers b = c.work;
@@ -322,6 +341,7 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
       for (std::int32_t i = t.rank(); i < c.ctl[k - 1].placed; i += t.size()) {
         std::int32_t const n = prev[i].node;
         if (t.fetch_max(c.listed + n, k) < k) c.candidates[t.fetch_add(c.n_candidates, 1)] = n;
+        t.work(1);
       }
       t.sync();
       clk.lap(tier_phase_list);
@@ -340,6 +360,7 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
           c.candidates[listed++] = n;
         }
         *c.n_candidates = listed;
+        t.work(c.ctl[k - 1].placed);
       }
       t.sync();
       clk.lap(tier_phase_list);

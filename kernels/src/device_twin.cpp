@@ -6,7 +6,9 @@
 // random round the tests throw at it: a round it gets wrong differs from
 // the CPU backend's, a transfer it forgets shows in its verify mode, and a
 // stage that would read host memory on the GPU (an array never sent)
-// fails its pointer check.
+// fails its pointer check. With a GPU model (gpu_model.hpp) its tier
+// launches run on a CTA's worth of fibers, counted.
+#include "../model/team_model.hpp"
 #include "../portable/device_backend.hpp"
 
 #include <placer/kernels/backend.hpp>
@@ -30,6 +32,10 @@ class host_device {
   static constexpr bool checks_pointers = true;
 
   host_device() = default;
+  host_device(gpu_model_config const& config, gpu_counts* counts) : model_(config), counts_(counts) {
+    description_ = "gpu model (the CUDA backend's code over host memory, its tier launches on " +
+                   std::to_string(config.threads) + " emulated workers)";
+  }
   host_device(host_device const&) = delete;
   host_device& operator=(host_device const&) = delete;
 
@@ -74,6 +80,10 @@ class host_device {
         if (q != nullptr) expect_device(q, 1);
       }
     }
+    if (counts_ != nullptr) {
+      run_chain_model(model_, c, in, n_in, out, *counts_);
+      return;
+    }
     seq_team team{true};  // the CUDA backend's team steps (cuda_team::team_wide)
     resident_chain_program(team, c, in, n_in, out);
   }
@@ -93,12 +103,19 @@ class host_device {
  private:
   std::string description_ = "twin (the CUDA backend's code over host memory)";
   std::vector<std::pair<void const*, std::size_t>> blocks_;
+  gpu_model_config model_;
+  gpu_counts* counts_ = nullptr;  ///< a GPU model's counts, or none (the plain twin)
 };
 
 }  // namespace
 
 std::unique_ptr<backend> make_device_twin(bool resident, bool verify) {
   return std::make_unique<device_backend<host_device>>(resident, verify);
+}
+
+std::unique_ptr<backend> make_gpu_model(gpu_model_config const& config, gpu_counts* counts) {
+  if (counts == nullptr) throw logic_error(error_code::invalid_argument, "a GPU model needs its counts");
+  return std::make_unique<device_backend<host_device>>(true, false, config, counts);
 }
 
 }  // namespace placer::kernels

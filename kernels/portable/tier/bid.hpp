@@ -171,17 +171,24 @@ PLACER_HD void tier_first_bidders(Team& t, tier_buffers const& b) {
   std::int64_t const* prices = tier_prices(b, 0);
   if (me == 0) b.ctl->passes += 1;  // read after the barrier below
   std::int32_t* __restrict__ mark = b.todo[1];
-  for (std::int32_t n = me; n < n_nodes; n += team) mark[n] = 0;
+  for (std::int32_t n = me; n < n_nodes; n += team) {
+    mark[n] = 0;
+    t.work(1);
+  }
   for (std::int32_t r = 0; r < b.p.n_rows; ++r) {
     // value + 1 - price > 0 on a feasible cell (value >= 0): value >= least.
     std::int64_t const least = max_of<std::int64_t>(prices[r], 0);
     if (b.quota[r] == 0 || least > INT32_MAX) continue;
     std::int32_t const at = static_cast<std::int32_t>(least);
     std::int32_t const* __restrict__ cell = b.p.scores + static_cast<std::int64_t>(b.p.row_class[r]) * n_nodes;  // tier_value
-    for (std::int32_t n = me; n < n_nodes; n += team) mark[n] |= static_cast<std::int32_t>(cell[n] >= at);
+    for (std::int32_t n = me; n < n_nodes; n += team) {
+      mark[n] |= static_cast<std::int32_t>(cell[n] >= at);
+      t.work(1);
+    }
   }
   for (std::int32_t n = me; n < n_nodes; n += team) {
     if (mark[n] != 0) b.todo[0][t.fetch_add(&b.ctl->todo_count[0], 1)] = n;
+    t.work(1);
   }
   t.sync();
 }

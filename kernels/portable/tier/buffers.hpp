@@ -52,6 +52,23 @@ struct tier_control {
   std::int64_t ns = 0;
 };
 
+#if !defined(__CUDA_ARCH__)
+/// What follows rank 0's clock on the host besides the clock: the GPU
+/// model (kernels/model/team_model.hpp) books the barriers and steps it
+/// counted since the last lap to the lap's phase. One per thread, or none.
+struct tier_clock_observer {
+  virtual void start() = 0;
+  virtual void lap(tier_phase p) = 0;
+
+ protected:
+  ~tier_clock_observer() = default;
+};
+inline tier_clock_observer*& tier_clock_observed() {
+  static thread_local tier_clock_observer* observer = nullptr;
+  return observer;
+}
+#endif
+
 /// Rank 0's stopwatch over a tier's phases (tier_control::phase): lap(P)
 /// adds the time since the last lap to phase P. Others' laps do nothing.
 struct tier_clock {
@@ -76,6 +93,9 @@ struct tier_clock {
     if (ctl != nullptr) {
       start_ns = ns();
       start = last = ticks();
+#if !defined(__CUDA_ARCH__)
+      if (tier_clock_observer* o = tier_clock_observed()) o->start();
+#endif
     }
   }
   PLACER_HD void lap(tier_phase p) {
@@ -83,6 +103,9 @@ struct tier_clock {
     std::int64_t const now = ticks();
     ctl->phase[p] += now - last;
     last = now;
+#if !defined(__CUDA_ARCH__)
+    if (tier_clock_observer* o = tier_clock_observed()) o->lap(p);
+#endif
   }
   /// The tier's span, once at its end.
   PLACER_HD void stop() {
@@ -93,6 +116,13 @@ struct tier_clock {
   tier_control* ctl;
   std::int64_t start = 0, last = 0, start_ns = 0;
 };
+
+/// The GPU model's steps (Team::work, kernels/model): a step is one of a
+/// worker's dependent accesses to backend memory (a cell read, a heap
+/// level, a count); scoring a cell costs this many (the score functor's
+/// reads of the node, the class and the fragmentation state), and so does
+/// setting up a node's column.
+inline constexpr std::int32_t tier_score_steps = 16;
 
 /// The serial offers run every row at once, a heap step a bid on each row's
 /// thread, while the team's cost some tens of barriers a bidding round
@@ -331,6 +361,12 @@ struct seq_team {
   /// cost more than the work they split.
   [[nodiscard]] static constexpr std::int32_t solo_below() { return 0; }
   PLACER_HD static void sync() {}
+  /// The calling worker did `steps` dependent steps of work (the GPU
+  /// model's count, kernels/model); nothing on a real team.
+  PLACER_HD static constexpr void work(std::int64_t) {}
+  /// The same for steps each of which waits on the one before (a heap's
+  /// levels, a held bid's re-bid): a chain costs a memory latency a step.
+  PLACER_HD static constexpr void chain(std::int64_t) {}
   template <class T>
   PLACER_HD static T fetch_add(T* p, std::type_identity_t<T> v) {
     T const old = *p;

@@ -30,19 +30,23 @@ struct tier_open {
   PLACER_HD bool operator()(std::int32_t r, std::int32_t) const { return remaining[r] > held[r]; }
 };
 
-/// Re-scores node n's cells of the open rows after a commit.
-PLACER_HD inline void tier_rescore(tier_buffers const& b, std::int32_t n) {
+/// Re-scores node n's cells of the open rows after a commit; returns its
+/// steps (Team::work).
+PLACER_HD inline std::int64_t tier_rescore(tier_buffers const& b, std::int32_t n) {
   auto const& p = b.p;
-  score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, p.row_class, p.n_rows,
-                                                                    tier_open{b.remaining, b.held});
+  tier_open const open{b.remaining, b.held};
+  score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, p.row_class, p.n_rows, open);
+  std::int64_t steps = tier_score_steps + p.n_rows;
+  for (std::int32_t r = 0; r < p.n_rows; ++r) steps += open(r, p.row_class[r]) ? tier_score_steps : 0;
+  return steps;
 }
 
 /// Row r's winners grouped by state label (one worker per row): sets
 /// bid_row[n] of each to the first (lowest) winner with its label, its
 /// group's leader. The row's stretch of `select` (N entries, labels are
 /// node indices) is the map from label to leader; only the entries of the
-/// winners' labels are written and read.
-PLACER_HD inline void tier_group(tier_buffers const& b, std::int32_t r) {
+/// winners' labels are written and read. Returns its steps (Team::work).
+PLACER_HD inline std::int64_t tier_group(tier_buffers const& b, std::int32_t r) {
   std::int32_t const* hn = b.heap_node + b.heap_begin[r];
   std::int32_t* leader = b.select + static_cast<std::int64_t>(r) * b.p.nodes.n_nodes;
   std::int32_t const held = b.held[r];
@@ -52,6 +56,7 @@ PLACER_HD inline void tier_group(tier_buffers const& b, std::int32_t r) {
     l = min_of(l, hn[i]);
   }
   for (std::int32_t i = 0; i < held; ++i) b.bid_row[hn[i]] = leader[b.p.state[hn[i]]];
+  return 1 + 3 * static_cast<std::int64_t>(held);
 }
 
 /// tier_group for every row by the whole team (Team::team_wide): each
@@ -70,6 +75,7 @@ PLACER_HD void tier_group_team(Team& t, tier_buffers const& b) {
         if (step == 0) t.fetch_max(l, n_nodes);
         if (step == 1) t.fetch_min(l, hn[i]);
         if (step == 2) b.bid_row[hn[i]] = *l;
+        t.work(1);
       }
     }
     t.sync();
@@ -78,22 +84,30 @@ PLACER_HD void tier_group_team(Team& t, tier_buffers const& b) {
 
 /// After the leaders have re-scored: winner n copies its leader's cells of
 /// the open rows when their states are equal (else re-scores its own) and
-/// takes the label of the state it is in now.
-PLACER_HD inline void tier_follow(tier_buffers const& b, std::int32_t n) {
+/// takes the label of the state it is in now. Returns its steps (Team::work).
+PLACER_HD inline std::int64_t tier_follow(tier_buffers const& b, std::int32_t n) {
   auto const& p = b.p;
   std::int32_t const from = b.bid_row[n];
-  if (from == n || !node_state_equal(p.nodes, n, from)) {
-    if (from != n) tier_rescore(b, n);
+  if (from == n) {
     p.state[n] = n;
-    return;
+    return 1;
+  }
+  std::int64_t const compare = 8;  // node_state_equal: the two nodes' records
+  if (!node_state_equal(p.nodes, n, from)) {
+    std::int64_t const steps = compare + tier_rescore(b, n);
+    p.state[n] = n;
+    return steps;
   }
   tier_open const open{b.remaining, b.held};
+  std::int64_t steps = compare + p.n_rows;
   for (std::int32_t r = 0; r < p.n_rows; ++r) {
     if (!open(r, p.row_class[r])) continue;
     std::int64_t const row = static_cast<std::int64_t>(p.row_class[r]) * p.nodes.n_nodes;
     p.scores[row + n] = p.scores[row + from];
+    ++steps;
   }
   p.state[n] = from;
+  return steps;
 }
 
 }  // inline namespace PLACER_BACKEND_NS

@@ -123,8 +123,14 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
   std::int32_t const n_rows = p.n_rows;
   std::int32_t const me = t.rank();
   std::int32_t const team = t.size();
-  for (std::int32_t i = me; i < 256 * n_rows; i += team) b.floor_hist[i] = 0;
-  for (std::int32_t i = me; i < tier_floor_fields * n_rows; i += team) b.floor_row[i] = 0;
+  for (std::int32_t i = me; i < 256 * n_rows; i += team) {
+    b.floor_hist[i] = 0;
+    t.work(1);
+  }
+  for (std::int32_t i = me; i < tier_floor_fields * n_rows; i += team) {
+    b.floor_row[i] = 0;
+    t.work(1);
+  }
   if (me == 0) b.ctl->floor_passes = 0;
   t.sync();
   auto row_of = [&](std::int32_t r) { return p.scores + static_cast<std::int64_t>(p.row_class[r]) * n_nodes; };
@@ -136,6 +142,7 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
     for (std::int32_t n = me; n < n_nodes; n += team) {
       count += row[n] >= 0 ? 1 : 0;
       hi = max_of(hi, row[n]);
+      t.work(1);
     }
     std::int32_t* f = b.floor_row + tier_floor_fields * r;
     if (count > 0) t.fetch_add(f + tier_floor_count, count);
@@ -150,6 +157,7 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
     while ((f[tier_floor_hi] >> shift) >= 256) ++shift;
     f[tier_floor_want] = copies + 1;
     f[tier_floor_at] = shift + 8;  // every feasible value has no bits at or above shift + 8
+    t.work(4);
     t.fetch_max(&b.ctl->floor_passes, (shift + 15) / 8);
   }
   t.sync();
@@ -163,6 +171,7 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
       for (std::int32_t n = me; n < n_nodes; n += team) {
         std::int32_t const d = row[n] < 0 ? -1 : tier_digit(row[n], f[tier_floor_pre], f[tier_floor_at]);
         if (d >= 0) runs.add(d);
+        t.work(1);
       }
       runs.flush();
     }
@@ -170,7 +179,7 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
     for (std::int32_t r = me; r < n_rows; r += team) {
       std::int32_t* f = b.floor_row + tier_floor_fields * r;
       if (f[tier_floor_at] <= 0) continue;
-      tier_radix_step(b.floor_hist + 256 * r, f[tier_floor_want], f[tier_floor_pre], f[tier_floor_at]);
+      t.work(tier_radix_step(b.floor_hist + 256 * r, f[tier_floor_want], f[tier_floor_pre], f[tier_floor_at]));
       if (f[tier_floor_at] == 0) b.floor[r] = f[tier_floor_pre];
     }
     t.sync();

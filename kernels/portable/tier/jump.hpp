@@ -34,15 +34,18 @@ PLACER_HD void tier_wanted(tier_buffers const& b, std::int32_t n, std::int64_t c
 /// above its price) rise to it, never above (a held bid must stay at or
 /// below what its holder would bid now, or the price could later climb
 /// past a holder's value); equal bids may reorder the heap by node, so it
-/// is rebuilt; the price follows.
-PLACER_HD inline void tier_lift(tier_buffers const& b, std::int32_t g, std::int64_t rise, std::int64_t* prices) {
+/// is rebuilt; the price follows. Returns its steps (Team::work).
+PLACER_HD inline std::int64_t tier_lift(tier_buffers const& b, std::int32_t g, std::int64_t rise,
+                                        std::int64_t* prices) {
   std::int64_t* hb = b.heap_bid + b.heap_begin[g];
   std::int32_t* hn = b.heap_node + b.heap_begin[g];
   std::int32_t const held = b.held[g];
   std::int64_t const to = prices[g] + rise;
+  std::int64_t steps = 1 + held;
   for (std::int32_t i = 0; i < held; ++i) hb[i] = max_of(hb[i], to);
-  for (std::int32_t i = held / 2 - 1; i >= 0; --i) tier_sift_down(hb, hn, held, i, hb[i], hn[i]);
+  for (std::int32_t i = held / 2 - 1; i >= 0; --i) steps += tier_sift_down(hb, hn, held, i, hb[i], hn[i]);
   prices[g] = tier_price(b, g);
+  return steps;
 }
 
 /// A price jump over a set of full rows (rank 0, between rounds; the
@@ -156,6 +159,7 @@ PLACER_HD void tier_jump_team(Team& t, tier_buffers const& b, std::int32_t list)
   std::int32_t const k = ctl->todo_count[list];
   for (std::int32_t i = me; i < k; i += team) {
     tier_wanted(b, todo[i], prices, [&](std::int32_t r) { t.fetch_max(in + r, 1); });
+    t.work(2 * n_rows);  // the margins, then the rows within eps
   }
   t.sync();
   std::int32_t sweep = 0;  // every worker counts the same sweeps
@@ -171,7 +175,9 @@ PLACER_HD void tier_jump_team(Team& t, tier_buffers const& b, std::int32_t list)
           for (std::int32_t r = 0; r < n_rows; ++r) {
             if (in[r] == 0 && tier_margin(b, r, hn[i], prices) >= own - p.eps) t.fetch_max(add + r, 1);
           }
+          t.work(1 + n_rows);
         }
+        t.work(1);  // every worker reads every row of G
       }
       t.sync();
       // Every worker has read the other flag (after the last sweep's
@@ -211,14 +217,16 @@ PLACER_HD void tier_jump_team(Team& t, tier_buffers const& b, std::int32_t list)
           if (in[r] == 0) alt = max_of(alt, tier_margin(b, r, hn[i], prices));
         }
         rise = min_of(rise, tier_margin(b, g, hn[i], prices) - alt + p.eps);
+        t.work(1 + n_rows);
       }
+      t.work(1);
     }
     if (rise < tier_closed) t.fetch_min(&ctl->jump_rise, rise);
     t.sync();
     if (ctl->jump_any == 0 || ctl->jump_stop != 0 || ctl->jump_rise <= p.eps) break;
     rise = ctl->jump_rise;
     for (std::int32_t g = me; g < n_rows; g += team) {
-      if (in[g] != 0) tier_lift(b, g, rise, prices);
+      if (in[g] != 0) t.chain(tier_lift(b, g, rise, prices));
     }
     if (me == 0) ctl->jump_raised = 1;
     t.sync();

@@ -13,9 +13,11 @@ namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
 /// Puts (bid, n) at entry i of a held-bids heap of `size` entries (the
-/// worst on top) and sifts it down to its place.
-PLACER_HD inline void tier_sift_down(std::int64_t* hb, std::int32_t* hn, std::int32_t size, std::int32_t i,
-                                     std::int64_t bid, std::int32_t n) {
+/// worst on top) and sifts it down to its place. Returns the levels it
+/// went down, plus one (Team::work's steps).
+PLACER_HD inline std::int32_t tier_sift_down(std::int64_t* hb, std::int32_t* hn, std::int32_t size, std::int32_t i,
+                                             std::int64_t bid, std::int32_t n) {
+  std::int32_t levels = 1;
   while (true) {
     std::int32_t worst = i;
     std::int64_t wb = bid;
@@ -31,9 +33,11 @@ PLACER_HD inline void tier_sift_down(std::int64_t* hb, std::int32_t* hn, std::in
     hb[i] = hb[worst];
     hn[i] = hn[worst];
     i = worst;
+    ++levels;
   }
   hb[i] = bid;
   hn[i] = n;
+  return levels;
 }
 
 /// Offers node n's bid to row r's heap (one worker per row). Returns the
@@ -48,13 +52,17 @@ PLACER_HD inline void tier_sift_down(std::int64_t* hb, std::int32_t* hn, std::in
 /// between near-equal rows for thousands of rounds; with it, the holder
 /// keeps the copy whenever it would win it back next round anyway.
 PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, std::int32_t n, std::int64_t bid,
-                                         std::int64_t const* prices) {
+                                         std::int64_t const* prices, std::int64_t* steps = nullptr) {
   std::int64_t* hb = b.heap_bid + b.heap_begin[r];
   std::int32_t* hn = b.heap_node + b.heap_begin[r];
   std::int32_t size = b.held[r];
   std::int32_t const cap = b.quota[r];
   std::int32_t lost = -1;
   std::int32_t const now = static_cast<std::int32_t>(b.ctl->rounds);
+  auto count = [steps](std::int64_t s) {  // Team::work's steps, when asked
+    if (steps != nullptr) *steps += s;
+  };
+  count(3);
   b.bid_round[n] = now;
   if (size < cap) {
     std::int32_t i = size++;
@@ -66,6 +74,7 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
       hb[i] = hb[parent];
       hn[i] = hn[parent];
       i = parent;
+      count(1);
     }
     hb[i] = bid;
     hn[i] = n;
@@ -74,14 +83,16 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
   if (cap == 0) return n;
   while (tier_worse(hb[0], hn[0], bid, n)) {
     // A bid of this round is current: no need to make it again.
-    std::int64_t const again = b.bid_round[hn[0]] == now ? hb[0] : tier_rebid(b, hn[0], r, prices);
+    bool const current = b.bid_round[hn[0]] == now;
+    std::int64_t const again = current ? hb[0] : tier_rebid(b, hn[0], r, prices);
+    count(current ? 1 : 1 + b.p.n_rows);
     b.bid_round[hn[0]] = now;
     if (again <= hb[0]) {  // its bid is current: it loses the copy
       lost = hn[0];
-      tier_sift_down(hb, hn, size, 0, bid, n);
+      count(tier_sift_down(hb, hn, size, 0, bid, n));
       return lost;
     }
-    tier_sift_down(hb, hn, size, 0, again, hn[0]);
+    count(tier_sift_down(hb, hn, size, 0, again, hn[0]));
   }
   return n;  // not better than the worst held
 }
@@ -163,6 +174,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     std::int64_t const slot = t.fetch_add(&ctl->offer_slots, (std::int64_t{1} << 32) + items);
     b.offer_rows[slot >> 32] = r;
     b.offer_begin[slot >> 32] = static_cast<std::int32_t>(slot & 0xffffffff);
+    t.work(1);
   }
   if (me == 0) {
     ctl->offer_passes = 0;
@@ -196,6 +208,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     for (std::int32_t g = me; g < total; g += team) {
       std::int32_t const i = item_at(g, j);
       f(rows[j], i);
+      t.work(2);  // the item's row, then the item
     }
   };
   // The holders' re-bids (in bid_value: a holder does not bid), and each
@@ -220,6 +233,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
       if (raw(r, i, n, value)) {
         std::int64_t const v = tier_rebid(b, n, r, prices);
         b.bid_value[n] = v;
+        t.work(n_rows);
         most = max_of(most, v);
       }
       least_value = min_of(least_value, value);
@@ -274,8 +288,8 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
       for (std::int32_t j = me; j < taken; j += team) {
         std::int32_t const r = rows[j];
         if (field(r, tier_offer_at) <= 0) continue;
-        tier_radix_step(b.floor_hist + 256 * r, field(r, tier_offer_want), field(r, tier_offer_pre),
-                        field(r, tier_offer_at));
+        t.work(tier_radix_step(b.floor_hist + 256 * r, field(r, tier_offer_want), field(r, tier_offer_pre),
+                               field(r, tier_offer_at)));
       }
       t.sync();
     }
@@ -344,7 +358,8 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
       std::int64_t* hb = b.heap_bid + b.heap_begin[r];
       std::int32_t* hn = b.heap_node + b.heap_begin[r];
       std::int32_t const end = min_of((2 << level) - 1, held / 2);
-      for (std::int32_t i = (1 << level) - 1 + me; i < end; i += team) tier_sift_down(hb, hn, held, i, hb[i], hn[i]);
+      t.work(1);
+      for (std::int32_t i = (1 << level) - 1 + me; i < end; i += team) t.chain(tier_sift_down(hb, hn, held, i, hb[i], hn[i]));
     }
     t.sync();
   }

@@ -53,14 +53,17 @@ struct tier_digit_runs {
 };
 /// After a pass: the digit that holds the wanted rank joins `pre`, the rank
 /// is taken within it, and the counts are cleared for the next pass.
+/// Returns its steps (Team::work): the counts walked, then cleared.
 template <class T>
-PLACER_HD void tier_radix_step(std::int32_t* hist, T& want, T& pre, T& at) {
+PLACER_HD std::int32_t tier_radix_step(std::int32_t* hist, T& want, T& pre, T& at) {
   T const width = min_of<T>(8, at);
   std::int32_t d = (1 << width) - 1;
+  std::int32_t const top = d;
   while (d > 0 && hist[d] < want) want -= hist[d--];
   for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
   pre = (pre << width) | d;
   at -= width;
+  return top - d + 1 + 256;
 }
 
 }  // inline namespace PLACER_BACKEND_NS

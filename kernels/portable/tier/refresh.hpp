@@ -37,38 +37,46 @@ PLACER_HD inline std::int32_t tier_twin(tier_buffers const& b, std::int32_t n) {
 /// between: pass 0 re-scores the nodes that have no twin to copy from (the
 /// roots of labels among them), pass 1 copies the twins'. `oldest` is the
 /// least fresh of the live classes: a node stamped before it has nothing
-/// stale.
-PLACER_HD inline void tier_refresh(tier_buffers const& b, std::int32_t n, std::int32_t pass, std::int32_t oldest) {
+/// stale. Returns its steps (Team::work).
+PLACER_HD inline std::int64_t tier_refresh(tier_buffers const& b, std::int32_t n, std::int32_t pass,
+                                           std::int32_t oldest) {
   auto const& p = b.p;
-  if (p.stamp[n] < oldest) return;
+  if (p.stamp[n] < oldest) return 1;
   std::int32_t const twin = tier_twin(b, n);
   tier_stale const stale{p.live_class, p.fresh, p.stamp[n]};
+  std::int64_t steps = 2 + p.classes.n_classes;
   if (pass == 0 && twin < 0) {
     score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, nullptr, p.classes.n_classes, stale);
+    steps += tier_score_steps;  // the column's setup
+    for (std::int32_t c = 0; c < p.classes.n_classes; ++c) steps += stale(c, c) ? tier_score_steps : 0;
   } else if (pass == 1 && twin >= 0) {
     for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
       if (!stale(c, c)) continue;
       std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
       p.scores[row + n] = p.scores[row + twin];
+      steps += 1;
     }
   }
+  return steps;
 }
 
 /// The refresh of one stale cell, class c on node n, for a team that
 /// splits a refresh by cell (tier_program): pass 0 scores it where n has
 /// no twin to copy from, pass 1 copies the twin's. The same values as
-/// tier_refresh (op.score of a cell equals the column's).
-PLACER_HD inline void tier_refresh_cell(tier_buffers const& b, std::int32_t n, std::int32_t c, std::int32_t pass,
-                                        std::int32_t oldest) {
+/// tier_refresh (op.score of a cell equals the column's). Returns its
+/// steps (Team::work): a cell alone also sets up what a column shares.
+PLACER_HD inline std::int64_t tier_refresh_cell(tier_buffers const& b, std::int32_t n, std::int32_t c,
+                                                std::int32_t pass, std::int32_t oldest) {
   auto const& p = b.p;
-  if (p.stamp[n] < oldest || !tier_stale{p.live_class, p.fresh, p.stamp[n]}(c, c)) return;
+  if (p.stamp[n] < oldest || !tier_stale{p.live_class, p.fresh, p.stamp[n]}(c, c)) return 2;
   std::int32_t const twin = tier_twin(b, n);
   std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
   if (pass == 0 && twin < 0) {
     p.scores[row + n] = score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score(c, n);
-  } else if (pass == 1 && twin >= 0) {
-    p.scores[row + n] = p.scores[row + twin];
+    return 3 + 2 * tier_score_steps;
   }
+  if (pass == 1 && twin >= 0) p.scores[row + n] = p.scores[row + twin];
+  return 3;
 }
 
 }  // inline namespace PLACER_BACKEND_NS

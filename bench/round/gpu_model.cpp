@@ -1,0 +1,132 @@
+// gpu_model: a round's GPU time predicted on this machine, beside its CPU
+// time measured in the same run (kernels/include/placer/kernels/gpu_model.hpp,
+// solver/include/placer/solver/gpu_prediction.hpp).
+//
+//   gpu_model [--scenario 10k,100k,openb] [--threads 512] [--offer-least N]
+//             [--refresh-below N] [--order fifo|pack] [--reps 7] [--json FILE]
+//
+// For each scenario: the CPU backend's round (median of --reps after a
+// warm-up) and its tier phases; then two rounds through the GPU model, the
+// second counted: per phase the barriers, the span, its chained steps and
+// the work, and the
+// predicted time. --json writes one object per scenario (bench/gpu_model/
+// fit.py reads them).
+#include "scenarios.hpp"
+
+#include <placer/solver/gpu_prediction.hpp>
+#include <placer/solver/solver.hpp>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace placer;
+
+std::vector<std::string> split(std::string const& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, ',');) {
+    if (!x.empty()) out.push_back(x);
+  }
+  return out;
+}
+
+int usage(char const* why) {
+  std::cerr << "gpu_model: " << why
+            << "\nusage: gpu_model [--scenario 10k,100k,openb] [--threads 256|512|1024] [--offer-least N]"
+               " [--refresh-below N] [--order fifo|pack] [--reps N] [--json FILE]\n";
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> names{"10k", "100k", "openb"};
+  kernels::gpu_model_config config;
+  queue_order order = queue_order::fifo;
+  int reps = 7;
+  std::string json;
+  for (int i = 1; i < argc; ++i) {
+    std::string const a = argv[i];
+    if (i + 1 >= argc) return usage(("no value after " + a).c_str());
+    std::string const v = argv[++i];
+    try {
+      if (a == "--scenario") {
+        names = split(v);
+      } else if (a == "--threads") {
+        config.threads = std::stoi(v);
+      } else if (a == "--offer-least") {
+        config.offer_least = std::stoi(v);
+      } else if (a == "--refresh-below") {
+        config.refresh_below = std::stoi(v);
+      } else if (a == "--order") {
+        if (v != "fifo" && v != "pack") return usage("--order is fifo or pack");
+        order = v == "fifo" ? queue_order::fifo : queue_order::pack;
+      } else if (a == "--reps") {
+        reps = std::max(1, std::stoi(v));
+      } else if (a == "--json") {
+        json = v;
+      } else {
+        return usage(("unknown option " + a).c_str());
+      }
+    } catch (std::exception const&) {
+      return usage(("not a number: " + v).c_str());
+    }
+  }
+  if (config.threads < 1 || config.threads > 1024) return usage("--threads is 1 to 1024");
+  std::ofstream out;
+  if (!json.empty()) {
+    out.open(json);
+    if (!out) return usage(("cannot write " + json).c_str());
+  }
+  std::printf("%-8s %9s %9s | %9s %9s %9s %9s | %8s %10s %9s %11s\n", "scenario", "cpu ms", "cpu tier", "gpu ms",
+              "tier", "fixed", "host", "barriers", "span", "chain", "work");
+  for (std::string const& name : names) {
+    round_input in;
+    try {
+      in = bench::scenario(name);
+    } catch (std::exception const& e) {
+      std::cerr << "gpu_model: " << name << ": " << e.what() << "\n";
+      return 1;
+    }
+    in.pol.order = order;
+    cpu_round_time const c = time_cpu_round(in, reps);
+    gpu_prediction const g = predict_gpu_round(in, config, c.host_us());
+    kernels::gpu_phase_counts const t = g.counts.total();
+    std::printf("%-8s %9.2f %9.2f | %9.2f %9.2f %9.2f %9.2f | %8lld %10lld %9lld %11lld\n", name.c_str(),
+                c.round_us / 1e3, c.tier_us / 1e3, g.round_us() / 1e3, g.tier_us / 1e3, g.fixed_us / 1e3,
+                g.host_us / 1e3, static_cast<long long>(t.barriers), static_cast<long long>(t.span),
+                static_cast<long long>(t.chain), static_cast<long long>(t.work));
+    for (int p = 0; p < kernels::tier_phase_count; ++p) {
+      kernels::gpu_phase_counts const& k = g.counts.phase[p];
+      if (k.barriers == 0 && k.span == 0) continue;
+      std::printf("  %-8s %29s %9.3f %29lld %10lld %9lld %11lld\n", kernels::tier_phase_names[p], "",
+                  g.phase_us[p] / 1e3, static_cast<long long>(k.barriers), static_cast<long long>(k.span),
+                  static_cast<long long>(k.chain), static_cast<long long>(k.work));
+    }
+    if (out) {
+      out << "{\"scenario\":\"" << name << "\",\"order\":\"" << (order == queue_order::fifo ? "fifo" : "pack")
+          << "\",\"threads\":" << config.threads << ",\"offer_least\":" << config.offer_least
+          << ",\"refresh_below\":" << config.refresh_below
+          << ",\"cpu_round_us\":" << c.round_us << ",\"cpu_tier_us\":" << c.tier_us << ",\"launches\":"
+          << g.counts.launches << ",\"calls\":" << g.calls << ",\"waits\":" << g.waits << ",\"bytes\":" << g.bytes
+          << ",\"fixed_us\":" << g.fixed_us << ",\"predicted_round_us\":" << g.round_us()
+          << ",\"predicted_tier_us\":" << g.tier_us << ",\"phases\":{";
+      for (int p = 0; p < kernels::tier_phase_count; ++p) {
+        kernels::gpu_phase_counts const& k = g.counts.phase[p];
+        out << (p > 0 ? "," : "") << "\"" << kernels::tier_phase_names[p] << "\":{\"barriers\":" << k.barriers
+            << ",\"span\":" << k.span << ",\"chain\":" << k.chain << ",\"work\":" << k.work << ",\"predicted_us\":" << g.phase_us[p]
+            << ",\"cpu_us\":" << c.phase_us[p] << "}";
+      }
+      out << "}}\n";
+    }
+  }
+  return 0;
+}

@@ -1,0 +1,57 @@
+#pragma once
+// The GPU model (kernels/model): what a round's tier programs cost on one
+// CTA, predicted on a CPU. The device twin runs the CUDA backend's code with
+// its tier launches on `threads` emulated workers (fibers that meet at the
+// program's barriers), and counts, for every phase of every tier: the
+// barriers, the span (per barrier interval the most steps one worker took,
+// summed: the critical path) and the work (every worker's steps). A cost
+// model fitted to the recorded GPU phase times (bench/gpu_model/fit.py;
+// bench/results/2026-11-26-h100*, -h200*) turns the counts into time.
+// docs/architecture.md, "Predicting a GPU round", has the model and its fit.
+#include <placer/kernels/backend.hpp>
+#include <placer/kernels/tier.hpp>
+
+#include <cstdint>
+#include <memory>
+
+namespace placer::kernels {
+
+struct gpu_model_config {
+  int threads = 512;       ///< the tier kernel's CTA (PLACER_CUDA_TIER_THREADS)
+  int offer_least = -1;    ///< tier_buffers::offer_team_least (PLACER_CUDA_TEAM_OFFER_LEAST); -1: the default
+  int refresh_below = -1;  ///< tier_buffers::refresh_cells_below; -1: the default
+};
+
+struct gpu_phase_counts {
+  std::int64_t barriers = 0;
+  std::int64_t span = 0;   ///< steps on the critical path: per barrier interval the most of one worker
+  std::int64_t chain = 0;  ///< chained steps on it (each waits on the one before: a heap level, a re-bid)
+  std::int64_t work = 0;   ///< steps of all workers
+};
+
+struct gpu_counts {
+  gpu_phase_counts phase[tier_phase_count];
+  std::int64_t launches = 0;  ///< tier chains run
+  [[nodiscard]] gpu_phase_counts total() const;
+};
+
+/// The device twin whose tier launches run on config.threads emulated
+/// workers, adding what they count to *counts. Its results are the twin's
+/// (and so the CPU backend's): only the time is modelled.
+std::unique_ptr<backend> make_gpu_model(gpu_model_config const& config, gpu_counts* counts);
+
+/// A phase's predicted time: barrier_us a barrier, step_us[phase] a step of
+/// its span, chain_us a chained step, work_us a step of its work.
+struct gpu_cost {
+  double barrier_us = 0;
+  double step_us[tier_phase_count] = {};
+  double chain_us = 0;
+  double work_us = 0;
+};
+/// The coefficients fitted to the recorded GPU rounds (kernels/model/gpu_cost_fit.inc).
+gpu_cost const& fitted_gpu_cost();
+/// Predicted microseconds of each phase (into per_phase when given) and
+/// their sum: the tier kernel's time.
+double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_phase = nullptr);
+
+}  // namespace placer::kernels

@@ -1,0 +1,153 @@
+// The fibers of kernels/model/fibers.hpp: a switch of the six callee-saved
+// registers and the stack pointer (x86-64 only; a round at 10k meets
+// thousands of barriers of 512 workers, and ucontext's switch makes a
+// system call each time). Elsewhere the constructor says it is unavailable.
+#include "fibers.hpp"
+
+#include <placer/topology/error.hpp>
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+
+namespace placer::kernels::model {
+
+namespace {
+thread_local fibers* running = nullptr;
+}  // namespace
+
+#if defined(__x86_64__)
+extern "C" void placer_fiber_switch(void** save_sp, void* load_sp);
+// Saves the callee-saved registers on the current stack and its pointer in
+// *save_sp, loads load_sp and restores what a switch saved there.
+asm(R"(
+  .text
+  .globl placer_fiber_switch
+  .type placer_fiber_switch,@function
+placer_fiber_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size placer_fiber_switch,.-placer_fiber_switch
+  .section .note.GNU-stack,"",@progbits
+  .text
+)");
+
+namespace {
+void switch_to(void** save, void* load) { placer_fiber_switch(save, load); }
+/// A fresh stack whose first switch "returns" into entry with the stack
+/// aligned as after a call.
+void* prepare(unsigned char* top, void (*entry)()) {
+  auto* sp = reinterpret_cast<void**>(reinterpret_cast<std::uintptr_t>(top) & ~std::uintptr_t{15});
+  *--sp = nullptr;                             // entry's return address: it never returns
+  *--sp = reinterpret_cast<void*>(entry);      // popped by the switch's ret
+  for (int i = 0; i < 6; ++i) *--sp = nullptr;  // rbp rbx r12 r13 r14 r15
+  return sp;
+}
+}  // namespace
+#else
+namespace {
+void switch_to(void**, void*) {}
+void* prepare(unsigned char*, void (*)()) { return nullptr; }
+}  // namespace
+#endif
+
+fibers::fibers(int workers, std::size_t stack_bytes)
+    : workers_(workers),
+      stack_bytes_(stack_bytes),
+      sp_(static_cast<std::size_t>(workers)),
+      steps_(static_cast<std::size_t>(workers)),
+      chain_(static_cast<std::size_t>(workers)),
+      done_(static_cast<std::size_t>(workers)) {
+  if (workers < 1) throw logic_error(error_code::invalid_argument, "a team needs a worker");
+#if !defined(__x86_64__)
+  throw logic_error(error_code::unavailable, "the GPU model's fibers switch stacks on x86-64 only");
+#endif
+  auto const page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  stack_bytes_ = (stack_bytes_ + page - 1) / page * page;
+  mapped_ = (stack_bytes_ + page) * static_cast<std::size_t>(workers);
+  void* m = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) throw logic_error(error_code::resource_exhausted, "fibers: no memory for the stacks");
+  stacks_ = static_cast<unsigned char*>(m);
+  // A guard page below each stack: an overflow faults instead of writing
+  // into the next worker's.
+  for (int i = 0; i < workers; ++i) {
+    mprotect(stacks_ + static_cast<std::size_t>(i) * (stack_bytes_ + page), page, PROT_NONE);
+  }
+}
+
+fibers::~fibers() {
+  if (stacks_ != nullptr) munmap(stacks_, mapped_);
+}
+
+void fibers::entry() {
+  fibers* f = running;
+  (*f->body_)(f->current_);
+  f->done_[static_cast<std::size_t>(f->current_)] = 1;
+  void* dead = nullptr;
+  switch_to(&dead, f->main_sp_);  // never resumed
+}
+
+void fibers::barrier() { switch_to(&sp_[static_cast<std::size_t>(current_)], main_sp_); }
+
+void fibers::run(std::function<void(int)> const& body, interval_fn const& interval) {
+  auto const page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  for (int i = 0; i < workers_; ++i) {
+    unsigned char* top = stacks_ + static_cast<std::size_t>(i + 1) * (stack_bytes_ + page);
+    sp_[static_cast<std::size_t>(i)] = prepare(top, &fibers::entry);
+  }
+  std::fill(done_.begin(), done_.end(), 0);
+  std::fill(steps_.begin(), steps_.end(), 0);
+  std::fill(chain_.begin(), chain_.end(), 0);
+  body_ = &body;
+  fibers* const outer = running;
+  running = this;
+  while (true) {
+    int finished = 0;
+    for (int i = 0; i < workers_; ++i) {
+      auto const w = static_cast<std::size_t>(i);
+      if (done_[w] == 0) {
+        current_ = i;
+        switch_to(&main_sp_, sp_[w]);
+      }
+      finished += done_[w];
+    }
+    counts c;
+    for (std::size_t w = 0; w < steps_.size(); ++w) {
+      c.span = std::max(c.span, steps_[w]);
+      c.chain = std::max(c.chain, chain_[w]);
+      c.work += steps_[w] + chain_[w];
+      steps_[w] = chain_[w] = 0;
+    }
+    if (finished == workers_) {
+      interval(c, false);
+      break;
+    }
+    if (finished > 0) {
+      running = outer;
+      body_ = nullptr;
+      throw logic_error(error_code::internal, "fibers: " + std::to_string(finished) + " of " +
+                                                  std::to_string(workers_) +
+                                                  " workers returned while the others wait at a barrier");
+    }
+    interval(c, true);
+  }
+  running = outer;
+  body_ = nullptr;
+}
+
+}  // namespace placer::kernels::model

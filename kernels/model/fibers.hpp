@@ -1,0 +1,59 @@
+#pragma once
+// A team of cooperative workers on one thread (kernels/model): each worker
+// is a fiber with a stack of its own, and a barrier switches to the next
+// worker, so a team program written for a CTA of hundreds of threads runs
+// exactly as their interleaving at barriers would, on one host thread, with
+// every worker's steps between two barriers counted. Host only.
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace placer::kernels::model {
+
+class fibers {
+ public:
+  /// A barrier interval: the most steps any worker took in it (its span),
+  /// the most chained steps (each waiting on the one before) and the
+  /// steps of all workers (its work).
+  struct counts {
+    std::int64_t span = 0, chain = 0, work = 0;
+  };
+  /// Called at every barrier with the interval it closes, and once more,
+  /// with at_barrier false, when the workers have finished.
+  using interval_fn = std::function<void(counts const&, bool at_barrier)>;
+
+  explicit fibers(int workers, std::size_t stack_bytes = std::size_t{256} << 10);
+  ~fibers();
+  fibers(fibers const&) = delete;
+  fibers& operator=(fibers const&) = delete;
+
+  /// Runs body(rank) on every worker until all return; a worker that calls
+  /// barrier() waits there until every worker has. logic_error when some
+  /// return while others wait at a barrier (a program whose workers do not
+  /// meet at the same barriers would deadlock on a GPU).
+  void run(std::function<void(int)> const& body, interval_fn const& interval);
+
+  // From inside a worker:
+  void barrier();
+  void work(std::int64_t steps) { steps_[static_cast<std::size_t>(current_)] += steps; }
+  void chain(std::int64_t steps) { chain_[static_cast<std::size_t>(current_)] += steps; }
+  [[nodiscard]] int rank() const { return current_; }
+  [[nodiscard]] int size() const { return workers_; }
+
+ private:
+  static void entry();
+  int workers_;
+  std::size_t stack_bytes_;
+  unsigned char* stacks_ = nullptr;
+  std::size_t mapped_ = 0;
+  std::vector<void*> sp_;
+  std::vector<std::int64_t> steps_, chain_;
+  std::vector<unsigned char> done_;
+  void* main_sp_ = nullptr;
+  int current_ = 0;
+  std::function<void(int)> const* body_ = nullptr;
+};
+
+}  // namespace placer::kernels::model

@@ -1,0 +1,35 @@
+// The GPU model's cost (gpu_model.hpp): counts to microseconds, with the
+// coefficients bench/gpu_model/fit.py fitted to the recorded GPU rounds.
+#include <placer/kernels/gpu_model.hpp>
+
+namespace placer::kernels {
+
+gpu_phase_counts gpu_counts::total() const {
+  gpu_phase_counts t;
+  for (gpu_phase_counts const& p : phase) {
+    t.barriers += p.barriers;
+    t.span += p.span;
+    t.chain += p.chain;
+    t.work += p.work;
+  }
+  return t;
+}
+
+gpu_cost const& fitted_gpu_cost() {
+#include "gpu_cost_fit.inc"
+  return fitted;
+}
+
+double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_phase) {
+  double sum = 0;
+  for (int p = 0; p < tier_phase_count; ++p) {
+    gpu_phase_counts const& k = c.phase[p];
+    double const us = cost.barrier_us * static_cast<double>(k.barriers) + cost.step_us[p] * static_cast<double>(k.span) +
+                      cost.chain_us * static_cast<double>(k.chain) + cost.work_us * static_cast<double>(k.work);
+    if (per_phase != nullptr) per_phase[p] = us;
+    sum += us;
+  }
+  return sum;
+}
+
+}  // namespace placer::kernels
