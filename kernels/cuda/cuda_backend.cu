@@ -289,6 +289,13 @@ class cuda_device {
     if (char const* least = std::getenv("PLACER_CUDA_TEAM_OFFER_LEAST")) offer_least_ = std::atoi(least);
     // The most candidate nodes a tier's refresh goes a cell per thread for (to measure).
     if (char const* below = std::getenv("PLACER_CUDA_REFRESH_CELLS_BELOW")) refresh_below_ = std::atoi(below);
+    // The team offers' radix digit in bits, 1 to 8 (to measure; 8 until the GPU model chose 4).
+    if (char const* bits = std::getenv("PLACER_CUDA_OFFER_BITS")) {
+      offer_bits_ = std::atoi(bits);
+      if (offer_bits_ < 1 || offer_bits_ > 8) {
+        throw logic_error(error_code::invalid_argument, "PLACER_CUDA_OFFER_BITS must be 1 to 8");
+      }
+    }
     if (char const* threads = std::getenv("PLACER_CUDA_TIER_THREADS")) {
       threads_ = std::atoi(threads);
       if (threads_ != 256 && threads_ != 512 && threads_ != 1024) {
@@ -298,6 +305,7 @@ class cuda_device {
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
                    ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
                    (threads_ != tier_threads ? ", " + std::to_string(threads_) + " tier threads" : "") +
+                   (offer_bits_ != tier_offer_bits ? ", offer digits of " + std::to_string(offer_bits_) + " bits" : "") +
                    (!wide_ ? ", serial tier steps)"
                     : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
                                                            : ")");
@@ -379,6 +387,7 @@ class cuda_device {
       tier_chain k = c;
       k.work.offer_team_least = offer_least_;
       k.work.refresh_cells_below = refresh_below_;
+      k.work.offer_bits = offer_bits_;
       if (threads_ == 256) {
         tier_kernel<true, 256><<<1, 256, 0, stream_>>>(k, in, n_in, out);
       } else if (threads_ == 1024) {
@@ -397,6 +406,7 @@ class cuda_device {
   std::int32_t offer_least_ = tier_offer_team_least;  ///< tier_buffers::offer_team_least
   int threads_ = tier_threads;                         ///< the tier kernel's CTA
   std::int32_t refresh_below_ = tier_refresh_cells_below;  ///< tier_buffers::refresh_cells_below
+  std::int32_t offer_bits_ = tier_offer_bits;              ///< tier_buffers::offer_bits
   cudaStream_t stream_ = nullptr;
   temp_allocator temp_;
   std::string description_;

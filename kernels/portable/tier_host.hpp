@@ -68,15 +68,16 @@ struct tier_host_arena {
 /// fewer than `solo` bidders run on its rank 0), the floors by a worker per
 /// row and the price jumps on rank 0 or, with `team_wide`, by the whole team
 /// (the CUDA backend's way: tier_program.hpp), its offers for the rows with
-/// `offer_least` bids or more, its refresh a worker per cell up to
-/// `refresh_below` candidate nodes and its bids remembering rows in tiers
-/// of more than `remember_above` rows. The results do not depend on any of
-/// them.
+/// `offer_least` bids or more in digits of `offer_bits`, its refresh a
+/// worker per cell up to `refresh_below` candidate nodes and its bids
+/// remembering rows in tiers of more than `remember_above` rows. The results
+/// do not depend on any of them.
 inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& out, tier_host_arena& a,
                            int threads = 1, std::int32_t solo = omp_team{}.solo, bool team_wide = false,
                            std::int32_t offer_least = tier_offer_team_least,
                            std::int32_t refresh_below = tier_refresh_cells_below,
-                           std::int32_t remember_above = tier_remember_rows_above) {
+                           std::int32_t remember_above = tier_remember_rows_above,
+                           std::int32_t offer_bits = tier_offer_bits) {
   auto const k = static_cast<std::int32_t>(tiers.size());
   if (k == 0) {
     tier_chain_results(nullptr, nullptr, nullptr, 0, out);
@@ -124,6 +125,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
   c.work.offer_team_least = offer_least;
   c.work.refresh_cells_below = refresh_below;
   c.work.remember_rows_above = remember_above;
+  c.work.offer_bits = offer_bits;
   if (threads > 1) {
 #pragma omp parallel num_threads(threads)
     {

@@ -130,8 +130,23 @@ inline constexpr std::int32_t tier_score_steps = 16;
 /// round. Chosen on an H100 (bench/results/2026-11-26-h100-offer-least-*):
 /// taking every row with bids cost the 10k round's offers 5.8 -> 12.6 ms;
 /// from 16 bids the offers of 10k, 100k and openb sum to 27.1 ms, from 64
-/// to 29.9 and from 1 to 36.1.
-inline constexpr std::int32_t tier_offer_team_least = 16;
+/// to 29.9 and from 1 to 36.1. With digits of 4 bits (tier_offer_bits) the
+/// GPU model puts the three rounds' tier kernels at 31.6 ms from 4 or 8
+/// bids, 32.8 from 16, 33.7 from 1 and 34.7 from 32: 8 (to be timed on the
+/// next GPU).
+inline constexpr std::int32_t tier_offer_team_least = 8;
+
+/// The team selections' radix digits (tier/radix.hpp): `bits` bits, 1 to 8
+/// (a row has 256 counts). Every pass
+/// costs two barriers and a pass over the values, and the worker of each
+/// row walks and clears its 2^Bits counts alone: the floors, a pass over
+/// every cell of the rows, take 8 bits; the offers, whose items are few and
+/// whose rows' walks were most of a round's critical path, take 4 (the GPU
+/// model, 10k / 100k / openb offers: 7.5 / 7.8 / 8.8 ms at 8 bits, 4.2 /
+/// 5.6 / 6.2 at 4, 5.1 / 6.9 / 7.1 at 2; the floors' 0.8 / 4.8 / 0.5 ms
+/// at 8 bits became 0.9 / 6.4 / 0.6 at 4).
+inline constexpr std::int32_t tier_floor_bits = 8;
+inline constexpr std::int32_t tier_offer_bits = 4;
 
 /// A team_wide team refreshes a tier's stale cells a worker per cell, not
 /// per node, when the tier has at most this many candidate nodes: half the
@@ -193,6 +208,8 @@ struct tier_buffers {
   /// tier_offer_team takes the rows with at least this many bids in a
   /// round; the others keep the serial offers (the same results).
   std::int32_t offer_team_least = tier_offer_team_least;
+  /// tier_offer_team's digit in bits (tier_offer_bits).
+  std::int32_t offer_bits = tier_offer_bits;
   /// A team_wide team refreshes a tier a worker per cell up to this many
   /// candidate nodes (tier_refresh_cells_below).
   std::int32_t refresh_cells_below = tier_refresh_cells_below;

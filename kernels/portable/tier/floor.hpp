@@ -158,7 +158,7 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
     f[tier_floor_want] = copies + 1;
     f[tier_floor_at] = shift + 8;  // every feasible value has no bits at or above shift + 8
     t.work(4);
-    t.fetch_max(&b.ctl->floor_passes, (shift + 15) / 8);
+    t.fetch_max(&b.ctl->floor_passes, tier_radix_passes(shift + 8, tier_floor_bits));
   }
   t.sync();
   std::int32_t const passes = b.ctl->floor_passes;
@@ -169,7 +169,7 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
       std::int32_t const* row = row_of(r);
       tier_digit_runs<Team> runs{t, b.floor_hist + 256 * r};
       for (std::int32_t n = me; n < n_nodes; n += team) {
-        std::int32_t const d = row[n] < 0 ? -1 : tier_digit(row[n], f[tier_floor_pre], f[tier_floor_at]);
+        std::int32_t const d = row[n] < 0 ? -1 : tier_digit(row[n], f[tier_floor_pre], f[tier_floor_at], tier_floor_bits);
         if (d >= 0) runs.add(d);
         t.work(1);
       }
@@ -179,7 +179,8 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
     for (std::int32_t r = me; r < n_rows; r += team) {
       std::int32_t* f = b.floor_row + tier_floor_fields * r;
       if (f[tier_floor_at] <= 0) continue;
-      t.work(tier_radix_step(b.floor_hist + 256 * r, f[tier_floor_want], f[tier_floor_pre], f[tier_floor_at]));
+      t.work(tier_radix_step(b.floor_hist + 256 * r, f[tier_floor_want], f[tier_floor_pre], f[tier_floor_at],
+                             tier_floor_bits));
       if (f[tier_floor_at] == 0) b.floor[r] = f[tier_floor_pre];
     }
     t.sync();

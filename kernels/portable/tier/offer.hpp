@@ -256,7 +256,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     while ((top >> shift) >= 256) ++shift;
     field(r, tier_offer_shift) = shift;
     field(r, tier_offer_searching) = 1;
-    t.fetch_max(&ctl->offer_passes, (shift + 15) / 8);
+    t.fetch_max(&ctl->offer_passes, tier_radix_passes(shift + 8, b.offer_bits));
   }
   t.sync();
   std::int32_t const passes = ctl->offer_passes;
@@ -280,7 +280,8 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
         std::int64_t value;
         bool holder, rebid;
         item(r, i, n, value, holder, rebid);
-        std::int32_t const d = tier_digit(key(r, value, n), field(r, tier_offer_pre), field(r, tier_offer_at));
+        std::int32_t const d =
+            tier_digit(key(r, value, n), field(r, tier_offer_pre), field(r, tier_offer_at), b.offer_bits);
         if (d >= 0) runs.add(b.floor_hist + 256 * r, d);
       });
       runs.flush();
@@ -289,7 +290,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
         std::int32_t const r = rows[j];
         if (field(r, tier_offer_at) <= 0) continue;
         t.work(tier_radix_step(b.floor_hist + 256 * r, field(r, tier_offer_want), field(r, tier_offer_pre),
-                               field(r, tier_offer_at)));
+                               field(r, tier_offer_at), b.offer_bits));
       }
       t.sync();
     }

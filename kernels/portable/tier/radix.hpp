@@ -15,11 +15,16 @@ inline namespace PLACER_BACKEND_NS {
 /// most eight bits) of the values that match them, and a worker per row
 /// walks the counts down to the digit that holds the wanted rank.
 ///
+/// Passes that find `width` bits in digits of `bits`.
+PLACER_HD inline std::int32_t tier_radix_passes(std::int32_t width, std::int32_t bits) {
+  return (width + bits - 1) / bits;
+}
+
 /// The next digit of v, or -1 when v does not match the bits found.
 template <class T>
-PLACER_HD std::int32_t tier_digit(T v, T pre, T at) {
+PLACER_HD std::int32_t tier_digit(T v, T pre, T at, std::int32_t bits) {
   if ((v >> at) != pre) return -1;
-  T const width = min_of<T>(8, at);
+  T const width = min_of<T>(bits, at);
   return static_cast<std::int32_t>((v >> (at - width)) & ((T{1} << width) - 1));
 }
 /// A worker's digit counts, a run of one digit added at once (identical
@@ -55,15 +60,15 @@ struct tier_digit_runs {
 /// is taken within it, and the counts are cleared for the next pass.
 /// Returns its steps (Team::work): the counts walked, then cleared.
 template <class T>
-PLACER_HD std::int32_t tier_radix_step(std::int32_t* hist, T& want, T& pre, T& at) {
-  T const width = min_of<T>(8, at);
+PLACER_HD std::int32_t tier_radix_step(std::int32_t* hist, T& want, T& pre, T& at, std::int32_t bits) {
+  T const width = min_of<T>(bits, at);
   std::int32_t d = (1 << width) - 1;
   std::int32_t const top = d;
   while (d > 0 && hist[d] < want) want -= hist[d--];
-  for (std::int32_t i = 0; i < 256; ++i) hist[i] = 0;
+  for (std::int32_t i = 0; i < (1 << bits); ++i) hist[i] = 0;
   pre = (pre << width) | d;
   at -= width;
-  return top - d + 1 + 256;
+  return top - d + 1 + (1 << bits);
 }
 
 }  // inline namespace PLACER_BACKEND_NS
