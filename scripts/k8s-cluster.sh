@@ -237,7 +237,7 @@ start_apiserver() {
     --authorization-mode Node,RBAC --anonymous-auth=false \
     --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$dir/pki/sa.pub" \
     --service-account-signing-key-file "$dir/pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
-    --disable-admission-plugins ServiceAccount --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
+    --disable-admission-plugins ServiceAccount --endpoint-reconciler-type none --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
     --v 1 > "$dir/log/kube-apiserver.log" 2>&1 &
   echo $! > "$dir/run/kube-apiserver.pid"
   local t=$SECONDS
@@ -278,10 +278,7 @@ node_json() {  # i
   product=$(gpu_product "$m")
   rack=$(((i - 1) * racks / count + 1))
   zone=$(((i - 1) * zones / count + 1))
-  if [ "$taint_last" -gt 0 ] && [ "$i" -gt $((count - taint_last)) ]; then
-    local kv=${taint%%:*} eff=${taint##*:}
-    taints=",\"taints\":[{\"key\":\"${kv%%=*}\",\"value\":\"$([ "$kv" != "${kv#*=}" ] && echo "${kv#*=}")\",\"effect\":\"$eff\"}]"
-  fi
+  taints=",\"taints\":$(node_taints "$i")"
   printf '{"apiVersion":"v1","kind":"Node","metadata":{"name":"%s","labels":{"kubernetes.io/hostname":"%s","kubernetes.io/os":"linux","nvidia.com/gpu.product":"%s","nvidia.com/gpu.count":"%d","topology.kubernetes.io/zone":"zone-%d","topology.kubernetes.io/region":"local","placer.io/rack":"rack-%d"}},"spec":{"unschedulable":false%s}}\n' \
     "$name" "$name" "$product" "$gpus" "$zone" "$rack" "$taints"
 }
@@ -298,6 +295,19 @@ make_node() {  # i
   api POST /api/v1/nodes "$body" >/dev/null || return 1
   # Status only through its subresource (the create drops it).
   api PATCH "/api/v1/nodes/$prefix$1/status" "$(node_status "$1")" application/merge-patch+json >/dev/null
+  # The NodeTaint admission plugin taints a new node not-ready until the node
+  # controller sees it Ready; there is no controller-manager here, so the
+  # node gets its own taints back, as it would once Ready.
+  api PATCH "/api/v1/nodes/$prefix$1" "{\"spec\":{\"taints\":$(node_taints "$1")}}" application/merge-patch+json >/dev/null
+}
+
+node_taints() {  # i: the JSON list of the node's own taints
+  if [ "$taint_last" -gt 0 ] && [ "$1" -gt $((count - taint_last)) ]; then
+    local kv=${taint%%:*} eff=${taint##*:}
+    echo "[{\"key\":\"${kv%%=*}\",\"value\":\"$([ "$kv" != "${kv#*=}" ] && echo "${kv#*=}")\",\"effect\":\"$eff\"}]"
+  else
+    echo "[]"
+  fi
 }
 
 nodes() {
@@ -309,7 +319,7 @@ nodes() {
       die "--taint: want key[=value]:NoSchedule|PreferNoSchedule|NoExecute, got '$taint'"
   fi
   pidalive "$dir/run/kube-apiserver.pid" || die "not up in $dir (scripts/k8s-cluster.sh up --dir $dir)"
-  export -f make_node node_json node_status api admin_token gpu_product
+  export -f make_node node_json node_status node_taints api admin_token gpu_product
   export dir port prefix models racks zones gpus count taint taint_last
   local t=$SECONDS
   seq 1 "$count" | xargs -P 8 -I{} bash -c 'make_node {}' || die "creating nodes failed (above)"

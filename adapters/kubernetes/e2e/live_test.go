@@ -64,16 +64,16 @@ func TestMain(m *testing.M) {
 // ---------------------------------------------------------------- harness
 
 type cluster struct {
-	t       *testing.T
-	dir     string
-	port    int
-	cs      *kubernetes.Clientset // admin
-	nodes   int
-	placer  *exec.Cmd
-	pport   int
-	sched   *exec.Cmd
+	t        *testing.T
+	dir      string
+	port     int
+	cs       *kubernetes.Clientset // admin
+	nodes    int
+	placer   *exec.Cmd
+	pport    int
+	sched    *exec.Cmd
 	schedLog string
-	record  string
+	record   string
 }
 
 func freePorts(t *testing.T, n int) int {
@@ -452,7 +452,6 @@ const a100 = "NVIDIA-A100-SXM4-80GB"
 // single-GPU pods, and one 16-GPU pod that fits nowhere.
 func TestMixBoundWherePlacerChose(t *testing.T) {
 	c := newCluster(t, 16, 2)
-	c.startScheduler()
 	ns := "mix"
 	var specs []podSpec
 	for i := 0; i < 4; i++ {
@@ -473,6 +472,9 @@ func TestMixBoundWherePlacerChose(t *testing.T) {
 	}
 	specs = append(specs, podSpec{name: "too-big", gpus: 16})
 	c.createPods(ns, specs...)
+	// Started after the pods exist: the whole mix is one round (its arrival
+	// over several rounds is KilledMidBatchNoDoubleBind's).
+	c.startScheduler()
 	ps := c.waitBound(ns, 90*time.Second, "too-big")
 	msg := c.waitCondition(ns, "too-big", "Unschedulable", "0/16 nodes are available:", 30*time.Second)
 	if !strings.Contains(msg, "Insufficient nvidia.com/gpu") {

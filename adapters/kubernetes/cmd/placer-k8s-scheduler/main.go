@@ -55,10 +55,10 @@ import (
 
 type config struct {
 	kubeconfig, schedulerName, endpoint, serverKey, clientCert, rackLabel, httpAddr string
-	leaseName, leaseNamespace, identity, record                                   string
-	timeout, window, retry, leaseDuration, renewDeadline, retryPeriod, bindDelay  time.Duration
-	batchMax, bindWorkers                                                        int
-	leaderElect, stacking                                                        bool
+	leaseName, leaseNamespace, identity, record                                     string
+	timeout, window, retry, leaseDuration, renewDeadline, retryPeriod, bindDelay    time.Duration
+	batchMax, bindWorkers                                                           int
+	leaderElect, stacking                                                           bool
 }
 
 var podGroupGVR = schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}
@@ -204,10 +204,11 @@ type scheduler struct {
 	wake                    chan struct{}
 	synced, leader          atomic.Bool
 
-	mu       sync.Mutex
-	assumed  map[types.UID]assumed // bound by us, not yet seen bound by the informer
-	lastErr  string                // the last cycle's trouble with Placer, for /readyz's body
-	lastOK   time.Time
+	mu           sync.Mutex
+	assumed      map[types.UID]assumed // bound by us, not yet seen bound by the informer
+	lastErr      string                // the last cycle's trouble with Placer, for /readyz's body
+	lastOK       time.Time
+	lastUnplaced int
 }
 
 func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *placerclient.Client) *scheduler {
@@ -541,7 +542,12 @@ func (s *scheduler) cycle(ctx context.Context) {
 	}
 	mUnsched.Set(float64(unplacedPods))
 	mCycleSec.Observe(time.Since(start).Seconds())
-	slog.Info("cycle", "pending", len(pending), "jobs", len(r.Request.Pending), "nodes", len(r.Nodes),
+	level := slog.LevelDebug // a cycle that changed nothing is not logged at info
+	if nBound.Load() > 0 || nFailed.Load() > 0 || unplacedPods != s.lastUnplaced {
+		level = slog.LevelInfo
+	}
+	s.lastUnplaced = unplacedPods
+	slog.Log(ctx, level, "cycle", "pending", len(pending), "jobs", len(r.Request.Pending), "nodes", len(r.Nodes),
 		"bound", nBound.Load(), "bind_failed", nFailed.Load(), "unplaced_pods", unplacedPods,
 		"placer_ms", float64(t1.Sub(t0).Microseconds())/1000, "bind_ms", bindTime.Milliseconds(),
 		"cycle_ms", time.Since(start).Milliseconds())
@@ -565,4 +571,3 @@ func (s *scheduler) unschedulable(ctx context.Context, p *corev1.Pod, reason, ms
 	}
 	s.recorder.Event(p, corev1.EventTypeWarning, "FailedScheduling", msg)
 }
-

@@ -4,6 +4,7 @@
 package translate
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strconv"
@@ -35,9 +36,9 @@ type Options struct {
 // Group is one Placer job: a lone pod, a gang (a pod group), or pods of
 // one owner that must sit on distinct nodes.
 type Group struct {
-	Key      string
-	Pods     []*corev1.Pod // replica i is Pods[i]
-	Gang     bool
+	Key       string
+	Pods      []*corev1.Pod // replica i is Pods[i]
+	Gang      bool
 	MinMember int
 }
 
@@ -405,8 +406,12 @@ func signature(p *corev1.Pod) (string, string) {
 	if p.Spec.Priority != nil {
 		prio = *p.Spec.Priority
 	}
-	fmt.Fprintf(&b, "%d|%s|%v|%v|%v|%v", prio, p.Labels[QueueLabel], p.Spec.NodeSelector, p.Spec.Tolerations,
-		p.Spec.Affinity, p.Spec.NodeName)
+	cons, _ := json.Marshal(struct {
+		S map[string]string
+		T []corev1.Toleration
+		A *corev1.Affinity
+	}{p.Spec.NodeSelector, p.Spec.Tolerations, p.Spec.Affinity})
+	fmt.Fprintf(&b, "%d|%s|%s", prio, p.Labels[QueueLabel], cons)
 	return b.String(), ""
 }
 

@@ -165,3 +165,23 @@ func TestMessageIsKubeSchedulersWords(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestGangOfEqualPodsWithAffinityIsOneJob(t *testing.T) {
+	mk := func(name string) *corev1.Pod {
+		p := pod(name, 4, "2")
+		p.Labels[PodGroupLabel] = "g"
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: HostnameKey, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "g"}}}}}}
+		return p
+	}
+	r := Build([]*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8)}, nil, []*corev1.Pod{mk("a"), mk("b")}, nil, Options{}, 1)
+	if len(r.Request.Pending) != 1 || !r.Request.Pending[0].DistinctNodes || !r.Request.Pending[0].Gang {
+		t.Fatalf("equal gang members (separate Affinity objects) are not one distinct-nodes gang: %+v", r.Skipped)
+	}
+	other := mk("c")
+	other.Spec.Containers[0].Resources.Requests[GPUResource] = *resource.NewQuantity(2, resource.DecimalSI)
+	r = Build([]*corev1.Node{node("n1", "r1", 8)}, nil, []*corev1.Pod{mk("a"), other}, nil, Options{}, 1)
+	if len(r.Request.Pending) != 0 || len(r.Skipped) != 2 || !strings.Contains(r.Skipped[0].Why, "differ") {
+		t.Errorf("unequal gang members: %+v", r.Skipped)
+	}
+}
