@@ -544,7 +544,6 @@ func TestMixBoundWherePlacerChose(t *testing.T) {
 // whole.
 func TestKilledMidBatchNoDoubleBind(t *testing.T) {
 	c := newCluster(t, 16, 0)
-	c.startScheduler("--test-bind-delay", "150ms", "--bind-workers", "2")
 	ns := "kill"
 	var specs []podSpec
 	for i := 0; i < 4; i++ {
@@ -554,10 +553,11 @@ func TestKilledMidBatchNoDoubleBind(t *testing.T) {
 		specs = append(specs, podSpec{name: fmt.Sprintf("p-%02d", i), gpus: 2})
 	}
 	c.createPods(ns, specs...)
-	// Wait for the first bindings, then kill.
+	// One round of 34 pods, bound two at a time, 200 ms each: killed after the first few.
+	c.startScheduler("--test-bind-delay", "200ms", "--bind-workers", "2")
 	before := map[string]string{}
 	deadline := time.Now().Add(60 * time.Second)
-	for len(before) < 3 {
+	for len(before) < 4 {
 		if time.Now().After(deadline) {
 			t.Fatal("no pod bound within 60 s")
 		}
@@ -566,7 +566,7 @@ func TestKilledMidBatchNoDoubleBind(t *testing.T) {
 				before[p.Name] = p.Spec.NodeName
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond)
 	}
 	c.stopScheduler(syscall.SIGKILL)
 	time.Sleep(200 * time.Millisecond) // bindings the apiserver had already taken land
