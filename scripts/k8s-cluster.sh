@@ -77,12 +77,13 @@ build() {
   local src=$CACHE/src staging=v0.${K8S_VERSION#1.}
   mkdir -p "$src" "$BIN"
   local start=$SECONDS
-  log "building kube-apiserver, kube-scheduler and etcd v$K8S_VERSION in $src (once; about 15 minutes on 2 cores)"
+  log "building kube-apiserver, kube-scheduler and etcd v$K8S_VERSION in $src (once; about 20 minutes on 2 cores)"
   (
     cd "$src"
-    local gomod
-    gomod=$("$go" mod download -json "k8s.io/kubernetes@v$K8S_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
-    [ -f "$gomod" ] || die "the module proxy did not give k8s.io/kubernetes@v$K8S_VERSION's go.mod"
+    local gomod dl
+    dl=$("$go" mod download -json "k8s.io/kubernetes@v$K8S_VERSION" 2>&1) || true
+    gomod=$(echo "$dl" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+    [ -f "$gomod" ] || die "the module proxy did not give k8s.io/kubernetes@v$K8S_VERSION: $(echo "$dl" | sed -n 's/.*"Error": "\(.*\)".*/\1/p;/^go: /p')"
     {
       echo "module placer.local/k8sbuild"
       echo
