@@ -14,7 +14,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,8 +30,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
@@ -474,7 +479,8 @@ func TestMixBoundWherePlacerChose(t *testing.T) {
 	c.createPods(ns, specs...)
 	// Started after the pods exist: the whole mix is one round (its arrival
 	// over several rounds is KilledMidBatchNoDoubleBind's).
-	c.startScheduler()
+	hp := freePorts(t, 1)
+	c.startScheduler("--http", fmt.Sprintf("127.0.0.1:%d", hp))
 	ps := c.waitBound(ns, 90*time.Second, "too-big")
 	msg := c.waitCondition(ns, "too-big", "Unschedulable", "0/16 nodes are available:", 30*time.Second)
 	if !strings.Contains(msg, "Insufficient nvidia.com/gpu") {
@@ -537,6 +543,87 @@ func TestMixBoundWherePlacerChose(t *testing.T) {
 	if !strings.Contains(c.schedulerLog(), "cycle") {
 		t.Errorf("scheduler log shows no cycle")
 	}
+	metrics := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", hp), 200)
+	if want := fmt.Sprintf("placer_k8s_pods_bound_total %d\n", len(ps)-1); !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %q", want)
+	}
+	if !strings.Contains(metrics, "placer_k8s_pods_unschedulable 1\n") || !strings.Contains(metrics, "placer_k8s_leader 1\n") {
+		t.Errorf("/metrics: unschedulable or leader gauge wrong")
+	}
+	if r := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", hp), 200); !strings.Contains(r, `"leader":true`) {
+		t.Errorf("/readyz: %s", r)
+	}
+}
+
+func httpGet(t *testing.T, url string, want int) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Errorf("GET %s: %d, want %d: %s", url, resp.StatusCode, want, b)
+	}
+	return string(b)
+}
+
+// A PodGroup (scheduling.x-k8s.io/v1alpha1, its CRD installed here) with
+// minMember 3: two pods wait, saying so, and none is bound; the third
+// makes the gang, bound whole.
+func TestPodGroupMinMemberWaits(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.dir, "admin.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(rc)
+	ctx := context.Background()
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "podgroups.scheduling.x-k8s.io"},
+		"spec": map[string]any{"group": "scheduling.x-k8s.io", "scope": "Namespaced",
+			"names": map[string]any{"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup", "listKind": "PodGroupList"},
+			"versions": []any{map[string]any{"name": "v1alpha1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}}}
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := "pg"
+	c.createPods(ns, podSpec{name: "w-0", group: "pg", gpus: 8}, podSpec{name: "w-1", group: "pg", gpus: 8})
+	pgGVR := schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}
+	pg := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+		"metadata": map[string]any{"name": "pg", "namespace": ns}, "spec": map[string]any{"minMember": int64(3)}}}
+	deadline := time.Now().Add(30 * time.Second)
+	for { // until the CRD is established
+		if _, err = dyn.Resource(pgGVR).Namespace(ns).Create(ctx, pg, metav1.CreateOptions{}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("creating the PodGroup: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	c.startScheduler()
+	msg := c.waitCondition(ns, "w-0", "Unschedulable", "waiting for pod group pg: 2 of its minMember 3", 30*time.Second)
+	t.Logf("w-0: %s", msg)
+	for _, p := range c.pods(ns) {
+		if p.Spec.NodeName != "" {
+			t.Fatalf("pod %s bound before its group reached minMember", p.Name)
+		}
+	}
+	c.createPods(ns, podSpec{name: "w-2", group: "pg", gpus: 8})
+	ps := c.waitBound(ns, 60*time.Second)
+	labels := nodeLabels(c)
+	racks := map[string]bool{}
+	for _, p := range ps {
+		racks[labels[p.Spec.NodeName]["placer.io/rack"]] = true
+	}
+	if len(ps) != 3 || len(racks) != 1 {
+		t.Errorf("the gang: %d pods in racks %v", len(ps), racks)
+	}
 }
 
 // The scheduler is killed (SIGKILL) while it binds a batch: no pod is
@@ -553,11 +640,11 @@ func TestKilledMidBatchNoDoubleBind(t *testing.T) {
 		specs = append(specs, podSpec{name: fmt.Sprintf("p-%02d", i), gpus: 2})
 	}
 	c.createPods(ns, specs...)
-	// One round of 34 pods, bound two at a time, 200 ms each: killed after the first few.
+	// One round of 34 pods, bound two at a time, 200 ms each: killed after the first two.
 	c.startScheduler("--test-bind-delay", "200ms", "--bind-workers", "2")
 	before := map[string]string{}
 	deadline := time.Now().Add(60 * time.Second)
-	for len(before) < 4 {
+	for len(before) < 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("no pod bound within 60 s")
 		}
@@ -580,7 +667,13 @@ func TestKilledMidBatchNoDoubleBind(t *testing.T) {
 	if bound >= len(specs) {
 		t.Fatalf("all %d pods bound before the kill: the test did not kill mid-batch", bound)
 	}
-	t.Logf("killed with %d of %d pods bound", bound, len(specs))
+	gangBound := 0
+	for name := range before {
+		if strings.HasPrefix(name, "gang-") {
+			gangBound++
+		}
+	}
+	t.Logf("killed with %d of %d pods bound, %d of the gang's 4", bound, len(specs), gangBound)
 	c.startScheduler()
 	ps := c.waitBound(ns, 90*time.Second)
 	var gang []string

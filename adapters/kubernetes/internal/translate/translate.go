@@ -51,6 +51,7 @@ type Skipped struct {
 
 // Round is a request and what its jobs stand for.
 type Round struct {
+	opt     Options
 	Request *wire.ScheduleRequestT
 	Nodes   []*corev1.Node
 	Groups  []*Group // job i of Request.Pending is Groups[i]
@@ -133,7 +134,7 @@ func nodeReady(n *corev1.Node) bool {
 // Build makes the round: `nodes` as the cluster with what `bound` pods
 // (and `assumed` ones, bound by us but not seen yet) use, `pending` as jobs.
 func Build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, minOf PodGroupMin, opt Options, now int64) *Round {
-	r := &Round{}
+	r := &Round{opt: opt}
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	r.Nodes = nodes
 	used := map[string]corev1.ResourceList{}
@@ -260,6 +261,7 @@ func Build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, min
 func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.Pod, minOf PodGroupMin, now int64) (*wire.JobT, string) {
 	first := g.Pods[0]
 	sig := ""
+	partRack := ""
 	for i, p := range g.Pods {
 		s, err := signature(p)
 		if err != "" {
@@ -310,9 +312,22 @@ func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.P
 		}
 		g.MinMember = min
 		already := 0
+		racks := map[string]bool{}
 		for _, p := range bound {
 			if p.Namespace == first.Namespace && p.Labels[PodGroupLabel] == name {
 				already++
+				if rl := r.opt.RackLabel; rl != "" {
+					for _, n := range r.Nodes {
+						if n.Name == p.Spec.NodeName && n.Labels[rl] != "" {
+							racks[n.Labels[rl]] = true
+						}
+					}
+				}
+			}
+		}
+		if len(racks) == 1 { // a gang found partly bound: its rest preferably where its bound members are
+			for rack := range racks {
+				partRack = rack
 			}
 		}
 		if already+len(g.Pods) < min {
@@ -351,6 +366,10 @@ func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.P
 				t.MatchExpressions = append(t.MatchExpressions, notIn)
 			}
 		}
+	}
+	if partRack != "" {
+		c.Preferred = append(c.Preferred, &wire.PreferredTermT{Weight: 100, Preference: &wire.SelectorTermT{
+			MatchExpressions: []*wire.SelectorRequirementT{{Key: r.opt.RackLabel, Operator: wire.SelectorOperatorIn, Values: []string{partRack}}}}})
 	}
 	job.Constraints = c
 	return job, ""

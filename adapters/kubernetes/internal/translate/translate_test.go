@@ -185,3 +185,23 @@ func TestGangOfEqualPodsWithAffinityIsOneJob(t *testing.T) {
 		t.Errorf("unequal gang members: %+v", r.Skipped)
 	}
 }
+
+func TestPartlyBoundGangIsCompletedNearItsMembers(t *testing.T) {
+	mk := func(name, node string) *corev1.Pod {
+		p := pod(name, 8, "4")
+		p.Labels[PodGroupLabel] = "train"
+		p.Annotations = map[string]string{MinMemberAnnot: "4"}
+		p.Spec.NodeName = node
+		return p
+	}
+	nodes := []*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8), node("n3", "r2", 8), node("n4", "r2", 8), node("n5", "r1", 8)}
+	r := Build(nodes, []*corev1.Pod{mk("a", "n1"), mk("b", "n2")}, []*corev1.Pod{mk("c", ""), mk("d", "")}, nil, Options{RackLabel: "placer.io/rack"}, 1)
+	if len(r.Request.Pending) != 1 {
+		t.Fatalf("the rest of a partly bound gang is not a job: %+v", r.Skipped)
+	}
+	j := r.Request.Pending[0]
+	pref := j.Constraints.Preferred
+	if j.Replicas != 2 || !j.Gang || len(pref) != 1 || pref[0].Weight != 100 || pref[0].Preference.MatchExpressions[0].Values[0] != "r1" {
+		t.Errorf("job %+v, preferred %+v", j, pref)
+	}
+}
