@@ -28,6 +28,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -195,9 +196,9 @@ func (c *cluster) applyRBAC() {
 	}
 }
 
-func (c *cluster) startPlacer() {
-	c.placer = exec.Command(os.Getenv("PLACER_BIN"), "serve", "--endpoint", fmt.Sprintf("tcp://127.0.0.1:%d", c.pport),
-		"--backend", "cpu")
+func (c *cluster) startPlacer(extra ...string) {
+	c.placer = exec.Command(os.Getenv("PLACER_BIN"), append([]string{"serve", "--endpoint", fmt.Sprintf("tcp://127.0.0.1:%d", c.pport),
+		"--backend", "cpu"}, extra...)...)
 	f, _ := os.Create(filepath.Join(c.dir, "log", fmt.Sprintf("placer-%d.log", time.Now().UnixNano())))
 	c.placer.Stdout, c.placer.Stderr = f, f
 	if err := c.placer.Start(); err != nil {
@@ -790,4 +791,59 @@ func TestTwoReplicasOneLeader(t *testing.T) {
 	if !strings.Contains(c.schedulerLog(), "leading") {
 		t.Errorf("the second replica did not take over")
 	}
+}
+
+// priorityClassName is the job's priority: a later high-priority pod takes
+// the one node both want, ahead of an earlier low-priority one (within a
+// priority the order is fifo).
+func TestPriorityClassOrdersTheRound(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	ctx := context.Background()
+	for name, v := range map[string]int32{"low": 10, "high": 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
+		if _, err := c.cs.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := "prio"
+	host := map[string]string{"kubernetes.io/hostname": "node-1"}
+	c.createPods(ns, podSpec{name: "early-low", gpus: 8, selector: host, priority: "low"})
+	time.Sleep(1100 * time.Millisecond) // a later creation second
+	c.createPods(ns, podSpec{name: "late-high", gpus: 8, selector: host, priority: "high"})
+	c.startScheduler()
+	c.waitBound(ns, 60*time.Second, "early-low")
+	msg := c.waitCondition(ns, "early-low", "Unschedulable", "0/16 nodes are available:", 30*time.Second)
+	t.Logf("early-low: %s", msg)
+	p, err := c.cs.CoreV1().Pods(ns).Get(ctx, "early-low", metav1.GetOptions{})
+	if err != nil || p.Spec.NodeName != "" || p.Spec.Priority == nil || *p.Spec.Priority != 10 {
+		t.Errorf("early-low: bound to %q, priority %v (%v)", p.Spec.NodeName, p.Spec.Priority, err)
+	}
+}
+
+// CURVE: the scheduler reaches a service that admits only listed keys with
+// its own certificate; without one the service never answers.
+func TestCurveToPlacer(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	_ = c.placer.Process.Kill()
+	_, _ = c.placer.Process.Wait()
+	keys := filepath.Join(c.dir, "keys")
+	for _, name := range []string{"server", "scheduler"} {
+		if out, err := exec.Command(os.Getenv("PLACER_BIN"), "keygen", "--out", keys, "--name", name).CombinedOutput(); err != nil {
+			t.Fatalf("keygen: %v %s", err, out)
+		}
+	}
+	allowed := filepath.Join(keys, "clients")
+	_ = os.MkdirAll(allowed, 0o755)
+	b, _ := os.ReadFile(filepath.Join(keys, "scheduler.key"))
+	_ = os.WriteFile(filepath.Join(allowed, "scheduler.key"), b, 0o644)
+	c.startPlacer("--curve-secret", filepath.Join(keys, "server.key_secret"), "--allow-keys", allowed)
+	// First without a certificate: pods wait, saying Placer did not answer.
+	c.startScheduler("--placer-timeout", "1s")
+	ns := "curve"
+	c.createPods(ns, podSpec{name: "a", gpus: 2})
+	c.waitCondition(ns, "a", "SchedulerError", "did not answer", 30*time.Second)
+	c.stopScheduler(syscall.SIGTERM)
+	c.startScheduler("--placer-server-key", filepath.Join(keys, "server.key"),
+		"--placer-client-cert", filepath.Join(keys, "scheduler.key_secret"))
+	c.waitBound(ns, 60*time.Second)
 }
