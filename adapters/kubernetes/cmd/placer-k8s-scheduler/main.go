@@ -20,7 +20,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -60,6 +62,8 @@ type config struct {
 	batchMax, bindWorkers                                                           int
 	leaderElect, stacking                                                           bool
 }
+
+var refusedJob = regexp.MustCompile(`pending job (\d+) \(`)
 
 var podGroupGVR = schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}
 
@@ -418,6 +422,27 @@ func (s *scheduler) cycle(ctx context.Context) {
 	t0 := time.Now()
 	reply, err := s.pc.Solve(r.Request)
 	mRoundSec.Observe(time.Since(t0).Seconds())
+	// A round Placer refuses for one job's sake ("pending job N (...): ...")
+	// goes again without that job, which is reported on its pods: one pod
+	// never holds up the round. At most a few times.
+	for tries := 0; err == nil && reply.Code == wire.ErrorCodeInvalidArgument && tries < 5; tries++ {
+		m := refusedJob.FindStringSubmatch(reply.Message)
+		if m == nil {
+			break
+		}
+		j, _ := strconv.Atoi(m[1])
+		if j >= len(r.Groups) {
+			break
+		}
+		for _, p := range r.Groups[j].Pods {
+			s.unschedulable(ctx, p, "SchedulerError", "placer: the Placer service refused this pod: "+reply.Message)
+		}
+		r.Drop(j, reply.Message)
+		if len(r.Request.Pending) == 0 {
+			return
+		}
+		reply, err = s.pc.Solve(r.Request)
+	}
 	if err != nil || reply.Code != wire.ErrorCodeOk {
 		why, result := "", "placer_unavailable"
 		if err != nil {

@@ -419,6 +419,9 @@ func signature(p *corev1.Pod) (string, string) {
 	if g := gpus(rl); g > 64 {
 		return "", fmt.Sprintf("%d GPUs per pod (at most 64)", g)
 	}
+	if cpu, mem := milli(rl[corev1.ResourceCPU]), mib(rl[corev1.ResourceMemory]); cpu > 1<<40 || mem > 1<<40 {
+		return "", fmt.Sprintf("requests of %d mCPU and %d MiB are past Placer's 2^40", cpu, mem)
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d|%d|%d|", milli(rl[corev1.ResourceCPU]), mib(rl[corev1.ResourceMemory]), gpus(rl))
 	var prio int32
@@ -546,4 +549,14 @@ func Message(u *wire.UnplacedT) string {
 		return wire.EnumNamesUnplacedReason[u.Reason] + ": " + u.Detail
 	}
 	return wire.EnumNamesUnplacedReason[u.Reason]
+}
+
+// Drop takes pending job j out of the round (Placer refused the round
+// naming it) and reports its pods with `why`.
+func (r *Round) Drop(j int, why string) {
+	for _, p := range r.Groups[j].Pods {
+		r.Skipped = append(r.Skipped, Skipped{Pod: p, Reason: "SchedulerError", Why: why})
+	}
+	r.Request.Pending = append(r.Request.Pending[:j:j], r.Request.Pending[j+1:]...)
+	r.Groups = append(r.Groups[:j:j], r.Groups[j+1:]...)
 }
