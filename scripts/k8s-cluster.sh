@@ -12,6 +12,7 @@
 #                                  [--dir DIR]
 #   scripts/k8s-cluster.sh down [--dir DIR]      stops only what `up` started (pid files); twice is fine
 #   scripts/k8s-cluster.sh status [--dir DIR]
+#   scripts/k8s-cluster.sh restart-apiserver [--dir DIR] [--port P]   (etcd kept; the tests' apiserver restart)
 #   scripts/k8s-cluster.sh paths                 prints where the binaries are (after build)
 #
 # The binaries (kube-apiserver, kube-scheduler, etcd) are built ONCE from the
