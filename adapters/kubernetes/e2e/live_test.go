@@ -240,6 +240,7 @@ type podSpec struct {
 	minMember   int
 	hosts       []string // required node affinity: kubernetes.io/hostname In hosts
 	priority    string
+	shareMilli  int
 }
 
 func (c *cluster) createPods(ns string, specs ...podSpec) {
@@ -267,6 +268,9 @@ func (c *cluster) createPods(ns string, specs ...podSpec) {
 			q := *resource.NewQuantity(s.gpus, resource.DecimalSI)
 			p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = q
 			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": q}
+		}
+		if s.shareMilli > 0 {
+			p.Annotations = map[string]string{"placer.io/gpu-milli": fmt.Sprint(s.shareMilli)}
 		}
 		if s.group != "" {
 			p.Labels["scheduling.x-k8s.io/pod-group"] = s.group
@@ -846,4 +850,70 @@ func TestCurveToPlacer(t *testing.T) {
 	c.startScheduler("--placer-server-key", filepath.Join(keys, "server.key"),
 		"--placer-client-cert", filepath.Join(keys, "scheduler.key_secret"))
 	c.waitBound(ns, 60*time.Second)
+}
+
+// Fractional GPUs (annotation placer.io/gpu-milli): on node-1's 8 GPUs, six
+// whole-GPU pods and five half-GPU shares ask for 9 GPUs' worth; ten are
+// bound, the shares at most two to a GPU, each told its GPU
+// (placer.io/gpu-index), their GPUs and the whole ones at most 8; the
+// eleventh waits, told why.
+func TestFractionalGPUShares(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	ns := "share"
+	host := map[string]string{"kubernetes.io/hostname": "node-1"}
+	var specs []podSpec
+	for i := 0; i < 6; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("whole-%d", i), gpus: 1, selector: host})
+	}
+	for i := 0; i < 5; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("half-%d", i), shareMilli: 500, selector: host})
+	}
+	c.createPods(ns, specs...)
+	c.startScheduler()
+	deadline := time.Now().Add(60 * time.Second)
+	var bound, shares []corev1.Pod
+	for {
+		bound, shares = nil, nil
+		for _, p := range c.pods(ns) {
+			if p.Spec.NodeName != "" {
+				bound = append(bound, p)
+				if strings.HasPrefix(p.Name, "half-") {
+					shares = append(shares, p)
+				}
+			}
+		}
+		if len(bound) >= 10 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if len(bound) != 10 {
+		t.Fatalf("%d pods bound (%d shares), want 10", len(bound), len(shares))
+	}
+	perGPU := map[string]int{}
+	for _, p := range shares {
+		idx := p.Annotations["placer.io/gpu-index"]
+		if idx == "" {
+			t.Errorf("share %s bound without its GPU index", p.Name)
+		}
+		perGPU[idx] += 500
+	}
+	if wholes := len(bound) - len(shares); len(perGPU)+wholes > 8 {
+		t.Errorf("shares on GPUs %v beside %d whole GPUs: more than node-1's 8", perGPU, wholes)
+	}
+	t.Logf("%d whole GPUs, shares on GPUs %v", len(bound)-len(shares), perGPU)
+	for idx, m := range perGPU {
+		if m > 1000 {
+			t.Errorf("GPU %s holds %d milli-GPU of shares", idx, m)
+		}
+	}
+	var waiting string
+	for _, p := range c.pods(ns) {
+		if p.Spec.NodeName == "" {
+			waiting = p.Name
+		}
+	}
+	msg := c.waitCondition(ns, waiting, "Unschedulable", "0/16 nodes are available:", 30*time.Second)
+	t.Logf("%s: %s", waiting, msg)
+	c.checkCapacity()
 }

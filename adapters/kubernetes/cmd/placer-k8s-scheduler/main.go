@@ -470,8 +470,9 @@ func (s *scheduler) cycle(ctx context.Context) {
 	s.mu.Unlock()
 	res := reply.Result
 	type bind struct {
-		pod  *corev1.Pod
-		node string
+		pod   *corev1.Pod
+		node  string
+		share int // a GPU share's GPU index (placer.io/gpu-index), -1 for none
 	}
 	var binds []bind
 	placed := map[int]bool{}
@@ -491,7 +492,11 @@ func (s *scheduler) cycle(ctx context.Context) {
 				slog.Error("placement on an unknown node index", "node", rp.Node)
 				continue
 			}
-			binds = append(binds, bind{g.Pods[i], r.Nodes[rp.Node].Name})
+			b := bind{g.Pods[i], r.Nodes[rp.Node].Name, -1}
+			if m, _ := translate.Share(g.Pods[i]); m > 0 && len(rp.Gpus) == 1 {
+				b.share = int(rp.Gpus[0])
+			}
+			binds = append(binds, b)
 		}
 	}
 	// Assume all first, so that a cycle that starts before the informer
@@ -500,6 +505,12 @@ func (s *scheduler) cycle(ctx context.Context) {
 	for _, b := range binds {
 		cp := b.pod.DeepCopy()
 		cp.Spec.NodeName = b.node
+		if b.share >= 0 {
+			if cp.Annotations == nil {
+				cp.Annotations = map[string]string{}
+			}
+			cp.Annotations[translate.GPUIndexAnnot] = strconv.Itoa(b.share)
+		}
 		s.assumed[b.pod.UID] = assumed{pod: cp, when: time.Now()}
 	}
 	s.mu.Unlock()
@@ -528,10 +539,17 @@ func (s *scheduler) cycle(ctx context.Context) {
 			if s.cfg.bindDelay > 0 {
 				time.Sleep(s.cfg.bindDelay)
 			}
-			err := s.cs.CoreV1().Pods(b.pod.Namespace).Bind(ctx, &corev1.Binding{
-				ObjectMeta: metav1.ObjectMeta{Name: b.pod.Name, Namespace: b.pod.Namespace, UID: b.pod.UID},
-				Target:     corev1.ObjectReference{Kind: "Node", Name: b.node},
-			}, metav1.CreateOptions{})
+			var err error
+			if b.share >= 0 { // the GPU of the share, for the device plugin, before the pod is bound
+				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, translate.GPUIndexAnnot, strconv.Itoa(b.share))
+				_, err = s.cs.CoreV1().Pods(b.pod.Namespace).Patch(ctx, b.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+			}
+			if err == nil {
+				err = s.cs.CoreV1().Pods(b.pod.Namespace).Bind(ctx, &corev1.Binding{
+					ObjectMeta: metav1.ObjectMeta{Name: b.pod.Name, Namespace: b.pod.Namespace, UID: b.pod.UID},
+					Target:     corev1.ObjectReference{Kind: "Node", Name: b.node},
+				}, metav1.CreateOptions{})
+			}
 			if err != nil {
 				nFailed.Add(1)
 				mBindErr.Inc()

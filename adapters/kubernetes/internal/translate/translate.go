@@ -25,7 +25,25 @@ const (
 	MinMemberAnnot = "scheduling.x-k8s.io/min-member" // fallback when no PodGroup object can be read
 	QueueLabel     = "kueue.x-k8s.io/queue-name"
 	HostnameKey    = "kubernetes.io/hostname"
+	// Fractional GPUs: a pod asks a share of one GPU with this annotation
+	// (milli-GPU, 1..999) and no nvidia.com/gpu request; the scheduler
+	// writes the GPU index Placer chose in GPUIndexAnnot before binding.
+	GPUMilliAnnot = "placer.io/gpu-milli"
+	GPUIndexAnnot = "placer.io/gpu-index"
 )
+
+// Share is a pod's GPU share in milli-GPU (0: none) and whether the annotation is well formed.
+func Share(p *corev1.Pod) (int64, bool) {
+	v, ok := p.Annotations[GPUMilliAnnot]
+	if !ok {
+		return 0, true
+	}
+	m, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || m < 1 || m > 999 {
+		return 0, false
+	}
+	return m, true
+}
 
 // Options of the translation.
 type Options struct {
@@ -164,12 +182,29 @@ func Build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, min
 		u := used[n.Name]
 		g := gpus(alloc)
 		ug := gpus(u)
-		free := make([]uint16, 0, g)
-		for i := int64(0); i < g; i++ {
-			if i < ug {
-				free = append(free, 0)
-			} else {
-				free = append(free, 1000)
+		free := make([]uint16, g)
+		for i := range free {
+			free[i] = 1000
+		}
+		// Shares first, on the GPUs their annotations name; whole GPUs then
+		// on the fully free ones (Placer gives whole GPUs only those).
+		for _, p := range podsOn[n.Name] {
+			if m, ok := Share(p); ok && m > 0 {
+				if i, err := strconv.Atoi(p.Annotations[GPUIndexAnnot]); err == nil && i >= 0 && i < len(free) {
+					free[i] = uint16(max(0, int64(free[i])-m))
+				}
+			}
+		}
+		for i := range free {
+			if ug > 0 && free[i] == 1000 {
+				free[i] = 0
+				ug--
+			}
+		}
+		for i := range free { // more whole GPUs in use than fully free ones: the rest from the partly used
+			if ug > 0 && free[i] > 0 {
+				free[i] = 0
+				ug--
 			}
 		}
 		cpuCap, memCap := milli(alloc[corev1.ResourceCPU]), mib(alloc[corev1.ResourceMemory])
@@ -288,6 +323,9 @@ func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.P
 		if t := p.CreationTimestamp.Unix(); t < job.SubmitTime {
 			job.SubmitTime = t
 		}
+	}
+	if m, _ := Share(first); m > 0 {
+		job.Demand.Gpus, job.Demand.GpuMilli = 1, uint16(m)
 	}
 	if first.Spec.Priority != nil {
 		job.Priority = *first.Spec.Priority
@@ -416,6 +454,13 @@ func signature(p *corev1.Pod) (string, string) {
 			}
 		}
 	}
+	share, ok := Share(p)
+	if !ok {
+		return "", fmt.Sprintf("annotation %s=%q: want a GPU share in milli-GPU, 1..999", GPUMilliAnnot, p.Annotations[GPUMilliAnnot])
+	}
+	if share > 0 && gpus(rl) > 0 {
+		return "", fmt.Sprintf("annotation %s with an %s request: a share asks no whole GPUs", GPUMilliAnnot, GPUResource)
+	}
 	if g := gpus(rl); g > 64 {
 		return "", fmt.Sprintf("%d GPUs per pod (at most 64)", g)
 	}
@@ -423,7 +468,7 @@ func signature(p *corev1.Pod) (string, string) {
 		return "", fmt.Sprintf("requests of %d mCPU and %d MiB are past Placer's 2^40", cpu, mem)
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d|%d|%d|", milli(rl[corev1.ResourceCPU]), mib(rl[corev1.ResourceMemory]), gpus(rl))
+	fmt.Fprintf(&b, "%d|%d|%d|%d|", milli(rl[corev1.ResourceCPU]), mib(rl[corev1.ResourceMemory]), gpus(rl), share)
 	var prio int32
 	if p.Spec.Priority != nil {
 		prio = *p.Spec.Priority

@@ -205,3 +205,34 @@ func TestPartlyBoundGangIsCompletedNearItsMembers(t *testing.T) {
 		t.Errorf("job %+v, preferred %+v", j, pref)
 	}
 }
+
+func TestGPUSharesAreCountedOnTheirGPUs(t *testing.T) {
+	share := func(name, node, milli, idx string) *corev1.Pod {
+		p := pod(name, 0, "1")
+		p.Annotations = map[string]string{GPUMilliAnnot: milli}
+		if idx != "" {
+			p.Annotations[GPUIndexAnnot] = idx
+		}
+		p.Spec.NodeName = node
+		return p
+	}
+	whole := pod("whole", 2, "1")
+	whole.Spec.NodeName = "n1"
+	bound := []*corev1.Pod{share("s1", "n1", "500", "0"), share("s2", "n1", "250", "0"), share("s3", "n1", "300", "3"), whole}
+	r := Build([]*corev1.Node{node("n1", "r1", 4)}, bound, []*corev1.Pod{share("new", "", "400", "")}, nil, Options{}, 1)
+	got := r.Request.Cluster.Nodes[0].GpuFreeMilli
+	if len(got) != 4 || got[0] != 250 || got[1] != 0 || got[2] != 0 || got[3] != 700 {
+		t.Errorf("free milli per GPU: %v, want [250 0 0 700]", got)
+	}
+	j := r.Request.Pending[0]
+	if j.Demand.Gpus != 1 || j.Demand.GpuMilli != 400 {
+		t.Errorf("demand %+v", j.Demand)
+	}
+	bad := share("bad", "", "1500", "")
+	both := share("both", "", "500", "")
+	both.Spec.Containers[0].Resources.Requests[GPUResource] = *resource.NewQuantity(1, resource.DecimalSI)
+	r = Build([]*corev1.Node{node("n1", "r1", 4)}, nil, []*corev1.Pod{bad, both}, nil, Options{}, 1)
+	if len(r.Skipped) != 2 || !strings.Contains(r.Skipped[0].Why, "1..999") || !strings.Contains(r.Skipped[1].Why, "asks no whole GPUs") {
+		t.Errorf("skipped %+v", r.Skipped)
+	}
+}
