@@ -9,7 +9,8 @@ PKGS=(cmake ninja-build g++ make pkg-config ccache
       libflatbuffers-dev flatbuffers-compiler
       libgtest-dev libbenchmark-dev libomp-dev libglpk-dev clang libclang-rt-dev
       python3-zmq python3-flatbuffers prometheus-cpp-dev libcpp-httplib-dev libspdlog-dev libcli11-dev
-      nlohmann-json3-dev slurm-wlm libslurm-dev munge)
+      nlohmann-json3-dev slurm-wlm libslurm-dev munge
+      curl openssl)  # scripts/k8s-cluster.sh (its certificates, tokens and Node objects)
 
 # The CUDA toolkit: an installed one ($CUDA_HOME, /usr/local/cuda) is used as
 # it is; otherwise NVIDIA's PyPI wheels of CUDA 13.0 (nvcc, runtime, CCCL),

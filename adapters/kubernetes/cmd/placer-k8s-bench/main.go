@@ -1,0 +1,266 @@
+// placer-k8s-bench: feeds one pod mix to a scheduler of a live cluster and
+// measures it (scripts/k8s-side-by-side.sh runs it for kube-scheduler and
+// for the Placer scheduler on fresh clusters): pods per second from the
+// first creation to the last binding, GPUs placed, GPU nodes left partly
+// used and the GPUs free on them, gangs whole / split across racks /
+// stranded (partly bound), and constraint violations (a node's bound
+// requests over its allocatable).
+//
+// The mix: the pods of an openb pod list (data/openb-sample/pods.csv)
+// that ask whole GPUs or none (fractional ones are left out: no convention
+// for them yet), in file order, cpu and memory as listed; and --gangs
+// gangs of four 8-GPU pods (label scheduling.x-k8s.io/pod-group, annotation
+// min-member 4), created first.
+package main
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+type result struct {
+	Scheduler       string  `json:"scheduler"`
+	Nodes           int     `json:"nodes"`
+	Pods            int     `json:"pods"`
+	Bound           int     `json:"bound"`
+	Seconds         float64 `json:"seconds_first_create_to_last_bind"`
+	PodsPerSecond   float64 `json:"pods_per_second"`
+	CreateSeconds   float64 `json:"create_seconds"`
+	GPUsPlaced      int64   `json:"gpus_placed"`
+	PartlyUsedNodes int     `json:"gpu_nodes_partly_used"`
+	FreeOnPartly    int64   `json:"gpus_free_on_partly_used_nodes"`
+	GangsWhole      int     `json:"gangs_whole_one_rack"`
+	GangsSplit      int     `json:"gangs_whole_split_across_racks"`
+	GangsStranded   int     `json:"gangs_stranded"`
+	Violations      int     `json:"violations"`
+}
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "admin kubeconfig")
+	sched := flag.String("scheduler-name", "placer", "spec.schedulerName of the pods (default-scheduler: kube-scheduler)")
+	podsFile := flag.String("pods", "data/openb-sample/pods.csv", "openb pod list")
+	limit := flag.Int("limit", 0, "at most this many pods of the list (0: all)")
+	gangs := flag.Int("gangs", 0, "gangs of four 8-GPU pods, created first")
+	repeat := flag.Int("repeat", 1, "the pod list this many times over (names p-<k>-<i>)")
+	settle := flag.Duration("settle", 10*time.Second, "stop when no pod was bound for this long")
+	timeout := flag.Duration("timeout", 10*time.Minute, "stop after this long in any case")
+	out := flag.String("json", "", "append the result as one JSON line to this file")
+	flag.Parse()
+	rc, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	if err != nil {
+		fail("kubeconfig: %v", err)
+	}
+	rc.QPS, rc.Burst = 2000, 4000
+	cs := kubernetes.NewForConfigOrDie(rc)
+	ctx := context.Background()
+	ns := "bench"
+	_, _ = cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+
+	var pods []*corev1.Pod
+	mk := func(name string, cpuMilli, memMiB, gpus int64) *corev1.Pod {
+		req := corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(cpuMilli, resource.DecimalSI),
+			corev1.ResourceMemory: *resource.NewQuantity(memMiB<<20, resource.BinarySI)}
+		var lim corev1.ResourceList
+		if gpus > 0 {
+			req["nvidia.com/gpu"] = *resource.NewQuantity(gpus, resource.DecimalSI)
+			lim = corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}
+		}
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{}},
+			Spec: corev1.PodSpec{SchedulerName: *sched, Containers: []corev1.Container{{Name: "c", Image: "none",
+				Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}}}}}
+	}
+	for g := 0; g < *gangs; g++ {
+		for i := 0; i < 4; i++ {
+			p := mk(fmt.Sprintf("gang-%d-%d", g, i), 32000, 256<<10, 8)
+			p.Labels["scheduling.x-k8s.io/pod-group"] = fmt.Sprintf("gang-%d", g)
+			p.Annotations = map[string]string{"scheduling.x-k8s.io/min-member": "4"}
+			pods = append(pods, p)
+		}
+	}
+	f, err := os.Open(*podsFile)
+	if err != nil {
+		fail("%v", err)
+	}
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		fail("%s: %v", *podsFile, err)
+	}
+	col := map[string]int{}
+	for i, h := range rows[0] {
+		col[h] = i
+	}
+	for _, h := range []string{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"} {
+		if _, ok := col[h]; !ok {
+			fail("%s: no column %q", *podsFile, h)
+		}
+	}
+	n := 0
+	for k := 0; k < *repeat; k++ {
+		for _, r := range rows[1:] {
+			num := func(h string) int64 { v, _ := strconv.ParseInt(r[col[h]], 10, 64); return v }
+			if num("num_gpu") > 0 && num("gpu_milli") != 1000 {
+				continue
+			}
+			if *limit > 0 && n >= *limit {
+				break
+			}
+			pods = append(pods, mk(fmt.Sprintf("p-%d-%04d", k, n), num("cpu_milli"), num("memory_mib"), num("num_gpu")))
+			n++
+		}
+	}
+
+	start := time.Now()
+	var wg sync.WaitGroup
+	work := make(chan *corev1.Pod)
+	for w := 0; w < 32; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := range work {
+				if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+					fmt.Fprintf(os.Stderr, "create %s: %v\n", p.Name, err)
+				}
+			}
+		}()
+	}
+	for _, p := range pods {
+		work <- p
+	}
+	close(work)
+	wg.Wait()
+	created := time.Since(start)
+
+	lastBound, lastChange := 0, time.Now()
+	lastBindAt := start
+	for time.Since(start) < *timeout {
+		l, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err == nil {
+			b := 0
+			for _, p := range l.Items {
+				if p.Spec.NodeName != "" {
+					b++
+				}
+			}
+			if b != lastBound {
+				lastBound, lastChange, lastBindAt = b, time.Now(), time.Now()
+			}
+			if b == len(pods) || time.Since(lastChange) > *settle {
+				break
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res := measure(ctx, cs, ns, *sched)
+	res.Pods = len(pods)
+	res.Seconds = lastBindAt.Sub(start).Seconds()
+	res.CreateSeconds = created.Seconds()
+	if res.Seconds > 0 {
+		res.PodsPerSecond = float64(res.Bound) / res.Seconds
+	}
+	b, _ := json.Marshal(res)
+	fmt.Println(string(b))
+	if *out != "" {
+		if f, err := os.OpenFile(*out, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			_, _ = f.Write(append(b, '\n'))
+			_ = f.Close()
+		}
+	}
+}
+
+func measure(ctx context.Context, cs kubernetes.Interface, ns, sched string) result {
+	res := result{Scheduler: sched}
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fail("%v", err)
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		fail("%v", err)
+	}
+	res.Nodes = len(nodes.Items)
+	used := map[string]corev1.ResourceList{}
+	gangNodes := map[string][]string{}
+	gangSize := map[string]int{}
+	for _, p := range pods.Items {
+		g := p.Labels["scheduling.x-k8s.io/pod-group"]
+		if g != "" {
+			gangSize[g]++
+		}
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		if p.Namespace == ns {
+			res.Bound++
+		}
+		if g != "" {
+			gangNodes[g] = append(gangNodes[g], p.Spec.NodeName)
+		}
+		rl := used[p.Spec.NodeName]
+		if rl == nil {
+			rl = corev1.ResourceList{}
+			used[p.Spec.NodeName] = rl
+		}
+		for _, c := range p.Spec.Containers {
+			for k, v := range c.Resources.Requests {
+				q := rl[k]
+				q.Add(v)
+				rl[k] = q
+			}
+		}
+	}
+	rack := map[string]string{}
+	for _, n := range nodes.Items {
+		rack[n.Name] = n.Labels["placer.io/rack"]
+		a := n.Status.Allocatable
+		u := used[n.Name]
+		for _, r := range []corev1.ResourceName{"nvidia.com/gpu", corev1.ResourceCPU, corev1.ResourceMemory} {
+			uq, aq := u[r], a[r]
+			if uq.Cmp(aq) > 0 {
+				res.Violations++
+			}
+		}
+		ug, ag := u.Name("nvidia.com/gpu", resource.DecimalSI).Value(), a.Name("nvidia.com/gpu", resource.DecimalSI).Value()
+		res.GPUsPlaced += ug
+		if ug > 0 && ug < ag {
+			res.PartlyUsedNodes++
+			res.FreeOnPartly += ag - ug
+		}
+	}
+	for g, size := range gangSize {
+		nodes := gangNodes[g]
+		switch {
+		case len(nodes) == 0:
+		case len(nodes) < size:
+			res.GangsStranded++
+		default:
+			racks := map[string]bool{}
+			for _, n := range nodes {
+				racks[rack[n]] = true
+			}
+			if len(racks) == 1 {
+				res.GangsWhole++
+			} else {
+				res.GangsSplit++
+			}
+		}
+	}
+	return res
+}
+
+func fail(format string, a ...any) {
+	fmt.Fprintf(os.Stderr, "placer-k8s-bench: "+format+"\n", a...)
+	os.Exit(2)
+}

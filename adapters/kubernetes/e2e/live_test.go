@@ -1,0 +1,919 @@
+// KubernetesLive: the Placer scheduler against a live kube-apiserver
+// (scripts/k8s-cluster.sh: etcd and kube-apiserver on loopback, token
+// authentication, RBAC), a real `placer serve`, and the scheduler binary
+// running as a user with only deploy/kubernetes/scheduler-rbac.yaml's verbs.
+//
+// Run by ctest (tests/CMakeLists.txt) with PLACER_K8S_LIVE=1, PLACER_BIN
+// and PLACER_K8S_SCHEDULER set. Where the Kubernetes binaries cannot be
+// built (no Go >= 1.26, the module proxy refuses), TestMain says why and
+// exits 77, which ctest reports as skipped.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func repoRoot() string {
+	_, f, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(f), "..", "..", ".."))
+}
+
+func TestMain(m *testing.M) {
+	if os.Getenv("PLACER_K8S_LIVE") != "1" {
+		fmt.Println("KubernetesLive: skipped: set PLACER_K8S_LIVE=1 (ctest does) to run against a live apiserver")
+		os.Exit(0)
+	}
+	for _, v := range []string{"PLACER_BIN", "PLACER_K8S_SCHEDULER"} {
+		if _, err := os.Stat(os.Getenv(v)); err != nil {
+			fmt.Printf("KubernetesLive: %s=%q is not a built binary\n", v, os.Getenv(v))
+			os.Exit(1)
+		}
+	}
+	start := time.Now()
+	out, err := exec.Command("bash", filepath.Join(repoRoot(), "scripts/k8s-cluster.sh"), "build").CombinedOutput()
+	if err != nil {
+		fmt.Printf("KubernetesLive: SKIPPED: the Kubernetes binaries cannot be built here:\n%s\n", out)
+		os.Exit(77)
+	}
+	fmt.Printf("KubernetesLive: binaries ready in %.1f s\n", time.Since(start).Seconds())
+	os.Exit(m.Run())
+}
+
+// ---------------------------------------------------------------- harness
+
+type cluster struct {
+	t        *testing.T
+	dir      string
+	port     int
+	cs       *kubernetes.Clientset // admin
+	nodes    int
+	placer   *exec.Cmd
+	pport    int
+	sched    *exec.Cmd
+	schedLog string
+	record   string
+}
+
+func freePorts(t *testing.T, n int) int {
+	for try := 0; try < 50; try++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if p+n >= 65535 {
+			continue
+		}
+		ok := true
+		for k := 1; k < n && ok; k++ {
+			l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+k))
+			if err != nil {
+				ok = false
+			} else {
+				_ = l2.Close()
+			}
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no block of free ports")
+	return 0
+}
+
+func script(t *testing.T, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("bash", append([]string{filepath.Join(repoRoot(), "scripts/k8s-cluster.sh")}, args...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("k8s-cluster.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// newCluster: etcd + kube-apiserver, `nodes` Node objects (models in four
+// blocks a100,h100,a100,h100 so that each of the two racks has both), the
+// last `tainted` nodes tainted dedicated=infer:NoSchedule, the scheduler's
+// RBAC applied, and a Placer service.
+func newCluster(t *testing.T, nodes, tainted int) *cluster {
+	c := &cluster{t: t, nodes: nodes}
+	c.dir = filepath.Join(os.TempDir(), fmt.Sprintf("placer-k8s-e2e-%d-%s", os.Getpid(), t.Name()))
+	c.port = freePorts(t, 3)
+	t.Cleanup(c.down)
+	script(t, "up", "--dir", c.dir, "--port", fmt.Sprint(c.port))
+	args := []string{"nodes", fmt.Sprint(nodes), "--dir", c.dir, "--port", fmt.Sprint(c.port), "--gpus", "8",
+		"--models", "a100,h100,a100,h100", "--racks", "2", "--zones", "2"}
+	if tainted > 0 {
+		args = append(args, "--taint-last", fmt.Sprint(tainted), "--taint", "dedicated=infer:NoSchedule")
+	}
+	script(t, args...)
+	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.dir, "admin.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cs = kubernetes.NewForConfigOrDie(rc)
+	c.applyRBAC()
+	c.pport = freePorts(t, 1)
+	c.startPlacer()
+	c.record = filepath.Join(c.dir, "record.txt")
+	return c
+}
+
+func (c *cluster) down() {
+	c.stopScheduler(syscall.SIGKILL)
+	if c.placer != nil && c.placer.Process != nil {
+		_ = c.placer.Process.Kill()
+		_, _ = c.placer.Process.Wait()
+	}
+	out, err := exec.Command("bash", filepath.Join(repoRoot(), "scripts/k8s-cluster.sh"), "down", "--dir", c.dir).CombinedOutput()
+	if err != nil {
+		c.t.Logf("down: %v %s", err, out)
+	}
+	if c.t.Failed() && c.schedLog != "" {
+		if b, err := os.ReadFile(c.schedLog); err == nil {
+			lines := strings.Split(string(b), "\n")
+			if len(lines) > 60 {
+				lines = lines[len(lines)-60:]
+			}
+			c.t.Logf("scheduler log (last lines):\n%s", strings.Join(lines, "\n"))
+		}
+	}
+	if !c.t.Failed() {
+		_ = os.RemoveAll(c.dir)
+	}
+}
+
+func (c *cluster) applyRBAC() {
+	b, err := os.ReadFile(filepath.Join(repoRoot(), "deploy/kubernetes/scheduler-rbac.yaml"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	dec := serializer.NewCodecFactory(scheme.Scheme).UniversalDeserializer()
+	ctx := context.Background()
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		obj, _, err := dec.Decode([]byte(doc), nil, nil)
+		if err != nil {
+			c.t.Fatalf("scheduler-rbac.yaml: %v", err)
+		}
+		switch o := obj.(type) {
+		case *corev1.ServiceAccount:
+			_, err = c.cs.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		default:
+			err = createRBAC(ctx, c.cs, obj)
+		}
+		if err != nil {
+			c.t.Fatalf("applying scheduler-rbac.yaml: %v", err)
+		}
+	}
+}
+
+func (c *cluster) startPlacer(extra ...string) {
+	c.placer = exec.Command(os.Getenv("PLACER_BIN"), append([]string{"serve", "--endpoint", fmt.Sprintf("tcp://127.0.0.1:%d", c.pport),
+		"--backend", "cpu"}, extra...)...)
+	f, _ := os.Create(filepath.Join(c.dir, "log", fmt.Sprintf("placer-%d.log", time.Now().UnixNano())))
+	c.placer.Stdout, c.placer.Stderr = f, f
+	if err := c.placer.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) startScheduler(extra ...string) {
+	c.schedLog = filepath.Join(c.dir, "log", fmt.Sprintf("scheduler-%d.log", time.Now().UnixNano()))
+	args := append([]string{"--kubeconfig", filepath.Join(c.dir, "scheduler.kubeconfig"),
+		"--placer-endpoint", fmt.Sprintf("tcp://127.0.0.1:%d", c.pport), "--placer-timeout", "2s",
+		"--batch-window", "300ms", "--retry-interval", "1s", "--record", c.record,
+		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms"}, extra...)
+	c.sched = exec.Command(os.Getenv("PLACER_K8S_SCHEDULER"), args...)
+	f, _ := os.Create(c.schedLog)
+	c.sched.Stdout, c.sched.Stderr = f, f
+	if err := c.sched.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) stopScheduler(sig syscall.Signal) {
+	if c.sched != nil && c.sched.Process != nil {
+		_ = c.sched.Process.Signal(sig)
+		_, _ = c.sched.Process.Wait()
+		c.sched = nil
+	}
+}
+
+// ---------------------------------------------------------------- pods
+
+type podSpec struct {
+	name, group string
+	gpus        int64
+	cpu         string
+	selector    map[string]string
+	tolerate    bool
+	antiAff     bool
+	minMember   int
+	hosts       []string // required node affinity: kubernetes.io/hostname In hosts
+	priority    string
+	shareMilli  int
+}
+
+func (c *cluster) createPods(ns string, specs ...podSpec) {
+	ctx := context.Background()
+	if _, err := c.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
+		if _, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			c.t.Fatal(err)
+		}
+	}
+	for _, s := range specs {
+		cpu := s.cpu
+		if cpu == "" {
+			cpu = "2"
+		}
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns, Labels: map[string]string{"app": s.name}},
+			Spec: corev1.PodSpec{
+				SchedulerName: "placer", NodeSelector: s.selector, PriorityClassName: s.priority,
+				Containers: []corev1.Container{{Name: "c", Image: "none", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("8Gi")},
+				}}},
+			},
+		}
+		if s.gpus > 0 {
+			q := *resource.NewQuantity(s.gpus, resource.DecimalSI)
+			p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = q
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": q}
+		}
+		if s.shareMilli > 0 {
+			p.Annotations = map[string]string{"placer.io/gpu-milli": fmt.Sprint(s.shareMilli)}
+		}
+		if s.group != "" {
+			p.Labels["scheduling.x-k8s.io/pod-group"] = s.group
+			p.Labels["app"] = s.group
+			if s.minMember > 0 {
+				p.Annotations = map[string]string{"scheduling.x-k8s.io/min-member": fmt.Sprint(s.minMember)}
+			}
+		}
+		if s.tolerate {
+			p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infer", Effect: corev1.TaintEffectNoSchedule}}
+		}
+		if s.antiAff || len(s.hosts) > 0 {
+			p.Spec.Affinity = &corev1.Affinity{}
+		}
+		if s.antiAff {
+			p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+				TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": p.Labels["app"]}}}}}
+		}
+		if len(s.hosts) > 0 {
+			p.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+					Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: s.hosts}}}}}}
+		}
+		if _, err := c.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			c.t.Fatalf("creating pod %s: %v", s.name, err)
+		}
+	}
+}
+
+func (c *cluster) pods(ns string) []corev1.Pod {
+	l, err := c.cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		c.t.Logf("list pods: %v", err)
+		return nil
+	}
+	return l.Items
+}
+
+// waitBound waits until every pod of ns but those in `except` is bound.
+func (c *cluster) waitBound(ns string, timeout time.Duration, except ...string) []corev1.Pod {
+	skip := map[string]bool{}
+	for _, e := range except {
+		skip[e] = true
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		ps := c.pods(ns)
+		var waiting []string
+		for _, p := range ps {
+			if !skip[p.Name] && p.Spec.NodeName == "" {
+				waiting = append(waiting, p.Name)
+			}
+		}
+		if len(ps) > 0 && len(waiting) == 0 {
+			return ps
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("after %v, %d pod(s) of %s still not bound: %v", timeout, len(waiting), ns, waiting)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func condition(p *corev1.Pod) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == corev1.PodScheduled {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// waitCondition waits until pod ns/name has PodScheduled=False with `reason` and a message containing `want`.
+func (c *cluster) waitCondition(ns, name, reason, want string, timeout time.Duration) string {
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		p, err := c.cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+		if err == nil {
+			if cd := condition(p); cd != nil {
+				last = fmt.Sprintf("%s/%s: %s", cd.Status, cd.Reason, cd.Message)
+				if cd.Status == corev1.ConditionFalse && cd.Reason == reason && strings.Contains(cd.Message, want) {
+					return cd.Message
+				}
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	c.t.Fatalf("pod %s/%s: no PodScheduled=False/%s containing %q within %v (last: %q)", ns, name, reason, want, timeout, last)
+	return ""
+}
+
+// recorded: Placer's choices as the scheduler recorded them before binding ("ns/name" -> nodes, in order).
+func (c *cluster) recorded() map[string][]string {
+	out := map[string][]string{}
+	f, err := os.Open(c.record)
+	if err != nil {
+		return out
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	for s.Scan() {
+		k, v, ok := strings.Cut(s.Text(), " ")
+		if ok {
+			out[k] = append(out[k], v)
+		}
+	}
+	return out
+}
+
+// checkCapacity: no node's bound requests over its allocatable (GPUs, CPU, memory).
+func (c *cluster) checkCapacity() {
+	nodes, err := c.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	all, err := c.cs.CoreV1().Pods("").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	used := map[string]corev1.ResourceList{}
+	for _, p := range all.Items {
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		rl := used[p.Spec.NodeName]
+		if rl == nil {
+			rl = corev1.ResourceList{}
+			used[p.Spec.NodeName] = rl
+		}
+		for _, ctr := range p.Spec.Containers {
+			for k, v := range ctr.Resources.Requests {
+				q := rl[k]
+				q.Add(v)
+				rl[k] = q
+			}
+		}
+	}
+	for _, n := range nodes.Items {
+		for _, r := range []corev1.ResourceName{"nvidia.com/gpu", corev1.ResourceCPU, corev1.ResourceMemory} {
+			u, a := used[n.Name][r], n.Status.Allocatable[r]
+			if u.Cmp(a) > 0 {
+				c.t.Errorf("node %s: bound pods request %s %s, over its allocatable %s", n.Name, u.String(), r, a.String())
+			}
+		}
+	}
+}
+
+func nodeLabels(c *cluster) map[string]map[string]string {
+	nodes, err := c.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[string]map[string]string{}
+	for _, n := range nodes.Items {
+		out[n.Name] = n.Labels
+	}
+	return out
+}
+
+// scheduledEvents counts the "Scheduled" events of a pod (their counts summed).
+func (c *cluster) scheduledEvents(ns, name string) int {
+	l, err := c.cs.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{
+		FieldSelector: fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.name", name),
+			fields.OneTermEqualSelector("reason", "Scheduled")).String()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	n := 0
+	for _, e := range l.Items {
+		n += int(max(e.Count, 1))
+	}
+	return n
+}
+
+func (c *cluster) schedulerLog() string {
+	b, _ := os.ReadFile(c.schedLog)
+	return string(b)
+}
+
+// ---------------------------------------------------------------- tests
+
+const h100 = "NVIDIA-H100-80GB-HBM3"
+const a100 = "NVIDIA-A100-SXM4-80GB"
+
+// The mix: a gang of four 8-GPU pods (a100, one rack), a gang of three
+// 4-GPU pods on distinct nodes, four 8-GPU pods pinned to h100, two pods
+// that tolerate the taint of the last two nodes and ask for them, twenty
+// single-GPU pods, and one 16-GPU pod that fits nowhere.
+func TestMixBoundWherePlacerChose(t *testing.T) {
+	c := newCluster(t, 16, 2)
+	ns := "mix"
+	var specs []podSpec
+	for i := 0; i < 4; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("train-a-%d", i), group: "train-a", gpus: 8, minMember: 4,
+			selector: map[string]string{"nvidia.com/gpu.product": a100}})
+	}
+	for i := 0; i < 3; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("spread-%d", i), group: "spread", gpus: 4, minMember: 3, antiAff: true})
+	}
+	for i := 0; i < 4; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("big-h100-%d", i), gpus: 8, selector: map[string]string{"nvidia.com/gpu.product": h100}})
+	}
+	for i := 0; i < 2; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("infer-%d", i), gpus: 8, tolerate: true, hosts: []string{"node-15", "node-16"}})
+	}
+	for i := 0; i < 20; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("one-%02d", i), gpus: 1})
+	}
+	specs = append(specs, podSpec{name: "too-big", gpus: 16})
+	c.createPods(ns, specs...)
+	// Started after the pods exist: the whole mix is one round (its arrival
+	// over several rounds is KilledMidBatchNoDoubleBind's).
+	hp := freePorts(t, 1)
+	c.startScheduler("--http", fmt.Sprintf("127.0.0.1:%d", hp))
+	ps := c.waitBound(ns, 90*time.Second, "too-big")
+	msg := c.waitCondition(ns, "too-big", "Unschedulable", "0/16 nodes are available:", 30*time.Second)
+	if !strings.Contains(msg, "Insufficient nvidia.com/gpu") {
+		t.Errorf("too-big's message does not say Insufficient nvidia.com/gpu: %q", msg)
+	}
+	t.Logf("too-big: %s", msg)
+
+	rec := c.recorded()
+	labels := nodeLabels(c)
+	byGroup := map[string][]string{}
+	perNode := map[string]map[string]int{}
+	for _, p := range ps {
+		if p.Name == "too-big" {
+			if p.Spec.NodeName != "" {
+				t.Errorf("too-big was bound to %s", p.Spec.NodeName)
+			}
+			continue
+		}
+		choice := rec[ns+"/"+p.Name]
+		if len(choice) != 1 || choice[0] != p.Spec.NodeName {
+			t.Errorf("pod %s bound to %s, Placer chose %v", p.Name, p.Spec.NodeName, choice)
+		}
+		l := labels[p.Spec.NodeName]
+		for k, v := range p.Spec.NodeSelector {
+			if l[k] != v {
+				t.Errorf("pod %s on %s, whose %s is %q, not %q", p.Name, p.Spec.NodeName, k, l[k], v)
+			}
+		}
+		tainted := p.Spec.NodeName == "node-15" || p.Spec.NodeName == "node-16"
+		if tainted && len(p.Spec.Tolerations) == 0 {
+			t.Errorf("pod %s on tainted %s without a toleration", p.Name, p.Spec.NodeName)
+		}
+		if strings.HasPrefix(p.Name, "infer-") && !tainted {
+			t.Errorf("pod %s on %s, outside its required hosts", p.Name, p.Spec.NodeName)
+		}
+		if g := p.Labels["scheduling.x-k8s.io/pod-group"]; g != "" {
+			byGroup[g] = append(byGroup[g], p.Spec.NodeName)
+		}
+		if perNode[p.Spec.NodeName] == nil {
+			perNode[p.Spec.NodeName] = map[string]int{}
+		}
+		perNode[p.Spec.NodeName][p.Labels["app"]]++
+	}
+	for g, nodes := range byGroup {
+		racks := map[string]bool{}
+		for _, n := range nodes {
+			racks[labels[n]["placer.io/rack"]] = true
+		}
+		if g == "train-a" && len(racks) != 1 {
+			t.Errorf("gang %s split across racks: %v", g, nodes)
+		}
+		t.Logf("gang %s on %v", g, nodes)
+	}
+	for n, apps := range perNode {
+		if apps["spread"] > 1 {
+			t.Errorf("node %s holds %d pods of the anti-affine group spread", n, apps["spread"])
+		}
+	}
+	c.checkCapacity()
+	if !strings.Contains(c.schedulerLog(), "cycle") {
+		t.Errorf("scheduler log shows no cycle")
+	}
+	metrics := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/metrics", hp), 200)
+	if want := fmt.Sprintf("placer_k8s_pods_bound_total %d\n", len(ps)-1); !strings.Contains(metrics, want) {
+		t.Errorf("/metrics lacks %q", want)
+	}
+	if !strings.Contains(metrics, "placer_k8s_pods_unschedulable 1\n") || !strings.Contains(metrics, "placer_k8s_leader 1\n") {
+		t.Errorf("/metrics: unschedulable or leader gauge wrong")
+	}
+	if r := httpGet(t, fmt.Sprintf("http://127.0.0.1:%d/readyz", hp), 200); !strings.Contains(r, `"leader":true`) {
+		t.Errorf("/readyz: %s", r)
+	}
+}
+
+func httpGet(t *testing.T, url string, want int) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != want {
+		t.Errorf("GET %s: %d, want %d: %s", url, resp.StatusCode, want, b)
+	}
+	return string(b)
+}
+
+// A PodGroup (scheduling.x-k8s.io/v1alpha1, its CRD installed here) with
+// minMember 3: two pods wait, saying so, and none is bound; the third
+// makes the gang, bound whole.
+func TestPodGroupMinMemberWaits(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.dir, "admin.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(rc)
+	ctx := context.Background()
+	crd := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "podgroups.scheduling.x-k8s.io"},
+		"spec": map[string]any{"group": "scheduling.x-k8s.io", "scope": "Namespaced",
+			"names": map[string]any{"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup", "listKind": "PodGroupList"},
+			"versions": []any{map[string]any{"name": "v1alpha1", "served": true, "storage": true,
+				"schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}}}
+	crdGVR := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := "pg"
+	c.createPods(ns, podSpec{name: "w-0", group: "pg", gpus: 8}, podSpec{name: "w-1", group: "pg", gpus: 8})
+	pgGVR := schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}
+	pg := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+		"metadata": map[string]any{"name": "pg", "namespace": ns}, "spec": map[string]any{"minMember": int64(3)}}}
+	deadline := time.Now().Add(30 * time.Second)
+	for { // until the CRD is established
+		if _, err = dyn.Resource(pgGVR).Namespace(ns).Create(ctx, pg, metav1.CreateOptions{}); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("creating the PodGroup: %v", err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	c.startScheduler()
+	msg := c.waitCondition(ns, "w-0", "Unschedulable", "waiting for pod group pg: 2 of its minMember 3", 30*time.Second)
+	t.Logf("w-0: %s", msg)
+	for _, p := range c.pods(ns) {
+		if p.Spec.NodeName != "" {
+			t.Fatalf("pod %s bound before its group reached minMember", p.Name)
+		}
+	}
+	c.createPods(ns, podSpec{name: "w-2", group: "pg", gpus: 8})
+	ps := c.waitBound(ns, 60*time.Second)
+	labels := nodeLabels(c)
+	racks := map[string]bool{}
+	for _, p := range ps {
+		racks[labels[p.Spec.NodeName]["placer.io/rack"]] = true
+	}
+	if len(ps) != 3 || len(racks) != 1 {
+		t.Errorf("the gang: %d pods in racks %v", len(ps), racks)
+	}
+}
+
+// The scheduler is killed (SIGKILL) while it binds a batch: no pod is
+// bound twice or moved, and a new scheduler completes the batch, the gang
+// whole.
+func TestKilledMidBatchNoDoubleBind(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	ns := "kill"
+	var specs []podSpec
+	for i := 0; i < 4; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("gang-%d", i), group: "gang", gpus: 8, minMember: 4})
+	}
+	for i := 0; i < 30; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("p-%02d", i), gpus: 2})
+	}
+	c.createPods(ns, specs...)
+	// One round of 34 pods, bound two at a time, 200 ms each: killed after the first two.
+	c.startScheduler("--test-bind-delay", "200ms", "--bind-workers", "2")
+	before := map[string]string{}
+	deadline := time.Now().Add(60 * time.Second)
+	for len(before) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("no pod bound within 60 s")
+		}
+		for _, p := range c.pods(ns) {
+			if p.Spec.NodeName != "" {
+				before[p.Name] = p.Spec.NodeName
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	c.stopScheduler(syscall.SIGKILL)
+	time.Sleep(200 * time.Millisecond) // bindings the apiserver had already taken land
+	bound := 0
+	for _, p := range c.pods(ns) {
+		if p.Spec.NodeName != "" {
+			before[p.Name] = p.Spec.NodeName
+			bound++
+		}
+	}
+	if bound >= len(specs) {
+		t.Fatalf("all %d pods bound before the kill: the test did not kill mid-batch", bound)
+	}
+	gangBound := 0
+	for name := range before {
+		if strings.HasPrefix(name, "gang-") {
+			gangBound++
+		}
+	}
+	t.Logf("killed with %d of %d pods bound, %d of the gang's 4", bound, len(specs), gangBound)
+	c.startScheduler()
+	ps := c.waitBound(ns, 90*time.Second)
+	var gang []string
+	labels := nodeLabels(c)
+	for _, p := range ps {
+		if was, ok := before[p.Name]; ok && was != p.Spec.NodeName {
+			t.Errorf("pod %s moved from %s to %s", p.Name, was, p.Spec.NodeName)
+		}
+		if n := c.scheduledEvents(ns, p.Name); n != 1 {
+			t.Errorf("pod %s has %d Scheduled events, want 1", p.Name, n)
+		}
+		if strings.HasPrefix(p.Name, "gang-") {
+			gang = append(gang, labels[p.Spec.NodeName]["placer.io/rack"])
+		}
+	}
+	sort.Strings(gang)
+	if len(gang) != 4 || gang[0] != gang[3] {
+		t.Errorf("gang racks after the restart: %v (want 4 pods in one rack)", gang)
+	}
+	c.checkCapacity()
+}
+
+// The Placer service is down: pods stay Pending with a condition that says
+// why; once it is up they are bound.
+func TestPlacerDownThenBack(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	_ = c.placer.Process.Kill()
+	_, _ = c.placer.Process.Wait()
+	c.startScheduler("--placer-timeout", "1s")
+	ns := "down"
+	c.createPods(ns, podSpec{name: "a", gpus: 1}, podSpec{name: "b", gpus: 8},
+		podSpec{name: "g-0", group: "g", gpus: 4, minMember: 2}, podSpec{name: "g-1", group: "g", gpus: 4, minMember: 2})
+	msg := c.waitCondition(ns, "a", "SchedulerError", "the Placer service did not answer", 30*time.Second)
+	t.Logf("while Placer is down: %s", msg)
+	for _, p := range c.pods(ns) {
+		if p.Spec.NodeName != "" {
+			t.Errorf("pod %s bound to %s while Placer is down", p.Name, p.Spec.NodeName)
+		}
+	}
+	c.startPlacer()
+	ps := c.waitBound(ns, 60*time.Second)
+	for _, p := range ps {
+		if cd := condition(&p); cd != nil && cd.Status == corev1.ConditionFalse && p.Spec.NodeName == "" {
+			t.Errorf("pod %s still unschedulable", p.Name)
+		}
+	}
+	c.checkCapacity()
+}
+
+// The apiserver restarts under the scheduler: it reconnects (informers
+// re-list, the Lease is renewed) and binds pods created afterwards.
+func TestApiserverRestartReconnects(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	c.startScheduler("--lease-duration", "60s", "--renew-deadline", "45s")
+	c.createPods("before", podSpec{name: "x", gpus: 2})
+	c.waitBound("before", 60*time.Second)
+	start := time.Now()
+	script(t, "restart-apiserver", "--dir", c.dir, "--port", fmt.Sprint(c.port))
+	t.Logf("apiserver restarted in %.1f s", time.Since(start).Seconds())
+	if c.sched.ProcessState != nil {
+		t.Fatalf("scheduler exited across the restart")
+	}
+	c.createPods("after", podSpec{name: "y", gpus: 8}, podSpec{name: "z", gpus: 1})
+	c.waitBound("after", 90*time.Second)
+	if err := c.sched.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Errorf("scheduler not running after the restart: %v", err)
+	}
+	c.checkCapacity()
+}
+
+// A pod the scheduler cannot express is reported on that pod; the rest of the round is placed.
+func TestInexpressiblePodReportedRoundPlaced(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	c.startScheduler()
+	ns := "expr"
+	c.createPods(ns, podSpec{name: "ok", gpus: 1})
+	ctx := context.Background()
+	bad := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "zone-spread", Namespace: ns},
+		Spec: corev1.PodSpec{SchedulerName: "placer", Containers: []corev1.Container{{Name: "c", Image: "none"}},
+			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+				WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{}}}},
+	}
+	if _, err := c.cs.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.waitBound(ns, 60*time.Second, "zone-spread")
+	c.waitCondition(ns, "zone-spread", "SchedulerError", "topologySpreadConstraints are not supported", 30*time.Second)
+}
+
+// Two replicas: only the one holding the Lease binds; when it dies the other takes over.
+func TestTwoReplicasOneLeader(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	c.startScheduler("--identity", "first")
+	first := c.sched
+	firstLog := c.schedLog
+	time.Sleep(2 * time.Second)
+	c.startScheduler("--identity", "second")
+	second := c.sched
+	c.createPods("le", podSpec{name: "a", gpus: 1})
+	c.waitBound("le", 60*time.Second)
+	b, _ := os.ReadFile(firstLog)
+	if !bytes.Contains(b, []byte("leading")) {
+		t.Fatalf("the first replica does not lead:\n%s", b)
+	}
+	if strings.Contains(c.schedulerLog(), "leading") {
+		t.Fatalf("the second replica leads too:\n%s", c.schedulerLog())
+	}
+	_ = first.Process.Kill()
+	_, _ = first.Process.Wait()
+	c.sched = second
+	c.createPods("le", podSpec{name: "b", gpus: 1})
+	c.waitBound("le", 60*time.Second)
+	if !strings.Contains(c.schedulerLog(), "leading") {
+		t.Errorf("the second replica did not take over")
+	}
+}
+
+// priorityClassName is the job's priority: a later high-priority pod takes
+// the one node both want, ahead of an earlier low-priority one (within a
+// priority the order is fifo).
+func TestPriorityClassOrdersTheRound(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	ctx := context.Background()
+	for name, v := range map[string]int32{"low": 10, "high": 1000} {
+		pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
+		if _, err := c.cs.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns := "prio"
+	host := map[string]string{"kubernetes.io/hostname": "node-1"}
+	c.createPods(ns, podSpec{name: "early-low", gpus: 8, selector: host, priority: "low"})
+	time.Sleep(1100 * time.Millisecond) // a later creation second
+	c.createPods(ns, podSpec{name: "late-high", gpus: 8, selector: host, priority: "high"})
+	c.startScheduler()
+	c.waitBound(ns, 60*time.Second, "early-low")
+	msg := c.waitCondition(ns, "early-low", "Unschedulable", "0/16 nodes are available:", 30*time.Second)
+	t.Logf("early-low: %s", msg)
+	p, err := c.cs.CoreV1().Pods(ns).Get(ctx, "early-low", metav1.GetOptions{})
+	if err != nil || p.Spec.NodeName != "" || p.Spec.Priority == nil || *p.Spec.Priority != 10 {
+		t.Errorf("early-low: bound to %q, priority %v (%v)", p.Spec.NodeName, p.Spec.Priority, err)
+	}
+}
+
+// CURVE: the scheduler reaches a service that admits only listed keys with
+// its own certificate; without one the service never answers.
+func TestCurveToPlacer(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	_ = c.placer.Process.Kill()
+	_, _ = c.placer.Process.Wait()
+	keys := filepath.Join(c.dir, "keys")
+	for _, name := range []string{"server", "scheduler"} {
+		if out, err := exec.Command(os.Getenv("PLACER_BIN"), "keygen", "--out", keys, "--name", name).CombinedOutput(); err != nil {
+			t.Fatalf("keygen: %v %s", err, out)
+		}
+	}
+	allowed := filepath.Join(keys, "clients")
+	_ = os.MkdirAll(allowed, 0o755)
+	b, _ := os.ReadFile(filepath.Join(keys, "scheduler.key"))
+	_ = os.WriteFile(filepath.Join(allowed, "scheduler.key"), b, 0o644)
+	c.startPlacer("--curve-secret", filepath.Join(keys, "server.key_secret"), "--allow-keys", allowed)
+	// First without a certificate: pods wait, saying Placer did not answer.
+	c.startScheduler("--placer-timeout", "1s")
+	ns := "curve"
+	c.createPods(ns, podSpec{name: "a", gpus: 2})
+	c.waitCondition(ns, "a", "SchedulerError", "did not answer", 30*time.Second)
+	c.stopScheduler(syscall.SIGTERM)
+	c.startScheduler("--placer-server-key", filepath.Join(keys, "server.key"),
+		"--placer-client-cert", filepath.Join(keys, "scheduler.key_secret"))
+	c.waitBound(ns, 60*time.Second)
+}
+
+// Fractional GPUs (annotation placer.io/gpu-milli): on node-1's 8 GPUs, six
+// whole-GPU pods and five half-GPU shares ask for 9 GPUs' worth; ten are
+// bound, the shares at most two to a GPU, each told its GPU
+// (placer.io/gpu-index), their GPUs and the whole ones at most 8; the
+// eleventh waits, told why.
+func TestFractionalGPUShares(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	ns := "share"
+	host := map[string]string{"kubernetes.io/hostname": "node-1"}
+	var specs []podSpec
+	for i := 0; i < 6; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("whole-%d", i), gpus: 1, selector: host})
+	}
+	for i := 0; i < 5; i++ {
+		specs = append(specs, podSpec{name: fmt.Sprintf("half-%d", i), shareMilli: 500, selector: host})
+	}
+	c.createPods(ns, specs...)
+	c.startScheduler()
+	deadline := time.Now().Add(60 * time.Second)
+	var bound, shares []corev1.Pod
+	for {
+		bound, shares = nil, nil
+		for _, p := range c.pods(ns) {
+			if p.Spec.NodeName != "" {
+				bound = append(bound, p)
+				if strings.HasPrefix(p.Name, "half-") {
+					shares = append(shares, p)
+				}
+			}
+		}
+		if len(bound) >= 10 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if len(bound) != 10 {
+		t.Fatalf("%d pods bound (%d shares), want 10", len(bound), len(shares))
+	}
+	perGPU := map[string]int{}
+	for _, p := range shares {
+		idx := p.Annotations["placer.io/gpu-index"]
+		if idx == "" {
+			t.Errorf("share %s bound without its GPU index", p.Name)
+		}
+		perGPU[idx] += 500
+	}
+	if wholes := len(bound) - len(shares); len(perGPU)+wholes > 8 {
+		t.Errorf("shares on GPUs %v beside %d whole GPUs: more than node-1's 8", perGPU, wholes)
+	}
+	t.Logf("%d whole GPUs, shares on GPUs %v", len(bound)-len(shares), perGPU)
+	for idx, m := range perGPU {
+		if m > 1000 {
+			t.Errorf("GPU %s holds %d milli-GPU of shares", idx, m)
+		}
+	}
+	var waiting string
+	for _, p := range c.pods(ns) {
+		if p.Spec.NodeName == "" {
+			waiting = p.Name
+		}
+	}
+	msg := c.waitCondition(ns, waiting, "Unschedulable", "0/16 nodes are available:", 30*time.Second)
+	t.Logf("%s: %s", waiting, msg)
+	c.checkCapacity()
+}

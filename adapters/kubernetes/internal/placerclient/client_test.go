@@ -1,0 +1,121 @@
+package placerclient
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"placer.local/kubernetes/internal/wire/gen/placer/wire"
+)
+
+// serve starts `placer serve` ($PLACER_BIN) on a free loopback port.
+func serve(t *testing.T) string {
+	bin := os.Getenv("PLACER_BIN")
+	if bin == "" {
+		t.Skip("PLACER_BIN is not set (ctest sets it): no `placer serve` to talk to")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := fmt.Sprintf("tcp://127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port)
+	_ = l.Close()
+	cmd := exec.Command(bin, "serve", "--endpoint", ep, "--backend", "cpu")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
+	return ep
+}
+
+func round(jobs ...*wire.JobT) *wire.ScheduleRequestT {
+	var nodes []*wire.NodeT
+	for i := 0; i < 2; i++ {
+		nodes = append(nodes, &wire.NodeT{Name: fmt.Sprintf("n%d", i), GpuModel: "H100", GpuFreeMilli: []uint16{1000, 1000, 1000, 1000},
+			CpuMilliCapacity: 64000, CpuMilliFree: 64000, MemoryMibCapacity: 1 << 20, MemoryMibFree: 1 << 20,
+			Pool: wire.PoolShared, Healthy: true, Domain: -1})
+	}
+	return &wire.ScheduleRequestT{Cluster: &wire.ClusterT{Epoch: 1, Nodes: nodes}, Pending: jobs, Now: 100,
+		Policy: &wire.PolicyT{Algorithm: wire.AlgorithmPlacer}}
+}
+
+func job(name string, gpus uint16, replicas uint32) *wire.JobT {
+	return &wire.JobT{Name: name, Kind: wire.JobKindBatch, Replicas: replicas, TopologyLevel: -1,
+		Demand: &wire.DemandT{Gpus: gpus, GpuMilli: 1000, CpuMilli: 1000, MemoryMib: 1024}}
+}
+
+func TestRoundTripPlacesAndExplains(t *testing.T) {
+	c, err := New(Options{Endpoint: serve(t), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var reply *Reply
+	for try := 0; ; try++ { // the service may still be starting
+		reply, err = c.Solve(round(job("a", 4, 2), job("b", 8, 1)))
+		if err == nil || try == 10 {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.Code != wire.ErrorCodeOk || len(reply.Result.Placements) != 1 || len(reply.Result.Placements[0].Replicas) != 2 {
+		t.Fatalf("reply %+v", reply)
+	}
+	if len(reply.Result.Unplaced) != 1 || !strings.Contains(reply.Result.Unplaced[0].Detail, "0/2 nodes are available: 2 Insufficient nvidia.com/gpu") {
+		t.Errorf("unplaced: %+v", reply.Result.Unplaced)
+	}
+	h, err := c.Health()
+	if err != nil || !h.Ready {
+		t.Errorf("health %+v %v", h, err)
+	}
+}
+
+// The scheduler drops a job Placer's validation names and sends the round again: the message must name it so.
+func TestRefusalNamesThePendingJob(t *testing.T) {
+	c, err := New(Options{Endpoint: serve(t), Timeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	bad := job("bad", 65, 1)
+	var reply *Reply
+	for try := 0; ; try++ {
+		reply, err = c.Solve(round(job("ok", 1, 1), bad))
+		if err == nil || try == 10 {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.Code != wire.ErrorCodeInvalidArgument || !regexp.MustCompile(`pending job 1 \(`).MatchString(reply.Message) {
+		t.Errorf("reply %v %q", reply.Code, reply.Message)
+	}
+}
+
+func TestNoServiceIsAClearError(t *testing.T) {
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	ep := fmt.Sprintf("tcp://127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port)
+	_ = l.Close()
+	c, err := New(Options{Endpoint: ep, Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Solve(round(job("a", 1, 1))); err == nil || !strings.Contains(err.Error(), "is `placer serve` running there?") {
+		t.Errorf("err %v", err)
+	}
+	if _, err := New(Options{Endpoint: ""}); err == nil {
+		t.Errorf("an empty endpoint is accepted")
+	}
+	if _, err := New(Options{Endpoint: ep, ServerKey: "x"}); err == nil || !strings.Contains(err.Error(), "go together") {
+		t.Errorf("a server key without a certificate: %v", err)
+	}
+}

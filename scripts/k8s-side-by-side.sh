@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The Placer scheduler side by side with the real kube-scheduler (default
+# profile) of the same release, each on a fresh local control plane
+# (scripts/k8s-cluster.sh) of N Node objects of 8 GPUs (a100 and h100, two
+# racks), fed the same pods by placer-k8s-bench: openb's whole-GPU pods
+# (data/openb-sample/pods.csv, --repeat times over) after --gangs gangs of
+# four 8-GPU pods. One JSON line per run in --out, and a table.
+#
+#   scripts/k8s-side-by-side.sh [--nodes 64,1000] [--repeat 1] [--gangs 4] [--out FILE] [--build build]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+sizes=64 repeat=1 gangs=4 out=/tmp/placer-k8s-side-by-side.jsonl build=$root/build port=18443
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --nodes) sizes=$2; shift 2 ;;
+    --repeat) repeat=$2; shift 2 ;;
+    --gangs) gangs=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --build) build=$2; shift 2 ;;
+    --port) port=$2; shift 2 ;;
+    *) echo "k8s-side-by-side.sh: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+go=$(command -v go || echo /usr/local/go/bin/go)
+[ -x "$build/placer" ] && [ -x "$build/placer-k8s-scheduler" ] || { echo "k8s-side-by-side.sh: build placer and placer_k8s_scheduler in $build first" >&2; exit 1; }
+bash "$root/scripts/k8s-cluster.sh" build
+bin=$(bash "$root/scripts/k8s-cluster.sh" paths)
+bench=$build/placer-k8s-bench
+(cd "$root/adapters/kubernetes" && "$go" build -buildvcs=false -o "$bench" ./cmd/placer-k8s-bench)
+dir=$(mktemp -d /tmp/placer-k8s-sbs.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  bash "$root/scripts/k8s-cluster.sh" down --dir "$dir/cluster" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+: > "$out.tmp"
+for n in ${sizes//,/ }; do
+  for which in kube-scheduler placer; do
+    cleanup; pids=()
+    rm -rf "$dir/cluster"
+    bash "$root/scripts/k8s-cluster.sh" up --dir "$dir/cluster" --port "$port" >/dev/null
+    bash "$root/scripts/k8s-cluster.sh" nodes "$n" --dir "$dir/cluster" --port "$port" --gpus 8 \
+      --models a100,h100,a100,h100 --racks 2 --zones 2
+    c=$dir/cluster
+    if [ $which = kube-scheduler ]; then
+      "$bin/kube-scheduler" --kubeconfig "$c/kube-scheduler.kubeconfig" --authentication-kubeconfig "$c/kube-scheduler.kubeconfig" \
+        --authorization-kubeconfig "$c/kube-scheduler.kubeconfig" --leader-elect=false --secure-port 0 > "$c/log/kube-scheduler.log" 2>&1 &
+      pids+=($!); name=default-scheduler
+    else
+      "$build/placer" serve --endpoint "tcp://127.0.0.1:$((port + 100))" --backend cpu > "$c/log/placer.log" 2>&1 &
+      pids+=($!)
+      # (the admin's credentials: the RBAC of its own user is the live tests' business)
+      "$build/placer-k8s-scheduler" --kubeconfig "$c/admin.kubeconfig" --placer-endpoint "tcp://127.0.0.1:$((port + 100))" \
+        --leader-elect=false > "$c/log/placer-k8s-scheduler.log" 2>&1 &
+      pids+=($!); name=placer
+    fi
+    sleep 2
+    "$bench" --kubeconfig "$c/admin.kubeconfig" --scheduler-name "$name" --pods "$root/data/openb-sample/pods.csv" \
+      --repeat "$repeat" --gangs "$gangs" --settle 10s --json "$out.tmp" > /dev/null
+  done
+done
+mv "$out.tmp" "$out"
+echo "results: $out"
+python3 - "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+print(f"| nodes | scheduler | pods | bound | s | pods/s | GPUs placed | GPU nodes partly used | GPUs free on them | gangs whole / split / stranded | violations |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for r in rows:
+    name = "kube-scheduler" if r["scheduler"] == "default-scheduler" else "Placer"
+    print(f"| {r['nodes']} | {name} | {r['pods']} | {r['bound']} | {r['seconds_first_create_to_last_bind']:.2f} | {r['pods_per_second']:.0f} | "
+          f"{r['gpus_placed']} | {r['gpu_nodes_partly_used']} | {r['gpus_free_on_partly_used_nodes']} | "
+          f"{r['gangs_whole_one_rack']} / {r['gangs_whole_split_across_racks']} / {r['gangs_stranded']} | {r['violations']} |")
+PY
