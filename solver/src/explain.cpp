@@ -127,7 +127,9 @@ char const* to_string(node_exclusion e) {
 
 void describe(explanation const& e, std::string& s) {
   if (e.nodes == 0) return;
-  if (e.never) {
+  if (e.never && e.replicas_fit_empty == 0) {
+    s += "It can never run on this cluster as it is: no node that admits it could hold one replica even empty. ";
+  } else if (e.never) {
     s += "It can never run on this cluster as it is: it needs ";
     s += thousands(e.replicas_required);
     s += " replicas at once, and ";
@@ -313,12 +315,12 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
       std::int32_t const d = required ? paths[static_cast<std::size_t>(n) * static_cast<std::size_t>(levels) +
                                               static_cast<std::size_t>(jb.topology_level)]
                                       : -1;
-      // What the node could ever give a job of several replicas: its room
-      // were it empty, when only its state (health, what is free) stands in
-      // the way (an unhealthy node counts: it may come back).
+      // What the node could ever give the job: its room were it empty, when
+      // only its state (health, what is free) stands in the way (an
+      // unhealthy node counts: it may come back).
       bool const admits = why != node_exclusion::pool && why != node_exclusion::gpu_model &&
                           why != node_exclusion::affinity && why != node_exclusion::taint;
-      if (f.need > 1 && admits && !f.enough) {
+      if (admits && !f.enough) {
         std::int64_t empty = detail::fit_empty(nd, jb.per_replica);
         if (jb.distinct_nodes) empty = std::min<std::int64_t>(empty, 1);
         f.fit_empty += empty;
@@ -382,14 +384,16 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
     }
     e.outbid = it->outbid_priority != INT_MIN;
     e.outbid_priority = e.outbid ? it->outbid_priority : 0;
-    if (e.replicas_required > 1) {
+    if (e.replicas_required >= 1) {
       bool const required = jb.topo_mode == topology_mode::required && jb.topology_level >= 0 && n_domains > 0;
       e.replicas_fit_empty = static_cast<std::int32_t>(std::min<std::int64_t>(it->fit_empty, INT32_MAX));
       e.best_domain_fit_empty = required ? static_cast<std::int32_t>(std::min<std::int64_t>(it->best_fit_empty, INT32_MAX)) : 0;
-      // A job that may start with fewer replicas (not a gang) is never
-      // "never": it takes what fits.
-      e.never = jb.gang && (e.replicas_fit_empty < e.replicas_required ||
-                            (required && e.best_domain_fit_empty < e.replicas_required));
+      // A job no node that admits it could hold one replica of even empty
+      // (more GPUs a node than any node has) can never run; one that may
+      // start with fewer replicas (not a gang) otherwise takes what fits.
+      e.never = e.replicas_fit_empty == 0 ||
+                (jb.gang && (e.replicas_fit_empty < e.replicas_required ||
+                             (required && e.best_domain_fit_empty < e.replicas_required)));
     }
     if (!u.detail.empty()) u.detail += ". ";
     describe(e, u.detail);

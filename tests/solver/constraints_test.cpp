@@ -595,7 +595,11 @@ TEST(Explanations, AGangTheClusterCouldNeverHoldSaysSo) {
   leaf.topo_mode = topology_mode::required;
   job spread = one_gpu("not-a-gang", 9);  // takes what fits: never "never"
   spread.distinct_nodes = true;
-  for (auto const& j : {wide, eight, big, leaf}) {
+  job sixteen = one_gpu("16-gpus-a-replica", 1);  // more GPUs a node than any node has
+  sixteen.per_replica.gpus = 16;
+  job model = one_gpu("no-node-of-its-model", 1);  // no node admits it, as the cluster is
+  model.allowed_gpu_models = {"B200"};
+  for (auto const& j : {wide, eight, big, leaf, sixteen, model}) {
     round_input one = in;
     one.pending = {j};
     solver s(kernels::make_backend(kernels::backend_kind::cpu));
@@ -619,6 +623,10 @@ TEST(Explanations, AGangTheClusterCouldNeverHoldSaysSo) {
   one.pending = {spread};
   auto const p = solver(kernels::make_backend(kernels::backend_kind::cpu)).solve(one);
   for (auto const& u : p.unplaced_jobs) EXPECT_FALSE(u.why.never) << u.detail;
+  one.pending = {sixteen};
+  auto const g = solver(kernels::make_backend(kernels::backend_kind::cpu)).solve(one);
+  EXPECT_NE(g.unplaced_jobs[0].detail.find("no node that admits it could hold one replica even empty"), std::string::npos)
+      << g.unplaced_jobs[0].detail;
 }
 
 // On random rounds with constraints and the policies: the counts never

@@ -491,6 +491,10 @@ func TestMixBoundWherePlacerChose(t *testing.T) {
 	if !strings.Contains(msg, "Insufficient nvidia.com/gpu") {
 		t.Errorf("too-big's message does not say Insufficient nvidia.com/gpu: %q", msg)
 	}
+	// 16 GPUs on nodes of 8: not now, not ever (issue 40's "never").
+	if !strings.HasPrefix(msg, "It can never run on this cluster") {
+		t.Errorf("too-big's message does not say it can never run: %q", msg)
+	}
 	t.Logf("too-big: %s", msg)
 
 	rec := c.recorded()

@@ -585,8 +585,13 @@ func constraints(p *corev1.Pod) (*wire.NodeConstraintsT, string) {
 
 // Message is an unplaced job's reason as a pod condition says it: Placer's
 // explanation in kube-scheduler's words ("0/64 nodes are available: ...")
-// where it has one, else its reason and detail.
+// where it has one, after Placer's word that the pod can never run on this
+// cluster when it cannot (as kube-scheduler's PartitionNodeLimit-like
+// messages do not), else its reason and detail.
 func Message(u *wire.UnplacedT) string {
+	if i := strings.Index(u.Detail, "It can never run"); u.Never && i >= 0 {
+		return u.Detail[i:]
+	}
 	if i := strings.Index(u.Detail, "0/"); i >= 0 {
 		return u.Detail[i:]
 	}

@@ -162,6 +162,12 @@ func TestMessageIsKubeSchedulersWords(t *testing.T) {
 	if m := Message(&wire.UnplacedT{Reason: wire.UnplacedReasonQuotaExceeded, Detail: "queue q full"}); m != "QuotaExceeded: queue q full" {
 		t.Errorf("message %q", m)
 	}
+	// A pod that can never run says so before the nodes' counts.
+	never := &wire.UnplacedT{Reason: wire.UnplacedReasonGangIncomplete, Never: true,
+		Detail: "gang of 65. It can never run on this cluster as it is: it needs 65 replicas at once, and the nodes that admit it could hold at most 64 even empty. 0/64 nodes are available: 64 Insufficient nvidia.com/gpu."}
+	if m := Message(never); !strings.HasPrefix(m, "It can never run on this cluster") || !strings.Contains(m, "0/64 nodes are available") {
+		t.Errorf("message %q", m)
+	}
 }
 
 func ptr[T any](v T) *T { return &v }
