@@ -3,7 +3,8 @@
 // solver/include/placer/solver/gpu_prediction.hpp).
 //
 //   gpu_model [--scenario 10k,100k,openb] [--threads 512] [--offer-least N]
-//             [--refresh-below N] [--order fifo|pack] [--reps 7] [--json FILE]
+//             [--offer-bits N] [--refresh-below N] [--order fifo|pack] [--reps 7]
+//             [--json FILE]
 //
 // For each scenario: the CPU backend's round (median of --reps after a
 // warm-up) and its tier phases; then two rounds through the GPU model, the
@@ -41,7 +42,7 @@ std::vector<std::string> split(std::string const& s) {
 int usage(char const* why) {
   std::cerr << "gpu_model: " << why
             << "\nusage: gpu_model [--scenario 10k,100k,openb] [--threads 256|512|1024] [--offer-least N]"
-               " [--refresh-below N] [--order fifo|pack] [--reps N] [--json FILE]\n";
+               " [--offer-bits N] [--refresh-below N] [--order fifo|pack] [--reps N] [--json FILE]\n";
   return 2;
 }
 
@@ -64,6 +65,8 @@ int main(int argc, char** argv) {
         config.threads = std::stoi(v);
       } else if (a == "--offer-least") {
         config.offer_least = std::stoi(v);
+      } else if (a == "--offer-bits") {
+        config.offer_bits = std::stoi(v);
       } else if (a == "--refresh-below") {
         config.refresh_below = std::stoi(v);
       } else if (a == "--order") {
@@ -81,6 +84,7 @@ int main(int argc, char** argv) {
     }
   }
   if (config.threads < 1 || config.threads > 1024) return usage("--threads is 1 to 1024");
+  if (config.offer_bits == 0 || config.offer_bits > 8) return usage("--offer-bits is 1 to 8");
   std::ofstream out;
   if (!json.empty()) {
     out.open(json);

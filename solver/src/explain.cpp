@@ -128,7 +128,7 @@ char const* to_string(node_exclusion e) {
 void describe(explanation const& e, std::string& s) {
   if (e.nodes == 0) return;
   if (e.never && e.replicas_fit_empty == 0) {
-    s += "It can never run on this cluster as it is: no node that admits it could hold one replica even empty. ";
+    s += "It can never run on this cluster as it is: no node could hold one replica even empty. ";
   } else if (e.never) {
     s += "It can never run on this cluster as it is: it needs ";
     s += thousands(e.replicas_required);

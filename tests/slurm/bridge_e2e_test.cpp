@@ -303,6 +303,8 @@ TEST(SlurmBridgeLive, JobsRunWherePlacerPutsThem) {
   auto const held = job_of(never);
   EXPECT_EQ(held.value("state_reason", ""), "JobHeldUser");
   EXPECT_NE(held.value("admin_comment", "").find("Insufficient nvidia.com/gpu"), std::string::npos) << held.dump();
+  // 16 GPUs on nodes of 8: not now, not ever (as Slurm's PartitionNodeLimit says of -N65).
+  EXPECT_NE(held.value("admin_comment", "").find("It can never run on this cluster"), std::string::npos) << held.dump();
   EXPECT_NE(job_of(jobs[11]).value("admin_comment", "").find("placer:"), std::string::npos);
 
   // The service down: the cycle fails, and nothing changes.
