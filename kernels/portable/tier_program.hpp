@@ -9,8 +9,10 @@
 //   seq_team (below)          g++: one worker, barriers are no-ops (the CPU backend's default)
 //   omp_team (tier_host.hpp)  g++: the threads of an OpenMP region (PLACER_TIER_THREADS)
 //   cuda_team (cuda_backend)  one CTA, __syncthreads(), atomicAdd: one launch per tier
+//   model_team (kernels/model) g++: a CTA's threads as fibers, counted (the GPU model)
 //
-// A Team provides rank(), size(), sync(), fetch_add(int*, int) (an atomic
+// A Team provides rank(), size(), sync(), work(steps) and chain(steps) (what
+// a worker did, for the GPU model; empty on the other teams), fetch_add(int*, int) (an atomic
 // add returning the old value), fetch_max(int*, int), fetch_min (int and
 // int64), solo_below() (a bidding round with fewer bidders runs on rank 0
 // alone) and team_wide: a team of many slow workers (a CTA) does together
