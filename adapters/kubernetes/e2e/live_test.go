@@ -1288,8 +1288,10 @@ func TestManifestsApply(t *testing.T) {
 		t.Errorf("Lease holder %q after the leader died, want %s", h, standby.name)
 	}
 	t.Logf("the standby took over and bound in %.1f s after the leader was killed", time.Since(killed).Seconds())
-	if b, _ := os.ReadFile(standby.log); bytes.Contains(b, []byte("forbidden")) {
-		t.Errorf("the ServiceAccount was refused something:\n%s", b)
+	for _, r := range reps {
+		if b, _ := os.ReadFile(r.log); bytes.Contains(b, []byte("forbidden")) {
+			t.Errorf("%s: the ServiceAccount was refused something:\n%s", r.name, b)
+		}
 	}
 }
 
