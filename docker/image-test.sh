@@ -9,9 +9,12 @@
 #     PLACER_HTTP serves /metrics, /livez and /readyz;
 #   - with keys mounted at /keys: CURVE, a client without the key gets no
 #     answer, one with a listed key gets its round, the HEALTHCHECK (with
-#     its own key) passes.
+#     its own key) passes;
+#   - the Kubernetes scheduler, the command of
+#     deploy/kubernetes/scheduler-deployment.yaml, runs in it (--help).
 # Needs root, podman, runc and debootstrap (apt-get install podman runc
-# debootstrap) and a Debian mirror. Usage: docker/image-test.sh [BUILD_DIR]
+# debootstrap), a Debian mirror, the Go module proxy and Go >= 1.26 on the
+# host (copied into the build as GO_IMAGE). Usage: docker/image-test.sh [BUILD_DIR]
 # (BUILD_DIR's placer is the client the checks use from the host).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,12 +46,29 @@ if ! podman image exists "$base"; then
   rm -rf "$work/rootfs"
 fi
 
+# The Go toolchain for the scheduler's build stage: the host's, as an image
+# holding only /usr/local/go (golang images cannot be pulled either).
+go=$(command -v go || echo /usr/local/go/bin/go)
+[ -x "$go" ] || { echo "image-test: needs Go >= 1.26 on the host (the scheduler's build)" >&2; exit 1; }
+goroot=$("$go" env GOROOT)
+goimage=localhost/placer-go:$("$go" env GOVERSION)
+if ! podman image exists "$goimage"; then
+  tar -C "$(dirname "$goroot")" -c --transform "s,^$(basename "$goroot"),usr/local/go," "$(basename "$goroot")" |
+    podman import - "$goimage" >/dev/null
+fi
+
 # 2. The image: docker/Dockerfile itself, CPU variant (both stages on that
-# base; the host network reaches the Debian mirror). Builds the binary in
-# the container: a few minutes the first time, then podman's layer cache.
+# base; the host network reaches the Debian mirror and the Go module proxy).
+# Builds the binaries in the container: a few minutes the first time, then
+# podman's layer cache.
 t0=$(date +%s)
+# The host's CA bundle reaches the Go module downloads (this host's egress
+# intercepts TLS with its own CA), mounted for the build only.
+ca=${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}
 podman build --network host --format docker -f docker/Dockerfile --build-arg BUILD_IMAGE="$base" \
-  --build-arg RUNTIME_IMAGE="$base" -t "$image" . >"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 1; }
+  --build-arg RUNTIME_IMAGE="$base" --build-arg GO_IMAGE="$goimage" \
+  --build-arg GOPROXY="$("$go" env GOPROXY)" -v "$ca:/run/host-ca.crt:ro" --build-arg SSL_CERT_FILE=/run/host-ca.crt \
+  -t "$image" . >"$work/build.log" 2>&1 || { tail -30 "$work/build.log"; exit 1; }
 echo "image-test: $image built in $(( $(date +%s) - t0 )) s ($(podman image inspect "$image" --format '{{.Size}}' |
   awk '{printf "%.0f MiB", $1/1048576}'))"
 
@@ -79,7 +99,10 @@ curl -sf "http://127.0.0.1:$http/readyz" >/dev/null && pass "/readyz 200" || fai
 curl -sf "http://127.0.0.1:$http/metrics" >"$work/metrics.txt" || true
 grep -q '^placer_rounds_total{code="Ok"} 1' "$work/metrics.txt" &&
   pass "/metrics counts the round" || { grep placer_rounds "$work/metrics.txt"; fail "/metrics"; }
-podman logs placer-image-open 2>&1 | grep -q "no CURVE keys in /keys" && pass "says it serves without keys" ||
+# (into a file: grep -q on a pipe stops reading at the first line, and
+# podman logs' SIGPIPE then fails the pipeline under pipefail)
+podman logs placer-image-open >"$work/open.log" 2>&1 || true
+grep -q "no CURVE keys in /keys" "$work/open.log" && pass "says it serves without keys" ||
   fail "no warning without keys"
 
 # 4. With keys: CURVE.
@@ -105,4 +128,15 @@ else
 fi
 podman healthcheck run placer-image-curve >/dev/null && pass "HEALTHCHECK with its own key: healthy" ||
   fail "HEALTHCHECK failed under CURVE"
+
+# 5. The Kubernetes scheduler: the Deployment's command runs in the image
+# (as its user; its libraries resolve).
+sched=$(sed -n 's/^ *command: \[\(.*placer-k8s-scheduler\)\]$/\1/p' deploy/kubernetes/scheduler-deployment.yaml)
+[ -n "$sched" ] || fail "no placer-k8s-scheduler command in deploy/kubernetes/scheduler-deployment.yaml"
+if podman run --rm --network none --health-interval disable --entrypoint "$sched" "$image" --help >"$work/scheduler-help.txt" 2>&1 &&
+   grep -q -- '-placer-endpoint' "$work/scheduler-help.txt" && grep -q -- '-leader-elect' "$work/scheduler-help.txt"; then
+  pass "$sched --help runs in the container"
+else
+  cat "$work/scheduler-help.txt"; fail "$sched --help"
+fi
 echo "image-test: all checks passed"

@@ -13,32 +13,42 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+	sigsyaml "sigs.k8s.io/yaml"
 )
 
 func repoRoot() string {
@@ -172,8 +182,14 @@ func (c *cluster) down() {
 	}
 }
 
+// schedulerRBACFile: the one source of the scheduler's RBAC. Every live
+// test runs the scheduler with it; TestManifestsApply checks that the
+// kustomization deploys it and no other RBAC, and runs the Deployment's
+// scheduler as its ServiceAccount.
+const schedulerRBACFile = "deploy/kubernetes/scheduler-rbac.yaml"
+
 func (c *cluster) applyRBAC() {
-	b, err := os.ReadFile(filepath.Join(repoRoot(), "deploy/kubernetes/scheduler-rbac.yaml"))
+	b, err := os.ReadFile(filepath.Join(repoRoot(), schedulerRBACFile))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -920,4 +936,380 @@ func TestFractionalGPUShares(t *testing.T) {
 	msg := c.waitCondition(ns, waiting, "Unschedulable", "0/16 nodes are available:", 30*time.Second)
 	t.Logf("%s: %s", waiting, msg)
 	c.checkCapacity()
+}
+
+// ---------------------------------------------------------------- manifests
+
+type manifest struct {
+	file string
+	obj  *unstructured.Unstructured
+}
+
+func (m manifest) String() string {
+	name := m.obj.GetName()
+	if ns := m.obj.GetNamespace(); ns != "" {
+		name = ns + "/" + name
+	}
+	return fmt.Sprintf("%s %s %s (%s)", m.obj.GetKind(), m.obj.GetAPIVersion(), name, m.file)
+}
+
+// kustomizationObjects: every object of deploy/kubernetes/kustomization.yaml's
+// resources, in order. The kustomization may hold only `resources`: a
+// transformer (namespace, patches, ...) this reading does not do fails here
+// rather than being applied differently from `kubectl apply -k`.
+func kustomizationObjects(t *testing.T) ([]string, []manifest) {
+	dir := filepath.Join(repoRoot(), "deploy/kubernetes")
+	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k map[string]any
+	if err := sigsyaml.Unmarshal(b, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	var resources []string
+	for key, v := range k {
+		if key != "resources" {
+			t.Fatalf("kustomization.yaml: %q is not applied by this test (only resources)", key)
+		}
+		for _, r := range v.([]any) {
+			resources = append(resources, r.(string))
+		}
+	}
+	var objs []manifest
+	for _, r := range resources {
+		f, err := os.Open(filepath.Join(dir, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+		for {
+			var o map[string]any
+			if err := dec.Decode(&o); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", r, err)
+			}
+			if len(o) > 0 {
+				objs = append(objs, manifest{r, &unstructured.Unstructured{Object: o}})
+			}
+		}
+		_ = f.Close()
+	}
+	return resources, objs
+}
+
+// flagArgs: "--name=value" arguments as a map (the manifests' form).
+func flagArgs(t *testing.T, args []string) map[string]string {
+	m := map[string]string{}
+	for _, a := range args {
+		k, v, ok := strings.Cut(a, "=")
+		if !ok || !strings.HasPrefix(k, "--") {
+			t.Fatalf("argument %q is not --flag=value", a)
+		}
+		m[k] = v
+	}
+	return m
+}
+
+// Every object of deploy/kubernetes applied to a live apiserver as admin
+// (server-side apply, fieldValidation=Strict, as `kubectl apply
+// --server-side -k`); the one object whose kind it does not serve (the
+// Prometheus Operator's ServiceMonitor) reported by name; the scheduler's
+// RBAC the very file the other live tests run it with; and the Deployment's
+// scheduler, with its own arguments, run twice as its ServiceAccount: one
+// replica leads and binds, the other takes over when the leader is killed.
+func TestManifestsApply(t *testing.T) {
+	c := newCluster(t, 4, 0) // applies scheduler-rbac.yaml, as for every live test
+	ctx := context.Background()
+	admin := filepath.Join(c.dir, "admin.kubeconfig")
+	rc, err := clientcmd.BuildConfigFromFlags("", admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn := dynamic.NewForConfigOrDie(rc)
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.cs.Discovery()))
+	resources, objs := kustomizationObjects(t)
+
+	// One source of RBAC: the kustomization deploys scheduler-rbac.yaml and
+	// no identity or permission from any other file.
+	rbacFile := filepath.Base(schedulerRBACFile)
+	if !slices.Contains(resources, rbacFile) {
+		t.Fatalf("kustomization.yaml's resources %v lack %s", resources, rbacFile)
+	}
+	identity := map[string]bool{"ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true}
+	for _, m := range objs {
+		if identity[m.obj.GetKind()] && m.file != rbacFile {
+			t.Errorf("%s: RBAC outside %s (the live tests would not run with it)", m, schedulerRBACFile)
+		}
+	}
+
+	var notServed []string
+	applied := map[string]*unstructured.Unstructured{} // "Kind ns/name"
+	for _, m := range objs {
+		gvk := m.obj.GroupVersionKind()
+		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if meta.IsNoMatchError(err) {
+			t.Logf("NOT APPLIED: %s: the apiserver does not serve %s (its CRD is not installed)", m, gvk.GroupVersion())
+			notServed = append(notServed, m.String())
+			continue
+		} else if err != nil {
+			t.Fatalf("%s: %v", m, err)
+		}
+		var r dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+		ns := m.obj.GetNamespace()
+		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
+			if ns == "" {
+				ns = "default" // kubectl's, without -n
+			}
+			r = dyn.Resource(mapping.Resource).Namespace(ns)
+		}
+		body, _ := json.Marshal(m.obj.Object)
+		force := true
+		got, err := r.Patch(ctx, m.obj.GetName(), types.ApplyPatchType, body,
+			metav1.PatchOptions{FieldManager: "placer-manifests-test", Force: &force, FieldValidation: "Strict"})
+		if err != nil {
+			t.Errorf("applying %s: %v", m, err)
+			continue
+		}
+		if got.GetUID() == "" {
+			t.Errorf("%s: applied without a uid", m)
+		}
+		key := got.GetKind() + " " + got.GetName()
+		if got.GetNamespace() != "" {
+			key = got.GetKind() + " " + got.GetNamespace() + "/" + got.GetName()
+		}
+		applied[key] = got
+		t.Logf("applied %s", m)
+	}
+	if want := []string{"ServiceMonitor monitoring.coreos.com/v1 placer (servicemonitor.yaml)"}; !slices.Equal(notServed, want) {
+		t.Errorf("objects of kinds the apiserver does not serve: %v, want %v", notServed, want)
+	}
+	if len(applied)+len(notServed) != len(objs) {
+		t.Errorf("%d objects, %d applied, %d not served", len(objs), len(applied), len(notServed))
+	}
+	for _, key := range []string{"Deployment default/placer", "Service default/placer",
+		"Deployment kube-system/placer-k8s-scheduler", "ServiceAccount kube-system/placer-scheduler",
+		"ClusterRole placer-scheduler", "ClusterRoleBinding placer-scheduler",
+		"Role kube-system/placer-scheduler-lease", "RoleBinding kube-system/placer-scheduler-lease"} {
+		if applied[key] == nil {
+			t.Errorf("%s was not applied (applied: %v)", key, slices.Sorted(maps.Keys(applied)))
+		}
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Strict validation is on: the same Deployment with a misspelt field is refused.
+	for _, m := range objs {
+		if m.obj.GetKind() != "Deployment" || m.obj.GetName() != "placer-k8s-scheduler" {
+			continue
+		}
+		bad := m.obj.DeepCopy()
+		_ = unstructured.SetNestedField(bad.Object, int64(2), "spec", "replicaz")
+		body, _ := json.Marshal(bad.Object)
+		force := true
+		_, err := dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).
+			Namespace(bad.GetNamespace()).Patch(ctx, bad.GetName(), types.ApplyPatchType, body,
+			metav1.PatchOptions{FieldManager: "placer-manifests-test", Force: &force, FieldValidation: "Strict"})
+		if err == nil || !strings.Contains(err.Error(), "replicaz") {
+			t.Fatalf("a Deployment with spec.replicaz: %v, want a refusal naming the field", err)
+		}
+	}
+
+	// The scheduler's Deployment, as the apiserver holds it.
+	d, err := c.cs.AppsV1().Deployments("kube-system").Get(ctx, "placer-k8s-scheduler", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %v, want 2", d.Spec.Replicas)
+	}
+	ps := d.Spec.Template.Spec
+	sa := applied["ServiceAccount kube-system/placer-scheduler"]
+	if ps.ServiceAccountName != sa.GetName() || d.Namespace != sa.GetNamespace() {
+		t.Errorf("the Deployment runs as %s/%s, scheduler-rbac.yaml's ServiceAccount is %s/%s",
+			d.Namespace, ps.ServiceAccountName, sa.GetNamespace(), sa.GetName())
+	}
+	crb, err := c.cs.RbacV1().ClusterRoleBindings().Get(ctx, "placer-scheduler", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bindsSA, bindsUser bool
+	for _, s := range crb.Subjects {
+		bindsSA = bindsSA || (s.Kind == "ServiceAccount" && s.Name == ps.ServiceAccountName && s.Namespace == d.Namespace)
+		bindsUser = bindsUser || (s.Kind == "User" && s.Name == "placer-scheduler") // scheduler.kubeconfig's user
+	}
+	if !bindsSA || !bindsUser {
+		t.Errorf("ClusterRoleBinding subjects %+v: want the Deployment's ServiceAccount and the live tests' User", crb.Subjects)
+	}
+	if len(ps.Containers) != 1 {
+		t.Fatalf("%d containers, want 1", len(ps.Containers))
+	}
+	ctr := ps.Containers[0]
+	if len(ctr.Command) != 1 || filepath.Base(ctr.Command[0]) != "placer-k8s-scheduler" {
+		t.Errorf("command %v", ctr.Command)
+	}
+	args := flagArgs(t, ctr.Args)
+	if args["--leader-elect"] != "true" {
+		t.Errorf("--leader-elect=%q, want true", args["--leader-elect"])
+	}
+	role := applied["Role kube-system/placer-scheduler-lease"]
+	if ns := args["--lease-namespace"]; ns != role.GetNamespace() {
+		t.Errorf("--lease-namespace=%q, the Lease Role is in %q", ns, role.GetNamespace())
+	}
+	svc, err := c.cs.CoreV1().Services("default").Get(ctx, "placer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var zmqPort int32
+	for _, p := range svc.Spec.Ports {
+		if p.Name == "zmq" {
+			zmqPort = p.Port
+		}
+	}
+	if want := fmt.Sprintf("tcp://%s.%s.svc:%d", svc.Name, svc.Namespace, zmqPort); args["--placer-endpoint"] != want {
+		t.Errorf("--placer-endpoint=%q, the placer Service is %s", args["--placer-endpoint"], want)
+	}
+	var metricsPort int32
+	for _, p := range ctr.Ports {
+		if p.Name == "metrics" {
+			metricsPort = p.ContainerPort
+		}
+	}
+	if !strings.HasSuffix(args["--http"], fmt.Sprintf(":%d", metricsPort)) {
+		t.Errorf("--http=%q, the probes' port metrics is %d", args["--http"], metricsPort)
+	}
+	probe := func(name string, p *corev1.Probe, path string) {
+		if p == nil || p.HTTPGet == nil || p.HTTPGet.Path != path || p.HTTPGet.Port.String() != "metrics" {
+			t.Errorf("%s probe %+v, want GET %s on port metrics", name, p, path)
+		}
+	}
+	probe("liveness", ctr.LivenessProbe, "/livez")
+	probe("readiness", ctr.ReadinessProbe, "/readyz")
+
+	// Run the Deployment's container twice, as its ServiceAccount (a token
+	// from the TokenRequest API, as the kubelet would mount), with its
+	// arguments: only the endpoint (this test's `placer serve`), the CURVE
+	// files (TestCurveToPlacer covers CURVE), --http (free ports) and the
+	// pod name differ.
+	tok, err := c.cs.CoreV1().ServiceAccounts(d.Namespace).CreateToken(ctx, ps.ServiceAccountName,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("TokenRequest for the ServiceAccount: %v", err)
+	}
+	kc, err := clientcmd.LoadFromFile(admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range kc.AuthInfos {
+		a.Token = tok.Status.Token
+	}
+	saKubeconfig := filepath.Join(c.dir, "serviceaccount.kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, saKubeconfig); err != nil {
+		t.Fatal(err)
+	}
+	type replica struct {
+		name, log, http string
+		cmd             *exec.Cmd
+	}
+	start := func(name string) *replica {
+		r := &replica{name: name, log: filepath.Join(c.dir, "log", name+".log"), http: fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1))}
+		var argv []string
+		for _, a := range ctr.Args {
+			k, v, _ := strings.Cut(a, "=")
+			switch k {
+			case "--placer-server-key", "--placer-client-cert":
+				continue
+			case "--placer-endpoint":
+				v = fmt.Sprintf("tcp://127.0.0.1:%d", c.pport)
+			case "--http":
+				v = r.http
+			}
+			argv = append(argv, k+"="+strings.ReplaceAll(v, "$(POD_NAME)", name))
+		}
+		argv = append(argv, "--kubeconfig="+saKubeconfig)
+		r.cmd = exec.Command(os.Getenv("PLACER_K8S_SCHEDULER"), argv...)
+		f, _ := os.Create(r.log)
+		r.cmd.Stdout, r.cmd.Stderr = f, f
+		if err := r.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = r.cmd.Process.Kill(); _, _ = r.cmd.Process.Wait() })
+		t.Logf("%s %s", filepath.Base(ctr.Command[0]), strings.Join(argv, " "))
+		return r
+	}
+	reps := []*replica{start(d.Name + "-0"), start(d.Name + "-1")}
+	holder := func() string {
+		l, err := c.cs.CoordinationV1().Leases(args["--lease-namespace"]).Get(ctx, args["--lease-name"], metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for holder() == "" && time.Now().Before(deadline) {
+		time.Sleep(200 * time.Millisecond)
+	}
+	lead := holder()
+	var leader, standby *replica
+	for _, r := range reps {
+		if r.name == lead {
+			leader = r
+		} else {
+			standby = r
+		}
+	}
+	if leader == nil {
+		for _, r := range reps {
+			b, _ := os.ReadFile(r.log)
+			t.Logf("%s:\n%s", r.name, b)
+		}
+		t.Fatalf("Lease holder %q is neither replica", lead)
+	}
+	for _, r := range reps {
+		// Probes' paths: both replicas live and ready (the standby watches too).
+		waitHTTP(t, "http://"+r.http+"/readyz", 200, 30*time.Second)
+		httpGet(t, "http://"+r.http+"/livez", 200)
+	}
+	c.createPods("deployed", podSpec{name: "a", gpus: 1})
+	c.waitBound("deployed", 60*time.Second)
+	if b, _ := os.ReadFile(standby.log); bytes.Contains(b, []byte("leading")) {
+		t.Fatalf("the standby %s leads too:\n%s", standby.name, b)
+	}
+	// The leader dies without releasing the Lease: the standby takes it
+	// within --lease-duration (the default, 15 s) and binds.
+	killed := time.Now()
+	_ = leader.cmd.Process.Kill()
+	_, _ = leader.cmd.Process.Wait()
+	c.createPods("deployed", podSpec{name: "b", gpus: 1})
+	c.waitBound("deployed", 60*time.Second)
+	if h := holder(); h != standby.name {
+		t.Errorf("Lease holder %q after the leader died, want %s", h, standby.name)
+	}
+	t.Logf("the standby took over and bound in %.1f s after the leader was killed", time.Since(killed).Seconds())
+	for _, r := range reps {
+		if b, _ := os.ReadFile(r.log); bytes.Contains(b, []byte("forbidden")) {
+			t.Errorf("%s: the ServiceAccount was refused something:\n%s", r.name, b)
+		}
+	}
+}
+
+// waitHTTP: GET url until it answers want.
+func waitHTTP(t *testing.T, url string, want int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == want {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET %s: no %d within %v (last error: %v)", url, want, timeout, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
