@@ -10,30 +10,10 @@
 
 #include <gtest/gtest.h>
 
-#include <random>
-
-#include "../support/random_round.hpp"
+#include "../support/parity.hpp"
 
 namespace placer {
 namespace {
-
-void expect_same_rounds(solver& a, solver& b, int iterations, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (int iter = 0; iter < iterations; ++iter) {
-    round_input in = testing_support::random_round(rng);
-    in.pol.w.fragmentation = iter % 2 == 0 ? 0 : 50;
-    in.pol.stacking = iter % 4 == 3;
-    if (iter % 3 == 1) testing_support::add_random_constraints(rng, in);
-    round_result const ra = a.solve(in);
-    round_result const rb = b.solve(in);
-    ASSERT_EQ(ra.placements.size(), rb.placements.size()) << "iteration " << iter;
-    for (std::size_t k = 0; k < ra.placements.size(); ++k) {
-      ASSERT_EQ(ra.placements[k].job, rb.placements[k].job) << "iteration " << iter;
-      ASSERT_EQ(ra.placements[k].replicas, rb.placements[k].replicas) << "iteration " << iter;
-    }
-    ASSERT_EQ(ra.unplaced_jobs.size(), rb.unplaced_jobs.size()) << "iteration " << iter;
-  }
-}
 
 // Teams of 1, 37 (not a power of two: a loop that assumes one fails) and
 // 512 workers, each meeting at the program's barriers as a CTA's threads do.
@@ -43,7 +23,7 @@ TEST(GpuModel, PlacesWhatTheCpuPlaces) {
     solver cpu(kernels::select_backend("cpu"));
     kernels::gpu_counts counts;
     solver model(kernels::make_gpu_model({threads}, &counts));
-    expect_same_rounds(cpu, model, threads == 512 ? 20 : 60, 5 + static_cast<std::uint64_t>(threads));
+    testing_support::expect_parity(cpu, model, threads == 512 ? 20 : 60, 5 + static_cast<std::uint64_t>(threads));
     EXPECT_GT(counts.launches, 0);
     EXPECT_GT(counts.total().barriers, 0);
   }
