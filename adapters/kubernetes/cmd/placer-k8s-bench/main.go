@@ -29,6 +29,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"placer.local/kubernetes/internal/translate"
 )
 
 type result struct {
@@ -213,12 +215,10 @@ func measure(ctx context.Context, cs kubernetes.Interface, ns, sched string) res
 			rl = corev1.ResourceList{}
 			used[p.Spec.NodeName] = rl
 		}
-		for _, c := range p.Spec.Containers {
-			for k, v := range c.Resources.Requests {
-				q := rl[k]
-				q.Add(v)
-				rl[k] = q
-			}
+		for k, v := range translate.Requests(&p) {
+			q := rl[k]
+			q.Add(v)
+			rl[k] = q
 		}
 	}
 	rack := map[string]string{}
