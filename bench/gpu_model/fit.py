@@ -95,6 +95,7 @@ def counts(build, threads, offer_least, refresh_below, cache):
                             "--order", "pack", "--reps", "3", "--threads", str(threads),
                             "--offer-least", str(offer_least), "--refresh-below", str(refresh_below),
                             "--offer-bits", "8",  # every record's team offers took digits of 8 bits
+                            "--offer-iterate", "1",  # and stepped M = f(M), a search a step
                             "--json", f.name],
                            check=True, stdout=subprocess.DEVNULL)
             cache[key] = {j["scenario"]: j for j in map(json.loads, f.read().splitlines())}

@@ -296,6 +296,8 @@ class cuda_device {
         throw logic_error(error_code::invalid_argument, "PLACER_CUDA_OFFER_BITS must be 1 to 8");
       }
     }
+    // 1: the team offers' M stepped as in the rounds recorded before 2026-11-28 (to measure both).
+    if (char const* iterate = std::getenv("PLACER_CUDA_OFFER_ITERATE")) offer_iterate_ = std::atoi(iterate) != 0 ? 1 : 0;
     if (char const* threads = std::getenv("PLACER_CUDA_TIER_THREADS")) {
       threads_ = std::atoi(threads);
       if (threads_ != 256 && threads_ != 512 && threads_ != 1024) {
@@ -306,6 +308,7 @@ class cuda_device {
                    ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
                    (threads_ != tier_threads ? ", " + std::to_string(threads_) + " tier threads" : "") +
                    (offer_bits_ != tier_offer_bits ? ", offer digits of " + std::to_string(offer_bits_) + " bits" : "") +
+                   (offer_iterate_ != 0 ? ", offers' M stepped" : "") +
                    (!wide_ ? ", serial tier steps)"
                     : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
                                                            : ")");
@@ -388,6 +391,7 @@ class cuda_device {
       k.work.offer_team_least = offer_least_;
       k.work.refresh_cells_below = refresh_below_;
       k.work.offer_bits = offer_bits_;
+      k.work.offer_iterate = offer_iterate_;
       if (threads_ == 256) {
         tier_kernel<true, 256><<<1, 256, 0, stream_>>>(k, in, n_in, out);
       } else if (threads_ == 1024) {
@@ -407,6 +411,7 @@ class cuda_device {
   int threads_ = tier_threads;                         ///< the tier kernel's CTA
   std::int32_t refresh_below_ = tier_refresh_cells_below;  ///< tier_buffers::refresh_cells_below
   std::int32_t offer_bits_ = tier_offer_bits;              ///< tier_buffers::offer_bits
+  std::int32_t offer_iterate_ = 0;                         ///< tier_buffers::offer_iterate
   cudaStream_t stream_ = nullptr;
   temp_allocator temp_;
   std::string description_;

@@ -76,6 +76,7 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   if (config.offer_least >= 0) c.work.offer_team_least = config.offer_least;
   if (config.refresh_below >= 0) c.work.refresh_cells_below = config.refresh_below;
   if (config.offer_bits >= 0) c.work.offer_bits = config.offer_bits;
+  c.work.offer_iterate = config.offer_iterate ? 1 : 0;
   model::fibers f(config.threads);
   model_counter counter(out);
   tier_clock_observer* const outer = tier_clock_observed();

@@ -68,7 +68,8 @@ struct tier_host_arena {
 /// fewer than `solo` bidders run on its rank 0), the floors by a worker per
 /// row and the price jumps on rank 0 or, with `team_wide`, by the whole team
 /// (the CUDA backend's way: tier_program.hpp), its offers for the rows with
-/// `offer_least` bids or more in digits of `offer_bits`, its refresh a
+/// `offer_least` bids or more in digits of `offer_bits` (their M stepped
+/// with `offer_iterate`, tier_buffers::offer_iterate), its refresh a
 /// worker per cell up to `refresh_below` candidate nodes and its bids
 /// remembering rows in tiers of more than `remember_above` rows. The results
 /// do not depend on any of them.
@@ -77,7 +78,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
                            std::int32_t offer_least = tier_offer_team_least,
                            std::int32_t refresh_below = tier_refresh_cells_below,
                            std::int32_t remember_above = tier_remember_rows_above,
-                           std::int32_t offer_bits = tier_offer_bits) {
+                           std::int32_t offer_bits = tier_offer_bits, std::int32_t offer_iterate = 0) {
   auto const k = static_cast<std::int32_t>(tiers.size());
   if (k == 0) {
     tier_chain_results(nullptr, nullptr, nullptr, 0, out);
@@ -126,6 +127,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
   c.work.refresh_cells_below = refresh_below;
   c.work.remember_rows_above = remember_above;
   c.work.offer_bits = offer_bits;
+  c.work.offer_iterate = offer_iterate;
   if (threads > 1) {
 #pragma omp parallel num_threads(threads)
     {

@@ -565,7 +565,8 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
 // places exactly what a worker per row and rank 0 place, on one worker and
 // on a team of three whose every round is split, its refresh by column or
 // by cell whatever the tier's size, its bids remembering rows or scanning
-// them all whatever the tier's rows, its offers' digits of 1, 4 or 8 bits. Chains of up to three
+// them all whatever the tier's rows, its offers' digits of 1, 4 or 8 bits, its
+// offers' threshold found in one search or stepped (offer_iterate). Chains of up to three
 // tiers, a quarter with price wars (the jumps), a third with twins.
 TEST(TierChain, TeamStepsPlaceTheSame) {
   std::mt19937_64 rng(2026112602);
@@ -584,6 +585,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       std::int32_t refresh_below = tier_refresh_cells_below;  // a refresh by cell up to this many nodes
       std::int32_t remember_above = tier_remember_rows_above;  // bids remember rows in tiers of more rows
       std::int32_t offer_bits = tier_offer_bits;               // the team offers' radix digit
+      std::int32_t offer_iterate = 0;                          // their M stepped, as recorded GPU rounds ran
     };
     std::vector<tier_instance> after;
     std::vector<tier_results> results;
@@ -592,7 +594,9 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
                         way{3, true, 6, 1 << 30}, way{1, false, 1, tier_refresh_cells_below, 0},
                         way{3, true, 6, tier_refresh_cells_below, 0},
                         way{3, true, 1, tier_refresh_cells_below, tier_remember_rows_above, 1},
-                        way{1, true, 1, tier_refresh_cells_below, tier_remember_rows_above, 8}}) {
+                        way{1, true, 1, tier_refresh_cells_below, tier_remember_rows_above, 8},
+                        way{3, true, 1, tier_refresh_cells_below, tier_remember_rows_above, 4, 1},
+                        way{3, true, 6, tier_refresh_cells_below, tier_remember_rows_above, 8, 1}}) {
       tier_instance t = base;
       std::vector<std::int32_t> l(static_cast<std::size_t>(t.n_nodes()));
       for (std::int32_t n = 0; n < t.n_nodes(); ++n) l[static_cast<std::size_t>(n)] = iter % 3 == 0 ? n % 30 : n;
@@ -603,7 +607,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       tier_host_arena arena;
       tier_results r;
       run_chain_host(ps, r, arena, w.threads, 0, w.together, w.offer_least, w.refresh_below, w.remember_above,
-                     w.offer_bits);
+                     w.offer_bits, w.offer_iterate);
       after.push_back(std::move(t));
       results.push_back(std::move(r));
       labels.push_back(std::move(l));

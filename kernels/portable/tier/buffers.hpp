@@ -38,7 +38,7 @@ struct tier_control {
   std::int32_t jump_stop = 0;
   std::int64_t jump_rise = 0;
   std::int32_t offer_passes = 0;  ///< tier_offer_team: the most digit passes a row needs (fetch_max)
-  std::int32_t offer_moved[2] = {0, 0};  ///< tier_offer_team: a row's M moved in a step (two, alternating)
+  std::int32_t offer_moved[2] = {0, 0};  ///< tier_offer_team, offer_iterate: a row's M moved in a step (two, alternating)
   /// tier_offer_team: the rows listed in offer_rows (high 32 bits) and
   /// their items (low 32 bits), one fetch_add a row; 0 again at its end.
   std::int64_t offer_slots = 0;
@@ -125,16 +125,17 @@ struct tier_clock {
 inline constexpr std::int32_t tier_score_steps = 16;
 
 /// The serial offers run every row at once, a heap step a bid on each row's
-/// thread, while the team's cost some tens of barriers a bidding round
-/// whatever the rows' bids: the team takes a row from this many bids in a
-/// round. Chosen on an H100 (bench/results/2026-11-26-h100-offer-least-*):
+/// thread, while the team's cost some barriers a bidding round whatever
+/// the rows' bids: the team takes a row from this many bids in a round.
+/// On an H100, with M stepped (bench/results/2026-11-26-h100-offer-least-*):
 /// taking every row with bids cost the 10k round's offers 5.8 -> 12.6 ms;
 /// from 16 bids the offers of 10k, 100k and openb sum to 27.1 ms, from 64
-/// to 29.9 and from 1 to 36.1. With digits of 4 bits (tier_offer_bits) the
-/// GPU model puts the three rounds' tier kernels at 31.6 ms from 4 or 8
-/// bids, 32.8 from 16, 33.7 from 1 and 34.7 from 32: 8 (to be timed on the
-/// next GPU).
-inline constexpr std::int32_t tier_offer_team_least = 8;
+/// to 29.9 and from 1 to 36.1. With M in one search (about a third of the
+/// barriers) and digits of 4 bits, the GPU model puts the tier kernels of
+/// 10k / 100k / openb at 5.27 / 11.88 / 6.14 ms from 1 bid, 5.59 / 12.10 /
+/// 6.59 from 2 and 5.88 / 13.08 / 8.69 from 8: 1 (to be timed on the next
+/// GPU; PLACER_CUDA_TEAM_OFFER_LEAST).
+inline constexpr std::int32_t tier_offer_team_least = 1;
 
 /// The team selections' radix digits (tier/radix.hpp): `bits` bits, 1 to 8
 /// (a row has 256 counts). Every pass
@@ -210,6 +211,11 @@ struct tier_buffers {
   std::int32_t offer_team_least = tier_offer_team_least;
   /// tier_offer_team's digit in bits (tier_offer_bits).
   std::int32_t offer_bits = tier_offer_bits;
+  /// tier_offer_team's M: 0, one search (the closed form); 1, M = f(M)
+  /// stepped a search a step, as the GPU rounds recorded before 2026-11-28
+  /// ran (the GPU model replays them so; PLACER_CUDA_OFFER_ITERATE). The
+  /// same placements either way.
+  std::int32_t offer_iterate = 0;
   /// A team_wide team refreshes a tier a worker per cell up to this many
   /// candidate nodes (tier_refresh_cells_below).
   std::int32_t refresh_cells_below = tier_refresh_cells_below;
@@ -267,11 +273,11 @@ enum tier_offer_field : int {
   tier_offer_lo,
   tier_offer_hi,
   tier_offer_shift,
-  tier_offer_pre_m,  ///< M, the threshold key so far (-1: nobody re-bid)
+  tier_offer_pre_m,  ///< M, the threshold key (-1: every item kept)
   tier_offer_want,
   tier_offer_pre,
   tier_offer_at,
-  tier_offer_searching,  ///< 1: M may still move
+  tier_offer_searching,  ///< 1: the row's M is searched (more items than copies)
   tier_offer_fields
 };
 

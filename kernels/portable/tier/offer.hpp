@@ -109,13 +109,23 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
 /// valued: the heap's least held bid only rises, a holder can leave or fall
 /// below it only after its re-bid, and none re-bids that need not. Each
 /// item's key orders it strictly ((value - least) above the bits of
-/// N - 1 - node); from M = -1 (nobody re-bid) the team finds f(M) with the
-/// floors' radix search, again until M stays; the items at or above M fill
-/// the heap (built a level at a time, one level's sift-downs in parallel),
-/// the others go to the next list. A row with no more items than copies
-/// keeps them all; one whose keys would not fit 62 bits, or whose M moves
-/// more than tier_offer_most_steps times, keeps the serial offers. Marks
-/// the rows it did (offer_row round = this round); ends at a barrier.
+/// N - 1 - node).
+///
+/// That M takes one search, not a search per step of M = f(M): f only
+/// rises with M (a holder's value goes from s to v >= s), so M is the least
+/// fixed point. Whatever M, the items at or above it number g(M), the count
+/// of keys at or above M with every holder at v. So a fixed point lies in
+/// (F', F], F and F' the quota-th and (quota + 1)-th best keys so valued,
+/// and is a key under its own valuation: a new bid's, a holder's v, or a
+/// holder's s. In (F', F] the only new bid or v is F itself, so M is the
+/// least of F and the stored keys s above F'. The team finds F' with the
+/// floors' radix search and then M in one pass; the items at or above M
+/// fill the heap (built a level at a time, one level's sift-downs in
+/// parallel), the others go to the next list. A row with no more items
+/// than copies keeps them all; one whose keys would not fit 62 bits keeps
+/// the serial offers. Marks the rows it did (offer_row round = this round);
+/// ends at a barrier.
+/// offer_iterate: the most steps of M = f(M) before a row keeps the serial offers.
 inline constexpr std::int32_t tier_offer_most_steps = 16;
 template <class Team>
 PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list, std::int64_t const* prices) {
@@ -256,18 +266,20 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     while ((top >> shift) >= 256) ++shift;
     field(r, tier_offer_shift) = shift;
     field(r, tier_offer_searching) = 1;
+    if (b.offer_iterate == 0) field(r, tier_offer_pre_m) = tier_closed;  // the least key above F, found below
     t.fetch_max(&ctl->offer_passes, tier_radix_passes(shift + 8, b.offer_bits));
   }
   t.sync();
   std::int32_t const passes = ctl->offer_passes;
-  // M = f(M) from M = -1: a search of the quota-th best key per step.
-  for (std::int32_t step = 0; passes > 0; ++step) {
-    std::int32_t* moved = ctl->offer_moved + step % 2;
+  // The (quota + extra)-th best key of every searched row's items, each
+  // valued by valued(r, i, n, value), into the row's tier_offer_pre: the
+  // floors' radix search over all the rows' items at once.
+  auto search = [&](std::int32_t extra, auto const& valued) {
     for (std::int32_t j = me; j < taken; j += team) {
       std::int32_t const r = rows[j];
       field(r, tier_offer_at) = 0;
       if (!mine(r) || field(r, tier_offer_searching) == 0) continue;
-      field(r, tier_offer_want) = b.quota[r];
+      field(r, tier_offer_want) = b.quota[r] + extra;
       field(r, tier_offer_pre) = 0;
       field(r, tier_offer_at) = field(r, tier_offer_shift) + 8;
     }
@@ -278,8 +290,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
         if (field(r, tier_offer_at) <= 0) return;
         std::int32_t n;
         std::int64_t value;
-        bool holder, rebid;
-        item(r, i, n, value, holder, rebid);
+        valued(r, i, n, value);
         std::int32_t const d =
             tier_digit(key(r, value, n), field(r, tier_offer_pre), field(r, tier_offer_at), b.offer_bits);
         if (d >= 0) runs.add(b.floor_hist + 256 * r, d);
@@ -294,6 +305,40 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
       }
       t.sync();
     }
+  };
+  if (passes > 0 && b.offer_iterate == 0) {
+    // M in one search: F', the (quota + 1)-th best key with every holder
+    // at its re-bid, then M, the least of the keys above F', re-bids and
+    // stored bids alike (the closed form above).
+    search(1, [&](std::int32_t r, std::int32_t i, std::int32_t& n, std::int64_t& value) {
+      if (raw(r, i, n, value)) value = b.bid_value[n];  // a holder at its re-bid
+    });
+    each_item([&](std::int32_t r, std::int32_t i) {
+      if (!mine(r) || field(r, tier_offer_searching) == 0) return;
+      std::int64_t const f = field(r, tier_offer_pre);
+      std::int32_t n;
+      std::int64_t value;
+      std::int64_t least = tier_closed;
+      if (raw(r, i, n, value)) {
+        std::int64_t const stored = key(r, value, n);
+        if (stored > f) least = stored;
+        value = b.bid_value[n];
+      }
+      std::int64_t const k = key(r, value, n);
+      if (k > f) least = min_of(least, k);
+      if (least < tier_closed) t.fetch_min(&field(r, tier_offer_pre_m), least);
+    });
+    t.sync();
+  }
+  // The recorded GPU rounds' way (tier_buffers::offer_iterate): M = f(M)
+  // stepped from M = -1, a search a step; a row whose M moves more than
+  // tier_offer_most_steps times keeps the serial offers.
+  for (std::int32_t step = 0; passes > 0 && b.offer_iterate != 0; ++step) {
+    std::int32_t* moved = ctl->offer_moved + step % 2;
+    search(0, [&](std::int32_t r, std::int32_t i, std::int32_t& n, std::int64_t& value) {
+      bool holder, rebid;
+      item(r, i, n, value, holder, rebid);
+    });
     // Every worker has read the other flag (before the last barrier).
     if (me == 0) ctl->offer_moved[1 - step % 2] = 0;
     for (std::int32_t j = me; j < taken; j += team) {

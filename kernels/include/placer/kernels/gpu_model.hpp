@@ -21,6 +21,7 @@ struct gpu_model_config {
   int offer_least = -1;    ///< tier_buffers::offer_team_least (PLACER_CUDA_TEAM_OFFER_LEAST); -1: the default
   int refresh_below = -1;  ///< tier_buffers::refresh_cells_below; -1: the default
   int offer_bits = -1;     ///< tier_buffers::offer_bits (PLACER_CUDA_OFFER_BITS); -1: the default
+  bool offer_iterate = false;  ///< tier_buffers::offer_iterate (PLACER_CUDA_OFFER_ITERATE): the recorded rounds' offers
 };
 
 struct gpu_phase_counts {
