@@ -43,7 +43,7 @@ PLACER_HD inline std::int64_t tier_lift(tier_buffers const& b, std::int32_t g, s
   std::int64_t const to = prices[g] + rise;
   std::int64_t steps = 1 + held;
   for (std::int32_t i = 0; i < held; ++i) hb[i] = max_of(hb[i], to);
-  for (std::int32_t i = held / 2 - 1; i >= 0; --i) steps += tier_sift_down(hb, hn, held, i, hb[i], hn[i]);
+  for (std::int32_t i = tier_heap_parents(held) - 1; i >= 0; --i) steps += tier_sift_down(hb, hn, held, i, hb[i], hn[i]);
   prices[g] = tier_price(b, g);
   return steps;
 }

@@ -12,6 +12,19 @@
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
+/// A row's held bids are a heap of this many children a node (the worst on
+/// top): a team builds a heap a level at a time, a barrier a level, so
+/// fewer levels are fewer barriers. GPU model, tier kernel of 10k / 100k /
+/// openb: 5.27 / 11.88 / 6.14 ms with 2, 5.03 / 11.43 / 5.89 with 4, 4.92 /
+/// 11.24 / 5.80 with 8; the CPU rounds the same within noise (round_bench,
+/// alternating 2 and 8, 2026-11-28).
+inline constexpr std::int32_t tier_heap_arity = 8;
+
+/// The entries of a heap of `size` that have a child: 0 .. this - 1.
+PLACER_HD inline std::int32_t tier_heap_parents(std::int32_t size) {
+  return size > 1 ? (size + tier_heap_arity - 2) / tier_heap_arity : 0;
+}
+
 /// Puts (bid, n) at entry i of a held-bids heap of `size` entries (the
 /// worst on top) and sifts it down to its place. Returns the levels it
 /// went down, plus one (Team::work's steps).
@@ -22,7 +35,8 @@ PLACER_HD inline std::int32_t tier_sift_down(std::int64_t* hb, std::int32_t* hn,
     std::int32_t worst = i;
     std::int64_t wb = bid;
     std::int32_t wn = n;
-    for (std::int32_t c = 2 * i + 1; c <= 2 * i + 2 && c < size; ++c) {
+    std::int32_t const first = tier_heap_arity * i + 1;
+    for (std::int32_t c = first; c < first + tier_heap_arity && c < size; ++c) {
       if (tier_worse(hb[c], hn[c], wb, wn)) {
         worst = c;
         wb = hb[c];
@@ -69,7 +83,7 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
     b.held[r] = size;
     // Sift up: the worst on top.
     while (i > 0) {
-      std::int32_t const parent = (i - 1) / 2;
+      std::int32_t const parent = (i - 1) / tier_heap_arity;
       if (!tier_worse(bid, n, hb[parent], hn[parent])) break;
       hb[i] = hb[parent];
       hn[i] = hn[parent];
@@ -393,21 +407,22 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   // The heaps, a level at a time from the deepest parents up, a row after
   // another (a level's parents are fewer than the items: spreading them
   // all would cost more where the levels are narrow).
-  std::int32_t const most_held = ctl->offer_most_held;
-  std::int32_t level = 0;
-  while ((2 << level) - 1 < most_held / 2) ++level;  // the deepest level with a parent
-  for (; level >= 0; --level) {
+  std::int32_t const parents = tier_heap_parents(ctl->offer_most_held);
+  std::int32_t deepest = 0;  // the deepest level with a parent begins there
+  while (deepest * tier_heap_arity + 1 < parents) deepest = deepest * tier_heap_arity + 1;
+  for (std::int32_t level = deepest;; level = (level - 1) / tier_heap_arity) {
     for (std::int32_t j = 0; j < taken; ++j) {
       std::int32_t const r = rows[j];
       if (!mine(r)) continue;
       std::int32_t const held = b.held[r];
       std::int64_t* hb = b.heap_bid + b.heap_begin[r];
       std::int32_t* hn = b.heap_node + b.heap_begin[r];
-      std::int32_t const end = min_of((2 << level) - 1, held / 2);
+      std::int32_t const end = min_of(level * tier_heap_arity + 1, tier_heap_parents(held));
       t.work(1);
-      for (std::int32_t i = (1 << level) - 1 + me; i < end; i += team) t.chain(tier_sift_down(hb, hn, held, i, hb[i], hn[i]));
+      for (std::int32_t i = level + me; i < end; i += team) t.chain(tier_sift_down(hb, hn, held, i, hb[i], hn[i]));
     }
     t.sync();
+    if (level == 0) break;
   }
   if (me == 0) ctl->offer_slots = 0;  // every worker read it before the last barrier
 }
