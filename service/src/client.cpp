@@ -51,7 +51,8 @@ struct client::impl {
   /// The socket's monitor (libzmq's events over inproc): a connection
   /// refused or dropped ends the wait for a reply at once, not at the timeout.
   std::unique_ptr<zmq::socket_t> monitor;
-  bool up = false;  ///< the socket has a connection now (the monitor's last word)
+  bool up = false;       ///< the socket has a connection now (the monitor's last word)
+  bool dropped = false;  ///< it had one, or tried to make one, and has none now
   std::string connect_error;  ///< why the socket could not connect to its endpoint ("" when it could)
   flatbuffers::FlatBufferBuilder fbb{1 << 16};  ///< requests, one at a time: reused
   std::vector<std::string> endpoints;
@@ -84,7 +85,7 @@ struct client::impl {
     // Reconnects to a server that is down back off to 2 s, so an idle
     // client's monitor sees a few events a second at most.
     sock->set(zmq::sockopt::reconnect_ivl_max, 2000);
-    up = false;
+    up = dropped = false;
     try {
       if (!opt.server_key.empty()) {
         sock->set(zmq::sockopt::curve_serverkey, opt.server_key);
@@ -121,11 +122,12 @@ struct client::impl {
       std::memcpy(&event, ev.data(), sizeof event);
       if (event == ZMQ_EVENT_CONNECTED) {
         up = true;
+        dropped = false;
       } else if (event == ZMQ_EVENT_DISCONNECTED) {
         up = false;
-        lost = true;
+        dropped = lost = true;
       } else if (event == ZMQ_EVENT_CONNECT_RETRIED && !up) {
-        lost = true;
+        dropped = lost = true;
       }
     }
   }
@@ -178,7 +180,18 @@ client::impl::reply client::impl::exchange(client_options const& opt, void const
   // e.g. while a CURVE server keeps refusing the handshake, would block).
   if (!connect_error.empty()) throw round_lost(connect_error);
   auto const deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt.timeout_ms);
-  (void)connection_lost();  // what happened before this request does not count against it
+  // The connection dropped since the last request (the server died or
+  // restarted between rounds) and has not come back: a fresh socket tries
+  // at once, rather than at libzmq's next reconnection attempt (which backs
+  // off to reconnect_ivl_max); refused, the wait below ends at once.
+  (void)connection_lost();
+  if (dropped) {
+    try {
+      connect(opt);
+    } catch (client_error const&) {
+    }
+    if (!connect_error.empty()) throw round_lost(connect_error);
+  }
   bool const sent = sock->send(zmq::message_t{}, zmq::send_flags::sndmore).has_value() &&
                     sock->send(zmq::buffer(data, size), zmq::send_flags::none).has_value();
   if (sent && while_waiting) while_waiting();
