@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../support/child_process.hpp"
 #include "../support/local_slurm.hpp"
 #include "../support/run_placer.hpp"
 #include "../support/running_server.hpp"
@@ -193,6 +194,64 @@ TEST(SlurmBridgeLive, RoundsCarrySlurmsRanking) {
   EXPECT_NE(out.find("priorities: Slurm's multifactor"), std::string::npos) << out;
   ASSERT_TRUE(wait_for(larger, "COMPLETED", 60)) << job_of(larger).dump();
   EXPECT_EQ(cluster.ran_on(larger), (std::set<std::string>{"n1"}));
+}
+
+// Failing open (--fallback-after S, issue 39). With no Placer answering,
+// the default keeps the bridge's jobs held however long it lasts; with
+// --fallback-after 3 the held job is released to Slurm's own scheduler
+// once 3 s of rounds went unanswered (not before), its AdminComment saying
+// why, and Slurm runs it. A Placer that comes up on the endpoint places
+// the next held job again.
+TEST(SlurmBridgeLive, FailsOpenOnlyWhenAskedAndResumesWhenAPlacerAnswers) {
+  if (std::string why; live_slurm_missing(why)) GTEST_SKIP() << why;
+  local_slurm cluster(4);  // n1, n2 train; n3, n4 infer
+  std::string const endpoint = "tcp://127.0.0.1:" + std::to_string(free_port_block(1, 7));  // nothing there yet
+  std::string const placer = placer_binary().string();
+  std::int64_t const first = cluster.submit("-N1 --gres=gpu:1", 1);
+  {
+    // Closed, the default: 4 s of unanswered cycles change nothing.
+    child_process bridge({placer, "slurm-bridge", "--endpoint", endpoint, "--interval", "1", "--timeout-ms", "300"},
+                         (cluster.dir() / "bridge-closed.log").string());
+    std::this_thread::sleep_for(std::chrono::seconds(4));
+    bridge.signal(SIGTERM);
+    EXPECT_EQ(bridge.wait(), 0) << bridge.output();
+    EXPECT_NE(bridge.output().find("nothing changed; next cycle"), std::string::npos) << bridge.output();
+    auto const j = job_of(first);
+    EXPECT_EQ(j.value("state_reason", ""), "JobHeldUser") << j.dump();
+    EXPECT_EQ(j.value("admin_comment", ""), "");
+  }
+  child_process bridge({placer, "slurm-bridge", "--endpoint", endpoint, "--interval", "1", "--timeout-ms", "300",
+                        "--fallback-after", "3"},
+                       (cluster.dir() / "bridge-open.log").string());
+  auto const t0 = std::chrono::steady_clock::now();
+  while (job_of(first).value("state_reason", "") == "JobHeldUser" &&
+         std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  double const released_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(released_s, 3.0) << "not before --fallback-after";
+  EXPECT_LT(released_s, 12.0) << bridge.output();
+  std::string const comment = job_of(first).value("admin_comment", "");
+  EXPECT_NE(comment.find("placer: released to Slurm's scheduler: no Placer answered for"), std::string::npos) << comment;
+  EXPECT_NE(bridge.output().find("job " + std::to_string(first) + ": to Slurm: "), std::string::npos) << bridge.output();
+  ASSERT_TRUE(wait_for(first, "COMPLETED", 60)) << job_of(first).dump();
+  EXPECT_EQ(cluster.ran_on(first).size(), 1U) << "Slurm ran it itself";
+
+  // A Placer answers again: the next held job is placed by it.
+  auto const replica = start_replica(endpoint, (cluster.dir() / "replica.log").string());
+  std::int64_t const next = cluster.submit("-N1 --gres=gpu:2", 1);
+  auto const t1 = std::chrono::steady_clock::now();
+  while (placed_lines(bridge.output()).count(next) == 0 && std::chrono::steady_clock::now() - t1 < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto const placed = placed_lines(bridge.output());
+  ASSERT_EQ(placed.count(next), 1U) << bridge.output();
+  EXPECT_NE(bridge.output().find("answers again: placing the jobs still held"), std::string::npos) << bridge.output();
+  ASSERT_TRUE(wait_for(next, "COMPLETED", 60)) << job_of(next).dump();
+  EXPECT_EQ(cluster.ran_on(next), placed.at(next));
+  EXPECT_EQ(placed.count(first), 0U) << "the job released to Slurm is never placed again";
+  bridge.signal(SIGTERM);
+  EXPECT_EQ(bridge.wait(), 0);
 }
 
 }  // namespace
