@@ -134,6 +134,59 @@ struct client::impl {
 
   /// The back-off's random factor: uniform in [lo, hi).
   double jitter(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }
+
+  /// One call's way over the endpoints (client::send, client::roundtrip).
+  struct walk {
+    std::vector<bool> failed;  ///< endpoints that lost a request of this call
+    int lost = 0;              ///< requests lost so far
+    int max_lost = 0;          ///< lost ones before the call gives up
+    int passes = 0;            ///< back-offs so far
+    std::chrono::steady_clock::time_point budget_end;
+    bool budgeted = false;
+  };
+  walk start_walk(client_options const& opt) const {
+    walk w;
+    w.failed.assign(endpoints.size(), false);
+    w.max_lost = std::max(opt.retries, static_cast<int>(endpoints.size()) - 1);
+    w.budgeted = opt.retry_budget_ms > 0;
+    w.budget_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt.retry_budget_ms);
+    return w;
+  }
+  [[nodiscard]] bool past_budget(walk const& w, std::chrono::steady_clock::duration wait) const {
+    return w.budgeted && std::chrono::steady_clock::now() + wait >= w.budget_end;
+  }
+  /// A request was lost at the current endpoint: false when the call's
+  /// count or time is spent; else the socket is on the next endpoint, at
+  /// once where it has not failed in this call, after a jittered back-off
+  /// where it has.
+  bool move_on(walk& w, client_options const& opt) {
+    w.failed[at] = true;
+    std::size_t const next = (at + 1) % endpoints.size();
+    std::chrono::steady_clock::duration wait{};
+    if (w.failed[next]) {
+      double const ms = std::min<double>(opt.backoff_max_ms, opt.backoff_ms * std::pow(2.0, std::min(w.passes, 20)));
+      wait = std::chrono::microseconds(static_cast<std::int64_t>(ms * 1000 * jitter(0.5, 1.0)));
+      ++w.passes;
+    }
+    if (w.lost >= w.max_lost || past_budget(w, wait)) return false;
+    ++w.lost;
+    if (wait.count() > 0) std::this_thread::sleep_for(wait);
+    if (next != at) {
+      at = next;
+      try {
+        connect(opt);
+      } catch (client_error const&) {  // (kept in connect_error: that attempt is lost at once)
+      }
+    }
+    return true;
+  }
+  /// The error of a call that gave up.
+  [[nodiscard]] std::string gave_up(walk const& w, std::string const& why) const {
+    auto const n = endpoints.size();
+    if (n == 1 && w.lost == 0) return why;
+    return why + " (" + std::to_string(w.lost + 1) + " rounds lost over " + std::to_string(n) + " endpoint" +
+           (n > 1 ? "s)" : ")");
+  }
 };
 
 namespace {
@@ -255,33 +308,32 @@ service::health_status client::health() {
 }
 
 std::vector<std::uint8_t> client::roundtrip(void const* data, std::size_t size, std::uint64_t request_id) {
-  auto const r = impl_->exchange(opt_, data, size, request_id);
-  auto const* p = static_cast<std::uint8_t const*>(r.payload.data());
-  return {p, p + r.payload.size()};
+  // The same bytes to the next endpoint when lost (a full request: nothing
+  // in it depends on where the session is).
+  auto w = impl_->start_walk(opt_);
+  while (true) {
+    try {
+      auto const r = impl_->exchange(opt_, data, size, request_id);
+      auto const* p = static_cast<std::uint8_t const*>(r.payload.data());
+      return {p, p + r.payload.size()};
+    } catch (round_lost const& e) {
+      if (!impl_->move_on(w, opt_)) throw client_error(impl_->gave_up(w, e.what()));
+      ++retries_;
+    }
+  }
 }
 
 service::decoded_reply client::send(round_input const& in, cluster_delta const* delta, job_delta const* jobs,
                                     std::chrono::steady_clock::time_point t0,
                                     std::function<void()> const& while_waiting) {
   auto& fbb = impl_->fbb;
-  auto const n = impl_->endpoints.size();
-  auto const began = std::chrono::steady_clock::now();
-  auto const budget_end = began + std::chrono::milliseconds(opt_.retry_budget_ms);
-  int const max_lost = std::max(opt_.retries, static_cast<int>(n) - 1);  // lost rounds before the call gives up
-  std::vector<bool> failed(n, false);  // endpoints that lost a round of this call
-  int passes = 0;                      // times the call came back to an endpoint that failed in it
-  int busy = 0;                        // ResourceExhausted retries at this endpoint
+  auto w = impl_->start_walk(opt_);
+  int busy = 0;  // ResourceExhausted retries at this endpoint
   std::chrono::steady_clock::time_point t_sent;
   impl::reply r;
   service::decoded_reply refused;  // the last ResourceExhausted, returned when nothing better comes
   bool have_refused = false;
-  auto past_budget = [&](std::chrono::steady_clock::duration wait) {
-    return opt_.retry_budget_ms > 0 && std::chrono::steady_clock::now() + wait >= budget_end;
-  };
-  auto sleep_for = [](std::chrono::steady_clock::duration d) {
-    if (d.count() > 0) std::this_thread::sleep_for(d);
-  };
-  for (int lost = 0;;) {
+  while (true) {
     // The session lives where its last round was accepted; anywhere else
     // the round goes in full (the same round: `in` is the whole of it).
     bool const elsewhere = holder_ >= 0 && static_cast<std::size_t>(holder_) != impl_->at;
@@ -307,10 +359,10 @@ service::decoded_reply client::send(round_input const& in, cluster_delta const* 
         have_refused = true;
         auto const wait = std::chrono::milliseconds(static_cast<std::int64_t>(
             std::max<double>(err->retry_after_ms(), opt_.backoff_ms) * impl_->jitter(1.0, 1.5)));
-        if (busy < opt_.busy_retries && !past_budget(wait)) {
+        if (busy < opt_.busy_retries && !impl_->past_budget(w, wait)) {
           ++busy;
           ++busy_retries_;
-          sleep_for(wait);
+          std::this_thread::sleep_for(wait);
           continue;
         }
         lost_why = "ResourceExhausted from " + impl_->endpoint() + " past " + std::to_string(busy) + " retries: " +
@@ -318,33 +370,12 @@ service::decoded_reply client::send(round_input const& in, cluster_delta const* 
       }
     }
     if (lost_why.empty()) break;  // a reply: this round's, whatever it says
-    // Lost here: on to the next endpoint, at once where it has not failed
-    // in this call, after a jittered back-off where it has.
-    failed[impl_->at] = true;
     busy = 0;
-    std::size_t const next = (impl_->at + 1) % n;
-    std::chrono::steady_clock::duration wait{};
-    if (failed[next]) {
-      double const ms = std::min<double>(opt_.backoff_max_ms, opt_.backoff_ms * std::pow(2.0, std::min(passes, 20)));
-      wait = std::chrono::microseconds(static_cast<std::int64_t>(ms * 1000 * impl_->jitter(0.5, 1.0)));
-      ++passes;
-    }
-    if (lost >= max_lost || past_budget(wait)) {
+    if (!impl_->move_on(w, opt_)) {
       if (have_refused) return refused;  // the server's own word
-      throw client_error(lost_why + (n > 1 || lost > 0 ? " (" + std::to_string(lost + 1) + " rounds lost over " +
-                                                            std::to_string(n) + " endpoint" + (n > 1 ? "s)" : ")")
-                                                      : ""));
+      throw client_error(impl_->gave_up(w, lost_why));
     }
-    ++lost;
     ++retries_;
-    sleep_for(wait);
-    if (next != impl_->at) {
-      impl_->at = next;
-      try {
-        impl_->connect(opt_);
-      } catch (client_error const&) {  // (kept in connect_error: that attempt is lost at once)
-      }
-    }
   }
   if (r.check.code != wire::ErrorCode::Ok) {
     throw client_error(std::string("unreadable reply from the service: ") + service::error_code_name(r.check.code) +

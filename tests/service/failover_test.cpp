@@ -296,6 +296,23 @@ TEST(Failover, RetriesStopAtTheirCountAndTheirTime) {
   }
 }
 
+TEST(Failover, ARequestSentAsBytesGoesToTheNextReplicaToo) {
+  // `placer client` sends its request as encoded bytes (roundtrip): lost at
+  // a dead endpoint, the same bytes go to the next one.
+  running_server b;
+  std::string const dead = dead_endpoint();
+  client c(client_options{dead + "," + b.endpoint(), 2000, "session-raw"});
+  round_input const in = demo_round();
+  flatbuffers::FlatBufferBuilder fbb;
+  service::encode_request(fbb, {7, "session-raw", 0}, in);
+  auto const bytes = c.roundtrip(fbb.GetBufferPointer(), fbb.GetSize(), 7);
+  auto const chk = service::check_envelope(bytes.data(), bytes.size());
+  ASSERT_NE(chk.envelope, nullptr) << chk.message;
+  expect_solved_as(service::decode_reply(*chk.envelope), in);
+  EXPECT_EQ(c.current_endpoint(), b.endpoint());
+  EXPECT_EQ(c.retries(), 1U);
+}
+
 TEST(Failover, AnEndpointListWithAnEmptyEntryIsRefusedSayingSo) {
   for (std::string const bad : {"", "tcp://127.0.0.1:1,,tcp://127.0.0.1:2", "tcp://127.0.0.1:1, "}) {
     try {
