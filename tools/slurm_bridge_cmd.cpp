@@ -50,7 +50,7 @@ char const* const bridge_usage =
     "PriorityMaxAge from the submit time; with another PriorityType, -nice. nice: -nice, Slurm not asked.\n"
     "--age-weight N (Slurm's priority points, 0: none) and --age-max S (seconds) override Slurm's aging;\n"
     "docs/slurm.md, \"Priorities\".\n"
-    "--endpoint A,B: Placer replicas; a round lost at one (no reply within --timeout-ms, default 1000, or\n"
+    "--endpoint A,B: Placer replicas; a round lost at one (no reply within --timeout-ms, default 5000, or\n"
     "its connection refused or dropped) goes to the next as a full snapshot, --retries times at most (default:\n"
     "each other endpoint once). --fallback-after S: fail open: once every round sent for S seconds went\n"
     "unanswered, the held jobs the bridge owns are released to Slurm's own scheduler, each AdminComment saying\n"
@@ -274,10 +274,10 @@ int cmd_slurm_bridge(int argc, char** argv) {
     placer_contact contact;
     if (a.has("fallback-after")) contact.fallback_after_s = a.integer("fallback-after", 0);
     auto const changes = job_changes_for(a.get("slurm-api", "auto"));
-    // A round is lost after 1 s without an answer (or at once when its
-    // connection drops), then goes to the next replica: a Slurm round of
-    // thousands of nodes solves in milliseconds.
-    client_options co = client_connection(a, 1000);
+    // A round is lost at once when its connection is refused or drops (a
+    // replica killed), or after --timeout-ms without an answer (one that
+    // hangs), then goes to the next replica.
+    client_options co = client_connection(a, 5000);
     co.retries = static_cast<int>(a.integer("retries", 0));
     co.retry_budget_ms = std::max(co.timeout_ms * 4, 5000);
     client svc(co);
