@@ -14,12 +14,16 @@ import time
 from placer_client import Client, ClientError
 
 
-def ready(endpoint: str) -> bool:
-    try:
-        with Client(endpoint, timeout_ms=1000) as client:
-            return bool(client.health().ready)
-    except ClientError:
-        return False
+def ready(endpoints: str) -> bool:
+    """Whether one of the replicas ("a,b") says it is ready."""
+    for endpoint in endpoints.split(","):
+        try:
+            with Client(endpoint, timeout_ms=1000) as client:
+                if client.health().ready:
+                    return True
+        except ClientError:
+            pass
+    return False
 
 
 def main() -> int:

@@ -8,7 +8,14 @@
 // stages, transport) side by side. With --delta N each round after the first
 // is sent as a delta rewriting N nodes, as a cluster manager would; with
 // --job-churn K the jobs go as job deltas too, K of them leaving and K
-// arriving each round. Starts its own servers unless given --endpoint.
+// arriving each round. Starts its own servers unless given --endpoint
+// (one, or several replicas: --endpoint A,B, and a lost round fails over).
+// --clients N drives N clients at once, each its own session; --duration S
+// runs for S seconds instead of a number of rounds, counting a round that
+// fails as an error (the client then resends its session in full) rather
+// than stopping, and --report-s W prints rounds, errors, resyncs,
+// failovers, p50 and p99 per window of W seconds (the soak of
+// scripts/soak-failover.sh).
 #include "cli.hpp"
 #include "commands.hpp"
 
@@ -54,7 +61,10 @@ struct bench_args {
   std::vector<std::string> configs;  // cuda, cpu, twin, kube
   std::string json_path, plot_path;
   int timeout_ms = 30000;  // per attempt
-  int retries = 3;         // attempts after a timeout (a server restarted mid-round)
+  int retries = 5;         // rounds resent after a loss (a server restarted mid-round; the next replica)
+  int clients = 1;         // clients at once, each its own session
+  double duration_s = 0;   // > 0: run this long, not a number of rounds
+  double report_s = 0;     // > 0: per-window figures
   client_options connection;  // --endpoint's CURVE keys (--server-key, --client-cert)
 };
 
@@ -64,7 +74,8 @@ struct bench_args {
       "\nusage: placer bench [--scenario 1k|10k|100k|openb, the first three also -k8s|-nfd|-split] [--rounds N] [--warmup N]\n"
       "                    [--delta NODES] [--job-churn JOBS] [--mode closed|open] [--rate ROUNDS_PER_S]\n"
       "                    [--configs cuda,cpu,twin,kube]\n"
-      "                    [--endpoint E [--server-key FILE --client-cert FILE]] [--timeout-ms N] [--retries N]\n"
+      "                    [--endpoint E[,E2...] [--server-key FILE --client-cert FILE]] [--timeout-ms N] [--retries N]\n"
+      "                    [--clients N] [--duration S] [--report-s W]\n"
       "                    [--data DIR] [--json FILE] [--plot FILE.svg]");
 }
 
@@ -73,7 +84,8 @@ bench_args parse(int argc, char** argv) {
   try {
     opts = parse_cli(argc, argv, 2,
                      {"scenario", "endpoint", "data", "rounds", "warmup", "delta", "job-churn", "mode", "rate", "json",
-                      "plot", "configs", "timeout-ms", "retries", "server-key", "client-cert"},
+                      "plot", "configs", "timeout-ms", "retries", "server-key", "client-cert", "clients", "duration",
+                      "report-s"},
                      {},
                      "bench");
   } catch (usage_error const& e) {
@@ -92,6 +104,9 @@ bench_args parse(int argc, char** argv) {
     a.rate = opts.number("rate", a.rate);
     a.timeout_ms = static_cast<int>(opts.integer("timeout-ms", a.timeout_ms));
     a.retries = static_cast<int>(opts.integer("retries", a.retries));
+    a.clients = static_cast<int>(opts.integer("clients", a.clients));
+    a.duration_s = opts.number("duration", a.duration_s);
+    a.report_s = opts.number("report-s", a.report_s);
     a.connection = client_connection(opts, a.timeout_ms);
   } catch (usage_error const& e) {
     usage(e.what());
@@ -105,6 +120,7 @@ bench_args parse(int argc, char** argv) {
   if (a.delta_nodes < 0) usage("--delta must not be negative");
   if (a.timeout_ms <= 0 || a.retries < 0) usage("--timeout-ms must be positive and --retries not negative");
   if (opts.has("job-churn") && a.job_churn < 0) usage("--job-churn must not be negative");
+  if (a.clients < 1 || a.clients > 1024) usage("--clients must be 1 to 1024");
   return a;
 }
 
@@ -152,6 +168,15 @@ struct config_result {
   double wall_s = 0;
   double placed_per_round = 0;
   std::uint64_t retries = 0, resyncs = 0;  // rounds resent after a timeout; full snapshots resent
+  std::uint64_t failovers = 0, errors = 0;  // rounds answered by another replica; rounds that failed
+  struct sample {
+    double t_s;        // when the round ended, from the run's start
+    double ms;         // its latency (0 for an error)
+    bool ok;
+    bool resynced;     // it went in full (the server lost the session, or another replica took it)
+    bool failed_over;  // another replica than the session's answered it
+  };
+  std::vector<sample> samples;  // every measured round, in no particular order
   double calls_per_round = 0, waits_per_round = 0;  // backend steps (means): stage calls, device-to-host waits
   double mb_per_round = 0;  // bytes copied to the device and back (means, MB; 0 on the CPU backend)
 };
@@ -188,18 +213,19 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(idx, v.size() - 1)];
 }
 
-config_result run_config(bench_args const& a, round_input in, std::string const& name, std::string const& endpoint,
-                         int rounds) {
-  config_result res;
-  res.name = name;
+/// One client's closed or open loop (run_config's threads): its rounds,
+/// counted into `res` (the caller merges the clients').
+void drive(bench_args const& a, round_input in, std::string const& name, std::string const& endpoint, int rounds,
+           int index, clock_type::time_point t_start, config_result& res) {
   in.pol.algo = name == "kube" ? algorithm::kube_least_allocated : algorithm::placer;
   // A round lost with a server that died is sent again (a restarted server
-  // answers a delta with StaleEpoch and the client resyncs), so a restart
-  // costs the round its timeout, not the run.
+  // answers a delta with StaleEpoch and the client resyncs; another replica
+  // takes it as a snapshot), so a restart costs the round its timeout, not the run.
   client_options opt = a.connection;  // its CURVE keys, if any
   opt.endpoint = endpoint;
   opt.timeout_ms = a.timeout_ms;
   opt.retries = a.retries;
+  opt.session = "bench-" + std::to_string(getpid()) + "-" + std::to_string(index);
   client c(opt);
   // Delta rounds rewrite the next delta_nodes nodes (round robin) with their
   // own values: the server does a delta's work and solves the same round.
@@ -208,7 +234,7 @@ config_result run_config(bench_args const& a, round_input in, std::string const&
   round_input jobs_only = in;
   jobs_only.state = {};
   std::uint64_t epoch = in.state.epoch;
-  std::size_t next_node = 0;
+  std::size_t next_node = (static_cast<std::size_t>(index) * 97) % in.state.nodes.size();
   job_delta jobs;
   auto next_delta = [&] {
     cluster_delta d{epoch, epoch + 1, {}, {}, {}};
@@ -227,42 +253,117 @@ config_result run_config(bench_args const& a, round_input in, std::string const&
     if (!deltas(a)) return c.solve(in);
     return a.job_churn >= 0 ? c.solve_delta(d, jobs, jobs_only) : c.solve_delta(d, jobs_only);
   };
+  // After a round that failed (--duration): the session as the bench holds
+  // it, in full, at the epoch the bench is at.
+  auto snapshot = [&] {
+    round_input full = in;
+    full.state.epoch = epoch;
+    full.pending = jobs_only.pending;
+    full.running = jobs_only.running;
+    return full;
+  };
   if (deltas(a)) c.solve(in);  // the snapshot the deltas apply to
   for (int k = 0; k < a.warmup; ++k) round(next_delta());
-  auto const t_start = clock_type::now();
   auto const period = std::chrono::duration<double>(1.0 / a.rate);
-  double placed = 0;
-  for (int k = 0; k < rounds; ++k) {
+  auto const stop_at = t_start + std::chrono::duration_cast<clock_type::duration>(std::chrono::duration<double>(a.duration_s));
+  bool lost_session = false;
+  for (int k = 0; a.duration_s > 0 ? clock_type::now() < stop_at : k < rounds; ++k) {
     auto const d = deltas(a) ? next_delta() : cluster_delta{};
     auto const scheduled = t_start + std::chrono::duration_cast<clock_type::duration>(period * k);
     if (a.mode == "open") std::this_thread::sleep_until(scheduled);
     auto const t0 = a.mode == "open" ? scheduled : clock_type::now();
-    auto const rep = round(d);
-    if (rep.code != wire::ErrorCode::Ok) {
-      throw std::runtime_error(std::string("round failed: ") + service::error_code_name(rep.code) + ": " + rep.message);
+    auto const resyncs = c.resyncs(), failovers = c.failovers();
+    service::decoded_reply rep;
+    std::string failure;
+    try {
+      rep = lost_session ? c.solve(snapshot()) : round(d);
+      if (rep.code != wire::ErrorCode::Ok) {
+        failure = std::string("round failed: ") + service::error_code_name(rep.code) + ": " + rep.message;
+      }
+    } catch (std::exception const& e) {
+      failure = e.what();
     }
-    res.latency_ms.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - t0).count());
+    bool const resynced = lost_session || c.resyncs() != resyncs;
+    double const end_s = std::chrono::duration<double>(clock_type::now() - t_start).count();
+    if (!failure.empty()) {
+      if (a.duration_s <= 0) throw std::runtime_error(failure);
+      ++res.errors;
+      lost_session = true;  // the next round sends the session in full
+      res.samples.push_back({end_s, 0, false, false, false});
+      std::fprintf(stderr, "client %d: %s\n", index, failure.c_str());
+      continue;
+    }
+    lost_session = false;
+    double const ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+    res.latency_ms.push_back(ms);
+    res.samples.push_back({end_s, ms, true, resynced, c.failovers() != failovers});
     for (auto const& t : rep.result.timing) {
-      res.stage_ms[t.stage] += t.micros / 1000.0 / rounds;
+      res.stage_ms[t.stage] += t.micros / 1000.0;
       if (t.stage == "total") {
-        res.calls_per_round += static_cast<double>(t.calls) / rounds;
-        res.waits_per_round += static_cast<double>(t.waits) / rounds;
-        res.mb_per_round += static_cast<double>(t.bytes_up + t.bytes_down) / 1e6 / rounds;
+        res.calls_per_round += static_cast<double>(t.calls);
+        res.waits_per_round += static_cast<double>(t.waits);
+        res.mb_per_round += static_cast<double>(t.bytes_up + t.bytes_down) / 1e6;
       }
     }
-    res.client_encode_ms += c.last_timing().encode_us / 1000.0 / rounds;
-    res.client_decode_ms += c.last_timing().decode_us / 1000.0 / rounds;
+    res.client_encode_ms += c.last_timing().encode_us / 1000.0;
+    res.client_decode_ms += c.last_timing().decode_us / 1000.0;
     res.backend = rep.result.backend;
-    placed += rep.result.metrics.replicas_placed;
-    if (isatty(2) && (k % 10 == 0 || k + 1 == rounds)) {
+    res.placed_per_round += rep.result.metrics.replicas_placed;
+    if (index == 0 && a.duration_s <= 0 && isatty(2) && (k % 10 == 0 || k + 1 == rounds)) {
       std::fprintf(stderr, "\r%-6s round %d/%d", name.c_str(), k + 1, rounds);
     }
   }
-  if (isatty(2)) std::fprintf(stderr, "\n");
-  res.wall_s = std::chrono::duration<double>(clock_type::now() - t_start).count();
-  res.placed_per_round = placed / std::max(rounds, 1);
   res.retries = c.retries();
   res.resyncs = c.resyncs();
+  res.failovers = c.failovers();
+}
+
+config_result run_config(bench_args const& a, round_input const& in, std::string const& name,
+                         std::string const& endpoint, int rounds) {
+  std::vector<config_result> per(static_cast<std::size_t>(a.clients));
+  std::vector<std::string> failures(per.size());
+  std::vector<std::thread> threads;
+  auto const t_start = clock_type::now();
+  for (int k = 0; k < a.clients; ++k) {
+    threads.emplace_back([&, k] {
+      try {
+        drive(a, in, name, endpoint, rounds, k, t_start, per[static_cast<std::size_t>(k)]);
+      } catch (std::exception const& e) {
+        failures[static_cast<std::size_t>(k)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (isatty(2) && a.duration_s <= 0) std::fprintf(stderr, "\n");
+  for (auto const& f : failures) {
+    if (!f.empty()) throw std::runtime_error(f);
+  }
+  config_result res;
+  res.name = name;
+  res.wall_s = std::chrono::duration<double>(clock_type::now() - t_start).count();
+  for (auto& r : per) {
+    res.latency_ms.insert(res.latency_ms.end(), r.latency_ms.begin(), r.latency_ms.end());
+    res.samples.insert(res.samples.end(), r.samples.begin(), r.samples.end());
+    for (auto const& [k, v] : r.stage_ms) res.stage_ms[k] += v;
+    res.client_encode_ms += r.client_encode_ms;
+    res.client_decode_ms += r.client_decode_ms;
+    res.calls_per_round += r.calls_per_round;
+    res.waits_per_round += r.waits_per_round;
+    res.mb_per_round += r.mb_per_round;
+    res.placed_per_round += r.placed_per_round;
+    res.retries += r.retries;
+    res.resyncs += r.resyncs;
+    res.failovers += r.failovers;
+    res.errors += r.errors;
+    if (!r.backend.empty()) res.backend = r.backend;
+  }
+  // Sums over the rounds to means per round.
+  double const n = static_cast<double>(std::max<std::size_t>(1, res.latency_ms.size()));
+  for (auto& [k, v] : res.stage_ms) v /= n;
+  for (double* v : {&res.client_encode_ms, &res.client_decode_ms, &res.calls_per_round, &res.waits_per_round,
+                    &res.mb_per_round, &res.placed_per_round}) {
+    *v /= n;
+  }
   return res;
 }
 
@@ -278,11 +379,14 @@ int cmd_bench(int argc, char** argv) {
   bench_args a = parse(argc, argv);
   round_input const in = make_round(a, argv[0]);
   int const rounds = a.rounds > 0 ? a.rounds : (a.scenario.starts_with("100k") ? 20 : 200);
+  if (a.duration_s > 0 && a.report_s <= 0) a.report_s = a.duration_s;
   std::int64_t gpus = 0;
   for (auto const& n : in.state.nodes) gpus += n.gpu_count();
   if (static_cast<std::size_t>(a.delta_nodes) > in.state.nodes.size()) usage("--delta is larger than the cluster");
   std::cout << "scenario " << a.scenario << ": " << in.state.nodes.size() << " nodes, " << gpus << " GPUs, "
-            << in.pending.size() << " pending jobs; " << rounds << " rounds per configuration, " << a.mode
+            << in.pending.size() << " pending jobs; "
+            << (a.duration_s > 0 ? fmt(a.duration_s, 0) + " s" : std::to_string(rounds) + " rounds")
+            << " per configuration, " << a.clients << (a.clients > 1 ? " clients, " : " client, ") << a.mode
             << "-loop" << (a.mode == "open" ? " at " + fmt(a.rate, 1) + " rounds/s" : "")
             << (deltas(a) ? ", deltas of " + std::to_string(a.delta_nodes) + " nodes" : ", full snapshots")
             << (a.job_churn >= 0 ? " and " + std::to_string(a.job_churn) + " jobs leaving and arriving" : "") << "\n";
@@ -318,6 +422,36 @@ int cmd_bench(int argc, char** argv) {
     serving.join();
   }
 
+  // Per window (--report-s): what the soak records.
+  if (a.report_s > 0) {
+    for (auto const& r : results) {
+      std::printf("\n%s per %s s: window, rounds, errors, resyncs, failovers, p50 ms, p99 ms\n", r.name.c_str(),
+                  fmt(a.report_s, 0).c_str());
+      auto const windows = static_cast<std::size_t>(std::ceil(r.wall_s / a.report_s));
+      for (std::size_t w = 0; w < std::max<std::size_t>(windows, 1); ++w) {
+        std::vector<double> ms;
+        std::uint64_t errors = 0, resyncs = 0, failovers = 0;
+        for (auto const& x : r.samples) {
+          if (static_cast<std::size_t>(x.t_s / a.report_s) != w) continue;
+          if (!x.ok) {
+            ++errors;
+            continue;
+          }
+          ms.push_back(x.ms);
+          resyncs += x.resynced ? 1 : 0;
+          failovers += x.failed_over ? 1 : 0;
+        }
+        std::printf("window %zu %zu %llu %llu %llu %s %s\n", w + 1, ms.size(), static_cast<unsigned long long>(errors),
+                    static_cast<unsigned long long>(resyncs), static_cast<unsigned long long>(failovers),
+                    fmt(percentile(ms, 0.5)).c_str(), fmt(percentile(ms, 0.99)).c_str());
+      }
+      std::printf("%s total: %zu rounds, %llu errors, %llu resyncs, %llu failovers, %llu resent after a loss\n",
+                  r.name.c_str(), r.latency_ms.size(), static_cast<unsigned long long>(r.errors),
+                  static_cast<unsigned long long>(r.resyncs), static_cast<unsigned long long>(r.failovers),
+                  static_cast<unsigned long long>(r.retries));
+    }
+  }
+
   // Human table.
   std::printf("\n%-6s %-34s %9s %9s %9s %9s %9s %10s %12s %7s %7s %7s\n", "config", "backend", "p50 ms", "p90 ms",
               "p99 ms", "p99.9 ms", "max ms", "rounds/s", "placements/s", "calls", "waits", "MB");
@@ -336,9 +470,10 @@ int cmd_bench(int argc, char** argv) {
     std::printf("  %-6s", r.name.c_str());
     for (auto const& [k, v] : r.stage_ms) std::printf(" %s %s", k.c_str(), fmt(v, 3).c_str());
     std::printf("  | %s replicas placed per round", fmt(r.placed_per_round, 0).c_str());
-    if (r.retries + r.resyncs > 0) {
-      std::printf(" | %llu resent after a timeout, %llu resynced", static_cast<unsigned long long>(r.retries),
-                  static_cast<unsigned long long>(r.resyncs));
+    if (r.retries + r.resyncs + r.errors > 0) {
+      std::printf(" | %llu resent after a loss, %llu resynced, %llu failed over, %llu errors",
+                  static_cast<unsigned long long>(r.retries), static_cast<unsigned long long>(r.resyncs),
+                  static_cast<unsigned long long>(r.failovers), static_cast<unsigned long long>(r.errors));
     }
     std::printf("\n");
   }
@@ -393,7 +528,8 @@ int cmd_bench(int argc, char** argv) {
         << ",\"max_ms\":" << percentile(r.latency_ms, 1.0) << ",\"mean_ms\":" << mean(r.latency_ms)
         << ",\"rounds_per_s\":" << static_cast<double>(r.latency_ms.size()) / r.wall_s
         << ",\"replicas_placed_per_round\":" << r.placed_per_round << ",\"retries\":" << r.retries
-        << ",\"resyncs\":" << r.resyncs << ",\"stage_calls_per_round\":" << r.calls_per_round
+        << ",\"resyncs\":" << r.resyncs << ",\"failovers\":" << r.failovers << ",\"errors\":" << r.errors
+        << ",\"clients\":" << a.clients << ",\"stage_calls_per_round\":" << r.calls_per_round
         << ",\"waits_per_round\":" << r.waits_per_round << ",\"mb_copied_per_round\":" << r.mb_per_round
         << ",\"stages_ms\":{";
       bool first = true;

@@ -87,6 +87,7 @@ usage:
   placer experiment policies [--trace itp:clusterNN] [--out DIR] [--json]
   placer experiment tenants [--trace itp:clusterNN] [--out DIR] [--json]
   placer slurm-bridge [--endpoint E] [--partition P] [--interval S] [--once] [--dry-run] [--no-stacking] [--preempt] [--slurm-api A]
+                [--fallback-after S]
                 (the FGD paper's table; each cross-round policy on and off on real traces)
   placer version
 
@@ -95,7 +96,9 @@ inventory CSV (openb node list, PAI machine spec, spot node list); jobs are JSON
 (root JobBatch) or an openb pod list CSV. Placements print as FlatBuffers JSON
 of the reply (Envelope); --summary prints a table instead. The jobs file's
 policy.queue switches on the cross-round policies (docs/policies.md).
-Default endpoint: tcp://127.0.0.1:5555.
+Default endpoint: tcp://127.0.0.1:5555. Clients (client, bench, simulate, slurm-bridge) take several
+replicas, --endpoint tcp://a:5555,tcp://b:5555: a round lost at one (no reply within --timeout-ms, or its
+connection refused or dropped) goes to the next as a full snapshot (docs/deployment.md, "Two replicas").
 )";
 
 using tools::usage_error;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <future>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -22,8 +23,9 @@ namespace placer::tools {
 namespace {
 
 char const* const bridge_usage =
-    "usage: placer slurm-bridge [--endpoint tcp://127.0.0.1:5555] [--partition P] [--interval S] [--once]\n"
-    "                           [--tag placer] [--timeout-ms N] [--dry-run] [--no-stacking] [--preempt]\n"
+    "usage: placer slurm-bridge [--endpoint tcp://127.0.0.1:5555[,tcp://...]] [--partition P] [--interval S] [--once]\n"
+    "                           [--tag placer] [--timeout-ms N] [--retries N] [--fallback-after S]\n"
+    "                           [--dry-run] [--no-stacking] [--preempt]\n"
     "                           [--slurm-api auto|libslurm|scontrol] [--order fifo|pack|strict]\n"
     "                           [--priority slurm|nice] [--age-weight N] [--age-max S]\n"
     "                           [--server-key F --client-cert F]\n"
@@ -48,6 +50,11 @@ char const* const bridge_usage =
     "PriorityMaxAge from the submit time; with another PriorityType, -nice. nice: -nice, Slurm not asked.\n"
     "--age-weight N (Slurm's priority points, 0: none) and --age-max S (seconds) override Slurm's aging;\n"
     "docs/slurm.md, \"Priorities\".\n"
+    "--endpoint A,B: Placer replicas; a round lost at one (no reply within --timeout-ms, default 5000, or\n"
+    "its connection refused or dropped) goes to the next as a full snapshot, --retries times at most (default:\n"
+    "each other endpoint once). --fallback-after S: fail open: once every round sent for S seconds went\n"
+    "unanswered, the held jobs the bridge owns are released to Slurm's own scheduler, each AdminComment saying\n"
+    "so; when a Placer answers again the bridge places the jobs still held. Without it the jobs wait (closed).\n"
     "One line per job and a cycle summary on stdout.\n";
 
 std::atomic<bool> stop{false};
@@ -90,13 +97,20 @@ std::string describe(slurm::slurm_priorities const& p, aging const& age) {
   return out;
 }
 
+/// Whether a Placer answers the bridge's rounds, and --fallback-after.
+struct placer_contact {
+  long long fallback_after_s = -1;  ///< -1: closed (jobs wait); else fail open after this long unanswered
+  std::optional<std::chrono::steady_clock::time_point> failing_since;  ///< the first unanswered round since an answer
+  bool fallen_open = false;  ///< said once on stderr per outage
+};
+
 /// One cycle; false when Slurm or the service failed (said on stderr).
 /// Rounds after the first go as deltas against the service's session
 /// (Client::solve_incremental: the nodes that changed, the jobs that left
 /// and arrived), each at the next epoch; the client resends in full by
 /// itself when the service lost the session.
 bool cycle(slurm::bridge_options& opt, priority_reader& prio, client& svc, slurm::job_changes& changes, bool dry_run,
-           std::uint64_t& epoch) {
+           std::uint64_t& epoch, placer_contact& contact) {
   auto const t0 = std::chrono::steady_clock::now();
   std::string squeue, sinfo;
   bool const read_prio = prio.enabled && t0 >= prio.next;
@@ -140,44 +154,74 @@ bool cycle(slurm::bridge_options& opt, priority_reader& prio, client& svc, slurm
   }
   round_result r;
   double solve_ms = 0;
+  std::string fell_over;  // the endpoint a lost round went to, for the summary
+  std::vector<slurm::action> actions;
+  bool answered = true;
   if (!snap.round.pending.empty()) {
+    auto const t2 = std::chrono::steady_clock::now();
+    auto const failovers = svc.failovers();
     try {
-      auto const t2 = std::chrono::steady_clock::now();
       snap.round.state.epoch = ++epoch;
       auto reply = svc.solve_incremental(snap.round);
       solve_ms = ms_since(t2);
+      if (svc.failovers() != failovers) fell_over = svc.current_endpoint();
+      if (contact.failing_since) {
+        std::fprintf(stderr, "slurm-bridge: %s answers again: placing the jobs still held\n",
+                     svc.current_endpoint().c_str());
+      }
+      contact.failing_since.reset();
+      contact.fallen_open = false;
       if (reply.code != wire::ErrorCode::Ok) {
         std::fprintf(stderr, "slurm-bridge: the service refused the round: %s\n", reply.message.c_str());
         return false;
       }
       r = std::move(reply.result);  // its job indices are the snapshot's: the deltas keep the caller's order
     } catch (std::exception const& e) {
-      std::fprintf(stderr, "slurm-bridge: the service: %s (nothing changed; next cycle)\n", e.what());
-      return false;
+      solve_ms = ms_since(t2);
+      answered = false;
+      if (!contact.failing_since) contact.failing_since = t2;
+      auto const silent_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - *contact.failing_since).count();
+      bool const open = contact.fallback_after_s >= 0 && silent_s >= static_cast<double>(contact.fallback_after_s);
+      std::fprintf(stderr, "slurm-bridge: the service: %s (%s)\n", e.what(),
+                   open ? "failing open: the held jobs go to Slurm's scheduler"
+                        : contact.fallback_after_s >= 0 ? "nothing changed; next cycle, failing open after --fallback-after"
+                                                        : "nothing changed; next cycle");
+      if (!open) return false;
+      if (!contact.fallen_open) {
+        std::fprintf(stderr, "slurm-bridge: no Placer answered for %.0f s: releasing held jobs to Slurm's scheduler until one does\n",
+                     silent_s);
+        contact.fallen_open = true;
+      }
+      char why[160];
+      std::snprintf(why, sizeof why, "no Placer answered for %.0f s (--fallback-after %lld)", silent_s,
+                    contact.fallback_after_s);
+      actions = slurm::release_to_slurm(snap, why);
     }
   }
-  auto const actions = slurm::decide(snap, r);
+  if (answered) actions = slurm::decide(snap, r);
   double const build_ms = ms_since(t1) - solve_ms;
   auto const t3 = std::chrono::steady_clock::now();
   std::vector<slurm::skipped_job> failed;
   if (!dry_run) failed = slurm::apply(actions, changes);
   double const apply_ms = ms_since(t3);
-  int placed = 0, evicted = 0;
+  int placed = 0, evicted = 0, released = 0;
   for (auto const& a : actions) {
     std::string nodes;
     for (auto const& n : a.nodes) nodes += (nodes.empty() ? "" : ",") + n;
     placed += a.nodes.empty() ? 0 : 1;
     evicted += a.requeue ? 1 : 0;
-    char const* what = a.requeue ? "requeued: " : a.nodes.empty() ? "held: " : "placed on ";
+    released += a.to_slurm ? 1 : 0;
+    char const* what = a.requeue ? "requeued: " : a.to_slurm ? "to Slurm: " : a.nodes.empty() ? "held: " : "placed on ";
     std::printf("job %lld: %s%s\n", static_cast<long long>(a.job), what, a.nodes.empty() ? a.comment.c_str() : nodes.c_str());
   }
   for (auto const& f : failed) std::printf("job %lld: FAILED: %s\n", static_cast<long long>(f.job), f.why.c_str());
-  std::printf("cycle: %zu nodes, %zu held jobs, %d placed, %d requeued, %zu failed, %d released awaiting start; "
-              "slurm read %.1f ms, bridge %.1f ms, placer %.1f ms, %s %.1f ms%s\n",
-              snap.round.state.nodes.size(), snap.job_ids.size() + snap.skipped.size(), placed, evicted, failed.size(),
-              snap.reserved_jobs, read_ms, build_ms, solve_ms, changes.name(), apply_ms, dry_run ? " (dry run)" : "");
+  std::printf("cycle: %zu nodes, %zu held jobs, %d placed, %d requeued, %d to Slurm, %zu failed, %d released awaiting "
+              "start; slurm read %.1f ms, bridge %.1f ms, placer %.1f ms, %s %.1f ms%s%s%s\n",
+              snap.round.state.nodes.size(), snap.job_ids.size() + snap.skipped.size(), placed, evicted, released,
+              failed.size(), snap.reserved_jobs, read_ms, build_ms, solve_ms, changes.name(), apply_ms,
+              fell_over.empty() ? "" : "; failed over to ", fell_over.c_str(), dry_run ? " (dry run)" : "");
   std::fflush(stdout);
-  return true;
+  return answered;
 }
 
 /// --slurm-api: libslurm where it loads (auto says once why it does not).
@@ -198,7 +242,7 @@ int cmd_slurm_bridge(int argc, char** argv) {
   try {
     auto const a = parse_cli(argc, argv, 2,
                              {"endpoint", "partition", "interval", "tag", "timeout-ms", "server-key", "client-cert", "slurm-api",
-                              "order", "priority", "age-weight", "age-max"},
+                              "order", "priority", "age-weight", "age-max", "retries", "fallback-after"},
                              {"once", "dry-run", "no-stacking", "preempt", "help"}, "slurm-bridge");
     if (a.flags.count("help") != 0) {
       std::fputs(bridge_usage, stdout);
@@ -227,15 +271,23 @@ int cmd_slurm_bridge(int argc, char** argv) {
     if (opt.tag.empty()) throw usage_error("--tag must not be empty (every held job would be the bridge's)");
     long long const interval = integer_option(a.opts, "interval", 10);
     if (interval < 1) throw usage_error("--interval must be at least 1 (seconds)");
+    placer_contact contact;
+    if (a.has("fallback-after")) contact.fallback_after_s = a.integer("fallback-after", 0);
     auto const changes = job_changes_for(a.get("slurm-api", "auto"));
-    client svc(client_connection(a, 5000));
+    // A round is lost at once when its connection is refused or drops (a
+    // replica killed), or after --timeout-ms without an answer (one that
+    // hangs), then goes to the next replica.
+    client_options co = client_connection(a, 5000);
+    co.retries = static_cast<int>(a.integer("retries", 0));
+    co.retry_budget_ms = std::max(co.timeout_ms * 4, 5000);
+    client svc(co);
     std::uint64_t epoch = 0;
     bool const dry_run = a.flags.count("dry-run") != 0;
-    if (a.flags.count("once") != 0) return cycle(opt, prio, svc, *changes, dry_run, epoch) ? 0 : 1;
+    if (a.flags.count("once") != 0) return cycle(opt, prio, svc, *changes, dry_run, epoch, contact) ? 0 : 1;
     std::signal(SIGINT, [](int) { stop = true; });
     std::signal(SIGTERM, [](int) { stop = true; });
     while (!stop) {
-      (void)cycle(opt, prio, svc, *changes, dry_run, epoch);
+      (void)cycle(opt, prio, svc, *changes, dry_run, epoch, contact);
       for (long long k = 0; k < interval * 10 && !stop; ++k) std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     return 0;

@@ -1,8 +1,12 @@
 // placer::client over a DEALER socket (see client.hpp).
 #include <placer/service/client.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstring>
 #include <functional>
+#include <thread>
 #include <random>
 #include <string_view>
 #include <unordered_map>
@@ -11,31 +15,177 @@
 
 namespace placer {
 
+namespace {
+
+/// A round that got no answer: no reply in time, or its connection refused
+/// or dropped (the server died). The next attempt may go elsewhere.
+class round_lost : public client_error {
+ public:
+  using client_error::client_error;
+};
+
+/// "a,b, c": the endpoints, each checked non-empty.
+std::vector<std::string> split_endpoints(std::string const& list) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  while (true) {
+    auto const comma = list.find(',', from);
+    std::string e = list.substr(from, comma == std::string::npos ? std::string::npos : comma - from);
+    e.erase(0, e.find_first_not_of(" \t"));
+    e.erase(e.find_last_not_of(" \t") + 1);
+    if (e.empty()) {
+      throw client_error("endpoint list '" + list + "' has an empty entry: give one or more endpoints separated by "
+                         "commas, e.g. tcp://10.0.0.1:5555,tcp://10.0.0.2:5555");
+    }
+    out.push_back(std::move(e));
+    if (comma == std::string::npos) return out;
+    from = comma + 1;
+  }
+}
+
+}  // namespace
+
 struct client::impl {
   zmq::context_t ctx{1};
   std::unique_ptr<zmq::socket_t> sock;
+  /// The socket's monitor (libzmq's events over inproc): a connection
+  /// refused or dropped ends the wait for a reply at once, not at the timeout.
+  std::unique_ptr<zmq::socket_t> monitor;
+  bool up = false;       ///< the socket has a connection now (the monitor's last word)
+  bool dropped = false;  ///< it had one, or tried to make one, and has none now
+  std::string connect_error;  ///< why the socket could not connect to its endpoint ("" when it could)
   flatbuffers::FlatBufferBuilder fbb{1 << 16};  ///< requests, one at a time: reused
+  std::vector<std::string> endpoints;
+  std::size_t at = 0;  ///< the endpoint the socket is connected to
+  unsigned serial = 0;  ///< names each socket's monitor
+  std::mt19937_64 rng{std::random_device{}()};  ///< back-off jitter
 
   struct reply;
   /// `while_waiting`, if any, runs once the request is on its way, before
-  /// the wait for the reply.
+  /// the wait for the reply. Throws round_lost when no reply comes.
   reply exchange(client_options const& opt, void const* data, std::size_t size, std::uint64_t request_id,
                  std::function<void()> const& while_waiting = {});
 
+  [[nodiscard]] std::string const& endpoint() const { return endpoints[at]; }
+
+  ~impl() { stop_monitor(); }
+
+  /// The monitor stopped before its reader goes (libzmq would block
+  /// sending it events no one reads).
+  void stop_monitor() {
+    if (sock && monitor) (void)zmq_socket_monitor(sock->handle(), nullptr, 0);
+    monitor.reset();
+  }
+
   void connect(client_options const& opt) {
+    stop_monitor();
     sock = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::dealer);
     sock->set(zmq::sockopt::linger, 0);
     sock->set(zmq::sockopt::sndtimeo, opt.timeout_ms);
+    // Reconnects to a server that is down back off to 2 s, so an idle
+    // client's monitor sees a few events a second at most.
+    sock->set(zmq::sockopt::reconnect_ivl_max, 2000);
+    up = dropped = false;
     try {
       if (!opt.server_key.empty()) {
         sock->set(zmq::sockopt::curve_serverkey, opt.server_key);
         sock->set(zmq::sockopt::curve_publickey, opt.keys.public_key);
         sock->set(zmq::sockopt::curve_secretkey, opt.keys.secret_key);
       }
-      sock->connect(opt.endpoint);
+      std::string const mon = "inproc://placer-client-monitor-" + std::to_string(serial++);
+      if (zmq_socket_monitor(sock->handle(), mon.c_str(),
+                             ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED | ZMQ_EVENT_CONNECT_RETRIED) != 0) {
+        throw zmq::error_t();
+      }
+      monitor = std::make_unique<zmq::socket_t>(ctx, zmq::socket_type::pair);
+      monitor->set(zmq::sockopt::linger, 0);
+      monitor->connect(mon);
+      connect_error.clear();
+      sock->connect(endpoint());
     } catch (zmq::error_t const& e) {
-      throw client_error("cannot connect to '" + opt.endpoint + "': " + e.what());
+      connect_error = "cannot connect to '" + endpoint() + "': " + e.what();
+      throw client_error(connect_error);
     }
+  }
+
+  /// Reads the monitor's waiting events; true when one says a request on
+  /// its way is lost: the connection dropped, or an attempt to make one
+  /// failed while there is none.
+  bool connection_lost() {
+    bool lost = false;
+    while (true) {
+      zmq::message_t ev, addr;
+      if (!monitor->recv(ev, zmq::recv_flags::dontwait)) return lost;
+      if (monitor->get(zmq::sockopt::rcvmore)) (void)monitor->recv(addr, zmq::recv_flags::dontwait);
+      if (ev.size() < 2) continue;
+      std::uint16_t event = 0;
+      std::memcpy(&event, ev.data(), sizeof event);
+      if (event == ZMQ_EVENT_CONNECTED) {
+        up = true;
+        dropped = false;
+      } else if (event == ZMQ_EVENT_DISCONNECTED) {
+        up = false;
+        dropped = lost = true;
+      } else if (event == ZMQ_EVENT_CONNECT_RETRIED && !up) {
+        dropped = lost = true;
+      }
+    }
+  }
+
+  /// The back-off's random factor: uniform in [lo, hi).
+  double jitter(double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); }
+
+  /// One call's way over the endpoints (client::send, client::roundtrip).
+  struct walk {
+    std::vector<bool> failed;  ///< endpoints that lost a request of this call
+    int lost = 0;              ///< requests lost so far
+    int max_lost = 0;          ///< lost ones before the call gives up
+    int passes = 0;            ///< back-offs so far
+    std::chrono::steady_clock::time_point budget_end;
+    bool budgeted = false;
+  };
+  walk start_walk(client_options const& opt) const {
+    walk w;
+    w.failed.assign(endpoints.size(), false);
+    w.max_lost = std::max(opt.retries, static_cast<int>(endpoints.size()) - 1);
+    w.budgeted = opt.retry_budget_ms > 0;
+    w.budget_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt.retry_budget_ms);
+    return w;
+  }
+  [[nodiscard]] bool past_budget(walk const& w, std::chrono::steady_clock::duration wait) const {
+    return w.budgeted && std::chrono::steady_clock::now() + wait >= w.budget_end;
+  }
+  /// A request was lost at the current endpoint: false when the call's
+  /// count or time is spent; else the socket is on the next endpoint, at
+  /// once where it has not failed in this call, after a jittered back-off
+  /// where it has.
+  bool move_on(walk& w, client_options const& opt) {
+    w.failed[at] = true;
+    std::size_t const next = (at + 1) % endpoints.size();
+    std::chrono::steady_clock::duration wait{};
+    if (w.failed[next]) {
+      double const ms = std::min<double>(opt.backoff_max_ms, opt.backoff_ms * std::pow(2.0, std::min(w.passes, 20)));
+      wait = std::chrono::microseconds(static_cast<std::int64_t>(ms * 1000 * jitter(0.5, 1.0)));
+      ++w.passes;
+    }
+    if (w.lost >= w.max_lost || past_budget(w, wait)) return false;
+    ++w.lost;
+    if (wait.count() > 0) std::this_thread::sleep_for(wait);
+    if (next != at) {
+      at = next;
+      try {
+        connect(opt);
+      } catch (client_error const&) {  // (kept in connect_error: that attempt is lost at once)
+      }
+    }
+    return true;
+  }
+  /// The error of a call that gave up.
+  [[nodiscard]] std::string gave_up(walk const& w, std::string const& why) const {
+    auto const n = endpoints.size();
+    if (n == 1 && w.lost == 0) return why;
+    return why + " (" + std::to_string(w.lost + 1) + " rounds lost over " + std::to_string(n) + " endpoint" +
+           (n > 1 ? "s)" : ")");
   }
 };
 
@@ -51,12 +201,21 @@ client::client(client_options opt) : opt_(std::move(opt)), impl_(std::make_uniqu
     std::random_device rd;
     opt_.session = "client-" + std::to_string((static_cast<std::uint64_t>(rd()) << 32) | rd());
   }
+  if (opt_.timeout_ms <= 0) throw client_error("timeout_ms must be positive");
+  if (opt_.retries < 0 || opt_.busy_retries < 0 || opt_.retry_budget_ms < 0 || opt_.backoff_ms < 0 ||
+      opt_.backoff_max_ms < 0) {
+    throw client_error("retries, busy_retries, retry_budget_ms and the back-off must not be negative");
+  }
+  impl_->endpoints = split_endpoints(opt_.endpoint);
   impl_->connect(opt_);
 }
 
 client::~client() = default;
 
 void client::reconnect() { impl_->connect(opt_); }
+
+std::vector<std::string> const& client::endpoints() const { return impl_->endpoints; }
+std::string const& client::current_endpoint() const { return impl_->endpoint(); }
 
 /// Sends one request and waits for its reply: the reply frame, the verdict
 /// on it (checked once, here; `envelope` is not kept because a small zmq
@@ -72,22 +231,45 @@ client::impl::reply client::impl::exchange(client_options const& opt, void const
   // REQ-compatible framing: an empty delimiter, then the payload. A send
   // waits at most the timeout for a connected peer (a DEALER with none,
   // e.g. while a CURVE server keeps refusing the handshake, would block).
+  if (!connect_error.empty()) throw round_lost(connect_error);
   auto const deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opt.timeout_ms);
+  // The connection dropped since the last request (the server died or
+  // restarted between rounds) and has not come back: a fresh socket tries
+  // at once, rather than at libzmq's next reconnection attempt (which backs
+  // off to reconnect_ivl_max); refused, the wait below ends at once.
+  (void)connection_lost();
+  if (dropped) {
+    try {
+      connect(opt);
+    } catch (client_error const&) {
+    }
+    if (!connect_error.empty()) throw round_lost(connect_error);
+  }
   bool const sent = sock->send(zmq::message_t{}, zmq::send_flags::sndmore).has_value() &&
                     sock->send(zmq::buffer(data, size), zmq::send_flags::none).has_value();
   if (sent && while_waiting) while_waiting();
+  auto lost = [&](std::string const& why) {
+    // Rebuild the socket so the unanswered request is dropped and a
+    // restarted server is reached fresh on the next call.
+    std::string const was = endpoint();
+    try {
+      connect(opt);
+    } catch (client_error const&) {  // (kept in connect_error: the next attempt here is lost at once)
+    }
+    return round_lost("no reply from " + was + why + ": is the Placer service running there? (start it with `placer serve`" +
+                      (opt.server_key.empty() ? ")" : "; a CURVE server that does not list this client's key "
+                                                      "never answers)"));
+  };
   while (true) {
     auto const left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    zmq::pollitem_t items[] = {{sock->handle(), 0, ZMQ_POLLIN, 0}};
-    if (sent && left.count() > 0) zmq::poll(items, 1, left);
+    zmq::pollitem_t items[] = {{sock->handle(), 0, ZMQ_POLLIN, 0}, {monitor->handle(), 0, ZMQ_POLLIN, 0}};
+    if (sent && left.count() > 0) zmq::poll(items, 2, left);
+    if ((items[1].revents & ZMQ_POLLIN) != 0 && (items[0].revents & ZMQ_POLLIN) == 0 && connection_lost()) {
+      throw lost(": its connection was refused or dropped with the request in flight");
+    }
     if ((items[0].revents & ZMQ_POLLIN) == 0) {
-      // Rebuild the socket so the unanswered request is dropped and a
-      // restarted server is reached fresh on the next call.
-      connect(opt);
-      throw client_error("no reply from " + opt.endpoint + " within " + std::to_string(opt.timeout_ms) +
-                         " ms: is the Placer service running there? (start it with `placer serve`" +
-                         (opt.server_key.empty() ? ")" : "; a CURVE server that does not list this client's key "
-                                                         "never answers)"));
+      if (items[1].revents != 0 && left.count() > 0) continue;  // an event that loses nothing
+      throw lost(" within " + std::to_string(opt.timeout_ms) + " ms");
     }
     std::vector<zmq::message_t> frames;
     do {
@@ -126,30 +308,74 @@ service::health_status client::health() {
 }
 
 std::vector<std::uint8_t> client::roundtrip(void const* data, std::size_t size, std::uint64_t request_id) {
-  auto const r = impl_->exchange(opt_, data, size, request_id);
-  auto const* p = static_cast<std::uint8_t const*>(r.payload.data());
-  return {p, p + r.payload.size()};
+  // The same bytes to the next endpoint when lost (a full request: nothing
+  // in it depends on where the session is).
+  auto w = impl_->start_walk(opt_);
+  while (true) {
+    try {
+      auto const r = impl_->exchange(opt_, data, size, request_id);
+      auto const* p = static_cast<std::uint8_t const*>(r.payload.data());
+      return {p, p + r.payload.size()};
+    } catch (round_lost const& e) {
+      if (!impl_->move_on(w, opt_)) throw client_error(impl_->gave_up(w, e.what()));
+      ++retries_;
+    }
+  }
 }
 
 service::decoded_reply client::send(round_input const& in, cluster_delta const* delta, job_delta const* jobs,
                                     std::chrono::steady_clock::time_point t0,
                                     std::function<void()> const& while_waiting) {
   auto& fbb = impl_->fbb;
+  auto w = impl_->start_walk(opt_);
+  int busy = 0;  // ResourceExhausted retries at this endpoint
   std::chrono::steady_clock::time_point t_sent;
   impl::reply r;
-  for (int attempt = 0;; ++attempt) {
+  service::decoded_reply refused;  // the last ResourceExhausted, returned when nothing better comes
+  bool have_refused = false;
+  while (true) {
+    // The session lives where its last round was accepted; anywhere else
+    // the round goes in full (the same round: `in` is the whole of it).
+    bool const elsewhere = holder_ >= 0 && static_cast<std::size_t>(holder_) != impl_->at;
+    bool const full = delta == nullptr || elsewhere;
     // A fresh request id each time: a late reply to an earlier attempt is
     // dropped by exchange().
     service::request_header h{next_id_++, opt_.session, now_us(), secret_};
-    service::encode_request(fbb, h, in, delta, jobs);
+    service::encode_request(fbb, h, in, full ? nullptr : delta, full ? nullptr : jobs);
     t_sent = std::chrono::steady_clock::now();
+    std::string lost_why;
     try {
       r = impl_->exchange(opt_, fbb.GetBufferPointer(), fbb.GetSize(), h.request_id, while_waiting);
-      break;
-    } catch (client_error const&) {
-      if (attempt >= opt_.retries) throw;
-      ++retries_;
+    } catch (round_lost const& e) {
+      lost_why = e.what();
     }
+    if (lost_why.empty() && r.check.code == wire::ErrorCode::Ok) {
+      auto const* env = wire::GetEnvelope(r.payload.data());
+      auto const* err = env->body_as_Error();
+      if (err != nullptr && err->code() == wire::ErrorCode::ResourceExhausted && err->retry_after_ms() > 0) {
+        // A full queue: not before its hint, at the same endpoint, a few
+        // times; then it counts as lost there.
+        refused = service::decode_reply(*env);
+        have_refused = true;
+        auto const wait = std::chrono::milliseconds(static_cast<std::int64_t>(
+            std::max<double>(err->retry_after_ms(), opt_.backoff_ms) * impl_->jitter(1.0, 1.5)));
+        if (busy < opt_.busy_retries && !impl_->past_budget(w, wait)) {
+          ++busy;
+          ++busy_retries_;
+          std::this_thread::sleep_for(wait);
+          continue;
+        }
+        lost_why = "ResourceExhausted from " + impl_->endpoint() + " past " + std::to_string(busy) + " retries: " +
+                   refused.message;
+      }
+    }
+    if (lost_why.empty()) break;  // a reply: this round's, whatever it says
+    busy = 0;
+    if (!impl_->move_on(w, opt_)) {
+      if (have_refused) return refused;  // the server's own word
+      throw client_error(impl_->gave_up(w, lost_why));
+    }
+    ++retries_;
   }
   if (r.check.code != wire::ErrorCode::Ok) {
     throw client_error(std::string("unreadable reply from the service: ") + service::error_code_name(r.check.code) +
@@ -158,12 +384,21 @@ service::decoded_reply client::send(round_input const& in, cluster_delta const* 
   auto const* env = wire::GetEnvelope(r.payload.data());  // verified in exchange
   // Without CURVE the server issues the session's secret with the round
   // that makes it; it goes with every later request, so the session stays
-  // this client's across a rebuilt socket, and no one else's.
+  // this client's across a rebuilt socket, and no one else's (a replica
+  // that gets it with a snapshot keys the session by it too).
   if (auto const* hdr = env->header(); hdr != nullptr && hdr->session_secret() != nullptr &&
                                        hdr->session_secret()->size() > 0) {
     secret_.assign(hdr->session_secret()->string_view());
   }
   auto reply = service::decode_reply(*env);
+  bool const elsewhere = holder_ >= 0 && static_cast<std::size_t>(holder_) != impl_->at;
+  if (reply.code == wire::ErrorCode::Ok) {
+    if (elsewhere) {
+      ++failovers_;
+      if (delta != nullptr) ++resyncs_;  // a delta round that went in full
+    }
+    holder_ = static_cast<int>(impl_->at);
+  }
   auto const t_end = std::chrono::steady_clock::now();
   auto us = [](auto d) { return std::chrono::duration<double, std::micro>(d).count(); };
   last_timing_ = {us(t_sent - t0), us(t_end - r.received), us(t_end - t0)};

@@ -83,6 +83,12 @@ class Server:
         self._process.wait(timeout=10)
         self._log.close()
 
+    def kill(self) -> None:
+        """SIGKILL: a replica that dies with no word to its clients."""
+        self._process.kill()
+        self._process.wait(timeout=10)
+        self._log.close()
+
     def restart(self) -> Server:
         """A new process on the same endpoint: the sessions are gone."""
         self.stop()
@@ -317,6 +323,38 @@ class PythonClientTest(unittest.TestCase):
         self.assertIsNotNone(client.session_secret)
         self.assertLessEqual(client.resyncs, 1)
         self.assertIn("late", [p.name for p in reply.result.placements])
+
+    def test_a_round_fails_over_to_the_next_replica_as_a_snapshot(self) -> None:
+        a, b = Server(), Server()
+        self.addCleanup(b.stop)
+        client = Client(f"{a.endpoint}, {b.endpoint}", timeout_ms=2000, session="failover")
+        self.addCleanup(client.close)
+        self.assertEqual(client.endpoints, [a.endpoint, b.endpoint])
+        steps = sequence()  # one round, changed in place step by step
+        self.assertTrue(client.solve_incremental(next(steps)[1]).ok)
+        reply = client.solve_incremental(next(steps)[1])
+        self.assertTrue(reply.ok, reply.message)
+        a.kill()
+        round_ = next(steps)[1]
+        started = time.monotonic()
+        reply = client.solve_incremental(round_)
+        took = time.monotonic() - started
+        self.assertTrue(reply.ok, reply.message)
+        self.assertLess(took, 1.0, "the dropped connection is seen, not waited out for 2 s")
+        self.assertEqual(client.endpoint, b.endpoint)
+        self.assertEqual((client.failovers, client.resyncs), (1, 1))
+        self.assertNotIn("apply_delta", stages(reply), "b did not hold the session: a full snapshot")
+        with Client(b.endpoint, session="fresh") as fresh:
+            want = fresh.solve(round_)
+        self.assertEqual(placed(reply.result), placed(want.result))
+        self.assertEqual(reply.result.epoch, round_.cluster.epoch)
+        for _ in range(2):
+            reply = client.solve_incremental(next(steps)[1])
+            self.assertTrue(reply.ok, reply.message)
+        self.assertEqual(client.failovers, 1)
+        self.assertIn("apply_delta", stages(reply), "the deltas after it go to b")
+        with self.assertRaisesRegex(ClientError, "empty entry"):
+            Client(f"{b.endpoint},,{b.endpoint}")
 
     def test_curve_service_answers_listed_keys_only(self) -> None:
         with tempfile.TemporaryDirectory() as keys:

@@ -293,6 +293,35 @@ TEST(SlurmBridge, ChangesGoInOneOrderWhicheverWayTheyAreMade) {
   EXPECT_EQ(failed[1].job, 8);
 }
 
+// Failing open (--fallback-after): every held job of the snapshot, those
+// Placer could place and those it skipped, goes to Slurm's own scheduler:
+// no nodes, a comment saying why, one release for them all.
+TEST(SlurmBridge, FailingOpenReleasesEveryHeldJobWithoutNodesSayingWhy) {
+  std::string const squeue =
+      R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:8")") + "," +
+      job(3, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:16")") + "," +
+      job(4, R"("node_count":1,"tres_per_job":"gres:gpu:2")") + "]}";
+  auto const snap = slurm::build_round(squeue, sinfo(), {});
+  ASSERT_EQ(snap.job_ids.size(), 2U);
+  ASSERT_EQ(snap.skipped.size(), 1U);
+  auto const acts = slurm::release_to_slurm(snap, "no Placer answered for 12 s (--fallback-after 10)");
+  ASSERT_EQ(acts.size(), 3U);
+  for (auto const& a : acts) {
+    EXPECT_TRUE(a.to_slurm);
+    EXPECT_TRUE(a.nodes.empty());
+    EXPECT_FALSE(a.requeue);
+    EXPECT_EQ(a.comment, "placer: released to Slurm's scheduler: no Placer answered for 12 s (--fallback-after 10)");
+  }
+  recorded_changes rec;
+  rec.fail_update = {3};
+  auto const failed = slurm::apply(acts, rec);
+  std::string const c = "placer: released to Slurm's scheduler: no Placer answered for 12 s (--fallback-after 10)";
+  EXPECT_EQ(rec.log, (std::vector<std::string>{"update 1 [] " + c, "update 3 [] " + c, "update 4 [] " + c, "release 1 4"}));
+  ASSERT_EQ(failed.size(), 1U);
+  EXPECT_EQ(failed[0].job, 3) << "a job whose comment could not be set stays held";
+  EXPECT_TRUE(slurm::release_to_slurm(slurm::snapshot{}, "x").empty());
+}
+
 // libslurm exits the process when it finds no configuration; the bridge
 // looks first and says why it cannot use it (`--slurm-api auto` then
 // falls back to scontrol).

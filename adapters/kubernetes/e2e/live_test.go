@@ -1088,7 +1088,7 @@ func TestManifestsApply(t *testing.T) {
 	if len(applied)+len(notServed) != len(objs) {
 		t.Errorf("%d objects, %d applied, %d not served", len(objs), len(applied), len(notServed))
 	}
-	for _, key := range []string{"Deployment default/placer", "Service default/placer",
+	for _, key := range []string{"StatefulSet default/placer", "Service default/placer", "Service default/placer-replicas",
 		"Deployment kube-system/placer-k8s-scheduler", "ServiceAccount kube-system/placer-scheduler",
 		"ClusterRole placer-scheduler", "ClusterRoleBinding placer-scheduler",
 		"Role kube-system/placer-scheduler-lease", "RoleBinding kube-system/placer-scheduler-lease"} {
@@ -1168,8 +1168,28 @@ func TestManifestsApply(t *testing.T) {
 			zmqPort = p.Port
 		}
 	}
-	if want := fmt.Sprintf("tcp://%s.%s.svc:%d", svc.Name, svc.Namespace, zmqPort); args["--placer-endpoint"] != want {
-		t.Errorf("--placer-endpoint=%q, the placer Service is %s", args["--placer-endpoint"], want)
+	// Both Placer replicas (issue 39): each by its name under the headless
+	// Service the StatefulSet names, on the zmq port.
+	sts, err := c.cs.AppsV1().StatefulSets("default").Get(ctx, "placer", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 2 {
+		t.Errorf("placer StatefulSet replicas %v, want 2", sts.Spec.Replicas)
+	}
+	headless, err := c.cs.CoreV1().Services("default").Get(ctx, sts.Spec.ServiceName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the StatefulSet's serviceName %q: %v", sts.Spec.ServiceName, err)
+	}
+	if headless.Spec.ClusterIP != corev1.ClusterIPNone {
+		t.Errorf("Service %s is not headless (clusterIP %q)", headless.Name, headless.Spec.ClusterIP)
+	}
+	var want []string
+	for i := int32(0); i < *sts.Spec.Replicas; i++ {
+		want = append(want, fmt.Sprintf("tcp://%s-%d.%s.%s.svc:%d", sts.Name, i, headless.Name, headless.Namespace, zmqPort))
+	}
+	if got := args["--placer-endpoint"]; got != strings.Join(want, ",") {
+		t.Errorf("--placer-endpoint=%q, the placer replicas are %s", got, strings.Join(want, ","))
 	}
 	var metricsPort int32
 	for _, p := range ctr.Ports {

@@ -918,6 +918,14 @@ std::vector<action> decide(snapshot const& snap, round_result const& r) {
   return out;
 }
 
+std::vector<action> release_to_slurm(snapshot const& snap, std::string const& why) {
+  std::vector<action> out;
+  std::string const comment = one_line("placer: released to Slurm's scheduler: " + why);
+  for (auto const id : snap.job_ids) out.push_back({id, {}, comment, false, true});
+  for (auto const& s : snap.skipped) out.push_back({s.job, {}, comment, false, true});
+  return out;
+}
+
 std::string read_nodes(command_runner const& run, bool* grouped) {
   std::vector<std::string> const per_node{"scontrol", "show", "nodes", "--json"};
   if (grouped != nullptr && *grouped) return run(per_node);
@@ -978,7 +986,7 @@ std::vector<skipped_job> apply(std::vector<action> const& actions, job_changes& 
       for (auto const& n : a.nodes) list += (list.empty() ? "" : ",") + n;
       // First every job's nodes (held still: a crash here loses nothing)...
       slurm.update(a.job, list, a.comment);
-      if (!a.nodes.empty()) release.push_back(a.job);
+      if (!a.nodes.empty() || a.to_slurm) release.push_back(a.job);
     } catch (std::exception const& e) {
       failed.push_back({a.job, e.what()});
     }

@@ -1,8 +1,9 @@
 """placer_client.Client: one round per call to a Placer service, as
 placer::client does in C++ (service/src/client.cpp), whose framing, request
-ids, timeouts and resync it follows."""
+ids, timeouts, resync and failover over several endpoints it follows."""
 from __future__ import annotations
 
+import random
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -83,22 +84,43 @@ class Client:
     caller may change the same objects for its next round.
     """
 
-    def __init__(self, endpoint: str, timeout_ms: int = 5000, session: str | None = None,
+    def __init__(self, endpoint: str | list[str], timeout_ms: int = 5000, session: str | None = None,
                  retries: int = 0, server_key: str | None = None,
-                 client_cert: str | None = None) -> None:
-        """`retries`: times a request is sent again, on a rebuilt socket, after
-        a timeout (a service that died with the round in flight and came
-        back); a resent delta that the service no longer holds is answered
-        StaleEpoch and resynced, so each call still answers exactly one
-        round. `server_key` (the service's public certificate) and
-        `client_cert` (this client's secret certificate), files that
-        `placer keygen` writes, connect to a CURVE service."""
-        self.endpoint = endpoint
+                 client_cert: str | None = None, retry_budget_ms: int = 30000,
+                 backoff_ms: int = 50, backoff_max_ms: int = 2000, busy_retries: int = 2) -> None:
+        """`endpoint`: one, or several replicas ("tcp://a:5555,tcp://b:5555"
+        or a list). A round that is lost (no reply in time, or its connection
+        refused or dropped in flight) goes to the next endpoint at once, as
+        a full snapshot of the session, and later deltas go there; a
+        ResourceExhausted with a retry hint is sent again to the same
+        endpoint after the hint (times a random factor in [1, 1.5))
+        `busy_retries` times, then counts as lost there. `retries`: lost
+        rounds sent again (at least once to each other endpoint); a resent
+        delta that the service no longer holds is answered StaleEpoch and
+        resynced, so each call still answers exactly one round. Coming back
+        to an endpoint that failed in the call waits a jittered back-off
+        (`backoff_ms` doubling to `backoff_max_ms`, times [0.5, 1)); no
+        attempt starts after `retry_budget_ms` (0: no bound but `retries`).
+        `server_key` (the service's public certificate) and `client_cert`
+        (this client's secret certificate), files that `placer keygen`
+        writes, connect to a CURVE service."""
+        self.endpoints = _endpoints(endpoint)
+        self._at = 0  # the endpoint the socket is connected to
+        self._holder: int | None = None  # the endpoint holding the session (its last accepted round)
         self.timeout_ms = timeout_ms
         self.session = session or f"client-{secrets.randbits(64)}"
+        if min(timeout_ms - 1, retries, retry_budget_ms, backoff_ms, backoff_max_ms, busy_retries) < 0:
+            raise ValueError("timeout_ms must be positive; retries, the retry budget, back-off and "
+                             "busy_retries not negative")
         self.retries = retries
+        self.retry_budget_ms = retry_budget_ms
+        self.backoff_ms = backoff_ms
+        self.backoff_max_ms = backoff_max_ms
+        self.busy_retries = busy_retries
         self.resyncs = 0  # full snapshots sent because the service did not hold the session
         self.retried = 0  # requests sent again after a timeout
+        self.failovers = 0  # rounds accepted by another endpoint than the session's holder
+        self.busy_retried = 0  # rounds sent again after a ResourceExhausted with a retry hint
         self.last_request_bytes = 0  # the size of the last request sent
         self._curve: tuple[bytes, bytes, bytes] | None = None
         if (server_key is None) != (client_cert is None):
@@ -117,10 +139,17 @@ class Client:
         self._mirror: Snapshot | None = None
         self._context = zmq.Context()
         self._socket: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None
+        self._up = False  # the socket has a connection now (its monitor's last word)
         self._connect()
 
+    @property
+    def endpoint(self) -> str:
+        """The endpoint the next request goes to."""
+        return self.endpoints[self._at]
+
     def close(self) -> None:
-        self._socket.close(linger=0)
+        self._close_socket()
         self._context.term()
 
     def __enter__(self) -> Client:
@@ -151,7 +180,7 @@ class Client:
         request = None if self._mirror is None else delta_request(self._mirror, snapshot, round_)
         if request is None:
             return self._keep(snapshot, self._send(round_))
-        reply = self._send(request)
+        reply = self._send(request, full=round_)
         if reply.code == ErrorCode.StaleEpoch:
             self.resyncs += 1
             reply = self._send(round_)
@@ -174,42 +203,118 @@ class Client:
             self._mirror = snapshot
         return reply
 
-    def _connect(self) -> None:
+    def _close_socket(self) -> None:
         if self._socket is not None:
+            if self._monitor is not None:
+                self._socket.disable_monitor()  # before its reader goes
+                self._monitor.close(linger=0)
             self._socket.close(linger=0)
+        self._socket = self._monitor = None
+
+    def _connect(self) -> None:
+        self._close_socket()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         # A send waits at most the timeout for a connected peer (a DEALER with
         # none, e.g. while a CURVE service refuses the handshake, would block).
         self._socket.setsockopt(zmq.SNDTIMEO, self.timeout_ms)
+        self._socket.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)
         if self._curve is not None:
             self._socket.curve_serverkey, self._socket.curve_publickey, self._socket.curve_secretkey = self._curve
+        # The socket's monitor: a connection refused or dropped ends the wait
+        # for a reply at once, not at the timeout.
+        self._monitor = self._socket.get_monitor_socket(
+            zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED)
+        self._up = False
         try:
             self._socket.connect(self.endpoint)
         except zmq.ZMQError as e:
             raise ClientError(f"cannot connect to {self.endpoint!r}: {e}") from e
 
-    def _send(self, request: ScheduleRequestT) -> Reply:
-        reply = self._exchange(Body.ScheduleRequest, request)
+    def _connection_lost(self) -> bool:
+        """Reads the monitor's waiting events: whether one says a request on
+        its way is lost (the connection dropped, or an attempt to make one
+        failed while there is none)."""
+        lost = False
+        while self._monitor.poll(0, zmq.POLLIN):
+            frames = self._monitor.recv_multipart()
+            event = int.from_bytes(frames[0][:2], "little") if frames and len(frames[0]) >= 2 else 0
+            if event == zmq.EVENT_CONNECTED:
+                self._up = True
+            elif event == zmq.EVENT_DISCONNECTED:
+                self._up = False
+                lost = True
+            elif event == zmq.EVENT_CONNECT_RETRIED and not self._up:
+                lost = True
+        return lost
+
+    def _send(self, request: ScheduleRequestT, full: ScheduleRequestT | None = None) -> Reply:
+        """`request`, or `full` (the whole round) where the session's holder is
+        another endpoint."""
+        reply = self._exchange(Body.ScheduleRequest, request, full=full)
         if not isinstance(reply, Reply):
             raise ClientError("unexpected reply to a round: a HealthReply")
         return reply
 
-    def _exchange(self, body_type: int, body: object, retries: int | None = None) -> Reply | HealthReplyT:
-        """Sends one request and waits for the reply to it, sending it again
-        (under a new request id, on a rebuilt socket) after each timeout up
-        to `retries` times (the client's by default)."""
-        attempts = 1 + (self.retries if retries is None else retries)
-        for attempt in range(attempts):
-            if attempt > 0:
-                self.retried += 1
-            reply = self._attempt(body_type, body)
-            if reply is not None:
+    def _exchange(self, body_type: int, body: object, retries: int | None = None,
+                  full: object | None = None) -> Reply | HealthReplyT:
+        """Sends one request and waits for the reply to it; a lost request
+        goes again (under a new request id, on a rebuilt socket) to the next
+        endpoint, as `full` where that endpoint does not hold the session."""
+        n = len(self.endpoints)
+        max_lost = max(self.retries if retries is None else retries, n - 1 if retries is None else 0)
+        began = time.monotonic()
+        failed = [False] * n
+        passes = busy = lost = 0
+        refused: Reply | None = None
+
+        def past_budget(wait_s: float) -> bool:
+            return self.retry_budget_ms > 0 and time.monotonic() + wait_s - began >= self.retry_budget_ms / 1000
+
+        while True:
+            elsewhere = self._holder is not None and self._holder != self._at
+            sent = full if (full is not None and (elsewhere or self._holder is None)) else body
+            why = None
+            reply = self._attempt(body_type, sent)
+            if reply is None:
+                why = f"no reply from {self.endpoints[self._at]} within {self.timeout_ms} ms (or its connection dropped)"
+            elif (isinstance(reply, Reply) and reply.code == ErrorCode.ResourceExhausted
+                  and reply.retry_after_ms > 0):
+                refused = reply
+                wait = max(reply.retry_after_ms, self.backoff_ms) / 1000 * random.uniform(1.0, 1.5)
+                if busy < self.busy_retries and not past_budget(wait):
+                    busy += 1
+                    self.busy_retried += 1
+                    time.sleep(wait)
+                    continue
+                why = f"ResourceExhausted from {self.endpoints[self._at]} past {busy} retries: {reply.message}"
+            if why is None:
+                if body_type == Body.ScheduleRequest and isinstance(reply, Reply) and reply.ok:
+                    if elsewhere:
+                        self.failovers += 1
+                        if sent is not body:
+                            self.resyncs += 1
+                    self._holder = self._at
                 return reply
-        raise ClientError(f"no reply from {self.endpoint} within {self.timeout_ms} ms"
-                          f"{f' (tried {attempts} times)' if attempts > 1 else ''}: "
-                          "is the Placer service running there? (start it with `placer serve`; "
-                          "a CURVE service that does not list this client's key never answers)")
+            failed[self._at] = True
+            busy = 0
+            nxt = (self._at + 1) % n
+            wait = 0.0
+            if failed[nxt]:
+                wait = min(self.backoff_max_ms, self.backoff_ms * 2 ** min(passes, 20)) / 1000 * random.uniform(0.5, 1.0)
+                passes += 1
+            if lost >= max_lost or past_budget(wait):
+                if refused is not None:
+                    return refused
+                raise ClientError(f"{why}{f' ({lost + 1} requests lost over {n} endpoints)' if lost or n > 1 else ''}: "
+                                  "is the Placer service running there? (start it with `placer serve`; "
+                                  "a CURVE service that does not list this client's key never answers)")
+            lost += 1
+            self.retried += 1
+            time.sleep(wait)
+            if nxt != self._at:
+                self._at = nxt
+                self._connect()
 
     def _attempt(self, body_type: int, body: object) -> Reply | HealthReplyT | None:
         request_id = self._next_id
@@ -222,14 +327,21 @@ class Client:
         self.last_request_bytes = len(builder.Output())
         # REQ-compatible framing: an empty delimiter, then the payload.
         deadline = time.monotonic() + self.timeout_ms / 1000
+        self._connection_lost()  # what happened before this request does not count against it
         try:
             self._socket.send_multipart([b"", builder.Output()])
         except zmq.Again:
             self._connect()
             return None
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
         while True:
             left_ms = max(0, round((deadline - time.monotonic()) * 1000))
-            if not self._socket.poll(left_ms, zmq.POLLIN):
+            ready = dict(poller.poll(left_ms)) if left_ms > 0 else {}
+            if self._socket not in ready:
+                if self._monitor in ready and not self._connection_lost() and left_ms > 0:
+                    continue  # an event that loses nothing
                 # A fresh socket drops the unanswered request and reaches a
                 # restarted service anew.
                 self._connect()
@@ -241,6 +353,16 @@ class Client:
                 if secret:
                     self.session_secret = secret
                 return reply
+
+
+def _endpoints(endpoint: str | list[str]) -> list[str]:
+    """The endpoints of "a,b" or ["a", "b"], each checked non-empty."""
+    parts = endpoint.split(",") if isinstance(endpoint, str) else list(endpoint)
+    out = [p.strip() for p in parts]
+    if not out or any(not p for p in out):
+        raise ClientError(f"endpoint list {endpoint!r} has an empty entry: give one or more endpoints "
+                          "separated by commas, e.g. tcp://10.0.0.1:5555,tcp://10.0.0.2:5555")
+    return out
 
 
 def _snapshot(round_: ScheduleRequestT) -> Snapshot:

@@ -82,7 +82,7 @@ func main() {
 	var c config
 	flag.StringVar(&c.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig file (empty: in-cluster config)")
 	flag.StringVar(&c.schedulerName, "scheduler-name", "placer", "serve pods with this spec.schedulerName")
-	flag.StringVar(&c.endpoint, "placer-endpoint", "tcp://127.0.0.1:5555", "the Placer service (placer serve)")
+	flag.StringVar(&c.endpoint, "placer-endpoint", "tcp://127.0.0.1:5555", "the Placer service (placer serve); several replicas separated by commas: a round lost at one goes to the next")
 	flag.DurationVar(&c.timeout, "placer-timeout", 5*time.Second, "wait at most this for Placer's reply")
 	flag.StringVar(&c.serverKey, "placer-server-key", "", "CURVE: the service's public certificate (placer keygen)")
 	flag.StringVar(&c.clientCert, "placer-client-cert", "", "CURVE: this scheduler's secret certificate (*.key_secret)")

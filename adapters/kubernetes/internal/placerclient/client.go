@@ -7,6 +7,14 @@
 // session secret the server issues kept and sent with every later request,
 // and a fresh socket after a timeout (which drops the unanswered request).
 // With a server key and a client certificate the socket speaks CURVE.
+//
+// Failover (issue 39): Endpoint may name several replicas, "tcp://a:5555,
+// tcp://b:5555". A round with no reply in time goes to the next endpoint at
+// once (every round is a full snapshot here, so nothing else is resent); a
+// ResourceExhausted with a retry hint is sent again to the same endpoint
+// after the hint, BusyRetries times, then to the next. Coming back to an
+// endpoint that failed in the same call waits a jittered back-off; no
+// attempt starts after RetryBudget.
 package placerclient
 
 import (
@@ -15,6 +23,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"os"
 	"strings"
 	"time"
@@ -32,23 +41,36 @@ type Options struct {
 	Session    string // empty: a random one
 	ServerKey  string // the service's public certificate file (placer keygen), with ClientCert: CURVE
 	ClientCert string // this client's secret certificate file (*.key_secret)
+	// Retries: rounds sent again after a loss (at least once to each other
+	// endpoint). BusyRetries: a full queue asked again. RetryBudget: no
+	// attempt starts after this (0: 30 s). Backoff: the first back-off
+	// (0: 50 ms), doubling to 2 s, times a random factor in [0.5, 1).
+	Retries     int
+	BusyRetries int
+	RetryBudget time.Duration
+	Backoff     time.Duration
 }
 
 // Reply is the service's answer to a round: Code Ok with Result, or the
 // code and message of a refusal.
 type Reply struct {
-	Code    wire.ErrorCode
-	Message string
-	Result  *wire.ScheduleReplyT
+	Code       wire.ErrorCode
+	Message    string
+	Result     *wire.ScheduleReplyT
+	retryAfter time.Duration // a full queue's hint
 }
 
-// Client is one DEALER socket to a Placer service.
+// Client is one DEALER socket to a Placer service (one of its endpoints).
 type Client struct {
-	opt    Options
-	sock   *zmq.Socket
-	nextID uint64
-	secret string
-	curve  [3]string // server public, client public, client secret (Z85)
+	opt       Options
+	endpoints []string
+	at        int // the endpoint the socket is connected to
+	Failovers int // rounds answered by another endpoint than the last one that answered
+	holder    int // the endpoint that answered the last round (-1: none yet)
+	sock      *zmq.Socket
+	nextID    uint64
+	secret    string
+	curve     [3]string // server public, client public, client secret (Z85)
 }
 
 // ErrNoReply is wrapped by the error returned when the service does not answer.
@@ -59,15 +81,31 @@ func New(opt Options) (*Client, error) {
 	if opt.Endpoint == "" {
 		return nil, errors.New("placer endpoint is empty (e.g. tcp://127.0.0.1:5555)")
 	}
+	var endpoints []string
+	for _, e := range strings.Split(opt.Endpoint, ",") {
+		if e = strings.TrimSpace(e); e == "" {
+			return nil, fmt.Errorf("placer endpoint list %q has an empty entry (e.g. tcp://10.0.0.1:5555,tcp://10.0.0.2:5555)", opt.Endpoint)
+		}
+		endpoints = append(endpoints, e)
+	}
 	if opt.Timeout <= 0 {
 		opt.Timeout = 5 * time.Second
+	}
+	if opt.Retries < 0 || opt.BusyRetries < 0 || opt.RetryBudget < 0 || opt.Backoff < 0 {
+		return nil, errors.New("placer client: retries, busy retries, retry budget and back-off must not be negative")
+	}
+	if opt.RetryBudget == 0 {
+		opt.RetryBudget = 30 * time.Second
+	}
+	if opt.Backoff == 0 {
+		opt.Backoff = 50 * time.Millisecond
 	}
 	if opt.Session == "" {
 		b := make([]byte, 8)
 		_, _ = rand.Read(b)
 		opt.Session = "k8s-scheduler-" + hex.EncodeToString(b)
 	}
-	c := &Client{opt: opt, nextID: 1}
+	c := &Client{opt: opt, nextID: 1, endpoints: endpoints, holder: -1}
 	if (opt.ServerKey == "") != (opt.ClientCert == "") {
 		return nil, errors.New("--placer-server-key and --placer-client-cert go together")
 	}
@@ -137,9 +175,9 @@ func (c *Client) connect() error {
 			return fmt.Errorf("CURVE: %w", err)
 		}
 	}
-	if err := s.Connect(c.opt.Endpoint); err != nil {
+	if err := s.Connect(c.endpoints[c.at]); err != nil {
 		_ = s.Close()
-		return fmt.Errorf("cannot connect to %q: %w", c.opt.Endpoint, err)
+		return fmt.Errorf("cannot connect to %q: %w", c.endpoints[c.at], err)
 	}
 	c.sock = s
 	return nil
@@ -152,11 +190,69 @@ func (c *Client) Close() {
 	}
 }
 
-// Endpoint is the service's address.
-func (c *Client) Endpoint() string { return c.opt.Endpoint }
+// Endpoint is the address the next request goes to.
+func (c *Client) Endpoint() string { return c.endpoints[c.at] }
 
-// Solve sends a whole round and waits for its reply.
+// Solve sends a whole round and waits for its reply, failing over to the
+// next endpoint when it is lost (see the package comment).
 func (c *Client) Solve(req *wire.ScheduleRequestT) (*Reply, error) {
+	maxLost := max(c.opt.Retries, len(c.endpoints)-1)
+	began := time.Now()
+	failed := make([]bool, len(c.endpoints))
+	lost, busy, passes := 0, 0, 0
+	var refused *Reply
+	pastBudget := func(wait time.Duration) bool { return time.Since(began)+wait >= c.opt.RetryBudget }
+	for {
+		reply, err := c.solveOnce(req)
+		if err == nil && reply.Code == wire.ErrorCodeResourceExhausted && reply.retryAfter > 0 {
+			refused = reply
+			wait := time.Duration(float64(max(reply.retryAfter, c.opt.Backoff)) * (1 + 0.5*mrand.Float64()))
+			if busy < c.opt.BusyRetries && !pastBudget(wait) {
+				busy++
+				time.Sleep(wait)
+				continue
+			}
+			err = fmt.Errorf("%w at %s: ResourceExhausted past %d retries: %s", ErrNoReply, c.Endpoint(), busy, reply.Message)
+		}
+		if err == nil {
+			if c.holder >= 0 && c.holder != c.at {
+				c.Failovers++
+			}
+			c.holder = c.at
+			return reply, nil
+		}
+		if !errors.Is(err, ErrNoReply) {
+			return nil, err
+		}
+		failed[c.at] = true
+		busy = 0
+		next := (c.at + 1) % len(c.endpoints)
+		var wait time.Duration
+		if failed[next] {
+			wait = time.Duration(float64(min(2*time.Second, c.opt.Backoff<<min(passes, 20))) * (0.5 + 0.5*mrand.Float64()))
+			passes++
+		}
+		if lost >= maxLost || pastBudget(wait) {
+			if refused != nil {
+				return refused, nil
+			}
+			if lost > 0 || len(c.endpoints) > 1 {
+				return nil, fmt.Errorf("%w (%d rounds lost over %d endpoints)", err, lost+1, len(c.endpoints))
+			}
+			return nil, err
+		}
+		lost++
+		time.Sleep(wait)
+		if next != c.at {
+			c.at = next
+			if cerr := c.connect(); cerr != nil {
+				return nil, cerr
+			}
+		}
+	}
+}
+
+func (c *Client) solveOnce(req *wire.ScheduleRequestT) (*Reply, error) {
 	body, err := c.exchange(&wire.BodyT{Type: wire.BodyScheduleRequest, Value: req})
 	if err != nil {
 		return nil, err
@@ -175,7 +271,7 @@ func (c *Client) Solve(req *wire.ScheduleRequestT) (*Reply, error) {
 		if code == wire.ErrorCodeOk { // an Error with Ok would read as success
 			code = wire.ErrorCodeInternal
 		}
-		return &Reply{Code: code, Message: e.Message}, nil
+		return &Reply{Code: code, Message: e.Message, retryAfter: time.Duration(e.RetryAfterMs) * time.Millisecond}, nil
 	}
 	return nil, fmt.Errorf("unexpected reply to a round: body type %d", body.Type)
 }
@@ -205,7 +301,7 @@ func (c *Client) exchange(body *wire.BodyT) (*wire.BodyT, error) {
 	deadline := time.Now().Add(c.opt.Timeout)
 	if _, err := c.sock.SendMessage([]byte{}, b.FinishedBytes()); err != nil {
 		_ = c.connect()
-		return nil, fmt.Errorf("%w at %s: send: %v", ErrNoReply, c.opt.Endpoint, err)
+		return nil, fmt.Errorf("%w at %s: send: %v", ErrNoReply, c.Endpoint(), err)
 	}
 	poller := zmq.NewPoller()
 	poller.Add(c.sock, zmq.POLLIN)
@@ -219,7 +315,7 @@ func (c *Client) exchange(body *wire.BodyT) (*wire.BodyT, error) {
 			// A fresh socket drops the unanswered request and reaches a restarted service anew.
 			_ = c.connect()
 			return nil, fmt.Errorf("%w at %s within %v: is `placer serve` running there? "+
-				"(a CURVE service that does not list this client's key never answers)", ErrNoReply, c.opt.Endpoint, c.opt.Timeout)
+				"(a CURVE service that does not list this client's key never answers)", ErrNoReply, c.Endpoint(), c.opt.Timeout)
 		}
 		frames, err := c.sock.RecvMessageBytes(0)
 		if err != nil || len(frames) == 0 {

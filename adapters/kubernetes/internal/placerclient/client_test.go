@@ -15,6 +15,12 @@ import (
 
 // serve starts `placer serve` ($PLACER_BIN) on a free loopback port.
 func serve(t *testing.T) string {
+	ep, _ := serveCmd(t)
+	return ep
+}
+
+// serveCmd is serve, with the process (to kill it).
+func serveCmd(t *testing.T) (string, *exec.Cmd) {
 	bin := os.Getenv("PLACER_BIN")
 	if bin == "" {
 		t.Skip("PLACER_BIN is not set (ctest sets it): no `placer serve` to talk to")
@@ -30,7 +36,7 @@ func serve(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	return ep
+	return ep, cmd
 }
 
 func round(jobs ...*wire.JobT) *wire.ScheduleRequestT {
@@ -117,5 +123,44 @@ func TestNoServiceIsAClearError(t *testing.T) {
 	}
 	if _, err := New(Options{Endpoint: ep, ServerKey: "x"}); err == nil || !strings.Contains(err.Error(), "go together") {
 		t.Errorf("a server key without a certificate: %v", err)
+	}
+}
+
+// Two replicas: the one answering is killed (SIGKILL); the next round goes
+// to the other and is answered once, within the timeout and a little.
+func TestFailsOverToTheNextReplica(t *testing.T) {
+	ea, a := serveCmd(t)
+	eb := serve(t)
+	c, err := New(Options{Endpoint: ea + "," + eb, Timeout: 500 * time.Millisecond, Retries: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var reply *Reply
+	for try := 0; ; try++ { // both may still be starting
+		reply, err = c.Solve(round(job("a", 4, 1)))
+		if (err == nil && c.Endpoint() == ea) || try == 20 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil || reply.Code != wire.ErrorCodeOk || c.Endpoint() != ea {
+		t.Fatalf("first round at %s: %v %+v", c.Endpoint(), err, reply)
+	}
+	_ = a.Process.Kill()
+	_, _ = a.Process.Wait()
+	start := time.Now()
+	reply, err = c.Solve(round(job("b", 4, 1)))
+	if err != nil || reply.Code != wire.ErrorCodeOk || len(reply.Result.Placements) != 1 {
+		t.Fatalf("after the kill: %v %+v", err, reply)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("the failover took %v", took)
+	}
+	if c.Endpoint() != eb || c.Failovers != 1 {
+		t.Errorf("endpoint %s, %d failovers; want %s, 1", c.Endpoint(), c.Failovers, eb)
+	}
+	if _, err := New(Options{Endpoint: ea + ",," + eb}); err == nil || !strings.Contains(err.Error(), "empty entry") {
+		t.Errorf("an empty entry: %v", err)
 	}
 }

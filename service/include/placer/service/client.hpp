@@ -8,6 +8,17 @@
 // A DEALER socket: replies are matched by request id, so a late reply to a
 // timed-out request is discarded rather than mistaken for the next one.
 // After a timeout the socket is rebuilt (a restarted server is reached anew).
+//
+// Failover (docs/architecture.md, "Failover"): `endpoint` may name several
+// replicas, "tcp://a:5555,tcp://b:5555". A round that is lost (no reply in
+// time, or the connection refused or dropped while it was in flight) goes
+// to the next endpoint at once, as a full snapshot of the session, and the
+// deltas after it go there; a ResourceExhausted with a retry hint is sent
+// again to the same endpoint after the hint, `busy_retries` times, and then
+// to the next. Every call returns the reply to exactly one round: a late
+// reply to an attempt given up on is dropped. Retries are bounded in count
+// (`retries`) and time (`retry_budget_ms`), with jittered back-off once
+// every endpoint has failed in the call.
 
 #include <placer/service/codec.hpp>
 #include <placer/service/curve.hpp>
@@ -18,6 +29,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace placer {
 
@@ -35,20 +47,37 @@ struct round_trip_timing {
 };
 
 struct client_options {
+  /// One endpoint, or several replicas separated by commas (failover, above).
   std::string endpoint = "tcp://127.0.0.1:5555";
   int timeout_ms = 5000;
   std::string session;  ///< keys the server's cluster state for deltas; "" = random
-  /// Times a round is sent again after a timeout, on a rebuilt socket (a
-  /// server that died with the round in flight, then restarted). A resent
-  /// delta the server already applied, or one a restarted server does not
-  /// know, is answered StaleEpoch and resynced as usual, so each call still
-  /// returns the reply to exactly one round.
+  /// Times a round is sent again after it was lost, on a rebuilt socket,
+  /// to the next endpoint (the same one when there is one: a server that
+  /// died with the round in flight, then restarted). With several
+  /// endpoints, at least once to each of the others. A resent delta the
+  /// server already applied, or one a restarted server does not know, is
+  /// answered StaleEpoch and resynced as usual, so each call still returns
+  /// the reply to exactly one round.
   int retries = 0;
   /// CurveZMQ (curve.hpp): the server's public key (Z85) and this client's
   /// key pair, which the server must list; empty = a plain connection. A
   /// server that refuses the key never answers: calls time out.
   std::string server_key{};
   service::curve_keypair keys{};
+  /// No attempt starts, and no back-off ends, once this long has passed
+  /// since the call began (ms; 0 = no bound but `retries`): a call takes at
+  /// most this and one more timeout.
+  int retry_budget_ms = 30000;
+  /// Back-off before a call tries again an endpoint that already failed in
+  /// it: this, doubled each time up to `backoff_max_ms`, times a random
+  /// factor in [0.5, 1) (ms). Moving to an endpoint not yet tried is at once.
+  int backoff_ms = 50;
+  int backoff_max_ms = 2000;
+  /// A ResourceExhausted with a retry hint (a full queue) is sent again to
+  /// the same endpoint, not before the hint (times a random factor in
+  /// [1, 1.5)), this many times; then it counts as lost there. One without
+  /// a hint (a round over the server's limits) is returned as it is.
+  int busy_retries = 2;
 };
 
 class client {
@@ -97,6 +126,15 @@ class client {
   [[nodiscard]] std::uint64_t resyncs() const { return resyncs_; }
   /// Requests sent again after a timeout (client_options::retries).
   [[nodiscard]] std::uint64_t retries() const { return retries_; }
+  /// Rounds sent to another endpoint than the one holding the session
+  /// (each as a full snapshot, also counted in resyncs()).
+  [[nodiscard]] std::uint64_t failovers() const { return failovers_; }
+  /// Rounds sent again after a ResourceExhausted with a retry hint.
+  [[nodiscard]] std::uint64_t busy_retries() const { return busy_retries_; }
+  /// The endpoints (client_options::endpoint split at its commas) and the
+  /// one the next request goes to.
+  [[nodiscard]] std::vector<std::string> const& endpoints() const;
+  [[nodiscard]] std::string const& current_endpoint() const;
   /// Sends raw bytes (tests: malformed requests) and returns the raw reply.
   std::vector<std::uint8_t> roundtrip(void const* data, std::size_t size, std::uint64_t request_id);
 
@@ -107,8 +145,8 @@ class client {
   /// first round): sent with every request, so the session stays this
   /// client's alone, across reconnects.
   [[nodiscard]] std::string const& session_secret() const { return secret_; }
-  /// Drops the connection and opens a new one, as the client does itself
-  /// after a timeout; the session stays this client's.
+  /// Drops the connection and opens a new one (to the same endpoint), as
+  /// the client does itself after a timeout; the session stays this client's.
   void reconnect();
 
  private:
@@ -142,6 +180,11 @@ class client {
   delta_undo undo_;                    ///< what the delta in flight replaced
   std::uint64_t resyncs_ = 0;
   std::uint64_t retries_ = 0;
+  std::uint64_t failovers_ = 0;
+  std::uint64_t busy_retries_ = 0;
+  /// The endpoint (index) that accepted the session's last round, which
+  /// holds it; -1: none yet. A round for another goes as a full snapshot.
+  int holder_ = -1;
   std::string secret_;  ///< the session's, as the server issued it (without CURVE)
 };
 

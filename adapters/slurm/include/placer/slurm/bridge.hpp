@@ -178,6 +178,9 @@ struct action {
   std::vector<std::string> nodes;  ///< placed: ReqNodeList, then released; empty: stays held
   std::string comment;             ///< AdminComment: where it goes, or why it waits
   bool requeue = false;            ///< a running job evicted (--preempt): requeued and held
+  /// Released to Slurm's own scheduler with no nodes chosen (--fallback-after:
+  /// no Placer answered); `comment` says why.
+  bool to_slurm = false;
 };
 
 /// Evictions (--preempt) first, as requeues; placements become node lists; a placement of a -N job on fewer distinct
@@ -185,6 +188,13 @@ struct action {
 /// so; unplaced and skipped jobs stay held with Placer's reason (no action
 /// when their AdminComment says it already).
 std::vector<action> decide(snapshot const& snap, round_result const& r);
+
+/// Failing open (`placer slurm-bridge --fallback-after S`, docs/slurm.md):
+/// every held job of the snapshot, those Placer could place and those it
+/// skipped, released to Slurm's own scheduler, each with an AdminComment
+/// "placer: released to Slurm's scheduler: <why>". A released job is
+/// pending and no longer held, so later cycles leave it to Slurm.
+std::vector<action> release_to_slurm(snapshot const& snap, std::string const& why);
 
 /// The three changes apply() makes to Slurm's jobs. Two ways to make them:
 /// Slurm's CLI (scontrol_changes: a process per command) or libslurm's RPCs
@@ -237,7 +247,8 @@ bool libslurm_usable(std::string* why = nullptr);
 /// placed jobs were given); per placed job its ReqNodeList and
 /// AdminComment, all of them, and then one release for them all (a crash
 /// before the release leaves every job held, and the next cycle places it
-/// again); per held job the update of its AdminComment. A failing change
+/// again); per held job the update of its AdminComment; per job released
+/// to Slurm (to_slurm) its AdminComment, then the same release. A failing change
 /// is reported in the returned list (job id and error) and the others go on.
 std::vector<skipped_job> apply(std::vector<action> const& actions, job_changes& slurm);
 /// The same through scontrol, run by `run`.
