@@ -367,8 +367,12 @@ constexpr std::int32_t max_downhill_steps = 2;
 constexpr std::int64_t consolidate_budget = std::int64_t{1} << 20;
 
 /// The linear candidate (solver::linear_candidate) runs while nodes x
-/// pending jobs stays within this: one greedy pass, about a repair try.
-constexpr std::int64_t linear_cells = std::int64_t{1} << 16;
+/// pending jobs stays within this: rounds the size of a Slurm bridge's (64
+/// nodes and up to 256 jobs; 0.2 ms there). One greedy pass on the host
+/// that builds a second result: in larger rounds it would cost time and
+/// allocations a steady stream of rounds does not otherwise pay
+/// (HotPath.SteadyRoundsAllocateOnlyTheResult: 2,048 nodes x 24 jobs).
+constexpr std::int64_t linear_cells = std::int64_t{1} << 14;
 /// What `replicas` replicas of a job are worth: GPU milli plus one per
 /// replica (so CPU-only work counts), the objective of the optimality tests.
 std::int64_t value_of(job const& j, std::int64_t replicas) { return (j.per_replica.gpu_milli_total() + 1) * replicas; }
