@@ -162,6 +162,13 @@ def measure(mix, ids, t_release, gpus_per_node, n_nodes):
         "seconds_to_last_start": last_start - t_release,
         "placements_per_second": len(placed) / span,
         "started": [k for k, i in enumerate(ids) if js.get(i, {}).get("job_state") == "RUNNING"],
+        # Where each started job runs (its index in the mix: its nodes), to
+        # trace why one side started a job the other did not.
+        "nodes_of": {str(k): expand(js[i].get("nodes", "")) for k, i in enumerate(ids)
+                     if js.get(i, {}).get("job_state") == "RUNNING"},
+        "start_of": {str(k): js[i].get("start_time", 0) - t_release for k, i in enumerate(ids)
+                     if js.get(i, {}).get("job_state") == "RUNNING"},
+        "node_models": model,
     }
 
 

@@ -694,7 +694,8 @@ std::int64_t assigner::topo_bonus(job const& job, std::int32_t anchor, std::int3
 }
 
 std::int32_t assigner::best_node(job const& job, std::int32_t c, std::int32_t domain,
-                                 std::int32_t anchor) const {
+                                 std::int32_t anchor, std::int32_t need) const {
+  if (linear_ && mode_ == assign_mode::greedy) return linear_node(job, c, domain, need);
   std::int32_t best = -1;
   std::int64_t best_s = -1;
   bool const distinct = job.distinct_nodes;
@@ -712,6 +713,58 @@ std::int32_t assigner::best_node(job const& job, std::int32_t c, std::int32_t do
   } else {
     for (std::int32_t n = 0; n < m_.n_nodes(); ++n) consider(n);
   }
+  return best;
+}
+
+std::int32_t assigner::linear_node(job const& job, std::int32_t c, std::int32_t domain, std::int32_t need) const {
+  // Slurm 22.05's choice, checked against its placements on a live cluster
+  // (bench/slurm/side_by_side.py, every job on the same nodes): the runs of
+  // consecutive node indices that can take a replica now; the first run
+  // that holds `need` replicas with the fewest CPUs free in all, else the
+  // run with the most; in it, the node with the fewest CPUs free (then the
+  // lowest index). The nodes this job already holds continue a run without
+  // counting: a job's replicas come from one run, as Slurm picks them at once.
+  bool const distinct = job.distinct_nodes;
+  std::int32_t best = -1, best_len = 0;
+  std::int64_t best_cpu = 0;
+  std::int32_t pick = -1, len = 0, prev = -2;
+  std::int64_t cpu = 0, pick_cpu = 0;
+  auto close = [&] {
+    if (len > 0) {
+      bool const enough = len >= need, best_enough = best >= 0 && best_len >= need;
+      if (best < 0 || (enough && !best_enough) || (enough && cpu < best_cpu) ||
+          (!enough && !best_enough && cpu > best_cpu)) {
+        best = pick;
+        best_len = len;
+        best_cpu = cpu;
+      }
+    }
+    len = 0;
+    cpu = 0;
+    pick = -1;
+  };
+  auto visit = [&](std::int32_t n) {
+    if (n != prev + 1) close();
+    prev = n;
+    if (distinct && s_.job_holds[static_cast<std::size_t>(n)] != 0) return;  // held: the run goes on
+    if (score(c, n) < 0) {
+      close();
+      return;
+    }
+    std::int64_t const free_cpu = m_.cpu_free[static_cast<std::size_t>(n)];
+    ++len;
+    cpu += free_cpu;
+    if (pick < 0 || free_cpu < pick_cpu) {
+      pick = n;
+      pick_cpu = free_cpu;
+    }
+  };
+  if (domain >= 0) {
+    for (auto k = s_.domain_begin[domain]; k < s_.domain_begin[domain + 1]; ++k) visit(s_.entry_node[k]);
+  } else {
+    for (std::int32_t n = 0; n < m_.n_nodes(); ++n) visit(n);
+  }
+  close();
   return best;
 }
 
@@ -736,7 +789,7 @@ void assigner::place_replicas(job const& job, std::int32_t c, std::int32_t domai
   }
   for (std::int32_t r = 0; r < count; ++r) {
     std::int32_t const anchor = local && !placed.empty() ? placed.front().node : -1;
-    std::int32_t const n = best_node(job, c, domain, anchor);
+    std::int32_t const n = best_node(job, c, domain, anchor, count - r);
     if (n < 0) return;
     if (placed.empty()) placed.reserve(static_cast<std::size_t>(job.replicas));  // one allocation per job
     placed.push_back(commit(n, c));

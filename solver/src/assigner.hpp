@@ -121,6 +121,15 @@ class assigner {
   /// cannot start: the later ones are QueueBlocked.
   void run(round_result& out, std::function<bool()> const& out_of_time, reorder const& r = {});
 
+  /// Greedy mode: each replica goes where Slurm's select/cons_tres would put
+  /// it (its _eval_nodes without topology): among the runs of consecutive
+  /// nodes (by index) that can take it, the first of the tightest run that
+  /// holds the replicas still to place (fewest CPUs free in all), from its
+  /// start; none holds them: the roomiest. A gang still takes its domain
+  /// first (place_local). The solver's other candidate under queue order
+  /// (solver.cpp, "linear").
+  void linear(bool on) { linear_ = on; }
+
  private:
   // --- the three strategies
   void place_greedy(std::int32_t j, round_result& out);
@@ -168,7 +177,9 @@ class assigner {
   }
   /// Best node for one replica of job (class c), inside a domain (-1: anywhere).
   [[nodiscard]] std::int32_t best_node(job const& job, std::int32_t c, std::int32_t domain,
-                                       std::int32_t anchor) const;
+                                       std::int32_t anchor, std::int32_t need = 1) const;
+  /// best_node under linear(): `need` replicas still to place.
+  [[nodiscard]] std::int32_t linear_node(job const& job, std::int32_t c, std::int32_t domain, std::int32_t need) const;
   void place_replicas(job const& job, std::int32_t c, std::int32_t domain, std::int32_t count,
                       std::vector<replica_placement>& placed);
   replica_placement commit(std::int32_t n, std::int32_t c);
@@ -192,6 +203,7 @@ class assigner {
   assigner_scratch& s_;
   std::int32_t now_ = 0;  ///< the clock of stamp and fresh
   bool verify_ = false;   ///< PLACER_VERIFY_SCORES: check the cells read (tests)
+  bool linear_ = false;   ///< greedy mode: Slurm's node choice (linear())
 };
 
 /// Stacking's last step (policy::stacking): this round's replicas of jobs

@@ -366,6 +366,13 @@ constexpr std::int32_t max_downhill_steps = 2;
 /// about 0.1 s at worst; a 64-node Slurm round scores a few thousand.
 constexpr std::int64_t consolidate_budget = std::int64_t{1} << 20;
 
+/// The linear candidate (solver::linear_candidate) runs while nodes x
+/// pending jobs stays within this: rounds the size of a Slurm bridge's (64
+/// nodes and up to 256 jobs; 0.2 ms there). One greedy pass on the host
+/// that builds a second result: in larger rounds it would cost time and
+/// allocations a steady stream of rounds does not otherwise pay
+/// (HotPath.SteadyRoundsAllocateOnlyTheResult: 2,048 nodes x 24 jobs).
+constexpr std::int64_t linear_cells = std::int64_t{1} << 14;
 /// What `replicas` replicas of a job are worth: GPU milli plus one per
 /// replica (so CPU-only work counts), the objective of the optimality tests.
 std::int64_t value_of(job const& j, std::int64_t replicas) { return (j.per_replica.gpu_milli_total() + 1) * replicas; }
@@ -384,6 +391,26 @@ std::vector<std::int64_t> level_values(round_input const& in, std::vector<std::i
 }
 
 bool contains(std::vector<std::int32_t> const& v, std::int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+
+/// Queue order's preference between two rounds of the same jobs: +1 when a
+/// starts the earlier job where their started jobs first differ, walking
+/// `fifo` (priority, then submission order), -1 when b does, 0 when they
+/// start the same jobs. A job placed in part has started.
+int earlier_jobs(std::size_t n_jobs, std::vector<std::int32_t> const& fifo, round_result const& a, round_result const& b) {
+  std::vector<std::uint8_t> started(n_jobs, 0);
+  for (auto const& pl : a.placements) {
+    if (!pl.replicas.empty()) started[static_cast<std::size_t>(pl.job)] |= 1;
+  }
+  for (auto const& pl : b.placements) {
+    if (!pl.replicas.empty()) started[static_cast<std::size_t>(pl.job)] |= 2;
+  }
+  for (auto j : fifo) {
+    auto const s = started[static_cast<std::size_t>(j)];
+    if (s == 1) return 1;
+    if (s == 2) return -1;
+  }
+  return 0;
+}
 
 /// `out` takes a trial's decisions (its timing and the rest stay).
 void adopt(round_result& out, round_result const& trial) {
@@ -446,7 +473,15 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
         .run(trial, out_of_time, order);
     trial.unplaced_jobs.insert(trial.unplaced_jobs.end(), ws_->blocked.begin(), ws_->blocked.end());
     auto value = level_values(in, levels, trial);
-    if (value > best && keeps_order()) {
+    // Under queue order a round that starts an earlier job is better
+    // whatever it places; between rounds that start the same jobs, the
+    // placed value decides.
+    bool better = value > best;
+    if (in.pol.order != queue_order::pack) {
+      auto const order = earlier_jobs(in.pending.size(), ws_->assign.fifo, trial, out);
+      better = order > 0 || (order == 0 && better);
+    }
+    if (better && keeps_order()) {
       best = value;
       adopt(out, trial);
       ws_->m_best = m;
@@ -569,6 +604,31 @@ void solver::keep_order(round_input const& in, kernels::score_params const& p,
   }
 }
 
+void solver::linear_candidate(round_input const& in, kernels::score_params const& p,
+                              std::function<bool()> const& out_of_time, round_result& out) {
+  // Every job in submission order, each replica where Slurm's cons_tres
+  // would put it. Which later jobs fit depends on where the earlier ones
+  // went: the tier assignment keeps scarce models and whole nodes free for
+  // the jobs that need them, the linear choice leaves other holes; the
+  // round keeps whichever starts the earlier job, then places more.
+  ws_->m_best = ws_->m;
+  restore_scored();
+  round_result lin;
+  detail::assigner a(in, ws_->m, ws_->scores, p, *backend_, detail::assign_mode::greedy, ws_->assign);
+  a.linear(true);
+  a.run(lin, out_of_time);
+  bool const whole = std::none_of(lin.unplaced_jobs.begin(), lin.unplaced_jobs.end(), [](unplaced const& u) {
+    return u.reason == unplaced_reason::deadline_exceeded;
+  });  // cut short by the deadline: not a candidate
+  auto const order = earlier_jobs(in.pending.size(), ws_->assign.fifo, lin, out);
+  if (whole && (order > 0 || (order == 0 && lin.metrics.gpu_milli_placed > out.metrics.gpu_milli_placed))) {
+    adopt(out, lin);
+    return;
+  }
+  ws_->m = ws_->m_best;  // the round kept: its state back (into the bound buffers)
+  backend_->host_wrote_all();
+}
+
 round_result solver::solve_one(round_input const& in, std::function<bool()> const& round_late) {
   auto const t_round = clock_type::now();
   step_counts const steps_round = backend_->steps();
@@ -664,6 +724,18 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
       stage_done("order");
     }
   }
+  auto const waits = [&] {
+    return std::any_of(out.unplaced_jobs.begin(), out.unplaced_jobs.end(),
+                       [](unplaced const& u) { return detail::waits_for_capacity(u.reason); });
+  };
+  // fifo, a small round with a job waiting: Slurm's node choice as a
+  // second candidate.
+  if (ordered && in.pol.order == queue_order::fifo &&
+      static_cast<std::int64_t>(in.state.nodes.size()) * static_cast<std::int64_t>(in.pending.size()) <= linear_cells &&
+      waits() && !out_of_time()) {
+    linear_candidate(in, p, out_of_time, out);
+    stage_done("linear");
+  }
   if (tries > 0 && !out.unplaced_jobs.empty()) {
     repair(in, p, tries, out_of_time, out);
     stage_done("repair");
@@ -671,10 +743,6 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   // Stacking packs the round's small jobs onto as few nodes as they fit.
   // Under queue order not while a job waits for capacity: the room its
   // moves free could be room that job needed, with later jobs placed.
-  auto const waits = [&] {
-    return std::any_of(out.unplaced_jobs.begin(), out.unplaced_jobs.end(),
-                       [](unplaced const& u) { return detail::waits_for_capacity(u.reason); });
-  };
   if (in.pol.stacking && mode == detail::assign_mode::placer && (in.pol.order == queue_order::pack || !waits())) {
     detail::consolidate(in, m, p, out, *backend_, consolidate_budget);
     stage_done("stack");

@@ -137,6 +137,45 @@ TEST(QueueOrder, ALaterJobThatFitsInWhatIsLeftStillStarts) {
   EXPECT_EQ(first_overtaken(in, r), "");
 }
 
+TEST(QueueOrder, WhereTheEarlierJobsGoDecidesWhichLaterOnesFit) {
+  // An A100 node and an H100 node, 8 GPUs each; jobs in submission order:
+  // 2 GPUs, 8 GPUs, 2 and 4 GPUs on the A100 node (a node selector, as the
+  // Slurm bridge sends --constraint=a100), 8 GPUs. Assigned in order by
+  // score, the first job went to the H100 node and the 8-GPU job then only
+  // fit the A100 node: the two A100 jobs waited, in order (nothing later
+  // started), with 6 GPUs left on the H100 node. Slurm's node choice (the
+  // first job on the first node) leaves the A100 node for them; the round
+  // keeps the assignment that starts the earlier jobs: all four.
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  for (std::size_t i = 0; i < 2; ++i) {
+    auto& nd = in.state.nodes[i];
+    nd.gpu_model = i == 0 ? "a100" : "h100";
+    nd.labels.push_back("slurm.feature/" + nd.gpu_model + "=true");
+  }
+  in.pending = {gpu_job("two", 2, 0), gpu_job("eight", 8, 1), gpu_job("a100-two", 2, 2), gpu_job("a100-four", 4, 3),
+                gpu_job("eight-b", 8, 4)};
+  in.pending[2].constraints.node_selector = {"slurm.feature/a100=true"};
+  in.pending[3].constraints.node_selector = {"slurm.feature/a100=true"};
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  expect_round_invariants(in, r);
+  for (std::int32_t j = 0; j < 4; ++j) EXPECT_NE(placement_of(r, j), nullptr) << in.pending[static_cast<std::size_t>(j)].name;
+  EXPECT_EQ(placement_of(r, 4), nullptr);
+  ASSERT_NE(placement_of(r, 1), nullptr);
+  EXPECT_EQ(placement_of(r, 1)->replicas.front().node, 1) << "the 8-GPU job on the H100 node";
+  EXPECT_EQ(first_overtaken(in, r), "");
+  bool linear = false;
+  for (auto const& st : r.timing) linear = linear || st.stage == "linear";
+  EXPECT_TRUE(linear) << "a job waits in a small fifo round: the linear candidate ran";
+
+  // pack is what it was: largest first, no second candidate.
+  in.pol.order = queue_order::pack;
+  auto const packed = s.solve(in);
+  expect_round_invariants(in, packed);
+  for (auto const& st : packed.timing) EXPECT_NE(st.stage, "linear");
+}
+
 TEST(QueueOrder, RandomRoundsOvertakeNoOne) {
   // Random clusters and jobs of every shape (gangs, topology, fractions,
   // models, pools, constraints), 1,500 rounds, plus the 10k scenario.

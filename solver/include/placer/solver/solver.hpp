@@ -103,6 +103,12 @@ class solver {
   /// jobs ahead of it, and `out` and the state become that round's.
   void keep_order(round_input const& in, kernels::score_params const& p, std::function<bool()> const& out_of_time,
                   round_result& out);
+  /// Queue order fifo, a small round where a job waits for capacity: the
+  /// same order assigned again with Slurm's node choice (assigner::linear);
+  /// `out` and the state become that round's when it starts an earlier job
+  /// (detail::earlier_jobs), or the same jobs with more placed.
+  void linear_candidate(round_input const& in, kernels::score_params const& p,
+                        std::function<bool()> const& out_of_time, round_result& out);
   /// The round's state as the score stage left it (the copies solve_one
   /// keeps when the repair search or queue order may re-run the assignment).
   void restore_scored();
