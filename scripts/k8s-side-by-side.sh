@@ -8,13 +8,17 @@
 #
 #   scripts/k8s-side-by-side.sh [--nodes 64,1000] [--repeat 1] [--gangs 4] [--out FILE] [--build build]
 #                               [--only kube-scheduler|placer] [--placer-args "--bind-workers 32 ..."] [--timeout 20m]
+#                               [--kube-scheduler-qps Q]
 #
 # (--only runs one of the two, --placer-args passes flags to placer-k8s-scheduler:
-# for measuring one change of the Placer scheduler without rerunning kube-scheduler.)
+# for measuring one change of the Placer scheduler without rerunning kube-scheduler.
+# --kube-scheduler-qps Q: kube-scheduler's clientConnection qps Q, burst 2Q,
+# through a KubeSchedulerConfiguration; its default is 50 and 100, and each
+# of its bindings is a request, so at the default it binds about 50 pods/s.)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sizes=64 repeat=1 gangs=4 out=/tmp/placer-k8s-side-by-side.jsonl build=$root/build port=18443
-only="kube-scheduler placer" placer_args="" timeout=20m
+only="kube-scheduler placer" placer_args="" timeout=20m ks_qps=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) sizes=$2; shift 2 ;;
@@ -26,6 +30,7 @@ while [ $# -gt 0 ]; do
     --only) only=$2; shift 2 ;;
     --placer-args) placer_args=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
+    --kube-scheduler-qps) ks_qps=$2; shift 2 ;;
     *) echo "k8s-side-by-side.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -52,8 +57,14 @@ for n in ${sizes//,/ }; do
       --models a100,h100,a100,h100 --racks 2 --zones 2
     c=$dir/cluster
     if [ $which = kube-scheduler ]; then
-      "$bin/kube-scheduler" --kubeconfig "$c/kube-scheduler.kubeconfig" --authentication-kubeconfig "$c/kube-scheduler.kubeconfig" \
-        --authorization-kubeconfig "$c/kube-scheduler.kubeconfig" --leader-elect=false --secure-port 0 > "$c/log/kube-scheduler.log" 2>&1 &
+      ks=(--kubeconfig "$c/kube-scheduler.kubeconfig" --leader-elect=false)
+      if [ -n "$ks_qps" ]; then
+        printf 'apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: %s\n  qps: %s\n  burst: %s\nleaderElection:\n  leaderElect: false\n' \
+          "$c/kube-scheduler.kubeconfig" "$ks_qps" "$((ks_qps * 2))" > "$c/kube-scheduler.yaml"
+        ks=(--config "$c/kube-scheduler.yaml")
+      fi
+      "$bin/kube-scheduler" "${ks[@]}" --authentication-kubeconfig "$c/kube-scheduler.kubeconfig" \
+        --authorization-kubeconfig "$c/kube-scheduler.kubeconfig" --secure-port 0 > "$c/log/kube-scheduler.log" 2>&1 &
       pids+=($!); name=default-scheduler
     else
       "$build/placer" serve --endpoint "tcp://127.0.0.1:$((port + 100))" --backend cpu > "$c/log/placer.log" 2>&1 &
