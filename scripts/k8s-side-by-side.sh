@@ -7,9 +7,18 @@
 # four 8-GPU pods. One JSON line per run in --out, and a table.
 #
 #   scripts/k8s-side-by-side.sh [--nodes 64,1000] [--repeat 1] [--gangs 4] [--out FILE] [--build build]
+#                               [--only kube-scheduler|placer] [--placer-args "--bind-workers 32 ..."] [--timeout 20m]
+#                               [--kube-scheduler-qps Q]
+#
+# (--only runs one of the two, --placer-args passes flags to placer-k8s-scheduler:
+# for measuring one change of the Placer scheduler without rerunning kube-scheduler.
+# --kube-scheduler-qps Q: kube-scheduler's clientConnection qps Q, burst 2Q,
+# through a KubeSchedulerConfiguration; its default is 50 and 100, and each
+# of its bindings is a request, so at the default it binds about 50 pods/s.)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sizes=64 repeat=1 gangs=4 out=/tmp/placer-k8s-side-by-side.jsonl build=$root/build port=18443
+only="kube-scheduler placer" placer_args="" timeout=20m ks_qps=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) sizes=$2; shift 2 ;;
@@ -18,6 +27,10 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --build) build=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
+    --only) only=$2; shift 2 ;;
+    --placer-args) placer_args=$2; shift 2 ;;
+    --timeout) timeout=$2; shift 2 ;;
+    --kube-scheduler-qps) ks_qps=$2; shift 2 ;;
     *) echo "k8s-side-by-side.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -33,10 +46,10 @@ cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   bash "$root/scripts/k8s-cluster.sh" down --dir "$dir/cluster" >/dev/null 2>&1 || true
 }
-trap cleanup EXIT
+trap 'cleanup; rm -rf "$dir"' EXIT   # (its etcd data: about 120 MB at 5,000 nodes)
 : > "$out.tmp"
 for n in ${sizes//,/ }; do
-  for which in kube-scheduler placer; do
+  for which in $only; do
     cleanup; pids=()
     rm -rf "$dir/cluster"
     bash "$root/scripts/k8s-cluster.sh" up --dir "$dir/cluster" --port "$port" >/dev/null
@@ -44,20 +57,31 @@ for n in ${sizes//,/ }; do
       --models a100,h100,a100,h100 --racks 2 --zones 2
     c=$dir/cluster
     if [ $which = kube-scheduler ]; then
-      "$bin/kube-scheduler" --kubeconfig "$c/kube-scheduler.kubeconfig" --authentication-kubeconfig "$c/kube-scheduler.kubeconfig" \
-        --authorization-kubeconfig "$c/kube-scheduler.kubeconfig" --leader-elect=false --secure-port 0 > "$c/log/kube-scheduler.log" 2>&1 &
+      ks=(--kubeconfig "$c/kube-scheduler.kubeconfig" --leader-elect=false)
+      if [ -n "$ks_qps" ]; then
+        printf 'apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\nclientConnection:\n  kubeconfig: %s\n  qps: %s\n  burst: %s\nleaderElection:\n  leaderElect: false\n' \
+          "$c/kube-scheduler.kubeconfig" "$ks_qps" "$((ks_qps * 2))" > "$c/kube-scheduler.yaml"
+        ks=(--config "$c/kube-scheduler.yaml")
+      fi
+      "$bin/kube-scheduler" "${ks[@]}" --authentication-kubeconfig "$c/kube-scheduler.kubeconfig" \
+        --authorization-kubeconfig "$c/kube-scheduler.kubeconfig" --secure-port 0 > "$c/log/kube-scheduler.log" 2>&1 &
       pids+=($!); name=default-scheduler
     else
       "$build/placer" serve --endpoint "tcp://127.0.0.1:$((port + 100))" --backend cpu > "$c/log/placer.log" 2>&1 &
       pids+=($!)
       # (the admin's credentials: the RBAC of its own user is the live tests' business)
       "$build/placer-k8s-scheduler" --kubeconfig "$c/admin.kubeconfig" --placer-endpoint "tcp://127.0.0.1:$((port + 100))" \
-        --leader-elect=false > "$c/log/placer-k8s-scheduler.log" 2>&1 &
+        --leader-elect=false --http 127.0.0.1:$((port + 101)) $placer_args > "$c/log/placer-k8s-scheduler.log" 2>&1 &
       pids+=($!); name=placer
     fi
     sleep 2
     "$bench" --kubeconfig "$c/admin.kubeconfig" --scheduler-name "$name" --pods "$root/data/openb-sample/pods.csv" \
-      --repeat "$repeat" --gangs "$gangs" --settle 10s --json "$out.tmp" > /dev/null
+      --repeat "$repeat" --gangs "$gangs" --settle 10s --timeout "$timeout" --json "$out.tmp" > /dev/null
+    # (Placer's scheduler's metrics at the end of its run, for where its time went)
+    if [ $which = placer ]; then
+      curl -s "http://127.0.0.1:$((port + 101))/metrics" > "$out.$n.placer-metrics.txt" || true
+      cp "$c/log/placer-k8s-scheduler.log" "$out.$n.placer-k8s-scheduler.log" || true
+    fi
   done
 done
 mv "$out.tmp" "$out"
