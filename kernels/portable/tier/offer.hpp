@@ -111,6 +111,10 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
   return n;  // not better than the worst held
 }
 
+/// tier_buffers::offer_iterate: the most steps of M = f(M) before a row
+/// keeps the serial offers.
+inline constexpr std::int32_t tier_offer_most_steps = 16;
+
 /// A round's offers by the whole team (Team::team_wide): on the GPU a
 /// row's offers are a chain of heap steps on one thread (about 1 µs each
 /// on an H100). What tier_offer leaves, whatever the order of the bids, is
@@ -139,8 +143,6 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
 /// than copies keeps them all; one whose keys would not fit 62 bits keeps
 /// the serial offers. Marks the rows it did (offer_row round = this round);
 /// ends at a barrier.
-/// offer_iterate: the most steps of M = f(M) before a row keeps the serial offers.
-inline constexpr std::int32_t tier_offer_most_steps = 16;
 template <class Team>
 PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list, std::int64_t const* prices) {
   std::int32_t const n_rows = b.p.n_rows;
