@@ -189,6 +189,12 @@ case "$step" in
     # Issue 16's bound on the GPU: the constrained rounds against the same rounds without and against
     # the rounds with their classes and no constraints (-split), on both backends in one call (never
     # measured on a GPU before).
+    # The grid (issue 36; docs/architecture.md, "The grid"): the default is every CTA the device
+    # holds; one CTA as the rounds before 2026-11-28 ran, and tiers going wide from more cells.
+    fits 20 "one CTA" && PLACER_CUDA_TIER_BLOCKS=1 round_bench blocks-1 '10k|100k|openb' cuda
+    for v in 4096 65536; do
+      fits 20 "grid from $v" && PLACER_CUDA_GRID_CELLS_FROM=$v round_bench "grid-from-$v" '10k|100k|openb' cuda
+    done
     fits 50 "constrained rounds" && round_bench constrained '10k|10k-k8s|10k-split|100k|100k-k8s|100k-split' 'cuda|cpu'
     for v in 8 16 32; do
       fits 20 "offer least $v" && PLACER_CUDA_TEAM_OFFER_LEAST=$v round_bench "offer-least-$v" '10k|100k|openb' cuda

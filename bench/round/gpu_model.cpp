@@ -4,13 +4,13 @@
 //
 //   gpu_model [--scenario 10k,100k,openb] [--threads 512] [--offer-least N]
 //             [--offer-bits N] [--offer-iterate 0|1] [--refresh-below N] [--order fifo|pack] [--reps 7]
-//             [--json FILE]
+//             [--blocks 1] [--grid-cells-from N] [--json FILE]
 //
 // For each scenario: the CPU backend's round (median of --reps after a
 // warm-up) and its tier phases; then two rounds through the GPU model, the
 // second counted: per phase the barriers, the span, its chained steps and
-// the work, and the
-// predicted time. --json writes one object per scenario (bench/gpu_model/
+// the work (on a grid of --blocks CTAs, the busiest CTA's, and the
+// grid's barriers as "grid"), and the predicted time. --json writes one object per scenario (bench/gpu_model/
 // fit.py reads them).
 #include "scenarios.hpp"
 
@@ -42,7 +42,8 @@ std::vector<std::string> split(std::string const& s) {
 int usage(char const* why) {
   std::cerr << "gpu_model: " << why
             << "\nusage: gpu_model [--scenario 10k,100k,openb] [--threads 256|512|1024] [--offer-least N]"
-               " [--offer-bits N] [--offer-iterate 0|1] [--refresh-below N] [--order fifo|pack] [--reps N] [--json FILE]\n";
+               " [--offer-bits N] [--offer-iterate 0|1] [--refresh-below N] [--order fifo|pack] [--reps N]"
+               " [--blocks N] [--grid-cells-from N] [--json FILE]\n";
   return 2;
 }
 
@@ -69,6 +70,10 @@ int main(int argc, char** argv) {
         config.offer_bits = std::stoi(v);
       } else if (a == "--offer-iterate") {
         config.offer_iterate = std::stoi(v) != 0;
+      } else if (a == "--blocks") {
+        config.blocks = std::stoi(v);
+      } else if (a == "--grid-cells-from") {
+        config.grid_cells_from = std::stoll(v);
       } else if (a == "--refresh-below") {
         config.refresh_below = std::stoi(v);
       } else if (a == "--order") {
@@ -87,13 +92,14 @@ int main(int argc, char** argv) {
   }
   if (config.threads < 1 || config.threads > 1024) return usage("--threads is 1 to 1024");
   if (config.offer_bits == 0 || config.offer_bits > 8) return usage("--offer-bits is 1 to 8");
+  if (config.blocks < 1 || config.blocks > 1024) return usage("--blocks is 1 to 1024");
   std::ofstream out;
   if (!json.empty()) {
     out.open(json);
     if (!out) return usage(("cannot write " + json).c_str());
   }
-  std::printf("%-8s %9s %9s | %9s %9s %9s %9s | %8s %10s %9s %11s\n", "scenario", "cpu ms", "cpu tier", "gpu ms",
-              "tier", "fixed", "host", "barriers", "span", "chain", "work");
+  std::printf("%-8s %9s %9s | %9s %9s %9s %9s | %8s %10s %9s %11s %6s\n", "scenario", "cpu ms", "cpu tier", "gpu ms",
+              "tier", "fixed", "host", "barriers", "span", "chain", "work", "grid");
   for (std::string const& name : names) {
     round_input in;
     try {
@@ -106,21 +112,21 @@ int main(int argc, char** argv) {
     cpu_round_time const c = time_cpu_round(in, reps);
     gpu_prediction const g = predict_gpu_round(in, config, c.host_us());
     kernels::gpu_phase_counts const t = g.counts.total();
-    std::printf("%-8s %9.2f %9.2f | %9.2f %9.2f %9.2f %9.2f | %8lld %10lld %9lld %11lld\n", name.c_str(),
+    std::printf("%-8s %9.2f %9.2f | %9.2f %9.2f %9.2f %9.2f | %8lld %10lld %9lld %11lld %6lld\n", name.c_str(),
                 c.round_us / 1e3, c.tier_us / 1e3, g.round_us() / 1e3, g.tier_us / 1e3, g.fixed_us / 1e3,
                 g.host_us / 1e3, static_cast<long long>(t.barriers), static_cast<long long>(t.span),
-                static_cast<long long>(t.chain), static_cast<long long>(t.work));
+                static_cast<long long>(t.chain), static_cast<long long>(t.work), static_cast<long long>(t.grid_syncs));
     for (int p = 0; p < kernels::tier_phase_count; ++p) {
       kernels::gpu_phase_counts const& k = g.counts.phase[p];
       if (k.barriers == 0 && k.span == 0) continue;
-      std::printf("  %-8s %29s %9.3f %29lld %10lld %9lld %11lld\n", kernels::tier_phase_names[p], "",
+      std::printf("  %-8s %29s %9.3f %29lld %10lld %9lld %11lld %6lld\n", kernels::tier_phase_names[p], "",
                   g.phase_us[p] / 1e3, static_cast<long long>(k.barriers), static_cast<long long>(k.span),
-                  static_cast<long long>(k.chain), static_cast<long long>(k.work));
+                  static_cast<long long>(k.chain), static_cast<long long>(k.work), static_cast<long long>(k.grid_syncs));
     }
     if (out) {
       out << "{\"scenario\":\"" << name << "\",\"order\":\"" << (order == queue_order::fifo ? "fifo" : "pack")
           << "\",\"threads\":" << config.threads << ",\"offer_least\":" << config.offer_least
-          << ",\"refresh_below\":" << config.refresh_below
+          << ",\"refresh_below\":" << config.refresh_below << ",\"blocks\":" << config.blocks
           << ",\"cpu_round_us\":" << c.round_us << ",\"cpu_tier_us\":" << c.tier_us << ",\"launches\":"
           << g.counts.launches << ",\"calls\":" << g.calls << ",\"waits\":" << g.waits << ",\"bytes\":" << g.bytes
           << ",\"fixed_us\":" << g.fixed_us << ",\"predicted_round_us\":" << g.round_us()
@@ -128,7 +134,8 @@ int main(int argc, char** argv) {
       for (int p = 0; p < kernels::tier_phase_count; ++p) {
         kernels::gpu_phase_counts const& k = g.counts.phase[p];
         out << (p > 0 ? "," : "") << "\"" << kernels::tier_phase_names[p] << "\":{\"barriers\":" << k.barriers
-            << ",\"span\":" << k.span << ",\"chain\":" << k.chain << ",\"work\":" << k.work << ",\"predicted_us\":" << g.phase_us[p]
+            << ",\"span\":" << k.span << ",\"chain\":" << k.chain << ",\"work\":" << k.work
+            << ",\"grid_syncs\":" << k.grid_syncs << ",\"predicted_us\":" << g.phase_us[p]
             << ",\"cpu_us\":" << c.phase_us[p] << "}";
       }
       out << "}}\n";

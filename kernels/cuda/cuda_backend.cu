@@ -10,6 +10,7 @@
 
 #include "../portable/device_backend.hpp"
 
+#include <cooperative_groups.h>
 #include <cuda_runtime.h>
 #include <thrust/system/cuda/execution_policy.h>
 #include <thrust/system_error.h>
@@ -98,8 +99,37 @@ namespace {
 /// One CTA as the tier program's team (tier_program.hpp); Wide: its
 /// team steps (team_wide), or a thread per row and rank 0's serial steps
 /// as the first GPU run had them (PLACER_CUDA_TEAM_STEPS=0, to compare).
-template <bool Wide>
+/// Grid: a CTA of a cooperative launch (tier_program.hpp, "The grid"):
+/// the leading CTA runs the program, the others join its wide phases.
+template <bool Wide, bool Grid = false>
 struct cuda_team {
+  __host__ __device__ std::int32_t blocks() const {
+#ifdef __CUDA_ARCH__
+    return Grid ? static_cast<std::int32_t>(gridDim.x) : 1;
+#else
+    return 1;
+#endif
+  }
+  __host__ __device__ std::int32_t block() const {
+#ifdef __CUDA_ARCH__
+    return Grid ? static_cast<std::int32_t>(blockIdx.x) : 0;
+#else
+    return 0;
+#endif
+  }
+  template <class F>
+  __host__ __device__ void each_block(F&& f) const {
+    f(block());
+  }
+  __host__ __device__ void grid_sync() const {
+#ifdef __CUDA_ARCH__
+    if constexpr (Grid) {
+      cooperative_groups::this_grid().sync();
+    } else {
+      __syncthreads();
+    }
+#endif
+  }
   __host__ __device__ std::int32_t rank() const {
 #ifdef __CUDA_ARCH__
     return static_cast<std::int32_t>(threadIdx.x);
@@ -190,6 +220,13 @@ template <bool Wide, int Threads = tier_threads>
 __global__ void __launch_bounds__(Threads, 1)
     tier_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out) {
   cuda_team<Wide> team;
+  resident_chain_program(team, c, in, n_in, out);
+}
+
+/// The same chain on a cooperative grid of CTAs (PLACER_CUDA_TIER_BLOCKS).
+__global__ void __launch_bounds__(tier_threads, 1)
+    tier_grid_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out) {
+  cuda_team<true, true> team;
   resident_chain_program(team, c, in, n_in, out);
 }
 
@@ -304,7 +341,22 @@ class cuda_device {
         throw logic_error(error_code::invalid_argument, "PLACER_CUDA_TIER_THREADS must be 256, 512 or 1024");
       }
     }
+    // The tier kernel's grid: every CTA the device holds at once
+    // (cooperative launch), or PLACER_CUDA_TIER_BLOCKS of them; 1 is one
+    // CTA, as the rounds recorded before 2026-11-28 ran.
+    int per_sm = 0;
+    PLACER_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tier_grid_kernel, tier_threads, 0));
+    int const most = prop.cooperativeLaunch != 0 ? per_sm * prop.multiProcessorCount : 1;
+    blocks_ = most;
+    if (char const* blocks = std::getenv("PLACER_CUDA_TIER_BLOCKS")) {
+      blocks_ = std::atoi(blocks);
+      if (blocks_ < 1) throw logic_error(error_code::invalid_argument, "PLACER_CUDA_TIER_BLOCKS must be 1 or more");
+      blocks_ = std::min(blocks_, std::max(most, 1));
+    }
+    if (!wide_ || threads_ != tier_threads) blocks_ = 1;
+    if (char const* from = std::getenv("PLACER_CUDA_GRID_CELLS_FROM")) grid_cells_from_ = std::atoll(from);
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
+                   ", tier grid of " + std::to_string(blocks_) + (blocks_ == 1 ? " CTA" : " CTAs") +
                    ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
                    (threads_ != tier_threads ? ", " + std::to_string(threads_) + " tier threads" : "") +
                    (offer_bits_ != tier_offer_bits ? ", offer digits of " + std::to_string(offer_bits_) + " bits" : "") +
@@ -392,7 +444,12 @@ class cuda_device {
       k.work.refresh_cells_below = refresh_below_;
       k.work.offer_bits = offer_bits_;
       k.work.offer_iterate = offer_iterate_;
-      if (threads_ == 256) {
+      k.work.grid_cells_from = grid_cells_from_;
+      if (blocks_ > 1) {
+        void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out)};
+        PLACER_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<void const*>(&tier_grid_kernel), dim3(blocks_),
+                                                    dim3(tier_threads), args, 0, stream_));
+      } else if (threads_ == 256) {
         tier_kernel<true, 256><<<1, 256, 0, stream_>>>(k, in, n_in, out);
       } else if (threads_ == 1024) {
         tier_kernel<true, 1024><<<1, 1024, 0, stream_>>>(k, in, n_in, out);
@@ -412,6 +469,8 @@ class cuda_device {
   std::int32_t refresh_below_ = tier_refresh_cells_below;  ///< tier_buffers::refresh_cells_below
   std::int32_t offer_bits_ = tier_offer_bits;              ///< tier_buffers::offer_bits
   std::int32_t offer_iterate_ = 0;                         ///< tier_buffers::offer_iterate
+  int blocks_ = 1;                                          ///< the tier kernel's grid (CTAs)
+  std::int64_t grid_cells_from_ = tier_grid_cells_from;    ///< tier_buffers::grid_cells_from
   cudaStream_t stream_ = nullptr;
   temp_allocator temp_;
   std::string description_;

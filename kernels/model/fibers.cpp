@@ -72,7 +72,8 @@ fibers::fibers(int workers, std::size_t stack_bytes)
       sp_(static_cast<std::size_t>(workers)),
       steps_(static_cast<std::size_t>(workers)),
       chain_(static_cast<std::size_t>(workers)),
-      done_(static_cast<std::size_t>(workers)) {
+      done_(static_cast<std::size_t>(workers)),
+      lane_(static_cast<std::size_t>(workers)) {
   if (workers < 1) throw logic_error(error_code::invalid_argument, "a team needs a worker");
 #if !defined(__x86_64__)
   throw logic_error(error_code::unavailable, "the GPU model's fibers switch stacks on x86-64 only");
@@ -102,7 +103,15 @@ void fibers::entry() {
   switch_to(&dead, f->main_sp_);  // never resumed
 }
 
-void fibers::barrier() { switch_to(&sp_[static_cast<std::size_t>(current_)], main_sp_); }
+void fibers::set_lanes(int lanes) {
+  if (lanes < 1) throw logic_error(error_code::invalid_argument, "fibers: a lane at least");
+  lanes_ = lanes;
+}
+
+void fibers::barrier(bool grid) {
+  grid_ = grid;
+  switch_to(&sp_[static_cast<std::size_t>(current_)], main_sp_);
+}
 
 void fibers::run(std::function<void(int)> const& body, interval_fn const& interval) {
   auto const page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
@@ -111,8 +120,11 @@ void fibers::run(std::function<void(int)> const& body, interval_fn const& interv
     sp_[static_cast<std::size_t>(i)] = prepare(top, &fibers::entry);
   }
   std::fill(done_.begin(), done_.end(), 0);
-  std::fill(steps_.begin(), steps_.end(), 0);
-  std::fill(chain_.begin(), chain_.end(), 0);
+  std::fill(lane_.begin(), lane_.end(), 0);
+  std::size_t const slots = static_cast<std::size_t>(workers_) * static_cast<std::size_t>(lanes_);
+  steps_.assign(slots, 0);
+  chain_.assign(slots, 0);
+  std::vector<counts> lanes(static_cast<std::size_t>(lanes_));
   body_ = &body;
   fibers* const outer = running;
   running = this;
@@ -126,15 +138,19 @@ void fibers::run(std::function<void(int)> const& body, interval_fn const& interv
       }
       finished += done_[w];
     }
-    counts c;
-    for (std::size_t w = 0; w < steps_.size(); ++w) {
-      c.span = std::max(c.span, steps_[w]);
-      c.chain = std::max(c.chain, chain_[w]);
-      c.work += steps_[w] + chain_[w];
-      steps_[w] = chain_[w] = 0;
+    for (std::size_t l = 0; l < lanes.size(); ++l) {
+      counts& c = lanes[l];
+      c = {};
+      for (std::size_t w = l * static_cast<std::size_t>(workers_); w < (l + 1) * static_cast<std::size_t>(workers_); ++w) {
+        c.span = std::max(c.span, steps_[w]);
+        c.chain = std::max(c.chain, chain_[w]);
+        c.work += steps_[w] + chain_[w];
+        steps_[w] = chain_[w] = 0;
+      }
     }
+    end const how{finished < workers_, grid_, lane_[static_cast<std::size_t>(workers_ - 1)]};
     if (finished == workers_) {
-      interval(c, false);
+      interval(lanes, how);
       break;
     }
     if (finished > 0) {
@@ -144,7 +160,7 @@ void fibers::run(std::function<void(int)> const& body, interval_fn const& interv
                                                   std::to_string(workers_) +
                                                   " workers returned while the others wait at a barrier");
     }
-    interval(c, true);
+    interval(lanes, how);
   }
   running = outer;
   body_ = nullptr;

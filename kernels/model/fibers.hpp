@@ -20,9 +20,18 @@ class fibers {
   struct counts {
     std::int64_t span = 0, chain = 0, work = 0;
   };
-  /// Called at every barrier with the interval it closes, and once more,
-  /// with at_barrier false, when the workers have finished.
-  using interval_fn = std::function<void(counts const&, bool at_barrier)>;
+  /// How an interval ended: at a barrier or not (the workers finished), at
+  /// a grid's barrier or a CTA's, and in which lane the workers were then.
+  struct end {
+    bool at_barrier = false;
+    bool grid = false;
+    int lane = 0;
+  };
+  /// Called at every barrier with the interval it closes, a counts per
+  /// lane (set_lanes: the blocks of a grid that the workers, one CTA, act
+  /// for in turn; a worker's steps go to its current lane), and once more
+  /// when the workers have finished.
+  using interval_fn = std::function<void(std::vector<counts> const& lanes, end const& how)>;
 
   explicit fibers(int workers, std::size_t stack_bytes = std::size_t{256} << 10);
   ~fibers();
@@ -35,22 +44,35 @@ class fibers {
   /// meet at the same barriers would deadlock on a GPU).
   void run(std::function<void(int)> const& body, interval_fn const& interval);
 
+  /// Lanes the steps are counted in (1 by default); before run().
+  void set_lanes(int lanes);
+  [[nodiscard]] int lanes() const { return lanes_; }
+
   // From inside a worker:
-  void barrier();
-  void work(std::int64_t steps) { steps_[static_cast<std::size_t>(current_)] += steps; }
-  void chain(std::int64_t steps) { chain_[static_cast<std::size_t>(current_)] += steps; }
+  void barrier(bool grid = false);
+  void work(std::int64_t steps) { steps_[slot()] += steps; }
+  void chain(std::int64_t steps) { chain_[slot()] += steps; }
+  /// The lane this worker's next steps count in.
+  void lane(int l) { lane_[static_cast<std::size_t>(current_)] = l; }
   [[nodiscard]] int rank() const { return current_; }
   [[nodiscard]] int size() const { return workers_; }
 
  private:
   static void entry();
+  [[nodiscard]] std::size_t slot() const {
+    auto const w = static_cast<std::size_t>(current_);
+    return static_cast<std::size_t>(lane_[w]) * static_cast<std::size_t>(workers_) + w;
+  }
   int workers_;
+  int lanes_ = 1;
+  bool grid_ = false;  ///< the last barrier was a grid's
   std::size_t stack_bytes_;
   unsigned char* stacks_ = nullptr;
   std::size_t mapped_ = 0;
   std::vector<void*> sp_;
   std::vector<std::int64_t> steps_, chain_;
   std::vector<unsigned char> done_;
+  std::vector<int> lane_;  ///< a worker's lane
   void* main_sp_ = nullptr;
   int current_ = 0;
   std::function<void(int)> const* body_ = nullptr;

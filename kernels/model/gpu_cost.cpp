@@ -11,13 +11,19 @@ gpu_phase_counts gpu_counts::total() const {
     t.span += p.span;
     t.chain += p.chain;
     t.work += p.work;
+    t.grid_syncs += p.grid_syncs;
   }
   return t;
 }
 
 gpu_cost const& fitted_gpu_cost() {
 #include "gpu_cost_fit.inc"
-  return fitted;
+  static gpu_cost const with_grid = [] {
+    gpu_cost c = fitted;
+    c.grid_sync_us = gpu_grid_sync_us_assumed;
+    return c;
+  }();
+  return with_grid;
 }
 
 double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_phase) {
@@ -25,7 +31,8 @@ double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_ph
   for (int p = 0; p < tier_phase_count; ++p) {
     gpu_phase_counts const& k = c.phase[p];
     double const us = cost.barrier_us * static_cast<double>(k.barriers) + cost.step_us[p] * static_cast<double>(k.span) +
-                      cost.chain_us * static_cast<double>(k.chain) + cost.work_us * static_cast<double>(k.work);
+                      cost.chain_us * static_cast<double>(k.chain) + cost.work_us * static_cast<double>(k.work) +
+                      cost.grid_sync_us * static_cast<double>(k.grid_syncs);
     if (per_phase != nullptr) per_phase[p] = us;
     sum += us;
   }

@@ -10,8 +10,10 @@
 
 #include <placer/kernels/gpu_model.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
@@ -25,6 +27,20 @@ struct model_team {
   [[nodiscard]] std::int32_t size() const { return f->size(); }
   [[nodiscard]] static constexpr std::int32_t solo_below() { return 0; }
   void sync() const { f->barrier(); }
+  /// A grid of fibers' lanes: the CTA acts for each block in turn, its
+  /// steps counted in the block's lane (fibers::lane); a grid's barrier is
+  /// a barrier of the CTA, counted as the grid's.
+  [[nodiscard]] std::int32_t blocks() const { return f->lanes(); }
+  [[nodiscard]] static constexpr std::int32_t block() { return 0; }
+  template <class F>
+  void each_block(F&& fn) const {
+    for (std::int32_t l = 0; l < f->lanes(); ++l) {
+      f->lane(l);
+      fn(l);
+    }
+    f->lane(0);
+  }
+  void grid_sync() const { f->barrier(true); }
   void work(std::int64_t steps) const { f->work(steps); }
   void chain(std::int64_t steps) const { f->chain(steps); }
   template <class T>
@@ -43,29 +59,58 @@ struct model_team {
 
 /// Books the barrier intervals the fibers close to the phase of rank 0's
 /// next lap; what comes before a tier's clock starts (the records'
-/// unpacking) or after its last lap is no phase's.
+/// unpacking) or after its last lap is no phase's. On a grid (lanes > 1)
+/// each lane's counts add up until a grid's barrier or a lap, which takes
+/// the most of any lane (the busiest CTA; an upper bound where different
+/// CTAs are busiest on different counts).
 class model_counter final : public tier_clock_observer {
  public:
   explicit model_counter(gpu_counts& out) : out_(out) {}
-  void interval(model::fibers::counts const& c, bool at_barrier) {
-    pending_.barriers += at_barrier ? 1 : 0;
-    pending_.span += c.span;
-    pending_.chain += c.chain;
-    pending_.work += c.work;
+  void interval(std::vector<model::fibers::counts> const& lanes, model::fibers::end const& how) {
+    lane_.resize(lanes.size());
+    for (std::size_t l = 0; l < lanes.size(); ++l) {
+      lane_[l].span += lanes[l].span;
+      lane_[l].chain += lanes[l].chain;
+      lane_[l].work += lanes[l].work;
+    }
+    bool const grid = how.grid && lanes.size() > 1;
+    if (how.at_barrier && !grid) lane_[static_cast<std::size_t>(how.lane)].barriers += 1;
+    if (grid || lanes.size() == 1) fold();
+    if (how.at_barrier && grid) pending_.grid_syncs += 1;
   }
-  void start() override { pending_ = {}; }
+  void start() override {
+    pending_ = {};
+    lane_.assign(lane_.size(), {});
+  }
   void lap(tier_phase p) override {
+    fold();
     gpu_phase_counts& c = out_.phase[p];
     c.barriers += pending_.barriers;
     c.span += pending_.span;
     c.chain += pending_.chain;
     c.work += pending_.work;
+    c.grid_syncs += pending_.grid_syncs;
     pending_ = {};
   }
 
  private:
+  void fold() {
+    gpu_phase_counts most;
+    for (gpu_phase_counts& l : lane_) {
+      most.barriers = std::max(most.barriers, l.barriers);
+      most.span = std::max(most.span, l.span);
+      most.chain = std::max(most.chain, l.chain);
+      most.work = std::max(most.work, l.work);
+      l = {};
+    }
+    pending_.barriers += most.barriers;
+    pending_.span += most.span;
+    pending_.chain += most.chain;
+    pending_.work += most.work;
+  }
   gpu_counts& out_;
   gpu_phase_counts pending_;
+  std::vector<gpu_phase_counts> lane_;
 };
 
 /// One launch of resident_chain_program on config.threads fibers, counted
@@ -77,7 +122,9 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   if (config.refresh_below >= 0) c.work.refresh_cells_below = config.refresh_below;
   if (config.offer_bits >= 0) c.work.offer_bits = config.offer_bits;
   c.work.offer_iterate = config.offer_iterate ? 1 : 0;
+  if (config.grid_cells_from >= 0) c.work.grid_cells_from = config.grid_cells_from;
   model::fibers f(config.threads);
+  f.set_lanes(config.blocks);
   model_counter counter(out);
   tier_clock_observer* const outer = tier_clock_observed();
   tier_clock_observed() = &counter;
@@ -86,7 +133,7 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
       model_team t{&f};
       resident_chain_program(t, c, in, n_in, records_out);
     },
-          [&](model::fibers::counts const& k, bool at_barrier) { counter.interval(k, at_barrier); });
+          [&](std::vector<model::fibers::counts> const& k, model::fibers::end const& how) { counter.interval(k, how); });
   } catch (...) {
     tier_clock_observed() = outer;
     throw;

@@ -167,16 +167,21 @@ PLACER_HD void resident_chain_program(Team& t, tier_chain const& c, node_records
                                       node_records const& out) {
   tier_problem const& first = c.tiers[0];
   node_state_view const s = state_of(first);
-  for (std::int32_t i = t.rank(); i < n_in; i += t.size()) unpack_record(s, in, i);
-  t.sync();
+  bool const grid = t.blocks() > 1;  // the records unpacked and packed by every CTA
+  tier_shares(t, grid, n_in, [&](tier_share sh) {
+    for (std::int32_t i = sh.first; i < sh.end; i += sh.stride) unpack_record(s, in, i);
+  });
+  if (!grid) t.sync();  // on a grid, the chain's barrier before its first tier
   tier_chain_program(t, c);  // ends at a barrier: placements, scores and labels are final
   if (out.capacity == 0) return;
+  if (grid) t.grid_sync();  // the leading CTA's last tier, seen by all
   std::int32_t const copies = c.out_at[c.n_tiers];
   std::int32_t placed = 0;
   for (std::int32_t k = 0; k < c.n_tiers; ++k) placed += c.ctl[k].placed;
   bool const all = chain_sends_all(first, copies);
   std::int32_t const count = chain_records_count(first, copies, placed);
-  for (std::int32_t i = t.rank(); i < count; i += t.size()) {
+  tier_shares(t, grid, count, [&](tier_share sh) {
+  for (std::int32_t i = sh.first; i < sh.end; i += sh.stride) {
     std::int32_t n = i;
     if (!all && i < first.n_changed) {
       n = first.changed[i];
@@ -188,6 +193,7 @@ PLACER_HD void resident_chain_program(Team& t, tier_chain const& c, node_records
     }
     pack_record(s, out, i, n);
   }
+  });
 }
 
 }  // inline namespace PLACER_BACKEND_NS

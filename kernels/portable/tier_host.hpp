@@ -34,6 +34,14 @@ struct omp_team {
   static void sync() {
 #pragma omp barrier
   }
+  /// One block (tier_program.hpp, "The grid").
+  [[nodiscard]] static constexpr std::int32_t blocks() { return 1; }
+  [[nodiscard]] static constexpr std::int32_t block() { return 0; }
+  template <class F>
+  static void each_block(F&& f) {
+    f(0);
+  }
+  static void grid_sync() { sync(); }
   static constexpr void work(std::int64_t) {}
   static constexpr void chain(std::int64_t) {}
   template <class T>

@@ -8,7 +8,8 @@
 //
 //   seq_team (below)          g++: one worker, barriers are no-ops (the CPU backend's default)
 //   omp_team (tier_host.hpp)  g++: the threads of an OpenMP region (PLACER_TIER_THREADS)
-//   cuda_team (cuda_backend)  one CTA, __syncthreads(), atomicAdd: one launch per tier
+//   cuda_team (cuda_backend)  one CTA, __syncthreads(), atomicAdd: one launch per chain;
+//                             or a cooperative grid of them (below, "The grid")
 //   model_team (kernels/model) g++: a CTA's threads as fibers, counted (the GPU model)
 //
 // A Team provides rank(), size(), sync(), work(steps) and chain(steps) (what
@@ -24,6 +25,20 @@
 // in which the team's workers do things: a row keeps the best bids of
 // everything it was offered (a strict order: bid, then the lower node), and
 // the placements are sorted by (iteration, node) on the host.
+//
+// The grid. A Team is also a CTA of a grid of blocks() CTAs (one, except
+// the CUDA backend's cooperative launch, PLACER_CUDA_TIER_BLOCKS, and the
+// GPU model's lanes): block() is its index, each_block(f) runs f(b) for
+// every block b it acts for (its own on a GPU; every lane in turn in the
+// GPU model, which counts each lane's steps as that CTA's), grid_sync() is
+// the grid's barrier. The leading CTA (block 0) runs the program; the
+// others join its wide phases, where a tier has the width
+// (tier_grid_cells_from): the refresh (tier_shares: an equal run of the
+// cells or columns a CTA), the floors (tier_floors_grid: a row a CTA, its
+// radix passes at the CTA's barriers) and the first bidders, with the
+// grid's barriers around them, and the records unpacked and packed. The
+// bidding rounds, the commit and the re-scoring stay on the leading CTA.
+// A team of one block runs the program as before, barrier for barrier.
 //
 // The phases, each in tier/: buffers.hpp (state, clock, layout), floor.hpp,
 // bid.hpp, offer.hpp, jump.hpp (with radix.hpp), refresh.hpp and commit.hpp;
@@ -107,6 +122,31 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   clk.lap(tier_phase_offer);
 }
 
+/// A worker's share of a flat loop over items [0, n): first, first +
+/// stride, ... below end. On a grid's wide phase (tier_shares) each CTA
+/// takes an equal run of the items and its workers stride through it (the
+/// CTAs all busy, a warp's loads adjacent).
+struct tier_share {
+  std::int32_t first;
+  std::int32_t stride;
+  std::int32_t end;
+};
+/// Runs f(share) for this worker over n items: over the grid when `wide`
+/// (for each block it acts for, each_block), else over its CTA.
+template <class Team, class F>
+PLACER_HD void tier_shares(Team& t, bool wide, std::int32_t n, F&& f) {
+  if (wide) {
+    std::int64_t const blocks = t.blocks();
+    t.each_block([&](std::int32_t block) {
+      auto const lo = static_cast<std::int32_t>(n * block / blocks);
+      auto const hi = static_cast<std::int32_t>(n * (block + 1) / blocks);
+      f(tier_share{lo + t.rank(), t.size(), hi});
+    });
+  } else {
+    f(tier_share{t.rank(), t.size(), n});
+  }
+}
+
 template <class Team>
 PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   auto const& p = b.p;
@@ -115,17 +155,24 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   tier_control* const ctl = b.ctl;
   std::int32_t const me = t.rank();
   std::int32_t const team = t.size();
-  tier_clock clk(ctl, me == 0);
-  for (std::int32_t r = me; r < n_rows; r += team) {
-    b.remaining[r] = p.demand[r];
-    b.offer_row[tier_offer_fields * r + tier_offer_round] = -1;  // fresh in no round yet
-    t.work(1);
-  }
-  for (std::int32_t n = me; n < n_nodes; n += team) {
-    b.won_row[n] = -1;
-    b.bid_round[n] = -1;
-    b.bid_pass[n] = -1;
-    t.work(1);
+  // On a grid, the leading CTA runs the program and the others join its
+  // wide phases only (see "The grid" above); the chain has met the grid
+  // at a barrier before this tier.
+  bool const grid = t.blocks() > 1;
+  bool const leads = t.block() == 0;
+  tier_clock clk(ctl, leads && me == 0);
+  if (leads) {
+    for (std::int32_t r = me; r < n_rows; r += team) {
+      b.remaining[r] = p.demand[r];
+      b.offer_row[tier_offer_fields * r + tier_offer_round] = -1;  // fresh in no round yet
+      t.work(1);
+    }
+    for (std::int32_t n = me; n < n_nodes; n += team) {
+      b.won_row[n] = -1;
+      b.bid_round[n] = -1;
+      b.bid_pass[n] = -1;
+      t.work(1);
+    }
   }
   // --- the live classes' stale cells, before anything reads them: a node
   // changed since is re-scored once, however often it changed.
@@ -135,34 +182,56 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   }
   std::int32_t const candidates = p.changed != nullptr ? p.n_changed : n_nodes;
   auto const candidate = [&](std::int32_t i) { return p.changed != nullptr ? p.changed[i] : i; };
-  if (t.team_wide && candidates <= b.refresh_cells_below) {
+  std::int32_t const n_classes = p.classes.n_classes;
+  bool const wide_refresh = grid && static_cast<std::int64_t>(candidates) * n_classes >= b.grid_cells_from;
+  if (leads || wide_refresh) {
     // Few nodes (most tiers after a chain's first: 51 a tier at 10k): a
     // worker per cell, not per column, so the CTA's idle workers share the
     // columns (a cell recomputes what a column shares, its node's F before
     // and a shape's F after). The device twin takes the same path.
-    std::int32_t const n_classes = p.classes.n_classes;
+    // On a grid, a cell a worker while the columns are fewer than the
+    // grid's workers.
+    bool const by_cell = t.team_wide && (candidates <= b.refresh_cells_below ||
+                                         (wide_refresh && candidates < t.blocks() * team));
     for (std::int32_t pass = 0; pass < 2; ++pass) {
-      for (std::int32_t i = me; i < candidates * n_classes; i += team) {
-        t.work(tier_refresh_cell(b, candidate(i / n_classes), i % n_classes, pass, oldest));
+      tier_shares(t, wide_refresh, by_cell ? candidates * n_classes : candidates, [&](tier_share s) {
+        for (std::int32_t i = s.first; i < s.end; i += s.stride) {
+          t.work(by_cell ? tier_refresh_cell(b, candidate(i / n_classes), i % n_classes, pass, oldest)
+                         : tier_refresh(b, candidate(i), pass, oldest));
+        }
+      });
+      if (wide_refresh) {
+        t.grid_sync();
+      } else {
+        t.sync();
       }
-      t.sync();
-    }
-  } else {
-    for (std::int32_t pass = 0; pass < 2; ++pass) {
-      for (std::int32_t i = me; i < candidates; i += team) t.work(tier_refresh(b, candidate(i), pass, oldest));
-      t.sync();
     }
   }
-  if (me == 0) {
+  if (leads && me == 0) {
     for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
       if (p.live_class == nullptr || p.live_class[c] != 0) p.fresh[c] = p.now + 1;
     }
     t.work(p.classes.n_classes);
   }
   clk.lap(tier_phase_refresh);  // read after the next barrier
+  // Floors and first bidders over the grid: every CTA iterates with the
+  // leading one, meeting it at the grid's barriers; else the leading CTA
+  // iterates alone.
+  bool const wide = grid && static_cast<std::int64_t>(n_rows) * n_nodes >= b.grid_cells_from;
+  if (!leads && !wide) {
+    clk.stop();
+    return;
+  }
+  auto const meet = [&] {  // the iteration's barrier: the grid's when it iterates wide
+    if (wide) {
+      t.grid_sync();
+    } else {
+      t.sync();
+    }
+  };
   while (true) {
     // --- a new iteration: floors from the current scores.
-    if (me == 0) {
+    if (leads && me == 0) {
       std::int32_t copies = 0;
       for (std::int32_t r = 0; r < n_rows; ++r) {
         b.quota[r] = p.row_cap != nullptr ? min_of(b.remaining[r], p.row_cap[r]) : b.remaining[r];
@@ -172,8 +241,11 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
       ctl->iterations += 1;
       t.work(n_rows);
     }
-    t.sync();
-    if (t.team_wide) {
+    meet();
+    if (wide) {
+      tier_floors_grid(t, b, ctl->placed_before);
+      t.grid_sync();
+    } else if (t.team_wide) {
       tier_floors_radix(t, b, ctl->placed_before);
     } else {
       for (std::int32_t r = me; r < n_rows; r += team) {
@@ -185,130 +257,140 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     bool again = false;
     do {
       // --- rows empty; every node that has a row to bid for bids.
-      for (std::int32_t r = me; r < n_rows; r += team) {
-        b.held[r] = 0;
-        b.bid_count[r] = 0;
-        tier_prices(b, 0)[r] = tier_price(b, r);  // round 0 reads half 0
-        t.work(1);
+      if (leads) {
+        for (std::int32_t r = me; r < n_rows; r += team) {
+          b.held[r] = 0;
+          b.bid_count[r] = 0;
+          tier_prices(b, 0)[r] = tier_price(b, r);  // round 0 reads half 0
+          t.work(1);
+        }
+        if (me == 0) {
+          ctl->todo_count[0] = 0;
+          ctl->touched = 0;
+          ctl->passes += 1;  // read after the barriers below
+        }
       }
-      if (me == 0) {
-        ctl->todo_count[0] = 0;
-        ctl->touched = 0;
-      }
-      t.sync();
-      tier_first_bidders(t, b);
+      meet();
+      tier_shares(t, wide, n_nodes, [&](tier_share s) { tier_first_bidders(t, b, s); });
+      meet();
       clk.lap(tier_phase_floor);
-      // The next round after which tier_jump is tried; the wait doubles
-      // after a try that raised nothing (every worker keeps the same).
-      std::int32_t jump_at = rounds + tier_jump_after;  // rounds: the iteration's, over its passes
-      std::int32_t jump_wait = 1;
-      // --- bidding rounds until no node bids (or the cap: max_rounds an
-      // iteration; the assignment held then is feasible).
-      for (std::int32_t list = 0;; list = 1 - list) {
-        std::int32_t const bidders = ctl->todo_count[list];
-        if (bidders < t.solo_below()) {
-          if (me == 0) {
-            seq_team one;
-            tier_round(one, b, list, clk);
-          }
-          t.sync();
-        } else {
-          tier_round(t, b, list, clk);
-        }
-        ++rounds;
-        std::int32_t const next = ctl->todo_count[1 - list];
-        if (next == 0 || rounds >= p.max_rounds) {
-          if (me == 0 && next != 0) ctl->round_cap_hit = 1;
-          break;
-        }
-        if (rounds >= jump_at && next >= bidders) {
-          if (t.team_wide) {
-            tier_jump_team(t, b, 1 - list);
-          } else {
-            if (me == 0) ctl->jump_raised = tier_jump(b, 1 - list) ? 1 : 0;
+      if (leads) {
+        // The next round after which tier_jump is tried; the wait doubles
+        // after a try that raised nothing (every worker keeps the same).
+        std::int32_t jump_at = rounds + tier_jump_after;  // rounds: the iteration's, over its passes
+        std::int32_t jump_wait = 1;
+        // --- bidding rounds until no node bids (or the cap: max_rounds an
+        // iteration; the assignment held then is feasible).
+        for (std::int32_t list = 0;; list = 1 - list) {
+          std::int32_t const bidders = ctl->todo_count[list];
+          if (bidders < t.solo_below()) {
+            if (me == 0) {
+              seq_team one;
+              tier_round(one, b, list, clk);
+            }
             t.sync();
+          } else {
+            tier_round(t, b, list, clk);
           }
-          clk.lap(tier_phase_jump);
-          jump_wait = ctl->jump_raised != 0 ? 1 : min_of(2 * jump_wait, tier_jump_most_wait);
-          jump_at = rounds + jump_wait;
+          ++rounds;
+          std::int32_t const next = ctl->todo_count[1 - list];
+          if (next == 0 || rounds >= p.max_rounds) {
+            if (me == 0 && next != 0) ctl->round_cap_hit = 1;
+            break;
+          }
+          if (rounds >= jump_at && next >= bidders) {
+            if (t.team_wide) {
+              tier_jump_team(t, b, 1 - list);
+            } else {
+              if (me == 0) ctl->jump_raised = tier_jump(b, 1 - list) ? 1 : 0;
+              t.sync();
+            }
+            clk.lap(tier_phase_jump);
+            jump_wait = ctl->jump_raised != 0 ? 1 : min_of(2 * jump_wait, tier_jump_most_wait);
+            jump_at = rounds + jump_wait;
+          }
+        }
+        // --- a row left unfilled above a zero floor breaks the complementary
+        // slackness the optimum needs (an unheld copy must cost nothing): its
+        // floor goes to 0 and the iteration bids again (at most once per row).
+        if (me == 0) {
+          ctl->again = 0;
+          for (std::int32_t r = 0; r < n_rows; ++r) {
+            if (b.held[r] < b.quota[r] && b.floor[r] > 0) {
+              b.floor[r] = 0;
+              ctl->again = 1;
+            }
+          }
+          t.work(n_rows);
         }
       }
-      // --- a row left unfilled above a zero floor breaks the complementary
-      // slackness the optimum needs (an unheld copy must cost nothing): its
-      // floor goes to 0 and the iteration bids again (at most once per row).
-      if (me == 0) {
-        ctl->again = 0;
-        for (std::int32_t r = 0; r < n_rows; ++r) {
-          if (b.held[r] < b.quota[r] && b.floor[r] > 0) {
-            b.floor[r] = 0;
-            ctl->again = 1;
-          }
-        }
-        t.work(n_rows);
-      }
-      t.sync();
+      meet();
       again = ctl->again != 0;
-      t.sync();  // everyone has read it before rank 0 moves the control again
+      // Everyone has read it before rank 0 moves the control again (on a
+      // grid, the barriers at the next pass's start come first).
+      if (!wide) t.sync();
       clk.lap(tier_phase_again);
     } while (again);
-    // --- commit every held copy (each on its own node) and re-score. The
-    // winners listed a row per worker, or on a team_wide team by all
-    // workers row after row.
-    for (std::int32_t r = t.team_wide ? 0 : me; r < n_rows; r += t.team_wide ? 1 : team) {
-      std::int32_t const* hn = b.heap_node + b.heap_begin[r];
-      for (std::int32_t i = t.team_wide ? me : 0; i < b.held[r]; i += t.team_wide ? team : 1) {
-        b.won[t.fetch_add(&ctl->touched, 1)] = hn[i];
-        b.won_row[hn[i]] = r;
-        t.work(1);
+    if (leads) {
+      // --- commit every held copy (each on its own node) and re-score. The
+      // winners listed a row per worker, or on a team_wide team by all
+      // workers row after row.
+      for (std::int32_t r = t.team_wide ? 0 : me; r < n_rows; r += t.team_wide ? 1 : team) {
+        std::int32_t const* hn = b.heap_node + b.heap_begin[r];
+        for (std::int32_t i = t.team_wide ? me : 0; i < b.held[r]; i += t.team_wide ? team : 1) {
+          b.won[t.fetch_add(&ctl->touched, 1)] = hn[i];
+          b.won_row[hn[i]] = r;
+          t.work(1);
+        }
       }
-    }
-    t.sync();
-    std::int32_t const touched = ctl->touched;
-    std::int32_t const base = ctl->placed;
-    std::int32_t const iteration = ctl->iterations - 1;
-    for (std::int32_t i = me; i < touched; i += team) {
-      std::int32_t const n = b.won[i];
-      std::int32_t const r = b.won_row[n];
-      tier_placement& o = b.out[base + i];
-      o.node = n;
-      o.row = r;
-      o.iteration = iteration;
-      o.gpus = tier_commit(b, p.row_class[r], n);
-      p.stamp[n] = p.now + 1;
-      b.won_row[n] = -1;
-      t.work(p.nodes.gpu_begin[n + 1] - p.nodes.gpu_begin[n] + 4);  // the node's GPUs, then its record
-    }
-    // Re-scoring the open rows' cells: with state labels, one column per
-    // (label, row) group and copies (the first bidding wave puts whole
-    // groups of twins on one row).
-    bool const grouped = p.state != nullptr;
-    if (grouped && t.team_wide) {
-      tier_group_team(t, b);
-    } else if (grouped) {
-      for (std::int32_t r = me; r < n_rows; r += team) t.work(tier_group(b, r));
-    }
-    t.sync();
-    clk.lap(tier_phase_commit);
-    for (std::int32_t i = me; i < touched; i += team) {
-      t.work(!grouped || b.bid_row[b.won[i]] == b.won[i] ? tier_rescore(b, b.won[i]) : 1);
-    }
-    t.sync();
-    if (grouped) {
-      for (std::int32_t i = me; i < touched; i += team) t.work(tier_follow(b, b.won[i]));
       t.sync();
-    }
-    clk.lap(tier_phase_rescore);
-    if (me == 0) {
-      std::int32_t left = 0;
-      for (std::int32_t r = 0; r < n_rows; ++r) {
-        b.remaining[r] -= b.held[r];
-        left += b.remaining[r];
+      std::int32_t const touched = ctl->touched;
+      std::int32_t const base = ctl->placed;
+      std::int32_t const iteration = ctl->iterations - 1;
+      for (std::int32_t i = me; i < touched; i += team) {
+        std::int32_t const n = b.won[i];
+        std::int32_t const r = b.won_row[n];
+        tier_placement& o = b.out[base + i];
+        o.node = n;
+        o.row = r;
+        o.iteration = iteration;
+        o.gpus = tier_commit(b, p.row_class[r], n);
+        p.stamp[n] = p.now + 1;
+        b.won_row[n] = -1;
+        t.work(p.nodes.gpu_begin[n + 1] - p.nodes.gpu_begin[n] + 4);  // the node's GPUs, then its record
       }
-      t.work(n_rows);
-      ctl->placed += touched;
-      ctl->done = touched == 0 || left == 0 || ctl->iterations >= p.max_iterations ? 1 : 0;
+      // Re-scoring the open rows' cells: with state labels, one column per
+      // (label, row) group and copies (the first bidding wave puts whole
+      // groups of twins on one row).
+      bool const grouped = p.state != nullptr;
+      if (grouped && t.team_wide) {
+        tier_group_team(t, b);
+      } else if (grouped) {
+        for (std::int32_t r = me; r < n_rows; r += team) t.work(tier_group(b, r));
+      }
+      t.sync();
+      clk.lap(tier_phase_commit);
+      for (std::int32_t i = me; i < touched; i += team) {
+        t.work(!grouped || b.bid_row[b.won[i]] == b.won[i] ? tier_rescore(b, b.won[i]) : 1);
+      }
+      t.sync();
+      if (grouped) {
+        for (std::int32_t i = me; i < touched; i += team) t.work(tier_follow(b, b.won[i]));
+        t.sync();
+      }
+      clk.lap(tier_phase_rescore);
+      if (me == 0) {
+        std::int32_t left = 0;
+        for (std::int32_t r = 0; r < n_rows; ++r) {
+          b.remaining[r] -= b.held[r];
+          left += b.remaining[r];
+        }
+        t.work(n_rows);
+        ctl->placed += touched;
+        ctl->done = touched == 0 || left == 0 || ctl->iterations >= p.max_iterations ? 1 : 0;
+      }
     }
-    t.sync();
+    meet();
     clk.lap(tier_phase_close);
     if (ctl->done != 0) break;
   }
@@ -320,7 +402,8 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
 /// committed, listed once each by rank 0 (at most the tier's copies).
 template <class Team>
 PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
-  if (c.n_tiers > 1) {
+  bool const leads = t.block() == 0;
+  if (c.n_tiers > 1 && leads) {
     for (std::int32_t n = t.rank(); n < c.tiers[0].nodes.n_nodes; n += t.size()) {
       c.listed[n] = -1;
       t.work(1);
@@ -332,27 +415,21 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
     b.heap_begin = c.heap_begin + c.heap_at[k];
     b.ctl = c.ctl + k;
     b.out = c.out + c.out_at[k];
-    if (k > 0 && t.team_wide) {
-      // Every worker lists its share: a node's first claim (fetch_max of
-      // its listed tier) adds it. The candidates' order is free: each
-      // re-scores its own column.
+    if (k > 0 && leads) {
       tier_clock clk(b.ctl, t.rank() == 0);
-      if (t.rank() == 0) *c.n_candidates = 0;
-      t.sync();
-      tier_placement const* prev = c.out + c.out_at[k - 1];
-      for (std::int32_t i = t.rank(); i < c.ctl[k - 1].placed; i += t.size()) {
-        std::int32_t const n = prev[i].node;
-        if (t.fetch_max(c.listed + n, k) < k) c.candidates[t.fetch_add(c.n_candidates, 1)] = n;
-        t.work(1);
-      }
-      t.sync();
-      clk.lap(tier_phase_list);
-      clk.stop();
-      b.p.changed = c.candidates;
-      b.p.n_changed = *c.n_candidates;
-    } else if (k > 0) {
-      tier_clock clk(b.ctl, t.rank() == 0);
-      if (t.rank() == 0) {
+      if (t.team_wide) {
+        // Every worker lists its share: a node's first claim (fetch_max of
+        // its listed tier) adds it. The candidates' order is free: each
+        // re-scores its own column.
+        if (t.rank() == 0) *c.n_candidates = 0;
+        t.sync();
+        tier_placement const* prev = c.out + c.out_at[k - 1];
+        for (std::int32_t i = t.rank(); i < c.ctl[k - 1].placed; i += t.size()) {
+          std::int32_t const n = prev[i].node;
+          if (t.fetch_max(c.listed + n, k) < k) c.candidates[t.fetch_add(c.n_candidates, 1)] = n;
+          t.work(1);
+        }
+      } else if (t.rank() == 0) {
         tier_placement const* prev = c.out + c.out_at[k - 1];
         std::int32_t listed = 0;
         for (std::int32_t i = 0; i < c.ctl[k - 1].placed; ++i) {
@@ -367,10 +444,15 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
       t.sync();
       clk.lap(tier_phase_list);
       clk.stop();
+    }
+    // On a grid, every CTA sees what the leading one (and the records'
+    // unpacking) wrote before the tier starts.
+    if (t.blocks() > 1) t.grid_sync();
+    if (k > 0) {
       b.p.changed = c.candidates;
       b.p.n_changed = *c.n_candidates;
     }
-    tier_program(t, b);  // ends at a barrier
+    tier_program(t, b);  // ends at a barrier (the leading CTA's, or the grid's)
   }
 }
 

@@ -10,6 +10,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 #include "../support/parity.hpp"
 
 namespace placer {
@@ -27,6 +29,70 @@ TEST(GpuModel, PlacesWhatTheCpuPlaces) {
     EXPECT_GT(counts.launches, 0);
     EXPECT_GT(counts.total().barriers, 0);
   }
+}
+
+// The program on a grid (tier_program.hpp, "The grid"): CTAs of 37 and
+// 64 workers, 3 and 7 of them (a CTA per row of the floors, the leading
+// one bidding, every one's share of the wide phases), and the GPU's 132
+// CTAs of 512 on a 10k round, place what the CPU places.
+TEST(GpuModel, AGridPlacesWhatTheCpuPlaces) {
+  for (auto [threads, blocks] : {std::pair{37, 3}, std::pair{64, 7}}) {
+    SCOPED_TRACE(testing::Message() << threads << " x " << blocks);
+    solver cpu(kernels::select_backend("cpu"));
+    kernels::gpu_model_config config{threads};
+    config.blocks = blocks;
+    config.grid_cells_from = 0;
+    kernels::gpu_counts counts;
+    solver model(kernels::make_gpu_model(config, &counts));
+    testing_support::expect_parity(cpu, model, 40, 11 + static_cast<std::uint64_t>(blocks));
+    EXPECT_GT(counts.total().grid_syncs, 0);
+  }
+  round_input const in = traces::make_scenario(traces::scenario_preset("10k"));
+  kernels::gpu_model_config config;
+  config.blocks = 132;
+  solver cpu(kernels::select_backend("cpu"));
+  kernels::gpu_counts counts;
+  solver model(kernels::make_gpu_model(config, &counts));
+  auto const a = cpu.solve(in);
+  auto const b = model.solve(in);
+  ASSERT_EQ(a.placements.size(), b.placements.size());
+  for (std::size_t i = 0; i < a.placements.size(); ++i) {
+    ASSERT_EQ(a.placements[i].job, b.placements[i].job);
+    ASSERT_EQ(a.placements[i].replicas, b.placements[i].replicas);
+  }
+}
+
+// A grid meets at its barriers where a CTA met at its own, and spreads the
+// wide phases: the busiest CTA's refresh and floors work falls by more
+// than half; the bidding rounds, on the leading CTA, meet at the same
+// barriers, and their work differs by the order the grid lists the first
+// bidders in (a row's heap steps depend on its bids' order) only.
+TEST(GpuModel, AGridSpreadsTheWidePhases) {
+  round_input in = traces::make_scenario(traces::scenario_preset("10k"));
+  kernels::gpu_counts by[2];
+  int const blocks[2] = {1, 16};
+  for (int k = 0; k < 2; ++k) {
+    kernels::gpu_model_config config;
+    config.blocks = blocks[k];
+    config.grid_cells_from = 0;
+    solver s(kernels::make_gpu_model(config, &by[k]));
+    (void)s.solve(in);
+  }
+  EXPECT_EQ(by[0].total().grid_syncs, 0);
+  EXPECT_GT(by[1].total().grid_syncs, 0);
+  for (int p : {kernels::tier_phase_refresh, kernels::tier_phase_floor}) {
+    SCOPED_TRACE(kernels::tier_phase_names[p]);
+    EXPECT_LT(by[1].phase[p].work * 2, by[0].phase[p].work);
+  }
+  for (int p : {kernels::tier_phase_bid, kernels::tier_phase_offer}) {
+    SCOPED_TRACE(kernels::tier_phase_names[p]);
+    EXPECT_EQ(by[1].phase[p].barriers, by[0].phase[p].barriers);
+    EXPECT_NEAR(static_cast<double>(by[1].phase[p].work), static_cast<double>(by[0].phase[p].work),
+                0.01 * static_cast<double>(by[0].phase[p].work));
+  }
+  kernels::gpu_cost const& cost = kernels::fitted_gpu_cost();
+  EXPECT_GT(cost.grid_sync_us, 0.0);
+  EXPECT_LT(kernels::predict_tier_us(by[1], cost), kernels::predict_tier_us(by[0], cost));
 }
 
 // One worker's span and chained steps are its work; more workers share the wide phases' work

@@ -162,16 +162,18 @@ PLACER_HD inline std::int64_t tier_rebid(tier_buffers const& b, std::int32_t n, 
 /// do: at 100k, 2,239 of 12,800 bid in the fractional tier. Finding them
 /// is one streaming pass over the open rows' cells (todo[1], free until
 /// round 0 lists its losers, holds a mark per node), not a bid's search
-/// for the best and second-best row on every node. Ends at a barrier.
-template <class Team>
-PLACER_HD void tier_first_bidders(Team& t, tier_buffers const& b) {
+/// for the best and second-best row on every node. The nodes of `s` are
+/// this worker's (its share of a CTA's, or of a grid's: tier_program.hpp);
+/// the caller meets the others at a barrier after it.
+template <class Team, class Share>
+PLACER_HD void tier_first_bidders(Team& t, tier_buffers const& b, Share const& s) {
+  std::int32_t const first = s.first;
+  std::int32_t const stride = s.stride;
+  std::int32_t const end = s.end;
   std::int32_t const n_nodes = b.p.nodes.n_nodes;
-  std::int32_t const me = t.rank();
-  std::int32_t const team = t.size();
   std::int64_t const* prices = tier_prices(b, 0);
-  if (me == 0) b.ctl->passes += 1;  // read after the barrier below
   std::int32_t* __restrict__ mark = b.todo[1];
-  for (std::int32_t n = me; n < n_nodes; n += team) {
+  for (std::int32_t n = first; n < end; n += stride) {
     mark[n] = 0;
     t.work(1);
   }
@@ -181,16 +183,15 @@ PLACER_HD void tier_first_bidders(Team& t, tier_buffers const& b) {
     if (b.quota[r] == 0 || least > INT32_MAX) continue;
     std::int32_t const at = static_cast<std::int32_t>(least);
     std::int32_t const* __restrict__ cell = b.p.scores + static_cast<std::int64_t>(b.p.row_class[r]) * n_nodes;  // tier_value
-    for (std::int32_t n = me; n < n_nodes; n += team) {
+    for (std::int32_t n = first; n < end; n += stride) {
       mark[n] |= static_cast<std::int32_t>(cell[n] >= at);
       t.work(1);
     }
   }
-  for (std::int32_t n = me; n < n_nodes; n += team) {
+  for (std::int32_t n = first; n < end; n += stride) {
     if (mark[n] != 0) b.todo[0][t.fetch_add(&b.ctl->todo_count[0], 1)] = n;
     t.work(1);
   }
-  t.sync();
 }
 
 }  // inline namespace PLACER_BACKEND_NS

@@ -156,6 +156,16 @@ inline constexpr std::int32_t tier_offer_bits = 4;
 /// there, to measure).
 inline constexpr std::int32_t tier_refresh_cells_below = 128;
 
+/// On a grid (tier_program.hpp, "The grid"), a tier's refresh spreads over
+/// every CTA from this many stale cells (candidates x classes), and its
+/// floors and first bidders from this many cells (rows x nodes); below,
+/// the leading CTA does them alone, without the grid's barriers around
+/// them. The GPU model, 132 CTAs, grid barriers of an assumed 2 us, tier
+/// kernel of 10k / 100k / openb: from 0 cells 3.81 / 4.96 / 3.46 ms, from
+/// 4,096 4.52 / 5.46 / 3.46, from 65,536 4.87 / 8.07 / 4.16; at 10k, from
+/// 0 stays ahead while a grid's barrier costs less than about 6 us. 0, to
+/// be timed (PLACER_CUDA_GRID_CELLS_FROM).
+inline constexpr std::int64_t tier_grid_cells_from = 0;
 /// Rows a node remembers from its last full scan of a pass (tier_bid):
 /// most of its later bids are decided by these alone.
 inline constexpr std::int32_t tier_bid_top = 4;
@@ -219,6 +229,8 @@ struct tier_buffers {
   /// A team_wide team refreshes a tier a worker per cell up to this many
   /// candidate nodes (tier_refresh_cells_below).
   std::int32_t refresh_cells_below = tier_refresh_cells_below;
+  /// tier_grid_cells_from (PLACER_CUDA_GRID_CELLS_FROM, to measure).
+  std::int64_t grid_cells_from = tier_grid_cells_from;
   /// Bids remember rows in tiers of more rows than this
   /// (tier_remember_rows_above; 0: always, in the tests).
   std::int32_t remember_rows_above = tier_remember_rows_above;
@@ -408,6 +420,14 @@ struct seq_team {
     if (v < old) *p = v;
     return old;
   }
+  /// A grid of CTAs (tier_program.hpp, "The grid"): one block here.
+  [[nodiscard]] static constexpr std::int32_t blocks() { return 1; }
+  [[nodiscard]] static constexpr std::int32_t block() { return 0; }
+  template <class F>
+  PLACER_HD static void each_block(F&& f) {
+    f(0);
+  }
+  PLACER_HD static void grid_sync() {}
   /// The CPU backend selects each row's floor on one worker (tier_floor),
   /// jumps on rank 0 (tier_jump) and offers a row's bids on its worker;
   /// the device twin runs the CUDA backend's way (team_wide).

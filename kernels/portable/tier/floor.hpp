@@ -1,7 +1,8 @@
 #pragma once
 // Floors: each row's (copies+1)-th best value at an iteration's start.
 // tier_floor is a worker per row (the CPU backend); tier_floors_radix the
-// whole team at once (the CUDA CTA and the device twin), the same values.
+// whole team at once (the CUDA CTA and the device twin); tier_floors_grid
+// a row a CTA of a grid (tier_floor_cta); the same values.
 
 #include "buffers.hpp"
 #include "radix.hpp"
@@ -185,6 +186,80 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
     }
     t.sync();
   }
+}
+
+/// Row r's floor (tier_floor's value) by one CTA of a grid: its workers
+/// read the row's cells together as tier_floors_radix does, and meet at
+/// the CTA's barriers only, so the rows go to the grid's CTAs at once
+/// (tier_floors_grid). Every worker of the CTA calls it for the same row.
+template <class Team>
+PLACER_HD void tier_floor_cta(Team& t, tier_buffers const& b, std::int32_t r, std::int32_t copies) {
+  std::int32_t const n_nodes = b.p.nodes.n_nodes;
+  std::int32_t const me = t.rank();
+  std::int32_t const team = t.size();
+  if (b.quota[r] == 0) {
+    if (me == 0) b.floor[r] = 0;
+    return;
+  }
+  std::int32_t* f = b.floor_row + tier_floor_fields * r;
+  std::int32_t* hist = b.floor_hist + 256 * r;
+  for (std::int32_t i = me; i < 256 + tier_floor_fields; i += team) {
+    if (i < 256) {
+      hist[i] = 0;
+    } else {
+      f[i - 256] = 0;
+    }
+    t.work(1);
+  }
+  t.sync();
+  std::int32_t const* row = b.p.scores + static_cast<std::int64_t>(b.p.row_class[r]) * n_nodes;
+  std::int32_t count = 0;
+  std::int32_t hi = 0;
+  for (std::int32_t n = me; n < n_nodes; n += team) {
+    count += row[n] >= 0 ? 1 : 0;
+    hi = max_of(hi, row[n]);
+    t.work(1);
+  }
+  if (count > 0) t.fetch_add(f + tier_floor_count, count);
+  if (hi > 0) t.fetch_max(f + tier_floor_hi, hi);
+  t.sync();
+  if (f[tier_floor_count] <= copies) {  // read by all; nobody writes the row's state again
+    if (me == 0) b.floor[r] = 0;
+    return;
+  }
+  if (me == 0) {
+    std::int32_t shift = 0;
+    while ((f[tier_floor_hi] >> shift) >= 256) ++shift;
+    f[tier_floor_want] = copies + 1;
+    f[tier_floor_at] = shift + 8;  // every feasible value has no bits at or above shift + 8
+    t.work(4);
+  }
+  t.sync();
+  while (f[tier_floor_at] > 0) {
+    tier_digit_runs<Team> runs{t, hist};
+    for (std::int32_t n = me; n < n_nodes; n += team) {
+      std::int32_t const d = row[n] < 0 ? -1 : tier_digit(row[n], f[tier_floor_pre], f[tier_floor_at], tier_floor_bits);
+      if (d >= 0) runs.add(d);
+      t.work(1);
+    }
+    runs.flush();
+    t.sync();
+    if (me == 0) {
+      t.work(tier_radix_step(hist, f[tier_floor_want], f[tier_floor_pre], f[tier_floor_at], tier_floor_bits));
+      if (f[tier_floor_at] == 0) b.floor[r] = f[tier_floor_pre];
+    }
+    t.sync();
+  }
+}
+
+/// Every row's floor on a grid: a row a CTA, the rows dealt out in turn
+/// (tier_floor_cta). The caller meets the grid at a barrier after it.
+template <class Team>
+PLACER_HD void tier_floors_grid(Team& t, tier_buffers const& b, std::int32_t copies) {
+  std::int32_t const blocks = t.blocks();
+  t.each_block([&](std::int32_t block) {
+    for (std::int32_t r = block; r < b.p.n_rows; r += blocks) tier_floor_cta(t, b, r, copies);
+  });
 }
 
 }  // inline namespace PLACER_BACKEND_NS

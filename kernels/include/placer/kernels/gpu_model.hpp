@@ -22,6 +22,11 @@ struct gpu_model_config {
   int refresh_below = -1;  ///< tier_buffers::refresh_cells_below; -1: the default
   int offer_bits = -1;     ///< tier_buffers::offer_bits (PLACER_CUDA_OFFER_BITS); -1: the default
   bool offer_iterate = false;  ///< tier_buffers::offer_iterate (PLACER_CUDA_OFFER_ITERATE): the recorded rounds' offers
+  /// CTAs of the tier kernel's grid (PLACER_CUDA_TIER_BLOCKS): 1, one CTA as
+  /// the recorded rounds ran; more, the wide phases spread over that many
+  /// (tier_program.hpp, "The grid"), counted per CTA.
+  int blocks = 1;
+  long long grid_cells_from = -1;  ///< tier_buffers::grid_cells_from (PLACER_CUDA_GRID_CELLS_FROM); -1: the default
 };
 
 struct gpu_phase_counts {
@@ -29,6 +34,9 @@ struct gpu_phase_counts {
   std::int64_t span = 0;   ///< steps on the critical path: per barrier interval the most of one worker
   std::int64_t chain = 0;  ///< chained steps on it (each waits on the one before: a heap level, a re-bid)
   std::int64_t work = 0;   ///< steps of all workers
+  /// Barriers of the whole grid (config.blocks > 1). Between two, the
+  /// counts above are the busiest CTA's: each is the most any CTA had.
+  std::int64_t grid_syncs = 0;
 };
 
 struct gpu_counts {
@@ -43,14 +51,24 @@ struct gpu_counts {
 std::unique_ptr<backend> make_gpu_model(gpu_model_config const& config, gpu_counts* counts);
 
 /// A phase's predicted time: barrier_us a barrier, step_us[phase] a step of
-/// its span, chain_us a chained step, work_us a step of its work.
+/// its span, chain_us a chained step, work_us a step of its work (a CTA's:
+/// its multiprocessor's throughput), grid_sync_us a grid's barrier.
 struct gpu_cost {
   double barrier_us = 0;
   double step_us[tier_phase_count] = {};
   double chain_us = 0;
   double work_us = 0;
+  double grid_sync_us = 0;
 };
-/// The coefficients fitted to the recorded GPU rounds (kernels/model/gpu_cost_fit.inc).
+/// A grid's barrier (cooperative groups' grid.sync(), a CTA a
+/// multiprocessor), assumed: no recorded round ran on a grid, so the fit
+/// cannot give it. Published microbenchmarks put it at one to a few
+/// microseconds on V100-class parts (Zhang et al., "A Study of Single and
+/// Multi-device Synchronization Methods in Nvidia GPUs", 2020); the next
+/// GPU session measures it (docs/gpu-session.md).
+inline constexpr double gpu_grid_sync_us_assumed = 2.0;
+/// The coefficients fitted to the recorded GPU rounds (kernels/model/gpu_cost_fit.inc),
+/// with gpu_grid_sync_us_assumed.
 gpu_cost const& fitted_gpu_cost();
 /// Predicted microseconds of each phase (into per_phase when given) and
 /// their sum: the tier kernel's time.
