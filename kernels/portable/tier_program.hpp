@@ -34,10 +34,11 @@
 // the grid's barrier. The leading CTA (block 0) runs the program; the
 // others join its wide phases, where a tier has the width
 // (tier_grid_cells_from): the refresh (tier_shares: an equal run of the
-// cells or columns a CTA), the floors (tier_floors_grid: a row a CTA, its
-// radix passes at the CTA's barriers) and the first bidders, with the
-// grid's barriers around them, and the records unpacked and packed. The
-// bidding rounds, the commit and the re-scoring stay on the leading CTA.
+// cells or columns a CTA), the floors (a row a CTA, its radix passes at
+// the CTA's barriers: tier_floor_cta) and round 0's bidders, with the
+// grid's barriers around them (tier_iterate_grid), and the records
+// unpacked and packed. The bidding rounds, the commit and the re-scoring
+// stay on the leading CTA.
 // A team of one block runs the program as before, barrier for barrier.
 //
 // The phases, each in tier/: buffers.hpp (state, clock, layout), floor.hpp,
@@ -147,6 +148,298 @@ PLACER_HD void tier_shares(Team& t, bool wide, std::int32_t n, F&& f) {
   }
 }
 
+/// The iteration's quotas and copies (rank 0).
+template <class Team>
+PLACER_HD void tier_quota(Team& t, tier_buffers const& b) {
+  auto const& p = b.p;
+  tier_control* const ctl = b.ctl;
+  std::int32_t const n_rows = p.n_rows;
+  std::int32_t copies = 0;
+  for (std::int32_t r = 0; r < n_rows; ++r) {
+    b.quota[r] = p.row_cap != nullptr ? min_of(b.remaining[r], p.row_cap[r]) : b.remaining[r];
+    copies += b.quota[r];
+  }
+  ctl->placed_before = copies;  // the iteration's copies, for the floors
+  ctl->iterations += 1;
+  t.work(n_rows);
+}
+
+/// A bidding pass's start: rows empty, their prices the floors (the
+/// team's rows), the control cleared (rank 0). Read after a barrier.
+template <class Team>
+PLACER_HD void tier_reset_rows(Team& t, tier_buffers const& b) {
+  tier_control* const ctl = b.ctl;
+  std::int32_t const n_rows = b.p.n_rows;
+  std::int32_t const me = t.rank();
+  std::int32_t const team = t.size();
+  for (std::int32_t r = me; r < n_rows; r += team) {
+    b.held[r] = 0;
+    b.bid_count[r] = 0;
+    tier_prices(b, 0)[r] = tier_price(b, r);  // round 0 reads half 0
+    t.work(1);
+  }
+  if (me == 0) {
+    ctl->todo_count[0] = 0;
+    ctl->touched = 0;
+    ctl->passes += 1;  // read after the barriers below
+  }
+}
+
+/// A pass's bidding rounds until no node bids (or the cap: max_rounds an
+/// iteration; the assignment held then is feasible), with the price jumps;
+/// `rounds` counts the iteration's, over its passes.
+template <class Team>
+PLACER_HD void tier_bidding(Team& t, tier_buffers const& b, std::int32_t& rounds, tier_clock& clk) {
+  auto const& p = b.p;
+  tier_control* const ctl = b.ctl;
+  std::int32_t const me = t.rank();
+  // The next round after which tier_jump is tried; the wait doubles
+  // after a try that raised nothing (every worker keeps the same).
+  std::int32_t jump_at = rounds + tier_jump_after;  // rounds: the iteration's, over its passes
+  std::int32_t jump_wait = 1;
+  for (std::int32_t list = 0;; list = 1 - list) {
+    std::int32_t const bidders = ctl->todo_count[list];
+    if (bidders < t.solo_below()) {
+      if (me == 0) {
+        seq_team one;
+        tier_round(one, b, list, clk);
+      }
+      t.sync();
+    } else {
+      tier_round(t, b, list, clk);
+    }
+    ++rounds;
+    std::int32_t const next = ctl->todo_count[1 - list];
+    if (next == 0 || rounds >= p.max_rounds) {
+      if (me == 0 && next != 0) ctl->round_cap_hit = 1;
+      break;
+    }
+    if (rounds >= jump_at && next >= bidders) {
+      if (t.team_wide) {
+        tier_jump_team(t, b, 1 - list);
+      } else {
+        if (me == 0) ctl->jump_raised = tier_jump(b, 1 - list) ? 1 : 0;
+        t.sync();
+      }
+      clk.lap(tier_phase_jump);
+      jump_wait = ctl->jump_raised != 0 ? 1 : min_of(2 * jump_wait, tier_jump_most_wait);
+      jump_at = rounds + jump_wait;
+    }
+  }
+}
+
+/// A row left unfilled above a zero floor breaks the complementary
+/// slackness the optimum needs (an unheld copy must cost nothing): its
+/// floor goes to 0 and the iteration bids again (at most once per row).
+/// Rank 0; ctl->again says whether, after a barrier.
+template <class Team>
+PLACER_HD void tier_again(Team& t, tier_buffers const& b) {
+  tier_control* const ctl = b.ctl;
+  std::int32_t const n_rows = b.p.n_rows;
+  ctl->again = 0;
+  for (std::int32_t r = 0; r < n_rows; ++r) {
+    if (b.held[r] < b.quota[r] && b.floor[r] > 0) {
+      b.floor[r] = 0;
+      ctl->again = 1;
+    }
+  }
+  t.work(n_rows);
+}
+
+/// Commits every held copy (each on its own node) and re-scores. The
+/// winners listed a row per worker, or on a team_wide team by all workers
+/// row after row. Ends at a barrier.
+template <class Team>
+PLACER_HD void tier_commit_all(Team& t, tier_buffers const& b, tier_clock& clk) {
+  auto const& p = b.p;
+  tier_control* const ctl = b.ctl;
+  std::int32_t const n_rows = p.n_rows;
+  std::int32_t const me = t.rank();
+  std::int32_t const team = t.size();
+  for (std::int32_t r = t.team_wide ? 0 : me; r < n_rows; r += t.team_wide ? 1 : team) {
+    std::int32_t const* hn = b.heap_node + b.heap_begin[r];
+    for (std::int32_t i = t.team_wide ? me : 0; i < b.held[r]; i += t.team_wide ? team : 1) {
+      b.won[t.fetch_add(&ctl->touched, 1)] = hn[i];
+      b.won_row[hn[i]] = r;
+      t.work(1);
+    }
+  }
+  t.sync();
+  std::int32_t const touched = ctl->touched;
+  std::int32_t const base = ctl->placed;
+  std::int32_t const iteration = ctl->iterations - 1;
+  for (std::int32_t i = me; i < touched; i += team) {
+    std::int32_t const n = b.won[i];
+    std::int32_t const r = b.won_row[n];
+    tier_placement& o = b.out[base + i];
+    o.node = n;
+    o.row = r;
+    o.iteration = iteration;
+    o.gpus = tier_commit(b, p.row_class[r], n);
+    p.stamp[n] = p.now + 1;
+    b.won_row[n] = -1;
+    t.work(p.nodes.gpu_begin[n + 1] - p.nodes.gpu_begin[n] + 4);  // the node's GPUs, then its record
+  }
+  // Re-scoring the open rows' cells: with state labels, one column per
+  // (label, row) group and copies (the first bidding wave puts whole
+  // groups of twins on one row).
+  bool const grouped = p.state != nullptr;
+  if (grouped && t.team_wide) {
+    tier_group_team(t, b);
+  } else if (grouped) {
+    for (std::int32_t r = me; r < n_rows; r += team) t.work(tier_group(b, r));
+  }
+  t.sync();
+  clk.lap(tier_phase_commit);
+  for (std::int32_t i = me; i < touched; i += team) {
+    t.work(!grouped || b.bid_row[b.won[i]] == b.won[i] ? tier_rescore(b, b.won[i]) : 1);
+  }
+  t.sync();
+  if (grouped) {
+    for (std::int32_t i = me; i < touched; i += team) t.work(tier_follow(b, b.won[i]));
+    t.sync();
+  }
+  clk.lap(tier_phase_rescore);
+}
+
+/// The iteration's end (rank 0): what is left, and whether to stop.
+template <class Team>
+PLACER_HD void tier_close(Team& t, tier_buffers const& b) {
+  auto const& p = b.p;
+  tier_control* const ctl = b.ctl;
+  std::int32_t const n_rows = p.n_rows;
+  std::int32_t const touched = ctl->touched;
+  std::int32_t left = 0;
+  for (std::int32_t r = 0; r < n_rows; ++r) {
+    b.remaining[r] -= b.held[r];
+    left += b.remaining[r];
+  }
+  t.work(n_rows);
+  ctl->placed += touched;
+  ctl->done = touched == 0 || left == 0 || ctl->iterations >= p.max_iterations ? 1 : 0;
+}
+
+/// An iteration on a grid opens with its quotas and the first pass's
+/// control (rank 0 of the leading CTA), read after a grid barrier.
+template <class Team>
+PLACER_HD void tier_open_iteration(Team& t, tier_buffers const& b) {
+  tier_quota(t, b);
+  b.ctl->todo_count[0] = 0;
+  b.ctl->touched = 0;
+  b.ctl->passes += 1;
+}
+
+/// The iterations on one CTA: floors, bidding passes until no row is left
+/// unfilled above a zero floor, commit, close.
+template <class Team>
+PLACER_HD void tier_iterate(Team& t, tier_buffers const& b, tier_clock& clk) {
+  auto const& p = b.p;
+  tier_control* const ctl = b.ctl;
+  std::int32_t const n_nodes = p.nodes.n_nodes;
+  std::int32_t const n_rows = p.n_rows;
+  std::int32_t const me = t.rank();
+  std::int32_t const team = t.size();
+  while (true) {
+    // --- a new iteration: floors from the current scores.
+    if (me == 0) tier_quota(t, b);
+    t.sync();
+    if (t.team_wide) {
+      tier_floors_radix(t, b, ctl->placed_before);
+    } else {
+      for (std::int32_t r = me; r < n_rows; r += team) {
+        b.floor[r] = b.quota[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
+        t.work(2 * n_nodes);  // a pass over the row's cells, then the selection
+      }
+    }
+    std::int32_t rounds = 0;  // this iteration's bidding rounds
+    bool again = false;
+    do {
+      // --- rows empty; every node that has a row to bid for bids.
+      tier_reset_rows(t, b);
+      t.sync();
+      tier_first_bidders(t, b, tier_share{me, team, n_nodes});
+      t.sync();
+      clk.lap(tier_phase_floor);
+      tier_bidding(t, b, rounds, clk);
+      if (me == 0) tier_again(t, b);
+      t.sync();
+      again = ctl->again != 0;
+      t.sync();  // everyone has read it before rank 0 moves the control again
+      clk.lap(tier_phase_again);
+    } while (again);
+    tier_commit_all(t, b, clk);
+    if (me == 0) tier_close(t, b);
+    t.sync();
+    clk.lap(tier_phase_close);
+    if (ctl->done != 0) break;
+  }
+}
+
+/// The iterations on a grid (tier_program.hpp, "The grid"): the same
+/// steps, the leading CTA's between three grid barriers an iteration (and
+/// two more a pass bid again): every CTA selects its rows' floors and
+/// empties them (B), lists its share of round 0's bidders (C); the
+/// leading CTA bids, and then either empties the rows for another pass or
+/// commits, closes and sets the next iteration's quotas (D). `primed`:
+/// the first iteration's were set before a grid barrier already (by the
+/// leading CTA's rank 0, tier_open_iteration).
+template <class Team>
+PLACER_HD void tier_iterate_grid(Team& t, tier_buffers const& b, tier_clock& clk, bool primed) {
+  tier_control* const ctl = b.ctl;
+  std::int32_t const n_nodes = b.p.nodes.n_nodes;
+  std::int32_t const n_rows = b.p.n_rows;
+  std::int32_t const me = t.rank();
+  std::int32_t const blocks = t.blocks();
+  bool const leads = t.block() == 0;
+  if (!primed) {
+    if (leads && me == 0) tier_open_iteration(t, b);
+    t.grid_sync();
+  }
+  while (true) {
+    // --- floors from the current scores, a row a CTA, and the rows emptied.
+    std::int32_t const copies = ctl->placed_before;
+    t.each_block([&](std::int32_t block) {
+      for (std::int32_t r = block; r < n_rows; r += blocks) {
+        tier_floor_cta(t, b, r, copies);
+        if (me == 0) {  // it wrote the floor
+          b.held[r] = 0;
+          b.bid_count[r] = 0;
+          tier_prices(b, 0)[r] = tier_price(b, r);  // round 0 reads half 0
+          t.work(1);
+        }
+      }
+    });
+    t.grid_sync();  // B
+    std::int32_t rounds = 0;  // this iteration's bidding rounds
+    while (true) {
+      tier_shares(t, true, n_nodes, [&](tier_share s) { tier_first_bidders(t, b, s); });
+      t.grid_sync();  // C
+      clk.lap(tier_phase_floor);
+      if (leads) {
+        tier_bidding(t, b, rounds, clk);
+        if (me == 0) tier_again(t, b);
+        t.sync();
+        bool const again = ctl->again != 0;  // rank 0 moves it only after the grid's barriers below
+        if (again) {
+          tier_reset_rows(t, b);
+          clk.lap(tier_phase_again);
+        } else {
+          clk.lap(tier_phase_again);
+          tier_commit_all(t, b, clk);
+          if (me == 0) {
+            tier_close(t, b);
+            if (ctl->done == 0) tier_open_iteration(t, b);
+          }
+        }
+      }
+      t.grid_sync();  // D
+      if (ctl->again == 0) break;
+    }
+    clk.lap(tier_phase_close);
+    if (ctl->done != 0) break;
+  }
+}
+
 template <class Team>
 PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   auto const& p = b.p;
@@ -184,6 +477,10 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   auto const candidate = [&](std::int32_t i) { return p.changed != nullptr ? p.changed[i] : i; };
   std::int32_t const n_classes = p.classes.n_classes;
   bool const wide_refresh = grid && static_cast<std::int64_t>(candidates) * n_classes >= b.grid_cells_from;
+  // Floors and first bidders over the grid: every CTA iterates with the
+  // leading one, meeting it at the grid's barriers; else the leading CTA
+  // iterates alone.
+  bool const wide = grid && static_cast<std::int64_t>(n_rows) * n_nodes >= b.grid_cells_from;
   if (leads || wide_refresh) {
     // Few nodes (most tiers after a chain's first: 51 a tier at 10k): a
     // worker per cell, not per column, so the CTA's idle workers share the
@@ -200,6 +497,10 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
                          : tier_refresh(b, candidate(i), pass, oldest));
         }
       });
+      // The first iteration opens beside the second pass, the init's rows
+      // read after the first pass's barrier: the grid's barrier after the
+      // refresh is its.
+      if (pass == 1 && wide && wide_refresh && leads && me == 0) tier_open_iteration(t, b);
       if (wide_refresh) {
         t.grid_sync();
       } else {
@@ -214,185 +515,14 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     t.work(p.classes.n_classes);
   }
   clk.lap(tier_phase_refresh);  // read after the next barrier
-  // Floors and first bidders over the grid: every CTA iterates with the
-  // leading one, meeting it at the grid's barriers; else the leading CTA
-  // iterates alone.
-  bool const wide = grid && static_cast<std::int64_t>(n_rows) * n_nodes >= b.grid_cells_from;
   if (!leads && !wide) {
     clk.stop();
     return;
   }
-  auto const meet = [&] {  // the iteration's barrier: the grid's when it iterates wide
-    if (wide) {
-      t.grid_sync();
-    } else {
-      t.sync();
-    }
-  };
-  while (true) {
-    // --- a new iteration: floors from the current scores.
-    if (leads && me == 0) {
-      std::int32_t copies = 0;
-      for (std::int32_t r = 0; r < n_rows; ++r) {
-        b.quota[r] = p.row_cap != nullptr ? min_of(b.remaining[r], p.row_cap[r]) : b.remaining[r];
-        copies += b.quota[r];
-      }
-      ctl->placed_before = copies;  // the iteration's copies, for the floors
-      ctl->iterations += 1;
-      t.work(n_rows);
-    }
-    meet();
-    if (wide) {
-      tier_floors_grid(t, b, ctl->placed_before);
-      t.grid_sync();
-    } else if (t.team_wide) {
-      tier_floors_radix(t, b, ctl->placed_before);
-    } else {
-      for (std::int32_t r = me; r < n_rows; r += team) {
-        b.floor[r] = b.quota[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
-        t.work(2 * n_nodes);  // a pass over the row's cells, then the selection
-      }
-    }
-    std::int32_t rounds = 0;  // this iteration's bidding rounds
-    bool again = false;
-    do {
-      // --- rows empty; every node that has a row to bid for bids.
-      if (leads) {
-        for (std::int32_t r = me; r < n_rows; r += team) {
-          b.held[r] = 0;
-          b.bid_count[r] = 0;
-          tier_prices(b, 0)[r] = tier_price(b, r);  // round 0 reads half 0
-          t.work(1);
-        }
-        if (me == 0) {
-          ctl->todo_count[0] = 0;
-          ctl->touched = 0;
-          ctl->passes += 1;  // read after the barriers below
-        }
-      }
-      meet();
-      tier_shares(t, wide, n_nodes, [&](tier_share s) { tier_first_bidders(t, b, s); });
-      meet();
-      clk.lap(tier_phase_floor);
-      if (leads) {
-        // The next round after which tier_jump is tried; the wait doubles
-        // after a try that raised nothing (every worker keeps the same).
-        std::int32_t jump_at = rounds + tier_jump_after;  // rounds: the iteration's, over its passes
-        std::int32_t jump_wait = 1;
-        // --- bidding rounds until no node bids (or the cap: max_rounds an
-        // iteration; the assignment held then is feasible).
-        for (std::int32_t list = 0;; list = 1 - list) {
-          std::int32_t const bidders = ctl->todo_count[list];
-          if (bidders < t.solo_below()) {
-            if (me == 0) {
-              seq_team one;
-              tier_round(one, b, list, clk);
-            }
-            t.sync();
-          } else {
-            tier_round(t, b, list, clk);
-          }
-          ++rounds;
-          std::int32_t const next = ctl->todo_count[1 - list];
-          if (next == 0 || rounds >= p.max_rounds) {
-            if (me == 0 && next != 0) ctl->round_cap_hit = 1;
-            break;
-          }
-          if (rounds >= jump_at && next >= bidders) {
-            if (t.team_wide) {
-              tier_jump_team(t, b, 1 - list);
-            } else {
-              if (me == 0) ctl->jump_raised = tier_jump(b, 1 - list) ? 1 : 0;
-              t.sync();
-            }
-            clk.lap(tier_phase_jump);
-            jump_wait = ctl->jump_raised != 0 ? 1 : min_of(2 * jump_wait, tier_jump_most_wait);
-            jump_at = rounds + jump_wait;
-          }
-        }
-        // --- a row left unfilled above a zero floor breaks the complementary
-        // slackness the optimum needs (an unheld copy must cost nothing): its
-        // floor goes to 0 and the iteration bids again (at most once per row).
-        if (me == 0) {
-          ctl->again = 0;
-          for (std::int32_t r = 0; r < n_rows; ++r) {
-            if (b.held[r] < b.quota[r] && b.floor[r] > 0) {
-              b.floor[r] = 0;
-              ctl->again = 1;
-            }
-          }
-          t.work(n_rows);
-        }
-      }
-      meet();
-      again = ctl->again != 0;
-      // Everyone has read it before rank 0 moves the control again (on a
-      // grid, the barriers at the next pass's start come first).
-      if (!wide) t.sync();
-      clk.lap(tier_phase_again);
-    } while (again);
-    if (leads) {
-      // --- commit every held copy (each on its own node) and re-score. The
-      // winners listed a row per worker, or on a team_wide team by all
-      // workers row after row.
-      for (std::int32_t r = t.team_wide ? 0 : me; r < n_rows; r += t.team_wide ? 1 : team) {
-        std::int32_t const* hn = b.heap_node + b.heap_begin[r];
-        for (std::int32_t i = t.team_wide ? me : 0; i < b.held[r]; i += t.team_wide ? team : 1) {
-          b.won[t.fetch_add(&ctl->touched, 1)] = hn[i];
-          b.won_row[hn[i]] = r;
-          t.work(1);
-        }
-      }
-      t.sync();
-      std::int32_t const touched = ctl->touched;
-      std::int32_t const base = ctl->placed;
-      std::int32_t const iteration = ctl->iterations - 1;
-      for (std::int32_t i = me; i < touched; i += team) {
-        std::int32_t const n = b.won[i];
-        std::int32_t const r = b.won_row[n];
-        tier_placement& o = b.out[base + i];
-        o.node = n;
-        o.row = r;
-        o.iteration = iteration;
-        o.gpus = tier_commit(b, p.row_class[r], n);
-        p.stamp[n] = p.now + 1;
-        b.won_row[n] = -1;
-        t.work(p.nodes.gpu_begin[n + 1] - p.nodes.gpu_begin[n] + 4);  // the node's GPUs, then its record
-      }
-      // Re-scoring the open rows' cells: with state labels, one column per
-      // (label, row) group and copies (the first bidding wave puts whole
-      // groups of twins on one row).
-      bool const grouped = p.state != nullptr;
-      if (grouped && t.team_wide) {
-        tier_group_team(t, b);
-      } else if (grouped) {
-        for (std::int32_t r = me; r < n_rows; r += team) t.work(tier_group(b, r));
-      }
-      t.sync();
-      clk.lap(tier_phase_commit);
-      for (std::int32_t i = me; i < touched; i += team) {
-        t.work(!grouped || b.bid_row[b.won[i]] == b.won[i] ? tier_rescore(b, b.won[i]) : 1);
-      }
-      t.sync();
-      if (grouped) {
-        for (std::int32_t i = me; i < touched; i += team) t.work(tier_follow(b, b.won[i]));
-        t.sync();
-      }
-      clk.lap(tier_phase_rescore);
-      if (me == 0) {
-        std::int32_t left = 0;
-        for (std::int32_t r = 0; r < n_rows; ++r) {
-          b.remaining[r] -= b.held[r];
-          left += b.remaining[r];
-        }
-        t.work(n_rows);
-        ctl->placed += touched;
-        ctl->done = touched == 0 || left == 0 || ctl->iterations >= p.max_iterations ? 1 : 0;
-      }
-    }
-    meet();
-    clk.lap(tier_phase_close);
-    if (ctl->done != 0) break;
+  if (wide) {
+    tier_iterate_grid(t, b, clk, wide_refresh);
+  } else {
+    tier_iterate(t, b, clk);
   }
   clk.stop();
 }

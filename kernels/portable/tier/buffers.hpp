@@ -162,9 +162,10 @@ inline constexpr std::int32_t tier_refresh_cells_below = 128;
 /// the leading CTA does them alone, without the grid's barriers around
 /// them. The GPU model, 132 CTAs, grid barriers of an assumed 2 us, tier
 /// kernel of 10k / 100k / openb: from 0 cells 3.81 / 4.96 / 3.46 ms, from
-/// 4,096 4.52 / 5.46 / 3.46, from 65,536 4.87 / 8.07 / 4.16; at 10k, from
-/// 0 stays ahead while a grid's barrier costs less than about 6 us. 0, to
-/// be timed (PLACER_CUDA_GRID_CELLS_FROM).
+/// 4,096 4.52 / 5.46 / 3.46, from 65,536 4.87 / 8.07 / 4.16 (with six grid
+/// barriers an iteration; three now: from 0, 3.67 / 4.84 / 3.45); at 10k,
+/// from 0 stays ahead while a grid's barrier costs less than about 6 us.
+/// 0, to be timed (PLACER_CUDA_GRID_CELLS_FROM).
 inline constexpr std::int64_t tier_grid_cells_from = 0;
 /// Rows a node remembers from its last full scan of a pass (tier_bid):
 /// most of its later bids are decided by these alone.

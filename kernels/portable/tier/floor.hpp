@@ -1,8 +1,8 @@
 #pragma once
 // Floors: each row's (copies+1)-th best value at an iteration's start.
 // tier_floor is a worker per row (the CPU backend); tier_floors_radix the
-// whole team at once (the CUDA CTA and the device twin); tier_floors_grid
-// a row a CTA of a grid (tier_floor_cta); the same values.
+// whole team at once (the CUDA CTA and the device twin); tier_floor_cta a
+// row a CTA of a grid; the same values.
 
 #include "buffers.hpp"
 #include "radix.hpp"
@@ -191,7 +191,8 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
 /// Row r's floor (tier_floor's value) by one CTA of a grid: its workers
 /// read the row's cells together as tier_floors_radix does, and meet at
 /// the CTA's barriers only, so the rows go to the grid's CTAs at once
-/// (tier_floors_grid). Every worker of the CTA calls it for the same row.
+/// (tier_iterate_grid). Every worker of the CTA calls it for the same row;
+/// rank 0 writes the floor.
 template <class Team>
 PLACER_HD void tier_floor_cta(Team& t, tier_buffers const& b, std::int32_t r, std::int32_t copies) {
   std::int32_t const n_nodes = b.p.nodes.n_nodes;
@@ -250,16 +251,6 @@ PLACER_HD void tier_floor_cta(Team& t, tier_buffers const& b, std::int32_t r, st
     }
     t.sync();
   }
-}
-
-/// Every row's floor on a grid: a row a CTA, the rows dealt out in turn
-/// (tier_floor_cta). The caller meets the grid at a barrier after it.
-template <class Team>
-PLACER_HD void tier_floors_grid(Team& t, tier_buffers const& b, std::int32_t copies) {
-  std::int32_t const blocks = t.blocks();
-  t.each_block([&](std::int32_t block) {
-    for (std::int32_t r = block; r < b.p.n_rows; r += blocks) tier_floor_cta(t, b, r, copies);
-  });
 }
 
 }  // inline namespace PLACER_BACKEND_NS
