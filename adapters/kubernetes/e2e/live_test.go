@@ -188,8 +188,10 @@ func (c *cluster) down() {
 // scheduler as its ServiceAccount.
 const schedulerRBACFile = "deploy/kubernetes/scheduler-rbac.yaml"
 
-func (c *cluster) applyRBAC() {
-	b, err := os.ReadFile(filepath.Join(repoRoot(), schedulerRBACFile))
+func (c *cluster) applyRBAC() { c.applyRBACFile(schedulerRBACFile) }
+
+func (c *cluster) applyRBACFile(file string) {
+	b, err := os.ReadFile(filepath.Join(repoRoot(), file))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -198,7 +200,7 @@ func (c *cluster) applyRBAC() {
 	for _, doc := range strings.Split(string(b), "\n---\n") {
 		obj, _, err := dec.Decode([]byte(doc), nil, nil)
 		if err != nil {
-			c.t.Fatalf("scheduler-rbac.yaml: %v", err)
+			c.t.Fatalf("%s: %v", file, err)
 		}
 		switch o := obj.(type) {
 		case *corev1.ServiceAccount:
@@ -207,7 +209,7 @@ func (c *cluster) applyRBAC() {
 			err = createRBAC(ctx, c.cs, obj)
 		}
 		if err != nil {
-			c.t.Fatalf("applying scheduler-rbac.yaml: %v", err)
+			c.t.Fatalf("applying %s: %v", file, err)
 		}
 	}
 }

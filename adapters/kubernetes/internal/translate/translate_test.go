@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
 )
@@ -170,8 +171,6 @@ func TestMessageIsKubeSchedulersWords(t *testing.T) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
-
 func TestGangOfEqualPodsWithAffinityIsOneJob(t *testing.T) {
 	mk := func(name string) *corev1.Pod {
 		p := pod(name, 4, "2")
@@ -242,3 +241,71 @@ func TestGPUSharesAreCountedOnTheirGPUs(t *testing.T) {
 		t.Errorf("skipped %+v", r.Skipped)
 	}
 }
+
+// --evict: bound pods of a lower priority than a pending pod are running
+// jobs, preemptible, on GPU indices consistent with their nodes' free
+// lists; terminating pods, DaemonSets' pods, pods of the pending priority
+// and pods NotEvictable names are not; a pod group's members are one gang.
+func TestEvictSendsLowerPriorityBoundPodsAsRunningJobs(t *testing.T) {
+	prio := func(p *corev1.Pod, v int32) *corev1.Pod { p.Spec.Priority = &v; return p }
+	on := func(p *corev1.Pod, n string) *corev1.Pod {
+		p.Spec.NodeName = n
+		p.UID = "uid-" + types.UID(p.Name)
+		return p
+	}
+	low3 := prio(on(pod("low3", 3, "8"), "n1"), 10)
+	same := prio(on(pod("same", 2, "8"), "n1"), 100)
+	term := prio(on(pod("term", 1, "8"), "n1"), 10)
+	now := metav1.Now()
+	term.DeletionTimestamp = &now
+	ds := prio(on(pod("ds", 0, "1"), "n2"), 10)
+	ds.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "d", UID: "d", Controller: ptr(true)}}
+	refused := prio(on(pod("refused", 1, "1"), "n2"), 10)
+	g1 := prio(on(pod("g1", 4, "4"), "n2"), 5)
+	g2 := prio(on(pod("g2", 4, "4"), "n3"), 5)
+	for _, p := range []*corev1.Pod{g1, g2} {
+		p.Labels[PodGroupLabel] = "train"
+	}
+	pending := prio(pod("urgent", 8, "8"), 100)
+	nodes := []*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8), node("n3", "r1", 8)}
+	opt := Options{Evict: true, NotEvictable: func(p *corev1.Pod) string {
+		if p.Name == "refused" {
+			return "refused"
+		}
+		return ""
+	}}
+	r := Build(nodes, []*corev1.Pod{low3, same, term, ds, refused, g1, g2}, []*corev1.Pod{pending}, nil, opt, 1000)
+	if q := r.Request.Policy.Queue; q == nil || !q.Preemption || q.PreemptMaxLostS != -1 {
+		t.Fatalf("policy: %+v", q)
+	}
+	names := map[string]*wire.RunningJobT{}
+	for _, rj := range r.Request.Running {
+		names[rj.Name] = rj
+	}
+	if len(names) != 2 || names["running/pod/ns/low3"] == nil || names["running/podgroup/ns/train"] == nil {
+		t.Fatalf("running jobs: %v", names)
+	}
+	lj := names["running/pod/ns/low3"]
+	if !lj.Preemptible || lj.Priority != 10 || lj.Demand.Gpus != 3 || len(lj.Replicas) != 1 || len(lj.Replicas[0].Gpus) != 3 {
+		t.Errorf("low3: %+v %+v", lj, lj.Replicas)
+	}
+	free := r.Request.Cluster.Nodes[0].GpuFreeMilli
+	for _, g := range lj.Replicas[0].Gpus {
+		if free[g] != 0 {
+			t.Errorf("low3 on GPU %d, which n1's free list says is free", g)
+		}
+	}
+	gj := names["running/podgroup/ns/train"]
+	if !gj.Gang || len(gj.Replicas) != 2 || gj.Replicas[0].Node != 1 || gj.Replicas[1].Node != 2 {
+		t.Errorf("the group: %+v", gj)
+	}
+	if len(r.Running["running/podgroup/ns/train"]) != 2 {
+		t.Errorf("the group's pods: %v", r.Running)
+	}
+	r = Build(nodes, []*corev1.Pod{low3}, []*corev1.Pod{pending}, nil, Options{}, 1000)
+	if len(r.Request.Running) != 0 || r.Request.Policy.Queue != nil {
+		t.Errorf("without Evict: %d running jobs, queue policy %+v", len(r.Request.Running), r.Request.Policy.Queue)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
