@@ -259,6 +259,7 @@ type podSpec struct {
 	hosts       []string // required node affinity: kubernetes.io/hostname In hosts
 	priority    string
 	shareMilli  int
+	schedGroup  string // spec.schedulingGroup.podGroupName (the native Workload API)
 }
 
 func (c *cluster) createPods(ns string, specs ...podSpec) {
@@ -296,6 +297,11 @@ func (c *cluster) createPods(ns string, specs ...podSpec) {
 			if s.minMember > 0 {
 				p.Annotations = map[string]string{"scheduling.x-k8s.io/min-member": fmt.Sprint(s.minMember)}
 			}
+		}
+		if s.schedGroup != "" {
+			g := s.schedGroup
+			p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &g}
+			p.Labels["app"] = g
 		}
 		if s.tolerate {
 			p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infer", Effect: corev1.TaintEffectNoSchedule}}

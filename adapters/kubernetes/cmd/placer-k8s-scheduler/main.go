@@ -396,6 +396,46 @@ func (s *scheduler) minMember(ctx context.Context) translate.PodGroupMin {
 	}
 }
 
+// nativeGroups reads the native PodGroups (scheduling.k8s.io/v1beta1, the
+// Workload API) that pending pods name in spec.schedulingGroup, once a cycle each.
+func (s *scheduler) nativeGroups(ctx context.Context) func(ns, name string) translate.NativeGroup {
+	seen := map[string]translate.NativeGroup{}
+	return func(ns, name string) translate.NativeGroup {
+		if v, ok := seen[ns+"/"+name]; ok {
+			return v
+		}
+		var v translate.NativeGroup
+		pg, err := s.cs.SchedulingV1beta1().PodGroups(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			v.Found = true
+			if g := pg.Spec.SchedulingPolicy.Gang; g != nil {
+				v.Gang, v.MinCount = true, int(g.MinCount)
+			}
+			if c := pg.Spec.SchedulingConstraints; c != nil {
+				for _, t := range c.Topology {
+					v.Topology = append(v.Topology, t.Key)
+				}
+			}
+		case apierrors.IsNotFound(err) && notFoundIsTheObject(err, name):
+		default:
+			v.Err = "reading it: " + err.Error()
+			if apierrors.IsNotFound(err) {
+				v.Err = "the API server does not serve scheduling.k8s.io/v1beta1 podgroups (feature gate GenericWorkload, runtime-config scheduling.k8s.io/v1beta1)"
+			}
+			slog.Warn("reading a native PodGroup", "podgroup", ns+"/"+name, "err", err)
+		}
+		seen[ns+"/"+name] = v
+		return v
+	}
+}
+
+// notFoundIsTheObject: a 404 for the object itself, not for a resource the server does not serve.
+func notFoundIsTheObject(err error, name string) bool {
+	st, ok := err.(apierrors.APIStatus)
+	return ok && st.Status().Details != nil && st.Status().Details.Name == name
+}
+
 func unstructuredInt(o map[string]any, path ...string) (int64, bool, error) {
 	var cur any = o
 	for _, p := range path {
@@ -425,7 +465,7 @@ func (s *scheduler) cycle(ctx context.Context) {
 		return
 	}
 	nodes, _ := s.nodes.List(labels.Everything())
-	opt := translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking}
+	opt := translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking, PodGroup: s.nativeGroups(ctx)}
 	if s.cfg.evict {
 		opt.Evict, opt.NotEvictable, opt.Wait = true, s.notEvictable, s.waitForVictims(bound)
 	}

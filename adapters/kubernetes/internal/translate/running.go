@@ -89,7 +89,7 @@ func (r *Round) running(bound []*corev1.Pod, holds map[*corev1.Pod]*holding, now
 	var order []string
 	for _, p := range bound {
 		key, gang := "pod/"+p.Namespace+"/"+p.Name, false
-		if k := GroupKey(p); k != "" {
+		if k := r.groupKey(p); k != "" {
 			key, gang = k, true
 		}
 		g := groups[key]

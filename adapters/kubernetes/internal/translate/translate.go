@@ -32,13 +32,48 @@ const (
 	GPUIndexAnnot = "placer.io/gpu-index"
 )
 
-// GroupKey is a pod's gang, "podgroup/<namespace>/<name>" for the
+// GroupKey is a pod's group: "schedulinggroup/<namespace>/<name>" for
+// the native PodGroup its spec.schedulingGroup names (scheduling.k8s.io,
+// the Workload API), else "podgroup/<namespace>/<name>" for the
 // coscheduling label, or "" for none.
 func GroupKey(p *corev1.Pod) string {
+	if n := NativeGroupName(p); n != "" {
+		return "schedulinggroup/" + p.Namespace + "/" + n
+	}
 	if pg := p.Labels[PodGroupLabel]; pg != "" {
 		return "podgroup/" + p.Namespace + "/" + pg
 	}
 	return ""
+}
+
+// NativeGroupName is the native PodGroup a pod's spec.schedulingGroup names, or "".
+func NativeGroupName(p *corev1.Pod) string {
+	if sg := p.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil {
+		return *sg.PodGroupName
+	}
+	return ""
+}
+
+// NativeGroup: a native PodGroup (scheduling.k8s.io/v1beta1, the
+// Workload API) as the round reads it.
+type NativeGroup struct {
+	Found    bool     // the PodGroup exists
+	Gang     bool     // schedulingPolicy.gang; else basic: its pods are placed one by one
+	MinCount int      // schedulingPolicy.gang.minCount
+	Topology []string // schedulingConstraints.topology keys
+	Err      string   // it could not be read: its pods wait, saying why
+}
+
+// groupKey: GroupKey, but "" for the pods of a native PodGroup whose
+// policy is basic (no gang: each pod its own job).
+func (r *Round) groupKey(p *corev1.Pod) string {
+	k := GroupKey(p)
+	if n := NativeGroupName(p); n != "" && r.opt.PodGroup != nil {
+		if ng := r.opt.PodGroup(p.Namespace, n); ng.Found && !ng.Gang && ng.Err == "" {
+			return ""
+		}
+	}
+	return k
 }
 
 // Share is a pod's GPU share in milli-GPU (0: none) and whether the annotation is well formed.
@@ -66,6 +101,10 @@ type Options struct {
 	// ("" = it may be), e.g. its last eviction was refused (a
 	// PodDisruptionBudget). Read only with Evict.
 	NotEvictable func(*corev1.Pod) string
+	// PodGroup reads a native PodGroup (namespace, name), for the pods
+	// whose spec.schedulingGroup names one (nil: none is read; such a
+	// group is a gang of the pods present).
+	PodGroup func(namespace, name string) NativeGroup
 	// Wait says why a pending pod is held out of the round ("" = it is
 	// not), e.g. the pods evicted for it have not terminated yet. A group
 	// with one such pod waits whole (reason Unschedulable).
@@ -75,10 +114,11 @@ type Options struct {
 // Group is one Placer job: a lone pod, a gang (a pod group), or pods of
 // one owner that must sit on distinct nodes.
 type Group struct {
-	Key       string
-	Pods      []*corev1.Pod // replica i is Pods[i]
-	Gang      bool
-	MinMember int
+	Key          string
+	Pods         []*corev1.Pod // replica i is Pods[i]
+	Gang         bool
+	MinMember    int
+	RackRequired bool // a native PodGroup's topology constraint on the rack label
 }
 
 // Skipped is a pod that the round leaves out, and why (reported on the pod).
@@ -325,7 +365,7 @@ func Build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, min
 	for _, p := range pending {
 		key := "pod/" + p.Namespace + "/" + p.Name
 		gang := false
-		if k := GroupKey(p); k != "" {
+		if k := r.groupKey(p); k != "" {
 			key, gang = k, true
 		} else if hostnameAntiAffinity(p) != nil {
 			if ref := metav1.GetControllerOf(p); ref != nil {
@@ -418,7 +458,28 @@ func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.P
 	if g.Gang {
 		name := first.Labels[PodGroupLabel]
 		min, ok := 0, false
-		if minOf != nil {
+		native := NativeGroupName(first)
+		rackRequired := false
+		if native != "" {
+			name = "PodGroup " + first.Namespace + "/" + native + " (scheduling.k8s.io/v1beta1)"
+			ng := NativeGroup{Found: true, Gang: true, MinCount: len(g.Pods)}
+			if r.opt.PodGroup != nil {
+				ng = r.opt.PodGroup(first.Namespace, native)
+			}
+			switch {
+			case ng.Err != "":
+				return nil, "waiting for " + name + ": " + ng.Err
+			case !ng.Found:
+				return nil, "waiting for " + name + " to exist"
+			}
+			min, ok = ng.MinCount, true
+			for _, k := range ng.Topology {
+				if k != r.opt.RackLabel || r.Request.Cluster.Topology == nil {
+					return nil, fmt.Sprintf("cannot express: %s: topology key %q (only the rack label %q)", name, k, r.opt.RackLabel)
+				}
+				rackRequired = true
+			}
+		} else if minOf != nil {
 			min, ok = minOf(first.Namespace, name)
 		}
 		if !ok {
@@ -454,12 +515,20 @@ func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.P
 			}
 		}
 		if already+len(g.Pods) < min {
+			if native != "" {
+				return nil, fmt.Sprintf("waiting for %s: %d of its gang minCount %d pods exist (%d bound, %d pending)",
+					name, already+len(g.Pods), min, already, len(g.Pods))
+			}
 			return nil, fmt.Sprintf("waiting for pod group %s: %d of its minMember %d pods exist (%d bound, %d pending)",
 				name, already+len(g.Pods), min, already, len(g.Pods))
 		}
 		job.Gang = len(g.Pods) > 1
 		if r.Request.Cluster.Topology != nil && job.Gang {
 			job.TopologyLevel, job.TopologyMode = 1, wire.TopologyModePreferred
+		}
+		if rackRequired { // schedulingConstraints.topology on the rack label: one rack, its bound members' if any
+			job.TopologyLevel, job.TopologyMode = 1, wire.TopologyModeRequired
+			g.RackRequired = true
 		}
 	}
 	c, err := constraints(first)
@@ -490,7 +559,15 @@ func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.P
 			}
 		}
 	}
-	if partRack != "" {
+	if partRack != "" && g.RackRequired { // the rest of a partly bound gang: in its bound members' rack
+		in := &wire.SelectorRequirementT{Key: r.opt.RackLabel, Operator: wire.SelectorOperatorIn, Values: []string{partRack}}
+		if len(c.Required) == 0 {
+			c.Required = []*wire.SelectorTermT{{}}
+		}
+		for _, t := range c.Required {
+			t.MatchExpressions = append(t.MatchExpressions, in)
+		}
+	} else if partRack != "" {
 		c.Preferred = append(c.Preferred, &wire.PreferredTermT{Weight: 100, Preference: &wire.SelectorTermT{
 			MatchExpressions: []*wire.SelectorRequirementT{{Key: r.opt.RackLabel, Operator: wire.SelectorOperatorIn, Values: []string{partRack}}}}})
 	}

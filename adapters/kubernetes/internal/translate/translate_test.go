@@ -309,3 +309,43 @@ func TestEvictSendsLowerPriorityBoundPodsAsRunningJobs(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// The native Workload API: pods naming a PodGroup (spec.schedulingGroup)
+// with a gang policy are one gang job, waiting for minCount; its topology
+// constraint on the rack label is a required rack; a basic policy's pods
+// are jobs of their own; a missing PodGroup makes its pods wait.
+func TestNativePodGroups(t *testing.T) {
+	mk := func(name, group string) *corev1.Pod {
+		p := pod(name, 8, "4")
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr(group)}
+		return p
+	}
+	groups := map[string]NativeGroup{
+		"gang":  {Found: true, Gang: true, MinCount: 3, Topology: []string{"placer.io/rack"}},
+		"basic": {Found: true},
+		"zone":  {Found: true, Gang: true, MinCount: 1, Topology: []string{"topology.kubernetes.io/zone"}},
+	}
+	opt := Options{RackLabel: "placer.io/rack", PodGroup: func(ns, name string) NativeGroup { return groups[name] }}
+	nodes := []*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8), node("n3", "r2", 8)}
+	pending := []*corev1.Pod{mk("a", "gang"), mk("b", "gang"), mk("x", "basic"), mk("y", "basic"), mk("g", "ghost"), mk("z", "zone")}
+	r := Build(nodes, nil, pending, nil, opt, 1)
+	why := map[string]string{}
+	for _, s := range r.Skipped {
+		why[s.Pod.Name] = s.Reason + ": " + s.Why
+	}
+	if !strings.Contains(why["a"], "Unschedulable: waiting for PodGroup ns/gang (scheduling.k8s.io/v1beta1): 2 of its gang minCount 3") ||
+		!strings.Contains(why["g"], "Unschedulable: waiting for PodGroup ns/ghost (scheduling.k8s.io/v1beta1) to exist") ||
+		!strings.Contains(why["z"], `SchedulerError: cannot express: PodGroup ns/zone (scheduling.k8s.io/v1beta1): topology key "topology.kubernetes.io/zone"`) {
+		t.Errorf("skipped: %v", why)
+	}
+	if len(r.Groups) != 2 || r.Groups[0].Gang || r.Groups[1].Gang || len(r.Groups[0].Pods) != 1 {
+		t.Errorf("the basic policy's pods: %+v", r.Groups)
+	}
+	r = Build(nodes, nil, append(pending[:2:2], mk("c", "gang")), nil, opt, 1)
+	if len(r.Request.Pending) != 1 {
+		t.Fatalf("the gang: %d jobs, skipped %+v", len(r.Request.Pending), r.Skipped)
+	}
+	if j := r.Request.Pending[0]; !j.Gang || j.Replicas != 3 || j.TopologyLevel != 1 || j.TopologyMode != wire.TopologyModeRequired {
+		t.Errorf("the gang's job: %+v", j)
+	}
+}
