@@ -98,6 +98,25 @@ func (c *cluster) events(ns, name, reason string) []string {
 	return out
 }
 
+// waitEvents: the messages of the pod's Events of `reason` once one
+// contains `want`, or all of them after `timeout` (Events are sent
+// asynchronously, after what they report).
+func (c *cluster) waitEvents(ns, name, reason, want string, timeout time.Duration) []string {
+	deadline := time.Now().Add(timeout)
+	for {
+		ev := c.events(ns, name, reason)
+		for _, m := range ev {
+			if strings.Contains(m, want) {
+				return ev
+			}
+		}
+		if time.Now().After(deadline) {
+			return ev
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func (c *cluster) exists(ns, name string) bool {
 	_, err := c.cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
@@ -169,12 +188,12 @@ func TestEvictionsRespectPodDisruptionBudgets(t *testing.T) {
 			t.Errorf("pod %s is gone", v)
 		}
 	}
-	blocked := strings.Join(c.events(ns, "urgent", "FailedScheduling"), "\n")
+	blocked := strings.Join(c.waitEvents(ns, "urgent", "FailedScheduling", "preemption blocked", 15*time.Second), "\n")
 	if !strings.Contains(blocked, "preemption blocked: evicting evict/guarded on node-1 was refused") ||
 		!strings.Contains(blocked, "The disruption budget guard needs 1 healthy pods and has 1 currently") {
 		t.Errorf("urgent's events do not say that guarded's budget blocked its eviction:\n%s", blocked)
 	}
-	preempted := c.events(ns, "spare", "Preempted")
+	preempted := c.waitEvents(ns, "spare", "Preempted", "evicted for", 15*time.Second)
 	if len(preempted) != 1 || !strings.Contains(preempted[0], "evicted for evict/urgent (priority 1000) on node-2") {
 		t.Errorf("spare's Preempted events: %q", preempted)
 	}
