@@ -230,6 +230,15 @@ up() {
 # (Also `restart-apiserver`: the tests restart it alone, etcd kept.)
 start_apiserver() {
   local etcd_port=$((port + 1))
+  # The native Workload API (scheduling.k8s.io/v1beta1 Workload and
+  # PodGroup, a pod's spec.schedulingGroup): beta in v1.37, off by default
+  # (its feature gate and its group version), and a PodGroup's
+  # schedulingConstraints (alpha gate TopologyAwareWorkloadScheduling).
+  # PLACER_K8S_WORKLOAD_API=0 leaves them off.
+  local workload_flags=""
+  if [ "${PLACER_K8S_WORKLOAD_API:-1}" != 0 ]; then
+    workload_flags="--feature-gates GenericWorkload=true,TopologyAwareWorkloadScheduling=true --runtime-config scheduling.k8s.io/v1beta1=true"
+  fi
   # ServiceAccount admission is off: no controller-manager makes the
   # namespaces' default service accounts (pods here never run).
   "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$etcd_port" \
@@ -240,6 +249,7 @@ start_apiserver() {
     --service-account-issuer https://kubernetes.default.svc --service-account-key-file "$dir/pki/sa.pub" \
     --service-account-signing-key-file "$dir/pki/sa.key" --service-cluster-ip-range 10.96.0.0/24 \
     --disable-admission-plugins ServiceAccount --endpoint-reconciler-type none --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 \
+    $workload_flags \
     --v 1 > "$dir/log/kube-apiserver.log" 2>&1 &
   echo $! > "$dir/run/kube-apiserver.pid"
   local t=$SECONDS

@@ -89,11 +89,16 @@ echo "results: $out"
 python3 - "$out" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
-print(f"| nodes | scheduler | pods | bound | s | pods/s | GPUs placed | GPU nodes partly used | GPUs free on them | gangs whole / split / stranded | violations |")
-print("|---|---|---|---|---|---|---|---|---|---|---|")
+# FGD fragmented GPUs (Weng et al., ATC'23): the GPUs free that a pod drawn
+# from the pods fed cannot use, expected, summed over nodes
+# (placer-k8s-bench's nodeFragmentation; rows from before it have "-").
+print(f"| nodes | scheduler | pods | bound | s | pods/s | GPUs placed | GPU nodes partly used | GPUs free on them | GPUs free | FGD fragmented GPUs | gangs whole / split / stranded | violations |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     name = "kube-scheduler" if r["scheduler"] == "default-scheduler" else "Placer"
+    free = r.get("gpus_free", "-")
+    fgd = f"{r['fgd_fragmented_gpus']:.1f}" if "fgd_fragmented_gpus" in r else "-"
     print(f"| {r['nodes']} | {name} | {r['pods']} | {r['bound']} | {r['seconds_first_create_to_last_bind']:.2f} | {r['pods_per_second']:.0f} | "
-          f"{r['gpus_placed']} | {r['gpu_nodes_partly_used']} | {r['gpus_free_on_partly_used_nodes']} | "
+          f"{r['gpus_placed']} | {r['gpu_nodes_partly_used']} | {r['gpus_free_on_partly_used_nodes']} | {free} | {fgd} | "
           f"{r['gangs_whole_one_rack']} / {r['gangs_whole_split_across_racks']} / {r['gangs_stranded']} | {r['violations']} |")
 PY

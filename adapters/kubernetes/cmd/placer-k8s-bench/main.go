@@ -2,9 +2,9 @@
 // measures it (scripts/k8s-side-by-side.sh runs it for kube-scheduler and
 // for the Placer scheduler on fresh clusters): pods per second from the
 // first creation to the last binding, GPUs placed, GPU nodes left partly
-// used and the GPUs free on them, gangs whole / split across racks /
-// stranded (partly bound), and constraint violations (a node's bound
-// requests over its allocatable).
+// used and the GPUs free on them, the FGD measure of fragmented GPUs,
+// gangs whole / split across racks / stranded (partly bound), and
+// constraint violations (a node's bound requests over its allocatable).
 //
 // The mix: the pods of an openb pod list (data/openb-sample/pods.csv)
 // that ask whole GPUs or none (fractional ones are left out: no convention
@@ -20,6 +20,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"sync"
 	"time"
@@ -46,6 +47,8 @@ type result struct {
 	GPUsPlaced      int64   `json:"gpus_placed"`
 	PartlyUsedNodes int     `json:"gpu_nodes_partly_used"`
 	FreeOnPartly    int64   `json:"gpus_free_on_partly_used_nodes"`
+	GPUsFree        int64   `json:"gpus_free"`
+	FGDFragmented   float64 `json:"fgd_fragmented_gpus"`
 	GangsWhole      int     `json:"gangs_whole_one_rack"`
 	GangsSplit      int     `json:"gangs_whole_split_across_racks"`
 	GangsStranded   int     `json:"gangs_stranded"`
@@ -190,7 +193,7 @@ func main() {
 		time.Sleep(50 * time.Millisecond)
 	}
 	close(stop)
-	res := measure(ctx, cs, ns, *sched)
+	res := measure(ctx, cs, ns, *sched, pods)
 	res.Pods = len(pods)
 	res.Seconds = lastBindAt.Sub(start).Seconds()
 	res.CreateSeconds = created.Seconds()
@@ -207,7 +210,7 @@ func main() {
 	}
 }
 
-func measure(ctx context.Context, cs kubernetes.Interface, ns, sched string) result {
+func measure(ctx context.Context, cs kubernetes.Interface, ns, sched string, fed []*corev1.Pod) result {
 	res := result{Scheduler: sched}
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -247,6 +250,8 @@ func measure(ctx context.Context, cs kubernetes.Interface, ns, sched string) res
 		}
 	}
 	rack := map[string]string{}
+	tasks := typicalTasks(fed)
+	var fgdMilli float64
 	for _, n := range nodes.Items {
 		rack[n.Name] = n.Labels["placer.io/rack"]
 		a := n.Status.Allocatable
@@ -263,7 +268,11 @@ func measure(ctx context.Context, cs kubernetes.Interface, ns, sched string) res
 			res.PartlyUsedNodes++
 			res.FreeOnPartly += ag - ug
 		}
+		res.GPUsFree += max(0, ag-ug)
+		cpuFree := a.Cpu().MilliValue() - u.Cpu().MilliValue()
+		fgdMilli += nodeFragmentation(max(0, ag-ug), cpuFree, tasks)
 	}
+	res.FGDFragmented = fgdMilli / 1000
 	for g, size := range gangSize {
 		nodes := gangNodes[g]
 		switch {
@@ -283,6 +292,87 @@ func measure(ctx context.Context, cs kubernetes.Interface, ns, sched string) res
 		}
 	}
 	return res
+}
+
+// FGD (Weng et al., "Beware of Fragmentation", USENIX ATC'23), as the
+// C++ simulator reports it (sim/src/fgd_policies.cpp: typical_tasks,
+// node_fragmentation): the workload M is the pods fed to the scheduler,
+// keyed by (CPU milli, per-GPU milli, GPUs), most frequent first (ties by
+// key, descending) until 95% of them are covered, frequencies renormalised
+// over those. A node's fragmentation F_n(M) is the expected free GPU milli
+// that a task drawn from M cannot use: all its free milli when the task
+// cannot run there (a CPU-only task, too few fitting GPUs, too little CPU),
+// else the free milli on GPUs whose free share is below the task's per-GPU
+// demand. The bench's pods ask whole GPUs, and Kubernetes counts whole GPUs
+// (a node's free GPUs are allocatable less the bound pods' requests, each
+// 1000 milli free), so F_n is 0 or all of a node's free GPUs for each task;
+// summed over nodes, in GPUs.
+type task struct {
+	cpu, milli, gpus int64
+	freq             float64
+}
+
+func typicalTasks(pods []*corev1.Pod) []task {
+	type key struct{ cpu, milli, gpus int64 }
+	counts := map[key]int64{}
+	total := int64(0)
+	for _, p := range pods {
+		rl := translate.Requests(p)
+		g := rl.Name("nvidia.com/gpu", resource.DecimalSI).Value()
+		k := key{rl.Cpu().MilliValue(), 0, g}
+		if g > 0 {
+			k.milli = 1000
+		}
+		counts[k]++
+		total++
+	}
+	keys := make([]key, 0, len(counts))
+	for k := range counts {
+		keys = append(keys, k)
+	}
+	less := func(a, b key) bool { // a before b: count descending, then key descending
+		if counts[a] != counts[b] {
+			return counts[a] > counts[b]
+		}
+		if a.cpu != b.cpu {
+			return a.cpu > b.cpu
+		}
+		if a.milli != b.milli {
+			return a.milli > b.milli
+		}
+		return a.gpus > b.gpus
+	}
+	sort.Slice(keys, func(i, j int) bool { return less(keys[i], keys[j]) })
+	var out []task
+	covered := int64(0)
+	for _, k := range keys {
+		if total > 0 && float64(covered) >= 0.95*float64(total) {
+			break
+		}
+		out = append(out, task{cpu: k.cpu, milli: k.milli, gpus: k.gpus, freq: float64(counts[k])})
+		covered += counts[k]
+	}
+	for i := range out {
+		out[i].freq /= float64(max(covered, 1))
+	}
+	return out
+}
+
+// nodeFragmentation: F_n(M) in milli-GPU of a node with `free` whole GPUs
+// free (1000 milli each) and cpuFree milli-CPU free.
+func nodeFragmentation(free, cpuFree int64, m []task) float64 {
+	total := free * 1000
+	if total == 0 {
+		return 0
+	}
+	frag := 0.0
+	for _, t := range m {
+		runs := t.gpus > 0 && t.cpu <= cpuFree && free >= t.gpus // every free GPU has 1000 >= t.milli
+		if !runs {
+			frag += t.freq * float64(total)
+		} // else: no free GPU's share is below the task's per-GPU demand
+	}
+	return frag
 }
 
 func fail(format string, a ...any) {

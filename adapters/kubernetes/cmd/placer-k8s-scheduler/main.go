@@ -62,7 +62,7 @@ type config struct {
 	batchMax, bindWorkers                                                           int
 	apiQPS                                                                          float64
 	apiBurst                                                                        int
-	leaderElect, stacking                                                           bool
+	leaderElect, stacking, evict                                                    bool
 }
 
 var refusedJob = regexp.MustCompile(`pending job (\d+) \(`)
@@ -77,6 +77,7 @@ var (
 	mPending  = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_pods_pending", Help: "Pending pods in the last cycle's round."})
 	mLeader   = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_leader", Help: "1 while this replica holds the Lease."})
 	mCycleSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "placer_k8s_cycle_seconds", Help: "One cycle: round built, solved, binds done.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
+	mEvict    = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "placer_k8s_evictions_total", Help: "Evictions through the Eviction API (--evict), by result: evicted, refused (429: a PodDisruptionBudget), failed (another error), not_tried (a dry run of another victim of the same pod refused)."}, []string{"result"})
 	mRoundSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "placer_k8s_placer_round_seconds", Help: "The round trip to the Placer service.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)})
 )
 
@@ -96,6 +97,7 @@ func main() {
 	flag.IntVar(&c.apiBurst, "kube-api-burst", 1000, "the limiter's burst")
 	flag.StringVar(&c.rackLabel, "rack-label", "placer.io/rack", "node label naming a node's rack (the topology Placer keeps gangs within); empty: none")
 	flag.BoolVar(&c.stacking, "stacking", true, "Placer's stacking policy (whole-GPU pods fill used nodes first)")
+	flag.BoolVar(&c.evict, "evict", false, "let a pending pod preempt bound pods of a lower priority: Placer chooses the victims, each evicted through the Eviction API (PodDisruptionBudgets respected; RBAC create on pods/eviction, deploy/kubernetes/scheduler-rbac-evict.yaml); off: no pod is ever evicted")
 	flag.StringVar(&c.httpAddr, "http", "", "serve /metrics, /livez and /readyz on this address (e.g. 127.0.0.1:9556)")
 	flag.BoolVar(&c.leaderElect, "leader-elect", true, "hold a Lease so that only one replica schedules")
 	flag.StringVar(&c.leaseName, "lease-name", "placer-scheduler", "the Lease's name")
@@ -137,7 +139,7 @@ func main() {
 	if err != nil {
 		fail("placer: %v", err)
 	}
-	prometheus.MustRegister(mCycles, mBound, mBindErr, mUnsched, mPending, mLeader, mCycleSec, mRoundSec)
+	prometheus.MustRegister(mCycles, mBound, mBindErr, mUnsched, mPending, mLeader, mCycleSec, mRoundSec, mEvict)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -212,16 +214,22 @@ type scheduler struct {
 	wake                    chan struct{}
 	synced, leader          atomic.Bool
 
-	mu           sync.Mutex
-	assumed      map[types.UID]assumed // bound by us, not yet seen bound by the informer
-	lastErr      string                // the last cycle's trouble with Placer, for /readyz's body
+	mu      sync.Mutex
+	assumed map[types.UID]assumed // bound by us, not yet seen bound by the informer
+	// --evict: victims whose eviction was refused (not victims again until
+	// then), and the pending pods whose victims were evicted, waiting for
+	// them to be gone (they are held out of the rounds until then).
+	refused      map[types.UID]refusal
+	preempting   map[types.UID][]victim
+	lastErr      string // the last cycle's trouble with Placer, for /readyz's body
 	lastOK       time.Time
 	lastUnplaced int
 }
 
 func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *placerclient.Client) *scheduler {
 	f := informers.NewSharedInformerFactory(cs, 0)
-	s := &scheduler{cfg: c, cs: cs, dyn: dyn, pc: pc, factory: f, wake: make(chan struct{}, 1), assumed: map[types.UID]assumed{}}
+	s := &scheduler{cfg: c, cs: cs, dyn: dyn, pc: pc, factory: f, wake: make(chan struct{}, 1), assumed: map[types.UID]assumed{},
+		refused: map[types.UID]refusal{}, preempting: map[types.UID][]victim{}}
 	pi, ni := f.Core().V1().Pods(), f.Core().V1().Nodes()
 	s.pods, s.nodes = pi.Lister(), ni.Lister()
 	s.podsSynced, s.nodesSynced = pi.Informer().HasSynced, ni.Informer().HasSynced
@@ -245,6 +253,7 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 			if p.Spec.NodeName != "" {
 				s.mu.Lock()
 				delete(s.assumed, p.UID)
+				delete(s.preempting, p.UID)
 				s.mu.Unlock()
 			}
 		},
@@ -252,6 +261,8 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 			if p, ok := o.(*corev1.Pod); ok {
 				s.mu.Lock()
 				delete(s.assumed, p.UID)
+				delete(s.preempting, p.UID)
+				delete(s.refused, p.UID)
 				s.mu.Unlock()
 				if translate.Bound(p) {
 					poke() // its node has room again
@@ -351,12 +362,12 @@ func (s *scheduler) pending() (pending, bound []*corev1.Pod) {
 		keep := pending[:s.cfg.batchMax]
 		groups := map[string]bool{}
 		for _, p := range keep {
-			if g := p.Labels[translate.PodGroupLabel]; g != "" {
-				groups[p.Namespace+"/"+g] = true
+			if g := translate.GroupKey(p); g != "" {
+				groups[g] = true
 			}
 		}
 		for _, p := range pending[s.cfg.batchMax:] {
-			if g := p.Labels[translate.PodGroupLabel]; g != "" && groups[p.Namespace+"/"+g] {
+			if g := translate.GroupKey(p); g != "" && groups[g] {
 				keep = append(keep, p)
 			}
 		}
@@ -383,6 +394,46 @@ func (s *scheduler) minMember(ctx context.Context) translate.PodGroupMin {
 		seen[ns+"/"+name] = v
 		return v, v > 0
 	}
+}
+
+// nativeGroups reads the native PodGroups (scheduling.k8s.io/v1beta1, the
+// Workload API) that pending pods name in spec.schedulingGroup, once a cycle each.
+func (s *scheduler) nativeGroups(ctx context.Context) func(ns, name string) translate.NativeGroup {
+	seen := map[string]translate.NativeGroup{}
+	return func(ns, name string) translate.NativeGroup {
+		if v, ok := seen[ns+"/"+name]; ok {
+			return v
+		}
+		var v translate.NativeGroup
+		pg, err := s.cs.SchedulingV1beta1().PodGroups(ns).Get(ctx, name, metav1.GetOptions{})
+		switch {
+		case err == nil:
+			v.Found = true
+			if g := pg.Spec.SchedulingPolicy.Gang; g != nil {
+				v.Gang, v.MinCount = true, int(g.MinCount)
+			}
+			if c := pg.Spec.SchedulingConstraints; c != nil {
+				for _, t := range c.Topology {
+					v.Topology = append(v.Topology, t.Key)
+				}
+			}
+		case apierrors.IsNotFound(err) && notFoundIsTheObject(err, name):
+		default:
+			v.Err = "reading it: " + err.Error()
+			if apierrors.IsNotFound(err) {
+				v.Err = "the API server does not serve scheduling.k8s.io/v1beta1 podgroups (feature gate GenericWorkload, runtime-config scheduling.k8s.io/v1beta1)"
+			}
+			slog.Warn("reading a native PodGroup", "podgroup", ns+"/"+name, "err", err)
+		}
+		seen[ns+"/"+name] = v
+		return v
+	}
+}
+
+// notFoundIsTheObject: a 404 for the object itself, not for a resource the server does not serve.
+func notFoundIsTheObject(err error, name string) bool {
+	st, ok := err.(apierrors.APIStatus)
+	return ok && st.Status().Details != nil && st.Status().Details.Name == name
 }
 
 func unstructuredInt(o map[string]any, path ...string) (int64, bool, error) {
@@ -414,8 +465,11 @@ func (s *scheduler) cycle(ctx context.Context) {
 		return
 	}
 	nodes, _ := s.nodes.List(labels.Everything())
-	r := translate.Build(nodes, bound, pending, s.minMember(ctx),
-		translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking}, time.Now().Unix())
+	opt := translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking, PodGroup: s.nativeGroups(ctx)}
+	if s.cfg.evict {
+		opt.Evict, opt.NotEvictable, opt.Wait = true, s.notEvictable, s.waitForVictims(bound)
+	}
+	r := translate.Build(nodes, bound, pending, s.minMember(ctx), opt, time.Now().Unix())
 	for _, sk := range r.Skipped {
 		s.unschedulable(ctx, sk.Pod, sk.Reason, "placer: "+sk.Why)
 	}
@@ -480,6 +534,14 @@ func (s *scheduler) cycle(ctx context.Context) {
 	}
 	var binds []bind
 	placed := map[int]bool{}
+	// Preemptions (--evict): carried out first; no placement on a node
+	// that had a victim this round is bound in it (the victims leave first,
+	// or stay when their eviction is refused).
+	held, preemptors := map[string]bool{}, map[int]bool{}
+	if len(res.Preemptions) > 0 {
+		held, preemptors = s.preempt(ctx, r, res)
+	}
+	deferred := 0
 	for _, pl := range res.Placements {
 		if int(pl.Job) >= len(r.Groups) {
 			slog.Error("placement for an unknown job index", "job", pl.Job)
@@ -491,6 +553,16 @@ func (s *scheduler) cycle(ctx context.Context) {
 			continue
 		}
 		placed[int(pl.Job)] = true
+		onHeld := preemptors[int(pl.Job)]
+		for _, rp := range pl.Replicas {
+			if int(rp.Node) < len(r.Nodes) && held[r.Nodes[rp.Node].Name] {
+				onHeld = true
+			}
+		}
+		if onHeld { // a group whole or not at all: placed again next cycle
+			deferred += len(g.Pods)
+			continue
+		}
 		for i, rp := range pl.Replicas {
 			if int(rp.Node) >= len(r.Nodes) {
 				slog.Error("placement on an unknown node index", "node", rp.Node)
@@ -590,12 +662,12 @@ func (s *scheduler) cycle(ctx context.Context) {
 	mUnsched.Set(float64(unplacedPods))
 	mCycleSec.Observe(time.Since(start).Seconds())
 	level := slog.LevelDebug // a cycle that changed nothing is not logged at info
-	if nBound.Load() > 0 || nFailed.Load() > 0 || unplacedPods != s.lastUnplaced {
+	if nBound.Load() > 0 || nFailed.Load() > 0 || unplacedPods != s.lastUnplaced || len(res.Preemptions) > 0 {
 		level = slog.LevelInfo
 	}
 	s.lastUnplaced = unplacedPods
 	slog.Log(ctx, level, "cycle", "pending", len(pending), "jobs", len(r.Request.Pending), "nodes", len(r.Nodes),
-		"bound", nBound.Load(), "bind_failed", nFailed.Load(), "unplaced_pods", unplacedPods,
+		"bound", nBound.Load(), "bind_failed", nFailed.Load(), "unplaced_pods", unplacedPods, "preemptions", len(res.Preemptions), "deferred", deferred,
 		"placer_ms", float64(t1.Sub(t0).Microseconds())/1000, "bind_ms", bindTime.Milliseconds(),
 		"cycle_ms", time.Since(start).Milliseconds())
 }

@@ -32,6 +32,50 @@ const (
 	GPUIndexAnnot = "placer.io/gpu-index"
 )
 
+// GroupKey is a pod's group: "schedulinggroup/<namespace>/<name>" for
+// the native PodGroup its spec.schedulingGroup names (scheduling.k8s.io,
+// the Workload API), else "podgroup/<namespace>/<name>" for the
+// coscheduling label, or "" for none.
+func GroupKey(p *corev1.Pod) string {
+	if n := NativeGroupName(p); n != "" {
+		return "schedulinggroup/" + p.Namespace + "/" + n
+	}
+	if pg := p.Labels[PodGroupLabel]; pg != "" {
+		return "podgroup/" + p.Namespace + "/" + pg
+	}
+	return ""
+}
+
+// NativeGroupName is the native PodGroup a pod's spec.schedulingGroup names, or "".
+func NativeGroupName(p *corev1.Pod) string {
+	if sg := p.Spec.SchedulingGroup; sg != nil && sg.PodGroupName != nil {
+		return *sg.PodGroupName
+	}
+	return ""
+}
+
+// NativeGroup: a native PodGroup (scheduling.k8s.io/v1beta1, the
+// Workload API) as the round reads it.
+type NativeGroup struct {
+	Found    bool     // the PodGroup exists
+	Gang     bool     // schedulingPolicy.gang; else basic: its pods are placed one by one
+	MinCount int      // schedulingPolicy.gang.minCount
+	Topology []string // schedulingConstraints.topology keys
+	Err      string   // it could not be read: its pods wait, saying why
+}
+
+// groupKey: GroupKey, but "" for the pods of a native PodGroup whose
+// policy is basic (no gang: each pod its own job).
+func (r *Round) groupKey(p *corev1.Pod) string {
+	k := GroupKey(p)
+	if n := NativeGroupName(p); n != "" && r.opt.PodGroup != nil {
+		if ng := r.opt.PodGroup(p.Namespace, n); ng.Found && !ng.Gang && ng.Err == "" {
+			return ""
+		}
+	}
+	return k
+}
+
 // Share is a pod's GPU share in milli-GPU (0: none) and whether the annotation is well formed.
 func Share(p *corev1.Pod) (int64, bool) {
 	v, ok := p.Annotations[GPUMilliAnnot]
@@ -49,15 +93,32 @@ func Share(p *corev1.Pod) (int64, bool) {
 type Options struct {
 	RackLabel string // node label whose values are the topology's racks ("" = no topology)
 	Stacking  bool   // Policy.stacking, as the Slurm bridge sends it
+	// Evict: bound pods of a lower priority than some pending pod go into
+	// the round as running work, preemptible, and Placer's preemption is on
+	// (the scheduler's --evict). Without it no pod is ever a victim.
+	Evict bool
+	// NotEvictable says why a bound pod must not be a victim this round
+	// ("" = it may be), e.g. its last eviction was refused (a
+	// PodDisruptionBudget). Read only with Evict.
+	NotEvictable func(*corev1.Pod) string
+	// PodGroup reads a native PodGroup (namespace, name), for the pods
+	// whose spec.schedulingGroup names one (nil: none is read; such a
+	// group is a gang of the pods present).
+	PodGroup func(namespace, name string) NativeGroup
+	// Wait says why a pending pod is held out of the round ("" = it is
+	// not), e.g. the pods evicted for it have not terminated yet. A group
+	// with one such pod waits whole (reason Unschedulable).
+	Wait func(*corev1.Pod) string
 }
 
 // Group is one Placer job: a lone pod, a gang (a pod group), or pods of
 // one owner that must sit on distinct nodes.
 type Group struct {
-	Key       string
-	Pods      []*corev1.Pod // replica i is Pods[i]
-	Gang      bool
-	MinMember int
+	Key          string
+	Pods         []*corev1.Pod // replica i is Pods[i]
+	Gang         bool
+	MinMember    int
+	RackRequired bool // a native PodGroup's topology constraint on the rack label
 }
 
 // Skipped is a pod that the round leaves out, and why (reported on the pod).
@@ -74,6 +135,9 @@ type Round struct {
 	Nodes   []*corev1.Node
 	Groups  []*Group // job i of Request.Pending is Groups[i]
 	Skipped []Skipped
+	// Running: with Options.Evict, the pods of each running job of the
+	// round by its name (a pod group's bound members together).
+	Running map[string][]*corev1.Pod
 }
 
 // PodGroupMin says a pod group's minMember (ok=false: unknown).
@@ -177,37 +241,73 @@ func Build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, min
 		topo = &wire.TopologyT{LevelNames: []string{"cluster", "rack"},
 			Domains: []*wire.TopologyDomainT{{Name: "cluster", Level: 0, Parent: -1}}}
 	}
-	for _, n := range nodes {
+	holds := map[*corev1.Pod]*holding{}
+	for ni, n := range nodes {
 		alloc := n.Status.Allocatable
 		u := used[n.Name]
 		g := gpus(alloc)
-		ug := gpus(u)
 		free := make([]uint16, g)
 		for i := range free {
 			free[i] = 1000
 		}
+		on := podsOn[n.Name]
+		sort.SliceStable(on, func(i, j int) bool { return olderFirst(on[i], on[j]) })
 		// Shares first, on the GPUs their annotations name; whole GPUs then
-		// on the fully free ones (Placer gives whole GPUs only those).
-		for _, p := range podsOn[n.Name] {
+		// on the fully free ones (Placer gives whole GPUs only those), each
+		// pod its own (Kubernetes does not say which GPUs a pod has: these
+		// indices are the round's, consistent with the free list).
+		for _, p := range on {
 			if m, ok := Share(p); ok && m > 0 {
 				if i, err := strconv.Atoi(p.Annotations[GPUIndexAnnot]); err == nil && i >= 0 && i < len(free) {
+					h := &holding{node: ni, gpus: []uint8{uint8(i)}, milli: uint16(m), ok: free[i] >= uint16(m)}
 					free[i] = uint16(max(0, int64(free[i])-m))
+					holds[p] = h
 				}
 			}
 		}
-		for i := range free {
-			if ug > 0 && free[i] == 1000 {
-				free[i] = 0
-				ug--
+		for _, p := range on {
+			k := gpus(Requests(p))
+			if k == 0 {
+				if m, _ := Share(p); m == 0 {
+					holds[p] = &holding{node: ni, milli: 1000, ok: true}
+				}
+				continue
 			}
-		}
-		for i := range free { // more whole GPUs in use than fully free ones: the rest from the partly used
-			if ug > 0 && free[i] > 0 {
-				free[i] = 0
-				ug--
+			h := &holding{node: ni, milli: 1000, ok: true}
+			for i := range free {
+				if int64(len(h.gpus)) < k && free[i] == 1000 {
+					free[i] = 0
+					h.gpus = append(h.gpus, uint8(i))
+				}
 			}
+			for i := range free { // more whole GPUs in use than fully free ones: the rest from the partly used
+				if int64(len(h.gpus)) < k && free[i] > 0 {
+					free[i] = 0
+					h.gpus = append(h.gpus, uint8(i))
+					h.ok = false // a GPU a share also uses: not this pod's to give back
+				}
+			}
+			h.ok = h.ok && int64(len(h.gpus)) == k
+			holds[p] = h
 		}
 		cpuCap, memCap := milli(alloc[corev1.ResourceCPU]), mib(alloc[corev1.ResourceMemory])
+		// CPU and memory: a pod holds its requests while the node's use
+		// (at most its allocatable) has room for them, as a round requires.
+		cpuUsed, memUsed := min(cpuCap, milli(u[corev1.ResourceCPU])), min(memCap, mib(u[corev1.ResourceMemory]))
+		for _, p := range on {
+			h := holds[p]
+			if h == nil {
+				continue
+			}
+			rl := Requests(p)
+			c, m := milli(rl[corev1.ResourceCPU]), mib(rl[corev1.ResourceMemory])
+			if c > cpuUsed || m > memUsed {
+				h.ok = false
+				continue
+			}
+			cpuUsed -= c
+			memUsed -= m
+		}
 		wn := &wire.NodeT{
 			Name: n.Name, GpuModel: n.Labels[GPUProduct], GpuFreeMilli: free,
 			CpuMilliCapacity: cpuCap, CpuMilliFree: max(0, cpuCap-milli(u[corev1.ResourceCPU])),
@@ -250,6 +350,14 @@ func Build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, min
 	req := &wire.ScheduleRequestT{Cluster: cluster, Now: now,
 		Policy: &wire.PolicyT{Algorithm: wire.AlgorithmPlacer, Stacking: opt.Stacking, Order: wire.QueueOrderFifo}}
 	r.Request = req
+	if opt.Evict {
+		// Preemption as the Slurm bridge asks it: pods report no
+		// checkpoints and an evicted pod starts again, so any victim, by
+		// its lost work (run time x GPUs); the other queue policies as the
+		// schema's defaults (loaning has no loanable node here).
+		req.Policy.Queue = &wire.QueuePolicyT{Preemption: true, PreemptMaxLostS: -1, MaxReservations: 8, Loaning: true,
+			AutoReclaim: true, SensitivityThreshold: 0.5, DelayTimerMax: 1800}
+	}
 
 	// Groups: pod groups (gangs), owners whose pods need distinct nodes, lone pods.
 	groups := map[string]*Group{}
@@ -257,8 +365,8 @@ func Build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, min
 	for _, p := range pending {
 		key := "pod/" + p.Namespace + "/" + p.Name
 		gang := false
-		if pg := p.Labels[PodGroupLabel]; pg != "" {
-			key, gang = "podgroup/"+p.Namespace+"/"+pg, true
+		if k := r.groupKey(p); k != "" {
+			key, gang = k, true
 		} else if hostnameAntiAffinity(p) != nil {
 			if ref := metav1.GetControllerOf(p); ref != nil {
 				key = "owner/" + p.Namespace + "/" + string(ref.UID)
@@ -275,6 +383,20 @@ func Build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, min
 	for _, key := range order {
 		g := groups[key]
 		sort.Slice(g.Pods, func(i, j int) bool { return g.Pods[i].Name < g.Pods[j].Name })
+		if opt.Wait != nil {
+			waits := ""
+			for _, p := range g.Pods {
+				if waits = opt.Wait(p); waits != "" {
+					break
+				}
+			}
+			if waits != "" {
+				for _, p := range g.Pods {
+					r.Skipped = append(r.Skipped, Skipped{Pod: p, Reason: "Unschedulable", Why: waits})
+				}
+				continue
+			}
+		}
 		job, why := r.job(g, bound, podsOn, minOf, now)
 		if why != "" {
 			for _, p := range g.Pods {
@@ -288,6 +410,9 @@ func Build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, min
 		}
 		req.Pending = append(req.Pending, job)
 		r.Groups = append(r.Groups, g)
+	}
+	if opt.Evict && len(req.Pending) > 0 {
+		r.running(bound, holds, now)
 	}
 	return r
 }
@@ -333,7 +458,28 @@ func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.P
 	if g.Gang {
 		name := first.Labels[PodGroupLabel]
 		min, ok := 0, false
-		if minOf != nil {
+		native := NativeGroupName(first)
+		rackRequired := false
+		if native != "" {
+			name = "PodGroup " + first.Namespace + "/" + native + " (scheduling.k8s.io/v1beta1)"
+			ng := NativeGroup{Found: true, Gang: true, MinCount: len(g.Pods)}
+			if r.opt.PodGroup != nil {
+				ng = r.opt.PodGroup(first.Namespace, native)
+			}
+			switch {
+			case ng.Err != "":
+				return nil, "waiting for " + name + ": " + ng.Err
+			case !ng.Found:
+				return nil, "waiting for " + name + " to exist"
+			}
+			min, ok = ng.MinCount, true
+			for _, k := range ng.Topology {
+				if k != r.opt.RackLabel || r.Request.Cluster.Topology == nil {
+					return nil, fmt.Sprintf("cannot express: %s: topology key %q (only the rack label %q)", name, k, r.opt.RackLabel)
+				}
+				rackRequired = true
+			}
+		} else if minOf != nil {
 			min, ok = minOf(first.Namespace, name)
 		}
 		if !ok {
@@ -352,7 +498,7 @@ func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.P
 		already := 0
 		racks := map[string]bool{}
 		for _, p := range bound {
-			if p.Namespace == first.Namespace && p.Labels[PodGroupLabel] == name {
+			if GroupKey(p) == g.Key {
 				already++
 				if rl := r.opt.RackLabel; rl != "" {
 					for _, n := range r.Nodes {
@@ -369,12 +515,20 @@ func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.P
 			}
 		}
 		if already+len(g.Pods) < min {
+			if native != "" {
+				return nil, fmt.Sprintf("waiting for %s: %d of its gang minCount %d pods exist (%d bound, %d pending)",
+					name, already+len(g.Pods), min, already, len(g.Pods))
+			}
 			return nil, fmt.Sprintf("waiting for pod group %s: %d of its minMember %d pods exist (%d bound, %d pending)",
 				name, already+len(g.Pods), min, already, len(g.Pods))
 		}
 		job.Gang = len(g.Pods) > 1
 		if r.Request.Cluster.Topology != nil && job.Gang {
 			job.TopologyLevel, job.TopologyMode = 1, wire.TopologyModePreferred
+		}
+		if rackRequired { // schedulingConstraints.topology on the rack label: one rack, its bound members' if any
+			job.TopologyLevel, job.TopologyMode = 1, wire.TopologyModeRequired
+			g.RackRequired = true
 		}
 	}
 	c, err := constraints(first)
@@ -405,7 +559,15 @@ func (r *Round) job(g *Group, bound []*corev1.Pod, podsOn map[string][]*corev1.P
 			}
 		}
 	}
-	if partRack != "" {
+	if partRack != "" && g.RackRequired { // the rest of a partly bound gang: in its bound members' rack
+		in := &wire.SelectorRequirementT{Key: r.opt.RackLabel, Operator: wire.SelectorOperatorIn, Values: []string{partRack}}
+		if len(c.Required) == 0 {
+			c.Required = []*wire.SelectorTermT{{}}
+		}
+		for _, t := range c.Required {
+			t.MatchExpressions = append(t.MatchExpressions, in)
+		}
+	} else if partRack != "" {
 		c.Preferred = append(c.Preferred, &wire.PreferredTermT{Weight: 100, Preference: &wire.SelectorTermT{
 			MatchExpressions: []*wire.SelectorRequirementT{{Key: r.opt.RackLabel, Operator: wire.SelectorOperatorIn, Values: []string{partRack}}}}})
 	}

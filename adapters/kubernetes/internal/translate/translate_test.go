@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
 )
@@ -170,8 +171,6 @@ func TestMessageIsKubeSchedulersWords(t *testing.T) {
 	}
 }
 
-func ptr[T any](v T) *T { return &v }
-
 func TestGangOfEqualPodsWithAffinityIsOneJob(t *testing.T) {
 	mk := func(name string) *corev1.Pod {
 		p := pod(name, 4, "2")
@@ -240,5 +239,113 @@ func TestGPUSharesAreCountedOnTheirGPUs(t *testing.T) {
 	r = Build([]*corev1.Node{node("n1", "r1", 4)}, nil, []*corev1.Pod{bad, both}, nil, Options{}, 1)
 	if len(r.Skipped) != 2 || !strings.Contains(r.Skipped[0].Why, "1..999") || !strings.Contains(r.Skipped[1].Why, "asks no whole GPUs") {
 		t.Errorf("skipped %+v", r.Skipped)
+	}
+}
+
+// --evict: bound pods of a lower priority than a pending pod are running
+// jobs, preemptible, on GPU indices consistent with their nodes' free
+// lists; terminating pods, DaemonSets' pods, pods of the pending priority
+// and pods NotEvictable names are not; a pod group's members are one gang.
+func TestEvictSendsLowerPriorityBoundPodsAsRunningJobs(t *testing.T) {
+	prio := func(p *corev1.Pod, v int32) *corev1.Pod { p.Spec.Priority = &v; return p }
+	on := func(p *corev1.Pod, n string) *corev1.Pod {
+		p.Spec.NodeName = n
+		p.UID = "uid-" + types.UID(p.Name)
+		return p
+	}
+	low3 := prio(on(pod("low3", 3, "8"), "n1"), 10)
+	same := prio(on(pod("same", 2, "8"), "n1"), 100)
+	term := prio(on(pod("term", 1, "8"), "n1"), 10)
+	now := metav1.Now()
+	term.DeletionTimestamp = &now
+	ds := prio(on(pod("ds", 0, "1"), "n2"), 10)
+	ds.OwnerReferences = []metav1.OwnerReference{{Kind: "DaemonSet", Name: "d", UID: "d", Controller: ptr(true)}}
+	refused := prio(on(pod("refused", 1, "1"), "n2"), 10)
+	g1 := prio(on(pod("g1", 4, "4"), "n2"), 5)
+	g2 := prio(on(pod("g2", 4, "4"), "n3"), 5)
+	for _, p := range []*corev1.Pod{g1, g2} {
+		p.Labels[PodGroupLabel] = "train"
+	}
+	pending := prio(pod("urgent", 8, "8"), 100)
+	nodes := []*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8), node("n3", "r1", 8)}
+	opt := Options{Evict: true, NotEvictable: func(p *corev1.Pod) string {
+		if p.Name == "refused" {
+			return "refused"
+		}
+		return ""
+	}}
+	r := Build(nodes, []*corev1.Pod{low3, same, term, ds, refused, g1, g2}, []*corev1.Pod{pending}, nil, opt, 1000)
+	if q := r.Request.Policy.Queue; q == nil || !q.Preemption || q.PreemptMaxLostS != -1 {
+		t.Fatalf("policy: %+v", q)
+	}
+	names := map[string]*wire.RunningJobT{}
+	for _, rj := range r.Request.Running {
+		names[rj.Name] = rj
+	}
+	if len(names) != 2 || names["running/pod/ns/low3"] == nil || names["running/podgroup/ns/train"] == nil {
+		t.Fatalf("running jobs: %v", names)
+	}
+	lj := names["running/pod/ns/low3"]
+	if !lj.Preemptible || lj.Priority != 10 || lj.Demand.Gpus != 3 || len(lj.Replicas) != 1 || len(lj.Replicas[0].Gpus) != 3 {
+		t.Errorf("low3: %+v %+v", lj, lj.Replicas)
+	}
+	free := r.Request.Cluster.Nodes[0].GpuFreeMilli
+	for _, g := range lj.Replicas[0].Gpus {
+		if free[g] != 0 {
+			t.Errorf("low3 on GPU %d, which n1's free list says is free", g)
+		}
+	}
+	gj := names["running/podgroup/ns/train"]
+	if !gj.Gang || len(gj.Replicas) != 2 || gj.Replicas[0].Node != 1 || gj.Replicas[1].Node != 2 {
+		t.Errorf("the group: %+v", gj)
+	}
+	if len(r.Running["running/podgroup/ns/train"]) != 2 {
+		t.Errorf("the group's pods: %v", r.Running)
+	}
+	r = Build(nodes, []*corev1.Pod{low3}, []*corev1.Pod{pending}, nil, Options{}, 1000)
+	if len(r.Request.Running) != 0 || r.Request.Policy.Queue != nil {
+		t.Errorf("without Evict: %d running jobs, queue policy %+v", len(r.Request.Running), r.Request.Policy.Queue)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// The native Workload API: pods naming a PodGroup (spec.schedulingGroup)
+// with a gang policy are one gang job, waiting for minCount; its topology
+// constraint on the rack label is a required rack; a basic policy's pods
+// are jobs of their own; a missing PodGroup makes its pods wait.
+func TestNativePodGroups(t *testing.T) {
+	mk := func(name, group string) *corev1.Pod {
+		p := pod(name, 8, "4")
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr(group)}
+		return p
+	}
+	groups := map[string]NativeGroup{
+		"gang":  {Found: true, Gang: true, MinCount: 3, Topology: []string{"placer.io/rack"}},
+		"basic": {Found: true},
+		"zone":  {Found: true, Gang: true, MinCount: 1, Topology: []string{"topology.kubernetes.io/zone"}},
+	}
+	opt := Options{RackLabel: "placer.io/rack", PodGroup: func(ns, name string) NativeGroup { return groups[name] }}
+	nodes := []*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8), node("n3", "r2", 8)}
+	pending := []*corev1.Pod{mk("a", "gang"), mk("b", "gang"), mk("x", "basic"), mk("y", "basic"), mk("g", "ghost"), mk("z", "zone")}
+	r := Build(nodes, nil, pending, nil, opt, 1)
+	why := map[string]string{}
+	for _, s := range r.Skipped {
+		why[s.Pod.Name] = s.Reason + ": " + s.Why
+	}
+	if !strings.Contains(why["a"], "Unschedulable: waiting for PodGroup ns/gang (scheduling.k8s.io/v1beta1): 2 of its gang minCount 3") ||
+		!strings.Contains(why["g"], "Unschedulable: waiting for PodGroup ns/ghost (scheduling.k8s.io/v1beta1) to exist") ||
+		!strings.Contains(why["z"], `SchedulerError: cannot express: PodGroup ns/zone (scheduling.k8s.io/v1beta1): topology key "topology.kubernetes.io/zone"`) {
+		t.Errorf("skipped: %v", why)
+	}
+	if len(r.Groups) != 2 || r.Groups[0].Gang || r.Groups[1].Gang || len(r.Groups[0].Pods) != 1 {
+		t.Errorf("the basic policy's pods: %+v", r.Groups)
+	}
+	r = Build(nodes, nil, append(pending[:2:2], mk("c", "gang")), nil, opt, 1)
+	if len(r.Request.Pending) != 1 {
+		t.Fatalf("the gang: %d jobs, skipped %+v", len(r.Request.Pending), r.Skipped)
+	}
+	if j := r.Request.Pending[0]; !j.Gang || j.Replicas != 3 || j.TopologyLevel != 1 || j.TopologyMode != wire.TopologyModeRequired {
+		t.Errorf("the gang's job: %+v", j)
 	}
 }

@@ -1,0 +1,188 @@
+package translate
+
+import (
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"placer.local/kubernetes/internal/wire/gen/placer/wire"
+)
+
+// holding: what a bound pod holds on its node in the round: the node's
+// index, the GPU indices the round gives it (Kubernetes does not say which
+// of a node's GPUs a pod has; a share's is its placer.io/gpu-index) and
+// whether all it asks sits inside what the node reports as used, so that
+// stopping it gives back no more than the node has (Placer refuses a round
+// where a running job does not).
+type holding struct {
+	node  int
+	gpus  []uint8
+	milli uint16
+	ok    bool
+}
+
+func olderFirst(a, b *corev1.Pod) bool {
+	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+		return a.CreationTimestamp.Before(&b.CreationTimestamp)
+	}
+	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
+}
+
+// MirrorAnnot marks a static pod's mirror, which the API cannot evict.
+const MirrorAnnot = "kubernetes.io/config.mirror"
+
+// notVictim says why a bound pod is never a victim ("" = it may be).
+func notVictim(p *corev1.Pod) string {
+	switch {
+	case p.DeletionTimestamp != nil:
+		return "terminating"
+	case p.Annotations[MirrorAnnot] != "":
+		return "a static pod's mirror"
+	}
+	if ref := metav1.GetControllerOf(p); ref != nil && ref.Kind == "DaemonSet" {
+		return "a DaemonSet's pod (it would come back on the same node)"
+	}
+	return ""
+}
+
+func startOf(p *corev1.Pod) int64 {
+	if p.Status.StartTime != nil {
+		return p.Status.StartTime.Unix()
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			return c.LastTransitionTime.Unix()
+		}
+	}
+	return p.CreationTimestamp.Unix()
+}
+
+// running adds, with Options.Evict, the bound pods that a pending job may
+// preempt as running jobs: those of a lower priority than the round's
+// highest pending priority (Placer preempts only strictly lower ones), each
+// pod a job of one replica, a pod group's bound members one gang job (all
+// or none of them stopped). A pod that is terminating, a static pod's
+// mirror, a DaemonSet's, one that NotEvictable names, or one whose requests
+// do not sit inside its node's use is left out: its use stays in its node,
+// and it is never a victim. So is a group with such a member, or whose
+// members differ.
+func (r *Round) running(bound []*corev1.Pod, holds map[*corev1.Pod]*holding, now int64) {
+	top := int32(-1 << 31)
+	for _, j := range r.Request.Pending {
+		top = max(top, j.Priority)
+	}
+	prio := func(p *corev1.Pod) int32 {
+		if p.Spec.Priority != nil {
+			return *p.Spec.Priority
+		}
+		return 0
+	}
+	type grp struct {
+		key  string
+		gang bool
+		pods []*corev1.Pod
+		why  string
+	}
+	groups := map[string]*grp{}
+	var order []string
+	for _, p := range bound {
+		key, gang := "pod/"+p.Namespace+"/"+p.Name, false
+		if k := r.groupKey(p); k != "" {
+			key, gang = k, true
+		}
+		g := groups[key]
+		if g == nil {
+			g = &grp{key: key, gang: gang}
+			groups[key] = g
+			order = append(order, key)
+		}
+		g.pods = append(g.pods, p)
+		if g.why != "" {
+			continue
+		}
+		h := holds[p]
+		switch {
+		case notVictim(p) != "":
+			g.why = notVictim(p)
+		case r.opt.NotEvictable != nil && r.opt.NotEvictable(p) != "":
+			g.why = r.opt.NotEvictable(p)
+		case h == nil || !h.ok:
+			g.why = "its requests are not inside its node's use"
+		}
+	}
+	sort.Strings(order)
+	r.Running = map[string][]*corev1.Pod{}
+	for _, key := range order {
+		g := groups[key]
+		if g.why != "" {
+			continue
+		}
+		sort.Slice(g.pods, func(i, j int) bool { return g.pods[i].Name < g.pods[j].Name })
+		first := g.pods[0]
+		if prio(first) >= top {
+			continue
+		}
+		rl := Requests(first)
+		d := &wire.DemandT{Gpus: uint16(gpus(rl)), GpuMilli: 1000, CpuMilli: milli(rl[corev1.ResourceCPU]), MemoryMib: mib(rl[corev1.ResourceMemory])}
+		if m, _ := Share(first); m > 0 {
+			d.Gpus, d.GpuMilli = 1, uint16(m)
+		}
+		rj := &wire.RunningJobT{Name: "running/" + key, Kind: wire.JobKindBatch, Priority: prio(first), Demand: d,
+			Gang: len(g.pods) > 1, Preemptible: true, StartTime: startOf(first), Queue: first.Labels[QueueLabel]}
+		same := true
+		for _, p := range g.pods {
+			rlp := Requests(p)
+			m, _ := Share(p)
+			h := holds[p]
+			if prio(p) != rj.Priority || gpus(rlp) != gpus(rl) || milli(rlp[corev1.ResourceCPU]) != d.CpuMilli ||
+				mib(rlp[corev1.ResourceMemory]) != d.MemoryMib || (m > 0) != (d.GpuMilli < 1000) || (m > 0 && uint16(m) != d.GpuMilli) {
+				same = false
+				break
+			}
+			rj.StartTime = min(rj.StartTime, startOf(p))
+			rj.Replicas = append(rj.Replicas, &wire.ReplicaPlacementT{Node: uint32(h.node), Gpus: h.gpus, GpuMilli: h.milli})
+		}
+		if !same {
+			continue
+		}
+		rj.StartTime = min(rj.StartTime, now)
+		r.Request.Running = append(r.Request.Running, rj)
+		r.Running[rj.Name] = g.pods
+	}
+}
+
+// Victims: the pods of Placer's preemptions, by the pending job each is
+// for (-1: none named), in the reply's order; preemptions of jobs the
+// round did not send are left out.
+func (r *Round) Victims(ps []*wire.PreemptionT) map[int][]*corev1.Pod {
+	out := map[int][]*corev1.Pod{}
+	for _, p := range ps {
+		pods, ok := r.Running[p.Job]
+		if !ok {
+			continue
+		}
+		j := int(p.ForJob)
+		if p.ForJob == 0xFFFFFFFF || j >= len(r.Groups) {
+			j = -1
+		}
+		out[j] = append(out[j], pods...)
+	}
+	return out
+}
+
+// VictimSummary names victims for a message: "ns/a on node-1, ns/b on node-2".
+func VictimSummary(ps []*corev1.Pod) string {
+	s := ""
+	for i, p := range ps {
+		if i > 0 {
+			s += ", "
+		}
+		if i == 4 && len(ps) > 5 {
+			return s + fmt.Sprintf("and %d more", len(ps)-4)
+		}
+		s += p.Namespace + "/" + p.Name + " on " + p.Spec.NodeName
+	}
+	return s
+}
