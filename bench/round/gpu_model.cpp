@@ -4,7 +4,7 @@
 //
 //   gpu_model [--scenario 10k,100k,openb] [--threads 512] [--offer-least N]
 //             [--offer-bits N] [--offer-iterate 0|1] [--refresh-below N] [--order fifo|pack] [--reps 7]
-//             [--blocks 1] [--grid-cells-from N] [--json FILE]
+//             [--offer-pairs N] [--blocks 1] [--grid-cells-from N] [--json FILE]
 //
 // For each scenario: the CPU backend's round (median of --reps after a
 // warm-up) and its tier phases; then two rounds through the GPU model, the
@@ -43,7 +43,7 @@ int usage(char const* why) {
   std::cerr << "gpu_model: " << why
             << "\nusage: gpu_model [--scenario 10k,100k,openb] [--threads 256|512|1024] [--offer-least N]"
                " [--offer-bits N] [--offer-iterate 0|1] [--refresh-below N] [--order fifo|pack] [--reps N]"
-               " [--blocks N] [--grid-cells-from N] [--json FILE]\n";
+               " [--offer-pairs N] [--blocks N] [--grid-cells-from N] [--json FILE]\n";
   return 2;
 }
 
@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
         config.offer_bits = std::stoi(v);
       } else if (a == "--offer-iterate") {
         config.offer_iterate = std::stoi(v) != 0;
+      } else if (a == "--offer-pairs") {
+        config.offer_pairs = std::stoi(v);
       } else if (a == "--blocks") {
         config.blocks = std::stoi(v);
       } else if (a == "--grid-cells-from") {

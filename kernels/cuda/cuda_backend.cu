@@ -335,6 +335,8 @@ class cuda_device {
     }
     // 1: the team offers' M stepped as in the rounds recorded before 2026-11-28 (to measure both).
     if (char const* iterate = std::getenv("PLACER_CUDA_OFFER_ITERATE")) offer_iterate_ = std::atoi(iterate) != 0 ? 1 : 0;
+    // The most items a row for the team offers' ranking (0: the radix search always; to measure).
+    if (char const* pairs = std::getenv("PLACER_CUDA_OFFER_PAIRS")) offer_pairs_ = std::atoi(pairs);
     if (char const* threads = std::getenv("PLACER_CUDA_TIER_THREADS")) {
       threads_ = std::atoi(threads);
       if (threads_ != 256 && threads_ != 512 && threads_ != 1024) {
@@ -361,6 +363,7 @@ class cuda_device {
                    (threads_ != tier_threads ? ", " + std::to_string(threads_) + " tier threads" : "") +
                    (offer_bits_ != tier_offer_bits ? ", offer digits of " + std::to_string(offer_bits_) + " bits" : "") +
                    (offer_iterate_ != 0 ? ", offers' M stepped" : "") +
+                   (offer_pairs_ != tier_offer_pairs_upto ? ", offers ranked up to " + std::to_string(offer_pairs_) + " items" : "") +
                    (!wide_ ? ", serial tier steps)"
                     : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
                                                            : ")");
@@ -444,6 +447,7 @@ class cuda_device {
       k.work.refresh_cells_below = refresh_below_;
       k.work.offer_bits = offer_bits_;
       k.work.offer_iterate = offer_iterate_;
+      k.work.offer_pairs_upto = offer_pairs_;
       k.work.grid_cells_from = grid_cells_from_;
       if (blocks_ > 1) {
         void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out)};
@@ -469,6 +473,7 @@ class cuda_device {
   std::int32_t refresh_below_ = tier_refresh_cells_below;  ///< tier_buffers::refresh_cells_below
   std::int32_t offer_bits_ = tier_offer_bits;              ///< tier_buffers::offer_bits
   std::int32_t offer_iterate_ = 0;                         ///< tier_buffers::offer_iterate
+  std::int32_t offer_pairs_ = tier_offer_pairs_upto;        ///< tier_buffers::offer_pairs_upto
   int blocks_ = 1;                                          ///< the tier kernel's grid (CTAs)
   std::int64_t grid_cells_from_ = tier_grid_cells_from;    ///< tier_buffers::grid_cells_from
   cudaStream_t stream_ = nullptr;

@@ -122,6 +122,7 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   if (config.refresh_below >= 0) c.work.refresh_cells_below = config.refresh_below;
   if (config.offer_bits >= 0) c.work.offer_bits = config.offer_bits;
   c.work.offer_iterate = config.offer_iterate ? 1 : 0;
+  if (config.offer_pairs >= 0) c.work.offer_pairs_upto = config.offer_pairs;
   if (config.grid_cells_from >= 0) c.work.grid_cells_from = config.grid_cells_from;
   model::fibers f(config.threads);
   f.set_lanes(config.blocks);

@@ -77,7 +77,8 @@ struct tier_host_arena {
 /// row and the price jumps on rank 0 or, with `team_wide`, by the whole team
 /// (the CUDA backend's way: tier_program.hpp), its offers for the rows with
 /// `offer_least` bids or more in digits of `offer_bits` (their M stepped
-/// with `offer_iterate`, tier_buffers::offer_iterate), its refresh a
+/// with `offer_iterate`, tier_buffers::offer_iterate; ranked in rounds of
+/// at most `offer_pairs` items a row), its refresh a
 /// worker per cell up to `refresh_below` candidate nodes and its bids
 /// remembering rows in tiers of more than `remember_above` rows. The results
 /// do not depend on any of them.
@@ -86,7 +87,8 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
                            std::int32_t offer_least = tier_offer_team_least,
                            std::int32_t refresh_below = tier_refresh_cells_below,
                            std::int32_t remember_above = tier_remember_rows_above,
-                           std::int32_t offer_bits = tier_offer_bits, std::int32_t offer_iterate = 0) {
+                           std::int32_t offer_bits = tier_offer_bits, std::int32_t offer_iterate = 0,
+                           std::int32_t offer_pairs = tier_offer_pairs_upto) {
   auto const k = static_cast<std::int32_t>(tiers.size());
   if (k == 0) {
     tier_chain_results(nullptr, nullptr, nullptr, 0, out);
@@ -136,6 +138,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
   c.work.remember_rows_above = remember_above;
   c.work.offer_bits = offer_bits;
   c.work.offer_iterate = offer_iterate;
+  c.work.offer_pairs_upto = offer_pairs;
   if (threads > 1) {
 #pragma omp parallel num_threads(threads)
     {

@@ -586,6 +586,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       std::int32_t remember_above = tier_remember_rows_above;  // bids remember rows in tiers of more rows
       std::int32_t offer_bits = tier_offer_bits;               // the team offers' radix digit
       std::int32_t offer_iterate = 0;                          // their M stepped, as recorded GPU rounds ran
+      std::int32_t offer_pairs = tier_offer_pairs_upto;        // ranked up to this many items a row, else searched
     };
     std::vector<tier_instance> after;
     std::vector<tier_results> results;
@@ -596,7 +597,9 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
                         way{3, true, 1, tier_refresh_cells_below, tier_remember_rows_above, 1},
                         way{1, true, 1, tier_refresh_cells_below, tier_remember_rows_above, 8},
                         way{3, true, 1, tier_refresh_cells_below, tier_remember_rows_above, 4, 1},
-                        way{3, true, 6, tier_refresh_cells_below, tier_remember_rows_above, 8, 1}}) {
+                        way{3, true, 6, tier_refresh_cells_below, tier_remember_rows_above, 8, 1},
+                        way{3, true, 1, tier_refresh_cells_below, tier_remember_rows_above, tier_offer_bits, 0, 0},
+                        way{1, true, 1, tier_refresh_cells_below, tier_remember_rows_above, tier_offer_bits, 0, 1 << 30}}) {
       tier_instance t = base;
       std::vector<std::int32_t> l(static_cast<std::size_t>(t.n_nodes()));
       for (std::int32_t n = 0; n < t.n_nodes(); ++n) l[static_cast<std::size_t>(n)] = iter % 3 == 0 ? n % 30 : n;
@@ -607,7 +610,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       tier_host_arena arena;
       tier_results r;
       run_chain_host(ps, r, arena, w.threads, 0, w.together, w.offer_least, w.refresh_below, w.remember_above,
-                     w.offer_bits, w.offer_iterate);
+                     w.offer_bits, w.offer_iterate, w.offer_pairs);
       after.push_back(std::move(t));
       results.push_back(std::move(r));
       labels.push_back(std::move(l));

@@ -43,6 +43,7 @@ struct tier_control {
   /// their items (low 32 bits), one fetch_add a row; 0 again at its end.
   std::int64_t offer_slots = 0;
   std::int32_t offer_most_held = 0;  ///< tier_offer_team: the most copies a listed row keeps (fetch_max)
+  std::int32_t offer_most_items = 0;  ///< tier_offer_team: the most items a listed row has (fetch_max); 0 again at its end
   std::int64_t rounds = 0;
   std::int32_t passes = 0;  ///< passes so far (tier_first_bidders), the stamp of bid_pass
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
@@ -149,6 +150,12 @@ inline constexpr std::int32_t tier_offer_team_least = 1;
 inline constexpr std::int32_t tier_floor_bits = 8;
 inline constexpr std::int32_t tier_offer_bits = 4;
 
+/// The team offers find a row's (quota + 1)-th best key by ranking every
+/// item against its row's others (one barrier), not by the radix search
+/// (two barriers a digit), in the rounds whose listed rows have at most
+/// this many items each. GPU model, tier kernel of 10k / 100k / openb on
+/// 132 CTAs: see offer.hpp (PLACER_CUDA_OFFER_PAIRS, to measure; 0: never).
+inline constexpr std::int32_t tier_offer_pairs_upto = 64;
 /// A team_wide team refreshes a tier's stale cells a worker per cell, not
 /// per node, when the tier has at most this many candidate nodes: half the
 /// CUDA backend's CTA when it had 256 threads (it has 512 now;
@@ -227,6 +234,8 @@ struct tier_buffers {
   /// ran (the GPU model replays them so; PLACER_CUDA_OFFER_ITERATE). The
   /// same placements either way.
   std::int32_t offer_iterate = 0;
+  /// tier_offer_pairs_upto.
+  std::int32_t offer_pairs_upto = tier_offer_pairs_upto;
   /// A team_wide team refreshes a tier a worker per cell up to this many
   /// candidate nodes (tier_refresh_cells_below).
   std::int32_t refresh_cells_below = tier_refresh_cells_below;

@@ -141,7 +141,10 @@ inline constexpr std::int32_t tier_offer_most_steps = 16;
 /// fill the heap (built a level at a time, one level's sift-downs in
 /// parallel), the others go to the next list. A row with no more items
 /// than copies keeps them all; one whose keys would not fit 62 bits keeps
-/// the serial offers. Marks the rows it did (offer_row round = this round);
+/// the serial offers. In a round whose listed rows have at most
+/// tier_offer_pairs_upto items each, F' is found by ranking instead: an
+/// item is F' when exactly quota of its row's keys lie above its own (one
+/// barrier; the search costs two a digit). Marks the rows it did (offer_row round = this round);
 /// ends at a barrier.
 template <class Team>
 PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list, std::int64_t const* prices) {
@@ -197,6 +200,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     field(r, tier_offer_pre_m) = -1;  // nobody re-bid yet
     kept[tier_floor_fields * r] = 0;
     std::int32_t const items = b.bid_count[r] + b.held[r];
+    t.fetch_max(&ctl->offer_most_items, items);
     std::int64_t const slot = t.fetch_add(&ctl->offer_slots, (std::int64_t{1} << 32) + items);
     b.offer_rows[slot >> 32] = r;
     b.offer_begin[slot >> 32] = static_cast<std::int32_t>(slot & 0xffffffff);
@@ -326,9 +330,33 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     // M in one search: F', the (quota + 1)-th best key with every holder
     // at its re-bid, then M, the least of the keys above F', re-bids and
     // stored bids alike (the closed form above).
-    search(1, [&](std::int32_t r, std::int32_t i, std::int32_t& n, std::int64_t& value) {
+    auto const at_rebid = [&](std::int32_t r, std::int32_t i, std::int32_t& n, std::int64_t& value) {
       if (raw(r, i, n, value)) value = b.bid_value[n];  // a holder at its re-bid
-    });
+    };
+    if (ctl->offer_most_items <= b.offer_pairs_upto) {
+      // Few items a row: each ranks itself against its row's others; the
+      // one with quota keys above it is F' (keys are distinct).
+      each_item([&](std::int32_t r, std::int32_t i) {
+        if (!mine(r) || field(r, tier_offer_searching) == 0) return;
+        std::int32_t n;
+        std::int64_t value;
+        at_rebid(r, i, n, value);
+        std::int64_t const k = key(r, value, n);
+        std::int32_t const items = b.bid_count[r] + b.held[r];
+        std::int32_t above = 0;
+        for (std::int32_t o = 0; o < items; ++o) {
+          std::int32_t n2;
+          std::int64_t value2;
+          at_rebid(r, o, n2, value2);
+          above += key(r, value2, n2) > k ? 1 : 0;
+        }
+        t.work(2 * static_cast<std::int64_t>(items));
+        if (above == b.quota[r]) field(r, tier_offer_pre) = k;
+      });
+      t.sync();
+    } else {
+      search(1, at_rebid);
+    }
     each_item([&](std::int32_t r, std::int32_t i) {
       if (!mine(r) || field(r, tier_offer_searching) == 0) return;
       std::int64_t const f = field(r, tier_offer_pre);
@@ -426,7 +454,10 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
     t.sync();
     if (level == 0) break;
   }
-  if (me == 0) ctl->offer_slots = 0;  // every worker read it before the last barrier
+  if (me == 0) {  // every worker read them before the last barrier
+    ctl->offer_slots = 0;
+    ctl->offer_most_items = 0;
+  }
 }
 
 }  // inline namespace PLACER_BACKEND_NS

@@ -22,6 +22,7 @@ struct gpu_model_config {
   int refresh_below = -1;  ///< tier_buffers::refresh_cells_below; -1: the default
   int offer_bits = -1;     ///< tier_buffers::offer_bits (PLACER_CUDA_OFFER_BITS); -1: the default
   bool offer_iterate = false;  ///< tier_buffers::offer_iterate (PLACER_CUDA_OFFER_ITERATE): the recorded rounds' offers
+  int offer_pairs = -1;  ///< tier_buffers::offer_pairs_upto (PLACER_CUDA_OFFER_PAIRS); -1: the default
   /// CTAs of the tier kernel's grid (PLACER_CUDA_TIER_BLOCKS): 1, one CTA as
   /// the recorded rounds ran; more, the wide phases spread over that many
   /// (tier_program.hpp, "The grid"), counted per CTA.
