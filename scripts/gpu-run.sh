@@ -195,6 +195,7 @@ case "$step" in
     for v in 4096 65536; do
       fits 20 "grid from $v" && PLACER_CUDA_GRID_CELLS_FROM=$v round_bench "grid-from-$v" '10k|100k|openb' cuda
     done
+    fits 20 "offers searched" && PLACER_CUDA_OFFER_PAIRS=0 round_bench offer-pairs-0 '10k|100k|openb' cuda
     fits 50 "constrained rounds" && round_bench constrained '10k|10k-k8s|10k-split|100k|100k-k8s|100k-split' 'cuda|cpu'
     for v in 8 16 32; do
       fits 20 "offer least $v" && PLACER_CUDA_TEAM_OFFER_LEAST=$v round_bench "offer-least-$v" '10k|100k|openb' cuda
