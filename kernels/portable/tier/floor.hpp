@@ -106,6 +106,30 @@ PLACER_HD inline std::int64_t tier_floor(tier_buffers const& b, std::int32_t r, 
   return tier_kth_largest(v, k, want);
 }
 
+/// A row's radix search set up (floor_row fields): the wanted rank and the
+/// bits to find, from the largest feasible value. Returns its steps.
+PLACER_HD inline std::int32_t tier_floor_search(std::int32_t* f, std::int32_t copies) {
+  std::int32_t shift = 0;
+  while ((f[tier_floor_hi] >> shift) >= 256) ++shift;
+  f[tier_floor_want] = copies + 1;
+  f[tier_floor_at] = shift + 8;  // every feasible value has no bits at or above shift + 8
+  return 4;
+}
+
+/// One radix pass over a worker's share of a row's cells (me, me + team,
+/// ...): the next digit of those that match the bits found, counted.
+template <class Team>
+PLACER_HD void tier_floor_digits(Team& t, std::int32_t const* row, std::int32_t n_nodes, std::int32_t const* f,
+                                 std::int32_t* hist) {
+  tier_digit_runs<Team> runs{t, hist};
+  for (std::int32_t n = t.rank(); n < n_nodes; n += t.size()) {
+    std::int32_t const d = row[n] < 0 ? -1 : tier_digit(row[n], f[tier_floor_pre], f[tier_floor_at], tier_floor_bits);
+    if (d >= 0) runs.add(d);
+    t.work(1);
+  }
+  runs.flush();
+}
+
 /// Every row's floor (tier_floor's values; 0 for a row without quota) by
 /// the whole team, for a team of many slow workers (a CTA): tier_floor's
 /// scan of a row on one GPU thread is serial global-memory work, 40 of the
@@ -154,12 +178,8 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
     std::int32_t* f = b.floor_row + tier_floor_fields * r;
     b.floor[r] = 0;
     if (b.quota[r] == 0 || f[tier_floor_count] <= copies) continue;  // at 0: nothing to find
-    std::int32_t shift = 0;
-    while ((f[tier_floor_hi] >> shift) >= 256) ++shift;
-    f[tier_floor_want] = copies + 1;
-    f[tier_floor_at] = shift + 8;  // every feasible value has no bits at or above shift + 8
-    t.work(4);
-    t.fetch_max(&b.ctl->floor_passes, tier_radix_passes(shift + 8, tier_floor_bits));
+    t.work(tier_floor_search(f, copies));
+    t.fetch_max(&b.ctl->floor_passes, tier_radix_passes(f[tier_floor_at], tier_floor_bits));
   }
   t.sync();
   std::int32_t const passes = b.ctl->floor_passes;
@@ -167,14 +187,7 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
     for (std::int32_t r = 0; r < n_rows; ++r) {
       std::int32_t const* f = b.floor_row + tier_floor_fields * r;
       if (f[tier_floor_at] <= 0) continue;
-      std::int32_t const* row = row_of(r);
-      tier_digit_runs<Team> runs{t, b.floor_hist + 256 * r};
-      for (std::int32_t n = me; n < n_nodes; n += team) {
-        std::int32_t const d = row[n] < 0 ? -1 : tier_digit(row[n], f[tier_floor_pre], f[tier_floor_at], tier_floor_bits);
-        if (d >= 0) runs.add(d);
-        t.work(1);
-      }
-      runs.flush();
+      tier_floor_digits(t, row_of(r), n_nodes, f, b.floor_hist + 256 * r);
     }
     t.sync();
     for (std::int32_t r = me; r < n_rows; r += team) {
@@ -228,22 +241,10 @@ PLACER_HD void tier_floor_cta(Team& t, tier_buffers const& b, std::int32_t r, st
     if (me == 0) b.floor[r] = 0;
     return;
   }
-  if (me == 0) {
-    std::int32_t shift = 0;
-    while ((f[tier_floor_hi] >> shift) >= 256) ++shift;
-    f[tier_floor_want] = copies + 1;
-    f[tier_floor_at] = shift + 8;  // every feasible value has no bits at or above shift + 8
-    t.work(4);
-  }
+  if (me == 0) t.work(tier_floor_search(f, copies));
   t.sync();
   while (f[tier_floor_at] > 0) {
-    tier_digit_runs<Team> runs{t, hist};
-    for (std::int32_t n = me; n < n_nodes; n += team) {
-      std::int32_t const d = row[n] < 0 ? -1 : tier_digit(row[n], f[tier_floor_pre], f[tier_floor_at], tier_floor_bits);
-      if (d >= 0) runs.add(d);
-      t.work(1);
-    }
-    runs.flush();
+    tier_floor_digits(t, row, n_nodes, f, hist);
     t.sync();
     if (me == 0) {
       t.work(tier_radix_step(hist, f[tier_floor_want], f[tier_floor_pre], f[tier_floor_at], tier_floor_bits));
