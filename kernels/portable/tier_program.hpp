@@ -81,17 +81,20 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
     if (row >= 0) t.fetch_add(&b.bid_count[row], 1);
     t.work(n_rows);  // a margin a row
   }
+  if (me == 0) ctl->bucket_at = 0;
   t.sync();
   clk.lap(tier_phase_bid);
+  // Buckets: each row with bids claims a run of them (in row order on one
+  // worker, as an exclusive scan of the counts would; in any order on a
+  // team, whose rows take their runs at once instead of rank 0 walking the
+  // tier's rows a round).
+  for (std::int32_t r = me; r < n_rows; r += team) {
+    b.bid_cursor[r] = b.bid_count[r] > 0 ? t.fetch_add(&ctl->bucket_at, b.bid_count[r]) : 0;
+    t.work(1);
+  }
   if (me == 0) {
-    std::int32_t at = 0;  // buckets: exclusive scan of the counts
-    for (std::int32_t r = 0; r < n_rows; ++r) {
-      b.bid_cursor[r] = at;
-      at += b.bid_count[r];
-    }
     ctl->todo_count[1 - list] = 0;
     ctl->rounds += 1;
-    t.work(n_rows);
   }
   t.sync();
   clk.lap(tier_phase_scan);

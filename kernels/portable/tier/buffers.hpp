@@ -45,6 +45,7 @@ struct tier_control {
   std::int32_t offer_most_held = 0;  ///< tier_offer_team: the most copies a listed row keeps (fetch_max)
   std::int32_t offer_most_items = 0;  ///< tier_offer_team: the most items a listed row has (fetch_max); 0 again at its end
   std::int64_t rounds = 0;
+  std::int32_t bucket_at = 0;  ///< tier_round: the bids' buckets claimed so far (fetch_add)
   std::int32_t passes = 0;  ///< passes so far (tier_first_bidders), the stamp of bid_pass
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
   /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
