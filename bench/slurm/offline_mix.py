@@ -2,7 +2,7 @@
 """The side-by-side's job mix without a live Slurm: Placer's round and a model of Slurm's.
 
     bench/slurm/offline_mix.py [--seeds 1-6] [--loads 1.0,1.15,1.3] [--placer build/placer ...]
-                               [--trace SEED@LOAD]
+                               [--trace SEED@LOAD] [--linear-only] [--timing N]
 
 For each seed and load, the mix of bench/slurm/side_by_side.py (same job_mix)
 on its cluster (64 nodes x 8 GPUs, a100 on n1-n32, h100 on n33-n64, racks of
@@ -23,7 +23,14 @@ on its cluster (64 nodes x 8 GPUs, a100 on n1-n32, h100 on n33-n64, racks of
           more: this is what it starts.
 Prints per seed and load: jobs started / GPUs placed for each side, and the
 first job left waiting (its index in submission order). --trace lists the
-jobs one side started and the other did not.
+jobs one side started and the other did not. --linear-only runs each binary
+with PLACER_LINEAR_ONLY set (its round is then its linear candidate, Slurm's
+node choice as the solver models it) and counts, per seed and load, the jobs
+that the candidate and the model put on different nodes (or that one starts
+and the other not): 0 everywhere when the C++ model is the Python one.
+--timing N solves every seed and load's round N times per binary, the
+binaries alternating, and prints each binary's median round time (the
+reply's `total` stage) and the median of its stages.
 """
 import argparse
 import importlib.util
@@ -112,14 +119,19 @@ def round_files(mix, tmp):
     return cf, jf
 
 
-def placer(mix, binary, tmp):
+def placer(mix, binary, tmp, linear_only=False):
     """(started job indices, {job: node indices}, GPUs placed) from `placer solve`."""
     cf, jf = round_files(mix, tmp)
     of = os.path.join(tmp, "reply.json")
+    env = dict(os.environ)
+    if linear_only:
+        env["PLACER_LINEAR_ONLY"] = "1"
     subprocess.run([binary, "solve", "--cluster", cf, "--jobs", jf, "--backend", "cpu", "--output", of],
-                   check=True, capture_output=True)
+                   check=True, capture_output=True, env=env)
     with open(of) as f:
         body = json.load(f)["body"]
+    global last_timing
+    last_timing = {t["stage"]: t.get("micros", 0.0) for t in body.get("timing", [])}
     started, where, gpus = [], {}, 0
     for p in body.get("placements", []):
         k = p.get("job", 0)  # FlatBuffers JSON leaves out zeros
@@ -132,6 +144,15 @@ def placer(mix, binary, tmp):
     return sorted(started), where, gpus
 
 
+last_timing = {}  # the stages of the last `placer solve` (micros)
+
+
+def differ(where_a, where_b):
+    """Jobs started by one side only, or on other nodes (as sets)."""
+    return sorted(k for k in set(where_a) | set(where_b)
+                  if sorted(where_a.get(k, [])) != sorted(where_b.get(k, [])))
+
+
 def first_waiting(mix, started):
     return min(set(range(len(mix) + 1)) - set(started))
 
@@ -142,6 +163,9 @@ def main():
     ap.add_argument("--loads", default="1.0,1.15,1.3")
     ap.add_argument("--placer", action="append", default=[], help="a placer binary (repeat to compare)")
     ap.add_argument("--trace", default="", help="SEED@LOAD: the jobs one side started and the other did not")
+    ap.add_argument("--timing", type=int, default=0, help="N solves per round and binary: median round time")
+    ap.add_argument("--linear-only", action="store_true",
+                    help="each binary's linear candidate against the model, job by job (PLACER_LINEAR_ONLY)")
     a = ap.parse_args()
     bins = a.placer or [os.path.join(os.path.dirname(os.path.dirname(HERE)), "build", "placer")]
     tmp = tempfile.mkdtemp(prefix="placer-offline-mix-")
@@ -149,14 +173,48 @@ def main():
         seed, load = a.trace.split("@")
         mix = mix_of(int(seed), float(load))
         s, _, sg = slurm(mix)
+        s_where = slurm(mix)[1]
         for b in bins:
-            p, _, pg = placer(mix, b, tmp)
+            p, p_where, pg = placer(mix, b, tmp, a.linear_only)
             print(f"{b}: seed {seed} at {load}: slurm {len(s)} jobs / {sg} GPUs, placer {len(p)} / {pg}")
+            d = differ(s_where, p_where)
+            print(f"  on other nodes or one side only: {len(d)} of {len(set(s_where) | set(p_where))} jobs",
+                  [(k, mix[k], s_where.get(k), p_where.get(k)) for k in d][:10])
             print("  slurm only: ", [(k, mix[k]) for k in sorted(set(s) - set(p))])
             print("  placer only:", [(k, mix[k]) for k in sorted(set(p) - set(s))])
             print("  first left waiting: slurm", first_waiting(mix, s), "placer", first_waiting(mix, p))
         return
     lo, _, hi = a.seeds.partition("-")
+    if a.timing:
+        import statistics
+        stages = {b: {} for b in bins}
+        for load in [float(x) for x in a.loads.split(",")]:
+            for seed in range(int(lo), int(hi or lo) + 1):
+                mix = mix_of(seed, load)
+                for _ in range(a.timing):
+                    for b in bins:
+                        placer(mix, b, tmp)
+                        for k, v in last_timing.items():
+                            stages[b].setdefault(k, []).append(v)
+        for b in bins:
+            st = stages[b]
+            print(f"{b}: {len(st['total'])} rounds, median total {statistics.median(st['total']) / 1000:.3f} ms; " +
+                  ", ".join(f"{k} {statistics.median(v) / 1000:.3f} ms ({len(v)})" for k, v in st.items() if k != "total"))
+        return
+    if a.linear_only:
+        print("| load | seed | jobs | Slurm (model): jobs / GPUs | " +
+              " | ".join(f"{os.path.basename(b)} linear: jobs / GPUs, jobs placed otherwise" for b in bins) + " |")
+        print("|---" * (4 + len(bins)) + "|")
+        for load in [float(x) for x in a.loads.split(",")]:
+            for seed in range(int(lo), int(hi or lo) + 1):
+                mix = mix_of(seed, load)
+                s, s_where, sg = slurm(mix)
+                cells = []
+                for b in bins:
+                    p, p_where, pg = placer(mix, b, tmp, True)
+                    cells.append(f"{len(p)} / {pg}, {len(differ(s_where, p_where))}")
+                print(f"| {load} | {seed} | {len(mix)} | {len(s)} / {sg} | " + " | ".join(cells) + " |", flush=True)
+        return
     print("| load | seed | jobs (GPUs asked) | Slurm (model): jobs / GPUs | " +
           " | ".join(f"{os.path.basename(b)}: jobs / GPUs" for b in bins) + " | first left waiting: Slurm / " +
           " / ".join(os.path.basename(b) for b in bins) + " |")

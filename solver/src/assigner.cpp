@@ -399,7 +399,13 @@ void assigner::place_local(std::int32_t j, round_result& out) {
   std::int64_t const* cap = domains.empty() ? nullptr : caps_of(c);
   // The lowest (deepest) domain that holds the whole job, best fit first.
   std::int32_t const top = required ? job.topology_level : 0;
-  if (!domains.empty() && mode_ != assign_mode::kube) {
+  // Slurm's node choice (linear()): without a required level the job's
+  // nodes come from the whole cluster, not its rack first.
+  bool const flat = linear_ && mode_ == assign_mode::greedy && !required;
+  if (flat) {
+    place_replicas(job, c, -1, want, placed);
+    if (job.gang && static_cast<std::int32_t>(placed.size()) < want) release_all(c, placed);
+  } else if (!domains.empty() && mode_ != assign_mode::kube) {
     auto& fits = s_.fits;
     for (std::int32_t level = levels_ - 1; level >= top && placed.empty(); --level) {
       fits.clear();
@@ -423,7 +429,9 @@ void assigner::place_local(std::int32_t j, round_result& out) {
       if (static_cast<std::int32_t>(placed.size()) < want) release_all(c, placed);
     }
   }
-  if (placed.empty() && !job.gang) {
+  if (flat) {
+    // placed above
+  } else if (placed.empty() && !job.gang) {
     // No domain holds all of it: a non-gang job takes what fits, inside
     // the roomiest domain of its required level, or anywhere.
     std::int32_t level = -1, domain = -1;
@@ -768,6 +776,70 @@ std::int32_t assigner::linear_node(job const& job, std::int32_t c, std::int32_t 
   return best;
 }
 
+void assigner::linear_nodes(std::int32_t c, std::int32_t domain, std::int32_t count) {
+  // bench/slurm/offline_mix.py's slurm(), for one job: the nodes that can
+  // take a replica form runs of consecutive indices (a node the job holds
+  // continues a run without counting); the first run that holds `count`
+  // with the fewest CPUs free in all, else the one with the most; if it
+  // holds them, its `count` nodes with the fewest CPUs free (then the lowest
+  // index), else the first `count` nodes that can take one, by index.
+  auto& ok = s_.linear_ok;
+  auto& pick = s_.linear_pick;
+  ok.clear();
+  pick.clear();
+  std::size_t best_begin = 0, best_end = 0;
+  std::int64_t best_cpu = 0;
+  bool found = false, best_enough = false;
+  std::size_t run_begin = 0;
+  std::int64_t cpu = 0;
+  std::int32_t prev = -2;
+  auto close = [&] {
+    auto const len = ok.size() - run_begin;
+    if (len > 0) {
+      bool const enough = static_cast<std::int64_t>(len) >= count;
+      if (!found || (enough && !best_enough) || (enough && cpu < best_cpu) || (!enough && !best_enough && cpu > best_cpu)) {
+        found = true;
+        best_enough = enough;
+        best_cpu = cpu;
+        best_begin = run_begin;
+        best_end = ok.size();
+      }
+    }
+    run_begin = ok.size();
+    cpu = 0;
+  };
+  auto visit = [&](std::int32_t n) {
+    if (n != prev + 1) close();
+    prev = n;
+    if (!s_.job_holds.empty() && s_.job_holds[static_cast<std::size_t>(n)] != 0) return;  // held: the run goes on
+    if (score(c, n) < 0) {
+      close();
+      return;
+    }
+    ok.push_back(n);
+    cpu += m_.cpu_free[static_cast<std::size_t>(n)];
+  };
+  if (domain >= 0) {
+    for (auto k = s_.domain_begin[domain]; k < s_.domain_begin[domain + 1]; ++k) visit(s_.entry_node[k]);
+  } else {
+    for (std::int32_t n = 0; n < m_.n_nodes(); ++n) visit(n);
+  }
+  close();
+  if (!found) return;
+  auto const take = static_cast<std::size_t>(count);
+  if (best_enough) {
+    pick.assign(ok.begin() + static_cast<std::ptrdiff_t>(best_begin), ok.begin() + static_cast<std::ptrdiff_t>(best_end));
+    auto const by_cpu = [&](std::int32_t a, std::int32_t b) {
+      auto const ca = m_.cpu_free[static_cast<std::size_t>(a)], cb = m_.cpu_free[static_cast<std::size_t>(b)];
+      return ca != cb ? ca < cb : a < b;
+    };
+    std::partial_sort(pick.begin(), pick.begin() + static_cast<std::ptrdiff_t>(take), pick.end(), by_cpu);
+    pick.resize(take);
+  } else {
+    pick.assign(ok.begin(), ok.begin() + static_cast<std::ptrdiff_t>(std::min(take, ok.size())));
+  }
+}
+
 void assigner::place_replicas(job const& job, std::int32_t c, std::int32_t domain,
                               std::int32_t count, std::vector<replica_placement>& placed) {
   bool const local = wants_locality(job);
@@ -786,6 +858,16 @@ void assigner::place_replicas(job const& job, std::int32_t c, std::int32_t domai
   if (held.on) {
     held.holds.resize(static_cast<std::size_t>(m_.n_nodes()), 0);
     for (auto const& rp : placed) held.holds[static_cast<std::size_t>(rp.node)] = 1;
+  }
+  if (linear_ && mode_ == assign_mode::greedy && job.distinct_nodes && count > 1) {
+    // Slurm picks a job's nodes at once (linear_nodes); each takes one replica.
+    linear_nodes(c, domain, count);
+    if (placed.empty()) placed.reserve(static_cast<std::size_t>(job.replicas));
+    for (auto const n : s_.linear_pick) {
+      placed.push_back(commit(n, c));
+      held.holds[static_cast<std::size_t>(n)] = 1;
+    }
+    return;
   }
   for (std::int32_t r = 0; r < count; ++r) {
     std::int32_t const anchor = local && !placed.empty() ? placed.front().node : -1;

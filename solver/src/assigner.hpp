@@ -79,6 +79,8 @@ struct assigner_scratch {
   std::vector<std::int32_t> fits;                           ///< domains that hold a job
   std::vector<std::int8_t> class_feasible;                  ///< per class: 1 fits some node, 0 none, -1 not known yet
   std::vector<std::uint8_t> job_holds;  ///< per node: 1 = the distinct_nodes job being placed holds it (else all 0)
+  std::vector<std::int32_t> linear_ok;    ///< linear_nodes: the nodes that can take a replica, in index order
+  std::vector<std::int32_t> linear_pick;  ///< linear_nodes: the nodes chosen
   // Tier programs, chained: consecutive tiers with no host work between
   // them go to the backend as one chain (one launch, one wait; its first
   // tier's refresh candidates in refresh_nodes).
@@ -121,13 +123,16 @@ class assigner {
   /// cannot start: the later ones are QueueBlocked.
   void run(round_result& out, std::function<bool()> const& out_of_time, reorder const& r = {});
 
-  /// Greedy mode: each replica goes where Slurm's select/cons_tres would put
-  /// it (its _eval_nodes without topology): among the runs of consecutive
-  /// nodes (by index) that can take it, the first of the tightest run that
-  /// holds the replicas still to place (fewest CPUs free in all), from its
-  /// start; none holds them: the roomiest. A gang still takes its domain
-  /// first (place_local). The solver's other candidate under queue order
-  /// (solver.cpp, "linear").
+  /// Greedy mode: each job goes where Slurm's select/cons_tres would put it
+  /// (its _eval_nodes without topology): among the runs of consecutive
+  /// nodes (by index) that can take a replica, the tightest run that holds
+  /// the replicas (fewest CPUs free in all; the first of equals), and in it
+  /// the nodes with the fewest CPUs free; no run holds them: the first
+  /// nodes that can take one, by index (linear_nodes). A gang or topology
+  /// job without a required level is placed so too, on the whole cluster,
+  /// not its rack first (bench/slurm/offline_mix.py's model, which
+  /// reproduced live placements). The solver's other candidate under queue
+  /// order (solver.cpp, "linear").
   void linear(bool on) { linear_ = on; }
 
  private:
@@ -180,6 +185,9 @@ class assigner {
                                        std::int32_t anchor, std::int32_t need = 1) const;
   /// best_node under linear(): `need` replicas still to place.
   [[nodiscard]] std::int32_t linear_node(job const& job, std::int32_t c, std::int32_t domain, std::int32_t need) const;
+  /// Under linear(), a distinct_nodes job's `count` nodes chosen at once, as
+  /// Slurm picks them (into s_.linear_pick; fewer when fewer can take one).
+  void linear_nodes(std::int32_t c, std::int32_t domain, std::int32_t count);
   void place_replicas(job const& job, std::int32_t c, std::int32_t domain, std::int32_t count,
                       std::vector<replica_placement>& placed);
   replica_placement commit(std::int32_t n, std::int32_t c);

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <optional>
 
@@ -102,6 +103,9 @@ struct solver::workspace {
   // order blocks, skipped), and why each of those waits.
   detail::reorder kept;
   std::vector<unplaced> blocked;  ///< why each job in kept.skip waits
+  // Slurm's round (the linear candidate) in jobs started and GPU milli
+  // placed: queue order prefers rounds with no fewer of either (-1: none).
+  std::int64_t floor_jobs = -1, floor_gpu_milli = 0;
 };
 
 solver::solver(std::unique_ptr<kernels::backend> backend)
@@ -377,15 +381,31 @@ constexpr std::int64_t linear_cells = std::int64_t{1} << 14;
 /// replica (so CPU-only work counts), the objective of the optimality tests.
 std::int64_t value_of(job const& j, std::int64_t replicas) { return (j.per_replica.gpu_milli_total() + 1) * replicas; }
 
-/// Placed value per priority level, highest level first. Results compare
+/// The round's priority levels, highest first.
+std::vector<std::int32_t> priority_levels(round_input const& in) {
+  std::vector<std::int32_t> levels;
+  for (auto const& j : in.pending) levels.push_back(j.priority);
+  std::sort(levels.begin(), levels.end(), std::greater<>());
+  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  return levels;
+}
+
+/// Per priority level, highest level first: placed value (pack), or jobs
+/// started and then placed value (queue order: between rounds that keep
+/// the promise, the one that starts more jobs). Results compare
 /// lexicographically: more at a higher level wins.
 std::vector<std::int64_t> level_values(round_input const& in, std::vector<std::int32_t> const& levels,
                                        round_result const& r) {
-  std::vector<std::int64_t> v(levels.size(), 0);
+  bool const jobs = in.pol.order != queue_order::pack;
+  std::size_t const per = jobs ? 2 : 1;
+  std::vector<std::int64_t> v(levels.size() * per, 0);
   for (auto const& pl : r.placements) {
+    if (pl.replicas.empty()) continue;
     auto const& j = in.pending[static_cast<std::size_t>(pl.job)];
-    auto const l = std::lower_bound(levels.begin(), levels.end(), j.priority, std::greater<>()) - levels.begin();
-    v[static_cast<std::size_t>(l)] += value_of(j, static_cast<std::int64_t>(pl.replicas.size()));
+    auto const l = static_cast<std::size_t>(std::lower_bound(levels.begin(), levels.end(), j.priority, std::greater<>()) -
+                                            levels.begin());
+    if (jobs) v[l * per] += 1;
+    v[l * per + per - 1] += value_of(j, static_cast<std::int64_t>(pl.replicas.size()));
   }
   return v;
 }
@@ -410,6 +430,24 @@ int earlier_jobs(std::size_t n_jobs, std::vector<std::int32_t> const& fifo, roun
     if (s == 2) return -1;
   }
   return 0;
+}
+
+/// PLACER_LINEAR_ONLY set (a check, not a setting): a fifo round with the
+/// linear candidate is that candidate, nothing after it, so
+/// bench/slurm/offline_mix.py --linear-only can compare its placements with
+/// its model of Slurm's job by job.
+bool linear_only() {
+  static bool const only = std::getenv("PLACER_LINEAR_ONLY") != nullptr;
+  return only;
+}
+
+/// Whether round r starts no fewer jobs and places no fewer GPUs than
+/// Slurm's round of the same queue (the linear candidate; none: true).
+bool meets_floor(std::int64_t floor_jobs, std::int64_t floor_gpu_milli, round_result const& r) {
+  if (floor_jobs < 0) return true;
+  std::int64_t jobs = 0;
+  for (auto const& pl : r.placements) jobs += pl.replicas.empty() ? 0 : 1;
+  return jobs >= floor_jobs && r.metrics.gpu_milli_placed >= floor_gpu_milli;
 }
 
 /// `out` takes a trial's decisions (its timing and the rest stay).
@@ -448,10 +486,7 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   // jobs rank by their whole job's GPUs. The result is the best round seen.
   // Deterministic: candidates come in a fixed order, and only the deadline
   // depends on the clock.
-  std::vector<std::int32_t> levels;
-  for (auto const& j : in.pending) levels.push_back(j.priority);
-  std::sort(levels.begin(), levels.end(), std::greater<>());
-  levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+  auto const levels = priority_levels(in);
   round_matrices& m = ws_->m;
   auto best = level_values(in, levels, out);
   ws_->m_best = m;
@@ -473,13 +508,17 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
         .run(trial, out_of_time, order);
     trial.unplaced_jobs.insert(trial.unplaced_jobs.end(), ws_->blocked.begin(), ws_->blocked.end());
     auto value = level_values(in, levels, trial);
-    // Under queue order a round that starts an earlier job is better
-    // whatever it places; between rounds that start the same jobs, the
-    // placed value decides.
+    // Under queue order, among rounds that keep the promise: one with no
+    // fewer jobs and GPUs than Slurm's round first, then more jobs started,
+    // then more placed (per level, both in `value`), then the one that
+    // starts the earlier job where they first differ.
     bool better = value > best;
     if (in.pol.order != queue_order::pack) {
-      auto const order = earlier_jobs(in.pending.size(), ws_->assign.fifo, trial, out);
-      better = order > 0 || (order == 0 && better);
+      bool const floor_trial = meets_floor(ws_->floor_jobs, ws_->floor_gpu_milli, trial);
+      bool const floor_out = meets_floor(ws_->floor_jobs, ws_->floor_gpu_milli, out);
+      better = floor_trial != floor_out ? floor_trial
+               : value != best          ? value > best
+                                        : earlier_jobs(in.pending.size(), ws_->assign.fifo, trial, out) > 0;
     }
     if (better && keeps_order()) {
       best = value;
@@ -606,11 +645,15 @@ void solver::keep_order(round_input const& in, kernels::score_params const& p,
 
 void solver::linear_candidate(round_input const& in, kernels::score_params const& p,
                               std::function<bool()> const& out_of_time, round_result& out) {
-  // Every job in submission order, each replica where Slurm's cons_tres
-  // would put it. Which later jobs fit depends on where the earlier ones
-  // went: the tier assignment keeps scarce models and whole nodes free for
-  // the jobs that need them, the linear choice leaves other holes; the
-  // round keeps whichever starts the earlier job, then places more.
+  // Every job in submission order, each where Slurm's cons_tres would put
+  // it: Slurm's own round of this queue. Which later jobs fit depends on
+  // where the earlier ones went: the tier assignment keeps scarce models
+  // and whole nodes free for the jobs that need them, the linear choice
+  // leaves other holes. Both keep the promise (this one by construction:
+  // each job was tried against exactly the jobs ahead of it); the round
+  // keeps whichever starts more jobs, then places more, then starts the
+  // earlier job, and the repair search after it keeps no round that starts
+  // fewer jobs or places fewer GPUs than this one (ws_->floor_*).
   ws_->m_best = ws_->m;
   restore_scored();
   round_result lin;
@@ -620,10 +663,17 @@ void solver::linear_candidate(round_input const& in, kernels::score_params const
   bool const whole = std::none_of(lin.unplaced_jobs.begin(), lin.unplaced_jobs.end(), [](unplaced const& u) {
     return u.reason == unplaced_reason::deadline_exceeded;
   });  // cut short by the deadline: not a candidate
-  auto const order = earlier_jobs(in.pending.size(), ws_->assign.fifo, lin, out);
-  if (whole && (order > 0 || (order == 0 && lin.metrics.gpu_milli_placed > out.metrics.gpu_milli_placed))) {
-    adopt(out, lin);
-    return;
+  if (whole) {
+    ws_->floor_jobs = 0;
+    for (auto const& pl : lin.placements) ws_->floor_jobs += pl.replicas.empty() ? 0 : 1;
+    ws_->floor_gpu_milli = lin.metrics.gpu_milli_placed;
+    auto const levels = priority_levels(in);
+    auto const lv = level_values(in, levels, lin), ov = level_values(in, levels, out);
+    bool const floor_out = meets_floor(ws_->floor_jobs, ws_->floor_gpu_milli, out);
+    if (linear_only() || !floor_out || lv > ov || (lv == ov && earlier_jobs(in.pending.size(), ws_->assign.fifo, lin, out) > 0)) {
+      adopt(out, lin);
+      return;
+    }
   }
   ws_->m = ws_->m_best;  // the round kept: its state back (into the bound buffers)
   backend_->host_wrote_all();
@@ -708,7 +758,8 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
     return (in.deadline_us > 0 && micros_since(t_round) > static_cast<double>(in.deadline_us)) ||
            (round_late && round_late());
   };
-  std::int32_t const tries = mode == detail::assign_mode::placer ? repair_tries(in) : 0;
+  std::int32_t tries = mode == detail::assign_mode::placer ? repair_tries(in) : 0;
+  bool linear_ran = false;
   bool const ordered = mode == detail::assign_mode::placer && in.pol.order != queue_order::pack;
   if (tries > 0 || ordered) {
     ws_->m_scored = m;
@@ -718,6 +769,8 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   stage_done("assign");
   ws_->kept = {};
   ws_->blocked.clear();
+  ws_->floor_jobs = -1;
+  ws_->floor_gpu_milli = 0;
   if (ordered) {
     if (detail::overtakes(in, out, ws_->assign.fifo, ws_->assign.group_of)) {
       keep_order(in, p, out_of_time, out);
@@ -735,7 +788,9 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
       waits() && !out_of_time()) {
     linear_candidate(in, p, out_of_time, out);
     stage_done("linear");
+    linear_ran = true;
   }
+  if (linear_ran && linear_only()) tries = 0;
   if (tries > 0 && !out.unplaced_jobs.empty()) {
     repair(in, p, tries, out_of_time, out);
     stage_done("repair");
@@ -743,7 +798,8 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   // Stacking packs the round's small jobs onto as few nodes as they fit.
   // Under queue order not while a job waits for capacity: the room its
   // moves free could be room that job needed, with later jobs placed.
-  if (in.pol.stacking && mode == detail::assign_mode::placer && (in.pol.order == queue_order::pack || !waits())) {
+  if (in.pol.stacking && mode == detail::assign_mode::placer && (in.pol.order == queue_order::pack || !waits()) &&
+      !(linear_ran && linear_only())) {
     detail::consolidate(in, m, p, out, *backend_, consolidate_budget);
     stage_done("stack");
   }

@@ -176,6 +176,45 @@ TEST(QueueOrder, WhereTheEarlierJobsGoDecidesWhichLaterOnesFit) {
   for (auto const& st : packed.timing) EXPECT_NE(st.stage, "linear");
 }
 
+TEST(QueueOrder, AmongRoundsThatOvertakeNoOneTheOneThatStartsMoreJobs) {
+  // An A100 node and an H100 node, 8 GPUs each; submitted in this order: a
+  // 2-GPU job (any model), an 8-GPU job pinned to A100, then fourteen 1-GPU
+  // jobs. Two rounds keep the promise: the 2-GPU job on the H100 node, the
+  // A100 job on the A100 node and six 1-GPU jobs (8 jobs, 16 GPUs; the
+  // rule before preferred it, as it starts the earlier job), or Slurm's: the
+  // 2-GPU job on the first node, the A100 node, where the 8-GPU job then
+  // does not fit at its turn, and all fourteen 1-GPU jobs (15 jobs, 16
+  // GPUs). Queue order keeps the one that starts more jobs.
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  for (std::size_t i = 0; i < 2; ++i) {
+    auto& nd = in.state.nodes[i];
+    nd.gpu_model = i == 0 ? "a100" : "h100";
+    nd.labels.push_back("slurm.feature/" + nd.gpu_model + "=true");
+  }
+  in.pending = {gpu_job("two", 2, 0), gpu_job("a100-eight", 8, 1)};
+  in.pending[1].constraints.node_selector = {"slurm.feature/a100=true"};
+  for (int k = 0; k < 14; ++k) in.pending.push_back(gpu_job("one-" + std::to_string(k), 1, 2 + k));
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  expect_round_invariants(in, r);
+  EXPECT_EQ(r.placements.size(), 15u);
+  EXPECT_EQ(r.metrics.gpu_milli_placed, 16000);
+  EXPECT_EQ(placement_of(r, 1), nullptr) << "the A100 job waits";
+  ASSERT_NE(placement_of(r, 0), nullptr);
+  EXPECT_EQ(placement_of(r, 0)->replicas.front().node, 0) << "the 2-GPU job on the A100 node, as Slurm puts it";
+  // Every job that waits (the A100 job) does not fit on what the jobs
+  // ahead of it left: the 2-GPU job took 2 of the A100 node's 8 GPUs.
+  EXPECT_EQ(first_overtaken(in, r), "");
+
+  // Take the 2-GPU job away and the A100 job fits at its turn: it starts.
+  in.pending.erase(in.pending.begin());
+  auto const r2 = s.solve(in);
+  expect_round_invariants(in, r2);
+  EXPECT_NE(placement_of(r2, 0), nullptr);
+  EXPECT_EQ(first_overtaken(in, r2), "");
+}
+
 TEST(QueueOrder, RandomRoundsOvertakeNoOne) {
   // Random clusters and jobs of every shape (gangs, topology, fractions,
   // models, pools, constraints), 1,500 rounds, plus the 10k scenario.

@@ -104,9 +104,11 @@ class solver {
   void keep_order(round_input const& in, kernels::score_params const& p, std::function<bool()> const& out_of_time,
                   round_result& out);
   /// Queue order fifo, a small round where a job waits for capacity: the
-  /// same order assigned again with Slurm's node choice (assigner::linear);
-  /// `out` and the state become that round's when it starts an earlier job
-  /// (detail::earlier_jobs), or the same jobs with more placed.
+  /// same order assigned again with Slurm's node choice (assigner::linear):
+  /// its jobs and GPUs become the round's floor (the workspace's floor_*),
+  /// and `out` and the state become that round's when `out` falls short of
+  /// it, or the candidate starts more jobs, or as many with more placed, or
+  /// the same with an earlier job (earlier_jobs, solver.cpp).
   void linear_candidate(round_input const& in, kernels::score_params const& p,
                         std::function<bool()> const& out_of_time, round_result& out);
   /// The round's state as the score stage left it (the copies solve_one
