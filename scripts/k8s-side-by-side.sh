@@ -8,17 +8,21 @@
 #
 #   scripts/k8s-side-by-side.sh [--nodes 64,1000] [--repeat 1] [--gangs 4] [--out FILE] [--build build]
 #                               [--only kube-scheduler|placer] [--placer-args "--bind-workers 32 ..."] [--timeout 20m]
-#                               [--kube-scheduler-qps Q]
+#                               [--kube-scheduler-qps Q] [--precreate]
 #
 # (--only runs one of the two, --placer-args passes flags to placer-k8s-scheduler:
 # for measuring one change of the Placer scheduler without rerunning kube-scheduler.
 # --kube-scheduler-qps Q: kube-scheduler's clientConnection qps Q, burst 2Q,
 # through a KubeSchedulerConfiguration; its default is 50 and 100, and each
 # of its bindings is a request, so at the default it binds about 50 pods/s.)
+# --precreate: after each scheduler's usual run, a second run on a fresh
+# cluster with every pod created before that scheduler is started
+# (placer-k8s-bench --precreated), its pods/s from the scheduler's start to the
+# last binding: the scheduler apart from pod creation; rows marked "precreated".
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sizes=64 repeat=1 gangs=4 out=/tmp/placer-k8s-side-by-side.jsonl build=$root/build port=18443
-only="kube-scheduler placer" placer_args="" timeout=20m ks_qps=""
+only="kube-scheduler placer" placer_args="" timeout=20m ks_qps="" modes=usual
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) sizes=$2; shift 2 ;;
@@ -31,6 +35,7 @@ while [ $# -gt 0 ]; do
     --placer-args) placer_args=$2; shift 2 ;;
     --timeout) timeout=$2; shift 2 ;;
     --kube-scheduler-qps) ks_qps=$2; shift 2 ;;
+    --precreate) modes="usual precreated"; shift ;;
     *) echo "k8s-side-by-side.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -50,12 +55,27 @@ trap 'cleanup; rm -rf "$dir"' EXIT   # (its etcd data: about 120 MB at 5,000 nod
 : > "$out.tmp"
 for n in ${sizes//,/ }; do
   for which in $only; do
+  for mode in $modes; do
     cleanup; pids=()
     rm -rf "$dir/cluster"
     bash "$root/scripts/k8s-cluster.sh" up --dir "$dir/cluster" --port "$port" >/dev/null
     bash "$root/scripts/k8s-cluster.sh" nodes "$n" --dir "$dir/cluster" --port "$port" --gpus 8 \
       --models a100,h100,a100,h100 --racks 2 --zones 2
     c=$dir/cluster
+    [ $which = kube-scheduler ] && name=default-scheduler || name=placer
+    bench_args=(--kubeconfig "$c/admin.kubeconfig" --scheduler-name "$name" --pods "$root/data/openb-sample/pods.csv"
+      --repeat "$repeat" --gangs "$gangs" --settle 10s --timeout "$timeout" --json "$out.tmp")
+    if [ $mode = precreated ]; then
+      # every pod created first, with no scheduler running; the scheduler is
+      # started once the bench writes $c/created
+      rm -f "$c/created"
+      "$bench" "${bench_args[@]}" --precreated "$c/created" > /dev/null &
+      benchpid=$!
+      until [ -e "$c/created" ]; do
+        kill -0 $benchpid 2>/dev/null || { echo "k8s-side-by-side.sh: the bench ended before creating every pod" >&2; exit 1; }
+        sleep 0.05
+      done
+    fi
     if [ $which = kube-scheduler ]; then
       ks=(--kubeconfig "$c/kube-scheduler.kubeconfig" --leader-elect=false)
       if [ -n "$ks_qps" ]; then
@@ -65,23 +85,28 @@ for n in ${sizes//,/ }; do
       fi
       "$bin/kube-scheduler" "${ks[@]}" --authentication-kubeconfig "$c/kube-scheduler.kubeconfig" \
         --authorization-kubeconfig "$c/kube-scheduler.kubeconfig" --secure-port 0 > "$c/log/kube-scheduler.log" 2>&1 &
-      pids+=($!); name=default-scheduler
+      pids+=($!)
     else
       "$build/placer" serve --endpoint "tcp://127.0.0.1:$((port + 100))" --backend cpu > "$c/log/placer.log" 2>&1 &
       pids+=($!)
       # (the admin's credentials: the RBAC of its own user is the live tests' business)
       "$build/placer-k8s-scheduler" --kubeconfig "$c/admin.kubeconfig" --placer-endpoint "tcp://127.0.0.1:$((port + 100))" \
         --leader-elect=false --http 127.0.0.1:$((port + 101)) $placer_args > "$c/log/placer-k8s-scheduler.log" 2>&1 &
-      pids+=($!); name=placer
+      pids+=($!)
     fi
-    sleep 2
-    "$bench" --kubeconfig "$c/admin.kubeconfig" --scheduler-name "$name" --pods "$root/data/openb-sample/pods.csv" \
-      --repeat "$repeat" --gangs "$gangs" --settle 10s --timeout "$timeout" --json "$out.tmp" > /dev/null
+    if [ $mode = precreated ]; then
+      wait $benchpid
+    else
+      sleep 2
+      "$bench" "${bench_args[@]}" > /dev/null
+    fi
     # (Placer's scheduler's metrics at the end of its run, for where its time went)
+    tag=""; [ $mode = usual ] || tag=.$mode
     if [ $which = placer ]; then
-      curl -s "http://127.0.0.1:$((port + 101))/metrics" > "$out.$n.placer-metrics.txt" || true
-      cp "$c/log/placer-k8s-scheduler.log" "$out.$n.placer-k8s-scheduler.log" || true
+      curl -s "http://127.0.0.1:$((port + 101))/metrics" > "$out.$n$tag.placer-metrics.txt" || true
+      cp "$c/log/placer-k8s-scheduler.log" "$out.$n$tag.placer-k8s-scheduler.log" || true
     fi
+  done
   done
 done
 mv "$out.tmp" "$out"
@@ -92,13 +117,21 @@ rows = [json.loads(l) for l in open(sys.argv[1])]
 # FGD fragmented GPUs (Weng et al., ATC'23): the GPUs free that a pod drawn
 # from the pods fed cannot use, expected, summed over nodes
 # (placer-k8s-bench's nodeFragmentation; rows from before it have "-").
-print(f"| nodes | scheduler | pods | bound | s | pods/s | GPUs placed | GPU nodes partly used | GPUs free on them | GPUs free | FGD fragmented GPUs | gangs whole / split / stranded | violations |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+# precreated rows (--precreate): s and pods/s from the scheduler's start to
+# the last binding, every pod created before it started; "1st bind s": from
+# its first binding to the last.
+print(f"| nodes | scheduler | measure | pods | bound | s | pods/s | 1st bind s | GPUs placed | GPU nodes partly used | GPUs free on them | GPUs free | FGD fragmented GPUs | gangs whole / split / stranded | violations |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     name = "kube-scheduler" if r["scheduler"] == "default-scheduler" else "Placer"
     free = r.get("gpus_free", "-")
     fgd = f"{r['fgd_fragmented_gpus']:.1f}" if "fgd_fragmented_gpus" in r else "-"
-    print(f"| {r['nodes']} | {name} | {r['pods']} | {r['bound']} | {r['seconds_first_create_to_last_bind']:.2f} | {r['pods_per_second']:.0f} | "
+    if r.get("precreated"):
+        m, secs, pps = "precreated, from scheduler start", r["seconds_scheduler_start_to_last_bind"], r["pods_per_second_from_scheduler_start"]
+        fb = f"{r.get('seconds_first_bind_to_last_bind', 0):.2f}"
+    else:
+        m, secs, pps, fb = "first create to last bind", r["seconds_first_create_to_last_bind"], r["pods_per_second"], "-"
+    print(f"| {r['nodes']} | {name} | {m} | {r['pods']} | {r['bound']} | {secs:.2f} | {pps:.0f} | {fb} | "
           f"{r['gpus_placed']} | {r['gpu_nodes_partly_used']} | {r['gpus_free_on_partly_used_nodes']} | {free} | {fgd} | "
           f"{r['gangs_whole_one_rack']} / {r['gangs_whole_split_across_racks']} / {r['gangs_stranded']} | {r['violations']} |")
 PY

@@ -37,22 +37,29 @@ import (
 )
 
 type result struct {
-	Scheduler       string  `json:"scheduler"`
-	Nodes           int     `json:"nodes"`
-	Pods            int     `json:"pods"`
-	Bound           int     `json:"bound"`
-	Seconds         float64 `json:"seconds_first_create_to_last_bind"`
-	PodsPerSecond   float64 `json:"pods_per_second"`
-	CreateSeconds   float64 `json:"create_seconds"`
-	GPUsPlaced      int64   `json:"gpus_placed"`
-	PartlyUsedNodes int     `json:"gpu_nodes_partly_used"`
-	FreeOnPartly    int64   `json:"gpus_free_on_partly_used_nodes"`
-	GPUsFree        int64   `json:"gpus_free"`
-	FGDFragmented   float64 `json:"fgd_fragmented_gpus"`
-	GangsWhole      int     `json:"gangs_whole_one_rack"`
-	GangsSplit      int     `json:"gangs_whole_split_across_racks"`
-	GangsStranded   int     `json:"gangs_stranded"`
-	Violations      int     `json:"violations"`
+	Scheduler     string  `json:"scheduler"`
+	Nodes         int     `json:"nodes"`
+	Pods          int     `json:"pods"`
+	Bound         int     `json:"bound"`
+	Seconds       float64 `json:"seconds_first_create_to_last_bind"`
+	PodsPerSecond float64 `json:"pods_per_second"`
+	CreateSeconds float64 `json:"create_seconds"`
+	// --precreated: every pod created before the scheduler was started; the
+	// pods/s from the scheduler's start (the signal file written) to the
+	// last binding, and from the first binding to the last.
+	Precreated        bool    `json:"precreated,omitempty"`
+	StartToLastBind   float64 `json:"seconds_scheduler_start_to_last_bind,omitempty"`
+	FirstToLastBind   float64 `json:"seconds_first_bind_to_last_bind,omitempty"`
+	PodsPerSecondFrom float64 `json:"pods_per_second_from_scheduler_start,omitempty"`
+	GPUsPlaced        int64   `json:"gpus_placed"`
+	PartlyUsedNodes   int     `json:"gpu_nodes_partly_used"`
+	FreeOnPartly      int64   `json:"gpus_free_on_partly_used_nodes"`
+	GPUsFree          int64   `json:"gpus_free"`
+	FGDFragmented     float64 `json:"fgd_fragmented_gpus"`
+	GangsWhole        int     `json:"gangs_whole_one_rack"`
+	GangsSplit        int     `json:"gangs_whole_split_across_racks"`
+	GangsStranded     int     `json:"gangs_stranded"`
+	Violations        int     `json:"violations"`
 }
 
 func main() {
@@ -65,6 +72,7 @@ func main() {
 	settle := flag.Duration("settle", 10*time.Second, "stop when no pod was bound for this long")
 	timeout := flag.Duration("timeout", 10*time.Minute, "stop after this long in any case")
 	out := flag.String("json", "", "append the result as one JSON line to this file")
+	precreated := flag.String("precreated", "", "pods created with no scheduler running: write this file once all are created (the caller starts the scheduler then) and measure from then")
 	flag.Parse()
 	rc, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
 	if err != nil {
@@ -131,7 +139,7 @@ func main() {
 
 	var mu sync.Mutex
 	bound := map[string]bool{}
-	var lastBind time.Time
+	var lastBind, firstBind time.Time
 	lastChange := time.Now()
 	saw := func(obj any) {
 		p, ok := obj.(*corev1.Pod)
@@ -142,6 +150,9 @@ func main() {
 		if !bound[p.Name] {
 			bound[p.Name] = true
 			lastBind, lastChange = time.Now(), time.Now()
+			if firstBind.IsZero() {
+				firstBind = lastBind
+			}
 		}
 		mu.Unlock()
 	}
@@ -174,6 +185,21 @@ func main() {
 	close(work)
 	wg.Wait()
 	created := time.Since(start)
+	schedStart := start
+	if *precreated != "" {
+		mu.Lock()
+		early := len(bound)
+		mu.Unlock()
+		if early > 0 {
+			fmt.Fprintf(os.Stderr, "--precreated: %d pods bound before the scheduler was to start\n", early)
+		}
+		if err := os.WriteFile(*precreated, []byte("created\n"), 0o644); err != nil {
+			fail("--precreated: %v", err)
+		}
+		mu.Lock()
+		schedStart, lastChange = time.Now(), time.Now()
+		mu.Unlock()
+	}
 
 	// The bindings as they come, through a watch (an informer) on the
 	// namespace: listing every pod each 50 ms cost the apiserver, on the
@@ -197,6 +223,18 @@ func main() {
 	res.Pods = len(pods)
 	res.Seconds = lastBindAt.Sub(start).Seconds()
 	res.CreateSeconds = created.Seconds()
+	if *precreated != "" {
+		res.Precreated = true
+		mu.Lock()
+		res.StartToLastBind = lastBindAt.Sub(schedStart).Seconds()
+		if !firstBind.IsZero() {
+			res.FirstToLastBind = lastBindAt.Sub(firstBind).Seconds()
+		}
+		mu.Unlock()
+		if res.StartToLastBind > 0 {
+			res.PodsPerSecondFrom = float64(res.Bound) / res.StartToLastBind
+		}
+	}
 	if res.Seconds > 0 {
 		res.PodsPerSecond = float64(res.Bound) / res.Seconds
 	}
