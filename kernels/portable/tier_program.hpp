@@ -167,11 +167,17 @@ PLACER_HD void tier_quota(Team& t, tier_buffers const& b) {
   t.work(n_rows);
 }
 
+/// A bidding pass's control cleared (rank 0; read after a barrier).
+PLACER_HD inline void tier_open_pass(tier_control* ctl) {
+  ctl->todo_count[0] = 0;
+  ctl->touched = 0;
+  ctl->passes += 1;
+}
+
 /// A bidding pass's start: rows empty, their prices the floors (the
 /// team's rows), the control cleared (rank 0). Read after a barrier.
 template <class Team>
 PLACER_HD void tier_reset_rows(Team& t, tier_buffers const& b) {
-  tier_control* const ctl = b.ctl;
   std::int32_t const n_rows = b.p.n_rows;
   std::int32_t const me = t.rank();
   std::int32_t const team = t.size();
@@ -181,11 +187,7 @@ PLACER_HD void tier_reset_rows(Team& t, tier_buffers const& b) {
     tier_prices(b, 0)[r] = tier_price(b, r);  // round 0 reads half 0
     t.work(1);
   }
-  if (me == 0) {
-    ctl->todo_count[0] = 0;
-    ctl->touched = 0;
-    ctl->passes += 1;  // read after the barriers below
-  }
+  if (me == 0) tier_open_pass(b.ctl);
 }
 
 /// A pass's bidding rounds until no node bids (or the cap: max_rounds an
@@ -327,9 +329,7 @@ PLACER_HD void tier_close(Team& t, tier_buffers const& b) {
 template <class Team>
 PLACER_HD void tier_open_iteration(Team& t, tier_buffers const& b) {
   tier_quota(t, b);
-  b.ctl->todo_count[0] = 0;
-  b.ctl->touched = 0;
-  b.ctl->passes += 1;
+  tier_open_pass(b.ctl);
 }
 
 /// The iterations on one CTA: floors, bidding passes until no row is left
