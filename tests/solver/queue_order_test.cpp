@@ -137,6 +137,18 @@ TEST(QueueOrder, ALaterJobThatFitsInWhatIsLeftStillStarts) {
   EXPECT_EQ(first_overtaken(in, r), "");
 }
 
+/// An A100 node and an H100 node of 8 GPUs, labelled with their model as
+/// the Slurm bridge labels a node's features.
+cluster a100_and_h100_nodes() {
+  cluster c = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  for (std::size_t i = 0; i < 2; ++i) {
+    auto& nd = c.nodes[i];
+    nd.gpu_model = i == 0 ? "a100" : "h100";
+    nd.labels.push_back("slurm.feature/" + nd.gpu_model + "=true");
+  }
+  return c;
+}
+
 TEST(QueueOrder, WhereTheEarlierJobsGoDecidesWhichLaterOnesFit) {
   // An A100 node and an H100 node, 8 GPUs each; jobs in submission order:
   // 2 GPUs, 8 GPUs, 2 and 4 GPUs on the A100 node (a node selector, as the
@@ -147,12 +159,7 @@ TEST(QueueOrder, WhereTheEarlierJobsGoDecidesWhichLaterOnesFit) {
   // first job on the first node) leaves the A100 node for them; the round
   // keeps the assignment that starts the earlier jobs: all four.
   round_input in;
-  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
-  for (std::size_t i = 0; i < 2; ++i) {
-    auto& nd = in.state.nodes[i];
-    nd.gpu_model = i == 0 ? "a100" : "h100";
-    nd.labels.push_back("slurm.feature/" + nd.gpu_model + "=true");
-  }
+  in.state = a100_and_h100_nodes();
   in.pending = {gpu_job("two", 2, 0), gpu_job("eight", 8, 1), gpu_job("a100-two", 2, 2), gpu_job("a100-four", 4, 3),
                 gpu_job("eight-b", 8, 4)};
   in.pending[2].constraints.node_selector = {"slurm.feature/a100=true"};
@@ -186,12 +193,7 @@ TEST(QueueOrder, AmongRoundsThatOvertakeNoOneTheOneThatStartsMoreJobs) {
   // does not fit at its turn, and all fourteen 1-GPU jobs (15 jobs, 16
   // GPUs). Queue order keeps the one that starts more jobs.
   round_input in;
-  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
-  for (std::size_t i = 0; i < 2; ++i) {
-    auto& nd = in.state.nodes[i];
-    nd.gpu_model = i == 0 ? "a100" : "h100";
-    nd.labels.push_back("slurm.feature/" + nd.gpu_model + "=true");
-  }
+  in.state = a100_and_h100_nodes();
   in.pending = {gpu_job("two", 2, 0), gpu_job("a100-eight", 8, 1)};
   in.pending[1].constraints.node_selector = {"slurm.feature/a100=true"};
   for (int k = 0; k < 14; ++k) in.pending.push_back(gpu_job("one-" + std::to_string(k), 1, 2 + k));
