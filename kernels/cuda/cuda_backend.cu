@@ -348,12 +348,12 @@ class cuda_device {
     // CTA, as the rounds recorded before 2026-11-28 ran.
     int per_sm = 0;
     PLACER_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tier_grid_kernel, tier_threads, 0));
-    int const most = prop.cooperativeLaunch != 0 ? per_sm * prop.multiProcessorCount : 1;
+    int const most = prop.cooperativeLaunch != 0 ? std::max(per_sm * prop.multiProcessorCount, 1) : 1;
     blocks_ = most;
     if (char const* blocks = std::getenv("PLACER_CUDA_TIER_BLOCKS")) {
       blocks_ = std::atoi(blocks);
       if (blocks_ < 1) throw logic_error(error_code::invalid_argument, "PLACER_CUDA_TIER_BLOCKS must be 1 or more");
-      blocks_ = std::min(blocks_, std::max(most, 1));
+      blocks_ = std::min(blocks_, most);
     }
     if (!wide_ || threads_ != tier_threads) blocks_ = 1;
     if (char const* from = std::getenv("PLACER_CUDA_GRID_CELLS_FROM")) grid_cells_from_ = std::atoll(from);
