@@ -106,6 +106,21 @@ PLACER_HD inline std::int64_t tier_floor(tier_buffers const& b, std::int32_t r, 
   return tier_kth_largest(v, k, want);
 }
 
+/// A worker's share of a row's cells (rank, rank + size, ...): the feasible
+/// ones counted and their largest value, added to the row's floor_row.
+template <class Team>
+PLACER_HD void tier_floor_count_pass(Team& t, std::int32_t const* row, std::int32_t n_nodes, std::int32_t* f) {
+  std::int32_t count = 0;
+  std::int32_t hi = 0;
+  for (std::int32_t n = t.rank(); n < n_nodes; n += t.size()) {
+    count += row[n] >= 0 ? 1 : 0;
+    hi = max_of(hi, row[n]);
+    t.work(1);
+  }
+  if (count > 0) t.fetch_add(f + tier_floor_count, count);
+  if (hi > 0) t.fetch_max(f + tier_floor_hi, hi);
+}
+
 /// A row's radix search set up (floor_row fields): the wanted rank and the
 /// bits to find, from the largest feasible value. Returns its steps.
 PLACER_HD inline std::int32_t tier_floor_search(std::int32_t* f, std::int32_t copies) {
@@ -161,17 +176,7 @@ PLACER_HD void tier_floors_radix(Team& t, tier_buffers const& b, std::int32_t co
   auto row_of = [&](std::int32_t r) { return p.scores + static_cast<std::int64_t>(p.row_class[r]) * n_nodes; };
   for (std::int32_t r = 0; r < n_rows; ++r) {
     if (b.quota[r] == 0) continue;
-    std::int32_t const* row = row_of(r);
-    std::int32_t count = 0;
-    std::int32_t hi = 0;
-    for (std::int32_t n = me; n < n_nodes; n += team) {
-      count += row[n] >= 0 ? 1 : 0;
-      hi = max_of(hi, row[n]);
-      t.work(1);
-    }
-    std::int32_t* f = b.floor_row + tier_floor_fields * r;
-    if (count > 0) t.fetch_add(f + tier_floor_count, count);
-    if (hi > 0) t.fetch_max(f + tier_floor_hi, hi);
+    tier_floor_count_pass(t, row_of(r), n_nodes, b.floor_row + tier_floor_fields * r);
   }
   t.sync();
   for (std::int32_t r = me; r < n_rows; r += team) {
@@ -227,15 +232,7 @@ PLACER_HD void tier_floor_cta(Team& t, tier_buffers const& b, std::int32_t r, st
   }
   t.sync();
   std::int32_t const* row = b.p.scores + static_cast<std::int64_t>(b.p.row_class[r]) * n_nodes;
-  std::int32_t count = 0;
-  std::int32_t hi = 0;
-  for (std::int32_t n = me; n < n_nodes; n += team) {
-    count += row[n] >= 0 ? 1 : 0;
-    hi = max_of(hi, row[n]);
-    t.work(1);
-  }
-  if (count > 0) t.fetch_add(f + tier_floor_count, count);
-  if (hi > 0) t.fetch_max(f + tier_floor_hi, hi);
+  tier_floor_count_pass(t, row, n_nodes, f);
   t.sync();
   if (f[tier_floor_count] <= copies) {  // read by all; nobody writes the row's state again
     if (me == 0) b.floor[r] = 0;
