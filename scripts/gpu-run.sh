@@ -23,6 +23,11 @@
 #                                       # the constrained rounds (-k8s) against the plain ones on both
 #                                       # backends, the offer threshold at 8 16 32, the CPU team at 1 4 16 threads,
 #                                       # placer bench (cuda, cpu) and ncu; the JSON files in one tar
+#   bash .gpu/gpu-run.sh grid [SECONDS]  # the tier grid's first GPU call (420): parity (one CTA if the grid
+#                                       # fails it), both backends, one CTA and the grid's thresholds, placer
+#                                       # bench and the auto trial at 10k, sanitizers and ncu as time allows
+#   bash .gpu/gpu-run.sh barrier [SECONDS]  # the grid barrier asleep between looks (PLACER_CUDA_GRID_SLEEP_NS)
+#                                       # and grids of 16, 33, 66 CTAs beside the default; both backends
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -63,14 +68,15 @@ timed() {  # seconds command...: a command past its time marks the GPU run hung 
   (( rc == 124 )) && { hung=1; echo "gpu-run: timed out after $1 s: ${*:2}"; }
   return $rc
 }
-parity_tests() {  # the CUDA parity first: it is what no other machine runs
+parity_tests() {  # the CUDA parity first: it is what no other machine runs; a hung kernel ends it
   {
-    for t in solver_test_omp kernels_test_omp; do
-      timed 90 "$G/run" "$G/bin/$t" --gtest_filter="$parity" || status=1
+    echo "== parity tests${PLACER_CUDA_TIER_BLOCKS:+, PLACER_CUDA_TIER_BLOCKS=$PLACER_CUDA_TIER_BLOCKS}"
+    for t in kernels_test_omp solver_test_omp; do
+      (( hung )) || timed 60 "$G/run" "$G/bin/$t" --gtest_filter="$parity" || status=1
     done
     # The resident round checked on the GPU itself: the device's copies read
     # back and compared with the host's at every call (residency, docs/architecture.md).
-    PLACER_VERIFY_RESIDENT=1 timed 90 "$G/run" "$G/bin/solver_test_omp" --gtest_filter='BackendParity.Cuda*' || status=1
+    (( hung )) || PLACER_VERIFY_RESIDENT=1 timed 90 "$G/run" "$G/bin/solver_test_omp" --gtest_filter='BackendParity.Cuda*' || status=1
   } >> "$OUT/tests.txt" 2>&1
 }
 all_tests() {
@@ -212,6 +218,90 @@ case "$step" in
         --configs cuda --data "$G/data" > /tmp/ncu-bench.txt 2>&1
     done
     (cd "$OUT" && tar cf results.tar round-bench-*.json bench-*.json ncu-*.txt 2>/dev/null && rm -f round-bench-*.json bench-*.json ncu-*.txt)
+    summary
+    ;;
+  grid)
+    # The tier kernel's grid (issue 36; docs/architecture.md, "The grid") on its first GPU: the
+    # parity tests on the grid, or on one CTA where the grid fails them; both backends' rounds in
+    # one run (issue 36's targets); one CTA and the grid's thresholds beside the default (the grid
+    # barrier's cost); placer bench and the auto trial at 10k; then the sanitizers and ncu.
+    budget=${2:-420}
+    parity_tests
+    if (( hung || status )); then
+      echo "gpu-run: the grid failed its parity tests (hung=$hung); one CTA from here (PLACER_CUDA_TIER_BLOCKS=1)" | tee -a "$OUT/tests.txt"
+      export PLACER_CUDA_TIER_BLOCKS=1
+      hung=0
+      parity_tests
+      (( hung )) && { summary; exit 1; }
+    fi
+    fits 60 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
+    fits 20 "one CTA" && PLACER_CUDA_TIER_BLOCKS=1 round_bench blocks-1 '10k|100k|openb' cuda
+    for v in 4096 65536; do
+      fits 20 "grid from $v" && PLACER_CUDA_GRID_CELLS_FROM=$v round_bench "grid-from-$v" '10k|100k|openb' cuda
+    done
+    fits 20 "offers searched" && PLACER_CUDA_OFFER_PAIRS=0 round_bench offer-pairs-0 '10k|100k|openb' cuda
+    export PLACER_BENCH_CONFIGS=cuda,cpu
+    fits 30 "placer bench 10k" && placer_bench 10k
+    if fits 40 "auto trial"; then
+      timeout 40 "$G/run" "$G/bin/placer" serve --backend auto --auto-trial 10k --endpoint tcp://127.0.0.1:5599 \
+        > "$OUT/auto-trial.txt" 2>&1
+      grep "backend auto" "$OUT/auto-trial.txt" | tee -a "$OUT/bench.txt"
+    fi
+    for s in 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
+    if fits 60 "racecheck"; then
+      timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
+    fi
+    for tool in memcheck racecheck; do
+      for s in 10k openb 100k; do
+        fits 60 "$tool $s" || continue
+        echo "== $tool over 2 rounds of placer bench $s" >> "$OUT/sanitizer.txt"
+        timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/run" "$G/bin/placer" bench --scenario "$s" \
+          --rounds 2 --configs cuda --data "$G/data" --json /tmp/sanitize.json >> "$OUT/sanitizer.txt" 2>&1 || status=1
+      done
+    done
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+    fits 30 "ncu 10k" && timeout 60 "$G/run" "${ncu:-ncu}" --clock-control none --metrics gpu__time_duration.sum \
+      --print-summary per-kernel --log-file "$OUT/ncu-10k.txt" "$G/bin/placer" bench --scenario 10k --rounds 2 \
+      --configs cuda --data "$G/data" > /tmp/ncu-bench.txt 2>&1
+    (cd "$OUT" && tar cf results.tar round-bench-*.json bench-*.json ncu-*.txt auto-trial.txt 2>/dev/null &&
+      rm -f round-bench-*.json bench-*.json ncu-*.txt auto-trial.txt)
+    summary
+    grep -E "tier grid|^gpu-run" "$OUT/bench.txt" | head -5
+    ;;
+  barrier)
+    # The grid barrier asleep between looks (PLACER_CUDA_GRID_SLEEP_NS; 0: grid.sync()) and grids
+    # of fewer CTAs, each beside the default in one call; then both backends again, placer bench
+    # and the auto trial at 10k, memcheck and racecheck over two rounds at 10k.
+    budget=${2:-400}
+    {
+      for t in kernels_test_omp solver_test_omp; do
+        (( hung )) || timed 60 "$G/run" "$G/bin/$t" --gtest_filter="$parity" || status=1
+      done
+    } >> "$OUT/tests.txt" 2>&1
+    (( hung || status )) && { summary; exit 1; }
+    for v in 0 512 128 2048 0 512; do
+      fits 15 "grid sleep $v" && PLACER_CUDA_GRID_SLEEP_NS=$v round_bench "grid-sleep-$v-$SECONDS" '10k|100k|openb' cuda
+    done
+    for v in 16 33 66; do
+      fits 15 "$v CTAs" && PLACER_CUDA_TIER_BLOCKS=$v round_bench "blocks-$v" '10k|100k|openb' cuda
+    done
+    fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
+    export PLACER_BENCH_CONFIGS=cuda,cpu
+    fits 30 "placer bench 10k" && placer_bench 10k
+    if fits 30 "auto trial"; then
+      timeout 30 "$G/run" "$G/bin/placer" serve --backend auto --auto-trial 10k --endpoint tcp://127.0.0.1:5599 \
+        > "$OUT/auto-trial.txt" 2>&1
+      grep "backend auto" "$OUT/auto-trial.txt" | tee -a "$OUT/bench.txt"
+    fi
+    for tool in memcheck racecheck; do
+      fits 40 "$tool 10k" || continue
+      echo "== $tool over 2 rounds of placer bench 10k" >> "$OUT/sanitizer.txt"
+      timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/run" "$G/bin/placer" bench --scenario 10k \
+        --rounds 2 --configs cuda --data "$G/data" --json /tmp/sanitize.json >> "$OUT/sanitizer.txt" 2>&1 || status=1
+    done
+    (cd "$OUT" && tar cf results.tar round-bench-*.json bench-*.json auto-trial.txt 2>/dev/null &&
+      rm -f round-bench-*.json bench-*.json auto-trial.txt)
     summary
     ;;
   profile)
