@@ -26,8 +26,8 @@
 #   bash .gpu/gpu-run.sh grid [SECONDS]  # the tier grid's first GPU call (420): parity (one CTA if the grid
 #                                       # fails it), both backends, one CTA and the grid's thresholds, placer
 #                                       # bench and the auto trial at 10k, sanitizers and ncu as time allows
-#   bash .gpu/gpu-run.sh barrier [SECONDS]  # the grid barrier asleep between looks (PLACER_CUDA_GRID_SLEEP_NS)
-#                                       # and grids of 16, 33, 66 CTAs beside the default; both backends
+#   bash .gpu/gpu-run.sh blocks [SECONDS]  # the tier grid's size: the default against other sizes, alternating
+#                                       # (PLACER_BLOCKS_SWEEP), both backends, placer bench, the auto trial
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -269,37 +269,27 @@ case "$step" in
     summary
     grep -E "tier grid|^gpu-run" "$OUT/bench.txt" | head -5
     ;;
-  barrier)
-    # The grid barrier asleep between looks (PLACER_CUDA_GRID_SLEEP_NS; 0: grid.sync()) and grids
-    # of fewer CTAs, each beside the default in one call; then both backends again, placer bench
-    # and the auto trial at 10k, memcheck and racecheck over two rounds at 10k.
-    budget=${2:-400}
+  blocks)
+    # The tier grid's size: the default against grids of other sizes, alternating, each beside
+    # the others in one call; then both backends, placer bench at each scale and the auto trial.
+    budget=${2:-300}
     {
       for t in kernels_test_omp solver_test_omp; do
         (( hung )) || timed 60 "$G/run" "$G/bin/$t" --gtest_filter="$parity" || status=1
       done
     } >> "$OUT/tests.txt" 2>&1
     (( hung || status )) && { summary; exit 1; }
-    for v in 0 512 128 2048 0 512; do
-      fits 15 "grid sleep $v" && PLACER_CUDA_GRID_SLEEP_NS=$v round_bench "grid-sleep-$v-$SECONDS" '10k|100k|openb' cuda
-    done
-    for v in 16 33 66; do
-      fits 15 "$v CTAs" && PLACER_CUDA_TIER_BLOCKS=$v round_bench "blocks-$v" '10k|100k|openb' cuda
+    for v in ${PLACER_BLOCKS_SWEEP:-132 33 24 44 132 33}; do
+      fits 15 "$v CTAs" && PLACER_CUDA_TIER_BLOCKS=$v round_bench "blocks-$v-$SECONDS" '10k|100k|openb' cuda
     done
     fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
     export PLACER_BENCH_CONFIGS=cuda,cpu
-    fits 30 "placer bench 10k" && placer_bench 10k
+    for s in 10k 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
     if fits 30 "auto trial"; then
       timeout 30 "$G/run" "$G/bin/placer" serve --backend auto --auto-trial 10k --endpoint tcp://127.0.0.1:5599 \
         > "$OUT/auto-trial.txt" 2>&1
       grep "backend auto" "$OUT/auto-trial.txt" | tee -a "$OUT/bench.txt"
     fi
-    for tool in memcheck racecheck; do
-      fits 40 "$tool 10k" || continue
-      echo "== $tool over 2 rounds of placer bench 10k" >> "$OUT/sanitizer.txt"
-      timeout 40 compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/run" "$G/bin/placer" bench --scenario 10k \
-        --rounds 2 --configs cuda --data "$G/data" --json /tmp/sanitize.json >> "$OUT/sanitizer.txt" 2>&1 || status=1
-    done
     (cd "$OUT" && tar cf results.tar round-bench-*.json bench-*.json auto-trial.txt 2>/dev/null &&
       rm -f round-bench-*.json bench-*.json auto-trial.txt)
     summary
