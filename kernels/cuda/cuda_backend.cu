@@ -96,31 +96,6 @@ std::string cuda_probe_summary() { return probe().summary; }
 
 namespace {
 
-/// A barrier of the whole grid, cooperative_groups' own scheme (one word:
-/// CTA 0 adds 2^31 - (CTAs - 1), every other CTA 1, so the last arrival
-/// flips its top bit) with the waiting CTAs asleep between looks, up to
-/// max_ns. The tier grid's CTAs wait at it while the leading CTA runs a
-/// tier's serial phases (milliseconds); looking at the word without a
-/// pause, as grid.sync() does, 131 multiprocessors load one L2 line
-/// continuously, and the H200 showed the leading CTA's phases that have no
-/// grid barrier 15-55% slower on the grid than on one CTA
-/// (bench/results/2026-11-28-h200.md).
-__device__ __forceinline__ void grid_barrier(unsigned int* word, unsigned int max_ns) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    unsigned int const add = blockIdx.x == 0 ? 0x80000000u - (gridDim.x - 1) : 1u;
-    __threadfence();
-    unsigned int const old = atomicAdd(word, add);
-    unsigned int ns = 32;
-    while (((old ^ *static_cast<unsigned int volatile*>(word)) & 0x80000000u) == 0) {
-      __nanosleep(ns);
-      ns = ns < max_ns ? ns * 2 : max_ns;
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
 /// One CTA as the tier program's team (tier_program.hpp); Wide: its
 /// team steps (team_wide), or a thread per row and rank 0's serial steps
 /// as the first GPU run had them (PLACER_CUDA_TEAM_STEPS=0, to compare).
@@ -128,12 +103,6 @@ __device__ __forceinline__ void grid_barrier(unsigned int* word, unsigned int ma
 /// the leading CTA runs the program, the others join its wide phases.
 template <bool Wide, bool Grid = false>
 struct cuda_team {
-  /// The grid's barrier word (grid_barrier below), or null for
-  /// cooperative_groups' grid.sync().
-  unsigned int* barrier = nullptr;
-  /// The longest sleep between two looks at the barrier word, ns.
-  unsigned int sleep_ns = 0;
-
   __host__ __device__ std::int32_t blocks() const {
 #ifdef __CUDA_ARCH__
     return Grid ? static_cast<std::int32_t>(gridDim.x) : 1;
@@ -155,11 +124,7 @@ struct cuda_team {
   __host__ __device__ void grid_sync() const {
 #ifdef __CUDA_ARCH__
     if constexpr (Grid) {
-      if (barrier != nullptr) {
-        grid_barrier(barrier, sleep_ns);
-      } else {
-        cooperative_groups::this_grid().sync();
-      }
+      cooperative_groups::this_grid().sync();
     } else {
       __syncthreads();
     }
@@ -248,8 +213,13 @@ struct cuda_team {
 /// 256 / 512 / 1024: 10k 13.6 / 13.3 / 15.3, 100k 32.0 / 27.6 / 28.2, openb
 /// 16.4 / 16.1 / 17.2; bench/results/2026-11-26-h200-tier-threads.md).
 constexpr int tier_threads = 512;
-/// The grid barrier's longest sleep between looks, ns (PLACER_CUDA_GRID_SLEEP_NS).
-constexpr unsigned int tier_grid_sleep_ns = 512;
+/// Multiprocessors a tier grid's CTA: 33 CTAs on an H200's 132. The H200
+/// (2026-11-28, tier kernel ms at 10k / 100k / openb) measured 16 CTAs
+/// 4.64 / 6.15 / 5.01, 33 4.63 / 5.89 / 4.81, 66 4.76 / 6.02 / 4.73 and
+/// 132 5.28 / 6.41 / 4.75: the leading CTA's own phases, which have no
+/// grid barrier, grow with the grid (the bids 0.30 ms on one CTA, 0.44 on
+/// 33, 0.47 on 132 at 10k), and the wide phases gain little past 33.
+constexpr int tier_sms_per_block = 4;
 
 /// A chain of tiers: the host's node records unpacked, the tiers one after
 /// another, the nodes they changed packed (residency.hpp); one CTA.
@@ -262,9 +232,8 @@ __global__ void __launch_bounds__(Threads, 1)
 
 /// The same chain on a cooperative grid of CTAs (PLACER_CUDA_TIER_BLOCKS).
 __global__ void __launch_bounds__(tier_threads, 1)
-    tier_grid_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out, unsigned int* barrier,
-                     unsigned int sleep_ns) {
-  cuda_team<true, true> team{barrier, sleep_ns};
+    tier_grid_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out) {
+  cuda_team<true, true> team;
   resident_chain_program(team, c, in, n_in, out);
 }
 
@@ -381,13 +350,14 @@ class cuda_device {
         throw logic_error(error_code::invalid_argument, "PLACER_CUDA_TIER_THREADS must be 256, 512 or 1024");
       }
     }
-    // The tier kernel's grid: every CTA the device holds at once
-    // (cooperative launch), or PLACER_CUDA_TIER_BLOCKS of them; 1 is one
-    // CTA, as the rounds recorded before 2026-11-28 ran.
+    // The tier kernel's grid (cooperative launch): a CTA per
+    // tier_sms_per_block multiprocessors, at most what the device holds at
+    // once, or PLACER_CUDA_TIER_BLOCKS of them; 1 is one CTA, as the rounds
+    // recorded before 2026-11-28 ran.
     int per_sm = 0;
     PLACER_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tier_grid_kernel, tier_threads, 0));
     int const most = prop.cooperativeLaunch != 0 ? std::max(per_sm * prop.multiProcessorCount, 1) : 1;
-    blocks_ = most;
+    blocks_ = std::clamp(prop.multiProcessorCount / tier_sms_per_block, 1, most);
     if (char const* blocks = std::getenv("PLACER_CUDA_TIER_BLOCKS")) {
       blocks_ = std::atoi(blocks);
       if (blocks_ < 1) throw logic_error(error_code::invalid_argument, "PLACER_CUDA_TIER_BLOCKS must be 1 or more");
@@ -395,12 +365,6 @@ class cuda_device {
     }
     if (!wide_ || threads_ != tier_threads) blocks_ = 1;
     if (char const* from = std::getenv("PLACER_CUDA_GRID_CELLS_FROM")) grid_cells_from_ = std::atoll(from);
-    // The grid barrier's longest sleep, ns (0: cooperative_groups' grid.sync(), as first measured).
-    if (char const* sleep = std::getenv("PLACER_CUDA_GRID_SLEEP_NS")) grid_sleep_ns_ = static_cast<unsigned>(std::atoi(sleep));
-    if (blocks_ > 1 && grid_sleep_ns_ > 0) {
-      PLACER_CUDA_TRY(cudaMalloc(&grid_barrier_, sizeof(unsigned int)));
-      PLACER_CUDA_TRY(cudaMemset(grid_barrier_, 0, sizeof(unsigned int)));
-    }
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
                    ", tier grid of " + std::to_string(blocks_) + (blocks_ == 1 ? " CTA" : " CTAs") +
                    ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
@@ -408,9 +372,6 @@ class cuda_device {
                    (offer_bits_ != tier_offer_bits ? ", offer digits of " + std::to_string(offer_bits_) + " bits" : "") +
                    (offer_iterate_ != 0 ? ", offers' M stepped" : "") +
                    (offer_pairs_ != tier_offer_pairs_upto ? ", offers ranked up to " + std::to_string(offer_pairs_) + " items" : "") +
-                   (blocks_ > 1 && grid_sleep_ns_ != tier_grid_sleep_ns
-                        ? ", grid barrier " + (grid_sleep_ns_ == 0 ? std::string("grid.sync()") : "asleep up to " + std::to_string(grid_sleep_ns_) + " ns")
-                        : "") +
                    (!wide_ ? ", serial tier steps)"
                     : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
                                                            : ")");
@@ -422,7 +383,6 @@ class cuda_device {
       cudaSetDevice(device_);
       cudaStreamDestroy(stream_);
     }
-    if (grid_barrier_ != nullptr) cudaFree(grid_barrier_);
   }
   [[nodiscard]] std::string const& description() const { return description_; }
 
@@ -498,8 +458,7 @@ class cuda_device {
       k.work.offer_pairs_upto = offer_pairs_;
       k.work.grid_cells_from = grid_cells_from_;
       if (blocks_ > 1) {
-        void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out), &grid_barrier_,
-                        &grid_sleep_ns_};
+        void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out)};
         PLACER_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<void const*>(&tier_grid_kernel), dim3(blocks_),
                                                     dim3(tier_threads), args, 0, stream_));
       } else if (threads_ == 256) {
@@ -525,8 +484,6 @@ class cuda_device {
   std::int32_t offer_pairs_ = tier_offer_pairs_upto;        ///< tier_buffers::offer_pairs_upto
   int blocks_ = 1;                                          ///< the tier kernel's grid (CTAs)
   std::int64_t grid_cells_from_ = tier_grid_cells_from;    ///< tier_buffers::grid_cells_from
-  unsigned int grid_sleep_ns_ = tier_grid_sleep_ns;        ///< grid_barrier's longest sleep; 0: grid.sync()
-  unsigned int* grid_barrier_ = nullptr;                   ///< grid_barrier's word (null: grid.sync())
   cudaStream_t stream_ = nullptr;
   temp_allocator temp_;
   std::string description_;
