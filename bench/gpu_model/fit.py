@@ -17,9 +17,15 @@ as a row's heap fed a bid at a time; one cost for every phase).
 
 with barrier_us measured on the phases that are nearly only barriers
 (`again`, `close`: rank 0's loop over the rows between two barriers), and
-the rest fitted by non-negative least squares on the phases' times, each
-weighted by 1 / its round's time (a phase matters as its share of its
-round).
+the rest fitted by non-negative least squares on the one-CTA records' phase
+times, each weighted by 1 / its round's time (a phase matters as its share
+of its round). Then the grid (records of B > 1 CTAs), on those costs:
+
+    (grid_scale + grid_scale_per_cta * B) * the phase's one-CTA cost
+        + (grid_sync_us + grid_sync_per_cta_us * B) * grid barriers
+
+fitted the same way (the leading CTA's own phases ran 10-50% slower on the
+H200's grids than on one CTA, and a grid barrier costs more with more CTAs).
 A recorded round is predicted as
 
     predicted tier phases + the record's own CPU round less its tier phases
@@ -45,27 +51,66 @@ SCENARIOS = ["10k", "100k", "openb"]
 TOLERANCE = 0.30
 
 # The GPU records whose code is today's tier program but for the changes the
-# model replays (team offers' threshold, the CTA) and round 0's bidders
-# (d8560c0: every node scanned then, only those with a row at its floor now;
-# the same offers), and the second session's, whose refresh went a column a
-# node (refresh below 0) and which timed the serial offers alone (never: from
-# 10^9 bids): (what, CTA threads, team offers from, refresh by cell below,
-# file, and the file with that machine's CPU rounds when it has none; the
-# second session has none: the third's H100 stands in).
+# model replays, each with the gpu_model flags that replay it, the file, and
+# the file with that machine's CPU rounds when it has none.
+#
+# The 2026-11-26 records (one CTA) predate fifo (--order pack), took the team
+# offers' digits of 8 bits and stepped their M (a search a step), and ran before
+# round 0's bidders (d8560c0: every node scanned then, only those with a row at
+# its floor now; the same offers); the second session's refresh went a column
+# a node (refresh below 0) and it timed the serial offers alone (never: from
+# 10^9 bids); it has no CPU rounds: the third's H100 stands in.
+#
+# The 2026-11-28 records (the grid, tier_program.hpp) ran today's program
+# (820a062 and 4d6d151 differ in the CUDA backend's default grid only); their
+# CPU rounds are each call's own. The second call's (bed1cf0) grids of 16, 33
+# and 66 ran a grid barrier asleep between looks, taken out again, and are
+# left out; its grid.sync() rounds on 132 CTAs are today's code.
 H200_CPU = "2026-11-26-h200-tier-threads-512-1e2bc48.json"
 H100_CPU = "2026-11-26-h100-cpu-threads-16-4179bab.json"
 NEVER = 10 ** 9
+
+
+def old(threads, least, below):
+    return ["--order", "pack", "--offer-bits", "8", "--offer-iterate", "1", "--blocks", "1",
+            "--threads", str(threads), "--offer-least", str(least), "--refresh-below", str(below)]
+
+
+def grid(blocks, *more):
+    return ["--blocks", str(blocks), *more]
+
+
+GRID_820 = "2026-11-28-h200-round-bench-main-820a062.json"
+GRID_BED = "2026-11-28-h200-round-bench-main-bed1cf0.json"
+GRID_4D6 = "2026-11-28-h200-round-bench-main-4d6d151.json"
 RECORDS = [
-    ("H200 1e2bc48", 256, 16, 128, "2026-11-26-h200-tier-threads-256-1e2bc48.json", None),
-    ("H200 1e2bc48", 512, 16, 128, "2026-11-26-h200-tier-threads-512-1e2bc48.json", None),
-    ("H200 476918a+", 1024, 16, 128, "2026-11-26-h200-tier-threads-1024.json", H200_CPU),
-    ("H100 4179bab", 256, 8, 128, "2026-11-26-h100-offer-least-8-4179bab.json", H100_CPU),
-    ("H100 4179bab", 256, 16, 128, "2026-11-26-h100-offer-least-16-4179bab.json", H100_CPU),
-    ("H100 4179bab", 256, 32, 128, "2026-11-26-h100-offer-least-32-4179bab.json", H100_CPU),
-    ("H100 d639b98", 256, 1, 0, "2026-11-26-h100-offer-least-1-d639b98.json", H100_CPU),
-    ("H100 d639b98", 256, 16, 0, "2026-11-26-h100-offer-least-16-d639b98.json", H100_CPU),
-    ("H100 d639b98", 256, 64, 0, "2026-11-26-h100-offer-least-64-d639b98.json", H100_CPU),
-    ("H100 cae21d7", 256, NEVER, 0, "2026-11-26-h100-offer-least-never-cae21d7.json", H100_CPU),
+    ("H200 1e2bc48 256t offers >=16", old(256, 16, 128), "2026-11-26-h200-tier-threads-256-1e2bc48.json", None),
+    ("H200 1e2bc48 512t offers >=16", old(512, 16, 128), "2026-11-26-h200-tier-threads-512-1e2bc48.json", None),
+    ("H200 476918a+ 1024t offers >=16", old(1024, 16, 128), "2026-11-26-h200-tier-threads-1024.json", H200_CPU),
+    ("H100 4179bab 256t offers >=8", old(256, 8, 128), "2026-11-26-h100-offer-least-8-4179bab.json", H100_CPU),
+    ("H100 4179bab 256t offers >=16", old(256, 16, 128), "2026-11-26-h100-offer-least-16-4179bab.json", H100_CPU),
+    ("H100 4179bab 256t offers >=32", old(256, 32, 128), "2026-11-26-h100-offer-least-32-4179bab.json", H100_CPU),
+    ("H100 d639b98 256t offers >=1", old(256, 1, 0), "2026-11-26-h100-offer-least-1-d639b98.json", H100_CPU),
+    ("H100 d639b98 256t offers >=16", old(256, 16, 0), "2026-11-26-h100-offer-least-16-d639b98.json", H100_CPU),
+    ("H100 d639b98 256t offers >=64", old(256, 64, 0), "2026-11-26-h100-offer-least-64-d639b98.json", H100_CPU),
+    ("H100 cae21d7 256t offers serial", old(256, NEVER, 0), "2026-11-26-h100-offer-least-never-cae21d7.json", H100_CPU),
+    ("H200 820a062 1 CTA", grid(1), "2026-11-28-h200-round-bench-blocks-1-820a062.json", GRID_820),
+    ("H200 820a062 132 CTAs", grid(132), GRID_820, None),
+    ("H200 820a062 132, wide from 4096", grid(132, "--grid-cells-from", "4096"),
+     "2026-11-28-h200-round-bench-grid-from-4096-820a062.json", GRID_820),
+    ("H200 820a062 132, wide from 65536", grid(132, "--grid-cells-from", "65536"),
+     "2026-11-28-h200-round-bench-grid-from-65536-820a062.json", GRID_820),
+    ("H200 820a062 132, offers searched", grid(132, "--offer-pairs", "0"),
+     "2026-11-28-h200-round-bench-offer-pairs-0-820a062.json", GRID_820),
+    ("H200 bed1cf0 132 CTAs", grid(132), "2026-11-28-h200-round-bench-grid-sleep-0-12-bed1cf0.json", GRID_BED),
+    ("H200 bed1cf0 132 CTAs again", grid(132), "2026-11-28-h200-round-bench-grid-sleep-0-24-bed1cf0.json", GRID_BED),
+    ("H200 4d6d151 132 CTAs", grid(132), "2026-11-28-h200-round-bench-blocks-132-11-4d6d151.json", GRID_4D6),
+    ("H200 4d6d151 33 CTAs", grid(33), "2026-11-28-h200-round-bench-blocks-33-14-4d6d151.json", GRID_4D6),
+    ("H200 4d6d151 24 CTAs", grid(24), "2026-11-28-h200-round-bench-blocks-24-17-4d6d151.json", GRID_4D6),
+    ("H200 4d6d151 44 CTAs", grid(44), "2026-11-28-h200-round-bench-blocks-44-20-4d6d151.json", GRID_4D6),
+    ("H200 4d6d151 132 CTAs again", grid(132), "2026-11-28-h200-round-bench-blocks-132-24-4d6d151.json", GRID_4D6),
+    ("H200 4d6d151 33 CTAs again", grid(33), "2026-11-28-h200-round-bench-blocks-33-27-4d6d151.json", GRID_4D6),
+    ("H200 4d6d151 33 CTAs, both", grid(33), GRID_4D6, None),
 ]
 
 
@@ -86,18 +131,13 @@ def tier_us(bench):
     return sum(bench.get(f"tier_{p}_us", 0.0) for p in PHASES)
 
 
-def counts(build, threads, offer_least, refresh_below, cache):
-    """The model's counts of the three scenarios in one configuration."""
-    key = (threads, offer_least, refresh_below)
+def counts(build, flags, cache):
+    """The model's counts of the three scenarios under a record's gpu_model flags."""
+    key = tuple(flags)
     if key not in cache:
         with tempfile.NamedTemporaryFile("r", suffix=".json") as f:
             subprocess.run([os.path.join(build, "bench", "gpu_model"), "--scenario", ",".join(SCENARIOS),
-                            "--order", "pack", "--reps", "3", "--threads", str(threads),
-                            "--offer-least", str(offer_least), "--refresh-below", str(refresh_below),
-                            "--offer-bits", "8",  # every record's team offers took digits of 8 bits
-                            "--offer-iterate", "1",  # and stepped M = f(M), a search a step
-                            "--json", f.name],
-                           check=True, stdout=subprocess.DEVNULL)
+                            "--reps", "3", *flags, "--json", f.name], check=True, stdout=subprocess.DEVNULL)
             cache[key] = {j["scenario"]: j for j in map(json.loads, f.read().splitlines())}
     return cache[key]
 
@@ -143,22 +183,23 @@ def main():
         sys.exit(77)
     cache = {}
     samples = []  # (record, scenario, model json, cuda bench, cpu bench)
-    for what, threads, least, below, name, cpu_name in RECORDS:
+    for what, flags, name, cpu_name in RECORDS:
         rec = recorded(os.path.join(RESULTS, name))
         if cpu_name is not None:
             for s, b in recorded(os.path.join(RESULTS, cpu_name)).items():
                 if s in rec and "cpu" in b:
                     rec[s]["cpu"] = b["cpu"]
-        model = counts(args.build, threads, least, below, cache)
-        label = f"{what} {threads}t offers " + ("serial" if least == NEVER else f">={least}")
+        model = counts(args.build, flags, cache)
         for s in SCENARIOS:
             if s in rec and "cuda" in rec[s] and "cpu" in rec[s]:
-                samples.append((label, s, model[s], rec[s]["cuda"], rec[s]["cpu"]))
+                samples.append((what, s, model[s], rec[s]["cuda"], rec[s]["cpu"]))
+    one = [x for x in samples if x[2]["blocks"] == 1]
+    grids = [x for x in samples if x[2]["blocks"] > 1]
 
-    # Unknowns: barrier_us, step_us[phase] for each phase, chain_us, work_us.
+    # One CTA. Unknowns: barrier_us, step_us[phase] for each phase, chain_us, work_us.
     n = 3 + len(PHASES)
     rows, targets, weights = [], [], []
-    for _, _, m, cuda, _ in samples:
+    for _, _, m, cuda, _ in one:
         round_us = cuda["real_time"] * 1e3
         for i, p in enumerate(PHASES):
             c = m["phases"][p]
@@ -175,28 +216,47 @@ def main():
     # so it is measured where barriers are nearly all there is: the phases
     # `again` and `close`, rank 0's loop over the rows between two barriers.
     if args.barrier_ns is None:
-        t = sum(c.get(f"tier_{p}_us", 0.0) for _, _, _, c, _ in samples for p in ("again", "close"))
-        k = sum(m["phases"][p]["barriers"] for _, _, m, _, _ in samples for p in ("again", "close"))
+        t = sum(c.get(f"tier_{p}_us", 0.0) for _, _, _, c, _ in one for p in ("again", "close"))
+        k = sum(m["phases"][p]["barriers"] for _, _, m, _, _ in one for p in ("again", "close"))
         args.barrier_ns = 1e3 * t / k
-    if args.barrier_ns is not None:  # the barriers' share known: fit the rest to what is left
-        held = args.barrier_ns / 1e3
-        targets = [t - held * a[0] for a, t in zip(rows, targets)]
-        rows = [[0.0] + a[1:] for a in rows]
+    held = args.barrier_ns / 1e3
+    targets = [t - held * a[0] for a, t in zip(rows, targets)]
+    rows = [[0.0] + a[1:] for a in rows]
     x = nnls(rows, targets, weights, n)
-    if args.barrier_ns is not None:
-        x[0] = args.barrier_ns / 1e3
+    x[0] = held
     barrier_us, step_us, chain_us, work_us = x[0], x[1:1 + len(PHASES)], x[n - 2], x[n - 1]
+
+    def base(m, i, p):  # a phase's time on one CTA's costs, without its grid barriers
+        c = m["phases"][p]
+        return barrier_us * c["barriers"] + step_us[i] * c["span"] + chain_us * c["chain"] + work_us * c["work"]
+
+    # The grid, on the one-CTA costs: a phase's time is that scaled by
+    # grid_scale + grid_scale_per_cta * B, and a grid barrier costs
+    # grid_sync_us + grid_sync_per_cta_us * B (B: the grid's CTAs).
+    rows, targets, weights = [], [], []
+    for _, _, m, cuda, _ in grids:
+        b = m["blocks"]
+        round_us = cuda["real_time"] * 1e3
+        for i, p in enumerate(PHASES):
+            u, g = base(m, i, p), m["phases"][p]["grid_syncs"]
+            rows.append([u, u * b, g, g * b])
+            targets.append(cuda.get(f"tier_{p}_us", 0.0))
+            weights.append(1.0 / round_us ** 2)
+    grid_scale, grid_scale_per_cta, grid_sync_us, grid_sync_per_cta_us = nnls(rows, targets, weights, 4) if grids else (1, 0, 0, 0)
 
     print(f"barrier {barrier_us * 1e3:.1f} ns, chained step {chain_us * 1e3:.1f} ns, work {work_us * 1e3:.3f} ns a step;"
           " a span step, ns:")
     print("  " + ", ".join(f"{p} {s * 1e3:.1f}" for p, s in zip(PHASES, step_us)))
+    print(f"on a grid of B CTAs: phases x ({grid_scale:.3f} + {grid_scale_per_cta * 1e3:.3f}e-3 B), "
+          f"a grid barrier {grid_sync_us:.2f} + {grid_sync_per_cta_us * 1e3:.2f}e-3 B us")
     print(f"\n{'record':34} {'scen':6} {'recorded':>9} {'predicted':>9} {'off':>6}   "
           f"{'tier rec':>8} {'tier pred':>9}   offer rec/pred")
     worst = 0.0
     for what, s, m, cuda, cpu in samples:
-        phase_pred = {p: barrier_us * m["phases"][p]["barriers"] + step_us[i] * m["phases"][p]["span"]
-                      + chain_us * m["phases"][p]["chain"] + work_us * m["phases"][p]["work"]
-                      for i, p in enumerate(PHASES)}
+        b = m["blocks"]
+        scale = grid_scale + grid_scale_per_cta * b if b > 1 else 1.0
+        sync = grid_sync_us + grid_sync_per_cta_us * b
+        phase_pred = {p: scale * base(m, i, p) + sync * m["phases"][p]["grid_syncs"] for i, p in enumerate(PHASES)}
         tier_pred = sum(phase_pred.values())
         host = cpu["real_time"] * 1e3 - tier_us(cpu)
         pred = tier_pred + m["fixed_us"] + host
@@ -217,7 +277,11 @@ def main():
             f.write(f"    {barrier_us!r},  // barrier_us\n")
             f.write("    {" + ", ".join(repr(v) for v in step_us) + "},  // step_us, per tier_phase\n")
             f.write(f"    {chain_us!r},  // chain_us\n")
-            f.write(f"    {work_us!r},  // work_us\n}};\n")
+            f.write(f"    {work_us!r},  // work_us\n")
+            f.write(f"    {grid_scale!r},  // grid_scale\n")
+            f.write(f"    {grid_scale_per_cta!r},  // grid_scale_per_cta\n")
+            f.write(f"    {grid_sync_us!r},  // grid_sync_us\n")
+            f.write(f"    {grid_sync_per_cta_us!r},  // grid_sync_per_cta_us\n}};\n")
         print(f"wrote {os.path.relpath(path, ROOT)}")
     if args.check and worst > TOLERANCE:
         sys.exit(1)

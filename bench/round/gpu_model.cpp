@@ -4,7 +4,7 @@
 //
 //   gpu_model [--scenario 10k,100k,openb] [--threads 512] [--offer-least N]
 //             [--offer-bits N] [--offer-iterate 0|1] [--refresh-below N] [--order fifo|pack] [--reps 7]
-//             [--offer-pairs N] [--blocks 1] [--grid-cells-from N] [--json FILE]
+//             [--offer-pairs N] [--blocks 33] [--grid-cells-from N] [--json FILE]
 //
 // For each scenario: the CPU backend's round (median of --reps after a
 // warm-up) and its tier phases; then two rounds through the GPU model, the

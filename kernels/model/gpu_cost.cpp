@@ -18,21 +18,20 @@ gpu_phase_counts gpu_counts::total() const {
 
 gpu_cost const& fitted_gpu_cost() {
 #include "gpu_cost_fit.inc"
-  static gpu_cost const with_grid = [] {
-    gpu_cost c = fitted;
-    c.grid_sync_us = gpu_grid_sync_us_assumed;
-    return c;
-  }();
-  return with_grid;
+  return fitted;
 }
 
 double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_phase) {
+  double const blocks = static_cast<double>(c.blocks);
+  double const scale = c.blocks > 1 ? cost.grid_scale + cost.grid_scale_per_cta * blocks : 1.0;
+  double const grid_sync_us = cost.grid_sync_us + cost.grid_sync_per_cta_us * blocks;
   double sum = 0;
   for (int p = 0; p < tier_phase_count; ++p) {
     gpu_phase_counts const& k = c.phase[p];
-    double const us = cost.barrier_us * static_cast<double>(k.barriers) + cost.step_us[p] * static_cast<double>(k.span) +
-                      cost.chain_us * static_cast<double>(k.chain) + cost.work_us * static_cast<double>(k.work) +
-                      cost.grid_sync_us * static_cast<double>(k.grid_syncs);
+    double const us = scale * (cost.barrier_us * static_cast<double>(k.barriers) +
+                               cost.step_us[p] * static_cast<double>(k.span) +
+                               cost.chain_us * static_cast<double>(k.chain) + cost.work_us * static_cast<double>(k.work)) +
+                      grid_sync_us * static_cast<double>(k.grid_syncs);
     if (per_phase != nullptr) per_phase[p] = us;
     sum += us;
   }

@@ -141,6 +141,7 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   }
   tier_clock_observed() = outer;
   out.launches += 1;
+  out.blocks = config.blocks;
 }
 
 }  // inline namespace PLACER_BACKEND_NS

@@ -105,7 +105,7 @@ TEST(GpuModel, CountsBehaveAsATeamsMust) {
   int const threads[3] = {1, 64, 512};
   std::size_t placed[3] = {};
   for (int k = 0; k < 3; ++k) {
-    solver s(kernels::make_gpu_model({threads[k]}, &by[k]));
+    solver s(kernels::make_gpu_model({.threads = threads[k], .blocks = 1}, &by[k]));
     placed[k] = s.solve(in).placements.size();
   }
   EXPECT_EQ(placed[0], placed[1]);

@@ -24,9 +24,10 @@ struct gpu_model_config {
   bool offer_iterate = false;  ///< tier_buffers::offer_iterate (PLACER_CUDA_OFFER_ITERATE): the recorded rounds' offers
   int offer_pairs = -1;  ///< tier_buffers::offer_pairs_upto (PLACER_CUDA_OFFER_PAIRS); -1: the default
   /// CTAs of the tier kernel's grid (PLACER_CUDA_TIER_BLOCKS): 1, one CTA as
-  /// the recorded rounds ran; more, the wide phases spread over that many
-  /// (tier_program.hpp, "The grid"), counted per CTA.
-  int blocks = 1;
+  /// the rounds recorded before 2026-11-28 ran; more, the wide phases spread
+  /// over that many (tier_program.hpp, "The grid"), counted per CTA. 33: the
+  /// CUDA backend's grid on an H100's or H200's 132 multiprocessors.
+  int blocks = 33;
   long long grid_cells_from = -1;  ///< tier_buffers::grid_cells_from (PLACER_CUDA_GRID_CELLS_FROM); -1: the default
 };
 
@@ -43,6 +44,7 @@ struct gpu_phase_counts {
 struct gpu_counts {
   gpu_phase_counts phase[tier_phase_count];
   std::int64_t launches = 0;  ///< tier chains run
+  int blocks = 1;             ///< the grid they ran on (gpu_model_config::blocks)
   [[nodiscard]] gpu_phase_counts total() const;
 };
 
@@ -53,23 +55,22 @@ std::unique_ptr<backend> make_gpu_model(gpu_model_config const& config, gpu_coun
 
 /// A phase's predicted time: barrier_us a barrier, step_us[phase] a step of
 /// its span, chain_us a chained step, work_us a step of its work (a CTA's:
-/// its multiprocessor's throughput), grid_sync_us a grid's barrier.
+/// its multiprocessor's throughput). On a grid of B CTAs (B > 1), that sum
+/// is scaled by grid_scale + grid_scale_per_cta * B (the leading CTA reads
+/// what other multiprocessors wrote, from L2: its own phases were 10-50%
+/// slower on the H200's grids than on one CTA), and a grid barrier costs
+/// grid_sync_us + grid_sync_per_cta_us * B.
 struct gpu_cost {
   double barrier_us = 0;
   double step_us[tier_phase_count] = {};
   double chain_us = 0;
   double work_us = 0;
+  double grid_scale = 1;
+  double grid_scale_per_cta = 0;
   double grid_sync_us = 0;
+  double grid_sync_per_cta_us = 0;
 };
-/// A grid's barrier (cooperative groups' grid.sync(), a CTA a
-/// multiprocessor), assumed: no recorded round ran on a grid, so the fit
-/// cannot give it. Published microbenchmarks put it at one to a few
-/// microseconds on V100-class parts (Zhang et al., "A Study of Single and
-/// Multi-device Synchronization Methods in Nvidia GPUs", 2020); the next
-/// GPU session measures it (docs/gpu-session.md).
-inline constexpr double gpu_grid_sync_us_assumed = 2.0;
-/// The coefficients fitted to the recorded GPU rounds (kernels/model/gpu_cost_fit.inc),
-/// with gpu_grid_sync_us_assumed.
+/// The coefficients fitted to the recorded GPU rounds (kernels/model/gpu_cost_fit.inc).
 gpu_cost const& fitted_gpu_cost();
 /// Predicted microseconds of each phase (into per_phase when given) and
 /// their sum: the tier kernel's time.
