@@ -248,8 +248,8 @@ case "$step" in
       grep "backend auto" "$OUT/auto-trial.txt" | tee -a "$OUT/bench.txt"
     fi
     for s in 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
-    if fits 60 "racecheck"; then
-      timeout 60 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    if fits 120 "racecheck"; then
+      timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
     fi
     for tool in memcheck racecheck; do
