@@ -214,11 +214,12 @@ struct cuda_team {
 /// 16.4 / 16.1 / 17.2; bench/results/2026-11-26-h200-tier-threads.md).
 constexpr int tier_threads = 512;
 /// Multiprocessors a tier grid's CTA: 33 CTAs on an H200's 132. The H200
-/// (2026-11-28, tier kernel ms at 10k / 100k / openb) measured 16 CTAs
-/// 4.64 / 6.15 / 5.01, 33 4.63 / 5.89 / 4.81, 66 4.76 / 6.02 / 4.73 and
-/// 132 5.28 / 6.41 / 4.75: the leading CTA's own phases, which have no
-/// grid barrier, grow with the grid (the bids 0.30 ms on one CTA, 0.44 on
-/// 33, 0.47 on 132 at 10k), and the wide phases gain little past 33.
+/// (2026-11-28, bench/results/2026-11-28-h200.md; tier kernel ms at 10k /
+/// 100k / openb, alternating in one call) measured one CTA 5.31 / 10.25 /
+/// 6.77, 24 CTAs 4.67 / 6.00 / 4.83, 33 4.68 / 5.98 / 4.80, 44 4.72 / 5.96
+/// / 4.73 and 132 5.28 / 6.46 / 4.72: the leading CTA's own phases, which
+/// have no grid barrier, grow with the grid (the bids 0.30 ms on one CTA,
+/// 0.46 on 33, 0.48 on 132 at 10k), and the wide phases gain little past 33.
 constexpr int tier_sms_per_block = 4;
 
 /// A chain of tiers: the host's node records unpacked, the tiers one after
