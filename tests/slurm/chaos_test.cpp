@@ -200,14 +200,25 @@ TEST(SlurmChaos, TheActiveReplicaKilledMidCycleLosesNoJobAndDoublesNone) {
     return 1e9;
   };
 
+  // The killed replica comes back only once a round went to the other: a
+  // kill that lands just after a cycle ends (the machine's load moves the
+  // cycles) would otherwise let the next cycle find it back.
+  auto failed_over_to = [&](clock_type::time_point killed, std::string const& endpoint) {
+    while (clock_type::now() - killed < std::chrono::seconds(10)) {
+      if (watch.first_after(killed, "failed over to " + endpoint)) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
   std::this_thread::sleep_for(std::chrono::seconds(2));
   auto const kill_a = kill_mid_cycle(*a, "replica A");
   double const after_a = first_placement_s(kill_a);
+  failed_over_to(kill_a, eb);
   std::this_thread::sleep_for(std::chrono::seconds(2));
   a = start_replica(ea, log("replica-a2.log"));  // A back; the bridge stays with B
   std::this_thread::sleep_for(std::chrono::seconds(1));
   auto const kill_b = kill_mid_cycle(*b, "replica B");
   double const after_b = first_placement_s(kill_b);
+  failed_over_to(kill_b, ea);
   std::this_thread::sleep_for(std::chrono::seconds(1));
   b = start_replica(eb, log("replica-b2.log"));
   std::this_thread::sleep_for(std::chrono::seconds(1));
