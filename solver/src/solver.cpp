@@ -441,13 +441,15 @@ bool linear_only() {
   return only;
 }
 
+/// The jobs round r starts (a placement with replicas).
+std::int64_t jobs_started(round_result const& r) {
+  return std::count_if(r.placements.begin(), r.placements.end(), [](auto const& pl) { return !pl.replicas.empty(); });
+}
+
 /// Whether round r starts no fewer jobs and places no fewer GPUs than
 /// Slurm's round of the same queue (the linear candidate; none: true).
 bool meets_floor(std::int64_t floor_jobs, std::int64_t floor_gpu_milli, round_result const& r) {
-  if (floor_jobs < 0) return true;
-  std::int64_t jobs = 0;
-  for (auto const& pl : r.placements) jobs += pl.replicas.empty() ? 0 : 1;
-  return jobs >= floor_jobs && r.metrics.gpu_milli_placed >= floor_gpu_milli;
+  return floor_jobs < 0 || (jobs_started(r) >= floor_jobs && r.metrics.gpu_milli_placed >= floor_gpu_milli);
 }
 
 /// `out` takes a trial's decisions (its timing and the rest stay).
@@ -664,8 +666,7 @@ void solver::linear_candidate(round_input const& in, kernels::score_params const
     return u.reason == unplaced_reason::deadline_exceeded;
   });  // cut short by the deadline: not a candidate
   if (whole) {
-    ws_->floor_jobs = 0;
-    for (auto const& pl : lin.placements) ws_->floor_jobs += pl.replicas.empty() ? 0 : 1;
+    ws_->floor_jobs = jobs_started(lin);
     ws_->floor_gpu_milli = lin.metrics.gpu_milli_placed;
     auto const levels = priority_levels(in);
     auto const lv = level_values(in, levels, lin), ov = level_values(in, levels, out);
