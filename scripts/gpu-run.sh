@@ -68,7 +68,7 @@ timed() {  # seconds command...: a command past its time marks the GPU run hung 
   (( rc == 124 )) && { hung=1; echo "gpu-run: timed out after $1 s: ${*:2}"; }
   return $rc
 }
-parity_tests() {  # the CUDA parity first: it is what no other machine runs; a hung kernel ends it
+parity_tests() {  # [quick] the CUDA parity first: it is what no other machine runs; a hung kernel ends it
   {
     echo "== parity tests${PLACER_CUDA_TIER_BLOCKS:+, PLACER_CUDA_TIER_BLOCKS=$PLACER_CUDA_TIER_BLOCKS}"
     for t in kernels_test_omp solver_test_omp; do
@@ -76,8 +76,19 @@ parity_tests() {  # the CUDA parity first: it is what no other machine runs; a h
     done
     # The resident round checked on the GPU itself: the device's copies read
     # back and compared with the host's at every call (residency, docs/architecture.md).
-    (( hung )) || PLACER_VERIFY_RESIDENT=1 timed 90 "$G/run" "$G/bin/solver_test_omp" --gtest_filter='BackendParity.Cuda*' || status=1
+    # (quick: not; it is the longest of them, 45 s on an H200.)
+    [ "${1:-}" = quick ] || (( hung )) ||
+      PLACER_VERIFY_RESIDENT=1 timed 90 "$G/run" "$G/bin/solver_test_omp" --gtest_filter='BackendParity.Cuda*' || status=1
   } >> "$OUT/tests.txt" 2>&1
+}
+auto_trial() {  # placer serve --backend auto's choice on its 10k trial round
+  timeout 30 "$G/run" "$G/bin/placer" serve --backend auto --auto-trial 10k --endpoint tcp://127.0.0.1:5599 \
+    > "$OUT/auto-trial.txt" 2>&1
+  grep "backend auto" "$OUT/auto-trial.txt" | tee -a "$OUT/bench.txt"
+}
+pack_results() {  # a call returns at most 8 files: the JSON and the like in one tar
+  (cd "$OUT" && shopt -s nullglob && f=(round-bench-*.json bench-*.json ncu-*.txt auto-trial*.txt) &&
+    (( ${#f[@]} )) && tar cf results.tar "${f[@]}" && rm -f "${f[@]}")
 }
 all_tests() {
   for t in solver_test_omp kernels_test_omp; do
@@ -217,7 +228,7 @@ case "$step" in
         --print-summary per-kernel --log-file "$OUT/ncu-$s.txt" "$G/bin/placer" bench --scenario "$s" --rounds 2 \
         --configs cuda --data "$G/data" > /tmp/ncu-bench.txt 2>&1
     done
-    (cd "$OUT" && tar cf results.tar round-bench-*.json bench-*.json ncu-*.txt 2>/dev/null && rm -f round-bench-*.json bench-*.json ncu-*.txt)
+    pack_results
     summary
     ;;
   grid)
@@ -242,11 +253,7 @@ case "$step" in
     fits 20 "offers searched" && PLACER_CUDA_OFFER_PAIRS=0 round_bench offer-pairs-0 '10k|100k|openb' cuda
     export PLACER_BENCH_CONFIGS=cuda,cpu
     fits 30 "placer bench 10k" && placer_bench 10k
-    if fits 40 "auto trial"; then
-      timeout 40 "$G/run" "$G/bin/placer" serve --backend auto --auto-trial 10k --endpoint tcp://127.0.0.1:5599 \
-        > "$OUT/auto-trial.txt" 2>&1
-      grep "backend auto" "$OUT/auto-trial.txt" | tee -a "$OUT/bench.txt"
-    fi
+    fits 30 "auto trial" && auto_trial
     for s in 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
     if fits 120 "racecheck"; then
       timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
@@ -264,8 +271,7 @@ case "$step" in
     fits 30 "ncu 10k" && timeout 60 "$G/run" "${ncu:-ncu}" --clock-control none --metrics gpu__time_duration.sum \
       --print-summary per-kernel --log-file "$OUT/ncu-10k.txt" "$G/bin/placer" bench --scenario 10k --rounds 2 \
       --configs cuda --data "$G/data" > /tmp/ncu-bench.txt 2>&1
-    (cd "$OUT" && tar cf results.tar round-bench-*.json bench-*.json ncu-*.txt auto-trial.txt 2>/dev/null &&
-      rm -f round-bench-*.json bench-*.json ncu-*.txt auto-trial.txt)
+    pack_results
     summary
     grep -E "tier grid|^gpu-run" "$OUT/bench.txt" | head -5
     ;;
@@ -273,11 +279,7 @@ case "$step" in
     # The tier grid's size: the default against grids of other sizes, alternating, each beside
     # the others in one call; then both backends, placer bench at each scale and the auto trial.
     budget=${2:-300}
-    {
-      for t in kernels_test_omp solver_test_omp; do
-        (( hung )) || timed 60 "$G/run" "$G/bin/$t" --gtest_filter="$parity" || status=1
-      done
-    } >> "$OUT/tests.txt" 2>&1
+    parity_tests quick
     (( hung || status )) && { summary; exit 1; }
     for v in ${PLACER_BLOCKS_SWEEP:-132 33 24 44 132 33}; do
       fits 15 "$v CTAs" && PLACER_CUDA_TIER_BLOCKS=$v round_bench "blocks-$v-$SECONDS" '10k|100k|openb' cuda
@@ -285,13 +287,8 @@ case "$step" in
     fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
     export PLACER_BENCH_CONFIGS=cuda,cpu
     for s in 10k 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
-    if fits 30 "auto trial"; then
-      timeout 30 "$G/run" "$G/bin/placer" serve --backend auto --auto-trial 10k --endpoint tcp://127.0.0.1:5599 \
-        > "$OUT/auto-trial.txt" 2>&1
-      grep "backend auto" "$OUT/auto-trial.txt" | tee -a "$OUT/bench.txt"
-    fi
-    (cd "$OUT" && tar cf results.tar round-bench-*.json bench-*.json auto-trial.txt 2>/dev/null &&
-      rm -f round-bench-*.json bench-*.json auto-trial.txt)
+    fits 30 "auto trial" && auto_trial
+    pack_results
     summary
     ;;
   profile)
