@@ -57,7 +57,7 @@ import (
 
 type config struct {
 	kubeconfig, schedulerName, endpoint, serverKey, clientCert, rackLabel, httpAddr string
-	leaseName, leaseNamespace, identity, record                                     string
+	leaseName, leaseNamespace, identity, record, contentType                        string
 	timeout, window, retry, leaseDuration, renewDeadline, retryPeriod, bindDelay    time.Duration
 	batchMax, bindWorkers                                                           int
 	apiQPS                                                                          float64
@@ -93,8 +93,9 @@ func main() {
 	flag.IntVar(&c.batchMax, "batch-max", 2000, "at most this many pending pods in one round (the oldest first)")
 	flag.DurationVar(&c.retry, "retry-interval", 3*time.Second, "try unplaced pods again this often")
 	flag.IntVar(&c.bindWorkers, "bind-workers", 64, "bindings in flight at once (16 left a 5,000-node round of 2,000 pods binding for 3-7 s on a shared 2-core control plane; 64 kept up with the pods' creation)")
-	flag.Float64Var(&c.apiQPS, "kube-api-qps", 500, "requests per second to the API server (client-go's limiter; each binding is a Binding and an Event)")
-	flag.IntVar(&c.apiBurst, "kube-api-burst", 1000, "the limiter's burst")
+	flag.Float64Var(&c.apiQPS, "kube-api-qps", 2000, "requests per second to the API server (client-go's limiter; each binding is a Binding and an Event, so at 500 the limiter held a 5,000-node cluster's bindings to about 510 a second)")
+	flag.IntVar(&c.apiBurst, "kube-api-burst", 4000, "the limiter's burst")
+	flag.StringVar(&c.contentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "what the scheduler's requests and watches are encoded in (protobuf: less of the API server's CPU than JSON; application/json for a server or proxy without it)")
 	flag.StringVar(&c.rackLabel, "rack-label", "placer.io/rack", "node label naming a node's rack (the topology Placer keeps gangs within); empty: none")
 	flag.BoolVar(&c.stacking, "stacking", true, "Placer's stacking policy (whole-GPU pods fill used nodes first)")
 	flag.BoolVar(&c.evict, "evict", false, "let a pending pod preempt bound pods of a lower priority: Placer chooses the victims, each evicted through the Eviction API (PodDisruptionBudgets respected; RBAC create on pods/eviction, deploy/kubernetes/scheduler-rbac-evict.yaml); off: no pod is ever evicted")
@@ -133,6 +134,11 @@ func main() {
 	}
 	rc.QPS, rc.Burst = float32(c.apiQPS), c.apiBurst
 	rc.UserAgent = "placer-k8s-scheduler"
+	rc.ContentType = c.contentType
+	rc.AcceptContentTypes = c.contentType
+	if c.contentType != "application/json" {
+		rc.AcceptContentTypes += ",application/json" // custom resources (PodGroups) have no protobuf
+	}
 	cs := kubernetes.NewForConfigOrDie(rc)
 	dyn := dynamic.NewForConfigOrDie(rc)
 	pc, err := placerclient.New(placerclient.Options{Endpoint: c.endpoint, Timeout: c.timeout, ServerKey: c.serverKey, ClientCert: c.clientCert})
