@@ -65,19 +65,21 @@ TOLERANCE = 0.30
 # (820a062 and 4d6d151 differ in the CUDA backend's default grid only); their
 # CPU rounds are each call's own. The second call's (bed1cf0) grids of 16, 33
 # and 66 ran a grid barrier asleep between looks, taken out again, and are
-# left out; its grid.sync() rounds on 132 CTAs are today's code.
+# left out; its grid.sync() rounds on 132 CTAs are today's code. All of them
+# took a round's offers by the whole CTA (--offer-groups 0): the group offers
+# (a row a warp, tier/offer_group.hpp) came after them.
 H200_CPU = "2026-11-26-h200-tier-threads-512-1e2bc48.json"
 H100_CPU = "2026-11-26-h100-cpu-threads-16-4179bab.json"
 NEVER = 10 ** 9
 
 
 def old(threads, least, below):
-    return ["--order", "pack", "--offer-bits", "8", "--offer-iterate", "1", "--blocks", "1",
+    return ["--order", "pack", "--offer-bits", "8", "--offer-iterate", "1", "--blocks", "1", "--offer-groups", "0",
             "--threads", str(threads), "--offer-least", str(least), "--refresh-below", str(below)]
 
 
 def grid(blocks, *more):
-    return ["--blocks", str(blocks), *more]
+    return ["--blocks", str(blocks), "--offer-groups", "0", "--offer-pairs", "64", *more]
 
 
 GRID_820 = "2026-11-28-h200-round-bench-main-820a062.json"

@@ -3,7 +3,7 @@
 // solver/include/placer/solver/gpu_prediction.hpp).
 //
 //   gpu_model [--scenario 10k,100k,openb] [--threads 512] [--offer-least N]
-//             [--offer-bits N] [--offer-iterate 0|1] [--refresh-below N] [--order fifo|pack] [--reps 7]
+//             [--offer-bits N] [--offer-iterate 0|1] [--offer-groups 0|1] [--refresh-below N] [--order fifo|pack] [--reps 7]
 //             [--offer-pairs N] [--blocks 33] [--grid-cells-from N] [--json FILE]
 //
 // For each scenario: the CPU backend's round (median of --reps after a
@@ -42,7 +42,7 @@ std::vector<std::string> split(std::string const& s) {
 int usage(char const* why) {
   std::cerr << "gpu_model: " << why
             << "\nusage: gpu_model [--scenario 10k,100k,openb] [--threads 256|512|1024] [--offer-least N]"
-               " [--offer-bits N] [--offer-iterate 0|1] [--refresh-below N] [--order fifo|pack] [--reps N]"
+               " [--offer-bits N] [--offer-iterate 0|1] [--offer-groups 0|1] [--refresh-below N] [--order fifo|pack] [--reps N]"
                " [--offer-pairs N] [--blocks N] [--grid-cells-from N] [--json FILE]\n";
   return 2;
 }
@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
         config.offer_bits = std::stoi(v);
       } else if (a == "--offer-iterate") {
         config.offer_iterate = std::stoi(v) != 0;
+      } else if (a == "--offer-groups") {
+        config.offer_groups = std::stoi(v) != 0;
       } else if (a == "--offer-pairs") {
         config.offer_pairs = std::stoi(v);
       } else if (a == "--blocks") {

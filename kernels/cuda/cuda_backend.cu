@@ -144,6 +144,15 @@ struct cuda_team {
     return 1;
 #endif
   }
+  /// A row's offers on a warp (tier_offer_groups): __syncwarp over the
+  /// warp's threads (a CTA's last warp may be partial).
+  __host__ __device__ static constexpr std::int32_t group_size() { return 32; }
+  __host__ __device__ void group_sync() const {
+#ifdef __CUDA_ARCH__
+    unsigned const live = min(32u, blockDim.x - (threadIdx.x & ~31u));
+    __syncwarp(live == 32 ? 0xffffffffu : (1u << live) - 1);
+#endif
+  }
   /// __syncthreads costs less than any round's work: never solo.
   __host__ __device__ static constexpr std::int32_t solo_below() { return 0; }
   __host__ __device__ static constexpr void work(std::int64_t) {}
@@ -345,6 +354,8 @@ class cuda_device {
     if (char const* iterate = std::getenv("PLACER_CUDA_OFFER_ITERATE")) offer_iterate_ = std::atoi(iterate) != 0 ? 1 : 0;
     // The most items a row for the team offers' ranking (0: the radix search always; to measure).
     if (char const* pairs = std::getenv("PLACER_CUDA_OFFER_PAIRS")) offer_pairs_ = std::atoi(pairs);
+    // 0: the whole team takes a round's offers, as in the rounds recorded before 2026-11-29 (to measure both).
+    if (char const* groups = std::getenv("PLACER_CUDA_OFFER_GROUPS")) offer_groups_ = std::atoi(groups) != 0 ? 1 : 0;
     if (char const* threads = std::getenv("PLACER_CUDA_TIER_THREADS")) {
       threads_ = std::atoi(threads);
       if (threads_ != 256 && threads_ != 512 && threads_ != 1024) {
@@ -372,6 +383,7 @@ class cuda_device {
                    (threads_ != tier_threads ? ", " + std::to_string(threads_) + " tier threads" : "") +
                    (offer_bits_ != tier_offer_bits ? ", offer digits of " + std::to_string(offer_bits_) + " bits" : "") +
                    (offer_iterate_ != 0 ? ", offers' M stepped" : "") +
+                   (offer_groups_ == 0 ? ", offers by the whole CTA" : "") +
                    (offer_pairs_ != tier_offer_pairs_upto ? ", offers ranked up to " + std::to_string(offer_pairs_) + " items" : "") +
                    (!wide_ ? ", serial tier steps)"
                     : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
@@ -457,6 +469,7 @@ class cuda_device {
       k.work.offer_bits = offer_bits_;
       k.work.offer_iterate = offer_iterate_;
       k.work.offer_pairs_upto = offer_pairs_;
+      k.work.offer_groups = offer_groups_;
       k.work.grid_cells_from = grid_cells_from_;
       if (blocks_ > 1) {
         void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out)};
@@ -483,6 +496,7 @@ class cuda_device {
   std::int32_t offer_bits_ = tier_offer_bits;              ///< tier_buffers::offer_bits
   std::int32_t offer_iterate_ = 0;                         ///< tier_buffers::offer_iterate
   std::int32_t offer_pairs_ = tier_offer_pairs_upto;        ///< tier_buffers::offer_pairs_upto
+  std::int32_t offer_groups_ = 1;                          ///< tier_buffers::offer_groups
   int blocks_ = 1;                                          ///< the tier kernel's grid (CTAs)
   std::int64_t grid_cells_from_ = tier_grid_cells_from;    ///< tier_buffers::grid_cells_from
   cudaStream_t stream_ = nullptr;

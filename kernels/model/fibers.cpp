@@ -73,6 +73,8 @@ fibers::fibers(int workers, std::size_t stack_bytes)
       steps_(static_cast<std::size_t>(workers)),
       chain_(static_cast<std::size_t>(workers)),
       done_(static_cast<std::size_t>(workers)),
+      waits_(static_cast<std::size_t>(workers)),
+      group_(static_cast<std::size_t>(workers)),
       lane_(static_cast<std::size_t>(workers)) {
   if (workers < 1) throw logic_error(error_code::invalid_argument, "a team needs a worker");
 #if !defined(__x86_64__)
@@ -110,7 +112,50 @@ void fibers::set_lanes(int lanes) {
 
 void fibers::barrier(bool grid) {
   grid_ = grid;
+  waits_[static_cast<std::size_t>(current_)] = 1;
   switch_to(&sp_[static_cast<std::size_t>(current_)], main_sp_);
+}
+
+void fibers::group_barrier(int width) {
+  if (width < 1) throw logic_error(error_code::invalid_argument, "fibers: a group of one worker at least");
+  auto const w = static_cast<std::size_t>(current_);
+  waits_[w] = 2;
+  group_[w] = width;
+  switch_to(&sp_[w], main_sp_);
+}
+
+bool fibers::release_groups() {
+  bool released = false;
+  for (int first = 0; first < workers_;) {
+    auto const w = static_cast<std::size_t>(first);
+    if (waits_[w] != 2) {
+      ++first;
+      continue;
+    }
+    int const width = group_[w];
+    int const base = first / width * width;
+    int const end = std::min(base + width, workers_);
+    std::int64_t most = 0;
+    for (int i = base; i < end; ++i) {
+      auto const m = static_cast<std::size_t>(i);
+      if (done_[m] != 0 || waits_[m] != 2 || group_[m] != width) {
+        throw logic_error(error_code::internal, "fibers: worker " + std::to_string(i) +
+                                                    (done_[m] != 0 ? " returned" : " waits elsewhere") +
+                                                    " while its group waits at a group barrier");
+      }
+      most = std::max(most, steps_[slot_of(m)]);
+    }
+    for (int i = base; i < end; ++i) {
+      auto const m = static_cast<std::size_t>(i);
+      std::size_t const s = slot_of(m);
+      idle_[s] += most - steps_[s];
+      steps_[s] = most + 1;
+      waits_[m] = 0;
+    }
+    released = true;
+    first = end;
+  }
+  return released;
 }
 
 void fibers::run(std::function<void(int)> const& body, interval_fn const& interval) {
@@ -124,6 +169,8 @@ void fibers::run(std::function<void(int)> const& body, interval_fn const& interv
   std::size_t const slots = static_cast<std::size_t>(workers_) * static_cast<std::size_t>(lanes_);
   steps_.assign(slots, 0);
   chain_.assign(slots, 0);
+  idle_.assign(slots, 0);
+  std::fill(waits_.begin(), waits_.end(), 0);
   std::vector<counts> lanes(static_cast<std::size_t>(lanes_));
   body_ = &body;
   fibers* const outer = running;
@@ -132,20 +179,29 @@ void fibers::run(std::function<void(int)> const& body, interval_fn const& interv
     int finished = 0;
     for (int i = 0; i < workers_; ++i) {
       auto const w = static_cast<std::size_t>(i);
-      if (done_[w] == 0) {
+      if (done_[w] == 0 && waits_[w] == 0) {
         current_ = i;
         switch_to(&main_sp_, sp_[w]);
       }
       finished += done_[w];
     }
+    bool released = false;
+    try {
+      released = release_groups();
+    } catch (...) {
+      running = outer;
+      body_ = nullptr;
+      throw;
+    }
+    if (released) continue;  // a group barrier closes no interval
     for (std::size_t l = 0; l < lanes.size(); ++l) {
       counts& c = lanes[l];
       c = {};
       for (std::size_t w = l * static_cast<std::size_t>(workers_); w < (l + 1) * static_cast<std::size_t>(workers_); ++w) {
         c.span = std::max(c.span, steps_[w]);
         c.chain = std::max(c.chain, chain_[w]);
-        c.work += steps_[w] + chain_[w];
-        steps_[w] = chain_[w] = 0;
+        c.work += steps_[w] + chain_[w] - idle_[w];
+        steps_[w] = chain_[w] = idle_[w] = 0;
       }
     }
     end const how{finished < workers_, grid_, lane_[static_cast<std::size_t>(workers_ - 1)]};
@@ -161,6 +217,7 @@ void fibers::run(std::function<void(int)> const& body, interval_fn const& interv
                                                   " workers returned while the others wait at a barrier");
     }
     interval(lanes, how);
+    std::fill(waits_.begin(), waits_.end(), 0);
   }
   running = outer;
   body_ = nullptr;

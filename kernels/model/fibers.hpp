@@ -50,6 +50,14 @@ class fibers {
 
   // From inside a worker:
   void barrier(bool grid = false);
+  /// The barrier of this worker's group: workers [g * width, (g + 1) *
+  /// width) (a warp). The group's workers run on in lockstep: each leaves
+  /// with the steps of the group's busiest since their last group barrier
+  /// (and one for the barrier), the wait counted in the span, not in the
+  /// work. No interval closes. logic_error when a member of the group
+  /// waits at the team's barrier or has returned instead (a GPU would
+  /// hang).
+  void group_barrier(int width);
   void work(std::int64_t steps) { steps_[slot()] += steps; }
   void chain(std::int64_t steps) { chain_[slot()] += steps; }
   /// The lane this worker's next steps count in.
@@ -59,10 +67,13 @@ class fibers {
 
  private:
   static void entry();
-  [[nodiscard]] std::size_t slot() const {
-    auto const w = static_cast<std::size_t>(current_);
+  [[nodiscard]] std::size_t slot() const { return slot_of(static_cast<std::size_t>(current_)); }
+  [[nodiscard]] std::size_t slot_of(std::size_t w) const {
     return static_cast<std::size_t>(lane_[w]) * static_cast<std::size_t>(workers_) + w;
   }
+  /// Lets every group whose workers all wait at its barrier run on;
+  /// whether any did.
+  bool release_groups();
   int workers_;
   int lanes_ = 1;
   bool grid_ = false;  ///< the last barrier was a grid's
@@ -72,6 +83,11 @@ class fibers {
   std::vector<void*> sp_;
   std::vector<std::int64_t> steps_, chain_;
   std::vector<unsigned char> done_;
+  std::vector<std::int64_t> idle_;  ///< per slot: steps_ spent waiting at group barriers (not work)
+  /// Where a worker waits: 0 nowhere (it runs), 1 at the team's barrier,
+  /// 2 at its group's (group_ wide).
+  std::vector<unsigned char> waits_;
+  std::vector<int> group_;
   std::vector<int> lane_;  ///< a worker's lane
   void* main_sp_ = nullptr;
   int current_ = 0;

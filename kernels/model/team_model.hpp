@@ -41,6 +41,10 @@ struct model_team {
     f->lane(0);
   }
   void grid_sync() const { f->barrier(true); }
+  /// A warp (tier_offer_groups): its workers wait for each other in
+  /// lockstep (fibers::group_barrier), and the CTA's barrier is not met.
+  [[nodiscard]] static constexpr std::int32_t group_size() { return 32; }
+  void group_sync() const { f->group_barrier(group_size()); }
   void work(std::int64_t steps) const { f->work(steps); }
   void chain(std::int64_t steps) const { f->chain(steps); }
   template <class T>
@@ -122,6 +126,7 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   if (config.refresh_below >= 0) c.work.refresh_cells_below = config.refresh_below;
   if (config.offer_bits >= 0) c.work.offer_bits = config.offer_bits;
   c.work.offer_iterate = config.offer_iterate ? 1 : 0;
+  c.work.offer_groups = config.offer_groups ? 1 : 0;
   if (config.offer_pairs >= 0) c.work.offer_pairs_upto = config.offer_pairs;
   if (config.grid_cells_from >= 0) c.work.grid_cells_from = config.grid_cells_from;
   model::fibers f(config.threads);

@@ -42,6 +42,9 @@ struct omp_team {
     f(0);
   }
   static void grid_sync() { sync(); }
+  /// A thread a group (tier_offer_groups).
+  [[nodiscard]] static constexpr std::int32_t group_size() { return 1; }
+  static void group_sync() {}
   static constexpr void work(std::int64_t) {}
   static constexpr void chain(std::int64_t) {}
   template <class T>
@@ -78,7 +81,8 @@ struct tier_host_arena {
 /// (the CUDA backend's way: tier_program.hpp), its offers for the rows with
 /// `offer_least` bids or more in digits of `offer_bits` (their M stepped
 /// with `offer_iterate`, tier_buffers::offer_iterate; ranked in rounds of
-/// at most `offer_pairs` items a row), its refresh a
+/// at most `offer_pairs` items a row; a row a group unless `offer_groups`
+/// is 0, tier_buffers::offer_groups), its refresh a
 /// worker per cell up to `refresh_below` candidate nodes and its bids
 /// remembering rows in tiers of more than `remember_above` rows. The results
 /// do not depend on any of them.
@@ -88,7 +92,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
                            std::int32_t refresh_below = tier_refresh_cells_below,
                            std::int32_t remember_above = tier_remember_rows_above,
                            std::int32_t offer_bits = tier_offer_bits, std::int32_t offer_iterate = 0,
-                           std::int32_t offer_pairs = tier_offer_pairs_upto) {
+                           std::int32_t offer_pairs = tier_offer_pairs_upto, std::int32_t offer_groups = 1) {
   auto const k = static_cast<std::int32_t>(tiers.size());
   if (k == 0) {
     tier_chain_results(nullptr, nullptr, nullptr, 0, out);
@@ -139,6 +143,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
   c.work.offer_bits = offer_bits;
   c.work.offer_iterate = offer_iterate;
   c.work.offer_pairs_upto = offer_pairs;
+  c.work.offer_groups = offer_groups;
   if (threads > 1) {
 #pragma omp parallel num_threads(threads)
     {

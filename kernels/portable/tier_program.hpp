@@ -42,7 +42,7 @@
 // A team of one block runs the program as before, barrier for barrier.
 //
 // The phases, each in tier/: buffers.hpp (state, clock, layout), floor.hpp,
-// bid.hpp, offer.hpp, jump.hpp (with radix.hpp), refresh.hpp and commit.hpp;
+// bid.hpp, offer.hpp, offer_group.hpp, jump.hpp (with radix.hpp), refresh.hpp and commit.hpp;
 // this file has the round, the program and the chain.
 
 #include "tier/bid.hpp"
@@ -51,6 +51,7 @@
 #include "tier/floor.hpp"
 #include "tier/jump.hpp"
 #include "tier/offer.hpp"
+#include "tier/offer_group.hpp"
 #include "tier/refresh.hpp"
 
 #include <cstdint>
@@ -58,9 +59,11 @@
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
-/// One bidding round over the nodes in todo[list] (four barriers): each
-/// bids for its best row; the bids are bucketed by row; each row keeps its
-/// best and sends the losers to the other list; the prices follow.
+/// One bidding round over the nodes in todo[list]: each bids for its best
+/// row; each row keeps its best and sends the losers to the other list;
+/// the prices follow. Two barriers with the group offers (a team_wide
+/// team's, tier_offer_groups); else four: the bids are bucketed by row
+/// first (a run of `bucket` a row).
 template <class Team>
 PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tier_clock& clk) {
   std::int32_t const n_rows = b.p.n_rows;
@@ -72,18 +75,35 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   std::int64_t const* prices = tier_prices(b, list);
   std::int64_t* next_prices = tier_prices(b, 1 - list);
   std::int32_t const k = ctl->todo_count[list];
+  // With the group offers a bid goes straight to its row's stretch of
+  // `select` (free while bidding), in the order of the count's adds.
+  bool const groups = t.team_wide && b.offer_groups != 0;
   for (std::int32_t i = me; i < k; i += team) {
     std::int32_t const n = todo[i];
     std::int32_t row = -1;
     std::int64_t bid = 0;
     b.bid_row[n] = tier_bid(b, n, prices, row, bid) ? row : -1;
     b.bid_value[n] = bid;
-    if (row >= 0) t.fetch_add(&b.bid_count[row], 1);
+    if (row >= 0) {
+      std::int32_t const at = t.fetch_add(&b.bid_count[row], 1);
+      if (groups) b.select[static_cast<std::int64_t>(row) * b.p.nodes.n_nodes + at] = n;
+    }
     t.work(n_rows);  // a margin a row
   }
-  if (me == 0) ctl->bucket_at = 0;
+  if (me == 0) {
+    ctl->bucket_at = 0;
+    if (groups) {  // (the other list's count was last read before this round; no bid reads `rounds`)
+      ctl->todo_count[1 - list] = 0;
+      ctl->rounds += 1;
+    }
+  }
   t.sync();
   clk.lap(tier_phase_bid);
+  if (groups) {
+    tier_offer_groups(t, b, list, prices, next_prices);
+    clk.lap(tier_phase_offer);
+    return;
+  }
   // Buckets: each row with bids claims a run of them (in row order on one
   // worker, as an exclusive scan of the counts would; in any order on a
   // team, whose rows take their runs at once instead of rank 0 walking the

@@ -561,12 +561,15 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
 // The team's way of a CTA (team_wide, the CUDA backend's and the device
 // twin's: the floors by tier_floors_radix, the price jumps by
 // tier_jump_team, the winners' lists and groups and the next tier's
-// candidates by all workers, a round's offers by tier_offer_team)
+// candidates by all workers, a round's offers by tier_offer_groups or
+// tier_offer_team)
 // places exactly what a worker per row and rank 0 place, on one worker and
 // on a team of three whose every round is split, its refresh by column or
 // by cell whatever the tier's size, its bids remembering rows or scanning
-// them all whatever the tier's rows, its offers' digits of 1, 4 or 8 bits, its
-// offers' threshold found in one search or stepped (offer_iterate). Chains of up to three
+// them all whatever the tier's rows, its offers a row a group
+// (tier_offer_groups: ranked or searched) or by the whole team in digits of
+// 1, 4 or 8 bits, their threshold found in one search or stepped
+// (offer_iterate). Chains of up to three
 // tiers, a quarter with price wars (the jumps), a third with twins.
 TEST(TierChain, TeamStepsPlaceTheSame) {
   std::mt19937_64 rng(2026112602);
@@ -581,25 +584,33 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
     struct way {
       int threads;
       bool together;
-      std::int32_t offer_least;  // the team's offers for every row with bids, or for some
+      std::int32_t offer_least = 1;  // the team's offers for every row with bids, or for some
       std::int32_t refresh_below = tier_refresh_cells_below;  // a refresh by cell up to this many nodes
       std::int32_t remember_above = tier_remember_rows_above;  // bids remember rows in tiers of more rows
       std::int32_t offer_bits = tier_offer_bits;               // the team offers' radix digit
       std::int32_t offer_iterate = 0;                          // their M stepped, as recorded GPU rounds ran
       std::int32_t offer_pairs = tier_offer_pairs_upto;        // ranked up to this many items a row, else searched
+      std::int32_t offer_groups = 1;                           // a row a group, or the whole team's offers
     };
     std::vector<tier_instance> after;
     std::vector<tier_results> results;
     std::vector<std::vector<std::int32_t>> labels;
-    for (way const w : {way{1, false, 1}, way{1, true, 1}, way{3, true, 1}, way{3, true, 6}, way{3, true, 6, 0},
-                        way{3, true, 6, 1 << 30}, way{1, false, 1, tier_refresh_cells_below, 0},
-                        way{3, true, 6, tier_refresh_cells_below, 0},
-                        way{3, true, 1, tier_refresh_cells_below, tier_remember_rows_above, 1},
-                        way{1, true, 1, tier_refresh_cells_below, tier_remember_rows_above, 8},
-                        way{3, true, 1, tier_refresh_cells_below, tier_remember_rows_above, 4, 1},
-                        way{3, true, 6, tier_refresh_cells_below, tier_remember_rows_above, 8, 1},
-                        way{3, true, 1, tier_refresh_cells_below, tier_remember_rows_above, tier_offer_bits, 0, 0},
-                        way{1, true, 1, tier_refresh_cells_below, tier_remember_rows_above, tier_offer_bits, 0, 1 << 30}}) {
+    for (way const w : {way{.threads = 1, .together = false}, way{.threads = 1, .together = true},
+                        way{.threads = 3, .together = true}, way{.threads = 3, .together = true, .offer_groups = 0},
+                        way{.threads = 3, .together = true, .offer_least = 6, .offer_groups = 0},
+                        way{.threads = 3, .together = true, .offer_least = 6, .refresh_below = 0, .offer_groups = 0},
+                        way{.threads = 3, .together = true, .refresh_below = 1 << 30},
+                        way{.threads = 1, .together = false, .remember_above = 0},
+                        way{.threads = 3, .together = true, .offer_least = 6, .remember_above = 0, .offer_groups = 0},
+                        way{.threads = 3, .together = true, .offer_bits = 1, .offer_groups = 0},
+                        way{.threads = 1, .together = true, .offer_bits = 8, .offer_groups = 0},
+                        way{.threads = 3, .together = true, .offer_bits = 4, .offer_iterate = 1, .offer_groups = 0},
+                        way{.threads = 3, .together = true, .offer_least = 6, .offer_bits = 8, .offer_iterate = 1, .offer_groups = 0},
+                        way{.threads = 3, .together = true, .offer_pairs = 0},
+                        way{.threads = 1, .together = true, .offer_pairs = 0},
+                        way{.threads = 3, .together = true, .offer_pairs = 0, .offer_groups = 0},
+                        way{.threads = 1, .together = true, .offer_pairs = 1 << 30, .offer_groups = 0},
+                        way{.threads = 1, .together = true, .offer_pairs = 1 << 30}}) {
       tier_instance t = base;
       std::vector<std::int32_t> l(static_cast<std::size_t>(t.n_nodes()));
       for (std::int32_t n = 0; n < t.n_nodes(); ++n) l[static_cast<std::size_t>(n)] = iter % 3 == 0 ? n % 30 : n;
@@ -610,7 +621,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       tier_host_arena arena;
       tier_results r;
       run_chain_host(ps, r, arena, w.threads, 0, w.together, w.offer_least, w.refresh_below, w.remember_above,
-                     w.offer_bits, w.offer_iterate, w.offer_pairs);
+                     w.offer_bits, w.offer_iterate, w.offer_pairs, w.offer_groups);
       after.push_back(std::move(t));
       results.push_back(std::move(r));
       labels.push_back(std::move(l));

@@ -6,12 +6,14 @@
 #include <placer/kernels/gpu_model.hpp>
 #include <placer/solver/gpu_prediction.hpp>
 #include <placer/solver/solver.hpp>
+#include <placer/topology/error.hpp>
 #include <placer/traces/synthetic.hpp>
 
 #include <gtest/gtest.h>
 
 #include <utility>
 
+#include "../../kernels/model/fibers.hpp"
 #include "../support/parity.hpp"
 
 namespace placer {
@@ -125,6 +127,43 @@ TEST(GpuModel, CountsBehaveAsATeamsMust) {
   kernels::gpu_cost const& cost = kernels::fitted_gpu_cost();
   EXPECT_GT(cost.barrier_us, 0.0);
   EXPECT_GT(kernels::predict_tier_us(by[0], cost), kernels::predict_tier_us(by[2], cost));
+}
+
+// A group barrier (a warp's, tier_offer_groups) keeps its workers in step:
+// each leaves it with its group's busiest steps, the wait in the span and
+// not in the work, and closes no interval; a group whose worker waits at
+// the team's barrier instead is a program that would hang on a GPU.
+TEST(GpuModel, GroupBarriersKeepAWarpInStep) {
+  kernels::model::fibers f(8);
+  std::vector<kernels::model::fibers::counts> seen;
+  f.run(
+      [&](int rank) {
+        f.work(rank + 1);
+        f.group_barrier(4);  // groups 0-3 and 4-7: 4 and 8 steps, then the barrier's
+        f.work(1);
+        f.barrier();
+        f.work(rank == 5 ? 3 : 0);
+        f.group_barrier(3);  // groups 0-2, 3-5, 6-7
+      },
+      [&](std::vector<kernels::model::fibers::counts> const& lanes, kernels::model::fibers::end const&) {
+        seen.push_back(lanes.at(0));
+      });
+  ASSERT_EQ(seen.size(), 2U);
+  EXPECT_EQ(seen[0].span, 8 + 1 + 1);
+  EXPECT_EQ(seen[0].work, 36 + 8 + 8);  // each worker's own steps, its barrier step and the step after
+  EXPECT_EQ(seen[1].span, 3 + 1);
+  EXPECT_EQ(seen[1].work, 3 + 8);
+  kernels::model::fibers g(4);
+  EXPECT_THROW(g.run(
+                   [&](int rank) {
+                     if (rank == 1) {
+                       g.barrier();
+                     } else {
+                       g.group_barrier(2);
+                     }
+                   },
+                   [](auto const&, auto const&) {}),
+               logic_error);
 }
 
 // The prediction adds what the caller measured of the host's stages.

@@ -154,9 +154,14 @@ inline constexpr std::int32_t tier_offer_bits = 4;
 /// The team offers find a row's (quota + 1)-th best key by ranking every
 /// item against its row's others (one barrier), not by the radix search
 /// (two barriers a digit), in the rounds whose listed rows have at most
-/// this many items each. GPU model, tier kernel of 10k / 100k / openb on
-/// 132 CTAs: see offer.hpp (PLACER_CUDA_OFFER_PAIRS, to measure; 0: never).
-inline constexpr std::int32_t tier_offer_pairs_upto = 64;
+/// this many items each; the group offers, a row of at most this many
+/// (PLACER_CUDA_OFFER_PAIRS, to measure; 0: never). 64 until the group
+/// offers: the H200 took the team offers' 10k round 2.12 ms with it, 2.53
+/// never ranking. A group's barrier costs little, so ranking pays only on
+/// short rows: GPU model, the group offers at 10k / 100k / openb, 0.93 /
+/// 1.58 / 1.13 ms up to 32 items, 0.96 / 1.58 / 1.14 up to 16, 1.26 / 1.76
+/// / 1.25 up to 64, 1.12 / 1.58 / 1.17 never.
+inline constexpr std::int32_t tier_offer_pairs_upto = 32;
 /// A team_wide team refreshes a tier's stale cells a worker per cell, not
 /// per node, when the tier has at most this many candidate nodes: half the
 /// CUDA backend's CTA when it had 256 threads (it has 512 now;
@@ -237,6 +242,11 @@ struct tier_buffers {
   std::int32_t offer_iterate = 0;
   /// tier_offer_pairs_upto.
   std::int32_t offer_pairs_upto = tier_offer_pairs_upto;
+  /// A team_wide team's offers: 1, a row a group (tier_offer_groups, one
+  /// barrier of the team a round); 0, by the whole team (tier_offer_team,
+  /// as the GPU rounds recorded before 2026-11-29 ran; the GPU model
+  /// replays them so; PLACER_CUDA_OFFER_GROUPS). The same placements.
+  std::int32_t offer_groups = 1;
   /// A team_wide team refreshes a tier a worker per cell up to this many
   /// candidate nodes (tier_refresh_cells_below).
   std::int32_t refresh_cells_below = tier_refresh_cells_below;
@@ -301,6 +311,8 @@ enum tier_offer_field : int {
   tier_offer_pre,
   tier_offer_at,
   tier_offer_searching,  ///< 1: the row's M is searched (more items than copies)
+  tier_offer_holes,   ///< tier_offer_groups: lost holders' entries listed so far
+  tier_offer_placed,  ///< tier_offer_groups: kept bids placed so far
   tier_offer_fields
 };
 
@@ -439,6 +451,11 @@ struct seq_team {
     f(0);
   }
   PLACER_HD static void grid_sync() {}
+  /// Workers that take a row's offers together (tier_offer_groups): ranks
+  /// [g * group_size(), (g + 1) * group_size()) are group g, and
+  /// group_sync() is their barrier (a warp's on the GPU). Here one.
+  [[nodiscard]] static constexpr std::int32_t group_size() { return 1; }
+  PLACER_HD static void group_sync() {}
   /// The CPU backend selects each row's floor on one worker (tier_floor),
   /// jumps on rank 0 (tier_jump) and offers a row's bids on its worker;
   /// the device twin runs the CUDA backend's way (team_wide).
