@@ -28,6 +28,10 @@
 #                                       # bench and the auto trial at 10k, sanitizers and ncu as time allows
 #   bash .gpu/gpu-run.sh blocks [SECONDS]  # the tier grid's size: the default against other sizes, alternating
 #                                       # (PLACER_BLOCKS_SWEEP), both backends, placer bench, the auto trial
+#   bash .gpu/gpu-run.sh offers [SECONDS]  # the group offers' first GPU call (540): parity (the whole CTA's
+#                                       # offers if the groups fail it), synccheck and memcheck,
+#                                       # the groups against the whole CTA's offers, alternating, both
+#                                       # backends, placer bench at each scale, the auto trial
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -44,6 +48,7 @@ run() { "$G/run" "$@"; }
 commit=$(cat "$G/commit")
 step=${1:-check}
 start=$SECONDS
+budget=100000  # a step with a budget sets its own (fits)
 status=0
 
 # The CUDA backend must be usable: `placer version` names the GPU or says why not.
@@ -101,6 +106,18 @@ sanitizer() {  # tools...: memory errors, then shared-memory races, on the parit
       timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 9 \
         "$G/run" "$G/bin/$t" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
     done
+  done
+}
+rounds_under() {  # tool seconds scenario...: two full CUDA rounds a scenario under compute-sanitizer's tool
+  local tool=$1 secs=$2 s
+  shift 2
+  for s in "$@"; do
+    fits "$secs" "$tool $s" || continue
+    echo "== $tool over 2 rounds of placer bench $s" >> "$OUT/sanitizer.txt"
+    rm -f /tmp/sanitize.json
+    timeout "$secs" compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/run" "$G/bin/placer" bench --scenario "$s" \
+      --rounds 2 --configs cuda --data "$G/data" --json /tmp/sanitize.json >> "$OUT/sanitizer.txt" 2>&1 || status=1
+    [ ! -f /tmp/sanitize.json ] || check_cuda /tmp/sanitize.json  # (none: the tool stopped it, status says)
   done
 }
 smoke() {
@@ -184,14 +201,7 @@ case "$step" in
     # About 80 s on an H100 without 10k-k8s.
     timeout 150 compute-sanitizer --tool racecheck --error-exitcode 9 \
       "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
-    for tool in racecheck memcheck; do
-      for s in 10k 10k-k8s 100k openb; do
-        echo "== $tool over 2 rounds of placer bench $s" >> "$OUT/sanitizer.txt"
-        timeout 100 compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/run" "$G/bin/placer" bench --scenario "$s" \
-          --rounds 2 --configs cuda --data "$G/data" --json /tmp/sanitize.json >> "$OUT/sanitizer.txt" 2>&1 || status=1
-        check_cuda /tmp/sanitize.json
-      done
-    done
+    for tool in racecheck memcheck; do rounds_under "$tool" 100 10k 10k-k8s 100k openb; done
     summary
     ;;
   session)
@@ -259,14 +269,7 @@ case "$step" in
       timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
         "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
     fi
-    for tool in memcheck racecheck; do
-      for s in 10k openb 100k; do
-        fits 60 "$tool $s" || continue
-        echo "== $tool over 2 rounds of placer bench $s" >> "$OUT/sanitizer.txt"
-        timeout 60 compute-sanitizer --tool "$tool" --error-exitcode 9 "$G/run" "$G/bin/placer" bench --scenario "$s" \
-          --rounds 2 --configs cuda --data "$G/data" --json /tmp/sanitize.json >> "$OUT/sanitizer.txt" 2>&1 || status=1
-      done
-    done
+    for tool in memcheck racecheck; do rounds_under "$tool" 60 10k openb 100k; done
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     fits 30 "ncu 10k" && timeout 60 "$G/run" "${ncu:-ncu}" --clock-control none --metrics gpu__time_duration.sum \
       --print-summary per-kernel --log-file "$OUT/ncu-10k.txt" "$G/bin/placer" bench --scenario 10k --rounds 2 \
@@ -283,6 +286,38 @@ case "$step" in
     (( hung || status )) && { summary; exit 1; }
     for v in ${PLACER_BLOCKS_SWEEP:-132 33 24 44 132 33}; do
       fits 15 "$v CTAs" && PLACER_CUDA_TIER_BLOCKS=$v round_bench "blocks-$v-$SECONDS" '10k|100k|openb' cuda
+    done
+    fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
+    export PLACER_BENCH_CONFIGS=cuda,cpu
+    for s in 10k 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
+    fits 30 "auto trial" && auto_trial
+    pack_results
+    summary
+    ;;
+  offers)
+    # The group offers (tier/offer_group.hpp: a row's offers on a warp, __syncwarp, one CTA barrier
+    # a bidding round) on their first GPU: parity, or the whole CTA's offers from there where the
+    # groups fail it; synccheck (the warp barriers), racecheck and memcheck; then the groups against
+    # the whole CTA's offers (PLACER_CUDA_OFFER_GROUPS=0, the recorded rounds' way), alternating;
+    # both backends in one run; placer bench at each scale; the auto trial.
+    budget=${2:-540}
+    parity_tests
+    if (( hung || status )); then
+      echo "gpu-run: the group offers failed their parity tests (hung=$hung); the whole CTA's from here" | tee -a "$OUT/tests.txt"
+      export PLACER_CUDA_OFFER_GROUPS=0
+      hung=0
+      parity_tests quick
+      (( hung )) && { summary; exit 1; }
+    fi
+    # (racecheck sees shared memory only, and the groups' data is global: synccheck, not racecheck.)
+    if fits 90 "synccheck on the kernels"; then
+      timeout 90 compute-sanitizer --tool synccheck --error-exitcode 9 \
+        "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
+    fi
+    rounds_under synccheck 40 10k
+    rounds_under memcheck 40 10k openb
+    for v in 1 0 1 0; do
+      fits 15 "offer groups $v" && PLACER_CUDA_OFFER_GROUPS=$v round_bench "offer-groups-$v-$SECONDS" '10k|100k|openb' cuda
     done
     fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
     export PLACER_BENCH_CONFIGS=cuda,cpu
@@ -317,7 +352,7 @@ case "$step" in
     done
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (all, check, bench 10k|100k|openb, quick, sweep, sanitize, or profile)"
+    echo "gpu-run: unknown step '$step' (all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, or profile)"
     exit 2
     ;;
 esac

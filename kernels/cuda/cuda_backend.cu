@@ -354,7 +354,7 @@ class cuda_device {
     if (char const* iterate = std::getenv("PLACER_CUDA_OFFER_ITERATE")) offer_iterate_ = std::atoi(iterate) != 0 ? 1 : 0;
     // The most items a row for the team offers' ranking (0: the radix search always; to measure).
     if (char const* pairs = std::getenv("PLACER_CUDA_OFFER_PAIRS")) offer_pairs_ = std::atoi(pairs);
-    // 0: the whole team takes a round's offers, as in the rounds recorded before 2026-11-29 (to measure both).
+    // 0: the whole team takes a round's offers, as in the rounds recorded up to 2026-11-28 (to measure both).
     if (char const* groups = std::getenv("PLACER_CUDA_OFFER_GROUPS")) offer_groups_ = std::atoi(groups) != 0 ? 1 : 0;
     if (char const* threads = std::getenv("PLACER_CUDA_TIER_THREADS")) {
       threads_ = std::atoi(threads);

@@ -244,7 +244,7 @@ struct tier_buffers {
   std::int32_t offer_pairs_upto = tier_offer_pairs_upto;
   /// A team_wide team's offers: 1, a row a group (tier_offer_groups, one
   /// barrier of the team a round); 0, by the whole team (tier_offer_team,
-  /// as the GPU rounds recorded before 2026-11-29 ran; the GPU model
+  /// as the GPU rounds recorded up to 2026-11-28 ran; the GPU model
   /// replays them so; PLACER_CUDA_OFFER_GROUPS). The same placements.
   std::int32_t offer_groups = 1;
   /// A team_wide team refreshes a tier a worker per cell up to this many

@@ -24,8 +24,8 @@ struct gpu_model_config {
   bool offer_iterate = false;  ///< tier_buffers::offer_iterate (PLACER_CUDA_OFFER_ITERATE): the recorded rounds' offers
   int offer_pairs = -1;  ///< tier_buffers::offer_pairs_upto (PLACER_CUDA_OFFER_PAIRS); -1: the default
   /// tier_buffers::offer_groups (PLACER_CUDA_OFFER_GROUPS): a row's offers
-  /// on a warp; false, by the whole CTA, as the rounds recorded before
-  /// 2026-11-29 ran.
+  /// on a warp; false, by the whole CTA, as every round recorded up to
+  /// 2026-11-28 ran.
   bool offer_groups = true;
   /// CTAs of the tier kernel's grid (PLACER_CUDA_TIER_BLOCKS): 1, one CTA as
   /// the rounds recorded before 2026-11-28 ran; more, the wide phases spread
