@@ -108,6 +108,24 @@ sanitizer() {  # tools...: memory errors, then shared-memory races, on the parit
     done
   done
 }
+parity_or() {  # var value what: the parity tests; where they fail, var=value (the way before) for the rest of the call
+  parity_tests
+  if (( hung || status )); then
+    echo "gpu-run: $3 failed the parity tests (hung=$hung); $1=$2 from here" | tee -a "$OUT/tests.txt"
+    export "$1=$2"
+    hung=0
+    parity_tests quick
+    (( hung )) && { summary; exit 1; }
+  fi
+}
+figures() {  # a step's end: both backends in one run, placer bench at each scale, the auto trial, the summary
+  fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
+  export PLACER_BENCH_CONFIGS=cuda,cpu
+  for s in 10k 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
+  fits 30 "auto trial" && auto_trial
+  pack_results
+  summary
+}
 rounds_under() {  # tool seconds scenario...: two full CUDA rounds a scenario under compute-sanitizer's tool
   local tool=$1 secs=$2 s
   shift 2
@@ -247,14 +265,7 @@ case "$step" in
     # one run (issue 36's targets); one CTA and the grid's thresholds beside the default (the grid
     # barrier's cost); placer bench and the auto trial at 10k; then the sanitizers and ncu.
     budget=${2:-420}
-    parity_tests
-    if (( hung || status )); then
-      echo "gpu-run: the grid failed its parity tests (hung=$hung); one CTA from here (PLACER_CUDA_TIER_BLOCKS=1)" | tee -a "$OUT/tests.txt"
-      export PLACER_CUDA_TIER_BLOCKS=1
-      hung=0
-      parity_tests
-      (( hung )) && { summary; exit 1; }
-    fi
+    parity_or PLACER_CUDA_TIER_BLOCKS 1 "the grid"
     fits 60 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
     fits 20 "one CTA" && PLACER_CUDA_TIER_BLOCKS=1 round_bench blocks-1 '10k|100k|openb' cuda
     for v in 4096 65536; do
@@ -287,28 +298,16 @@ case "$step" in
     for v in ${PLACER_BLOCKS_SWEEP:-132 33 24 44 132 33}; do
       fits 15 "$v CTAs" && PLACER_CUDA_TIER_BLOCKS=$v round_bench "blocks-$v-$SECONDS" '10k|100k|openb' cuda
     done
-    fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
-    export PLACER_BENCH_CONFIGS=cuda,cpu
-    for s in 10k 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
-    fits 30 "auto trial" && auto_trial
-    pack_results
-    summary
+    figures
     ;;
   offers)
     # The group offers (tier/offer_group.hpp: a row's offers on a warp, __syncwarp, one CTA barrier
     # a bidding round) on their first GPU: parity, or the whole CTA's offers from there where the
-    # groups fail it; synccheck (the warp barriers), racecheck and memcheck; then the groups against
+    # groups fail it; synccheck (the warp barriers) and memcheck; then the groups against
     # the whole CTA's offers (PLACER_CUDA_OFFER_GROUPS=0, the recorded rounds' way), alternating;
     # both backends in one run; placer bench at each scale; the auto trial.
     budget=${2:-540}
-    parity_tests
-    if (( hung || status )); then
-      echo "gpu-run: the group offers failed their parity tests (hung=$hung); the whole CTA's from here" | tee -a "$OUT/tests.txt"
-      export PLACER_CUDA_OFFER_GROUPS=0
-      hung=0
-      parity_tests quick
-      (( hung )) && { summary; exit 1; }
-    fi
+    parity_or PLACER_CUDA_OFFER_GROUPS 0 "the group offers"
     # (racecheck sees shared memory only, and the groups' data is global: synccheck, not racecheck.)
     if fits 90 "synccheck on the kernels"; then
       timeout 90 compute-sanitizer --tool synccheck --error-exitcode 9 \
@@ -317,14 +316,10 @@ case "$step" in
     rounds_under synccheck 40 10k
     rounds_under memcheck 40 10k openb
     for v in 1 0 1 0; do
+      [ "${PLACER_CUDA_OFFER_GROUPS:-1}" = 0 ] && break  # the groups failed parity: no timing of them
       fits 15 "offer groups $v" && PLACER_CUDA_OFFER_GROUPS=$v round_bench "offer-groups-$v-$SECONDS" '10k|100k|openb' cuda
     done
-    fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
-    export PLACER_BENCH_CONFIGS=cuda,cpu
-    for s in 10k 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
-    fits 30 "auto trial" && auto_trial
-    pack_results
-    summary
+    figures
     ;;
   profile)
     # Where the CUDA round's time goes, kernels and the gaps between them:
