@@ -20,14 +20,26 @@ namespace placer {
 namespace {
 
 // Teams of 1, 37 (not a power of two: a loop that assumes one fails) and
-// 512 workers, each meeting at the program's barriers as a CTA's threads do.
+// 512 workers, each meeting at the program's barriers as a CTA's threads do;
+// a round's offers on warps of 32 (the last of 37's a warp of 5), ranked
+// or by the radix search (offer_pairs 0: every row searched, its passes'
+// counts shared by a warp's workers), or by the whole team.
 TEST(GpuModel, PlacesWhatTheCpuPlaces) {
-  for (int threads : {1, 37, 512}) {
-    SCOPED_TRACE(threads);
+  struct way {
+    int threads;
+    int offer_pairs = -1;
+    bool groups = true;
+  };
+  for (way const w : {way{1}, way{37}, way{512}, way{64, 0}, way{37, 0}, way{37, -1, false}}) {
+    SCOPED_TRACE(testing::Message() << w.threads << " workers, pairs " << w.offer_pairs << ", groups " << w.groups);
     solver cpu(kernels::select_backend("cpu"));
     kernels::gpu_counts counts;
-    solver model(kernels::make_gpu_model({threads}, &counts));
-    testing_support::expect_parity(cpu, model, threads == 512 ? 20 : 60, 5 + static_cast<std::uint64_t>(threads));
+    kernels::gpu_model_config config{w.threads};
+    config.offer_pairs = w.offer_pairs;
+    config.offer_groups = w.groups;
+    solver model(kernels::make_gpu_model(config, &counts));
+    int const rounds = w.threads == 512 ? 20 : w.offer_pairs >= 0 || !w.groups ? 30 : 60;
+    testing_support::expect_parity(cpu, model, rounds, 5 + static_cast<std::uint64_t>(w.threads));
     EXPECT_GT(counts.launches, 0);
     EXPECT_GT(counts.total().barriers, 0);
   }
