@@ -25,6 +25,22 @@ PLACER_HD inline std::int32_t tier_heap_parents(std::int32_t size) {
   return size > 1 ? (size + tier_heap_arity - 2) / tier_heap_arity : 0;
 }
 
+/// A heap rebuilt a level at a time (a barrier a level: a level's
+/// sift-downs touch disjoint subtrees): for each level from the deepest
+/// with a parent among `parents` up to the root, level(first, end), its
+/// entries being [first, end) less those past the parents, then sync().
+/// At least the root's level, whatever `parents`.
+template <class Level, class Sync>
+PLACER_HD void tier_heap_levels(std::int32_t parents, Level&& level, Sync&& sync) {
+  std::int32_t first = 0;  // the deepest level with a parent begins there
+  while (first * tier_heap_arity + 1 < parents) first = first * tier_heap_arity + 1;
+  for (;; first = (first - 1) / tier_heap_arity) {
+    level(first, first * tier_heap_arity + 1);
+    sync();
+    if (first == 0) break;
+  }
+}
+
 /// Puts (bid, n) at entry i of a held-bids heap of `size` entries (the
 /// worst on top) and sifts it down to its place. Returns the levels it
 /// went down, plus one (Team::work's steps).
@@ -437,23 +453,21 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   // The heaps, a level at a time from the deepest parents up, a row after
   // another (a level's parents are fewer than the items: spreading them
   // all would cost more where the levels are narrow).
-  std::int32_t const parents = tier_heap_parents(ctl->offer_most_held);
-  std::int32_t deepest = 0;  // the deepest level with a parent begins there
-  while (deepest * tier_heap_arity + 1 < parents) deepest = deepest * tier_heap_arity + 1;
-  for (std::int32_t level = deepest;; level = (level - 1) / tier_heap_arity) {
-    for (std::int32_t j = 0; j < taken; ++j) {
-      std::int32_t const r = rows[j];
-      if (!mine(r)) continue;
-      std::int32_t const held = b.held[r];
-      std::int64_t* hb = b.heap_bid + b.heap_begin[r];
-      std::int32_t* hn = b.heap_node + b.heap_begin[r];
-      std::int32_t const end = min_of(level * tier_heap_arity + 1, tier_heap_parents(held));
-      t.work(1);
-      for (std::int32_t i = level + me; i < end; i += team) t.chain(tier_sift_down(hb, hn, held, i, hb[i], hn[i]));
-    }
-    t.sync();
-    if (level == 0) break;
-  }
+  tier_heap_levels(
+      tier_heap_parents(ctl->offer_most_held),
+      [&](std::int32_t first, std::int32_t level_end) {
+        for (std::int32_t j = 0; j < taken; ++j) {
+          std::int32_t const r = rows[j];
+          if (!mine(r)) continue;
+          std::int32_t const held = b.held[r];
+          std::int64_t* hb = b.heap_bid + b.heap_begin[r];
+          std::int32_t* hn = b.heap_node + b.heap_begin[r];
+          std::int32_t const end = min_of(level_end, tier_heap_parents(held));
+          t.work(1);
+          for (std::int32_t i = first + me; i < end; i += team) t.chain(tier_sift_down(hb, hn, held, i, hb[i], hn[i]));
+        }
+      },
+      [&] { t.sync(); });
   if (me == 0) {  // every worker read them before the last barrier
     ctl->offer_slots = 0;
     ctl->offer_most_items = 0;

@@ -177,12 +177,7 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
           }
           runs.flush();
           t.group_sync();
-          std::int64_t const w = min_of<std::int64_t>(bits, at);
-          std::int32_t d = (1 << w) - 1;
-          while (d > 0 && counts[d] < want) want -= counts[d--];
-          t.work((1 << w) - d + (1 << bits) / width);
-          f = (f << w) | d;
-          at -= w;
+          t.work(tier_radix_walk(counts, want, f, at, bits) + (1 << bits) / width);
         }
         // Every worker has walked the last counts before the barrier below:
         // the sets are cleared after it.
@@ -248,14 +243,15 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
     // The heap, a level at a time from the deepest parents up.
     std::int32_t const parents = tier_heap_parents(now_held);
     if (parents > 0) {
-      std::int32_t deepest = 0;
-      while (deepest * tier_heap_arity + 1 < parents) deepest = deepest * tier_heap_arity + 1;
-      for (std::int32_t level = deepest;; level = (level - 1) / tier_heap_arity) {
-        std::int32_t const end = min_of(level * tier_heap_arity + 1, parents);
-        for (std::int32_t i = level + lane; i < end; i += width) t.chain(tier_sift_down(hb, hn, now_held, i, hb[i], hn[i]));
-        t.group_sync();
-        if (level == 0) break;
-      }
+      tier_heap_levels(
+          parents,
+          [&](std::int32_t first, std::int32_t level_end) {
+            std::int32_t const end = min_of(level_end, parents);
+            for (std::int32_t i = first + lane; i < end; i += width) {
+              t.chain(tier_sift_down(hb, hn, now_held, i, hb[i], hn[i]));
+            }
+          },
+          [&] { t.group_sync(); });
     }
     if (lane == 0) {
       b.held[r] = now_held;

@@ -56,19 +56,26 @@ struct tier_digit_runs {
     run = 0;
   }
 };
-/// After a pass: the digit that holds the wanted rank joins `pre`, the rank
-/// is taken within it, and the counts are cleared for the next pass.
-/// Returns its steps (Team::work): the counts walked, then cleared.
+/// After a pass: the digit that holds the wanted rank joins `pre` and the
+/// rank is taken within it. Returns its steps (Team::work): the counts
+/// walked.
 template <class T>
-PLACER_HD std::int32_t tier_radix_step(std::int32_t* hist, T& want, T& pre, T& at, std::int32_t bits) {
+PLACER_HD std::int32_t tier_radix_walk(std::int32_t const* hist, T& want, T& pre, T& at, std::int32_t bits) {
   T const width = min_of<T>(bits, at);
   std::int32_t d = (1 << width) - 1;
   std::int32_t const top = d;
   while (d > 0 && hist[d] < want) want -= hist[d--];
-  for (std::int32_t i = 0; i < (1 << bits); ++i) hist[i] = 0;
   pre = (pre << width) | d;
   at -= width;
-  return top - d + 1 + (1 << bits);
+  return top - d + 1;
+}
+/// The walk, then the counts cleared for the next pass. Returns its steps:
+/// the counts walked, then cleared.
+template <class T>
+PLACER_HD std::int32_t tier_radix_step(std::int32_t* hist, T& want, T& pre, T& at, std::int32_t bits) {
+  std::int32_t const walked = tier_radix_walk(hist, want, pre, at, bits);
+  for (std::int32_t i = 0; i < (1 << bits); ++i) hist[i] = 0;
+  return walked + (1 << bits);
 }
 
 }  // inline namespace PLACER_BACKEND_NS
