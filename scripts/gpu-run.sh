@@ -108,11 +108,13 @@ sanitizer() {  # tools...: memory errors, then shared-memory races, on the parit
     done
   done
 }
-parity_or() {  # var value what: the parity tests; where they fail, var=value (the way before) for the rest of the call
+parity_or() {  # what var=value...: the parity tests; where they fail, each var=value (the way before) for the rest of the call
+  local what=$1
+  shift
   parity_tests
   if (( hung || status )); then
-    echo "gpu-run: $3 failed the parity tests (hung=$hung); $1=$2 from here" | tee -a "$OUT/tests.txt"
-    export "$1=$2"
+    echo "gpu-run: $what failed the parity tests (hung=$hung); $* from here" | tee -a "$OUT/tests.txt"
+    export "$@"
     hung=0
     parity_tests quick
     (( hung )) && { summary; exit 1; }
@@ -265,7 +267,7 @@ case "$step" in
     # one run (issue 36's targets); one CTA and the grid's thresholds beside the default (the grid
     # barrier's cost); placer bench and the auto trial at 10k; then the sanitizers and ncu.
     budget=${2:-420}
-    parity_or PLACER_CUDA_TIER_BLOCKS 1 "the grid"
+    parity_or "the grid" PLACER_CUDA_TIER_BLOCKS=1
     fits 60 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
     fits 20 "one CTA" && PLACER_CUDA_TIER_BLOCKS=1 round_bench blocks-1 '10k|100k|openb' cuda
     for v in 4096 65536; do
@@ -302,12 +304,14 @@ case "$step" in
     ;;
   offers)
     # The group offers (tier/offer_group.hpp: a row's offers on a warp, __syncwarp, one CTA barrier
-    # a bidding round) on their first GPU: parity, or the whole CTA's offers from there where the
-    # groups fail it; synccheck (the warp barriers) and memcheck; then the groups against
-    # the whole CTA's offers (PLACER_CUDA_OFFER_GROUPS=0, the recorded rounds' way), alternating;
-    # both backends in one run; placer bench at each scale; the auto trial.
+    # a bidding round) and the grid's fewer barriers (a refresh in one pass, round 0's bidders
+    # listed with the floors) on their first GPU: parity, or the recorded rounds' way from there
+    # where they fail it; synccheck (the warp barriers) and memcheck; then the groups against
+    # the whole CTA's offers (PLACER_CUDA_OFFER_GROUPS=0), and the fewer barriers against the
+    # recorded ones, alternating; both backends in one run; placer bench at each scale; the auto trial.
     budget=${2:-540}
-    parity_or PLACER_CUDA_OFFER_GROUPS 0 "the group offers"
+    parity_or "the group offers and fewer grid barriers" PLACER_CUDA_OFFER_GROUPS=0 PLACER_CUDA_REFRESH_ONE_PASS=0 \
+      PLACER_CUDA_LIST_WITH_FLOORS_UPTO=0
     # (racecheck sees shared memory only, and the groups' data is global: synccheck, not racecheck.)
     if fits 90 "synccheck on the kernels"; then
       timeout 90 compute-sanitizer --tool synccheck --error-exitcode 9 \
@@ -318,6 +322,15 @@ case "$step" in
     for v in 1 0 1 0; do
       [ "${PLACER_CUDA_OFFER_GROUPS:-1}" = 0 ] && break  # the groups failed parity: no timing of them
       fits 15 "offer groups $v" && PLACER_CUDA_OFFER_GROUPS=$v round_bench "offer-groups-$v-$SECONDS" '10k|100k|openb' cuda
+    done
+    for v in 0 1 0; do  # 0: two refresh passes and a grid barrier before round 0's list, as recorded up to 2026-11-28
+      [ "${PLACER_CUDA_REFRESH_ONE_PASS:-1}" = 0 ] && break
+      fits 15 "fewer grid barriers $v" || continue
+      if [ "$v" = 0 ]; then
+        PLACER_CUDA_REFRESH_ONE_PASS=0 PLACER_CUDA_LIST_WITH_FLOORS_UPTO=0 round_bench "grid-barriers-0-$SECONDS" '10k|100k|openb' cuda
+      else
+        round_bench "grid-barriers-1-$SECONDS" '10k|100k|openb' cuda
+      fi
     done
     figures
     ;;

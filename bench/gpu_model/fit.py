@@ -67,7 +67,9 @@ TOLERANCE = 0.30
 # and 66 ran a grid barrier asleep between looks, taken out again, and are
 # left out; its grid.sync() rounds on 132 CTAs are today's code. All of them
 # took a round's offers by the whole CTA (--offer-groups 0): the group offers
-# (a row a warp, tier/offer_group.hpp) came after them.
+# (a row a warp, tier/offer_group.hpp) came after them; and refreshed in two
+# passes and listed round 0's bidders after the floors (--refresh-one-pass 0
+# --list-upto 0), which came after the group offers (2026-11-29).
 H200_CPU = "2026-11-26-h200-tier-threads-512-1e2bc48.json"
 H100_CPU = "2026-11-26-h100-cpu-threads-16-4179bab.json"
 NEVER = 10 ** 9
@@ -79,7 +81,8 @@ def old(threads, least, below):
 
 
 def grid(blocks, *more):
-    return ["--blocks", str(blocks), "--offer-groups", "0", "--offer-pairs", "64", *more]
+    return ["--blocks", str(blocks), "--offer-groups", "0", "--offer-pairs", "64", "--refresh-one-pass", "0",
+            "--list-upto", "0", *more]
 
 
 GRID_820 = "2026-11-28-h200-round-bench-main-820a062.json"

@@ -4,7 +4,8 @@
 //
 //   gpu_model [--scenario 10k,100k,openb] [--threads 512] [--offer-least N]
 //             [--offer-bits N] [--offer-iterate 0|1] [--offer-groups 0|1] [--refresh-below N] [--order fifo|pack] [--reps 7]
-//             [--offer-pairs N] [--blocks 33] [--grid-cells-from N] [--json FILE]
+//             [--offer-pairs N] [--blocks 33] [--grid-cells-from N] [--list-upto N]
+//             [--refresh-one-pass 0|1] [--json FILE]
 //
 // For each scenario: the CPU backend's round (median of --reps after a
 // warm-up) and its tier phases; then two rounds through the GPU model, the
@@ -43,7 +44,8 @@ int usage(char const* why) {
   std::cerr << "gpu_model: " << why
             << "\nusage: gpu_model [--scenario 10k,100k,openb] [--threads 256|512|1024] [--offer-least N]"
                " [--offer-bits N] [--offer-iterate 0|1] [--offer-groups 0|1] [--refresh-below N] [--order fifo|pack] [--reps N]"
-               " [--offer-pairs N] [--blocks N] [--grid-cells-from N] [--json FILE]\n";
+               " [--offer-pairs N] [--blocks N] [--grid-cells-from N] [--list-upto N] [--refresh-one-pass 0|1]"
+               " [--json FILE]\n";
   return 2;
 }
 
@@ -76,6 +78,10 @@ int main(int argc, char** argv) {
         config.offer_pairs = std::stoi(v);
       } else if (a == "--blocks") {
         config.blocks = std::stoi(v);
+      } else if (a == "--list-upto") {
+        config.list_upto = std::stoi(v);
+      } else if (a == "--refresh-one-pass") {
+        config.refresh_one_pass = std::stoi(v) != 0;
       } else if (a == "--grid-cells-from") {
         config.grid_cells_from = std::stoll(v);
       } else if (a == "--refresh-below") {

@@ -377,6 +377,8 @@ class cuda_device {
     }
     if (!wide_ || threads_ != tier_threads) blocks_ = 1;
     if (char const* from = std::getenv("PLACER_CUDA_GRID_CELLS_FROM")) grid_cells_from_ = std::atoll(from);
+    if (char const* upto = std::getenv("PLACER_CUDA_LIST_WITH_FLOORS_UPTO")) list_upto_ = std::atoi(upto);
+    if (char const* one = std::getenv("PLACER_CUDA_REFRESH_ONE_PASS")) refresh_one_pass_ = std::atoi(one) != 0 ? 1 : 0;
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
                    ", tier grid of " + std::to_string(blocks_) + (blocks_ == 1 ? " CTA" : " CTAs") +
                    ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
@@ -384,6 +386,8 @@ class cuda_device {
                    (offer_bits_ != tier_offer_bits ? ", offer digits of " + std::to_string(offer_bits_) + " bits" : "") +
                    (offer_iterate_ != 0 ? ", offers' M stepped" : "") +
                    (offer_groups_ == 0 ? ", offers by the whole CTA" : "") +
+                   (list_upto_ != tier_list_with_floors_upto ? ", first bids listed with the floors up to " + std::to_string(list_upto_) + " nodes" : "") +
+                   (refresh_one_pass_ == 0 ? ", refresh in two passes" : "") +
                    (offer_pairs_ != tier_offer_pairs_upto ? ", offers ranked up to " + std::to_string(offer_pairs_) + " items" : "") +
                    (!wide_ ? ", serial tier steps)"
                     : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
@@ -471,6 +475,8 @@ class cuda_device {
       k.work.offer_pairs_upto = offer_pairs_;
       k.work.offer_groups = offer_groups_;
       k.work.grid_cells_from = grid_cells_from_;
+      k.work.list_with_floors_upto = list_upto_;
+      k.work.refresh_one_pass = refresh_one_pass_;
       if (blocks_ > 1) {
         void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out)};
         PLACER_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<void const*>(&tier_grid_kernel), dim3(blocks_),
@@ -499,6 +505,8 @@ class cuda_device {
   std::int32_t offer_groups_ = 1;                          ///< tier_buffers::offer_groups
   int blocks_ = 1;                                          ///< the tier kernel's grid (CTAs)
   std::int64_t grid_cells_from_ = tier_grid_cells_from;    ///< tier_buffers::grid_cells_from
+  std::int32_t list_upto_ = tier_list_with_floors_upto;    ///< tier_buffers::list_with_floors_upto
+  std::int32_t refresh_one_pass_ = 1;                      ///< tier_buffers::refresh_one_pass
   cudaStream_t stream_ = nullptr;
   temp_allocator temp_;
   std::string description_;

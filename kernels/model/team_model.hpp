@@ -129,6 +129,8 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   c.work.offer_groups = config.offer_groups ? 1 : 0;
   if (config.offer_pairs >= 0) c.work.offer_pairs_upto = config.offer_pairs;
   if (config.grid_cells_from >= 0) c.work.grid_cells_from = config.grid_cells_from;
+  if (config.list_upto >= 0) c.work.list_with_floors_upto = config.list_upto;
+  c.work.refresh_one_pass = config.refresh_one_pass ? 1 : 0;
   model::fibers f(config.threads);
   f.set_lanes(config.blocks);
   model_counter counter(out);

@@ -37,10 +37,13 @@
 // the grid's barrier. The leading CTA (block 0) runs the program; the
 // others join its wide phases, where a tier has the width
 // (tier_grid_cells_from): the refresh (tier_shares: an equal run of the
-// cells or columns a CTA), the floors (a row a CTA, its radix passes at
-// the CTA's barriers: tier_floor_cta) and round 0's bidders, with the
-// grid's barriers around them (tier_iterate_grid), and the records
-// unpacked and packed. The bidding rounds, the commit and the re-scoring
+// cells or columns a CTA; one pass and one grid barrier when there is at
+// most a cell a worker, tier_buffers::refresh_one_pass), the floors (a row
+// a CTA, its radix passes at the CTA's barriers: tier_floor_cta) and round
+// 0's bidders (listed by each row's CTA with its floor, up to
+// tier_list_with_floors_upto nodes, else a share a CTA after the floors),
+// with the grid's barriers around them (tier_iterate_grid), and the
+// records unpacked and packed. The bidding rounds, the commit and the re-scoring
 // stay on the leading CTA.
 // A team of one block runs the program as before, barrier for barrier.
 //
@@ -172,6 +175,18 @@ PLACER_HD void tier_shares(Team& t, bool wide, std::int32_t n, F&& f) {
   } else {
     f(tier_share{t.rank(), t.size(), n});
   }
+}
+
+/// The marks of tier_first_bidders_of_row cleared, a share a CTA of the
+/// grid (seen after its next barrier).
+template <class Team>
+PLACER_HD void tier_clear_marks(Team& t, std::int32_t* mark, std::int32_t n_nodes) {
+  tier_shares(t, true, n_nodes, [&](tier_share s) {
+    for (std::int32_t n = s.first; n < s.end; n += s.stride) {
+      mark[n] = 0;
+      t.work(1);
+    }
+  });
 }
 
 /// The iteration's quotas and copies (rank 0).
@@ -402,11 +417,13 @@ PLACER_HD void tier_iterate(Team& t, tier_buffers const& b, tier_clock& clk) {
 }
 
 /// The iterations on a grid (tier_program.hpp, "The grid"): the same
-/// steps, the leading CTA's between three grid barriers an iteration (and
-/// two more a pass bid again): every CTA selects its rows' floors and
-/// empties them (B), lists its share of round 0's bidders (C); the
-/// leading CTA bids, and then either empties the rows for another pass or
-/// commits, closes and sets the next iteration's quotas (D). `primed`:
+/// steps, the leading CTA's between two or three grid barriers an
+/// iteration (and two more a pass bid again): every CTA selects its rows'
+/// floors, empties them and, up to tier_list_with_floors_upto nodes, lists
+/// the nodes that reach a row's first price (B; the marks that list each
+/// once cleared after it), else lists its share of round 0's bidders (C);
+/// the leading CTA bids, and then either empties the rows for another pass
+/// or commits, closes and sets the next iteration's quotas (D). `primed`:
 /// the first iteration's were set before a grid barrier already (by the
 /// leading CTA's rank 0, tier_open_iteration).
 template <class Team>
@@ -417,6 +434,7 @@ PLACER_HD void tier_iterate_grid(Team& t, tier_buffers const& b, tier_clock& clk
   std::int32_t const me = t.rank();
   std::int32_t const blocks = t.blocks();
   bool const leads = t.block() == 0;
+  bool const listed = n_nodes <= b.list_with_floors_upto;  // round 0's bidders, with the floors
   if (!primed) {
     if (leads && me == 0) tier_open_iteration(t, b);
     t.grid_sync();
@@ -433,13 +451,20 @@ PLACER_HD void tier_iterate_grid(Team& t, tier_buffers const& b, tier_clock& clk
           tier_prices(b, 0)[r] = tier_price(b, r);  // round 0 reads half 0
           t.work(1);
         }
+        if (listed) {
+          t.sync();  // the row's first price, read by the CTA
+          tier_first_bidders_of_row(t, b, r);
+        }
       }
     });
     t.grid_sync();  // B
+    if (listed) tier_clear_marks(t, b.first_mark, n_nodes);  // read no more this iteration
     std::int32_t rounds = 0;  // this iteration's bidding rounds
-    while (true) {
-      tier_shares(t, true, n_nodes, [&](tier_share s) { tier_first_bidders(t, b, s); });
-      t.grid_sync();  // C
+    for (bool first = listed;; first = false) {  // the first pass's bidders listed with the floors, or here
+      if (!first) {
+        tier_shares(t, true, n_nodes, [&](tier_share s) { tier_first_bidders(t, b, s); });
+        t.grid_sync();  // C
+      }
       clk.lap(tier_phase_floor);
       if (leads) {
         tier_bidding(t, b, rounds, clk);
@@ -516,17 +541,24 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     // grid's workers.
     bool const by_cell = t.team_wide && (candidates <= b.refresh_cells_below ||
                                          (wide_refresh && candidates < t.blocks() * team));
-    for (std::int32_t pass = 0; pass < 2; ++pass) {
+    // A cell a worker at most on a grid: every stale cell scored in one
+    // pass, a twin's too (the same value its copy would have), so the
+    // refresh needs one barrier of the grid, not two.
+    bool const one_pass = b.refresh_one_pass != 0 && by_cell && wide_refresh &&
+                          static_cast<std::int64_t>(candidates) * n_classes <= static_cast<std::int64_t>(t.blocks()) * team;
+    std::int32_t const passes = one_pass ? 1 : 2;
+    if (one_pass && wide) t.sync();  // the init's rows, read where the iteration opens (below)
+    for (std::int32_t pass = 0; pass < passes; ++pass) {
       tier_shares(t, wide_refresh, by_cell ? candidates * n_classes : candidates, [&](tier_share s) {
         for (std::int32_t i = s.first; i < s.end; i += s.stride) {
-          t.work(by_cell ? tier_refresh_cell(b, candidate(i / n_classes), i % n_classes, pass, oldest)
+          t.work(by_cell ? tier_refresh_cell(b, candidate(i / n_classes), i % n_classes, pass, oldest, !one_pass)
                          : tier_refresh(b, candidate(i), pass, oldest));
         }
       });
-      // The first iteration opens beside the second pass, the init's rows
-      // read after the first pass's barrier: the grid's barrier after the
-      // refresh is its.
-      if (pass == 1 && wide && wide_refresh && leads && me == 0) tier_open_iteration(t, b);
+      // The first iteration opens beside the last pass, the init's rows
+      // read after the first pass's barrier (in one pass, the CTA's before
+      // it): the grid's barrier after the refresh is its.
+      if (pass == passes - 1 && wide && wide_refresh && leads && me == 0) tier_open_iteration(t, b);
       if (wide_refresh) {
         t.grid_sync();
       } else {
@@ -564,6 +596,9 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
       c.listed[n] = -1;
       t.work(1);
     }
+  }
+  if (t.blocks() > 1 && c.tiers[0].nodes.n_nodes <= c.work.list_with_floors_upto) {
+    tier_clear_marks(t, c.work.first_mark, c.tiers[0].nodes.n_nodes);  // 0 from here on (tier_iterate_grid)
   }
   for (std::int32_t k = 0; k < c.n_tiers; ++k) {
     tier_buffers b = c.work;

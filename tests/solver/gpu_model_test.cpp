@@ -80,7 +80,9 @@ TEST(GpuModel, AGridPlacesWhatTheCpuPlaces) {
 // wide phases: the busiest CTA's refresh and floors work falls by more
 // than half; the bidding rounds, on the leading CTA, meet at the same
 // barriers, and their work differs by the order the grid lists the first
-// bidders in (a row's heap steps depend on its bids' order) only.
+// bidders in (a row at a time with its floor, tier_first_bidders_of_row;
+// a row's heap steps and a node's remembered rows depend on the order)
+// only: 1.4% more in the bids at 10k.
 TEST(GpuModel, AGridSpreadsTheWidePhases) {
   round_input in = traces::make_scenario(traces::scenario_preset("10k"));
   kernels::gpu_counts by[2];
@@ -102,7 +104,7 @@ TEST(GpuModel, AGridSpreadsTheWidePhases) {
     SCOPED_TRACE(kernels::tier_phase_names[p]);
     EXPECT_EQ(by[1].phase[p].barriers, by[0].phase[p].barriers);
     EXPECT_NEAR(static_cast<double>(by[1].phase[p].work), static_cast<double>(by[0].phase[p].work),
-                0.01 * static_cast<double>(by[0].phase[p].work));
+                0.02 * static_cast<double>(by[0].phase[p].work));
   }
   kernels::gpu_cost const& cost = kernels::fitted_gpu_cost();
   EXPECT_GT(cost.grid_sync_us, 0.0);

@@ -194,5 +194,27 @@ PLACER_HD void tier_first_bidders(Team& t, tier_buffers const& b, Share const& s
   }
 }
 
+/// Round 0's bidders found a row at a time, by the grid's CTA that took
+/// the row's floor (tier_iterate_grid): the nodes whose cell of row r
+/// reaches its first price, each listed once over all rows (its mark set
+/// first by this CTA's worker). The same set as tier_first_bidders, in
+/// another order (which moves the offers' work, not their results), with
+/// no barrier of the grid between the floors and the list. The marks are
+/// 0 before (tier_iterate_grid clears them).
+template <class Team>
+PLACER_HD void tier_first_bidders_of_row(Team& t, tier_buffers const& b, std::int32_t r) {
+  std::int64_t const least = max_of<std::int64_t>(tier_prices(b, 0)[r], 0);
+  if (b.quota[r] == 0 || least > INT32_MAX) return;
+  std::int32_t const n_nodes = b.p.nodes.n_nodes;
+  std::int32_t const at = static_cast<std::int32_t>(least);
+  std::int32_t const* __restrict__ cell = b.p.scores + static_cast<std::int64_t>(b.p.row_class[r]) * n_nodes;
+  for (std::int32_t n = t.rank(); n < n_nodes; n += t.size()) {
+    if (cell[n] >= at && t.fetch_max(b.first_mark + n, 1) == 0) {
+      b.todo[0][t.fetch_add(&b.ctl->todo_count[0], 1)] = n;
+    }
+    t.work(1);
+  }
+}
+
 }  // inline namespace PLACER_BACKEND_NS
 }  // namespace placer::kernels

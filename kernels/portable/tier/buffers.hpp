@@ -180,6 +180,15 @@ inline constexpr std::int32_t tier_refresh_cells_below = 128;
 /// from 0 stays ahead while a grid's barrier costs less than about 6 us.
 /// 0, to be timed (PLACER_CUDA_GRID_CELLS_FROM).
 inline constexpr std::int64_t tier_grid_cells_from = 0;
+/// On a grid, the CTA that takes a row's floor also lists the nodes that
+/// reach its first price (tier_first_bidders_of_row) in tiers of up to
+/// this many nodes, so that no barrier of the grid lies between the floors
+/// and the first bids; in larger tiers a CTA's pass over a row's cells
+/// costs more than that barrier, and the grid lists them after it. GPU
+/// model, 33 CTAs, tier kernel at 10k / 100k / openb: 3.30 / 5.44 / 4.00
+/// ms never, 3.21 / 5.57 / 4.00 always. 0: never, as the GPU rounds
+/// recorded up to 2026-11-28 ran (PLACER_CUDA_LIST_WITH_FLOORS_UPTO).
+inline constexpr std::int32_t tier_list_with_floors_upto = 4096;
 /// Rows a node remembers from its last full scan of a pass (tier_bid):
 /// most of its later bids are decided by these alone.
 inline constexpr std::int32_t tier_bid_top = 4;
@@ -220,6 +229,7 @@ struct tier_buffers {
   std::int32_t* bid_pass;            ///< N: the pass of that scan (ctl->passes), -1 none in this tier
   std::int32_t* todo[2];             ///< N each: nodes bidding this round / next
   std::int32_t* bucket;              ///< N: this round's bids grouped by row
+  std::int32_t* first_mark;          ///< N: 1 once a grid's floor step listed the node (tier_first_bidders_of_row), else 0
   std::int32_t* won;                 ///< N: nodes that won a copy this iteration
   std::int32_t* won_row;             ///< N: the row a node won, -1 none
   std::int32_t* jump_rows;           ///< 2R: tier_jump's row marks and worklist
@@ -252,6 +262,13 @@ struct tier_buffers {
   std::int32_t refresh_cells_below = tier_refresh_cells_below;
   /// tier_grid_cells_from (PLACER_CUDA_GRID_CELLS_FROM, to measure).
   std::int64_t grid_cells_from = tier_grid_cells_from;
+  /// tier_list_with_floors_upto.
+  std::int32_t list_with_floors_upto = tier_list_with_floors_upto;
+  /// 1: on a grid, a refresh of at most a cell a worker scores every stale
+  /// cell in one pass, a twin's too, and meets at one barrier of the grid;
+  /// 0: twins copy in a second pass, as the GPU rounds recorded up to
+  /// 2026-11-28 ran (PLACER_CUDA_REFRESH_ONE_PASS). The same scores.
+  std::int32_t refresh_one_pass = 1;
   /// Bids remember rows in tiers of more rows than this
   /// (tier_remember_rows_above; 0: always, in the tests).
   std::int32_t remember_rows_above = tier_remember_rows_above;
@@ -343,6 +360,7 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.todo[0] = take(b.todo[0], n);
   b.todo[1] = take(b.todo[1], n);
   b.bucket = take(b.bucket, n);
+  b.first_mark = take(b.first_mark, n);
   b.won = take(b.won, n);
   b.won_row = take(b.won_row, n);
   b.jump_rows = take(b.jump_rows, 2 * r);

@@ -65,11 +65,12 @@ PLACER_HD inline std::int64_t tier_refresh(tier_buffers const& b, std::int32_t n
 /// no twin to copy from, pass 1 copies the twin's. The same values as
 /// tier_refresh (op.score of a cell equals the column's). Returns its
 /// steps (Team::work): a cell alone also sets up what a column shares.
+/// Without `twins`, every stale cell is scored in pass 0.
 PLACER_HD inline std::int64_t tier_refresh_cell(tier_buffers const& b, std::int32_t n, std::int32_t c,
-                                                std::int32_t pass, std::int32_t oldest) {
+                                                std::int32_t pass, std::int32_t oldest, bool twins) {
   auto const& p = b.p;
   if (p.stamp[n] < oldest || !tier_stale{p.live_class, p.fresh, p.stamp[n]}(c, c)) return 2;
-  std::int32_t const twin = tier_twin(b, n);
+  std::int32_t const twin = twins ? tier_twin(b, n) : -1;
   std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
   if (pass == 0 && twin < 0) {
     p.scores[row + n] = score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score(c, n);

@@ -33,6 +33,12 @@ struct gpu_model_config {
   /// CUDA backend's grid on an H100's or H200's 132 multiprocessors.
   int blocks = 33;
   long long grid_cells_from = -1;  ///< tier_buffers::grid_cells_from (PLACER_CUDA_GRID_CELLS_FROM); -1: the default
+  /// tier_buffers::list_with_floors_upto (PLACER_CUDA_LIST_WITH_FLOORS_UPTO); -1: the default; 0: never, as
+  /// the rounds recorded up to 2026-11-28 ran.
+  int list_upto = -1;
+  /// tier_buffers::refresh_one_pass (PLACER_CUDA_REFRESH_ONE_PASS); false: two passes, as the rounds
+  /// recorded up to 2026-11-28 ran.
+  bool refresh_one_pass = true;
 };
 
 struct gpu_phase_counts {
