@@ -156,6 +156,14 @@ PLACER_HD inline std::int64_t tier_rebid(tier_buffers const& b, std::int32_t n, 
   return static_cast<std::int64_t>(tier_value(b, r, n)) + 1 - other + b.p.eps;
 }
 
+/// The least cell value of row r that bids in round 0 of a pass (value + 1
+/// - price > 0 on a feasible cell, value >= 0: value >= the first price),
+/// or -1 when the row takes no first bids (no quota, or out of reach).
+PLACER_HD inline std::int32_t tier_first_least(tier_buffers const& b, std::int32_t r) {
+  std::int64_t const least = max_of<std::int64_t>(tier_prices(b, 0)[r], 0);
+  return b.quota[r] == 0 || least > INT32_MAX ? -1 : static_cast<std::int32_t>(least);
+}
+
 /// Round 0 of a pass bids from the nodes with a positive margin on some
 /// row at its floor (tier_bid: value >= price), listed in todo[0]. The
 /// others would sit the whole pass out (prices only rise), and most nodes
@@ -171,17 +179,14 @@ PLACER_HD void tier_first_bidders(Team& t, tier_buffers const& b, Share const& s
   std::int32_t const stride = s.stride;
   std::int32_t const end = s.end;
   std::int32_t const n_nodes = b.p.nodes.n_nodes;
-  std::int64_t const* prices = tier_prices(b, 0);
   std::int32_t* __restrict__ mark = b.todo[1];
   for (std::int32_t n = first; n < end; n += stride) {
     mark[n] = 0;
     t.work(1);
   }
   for (std::int32_t r = 0; r < b.p.n_rows; ++r) {
-    // value + 1 - price > 0 on a feasible cell (value >= 0): value >= least.
-    std::int64_t const least = max_of<std::int64_t>(prices[r], 0);
-    if (b.quota[r] == 0 || least > INT32_MAX) continue;
-    std::int32_t const at = static_cast<std::int32_t>(least);
+    std::int32_t const at = tier_first_least(b, r);
+    if (at < 0) continue;
     std::int32_t const* __restrict__ cell = b.p.scores + static_cast<std::int64_t>(b.p.row_class[r]) * n_nodes;  // tier_value
     for (std::int32_t n = first; n < end; n += stride) {
       mark[n] |= static_cast<std::int32_t>(cell[n] >= at);
@@ -203,10 +208,9 @@ PLACER_HD void tier_first_bidders(Team& t, tier_buffers const& b, Share const& s
 /// 0 before (tier_iterate_grid clears them).
 template <class Team>
 PLACER_HD void tier_first_bidders_of_row(Team& t, tier_buffers const& b, std::int32_t r) {
-  std::int64_t const least = max_of<std::int64_t>(tier_prices(b, 0)[r], 0);
-  if (b.quota[r] == 0 || least > INT32_MAX) return;
+  std::int32_t const at = tier_first_least(b, r);
+  if (at < 0) return;
   std::int32_t const n_nodes = b.p.nodes.n_nodes;
-  std::int32_t const at = static_cast<std::int32_t>(least);
   std::int32_t const* __restrict__ cell = b.p.scores + static_cast<std::int64_t>(b.p.row_class[r]) * n_nodes;
   for (std::int32_t n = t.rank(); n < n_nodes; n += t.size()) {
     if (cell[n] >= at && t.fetch_max(b.first_mark + n, 1) == 0) {
