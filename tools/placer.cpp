@@ -85,7 +85,9 @@ usage:
                 (every algorithm on the same round, side by side)
   placer bench  [--scenario 1k|10k|100k|openb, also -k8s|-nfd|-split] [--rounds N] [--mode closed|open] [--rate R]
                 [--configs cuda,cpu,twin,kube] [--endpoint E] [--json FILE] [--plot FILE.svg]
-                (load generator over the real client; starts its own servers unless --endpoint)
+                [--clients N] [--workers N] [--duration S]
+                (load generator over the real client; starts its own servers unless --endpoint;
+                 N sessions at once with --clients N, solved N at a time with --workers N)
   placer simulate [--trace itp:clusterNN|mixed:clusterNN|openb:NAME|dlrm|synthetic] [--algorithm A | --compare A,B]
                 [--backfill easy|conservative] [--preemption] [--elastic] [--delay-scheduling] ...
                 (trace-driven discrete-event simulator; `placer simulate --help`)
