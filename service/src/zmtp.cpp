@@ -302,7 +302,8 @@ struct listener::impl {
   std::vector<std::uint64_t> closed_by_send;       ///< connections send() closed: reported at the next read
   /// Connections reset under libzmq (tcp_socket::reset), until libzmq's
   /// notice that they are gone, which is not a new connection (STREAM never
-  /// reuses a name); forgotten after a minute should the notice never come.
+  /// reuses a name; was_closed); forgotten after a minute should the notice
+  /// never come.
   std::unordered_map<std::string, clock::time_point> resetting;
   /// Connections closed while libzmq still held what they were sent (an
   /// ERROR, a reply): the close waits until it is written, and becomes a
@@ -481,6 +482,13 @@ struct listener::impl {
     } else {
       draining.push_back({c.rid, c.out, c.tcp, now, now, c.out->written.load()});
     }
+  }
+
+  /// Whether libzmq's notice of a connection gone is for one the server
+  /// closed (reset, or waiting for its last bytes); its record goes.
+  bool was_closed(std::string const& rid) {
+    if (resetting.erase(rid) > 0) return true;
+    return std::erase_if(draining, [&](draining_close const& d) { return d.rid == rid; }) > 0;
   }
 
   /// The closes waiting for their connection's last bytes to be written.
@@ -1112,7 +1120,7 @@ void listener::read(std::vector<incoming>& out, int budget) {
     if (data.size() == 0) {  // a connection opened, or closed
       if (it != s.by_rid.end()) {
         s.forget(it->second, &out);
-      } else if (s.resetting.erase(key) == 0) {
+      } else if (!s.was_closed(key)) {
         s.accept(key, data, out);
       }
       continue;
