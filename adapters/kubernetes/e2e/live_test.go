@@ -48,6 +48,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+	resourcehelper "k8s.io/component-helpers/resource"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -150,6 +151,7 @@ func newCluster(t *testing.T, nodes, tainted int) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc.QPS, rc.Burst = 500, 1000 // the tests create thousands of pods
 	c.cs = kubernetes.NewForConfigOrDie(rc)
 	c.applyRBAC()
 	c.pport = freePorts(t, 1)
@@ -263,65 +265,80 @@ type podSpec struct {
 }
 
 func (c *cluster) createPods(ns string, specs ...podSpec) {
+	var pods []*corev1.Pod
+	for _, s := range specs {
+		pods = append(pods, c.buildPod(ns, s))
+	}
+	c.create(ns, pods...)
+}
+
+// create makes the namespace if need be and the pods.
+func (c *cluster) create(ns string, pods ...*corev1.Pod) {
 	ctx := context.Background()
 	if _, err := c.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 		if _, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			c.t.Fatal(err)
 		}
 	}
-	for _, s := range specs {
-		cpu := s.cpu
-		if cpu == "" {
-			cpu = "2"
-		}
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns, Labels: map[string]string{"app": s.name}},
-			Spec: corev1.PodSpec{
-				SchedulerName: "placer", NodeSelector: s.selector, PriorityClassName: s.priority,
-				Containers: []corev1.Container{{Name: "c", Image: "none", Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("8Gi")},
-				}}},
-			},
-		}
-		if s.gpus > 0 {
-			q := *resource.NewQuantity(s.gpus, resource.DecimalSI)
-			p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = q
-			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": q}
-		}
-		if s.shareMilli > 0 {
-			p.Annotations = map[string]string{"placer.io/gpu-milli": fmt.Sprint(s.shareMilli)}
-		}
-		if s.group != "" {
-			p.Labels["scheduling.x-k8s.io/pod-group"] = s.group
-			p.Labels["app"] = s.group
-			if s.minMember > 0 {
-				p.Annotations = map[string]string{"scheduling.x-k8s.io/min-member": fmt.Sprint(s.minMember)}
-			}
-		}
-		if s.schedGroup != "" {
-			g := s.schedGroup
-			p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &g}
-			p.Labels["app"] = g
-		}
-		if s.tolerate {
-			p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infer", Effect: corev1.TaintEffectNoSchedule}}
-		}
-		if s.antiAff || len(s.hosts) > 0 {
-			p.Spec.Affinity = &corev1.Affinity{}
-		}
-		if s.antiAff {
-			p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-				TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": p.Labels["app"]}}}}}
-		}
-		if len(s.hosts) > 0 {
-			p.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-					Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: s.hosts}}}}}}
-		}
+	for _, p := range pods {
+		p.Namespace = ns
 		if _, err := c.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			c.t.Fatalf("creating pod %s: %v", s.name, err)
+			c.t.Fatalf("creating pod %s: %v", p.Name, err)
 		}
 	}
+}
+
+// buildPod: the pod of a podSpec (created by create).
+func (c *cluster) buildPod(ns string, s podSpec) *corev1.Pod {
+	cpu := s.cpu
+	if cpu == "" {
+		cpu = "2"
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns, Labels: map[string]string{"app": s.name}},
+		Spec: corev1.PodSpec{
+			SchedulerName: "placer", NodeSelector: s.selector, PriorityClassName: s.priority,
+			Containers: []corev1.Container{{Name: "c", Image: "none", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("8Gi")},
+			}}},
+		},
+	}
+	if s.gpus > 0 {
+		q := *resource.NewQuantity(s.gpus, resource.DecimalSI)
+		p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = q
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": q}
+	}
+	if s.shareMilli > 0 {
+		p.Annotations = map[string]string{"placer.io/gpu-milli": fmt.Sprint(s.shareMilli)}
+	}
+	if s.group != "" {
+		p.Labels["scheduling.x-k8s.io/pod-group"] = s.group
+		p.Labels["app"] = s.group
+		if s.minMember > 0 {
+			p.Annotations = map[string]string{"scheduling.x-k8s.io/min-member": fmt.Sprint(s.minMember)}
+		}
+	}
+	if s.schedGroup != "" {
+		g := s.schedGroup
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &g}
+		p.Labels["app"] = g
+	}
+	if s.tolerate {
+		p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infer", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	if s.antiAff || len(s.hosts) > 0 {
+		p.Spec.Affinity = &corev1.Affinity{}
+	}
+	if s.antiAff {
+		p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": p.Labels["app"]}}}}}
+	}
+	if len(s.hosts) > 0 {
+		p.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: s.hosts}}}}}}
+	}
+	return p
 }
 
 func (c *cluster) pods(ns string) []corev1.Pod {
@@ -376,6 +393,9 @@ func (c *cluster) waitCondition(ns, name, reason, want string, timeout time.Dura
 		if err == nil {
 			if cd := condition(p); cd != nil {
 				last = fmt.Sprintf("%s/%s: %s", cd.Status, cd.Reason, cd.Message)
+				if strings.Contains(cd.Message, "placer: placer:") {
+					c.t.Errorf("pod %s/%s: %q says placer: twice", ns, name, cd.Message)
+				}
 				if cd.Status == corev1.ConditionFalse && cd.Reason == reason && strings.Contains(cd.Message, want) {
 					return cd.Message
 				}
@@ -397,15 +417,18 @@ func (c *cluster) recorded() map[string][]string {
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		k, v, ok := strings.Cut(s.Text(), " ")
-		if ok {
-			out[k] = append(out[k], v)
+		if f := strings.Fields(s.Text()); len(f) >= 2 { // "ns/name node cycle"
+			out[f[0]] = append(out[f[0]], f[1])
 		}
 	}
 	return out
 }
 
-// checkCapacity: no node's bound requests over its allocatable (GPUs, CPU, memory).
+// checkCapacity: no node's bound pods (not finished) over its allocatable,
+// counted as kube-scheduler counts them (k8s.io/component-helpers'
+// PodRequests: sidecars, pod-level resources, overhead), for every
+// resource the node reports, its pod count included, and no host port
+// taken twice on a node.
 func (c *cluster) checkCapacity() {
 	nodes, err := c.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -416,27 +439,40 @@ func (c *cluster) checkCapacity() {
 		c.t.Fatal(err)
 	}
 	used := map[string]corev1.ResourceList{}
+	ports := map[string]map[string]string{}
 	for _, p := range all.Items {
-		if p.Spec.NodeName == "" {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		rl := used[p.Spec.NodeName]
 		if rl == nil {
 			rl = corev1.ResourceList{}
 			used[p.Spec.NodeName] = rl
+			ports[p.Spec.NodeName] = map[string]string{}
 		}
+		for k, v := range resourcehelper.PodRequests(&p, resourcehelper.PodResourcesOptions{}) {
+			q := rl[k]
+			q.Add(v)
+			rl[k] = q
+		}
+		q := rl[corev1.ResourcePods]
+		q.Add(resource.MustParse("1"))
+		rl[corev1.ResourcePods] = q
 		for _, ctr := range p.Spec.Containers {
-			for k, v := range ctr.Resources.Requests {
-				q := rl[k]
-				q.Add(v)
-				rl[k] = q
+			for _, cp := range ctr.Ports {
+				if cp.HostPort > 0 {
+					k := fmt.Sprintf("%s/%d", cp.Protocol, cp.HostPort)
+					if other, dup := ports[p.Spec.NodeName][k]; dup {
+						c.t.Errorf("node %s: host port %s taken by %s and %s", p.Spec.NodeName, k, other, p.Name)
+					}
+					ports[p.Spec.NodeName][k] = p.Name
+				}
 			}
 		}
 	}
 	for _, n := range nodes.Items {
-		for _, r := range []corev1.ResourceName{"nvidia.com/gpu", corev1.ResourceCPU, corev1.ResourceMemory} {
-			u, a := used[n.Name][r], n.Status.Allocatable[r]
-			if u.Cmp(a) > 0 {
+		for r, u := range used[n.Name] {
+			if a := n.Status.Allocatable[r]; u.Cmp(a) > 0 {
 				c.t.Errorf("node %s: bound pods request %s %s, over its allocatable %s", n.Name, u.String(), r, a.String())
 			}
 		}
@@ -807,16 +843,17 @@ func TestInexpressiblePodReportedRoundPlaced(t *testing.T) {
 	c.createPods(ns, podSpec{name: "ok", gpus: 1})
 	ctx := context.Background()
 	bad := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "zone-spread", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: "by-field", Namespace: ns},
 		Spec: corev1.PodSpec{SchedulerName: "placer", Containers: []corev1.Container{{Name: "c", Image: "none"}},
-			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
-				WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{}}}},
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+					Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}}}}}}}},
 	}
 	if _, err := c.cs.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	c.waitBound(ns, 60*time.Second, "zone-spread")
-	c.waitCondition(ns, "zone-spread", "SchedulerError", "topologySpreadConstraints are not supported", 30*time.Second)
+	c.waitBound(ns, 60*time.Second, "by-field")
+	c.waitCondition(ns, "by-field", "SchedulerError", "placer: cannot express: node affinity matchFields is not supported", 30*time.Second)
 }
 
 // Two replicas: only the one holding the Lease binds; when it dies the other takes over.

@@ -101,39 +101,30 @@ func (s *scheduler) waitForVictims(bound []*corev1.Pod) func(*corev1.Pod) string
 	}
 }
 
-// preempt carries out the round's preemptions, the victims of each pending
+// preempt carries out a round's preemptions, the victims of each pending
 // group together: a dry run of each victim's eviction first, so that one a
 // PodDisruptionBudget protects (429) leaves all of that pod's victims
-// running; then the evictions. It returns the nodes that had a victim (no
-// placement there is bound this round) and the pending jobs preemptions
-// were for (bound in a later round, once their victims are gone). A pod
-// whose priority class says preemptionPolicy Never evicts nothing and waits.
-func (s *scheduler) preempt(ctx context.Context, r *translate.Round, res *wire.ScheduleReplyT) (map[string]bool, map[int]bool) {
-	held, preemptors := map[string]bool{}, map[int]bool{}
+// running; then the evictions. No placement on a node that had a victim,
+// nor of a pod a preemption is for, was bound this cycle (internal/plan):
+// they are placed again once the victims are gone. A pod whose priority
+// class says preemptionPolicy Never evicts nothing and waits.
+func (s *scheduler) preempt(ctx context.Context, r *translate.Round, res *wire.ScheduleReplyT) {
 	if !s.cfg.evict { // never asked without --evict; nothing is evicted without it
 		slog.Error("Placer returned preemptions to a scheduler without --evict; none carried out", "preemptions", len(res.Preemptions))
-		for _, pr := range res.Preemptions {
-			for _, v := range r.Running[pr.Job] {
-				held[v.Spec.NodeName] = true
-			}
-		}
-		return held, preemptors
+		return
 	}
 	victims := r.Victims(res.Preemptions)
 	placedOn := map[int][]string{}
 	for _, pl := range res.Placements {
 		for _, rp := range pl.Replicas {
-			if int(pl.Job) < len(r.Groups) && int(rp.Node) < len(r.Nodes) {
-				placedOn[int(pl.Job)] = append(placedOn[int(pl.Job)], r.Nodes[rp.Node].Name)
+			if int(pl.Job) < len(r.Units) && int(rp.Node) < len(r.C.Nodes) {
+				placedOn[int(pl.Job)] = append(placedOn[int(pl.Job)], r.C.Nodes[rp.Node].Name)
 			}
 		}
 	}
 	jobs := make([]int, 0, len(victims))
-	for j, vs := range victims {
+	for j := range victims {
 		jobs = append(jobs, j)
-		for _, v := range vs {
-			held[v.Spec.NodeName] = true
-		}
 	}
 	sort.Ints(jobs)
 	for _, j := range jobs {
@@ -142,8 +133,7 @@ func (s *scheduler) preempt(ctx context.Context, r *translate.Round, res *wire.S
 			slog.Warn("preemption for no pending pod left alone", "victims", translate.VictimSummary(vs))
 			continue
 		}
-		preemptors[j] = true
-		g := r.Groups[j]
+		g := r.Units[j]
 		first := g.Pods[0]
 		if first.Spec.PreemptionPolicy != nil && *first.Spec.PreemptionPolicy == corev1.PreemptNever {
 			for _, p := range g.Pods {
@@ -201,7 +191,6 @@ func (s *scheduler) preempt(ctx context.Context, r *translate.Round, res *wire.S
 			s.unschedulable(ctx, p, "Unschedulable", msg)
 		}
 	}
-	return held, preemptors
 }
 
 func victimList(vs []victim) string {

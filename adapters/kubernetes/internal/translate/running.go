@@ -68,7 +68,12 @@ func startOf(p *corev1.Pod) int64 {
 // do not sit inside its node's use is left out: its use stays in its node,
 // and it is never a victim. So is a group with such a member, or whose
 // members differ.
-func (r *Round) running(bound []*corev1.Pod, holds map[*corev1.Pod]*holding, now int64) {
+func (r *Round) running(now int64) {
+	var bound []*corev1.Pod
+	for _, on := range r.C.on {
+		bound = append(bound, on...)
+	}
+	holds := r.C.holds
 	top := int32(-1 << 31)
 	for _, j := range r.Request.Pending {
 		top = max(top, j.Priority)
@@ -89,7 +94,7 @@ func (r *Round) running(bound []*corev1.Pod, holds map[*corev1.Pod]*holding, now
 	var order []string
 	for _, p := range bound {
 		key, gang := "pod/"+p.Namespace+"/"+p.Name, false
-		if k := r.groupKey(p); k != "" {
+		if k := GroupKey(p); k != "" {
 			key, gang = k, true
 		}
 		g := groups[key]
@@ -164,7 +169,7 @@ func (r *Round) Victims(ps []*wire.PreemptionT) map[int][]*corev1.Pod {
 			continue
 		}
 		j := int(p.ForJob)
-		if p.ForJob == 0xFFFFFFFF || j >= len(r.Groups) {
+		if p.ForJob == 0xFFFFFFFF || j >= len(r.Units) {
 			j = -1
 		}
 		out[j] = append(out[j], pods...)
