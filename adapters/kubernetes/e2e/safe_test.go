@@ -789,3 +789,61 @@ func (c *cluster) can(user, verb, group, resource, ns, name string) bool {
 	_ = json.Unmarshal(b, &r)
 	return r.Status.Allowed
 }
+
+// ---------------------------------------------------------------- 6: informers
+
+// Node changes and deletions reach the next round: a label added, a
+// cordon lifted, more GPUs, a node deleted.
+func TestNodeChangesReachTheNextRound(t *testing.T) {
+	c := newCluster(t, 8, 0)
+	ctx := context.Background()
+	nodes := c.cs.CoreV1().Nodes()
+	n4, err := nodes.Get(ctx, "node-4", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n4.Spec.Unschedulable = true
+	if _, err := nodes.Update(ctx, n4, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes.Delete(ctx, "node-6", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.startScheduler()
+	ns := "nodes"
+	c.createPods(ns, podSpec{name: "needs-label", gpus: 1, selector: map[string]string{"accel": "fast"}},
+		podSpec{name: "cordoned", gpus: 1, selector: map[string]string{"kubernetes.io/hostname": "node-4"}},
+		podSpec{name: "gone", gpus: 1, selector: map[string]string{"kubernetes.io/hostname": "node-6"}},
+		podSpec{name: "wide", gpus: 16, selector: map[string]string{"kubernetes.io/hostname": "node-7"}})
+	c.waitCondition(ns, "needs-label", "Unschedulable", "0/7 nodes are available: 7 node(s) didn't match Pod's node affinity/selector.", 30*time.Second)
+	c.waitCondition(ns, "cordoned", "Unschedulable", "1 node(s) were unschedulable", 30*time.Second)
+	c.waitCondition(ns, "gone", "Unschedulable", "0/7 nodes are available: 7 node(s) didn't match Pod's node affinity/selector.", 30*time.Second)
+	c.waitCondition(ns, "wide", "Unschedulable", "1 Insufficient nvidia.com/gpu", 30*time.Second)
+	n3, err := nodes.Get(ctx, "node-3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n3.Labels["accel"] = "fast"
+	if _, err := nodes.Update(ctx, n3, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n4, _ = nodes.Get(ctx, "node-4", metav1.GetOptions{})
+	n4.Spec.Unschedulable = false
+	if _, err := nodes.Update(ctx, n4, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n7, _ := nodes.Get(ctx, "node-7", metav1.GetOptions{})
+	n7.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("16")
+	n7.Status.Capacity["nvidia.com/gpu"] = resource.MustParse("16")
+	if _, err := nodes.UpdateStatus(ctx, n7, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ps := c.waitBound(ns, 60*time.Second, "gone") // within the longest back-off of the change
+	for _, p := range ps {
+		want := map[string]string{"needs-label": "node-3", "cordoned": "node-4", "wide": "node-7", "gone": ""}[p.Name]
+		if p.Spec.NodeName != want {
+			t.Errorf("%s on %q, want %q", p.Name, p.Spec.NodeName, want)
+		}
+	}
+	c.checkCapacity()
+}

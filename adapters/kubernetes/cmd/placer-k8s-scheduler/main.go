@@ -288,55 +288,7 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	pi, ni, vi, nsi := f.Core().V1().Pods(), f.Core().V1().Nodes(), f.Core().V1().PersistentVolumeClaims(), f.Core().V1().Namespaces()
 	s.pods, s.nodes, s.pvcs, s.nss = pi.Lister(), ni.Lister(), vi.Lister(), nsi.Lister()
 	s.synced = []cache.InformerSynced{pi.Informer().HasSynced, ni.Informer().HasSynced, vi.Informer().HasSynced, nsi.Informer().HasSynced}
-	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) {
-			if p, ok := o.(*corev1.Pod); ok && s.ours(p) {
-				s.mu.Lock()
-				s.seen[p.UID] = time.Now()
-				s.mu.Unlock()
-				s.poke()
-			}
-		},
-		UpdateFunc: func(old, o any) {
-			p, ok := o.(*corev1.Pod)
-			q, _ := old.(*corev1.Pod)
-			if !ok {
-				return
-			}
-			if p.Spec.NodeName != "" {
-				s.mu.Lock()
-				delete(s.assumed, p.UID)
-				delete(s.preempting, p.UID)
-				s.mu.Unlock()
-				s.queue.Forget(p.UID)
-			}
-			switch {
-			case s.ours(p) && (q == nil || !s.ours(q)): // its last scheduling gate removed, say
-				s.poke()
-			case q != nil && translate.Bound(q) && !translate.Bound(p): // it finished: its node has room
-				s.poke()
-			}
-		},
-		DeleteFunc: func(o any) {
-			if t, ok := o.(cache.DeletedFinalStateUnknown); ok { // the watch missed the deletion
-				o = t.Obj
-			}
-			p, ok := o.(*corev1.Pod)
-			if !ok {
-				return
-			}
-			s.mu.Lock()
-			delete(s.assumed, p.UID)
-			delete(s.preempting, p.UID)
-			delete(s.refused, p.UID)
-			delete(s.seen, p.UID)
-			s.mu.Unlock()
-			s.queue.Forget(p.UID)
-			if translate.Bound(p) {
-				s.poke() // its node has room again
-			}
-		},
-	})
+	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: s.podAdded, UpdateFunc: s.podUpdated, DeleteFunc: s.podDeleted})
 	_, _ = ni.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { s.poke() },
 		UpdateFunc: func(old, o any) {
@@ -355,6 +307,57 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	s.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.schedulerName})
 	return s
+}
+
+func (s *scheduler) podAdded(o any) {
+	if p, ok := o.(*corev1.Pod); ok && s.ours(p) {
+		s.mu.Lock()
+		s.seen[p.UID] = time.Now()
+		s.mu.Unlock()
+		s.poke()
+	}
+}
+
+func (s *scheduler) podUpdated(old, o any) {
+	p, ok := o.(*corev1.Pod)
+	q, _ := old.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if p.Spec.NodeName != "" {
+		s.mu.Lock()
+		delete(s.assumed, p.UID)
+		delete(s.preempting, p.UID)
+		s.mu.Unlock()
+		s.queue.Forget(p.UID)
+	}
+	switch {
+	case s.ours(p) && (q == nil || !s.ours(q)): // its last scheduling gate removed, say
+		s.poke()
+	case q != nil && translate.Bound(q) && !translate.Bound(p): // it finished: its node has room
+		s.poke()
+	}
+}
+
+// podDeleted: a deletion, or the tombstone of one the watch missed.
+func (s *scheduler) podDeleted(o any) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	delete(s.assumed, p.UID)
+	delete(s.preempting, p.UID)
+	delete(s.refused, p.UID)
+	delete(s.seen, p.UID)
+	s.mu.Unlock()
+	s.queue.Forget(p.UID)
+	if translate.Bound(p) {
+		s.poke() // its node has room again
+	}
 }
 
 // nodeChanged: whether an update of a node changes what a round sees of it
