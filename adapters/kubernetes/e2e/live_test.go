@@ -38,6 +38,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,6 +50,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -1020,50 +1023,224 @@ func (m manifest) String() string {
 	return fmt.Sprintf("%s %s %s (%s)", m.obj.GetKind(), m.obj.GetAPIVersion(), name, m.file)
 }
 
-// kustomizationObjects: every object of deploy/kubernetes/kustomization.yaml's
-// resources, in order. The kustomization may hold only `resources`: a
-// transformer (namespace, patches, ...) this reading does not do fails here
-// rather than being applied differently from `kubectl apply -k`.
-func kustomizationObjects(t *testing.T) ([]string, []manifest) {
-	dir := filepath.Join(repoRoot(), "deploy/kubernetes")
+// kustomizationObjects: the objects `kubectl apply -k dir` applies, built
+// by kustomize (sigs.k8s.io/kustomize/api, the version kubectl carries),
+// each with the resource file it comes from (kustomize's origin
+// annotation, taken off again), and the kustomization's resources.
+func kustomizationObjects(t *testing.T, dir string) ([]string, []manifest) {
 	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var k map[string]any
+	var k struct {
+		Resources []string `json:"resources"`
+	}
 	if err := sigsyaml.Unmarshal(b, &k); err != nil {
 		t.Fatalf("kustomization.yaml: %v", err)
 	}
-	var resources []string
-	for key, v := range k {
-		if key != "resources" {
-			t.Fatalf("kustomization.yaml: %q is not applied by this test (only resources)", key)
-		}
-		for _, r := range v.([]any) {
-			resources = append(resources, r.(string))
-		}
+	opts := krusty.MakeDefaultOptions()
+	rm, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	var objs []manifest
-	for _, r := range resources {
-		f, err := os.Open(filepath.Join(dir, r))
+	for _, r := range rm.Resources() {
+		b, err := r.MarshalJSON()
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-		for {
-			var o map[string]any
-			if err := dec.Decode(&o); err == io.EOF {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", r, err)
-			}
-			if len(o) > 0 {
-				objs = append(objs, manifest{r, &unstructured.Unstructured{Object: o}})
+		var m map[string]any
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		m = jsonInts(m).(map[string]any)
+		u := &unstructured.Unstructured{Object: m}
+		file := ""
+		for _, f := range k.Resources {
+			if objectInFile(t, filepath.Join(dir, f), u) {
+				file = f
 			}
 		}
-		_ = f.Close()
+		objs = append(objs, manifest{file, u})
 	}
-	return resources, objs
+	return k.Resources, objs
+}
+
+// jsonInts: JSON numbers as int64 (or float64), as unstructured objects hold them.
+func jsonInts(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = jsonInts(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = jsonInts(e)
+		}
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	}
+	return v
+}
+
+// objectInFile: whether a file of the kustomization declares an object of u's kind and name.
+func objectInFile(t *testing.T, path string, u *unstructured.Unstructured) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		var o map[string]any
+		if err := dec.Decode(&o); err == io.EOF {
+			return false
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		x := unstructured.Unstructured{Object: o}
+		if len(o) > 0 && x.GetKind() == u.GetKind() && x.GetName() == u.GetName() {
+			return true
+		}
+	}
+}
+
+// checkParameters: the kustomization built with its two parameters
+// changed, as a user would: placer serve's namespace (params.yaml) and the
+// image tag (its images entry). placer serve's objects move to that
+// namespace, the scheduler (still in kube-system) is given it, both run
+// the tag, and the parameters' ConfigMap is not in the output.
+func checkParameters(t *testing.T) {
+	src := filepath.Join(repoRoot(), "deploy/kubernetes")
+	dir := t.TempDir()
+	files, _ := filepath.Glob(filepath.Join(src, "*.yaml"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		switch filepath.Base(f) {
+		case "params.yaml":
+			text = strings.Replace(text, "placerNamespace: default", "placerNamespace: gpu-infra", 1)
+		case "kustomization.yaml":
+			text = strings.Replace(text, "newTag: latest", "newTag: v9.8.7", 1)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, objs := kustomizationObjects(t, dir)
+	placerSide := map[string]bool{"StatefulSet placer": true, "Service placer": true, "Service placer-replicas": true, "ServiceMonitor placer": true}
+	seen := 0
+	for _, m := range objs {
+		key := m.obj.GetKind() + " " + m.obj.GetName()
+		switch {
+		case m.obj.GetKind() == "ConfigMap":
+			t.Errorf("%s is in the output (a local-config parameter)", m)
+		case placerSide[key]:
+			seen++
+			if m.obj.GetNamespace() != "gpu-infra" {
+				t.Errorf("%s: not in placer serve's namespace gpu-infra", m)
+			}
+		case m.obj.GetNamespace() != "" && m.obj.GetNamespace() != "kube-system":
+			t.Errorf("%s: the scheduler's objects stay in kube-system", m)
+		}
+		var spec corev1.PodSpec
+		if tmpl, found, _ := unstructured.NestedMap(m.obj.Object, "spec", "template", "spec"); found {
+			b, _ := json.Marshal(tmpl)
+			_ = json.Unmarshal(b, &spec)
+		}
+		for _, ctr := range spec.Containers {
+			if ctr.Image != "placer:v9.8.7" {
+				t.Errorf("%s: image %q, want placer:v9.8.7", m, ctr.Image)
+			}
+			if m.obj.GetKind() == "Deployment" {
+				ep := flagArgs(t, expandArgs(ctr, "x", m.obj.GetNamespace()))["--placer-endpoint"]
+				if ep != "tcp://placer-0.placer-replicas.gpu-infra.svc:5555,tcp://placer-1.placer-replicas.gpu-infra.svc:5555" {
+					t.Errorf("the scheduler's --placer-endpoint=%q with placer serve in gpu-infra", ep)
+				}
+			}
+		}
+	}
+	if seen != len(placerSide) {
+		t.Errorf("%d of placer serve's %d objects built", seen, len(placerSide))
+	}
+	checkMonitors(t, objs)
+}
+
+// checkMonitors: each ServiceMonitor selects a Service of its namespace
+// with the port it scrapes, whose selector picks the pods of a workload
+// of the kustomization: placer serve's and the scheduler's.
+func checkMonitors(t *testing.T, objs []manifest) {
+	covered := map[string]bool{}
+	for _, sm := range objs {
+		if sm.obj.GetKind() != "ServiceMonitor" {
+			continue
+		}
+		sel, _, _ := unstructured.NestedStringMap(sm.obj.Object, "spec", "selector", "matchLabels")
+		eps, _, _ := unstructured.NestedSlice(sm.obj.Object, "spec", "endpoints")
+		found := false
+		for _, svc := range objs {
+			if svc.obj.GetKind() != "Service" || svc.obj.GetNamespace() != sm.obj.GetNamespace() || !labels.SelectorFromSet(sel).Matches(labels.Set(svc.obj.GetLabels())) {
+				continue
+			}
+			ports, _, _ := unstructured.NestedSlice(svc.obj.Object, "spec", "ports")
+			for _, e := range eps {
+				for _, p := range ports {
+					if e.(map[string]any)["port"] == p.(map[string]any)["name"] {
+						found = true
+					}
+				}
+			}
+			podSel, _, _ := unstructured.NestedStringMap(svc.obj.Object, "spec", "selector")
+			for _, w := range objs {
+				tl, _, _ := unstructured.NestedStringMap(w.obj.Object, "spec", "template", "metadata", "labels")
+				if w.obj.GetNamespace() == svc.obj.GetNamespace() && len(tl) > 0 && labels.SelectorFromSet(podSel).Matches(labels.Set(tl)) {
+					covered[w.obj.GetKind()+" "+w.obj.GetName()] = found
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s selects no Service with the port it scrapes", sm)
+		}
+	}
+	for _, w := range []string{"StatefulSet placer", "Deployment placer-k8s-scheduler"} {
+		if !covered[w] {
+			t.Errorf("no ServiceMonitor scrapes %s", w)
+		}
+	}
+}
+
+// expandArgs: a container's arguments with $(VAR) expanded as the kubelet
+// does, from its env (literal values, and metadata.name and .namespace
+// from the downward API: the pod's name and namespace).
+func expandArgs(ctr corev1.Container, pod, namespace string) []string {
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env[e.Name] = pod
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			env[e.Name] = namespace
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		}
+	}
+	out := make([]string, len(ctr.Args))
+	for i, a := range ctr.Args {
+		for k, v := range env {
+			a = strings.ReplaceAll(a, "$("+k+")", v)
+		}
+		out[i] = a
+	}
+	return out
 }
 
 // flagArgs: "--name=value" arguments as a map (the manifests' form).
@@ -1087,6 +1264,7 @@ func flagArgs(t *testing.T, args []string) map[string]string {
 // scheduler, with its own arguments, run twice as its ServiceAccount: one
 // replica leads and binds, the other takes over when the leader is killed.
 func TestManifestsApply(t *testing.T) {
+	checkParameters(t)
 	c := newCluster(t, 4, 0) // applies scheduler-rbac.yaml, as for every live test
 	ctx := context.Background()
 	admin := filepath.Join(c.dir, "admin.kubeconfig")
@@ -1096,7 +1274,7 @@ func TestManifestsApply(t *testing.T) {
 	}
 	dyn := dynamic.NewForConfigOrDie(rc)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.cs.Discovery()))
-	resources, objs := kustomizationObjects(t)
+	resources, objs := kustomizationObjects(t, filepath.Join(repoRoot(), "deploy/kubernetes"))
 
 	// One source of RBAC: the kustomization deploys scheduler-rbac.yaml and
 	// no identity or permission from any other file.
@@ -1149,13 +1327,15 @@ func TestManifestsApply(t *testing.T) {
 		applied[key] = got
 		t.Logf("applied %s", m)
 	}
-	if want := []string{"ServiceMonitor monitoring.coreos.com/v1 placer (servicemonitor.yaml)"}; !slices.Equal(notServed, want) {
+	if want := []string{"ServiceMonitor monitoring.coreos.com/v1 default/placer (servicemonitor.yaml)",
+		"ServiceMonitor monitoring.coreos.com/v1 kube-system/placer-k8s-scheduler (servicemonitor.yaml)"}; !slices.Equal(notServed, want) {
 		t.Errorf("objects of kinds the apiserver does not serve: %v, want %v", notServed, want)
 	}
 	if len(applied)+len(notServed) != len(objs) {
 		t.Errorf("%d objects, %d applied, %d not served", len(objs), len(applied), len(notServed))
 	}
 	for _, key := range []string{"StatefulSet default/placer", "Service default/placer", "Service default/placer-replicas",
+		"Service kube-system/placer-k8s-scheduler",
 		"Deployment kube-system/placer-k8s-scheduler", "ServiceAccount kube-system/placer-scheduler",
 		"ClusterRole placer-scheduler", "ClusterRoleBinding placer-scheduler",
 		"Role kube-system/placer-scheduler-lease", "RoleBinding kube-system/placer-scheduler-lease"} {
@@ -1217,7 +1397,7 @@ func TestManifestsApply(t *testing.T) {
 	if len(ctr.Command) != 1 || filepath.Base(ctr.Command[0]) != "placer-k8s-scheduler" {
 		t.Errorf("command %v", ctr.Command)
 	}
-	args := flagArgs(t, ctr.Args)
+	args := flagArgs(t, expandArgs(ctr, "$(POD_NAME)", d.Namespace))
 	if args["--leader-elect"] != "true" {
 		t.Errorf("--leader-elect=%q, want true", args["--leader-elect"])
 	}
@@ -1303,7 +1483,7 @@ func TestManifestsApply(t *testing.T) {
 	start := func(name string) *replica {
 		r := &replica{name: name, log: filepath.Join(c.dir, "log", name+".log"), http: fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1))}
 		var argv []string
-		for _, a := range ctr.Args {
+		for _, a := range expandArgs(ctr, name, d.Namespace) {
 			k, v, _ := strings.Cut(a, "=")
 			switch k {
 			case "--placer-server-key", "--placer-client-cert":
@@ -1313,7 +1493,7 @@ func TestManifestsApply(t *testing.T) {
 			case "--http":
 				v = r.http
 			}
-			argv = append(argv, k+"="+strings.ReplaceAll(v, "$(POD_NAME)", name))
+			argv = append(argv, k+"="+v)
 		}
 		argv = append(argv, "--kubeconfig="+saKubeconfig)
 		r.cmd = exec.Command(os.Getenv("PLACER_K8S_SCHEDULER"), argv...)
