@@ -63,7 +63,7 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	pending, bound, gated := s.snapshot()
 	mGated.Set(float64(gated))
 	mPending.Set(float64(len(pending)))
-	ready, backingOff, next := s.queue.Ready(pending, start)
+	ready, urgent, backingOff, next := s.queue.Ready(pending, start)
 	mBackoff.Set(float64(backingOff))
 	defer func() {
 		unsched := 0
@@ -78,7 +78,7 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	if len(ready) == 0 {
 		return false, next
 	}
-	batch, cut := plan.Cut(ready, s.cfg.batchMax)
+	batch, cut := plan.Cut(ready, urgent, s.cfg.batchMax)
 	nodes, _ := s.nodes.List(labels.Everything())
 	opt := translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels}
 	hold := s.volumeHold

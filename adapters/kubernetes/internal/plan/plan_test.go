@@ -308,7 +308,7 @@ func TestBackoffDoublesToTenSeconds(t *testing.T) {
 	var got []time.Duration
 	for i := 0; i < 6; i++ {
 		q.Failed(p.UID, now)
-		_, waiting, next := q.Ready([]*corev1.Pod{p}, now)
+		_, _, waiting, next := q.Ready([]*corev1.Pod{p}, now)
 		if waiting != 1 {
 			t.Fatalf("not backing off after a failure")
 		}
@@ -320,7 +320,7 @@ func TestBackoffDoublesToTenSeconds(t *testing.T) {
 			t.Fatalf("back-offs %v, want %v s", got, want)
 		}
 	}
-	if ready, _, _ := q.Ready([]*corev1.Pod{p}, now.Add(10*time.Second)); len(ready) != 1 {
+	if ready, _, _, _ := q.Ready([]*corev1.Pod{p}, now.Add(10*time.Second)); len(ready) != 1 {
 		t.Errorf("not ready after its back-off")
 	}
 	q.Forget(p.UID)
@@ -343,7 +343,7 @@ func TestQueueOrderAndCut(t *testing.T) {
 	high := prio(pod("high", 0, "1", nil), 100)
 	q.Failed(old1.UID, now.Add(-20*time.Second))
 	q.Failed(old2.UID, now.Add(-30*time.Second))
-	ready, waiting, _ := q.Ready([]*corev1.Pod{old1, old2, g1, fresh, g2, high}, now)
+	ready, _, waiting, _ := q.Ready([]*corev1.Pod{old1, old2, g1, fresh, g2, high}, now)
 	var names []string
 	for _, p := range ready {
 		names = append(names, p.Name)
@@ -351,7 +351,7 @@ func TestQueueOrderAndCut(t *testing.T) {
 	if strings.Join(names, ",") != "high,g-1,g-2,fresh,old-2,old-1" || waiting != 0 {
 		t.Fatalf("order %v (%d waiting)", names, waiting)
 	}
-	cut, left := Cut(ready, 2)
+	cut, left := Cut(ready, nil, 2)
 	names = nil
 	for _, p := range cut {
 		names = append(names, p.Name)
@@ -362,11 +362,24 @@ func TestQueueOrderAndCut(t *testing.T) {
 	}
 	// A member backing off comes along with a group that is ready.
 	q.Failed(g2.UID, now)
-	if ready, _, _ = q.Ready([]*corev1.Pod{g1, g2}, now); len(ready) != 2 {
+	if ready, _, _, _ = q.Ready([]*corev1.Pod{g1, g2}, now); len(ready) != 2 {
 		t.Errorf("the group split: %d ready", len(ready))
 	}
 	q.Failed(g1.UID, now)
-	if ready, waiting, _ = q.Ready([]*corev1.Pod{g1, g2}, now); len(ready) != 0 || waiting != 2 {
+	if ready, _, waiting, _ = q.Ready([]*corev1.Pod{g1, g2}, now); len(ready) != 0 || waiting != 2 {
 		t.Errorf("the group backing off: %d ready, %d waiting", len(ready), waiting)
+	}
+	// A higher priority backing off comes along with a lower one that is
+	// ready, after it in the cut, room permitting; the same priority does not.
+	q.Failed(high.UID, now)
+	ready, urgent, _, _ := q.Ready([]*corev1.Pod{high, fresh, old1}, now)
+	if len(ready) != 2 || ready[0] != fresh || len(urgent) != 1 || urgent[0] != high {
+		t.Fatalf("ready %d, urgent %d", len(ready), len(urgent))
+	}
+	if cut, _ := Cut(ready, urgent, 3); len(cut) != 3 || cut[2] != high {
+		t.Errorf("cut of 3: %d pods", len(cut))
+	}
+	if cut, _ := Cut(ready, urgent, 2); len(cut) != 2 || cut[0] != fresh {
+		t.Errorf("cut of 2: %d pods", len(cut))
 	}
 }

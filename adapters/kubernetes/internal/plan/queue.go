@@ -103,7 +103,12 @@ func (q *Queue) Prune(keep map[types.UID]bool) {
 // failed behind the pods that came meanwhile); then creation, oldest
 // first; then namespace/name. `next` is when the first pod backing off
 // is ready (zero: none backs off).
-func (q *Queue) Ready(pods []*corev1.Pod, now time.Time) (ready []*corev1.Pod, backingOff int, next time.Time) {
+//
+// urgent: the pods backing off whose priority is above the lowest of the
+// ready ones, in the same order: a cycle that places pods of a lower
+// priority takes them too, room permitting (Cut), so that no pod of a
+// lower priority takes the room a higher one waits for while it backs off.
+func (q *Queue) Ready(pods []*corev1.Pod, now time.Time) (ready, urgent []*corev1.Pod, backingOff int, next time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	groupReady := map[string]bool{}
@@ -117,20 +122,46 @@ func (q *Queue) Ready(pods []*corev1.Pod, now time.Time) (ready []*corev1.Pod, b
 		}
 	}
 	last := map[types.UID]time.Time{}
+	var waiting []*corev1.Pod
 	for _, p := range pods {
+		if e := q.entries[p.UID]; e != nil {
+			last[p.UID] = e.last
+		}
 		g := translate.GroupKey(p)
 		if isReady(p) || (g != "" && groupReady[g]) {
 			ready = append(ready, p)
-			if e := q.entries[p.UID]; e != nil {
-				last[p.UID] = e.last
-			}
 			continue
 		}
+		waiting = append(waiting, p)
 		backingOff++
 		if u := q.entries[p.UID].until; next.IsZero() || u.Before(next) {
 			next = u
 		}
 	}
+	if len(ready) > 0 {
+		low := prio(ready[0])
+		for _, p := range ready {
+			low = min(low, prio(p))
+		}
+		waitingGroup := map[string]bool{}
+		for _, p := range waiting {
+			if g := translate.GroupKey(p); prio(p) > low && g != "" {
+				waitingGroup[g] = true
+			}
+		}
+		for _, p := range waiting {
+			if g := translate.GroupKey(p); prio(p) > low || (g != "" && waitingGroup[g]) {
+				urgent = append(urgent, p)
+			}
+		}
+	}
+	sortQueue(urgent, last)
+	sortQueue(ready, last)
+	return ready, urgent, backingOff, next
+}
+
+// sortQueue: Ready's order, a pod group as its most urgent member.
+func sortQueue(ready []*corev1.Pod, last map[types.UID]time.Time) {
 	// A group sorts as its most urgent member.
 	key := map[types.UID]*corev1.Pod{}
 	lead := map[string]*corev1.Pod{}
@@ -154,7 +185,6 @@ func (q *Queue) Ready(pods []*corev1.Pod, now time.Time) (ready []*corev1.Pod, b
 		}
 		return before(ready[i], ready[j], last)
 	})
-	return ready, backingOff, next
 }
 
 func before(a, b *corev1.Pod, last map[types.UID]time.Time) bool {
@@ -180,8 +210,14 @@ func prio(p *corev1.Pod) int32 {
 }
 
 // Cut: the first max pods of `ready` (in its order), each pod group kept
-// whole (its members past the cut come along), and how many were left out.
-func Cut(ready []*corev1.Pod, max int) ([]*corev1.Pod, int) {
+// whole (its members past the cut come along), then as many of `urgent`
+// as the rest of max holds (whole groups too); and how many of `ready`
+// were left out.
+func Cut(ready, urgent []*corev1.Pod, max int) ([]*corev1.Pod, int) {
+	if len(ready) < max && len(urgent) > 0 {
+		extra, _ := Cut(urgent, nil, max-len(ready))
+		return append(append([]*corev1.Pod(nil), ready...), extra...), 0
+	}
 	if len(ready) <= max {
 		return ready, 0
 	}
