@@ -230,7 +230,6 @@ func (p *planner) form() {
 			}
 		}
 	}
-	interacts := func(x, y *class) bool { _, ok := inter[pair{x, y}]; return ok }
 
 	// Pod groups.
 	boundOf := map[string][]*corev1.Pod{}
@@ -294,32 +293,31 @@ func (p *planner) form() {
 		}
 		add(&unit{Unit: &translate.Unit{Key: "pod/" + pod.Namespace + "/" + pod.Name, Pods: []*corev1.Pod{pod}}})
 	}
-	// Edges between units whose pods interact.
-	for i, a := range p.units {
-		for _, b := range p.units[i+1:] {
-			if unitsInteract(a, b, classOf, interacts) {
+	// Edges between units whose pods interact: through the classes that
+	// interact (few: only pods with pod rules), not unit by unit.
+	unitsOf := map[*class][]*unit{}
+	for _, u := range p.units {
+		seen := map[*class]bool{}
+		for _, pod := range u.Pods {
+			if c := classOf[pod.UID]; c != nil && !seen[c] {
+				seen[c] = true
+				unitsOf[c] = append(unitsOf[c], u)
+			}
+		}
+	}
+	linked := map[[2]*unit]bool{}
+	for pr := range inter {
+		for _, a := range unitsOf[pr.a] {
+			for _, b := range unitsOf[pr.b] {
+				if a == b || linked[[2]*unit{a, b}] {
+					continue
+				}
+				linked[[2]*unit{a, b}], linked[[2]*unit{b, a}] = true, true
 				a.edges = append(a.edges, b)
 				b.edges = append(b.edges, a)
 			}
 		}
 	}
-}
-
-func unitsInteract(a, b *unit, classOf map[types.UID]*class, interacts func(x, y *class) bool) bool {
-	seen := map[[2]*class]bool{}
-	for _, x := range a.Pods {
-		for _, y := range b.Pods {
-			cx, cy := classOf[x.UID], classOf[y.UID]
-			if seen[[2]*class{cx, cy}] {
-				continue
-			}
-			seen[[2]*class{cx, cy}] = true
-			if interacts(cx, cy) {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // formGang: a pod group's units: its core (the members it needs at once
@@ -454,6 +452,23 @@ func (p *planner) waves() {
 				chosen[u] = true
 				sel = append(sel, u)
 			}
+		}
+		// A unit that waits for a later round keeps the lower priorities
+		// out of this one: they would take room it may need.
+		block, waits := int32(0), false
+		for _, u := range p.units {
+			if u.state == todo && !chosen[u] && (!waits || prio(u.Pods[0]) > block) {
+				block, waits = prio(u.Pods[0]), true
+			}
+		}
+		if waits {
+			kept := sel[:0]
+			for _, u := range sel {
+				if prio(u.Pods[0]) >= block {
+					kept = append(kept, u)
+				}
+			}
+			sel = kept
 		}
 		if len(sel) == 0 {
 			break
@@ -750,7 +765,7 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 			unplaced[int(up.Job)] = up
 		}
 	}
-	why := func(j, placed int) string {
+	why := func(j int, placed []int) string {
 		if up := unplaced[j]; up != nil {
 			return r.ExplainPlaced(j, up, placed)
 		}
@@ -796,7 +811,12 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 		}
 		// A partial placement: the rest of the unit's pods wait, told why.
 		if n := len(x.pods) + len(again); n < len(u.Pods) && !(u.gang != nil && u.core) {
-			msg := why(x.j, n)
+			var on []int
+			for _, b := range x.pods {
+				ni, _ := r.C.Index(b.Node)
+				on = append(on, ni)
+			}
+			msg := why(x.j, on)
 			for _, pod := range u.Pods[n:] {
 				p.fail(pod, "Unschedulable", msg)
 			}
@@ -810,7 +830,7 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 		if pu.state != todo {
 			continue
 		}
-		msg := why(j, 0)
+		msg := why(j, nil)
 		if pu.gang != nil && pu.core {
 			msg = gangWhy(pu, msg)
 		} else if pu.gang != nil {

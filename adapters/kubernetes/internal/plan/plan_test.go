@@ -143,6 +143,12 @@ func TestGangMinMemberBindsWhatFits(t *testing.T) {
 	if why, ok := out.Groups["podgroup/ns/train"]; !ok || why != "" {
 		t.Errorf("the group's outcome: %q, %v", why, ok)
 	}
+	// The nodes its own extras took are told as what they lack once bound.
+	for name, why := range failedWhy(out) {
+		if why != "0/6 nodes are available: 6 Insufficient nvidia.com/gpu." {
+			t.Errorf("%s: %q", name, why)
+		}
+	}
 	// minMember 7 of 8 with room for 6: none.
 	groups["podgroup/ns/train"] = Group{Gang: true, Min: 7, Name: "pod group train", MinName: "minMember"}
 	out = run(t, solve, nodes(6, 3), nil, pending, groups)
@@ -381,5 +387,22 @@ func TestQueueOrderAndCut(t *testing.T) {
 	}
 	if cut, _ := Cut(ready, urgent, 2); len(cut) != 2 || cut[0] != fresh {
 		t.Errorf("cut of 2: %d pods", len(cut))
+	}
+}
+
+// A unit that waits for a later round (its anti-affinity partner goes
+// first) keeps a lower priority out of the round before: the low pod does
+// not take the one node the high pod needs.
+func TestLaterRoundsKeepPriority(t *testing.T) {
+	solve := solver(t)
+	high := func(p *corev1.Pod) *corev1.Pod { v := int32(100); p.Spec.Priority = &v; return p }
+	a := high(anti(pod("a", 8, "1", map[string]string{"app": "x"}), "topology.kubernetes.io/zone", map[string]string{"app": "x"}))
+	b := high(anti(pod("b", 8, "1", map[string]string{"app": "x"}), "topology.kubernetes.io/zone", map[string]string{"app": "x"}))
+	low := pod("low", 8, "1", nil)
+	// Two zones of one node each: a in one, b in the other; low fits nowhere after them.
+	out := run(t, solve, nodes(2, 1), nil, []*corev1.Pod{a, b, low}, nil)
+	bt := boundTo(out)
+	if bt["a"] == "" || bt["b"] == "" || bt["low"] != "" {
+		t.Fatalf("bound %v: the low pod took a node the later round's high pod needed", bt)
 	}
 }

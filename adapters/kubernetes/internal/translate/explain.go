@@ -81,13 +81,14 @@ func taintWords(detail string) string {
 // kube-scheduler sorts them), after Placer's word that the pod can never
 // run on this cluster as it is, when it says so and no pod rule had a
 // part in it; other reasons as "Reason: detail".
-func (r *Round) Explain(j int, u *wire.UnplacedT) string { return r.ExplainPlaced(j, u, 0) }
+func (r *Round) Explain(j int, u *wire.UnplacedT) string { return r.ExplainPlaced(j, u, nil) }
 
-// ExplainPlaced: Explain for a job whose first `placed` replicas were
-// placed: when its pods must sit on distinct nodes, the nodes its own
-// replicas took are counted as the pods' rule (anti-affinity, or host
-// ports) excludes them, as kube-scheduler sees them once they are bound.
-func (r *Round) ExplainPlaced(j int, u *wire.UnplacedT, placed int) string {
+// ExplainPlaced: Explain for a job some of whose replicas were placed, on
+// the nodes `placed` (their indices): the nodes they took are told as
+// kube-scheduler will see them once they are bound: for pods that must sit
+// on distinct nodes, by the rule that says so (anti-affinity, host ports),
+// else by what the node then lacks.
+func (r *Round) ExplainPlaced(j int, u *wire.UnplacedT, placed []int) string {
 	if !aboutRoom(u.Reason) || u.Nodes == 0 {
 		if u.Detail != "" {
 			return wire.EnumNamesUnplacedReason[u.Reason] + ": " + u.Detail
@@ -101,15 +102,18 @@ func (r *Round) ExplainPlaced(j int, u *wire.UnplacedT, placed int) string {
 		excluded += int(x.Nodes)
 	}
 	moved := 0
-	if placed > 0 && j >= 0 && j < len(r.Units) && r.Units[j].DistinctNodes {
-		for w, n := range counts {
+	if len(placed) > 0 && j >= 0 && j < len(r.Units) {
+		taken := ""
+		for w := range counts {
 			if strings.HasPrefix(w, "node(s) were taken") {
-				k := min(n, placed)
-				counts[w] -= k
-				counts[r.Units[j].distinctWhy()] += k
-				moved += k
-				placed -= k
+				taken = w
 			}
+		}
+		for w, n := range r.takenBy(j, placed) {
+			k := min(n, counts[taken])
+			counts[taken] -= k
+			counts[w] += k
+			moved += k
 		}
 	}
 	if j >= 0 && j < len(r.rules) && len(r.rules[j]) > 0 && counts[affinityMiss] > 0 {
@@ -159,6 +163,54 @@ func (r *Round) ExplainPlaced(j int, u *wire.UnplacedT, placed int) string {
 		b.WriteString(".")
 	}
 	return b.String()
+}
+
+// takenBy: the nodes job j's own replicas took (placed: their nodes'
+// indices), by what kube-scheduler will say of them for the rest of its
+// pods once they are bound.
+func (r *Round) takenBy(j int, placed []int) map[string]int {
+	out := map[string]int{}
+	if r.Units[j].DistinctNodes {
+		seen := map[int]bool{}
+		for _, ni := range placed {
+			if !seen[ni] {
+				seen[ni] = true
+				out[r.Units[j].distinctWhy()]++
+			}
+		}
+		return out
+	}
+	d := r.Request.Pending[j].Demand
+	per := map[int]int{}
+	for _, ni := range placed {
+		per[ni]++
+	}
+	for ni, k := range per {
+		if ni < 0 || ni >= len(r.C.Wire) {
+			continue
+		}
+		n := *r.C.Wire[ni]
+		n.CpuMilliFree -= int64(k) * d.CpuMilli
+		n.MemoryMibFree -= int64(k) * d.MemoryMib
+		n.GpuFreeMilli = append([]uint16(nil), n.GpuFreeMilli...)
+		for rep := 0; rep < k; rep++ { // as Placer gives them: whole GPUs fully free, a share the first GPU with room
+			need := int(d.Gpus)
+			for g := range n.GpuFreeMilli {
+				if need == 0 {
+					break
+				}
+				if d.GpuMilli >= 1000 && n.GpuFreeMilli[g] == 1000 {
+					n.GpuFreeMilli[g], need = 0, need-1
+				} else if d.GpuMilli < 1000 && n.GpuFreeMilli[g] >= d.GpuMilli {
+					n.GpuFreeMilli[g], need = n.GpuFreeMilli[g]-d.GpuMilli, need-1
+				}
+			}
+		}
+		if w := roomMiss(&n, d); w != "" {
+			out[w]++
+		}
+	}
+	return out
 }
 
 // reattribute: the nodes Placer counted under node affinity that only job
