@@ -787,6 +787,10 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 			ni, _ := r.C.Index(b.Node)
 			if miss := r.C.Take(b.Pod, ni); miss != "" {
 				again = append(again, b.Pod)
+				if u.Avoid == nil {
+					u.Avoid = map[string]string{}
+				}
+				u.Avoid[b.Node] = miss
 				continue
 			}
 			ok = append(ok, b)
@@ -794,7 +798,7 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 		if u.gang != nil && u.core {
 			if len(again) > 0 || len(ok) < len(u.Pods) {
 				p.rollback(u.gang)
-				continue // the whole gang goes again in a later wave
+				continue // the whole gang goes again in a later wave, off the nodes that could not take it
 			}
 		}
 		u.state, u.wave, u.binds = placed, p.wave, ok

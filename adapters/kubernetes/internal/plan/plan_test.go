@@ -406,3 +406,25 @@ func TestLaterRoundsKeepPriority(t *testing.T) {
 		t.Fatalf("bound %v: the low pod took a node the later round's high pod needed", bt)
 	}
 }
+
+// A gang whose pods Placer put together on a node that holds fewer pods
+// goes again off that node, and is placed elsewhere.
+func TestGangOffANodeThatCannotHoldItsPods(t *testing.T) {
+	solve := solver(t)
+	ns := nodes(2, 2)
+	ns[0].Status.Allocatable[corev1.ResourcePods] = resource.MustParse("2")
+	g := map[string]string{translate.PodGroupLabel: "small"}
+	var pending []*corev1.Pod
+	for i := 0; i < 4; i++ {
+		pending = append(pending, pod(fmt.Sprintf("s-%d", i), 1, "1", g))
+	}
+	groups := map[string]Group{"podgroup/ns/small": {Gang: true, Name: "pod group small", MinName: "minMember"}}
+	out := run(t, solve, ns, nil, pending, groups)
+	per := map[string]int{}
+	for _, n := range boundTo(out) {
+		per[n]++
+	}
+	if len(out.Binds) != 4 || per["n01"] > 2 {
+		t.Fatalf("bound %v (per node %v) in %d rounds", boundTo(out), per, out.Rounds)
+	}
+}

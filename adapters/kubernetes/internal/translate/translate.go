@@ -168,6 +168,9 @@ type Unit struct {
 	RackRequired bool
 	// Local: a gang's replicas preferably under one rack.
 	Local bool
+	// Avoid: nodes this unit is not placed on, with kube-scheduler's reason
+	// (a gang whose pods a node could not all take, side.go).
+	Avoid map[string]string
 }
 
 // distinctWhy: kube-scheduler's reason for a node one of the unit's own
@@ -356,6 +359,14 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 		}
 	}
 	rules, prefs := r.C.rules(first)
+	byWhy := map[string][]string{}
+	for n, why := range u.Avoid {
+		byWhy[why] = append(byWhy[why], n)
+	}
+	for _, why := range sortedKeys(byWhy) {
+		sort.Strings(byWhy[why])
+		rules = append(rules, rule{why, orderSide, notIn(NodeLabel, byWhy[why])})
+	}
 	for _, ru := range rules {
 		require(c, ru.req)
 	}
