@@ -765,9 +765,10 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 			unplaced[int(up.Job)] = up
 		}
 	}
-	why := func(j int, placed []int) string {
+	r.Placed(res)
+	why := func(j int) string {
 		if up := unplaced[j]; up != nil {
-			return r.ExplainPlaced(j, up, placed)
+			return r.Explain(j, up)
 		}
 		return "placer: not placed by the Placer service this round"
 	}
@@ -815,12 +816,7 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 		}
 		// A partial placement: the rest of the unit's pods wait, told why.
 		if n := len(x.pods) + len(again); n < len(u.Pods) && !(u.gang != nil && u.core) {
-			var on []int
-			for _, b := range x.pods {
-				ni, _ := r.C.Index(b.Node)
-				on = append(on, ni)
-			}
-			msg := why(x.j, on)
+			msg := why(x.j)
 			for _, pod := range u.Pods[n:] {
 				p.fail(pod, "Unschedulable", msg)
 			}
@@ -834,7 +830,7 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 		if pu.state != todo {
 			continue
 		}
-		msg := why(j, nil)
+		msg := why(j)
 		if pu.gang != nil && pu.core {
 			msg = gangWhy(pu, msg)
 		} else if pu.gang != nil {

@@ -428,3 +428,19 @@ func TestGangOffANodeThatCannotHoldItsPods(t *testing.T) {
 		t.Fatalf("bound %v (per node %v) in %d rounds", boundTo(out), per, out.Rounds)
 	}
 }
+
+// A pod outbid in its round is told what the node lacks once the winner
+// is bound, as kube-scheduler would tell it then.
+func TestOutbidToldWhatTheNodeLacks(t *testing.T) {
+	solve := solver(t)
+	hi := pod("high", 8, "1", nil)
+	v := int32(100)
+	hi.Spec.Priority = &v
+	out := run(t, solve, nodes(1, 1), nil, []*corev1.Pod{pod("low", 8, "1", nil), hi}, nil)
+	if b := boundTo(out); b["high"] != "n01" || b["low"] != "" {
+		t.Fatalf("bound %v", b)
+	}
+	if why := failedWhy(out)["low"]; why != "0/1 nodes are available: 1 Insufficient nvidia.com/gpu." {
+		t.Errorf("low: %q", why)
+	}
+}

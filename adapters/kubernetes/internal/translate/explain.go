@@ -76,19 +76,14 @@ func taintWords(detail string) string {
 	return fmt.Sprintf("node(s) had untolerated taint {%s: %s}", k, v)
 }
 
-// Explain is job j's Unplaced entry as its pods' condition says it:
+// Explain is job j's Unplaced entry as its pods' condition says it
+// (after Placed, the nodes this round's placements took told as what they
+// then lack):
 // Placer's explanation in kube-scheduler's words (reasons sorted as
 // kube-scheduler sorts them), after Placer's word that the pod can never
 // run on this cluster as it is, when it says so and no pod rule had a
 // part in it; other reasons as "Reason: detail".
-func (r *Round) Explain(j int, u *wire.UnplacedT) string { return r.ExplainPlaced(j, u, nil) }
-
-// ExplainPlaced: Explain for a job some of whose replicas were placed, on
-// the nodes `placed` (their indices): the nodes they took are told as
-// kube-scheduler will see them once they are bound: for pods that must sit
-// on distinct nodes, by the rule that says so (anti-affinity, host ports),
-// else by what the node then lacks.
-func (r *Round) ExplainPlaced(j int, u *wire.UnplacedT, placed []int) string {
+func (r *Round) Explain(j int, u *wire.UnplacedT) string {
 	if !aboutRoom(u.Reason) || u.Nodes == 0 {
 		if u.Detail != "" {
 			return wire.EnumNamesUnplacedReason[u.Reason] + ": " + u.Detail
@@ -102,18 +97,15 @@ func (r *Round) ExplainPlaced(j int, u *wire.UnplacedT, placed []int) string {
 		excluded += int(x.Nodes)
 	}
 	moved := 0
-	if len(placed) > 0 && j >= 0 && j < len(r.Units) {
-		taken := ""
-		for w := range counts {
-			if strings.HasPrefix(w, "node(s) were taken") {
-				taken = w
-			}
-		}
-		for w, n := range r.takenBy(j, placed) {
-			k := min(n, counts[taken])
+	if taken := takenWords(counts); taken != "" && r.after != nil && j >= 0 && j < len(r.Units) {
+		for _, w := range sortedKeys(r.takenAs(j)) {
+			k := min(r.takenAs(j)[w], counts[taken])
 			counts[taken] -= k
 			counts[w] += k
 			moved += k
+		}
+		if counts[taken] == 0 {
+			delete(counts, taken)
 		}
 	}
 	if j >= 0 && j < len(r.rules) && len(r.rules[j]) > 0 && counts[affinityMiss] > 0 {
@@ -165,48 +157,65 @@ func (r *Round) ExplainPlaced(j int, u *wire.UnplacedT, placed []int) string {
 	return b.String()
 }
 
-// takenBy: the nodes job j's own replicas took (placed: their nodes'
-// indices), by what kube-scheduler will say of them for the rest of its
-// pods once they are bound.
-func (r *Round) takenBy(j int, placed []int) map[string]int {
-	out := map[string]int{}
-	if r.Units[j].DistinctNodes {
-		seen := map[int]bool{}
-		for _, ni := range placed {
-			if !seen[ni] {
-				seen[ni] = true
-				out[r.Units[j].distinctWhy()]++
-			}
+func takenWords(counts map[string]int) string {
+	for w, n := range counts {
+		if n > 0 && strings.HasPrefix(w, "node(s) were taken") {
+			return w
 		}
-		return out
 	}
-	d := r.Request.Pending[j].Demand
-	per := map[int]int{}
-	for _, ni := range placed {
-		per[ni]++
+	return ""
+}
+
+// Placed records the round's placements (Placer's reply), so that
+// Explain tells the nodes they took from an unplaced job as kube-scheduler
+// will see them once they are bound: what the node then lacks, or, for a
+// node a replica of the job's own took when its pods must sit on distinct
+// nodes, that rule (anti-affinity, host ports).
+func (r *Round) Placed(res *wire.ScheduleReplyT) {
+	r.after = make([]wire.NodeT, len(r.C.Wire))
+	for i, n := range r.C.Wire {
+		r.after[i] = *n
+		r.after[i].GpuFreeMilli = append([]uint16(nil), n.GpuFreeMilli...)
 	}
-	for ni, k := range per {
-		if ni < 0 || ni >= len(r.C.Wire) {
+	r.ownOn = map[[2]int]bool{}
+	for _, pl := range res.Placements {
+		if int(pl.Job) >= len(r.Request.Pending) {
 			continue
 		}
-		n := *r.C.Wire[ni]
-		n.CpuMilliFree -= int64(k) * d.CpuMilli
-		n.MemoryMibFree -= int64(k) * d.MemoryMib
-		n.GpuFreeMilli = append([]uint16(nil), n.GpuFreeMilli...)
-		for rep := 0; rep < k; rep++ { // as Placer gives them: whole GPUs fully free, a share the first GPU with room
-			need := int(d.Gpus)
-			for g := range n.GpuFreeMilli {
-				if need == 0 {
-					break
-				}
-				if d.GpuMilli >= 1000 && n.GpuFreeMilli[g] == 1000 {
-					n.GpuFreeMilli[g], need = 0, need-1
-				} else if d.GpuMilli < 1000 && n.GpuFreeMilli[g] >= d.GpuMilli {
-					n.GpuFreeMilli[g], need = n.GpuFreeMilli[g]-d.GpuMilli, need-1
+		d := r.Request.Pending[pl.Job].Demand
+		for _, rp := range pl.Replicas {
+			if int(rp.Node) >= len(r.after) {
+				continue
+			}
+			n := &r.after[rp.Node]
+			r.ownOn[[2]int{int(pl.Job), int(rp.Node)}] = true
+			n.CpuMilliFree -= d.CpuMilli
+			n.MemoryMibFree -= d.MemoryMib
+			for _, g := range rp.Gpus {
+				if int(g) < len(n.GpuFreeMilli) {
+					n.GpuFreeMilli[g] -= min(n.GpuFreeMilli[g], rp.GpuMilli)
 				}
 			}
 		}
-		if w := roomMiss(&n, d); w != "" {
+	}
+}
+
+// takenAs: the nodes that had room for job j at the round's start (every
+// check passed) and lack it after the round's placements, by
+// kube-scheduler's words for them.
+func (r *Round) takenAs(j int) map[string]int {
+	out := map[string]int{}
+	job := r.Request.Pending[j]
+	for i, n := range r.C.Nodes {
+		wn := r.C.Wire[i]
+		if !wn.Healthy || (job.Demand.Gpus > 0 && len(wn.GpuFreeMilli) == 0) || !admits(n, job.Constraints) ||
+			untolerated(wn, job.Constraints) != "" || roomMiss(wn, job.Demand) != "" {
+			continue
+		}
+		switch w := roomMiss(&r.after[i], job.Demand); {
+		case r.Units[j].DistinctNodes && r.ownOn[[2]int{j, i}]:
+			out[r.Units[j].distinctWhy()]++
+		case w != "":
 			out[w]++
 		}
 	}

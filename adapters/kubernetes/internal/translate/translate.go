@@ -201,6 +201,8 @@ type Round struct {
 	Running map[string][]*corev1.Pod
 	rules   [][]rule // per job: the node requirements its pod rules added (rules.go)
 	own     []*wire.NodeConstraintsT
+	after   []wire.NodeT    // the nodes after the reply's placements (Placed)
+	ownOn   map[[2]int]bool // (job, node) with a replica of the job placed there
 }
 
 // Build makes the round of `units` on cluster c. A unit that cannot be
