@@ -111,8 +111,7 @@ type Output struct {
 	PlacerTime  time.Duration
 	// Err: Placer did not answer, or refused a round ("" = it answered);
 	// the pods not placed then have SchedulerError with it.
-	Err    string
-	Cycled bool // Placer answered every round
+	Err string
 	// Groups: per pod group tried this cycle, "" when its minimum is placed,
 	// else why not.
 	Groups map[string]string
@@ -164,7 +163,7 @@ func Run(in Input) *Output {
 	if in.Rounds < 1 {
 		in.Rounds = 1
 	}
-	p := &planner{in: in, out: &Output{Groups: map[string]string{}, Cycled: true}, ganged: map[string]*gang{}, held: map[string]bool{}}
+	p := &planner{in: in, out: &Output{Groups: map[string]string{}}, ganged: map[string]*gang{}, held: map[string]bool{}}
 	p.form()
 	p.waves()
 	return p.out
@@ -576,7 +575,6 @@ func (p *planner) round(sel []*unit) bool {
 		} else {
 			p.out.Err = fmt.Sprintf("placer: the Placer service refused the round (%s: %s)", wire.EnumNamesErrorCode[reply.Code], reply.Message)
 		}
-		p.out.Cycled = false
 		for _, u := range p.units { // what is not placed is told why; incomplete cores roll back
 			if u.gang != nil && u.gang.why == "" && u.state == placed && !p.coreDone(u.gang) {
 				p.rollback(u.gang)
