@@ -838,25 +838,27 @@ func TestApiserverRestartReconnects(t *testing.T) {
 	c.checkCapacity()
 }
 
-// A pod the scheduler cannot express is reported on that pod; the rest of the round is placed.
+// A pod the scheduler cannot express is reported on that pod; the rest of
+// the round is placed, a DaemonSet-style pod (matchFields on
+// metadata.name) on its node.
 func TestInexpressiblePodReportedRoundPlaced(t *testing.T) {
 	c := newCluster(t, 16, 0)
 	c.startScheduler()
 	ns := "expr"
-	c.createPods(ns, podSpec{name: "ok", gpus: 1})
-	ctx := context.Background()
-	bad := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "by-field", Namespace: ns},
-		Spec: corev1.PodSpec{SchedulerName: "placer", Containers: []corev1.Container{{Name: "c", Image: "none"}},
-			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
-					Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-1"}}}}}}}}},
+	bad := c.buildPod(ns, podSpec{name: "bad-share"})
+	bad.Annotations = map[string]string{"placer.io/gpu-milli": "1500"}
+	ds := c.buildPod(ns, podSpec{name: "ds", gpus: 1})
+	ds.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-3"}}}}}}}}
+	c.create(ns, c.buildPod(ns, podSpec{name: "ok", gpus: 1}), bad, ds)
+	ps := c.waitBound(ns, 60*time.Second, "bad-share")
+	for _, p := range ps {
+		if p.Name == "ds" && p.Spec.NodeName != "node-3" {
+			t.Errorf("ds on %s, its matchFields say node-3", p.Spec.NodeName)
+		}
 	}
-	if _, err := c.cs.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c.waitBound(ns, 60*time.Second, "by-field")
-	c.waitCondition(ns, "by-field", "SchedulerError", "placer: cannot express: node affinity matchFields is not supported", 30*time.Second)
+	c.waitCondition(ns, "bad-share", "SchedulerError", `placer: cannot express: annotation placer.io/gpu-milli="1500"`, 30*time.Second)
 }
 
 // Two replicas: only the one holding the Lease binds; when it dies the other takes over.

@@ -283,8 +283,10 @@ func expressible(p *corev1.Pod) string {
 	if a := p.Spec.Affinity; a != nil {
 		if na := a.NodeAffinity; na != nil && na.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 			for _, t := range na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
-				if len(t.MatchFields) > 0 {
-					return "node affinity matchFields is not supported (use labels, e.g. " + HostnameKey + ")"
+				for _, f := range t.MatchFields {
+					if f.Key != "metadata.name" || (f.Operator != corev1.NodeSelectorOpIn && f.Operator != corev1.NodeSelectorOpNotIn) {
+						return fmt.Sprintf("node affinity matchFields %s %s (only metadata.name In or NotIn, as the API server allows)", f.Key, f.Operator)
+					}
 				}
 			}
 		}
@@ -423,14 +425,27 @@ func operator(op corev1.NodeSelectorOperator) (wire.SelectorOperator, bool) {
 	return 0, false
 }
 
+// term: a node selector term; its matchFields on metadata.name (a
+// DaemonSet's pods are pinned so) as the round's NodeLabel.
 func term(t corev1.NodeSelectorTerm) (*wire.SelectorTermT, string) {
 	out := &wire.SelectorTermT{}
-	for _, e := range t.MatchExpressions {
+	add := func(e corev1.NodeSelectorRequirement, key string) string {
 		op, ok := operator(e.Operator)
 		if !ok {
-			return nil, fmt.Sprintf("node affinity operator %q", e.Operator)
+			return fmt.Sprintf("node affinity operator %q", e.Operator)
 		}
-		out.MatchExpressions = append(out.MatchExpressions, &wire.SelectorRequirementT{Key: e.Key, Operator: op, Values: e.Values})
+		out.MatchExpressions = append(out.MatchExpressions, &wire.SelectorRequirementT{Key: key, Operator: op, Values: e.Values})
+		return ""
+	}
+	for _, e := range t.MatchExpressions {
+		if why := add(e, e.Key); why != "" {
+			return nil, why
+		}
+	}
+	for _, f := range t.MatchFields {
+		if why := add(f, NodeLabel); why != "" {
+			return nil, why
+		}
 	}
 	return out, ""
 }

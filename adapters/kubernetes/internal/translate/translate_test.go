@@ -368,12 +368,19 @@ func TestConstraintsMapped(t *testing.T) {
 	if j.Priority != 1000 || j.Queue != "team-a" {
 		t.Errorf("priority %d queue %q", j.Priority, j.Queue)
 	}
-	bad := pod("bad", 1, "1")
-	bad.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+	// A DaemonSet's pod: matchFields on metadata.name, as the round's node label.
+	ds := pod("ds", 1, "1")
+	ds.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}}}
-	r = build([]*corev1.Node{node("n1", "r1", 8)}, nil, []*corev1.Pod{bad, pod("good", 1, "1")}, Options{})
-	if len(r.Request.Pending) != 1 || len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0].Why, "matchFields") {
-		t.Errorf("skipped %+v", r.Skipped)
+	bad := ds.DeepCopy()
+	bad.Name = "bad"
+	bad.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields[0].Key = "spec.unschedulable"
+	r = build([]*corev1.Node{node("n1", "r1", 8)}, nil, []*corev1.Pod{bad, ds}, Options{})
+	if len(r.Request.Pending) != 1 || len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0].Why, "matchFields spec.unschedulable") {
+		t.Fatalf("skipped %+v", r.Skipped)
+	}
+	if e := r.Request.Pending[0].Constraints.Required[0].MatchExpressions[0]; e.Key != NodeLabel || e.Values[0] != "n1" {
+		t.Errorf("matchFields: %+v", e)
 	}
 }
 
