@@ -65,12 +65,6 @@ func (s *scheduler) waitForVictims(bound []*corev1.Pod) func(*corev1.Pod) string
 			terminating[p.Spec.NodeName] = append(terminating[p.Spec.NodeName], p)
 		}
 	}
-	prio := func(p *corev1.Pod) int32 {
-		if p.Spec.Priority != nil {
-			return *p.Spec.Priority
-		}
-		return 0
-	}
 	return func(p *corev1.Pod) string {
 		s.mu.Lock()
 		vs, known := s.preempting[p.UID]
@@ -92,7 +86,7 @@ func (s *scheduler) waitForVictims(bound []*corev1.Pod) func(*corev1.Pod) string
 		}
 		if n := p.Status.NominatedNodeName; n != "" {
 			for _, q := range terminating[n] {
-				if prio(q) < prio(p) {
+				if translate.Priority(q) < translate.Priority(p) {
 					return fmt.Sprintf("placer: nominated to %s, waiting for the pods of a lower priority terminating there (%s/%s)", n, q.Namespace, q.Name)
 				}
 			}
@@ -168,7 +162,7 @@ func (s *scheduler) preempt(ctx context.Context, r *translate.Round, res *wire.S
 			mEvict.WithLabelValues("evicted").Inc()
 			gone = append(gone, victim{uid: v.UID, namespace: v.Namespace, name: v.Name, node: v.Spec.NodeName})
 			s.recorder.Eventf(v, corev1.EventTypeNormal, "Preempted", "placer: evicted for %s/%s (priority %d) on %s",
-				first.Namespace, first.Name, prioOf(first), v.Spec.NodeName)
+				first.Namespace, first.Name, translate.Priority(first), v.Spec.NodeName)
 		}
 		slog.Info("preempted", "for", g.Key, "evicted", len(gone), "of", len(vs), "victims", translate.VictimSummary(vs), "refused", failed)
 		s.mu.Lock()
@@ -202,13 +196,6 @@ func victimList(vs []victim) string {
 		parts[i] = v.String()
 	}
 	return strings.Join(parts, ", ")
-}
-
-func prioOf(p *corev1.Pod) int32 {
-	if p.Spec.Priority != nil {
-		return *p.Spec.Priority
-	}
-	return 0
 }
 
 // evict posts pods/eviction for the pod (its UID as a precondition), a dry

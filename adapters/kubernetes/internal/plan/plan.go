@@ -456,14 +456,14 @@ func (p *planner) waves() {
 		// out of this one: they would take room it may need.
 		block, waits := int32(0), false
 		for _, u := range p.units {
-			if u.state == todo && !chosen[u] && (!waits || prio(u.Pods[0]) > block) {
-				block, waits = prio(u.Pods[0]), true
+			if u.state == todo && !chosen[u] && (!waits || translate.Priority(u.Pods[0]) > block) {
+				block, waits = translate.Priority(u.Pods[0]), true
 			}
 		}
 		if waits {
 			kept := sel[:0]
 			for _, u := range sel {
-				if prio(u.Pods[0]) >= block {
+				if translate.Priority(u.Pods[0]) >= block {
 					kept = append(kept, u)
 				}
 			}

@@ -139,18 +139,18 @@ func (q *Queue) Ready(pods []*corev1.Pod, now time.Time) (ready, urgent []*corev
 		}
 	}
 	if len(ready) > 0 {
-		low := prio(ready[0])
+		low := translate.Priority(ready[0])
 		for _, p := range ready {
-			low = min(low, prio(p))
+			low = min(low, translate.Priority(p))
 		}
 		waitingGroup := map[string]bool{}
 		for _, p := range waiting {
-			if g := translate.GroupKey(p); prio(p) > low && g != "" {
+			if g := translate.GroupKey(p); translate.Priority(p) > low && g != "" {
 				waitingGroup[g] = true
 			}
 		}
 		for _, p := range waiting {
-			if g := translate.GroupKey(p); prio(p) > low || (g != "" && waitingGroup[g]) {
+			if g := translate.GroupKey(p); translate.Priority(p) > low || (g != "" && waitingGroup[g]) {
 				urgent = append(urgent, p)
 			}
 		}
@@ -188,7 +188,7 @@ func sortQueue(ready []*corev1.Pod, last map[types.UID]time.Time) {
 }
 
 func before(a, b *corev1.Pod, last map[types.UID]time.Time) bool {
-	pa, pb := prio(a), prio(b)
+	pa, pb := translate.Priority(a), translate.Priority(b)
 	if pa != pb {
 		return pa > pb
 	}
@@ -200,13 +200,6 @@ func before(a, b *corev1.Pod, last map[types.UID]time.Time) bool {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
 	return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
-}
-
-func prio(p *corev1.Pod) int32 {
-	if p.Spec.Priority != nil {
-		return *p.Spec.Priority
-	}
-	return 0
 }
 
 // Cut: the first max pods of `ready` (in its order), each pod group kept

@@ -78,12 +78,6 @@ func (r *Round) running(now int64) {
 	for _, j := range r.Request.Pending {
 		top = max(top, j.Priority)
 	}
-	prio := func(p *corev1.Pod) int32 {
-		if p.Spec.Priority != nil {
-			return *p.Spec.Priority
-		}
-		return 0
-	}
 	type grp struct {
 		key  string
 		gang bool
@@ -126,7 +120,7 @@ func (r *Round) running(now int64) {
 		}
 		sort.Slice(g.pods, func(i, j int) bool { return g.pods[i].Name < g.pods[j].Name })
 		first := g.pods[0]
-		if prio(first) >= top {
+		if Priority(first) >= top {
 			continue
 		}
 		rl := Requests(first)
@@ -134,14 +128,14 @@ func (r *Round) running(now int64) {
 		if m, _ := Share(first); m > 0 {
 			d.Gpus, d.GpuMilli = 1, uint16(m)
 		}
-		rj := &wire.RunningJobT{Name: "running/" + key, Kind: wire.JobKindBatch, Priority: prio(first), Demand: d,
+		rj := &wire.RunningJobT{Name: "running/" + key, Kind: wire.JobKindBatch, Priority: Priority(first), Demand: d,
 			Gang: len(g.pods) > 1, Preemptible: true, StartTime: startOf(first), Queue: first.Labels[QueueLabel]}
 		same := true
 		for _, p := range g.pods {
 			rlp := Requests(p)
 			m, _ := Share(p)
 			h := holds[p]
-			if prio(p) != rj.Priority || gpus(rlp) != gpus(rl) || milli(rlp[corev1.ResourceCPU]) != d.CpuMilli ||
+			if Priority(p) != rj.Priority || gpus(rlp) != gpus(rl) || milli(rlp[corev1.ResourceCPU]) != d.CpuMilli ||
 				mib(rlp[corev1.ResourceMemory]) != d.MemoryMib || (m > 0) != (d.GpuMilli < 1000) || (m > 0 && uint16(m) != d.GpuMilli) {
 				same = false
 				break

@@ -144,7 +144,8 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-func priority(p *corev1.Pod) int32 {
+// Priority: a pod's spec.priority (0 when unset).
+func Priority(p *corev1.Pod) int32 {
 	if p.Spec.Priority != nil {
 		return *p.Spec.Priority
 	}
@@ -274,7 +275,7 @@ func Signature(p *corev1.Pod, keys map[string]bool) (string, string) {
 		H []corev1.ContainerPort
 		L []string
 	}{p.Spec.NodeSelector, p.Spec.Tolerations, p.Spec.Affinity, p.Spec.TopologySpreadConstraints, HostPorts(p), projected})
-	fmt.Fprintf(&b, "%d|%d|%s|%s|%s", share, priority(p), p.Labels[QueueLabel], p.Namespace, cons)
+	fmt.Fprintf(&b, "%d|%d|%s|%s|%s", share, Priority(p), p.Labels[QueueLabel], p.Namespace, cons)
 	return b.String(), ""
 }
 
@@ -327,7 +328,7 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 		Name: u.Key, Kind: wire.JobKindBatch, Replicas: uint32(len(u.Pods)), Queue: first.Labels[QueueLabel],
 		Demand: &wire.DemandT{Gpus: uint16(gpus(rl)), GpuMilli: 1000, CpuMilli: milli(rl[corev1.ResourceCPU]),
 			MemoryMib: mib(rl[corev1.ResourceMemory])},
-		TopologyLevel: -1, SubmitTime: first.CreationTimestamp.Unix(), Priority: priority(first),
+		TopologyLevel: -1, SubmitTime: first.CreationTimestamp.Unix(), Priority: Priority(first),
 		Gang: u.Gang && len(u.Pods) > 1, DistinctNodes: u.DistinctNodes && len(u.Pods) > 1,
 	}
 	for _, p := range u.Pods[1:] { // a unit's submit time: its earliest pod's
