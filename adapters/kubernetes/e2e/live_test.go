@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -96,24 +97,20 @@ type cluster struct {
 	record   string
 }
 
+// freePorts: the first of n consecutive ports free on loopback, below the
+// kernel's ephemeral range (32768 and up by default), so that no outgoing
+// connection of this machine's other work is handed one of them between
+// this check and the bind (a bind once failed so: "address already in use").
 func freePorts(t *testing.T, n int) int {
-	for try := 0; try < 50; try++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if p+n >= 65535 {
-			continue
-		}
+	for try := 0; try < 200; try++ {
+		p := 20000 + rand.IntN(12000-n)
 		ok := true
-		for k := 1; k < n && ok; k++ {
-			l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+k))
+		for k := 0; k < n && ok; k++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+k))
 			if err != nil {
 				ok = false
 			} else {
-				_ = l2.Close()
+				_ = l.Close()
 			}
 		}
 		if ok {
@@ -141,9 +138,19 @@ func script(t *testing.T, args ...string) string {
 func newCluster(t *testing.T, nodes, tainted int) *cluster {
 	c := &cluster{t: t, nodes: nodes}
 	c.dir = filepath.Join(os.TempDir(), fmt.Sprintf("placer-k8s-e2e-%d-%s", os.Getpid(), t.Name()))
-	c.port = freePorts(t, 3)
 	t.Cleanup(c.down)
-	script(t, "up", "--dir", c.dir, "--port", fmt.Sprint(c.port))
+	for try := 1; ; try++ { // another process may take a port between the check and the bind
+		c.port = freePorts(t, 3)
+		out, err := exec.Command("bash", filepath.Join(repoRoot(), "scripts/k8s-cluster.sh"), "up", "--dir", c.dir, "--port", fmt.Sprint(c.port)).CombinedOutput()
+		if err == nil {
+			break
+		}
+		_, _ = exec.Command("bash", filepath.Join(repoRoot(), "scripts/k8s-cluster.sh"), "down", "--dir", c.dir).CombinedOutput()
+		if try == 3 || !strings.Contains(string(out), "address already in use") {
+			t.Fatalf("k8s-cluster.sh up: %v\n%s", err, out)
+		}
+		t.Logf("port %d taken at bind, again: %s", c.port, strings.TrimSpace(string(out)))
+	}
 	args := []string{"nodes", fmt.Sprint(nodes), "--dir", c.dir, "--port", fmt.Sprint(c.port), "--gpus", "8",
 		"--models", "a100,h100,a100,h100", "--racks", "2", "--zones", "2"}
 	if tainted > 0 {
