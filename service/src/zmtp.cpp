@@ -1099,6 +1099,7 @@ void* listener::handle() const { return impl_->sock.handle(); }
 listener_stats listener::stats() const {
   auto s = impl_->st;
   s.held_bytes = impl_->held->load();
+  s.closing = impl_->draining.size() + impl_->resetting.size();
   return s;
 }
 
