@@ -60,7 +60,7 @@ struct rig {
   std::string endpoint;
   int port = 0;
   std::atomic<bool> stop{false};
-  std::atomic<std::uint64_t> held{0}, connections{0}, refused{0}, closing{0};  ///< published by the pump, for a finding's report
+  std::atomic<std::uint64_t> held{0}, connections{0}, refused{0}, closing{0}, written_off{0};  ///< published by the pump, for a finding's report
   std::thread pump;
 
   rig() {
@@ -109,6 +109,7 @@ struct rig {
       connections = s.connections;
       refused = s.refused_memory;
       closing = s.closing;
+      written_off = s.written_off_bytes;
       if (s.held_bytes > s.memory_budget + 64 * 4096) {
         std::fprintf(stderr, "the memory account holds %llu bytes, past its budget\n",
                      static_cast<unsigned long long>(s.held_bytes));
@@ -237,9 +238,11 @@ extern "C" int LLVMFuzzerTestOneInput(std::uint8_t const* data, std::size_t size
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   if (r.held > 0) {
-    std::fprintf(stderr, "the listener still holds %llu bytes with every peer gone (%llu connections, %llu closing)\n",
+    std::fprintf(stderr,
+                 "the listener still holds %llu bytes with every peer gone (%llu connections, %llu closing; %llu bytes "
+                 "libzmq dropped written off so far)\n",
                  static_cast<unsigned long long>(r.held.load()), static_cast<unsigned long long>(r.connections.load()),
-                 static_cast<unsigned long long>(r.closing.load()));
+                 static_cast<unsigned long long>(r.closing.load()), static_cast<unsigned long long>(r.written_off.load()));
     std::abort();
   }
 #else

@@ -165,6 +165,7 @@ struct listener_stats {
   std::uint64_t refused_memory = 0;     ///< messages refused for the budget (kind::refused)
   std::uint64_t pings = 0;              ///< heartbeats sent
   std::uint64_t closing = 0;            ///< closed, libzmq still ending them (last bytes, or a reset)
+  std::uint64_t written_off_bytes = 0;  ///< replies' bytes libzmq dropped without freeing them, uncounted
 };
 
 class listener {
