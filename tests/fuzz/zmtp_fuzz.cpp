@@ -26,6 +26,7 @@
 // 30 s.
 #include <placer/service/zmtp.hpp>
 
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -60,7 +61,10 @@ struct rig {
   std::string endpoint;
   int port = 0;
   std::atomic<bool> stop{false};
-  std::atomic<std::uint64_t> held{0}, connections{0}, refused{0}, closing{0}, written_off{0}, handshake_timeouts{0};  ///< published by the pump, for a finding's report
+  std::atomic<std::uint64_t> held{0}, connections{0}, refused{0}, closing{0}, written_off{0};
+  /// Connections closed so far, by cause; the pump's turns (alive or not).
+  std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(zmtp::close_cause::count)> closed{};
+  std::atomic<std::uint64_t> turns{0};  ///< published by the pump, for a finding's report
   std::thread pump;
 
   rig() {
@@ -110,7 +114,8 @@ struct rig {
       refused = s.refused_memory;
       closing = s.closing;
       written_off = s.written_off_bytes;
-      handshake_timeouts = s.closed[static_cast<std::size_t>(zmtp::close_cause::handshake_timeout)];
+      for (std::size_t k = 0; k < closed.size(); ++k) closed[k] = s.closed[k];
+      ++turns;
       if (s.held_bytes > s.memory_budget + 64 * 4096) {
         std::fprintf(stderr, "the memory account holds %llu bytes, past its budget\n",
                      static_cast<unsigned long long>(s.held_bytes));
@@ -148,11 +153,18 @@ void expect_answered(rig& r, std::string const& id, int round) {
   // connections): while the listener keeps closing handshakes for their
   // time, the wait goes on, up to a minute.
   auto const start = clock_type::now();
-  std::uint64_t const timeouts_before = r.handshake_timeouts.load();
+  auto const closed_now = [&] {
+    std::array<std::uint64_t, static_cast<std::size_t>(zmtp::close_cause::count)> c{};
+    for (std::size_t k = 0; k < c.size(); ++k) c[k] = r.closed[k].load();
+    return c;
+  };
+  auto const closed_before = closed_now();
+  std::uint64_t const turns_before = r.turns.load();
+  constexpr auto handshake = static_cast<std::size_t>(zmtp::close_cause::handshake_timeout);
   auto const waited = [&] {
     auto const t = clock_type::now() - start;
     return t > std::chrono::seconds(60) ||
-           (t > std::chrono::seconds(10) && r.handshake_timeouts.load() == timeouts_before);
+           (t > std::chrono::seconds(10) && r.closed[handshake].load() == closed_before[handshake]);
   };
   while ((item.revents & ZMQ_POLLIN) == 0 && !waited()) {
     try {
@@ -162,13 +174,21 @@ void expect_answered(rig& r, std::string const& id, int round) {
     }
   }
   if ((item.revents & ZMQ_POLLIN) == 0) {
+    auto const closed_after = closed_now();
+    std::string closes;
+    for (std::size_t k = 0; k < closed_after.size(); ++k) {
+      if (closed_after[k] != closed_before[k]) {
+        closes += " " + std::string(zmtp::close_cause_name(static_cast<zmtp::close_cause>(k))) + " " +
+                  std::to_string(closed_after[k] - closed_before[k]);
+      }
+    }
     std::fprintf(stderr,
                  "a DEALER was not answered after the input's bytes (round %d); the listener holds %llu bytes for "
-                 "%llu connections, %llu messages refused for the budget so far, %llu handshakes closed for their "
-                 "time while it waited\n",
+                 "%llu connections, %llu messages refused for the budget so far; while it waited: the pump turned "
+                 "%llu times, connections closed:%s\n",
                  round, static_cast<unsigned long long>(r.held.load()),
                  static_cast<unsigned long long>(r.connections.load()), static_cast<unsigned long long>(r.refused.load()),
-                 static_cast<unsigned long long>(r.handshake_timeouts.load() - timeouts_before));
+                 static_cast<unsigned long long>(r.turns.load() - turns_before), closes.empty() ? " none" : closes.c_str());
     std::abort();
   }
   zmq::message_t delimiter, echo;
