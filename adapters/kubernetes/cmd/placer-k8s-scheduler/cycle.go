@@ -18,13 +18,16 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"placer.local/kubernetes/internal/dra"
 	"placer.local/kubernetes/internal/plan"
 	"placer.local/kubernetes/internal/translate"
 )
 
 // snapshot: the pods that hold nodes (bound, or bound by us and not seen
-// yet), ours pending (no gate left), and how many of ours are gated.
-func (s *scheduler) snapshot() (pending, bound []*corev1.Pod, gated int) {
+// yet), ours pending (no gate left), how many of ours are gated, and
+// those of ours whose claims are not there yet, with why (they wait out
+// of the rounds, as gated pods do, but say so).
+func (s *scheduler) snapshot(ds *dra.Snapshot) (pending, bound []*corev1.Pod, gated int, claimWait map[*corev1.Pod]string) {
 	all, _ := s.pods.List(labels.Everything())
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -43,6 +46,13 @@ func (s *scheduler) snapshot() (pending, bound []*corev1.Pod, gated int) {
 		case translate.Bound(p):
 			bound = append(bound, p)
 		case s.ours(p):
+			if why := resolveWait(ds, p); why != "" {
+				if claimWait == nil {
+					claimWait = map[*corev1.Pod]string{}
+				}
+				claimWait[p] = why
+				continue
+			}
 			pending = append(pending, p)
 			keep[p.UID] = true
 		case s.mine(p):
@@ -50,7 +60,7 @@ func (s *scheduler) snapshot() (pending, bound []*corev1.Pod, gated int) {
 		}
 	}
 	s.queue.Prune(keep)
-	return pending, bound, gated
+	return pending, bound, gated, claimWait
 }
 
 // cycle: one look at the pending pods; those ready (not backing off) are
@@ -60,8 +70,13 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	start := time.Now()
 	mSchedNums.Inc()
 	n := s.cycles.Add(1)
-	pending, bound, gated := s.snapshot()
+	ds := s.claims.snapshot()
+	pending, bound, gated, claimWait := s.snapshot(ds)
 	mGated.Set(float64(gated))
+	mClaimWait.Set(float64(len(claimWait)))
+	for p, why := range claimWait { // said once (unschedulable writes only a change)
+		s.unschedulable(ctx, p, "Unschedulable", "placer: waiting for the pod's ResourceClaims: "+why)
+	}
 	mPending.Set(float64(len(pending)))
 	ready, urgent, backingOff, next := s.queue.Ready(pending, start)
 	mBackoff.Set(float64(backingOff))
@@ -80,7 +95,7 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	}
 	batch, cut := plan.Cut(ready, urgent, s.cfg.batchMax)
 	nodes, _ := s.nodes.List(labels.Everything())
-	opt := translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels}
+	opt := translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels, DRA: ds}
 	hold := s.volumeHold
 	if s.cfg.evict {
 		opt.Evict, opt.NotEvictable = true, s.notEvictable
@@ -179,10 +194,31 @@ func (s *scheduler) bind(ctx context.Context, binds []plan.Bind, cycle int64) (i
 			slog.Error("--record", "err", err)
 		}
 	}
+	var nBound, nFailed atomic.Int64
+	failed := func(b plan.Bind, err error) {
+		nFailed.Add(1)
+		mBindErr.Inc()
+		s.mu.Lock()
+		delete(s.assumed, b.Pod.UID) // it holds nothing: the next round sees its node without it
+		s.mu.Unlock()
+		s.queue.Failed(b.Pod.UID, time.Now())
+		slog.Warn("binding refused", "pod", b.Pod.Namespace+"/"+b.Pod.Name, "node", b.Node, "err", err)
+		// A pod bound already (another replica, an earlier life of this
+		// one) answers Conflict: it is not bound twice.
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			s.recorder.Eventf(b.Pod, corev1.EventTypeWarning, "FailedBinding", "placer: binding to %s failed: %v", b.Node, err)
+		}
+	}
+	// Claims first (kube-scheduler's PreBind): a pod whose claims could not
+	// all be written is not bound.
+	claimErr := s.claims.write(ctx, binds)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.cfg.bindWorkers)
-	var nBound, nFailed atomic.Int64
 	for _, b := range binds {
+		if err := claimErr[b.Pod.UID]; err != nil {
+			failed(b, fmt.Errorf("its ResourceClaims: %w", err))
+			continue
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
@@ -200,18 +236,7 @@ func (s *scheduler) bind(ctx context.Context, binds []plan.Bind, cycle int64) (i
 			}
 			err := s.cs.CoreV1().Pods(b.Pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
 			if err != nil {
-				nFailed.Add(1)
-				mBindErr.Inc()
-				s.mu.Lock()
-				delete(s.assumed, b.Pod.UID) // it holds nothing: the next round sees its node without it
-				s.mu.Unlock()
-				s.queue.Failed(b.Pod.UID, time.Now())
-				slog.Warn("binding refused", "pod", b.Pod.Namespace+"/"+b.Pod.Name, "node", b.Node, "err", err)
-				// A pod bound already (another replica, an earlier life of this
-				// one) answers Conflict: it is not bound twice.
-				if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-					s.recorder.Eventf(b.Pod, corev1.EventTypeWarning, "FailedBinding", "placer: binding to %s failed: %v", b.Node, err)
-				}
+				failed(b, err)
 				return
 			}
 			nBound.Add(1)

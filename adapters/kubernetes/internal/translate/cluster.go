@@ -6,7 +6,9 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
+	"placer.local/kubernetes/internal/dra"
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
 )
 
@@ -26,6 +28,13 @@ type Cluster struct {
 	// to every pod: kube-scheduler's symmetry).
 	anti      []*corev1.Pod
 	sideCache map[string][]rule
+	// Dynamic resource allocation (Options.DRA): the round's view, each
+	// node's first GPU from its devices (after its nvidia.com/gpu ones),
+	// the pods' claims, and the claims Take allocated, by pod.
+	dra       *dra.View
+	draFirst  []int
+	podClaims map[types.UID]*dra.PodClaims
+	claimed   map[types.UID]*dra.PodAlloc
 }
 
 // NewCluster: `nodes` with what `bound` pods use (bound by anyone, or by
@@ -39,6 +48,11 @@ func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster
 		ports: make([]portSet, len(nodes)), holds: map[*corev1.Pod]*holding{}}
 	for i, n := range nodes {
 		c.index[n.Name] = i
+	}
+	if opt.DRA != nil {
+		c.dra = opt.DRA.View(opt.Claimed)
+		c.draFirst = make([]int, len(nodes))
+		c.podClaims, c.claimed = map[types.UID]*dra.PodClaims{}, map[types.UID]*dra.PodAlloc{}
 	}
 	for _, p := range bound {
 		if i, ok := c.index[p.Spec.NodeName]; ok {
@@ -84,8 +98,17 @@ func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster
 			cpuUsed -= cpu
 			memUsed -= mem
 		}
+		model := n.Labels[GPUProduct]
+		if c.dra != nil { // its devices' GPUs, after its nvidia.com/gpu ones
+			c.draFirst[ni] = len(free)
+			more, product := c.dra.GPUs(n.Name)
+			free = append(free, more...)
+			if model == "" {
+				model = product
+			}
+		}
 		wn := &wire.NodeT{
-			Name: n.Name, GpuModel: n.Labels[GPUProduct], GpuFreeMilli: free,
+			Name: n.Name, GpuModel: model, GpuFreeMilli: free,
 			CpuMilliCapacity: cpuCap, CpuMilliFree: max(0, cpuCap-milli(used[corev1.ResourceCPU])),
 			MemoryMibCapacity: memCap, MemoryMibFree: max(0, memCap-mib(used[corev1.ResourceMemory])),
 			Pool: wire.PoolShared, Healthy: nodeReady(n), Domain: -1,
@@ -202,3 +225,19 @@ func subList(out, rl corev1.ResourceList) {
 var one = *resource.NewQuantity(1, resource.DecimalSI)
 
 func resourceCount(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.DecimalSI) }
+
+// claims: pod p's claims (nil: none, or DRA is off).
+func (c *Cluster) claims(p *corev1.Pod) *dra.PodClaims {
+	if c.dra == nil || len(p.Spec.ResourceClaims) == 0 {
+		return nil
+	}
+	if pc, ok := c.podClaims[p.UID]; ok {
+		return pc
+	}
+	pc, _ := c.opt.DRA.Resolve(p)
+	c.podClaims[p.UID] = pc
+	return pc
+}
+
+// Claimed: the claims Take allocated for pod p on its node (nil: none).
+func (c *Cluster) Claimed(p *corev1.Pod) *dra.PodAlloc { return c.claimed[p.UID] }
