@@ -17,9 +17,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"sort"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -32,101 +29,34 @@ import (
 	"placer.local/kubernetes/internal/dratest"
 )
 
-const (
-	h100Name = "NVIDIA H100 80GB HBM3"
-	a100Name = "NVIDIA A100-SXM4-80GB"
-	// the resourceclaim controller: claims from templates, unused claims freed
-	claimController = "resourceclaim-controller"
+// the resourceclaim controller: claims from templates, unused claims freed
+const claimController = "resourceclaim-controller"
+
+type want = dratest.Want
+
+var (
+	wantH100x4, wantH100x8, wantCC9, wantA100 = dratest.WantH100x4, dratest.WantH100x8, dratest.WantCC9, dratest.WantA100
+	wantMIG, wantMIG3g                        = dratest.WantMIG, dratest.WantMIG3g
 )
 
 func newDRACluster(t *testing.T, nodes int) *cluster {
 	return newClusterWith(t, clusterOpts{nodes: nodes, controllers: claimController, dra: true, migEvery: 8})
 }
 
-// publishSlices: the test driver's ResourceSlices for every node (node-i
-// the i-th), and NVIDIA's DeviceClasses.
+// publishSlices: the test driver's ResourceSlices for every node, and
+// NVIDIA's DeviceClasses.
 func (c *cluster) publishSlices(migEvery int) {
-	ctx := context.Background()
-	l, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	ns := l.Items
-	sort.Slice(ns, func(i, j int) bool { return nodeIndex(ns[i].Name) < nodeIndex(ns[j].Name) })
-	var drv []dratest.Node
-	for i := range ns {
-		drv = append(drv, dratest.ForNode(&ns[i], i, 8, migEvery))
-	}
-	if err := dratest.Publish(ctx, c.cs, drv, 8); err != nil {
+	if err := dratest.PublishNodes(context.Background(), c.cs, 8, migEvery); err != nil {
 		c.t.Fatal(err)
 	}
 }
-
-func nodeIndex(name string) int {
-	i, _ := strconv.Atoi(name[strings.LastIndex(name, "-")+1:])
-	return i
-}
-
-// want: what a test asks of each device of a claim.
-type want struct {
-	class    string // gpu.nvidia.com or mig.nvidia.com
-	count    int64
-	cel      string
-	ok       func(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool
-	describe string
-}
-
-func (w want) request() resourceapi.DeviceRequest {
-	r := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: w.class, Count: w.count,
-		AllocationMode: resourceapi.DeviceAllocationModeExactCount}}
-	if w.cel != "" {
-		r.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: w.cel}}}
-	}
-	return r
-}
-
-func attrStr(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, k string) string {
-	if v, ok := a[resourceapi.QualifiedName(k)]; ok {
-		switch {
-		case v.StringValue != nil:
-			return *v.StringValue
-		case v.VersionValue != nil:
-			return *v.VersionValue
-		}
-	}
-	return ""
-}
-
-var (
-	wantH100x4 = want{class: "gpu.nvidia.com", count: 4, cel: "device.attributes['gpu.nvidia.com'].productName == '" + h100Name + "'",
-		ok: func(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool {
-			return attrStr(a, "type") == "gpu" && attrStr(a, "productName") == h100Name
-		}, describe: "4 H100 GPUs"}
-	wantCC9 = want{class: "gpu.nvidia.com", count: 2, cel: "device.attributes['gpu.nvidia.com'].cudaComputeCapability.isGreaterThan(semver('8.9.0'))",
-		ok: func(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool {
-			return attrStr(a, "type") == "gpu" && attrStr(a, "cudaComputeCapability") >= "9.0.0"
-		}, describe: "2 GPUs of compute capability 9 or more"}
-	wantA100 = want{class: "gpu.nvidia.com", count: 1, cel: "device.attributes['gpu.nvidia.com'].productName == '" + a100Name + "'",
-		ok: func(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool {
-			return attrStr(a, "type") == "gpu" && attrStr(a, "productName") == a100Name
-		}, describe: "1 A100 GPU"}
-	wantMIG = want{class: "mig.nvidia.com", count: 1, cel: "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'",
-		ok: func(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool {
-			return attrStr(a, "type") == "mig" && attrStr(a, "profile") == "1g.10gb"
-		}, describe: "a 1g.10gb MIG device"}
-	wantMIG3g = want{class: "mig.nvidia.com", count: 1, cel: "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'",
-		ok: func(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool {
-			return attrStr(a, "type") == "mig" && attrStr(a, "profile") == "3g.40gb"
-		}, describe: "a 3g.40gb MIG device"}
-	wantH100x8 = want{class: "gpu.nvidia.com", count: 8, cel: wantH100x4.cel, ok: wantH100x4.ok, describe: "8 H100 GPUs"}
-)
 
 // template: a ResourceClaimTemplate of one request.
 func (c *cluster) template(ns, name string, w want) {
 	c.ensureNamespace(ns)
 	_, err := c.cs.ResourceV1().ResourceClaimTemplates(ns).Create(context.Background(), &resourceapi.ResourceClaimTemplate{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{w.request()}}}},
+		Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: w.Spec()},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		c.t.Fatal(err)
@@ -138,7 +68,7 @@ func (c *cluster) claim(ns, name string, w want) {
 	c.ensureNamespace(ns)
 	_, err := c.cs.ResourceV1().ResourceClaims(ns).Create(context.Background(), &resourceapi.ResourceClaim{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
-		Spec:       resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{w.request()}}},
+		Spec:       w.Spec(),
 	}, metav1.CreateOptions{})
 	if err != nil {
 		c.t.Fatal(err)
@@ -262,8 +192,8 @@ func (c *cluster) checkClaims(ns string, wants map[string]want) map[string]*reso
 		if sel := cl.Status.Allocation.NodeSelector; sel == nil || !nodeSelectorNames(sel, p.Spec.NodeName) {
 			c.t.Errorf("pod %s on %s: its claim's allocation is for %v", p.Name, p.Spec.NodeName, cl.Status.Allocation.NodeSelector)
 		}
-		if n := int64(len(cl.Status.Allocation.Devices.Results)); n != w.count {
-			c.t.Errorf("pod %s: %d devices allocated, it asked %d", p.Name, n, w.count)
+		if n := int64(len(cl.Status.Allocation.Devices.Results)); n != w.Count {
+			c.t.Errorf("pod %s: %d devices allocated, it asked %d", p.Name, n, w.Count)
 		}
 		for _, r := range cl.Status.Allocation.Devices.Results {
 			d, ok := devs[r.Driver+"/"+r.Pool+"/"+r.Device]
@@ -272,9 +202,9 @@ func (c *cluster) checkClaims(ns string, wants map[string]want) map[string]*reso
 				c.t.Errorf("pod %s: device %s/%s/%s is in no slice", p.Name, r.Driver, r.Pool, r.Device)
 			case d.node != p.Spec.NodeName:
 				c.t.Errorf("pod %s on %s: device %s is on %s", p.Name, p.Spec.NodeName, r.Device, d.node)
-			case !w.ok(d.attrs):
-				c.t.Errorf("pod %s: device %s on %s is not %s (%s, %s, %s)", p.Name, r.Device, d.node, w.describe,
-					attrStr(d.attrs, "type"), attrStr(d.attrs, "productName"), attrStr(d.attrs, "profile"))
+			case !w.OK(d.attrs):
+				c.t.Errorf("pod %s: device %s on %s is not %s (%s, %s, %s)", p.Name, r.Device, d.node, w.Describe,
+					dratest.AttrString(d.attrs, "type"), dratest.AttrString(d.attrs, "productName"), dratest.AttrString(d.attrs, "profile"))
 			}
 		}
 	}
@@ -384,9 +314,9 @@ func TestDRAGangOfClaimsInOneRack(t *testing.T) {
 func TestDRAUnmeetableClaim(t *testing.T) {
 	c := newDRACluster(t, 64)
 	ns := "dra-unmeetable"
-	nine := want{class: "gpu.nvidia.com", count: 9}
-	b200 := want{class: "gpu.nvidia.com", count: 1, cel: "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"}
-	noClass := want{class: "tpu.example.com", count: 1}
+	nine := dratest.WantNine
+	b200 := want{Class: "gpu.nvidia.com", Count: 1, CEL: "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"}
+	noClass := want{Class: "tpu.example.com", Count: 1}
 	c.template(ns, "nine", nine)
 	c.template(ns, "b200", b200)
 	c.template(ns, "no-class", noClass)

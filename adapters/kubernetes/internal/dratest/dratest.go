@@ -13,6 +13,9 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -162,6 +165,27 @@ func ForNode(n *corev1.Node, i, gpus, migEvery int) Node {
 	return out
 }
 
+// PublishNodes: Publish for every node of the cluster, `gpus` GPUs each
+// (ForNode, the nodes in the order of their names' numbers: node-1,
+// node-2, ..., node-10).
+func PublishNodes(ctx context.Context, cs kubernetes.Interface, gpus, migEvery int) error {
+	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	ns := l.Items
+	index := func(name string) int {
+		i, _ := strconv.Atoi(name[strings.LastIndex(name, "-")+1:])
+		return i
+	}
+	sort.Slice(ns, func(i, j int) bool { return index(ns[i].Name) < index(ns[j].Name) })
+	var drv []Node
+	for i := range ns {
+		drv = append(drv, ForNode(&ns[i], i, gpus, migEvery))
+	}
+	return Publish(ctx, cs, drv, 8)
+}
+
 // Publish creates the DeviceClasses (kept if there) and each node's
 // slice, `workers` at a time.
 func Publish(ctx context.Context, cs kubernetes.Interface, nodes []Node, workers int) error {
@@ -192,3 +216,80 @@ func Publish(ctx context.Context, cs kubernetes.Interface, nodes []Node, workers
 	close(errs)
 	return <-errs
 }
+
+// Product names as the driver's productName attribute has them.
+const (
+	H100Name = "NVIDIA H100 80GB HBM3"
+	A100Name = "NVIDIA A100-SXM4-80GB"
+)
+
+// Want: a device request of the tests' and the bench's mix, and what each
+// device allocated for it must be, checked on the device's attributes as
+// the slices publish them (independently of the allocator's CEL).
+type Want struct {
+	Class    string // gpu.nvidia.com or mig.nvidia.com
+	Count    int64
+	CEL      string
+	OK       func(attrs map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool
+	Describe string
+}
+
+// Request: w as the request "gpu" of a claim.
+func (w Want) Request() resourceapi.DeviceRequest {
+	r := resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{DeviceClassName: w.Class, Count: w.Count,
+		AllocationMode: resourceapi.DeviceAllocationModeExactCount}}
+	if w.CEL != "" {
+		r.Exactly.Selectors = []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: w.CEL}}}
+	}
+	return r
+}
+
+// Spec: a claim spec of w's one request.
+func (w Want) Spec() resourceapi.ResourceClaimSpec {
+	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: []resourceapi.DeviceRequest{w.Request()}}}
+}
+
+// AttrString: a string or version attribute's value ("" if none).
+func AttrString(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute, k string) string {
+	if v, ok := a[resourceapi.QualifiedName(k)]; ok {
+		switch {
+		case v.StringValue != nil:
+			return *v.StringValue
+		case v.VersionValue != nil:
+			return *v.VersionValue
+		}
+	}
+	return ""
+}
+
+func isGPU(product string) func(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool {
+	return func(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool {
+		return AttrString(a, "type") == "gpu" && (product == "" || AttrString(a, "productName") == product)
+	}
+}
+
+func isMIG(profile string) func(map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool {
+	return func(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool {
+		return AttrString(a, "type") == "mig" && AttrString(a, "profile") == profile
+	}
+}
+
+const (
+	byH100 = "device.attributes['gpu.nvidia.com'].productName == '" + H100Name + "'"
+	byA100 = "device.attributes['gpu.nvidia.com'].productName == '" + A100Name + "'"
+)
+
+// The mix's requests.
+var (
+	WantH100x4 = Want{Class: "gpu.nvidia.com", Count: 4, CEL: byH100, OK: isGPU(H100Name), Describe: "4 H100 GPUs"}
+	WantH100x8 = Want{Class: "gpu.nvidia.com", Count: 8, CEL: byH100, OK: isGPU(H100Name), Describe: "8 H100 GPUs"}
+	WantCC9    = Want{Class: "gpu.nvidia.com", Count: 2, CEL: "device.attributes['gpu.nvidia.com'].cudaComputeCapability.isGreaterThan(semver('8.9.0'))",
+		OK: func(a map[resourceapi.QualifiedName]resourceapi.DeviceAttribute) bool {
+			return isGPU("")(a) && AttrString(a, "cudaComputeCapability") >= "9.0.0"
+		}, Describe: "2 GPUs of compute capability 9 or more"}
+	WantA100  = Want{Class: "gpu.nvidia.com", Count: 1, CEL: byA100, OK: isGPU(A100Name), Describe: "1 A100 GPU"}
+	WantMIG   = Want{Class: "mig.nvidia.com", Count: 1, CEL: "device.attributes['gpu.nvidia.com'].profile == '1g.10gb'", OK: isMIG("1g.10gb"), Describe: "a 1g.10gb MIG device"}
+	WantMIG3g = Want{Class: "mig.nvidia.com", Count: 1, CEL: "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'", OK: isMIG("3g.40gb"), Describe: "a 3g.40gb MIG device"}
+	// WantNine: more GPUs than a node has (no node can meet it).
+	WantNine = Want{Class: "gpu.nvidia.com", Count: 9, OK: isGPU(""), Describe: "9 GPUs"}
+)
