@@ -76,6 +76,7 @@ type Input struct {
 	Claims    []*resourceapi.ResourceClaim
 	GPUDriver string // the driver whose devices are GPUs (gpu.nvidia.com)
 	Cache     *cel.Cache
+	Matches   *Matches // (nil: a new one)
 }
 
 // Snapshot: one cycle's devices and claims.
@@ -86,7 +87,6 @@ type Snapshot struct {
 	claims    map[string]*resourceapi.ResourceClaim
 	allocated sets.Set[structured.DeviceID]
 	gpus      map[string]*nodeGPUs
-	matches   map[string]bool // device and selectors -> whether it meets them (selectable)
 	mu        sync.Mutex
 }
 
@@ -95,8 +95,11 @@ func NewSnapshot(in Input) *Snapshot {
 	if in.Cache == nil {
 		in.Cache = NewCache()
 	}
+	if in.Matches == nil {
+		in.Matches = NewMatches()
+	}
 	s := &Snapshot{in: in, byNode: map[string][]*resourceapi.ResourceSlice{}, claims: map[string]*resourceapi.ResourceClaim{},
-		allocated: sets.New[structured.DeviceID](), gpus: map[string]*nodeGPUs{}, matches: map[string]bool{}}
+		allocated: sets.New[structured.DeviceID](), gpus: map[string]*nodeGPUs{}}
 	for _, sl := range in.Slices {
 		if n := ptr.Deref(sl.Spec.NodeName, ""); n != "" {
 			s.byNode[n] = append(s.byNode[n], sl)
@@ -448,13 +451,24 @@ func (v *View) slicesFor(node string, only []int) []*resourceapi.ResourceSlice {
 // for a request that nearly fits takes factorial time.
 var AllocateTimeout = 2 * time.Second
 
+// Matches: whether devices meet selectors, evaluated once (a device is
+// known by its driver, pool and name, and its slice's UID and resource
+// version, so an updated slice is evaluated again); one for the scheduler's life, shared by its cycles.
+type Matches struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+// NewMatches: an empty cache of device matches.
+func NewMatches() *Matches { return &Matches{m: map[string]bool{}} }
+
 // selectable: whether device d of slice sl meets a class's and a
 // request's selectors, evaluated by the allocator's own CEL package and
-// compiled-expression cache (an error: not known, and left to the
-// allocator to report). Kept for the cycle, per device and selectors.
-func (s *Snapshot) selectable(sl *resourceapi.ResourceSlice, d *resourceapi.Device, sels [][]resourceapi.DeviceSelector) (bool, bool) {
+// compiled-expression cache (known false: an error, left to the allocator
+// to report).
+func (s *Snapshot) selectable(sl *resourceapi.ResourceSlice, d *resourceapi.Device, sels [][]resourceapi.DeviceSelector) (match, known bool) {
 	var key strings.Builder
-	key.WriteString(sl.Spec.Driver + "/" + sl.Spec.Pool.Name + "/" + d.Name)
+	key.WriteString(sl.Spec.Driver + "/" + sl.Spec.Pool.Name + "/" + d.Name + "/" + string(sl.UID) + "/" + sl.ResourceVersion)
 	for _, ss := range sels {
 		for _, x := range ss {
 			if x.CEL == nil {
@@ -464,9 +478,10 @@ func (s *Snapshot) selectable(sl *resourceapi.ResourceSlice, d *resourceapi.Devi
 		}
 	}
 	k := key.String()
-	s.mu.Lock()
-	m, ok := s.matches[k]
-	s.mu.Unlock()
+	mc := s.in.Matches
+	mc.mu.Lock()
+	m, ok := mc.m[k]
+	mc.mu.Unlock()
 	if ok {
 		return m, true
 	}
@@ -484,33 +499,56 @@ func (s *Snapshot) selectable(sl *resourceapi.ResourceSlice, d *resourceapi.Devi
 			m = m && ok
 		}
 	}
-	s.mu.Lock()
-	s.matches[k] = m
-	s.mu.Unlock()
+	mc.mu.Lock()
+	if len(mc.m) > 1<<20 { // slices replaced many times over: start again
+		mc.m = map[string]bool{}
+	}
+	mc.m[k] = m
+	mc.mu.Unlock()
 	return m, true
 }
 
-// tooFew: whether some request of claims has fewer free devices on the
-// node's slices that meet its class and selectors than it asks (then the
-// allocator cannot succeed, and is not run: its search backtracks over
-// the devices, in factorial time when a request nearly fits). Requests
-// of all devices, with admin access, of a class not found, or on slices
-// that select nodes per device are not counted.
-func (v *View) tooFew(slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim) bool {
-	need := func(class string, sels []resourceapi.DeviceSelector, mode resourceapi.DeviceAllocationMode, count int64) bool {
+// simple: a device the allocator gives whole to one claim with no more
+// check than its selectors (no counters, taints, binding conditions,
+// multiple allocations or node selection of its own).
+func simple(sl *resourceapi.ResourceSlice, d *resourceapi.Device) bool {
+	return len(sl.Spec.SharedCounters) == 0 && !ptr.Deref(sl.Spec.PerDeviceNodeSelection, false) && len(d.ConsumesCounters) == 0 &&
+		len(d.Taints) == 0 && len(d.BindingConditions) == 0 && !ptr.Deref(d.AllowMultipleAllocations, false)
+}
+
+// Verdicts of count.
+const (
+	cannot  = -1 // too few devices: the allocator cannot succeed
+	unknown = 0  // the allocator must be asked
+	can     = 1  // it will succeed
+)
+
+// count: what counting the free devices that meet each request's class
+// and selectors tells of claims on the node's slices. Too few for a
+// request: cannot (the allocator is not run: its search backtracks over
+// the devices, in factorial time when a request nearly fits). Enough for
+// claims of one request of exactly N devices, no constraint nor admin
+// access, on simple devices: can (the allocator takes any N of them; it
+// then runs only on the node Placer chooses). Else unknown.
+func (v *View) count(slices []*resourceapi.ResourceSlice, claims []*resourceapi.ResourceClaim) int {
+	allSimple := true
+	for _, sl := range slices {
+		for i := range sl.Spec.Devices {
+			allSimple = allSimple && simple(sl, &sl.Spec.Devices[i])
+		}
+	}
+	// enough: whether a request finds count devices (false, false: not known).
+	enough := func(class string, sels []resourceapi.DeviceSelector, mode resourceapi.DeviceAllocationMode, count int64) (bool, bool) {
 		if mode == resourceapi.DeviceAllocationModeAll {
-			return false
+			return false, false
 		}
 		cl, err := v.s.in.Classes.Get(class)
 		if err != nil {
-			return false
+			return false, false
 		}
 		all := [][]resourceapi.DeviceSelector{cl.Spec.Selectors, sels}
 		have := int64(0)
 		for _, sl := range slices {
-			if ptr.Deref(sl.Spec.PerDeviceNodeSelection, false) {
-				return false
-			}
 			for i := range sl.Spec.Devices {
 				d := &sl.Spec.Devices[i]
 				if v.allocated.Has(structured.MakeDeviceID(sl.Spec.Driver, sl.Spec.Pool.Name, d.Name)) {
@@ -518,36 +556,50 @@ func (v *View) tooFew(slices []*resourceapi.ResourceSlice, claims []*resourceapi
 				}
 				m, known := v.s.selectable(sl, d, all)
 				if !known {
-					return false
+					return false, false
 				}
 				if m {
 					if have++; have >= max(1, count) {
-						return false
+						return true, true
 					}
 				}
 			}
 		}
-		return true
+		return false, true
 	}
+	requests, exact := 0, true
 	for _, c := range claims {
+		exact = exact && len(c.Spec.Devices.Constraints) == 0
 		for _, r := range c.Spec.Devices.Requests {
+			requests++
 			switch {
 			case r.Exactly != nil:
-				if !ptr.Deref(r.Exactly.AdminAccess, false) && need(r.Exactly.DeviceClassName, r.Exactly.Selectors, r.Exactly.AllocationMode, r.Exactly.Count) {
-					return true
+				if ptr.Deref(r.Exactly.AdminAccess, false) {
+					exact = false
+					continue
 				}
+				ok, known := enough(r.Exactly.DeviceClassName, r.Exactly.Selectors, r.Exactly.AllocationMode, r.Exactly.Count)
+				if known && !ok {
+					return cannot
+				}
+				exact = exact && known
 			case len(r.FirstAvailable) > 0:
-				all := true
+				exact = false
+				none := true
 				for _, sr := range r.FirstAvailable {
-					all = all && need(sr.DeviceClassName, sr.Selectors, sr.AllocationMode, sr.Count)
+					ok, known := enough(sr.DeviceClassName, sr.Selectors, sr.AllocationMode, sr.Count)
+					none = none && known && !ok
 				}
-				if all {
-					return true
+				if none {
+					return cannot
 				}
 			}
 		}
 	}
-	return false
+	if exact && requests == 1 && allSimple {
+		return can
+	}
+	return unknown
 }
 
 // allocate: the allocator's result for claims on node n (nil, nil when it
@@ -555,7 +607,7 @@ func (v *View) tooFew(slices []*resourceapi.ResourceSlice, claims []*resourceapi
 // problem of the claims or classes themselves).
 func (v *View) allocate(n *corev1.Node, claims []*resourceapi.ResourceClaim, only []int) ([]resourceapi.AllocationResult, error) {
 	slices := v.slicesFor(n.Name, only)
-	if v.tooFew(slices, claims) {
+	if v.count(slices, claims) == cannot {
 		return nil, nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), AllocateTimeout)
@@ -675,6 +727,9 @@ func (v *View) fit(f *fit, pc *PodClaims, nodes []*corev1.Node) {
 				if whys[i] != "" || len(todo) == 0 {
 					continue
 				}
+				if v.count(v.slicesFor(n.Name, nil), todo) == can {
+					continue // (the allocator runs where Placer places it: Take)
+				}
 				res, err := v.allocate(n, todo, nil)
 				switch {
 				case err == errTimedOut:
@@ -701,9 +756,18 @@ func (v *View) fit(f *fit, pc *PodClaims, nodes []*corev1.Node) {
 			f.err = errs[i].Error()
 		}
 	}
+	// The demand: one allocation's, on the first node where one is made.
 	for i, n := range nodes {
-		if results[i] != nil {
-			f.gpus, f.mill = v.demand(n.Name, results[i])
+		res := results[i]
+		if res == nil && whys[i] == "" && len(todo) > 0 {
+			var err error
+			if res, err = v.allocate(n, todo, nil); err != nil || res == nil {
+				f.why[n.Name] = CannotAllocate // (counted enough, yet not allocated: not expected)
+				continue
+			}
+		}
+		if res != nil {
+			f.gpus, f.mill = v.demand(n.Name, res)
 			break
 		}
 	}

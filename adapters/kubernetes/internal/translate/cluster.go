@@ -1,8 +1,10 @@
 package translate
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -35,6 +37,10 @@ type Cluster struct {
 	draFirst  []int
 	podClaims map[types.UID]*dra.PodClaims
 	claimed   map[types.UID]*dra.PodAlloc
+	// excluded: the round's own labels (exclude), by key: the nodes that
+	// have it; exclKey: a key by the nodes' names joined.
+	excluded map[string]map[string]bool
+	exclKey  map[string]string
 }
 
 // NewCluster: `nodes` with what `bound` pods use (bound by anyone, or by
@@ -237,6 +243,50 @@ func (c *Cluster) claims(p *corev1.Pod) *dra.PodClaims {
 	pc, _ := c.opt.DRA.Resolve(p)
 	c.podClaims[p.UID] = pc
 	return pc
+}
+
+// maxListed: the most node names a requirement lists; more are a label of
+// the round's own (Placer refuses a job's constraints of more than 256
+// strings).
+const maxListed = 64
+
+// exclude: a requirement that excludes the nodes `names` (sorted): NotIn
+// them, or, more than maxListed, a label of the round's own on those nodes
+// (placer.io/excluded-<k>, shared by the jobs that exclude the same nodes)
+// that the requirement asks to be absent.
+func (c *Cluster) exclude(names []string) *wire.SelectorRequirementT {
+	if len(names) <= maxListed {
+		return notIn(NodeLabel, names)
+	}
+	all := strings.Join(names, ",")
+	key, ok := c.exclKey[all]
+	if !ok {
+		if c.excluded == nil {
+			c.excluded, c.exclKey = map[string]map[string]bool{}, map[string]string{}
+		}
+		key = fmt.Sprintf("%s%d", excludedPrefix, len(c.excluded))
+		c.exclKey[all] = key
+		set := make(map[string]bool, len(names))
+		for _, n := range names {
+			set[n] = true
+			if i, ok := c.index[n]; ok {
+				c.Wire[i].Labels = append(c.Wire[i].Labels, key+"=true")
+			}
+		}
+		c.excluded[key] = set
+	}
+	return &wire.SelectorRequirementT{Key: key, Operator: wire.SelectorOperatorDoesNotExist}
+}
+
+// excludedPrefix: the round's own labels' (exclude).
+const excludedPrefix = "placer.io/excluded-"
+
+// matches: requirement e on node n, the round's own labels included.
+func (c *Cluster) matches(n *corev1.Node, e *wire.SelectorRequirementT) bool {
+	if set, ok := c.excluded[e.Key]; ok { // (exclude's requirements are DoesNotExist)
+		return !set[n.Name]
+	}
+	return requirementMatches(n, e)
 }
 
 // Claimed: the claims Take allocated for pod p on its node (nil: none).

@@ -2,6 +2,7 @@ package translate
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,4 +111,30 @@ func TestClaimsAreJobRequirements(t *testing.T) {
 
 func metaNS(name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("claim-" + name)}
+}
+
+// More nodes excluded than a requirement lists: a label of the round's own.
+func TestExcludeManyNodesByALabel(t *testing.T) {
+	var nodes []*corev1.Node
+	var names []string
+	for i := 0; i < 100; i++ {
+		nodes = append(nodes, node(fmt.Sprintf("n%03d", i), "r1", 8))
+		if i < 70 {
+			names = append(names, nodes[i].Name)
+		}
+	}
+	c := NewCluster(nodes, nil, Options{})
+	if e := c.exclude(names[:3]); e.Operator != wire.SelectorOperatorNotIn || len(e.Values) != 3 {
+		t.Fatalf("three: %+v", e)
+	}
+	e := c.exclude(names)
+	if e.Operator != wire.SelectorOperatorDoesNotExist || len(e.Values) != 0 || c.exclude(names).Key != e.Key {
+		t.Fatalf("seventy: %+v", e)
+	}
+	for i, n := range nodes {
+		has := slices.Contains(c.Wire[i].Labels, e.Key+"=true")
+		if has != (i < 70) || c.matches(n, e) != (i >= 70) {
+			t.Errorf("%s: label %v, admitted %v", n.Name, has, c.matches(n, e))
+		}
+	}
 }

@@ -249,7 +249,7 @@ func (r *Round) reattribute(j int) map[string]int {
 		}
 		first := -1
 		for k := range rules {
-			if !requirementMatches(n, rules[k].req) {
+			if !r.C.matches(n, rules[k].req) {
 				first = k
 				break
 			}

@@ -375,7 +375,7 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 			}
 		}
 		for _, why := range sortedKeys(byWhy) {
-			claimRules = append(claimRules, rule{why, orderClaims, notIn(NodeLabel, byWhy[why])})
+			claimRules = append(claimRules, rule{why, orderClaims, r.C.exclude(byWhy[why])})
 		}
 	}
 	topo := r.C.Topo != nil
