@@ -8,7 +8,7 @@
 #
 #   scripts/k8s-side-by-side.sh [--nodes 64,1000] [--repeat 1] [--gangs 4] [--out FILE] [--build build]
 #                               [--only kube-scheduler|placer] [--placer-args "--bind-workers 32 ..."] [--timeout 20m]
-#                               [--kube-scheduler-qps Q] [--precreate] [--dra K]
+#                               [--kube-scheduler-qps Q] [--precreate] [--dra K] [--settle 10s]
 #
 # (--only runs one of the two, --placer-args passes flags to placer-k8s-scheduler:
 # for measuring one change of the Placer scheduler without rerunning kube-scheduler.
@@ -23,11 +23,13 @@
 # running) and placer-k8s-bench's DRA mix K times over instead of openb's
 # pods: claims by product, capability and MIG, gangs of 8-GPU claims, an
 # unmeetable claim and a shared one; each allocation checked (the table's
-# last columns).
+# last columns). --settle: the bench stops once no pod was bound for this
+# long (10 s; a scheduler whose cycle writes claims before it binds may
+# pause longer between bindings).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sizes=64 repeat=1 gangs=4 out=/tmp/placer-k8s-side-by-side.jsonl build=$root/build port=18443
-only="kube-scheduler placer" placer_args="" timeout=20m ks_qps="" modes=usual dra=0
+only="kube-scheduler placer" placer_args="" timeout=20m ks_qps="" modes=usual dra=0 settle=10s
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) sizes=$2; shift 2 ;;
@@ -42,6 +44,7 @@ while [ $# -gt 0 ]; do
     --kube-scheduler-qps) ks_qps=$2; shift 2 ;;
     --precreate) modes="usual precreated"; shift ;;
     --dra) dra=$2; shift 2 ;;
+    --settle) settle=$2; shift 2 ;;
     *) echo "k8s-side-by-side.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -72,7 +75,7 @@ for n in ${sizes//,/ }; do
     c=$dir/cluster
     [ $which = kube-scheduler ] && name=default-scheduler || name=placer
     bench_args=(--kubeconfig "$c/admin.kubeconfig" --scheduler-name "$name" --pods "$root/data/openb-sample/pods.csv"
-      --repeat "$repeat" --gangs "$gangs" --settle 10s --timeout "$timeout" --json "$out.tmp")
+      --repeat "$repeat" --gangs "$gangs" --settle "$settle" --timeout "$timeout" --json "$out.tmp")
     [ "$dra" = 0 ] || bench_args+=(--dra "$dra" --gangs 0 --repeat 0)
     if [ $mode = precreated ]; then
       # every pod created first, with no scheduler running; the scheduler is

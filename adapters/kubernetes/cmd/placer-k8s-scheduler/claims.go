@@ -45,6 +45,7 @@ type claims struct {
 	classes resourcelisters.DeviceClassLister
 	claims  resourcelisters.ResourceClaimLister
 	cel     *cel.Cache
+	matches *dra.Matches // devices against selectors, across cycles
 
 	mu      sync.Mutex
 	assumed map[types.UID]assumedClaim // written by this scheduler, not yet shown by the informer
@@ -56,7 +57,7 @@ type assumedClaim struct {
 }
 
 func newClaims(s *scheduler) *claims {
-	return &claims{s: s, cel: dra.NewCache(), assumed: map[types.UID]assumedClaim{}}
+	return &claims{s: s, cel: dra.NewCache(), matches: dra.NewMatches(), assumed: map[types.UID]assumedClaim{}}
 }
 
 // start: the informers, when the API server serves resource.k8s.io/v1 (a
@@ -122,7 +123,7 @@ func (d *claims) snapshot() *dra.Snapshot {
 		cl[i] = a.claim
 	}
 	d.mu.Unlock()
-	return dra.NewSnapshot(dra.Input{Slices: sl, Classes: classLister{d.classes}, Claims: cl, GPUDriver: d.s.cfg.draDriver, Cache: d.cel})
+	return dra.NewSnapshot(dra.Input{Slices: sl, Classes: classLister{d.classes}, Claims: cl, GPUDriver: d.s.cfg.draDriver, Cache: d.cel, Matches: d.matches})
 }
 
 // classLister: the informer's DeviceClass lister as the allocator lists them.
@@ -142,16 +143,11 @@ func newer(a, b string) bool {
 	return err1 != nil || err2 != nil || x >= y
 }
 
-// write: the claims of the placements, before their Bindings. First the
-// pods whose claims need no other pod's write (allocations this cycle
-// made, claims allocated before), then those that share a claim another
-// pod of the cycle allocated, once that is written. The pods whose claims
-// could not all be written, with why (they are not bound).
-func (d *claims) write(ctx context.Context, binds []plan.Bind) map[types.UID]error {
-	failed := map[types.UID]error{}
-	if !d.on {
-		return failed
-	}
+// phases: the placements in the order their claims can be written: first
+// those whose claims need no other pod's write (no claims, allocations
+// this cycle made, claims allocated before), then those that share a
+// claim another pod of the cycle allocates, once that is written.
+func (d *claims) phases(binds []plan.Bind) [][]plan.Bind {
 	allocatedHere := map[types.UID]bool{}
 	for _, b := range binds {
 		if b.Claims == nil {
@@ -165,12 +161,11 @@ func (d *claims) write(ctx context.Context, binds []plan.Bind) map[types.UID]err
 	}
 	var first, then []plan.Bind
 	for _, b := range binds {
-		if b.Claims == nil {
-			continue
-		}
 		waits := false
-		for _, ca := range b.Claims.Claims {
-			waits = waits || (ca.Allocation == nil && ca.Claim.Status.Allocation == nil && allocatedHere[ca.Claim.UID])
+		if b.Claims != nil {
+			for _, ca := range b.Claims.Claims {
+				waits = waits || (ca.Allocation == nil && ca.Claim.Status.Allocation == nil && allocatedHere[ca.Claim.UID])
+			}
 		}
 		if waits {
 			then = append(then, b)
@@ -178,29 +173,21 @@ func (d *claims) write(ctx context.Context, binds []plan.Bind) map[types.UID]err
 			first = append(first, b)
 		}
 	}
-	var mu sync.Mutex
-	for _, phase := range [][]plan.Bind{first, then} {
-		var wg sync.WaitGroup
-		sem := make(chan struct{}, d.s.cfg.bindWorkers)
-		for _, b := range phase {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				for _, ca := range b.Claims.Claims {
-					if err := d.reserve(ctx, b.Pod, ca); err != nil {
-						mu.Lock()
-						failed[b.Pod.UID] = err
-						mu.Unlock()
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
+	return [][]plan.Bind{first, then}
+}
+
+// reserveAll: pod b's claims written, before its Binding (kube-scheduler's
+// PreBind); an error: not all could be (the pod is then not bound).
+func (d *claims) reserveAll(ctx context.Context, b plan.Bind) error {
+	if b.Claims == nil {
+		return nil
 	}
-	return failed
+	for _, ca := range b.Claims.Claims {
+		if err := d.reserve(ctx, b.Pod, ca); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // reserve: one claim of pod p, as kube-scheduler's PreBind writes it

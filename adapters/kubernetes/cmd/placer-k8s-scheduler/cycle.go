@@ -18,10 +18,16 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+
 	"placer.local/kubernetes/internal/dra"
 	"placer.local/kubernetes/internal/plan"
 	"placer.local/kubernetes/internal/translate"
 )
+
+// claimGrace: how long a pod waits for the claims of its templates
+// before it says so.
+const claimGrace = 30 * time.Second
 
 // snapshot: the pods that hold nodes (bound, or bound by us and not seen
 // yet), ours pending (no gate left), how many of ours are gated, and
@@ -75,6 +81,13 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	mGated.Set(float64(gated))
 	mClaimWait.Set(float64(len(claimWait)))
 	for p, why := range claimWait { // said once (unschedulable writes only a change)
+		// A claim the resourceclaim controller has yet to make from its
+		// template is said only once the pod has waited claimGrace: a burst
+		// of new pods would otherwise cost a status write each, in the
+		// cycle (kube-scheduler's PreEnqueue writes nothing).
+		if strings.HasSuffix(why, resourceclaim.ErrClaimNotFound.Error()) && time.Since(p.CreationTimestamp.Time) < claimGrace {
+			continue
+		}
 		s.unschedulable(ctx, p, "Unschedulable", "placer: waiting for the pod's ResourceClaims: "+why)
 	}
 	mPending.Set(float64(len(pending)))
@@ -209,45 +222,47 @@ func (s *scheduler) bind(ctx context.Context, binds []plan.Bind, cycle int64) (i
 			s.recorder.Eventf(b.Pod, corev1.EventTypeWarning, "FailedBinding", "placer: binding to %s failed: %v", b.Node, err)
 		}
 	}
-	// Claims first (kube-scheduler's PreBind): a pod whose claims could not
-	// all be written is not bound.
-	claimErr := s.claims.write(ctx, binds)
+	// Each pod's claims written before its Binding (kube-scheduler's
+	// PreBind), in two phases: pods sharing a claim that another pod of the
+	// cycle allocates go once that pod's writes are done.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.cfg.bindWorkers)
-	for _, b := range binds {
-		if err := claimErr[b.Pod.UID]; err != nil {
-			failed(b, fmt.Errorf("its ResourceClaims: %w", err))
-			continue
+	for _, phase := range s.claims.phases(binds) {
+		for _, b := range phase {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := s.claims.reserveAll(ctx, b); err != nil {
+					failed(b, fmt.Errorf("its ResourceClaims: %w", err))
+					return
+				}
+				if s.cfg.bindDelay > 0 {
+					time.Sleep(s.cfg.bindDelay)
+				}
+				binding := &corev1.Binding{
+					ObjectMeta: metav1.ObjectMeta{Name: b.Pod.Name, Namespace: b.Pod.Namespace, UID: b.Pod.UID},
+					Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
+				}
+				if b.GPU >= 0 { // the GPU of the share, for the device plugin
+					binding.Annotations = map[string]string{translate.GPUIndexAnnot: strconv.Itoa(b.GPU)}
+				}
+				err := s.cs.CoreV1().Pods(b.Pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+				if err != nil {
+					failed(b, err)
+					return
+				}
+				nBound.Add(1)
+				mBound.Inc()
+				mLatency.Observe(s.latency(b.Pod).Seconds())
+				s.queue.Forget(b.Pod.UID)
+				s.recorder.Eventf(b.Pod, corev1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s",
+					b.Pod.Namespace, b.Pod.Name, b.Node)
+			}()
 		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if s.cfg.bindDelay > 0 {
-				time.Sleep(s.cfg.bindDelay)
-			}
-			binding := &corev1.Binding{
-				ObjectMeta: metav1.ObjectMeta{Name: b.Pod.Name, Namespace: b.Pod.Namespace, UID: b.Pod.UID},
-				Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
-			}
-			if b.GPU >= 0 { // the GPU of the share, for the device plugin
-				binding.Annotations = map[string]string{translate.GPUIndexAnnot: strconv.Itoa(b.GPU)}
-			}
-			err := s.cs.CoreV1().Pods(b.Pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
-			if err != nil {
-				failed(b, err)
-				return
-			}
-			nBound.Add(1)
-			mBound.Inc()
-			mLatency.Observe(s.latency(b.Pod).Seconds())
-			s.queue.Forget(b.Pod.UID)
-			s.recorder.Eventf(b.Pod, corev1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s",
-				b.Pod.Namespace, b.Pod.Name, b.Node)
-		}()
+		wg.Wait()
 	}
-	wg.Wait()
 	return nBound.Load(), nFailed.Load()
 }
 
