@@ -311,9 +311,17 @@ func (s *Snapshot) Signature(p *corev1.Pod) string {
 	if pc == nil {
 		return why
 	}
+	return claimsKey(pc.Claims, func(c *resourceapi.ResourceClaim) bool {
+		return c.Status.Allocation != nil || len(c.OwnerReferences) == 0
+	})
+}
+
+// claimsKey: claims by their specs, those for which `itself` holds by
+// their UIDs.
+func claimsKey(claims []*resourceapi.ResourceClaim, itself func(*resourceapi.ResourceClaim) bool) string {
 	var b strings.Builder
-	for _, c := range pc.Claims {
-		if c.Status.Allocation != nil || len(c.OwnerReferences) == 0 {
+	for _, c := range claims {
+		if itself(c) {
 			b.WriteString("claim:" + string(c.UID) + ";")
 			continue
 		}
@@ -673,17 +681,7 @@ func (v *View) Check(pc *PodClaims) string {
 
 // key: what the fit of pc's claims depends on.
 func (v *View) key(pc *PodClaims) string {
-	var b strings.Builder
-	for _, c := range pc.Claims {
-		if v.allocation(c) != nil {
-			b.WriteString("allocated:" + string(c.UID) + ";")
-			continue
-		}
-		spec, _ := json.Marshal(c.Spec)
-		b.Write(spec)
-		b.WriteString(";")
-	}
-	return b.String()
+	return claimsKey(pc.Claims, func(c *resourceapi.ResourceClaim) bool { return v.allocation(c) != nil })
 }
 
 // Fit: for each of `nodes`, why pc's claims cannot be allocated there ("" =

@@ -7,7 +7,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
@@ -16,30 +15,7 @@ import (
 	"placer.local/kubernetes/internal/dratest"
 )
 
-type classes map[string]*resourceapi.DeviceClass
-
-func (c classes) List() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, x := range c {
-		out = append(out, x)
-	}
-	return out, nil
-}
-
-func (c classes) Get(name string) (*resourceapi.DeviceClass, error) {
-	if x, ok := c[name]; ok {
-		return x, nil
-	}
-	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
-}
-
-func nvidiaClasses() classes {
-	out := classes{}
-	for _, c := range dratest.Classes() {
-		out[c.Name] = c
-	}
-	return out
-}
+func nvidiaClasses() dratest.ClassMap { return dratest.ClassLister() }
 
 var (
 	a100 = dratest.Products["NVIDIA-A100-SXM4-80GB"]

@@ -148,6 +148,33 @@ func Classes() []*resourceapi.DeviceClass {
 	return []*resourceapi.DeviceClass{class("gpu.nvidia.com", "gpu"), class("mig.nvidia.com", "mig")}
 }
 
+// ClassMap: DeviceClasses by name, listed as the allocator lists them.
+type ClassMap map[string]*resourceapi.DeviceClass
+
+// ClassLister: NVIDIA's classes (Classes) as a ClassMap.
+func ClassLister() ClassMap {
+	out := ClassMap{}
+	for _, c := range Classes() {
+		out[c.Name] = c
+	}
+	return out
+}
+
+func (c ClassMap) List() ([]*resourceapi.DeviceClass, error) {
+	out := make([]*resourceapi.DeviceClass, 0, len(c))
+	for _, x := range c {
+		out = append(out, x)
+	}
+	return out, nil
+}
+
+func (c ClassMap) Get(name string) (*resourceapi.DeviceClass, error) {
+	if x, ok := c[name]; ok {
+		return x, nil
+	}
+	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
+}
+
 // ForNode: what the driver publishes for a node of the local control
 // plane: its product from its nvidia.com/gpu.product label, `gpus` GPUs,
 // and, on every `migEvery`-th node (by its position i, from 0; 0: none),

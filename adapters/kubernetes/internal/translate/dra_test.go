@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -16,23 +15,6 @@ import (
 	"placer.local/kubernetes/internal/dratest"
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
 )
-
-type draClasses map[string]*resourceapi.DeviceClass
-
-func (c draClasses) List() ([]*resourceapi.DeviceClass, error) {
-	var out []*resourceapi.DeviceClass
-	for _, x := range c {
-		out = append(out, x)
-	}
-	return out, nil
-}
-
-func (c draClasses) Get(name string) (*resourceapi.DeviceClass, error) {
-	if x, ok := c[name]; ok {
-		return x, nil
-	}
-	return nil, apierrors.NewNotFound(resourceapi.Resource("deviceclasses"), name)
-}
 
 // Pods with claims: the GPU driver's devices are the nodes' GPUs (no
 // nvidia.com/gpu allocatable), a claim's allocation the job's demand
@@ -53,10 +35,7 @@ func TestClaimsAreJobRequirements(t *testing.T) {
 		}
 		slices = append(slices, d.Slice())
 	}
-	classes := draClasses{}
-	for _, c := range dratest.Classes() {
-		classes[c.Name] = c
-	}
+	classes := dratest.ClassLister()
 	var claims []*resourceapi.ResourceClaim
 	mk := func(name string, w dratest.Want) *corev1.Pod {
 		claims = append(claims, &resourceapi.ResourceClaim{ObjectMeta: metaNS(name), Spec: w.Spec()})
