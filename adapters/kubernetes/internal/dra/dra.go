@@ -17,7 +17,8 @@
 //     node that can hold it takes: whole GPUs, or one MIG share) and its
 //     node requirements (the nodes where the allocator cannot allocate
 //     them all, or where an allocated claim is not available, excluded, in
-//     kube-scheduler's words);
+//     kube-scheduler's words; counting the free devices that meet a
+//     request answers for the allocator where it can: count);
 //   - once Placer has placed the pod, Take allocates its claims on that
 //     node, on the GPUs Placer chose where the allocator can, else
 //     anywhere on the node.
@@ -126,9 +127,6 @@ func addAllocated(set sets.Set[structured.DeviceID], a *resourceapi.AllocationRe
 		}
 	}
 }
-
-// Empty: no slice and no claim (then DRA changes nothing in a round).
-func (s *Snapshot) Empty() bool { return len(s.in.Slices) == 0 && len(s.claims) == 0 }
 
 // ---------------------------------------------------------------- GPUs
 
