@@ -13,7 +13,7 @@ TSAN_BUILD ?= build-tsan
 FUZZ_SECONDS ?= 300
 TEST_FUZZ_SECONDS ?= 30
 
-.PHONY: all deps configure build run test fuzz tsan bench image-test test-slurm-newer clean
+.PHONY: all deps configure build run test fuzz tsan bench image-test images test-slurm-newer clean
 
 all: build
 
@@ -86,6 +86,17 @@ tsan: deps
 # base by debootstrap, this build's binary, the README's runs checked.
 image-test: build
 	docker/image-test.sh $(BUILD)
+
+# The two images the chart and the manifests name, tagged with the
+# project's version (CMakeLists.txt), never `latest`: placer (placer serve,
+# docker/Dockerfile) and placer-k8s-scheduler (the scheduler alone).
+# CONTAINER=podman builds them with podman; REGISTRY=host/path/ prefixes them.
+VERSION   := $(shell awk '/^project.placer VERSION/ {print $$3}' CMakeLists.txt)
+CONTAINER ?= docker
+REGISTRY  ?=
+images:
+	$(CONTAINER) build -f docker/Dockerfile -t $(REGISTRY)placer:$(VERSION) .
+	$(CONTAINER) build -f docker/scheduler.Dockerfile -t $(REGISTRY)placer-k8s-scheduler:$(VERSION) .
 
 # The Slurm bridge's live tests against a newer Slurm (24.11, in a Debian
 # 13 chroot by debootstrap: about 300 MB, once; root): the same tests that

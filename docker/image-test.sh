@@ -10,8 +10,9 @@
 #   - with keys mounted at /keys: CURVE, a client without the key gets no
 #     answer, one with a listed key gets its round, the HEALTHCHECK (with
 #     its own key) passes;
-#   - the Kubernetes scheduler, the command of
-#     deploy/kubernetes/scheduler-deployment.yaml, runs in it (--help).
+#   - the Kubernetes scheduler's own image (docker/scheduler.Dockerfile)
+#     builds, and the command of deploy/kubernetes/scheduler-deployment.yaml
+#     runs in it (--help).
 # Needs root, podman, runc and debootstrap (apt-get install podman runc
 # debootstrap), a Debian mirror, the Go module proxy and Go >= 1.26 on the
 # host (copied into the build as GO_IMAGE). Usage: docker/image-test.sh [BUILD_DIR]
@@ -129,13 +130,23 @@ fi
 podman healthcheck run placer-image-curve >/dev/null && pass "HEALTHCHECK with its own key: healthy" ||
   fail "HEALTHCHECK failed under CURVE"
 
-# 5. The Kubernetes scheduler: the Deployment's command runs in the image
-# (as its user; its libraries resolve).
+# 5. The Kubernetes scheduler's own image (docker/scheduler.Dockerfile, the
+# image deploy/helm/placer and deploy/kubernetes run it from): built on the
+# same base; the Deployment's command runs in it as its user, its libraries
+# resolve.
+simage=localhost/placer-k8s-scheduler:local
+t0=$(date +%s)
+podman build --network host --format docker -f docker/scheduler.Dockerfile --build-arg BUILD_IMAGE="$base" \
+  --build-arg RUNTIME_IMAGE="$base" --build-arg GO_IMAGE="$goimage" \
+  --build-arg GOPROXY="$("$go" env GOPROXY)" -v "$ca:/run/host-ca.crt:ro" --build-arg SSL_CERT_FILE=/run/host-ca.crt \
+  -t "$simage" . >"$work/scheduler-build.log" 2>&1 || { tail -30 "$work/scheduler-build.log"; exit 1; }
+echo "image-test: $simage built in $(( $(date +%s) - t0 )) s ($(podman image inspect "$simage" --format '{{.Size}}' |
+  awk '{printf "%.0f MiB", $1/1048576}'))"
 sched=$(sed -n 's/^ *command: \[\(.*placer-k8s-scheduler\)\]$/\1/p' deploy/kubernetes/scheduler-deployment.yaml)
 [ -n "$sched" ] || fail "no placer-k8s-scheduler command in deploy/kubernetes/scheduler-deployment.yaml"
-if podman run --rm --network none --health-interval disable --entrypoint "$sched" "$image" --help >"$work/scheduler-help.txt" 2>&1 &&
+if podman run --rm --network none --user 10001 --entrypoint "$sched" "$simage" --help >"$work/scheduler-help.txt" 2>&1 &&
    grep -q -- '-placer-endpoint' "$work/scheduler-help.txt" && grep -q -- '-leader-elect' "$work/scheduler-help.txt"; then
-  pass "$sched --help runs in the container"
+  pass "$sched --help runs in the scheduler's image as uid 10001"
 else
   cat "$work/scheduler-help.txt"; fail "$sched --help"
 fi

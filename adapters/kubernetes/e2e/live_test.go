@@ -31,7 +31,6 @@ import (
 	"testing"
 	"time"
 
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -1175,7 +1174,7 @@ func checkParameters(t *testing.T) {
 		case "params.yaml":
 			text = strings.Replace(text, "placerNamespace: default", "placerNamespace: gpu-infra", 1)
 		case "kustomization.yaml":
-			text = strings.Replace(text, "newTag: latest", "newTag: v9.8.7", 1)
+			text = strings.ReplaceAll(text, "newTag: 0.1.0", "newTag: v9.8.7")
 		}
 		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), []byte(text), 0o644); err != nil {
 			t.Fatal(err)
@@ -1203,8 +1202,12 @@ func checkParameters(t *testing.T) {
 			_ = json.Unmarshal(b, &spec)
 		}
 		for _, ctr := range spec.Containers {
-			if ctr.Image != "placer:v9.8.7" {
-				t.Errorf("%s: image %q, want placer:v9.8.7", m, ctr.Image)
+			want := "placer:v9.8.7"
+			if m.obj.GetKind() == "Deployment" {
+				want = "placer-k8s-scheduler:v9.8.7"
+			}
+			if ctr.Image != want {
+				t.Errorf("%s: image %q, want %s", m, ctr.Image, want)
 			}
 			if m.obj.GetKind() == "Deployment" {
 				ep := flagArgs(t, expandArgs(ctr, "x", m.obj.GetNamespace()))["--placer-endpoint"]
@@ -1505,22 +1508,7 @@ func TestManifestsApply(t *testing.T) {
 	// arguments: only the endpoint (this test's `placer serve`), the CURVE
 	// files (TestCurveToPlacer covers CURVE), --http (free ports) and the
 	// pod name differ.
-	tok, err := c.cs.CoreV1().ServiceAccounts(d.Namespace).CreateToken(ctx, ps.ServiceAccountName,
-		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("TokenRequest for the ServiceAccount: %v", err)
-	}
-	kc, err := clientcmd.LoadFromFile(admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, a := range kc.AuthInfos {
-		a.Token = tok.Status.Token
-	}
-	saKubeconfig := filepath.Join(c.dir, "serviceaccount.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, saKubeconfig); err != nil {
-		t.Fatal(err)
-	}
+	saKubeconfig := c.serviceAccountKubeconfig(d.Namespace, ps.ServiceAccountName)
 	type replica struct {
 		name, log, http string
 		cmd             *exec.Cmd

@@ -164,6 +164,8 @@ struct listener_stats {
   std::array<std::uint64_t, static_cast<std::size_t>(close_cause::count)> closed{};  ///< by cause
   std::uint64_t refused_memory = 0;     ///< messages refused for the budget (kind::refused)
   std::uint64_t pings = 0;              ///< heartbeats sent
+  std::uint64_t closing = 0;            ///< closed, libzmq still ending them (last bytes, or a reset)
+  std::uint64_t written_off_bytes = 0;  ///< replies' bytes libzmq dropped without freeing them, uncounted
 };
 
 class listener {
