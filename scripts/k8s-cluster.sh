@@ -6,16 +6,23 @@
 # needs no more than Node objects).
 #
 #   scripts/k8s-cluster.sh build                 build the binaries once (cached)
-#   scripts/k8s-cluster.sh up [--dir DIR] [--port 16443]
+#   scripts/k8s-cluster.sh up [--dir DIR] [--port 16443] [--controllers resourceclaim-controller,...]
 #   scripts/k8s-cluster.sh nodes N [--gpus 8] [--models a100,h100] [--racks 2] [--zones 2]
 #                                  [--taint-last K --taint key=value:NoSchedule] [--prefix node-]
+#                                  [--dra]   (GPUs as DRA devices: no nvidia.com/gpu allocatable;
+#                                             placer-k8s-bench --dra-publish or the tests publish the slices)
 #                                  [--dir DIR]
 #   scripts/k8s-cluster.sh down [--dir DIR]      stops only what `up` started (pid files); twice is fine
 #   scripts/k8s-cluster.sh status [--dir DIR]
 #   scripts/k8s-cluster.sh restart-apiserver [--dir DIR] [--port P]   (etcd kept; the tests' apiserver restart)
 #   scripts/k8s-cluster.sh paths                 prints where the binaries are (after build)
 #
-# The binaries (kube-apiserver, kube-scheduler, etcd) are built ONCE from the
+# `up --controllers` also runs kube-controller-manager with those of its
+# controllers only (none by default: a scheduler needs no more than Node
+# objects; the DRA tests need resourceclaim-controller, which makes the
+# claims of ResourceClaimTemplates and frees claims no pod uses).
+#
+# The binaries (kube-apiserver, kube-scheduler, kube-controller-manager, etcd) are built ONCE from the
 # pinned release $PLACER_K8S_VERSION (default below) by a small Go module
 # that requires k8s.io/kubernetes and replaces each of its staging modules
 # (v0.0.0 in its go.mod) with the matching published v0.x version; etcd is
@@ -38,6 +45,7 @@ cmd=${1:-}
 count=
 case "$cmd" in nodes) count=${1:-}; [ -n "$count" ] && shift || true ;; esac
 dir=/tmp/placer-k8s port=16443 gpus=8 models=a100,h100 racks=2 zones=2 taint_last=0 taint= prefix=node-
+controllers=${PLACER_K8S_CONTROLLERS:-} dra=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir=$2; shift 2 ;;
@@ -49,6 +57,8 @@ while [ $# -gt 0 ]; do
     --taint-last) taint_last=$2; shift 2 ;;
     --taint) taint=$2; shift 2 ;;
     --prefix) prefix=$2; shift 2 ;;
+    --controllers) controllers=$2; shift 2 ;;
+    --dra) dra=1; shift ;;
     *) echo "k8s-cluster.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -66,7 +76,7 @@ find_go() {
 
 # ------------------------------------------------------------------ build
 build() {
-  if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/etcd" ]; then
+  if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/kube-scheduler" ] && [ -x "$BIN/kube-controller-manager" ] && [ -x "$BIN/etcd" ]; then
     log "binaries of v$K8S_VERSION cached in $BIN"
     return 0
   fi
@@ -78,7 +88,7 @@ build() {
   local src=$CACHE/src staging=v0.${K8S_VERSION#1.}
   mkdir -p "$src" "$BIN"
   local start=$SECONDS
-  log "building kube-apiserver, kube-scheduler and etcd v$K8S_VERSION in $src (once; about 20 minutes on 2 cores)"
+  log "building kube-apiserver, kube-scheduler, kube-controller-manager and etcd v$K8S_VERSION in $src (once; about 20 minutes on 2 cores)"
   (
     cd "$src"
     local gomod dl
@@ -117,15 +127,21 @@ package k8sbuild
 
 import (
 	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 )
 EOF
     "$go" mod tidy
     local ld="-s -w -X k8s.io/component-base/version.gitVersion=v$K8S_VERSION -X k8s.io/component-base/version.gitMajor=1"
     ld="$ld -X k8s.io/component-base/version.gitMinor=$(echo "$K8S_VERSION" | cut -d. -f2)"
-    nice -n 10 "$go" build -trimpath -ldflags="$ld" -o "$BIN/" \
-      k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler
-    nice -n 10 "$go" build -trimpath -ldflags="-s -w" -o "$BIN/etcd" ./etcd
+    # Only the binaries missing (a cache of an earlier version of this
+    # script lacks kube-controller-manager; the others may be running).
+    local c cmds=()
+    for c in kube-apiserver kube-scheduler kube-controller-manager; do
+      [ -x "$BIN/$c" ] || cmds+=("k8s.io/kubernetes/cmd/$c")
+    done
+    [ ${#cmds[@]} -eq 0 ] || nice -n 10 "$go" build -trimpath -ldflags="$ld" -o "$BIN/" "${cmds[@]}"
+    [ -x "$BIN/etcd" ] || nice -n 10 "$go" build -trimpath -ldflags="-s -w" -o "$BIN/etcd" ./etcd
   ) || die "building Kubernetes v$K8S_VERSION failed (above)"
   log "built in $((SECONDS - start)) s: $(ls "$BIN" | tr '\n' ' ')"
 }
@@ -137,7 +153,7 @@ down() {
   [ -d "$dir/run" ] || { log "nothing started in $dir"; return 0; }
   local f pid pids=()
   # The apiserver before etcd, so that it does not spin on a lost store.
-  for f in "$dir/run/kube-scheduler.pid" "$dir/run/kube-apiserver.pid" "$dir/run/etcd.pid"; do
+  for f in "$dir/run/kube-scheduler.pid" "$dir/run/kube-controller-manager.pid" "$dir/run/kube-apiserver.pid" "$dir/run/etcd.pid"; do
     [ -f "$f" ] || continue
     pid=$(cat "$f")
     if kill -0 "$pid" 2>/dev/null; then
@@ -224,7 +240,21 @@ up() {
     sleep 0.1
   done
   start_apiserver
+  [ -z "$controllers" ] || start_controller_manager
   echo "export KUBECONFIG=$dir/admin.kubeconfig"
+}
+
+# kube-controller-manager with --controllers only, as admin (this control
+# plane has no service-account tokens controller: one identity for all),
+# no leader election, no serving port.
+start_controller_manager() {
+  "$BIN/kube-controller-manager" --kubeconfig "$dir/admin.kubeconfig" --controllers "$controllers" \
+    --use-service-account-credentials=false --leader-elect=false --secure-port 0 \
+    --kube-api-qps 200 --kube-api-burst 400 --v "${PLACER_K8S_KCM_V:-1}" > "$dir/log/kube-controller-manager.log" 2>&1 &
+  echo $! > "$dir/run/kube-controller-manager.pid"
+  sleep 0.5
+  pidalive "$dir/run/kube-controller-manager.pid" || { tail -20 "$dir/log/kube-controller-manager.log" >&2; die "kube-controller-manager exited (log: $dir/log/kube-controller-manager.log)"; }
+  log "kube-controller-manager running: $controllers"
 }
 
 # (Also `restart-apiserver`: the tests restart it alone, etcd kept.)
@@ -296,9 +326,12 @@ node_json() {  # i
 }
 
 node_status() {  # i
-  local cpu mem
+  local cpu mem res
   cpu=$((gpus > 0 ? 12 * gpus : 16)) mem=$((gpus > 0 ? 192 * gpus : 128))Gi
-  echo "{\"status\":{\"capacity\":{\"cpu\":\"$cpu\",\"memory\":\"$mem\",\"nvidia.com/gpu\":\"$gpus\",\"pods\":\"110\",\"ephemeral-storage\":\"1000Gi\"},\"allocatable\":{\"cpu\":\"$cpu\",\"memory\":\"$mem\",\"nvidia.com/gpu\":\"$gpus\",\"pods\":\"110\",\"ephemeral-storage\":\"1000Gi\"},\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"placer-local: no kubelet, status set through the API\",\"lastHeartbeatTime\":\"$(date -u +%FT%TZ)\",\"lastTransitionTime\":\"$(date -u +%FT%TZ)\"}]}}"
+  # --dra: the GPUs are devices of ResourceSlices (a DRA driver's), not an extended resource
+  res="\"cpu\":\"$cpu\",\"memory\":\"$mem\",\"nvidia.com/gpu\":\"$gpus\",\"pods\":\"110\",\"ephemeral-storage\":\"1000Gi\""
+  [ "$dra" = 1 ] && res="\"cpu\":\"$cpu\",\"memory\":\"$mem\",\"pods\":\"110\",\"ephemeral-storage\":\"1000Gi\""
+  echo "{\"status\":{\"capacity\":{$res},\"allocatable\":{$res},\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"placer-local: no kubelet, status set through the API\",\"lastHeartbeatTime\":\"$(date -u +%FT%TZ)\",\"lastTransitionTime\":\"$(date -u +%FT%TZ)\"}]}}"
 }
 
 # Nodes FIRST..LAST: one curl for them all, their requests in order on one
@@ -347,7 +380,7 @@ nodes() {
   fi
   pidalive "$dir/run/kube-apiserver.pid" || die "not up in $dir (scripts/k8s-cluster.sh up --dir $dir)"
   export -f make_nodes node_json node_status node_taints api admin_token gpu_product
-  export dir port prefix models racks zones gpus count taint taint_last
+  export dir port prefix models racks zones gpus count taint taint_last dra
   local t=$SECONDS
   local chunk=$(((count + 15) / 16)); [ "$chunk" -le 250 ] || chunk=250
   for ((i = 1; i <= count; i += chunk)); do echo "$i $((i + chunk - 1 < count ? i + chunk - 1 : count))"; done |
@@ -357,7 +390,7 @@ nodes() {
 
 status() {
   local p
-  for p in etcd kube-apiserver; do
+  for p in etcd kube-apiserver kube-controller-manager; do
     if pidalive "$dir/run/$p.pid"; then echo "$p: running (pid $(cat "$dir/run/$p.pid"))"; else echo "$p: not running"; fi
   done
 }

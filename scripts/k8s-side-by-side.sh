@@ -8,7 +8,7 @@
 #
 #   scripts/k8s-side-by-side.sh [--nodes 64,1000] [--repeat 1] [--gangs 4] [--out FILE] [--build build]
 #                               [--only kube-scheduler|placer] [--placer-args "--bind-workers 32 ..."] [--timeout 20m]
-#                               [--kube-scheduler-qps Q] [--precreate]
+#                               [--kube-scheduler-qps Q] [--precreate] [--dra K] [--settle 10s]
 #
 # (--only runs one of the two, --placer-args passes flags to placer-k8s-scheduler:
 # for measuring one change of the Placer scheduler without rerunning kube-scheduler.
@@ -19,10 +19,17 @@
 # cluster with every pod created before that scheduler is started
 # (placer-k8s-bench --precreated), its pods/s from the scheduler's start to the
 # last binding: the scheduler apart from pod creation; rows marked "precreated".
+# --dra K: GPUs as DRA devices (nodes --dra, the resourceclaim controller
+# running) and placer-k8s-bench's DRA mix K times over instead of openb's
+# pods: claims by product, capability and MIG, gangs of 8-GPU claims, an
+# unmeetable claim and a shared one; each allocation checked (the table's
+# last columns). --settle: the bench stops once no pod was bound for this
+# long (10 s; a scheduler whose cycle writes claims before it binds may
+# pause longer between bindings).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 sizes=64 repeat=1 gangs=4 out=/tmp/placer-k8s-side-by-side.jsonl build=$root/build port=18443
-only="kube-scheduler placer" placer_args="" timeout=20m ks_qps="" modes=usual
+only="kube-scheduler placer" placer_args="" timeout=20m ks_qps="" modes=usual dra=0 settle=10s
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) sizes=$2; shift 2 ;;
@@ -36,6 +43,8 @@ while [ $# -gt 0 ]; do
     --timeout) timeout=$2; shift 2 ;;
     --kube-scheduler-qps) ks_qps=$2; shift 2 ;;
     --precreate) modes="usual precreated"; shift ;;
+    --dra) dra=$2; shift 2 ;;
+    --settle) settle=$2; shift 2 ;;
     *) echo "k8s-side-by-side.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -58,13 +67,16 @@ for n in ${sizes//,/ }; do
   for mode in $modes; do
     cleanup; pids=()
     rm -rf "$dir/cluster"
-    bash "$root/scripts/k8s-cluster.sh" up --dir "$dir/cluster" --port "$port" >/dev/null
+    up_args=() nodes_args=()
+    [ "$dra" = 0 ] || { up_args=(--controllers resourceclaim-controller); nodes_args=(--dra); }
+    bash "$root/scripts/k8s-cluster.sh" up --dir "$dir/cluster" --port "$port" "${up_args[@]}" >/dev/null
     bash "$root/scripts/k8s-cluster.sh" nodes "$n" --dir "$dir/cluster" --port "$port" --gpus 8 \
-      --models a100,h100,a100,h100 --racks 2 --zones 2
+      --models a100,h100,a100,h100 --racks 2 --zones 2 "${nodes_args[@]}"
     c=$dir/cluster
     [ $which = kube-scheduler ] && name=default-scheduler || name=placer
     bench_args=(--kubeconfig "$c/admin.kubeconfig" --scheduler-name "$name" --pods "$root/data/openb-sample/pods.csv"
-      --repeat "$repeat" --gangs "$gangs" --settle 10s --timeout "$timeout" --json "$out.tmp")
+      --repeat "$repeat" --gangs "$gangs" --settle "$settle" --timeout "$timeout" --json "$out.tmp")
+    [ "$dra" = 0 ] || bench_args+=(--dra "$dra" --gangs 0 --repeat 0)
     if [ $mode = precreated ]; then
       # every pod created first, with no scheduler running; the scheduler is
       # started once the bench writes $c/created
@@ -134,4 +146,16 @@ for r in rows:
     print(f"| {r['nodes']} | {name} | {m} | {r['pods']} | {r['bound']} | {secs:.2f} | {pps:.0f} | {fb} | "
           f"{r['gpus_placed']} | {r['gpu_nodes_partly_used']} | {r['gpus_free_on_partly_used_nodes']} | {free} | {fgd} | "
           f"{r['gangs_whole_one_rack']} / {r['gangs_whole_split_across_racks']} / {r['gangs_stranded']} | {r['violations']} |")
+dra = [r for r in rows if "dra" in r]
+if dra:
+    print()
+    print("| nodes | scheduler | pods | bound | pods/s | whole GPUs placed | MIG devices placed | claims allocated | unmeetable left pending | invalid allocations |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in dra:
+        name = "kube-scheduler" if r["scheduler"] == "default-scheduler" else "Placer"
+        d = r["dra"]
+        print(f"| {r['nodes']} | {name} | {r['pods']} | {r['bound']} | {r['pods_per_second']:.0f} | {r['gpus_placed']} | "
+              f"{d['mig_devices_placed']} | {d['claims_allocated']} | {d['unmeetable_pending']} | {d['invalid_allocations']} |")
+        for p in d.get("problems", []):
+            print(f"  - {name}: {p}")
 PY

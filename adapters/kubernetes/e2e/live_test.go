@@ -135,12 +135,33 @@ func script(t *testing.T, args ...string) string {
 // last `tainted` nodes tainted dedicated=infer:NoSchedule, the scheduler's
 // RBAC applied, and a Placer service.
 func newCluster(t *testing.T, nodes, tainted int) *cluster {
+	return newClusterWith(t, clusterOpts{nodes: nodes, tainted: tainted})
+}
+
+type clusterOpts struct {
+	nodes, tainted int
+	// controllers: kube-controller-manager's, run beside (none: not run).
+	controllers string
+	// dra: the nodes' GPUs are devices of ResourceSlices in NVIDIA's model
+	// (internal/dratest), published for every node, every migEvery-th
+	// node's last two GPUs in MIG mode; no nvidia.com/gpu allocatable.
+	dra      bool
+	migEvery int
+	models   string // the nodes' GPU models in blocks (default a100,h100,a100,h100)
+}
+
+func newClusterWith(t *testing.T, o clusterOpts) *cluster {
+	nodes, tainted := o.nodes, o.tainted
 	c := &cluster{t: t, nodes: nodes}
 	c.dir = filepath.Join(os.TempDir(), fmt.Sprintf("placer-k8s-e2e-%d-%s", os.Getpid(), t.Name()))
 	t.Cleanup(c.down)
 	for try := 1; ; try++ { // another process may take a port between the check and the bind
 		c.port = freePorts(t, 3)
-		out, err := exec.Command("bash", filepath.Join(repoRoot(), "scripts/k8s-cluster.sh"), "up", "--dir", c.dir, "--port", fmt.Sprint(c.port)).CombinedOutput()
+		up := []string{filepath.Join(repoRoot(), "scripts/k8s-cluster.sh"), "up", "--dir", c.dir, "--port", fmt.Sprint(c.port)}
+		if o.controllers != "" {
+			up = append(up, "--controllers", o.controllers)
+		}
+		out, err := exec.Command("bash", up...).CombinedOutput()
 		if err == nil {
 			break
 		}
@@ -150,10 +171,16 @@ func newCluster(t *testing.T, nodes, tainted int) *cluster {
 		}
 		t.Logf("port %d taken at bind, again: %s", c.port, strings.TrimSpace(string(out)))
 	}
+	if o.models == "" {
+		o.models = "a100,h100,a100,h100"
+	}
 	args := []string{"nodes", fmt.Sprint(nodes), "--dir", c.dir, "--port", fmt.Sprint(c.port), "--gpus", "8",
-		"--models", "a100,h100,a100,h100", "--racks", "2", "--zones", "2"}
+		"--models", o.models, "--racks", "2", "--zones", "2"}
 	if tainted > 0 {
 		args = append(args, "--taint-last", fmt.Sprint(tainted), "--taint", "dedicated=infer:NoSchedule")
+	}
+	if o.dra {
+		args = append(args, "--dra")
 	}
 	script(t, args...)
 	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.dir, "admin.kubeconfig"))
@@ -162,6 +189,9 @@ func newCluster(t *testing.T, nodes, tainted int) *cluster {
 	}
 	rc.QPS, rc.Burst = 500, 1000 // the tests create thousands of pods
 	c.cs = kubernetes.NewForConfigOrDie(rc)
+	if o.dra {
+		c.publishSlices(o.migEvery)
+	}
 	c.applyRBAC()
 	c.pport = freePorts(t, 1)
 	c.startPlacer()
@@ -378,7 +408,13 @@ func (c *cluster) waitBound(ns string, timeout time.Duration, except ...string) 
 			return ps
 		}
 		if time.Now().After(deadline) {
-			c.t.Fatalf("after %v, %d pod(s) of %s still not bound: %v", timeout, len(waiting), ns, waiting)
+			why := map[string]string{}
+			for _, p := range ps {
+				if cd := condition(&p); cd != nil && p.Spec.NodeName == "" && len(why) < 5 {
+					why[p.Name] = cd.Reason + ": " + cd.Message
+				}
+			}
+			c.t.Fatalf("after %v, %d pod(s) of %s still not bound: %v (conditions: %v)", timeout, len(waiting), ns, waiting, why)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

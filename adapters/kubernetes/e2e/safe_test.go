@@ -358,7 +358,7 @@ func TestUnboundClaimsNotBound(t *testing.T) {
 	for name, want := range map[string]string{
 		"unbound": "pod has unbound PersistentVolumeClaims: data (StorageClass late)",
 		"missing": `persistentvolumeclaim "ghost" not found`,
-		"dra":     "the pod uses ResourceClaims (gpu)",
+		"dra":     `waiting for the pod's ResourceClaims: resourceclaim.resource.k8s.io "gpu-claim" not found`,
 	} {
 		msg := c.waitCondition(ns, name, "Unschedulable", want, 30*time.Second)
 		t.Logf("%s: %s", name, msg)

@@ -60,6 +60,8 @@ type result struct {
 	GangsSplit        int     `json:"gangs_whole_split_across_racks"`
 	GangsStranded     int     `json:"gangs_stranded"`
 	Violations        int     `json:"violations"`
+	// --dra: GPUsPlaced counts whole GPUs allocated to claims; this the rest.
+	DRA *draResult `json:"dra,omitempty"`
 }
 
 func main() {
@@ -72,6 +74,7 @@ func main() {
 	settle := flag.Duration("settle", 10*time.Second, "stop when no pod was bound for this long")
 	timeout := flag.Duration("timeout", 10*time.Minute, "stop after this long in any case")
 	out := flag.String("json", "", "append the result as one JSON line to this file")
+	draRepeat := flag.Int("dra", 0, "instead of openb's pods, the DRA mix (dra.go) this many times over, on nodes whose GPUs are devices (k8s-cluster.sh nodes --dra; the slices published here)")
 	precreated := flag.String("precreated", "", "pods created with no scheduler running: write this file once all are created (the caller starts the scheduler then) and measure from then")
 	flag.Parse()
 	rc, err := clientcmd.BuildConfigFromFlags("", *kubeconfig)
@@ -86,16 +89,10 @@ func main() {
 
 	var pods []*corev1.Pod
 	mk := func(name string, cpuMilli, memMiB, gpus int64) *corev1.Pod {
-		req := corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(cpuMilli, resource.DecimalSI),
-			corev1.ResourceMemory: *resource.NewQuantity(memMiB<<20, resource.BinarySI)}
-		var lim corev1.ResourceList
-		if gpus > 0 {
-			req["nvidia.com/gpu"] = *resource.NewQuantity(gpus, resource.DecimalSI)
-			lim = corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}
-		}
-		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{}},
-			Spec: corev1.PodSpec{SchedulerName: *sched, Containers: []corev1.Container{{Name: "c", Image: "none",
-				Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}}}}}
+		return podOf(name, ns, *sched, cpuMilli, memMiB, gpus)
+	}
+	if *draRepeat > 0 {
+		pods = draMix(ctx, cs, ns, *sched, *draRepeat)
 	}
 	for g := 0; g < *gangs; g++ {
 		for i := 0; i < 4; i++ {
@@ -105,13 +102,9 @@ func main() {
 			pods = append(pods, p)
 		}
 	}
-	f, err := os.Open(*podsFile)
-	if err != nil {
-		fail("%v", err)
-	}
-	rows, err := csv.NewReader(f).ReadAll()
-	if err != nil {
-		fail("%s: %v", *podsFile, err)
+	rows := [][]string{{"name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli"}}
+	if *draRepeat == 0 {
+		rows = readCSV(*podsFile)
 	}
 	col := map[string]int{}
 	for i, h := range rows[0] {
@@ -220,6 +213,9 @@ func main() {
 	}
 	close(stop)
 	res := measure(ctx, cs, ns, *sched, pods)
+	if *draRepeat > 0 {
+		draMeasure(ctx, cs, ns, &res)
+	}
 	res.Pods = len(pods)
 	res.Seconds = lastBindAt.Sub(start).Seconds()
 	res.CreateSeconds = created.Seconds()
@@ -411,6 +407,34 @@ func nodeFragmentation(free, cpuFree int64, m []task) float64 {
 		} // else: no free GPU's share is below the task's per-GPU demand
 	}
 	return frag
+}
+
+// podOf: a pod of the bench, asking cpu, memory and whole GPUs
+// (nvidia.com/gpu, requests and limits).
+func podOf(name, ns, sched string, cpuMilli, memMiB, gpus int64) *corev1.Pod {
+	req := corev1.ResourceList{corev1.ResourceCPU: *resource.NewMilliQuantity(cpuMilli, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(memMiB<<20, resource.BinarySI)}
+	var lim corev1.ResourceList
+	if gpus > 0 {
+		req["nvidia.com/gpu"] = *resource.NewQuantity(gpus, resource.DecimalSI)
+		lim = corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}
+	}
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{}},
+		Spec: corev1.PodSpec{SchedulerName: sched, Containers: []corev1.Container{{Name: "c", Image: "none",
+			Resources: corev1.ResourceRequirements{Requests: req, Limits: lim}}}}}
+}
+
+func readCSV(path string) [][]string {
+	f, err := os.Open(path)
+	if err != nil {
+		fail("%v", err)
+	}
+	defer f.Close()
+	rows, err := csv.NewReader(f).ReadAll()
+	if err != nil {
+		fail("%s: %v", path, err)
+	}
+	return rows
 }
 
 func fail(format string, a ...any) {

@@ -18,13 +18,22 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
+
+	"placer.local/kubernetes/internal/dra"
 	"placer.local/kubernetes/internal/plan"
 	"placer.local/kubernetes/internal/translate"
 )
 
+// claimGrace: how long a pod waits for the claims of its templates
+// before it says so.
+const claimGrace = 30 * time.Second
+
 // snapshot: the pods that hold nodes (bound, or bound by us and not seen
-// yet), ours pending (no gate left), and how many of ours are gated.
-func (s *scheduler) snapshot() (pending, bound []*corev1.Pod, gated int) {
+// yet), ours pending (no gate left), how many of ours are gated, and
+// those of ours whose claims are not there yet, with why (they wait out
+// of the rounds, as gated pods do, but say so).
+func (s *scheduler) snapshot(ds *dra.Snapshot) (pending, bound []*corev1.Pod, gated int, claimWait map[*corev1.Pod]string) {
 	all, _ := s.pods.List(labels.Everything())
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -43,6 +52,13 @@ func (s *scheduler) snapshot() (pending, bound []*corev1.Pod, gated int) {
 		case translate.Bound(p):
 			bound = append(bound, p)
 		case s.ours(p):
+			if why := resolveWait(ds, p); why != "" {
+				if claimWait == nil {
+					claimWait = map[*corev1.Pod]string{}
+				}
+				claimWait[p] = why
+				continue
+			}
 			pending = append(pending, p)
 			keep[p.UID] = true
 		case s.mine(p):
@@ -50,7 +66,7 @@ func (s *scheduler) snapshot() (pending, bound []*corev1.Pod, gated int) {
 		}
 	}
 	s.queue.Prune(keep)
-	return pending, bound, gated
+	return pending, bound, gated, claimWait
 }
 
 // cycle: one look at the pending pods; those ready (not backing off) are
@@ -60,8 +76,20 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	start := time.Now()
 	mSchedNums.Inc()
 	n := s.cycles.Add(1)
-	pending, bound, gated := s.snapshot()
+	ds := s.claims.snapshot()
+	pending, bound, gated, claimWait := s.snapshot(ds)
 	mGated.Set(float64(gated))
+	mClaimWait.Set(float64(len(claimWait)))
+	for p, why := range claimWait { // said once (unschedulable writes only a change)
+		// A claim the resourceclaim controller has yet to make from its
+		// template is said only once the pod has waited claimGrace: a burst
+		// of new pods would otherwise cost a status write each, in the
+		// cycle (kube-scheduler's PreEnqueue writes nothing).
+		if strings.HasSuffix(why, resourceclaim.ErrClaimNotFound.Error()) && time.Since(p.CreationTimestamp.Time) < claimGrace {
+			continue
+		}
+		s.unschedulable(ctx, p, "Unschedulable", "placer: waiting for the pod's ResourceClaims: "+why)
+	}
 	mPending.Set(float64(len(pending)))
 	ready, urgent, backingOff, next := s.queue.Ready(pending, start)
 	mBackoff.Set(float64(backingOff))
@@ -80,7 +108,7 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	}
 	batch, cut := plan.Cut(ready, urgent, s.cfg.batchMax)
 	nodes, _ := s.nodes.List(labels.Everything())
-	opt := translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels}
+	opt := translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels, DRA: ds}
 	hold := s.volumeHold
 	if s.cfg.evict {
 		opt.Evict, opt.NotEvictable = true, s.notEvictable
@@ -179,50 +207,62 @@ func (s *scheduler) bind(ctx context.Context, binds []plan.Bind, cycle int64) (i
 			slog.Error("--record", "err", err)
 		}
 	}
+	var nBound, nFailed atomic.Int64
+	failed := func(b plan.Bind, err error) {
+		nFailed.Add(1)
+		mBindErr.Inc()
+		s.mu.Lock()
+		delete(s.assumed, b.Pod.UID) // it holds nothing: the next round sees its node without it
+		s.mu.Unlock()
+		s.queue.Failed(b.Pod.UID, time.Now())
+		slog.Warn("binding refused", "pod", b.Pod.Namespace+"/"+b.Pod.Name, "node", b.Node, "err", err)
+		// A pod bound already (another replica, an earlier life of this
+		// one) answers Conflict: it is not bound twice.
+		if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+			s.recorder.Eventf(b.Pod, corev1.EventTypeWarning, "FailedBinding", "placer: binding to %s failed: %v", b.Node, err)
+		}
+	}
+	// Each pod's claims written before its Binding (kube-scheduler's
+	// PreBind), in two phases: pods sharing a claim that another pod of the
+	// cycle allocates go once that pod's writes are done.
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.cfg.bindWorkers)
-	var nBound, nFailed atomic.Int64
-	for _, b := range binds {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if s.cfg.bindDelay > 0 {
-				time.Sleep(s.cfg.bindDelay)
-			}
-			binding := &corev1.Binding{
-				ObjectMeta: metav1.ObjectMeta{Name: b.Pod.Name, Namespace: b.Pod.Namespace, UID: b.Pod.UID},
-				Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
-			}
-			if b.GPU >= 0 { // the GPU of the share, for the device plugin
-				binding.Annotations = map[string]string{translate.GPUIndexAnnot: strconv.Itoa(b.GPU)}
-			}
-			err := s.cs.CoreV1().Pods(b.Pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
-			if err != nil {
-				nFailed.Add(1)
-				mBindErr.Inc()
-				s.mu.Lock()
-				delete(s.assumed, b.Pod.UID) // it holds nothing: the next round sees its node without it
-				s.mu.Unlock()
-				s.queue.Failed(b.Pod.UID, time.Now())
-				slog.Warn("binding refused", "pod", b.Pod.Namespace+"/"+b.Pod.Name, "node", b.Node, "err", err)
-				// A pod bound already (another replica, an earlier life of this
-				// one) answers Conflict: it is not bound twice.
-				if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-					s.recorder.Eventf(b.Pod, corev1.EventTypeWarning, "FailedBinding", "placer: binding to %s failed: %v", b.Node, err)
+	for _, phase := range s.claims.phases(binds) {
+		for _, b := range phase {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := s.claims.reserveAll(ctx, b); err != nil {
+					failed(b, fmt.Errorf("its ResourceClaims: %w", err))
+					return
 				}
-				return
-			}
-			nBound.Add(1)
-			mBound.Inc()
-			mLatency.Observe(s.latency(b.Pod).Seconds())
-			s.queue.Forget(b.Pod.UID)
-			s.recorder.Eventf(b.Pod, corev1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s",
-				b.Pod.Namespace, b.Pod.Name, b.Node)
-		}()
+				if s.cfg.bindDelay > 0 {
+					time.Sleep(s.cfg.bindDelay)
+				}
+				binding := &corev1.Binding{
+					ObjectMeta: metav1.ObjectMeta{Name: b.Pod.Name, Namespace: b.Pod.Namespace, UID: b.Pod.UID},
+					Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
+				}
+				if b.GPU >= 0 { // the GPU of the share, for the device plugin
+					binding.Annotations = map[string]string{translate.GPUIndexAnnot: strconv.Itoa(b.GPU)}
+				}
+				err := s.cs.CoreV1().Pods(b.Pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+				if err != nil {
+					failed(b, err)
+					return
+				}
+				nBound.Add(1)
+				mBound.Inc()
+				mLatency.Observe(s.latency(b.Pod).Seconds())
+				s.queue.Forget(b.Pod.UID)
+				s.recorder.Eventf(b.Pod, corev1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s",
+					b.Pod.Namespace, b.Pod.Name, b.Node)
+			}()
+		}
+		wg.Wait()
 	}
-	wg.Wait()
 	return nBound.Load(), nFailed.Load()
 }
 

@@ -47,6 +47,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"placer.local/kubernetes/internal/placerclient"
 	"placer.local/kubernetes/internal/plan"
@@ -55,13 +56,14 @@ import (
 
 type config struct {
 	kubeconfig, schedulerName, endpoint, serverKey, clientCert, rackLabel, httpAddr string
+	draDriver                                                                       string
 	leaseName, leaseNamespace, identity, record, contentType                        string
 	timeout, window, retry, leaseDuration, renewDeadline, retryPeriod, bindDelay    time.Duration
 	livezBound                                                                      time.Duration
 	batchMax, bindWorkers, rounds                                                   int
 	apiQPS                                                                          float64
 	apiBurst                                                                        int
-	leaderElect, stacking, evict                                                    bool
+	leaderElect, stacking, evict, dra                                               bool
 }
 
 var (
@@ -80,6 +82,8 @@ var (
 	mLatency   = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "placer_k8s_pod_scheduling_seconds", Help: "A pod's scheduling latency: from its creation (or, created before this replica started, from when it first saw the pod) to its Binding.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)})
 	mRequests  = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "placer_k8s_api_requests_total", Help: "Requests to the API server, by verb and resource (watches included)."}, []string{"verb", "resource"})
 	mSchedNums = prometheus.NewCounter(prometheus.CounterOpts{Name: "placer_k8s_scheduling_cycles_total", Help: "Cycles, those that tried no pod included."})
+	mClaims    = prometheus.NewCounter(prometheus.CounterOpts{Name: "placer_k8s_claims_reserved_total", Help: "ResourceClaims written before a binding: allocated by this scheduler, or reserved for one more pod."})
+	mClaimWait = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_pods_waiting_for_claims", Help: "Pending pods of this scheduler whose ResourceClaims are not there yet (not created from their template, missing, being deleted)."})
 )
 
 func main() {
@@ -100,6 +104,8 @@ func main() {
 	flag.StringVar(&c.contentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "what the scheduler's requests and watches are encoded in (protobuf: less of the API server's CPU than JSON; application/json for a server or proxy without it)")
 	flag.StringVar(&c.rackLabel, "rack-label", "placer.io/rack", "node label naming a node's rack (the topology Placer keeps gangs within); empty: none")
 	flag.BoolVar(&c.stacking, "stacking", true, "Placer's stacking policy (whole-GPU pods fill used nodes first)")
+	flag.BoolVar(&c.dra, "dra", true, "allocate pods' ResourceClaims (dynamic resource allocation, resource.k8s.io/v1, when the API server serves it) through Kubernetes' structured allocator; off: pods with claims wait, saying so")
+	flag.StringVar(&c.draDriver, "dra-gpu-driver", "gpu.nvidia.com", "the DRA driver whose devices are GPUs in Placer's round (a device of type gpu a whole GPU, of type mig a share of its GPU)")
 	flag.BoolVar(&c.evict, "evict", false, "let a pending pod preempt bound pods of a lower priority: Placer chooses the victims, each evicted through the Eviction API (PodDisruptionBudgets respected; RBAC create on pods/eviction, deploy/kubernetes/scheduler-rbac-evict.yaml); off: no pod is ever evicted")
 	flag.StringVar(&c.httpAddr, "http", "", "serve /metrics, /livez and /readyz on this address (e.g. 127.0.0.1:9556)")
 	flag.DurationVar(&c.livezBound, "livez-bound", 2*time.Minute, "/livez fails while this replica leads and its loop has not finished a cycle for this long")
@@ -150,7 +156,7 @@ func main() {
 		fail("placer: %v", err)
 	}
 	prometheus.MustRegister(mCycles, mBound, mBindErr, mUnsched, mPending, mBackoff, mGated, mLeader, mCycleSec, mRoundSec, mRounds,
-		mEvict, mLatency, mRequests, mSchedNums)
+		mEvict, mLatency, mRequests, mSchedNums, mClaims, mClaimWait)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -258,6 +264,7 @@ type scheduler struct {
 	pvcs    listersv1.PersistentVolumeClaimLister
 	nss     listersv1.NamespaceLister
 	groups  *podGroups
+	claims  *claims
 	synced  []cache.InformerSynced
 	queue   *plan.Queue
 
@@ -303,6 +310,7 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	_, _ = vi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(any) { s.poke() }, UpdateFunc: func(any, any) { s.poke() }, DeleteFunc: func(any) { s.poke() }})
 	s.groups = newPodGroups(s)
+	s.claims = newClaims(s)
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	s.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.schedulerName})
@@ -333,6 +341,8 @@ func (s *scheduler) podUpdated(old, o any) {
 	}
 	switch {
 	case s.ours(p) && (q == nil || !s.ours(q)): // its last scheduling gate removed, say
+		s.poke()
+	case s.ours(p) && !resourceclaim.PodStatusEqual(q.Status.ResourceClaimStatuses, p.Status.ResourceClaimStatuses): // its claims created
 		s.poke()
 	case q != nil && translate.Bound(q) && !translate.Bound(p): // it finished: its node has room
 		s.poke()
@@ -387,6 +397,7 @@ func (s *scheduler) poke() {
 func (s *scheduler) start(ctx context.Context) {
 	s.factory.Start(ctx.Done())
 	s.groups.start(ctx)
+	s.claims.start(ctx)
 }
 
 // ours: a pod this scheduler places: its scheduler name, no node, not

@@ -17,13 +17,17 @@ import (
 
 // volumeHold: why pod p waits out of the rounds for its claims ("" = it does not).
 func (s *scheduler) volumeHold(p *corev1.Pod) string {
-	if len(p.Spec.ResourceClaims) > 0 {
+	if len(p.Spec.ResourceClaims) > 0 && !s.claims.on {
 		var names []string
 		for _, c := range p.Spec.ResourceClaims {
 			names = append(names, c.Name)
 		}
-		return fmt.Sprintf("placer: the pod uses ResourceClaims (%s); this scheduler does not allocate devices through dynamic resource allocation, so it leaves the pod pending rather than bind it where its claims are not allocated",
-			strings.Join(names, ", "))
+		why := draNotServed
+		if !s.cfg.dra {
+			why = "--dra is off"
+		}
+		return fmt.Sprintf("placer: the pod uses ResourceClaims (%s) and %s, so this scheduler leaves the pod pending rather than bind it where its claims are not allocated",
+			strings.Join(names, ", "), why)
 	}
 	var missing, unbound []string
 	for _, v := range p.Spec.Volumes {

@@ -35,6 +35,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"placer.local/kubernetes/internal/dra"
 	"placer.local/kubernetes/internal/placerclient"
 	"placer.local/kubernetes/internal/translate"
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
@@ -67,11 +68,14 @@ type Input struct {
 	Solve  func(*wire.ScheduleRequestT) (*placerclient.Reply, error)
 }
 
-// Bind: a pod to bind, and the GPU of a share (-1: none).
+// Bind: a pod to bind, the GPU of a share (-1: none), and its claims'
+// allocation (nil: no claims).
 type Bind struct {
-	Pod  *corev1.Pod
-	Node string
-	GPU  int
+	Pod    *corev1.Pod
+	Node   string
+	GPU    int
+	Claims *dra.PodAlloc
+	gpus   []uint8
 }
 
 // Assumed: the pod as it will be once bound (its node, a share's GPU index).
@@ -195,6 +199,9 @@ func (p *planner) form() {
 		if why != "" {
 			bad[pod.UID] = why
 			continue
+		}
+		if in.Opt.DRA != nil && len(pod.Spec.ResourceClaims) > 0 {
+			sig += "|claims:" + in.Opt.DRA.Signature(pod)
 		}
 		c := classes[sig]
 		if c == nil {
@@ -520,9 +527,29 @@ func (p *planner) accepted() []*corev1.Pod {
 	return out
 }
 
+// claimed: the claims of the pods placed this cycle.
+func (p *planner) claimed() []*dra.PodAlloc {
+	var out []*dra.PodAlloc
+	for _, u := range p.units {
+		if u.state != placed {
+			continue
+		}
+		for _, b := range u.binds {
+			if b.Claims != nil {
+				out = append(out, b.Claims)
+			}
+		}
+	}
+	return out
+}
+
 // round: one wave. False: Placer did not answer; the cycle ends.
 func (p *planner) round(sel []*unit) bool {
-	c := translate.NewCluster(p.in.Nodes, p.accepted(), p.in.Opt)
+	opt := p.in.Opt
+	if opt.DRA != nil {
+		opt.Claimed = p.claimed()
+	}
+	c := translate.NewCluster(p.in.Nodes, p.accepted(), opt)
 	byUnit := map[*translate.Unit]*unit{}
 	var units []*translate.Unit
 	for _, u := range sel {
@@ -539,7 +566,11 @@ func (p *planner) round(sel []*unit) bool {
 	r := translate.Build(c, units, p.in.Now.Unix())
 	for _, s := range r.Skipped {
 		u := byUnit[s.Unit]
-		p.unitFailed(u, s.Reason, "placer: "+strings.TrimPrefix(s.Why, "placer: "))
+		why := s.Why
+		if s.Reason == "SchedulerError" {
+			why = "placer: " + strings.TrimPrefix(why, "placer: ")
+		}
+		p.unitFailed(u, s.Reason, why)
 	}
 	if len(r.Request.Pending) == 0 {
 		return true
@@ -739,7 +770,7 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 			if int(rp.Node) >= len(r.C.Nodes) {
 				continue
 			}
-			b := Bind{Pod: u.Pods[i], Node: r.C.Nodes[rp.Node].Name, GPU: -1}
+			b := Bind{Pod: u.Pods[i], Node: r.C.Nodes[rp.Node].Name, GPU: -1, gpus: rp.Gpus}
 			if m, _ := translate.Share(u.Pods[i]); m > 0 && len(rp.Gpus) == 1 {
 				b.GPU = int(rp.Gpus[0])
 			}
@@ -784,7 +815,7 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 		var again []*corev1.Pod
 		for _, b := range x.pods {
 			ni, _ := r.C.Index(b.Node)
-			if miss := r.C.Take(b.Pod, ni); miss != "" {
+			if miss := r.C.Take(b.Pod, ni, b.gpus); miss != "" {
 				again = append(again, b.Pod)
 				if u.Avoid == nil {
 					u.Avoid = map[string]string{}
@@ -792,6 +823,7 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 				u.Avoid[b.Node] = miss
 				continue
 			}
+			b.Claims = r.C.Claimed(b.Pod)
 			ok = append(ok, b)
 		}
 		if u.gang != nil && u.core {

@@ -1,12 +1,16 @@
 package translate
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/types"
 
+	"placer.local/kubernetes/internal/dra"
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
 )
 
@@ -26,6 +30,17 @@ type Cluster struct {
 	// to every pod: kube-scheduler's symmetry).
 	anti      []*corev1.Pod
 	sideCache map[string][]rule
+	// Dynamic resource allocation (Options.DRA): the round's view, each
+	// node's first GPU from its devices (after its nvidia.com/gpu ones),
+	// the pods' claims, and the claims Take allocated, by pod.
+	dra       *dra.View
+	draFirst  []int
+	podClaims map[types.UID]*dra.PodClaims
+	claimed   map[types.UID]*dra.PodAlloc
+	// excluded: the round's own labels (exclude), by key: the nodes that
+	// have it; exclKey: a key by the nodes' names joined.
+	excluded map[string]map[string]bool
+	exclKey  map[string]string
 }
 
 // NewCluster: `nodes` with what `bound` pods use (bound by anyone, or by
@@ -39,6 +54,11 @@ func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster
 		ports: make([]portSet, len(nodes)), holds: map[*corev1.Pod]*holding{}}
 	for i, n := range nodes {
 		c.index[n.Name] = i
+	}
+	if opt.DRA != nil {
+		c.dra = opt.DRA.View(opt.Claimed)
+		c.draFirst = make([]int, len(nodes))
+		c.podClaims, c.claimed = map[types.UID]*dra.PodClaims{}, map[types.UID]*dra.PodAlloc{}
 	}
 	for _, p := range bound {
 		if i, ok := c.index[p.Spec.NodeName]; ok {
@@ -84,8 +104,17 @@ func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster
 			cpuUsed -= cpu
 			memUsed -= mem
 		}
+		model := n.Labels[GPUProduct]
+		if c.dra != nil { // its devices' GPUs, after its nvidia.com/gpu ones
+			c.draFirst[ni] = len(free)
+			more, product := c.dra.GPUs(n.Name)
+			free = append(free, more...)
+			if model == "" {
+				model = product
+			}
+		}
 		wn := &wire.NodeT{
-			Name: n.Name, GpuModel: n.Labels[GPUProduct], GpuFreeMilli: free,
+			Name: n.Name, GpuModel: model, GpuFreeMilli: free,
 			CpuMilliCapacity: cpuCap, CpuMilliFree: max(0, cpuCap-milli(used[corev1.ResourceCPU])),
 			MemoryMibCapacity: memCap, MemoryMibFree: max(0, memCap-mib(used[corev1.ResourceMemory])),
 			Pool: wire.PoolShared, Healthy: nodeReady(n), Domain: -1,
@@ -202,3 +231,63 @@ func subList(out, rl corev1.ResourceList) {
 var one = *resource.NewQuantity(1, resource.DecimalSI)
 
 func resourceCount(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.DecimalSI) }
+
+// claims: pod p's claims (nil: none, or DRA is off).
+func (c *Cluster) claims(p *corev1.Pod) *dra.PodClaims {
+	if c.dra == nil || len(p.Spec.ResourceClaims) == 0 {
+		return nil
+	}
+	if pc, ok := c.podClaims[p.UID]; ok {
+		return pc
+	}
+	pc, _ := c.opt.DRA.Resolve(p)
+	c.podClaims[p.UID] = pc
+	return pc
+}
+
+// maxListed: the most node names a requirement lists; more are a label of
+// the round's own (Placer refuses a job's constraints of more than 256
+// strings).
+const maxListed = 64
+
+// exclude: a requirement that excludes the nodes `names` (sorted): NotIn
+// them, or, more than maxListed, a label of the round's own on those nodes
+// (placer.io/excluded-<k>, shared by the jobs that exclude the same nodes)
+// that the requirement asks to be absent.
+func (c *Cluster) exclude(names []string) *wire.SelectorRequirementT {
+	if len(names) <= maxListed {
+		return notIn(NodeLabel, names)
+	}
+	all := strings.Join(names, ",")
+	key, ok := c.exclKey[all]
+	if !ok {
+		if c.excluded == nil {
+			c.excluded, c.exclKey = map[string]map[string]bool{}, map[string]string{}
+		}
+		key = fmt.Sprintf("%s%d", excludedPrefix, len(c.excluded))
+		c.exclKey[all] = key
+		set := make(map[string]bool, len(names))
+		for _, n := range names {
+			set[n] = true
+			if i, ok := c.index[n]; ok {
+				c.Wire[i].Labels = append(c.Wire[i].Labels, key+"=true")
+			}
+		}
+		c.excluded[key] = set
+	}
+	return &wire.SelectorRequirementT{Key: key, Operator: wire.SelectorOperatorDoesNotExist}
+}
+
+// excludedPrefix: the round's own labels' (exclude).
+const excludedPrefix = "placer.io/excluded-"
+
+// matches: requirement e on node n, the round's own labels included.
+func (c *Cluster) matches(n *corev1.Node, e *wire.SelectorRequirementT) bool {
+	if set, ok := c.excluded[e.Key]; ok { // (exclude's requirements are DoesNotExist)
+		return !set[n.Name]
+	}
+	return requirementMatches(n, e)
+}
+
+// Claimed: the claims Take allocated for pod p on its node (nil: none).
+func (c *Cluster) Claimed(p *corev1.Pod) *dra.PodAlloc { return c.claimed[p.UID] }

@@ -17,10 +17,14 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"placer.local/kubernetes/internal/dra"
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
 )
 
-const affinityMiss = "node(s) didn't match Pod's node affinity/selector"
+const (
+	affinityMiss = "node(s) didn't match Pod's node affinity/selector"
+	shareWhy     = "node(s) had no GPU with a large enough free share"
+)
 
 func aboutRoom(r wire.UnplacedReason) bool {
 	switch r {
@@ -51,7 +55,7 @@ func exclusionWords(x *wire.ExclusionCountT, u *wire.UnplacedT) string {
 	case wire.NodeExclusionGpus:
 		return "Insufficient " + string(GPUResource)
 	case wire.NodeExclusionGpuShare:
-		return "node(s) had no GPU with a large enough free share"
+		return shareWhy
 	case wire.NodeExclusionTaken:
 		if u.Outbid {
 			return fmt.Sprintf("node(s) were taken by this round's placements (outbid by priority %d)", u.OutbidPriority)
@@ -119,6 +123,14 @@ func (r *Round) Explain(j int, u *wire.UnplacedT) string {
 		}
 		if counts[affinityMiss] == 0 {
 			delete(counts, affinityMiss)
+		}
+	}
+	if j >= 0 && j < len(r.claims) && r.claims[j] { // its GPUs are devices: kube-scheduler's DynamicResources says so
+		for _, w := range []string{"Insufficient " + string(GPUResource), shareWhy} {
+			if n := counts[w]; n > 0 {
+				counts[dra.CannotAllocate] += n
+				delete(counts, w)
+			}
 		}
 	}
 	var b strings.Builder
@@ -237,7 +249,7 @@ func (r *Round) reattribute(j int) map[string]int {
 		}
 		first := -1
 		for k := range rules {
-			if !requirementMatches(n, rules[k].req) {
+			if !r.C.matches(n, rules[k].req) {
 				first = k
 				break
 			}
@@ -369,7 +381,7 @@ func roomMiss(n *wire.NodeT, d *wire.DemandT) string {
 	}
 	if d.GpuMilli < 1000 {
 		if !share {
-			return "node(s) had no GPU with a large enough free share"
+			return shareWhy
 		}
 		return ""
 	}

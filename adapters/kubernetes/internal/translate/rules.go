@@ -44,6 +44,7 @@ const (
 	orderSide     = 4 // NodeResourcesFit, after Placer's CPU, memory and GPUs
 	orderSpread   = 5 // PodTopologySpread
 	orderAffinity = 6 // InterPodAffinity
+	orderClaims   = 7 // DynamicResources
 )
 
 // rule: a node requirement of a job, and kube-scheduler's reason for the

@@ -73,10 +73,11 @@ func sideMiss(free, side corev1.ResourceList) string {
 	return ""
 }
 
-// Take: node ni takes pod p's side resources and host ports, or says why
-// it cannot (kube-scheduler's words; nothing is taken then). The planner
+// Take: node ni takes pod p's side resources, host ports and claims (on
+// `gpus`, the GPUs Placer chose, where its devices allow), or says why it
+// cannot (kube-scheduler's words; nothing is taken then). The planner
 // calls it for a round's placements in queue order.
-func (c *Cluster) Take(p *corev1.Pod, ni int) string {
+func (c *Cluster) Take(p *corev1.Pod, ni int, gpus []uint8) string {
 	ports := HostPorts(p)
 	if c.ports[ni].conflicts(ports) {
 		return portsWhy
@@ -84,6 +85,19 @@ func (c *Cluster) Take(p *corev1.Pod, ni int) string {
 	side := sideRequests(Requests(p))
 	if why := sideMiss(c.side[ni], side); why != "" {
 		return why
+	}
+	if pc := c.claims(p); pc != nil {
+		var on []int
+		for _, g := range gpus {
+			if i := int(g) - c.draFirst[ni]; i >= 0 {
+				on = append(on, i)
+			}
+		}
+		pa, why := c.dra.Take(pc, c.Nodes[ni], on)
+		if why != "" {
+			return why
+		}
+		c.claimed[p.UID] = pa
 	}
 	subList(c.side[ni], side)
 	c.ports[ni].add(ports)

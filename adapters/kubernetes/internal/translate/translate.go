@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	resourcehelper "k8s.io/component-helpers/resource"
 
+	"placer.local/kubernetes/internal/dra"
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
 )
 
@@ -46,6 +47,8 @@ const (
 	// none: a label value no node has (label values cannot hold '/'), for
 	// an In requirement that admits no node.
 	none = "placer.io/no-node"
+	// unschedulable: a job's why that is Unschedulable, not SchedulerError.
+	unschedulable = "unschedulable: "
 )
 
 // GroupKey is a pod's group: "schedulinggroup/<namespace>/<name>" for
@@ -98,6 +101,11 @@ type Options struct {
 	// NamespaceLabels: a namespace's labels, for the namespaceSelector of a
 	// pod affinity term (nil, or not found: no labels).
 	NamespaceLabels func(namespace string) map[string]string
+	// DRA: the cycle's devices and claims (nil: dynamic resource
+	// allocation is off, and no pod with claims comes to a round).
+	DRA *dra.Snapshot
+	// Claimed: the claims of the pods placed this cycle before this round.
+	Claimed []*dra.PodAlloc
 }
 
 // Requests is what a pod asks of a node, as kube-scheduler's
@@ -201,6 +209,7 @@ type Round struct {
 	// round by its name (a pod group's bound members together).
 	Running map[string][]*corev1.Pod
 	rules   [][]rule // per job: the node requirements its pod rules added (rules.go)
+	claims  []bool   // per job: its pods have claims (their GPUs are devices: explain.go)
 	own     []*wire.NodeConstraintsT
 	after   []wire.NodeT    // the nodes after the reply's placements (Placed)
 	ownOn   map[[2]int]bool // (job, node) with a replica of the job placed there
@@ -226,13 +235,18 @@ func Build(c *Cluster, units []*Unit, now int64) *Round {
 	for _, u := range units {
 		job, rules, own, why := r.job(u)
 		if why != "" {
-			r.Skipped = append(r.Skipped, Skipped{Unit: u, Reason: "SchedulerError", Why: why})
+			reason := "SchedulerError"
+			if w, ok := strings.CutPrefix(why, unschedulable); ok {
+				reason, why = "Unschedulable", w
+			}
+			r.Skipped = append(r.Skipped, Skipped{Unit: u, Reason: reason, Why: why})
 			continue
 		}
 		req.Pending = append(req.Pending, job)
 		r.Units = append(r.Units, u)
 		r.rules = append(r.rules, rules)
 		r.own = append(r.own, own)
+		r.claims = append(r.claims, r.C.claims(u.Pods[0]) != nil)
 	}
 	if opt.Evict && len(req.Pending) > 0 {
 		r.running(now)
@@ -339,6 +353,31 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 	if m, _ := Share(first); m > 0 {
 		job.Demand.Gpus, job.Demand.GpuMilli = 1, uint16(m)
 	}
+	var claimRules []rule
+	if pc := r.C.claims(first); pc != nil {
+		if why := r.C.dra.Check(pc); why != "" {
+			return nil, nil, nil, unschedulable + fmt.Sprintf("0/%d nodes are available: %s.", len(r.C.Nodes), why)
+		}
+		fits, g, m, err := r.C.dra.Fit(pc, r.C.Nodes)
+		if err != "" {
+			return nil, nil, nil, "cannot allocate its claims: " + err
+		}
+		switch {
+		case m < 1000 && job.Demand.Gpus == 0:
+			job.Demand.Gpus, job.Demand.GpuMilli = 1, m
+		case m == 1000 && job.Demand.GpuMilli == 1000:
+			job.Demand.Gpus += g
+		}
+		byWhy := map[string][]string{}
+		for _, n := range r.C.Nodes {
+			if why := fits[n.Name]; why != "" {
+				byWhy[why] = append(byWhy[why], n.Name)
+			}
+		}
+		for _, why := range sortedKeys(byWhy) {
+			claimRules = append(claimRules, rule{why, orderClaims, r.C.exclude(byWhy[why])})
+		}
+	}
 	topo := r.C.Topo != nil
 	if topo && job.Gang && u.Local {
 		job.TopologyLevel, job.TopologyMode = 1, wire.TopologyModePreferred
@@ -372,6 +411,7 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 		sort.Strings(byWhy[why])
 		rules = append(rules, rule{why, orderSide, notIn(NodeLabel, byWhy[why])})
 	}
+	rules = append(rules, claimRules...)
 	for _, ru := range rules {
 		require(c, ru.req)
 	}
@@ -505,4 +545,5 @@ func (r *Round) Drop(j int, why string) {
 	r.Units = append(r.Units[:j:j], r.Units[j+1:]...)
 	r.rules = append(r.rules[:j:j], r.rules[j+1:]...)
 	r.own = append(r.own[:j:j], r.own[j+1:]...)
+	r.claims = append(r.claims[:j:j], r.claims[j+1:]...)
 }

@@ -137,15 +137,15 @@ func TestSideResourcesAndHostPorts(t *testing.T) {
 		t.Errorf("rules: %v", got)
 	}
 	di, _ := c.Index("disk")
-	if why := c.Take(p, di); why != "" {
+	if why := c.Take(p, di, nil); why != "" {
 		t.Errorf("disk refuses p: %s", why)
 	}
-	if why := c.Take(p, di); why != portsWhy {
+	if why := c.Take(p, di, nil); why != portsWhy {
 		t.Errorf("a second p on disk: %q, want the port clash", why)
 	}
 	q := pod("q", 0, "1")
 	q.Spec.Containers[0].Resources.Requests[corev1.ResourceEphemeralStorage] = resource.MustParse("60Gi")
-	if why := c.Take(q, di); why != "Insufficient ephemeral-storage" {
+	if why := c.Take(q, di, nil); why != "Insufficient ephemeral-storage" {
 		t.Errorf("q on disk after p: %q", why)
 	}
 	f := pod("f", 0, "1")
