@@ -171,6 +171,8 @@ func main() {
 	s.ready.Store(true)
 	s.syncedAt = time.Now()
 	slog.Info("informers synced", "scheduler", c.schedulerName, "placer", c.endpoint, "identity", c.identity)
+	// Stopped (SIGTERM, SIGINT): the last bindings' Events written first.
+	defer s.sink.flush(s.events, 200*time.Millisecond, 3*time.Second)
 	if !c.leaderElect {
 		s.lead(ctx)
 		return
@@ -269,6 +271,8 @@ type scheduler struct {
 	queue   *plan.Queue
 
 	recorder      record.EventRecorder
+	events        record.EventBroadcaster
+	sink          *eventSink
 	wake          chan struct{}
 	ready, leader atomic.Bool
 	syncedAt      time.Time
@@ -311,9 +315,10 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 		AddFunc: func(any) { s.poke() }, UpdateFunc: func(any, any) { s.poke() }, DeleteFunc: func(any) { s.poke() }})
 	s.groups = newPodGroups(s)
 	s.claims = newClaims(s)
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
-	s.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.schedulerName})
+	s.events = record.NewBroadcaster()
+	s.sink = &eventSink{EventSink: &typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")}}
+	s.events.StartRecordingToSink(s.sink)
+	s.recorder = s.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.schedulerName})
 	return s
 }
 
