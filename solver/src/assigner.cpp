@@ -399,9 +399,12 @@ void assigner::place_local(std::int32_t j, round_result& out) {
   std::int64_t const* cap = domains.empty() ? nullptr : caps_of(c);
   // The lowest (deepest) domain that holds the whole job, best fit first.
   std::int32_t const top = required ? job.topology_level : 0;
-  // Slurm's node choice (linear()): without a required level the job's
-  // nodes come from the whole cluster, not its rack first.
-  bool const flat = linear_ && mode_ == assign_mode::greedy && !required;
+  // Slurm's node choice (linear()): a job that asks for no topology level
+  // takes its nodes from the whole cluster; one that asks for a level,
+  // required or preferred, goes under the deepest domain that holds it
+  // (best fit first), as the other modes place it and as Slurm's tree
+  // topology picks a leaf switch, and takes Slurm's nodes inside it.
+  bool const flat = linear_ && mode_ == assign_mode::greedy && job.topo_mode == topology_mode::none;
   if (flat) {
     place_replicas(job, c, -1, want, placed);
     if (job.gang && static_cast<std::int32_t>(placed.size()) < want) release_all(c, placed);

@@ -124,15 +124,17 @@ class assigner {
   void run(round_result& out, std::function<bool()> const& out_of_time, reorder const& r = {});
 
   /// Greedy mode: each job goes where Slurm's select/cons_tres would put it
-  /// (its _eval_nodes without topology): among the runs of consecutive
-  /// nodes (by index) that can take a replica, the tightest run that holds
-  /// the replicas (fewest CPUs free in all; the first of equals), and in it
-  /// the nodes with the fewest CPUs free; no run holds them: the first
-  /// nodes that can take one, by index (linear_nodes). A gang or topology
-  /// job without a required level is placed so too, on the whole cluster,
-  /// not its rack first (bench/slurm/offline_mix.py's model, which
-  /// reproduced live placements). The solver's other candidate under queue
-  /// order (solver.cpp, "linear").
+  /// (its _eval_nodes): among the runs of consecutive nodes (by index) that
+  /// can take a replica, the tightest run that holds the replicas (fewest
+  /// CPUs free in all; the first of equals), and in it the nodes with the
+  /// fewest CPUs free; no run holds them: the first nodes that can take
+  /// one, by index (linear_nodes). A gang that asks for no topology level
+  /// is placed so on the whole cluster (bench/slurm/offline_mix.py's model
+  /// of Slurm without a topology plugin, which reproduced live
+  /// placements); one that asks for a level, required or preferred, inside
+  /// the deepest domain that holds it, best fit first, as Slurm's tree
+  /// topology picks a leaf switch. The solver's other candidate under
+  /// queue order (solver.cpp, "linear").
   void linear(bool on) { linear_ = on; }
 
  private:
