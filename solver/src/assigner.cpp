@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
+#include <limits>
 #include <numeric>
 #include <string_view>
 #include <utility>
@@ -1013,9 +1014,11 @@ namespace {
 /// detail::repack's passes over one round.
 class repacker {
  public:
-  repacker(round_input const& in, round_matrices& m, score_params const& p, round_result& out, repack_scratch& s)
-      : in_(in), m_(m), out_(out), s_(s), nv_(m.nodes()), cv_(m.classes()), op_{nv_, cv_, m.tasks(), p},
-        stats_{nv_, m.tasks()}, n_nodes_(static_cast<std::size_t>(m.n_nodes())) {
+  repacker(round_input const& in, round_matrices& m, score_params const& p, round_result& out, repack_scratch& s,
+           scored_round const& scored)
+      : in_(in), m_(m), out_(out), s_(s), scored_(scored), nv_(m.nodes()), cv_(m.classes()),
+        op_{nv_, cv_, m.tasks(), p}, stats_{nv_, m.tasks()}, n_nodes_(static_cast<std::size_t>(m.n_nodes())),
+        verify_(std::getenv("PLACER_VERIFY_SCORES") != nullptr) {
     auto const n_jobs = in.pending.size();
     job_order(in, false, s.fifo, s.keys);
     s.pos.resize(n_jobs);
@@ -1068,11 +1071,21 @@ class repacker {
       replicas += static_cast<std::int64_t>(pl.replicas.size());
     }
     if (replicas < 2 || replicas * static_cast<std::int64_t>(n_nodes_) > budget) return 0;
-    // The largest replica first, then queue order.
+    // The largest replica first; among equals a class's jobs together (its
+    // cells are read again right after the one commit since), in queue
+    // order by their first.
+    s.first_pos.assign(static_cast<std::size_t>(m_.n_classes()), std::numeric_limits<std::int32_t>::max());
+    for (auto k : s.movable) {
+      auto& f = s.first_pos[static_cast<std::size_t>(m_.job_class[job_of(k)])];
+      f = std::min(f, s.pos[job_of(k)]);
+    }
     std::sort(s.movable.begin(), s.movable.end(), [&](std::int32_t a, std::int32_t c) {
       auto const ma = in_.pending[job_of(a)].per_replica.gpu_milli_total();
       auto const mc = in_.pending[job_of(c)].per_replica.gpu_milli_total();
-      return ma != mc ? ma > mc : s.pos[job_of(a)] < s.pos[job_of(c)];
+      if (ma != mc) return ma > mc;
+      auto const fa = s.first_pos[static_cast<std::size_t>(m_.job_class[job_of(a)])];
+      auto const fc = s.first_pos[static_cast<std::size_t>(m_.job_class[job_of(c)])];
+      return fa != fc ? fa < fc : s.pos[job_of(a)] < s.pos[job_of(c)];
     });
     s.classes.clear();
     s.slot.assign(static_cast<std::size_t>(m_.n_classes()), -1);
@@ -1101,27 +1114,31 @@ class repacker {
         s.was.emplace_back(rp.node, bits);
       }
     }
-    // ...and on again, each on the best cell as the state is then: a
-    // node's column of the classes in play is scored once per change of
-    // the node.
+    // ...and on again, each on the best cell as the state is then. A cell
+    // is scored when read and kept until its node changes; a node back in
+    // its state of the round's score stage (nothing of the round left on
+    // it) reads that stage's cell.
     s.version.assign(n_nodes_, 0);
-    s.scored.assign(n_nodes_, -1);
+    s.pristine.assign(n_nodes_, 0);
+    if (scored_.m != nullptr) {
+      for (std::size_t n = 0; n < n_nodes_; ++n) s.pristine[n] = same_as_scored(n) ? 1 : 0;
+    }
     s.cells.resize(s.classes.size() * n_nodes_);
+    s.cell_version.assign(s.classes.size() * n_nodes_, -1);
+    s.frag_version.assign(n_nodes_, -1);
+    s.frag_before.resize(n_nodes_);
     bool fits = true;
     for (auto k : s.movable) {
       auto& pl = out_.placements[static_cast<std::size_t>(k)];
       std::int32_t const c = m_.job_class[static_cast<std::size_t>(pl.job)];
-      std::int32_t const* row = s.cells.data() + static_cast<std::size_t>(s.slot[static_cast<std::size_t>(c)]) * n_nodes_;
+      auto const row = static_cast<std::size_t>(s.slot[static_cast<std::size_t>(c)]) * n_nodes_;
       for (auto& rp : pl.replicas) {
         std::int32_t best = -1;
         std::int32_t best_s = -1;
         for (std::size_t n = 0; n < n_nodes_; ++n) {
-          if (s.scored[n] != s.version[n]) {
-            score_column(static_cast<std::int32_t>(n));
-            s.scored[n] = s.version[n];
-          }
-          if (row[n] > best_s) {  // strict: the lowest index of equals
-            best_s = row[n];
+          std::int32_t const v = cell(c, row, n);
+          if (v > best_s) {  // strict: the lowest index of equals
+            best_s = v;
             best = static_cast<std::int32_t>(n);
           }
         }
@@ -1275,24 +1292,37 @@ class repacker {
     s.before.insert(s.before.end(), {m_.cpu_free[u], m_.mem_free[u], std::int64_t{st.partly_allocated_nodes}, st.frag_milli_ppm});
   }
 
-  /// score_cell_op::score_column's way, into the classes' own rows of the
-  /// scratch: the node's fragmentation state and shape cache taken once.
-  void score_column(std::int32_t n) {
-    frag_cache cache;
-    column_frag col;
-    std::int64_t before = 0;
-    bool const frag = op_.column_fragmentation();
-    if (frag) {
-      std::int32_t const g0 = nv_.gpu_begin[n];
-      col.init(nv_.gpu_free + g0, min_of(nv_.gpu_begin[n + 1] - g0, max_gpus_per_node), nv_.cpu_free[n], nv_.model[n],
-               op_.tv);
-      before = col.fragmentation(op_.tv, 0, 0, 0, 0);
+  /// Class c's score on node n as the state is now (row: its slot's
+  /// offset in the cells).
+  std::int32_t cell(std::int32_t c, std::size_t row, std::size_t n) {
+    auto& s = s_;
+    if (s.cell_version[row + n] == s.version[n]) return s.cells[row + n];
+    std::int32_t v = 0;
+    if (s.version[n] == 0 && s.pristine[n] != 0) {
+      v = (*scored_.scores)[static_cast<std::size_t>(c) * n_nodes_ + n];
     } else {
-      before = op_.fragmentation_before(n);
+      if (s.frag_version[n] != s.version[n]) {
+        s.frag_before[n] = op_.fragmentation_before(static_cast<std::int32_t>(n));
+        s.frag_version[n] = s.version[n];
+      }
+      v = op_.score(c, static_cast<std::int32_t>(n), s.frag_before[n]);
     }
-    for (std::size_t k = 0; k < s_.classes.size(); ++k) {
-      s_.cells[k * n_nodes_ + static_cast<std::size_t>(n)] = op_.score(s_.classes[k], n, before, &cache, frag ? &col : nullptr);
+    if (verify_ && v != op_.score(c, static_cast<std::int32_t>(n))) {
+      throw logic_error(error_code::internal, "the packing repair read a stale score: class " + std::to_string(c) +
+                                                  " on node " + std::to_string(n) + " (PLACER_VERIFY_SCORES)");
     }
+    s.cells[row + n] = v;
+    s.cell_version[row + n] = s.version[n];
+    return v;
+  }
+
+  /// Whether node n is as the round's score stage saw it.
+  [[nodiscard]] bool same_as_scored(std::size_t n) const {
+    auto const& sm = *scored_.m;
+    auto const g0 = static_cast<std::size_t>(m_.gpu_begin[n]), g1 = static_cast<std::size_t>(m_.gpu_begin[n + 1]);
+    return m_.cpu_free[n] == sm.cpu_free[n] && m_.mem_free[n] == sm.mem_free[n] &&
+           std::equal(m_.gpu_free.begin() + static_cast<std::ptrdiff_t>(g0), m_.gpu_free.begin() + static_cast<std::ptrdiff_t>(g1),
+                      sm.gpu_free.begin() + static_cast<std::ptrdiff_t>(g0));
   }
 
   /// Whether job jb (class c) alone would start on `view`: a replica
@@ -1327,19 +1357,21 @@ class repacker {
   round_matrices& m_;
   round_result& out_;
   repack_scratch& s_;
+  scored_round const scored_;
   node_view const nv_;
   class_view const cv_;
   score_cell_op const op_;
   node_stats_op const stats_;
   std::size_t const n_nodes_;
+  bool const verify_;  ///< PLACER_VERIFY_SCORES: every cell read checked against a fresh scoring
   std::size_t promised_ = 0;
 };
 
 }  // namespace
 
 std::int32_t repack(round_input const& in, round_matrices& m, score_params const& p, round_result& out, backend& b,
-                    std::int64_t budget, repack_scratch& s) {
-  repacker r(in, m, p, out, s);
+                    std::int64_t budget, repack_scratch& s, scored_round const& scored) {
+  repacker r(in, m, p, out, s, scored);
   // Every movable job first; where that moves a promised job's
   // predecessors so that it would fit, the jobs up to the last promised
   // one stay and the others are placed again.

@@ -259,9 +259,13 @@ struct repack_scratch {
   std::vector<std::int32_t> movable;    ///< placements placed again, in the order they go
   std::vector<std::int32_t> classes;    ///< their classes, each once
   std::vector<std::int32_t> slot;       ///< per class: its place in `classes`, -1 none
-  std::vector<std::int32_t> cells;      ///< per (slot, node): the class's score on the node now
+  std::vector<std::int32_t> cells;      ///< per (slot, node): the class's score on the node
+  std::vector<std::int32_t> first_pos;  ///< per class: the queue position of its first job moved
   std::vector<std::int32_t> version;    ///< per node: bumped at each commit
-  std::vector<std::int32_t> scored;     ///< per node: the version its column was scored at (-1: never)
+  std::vector<std::uint8_t> pristine;   ///< per node: 1 = as the score stage saw it (before any commit)
+  std::vector<std::int32_t> cell_version;  ///< per (slot, node): the node's version its cell was scored at
+  std::vector<std::int64_t> frag_before;   ///< per node: its fragmentation, at frag_version
+  std::vector<std::int32_t> frag_version;
   std::vector<std::int32_t> touched;    ///< nodes changed, in order
   std::vector<std::uint8_t> is_touched;
   std::vector<std::int32_t> gpu_before;  ///< the touched nodes' GPUs before, in their order
@@ -274,8 +278,16 @@ struct repack_scratch {
   std::vector<std::uint8_t> no_fit;        ///< per class: 1 = one replica did not fit
   std::vector<std::int64_t> domain_cap;    ///< per domain (+1: the cluster): replicas it holds
 };
+/// The round as its score stage left it, when the caller kept it (the
+/// solver does for the rounds the repair may run on): its node arrays and
+/// score matrix. Null: every cell the repair reads is scored anew.
+struct scored_round {
+  round_matrices const* m = nullptr;
+  std::vector<std::int32_t> const* scores = nullptr;
+};
 std::int32_t repack(round_input const& in, round_matrices& m, kernels::score_params const& p, round_result& out,
-                    kernels::backend& backend, std::int64_t budget, repack_scratch& scratch);
+                    kernels::backend& backend, std::int64_t budget, repack_scratch& scratch,
+                    scored_round const& scored = {});
 
 /// Queue order into `order`: priority, then (largest_first, placer) the
 /// largest total GPU demand and the fewest GPU models allowed first, then

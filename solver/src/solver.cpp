@@ -769,7 +769,15 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   std::int32_t tries = mode == detail::assign_mode::placer ? repair_tries(in) : 0;
   bool linear_ran = false;
   bool const ordered = mode == detail::assign_mode::placer && in.pol.order != queue_order::pack;
-  if (tries > 0 || ordered) {
+  // The packing repair reads the score stage's cells of the nodes it finds
+  // as they were: kept for the rounds it surely runs on (whatever the
+  // assignment places, within its budget), and kept anyway for the others.
+  bool const repack = mode == detail::assign_mode::placer && in.pol.repack;
+  std::int64_t replicas = 0;
+  for (auto const& j : in.pending) replicas += j.replicas;
+  bool const scored_kept = tries > 0 || ordered ||
+                           (repack && replicas * static_cast<std::int64_t>(in.state.nodes.size()) <= repack_cells);
+  if (scored_kept) {
     ws_->m_scored = m;
     ws_->scores_scored = scores;
   }
@@ -805,8 +813,9 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   }
   // The packing repair: the round's single-node jobs placed again one at a
   // time on the same scores, largest first (detail::repack).
-  if (mode == detail::assign_mode::placer && in.pol.repack && !(linear_ran && linear_only()) &&
-      detail::repack(in, m, p, out, *backend_, repack_cells, ws_->repack) > 0) {
+  if (repack && !(linear_ran && linear_only()) &&
+      detail::repack(in, m, p, out, *backend_, repack_cells, ws_->repack,
+                     scored_kept ? detail::scored_round{&ws_->m_scored, &ws_->scores_scored} : detail::scored_round{}) > 0) {
     stage_done("repack");
   }
   // Stacking packs the round's small jobs onto as few nodes as they fit.
