@@ -16,6 +16,7 @@
 #include <placer/solver/solver.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -47,6 +48,9 @@ char const* const usage =
     "  --policies  comma list of Random,DotProd,GpuClustering,GpuPacking,BestFit,FGD,Placer,PlacerBatch\n"
     "              (default: the first seven; --batch adds PlacerBatch)\n"
     "  --batch     pods per solver round for PlacerBatch (default 64)\n"
+    "  --idle      also what the GPUs left idle at the end are (the JSON always has it): free milli\n"
+    "              where a pod shape of the workload fits now, where one fits but the node's CPU or\n"
+    "              memory does not, where only another GPU model's shape fits, where no shape is so small\n"
     "  --data      shared data directory (default: ../shared/data next to the repository)\n"
     "  --jobs      worker threads (default: hardware threads)\n";
 
@@ -93,7 +97,7 @@ int cmd_experiment(int argc, char** argv) {
     if (argc < 3 || std::string(argv[2]) != "fgd")
       throw usage_error("expected 'placer experiment fgd|policies|tenants|rounds ...'");
     std::set<std::string> const valued{"workload", "seeds", "plot", "policies", "batch", "data", "jobs"};
-    std::set<std::string> const boolean{"all", "json", "help"};
+    std::set<std::string> const boolean{"all", "json", "idle", "help"};
     auto const args = parse_cli(argc, argv, 3, valued, boolean, "experiment fgd");
     auto opts = args.opts;
     auto const& flags = args.flags;
@@ -102,6 +106,7 @@ int cmd_experiment(int argc, char** argv) {
       return 0;
     }
     bool const json = flags.count("json") != 0;
+    bool const idle = flags.count("idle") != 0;
     fs::path const data = shared_data_dir(argv[0], opts.count("data") != 0 ? opts["data"] : "");
     fs::path const openb = data / "alibaba-openb-v2023";
     fs::path const node_csv = openb / "openb_node_list_gpu_node.csv";
@@ -210,6 +215,14 @@ int cmd_experiment(int argc, char** argv) {
           }
         }
         double const ours = fgd::median(per_seed);
+        std::array<double, fgd::idle_reasons> idle_pct{};
+        for (std::size_t si = 0; si < seeds.size(); ++si) {
+          auto const& r = results[pi * seeds.size() + si];
+          for (int k = 0; k < fgd::idle_reasons; ++k) {
+            idle_pct[static_cast<std::size_t>(k)] += 100.0 * static_cast<double>(r.idle[static_cast<std::size_t>(k)]) /
+                                                     static_cast<double>(w.capacity_milli) / static_cast<double>(seeds.size());
+          }
+        }
         double pub = std::nan("");
         auto const it = published.find({wname, fgd::published_name(pol)});
         if (it != published.end()) pub = fgd::median(it->second);
@@ -228,6 +241,11 @@ int cmd_experiment(int argc, char** argv) {
                      ",\"standard_error\":" + json_num(vs_fgd->standard_error, 3) +
                      ",\"at_or_above\":" + std::to_string(vs_fgd->at_or_above) + "}";
           }
+          extra += ",\"idle_at_end_pct\":{";
+          for (int k = 0; k < fgd::idle_reasons; ++k) {
+            extra += (k ? "," : "") + sim::json_quote(fgd::idle_reason_names[k]) + ":" + json_num(idle_pct[k], 3);
+          }
+          extra += "}";
           std::printf("{\"workload\":\"%s\",\"policy\":\"%s\",\"alloc_ratio_at_130_median\":%s,\"published_median\":%s,"
                       "\"seeds\":[%s],\"per_seed\":[%s],\"seconds\":%.2f%s}\n",
                       wname.c_str(), fgd::policy_name(pol).c_str(), json_num(ours).c_str(), json_num(pub).c_str(),
@@ -248,6 +266,11 @@ int cmd_experiment(int argc, char** argv) {
           }
           std::printf("%-12s %-13s %6zu %9.2f %9s %7s %8.1f  %s\n", wname.c_str(), pname.c_str(), seeds.size(), ours,
                       pubs, diff, secs, vs);
+          if (idle) {
+            std::printf("%-12s %-13s idle at the end, %% of GPUs (mean over seeds):", "", "");
+            for (int k = 0; k < fgd::idle_reasons; ++k) std::printf(" %s %.2f;", fgd::idle_reason_names[k], idle_pct[k]);
+            std::printf("\n");
+          }
         }
         std::fflush(stdout);
         sim::plot_series s;
