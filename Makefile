@@ -43,9 +43,9 @@ test: build
 # FUZZ_SECONDS; a finding lands in $(FUZZ_BUILD)/findings and fails the run.
 fuzz: deps
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DPLACER_FUZZ=ON > /dev/null
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target request_fuzz make_corpus zmtp_fuzz
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target request_fuzz make_corpus zmtp_fuzz zmtp_curve_fuzz
 	$(FUZZ_BUILD)/tests/fuzz/make_corpus . $(FUZZ_BUILD)/corpus
-	mkdir -p $(FUZZ_BUILD)/findings $(FUZZ_BUILD)/zmtp-corpus
+	mkdir -p $(FUZZ_BUILD)/findings $(FUZZ_BUILD)/zmtp-corpus $(FUZZ_BUILD)/zmtp-curve-corpus
 	@echo "request fuzzer: $(FUZZ_SECONDS) s, log in $(FUZZ_BUILD)/fuzz.log"
 	@$(FUZZ_BUILD)/tests/fuzz/request_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
 	  -artifact_prefix=$(FUZZ_BUILD)/findings/ $(FUZZ_BUILD)/corpus tests/fuzz/regressions > $(FUZZ_BUILD)/fuzz.log 2>&1 || \
@@ -56,6 +56,12 @@ fuzz: deps
 	  -artifact_prefix=$(FUZZ_BUILD)/findings/zmtp- $(FUZZ_BUILD)/zmtp-corpus tests/fuzz/zmtp_seeds > $(FUZZ_BUILD)/zmtp-fuzz.log 2>&1 || \
 	  { tail -40 $(FUZZ_BUILD)/zmtp-fuzz.log; echo "make fuzz: a finding, saved in $(FUZZ_BUILD)/findings"; exit 1; }
 	@grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^Done' $(FUZZ_BUILD)/zmtp-fuzz.log
+	@echo "transport fuzzer, CURVE boxes: $(FUZZ_SECONDS) s, log in $(FUZZ_BUILD)/zmtp-curve-fuzz.log"
+	@$(FUZZ_BUILD)/tests/fuzz/zmtp_curve_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -print_final_stats=1 \
+	  -artifact_prefix=$(FUZZ_BUILD)/findings/zmtp-curve- $(FUZZ_BUILD)/zmtp-curve-corpus tests/fuzz/zmtp_curve_seeds \
+	  > $(FUZZ_BUILD)/zmtp-curve-fuzz.log 2>&1 || \
+	  { tail -40 $(FUZZ_BUILD)/zmtp-curve-fuzz.log; echo "make fuzz: a finding, saved in $(FUZZ_BUILD)/findings"; exit 1; }
+	@grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^Done' $(FUZZ_BUILD)/zmtp-curve-fuzz.log
 
 # Under ThreadSanitizer (clang, LLVM OpenMP; its own build): every OpenMP
 # stage's parallel path against the sequential one, bit for bit, and the

@@ -298,7 +298,7 @@ node_json() {  # i
 node_status() {  # i
   local cpu mem
   cpu=$((gpus > 0 ? 12 * gpus : 16)) mem=$((gpus > 0 ? 192 * gpus : 128))Gi
-  echo "{\"status\":{\"capacity\":{\"cpu\":\"$cpu\",\"memory\":\"$mem\",\"nvidia.com/gpu\":\"$gpus\",\"pods\":\"110\"},\"allocatable\":{\"cpu\":\"$cpu\",\"memory\":\"$mem\",\"nvidia.com/gpu\":\"$gpus\",\"pods\":\"110\"},\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"placer-local: no kubelet, status set through the API\",\"lastHeartbeatTime\":\"$(date -u +%FT%TZ)\",\"lastTransitionTime\":\"$(date -u +%FT%TZ)\"}]}}"
+  echo "{\"status\":{\"capacity\":{\"cpu\":\"$cpu\",\"memory\":\"$mem\",\"nvidia.com/gpu\":\"$gpus\",\"pods\":\"110\",\"ephemeral-storage\":\"1000Gi\"},\"allocatable\":{\"cpu\":\"$cpu\",\"memory\":\"$mem\",\"nvidia.com/gpu\":\"$gpus\",\"pods\":\"110\",\"ephemeral-storage\":\"1000Gi\"},\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\",\"reason\":\"KubeletReady\",\"message\":\"placer-local: no kubelet, status set through the API\",\"lastHeartbeatTime\":\"$(date -u +%FT%TZ)\",\"lastTransitionTime\":\"$(date -u +%FT%TZ)\"}]}}"
 }
 
 # Nodes FIRST..LAST: one curl for them all, their requests in order on one

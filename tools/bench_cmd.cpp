@@ -10,7 +10,10 @@
 // --job-churn K the jobs go as job deltas too, K of them leaving and K
 // arriving each round. Starts its own servers unless given --endpoint
 // (one, or several replicas: --endpoint A,B, and a lost round fails over).
-// --clients N drives N clients at once, each its own session; --duration S
+// --clients N drives N clients at once, each its own session (with --workers
+// N the bench's own server solves N sessions' rounds at once, a backend and
+// so a CUDA stream each: rounds a second at 10k with 8 sessions is
+// `--clients 8 --workers 8`); --duration S
 // runs for S seconds instead of a number of rounds, counting a round that
 // fails as an error (the client then resends its session in full) rather
 // than stopping, and --report-s W prints rounds, errors, resyncs,
@@ -63,6 +66,7 @@ struct bench_args {
   int timeout_ms = 30000;  // per attempt
   int retries = 5;         // rounds resent after a loss (a server restarted mid-round; the next replica)
   int clients = 1;         // clients at once, each its own session
+  int workers = 1;         // the bench's own server's solver workers
   double duration_s = 0;   // > 0: run this long, not a number of rounds
   double report_s = 0;     // > 0: per-window figures
   client_options connection;  // --endpoint's CURVE keys (--server-key, --client-cert)
@@ -75,7 +79,7 @@ struct bench_args {
       "                    [--delta NODES] [--job-churn JOBS] [--mode closed|open] [--rate ROUNDS_PER_S]\n"
       "                    [--configs cuda,cpu,twin,kube]\n"
       "                    [--endpoint E[,E2...] [--server-key FILE --client-cert FILE]] [--timeout-ms N] [--retries N]\n"
-      "                    [--clients N] [--duration S] [--report-s W]\n"
+      "                    [--clients N] [--workers N] [--duration S] [--report-s W]\n"
       "                    [--data DIR] [--json FILE] [--plot FILE.svg]");
 }
 
@@ -84,8 +88,8 @@ bench_args parse(int argc, char** argv) {
   try {
     opts = parse_cli(argc, argv, 2,
                      {"scenario", "endpoint", "data", "rounds", "warmup", "delta", "job-churn", "mode", "rate", "json",
-                      "plot", "configs", "timeout-ms", "retries", "server-key", "client-cert", "clients", "duration",
-                      "report-s"},
+                      "plot", "configs", "timeout-ms", "retries", "server-key", "client-cert", "clients", "workers",
+                      "duration", "report-s"},
                      {},
                      "bench");
   } catch (usage_error const& e) {
@@ -105,6 +109,7 @@ bench_args parse(int argc, char** argv) {
     a.timeout_ms = static_cast<int>(opts.integer("timeout-ms", a.timeout_ms));
     a.retries = static_cast<int>(opts.integer("retries", a.retries));
     a.clients = static_cast<int>(opts.integer("clients", a.clients));
+    a.workers = static_cast<int>(opts.integer("workers", a.workers));
     a.duration_s = opts.number("duration", a.duration_s);
     a.report_s = opts.number("report-s", a.report_s);
     a.connection = client_connection(opts, a.timeout_ms);
@@ -121,6 +126,8 @@ bench_args parse(int argc, char** argv) {
   if (a.timeout_ms <= 0 || a.retries < 0) usage("--timeout-ms must be positive and --retries not negative");
   if (opts.has("job-churn") && a.job_churn < 0) usage("--job-churn must not be negative");
   if (a.clients < 1 || a.clients > 1024) usage("--clients must be 1 to 1024");
+  if (a.workers < 1 || a.workers > 256) usage("--workers must be 1 to 256");
+  if (opts.has("workers") && !a.endpoint.empty()) usage("--workers sizes the bench's own server: not with --endpoint");
   return a;
 }
 
@@ -386,7 +393,9 @@ int cmd_bench(int argc, char** argv) {
   std::cout << "scenario " << a.scenario << ": " << in.state.nodes.size() << " nodes, " << gpus << " GPUs, "
             << in.pending.size() << " pending jobs; "
             << (a.duration_s > 0 ? fmt(a.duration_s, 0) + " s" : std::to_string(rounds) + " rounds")
-            << " per configuration, " << a.clients << (a.clients > 1 ? " clients, " : " client, ") << a.mode
+            << " per configuration, " << a.clients << (a.clients > 1 ? " clients, " : " client, ")
+            << (a.endpoint.empty() ? std::to_string(a.workers) + (a.workers > 1 ? " workers, " : " worker, ") : "")
+            << a.mode
             << "-loop" << (a.mode == "open" ? " at " + fmt(a.rate, 1) + " rounds/s" : "")
             << (deltas(a) ? ", deltas of " + std::to_string(a.delta_nodes) + " nodes" : ", full snapshots")
             << (a.job_churn >= 0 ? " and " + std::to_string(a.job_churn) + " jobs leaving and arriving" : "") << "\n";
@@ -409,6 +418,7 @@ int cmd_bench(int argc, char** argv) {
     sc.backend = cfg == "cuda" || cfg == "twin" ? cfg : "cpu";
     sc.log_rounds = false;
     sc.poll_ms = 20;
+    sc.workers = a.workers;
     service::server srv(sc);
     std::thread serving([&] { srv.run(); });
     try {
@@ -529,7 +539,7 @@ int cmd_bench(int argc, char** argv) {
         << ",\"rounds_per_s\":" << static_cast<double>(r.latency_ms.size()) / r.wall_s
         << ",\"replicas_placed_per_round\":" << r.placed_per_round << ",\"retries\":" << r.retries
         << ",\"resyncs\":" << r.resyncs << ",\"failovers\":" << r.failovers << ",\"errors\":" << r.errors
-        << ",\"clients\":" << a.clients << ",\"stage_calls_per_round\":" << r.calls_per_round
+        << ",\"clients\":" << a.clients << ",\"workers\":" << a.workers << ",\"stage_calls_per_round\":" << r.calls_per_round
         << ",\"waits_per_round\":" << r.waits_per_round << ",\"mb_copied_per_round\":" << r.mb_per_round
         << ",\"stages_ms\":{";
       bool first = true;

@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 namespace {
@@ -47,12 +48,17 @@ usage:
                 [--max-message-mib N]
                 [--max-nodes N] [--max-jobs N] [--max-replicas N] [--max-round-ms N] [--max-session-mib N]
                 [--max-queued N] [--max-queued-mib N] [--max-queue-mib N] [--stuck-ms N] [--http HOST:PORT]
+                [--max-connections N] [--max-connections-per-address N]
+                [--heartbeat-s S] [--idle-timeout-s S] [--message-timeout-s S]
                 [--demo DIR] [--quiet] [--log-format text|json] [--log-level debug|info|warn|error]
                 [--curve-secret FILE --allow-keys DIR | --insecure]
                 [--capture DIR [--capture-every N] [--capture-slower-ms T] [--capture-max-mib M]]
                 (per round: 100000 nodes, 100000 pending jobs, 1000000 pending replicas, 5000 ms by default;
                  sessions: 4096 MiB per worker, least recently used evicted first;
-                 waiting rounds: 8 and 256 MiB per peer, 1024 MiB in all, peers served in turn;
+                 waiting rounds: 8 and 256 MiB per peer, peers served in turn;
+                 what peers make the server hold (messages, rounds waiting, unread replies): 1024 MiB;
+                 4096 connections, 1024 from one address, the idle longest closed first when full;
+                 a quiet peer PINGed after 10 s, closed after 30 s of silence; a message within 30 s;
                  not ready once a round has run or waited 10000 ms;
                  --http: GET /metrics (Prometheus), /livez, /readyz; off unless given;
                  without CURVE keys only loopback and ipc:// endpoints, unless --insecure;
@@ -79,7 +85,9 @@ usage:
                 (every algorithm on the same round, side by side)
   placer bench  [--scenario 1k|10k|100k|openb, also -k8s|-nfd|-split] [--rounds N] [--mode closed|open] [--rate R]
                 [--configs cuda,cpu,twin,kube] [--endpoint E] [--json FILE] [--plot FILE.svg]
-                (load generator over the real client; starts its own servers unless --endpoint)
+                [--clients N] [--workers N] [--duration S]
+                (load generator over the real client; starts its own servers unless --endpoint;
+                 N sessions at once with --clients N, solved N at a time with --workers N)
   placer simulate [--trace itp:clusterNN|mixed:clusterNN|openb:NAME|dlrm|synthetic] [--algorithm A | --compare A,B]
                 [--backfill easy|conservative] [--preemption] [--elastic] [--delay-scheduling] ...
                 (trace-driven discrete-event simulator; `placer simulate --help`)
@@ -345,7 +353,17 @@ int cmd_health(int argc, char** argv) {
               << ", expired " << h.dropped_expired << ", peer gone " << h.dropped_disconnected
               << "; " << h.sessions << " sessions (" << fixed(static_cast<double>(h.session_bytes) / (1 << 20), 1)
               << " MiB), evicted "
-              << h.sessions_evicted << "; CURVE handshakes refused " << h.handshakes_denied << "\n";
+              << h.sessions_evicted << "; CURVE handshakes refused " << h.handshakes_denied << "\n  transport: "
+              << h.connections << " connections, holding " << fixed(static_cast<double>(h.held_bytes) / (1 << 20), 1)
+              << " of " << fixed(static_cast<double>(h.memory_budget) / (1 << 20), 0) << " MiB; closed";
+    for (auto const& [cause, n] : h.connections_closed) {
+      if (n > 0) std::cout << " " << cause << " " << n;
+    }
+    std::cout << "; refused";
+    for (auto const& [cause, n] : h.requests_refused) {
+      if (n > 0) std::cout << " " << cause << " " << n;
+    }
+    std::cout << "\n";
     for (std::size_t k = 0; k < h.worker_states.size(); ++k) {
       auto const& w = h.worker_states[k];
       std::cout << "  worker " << k << ": "
@@ -439,6 +457,24 @@ void play_demo(std::string const& endpoint, std::string const& dir) {
 
 /// `placer serve`: every option also from a PLACER_* environment variable
 /// (PLACER_MAX_NODES for --max-nodes) and from a config file (--config
+/// Descriptors for `connections` and the rest: the soft limit raised to
+/// the hard one where it is lower, and a warning where even that is short
+/// (a connection past it would wait unaccepted in the kernel's backlog).
+void raise_open_files(std::size_t connections) {
+  rlimit r{};
+  if (::getrlimit(RLIMIT_NOFILE, &r) != 0) return;
+  rlim_t const want = static_cast<rlim_t>(connections) + 256;
+  if (r.rlim_cur < want && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = std::min(want, r.rlim_max);
+    (void)::setrlimit(RLIMIT_NOFILE, &r);
+    (void)::getrlimit(RLIMIT_NOFILE, &r);
+  }
+  if (r.rlim_cur < want) {
+    service::log_warn("open files limited to " + std::to_string(r.rlim_cur) + ", below --max-connections " +
+                      std::to_string(connections) + " and 256 more: raise `ulimit -n` (or the container's nofile)");
+  }
+}
+
 /// FILE, `key = value` lines, TOML or INI); the command line wins, then
 /// the file, then the environment. CLI11 names the option and the value in
 /// every error.
@@ -517,8 +553,28 @@ int cmd_serve(int argc, char** argv) {
           ->check(CLI::PositiveNumber)
           ->capture_default_str());
   env(app.add_option("--max-queued-mib", queued_mib, "their bytes, MiB")->check(CLI::PositiveNumber)->capture_default_str());
-  env(app.add_option("--max-queue-mib", queue_mib, "every peer's waiting rounds, MiB")
+  env(app.add_option("--max-queue-mib", queue_mib,
+                     "the memory budget for what peers make the server hold: messages being read, rounds waiting, "
+                     "replies not yet read, MiB (at least twice --max-message-mib)")
           ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-connections", cfg.max_connections,
+                     "connections open at once; when full, the one idle the longest goes first")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  env(app.add_option("--max-connections-per-address", cfg.max_connections_per_address,
+                     "connections from one IP address")
+          ->check(CLI::PositiveNumber)
+          ->capture_default_str());
+  double heartbeat_s = cfg.heartbeat_ms / 1000.0, idle_s = cfg.idle_ms / 1000.0, message_s = cfg.message_ms / 1000.0;
+  env(app.add_option("--heartbeat-s", heartbeat_s, "PING a quiet peer after this long, s (0 = never)")
+          ->check(CLI::Range(0.0, 3600.0))
+          ->capture_default_str());
+  env(app.add_option("--idle-timeout-s", idle_s, "close a peer that sends nothing for this long, s (0 = never)")
+          ->check(CLI::Range(0.0, 86400.0))
+          ->capture_default_str());
+  env(app.add_option("--message-timeout-s", message_s, "a message's first byte to its last, s")
+          ->check(CLI::Range(0.001, 3600.0))
           ->capture_default_str());
   env(app.add_option("--stuck-ms", cfg.stuck_after_ms,
                      "not ready while a round has run or waited longer, ms")
@@ -573,6 +629,10 @@ int cmd_serve(int argc, char** argv) {
   cfg.max_session_bytes_per_peer = static_cast<std::size_t>(peer_session_mib) << 20;
   cfg.queue.peer_bytes = static_cast<std::size_t>(queued_mib) << 20;
   cfg.queue.total_bytes = static_cast<std::size_t>(queue_mib) << 20;
+  cfg.heartbeat_ms = static_cast<int>(heartbeat_s * 1000);
+  cfg.idle_ms = static_cast<int>(idle_s * 1000);
+  cfg.message_ms = static_cast<int>(message_s * 1000);
+  raise_open_files(cfg.max_connections);
   cfg.capture.max_bytes = static_cast<std::size_t>(capture_mib) << 20;
   cfg.limits.pending_jobs = max_jobs;
   if (app.count("--max-jobs") > 0) cfg.limits.running_jobs = max_jobs;

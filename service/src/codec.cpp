@@ -934,11 +934,19 @@ void encode_health_reply(fbb_t& fbb, request_header const& h, health_status cons
                                           opt_string(fbb, w.backend), w.degraded, opt_string(fbb, w.degraded_reason)));
   }
   auto const workers = fbb.CreateVector(ws);
+  auto causes = [&](std::vector<std::pair<std::string, std::uint64_t>> const& v) {
+    std::vector<flatbuffers::Offset<wire::CauseCount>> out;
+    out.reserve(v.size());
+    for (auto const& [cause, n] : v) out.push_back(wire::CreateCauseCount(fbb, fbb.CreateString(cause), n));
+    return fbb.CreateVector(out);
+  };
+  auto const closed = causes(s.connections_closed);
+  auto const refused = causes(s.requests_refused);
   auto const body = wire::CreateHealthReply(
       fbb, opt_string(fbb, s.backend), s.workers, s.uptime_s, s.requests, s.rounds_ok, s.errors, s.ready,
       opt_string(fbb, s.not_ready), s.stuck_after_ms, workers, s.queued_rounds, s.queued_bytes, s.refused_busy,
       s.dropped_expired, s.dropped_disconnected, s.handshakes_denied, s.sessions_evicted, s.session_bytes, s.sessions,
-      s.degraded, s.device_faults);
+      s.degraded, s.device_faults, s.connections, s.held_bytes, s.memory_budget, s.heartbeats, closed, refused);
   auto const hdr = header_out(fbb, h);
   wire::FinishEnvelopeBuffer(fbb, wire::CreateEnvelope(fbb, hdr, wire::Body::HealthReply, body.Union()));
 }
@@ -978,6 +986,18 @@ health_status decode_health_reply(wire::Envelope const& env) {
   s.sessions = r->sessions();
   s.degraded = r->degraded();
   s.device_faults = r->device_faults();
+  s.connections = r->connections();
+  s.held_bytes = r->held_bytes();
+  s.memory_budget = r->memory_budget();
+  s.heartbeats = r->heartbeats();
+  auto causes = [](auto const* v, std::vector<std::pair<std::string, std::uint64_t>>& out) {
+    if (v == nullptr) return;
+    for (auto const* c : *v) {
+      if (c != nullptr) out.emplace_back(str(c->cause()), c->count());
+    }
+  };
+  causes(r->connections_closed(), s.connections_closed);
+  causes(r->requests_refused(), s.requests_refused);
   return s;
 }
 

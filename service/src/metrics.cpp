@@ -8,6 +8,7 @@
 #include <prometheus/text_serializer.h>
 
 #include <algorithm>
+#include <iterator>
 
 namespace placer::service {
 
@@ -22,9 +23,10 @@ prometheus::Histogram::BucketBoundaries latency_buckets() {
   return {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
 }
 
-/// A family of one sample (or one per label set) for the scrape-time state.
+/// A family of one sample (or one per label set) for the scrape-time state;
+/// a deque, so that a family's reference stays good while others are added.
 struct family_builder {
-  std::vector<MetricFamily>& out;
+  std::deque<MetricFamily> out;
   MetricFamily& add(char const* name, char const* help, MetricType type) {
     out.push_back({name, help, type, {}});
     return out.back();
@@ -119,7 +121,7 @@ void service_metrics::capture(char const* outcome) { captures_->Add({{"outcome",
 
 std::string service_metrics::render(health_status const* h) const {
   auto families = registry_->Collect();
-  family_builder b{families};
+  family_builder b;
   b.one("placer_up", "1 when the service's I/O thread answered the scrape's probe", MetricType::Gauge,
         h != nullptr ? 1 : 0);
   if (h != nullptr) {
@@ -143,6 +145,24 @@ std::string service_metrics::render(health_status const* h) const {
           static_cast<double>(h->sessions_evicted));
     b.one("placer_device_faults_total", "Device faults (each round answered on the CPU fallback)",
           MetricType::Counter, static_cast<double>(h->device_faults));
+    b.one("placer_connections", "Connections open now", MetricType::Gauge, static_cast<double>(h->connections));
+    b.one("placer_transport_held_bytes",
+          "What peers make the server hold now: messages being read, rounds waiting, replies not yet read",
+          MetricType::Gauge, static_cast<double>(h->held_bytes));
+    b.one("placer_transport_memory_budget_bytes", "The bound on placer_transport_held_bytes (--max-queue-mib)",
+          MetricType::Gauge, static_cast<double>(h->memory_budget));
+    b.one("placer_heartbeats_total", "ZMTP PINGs sent to quiet peers", MetricType::Counter,
+          static_cast<double>(h->heartbeats));
+    auto& closed = b.add("placer_connections_closed_total",
+                         "Connections the server closed, by cause (protocol, denied, handshake_timeout, "
+                         "message_timeout, idle, slow_reader, evicted, full)",
+                         MetricType::Counter);
+    for (auto const& [cause, n] : h->connections_closed) b.sample(closed, static_cast<double>(n), {{"cause", cause}});
+    auto& refused = b.add("placer_requests_refused_total",
+                          "Messages refused before any worker, by cause (malformed, oversized, memory, queue_rounds, "
+                          "queue_bytes, queue_total, deadline)",
+                          MetricType::Counter);
+    for (auto const& [cause, n] : h->requests_refused) b.sample(refused, static_cast<double>(n), {{"cause", cause}});
     b.one("placer_sessions", "Sessions held, all workers", MetricType::Gauge, static_cast<double>(h->sessions));
     b.one("placer_session_bytes", "What the sessions hold, all workers", MetricType::Gauge,
           static_cast<double>(h->session_bytes));
@@ -169,6 +189,7 @@ std::string service_metrics::render(health_status const* h) const {
       b.sample(degraded, w.degraded ? 1 : 0, {{"worker", id}, {"backend", w.backend}});
     }
   }
+  std::move(b.out.begin(), b.out.end(), std::back_inserter(families));
   return prometheus::TextSerializer().Serialize(families);
 }
 

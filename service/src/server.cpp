@@ -20,6 +20,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <iomanip>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -49,6 +50,95 @@ double micros_since(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t).count();
 }
 
+/// Why the I/O thread refused a message before any worker saw it.
+enum class refusal : std::uint8_t {
+  malformed,    ///< not an Envelope (the verifier), or a session secret too long
+  oversized,    ///< past --max-message-mib or 16 frames: permanent
+  memory,       ///< the transport's memory budget was spent: retry
+  queue_rounds, ///< the peer has --max-queued rounds waiting
+  queue_bytes,  ///< its waiting rounds would pass --max-queued-mib
+  queue_total,  ///< every peer's would pass --max-queue-mib
+  deadline,     ///< its deadline passed while it waited for a worker
+  count
+};
+char const* refusal_name(refusal r) {
+  static constexpr char const* names[] = {"malformed",   "oversized",   "memory",  "queue_rounds",
+                                          "queue_bytes", "queue_total", "deadline"};
+  return names[static_cast<std::size_t>(r)];
+}
+
+/// "59998" as "59,998".
+std::string grouped(std::uint64_t n) {
+  std::string d = std::to_string(n), out;
+  for (std::size_t k = 0; k < d.size(); ++k) {
+    if (k > 0 && (d.size() - k) % 3 == 0) out.push_back(',');
+    out.push_back(d[k]);
+  }
+  return out;
+}
+
+/// Rejections logged without flooding the log: the first of a peer's
+/// rejections with one code in a window of 10 s is logged whole; the rest
+/// are counted, and one line says how many when the window has passed
+/// ("peer conn:17: 59,998 more like this in 10 s"), at the next rejection
+/// or the I/O thread's next pass. At most 1,024 peers are told apart; past
+/// them the rest share one line. Thread-safe (workers reject too).
+class rejection_log {
+ public:
+  void rejected(request_header const& h, std::string_view peer, wire::ErrorCode code, std::string const& msg) {
+    auto const now = std::chrono::steady_clock::now();
+    {
+      std::lock_guard lock(m_);
+      std::pair<std::string, wire::ErrorCode> key{std::string(peer), code};
+      if (seen_.size() >= max_peers && seen_.count(key) == 0) key.first = "(other peers)";
+      auto [it, fresh] = seen_.try_emplace(std::move(key), entry{now, 0});
+      if (!fresh) {
+        if (now - it->second.start < window) {
+          ++it->second.more;
+          return;
+        }
+        summarise(it->first, it->second, now);
+        it->second = {now, 0};
+      }
+    }
+    log_warn("rejected", {{"request_id", std::to_string(h.request_id)},
+                          {"session", h.session},
+                          {"peer", std::string(peer)},
+                          {"code", error_code_name(code)},
+                          {"error", msg}});
+  }
+  /// The summaries of the windows that have passed (`all`: of every one).
+  void flush(bool all = false) {
+    auto const now = std::chrono::steady_clock::now();
+    std::lock_guard lock(m_);
+    for (auto it = seen_.begin(); it != seen_.end();) {
+      if (!all && now - it->second.start < window) {
+        ++it;
+        continue;
+      }
+      summarise(it->first, it->second, now);
+      it = seen_.erase(it);
+    }
+  }
+
+ private:
+  struct entry {
+    std::chrono::steady_clock::time_point start;
+    std::uint64_t more = 0;
+  };
+  static void summarise(std::pair<std::string, wire::ErrorCode> const& key, entry const& e,
+                        std::chrono::steady_clock::time_point now) {
+    if (e.more == 0) return;
+    auto const s = std::chrono::duration_cast<std::chrono::seconds>(now - e.start).count();
+    log_warn("peer " + key.first + ": " + grouped(e.more) + " more like this in " + std::to_string(s) + " s",
+             {{"peer", key.first}, {"code", error_code_name(key.second)}, {"count", std::to_string(e.more)}});
+  }
+  static constexpr auto window = std::chrono::seconds(10);
+  static constexpr std::size_t max_peers = 1024;
+  std::mutex m_;
+  std::map<std::pair<std::string, wire::ErrorCode>, entry> seen_;
+};
+
 /// Counters shared by the I/O thread and the workers.
 struct shared_stats {
   std::atomic<std::uint64_t> requests{0}, rounds_ok{0}, errors{0}, handshakes_denied{0}, sessions_evicted{0};
@@ -56,6 +146,25 @@ struct shared_stats {
   std::atomic<std::uint64_t> oversized{0}, protocol_errors{0}, connections{0};
   std::atomic<std::int64_t> session_bytes{0};  ///< every worker's sessions' bytes
   std::atomic<std::int64_t> sessions{0};       ///< every worker's sessions
+  // The transport's, copied from the listener after each of its reads.
+  std::atomic<std::uint64_t> held_bytes{0}, memory_budget{0}, heartbeats{0};
+  std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(zmtp::close_cause::count)> closed{};
+  std::array<std::atomic<std::uint64_t>, static_cast<std::size_t>(refusal::count)> refused{};
+  rejection_log rejections;
+  void refuse(refusal r) { refused[static_cast<std::size_t>(r)].fetch_add(1); }
+  /// Every cause with its count (zeros too: a family's labels stay put).
+  std::vector<std::pair<std::string, std::uint64_t>> closed_by_cause() const {
+    std::vector<std::pair<std::string, std::uint64_t>> out;
+    for (std::size_t k = 0; k < closed.size(); ++k) {
+      out.emplace_back(zmtp::close_cause_name(static_cast<zmtp::close_cause>(k)), closed[k].load());
+    }
+    return out;
+  }
+  std::vector<std::pair<std::string, std::uint64_t>> refused_by_cause() const {
+    std::vector<std::pair<std::string, std::uint64_t>> out;
+    for (std::size_t k = 0; k < refused.size(); ++k) out.emplace_back(refusal_name(static_cast<refusal>(k)), refused[k].load());
+    return out;
+  }
 };
 
 /// A session belongs to whoever made it: its key is its owner (length-
@@ -82,16 +191,6 @@ namespace {
 /// request plus an 8-byte header rounded up to 16, 32 at least. A session
 /// is many small vectors (three per node), so this is a tenth of its size.
 std::size_t heap(std::size_t n) { return n == 0 ? 0 : std::max<std::size_t>(32, (n + 8 + 15) & ~std::size_t{15}); }
-/// A peer as the logs and the quotas name it: "curve:<key>" on CURVE, else
-/// "conn:<n>", the server's serial of its connection. Never a session's
-/// secret, which no log shows.
-void log_rejected(request_header const& h, std::string_view peer, wire::ErrorCode code, std::string const& msg) {
-  log_warn("rejected", {{"request_id", std::to_string(h.request_id)},
-                        {"session", h.session},
-                        {"peer", std::string(peer)},
-                        {"code", error_code_name(code)},
-                        {"error", msg}});
-}
 
 }  // namespace
 
@@ -219,7 +318,7 @@ class worker {
     auto fail = [&](wire::ErrorCode code, std::string const& msg) {
       stats_.errors.fetch_add(1);
       if (metrics_ != nullptr) metrics_->round(code, held_s());
-      log_rejected(h, peer, code, msg);
+      stats_.rejections.rejected(h, peer, code, msg);  // peer: "curve:<key>" or "conn:<n>", never a secret
       // Bounded: a message may quote the request's own text.
       encode_error(fbb_, h, code, msg.size() <= max_error_bytes ? msg : printable(msg, max_error_bytes));
       return reply();
@@ -627,6 +726,7 @@ struct queued_round {
   std::uint64_t deadline_us = 0;       ///< the request's, 0 = none
   std::uint64_t conn = 0;              ///< the connection it came on (zmtp::incoming::conn)
   std::chrono::steady_clock::time_point arrived;
+  zmtp::memory_charge charge;          ///< its bytes in the transport's account, until it goes to a worker
 };
 
 /// What the I/O thread knows of a worker.
@@ -692,6 +792,34 @@ bool server::impl::allow(std::string const& key, std::string const& address) {
 
 namespace {
 
+std::string mib(double bytes) {
+  std::ostringstream o;
+  o << std::setprecision(4) << bytes / (1 << 20) << " MiB";
+  return o.str();
+}
+
+/// The transport's bounds, and the memory they imply, in one line at start.
+/// Beside the budget each connection can hold a constant: what libzmq reads
+/// ahead (receive_hwm chunks of 8 KiB), a receive buffer kept between
+/// frames (8 KiB), a command being read (4 KiB) and its record (~1 KiB).
+void log_transport_bounds(zmtp::listener_config const& n, int workers) {
+  double const per_connection = n.receive_hwm * 8192.0 + 8192 + 4096 + 1024;
+  double const most = static_cast<double>(n.memory_budget) + static_cast<double>(n.max_connections) * per_connection;
+  log_info("transport bounds: what peers make the server hold (messages being read, rounds waiting, replies not yet "
+           "read) at most " + mib(static_cast<double>(n.memory_budget)) + ", plus " +
+               mib(per_connection * static_cast<double>(n.max_connections)) + " for " +
+               std::to_string(n.max_connections) + " connections: " + mib(most) + " in all, and each worker's round",
+           {{"memory_budget_mib", mib(static_cast<double>(n.memory_budget))},
+            {"max_message_mib", mib(static_cast<double>(n.max_message_bytes))},
+            {"max_connections", std::to_string(n.max_connections)},
+            {"per_address", std::to_string(n.max_connections_per_address)},
+            {"handshake_s", std::to_string(n.handshake_timeout.count() / 1000.0)},
+            {"message_s", std::to_string(n.message_timeout.count() / 1000.0)},
+            {"heartbeat_s", std::to_string(n.heartbeat_interval.count() / 1000.0)},
+            {"idle_s", std::to_string(n.idle_timeout.count() / 1000.0)},
+            {"workers", std::to_string(workers)}});
+}
+
 /// --backend auto with a usable GPU: whether the CPU backend is faster than
 /// CUDA (GPU 0) on the trial scenario (backend_choice.hpp), both times
 /// logged. A GPU that fails its trial leaves the CPU backend, saying why.
@@ -719,6 +847,13 @@ bool cpu_wins_the_trial(std::string const& scenario) {
 
 server::server(service_config cfg) : cfg_(std::move(cfg)) {
   PLACER_EXPECTS(cfg_.workers >= 1 && cfg_.workers <= 256, "workers must be in 1..256");
+  PLACER_EXPECTS(cfg_.max_connections >= 1 && cfg_.max_connections_per_address >= 1,
+                 "at least one connection must be allowed (--max-connections, --max-connections-per-address)");
+  PLACER_EXPECTS(cfg_.handshake_ms > 0 && cfg_.message_ms > 0, "the handshake and message timeouts must be positive");
+  PLACER_EXPECTS(cfg_.heartbeat_ms >= 0 && cfg_.idle_ms >= 0, "the heartbeat and idle times must not be negative");
+  PLACER_EXPECTS(cfg_.heartbeat_ms == 0 || cfg_.idle_ms == 0 || cfg_.heartbeat_ms < cfg_.idle_ms,
+                 "the heartbeat (--heartbeat-s) must be shorter than the idle timeout (--idle-timeout-s): a quiet "
+                 "client is kept by its answers to the PINGs");
   PLACER_EXPECTS(cfg_.queue.peer_rounds >= 1, "a peer must be allowed at least one waiting round (--max-queued)");
   PLACER_EXPECTS(cfg_.stuck_after_ms > 0, "the stuck threshold must be positive (--stuck-ms)");
   if (!cfg_.devices.empty()) {
@@ -778,10 +913,16 @@ server::server(service_config cfg) : cfg_(std::move(cfg)) {
   zmtp::listener_config net;
   net.max_message_bytes = cfg_.max_message_bytes;
   net.handshake_timeout = std::chrono::milliseconds(cfg_.handshake_ms);
-  net.frame_timeout = std::chrono::milliseconds(cfg_.frame_ms);
-  net.max_buffered_bytes = std::max(cfg_.queue.total_bytes, 2 * cfg_.max_message_bytes);
+  net.message_timeout = std::chrono::milliseconds(cfg_.message_ms);
+  net.heartbeat_interval = std::chrono::milliseconds(cfg_.heartbeat_ms);
+  net.idle_timeout = std::chrono::milliseconds(cfg_.idle_ms);
+  net.max_connections = cfg_.max_connections;
+  net.max_connections_per_address = cfg_.max_connections_per_address;
+  net.memory_budget = std::max(cfg_.queue.total_bytes, 2 * cfg_.max_message_bytes);
   net.curve_secret = curve_secret;
   net.allow = [this](std::string const& key, std::string const& address) { return impl_->allow(key, address); };
+  log_transport_bounds(net, cfg_.workers);
+  impl_->stats.memory_budget.store(net.memory_budget);
   impl_->net = std::make_unique<zmtp::listener>(impl_->ctx, std::move(net));
   impl_->net->bind(cfg_.endpoint);
   endpoint_ = impl_->net->last_endpoint();
@@ -818,8 +959,25 @@ server_stats server::stats() const {
   s.dropped_expired = st.dropped_expired.load();
   s.dropped_disconnected = st.dropped_disconnected.load();
   s.capture = impl_->capture ? impl_->capture->stats() : capture_stats{};
+  s.held_bytes = st.held_bytes.load();
+  s.memory_budget = st.memory_budget.load();
+  s.heartbeats = st.heartbeats.load();
+  s.connections_closed = st.closed_by_cause();
+  s.requests_refused = st.refused_by_cause();
   return s;
 }
+
+namespace {
+std::uint64_t count_of(std::vector<std::pair<std::string, std::uint64_t>> const& v, std::string_view cause) {
+  for (auto const& [name, n] : v) {
+    if (name == cause) return n;
+  }
+  return 0;
+}
+}  // namespace
+
+std::uint64_t server_stats::closed(std::string_view cause) const { return count_of(connections_closed, cause); }
+std::uint64_t server_stats::refused(std::string_view cause) const { return count_of(requests_refused, cause); }
 
 void server::flush_captures() {
   if (impl_->capture) impl_->capture->flush();
@@ -876,6 +1034,12 @@ health_status server::health() const {
   h.session_bytes = st.session_bytes;
   h.sessions = static_cast<std::uint64_t>(impl_->stats.sessions.load());
   h.device_faults = impl_->stats.device_faults.load();
+  h.connections = st.connections;
+  h.held_bytes = st.held_bytes;
+  h.memory_budget = st.memory_budget;
+  h.heartbeats = st.heartbeats;
+  h.connections_closed = st.connections_closed;
+  h.requests_refused = st.requests_refused;
   return h;
 }
 
@@ -928,13 +1092,14 @@ void server::run(std::atomic<bool> const* external_stop) {
   // A reply to its connection: frames [(empty), payload].
   auto reply_to = [&](std::uint64_t conn, std::vector<zmq::message_t>& frames) { (void)net.send(conn, frames); };
 
-  // An answer from the I/O thread itself (a refusal or a lapsed deadline).
-  auto answer_error = [&](queued_round& q, wire::ErrorCode code, std::string const& msg,
+  // An answer from the I/O thread itself: a refusal, counted by its cause.
+  auto answer_error = [&](queued_round& q, refusal cause, wire::ErrorCode code, std::string const& msg,
                           std::uint32_t retry_after_ms = 0) {
     io.stats.requests.fetch_add(1);
     io.stats.errors.fetch_add(1);
+    io.stats.refuse(cause);
     if (io.metrics) io.metrics->round(code, 0);
-    log_rejected(q.header, q.peer, code, msg);
+    io.stats.rejections.rejected(q.header, q.peer, code, msg);
     auto& frames = q.frames;
     encode_error(io.io_fbb, q.header, code, msg, retry_after_ms);
     frames.back() = zmq::message_t(io.io_fbb.GetBufferPointer(), io.io_fbb.GetSize());
@@ -959,12 +1124,31 @@ void server::run(std::atomic<bool> const* external_stop) {
     q.frames.emplace_back();
     std::ostringstream mib;
     mib << static_cast<double>(cfg_.max_message_bytes) / (1 << 20);
-    answer_error(q, wire::ErrorCode::ResourceExhausted,
+    answer_error(q, refusal::oversized, wire::ErrorCode::ResourceExhausted,
                  e.too_many_frames
                      ? "message of " + std::to_string(e.frame_count) + " frames refused: a request is one frame"
                      : "message of " + std::to_string(e.bytes) + " bytes or more exceeds the server's limit of " +
                            std::to_string(cfg_.max_message_bytes) + " bytes (--max-message-mib " + mib.str() +
                            "); it is never accepted: send the cluster as deltas, or ask the operator to raise it");
+  };
+
+  // A message the transport read and dropped because the memory its peers
+  // hold had reached the budget: retry once replies are read and rounds
+  // solved (a hint from the workers' recent round times).
+  auto answer_memory = [&](zmtp::incoming const& e) {
+    queued_round q;
+    q.conn = e.conn;
+    q.peer = peer_of(e);
+    if (e.delimited) q.frames.emplace_back();
+    q.frames.emplace_back();
+    double mean_ms = 1;
+    for (auto const& slot : io.slots) mean_ms = std::max(mean_ms, slot.mean_ms);
+    auto const hint = std::clamp(mean_ms * static_cast<double>(io.queue.rounds() + 1), 10.0, 60000.0);
+    answer_error(q, refusal::memory, wire::ErrorCode::ResourceExhausted,
+                 "server busy: what its peers' messages and unread replies hold has reached its memory budget of " +
+                     std::to_string(net.stats().memory_budget >> 20) + " MiB (--max-queue-mib); retry after about " +
+                     std::to_string(static_cast<int>(hint)) + " ms",
+                 static_cast<std::uint32_t>(hint));
   };
 
   // One message off the network: a probe is answered, a round queued (or
@@ -989,7 +1173,8 @@ void server::run(std::atomic<bool> const* external_stop) {
     double const verify_us = micros_since(t_verify);
     q.frames = std::move(frames);
     if (chk.envelope == nullptr) {  // answered here: a bad message is never queued
-      answer_error(q, chk.code, chk.message);
+      answer_error(q, chk.code == wire::ErrorCode::ResourceExhausted ? refusal::oversized : refusal::malformed,
+                   chk.code, chk.message);
       return;
     }
     q.verify_us = verify_us;
@@ -1023,7 +1208,7 @@ void server::run(std::atomic<bool> const* external_stop) {
         sodium_bin2hex(hex, sizeof hex, raw, sizeof raw);
         secret = hex;
       } else if (secret.size() > 64) {
-        answer_error(q, wire::ErrorCode::InvalidArgument, "session_secret longer than 64 bytes");
+        answer_error(q, refusal::malformed, wire::ErrorCode::InvalidArgument, "session_secret longer than 64 bytes");
         return;
       }
       owner.assign("secret:").append(secret);
@@ -1040,6 +1225,7 @@ void server::run(std::atomic<bool> const* external_stop) {
     }
     q.owner = owner;
     q.arrived = std::chrono::steady_clock::now();
+    q.charge = std::move(e.charge);
     std::size_t const bytes = q.frames.back().size();
     std::string const peer = q.peer;
     auto const verdict = io.queue.push(target, peer, bytes, std::move(q), q.arrived);
@@ -1053,8 +1239,11 @@ void server::run(std::atomic<bool> const* external_stop) {
                                 ? "your waiting rounds would pass " + std::to_string(cfg_.queue.peer_bytes >> 20) + " MiB"
                                 : "the server's waiting rounds would pass " +
                                       std::to_string(cfg_.queue.total_bytes >> 20) + " MiB";
-    answer_error(q, wire::ErrorCode::ResourceExhausted,
-                 "queue full: " + why + "; retry after about " + std::to_string(static_cast<int>(hint)) + " ms",
+    answer_error(q,
+                 verdict == admission::peer_rounds  ? refusal::queue_rounds
+                 : verdict == admission::peer_bytes ? refusal::queue_bytes
+                                                    : refusal::queue_total,
+                 wire::ErrorCode::ResourceExhausted, "queue full: " + why + "; retry after about " + std::to_string(static_cast<int>(hint)) + " ms",
                  static_cast<std::uint32_t>(hint));
   };
 
@@ -1081,6 +1270,8 @@ void server::run(std::atomic<bool> const* external_stop) {
         accept(e);
       } else if (e.what == zmtp::incoming::kind::oversized) {
         answer_oversized(e);
+      } else if (e.what == zmtp::incoming::kind::refused) {
+        answer_memory(e);
       } else {
         auto const gone = io.queue.drop_if([&](queued_round const& q) { return q.conn == e.conn; });
         if (gone > 0) {
@@ -1092,6 +1283,9 @@ void server::run(std::atomic<bool> const* external_stop) {
     auto const ns = net.stats();
     io.stats.protocol_errors.store(ns.protocol_errors);
     io.stats.connections.store(ns.connections);
+    io.stats.held_bytes.store(ns.held_bytes);
+    io.stats.heartbeats.store(ns.pings);
+    for (std::size_t k = 0; k < ns.closed.size(); ++k) io.stats.closed[k].store(ns.closed[k]);
   };
 
   // An idle worker gets the next round in turn that still has someone to
@@ -1101,7 +1295,7 @@ void server::run(std::atomic<bool> const* external_stop) {
       double const waited_us = micros_since(q->arrived);
       if (q->deadline_us > 0 && waited_us >= static_cast<double>(q->deadline_us)) {
         io.stats.dropped_expired.fetch_add(1);
-        answer_error(*q, wire::ErrorCode::DeadlineExceeded,
+        answer_error(*q, refusal::deadline, wire::ErrorCode::DeadlineExceeded,
                      "waited " + fmt_ms(waited_us) + " for a worker, past the request's deadline of " +
                          fmt_ms(static_cast<double>(q->deadline_us)) + "; not solved");
         continue;
@@ -1121,6 +1315,7 @@ void server::run(std::atomic<bool> const* external_stop) {
 
   std::vector<zmq::pollitem_t> items(n + 2);
   std::vector<zmq::message_t> frames;
+  auto last_flush = std::chrono::steady_clock::now();
   while (!stopping()) {
     items[0] = {net.handle(), 0, ZMQ_POLLIN, 0};
     for (std::size_t k = 0; k < n; ++k) items[k + 1] = {links[k].handle(), 0, ZMQ_POLLIN, 0};
@@ -1147,6 +1342,10 @@ void server::run(std::atomic<bool> const* external_stop) {
     // before the next is picked (bounded, so replies are not held back);
     // every pass, so that late handshakes are closed too.
     take_events();
+    if (auto const now = std::chrono::steady_clock::now(); now - last_flush >= std::chrono::seconds(1)) {
+      io.stats.rejections.flush();  // the summaries of the rejections not logged line by line
+      last_flush = now;
+    }
     if (io.probe) {
       for (int m = 0; m < 16 && recv_all(*io.probe, frames); ++m) answer_probe(frames);
     }
@@ -1156,6 +1355,7 @@ void server::run(std::atomic<bool> const* external_stop) {
   }
   workers_stop.store(true);
   for (auto& t : threads) t.join();
+  io.stats.rejections.flush(true);
   auto const st = stats();
   log_info("shutting down: " + std::to_string(st.requests) + " requests, " + std::to_string(st.rounds_ok) +
            " rounds, " + std::to_string(st.errors) + " errors");

@@ -28,6 +28,7 @@
 
 #include "../support/invariants.hpp"
 #include "../support/random_round.hpp"
+#include "../support/run_placer.hpp"
 #include "../support/running_server.hpp"
 
 namespace placer {
@@ -1735,6 +1736,31 @@ TEST(Service, CrossRoundPoliciesThroughTheRequestAndSessionMemory) {
   round_result const want = local.solve(p);
   EXPECT_EQ(want.reservations[0].nodes, rp.result.reservations[0].nodes);
   expect_round_invariants(p, rp.result);
+}
+
+}  // namespace
+}  // namespace placer
+
+namespace placer {
+namespace {
+
+TEST(Service, BenchDrivesConcurrentSessionsOnSeveralWorkers) {
+  // `placer bench --clients N --workers W` (issue 53, item 8): N sessions at
+  // once against its own server of W workers, every round answered.
+  auto const json = std::filesystem::path(::testing::TempDir()) / "placer-bench-workers.json";
+  std::string out;
+  int const rc = testing_support::run_placer(
+      "bench --scenario 1k --configs cpu --clients 4 --workers 2 --rounds 3 --json " + json.string(), out);
+  if (rc == -1) GTEST_SKIP() << "no placer binary beside this test";
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("4 clients, 2 workers"), std::string::npos) << out;
+  std::ifstream in(json);
+  std::string const text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("\"clients\":4,\"workers\":2"), std::string::npos) << text;
+  EXPECT_NE(text.find("\"errors\":0"), std::string::npos) << text;
+  std::string bad;
+  EXPECT_EQ(testing_support::run_placer("bench --workers 2 --endpoint tcp://127.0.0.1:1 --rounds 1", bad), 2) << bad;
+  EXPECT_NE(bad.find("--workers sizes the bench's own server"), std::string::npos) << bad;
 }
 
 }  // namespace

@@ -113,21 +113,33 @@ class mip_builder {
   std::vector<double> ar_;
 };
 
-/// The best bound seen in the branch-and-bound tree (for early stops).
+/// The best bound seen in the branch-and-bound tree (for early stops), and
+/// the search's size: the nodes it has made, against a limit.
 struct search_state {
   bool have_bound = false;
   double bound = 0;
+  std::int64_t node_limit = 0;  ///< 0: none
+  std::int64_t nodes = 0;
+  bool stopped = false;
 };
 
 void on_tree_event(glp_tree* t, void* info) {
   // At node selection the active list is complete, so the best active node's
   // bound is a global upper bound for the (maximisation) problem.
   if (glp_ios_reason(t) != GLP_ISELECT) return;
-  int const p = glp_ios_best_node(t);
-  if (p == 0) return;
   auto* s = static_cast<search_state*>(info);
-  s->bound = glp_ios_node_bound(t, p);
-  s->have_bound = true;
+  int active = 0, current = 0, total = 0;
+  glp_ios_tree_size(t, &active, &current, &total);
+  s->nodes = total;
+  int const p = glp_ios_best_node(t);
+  if (p != 0) {
+    s->bound = glp_ios_node_bound(t, p);
+    s->have_bound = true;
+  }
+  if (s->node_limit > 0 && total > s->node_limit) {
+    s->stopped = true;
+    glp_ios_terminate(t);
+  }
 }
 
 /// GLPK reports on stdout unless told otherwise; keep test output clean.
@@ -155,7 +167,7 @@ double placement_value(round_input const& in, round_result const& r) {
   return total;
 }
 
-exact_result solve_exact(round_input const& in, double time_limit_s) {
+exact_result solve_exact(round_input const& in, double time_limit_s, std::int64_t node_limit) {
   auto const& nodes = in.state.nodes;
   auto const& jobs = in.pending;
   auto const n_nodes = static_cast<std::int32_t>(nodes.size());
@@ -343,6 +355,7 @@ exact_result solve_exact(round_input const& in, double time_limit_s) {
 
   exact_result out;
   search_state state;
+  state.node_limit = node_limit;
   glp_iocp parm;
   glp_init_iocp(&parm);
   parm.msg_lev = GLP_MSG_OFF;
@@ -362,11 +375,13 @@ exact_result solve_exact(round_input const& in, double time_limit_s) {
   glp_term_hook(nullptr, nullptr);
 
   int const status = empty ? GLP_OPT : glp_mip_status(mip.get());
-  if (ret != 0 && ret != GLP_ETMLIM) {
+  if (ret != 0 && ret != GLP_ETMLIM && ret != GLP_ESTOP) {
     throw logic_error(error_code::internal, "glp_intopt failed with code " + std::to_string(ret));
   }
   bool const have_solution = !empty && (status == GLP_OPT || status == GLP_FEAS);
   out.optimal = ret == 0 && status == GLP_OPT;
+  out.nodes = state.nodes;
+  out.stopped_at_nodes = ret == GLP_ESTOP;
   out.value = have_solution ? glp_mip_obj_val(mip.get()) : 0.0;
   if (out.optimal) {
     out.bound = out.value;

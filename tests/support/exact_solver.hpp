@@ -24,20 +24,25 @@
 // (gpus == 1, gpu_milli < 1000) takes gpu_milli from one GPU with enough free
 // (several may share a GPU). Unhealthy GPUs have no capacity. Running jobs
 // are already reflected in the free state and are never moved.
+#include <cstdint>
 #include <placer/solver/model.hpp>
 
 namespace placer::testing_support {
 
 struct exact_result {
-  bool optimal = false;     ///< GLPK proved optimality (else it stopped at the time limit)
+  bool optimal = false;     ///< GLPK proved optimality (else it stopped at a limit)
   double value = 0;         ///< objective of the best integer solution found
   double bound = 0;         ///< upper bound on the optimum (== value when optimal)
   round_result placement;   ///< the MIP solution as placements with node and GPU indices
+  std::int64_t nodes = 0;   ///< branch-and-bound nodes made
+  bool stopped_at_nodes = false;  ///< stopped at node_limit (not proved)
 };
 
-/// Solves the round exactly (within time_limit_s). Throws placer::logic_error
-/// if GLPK fails for any reason other than the time limit.
-exact_result solve_exact(round_input const& in, double time_limit_s = 10.0);
+/// Solves the round exactly, within time_limit_s and, when node_limit > 0,
+/// within that many branch-and-bound nodes: a limit of work, not of time,
+/// so that which rounds are proved does not depend on the machine's load.
+/// Throws placer::logic_error if GLPK fails for any reason other than a limit.
+exact_result solve_exact(round_input const& in, double time_limit_s = 10.0, std::int64_t node_limit = 0);
 
 /// The objective above for any result. Gangs that are not whole and
 /// required-topology jobs spread over several domains count 0; resource

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -38,6 +39,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
@@ -48,6 +50,9 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
 )
 
@@ -92,24 +97,20 @@ type cluster struct {
 	record   string
 }
 
+// freePorts: the first of n consecutive ports free on loopback, below the
+// kernel's ephemeral range (32768 and up by default), so that no outgoing
+// connection of this machine's other work is handed one of them between
+// this check and the bind (a bind once failed so: "address already in use").
 func freePorts(t *testing.T, n int) int {
-	for try := 0; try < 50; try++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		_ = l.Close()
-		if p+n >= 65535 {
-			continue
-		}
+	for try := 0; try < 200; try++ {
+		p := 20000 + rand.IntN(12000-n)
 		ok := true
-		for k := 1; k < n && ok; k++ {
-			l2, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+k))
+		for k := 0; k < n && ok; k++ {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+k))
 			if err != nil {
 				ok = false
 			} else {
-				_ = l2.Close()
+				_ = l.Close()
 			}
 		}
 		if ok {
@@ -137,9 +138,19 @@ func script(t *testing.T, args ...string) string {
 func newCluster(t *testing.T, nodes, tainted int) *cluster {
 	c := &cluster{t: t, nodes: nodes}
 	c.dir = filepath.Join(os.TempDir(), fmt.Sprintf("placer-k8s-e2e-%d-%s", os.Getpid(), t.Name()))
-	c.port = freePorts(t, 3)
 	t.Cleanup(c.down)
-	script(t, "up", "--dir", c.dir, "--port", fmt.Sprint(c.port))
+	for try := 1; ; try++ { // another process may take a port between the check and the bind
+		c.port = freePorts(t, 3)
+		out, err := exec.Command("bash", filepath.Join(repoRoot(), "scripts/k8s-cluster.sh"), "up", "--dir", c.dir, "--port", fmt.Sprint(c.port)).CombinedOutput()
+		if err == nil {
+			break
+		}
+		_, _ = exec.Command("bash", filepath.Join(repoRoot(), "scripts/k8s-cluster.sh"), "down", "--dir", c.dir).CombinedOutput()
+		if try == 3 || !strings.Contains(string(out), "address already in use") {
+			t.Fatalf("k8s-cluster.sh up: %v\n%s", err, out)
+		}
+		t.Logf("port %d taken at bind, again: %s", c.port, strings.TrimSpace(string(out)))
+	}
 	args := []string{"nodes", fmt.Sprint(nodes), "--dir", c.dir, "--port", fmt.Sprint(c.port), "--gpus", "8",
 		"--models", "a100,h100,a100,h100", "--racks", "2", "--zones", "2"}
 	if tainted > 0 {
@@ -150,6 +161,7 @@ func newCluster(t *testing.T, nodes, tainted int) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rc.QPS, rc.Burst = 500, 1000 // the tests create thousands of pods
 	c.cs = kubernetes.NewForConfigOrDie(rc)
 	c.applyRBAC()
 	c.pport = freePorts(t, 1)
@@ -263,65 +275,80 @@ type podSpec struct {
 }
 
 func (c *cluster) createPods(ns string, specs ...podSpec) {
+	var pods []*corev1.Pod
+	for _, s := range specs {
+		pods = append(pods, c.buildPod(ns, s))
+	}
+	c.create(ns, pods...)
+}
+
+// create makes the namespace if need be and the pods.
+func (c *cluster) create(ns string, pods ...*corev1.Pod) {
 	ctx := context.Background()
 	if _, err := c.cs.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
 		if _, err := c.cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			c.t.Fatal(err)
 		}
 	}
-	for _, s := range specs {
-		cpu := s.cpu
-		if cpu == "" {
-			cpu = "2"
-		}
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns, Labels: map[string]string{"app": s.name}},
-			Spec: corev1.PodSpec{
-				SchedulerName: "placer", NodeSelector: s.selector, PriorityClassName: s.priority,
-				Containers: []corev1.Container{{Name: "c", Image: "none", Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("8Gi")},
-				}}},
-			},
-		}
-		if s.gpus > 0 {
-			q := *resource.NewQuantity(s.gpus, resource.DecimalSI)
-			p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = q
-			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": q}
-		}
-		if s.shareMilli > 0 {
-			p.Annotations = map[string]string{"placer.io/gpu-milli": fmt.Sprint(s.shareMilli)}
-		}
-		if s.group != "" {
-			p.Labels["scheduling.x-k8s.io/pod-group"] = s.group
-			p.Labels["app"] = s.group
-			if s.minMember > 0 {
-				p.Annotations = map[string]string{"scheduling.x-k8s.io/min-member": fmt.Sprint(s.minMember)}
-			}
-		}
-		if s.schedGroup != "" {
-			g := s.schedGroup
-			p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &g}
-			p.Labels["app"] = g
-		}
-		if s.tolerate {
-			p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infer", Effect: corev1.TaintEffectNoSchedule}}
-		}
-		if s.antiAff || len(s.hosts) > 0 {
-			p.Spec.Affinity = &corev1.Affinity{}
-		}
-		if s.antiAff {
-			p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-				TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": p.Labels["app"]}}}}}
-		}
-		if len(s.hosts) > 0 {
-			p.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
-				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
-					Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: s.hosts}}}}}}
-		}
+	for _, p := range pods {
+		p.Namespace = ns
 		if _, err := c.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			c.t.Fatalf("creating pod %s: %v", s.name, err)
+			c.t.Fatalf("creating pod %s: %v", p.Name, err)
 		}
 	}
+}
+
+// buildPod: the pod of a podSpec (created by create).
+func (c *cluster) buildPod(ns string, s podSpec) *corev1.Pod {
+	cpu := s.cpu
+	if cpu == "" {
+		cpu = "2"
+	}
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: s.name, Namespace: ns, Labels: map[string]string{"app": s.name}},
+		Spec: corev1.PodSpec{
+			SchedulerName: "placer", NodeSelector: s.selector, PriorityClassName: s.priority,
+			Containers: []corev1.Container{{Name: "c", Image: "none", Resources: corev1.ResourceRequirements{
+				Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("8Gi")},
+			}}},
+		},
+	}
+	if s.gpus > 0 {
+		q := *resource.NewQuantity(s.gpus, resource.DecimalSI)
+		p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = q
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": q}
+	}
+	if s.shareMilli > 0 {
+		p.Annotations = map[string]string{"placer.io/gpu-milli": fmt.Sprint(s.shareMilli)}
+	}
+	if s.group != "" {
+		p.Labels["scheduling.x-k8s.io/pod-group"] = s.group
+		p.Labels["app"] = s.group
+		if s.minMember > 0 {
+			p.Annotations = map[string]string{"scheduling.x-k8s.io/min-member": fmt.Sprint(s.minMember)}
+		}
+	}
+	if s.schedGroup != "" {
+		g := s.schedGroup
+		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: &g}
+		p.Labels["app"] = g
+	}
+	if s.tolerate {
+		p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "infer", Effect: corev1.TaintEffectNoSchedule}}
+	}
+	if s.antiAff || len(s.hosts) > 0 {
+		p.Spec.Affinity = &corev1.Affinity{}
+	}
+	if s.antiAff {
+		p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": p.Labels["app"]}}}}}
+	}
+	if len(s.hosts) > 0 {
+		p.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+			NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+				Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: s.hosts}}}}}}
+	}
+	return p
 }
 
 func (c *cluster) pods(ns string) []corev1.Pod {
@@ -376,6 +403,9 @@ func (c *cluster) waitCondition(ns, name, reason, want string, timeout time.Dura
 		if err == nil {
 			if cd := condition(p); cd != nil {
 				last = fmt.Sprintf("%s/%s: %s", cd.Status, cd.Reason, cd.Message)
+				if strings.Contains(cd.Message, "placer: placer:") {
+					c.t.Errorf("pod %s/%s: %q says placer: twice", ns, name, cd.Message)
+				}
 				if cd.Status == corev1.ConditionFalse && cd.Reason == reason && strings.Contains(cd.Message, want) {
 					return cd.Message
 				}
@@ -397,15 +427,18 @@ func (c *cluster) recorded() map[string][]string {
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		k, v, ok := strings.Cut(s.Text(), " ")
-		if ok {
-			out[k] = append(out[k], v)
+		if f := strings.Fields(s.Text()); len(f) >= 2 { // "ns/name node cycle"
+			out[f[0]] = append(out[f[0]], f[1])
 		}
 	}
 	return out
 }
 
-// checkCapacity: no node's bound requests over its allocatable (GPUs, CPU, memory).
+// checkCapacity: no node's bound pods (not finished) over its allocatable,
+// counted as kube-scheduler counts them (k8s.io/component-helpers'
+// PodRequests: sidecars, pod-level resources, overhead), for every
+// resource the node reports, its pod count included, and no host port
+// taken twice on a node.
 func (c *cluster) checkCapacity() {
 	nodes, err := c.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {
@@ -416,27 +449,40 @@ func (c *cluster) checkCapacity() {
 		c.t.Fatal(err)
 	}
 	used := map[string]corev1.ResourceList{}
+	ports := map[string]map[string]string{}
 	for _, p := range all.Items {
-		if p.Spec.NodeName == "" {
+		if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
 		rl := used[p.Spec.NodeName]
 		if rl == nil {
 			rl = corev1.ResourceList{}
 			used[p.Spec.NodeName] = rl
+			ports[p.Spec.NodeName] = map[string]string{}
 		}
+		for k, v := range resourcehelper.PodRequests(&p, resourcehelper.PodResourcesOptions{}) {
+			q := rl[k]
+			q.Add(v)
+			rl[k] = q
+		}
+		q := rl[corev1.ResourcePods]
+		q.Add(resource.MustParse("1"))
+		rl[corev1.ResourcePods] = q
 		for _, ctr := range p.Spec.Containers {
-			for k, v := range ctr.Resources.Requests {
-				q := rl[k]
-				q.Add(v)
-				rl[k] = q
+			for _, cp := range ctr.Ports {
+				if cp.HostPort > 0 {
+					k := fmt.Sprintf("%s/%d", cp.Protocol, cp.HostPort)
+					if other, dup := ports[p.Spec.NodeName][k]; dup {
+						c.t.Errorf("node %s: host port %s taken by %s and %s", p.Spec.NodeName, k, other, p.Name)
+					}
+					ports[p.Spec.NodeName][k] = p.Name
+				}
 			}
 		}
 	}
 	for _, n := range nodes.Items {
-		for _, r := range []corev1.ResourceName{"nvidia.com/gpu", corev1.ResourceCPU, corev1.ResourceMemory} {
-			u, a := used[n.Name][r], n.Status.Allocatable[r]
-			if u.Cmp(a) > 0 {
+		for r, u := range used[n.Name] {
+			if a := n.Status.Allocatable[r]; u.Cmp(a) > 0 {
 				c.t.Errorf("node %s: bound pods request %s %s, over its allocatable %s", n.Name, u.String(), r, a.String())
 			}
 		}
@@ -799,24 +845,27 @@ func TestApiserverRestartReconnects(t *testing.T) {
 	c.checkCapacity()
 }
 
-// A pod the scheduler cannot express is reported on that pod; the rest of the round is placed.
+// A pod the scheduler cannot express is reported on that pod; the rest of
+// the round is placed, a DaemonSet-style pod (matchFields on
+// metadata.name) on its node.
 func TestInexpressiblePodReportedRoundPlaced(t *testing.T) {
 	c := newCluster(t, 16, 0)
 	c.startScheduler()
 	ns := "expr"
-	c.createPods(ns, podSpec{name: "ok", gpus: 1})
-	ctx := context.Background()
-	bad := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "zone-spread", Namespace: ns},
-		Spec: corev1.PodSpec{SchedulerName: "placer", Containers: []corev1.Container{{Name: "c", Image: "none"}},
-			TopologySpreadConstraints: []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
-				WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{}}}},
+	bad := c.buildPod(ns, podSpec{name: "bad-share"})
+	bad.Annotations = map[string]string{"placer.io/gpu-milli": "1500"}
+	ds := c.buildPod(ns, podSpec{name: "ds", gpus: 1})
+	ds.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-3"}}}}}}}}
+	c.create(ns, c.buildPod(ns, podSpec{name: "ok", gpus: 1}), bad, ds)
+	ps := c.waitBound(ns, 60*time.Second, "bad-share")
+	for _, p := range ps {
+		if p.Name == "ds" && p.Spec.NodeName != "node-3" {
+			t.Errorf("ds on %s, its matchFields say node-3", p.Spec.NodeName)
+		}
 	}
-	if _, err := c.cs.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	c.waitBound(ns, 60*time.Second, "zone-spread")
-	c.waitCondition(ns, "zone-spread", "SchedulerError", "topologySpreadConstraints are not supported", 30*time.Second)
+	c.waitCondition(ns, "bad-share", "SchedulerError", `placer: cannot express: annotation placer.io/gpu-milli="1500"`, 30*time.Second)
 }
 
 // Two replicas: only the one holding the Lease binds; when it dies the other takes over.
@@ -983,50 +1032,224 @@ func (m manifest) String() string {
 	return fmt.Sprintf("%s %s %s (%s)", m.obj.GetKind(), m.obj.GetAPIVersion(), name, m.file)
 }
 
-// kustomizationObjects: every object of deploy/kubernetes/kustomization.yaml's
-// resources, in order. The kustomization may hold only `resources`: a
-// transformer (namespace, patches, ...) this reading does not do fails here
-// rather than being applied differently from `kubectl apply -k`.
-func kustomizationObjects(t *testing.T) ([]string, []manifest) {
-	dir := filepath.Join(repoRoot(), "deploy/kubernetes")
+// kustomizationObjects: the objects `kubectl apply -k dir` applies, built
+// by kustomize (sigs.k8s.io/kustomize/api, the version kubectl carries),
+// each with the resource file it comes from (kustomize's origin
+// annotation, taken off again), and the kustomization's resources.
+func kustomizationObjects(t *testing.T, dir string) ([]string, []manifest) {
 	b, err := os.ReadFile(filepath.Join(dir, "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var k map[string]any
+	var k struct {
+		Resources []string `json:"resources"`
+	}
 	if err := sigsyaml.Unmarshal(b, &k); err != nil {
 		t.Fatalf("kustomization.yaml: %v", err)
 	}
-	var resources []string
-	for key, v := range k {
-		if key != "resources" {
-			t.Fatalf("kustomization.yaml: %q is not applied by this test (only resources)", key)
-		}
-		for _, r := range v.([]any) {
-			resources = append(resources, r.(string))
-		}
+	opts := krusty.MakeDefaultOptions()
+	rm, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), dir)
+	if err != nil {
+		t.Fatalf("kustomize build %s: %v", dir, err)
 	}
 	var objs []manifest
-	for _, r := range resources {
-		f, err := os.Open(filepath.Join(dir, r))
+	for _, r := range rm.Resources() {
+		b, err := r.MarshalJSON()
 		if err != nil {
 			t.Fatal(err)
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
-		for {
-			var o map[string]any
-			if err := dec.Decode(&o); err == io.EOF {
-				break
-			} else if err != nil {
-				t.Fatalf("%s: %v", r, err)
-			}
-			if len(o) > 0 {
-				objs = append(objs, manifest{r, &unstructured.Unstructured{Object: o}})
+		var m map[string]any
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.UseNumber()
+		if err := dec.Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		m = jsonInts(m).(map[string]any)
+		u := &unstructured.Unstructured{Object: m}
+		file := ""
+		for _, f := range k.Resources {
+			if objectInFile(t, filepath.Join(dir, f), u) {
+				file = f
 			}
 		}
-		_ = f.Close()
+		objs = append(objs, manifest{file, u})
 	}
-	return resources, objs
+	return k.Resources, objs
+}
+
+// jsonInts: JSON numbers as int64 (or float64), as unstructured objects hold them.
+func jsonInts(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = jsonInts(e)
+		}
+	case []any:
+		for i, e := range x {
+			x[i] = jsonInts(e)
+		}
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	}
+	return v
+}
+
+// objectInFile: whether a file of the kustomization declares an object of u's kind and name.
+func objectInFile(t *testing.T, path string, u *unstructured.Unstructured) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	dec := utilyaml.NewYAMLOrJSONDecoder(f, 4096)
+	for {
+		var o map[string]any
+		if err := dec.Decode(&o); err == io.EOF {
+			return false
+		} else if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		x := unstructured.Unstructured{Object: o}
+		if len(o) > 0 && x.GetKind() == u.GetKind() && x.GetName() == u.GetName() {
+			return true
+		}
+	}
+}
+
+// checkParameters: the kustomization built with its two parameters
+// changed, as a user would: placer serve's namespace (params.yaml) and the
+// image tag (its images entry). placer serve's objects move to that
+// namespace, the scheduler (still in kube-system) is given it, both run
+// the tag, and the parameters' ConfigMap is not in the output.
+func checkParameters(t *testing.T) {
+	src := filepath.Join(repoRoot(), "deploy/kubernetes")
+	dir := t.TempDir()
+	files, _ := filepath.Glob(filepath.Join(src, "*.yaml"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(b)
+		switch filepath.Base(f) {
+		case "params.yaml":
+			text = strings.Replace(text, "placerNamespace: default", "placerNamespace: gpu-infra", 1)
+		case "kustomization.yaml":
+			text = strings.Replace(text, "newTag: latest", "newTag: v9.8.7", 1)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(f)), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, objs := kustomizationObjects(t, dir)
+	placerSide := map[string]bool{"StatefulSet placer": true, "Service placer": true, "Service placer-replicas": true, "ServiceMonitor placer": true}
+	seen := 0
+	for _, m := range objs {
+		key := m.obj.GetKind() + " " + m.obj.GetName()
+		switch {
+		case m.obj.GetKind() == "ConfigMap":
+			t.Errorf("%s is in the output (a local-config parameter)", m)
+		case placerSide[key]:
+			seen++
+			if m.obj.GetNamespace() != "gpu-infra" {
+				t.Errorf("%s: not in placer serve's namespace gpu-infra", m)
+			}
+		case m.obj.GetNamespace() != "" && m.obj.GetNamespace() != "kube-system":
+			t.Errorf("%s: the scheduler's objects stay in kube-system", m)
+		}
+		var spec corev1.PodSpec
+		if tmpl, found, _ := unstructured.NestedMap(m.obj.Object, "spec", "template", "spec"); found {
+			b, _ := json.Marshal(tmpl)
+			_ = json.Unmarshal(b, &spec)
+		}
+		for _, ctr := range spec.Containers {
+			if ctr.Image != "placer:v9.8.7" {
+				t.Errorf("%s: image %q, want placer:v9.8.7", m, ctr.Image)
+			}
+			if m.obj.GetKind() == "Deployment" {
+				ep := flagArgs(t, expandArgs(ctr, "x", m.obj.GetNamespace()))["--placer-endpoint"]
+				if ep != "tcp://placer-0.placer-replicas.gpu-infra.svc:5555,tcp://placer-1.placer-replicas.gpu-infra.svc:5555" {
+					t.Errorf("the scheduler's --placer-endpoint=%q with placer serve in gpu-infra", ep)
+				}
+			}
+		}
+	}
+	if seen != len(placerSide) {
+		t.Errorf("%d of placer serve's %d objects built", seen, len(placerSide))
+	}
+	checkMonitors(t, objs)
+}
+
+// checkMonitors: each ServiceMonitor selects a Service of its namespace
+// with the port it scrapes, whose selector picks the pods of a workload
+// of the kustomization: placer serve's and the scheduler's.
+func checkMonitors(t *testing.T, objs []manifest) {
+	covered := map[string]bool{}
+	for _, sm := range objs {
+		if sm.obj.GetKind() != "ServiceMonitor" {
+			continue
+		}
+		sel, _, _ := unstructured.NestedStringMap(sm.obj.Object, "spec", "selector", "matchLabels")
+		eps, _, _ := unstructured.NestedSlice(sm.obj.Object, "spec", "endpoints")
+		found := false
+		for _, svc := range objs {
+			if svc.obj.GetKind() != "Service" || svc.obj.GetNamespace() != sm.obj.GetNamespace() || !labels.SelectorFromSet(sel).Matches(labels.Set(svc.obj.GetLabels())) {
+				continue
+			}
+			ports, _, _ := unstructured.NestedSlice(svc.obj.Object, "spec", "ports")
+			for _, e := range eps {
+				for _, p := range ports {
+					if e.(map[string]any)["port"] == p.(map[string]any)["name"] {
+						found = true
+					}
+				}
+			}
+			podSel, _, _ := unstructured.NestedStringMap(svc.obj.Object, "spec", "selector")
+			for _, w := range objs {
+				tl, _, _ := unstructured.NestedStringMap(w.obj.Object, "spec", "template", "metadata", "labels")
+				if w.obj.GetNamespace() == svc.obj.GetNamespace() && len(tl) > 0 && labels.SelectorFromSet(podSel).Matches(labels.Set(tl)) {
+					covered[w.obj.GetKind()+" "+w.obj.GetName()] = found
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s selects no Service with the port it scrapes", sm)
+		}
+	}
+	for _, w := range []string{"StatefulSet placer", "Deployment placer-k8s-scheduler"} {
+		if !covered[w] {
+			t.Errorf("no ServiceMonitor scrapes %s", w)
+		}
+	}
+}
+
+// expandArgs: a container's arguments with $(VAR) expanded as the kubelet
+// does, from its env (literal values, and metadata.name and .namespace
+// from the downward API: the pod's name and namespace).
+func expandArgs(ctr corev1.Container, pod, namespace string) []string {
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.name":
+			env[e.Name] = pod
+		case e.ValueFrom != nil && e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			env[e.Name] = namespace
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		}
+	}
+	out := make([]string, len(ctr.Args))
+	for i, a := range ctr.Args {
+		for k, v := range env {
+			a = strings.ReplaceAll(a, "$("+k+")", v)
+		}
+		out[i] = a
+	}
+	return out
 }
 
 // flagArgs: "--name=value" arguments as a map (the manifests' form).
@@ -1050,6 +1273,7 @@ func flagArgs(t *testing.T, args []string) map[string]string {
 // scheduler, with its own arguments, run twice as its ServiceAccount: one
 // replica leads and binds, the other takes over when the leader is killed.
 func TestManifestsApply(t *testing.T) {
+	checkParameters(t)
 	c := newCluster(t, 4, 0) // applies scheduler-rbac.yaml, as for every live test
 	ctx := context.Background()
 	admin := filepath.Join(c.dir, "admin.kubeconfig")
@@ -1059,7 +1283,7 @@ func TestManifestsApply(t *testing.T) {
 	}
 	dyn := dynamic.NewForConfigOrDie(rc)
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.cs.Discovery()))
-	resources, objs := kustomizationObjects(t)
+	resources, objs := kustomizationObjects(t, filepath.Join(repoRoot(), "deploy/kubernetes"))
 
 	// One source of RBAC: the kustomization deploys scheduler-rbac.yaml and
 	// no identity or permission from any other file.
@@ -1112,13 +1336,15 @@ func TestManifestsApply(t *testing.T) {
 		applied[key] = got
 		t.Logf("applied %s", m)
 	}
-	if want := []string{"ServiceMonitor monitoring.coreos.com/v1 placer (servicemonitor.yaml)"}; !slices.Equal(notServed, want) {
+	if want := []string{"ServiceMonitor monitoring.coreos.com/v1 default/placer (servicemonitor.yaml)",
+		"ServiceMonitor monitoring.coreos.com/v1 kube-system/placer-k8s-scheduler (servicemonitor.yaml)"}; !slices.Equal(notServed, want) {
 		t.Errorf("objects of kinds the apiserver does not serve: %v, want %v", notServed, want)
 	}
 	if len(applied)+len(notServed) != len(objs) {
 		t.Errorf("%d objects, %d applied, %d not served", len(objs), len(applied), len(notServed))
 	}
 	for _, key := range []string{"StatefulSet default/placer", "Service default/placer", "Service default/placer-replicas",
+		"Service kube-system/placer-k8s-scheduler",
 		"Deployment kube-system/placer-k8s-scheduler", "ServiceAccount kube-system/placer-scheduler",
 		"ClusterRole placer-scheduler", "ClusterRoleBinding placer-scheduler",
 		"Role kube-system/placer-scheduler-lease", "RoleBinding kube-system/placer-scheduler-lease"} {
@@ -1180,7 +1406,7 @@ func TestManifestsApply(t *testing.T) {
 	if len(ctr.Command) != 1 || filepath.Base(ctr.Command[0]) != "placer-k8s-scheduler" {
 		t.Errorf("command %v", ctr.Command)
 	}
-	args := flagArgs(t, ctr.Args)
+	args := flagArgs(t, expandArgs(ctr, "$(POD_NAME)", d.Namespace))
 	if args["--leader-elect"] != "true" {
 		t.Errorf("--leader-elect=%q, want true", args["--leader-elect"])
 	}
@@ -1266,7 +1492,7 @@ func TestManifestsApply(t *testing.T) {
 	start := func(name string) *replica {
 		r := &replica{name: name, log: filepath.Join(c.dir, "log", name+".log"), http: fmt.Sprintf("127.0.0.1:%d", freePorts(t, 1))}
 		var argv []string
-		for _, a := range ctr.Args {
+		for _, a := range expandArgs(ctr, name, d.Namespace) {
 			k, v, _ := strings.Cut(a, "=")
 			switch k {
 			case "--placer-server-key", "--placer-client-cert":
@@ -1276,7 +1502,7 @@ func TestManifestsApply(t *testing.T) {
 			case "--http":
 				v = r.http
 			}
-			argv = append(argv, k+"="+strings.ReplaceAll(v, "$(POD_NAME)", name))
+			argv = append(argv, k+"="+v)
 		}
 		argv = append(argv, "--kubeconfig="+saKubeconfig)
 		r.cmd = exec.Command(os.Getenv("PLACER_K8S_SCHEDULER"), argv...)

@@ -82,3 +82,50 @@ func TestNativeWorkloadGang(t *testing.T) {
 	}
 	c.checkCapacity()
 }
+
+// The native PodGroup with coscheduling's meaning: minCount 2 over a
+// launcher and three workers of different sizes, on two nodes with room
+// for two workers: the launcher and two workers are bound (at least
+// minCount, and more as they fit), the third worker waits, and the
+// PodGroup's condition PodGroupInitiallyScheduled turns True.
+func TestNativePodGroupMinCountAndStatus(t *testing.T) {
+	c := newCluster(t, 4, 0)
+	ctx := context.Background()
+	ns := "native"
+	c.createPods(ns)
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "mixed", Namespace: ns},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}}}}
+	if _, err := c.cs.SchedulingV1beta1().PodGroups(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.startScheduler()
+	two := []string{"node-1", "node-2"}
+	c.createPods(ns, podSpec{name: "launcher", schedGroup: "mixed", cpu: "2", hosts: two},
+		podSpec{name: "worker-0", schedGroup: "mixed", gpus: 8, hosts: two}, podSpec{name: "worker-1", schedGroup: "mixed", gpus: 8, hosts: two},
+		podSpec{name: "worker-2", schedGroup: "mixed", gpus: 8, hosts: two})
+	c.waitBound(ns, 60*time.Second, "worker-2")
+	msg := c.waitCondition(ns, "worker-2", "Unschedulable", "Insufficient nvidia.com/gpu", 30*time.Second)
+	t.Logf("worker-2: %s", msg)
+	var cond string
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		got, err := c.cs.SchedulingV1beta1().PodGroups(ns).Get(ctx, "mixed", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, cd := range got.Status.Conditions {
+			if cd.Type == schedulingv1beta1.PodGroupInitiallyScheduled {
+				cond = string(cd.Status) + "/" + cd.Reason + ": " + cd.Message
+			}
+		}
+		if strings.HasPrefix(cond, "True/Scheduled") {
+			break
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	if cond != "True/Scheduled: 3 of its 4 pods scheduled (gang minCount 2)" {
+		t.Errorf("PodGroupInitiallyScheduled: %q", cond)
+	}
+	c.checkCapacity()
+}

@@ -65,12 +65,6 @@ func (s *scheduler) waitForVictims(bound []*corev1.Pod) func(*corev1.Pod) string
 			terminating[p.Spec.NodeName] = append(terminating[p.Spec.NodeName], p)
 		}
 	}
-	prio := func(p *corev1.Pod) int32 {
-		if p.Spec.Priority != nil {
-			return *p.Spec.Priority
-		}
-		return 0
-	}
 	return func(p *corev1.Pod) string {
 		s.mu.Lock()
 		vs, known := s.preempting[p.UID]
@@ -92,7 +86,7 @@ func (s *scheduler) waitForVictims(bound []*corev1.Pod) func(*corev1.Pod) string
 		}
 		if n := p.Status.NominatedNodeName; n != "" {
 			for _, q := range terminating[n] {
-				if prio(q) < prio(p) {
+				if translate.Priority(q) < translate.Priority(p) {
 					return fmt.Sprintf("placer: nominated to %s, waiting for the pods of a lower priority terminating there (%s/%s)", n, q.Namespace, q.Name)
 				}
 			}
@@ -101,39 +95,30 @@ func (s *scheduler) waitForVictims(bound []*corev1.Pod) func(*corev1.Pod) string
 	}
 }
 
-// preempt carries out the round's preemptions, the victims of each pending
+// preempt carries out a round's preemptions, the victims of each pending
 // group together: a dry run of each victim's eviction first, so that one a
 // PodDisruptionBudget protects (429) leaves all of that pod's victims
-// running; then the evictions. It returns the nodes that had a victim (no
-// placement there is bound this round) and the pending jobs preemptions
-// were for (bound in a later round, once their victims are gone). A pod
-// whose priority class says preemptionPolicy Never evicts nothing and waits.
-func (s *scheduler) preempt(ctx context.Context, r *translate.Round, res *wire.ScheduleReplyT) (map[string]bool, map[int]bool) {
-	held, preemptors := map[string]bool{}, map[int]bool{}
+// running; then the evictions. No placement on a node that had a victim,
+// nor of a pod a preemption is for, was bound this cycle (internal/plan):
+// they are placed again once the victims are gone. A pod whose priority
+// class says preemptionPolicy Never evicts nothing and waits.
+func (s *scheduler) preempt(ctx context.Context, r *translate.Round, res *wire.ScheduleReplyT) {
 	if !s.cfg.evict { // never asked without --evict; nothing is evicted without it
 		slog.Error("Placer returned preemptions to a scheduler without --evict; none carried out", "preemptions", len(res.Preemptions))
-		for _, pr := range res.Preemptions {
-			for _, v := range r.Running[pr.Job] {
-				held[v.Spec.NodeName] = true
-			}
-		}
-		return held, preemptors
+		return
 	}
 	victims := r.Victims(res.Preemptions)
 	placedOn := map[int][]string{}
 	for _, pl := range res.Placements {
 		for _, rp := range pl.Replicas {
-			if int(pl.Job) < len(r.Groups) && int(rp.Node) < len(r.Nodes) {
-				placedOn[int(pl.Job)] = append(placedOn[int(pl.Job)], r.Nodes[rp.Node].Name)
+			if int(pl.Job) < len(r.Units) && int(rp.Node) < len(r.C.Nodes) {
+				placedOn[int(pl.Job)] = append(placedOn[int(pl.Job)], r.C.Nodes[rp.Node].Name)
 			}
 		}
 	}
 	jobs := make([]int, 0, len(victims))
-	for j, vs := range victims {
+	for j := range victims {
 		jobs = append(jobs, j)
-		for _, v := range vs {
-			held[v.Spec.NodeName] = true
-		}
 	}
 	sort.Ints(jobs)
 	for _, j := range jobs {
@@ -142,8 +127,7 @@ func (s *scheduler) preempt(ctx context.Context, r *translate.Round, res *wire.S
 			slog.Warn("preemption for no pending pod left alone", "victims", translate.VictimSummary(vs))
 			continue
 		}
-		preemptors[j] = true
-		g := r.Groups[j]
+		g := r.Units[j]
 		first := g.Pods[0]
 		if first.Spec.PreemptionPolicy != nil && *first.Spec.PreemptionPolicy == corev1.PreemptNever {
 			for _, p := range g.Pods {
@@ -178,7 +162,7 @@ func (s *scheduler) preempt(ctx context.Context, r *translate.Round, res *wire.S
 			mEvict.WithLabelValues("evicted").Inc()
 			gone = append(gone, victim{uid: v.UID, namespace: v.Namespace, name: v.Name, node: v.Spec.NodeName})
 			s.recorder.Eventf(v, corev1.EventTypeNormal, "Preempted", "placer: evicted for %s/%s (priority %d) on %s",
-				first.Namespace, first.Name, prioOf(first), v.Spec.NodeName)
+				first.Namespace, first.Name, translate.Priority(first), v.Spec.NodeName)
 		}
 		slog.Info("preempted", "for", g.Key, "evicted", len(gone), "of", len(vs), "victims", translate.VictimSummary(vs), "refused", failed)
 		s.mu.Lock()
@@ -201,7 +185,6 @@ func (s *scheduler) preempt(ctx context.Context, r *translate.Round, res *wire.S
 			s.unschedulable(ctx, p, "Unschedulable", msg)
 		}
 	}
-	return held, preemptors
 }
 
 func victimList(vs []victim) string {
@@ -213,13 +196,6 @@ func victimList(vs []victim) string {
 		parts[i] = v.String()
 	}
 	return strings.Join(parts, ", ")
-}
-
-func prioOf(p *corev1.Pod) int32 {
-	if p.Spec.Priority != nil {
-		return *p.Spec.Priority
-	}
-	return 0
 }
 
 // evict posts pods/eviction for the pod (its UID as a precondition), a dry

@@ -1,13 +1,16 @@
 // placer-k8s-scheduler: the Placer service as the scheduler of a Kubernetes
 // cluster for the pods with spec.schedulerName "placer" (docs/kubernetes.md).
 //
-// It watches pods and nodes through informers, gathers the pending pods into
-// one round (a batch window bounded in time and size), asks Placer over
-// ZeroMQ where they go, and binds them through the Binding subresource,
-// many at a time. A gang (scheduling.x-k8s.io/pod-group) is bound only when
-// Placer placed all of it. A pod Placer cannot place gets PodScheduled=False
-// with Placer's reason in kube-scheduler's words and an Event, and is tried
-// again in later cycles. Two replicas can run: the leader holds a Lease.
+// It watches pods, nodes, claims and pod groups through informers, gathers
+// the pending pods that are not gated nor backing off into a cycle (the
+// highest priority first), asks Placer over ZeroMQ where they go (in one
+// round, or in a few when pod rules tie pods of the cycle together:
+// internal/plan), and binds them through the Binding subresource, many at
+// a time. A gang (scheduling.x-k8s.io/pod-group, or a native PodGroup) is
+// bound only with at least its minMember pods placed at once. A pod that
+// is not placed gets PodScheduled=False with the reason in kube-scheduler's
+// words and an Event, and backs off as in kube-scheduler (1 s doubling to
+// 10 s). Two replicas can run: the leader holds a Lease.
 package main
 
 import (
@@ -20,9 +23,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"regexp"
-	"sort"
-	"strconv"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,10 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
@@ -51,34 +49,37 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"placer.local/kubernetes/internal/placerclient"
+	"placer.local/kubernetes/internal/plan"
 	"placer.local/kubernetes/internal/translate"
-	"placer.local/kubernetes/internal/wire/gen/placer/wire"
 )
 
 type config struct {
 	kubeconfig, schedulerName, endpoint, serverKey, clientCert, rackLabel, httpAddr string
 	leaseName, leaseNamespace, identity, record, contentType                        string
 	timeout, window, retry, leaseDuration, renewDeadline, retryPeriod, bindDelay    time.Duration
-	batchMax, bindWorkers                                                           int
+	livezBound                                                                      time.Duration
+	batchMax, bindWorkers, rounds                                                   int
 	apiQPS                                                                          float64
 	apiBurst                                                                        int
 	leaderElect, stacking, evict                                                    bool
 }
 
-var refusedJob = regexp.MustCompile(`pending job (\d+) \(`)
-
-var podGroupGVR = schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}
-
 var (
-	mCycles   = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "placer_k8s_cycles_total", Help: "Scheduling cycles by result (ok, placer_unavailable, placer_refused)."}, []string{"result"})
-	mBound    = prometheus.NewCounter(prometheus.CounterOpts{Name: "placer_k8s_pods_bound_total", Help: "Pods bound through the Binding subresource."})
-	mBindErr  = prometheus.NewCounter(prometheus.CounterOpts{Name: "placer_k8s_bind_errors_total", Help: "Bindings the API server refused."})
-	mUnsched  = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_pods_unschedulable", Help: "Pods left unplaced by the last cycle."})
-	mPending  = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_pods_pending", Help: "Pending pods in the last cycle's round."})
-	mLeader   = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_leader", Help: "1 while this replica holds the Lease."})
-	mCycleSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "placer_k8s_cycle_seconds", Help: "One cycle: round built, solved, binds done.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
-	mEvict    = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "placer_k8s_evictions_total", Help: "Evictions through the Eviction API (--evict), by result: evicted, refused (429: a PodDisruptionBudget), failed (another error), not_tried (a dry run of another victim of the same pod refused)."}, []string{"result"})
-	mRoundSec = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "placer_k8s_placer_round_seconds", Help: "The round trip to the Placer service.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)})
+	mCycles    = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "placer_k8s_cycles_total", Help: "Cycles that tried pods, by result (ok, placer_unavailable, placer_refused)."}, []string{"result"})
+	mBound     = prometheus.NewCounter(prometheus.CounterOpts{Name: "placer_k8s_pods_bound_total", Help: "Pods bound through the Binding subresource."})
+	mBindErr   = prometheus.NewCounter(prometheus.CounterOpts{Name: "placer_k8s_bind_errors_total", Help: "Bindings the API server refused."})
+	mUnsched   = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_pods_unschedulable", Help: "Pending pods whose last attempt failed."})
+	mPending   = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_pods_pending", Help: "Pending pods of this scheduler (not gated)."})
+	mBackoff   = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_pods_backing_off", Help: "Pending pods backing off after a failed attempt."})
+	mGated     = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_pods_gated", Help: "Pods of this scheduler with scheduling gates (left alone)."})
+	mLeader    = prometheus.NewGauge(prometheus.GaugeOpts{Name: "placer_k8s_leader", Help: "1 while this replica holds the Lease."})
+	mCycleSec  = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "placer_k8s_cycle_seconds", Help: "One cycle that tried pods: rounds built, solved, binds done.", Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)})
+	mEvict     = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "placer_k8s_evictions_total", Help: "Evictions through the Eviction API (--evict), by result: evicted, refused (429: a PodDisruptionBudget), failed (another error), not_tried (a dry run of another victim of the same pod refused)."}, []string{"result"})
+	mRoundSec  = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "placer_k8s_placer_round_seconds", Help: "The Placer rounds of one cycle, together.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)})
+	mRounds    = prometheus.NewCounter(prometheus.CounterOpts{Name: "placer_k8s_placer_rounds_total", Help: "Placer rounds (a cycle has one, or more when pod rules tie its pods together)."})
+	mLatency   = prometheus.NewHistogram(prometheus.HistogramOpts{Name: "placer_k8s_pod_scheduling_seconds", Help: "A pod's scheduling latency: from its creation (or, created before this replica started, from when it first saw the pod) to its Binding.", Buckets: prometheus.ExponentialBuckets(0.01, 2, 16)})
+	mRequests  = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "placer_k8s_api_requests_total", Help: "Requests to the API server, by verb and resource (watches included)."}, []string{"verb", "resource"})
+	mSchedNums = prometheus.NewCounter(prometheus.CounterOpts{Name: "placer_k8s_scheduling_cycles_total", Help: "Cycles, those that tried no pod included."})
 )
 
 func main() {
@@ -89,9 +90,10 @@ func main() {
 	flag.DurationVar(&c.timeout, "placer-timeout", 5*time.Second, "wait at most this for Placer's reply")
 	flag.StringVar(&c.serverKey, "placer-server-key", "", "CURVE: the service's public certificate (placer keygen)")
 	flag.StringVar(&c.clientCert, "placer-client-cert", "", "CURVE: this scheduler's secret certificate (*.key_secret)")
-	flag.DurationVar(&c.window, "batch-window", 200*time.Millisecond, "gather pending pods this long after the first before a round")
-	flag.IntVar(&c.batchMax, "batch-max", 2000, "at most this many pending pods in one round (the oldest first)")
-	flag.DurationVar(&c.retry, "retry-interval", 3*time.Second, "try unplaced pods again this often")
+	flag.DurationVar(&c.window, "batch-window", 200*time.Millisecond, "gather pending pods this long after the first before a cycle")
+	flag.IntVar(&c.batchMax, "batch-max", 2000, "at most this many pending pods in one cycle (by priority, then the pods not tried yet, then creation; a pod group kept whole)")
+	flag.IntVar(&c.rounds, "max-rounds", 16, "at most this many Placer rounds in one cycle (pods whose pod rules refer to one another go in successive rounds; the rest wait for the next cycle)")
+	flag.DurationVar(&c.retry, "retry-interval", time.Second, "the loop looks at the pending pods at least this often (pods that failed back off 1 s doubling to 10 s)")
 	flag.IntVar(&c.bindWorkers, "bind-workers", 64, "bindings in flight at once (16 left a 5,000-node round of 2,000 pods binding for 3-7 s on a shared 2-core control plane; 64 kept up with the pods' creation)")
 	flag.Float64Var(&c.apiQPS, "kube-api-qps", 2000, "requests per second to the API server (client-go's limiter; each binding is a Binding and an Event, so at 500 the limiter held a 5,000-node cluster's bindings to about 510 a second)")
 	flag.IntVar(&c.apiBurst, "kube-api-burst", 4000, "the limiter's burst")
@@ -100,6 +102,7 @@ func main() {
 	flag.BoolVar(&c.stacking, "stacking", true, "Placer's stacking policy (whole-GPU pods fill used nodes first)")
 	flag.BoolVar(&c.evict, "evict", false, "let a pending pod preempt bound pods of a lower priority: Placer chooses the victims, each evicted through the Eviction API (PodDisruptionBudgets respected; RBAC create on pods/eviction, deploy/kubernetes/scheduler-rbac-evict.yaml); off: no pod is ever evicted")
 	flag.StringVar(&c.httpAddr, "http", "", "serve /metrics, /livez and /readyz on this address (e.g. 127.0.0.1:9556)")
+	flag.DurationVar(&c.livezBound, "livez-bound", 2*time.Minute, "/livez fails while this replica leads and its loop has not finished a cycle for this long")
 	flag.BoolVar(&c.leaderElect, "leader-elect", true, "hold a Lease so that only one replica schedules")
 	flag.StringVar(&c.leaseName, "lease-name", "placer-scheduler", "the Lease's name")
 	flag.StringVar(&c.leaseNamespace, "lease-namespace", "kube-system", "the Lease's namespace")
@@ -107,14 +110,14 @@ func main() {
 	flag.DurationVar(&c.leaseDuration, "lease-duration", 15*time.Second, "leader election: lease duration")
 	flag.DurationVar(&c.renewDeadline, "renew-deadline", 10*time.Second, "leader election: renew deadline")
 	flag.DurationVar(&c.retryPeriod, "retry-period", 2*time.Second, "leader election: retry period")
-	flag.StringVar(&c.record, "record", "", "append Placer's choice for each pod, \"namespace/name node\" a line, to this file before binding it")
+	flag.StringVar(&c.record, "record", "", "append Placer's choice for each pod, \"namespace/name node cycle\" a line, to this file before binding it")
 	flag.DurationVar(&c.bindDelay, "test-bind-delay", 0, "testing only: wait this long before each binding (widens the window in which a test kills the scheduler mid-batch)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		fail("unexpected argument %q (flags only; see --help)", flag.Arg(0))
 	}
-	if c.batchMax < 1 || c.bindWorkers < 1 || c.window < 0 || c.retry <= 0 || c.apiQPS <= 0 || c.apiBurst < 1 {
-		fail("--batch-max, --bind-workers and --kube-api-burst must be >= 1, --batch-window >= 0, --retry-interval and --kube-api-qps > 0")
+	if c.batchMax < 1 || c.bindWorkers < 1 || c.rounds < 1 || c.window < 0 || c.retry <= 0 || c.apiQPS <= 0 || c.apiBurst < 1 || c.livezBound <= 0 {
+		fail("--batch-max, --max-rounds, --bind-workers and --kube-api-burst must be >= 1, --batch-window >= 0, --retry-interval, --livez-bound and --kube-api-qps > 0")
 	}
 	if c.identity == "" {
 		h, _ := os.Hostname()
@@ -139,13 +142,15 @@ func main() {
 	if c.contentType != "application/json" {
 		rc.AcceptContentTypes += ",application/json" // custom resources (PodGroups) have no protobuf
 	}
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return counting{rt} })
 	cs := kubernetes.NewForConfigOrDie(rc)
 	dyn := dynamic.NewForConfigOrDie(rc)
 	pc, err := placerclient.New(placerclient.Options{Endpoint: c.endpoint, Timeout: c.timeout, ServerKey: c.serverKey, ClientCert: c.clientCert})
 	if err != nil {
 		fail("placer: %v", err)
 	}
-	prometheus.MustRegister(mCycles, mBound, mBindErr, mUnsched, mPending, mLeader, mCycleSec, mRoundSec, mEvict)
+	prometheus.MustRegister(mCycles, mBound, mBindErr, mUnsched, mPending, mBackoff, mGated, mLeader, mCycleSec, mRoundSec, mRounds,
+		mEvict, mLatency, mRequests, mSchedNums)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -153,16 +158,15 @@ func main() {
 	if c.httpAddr != "" {
 		s.serveHTTP(c.httpAddr)
 	}
-	go s.factory.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), s.podsSynced, s.nodesSynced) {
+	s.start(ctx)
+	if !cache.WaitForCacheSync(ctx.Done(), s.synced...) {
 		fail("informers did not sync")
 	}
-	s.synced.Store(true)
+	s.ready.Store(true)
+	s.syncedAt = time.Now()
 	slog.Info("informers synced", "scheduler", c.schedulerName, "placer", c.endpoint, "identity", c.identity)
 	if !c.leaderElect {
-		s.leader.Store(true)
-		mLeader.Set(1)
-		s.run(ctx)
+		s.lead(ctx)
 		return
 	}
 	lock := &resourcelock.LeaseLock{
@@ -176,9 +180,7 @@ func main() {
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
 				slog.Info("leading", "lease", c.leaseNamespace+"/"+c.leaseName, "identity", c.identity)
-				s.leader.Store(true)
-				mLeader.Set(1)
-				s.run(ctx)
+				s.lead(ctx)
 			},
 			OnStoppedLeading: func() {
 				mLeader.Set(0)
@@ -202,26 +204,73 @@ func fail(format string, a ...any) {
 	os.Exit(2)
 }
 
+// counting: placer_k8s_api_requests_total, by verb and resource.
+type counting struct{ rt http.RoundTripper }
+
+func (c counting) RoundTrip(r *http.Request) (*http.Response, error) {
+	verb := r.Method
+	if r.URL.Query().Get("watch") == "true" {
+		verb = "WATCH"
+	}
+	mRequests.WithLabelValues(verb, resourceOf(r.URL.Path)).Inc()
+	return c.rt.RoundTrip(r)
+}
+
+// resourceOf: the resource of an API path (/api/v1/namespaces/x/pods/y/binding -> pods/binding).
+func resourceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return "other"
+	}
+	if len(parts) >= 2 && parts[0] == "namespaces" {
+		if len(parts) == 2 {
+			return "namespaces"
+		}
+		parts = parts[2:]
+	}
+	switch len(parts) {
+	case 0:
+		return "discovery"
+	case 1, 2:
+		return parts[0]
+	}
+	return parts[0] + "/" + parts[2]
+}
+
 type assumed struct {
 	pod  *corev1.Pod // with Spec.NodeName set to where it is being bound
 	when time.Time
 }
 
 type scheduler struct {
-	cfg                     config
-	cs                      kubernetes.Interface
-	dyn                     dynamic.Interface
-	pc                      *placerclient.Client
-	factory                 informers.SharedInformerFactory
-	pods                    listersv1.PodLister
-	nodes                   listersv1.NodeLister
-	podsSynced, nodesSynced cache.InformerSynced
-	recorder                record.EventRecorder
-	wake                    chan struct{}
-	synced, leader          atomic.Bool
+	cfg     config
+	cs      kubernetes.Interface
+	dyn     dynamic.Interface
+	pc      *placerclient.Client
+	factory informers.SharedInformerFactory
+	pods    listersv1.PodLister
+	nodes   listersv1.NodeLister
+	pvcs    listersv1.PersistentVolumeClaimLister
+	nss     listersv1.NamespaceLister
+	groups  *podGroups
+	synced  []cache.InformerSynced
+	queue   *plan.Queue
+
+	recorder      record.EventRecorder
+	wake          chan struct{}
+	ready, leader atomic.Bool
+	syncedAt      time.Time
+	beat          atomic.Int64 // unix nanos: the leader's loop last finished a cycle (or waited)
+	cycles        atomic.Int64
 
 	mu      sync.Mutex
 	assumed map[types.UID]assumed // bound by us, not yet seen bound by the informer
+	seen    map[types.UID]time.Time
 	// --evict: victims whose eviction was refused (not victims again until
 	// then), and the pending pods whose victims were evicted, waiting for
 	// them to be gone (they are held out of the rounds until then).
@@ -235,58 +284,120 @@ type scheduler struct {
 func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *placerclient.Client) *scheduler {
 	f := informers.NewSharedInformerFactory(cs, 0)
 	s := &scheduler{cfg: c, cs: cs, dyn: dyn, pc: pc, factory: f, wake: make(chan struct{}, 1), assumed: map[types.UID]assumed{},
-		refused: map[types.UID]refusal{}, preempting: map[types.UID][]victim{}}
-	pi, ni := f.Core().V1().Pods(), f.Core().V1().Nodes()
-	s.pods, s.nodes = pi.Lister(), ni.Lister()
-	s.podsSynced, s.nodesSynced = pi.Informer().HasSynced, ni.Informer().HasSynced
-	poke := func() {
-		select {
-		case s.wake <- struct{}{}:
-		default:
-		}
-	}
-	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(o any) {
-			if p, ok := o.(*corev1.Pod); ok && s.ours(p) {
-				poke()
-			}
-		},
-		UpdateFunc: func(_, o any) {
-			p, ok := o.(*corev1.Pod)
-			if !ok {
-				return
-			}
-			if p.Spec.NodeName != "" {
-				s.mu.Lock()
-				delete(s.assumed, p.UID)
-				delete(s.preempting, p.UID)
-				s.mu.Unlock()
-			}
-		},
-		DeleteFunc: func(o any) {
-			if p, ok := o.(*corev1.Pod); ok {
-				s.mu.Lock()
-				delete(s.assumed, p.UID)
-				delete(s.preempting, p.UID)
-				delete(s.refused, p.UID)
-				s.mu.Unlock()
-				if translate.Bound(p) {
-					poke() // its node has room again
-				}
-			}
-		},
-	})
+		seen: map[types.UID]time.Time{}, refused: map[types.UID]refusal{}, preempting: map[types.UID][]victim{}, queue: plan.NewQueue()}
+	pi, ni, vi, nsi := f.Core().V1().Pods(), f.Core().V1().Nodes(), f.Core().V1().PersistentVolumeClaims(), f.Core().V1().Namespaces()
+	s.pods, s.nodes, s.pvcs, s.nss = pi.Lister(), ni.Lister(), vi.Lister(), nsi.Lister()
+	s.synced = []cache.InformerSynced{pi.Informer().HasSynced, ni.Informer().HasSynced, vi.Informer().HasSynced, nsi.Informer().HasSynced}
+	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: s.podAdded, UpdateFunc: s.podUpdated, DeleteFunc: s.podDeleted})
 	_, _ = ni.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) {},
+		AddFunc: func(any) { s.poke() },
+		UpdateFunc: func(old, o any) {
+			a, _ := old.(*corev1.Node)
+			b, _ := o.(*corev1.Node)
+			if a == nil || b == nil || nodeChanged(a, b) {
+				s.poke()
+			}
+		},
+		DeleteFunc: func(any) { s.poke() },
 	})
+	_, _ = vi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { s.poke() }, UpdateFunc: func(any, any) { s.poke() }, DeleteFunc: func(any) { s.poke() }})
+	s.groups = newPodGroups(s)
 	b := record.NewBroadcaster()
 	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	s.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.schedulerName})
 	return s
 }
 
+func (s *scheduler) podAdded(o any) {
+	if p, ok := o.(*corev1.Pod); ok && s.ours(p) {
+		s.mu.Lock()
+		s.seen[p.UID] = time.Now()
+		s.mu.Unlock()
+		s.poke()
+	}
+}
+
+func (s *scheduler) podUpdated(old, o any) {
+	p, ok := o.(*corev1.Pod)
+	q, _ := old.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if p.Spec.NodeName != "" {
+		s.mu.Lock()
+		delete(s.assumed, p.UID)
+		delete(s.preempting, p.UID)
+		s.mu.Unlock()
+		s.queue.Forget(p.UID)
+	}
+	switch {
+	case s.ours(p) && (q == nil || !s.ours(q)): // its last scheduling gate removed, say
+		s.poke()
+	case q != nil && translate.Bound(q) && !translate.Bound(p): // it finished: its node has room
+		s.poke()
+	}
+}
+
+// podDeleted: a deletion, or the tombstone of one the watch missed.
+func (s *scheduler) podDeleted(o any) {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	delete(s.assumed, p.UID)
+	delete(s.preempting, p.UID)
+	delete(s.refused, p.UID)
+	delete(s.seen, p.UID)
+	s.mu.Unlock()
+	s.queue.Forget(p.UID)
+	if translate.Bound(p) {
+		s.poke() // its node has room again
+	}
+}
+
+// nodeChanged: whether an update of a node changes what a round sees of it
+// (not its heartbeats).
+func nodeChanged(a, b *corev1.Node) bool {
+	return !reflect.DeepEqual(a.Labels, b.Labels) || !reflect.DeepEqual(a.Spec.Taints, b.Spec.Taints) ||
+		a.Spec.Unschedulable != b.Spec.Unschedulable || !reflect.DeepEqual(a.Status.Allocatable, b.Status.Allocatable) ||
+		nodeReady(a) != nodeReady(b)
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func (s *scheduler) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *scheduler) start(ctx context.Context) {
+	s.factory.Start(ctx.Done())
+	s.groups.start(ctx)
+}
+
+// ours: a pod this scheduler places: its scheduler name, no node, not
+// deleted or finished, and no scheduling gate left (the API server refuses
+// the Binding of a gated pod).
 func (s *scheduler) ours(p *corev1.Pod) bool {
+	return s.mine(p) && len(p.Spec.SchedulingGates) == 0
+}
+
+// mine: ours, or ours once its gates are gone.
+func (s *scheduler) mine(p *corev1.Pod) bool {
 	return p.Spec.SchedulerName == s.cfg.schedulerName && p.Spec.NodeName == "" && p.DeletionTimestamp == nil &&
 		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
@@ -294,15 +405,24 @@ func (s *scheduler) ours(p *corev1.Pod) bool {
 func (s *scheduler) serveHTTP(addr string) {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.Handler())
-	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		if s.leader.Load() {
+			if since := time.Since(time.Unix(0, s.beat.Load())); since > s.cfg.livezBound {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				fmt.Fprintf(w, "the leader's loop has not finished a cycle for %v (bound %v)\n", since.Round(time.Second), s.cfg.livezBound)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
-		body := map[string]any{"synced": s.synced.Load(), "leader": s.leader.Load(), "placer_error": s.lastErr}
+		body := map[string]any{"synced": s.ready.Load(), "leader": s.leader.Load(), "placer_error": s.lastErr}
 		if !s.lastOK.IsZero() {
 			body["last_round_ok"] = s.lastOK.UTC().Format(time.RFC3339)
 		}
 		s.mu.Unlock()
-		if !s.synced.Load() {
+		if !s.ready.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 		}
 		_ = json.NewEncoder(w).Encode(body)
@@ -315,384 +435,41 @@ func (s *scheduler) serveHTTP(addr string) {
 	go func() { _ = http.Serve(ln, mux) }()
 }
 
-// run: a cycle after a pod arrives (and the batch window), and every retry interval while pods wait.
+// lead runs the loop while this replica leads.
+func (s *scheduler) lead(ctx context.Context) {
+	s.beat.Store(time.Now().UnixNano())
+	s.leader.Store(true)
+	mLeader.Set(1)
+	s.run(ctx)
+}
+
+// run: a cycle after a pod arrives (and the batch window), when a pod's
+// back-off ends, and at least every retry interval; at once again when a
+// cycle left pods untried.
 func (s *scheduler) run(ctx context.Context) {
-	tick := time.NewTicker(s.cfg.retry)
-	defer tick.Stop()
-	s.cycle(ctx) // whatever waited while no replica led
 	for {
+		more, next := s.cycle(ctx)
+		s.beat.Store(time.Now().UnixNano())
+		wait := s.cfg.retry
+		if !next.IsZero() {
+			wait = max(10*time.Millisecond, min(wait, time.Until(next)))
+		}
+		if more {
+			wait = 0
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
 		case <-s.wake:
+			t.Stop()
 			select {
 			case <-ctx.Done():
 				return
 			case <-time.After(s.cfg.window):
 			}
-		case <-tick.C:
-		}
-		s.cycle(ctx)
-	}
-}
-
-func (s *scheduler) pending() (pending, bound []*corev1.Pod) {
-	all, _ := s.pods.List(labels.Everything())
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for uid, a := range s.assumed {
-		if time.Since(a.when) > 2*time.Minute { // the informer would have shown it by now
-			delete(s.assumed, uid)
+		case <-t.C:
 		}
 	}
-	for _, p := range all {
-		if a, ok := s.assumed[p.UID]; ok && p.Spec.NodeName == "" {
-			bound = append(bound, a.pod)
-			continue
-		}
-		if translate.Bound(p) {
-			bound = append(bound, p)
-		} else if s.ours(p) {
-			pending = append(pending, p)
-		}
-	}
-	// The oldest first, at most --batch-max (whole pod groups kept together).
-	sort.SliceStable(pending, func(i, j int) bool {
-		a, b := pending[i], pending[j]
-		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
-			return a.CreationTimestamp.Before(&b.CreationTimestamp)
-		}
-		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
-	})
-	if len(pending) > s.cfg.batchMax {
-		keep := pending[:s.cfg.batchMax]
-		groups := map[string]bool{}
-		for _, p := range keep {
-			if g := translate.GroupKey(p); g != "" {
-				groups[g] = true
-			}
-		}
-		for _, p := range pending[s.cfg.batchMax:] {
-			if g := translate.GroupKey(p); g != "" && groups[g] {
-				keep = append(keep, p)
-			}
-		}
-		pending = keep
-	}
-	return pending, bound
-}
-
-func (s *scheduler) minMember(ctx context.Context) translate.PodGroupMin {
-	seen := map[string]int{}
-	return func(ns, name string) (int, bool) {
-		if v, ok := seen[ns+"/"+name]; ok {
-			return v, v > 0
-		}
-		u, err := s.dyn.Resource(podGroupGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-		v := 0
-		if err == nil {
-			if m, found, _ := unstructuredInt(u.Object, "spec", "minMember"); found {
-				v = int(m)
-			}
-		} else if !apierrors.IsNotFound(err) && !strings.Contains(err.Error(), "could not find the requested resource") {
-			slog.Warn("reading PodGroup", "podgroup", ns+"/"+name, "err", err)
-		}
-		seen[ns+"/"+name] = v
-		return v, v > 0
-	}
-}
-
-// nativeGroups reads the native PodGroups (scheduling.k8s.io/v1beta1, the
-// Workload API) that pending pods name in spec.schedulingGroup, once a cycle each.
-func (s *scheduler) nativeGroups(ctx context.Context) func(ns, name string) translate.NativeGroup {
-	seen := map[string]translate.NativeGroup{}
-	return func(ns, name string) translate.NativeGroup {
-		if v, ok := seen[ns+"/"+name]; ok {
-			return v
-		}
-		var v translate.NativeGroup
-		pg, err := s.cs.SchedulingV1beta1().PodGroups(ns).Get(ctx, name, metav1.GetOptions{})
-		switch {
-		case err == nil:
-			v.Found = true
-			if g := pg.Spec.SchedulingPolicy.Gang; g != nil {
-				v.Gang, v.MinCount = true, int(g.MinCount)
-			}
-			if c := pg.Spec.SchedulingConstraints; c != nil {
-				for _, t := range c.Topology {
-					v.Topology = append(v.Topology, t.Key)
-				}
-			}
-		case apierrors.IsNotFound(err) && notFoundIsTheObject(err, name):
-		default:
-			v.Err = "reading it: " + err.Error()
-			if apierrors.IsNotFound(err) {
-				v.Err = "the API server does not serve scheduling.k8s.io/v1beta1 podgroups (feature gate GenericWorkload, runtime-config scheduling.k8s.io/v1beta1)"
-			}
-			slog.Warn("reading a native PodGroup", "podgroup", ns+"/"+name, "err", err)
-		}
-		seen[ns+"/"+name] = v
-		return v
-	}
-}
-
-// notFoundIsTheObject: a 404 for the object itself, not for a resource the server does not serve.
-func notFoundIsTheObject(err error, name string) bool {
-	st, ok := err.(apierrors.APIStatus)
-	return ok && st.Status().Details != nil && st.Status().Details.Name == name
-}
-
-func unstructuredInt(o map[string]any, path ...string) (int64, bool, error) {
-	var cur any = o
-	for _, p := range path {
-		m, ok := cur.(map[string]any)
-		if !ok {
-			return 0, false, nil
-		}
-		cur, ok = m[p]
-		if !ok {
-			return 0, false, nil
-		}
-	}
-	switch v := cur.(type) {
-	case int64:
-		return v, true, nil
-	case float64:
-		return int64(v), true, nil
-	}
-	return 0, false, nil
-}
-
-func (s *scheduler) cycle(ctx context.Context) {
-	start := time.Now()
-	pending, bound := s.pending()
-	mPending.Set(float64(len(pending)))
-	if len(pending) == 0 {
-		return
-	}
-	nodes, _ := s.nodes.List(labels.Everything())
-	opt := translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking, PodGroup: s.nativeGroups(ctx)}
-	if s.cfg.evict {
-		opt.Evict, opt.NotEvictable, opt.Wait = true, s.notEvictable, s.waitForVictims(bound)
-	}
-	r := translate.Build(nodes, bound, pending, s.minMember(ctx), opt, time.Now().Unix())
-	for _, sk := range r.Skipped {
-		s.unschedulable(ctx, sk.Pod, sk.Reason, "placer: "+sk.Why)
-	}
-	if len(r.Request.Pending) == 0 {
-		mUnsched.Set(float64(len(r.Skipped)))
-		return
-	}
-	t0 := time.Now()
-	reply, err := s.pc.Solve(r.Request)
-	mRoundSec.Observe(time.Since(t0).Seconds())
-	// A round Placer refuses for one job's sake ("pending job N (...): ...")
-	// goes again without that job, which is reported on its pods: one pod
-	// never holds up the round. At most a few times.
-	for tries := 0; err == nil && reply.Code == wire.ErrorCodeInvalidArgument && tries < 5; tries++ {
-		m := refusedJob.FindStringSubmatch(reply.Message)
-		if m == nil {
-			break
-		}
-		j, _ := strconv.Atoi(m[1])
-		if j >= len(r.Groups) {
-			break
-		}
-		for _, p := range r.Groups[j].Pods {
-			s.unschedulable(ctx, p, "SchedulerError", "placer: the Placer service refused this pod: "+reply.Message)
-		}
-		r.Drop(j, reply.Message)
-		if len(r.Request.Pending) == 0 {
-			return
-		}
-		reply, err = s.pc.Solve(r.Request)
-	}
-	if err != nil || reply.Code != wire.ErrorCodeOk {
-		why, result := "", "placer_unavailable"
-		if err != nil {
-			why = fmt.Sprintf("placer: the Placer service did not answer (%v); pods wait and are tried again every %v", err, s.cfg.retry)
-		} else {
-			result = "placer_refused"
-			why = fmt.Sprintf("placer: the Placer service refused the round (%s: %s); tried again every %v",
-				wire.EnumNamesErrorCode[reply.Code], reply.Message, s.cfg.retry)
-		}
-		mCycles.WithLabelValues(result).Inc()
-		s.mu.Lock()
-		s.lastErr = why
-		s.mu.Unlock()
-		slog.Warn("cycle without placements", "pending", len(pending), "why", why)
-		for _, g := range r.Groups {
-			for _, p := range g.Pods {
-				s.unschedulable(ctx, p, "SchedulerError", why)
-			}
-		}
-		return
-	}
-	mCycles.WithLabelValues("ok").Inc()
-	s.mu.Lock()
-	s.lastErr, s.lastOK = "", time.Now()
-	s.mu.Unlock()
-	res := reply.Result
-	type bind struct {
-		pod   *corev1.Pod
-		node  string
-		share int // a GPU share's GPU index (placer.io/gpu-index), -1 for none
-	}
-	var binds []bind
-	placed := map[int]bool{}
-	// Preemptions (--evict): carried out first; no placement on a node
-	// that had a victim this round is bound in it (the victims leave first,
-	// or stay when their eviction is refused).
-	held, preemptors := map[string]bool{}, map[int]bool{}
-	if len(res.Preemptions) > 0 {
-		held, preemptors = s.preempt(ctx, r, res)
-	}
-	deferred := 0
-	for _, pl := range res.Placements {
-		if int(pl.Job) >= len(r.Groups) {
-			slog.Error("placement for an unknown job index", "job", pl.Job)
-			continue
-		}
-		g := r.Groups[pl.Job]
-		if len(pl.Replicas) != len(g.Pods) { // never for a gang (all or none); elastic is off
-			slog.Error("placement with a replica count that is not the group's", "group", g.Key, "replicas", len(pl.Replicas), "pods", len(g.Pods))
-			continue
-		}
-		placed[int(pl.Job)] = true
-		onHeld := preemptors[int(pl.Job)]
-		for _, rp := range pl.Replicas {
-			if int(rp.Node) < len(r.Nodes) && held[r.Nodes[rp.Node].Name] {
-				onHeld = true
-			}
-		}
-		if onHeld { // a group whole or not at all: placed again next cycle
-			deferred += len(g.Pods)
-			continue
-		}
-		for i, rp := range pl.Replicas {
-			if int(rp.Node) >= len(r.Nodes) {
-				slog.Error("placement on an unknown node index", "node", rp.Node)
-				continue
-			}
-			b := bind{g.Pods[i], r.Nodes[rp.Node].Name, -1}
-			if m, _ := translate.Share(g.Pods[i]); m > 0 && len(rp.Gpus) == 1 {
-				b.share = int(rp.Gpus[0])
-			}
-			binds = append(binds, b)
-		}
-	}
-	// Assume all first, so that a cycle that starts before the informer
-	// sees the bindings counts their requests.
-	s.mu.Lock()
-	for _, b := range binds {
-		cp := b.pod.DeepCopy()
-		cp.Spec.NodeName = b.node
-		if b.share >= 0 {
-			if cp.Annotations == nil {
-				cp.Annotations = map[string]string{}
-			}
-			cp.Annotations[translate.GPUIndexAnnot] = strconv.Itoa(b.share)
-		}
-		s.assumed[b.pod.UID] = assumed{pod: cp, when: time.Now()}
-	}
-	s.mu.Unlock()
-	if s.cfg.record != "" && len(binds) > 0 {
-		var b strings.Builder
-		for _, x := range binds {
-			fmt.Fprintf(&b, "%s/%s %s\n", x.pod.Namespace, x.pod.Name, x.node)
-		}
-		if f, err := os.OpenFile(s.cfg.record, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-			_, _ = f.WriteString(b.String())
-			_ = f.Close()
-		} else {
-			slog.Error("--record", "err", err)
-		}
-	}
-	t1 := time.Now()
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, s.cfg.bindWorkers)
-	var nBound, nFailed atomic.Int64
-	for _, b := range binds {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if s.cfg.bindDelay > 0 {
-				time.Sleep(s.cfg.bindDelay)
-			}
-			var err error
-			if b.share >= 0 { // the GPU of the share, for the device plugin, before the pod is bound
-				patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, translate.GPUIndexAnnot, strconv.Itoa(b.share))
-				_, err = s.cs.CoreV1().Pods(b.pod.Namespace).Patch(ctx, b.pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
-			}
-			if err == nil {
-				err = s.cs.CoreV1().Pods(b.pod.Namespace).Bind(ctx, &corev1.Binding{
-					ObjectMeta: metav1.ObjectMeta{Name: b.pod.Name, Namespace: b.pod.Namespace, UID: b.pod.UID},
-					Target:     corev1.ObjectReference{Kind: "Node", Name: b.node},
-				}, metav1.CreateOptions{})
-			}
-			if err != nil {
-				nFailed.Add(1)
-				mBindErr.Inc()
-				s.mu.Lock()
-				delete(s.assumed, b.pod.UID)
-				s.mu.Unlock()
-				// A pod bound already (another replica, an earlier life of this
-				// one) answers Conflict: it is not bound twice.
-				slog.Warn("binding refused", "pod", b.pod.Namespace+"/"+b.pod.Name, "node", b.node, "err", err)
-				if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
-					s.recorder.Eventf(b.pod, corev1.EventTypeWarning, "FailedBinding", "placer: binding to %s failed: %v", b.node, err)
-				}
-				return
-			}
-			nBound.Add(1)
-			mBound.Inc()
-			s.recorder.Eventf(b.pod, corev1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s",
-				b.pod.Namespace, b.pod.Name, b.node)
-		}()
-	}
-	wg.Wait()
-	bindTime := time.Since(t1)
-	unplacedPods := len(r.Skipped)
-	for _, u := range res.Unplaced {
-		if int(u.Job) >= len(r.Groups) || placed[int(u.Job)] {
-			continue
-		}
-		msg := translate.Message(u)
-		for _, p := range r.Groups[u.Job].Pods {
-			unplacedPods++
-			s.unschedulable(ctx, p, "Unschedulable", msg)
-		}
-	}
-	mUnsched.Set(float64(unplacedPods))
-	mCycleSec.Observe(time.Since(start).Seconds())
-	level := slog.LevelDebug // a cycle that changed nothing is not logged at info
-	if nBound.Load() > 0 || nFailed.Load() > 0 || unplacedPods != s.lastUnplaced || len(res.Preemptions) > 0 {
-		level = slog.LevelInfo
-	}
-	s.lastUnplaced = unplacedPods
-	slog.Log(ctx, level, "cycle", "pending", len(pending), "jobs", len(r.Request.Pending), "nodes", len(r.Nodes),
-		"bound", nBound.Load(), "bind_failed", nFailed.Load(), "unplaced_pods", unplacedPods, "preemptions", len(res.Preemptions), "deferred", deferred,
-		"placer_ms", float64(t1.Sub(t0).Microseconds())/1000, "bind_ms", bindTime.Milliseconds(),
-		"cycle_ms", time.Since(start).Milliseconds())
-}
-
-// unschedulable sets PodScheduled=False with the reason and an Event, when
-// the pod does not say so already.
-func (s *scheduler) unschedulable(ctx context.Context, p *corev1.Pod, reason, msg string) {
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == reason && c.Message == msg {
-			return
-		}
-	}
-	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{
-		"type": "PodScheduled", "status": "False", "reason": reason, "message": msg,
-		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-	}}}})
-	_, err := s.cs.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil && !apierrors.IsNotFound(err) {
-		slog.Warn("setting PodScheduled", "pod", p.Namespace+"/"+p.Name, "err", err)
-	}
-	s.recorder.Event(p, corev1.EventTypeWarning, "FailedScheduling", msg)
 }

@@ -3,13 +3,13 @@ package placerclient
 import (
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"placer.local/kubernetes/internal/placertest"
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
 )
 
@@ -20,24 +20,7 @@ func serve(t *testing.T) string {
 }
 
 // serveCmd is serve, with the process (to kill it).
-func serveCmd(t *testing.T) (string, *exec.Cmd) {
-	bin := os.Getenv("PLACER_BIN")
-	if bin == "" {
-		t.Skip("PLACER_BIN is not set (ctest sets it): no `placer serve` to talk to")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := fmt.Sprintf("tcp://127.0.0.1:%d", l.Addr().(*net.TCPAddr).Port)
-	_ = l.Close()
-	cmd := exec.Command(bin, "serve", "--endpoint", ep, "--backend", "cpu")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _, _ = cmd.Process.Wait() })
-	return ep, cmd
-}
+func serveCmd(t *testing.T) (string, *exec.Cmd) { return placertest.Serve(t) }
 
 func round(jobs ...*wire.JobT) *wire.ScheduleRequestT {
 	var nodes []*wire.NodeT

@@ -68,16 +68,15 @@ func startOf(p *corev1.Pod) int64 {
 // do not sit inside its node's use is left out: its use stays in its node,
 // and it is never a victim. So is a group with such a member, or whose
 // members differ.
-func (r *Round) running(bound []*corev1.Pod, holds map[*corev1.Pod]*holding, now int64) {
+func (r *Round) running(now int64) {
+	var bound []*corev1.Pod
+	for _, on := range r.C.on {
+		bound = append(bound, on...)
+	}
+	holds := r.C.holds
 	top := int32(-1 << 31)
 	for _, j := range r.Request.Pending {
 		top = max(top, j.Priority)
-	}
-	prio := func(p *corev1.Pod) int32 {
-		if p.Spec.Priority != nil {
-			return *p.Spec.Priority
-		}
-		return 0
 	}
 	type grp struct {
 		key  string
@@ -89,7 +88,7 @@ func (r *Round) running(bound []*corev1.Pod, holds map[*corev1.Pod]*holding, now
 	var order []string
 	for _, p := range bound {
 		key, gang := "pod/"+p.Namespace+"/"+p.Name, false
-		if k := r.groupKey(p); k != "" {
+		if k := GroupKey(p); k != "" {
 			key, gang = k, true
 		}
 		g := groups[key]
@@ -121,7 +120,7 @@ func (r *Round) running(bound []*corev1.Pod, holds map[*corev1.Pod]*holding, now
 		}
 		sort.Slice(g.pods, func(i, j int) bool { return g.pods[i].Name < g.pods[j].Name })
 		first := g.pods[0]
-		if prio(first) >= top {
+		if Priority(first) >= top {
 			continue
 		}
 		rl := Requests(first)
@@ -129,14 +128,14 @@ func (r *Round) running(bound []*corev1.Pod, holds map[*corev1.Pod]*holding, now
 		if m, _ := Share(first); m > 0 {
 			d.Gpus, d.GpuMilli = 1, uint16(m)
 		}
-		rj := &wire.RunningJobT{Name: "running/" + key, Kind: wire.JobKindBatch, Priority: prio(first), Demand: d,
+		rj := &wire.RunningJobT{Name: "running/" + key, Kind: wire.JobKindBatch, Priority: Priority(first), Demand: d,
 			Gang: len(g.pods) > 1, Preemptible: true, StartTime: startOf(first), Queue: first.Labels[QueueLabel]}
 		same := true
 		for _, p := range g.pods {
 			rlp := Requests(p)
 			m, _ := Share(p)
 			h := holds[p]
-			if prio(p) != rj.Priority || gpus(rlp) != gpus(rl) || milli(rlp[corev1.ResourceCPU]) != d.CpuMilli ||
+			if Priority(p) != rj.Priority || gpus(rlp) != gpus(rl) || milli(rlp[corev1.ResourceCPU]) != d.CpuMilli ||
 				mib(rlp[corev1.ResourceMemory]) != d.MemoryMib || (m > 0) != (d.GpuMilli < 1000) || (m > 0 && uint16(m) != d.GpuMilli) {
 				same = false
 				break
@@ -164,7 +163,7 @@ func (r *Round) Victims(ps []*wire.PreemptionT) map[int][]*corev1.Pod {
 			continue
 		}
 		j := int(p.ForJob)
-		if p.ForJob == 0xFFFFFFFF || j >= len(r.Groups) {
+		if p.ForJob == 0xFFFFFFFF || j >= len(r.Units) {
 			j = -1
 		}
 		out[j] = append(out[j], pods...)

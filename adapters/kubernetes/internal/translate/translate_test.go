@@ -14,24 +14,33 @@ import (
 
 func node(name, rack string, gpus int64) *corev1.Node {
 	rl := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("96"), corev1.ResourceMemory: resource.MustParse("1536Gi"),
-		GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"placer.io/rack": rack, GPUProduct: "H100", HostnameKey: name}},
+		GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI), corev1.ResourcePods: resource.MustParse("110")}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"placer.io/rack": rack, GPUProduct: "H100", HostnameKey: name,
+		"topology.kubernetes.io/zone": "zone-" + rack}},
 		Status: corev1.NodeStatus{Allocatable: rl, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 }
 
 func pod(name string, gpus int64, cpu string) *corev1.Pod {
-	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: "uid-" + "name", Labels: map[string]string{}},
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), Labels: map[string]string{}},
 		Spec: corev1.PodSpec{SchedulerName: "placer", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
 			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}}}}}}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// build: a round of one unit per pod.
+func build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, opt Options) *Round {
+	var units []*Unit
+	for _, p := range pending {
+		units = append(units, &Unit{Key: "pod/" + p.Namespace + "/" + p.Name, Pods: []*corev1.Pod{p}})
+	}
+	return Build(NewCluster(nodes, bound, opt), units, 100)
 }
 
 func TestBoundPodsUseTheirNodes(t *testing.T) {
 	b := pod("running", 3, "10")
 	b.Spec.NodeName = "n1"
-	done := pod("finished", 8, "10")
-	done.Spec.NodeName = "n2"
-	done.Status.Phase = corev1.PodSucceeded
-	r := Build([]*corev1.Node{node("n2", "r1", 8), node("n1", "r1", 8)}, []*corev1.Pod{b, done}, []*corev1.Pod{pod("p", 1, "1")}, nil, Options{RackLabel: "placer.io/rack"}, 100)
+	r := build([]*corev1.Node{node("n2", "r1", 8), node("n1", "r1", 8)}, []*corev1.Pod{b}, []*corev1.Pod{pod("p", 1, "1")}, Options{RackLabel: "placer.io/rack"})
 	n := r.Request.Cluster.Nodes
 	if n[0].Name != "n1" {
 		t.Fatalf("nodes not in name order: %s", n[0].Name)
@@ -42,15 +51,19 @@ func TestBoundPodsUseTheirNodes(t *testing.T) {
 			free++
 		}
 	}
-	// A finished pod holds nothing (Bound); Build is given only the bound ones by the caller, so n2 counts it here.
 	if free != 5 || n[0].CpuMilliFree != 86000 {
 		t.Errorf("n1: %d GPUs free, %d mCPU free; want 5 and 86000", free, n[0].CpuMilliFree)
 	}
+	done := b.DeepCopy()
+	done.Status.Phase = corev1.PodSucceeded
 	if Bound(done) {
 		t.Errorf("a finished pod counts as bound")
 	}
 	if n[0].Pool != wire.PoolShared || !n[0].Healthy || n[0].Domain != 1 {
 		t.Errorf("node defaults: pool %v healthy %v domain %d", n[0].Pool, n[0].Healthy, n[0].Domain)
+	}
+	if got := n[0].Labels[len(n[0].Labels)-1]; got != NodeLabel+"=n1" {
+		t.Errorf("the round's node label: %q", got)
 	}
 	j := r.Request.Pending[0]
 	if j.Demand.Gpus != 1 || j.Demand.GpuMilli != 1000 || j.Demand.CpuMilli != 1000 || j.Replicas != 1 || j.TopologyLevel != -1 {
@@ -58,75 +71,278 @@ func TestBoundPodsUseTheirNodes(t *testing.T) {
 	}
 }
 
-func TestGangWaitsForMinMemberThenIsOneJob(t *testing.T) {
-	mk := func(name string) *corev1.Pod {
-		p := pod(name, 8, "4")
-		p.Labels[PodGroupLabel] = "train"
-		p.Annotations = map[string]string{MinMemberAnnot: "3"}
-		return p
+// kube-scheduler's requests: native sidecars (init containers with
+// restartPolicy Always) add to the containers; a regular init container
+// counts with the sidecars started before it, the largest wins; pod-level
+// requests replace the containers' CPU and memory; overhead adds.
+func TestRequestsSumSidecarsAndPodLevelResources(t *testing.T) {
+	always := corev1.ContainerRestartPolicyAlways
+	req := func(cpu string) corev1.ResourceRequirements {
+		return corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}
 	}
-	nodes := []*corev1.Node{node("n1", "r1", 8), node("n2", "r2", 8), node("n3", "r2", 8)}
-	r := Build(nodes, nil, []*corev1.Pod{mk("a"), mk("b")}, nil, Options{RackLabel: "placer.io/rack"}, 1)
-	if len(r.Request.Pending) != 0 || len(r.Skipped) != 2 || !strings.Contains(r.Skipped[0].Why, "2 of its minMember 3") {
-		t.Fatalf("a gang short of members: %d jobs, skipped %+v", len(r.Request.Pending), r.Skipped)
+	p := pod("sidecars", 0, "30")
+	p.Spec.InitContainers = []corev1.Container{
+		{Name: "setup", Resources: req("20")},
+		{Name: "proxy", RestartPolicy: &always, Resources: req("4")},
+		{Name: "log", RestartPolicy: &always, Resources: req("2")},
+		{Name: "late", Resources: req("33")}, // runs beside proxy and log: 39
 	}
-	r = Build(nodes, nil, []*corev1.Pod{mk("c"), mk("a"), mk("b")}, nil, Options{RackLabel: "placer.io/rack"}, 1)
-	if len(r.Request.Pending) != 1 {
-		t.Fatalf("want one job, got %d (skipped %+v)", len(r.Request.Pending), r.Skipped)
+	cpu := Requests(p)[corev1.ResourceCPU]
+	if cpu.MilliValue() != 39000 {
+		t.Errorf("sidecars: %s CPU, want 39 (max(30+4+2, 33+4+2))", cpu.String())
 	}
-	j := r.Request.Pending[0]
-	if !j.Gang || j.Replicas != 3 || j.TopologyLevel != 1 || j.TopologyMode != wire.TopologyModePreferred {
-		t.Errorf("gang job: %+v", j)
+	p.Spec.InitContainers = p.Spec.InitContainers[:3]
+	if cpu := Requests(p)[corev1.ResourceCPU]; cpu.MilliValue() != 36000 {
+		t.Errorf("sidecars: %s CPU, want 36", cpu.String())
 	}
-	if g := r.Groups[0]; g.Pods[0].Name != "a" || g.Pods[2].Name != "c" {
-		t.Errorf("replicas not in pod name order")
+	p.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("40"),
+		corev1.ResourceMemory: resource.MustParse("64Gi")}}
+	p.Spec.Overhead = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}
+	rl := Requests(p)
+	if c, m := rl[corev1.ResourceCPU], rl[corev1.ResourceMemory]; c.MilliValue() != 40250 || m.Value() != 64<<30 {
+		t.Errorf("pod-level resources and overhead: %s CPU, %s memory", c.String(), m.String())
 	}
-	// A PodGroup's minMember wins over the annotation.
-	r = Build(nodes, nil, []*corev1.Pod{mk("a"), mk("b")}, func(ns, name string) (int, bool) { return 2, true }, Options{}, 1)
-	if len(r.Request.Pending) != 1 || !r.Request.Pending[0].Gang {
-		t.Errorf("PodGroup minMember 2 with two pods: %+v", r.Skipped)
-	}
-}
-
-func TestAntiAffinityIsDistinctNodesAndExcludesTakenNodes(t *testing.T) {
-	mk := func(name string) *corev1.Pod {
-		p := pod(name, 1, "1")
-		p.Labels["app"] = "web"
-		p.OwnerReferences = []metav1.OwnerReference{{UID: "rs-1", Controller: ptr(true), Kind: "ReplicaSet", Name: "web", APIVersion: "apps/v1"}}
-		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-			TopologyKey: HostnameKey, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}}
-		return p
-	}
-	running := mk("web-0")
-	running.Spec.NodeName = "n2"
-	r := Build([]*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8), node("n3", "r1", 8)}, []*corev1.Pod{running},
-		[]*corev1.Pod{mk("web-1"), mk("web-2")}, nil, Options{}, 1)
-	if len(r.Request.Pending) != 1 {
-		t.Fatalf("want the owner's pods as one job: %d jobs, %+v", len(r.Request.Pending), r.Skipped)
-	}
-	j := r.Request.Pending[0]
-	if !j.DistinctNodes || j.Replicas != 2 || j.Gang {
-		t.Errorf("job %+v", j)
-	}
-	req := j.Constraints.Required
-	if len(req) != 1 || len(req[0].MatchExpressions) != 1 || req[0].MatchExpressions[0].Operator != wire.SelectorOperatorNotIn ||
-		strings.Join(req[0].MatchExpressions[0].Values, ",") != "n2" {
-		t.Errorf("required terms: %+v", req)
+	r := build([]*corev1.Node{node("n1", "r1", 8)}, nil, []*corev1.Pod{p}, Options{})
+	if d := r.Request.Pending[0].Demand; d.CpuMilli != 40250 || d.MemoryMib != 64<<10 {
+		t.Errorf("demand %+v", d)
 	}
 }
 
-func TestInexpressiblePodsAreSkippedAlone(t *testing.T) {
-	bad := pod("bad", 1, "1")
-	bad.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{TopologyKey: "zone"}}
-	other := pod("other", 1, "1")
-	other.Spec.Containers[0].Resources.Requests["example.com/fpga"] = resource.MustParse("1")
-	r := Build([]*corev1.Node{node("n1", "r1", 8)}, nil, []*corev1.Pod{bad, other, pod("good", 1, "1")}, nil, Options{}, 1)
-	if len(r.Request.Pending) != 1 || r.Groups[0].Pods[0].Name != "good" {
-		t.Fatalf("the expressible pod is not the round's one job")
+// What Placer does not count: a node with its pods' allowance used up,
+// one without the ephemeral storage or the extended resource asked, one
+// whose host port is taken are excluded, in kube-scheduler's words; and
+// Take checks a round's placements one after the other.
+func TestSideResourcesAndHostPorts(t *testing.T) {
+	full := node("full", "r1", 8)
+	full.Status.Allocatable[corev1.ResourcePods] = resource.MustParse("1")
+	disk := node("disk", "r1", 8)
+	disk.Status.Allocatable[corev1.ResourceEphemeralStorage] = resource.MustParse("100Gi")
+	disk.Status.Allocatable["example.com/fpga"] = resource.MustParse("1")
+	nodes := []*corev1.Node{full, disk, node("plain", "r1", 8)}
+	occupant := pod("occupant", 0, "1")
+	occupant.Spec.NodeName = "full"
+	web := pod("web", 0, "1")
+	web.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
+	web.Spec.NodeName = "plain"
+	p := pod("p", 0, "1")
+	p.Spec.Containers[0].Resources.Requests[corev1.ResourceEphemeralStorage] = resource.MustParse("60Gi")
+	p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080, Protocol: corev1.ProtocolTCP}}
+	c := NewCluster(nodes, []*corev1.Pod{occupant, web}, Options{})
+	rules, _ := c.rules(p)
+	got := map[string]string{}
+	for _, ru := range rules {
+		got[ru.why] = strings.Join(ru.req.Values, ",")
 	}
-	if len(r.Skipped) != 2 || !strings.Contains(r.Skipped[0].Why, "topologySpreadConstraints") ||
-		!strings.Contains(r.Skipped[1].Why, "example.com/fpga") || r.Skipped[0].Reason != "SchedulerError" {
-		t.Errorf("skipped: %+v", r.Skipped)
+	if got[portsWhy] != "plain" || got["Too many pods"] != "full" || got["Insufficient ephemeral-storage"] != "plain" {
+		t.Errorf("rules: %v", got)
+	}
+	di, _ := c.Index("disk")
+	if why := c.Take(p, di); why != "" {
+		t.Errorf("disk refuses p: %s", why)
+	}
+	if why := c.Take(p, di); why != portsWhy {
+		t.Errorf("a second p on disk: %q, want the port clash", why)
+	}
+	q := pod("q", 0, "1")
+	q.Spec.Containers[0].Resources.Requests[corev1.ResourceEphemeralStorage] = resource.MustParse("60Gi")
+	if why := c.Take(q, di); why != "Insufficient ephemeral-storage" {
+		t.Errorf("q on disk after p: %q", why)
+	}
+	f := pod("f", 0, "1")
+	f.Spec.Containers[0].Resources.Requests["example.com/fpga"] = resource.MustParse("1")
+	if _, why := Signature(f, nil); why != "" {
+		t.Errorf("an extended resource is not expressible: %s", why)
+	}
+	if rules, _ := c.rules(f); len(rules) != 2 || rules[0].why != "Insufficient example.com/fpga" || strings.Join(rules[0].req.Values, ",") != "plain" {
+		t.Errorf("fpga rules: %+v", rules)
+	}
+	if !PortsClash(p, web) || PortsClash(p, q) {
+		t.Errorf("PortsClash")
+	}
+}
+
+func antiTerm(key string, match map[string]string) corev1.PodAffinityTerm {
+	return corev1.PodAffinityTerm{TopologyKey: key, LabelSelector: &metav1.LabelSelector{MatchLabels: match}}
+}
+
+// Required anti-affinity on any key, against the pods on the nodes, and
+// theirs against the pod (kube-scheduler's symmetry); affinity to where
+// matching pods run, or anywhere for the first of a series that matches
+// itself.
+func TestPodAffinityRules(t *testing.T) {
+	nodes := []*corev1.Node{node("n1", "a", 8), node("n2", "a", 8), node("n3", "b", 8)}
+	db := pod("db", 0, "1")
+	db.Labels["app"] = "db"
+	db.Spec.NodeName = "n1"
+	db.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+		antiTerm("topology.kubernetes.io/zone", map[string]string{"app": "noisy"})}}}
+	c := NewCluster(nodes, []*corev1.Pod{db}, Options{})
+	noisy := pod("noisy", 0, "1")
+	noisy.Labels["app"] = "noisy"
+	rules, _ := c.rules(noisy)
+	if len(rules) != 1 || rules[0].why != existingAntiWhy || rules[0].req.Key != "topology.kubernetes.io/zone" ||
+		rules[0].req.Operator != wire.SelectorOperatorNotIn || strings.Join(rules[0].req.Values, ",") != "zone-a" {
+		t.Errorf("the symmetric rule: %+v", rules)
+	}
+	web := pod("web", 0, "1")
+	web.Labels["app"] = "web"
+	web.Spec.Affinity = &corev1.Affinity{
+		PodAffinity:     &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{antiTerm(HostnameKey, map[string]string{"app": "db"})}},
+		PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{antiTerm("topology.kubernetes.io/zone", map[string]string{"app": "db"})}},
+	}
+	rules, _ = c.rules(web)
+	var aff, anti *wire.SelectorRequirementT
+	for _, ru := range rules {
+		switch ru.why {
+		case affinityWhy:
+			aff = ru.req
+		case antiWhy:
+			anti = ru.req
+		}
+	}
+	if aff == nil || aff.Operator != wire.SelectorOperatorIn || strings.Join(aff.Values, ",") != "n1" ||
+		anti == nil || strings.Join(anti.Values, ",") != "zone-a" {
+		t.Errorf("affinity %+v, anti-affinity %+v", aff, anti)
+	}
+	// The first of a series: no pod matches; it matches its own term.
+	first := pod("first", 0, "1")
+	first.Labels["app"] = "cache"
+	first.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+		antiTerm("topology.kubernetes.io/zone", map[string]string{"app": "cache"})}}}
+	rules, _ = c.rules(first)
+	if len(rules) != 1 || rules[0].req.Operator != wire.SelectorOperatorExists {
+		t.Errorf("the first of a series: %+v", rules)
+	}
+	first.Labels["app"] = "other"
+	rules, _ = c.rules(first)
+	if len(rules) != 1 || rules[0].req.Operator != wire.SelectorOperatorIn || rules[0].req.Values[0] != none {
+		t.Errorf("affinity no pod can satisfy: %+v", rules)
+	}
+	// Namespaces: a term reads the pod's own namespace unless it names others.
+	other := db.DeepCopy()
+	other.Namespace = "elsewhere"
+	other.UID = "other"
+	c = NewCluster(nodes, []*corev1.Pod{other}, Options{})
+	if rules, _ = c.rules(web); len(rules) != 1 || rules[0].req.Values[0] != none {
+		t.Errorf("a pod of another namespace satisfied the affinity: %+v", rules)
+	}
+	web.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].NamespaceSelector = &metav1.LabelSelector{}
+	if rules, _ = c.rules(web); len(rules) < 1 || strings.Join(rules[0].req.Values, ",") != "n1" {
+		t.Errorf("namespaceSelector {} (all namespaces): %+v", rules)
+	}
+}
+
+// DoNotSchedule spread: the domains where one more would pass maxSkew are
+// excluded; nodes without the key too; ScheduleAnyway is a preference.
+func TestSpreadRules(t *testing.T) {
+	nodes := []*corev1.Node{node("n1", "a", 8), node("n2", "a", 8), node("n3", "b", 8)}
+	var bound []*corev1.Pod
+	for i, n := range []string{"n1", "n2"} {
+		b := pod("b"+string(rune('0'+i)), 0, "1")
+		b.Labels["app"] = "web"
+		b.Spec.NodeName = n
+		bound = append(bound, b)
+	}
+	c := NewCluster(nodes, bound, Options{})
+	p := pod("p", 0, "1")
+	p.Labels["app"] = "web"
+	sc := corev1.TopologySpreadConstraint{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone", WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}
+	p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{sc}
+	rules, prefs := c.rules(p)
+	if len(rules) != 2 || rules[0].why != spreadLabelWhy || rules[1].why != spreadWhy || strings.Join(rules[1].req.Values, ",") != "zone-a" ||
+		rules[1].req.Operator != wire.SelectorOperatorNotIn || len(prefs) != 0 {
+		t.Errorf("spread rules %+v, preferences %+v", rules, prefs)
+	}
+	sc.MaxSkew = 3
+	p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{sc}
+	if rules, _ = c.rules(p); len(rules) != 1 {
+		t.Errorf("maxSkew 3 excludes: %+v", rules)
+	}
+	sc.WhenUnsatisfiable = corev1.ScheduleAnyway
+	p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{sc}
+	rules, prefs = c.rules(p)
+	if len(rules) != 0 || len(prefs) != 1 || prefs[0].Weight != 50 || prefs[0].Preference.MatchExpressions[0].Values[0] != "zone-b" {
+		t.Errorf("ScheduleAnyway: rules %+v preferences %+v", rules, prefs)
+	}
+}
+
+// Which pods of one cycle constrain each other.
+func TestInteract(t *testing.T) {
+	mk := func(name, app string) *corev1.Pod {
+		p := pod(name, 0, "1")
+		p.Labels["app"] = app
+		return p
+	}
+	a, b, other := mk("a", "web"), mk("b", "web"), mk("c", "db")
+	for _, p := range []*corev1.Pod{a, b} {
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+			antiTerm(HostnameKey, map[string]string{"app": "web"})}}}
+	}
+	if d, o := Interact(a, b, nil); !d || o {
+		t.Errorf("hostname anti-affinity: distinct %v other %v", d, o)
+	}
+	if d, o := Interact(a, other, nil); d || o {
+		t.Errorf("unrelated pods interact: %v %v", d, o)
+	}
+	a.Spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey = "topology.kubernetes.io/zone"
+	if _, o := Interact(b, a, nil); !o {
+		t.Errorf("zone anti-affinity is not another interaction")
+	}
+	other.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: HostnameKey, WhenUnsatisfiable: corev1.DoNotSchedule,
+		LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}
+	if _, o := Interact(b, other, nil); !o {
+		t.Errorf("a spread selecting the other pod")
+	}
+	if !HasRules(other) || HasRules(mk("x", "y")) {
+		t.Errorf("HasRules")
+	}
+	if k := RuleKeys([]*corev1.Pod{a, other}); !k["app"] || len(k) != 1 {
+		t.Errorf("rule keys %v", k)
+	}
+}
+
+// Placer's explanation in kube-scheduler's words: the nodes only a pod
+// rule excludes are given back to that rule; taints are {key: value}.
+func TestExplainInKubeSchedulersWords(t *testing.T) {
+	nodes := []*corev1.Node{node("n1", "a", 8), node("n2", "a", 8), node("n3", "b", 8), node("n4", "b", 8)}
+	nodes[3].Spec.Taints = []corev1.Taint{{Key: "dedicated", Value: "infer", Effect: corev1.TaintEffectNoSchedule}}
+	var bound []*corev1.Pod
+	for _, n := range []string{"n1", "n3"} {
+		b := pod("web-"+n, 0, "1")
+		b.Labels["app"] = "web"
+		b.Spec.NodeName = n
+		bound = append(bound, b)
+	}
+	p := pod("p", 8, "1")
+	p.Labels["app"] = "web"
+	p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+		antiTerm(HostnameKey, map[string]string{"app": "web"})}}}
+	r := build(nodes, bound, []*corev1.Pod{p}, Options{})
+	// As Placer counts them: the hostname rule is node affinity to it; n2 has no GPUs left.
+	r.C.Wire[1].GpuFreeMilli = []uint16{0, 0, 0, 0, 0, 0, 0, 0}
+	u := &wire.UnplacedT{Reason: wire.UnplacedReasonInsufficientCapacity, Nodes: 4, Excluded: []*wire.ExclusionCountT{
+		{Reason: wire.NodeExclusionAffinity, Nodes: 3}, {Reason: wire.NodeExclusionGpus, Nodes: 1}}}
+	want := "0/4 nodes are available: 1 Insufficient nvidia.com/gpu, 1 node(s) had untolerated taint {dedicated: infer}, 2 node(s) didn't match pod anti-affinity rules."
+	// n4: Placer saw affinity first (its rule passes there: no web pod), so it is the taint; n2 its GPUs.
+	u.Excluded = []*wire.ExclusionCountT{{Reason: wire.NodeExclusionAffinity, Nodes: 2}, {Reason: wire.NodeExclusionGpus, Nodes: 1},
+		{Reason: wire.NodeExclusionTaint, Nodes: 1, Detail: "dedicated=infer:NoSchedule"}}
+	if m := r.Explain(0, u); m != want {
+		t.Errorf("message\n %q, want\n %q", m, want)
+	}
+	if m := r.Explain(0, &wire.UnplacedT{Reason: wire.UnplacedReasonQuotaExceeded, Detail: "queue q full"}); m != "QuotaExceeded: queue q full" {
+		t.Errorf("message %q", m)
+	}
+	never := &wire.UnplacedT{Reason: wire.UnplacedReasonGangIncomplete, Never: true, Nodes: 64, ReplicasRequired: 65, ReplicasFitEmpty: 64, ReplicasFit: 3,
+		Excluded: []*wire.ExclusionCountT{{Reason: wire.NodeExclusionGpus, Nodes: 64}}}
+	if m := r.Explain(-1, never); m != "It can never run on this cluster as it is: it needs 65 replicas at once, and the nodes that admit it could hold at most 64 even empty. "+
+		"0/64 nodes are available: 64 Insufficient nvidia.com/gpu. Resources were found for 3 replica(s) while 65 are required." {
+		t.Errorf("message %q", m)
+	}
+	cordoned := &wire.UnplacedT{Reason: wire.UnplacedReasonNoFeasibleNode, Nodes: 2, Excluded: []*wire.ExclusionCountT{
+		{Reason: wire.NodeExclusionTaint, Nodes: 2, Detail: corev1.TaintNodeUnschedulable + ":NoSchedule"}}}
+	if m := r.Explain(-1, cordoned); m != "0/2 nodes are available: 2 node(s) were unschedulable." {
+		t.Errorf("message %q", m)
 	}
 }
 
@@ -139,10 +355,9 @@ func TestConstraintsMapped(t *testing.T) {
 			{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "gpu", Operator: corev1.NodeSelectorOpGt, Values: []string{"3"}}}}}},
 		PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 7, Preference: corev1.NodeSelectorTerm{
 			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}}}}}}}}
-	prio := int32(1000)
-	p.Spec.Priority = &prio
+	p.Spec.Priority = ptr(int32(1000))
 	p.Labels[QueueLabel] = "team-a"
-	r := Build([]*corev1.Node{node("n1", "r1", 8)}, nil, []*corev1.Pod{p}, nil, Options{}, 1)
+	r := build([]*corev1.Node{node("n1", "r1", 8)}, nil, []*corev1.Pod{p}, Options{})
 	j := r.Request.Pending[0]
 	c := j.Constraints
 	if strings.Join(c.NodeSelector, ",") != "a=1,b=2" || len(c.Required) != 1 || c.Required[0].MatchExpressions[0].Operator != wire.SelectorOperatorGt ||
@@ -153,61 +368,19 @@ func TestConstraintsMapped(t *testing.T) {
 	if j.Priority != 1000 || j.Queue != "team-a" {
 		t.Errorf("priority %d queue %q", j.Priority, j.Queue)
 	}
-}
-
-func TestMessageIsKubeSchedulersWords(t *testing.T) {
-	u := &wire.UnplacedT{Reason: wire.UnplacedReasonNoFeasibleNode, Detail: "no node can host one replica. 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}
-	if m := Message(u); m != "0/4 nodes are available: 4 Insufficient nvidia.com/gpu." {
-		t.Errorf("message %q", m)
+	// A DaemonSet's pod: matchFields on metadata.name, as the round's node label.
+	ds := pod("ds", 1, "1")
+	ds.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"n1"}}}}}}}}
+	bad := ds.DeepCopy()
+	bad.Name = "bad"
+	bad.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields[0].Key = "spec.unschedulable"
+	r = build([]*corev1.Node{node("n1", "r1", 8)}, nil, []*corev1.Pod{bad, ds}, Options{})
+	if len(r.Request.Pending) != 1 || len(r.Skipped) != 1 || !strings.Contains(r.Skipped[0].Why, "matchFields spec.unschedulable") {
+		t.Fatalf("skipped %+v", r.Skipped)
 	}
-	if m := Message(&wire.UnplacedT{Reason: wire.UnplacedReasonQuotaExceeded, Detail: "queue q full"}); m != "QuotaExceeded: queue q full" {
-		t.Errorf("message %q", m)
-	}
-	// A pod that can never run says so before the nodes' counts.
-	never := &wire.UnplacedT{Reason: wire.UnplacedReasonGangIncomplete, Never: true,
-		Detail: "gang of 65. It can never run on this cluster as it is: it needs 65 replicas at once, and the nodes that admit it could hold at most 64 even empty. 0/64 nodes are available: 64 Insufficient nvidia.com/gpu."}
-	if m := Message(never); !strings.HasPrefix(m, "It can never run on this cluster") || !strings.Contains(m, "0/64 nodes are available") {
-		t.Errorf("message %q", m)
-	}
-}
-
-func TestGangOfEqualPodsWithAffinityIsOneJob(t *testing.T) {
-	mk := func(name string) *corev1.Pod {
-		p := pod(name, 4, "2")
-		p.Labels[PodGroupLabel] = "g"
-		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
-			TopologyKey: HostnameKey, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "g"}}}}}}
-		return p
-	}
-	r := Build([]*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8)}, nil, []*corev1.Pod{mk("a"), mk("b")}, nil, Options{}, 1)
-	if len(r.Request.Pending) != 1 || !r.Request.Pending[0].DistinctNodes || !r.Request.Pending[0].Gang {
-		t.Fatalf("equal gang members (separate Affinity objects) are not one distinct-nodes gang: %+v", r.Skipped)
-	}
-	other := mk("c")
-	other.Spec.Containers[0].Resources.Requests[GPUResource] = *resource.NewQuantity(2, resource.DecimalSI)
-	r = Build([]*corev1.Node{node("n1", "r1", 8)}, nil, []*corev1.Pod{mk("a"), other}, nil, Options{}, 1)
-	if len(r.Request.Pending) != 0 || len(r.Skipped) != 2 || !strings.Contains(r.Skipped[0].Why, "differ") {
-		t.Errorf("unequal gang members: %+v", r.Skipped)
-	}
-}
-
-func TestPartlyBoundGangIsCompletedNearItsMembers(t *testing.T) {
-	mk := func(name, node string) *corev1.Pod {
-		p := pod(name, 8, "4")
-		p.Labels[PodGroupLabel] = "train"
-		p.Annotations = map[string]string{MinMemberAnnot: "4"}
-		p.Spec.NodeName = node
-		return p
-	}
-	nodes := []*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8), node("n3", "r2", 8), node("n4", "r2", 8), node("n5", "r1", 8)}
-	r := Build(nodes, []*corev1.Pod{mk("a", "n1"), mk("b", "n2")}, []*corev1.Pod{mk("c", ""), mk("d", "")}, nil, Options{RackLabel: "placer.io/rack"}, 1)
-	if len(r.Request.Pending) != 1 {
-		t.Fatalf("the rest of a partly bound gang is not a job: %+v", r.Skipped)
-	}
-	j := r.Request.Pending[0]
-	pref := j.Constraints.Preferred
-	if j.Replicas != 2 || !j.Gang || len(pref) != 1 || pref[0].Weight != 100 || pref[0].Preference.MatchExpressions[0].Values[0] != "r1" {
-		t.Errorf("job %+v, preferred %+v", j, pref)
+	if e := r.Request.Pending[0].Constraints.Required[0].MatchExpressions[0]; e.Key != NodeLabel || e.Values[0] != "n1" {
+		t.Errorf("matchFields: %+v", e)
 	}
 }
 
@@ -224,7 +397,7 @@ func TestGPUSharesAreCountedOnTheirGPUs(t *testing.T) {
 	whole := pod("whole", 2, "1")
 	whole.Spec.NodeName = "n1"
 	bound := []*corev1.Pod{share("s1", "n1", "500", "0"), share("s2", "n1", "250", "0"), share("s3", "n1", "300", "3"), whole}
-	r := Build([]*corev1.Node{node("n1", "r1", 4)}, bound, []*corev1.Pod{share("new", "", "400", "")}, nil, Options{}, 1)
+	r := build([]*corev1.Node{node("n1", "r1", 4)}, bound, []*corev1.Pod{share("new", "", "400", "")}, Options{})
 	got := r.Request.Cluster.Nodes[0].GpuFreeMilli
 	if len(got) != 4 || got[0] != 250 || got[1] != 0 || got[2] != 0 || got[3] != 700 {
 		t.Errorf("free milli per GPU: %v, want [250 0 0 700]", got)
@@ -236,9 +409,27 @@ func TestGPUSharesAreCountedOnTheirGPUs(t *testing.T) {
 	bad := share("bad", "", "1500", "")
 	both := share("both", "", "500", "")
 	both.Spec.Containers[0].Resources.Requests[GPUResource] = *resource.NewQuantity(1, resource.DecimalSI)
-	r = Build([]*corev1.Node{node("n1", "r1", 4)}, nil, []*corev1.Pod{bad, both}, nil, Options{}, 1)
+	r = build([]*corev1.Node{node("n1", "r1", 4)}, nil, []*corev1.Pod{bad, both}, Options{})
 	if len(r.Skipped) != 2 || !strings.Contains(r.Skipped[0].Why, "1..999") || !strings.Contains(r.Skipped[1].Why, "asks no whole GPUs") {
 		t.Errorf("skipped %+v", r.Skipped)
+	}
+}
+
+// A unit of a gang is one gang job; distinct nodes; its rack required, or preferred.
+func TestUnitsAreJobs(t *testing.T) {
+	a, b := pod("a", 8, "4"), pod("b", 8, "4")
+	nodes := []*corev1.Node{node("n1", "r1", 8), node("n2", "r2", 8)}
+	c := NewCluster(nodes, nil, Options{RackLabel: "placer.io/rack"})
+	r := Build(c, []*Unit{{Key: "g", Pods: []*corev1.Pod{a, b}, Gang: true, Local: true, DistinctNodes: true, Rack: "r2"}}, 1)
+	j := r.Request.Pending[0]
+	if !j.Gang || !j.DistinctNodes || j.Replicas != 2 || j.TopologyLevel != 1 || j.TopologyMode != wire.TopologyModePreferred ||
+		len(j.Constraints.Preferred) != 1 || j.Constraints.Preferred[0].Preference.MatchExpressions[0].Values[0] != "r2" {
+		t.Errorf("job %+v %+v", j, j.Constraints)
+	}
+	r = Build(c, []*Unit{{Key: "g", Pods: []*corev1.Pod{a, b}, Gang: true, RackRequired: true, Rack: "r2"}}, 1)
+	j = r.Request.Pending[0]
+	if j.TopologyMode != wire.TopologyModeRequired || len(j.Constraints.Required) != 1 || j.Constraints.Required[0].MatchExpressions[0].Values[0] != "r2" {
+		t.Errorf("required rack: %+v", j.Constraints)
 	}
 }
 
@@ -250,7 +441,6 @@ func TestEvictSendsLowerPriorityBoundPodsAsRunningJobs(t *testing.T) {
 	prio := func(p *corev1.Pod, v int32) *corev1.Pod { p.Spec.Priority = &v; return p }
 	on := func(p *corev1.Pod, n string) *corev1.Pod {
 		p.Spec.NodeName = n
-		p.UID = "uid-" + types.UID(p.Name)
 		return p
 	}
 	low3 := prio(on(pod("low3", 3, "8"), "n1"), 10)
@@ -274,7 +464,7 @@ func TestEvictSendsLowerPriorityBoundPodsAsRunningJobs(t *testing.T) {
 		}
 		return ""
 	}}
-	r := Build(nodes, []*corev1.Pod{low3, same, term, ds, refused, g1, g2}, []*corev1.Pod{pending}, nil, opt, 1000)
+	r := build(nodes, []*corev1.Pod{low3, same, term, ds, refused, g1, g2}, []*corev1.Pod{pending}, opt)
 	if q := r.Request.Policy.Queue; q == nil || !q.Preemption || q.PreemptMaxLostS != -1 {
 		t.Fatalf("policy: %+v", q)
 	}
@@ -302,50 +492,8 @@ func TestEvictSendsLowerPriorityBoundPodsAsRunningJobs(t *testing.T) {
 	if len(r.Running["running/podgroup/ns/train"]) != 2 {
 		t.Errorf("the group's pods: %v", r.Running)
 	}
-	r = Build(nodes, []*corev1.Pod{low3}, []*corev1.Pod{pending}, nil, Options{}, 1000)
+	r = build(nodes, []*corev1.Pod{low3}, []*corev1.Pod{pending}, Options{})
 	if len(r.Request.Running) != 0 || r.Request.Policy.Queue != nil {
 		t.Errorf("without Evict: %d running jobs, queue policy %+v", len(r.Request.Running), r.Request.Policy.Queue)
-	}
-}
-
-func ptr[T any](v T) *T { return &v }
-
-// The native Workload API: pods naming a PodGroup (spec.schedulingGroup)
-// with a gang policy are one gang job, waiting for minCount; its topology
-// constraint on the rack label is a required rack; a basic policy's pods
-// are jobs of their own; a missing PodGroup makes its pods wait.
-func TestNativePodGroups(t *testing.T) {
-	mk := func(name, group string) *corev1.Pod {
-		p := pod(name, 8, "4")
-		p.Spec.SchedulingGroup = &corev1.PodSchedulingGroup{PodGroupName: ptr(group)}
-		return p
-	}
-	groups := map[string]NativeGroup{
-		"gang":  {Found: true, Gang: true, MinCount: 3, Topology: []string{"placer.io/rack"}},
-		"basic": {Found: true},
-		"zone":  {Found: true, Gang: true, MinCount: 1, Topology: []string{"topology.kubernetes.io/zone"}},
-	}
-	opt := Options{RackLabel: "placer.io/rack", PodGroup: func(ns, name string) NativeGroup { return groups[name] }}
-	nodes := []*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8), node("n3", "r2", 8)}
-	pending := []*corev1.Pod{mk("a", "gang"), mk("b", "gang"), mk("x", "basic"), mk("y", "basic"), mk("g", "ghost"), mk("z", "zone")}
-	r := Build(nodes, nil, pending, nil, opt, 1)
-	why := map[string]string{}
-	for _, s := range r.Skipped {
-		why[s.Pod.Name] = s.Reason + ": " + s.Why
-	}
-	if !strings.Contains(why["a"], "Unschedulable: waiting for PodGroup ns/gang (scheduling.k8s.io/v1beta1): 2 of its gang minCount 3") ||
-		!strings.Contains(why["g"], "Unschedulable: waiting for PodGroup ns/ghost (scheduling.k8s.io/v1beta1) to exist") ||
-		!strings.Contains(why["z"], `SchedulerError: cannot express: PodGroup ns/zone (scheduling.k8s.io/v1beta1): topology key "topology.kubernetes.io/zone"`) {
-		t.Errorf("skipped: %v", why)
-	}
-	if len(r.Groups) != 2 || r.Groups[0].Gang || r.Groups[1].Gang || len(r.Groups[0].Pods) != 1 {
-		t.Errorf("the basic policy's pods: %+v", r.Groups)
-	}
-	r = Build(nodes, nil, append(pending[:2:2], mk("c", "gang")), nil, opt, 1)
-	if len(r.Request.Pending) != 1 {
-		t.Fatalf("the gang: %d jobs, skipped %+v", len(r.Request.Pending), r.Skipped)
-	}
-	if j := r.Request.Pending[0]; !j.Gang || j.Replicas != 3 || j.TopologyLevel != 1 || j.TopologyMode != wire.TopologyModeRequired {
-		t.Errorf("the gang's job: %+v", j)
 	}
 }

@@ -124,6 +124,9 @@ struct health_status {
   std::uint64_t handshakes_denied = 0, sessions_evicted = 0, session_bytes = 0, sessions = 0;
   bool degraded = false;  ///< a worker runs on its CPU fallback
   std::uint64_t device_faults = 0;
+  std::uint64_t connections = 0, held_bytes = 0, memory_budget = 0, heartbeats = 0;
+  std::vector<std::pair<std::string, std::uint64_t>> connections_closed;  ///< by cause
+  std::vector<std::pair<std::string, std::uint64_t>> requests_refused;    ///< by cause
 };
 void encode_health_request(flatbuffers::FlatBufferBuilder& fbb, request_header const& h);
 void encode_health_reply(flatbuffers::FlatBufferBuilder& fbb, request_header const& h, health_status const& s);

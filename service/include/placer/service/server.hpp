@@ -36,6 +36,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 namespace placer::service {
@@ -69,8 +71,15 @@ struct service_config {
   std::vector<int> devices;
   std::size_t max_message_bytes = default_max_message_bytes;
   int poll_ms = 100;             ///< how often the loop checks for shutdown
+  // The transport's bounds (zmtp.hpp; docs/deployment.md, "What a peer can
+  // hold"). Its memory budget is queue.total_bytes (at least twice
+  // max_message_bytes): every byte peers make the server hold counts in it.
   int handshake_ms = 10000;      ///< a connection that has not finished its ZMTP handshake by then is closed
-  int frame_ms = 30000;          ///< one that sends part of a frame and not the rest by then, too
+  int message_ms = 30000;        ///< one that sends part of a message (or frame) and not the rest by then, too
+  int heartbeat_ms = 10000;      ///< a quiet ZMTP 3.1 peer is PINGed after this long (0 = never)
+  int idle_ms = 30000;           ///< one that sends nothing at all for this long is closed (0 = never)
+  std::size_t max_connections = 4096;              ///< the idle longest go first when full
+  std::size_t max_connections_per_address = 1024;  ///< from one IP address
   /// Per worker, sessions beyond either bound go, least recently used
   /// first (session_bytes); an evicted client resyncs through StaleEpoch.
   std::size_t max_sessions = 4096;
@@ -140,6 +149,14 @@ struct server_stats {
   std::uint64_t dropped_expired = 0;       ///< deadline passed while queued (answered DeadlineExceeded)
   std::uint64_t dropped_disconnected = 0;  ///< peer gone while queued (not solved, not answered)
   capture_stats capture;                   ///< --capture: files written, dropped, failed
+  std::uint64_t held_bytes = 0;            ///< the transport's memory account now (zmtp.hpp)
+  std::uint64_t memory_budget = 0;         ///< its bound
+  std::uint64_t heartbeats = 0;            ///< PINGs sent to quiet peers
+  /// Connections the server closed, by cause (zmtp::close_cause_name), and
+  /// messages refused before a worker, by cause (refusal_name).
+  std::vector<std::pair<std::string, std::uint64_t>> connections_closed, requests_refused;
+  [[nodiscard]] std::uint64_t closed(std::string_view cause) const;
+  [[nodiscard]] std::uint64_t refused(std::string_view cause) const;
 };
 
 /// What a session holds in memory, estimated from its containers' sizes

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+
+	"placer.local/kubernetes/internal/plan"
+	"placer.local/kubernetes/internal/translate"
+)
+
+// snapshot: the pods that hold nodes (bound, or bound by us and not seen
+// yet), ours pending (no gate left), and how many of ours are gated.
+func (s *scheduler) snapshot() (pending, bound []*corev1.Pod, gated int) {
+	all, _ := s.pods.List(labels.Everything())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for uid, a := range s.assumed {
+		if time.Since(a.when) > 2*time.Minute { // the informer would have shown it by now
+			delete(s.assumed, uid)
+		}
+	}
+	keep := map[types.UID]bool{}
+	for _, p := range all {
+		if a, ok := s.assumed[p.UID]; ok && p.Spec.NodeName == "" {
+			bound = append(bound, a.pod)
+			continue
+		}
+		switch {
+		case translate.Bound(p):
+			bound = append(bound, p)
+		case s.ours(p):
+			pending = append(pending, p)
+			keep[p.UID] = true
+		case s.mine(p):
+			gated++
+		}
+	}
+	s.queue.Prune(keep)
+	return pending, bound, gated
+}
+
+// cycle: one look at the pending pods; those ready (not backing off) are
+// planned, bound or told why not. more: pods were left untried; next: when
+// the first pod backing off is ready.
+func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
+	start := time.Now()
+	mSchedNums.Inc()
+	n := s.cycles.Add(1)
+	pending, bound, gated := s.snapshot()
+	mGated.Set(float64(gated))
+	mPending.Set(float64(len(pending)))
+	ready, urgent, backingOff, next := s.queue.Ready(pending, start)
+	mBackoff.Set(float64(backingOff))
+	defer func() {
+		unsched := 0
+		for _, p := range pending {
+			if s.queue.Attempts(p.UID) > 0 {
+				unsched++
+			}
+		}
+		mUnsched.Set(float64(unsched))
+		s.groups.sync(ctx)
+	}()
+	if len(ready) == 0 {
+		return false, next
+	}
+	batch, cut := plan.Cut(ready, urgent, s.cfg.batchMax)
+	nodes, _ := s.nodes.List(labels.Everything())
+	opt := translate.Options{RackLabel: s.cfg.rackLabel, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels}
+	hold := s.volumeHold
+	if s.cfg.evict {
+		opt.Evict, opt.NotEvictable = true, s.notEvictable
+		victims := s.waitForVictims(bound)
+		hold = func(p *corev1.Pod) string {
+			if why := s.volumeHold(p); why != "" {
+				return why
+			}
+			return victims(p)
+		}
+	}
+	out := plan.Run(plan.Input{Nodes: nodes, Bound: bound, Pending: batch, Group: s.groups.group, Hold: hold, Opt: opt,
+		Now: start, Rounds: s.cfg.rounds, Solve: s.pc.Solve})
+	mRounds.Add(float64(out.Rounds))
+	if out.Rounds > 0 {
+		mRoundSec.Observe(out.PlacerTime.Seconds())
+	}
+	switch {
+	case out.Err == "":
+		if out.Rounds > 0 {
+			mCycles.WithLabelValues("ok").Inc()
+			s.mu.Lock()
+			s.lastErr, s.lastOK = "", time.Now()
+			s.mu.Unlock()
+		}
+	default:
+		result := "placer_unavailable"
+		if strings.Contains(out.Err, "refused the round") {
+			result = "placer_refused"
+		}
+		mCycles.WithLabelValues(result).Inc()
+		s.mu.Lock()
+		s.lastErr = out.Err
+		s.mu.Unlock()
+		slog.Warn("cycle without all its rounds", "pending", len(batch), "why", out.Err)
+	}
+	for _, pr := range out.Preemptions {
+		s.preempt(ctx, pr.Round, pr.Reply)
+	}
+	t1 := time.Now()
+	nBound, nFailed := s.bind(ctx, out.Binds, n)
+	bindTime := time.Since(t1)
+	now := time.Now()
+	s.groups.tried(out.Groups, now)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, s.cfg.bindWorkers) // the conditions, as many at once as bindings
+	for _, f := range out.Failed {
+		s.queue.Failed(f.Pod.UID, now)
+		why := f.Why
+		if out.Err != "" && f.Reason == "SchedulerError" && strings.HasPrefix(why, out.Err) {
+			why += fmt.Sprintf("; tried again in at most %v", plan.MaxBackoff)
+		}
+		why = s.groups.timedOut(f, now, why)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			s.unschedulable(ctx, f.Pod, f.Reason, why)
+		}()
+	}
+	wg.Wait()
+	mCycleSec.Observe(time.Since(start).Seconds())
+	level := slog.LevelDebug // a cycle that changed nothing is not logged at info
+	if nBound > 0 || nFailed > 0 || len(out.Failed) != s.lastUnplaced || len(out.Preemptions) > 0 {
+		level = slog.LevelInfo
+	}
+	s.lastUnplaced = len(out.Failed)
+	slog.Log(ctx, level, "cycle", "n", n, "pending", len(pending), "ready", len(ready), "tried", len(batch), "backing_off", backingOff,
+		"rounds", out.Rounds, "nodes", len(nodes), "bound", nBound, "bind_failed", nFailed, "unplaced_pods", len(out.Failed),
+		"untried", len(out.Untried)+cut, "preemptions", len(out.Preemptions),
+		"placer_ms", float64(out.PlacerTime.Microseconds())/1000, "bind_ms", bindTime.Milliseconds(),
+		"cycle_ms", time.Since(start).Milliseconds())
+	return len(out.Untried) > 0 || cut > 0, next
+}
+
+// bind: the placements through the Binding subresource, --bind-workers at
+// once, each assumed first (so that a cycle that starts before the
+// informer sees them counts their requests), a share's GPU index in the
+// Binding's annotations (the API server copies them onto the pod).
+func (s *scheduler) bind(ctx context.Context, binds []plan.Bind, cycle int64) (int64, int64) {
+	s.mu.Lock()
+	for _, b := range binds {
+		s.assumed[b.Pod.UID] = assumed{pod: b.Assumed(), when: time.Now()}
+	}
+	s.mu.Unlock()
+	if s.cfg.record != "" && len(binds) > 0 {
+		var sb strings.Builder
+		for _, x := range binds {
+			fmt.Fprintf(&sb, "%s/%s %s %d\n", x.Pod.Namespace, x.Pod.Name, x.Node, cycle)
+		}
+		if f, err := os.OpenFile(s.cfg.record, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+			_, _ = f.WriteString(sb.String())
+			_ = f.Close()
+		} else {
+			slog.Error("--record", "err", err)
+		}
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, s.cfg.bindWorkers)
+	var nBound, nFailed atomic.Int64
+	for _, b := range binds {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if s.cfg.bindDelay > 0 {
+				time.Sleep(s.cfg.bindDelay)
+			}
+			binding := &corev1.Binding{
+				ObjectMeta: metav1.ObjectMeta{Name: b.Pod.Name, Namespace: b.Pod.Namespace, UID: b.Pod.UID},
+				Target:     corev1.ObjectReference{Kind: "Node", Name: b.Node},
+			}
+			if b.GPU >= 0 { // the GPU of the share, for the device plugin
+				binding.Annotations = map[string]string{translate.GPUIndexAnnot: strconv.Itoa(b.GPU)}
+			}
+			err := s.cs.CoreV1().Pods(b.Pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{})
+			if err != nil {
+				nFailed.Add(1)
+				mBindErr.Inc()
+				s.mu.Lock()
+				delete(s.assumed, b.Pod.UID) // it holds nothing: the next round sees its node without it
+				s.mu.Unlock()
+				s.queue.Failed(b.Pod.UID, time.Now())
+				slog.Warn("binding refused", "pod", b.Pod.Namespace+"/"+b.Pod.Name, "node", b.Node, "err", err)
+				// A pod bound already (another replica, an earlier life of this
+				// one) answers Conflict: it is not bound twice.
+				if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+					s.recorder.Eventf(b.Pod, corev1.EventTypeWarning, "FailedBinding", "placer: binding to %s failed: %v", b.Node, err)
+				}
+				return
+			}
+			nBound.Add(1)
+			mBound.Inc()
+			mLatency.Observe(s.latency(b.Pod).Seconds())
+			s.queue.Forget(b.Pod.UID)
+			s.recorder.Eventf(b.Pod, corev1.EventTypeNormal, "Scheduled", "Successfully assigned %s/%s to %s",
+				b.Pod.Namespace, b.Pod.Name, b.Node)
+		}()
+	}
+	wg.Wait()
+	return nBound.Load(), nFailed.Load()
+}
+
+// latency: from the pod's creation to now; a pod this replica first saw
+// after it started counts from then, to the millisecond (creation times
+// are whole seconds); one created before it started, from its creation.
+func (s *scheduler) latency(p *corev1.Pod) time.Duration {
+	s.mu.Lock()
+	seen, ok := s.seen[p.UID]
+	delete(s.seen, p.UID)
+	s.mu.Unlock()
+	from := p.CreationTimestamp.Time
+	if ok && seen.After(s.syncedAt) && seen.Sub(from) < time.Second {
+		from = seen
+	}
+	return time.Since(from)
+}
+
+// unschedulable sets PodScheduled=False with the reason and an Event, when
+// the pod does not say so already. lastTransitionTime moves only when the
+// condition's status does (a pod False already keeps its time).
+func (s *scheduler) unschedulable(ctx context.Context, p *corev1.Pod, reason, msg string) {
+	since := time.Now().UTC().Format(time.RFC3339)
+	for _, c := range p.Status.Conditions {
+		if c.Type != corev1.PodScheduled || c.Status != corev1.ConditionFalse {
+			continue
+		}
+		if c.Reason == reason && c.Message == msg {
+			return
+		}
+		if !c.LastTransitionTime.IsZero() {
+			since = c.LastTransitionTime.UTC().Format(time.RFC3339)
+		}
+	}
+	patch, _ := json.Marshal(map[string]any{"status": map[string]any{"conditions": []map[string]any{{
+		"type": "PodScheduled", "status": "False", "reason": reason, "message": msg, "lastTransitionTime": since,
+	}}}})
+	_, err := s.cs.CoreV1().Pods(p.Namespace).Patch(ctx, p.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil && !apierrors.IsNotFound(err) {
+		slog.Warn("setting PodScheduled", "pod", p.Namespace+"/"+p.Name, "err", err)
+	}
+	s.recorder.Event(p, corev1.EventTypeWarning, "FailedScheduling", msg)
+}
+
+// namespaceLabels: Options.NamespaceLabels, from the namespaces' informer.
+func (s *scheduler) namespaceLabels(ns string) map[string]string {
+	if n, err := s.nss.Get(ns); err == nil {
+		return n.Labels
+	}
+	return nil
+}

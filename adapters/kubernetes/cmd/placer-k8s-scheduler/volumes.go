@@ -1,0 +1,62 @@
+package main
+
+// Claims this scheduler does not handle yet: a pod whose
+// PersistentVolumeClaim is not bound (a StorageClass with volumeBindingMode
+// WaitForFirstConsumer waits for the scheduler to choose the node; this one
+// does not provision nor bind volumes), or that uses ResourceClaims (dynamic
+// resource allocation, which it does not allocate), would be bound to a node
+// where it cannot start. Such a pod stays pending, saying why.
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// volumeHold: why pod p waits out of the rounds for its claims ("" = it does not).
+func (s *scheduler) volumeHold(p *corev1.Pod) string {
+	if len(p.Spec.ResourceClaims) > 0 {
+		var names []string
+		for _, c := range p.Spec.ResourceClaims {
+			names = append(names, c.Name)
+		}
+		return fmt.Sprintf("placer: the pod uses ResourceClaims (%s); this scheduler does not allocate devices through dynamic resource allocation, so it leaves the pod pending rather than bind it where its claims are not allocated",
+			strings.Join(names, ", "))
+	}
+	var missing, unbound []string
+	for _, v := range p.Spec.Volumes {
+		name := ""
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			name = v.PersistentVolumeClaim.ClaimName
+		case v.Ephemeral != nil: // a generic ephemeral volume's claim: <pod>-<volume>
+			name = p.Name + "-" + v.Name
+		default:
+			continue
+		}
+		c, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name)
+		switch {
+		case err != nil:
+			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q not found", name))
+		case c.DeletionTimestamp != nil:
+			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q is being deleted", name))
+		case c.Status.Phase != corev1.ClaimBound || c.Spec.VolumeName == "":
+			mode := ""
+			if c.Spec.StorageClassName != nil {
+				mode = " (StorageClass " + *c.Spec.StorageClassName + ")"
+			}
+			unbound = append(unbound, name+mode)
+		}
+	}
+	sort.Strings(missing)
+	switch {
+	case len(missing) > 0:
+		return "placer: " + strings.Join(missing, ", ")
+	case len(unbound) > 0:
+		return fmt.Sprintf("placer: pod has unbound PersistentVolumeClaims: %s; this scheduler does not bind nor provision volumes, so it waits until the claims are bound",
+			strings.Join(unbound, ", "))
+	}
+	return ""
+}

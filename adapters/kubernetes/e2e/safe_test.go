@@ -1,0 +1,849 @@
+package e2e
+
+// Issue 52: the scheduler binds only what can run, in the order its users
+// expect. Each test here failed against the scheduler of e6e0c96 (see the
+// commit that added it, and docs/results.md).
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ---------------------------------------------------------------- helpers
+
+// metric: the value of a sample of a /metrics page, the samples whose
+// name (with labels) starts with `sample` summed; -1 when none.
+func metric(page, sample string) float64 {
+	total, found := 0.0, false
+	for _, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, "#") || !strings.HasPrefix(line, sample) {
+			continue
+		}
+		rest := strings.TrimPrefix(line, sample)
+		if rest != "" && rest[0] != ' ' && rest[0] != '{' && rest[0] != ',' && rest[0] != '}' {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			total += v
+			found = true
+		}
+	}
+	if !found {
+		return -1
+	}
+	return total
+}
+
+func scrape(url string) string {
+	resp, err := http.Get(url)
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+// startSchedulerMetrics: startScheduler with --http on a free port; its /metrics URL.
+func (c *cluster) startSchedulerMetrics(extra ...string) string {
+	hp := freePorts(c.t, 1)
+	c.startScheduler(append([]string{"--http", fmt.Sprintf("127.0.0.1:%d", hp)}, extra...)...)
+	return fmt.Sprintf("http://127.0.0.1:%d/metrics", hp)
+}
+
+// apiserverMetrics: the API server's own /metrics.
+func (c *cluster) apiserverMetrics() string {
+	b, err := c.cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		c.t.Fatalf("apiserver /metrics: %v", err)
+	}
+	return string(b)
+}
+
+// waitFor polls cond until it holds, failing with its last word after timeout.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, last := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v (last: %s)", what, timeout, last)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+func (c *cluster) get(ns, name string) *corev1.Pod {
+	p, err := c.cs.CoreV1().Pods(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatalf("get %s/%s: %v", ns, name, err)
+	}
+	return p
+}
+
+// unbound: the pods of ns without a node.
+func (c *cluster) unbound(ns string) []string {
+	var out []string
+	for _, p := range c.pods(ns) {
+		if p.Spec.NodeName == "" {
+			out = append(out, p.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// recordedCycles: the scheduler's cycle number of each pod it bound (its --record).
+func (c *cluster) recordedCycles() map[string]int {
+	out := map[string]int{}
+	b, _ := readFile(c.record)
+	for _, line := range strings.Split(b, "\n") {
+		if f := strings.Fields(line); len(f) == 3 {
+			n, _ := strconv.Atoi(f[2])
+			out[f[0]] = n
+		}
+	}
+	return out
+}
+
+func readFile(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	return string(b), err
+}
+
+func pinned(p *corev1.Pod, hosts ...string) *corev1.Pod {
+	p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{
+			Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: hosts}}}}}}}
+	return p
+}
+
+func hosts(from, to int) []string {
+	var out []string
+	for i := from; i <= to; i++ {
+		out = append(out, fmt.Sprintf("node-%d", i))
+	}
+	return out
+}
+
+func (c *cluster) priorityClass(name string, v int32) {
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Value: v}
+	if _, err := c.cs.SchedulingV1().PriorityClasses().Create(context.Background(), pc, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// ---------------------------------------------------------------- 1: never bind what cannot run
+
+// Scheduling gates (as Kueue's pod integration holds every pod until
+// admission): a gated pod is left alone, no Binding is ever tried for it
+// (the API server would refuse it), a gang with a gated member waits
+// whole, and once the last gate is gone the pod is bound in the first
+// cycle after.
+func TestGatedPodsLeftAloneThenBound(t *testing.T) {
+	c := newCluster(t, 8, 0)
+	url := c.startSchedulerMetrics()
+	ns := "gates"
+	gate := func(p *corev1.Pod, names ...string) *corev1.Pod {
+		for _, n := range names {
+			p.Spec.SchedulingGates = append(p.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: n})
+		}
+		return p
+	}
+	c.create(ns,
+		gate(c.buildPod(ns, podSpec{name: "queued", gpus: 8}), "kueue.x-k8s.io/admission"),
+		gate(c.buildPod(ns, podSpec{name: "twice", gpus: 8}), "kueue.x-k8s.io/admission", "example.com/quota"),
+		c.buildPod(ns, podSpec{name: "g-0", group: "g", gpus: 8, minMember: 3}),
+		c.buildPod(ns, podSpec{name: "g-1", group: "g", gpus: 8, minMember: 3}),
+		gate(c.buildPod(ns, podSpec{name: "g-2", group: "g", gpus: 8, minMember: 3}), "kueue.x-k8s.io/admission"),
+		c.buildPod(ns, podSpec{name: "free", gpus: 1}))
+	c.waitBound(ns, 60*time.Second, "queued", "twice", "g-0", "g-1", "g-2")
+	msg := c.waitCondition(ns, "g-0", "Unschedulable", "waiting for pod group g: 2 of its minMember 3 pods exist", 30*time.Second)
+	t.Logf("g-0 while g-2 is gated: %s", msg)
+	if u := c.unbound(ns); strings.Join(u, ",") != "g-0,g-1,g-2,queued,twice" {
+		t.Fatalf("unbound %v: a gated pod or a part of the gang was bound", u)
+	}
+	if e := metric(scrape(url), "placer_k8s_bind_errors_total"); e != 0 {
+		t.Fatalf("%v Binding requests refused: the scheduler tried to bind gated pods", e)
+	}
+	for _, name := range []string{"queued", "g-0"} {
+		if cd := condition(c.get(ns, name)); name == "queued" && cd != nil && cd.Reason != "SchedulingGated" {
+			t.Errorf("%s: the scheduler wrote a condition on a gated pod: %+v", name, cd)
+		}
+	}
+	ungate := func(name string, keep int) {
+		p := c.get(ns, name)
+		p.Spec.SchedulingGates = p.Spec.SchedulingGates[:keep]
+		if _, err := c.cs.CoreV1().Pods(ns).Update(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatalf("removing %s's gates: %v", name, err)
+		}
+	}
+	ungate("twice", 1) // one gate of two: still gated
+	c0 := metric(scrape(url), "placer_k8s_scheduling_cycles_total")
+	ungate("queued", 0)
+	ungate("g-2", 0)
+	c.waitBound(ns, 60*time.Second, "twice")
+	cycles := c.recordedCycles()
+	for _, name := range []string{"queued", "g-0", "g-1", "g-2"} {
+		if n := cycles[ns+"/"+name]; float64(n) > c0+2 {
+			t.Errorf("%s bound in cycle %d; its last gate went after cycle %v", name, n, c0)
+		}
+	}
+	if p := c.get(ns, "twice"); p.Spec.NodeName != "" {
+		t.Errorf("twice was bound with a gate left")
+	}
+	ungate("twice", 0)
+	c.waitBound(ns, 60*time.Second)
+	if e := metric(scrape(url), "placer_k8s_bind_errors_total"); e != 0 {
+		t.Errorf("%v Bindings refused", e)
+	}
+	c.checkCapacity()
+}
+
+// kube-scheduler's requests and the node's other limits: native sidecars
+// are summed, pod-level resources honoured, the node's pod count, host
+// ports and ephemeral storage modelled; the pods that do not fit wait,
+// told why in kube-scheduler's words.
+func TestNodeLimitsHonoured(t *testing.T) {
+	c := newCluster(t, 8, 0) // 96 CPU, 8 GPUs, 1000Gi ephemeral storage, 110 pods a node
+	ctx := context.Background()
+	n3, err := c.cs.CoreV1().Nodes().Get(ctx, "node-3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n3.Status.Allocatable[corev1.ResourcePods] = resource.MustParse("2")
+	if _, err := c.cs.CoreV1().Nodes().UpdateStatus(ctx, n3, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := "limits"
+	always := corev1.ContainerRestartPolicyAlways
+	var pods []*corev1.Pod
+	for i := 0; i < 2; i++ { // 40 CPU and a 10-CPU sidecar: 50 each, one fits in 96
+		p := c.buildPod(ns, podSpec{name: fmt.Sprintf("sidecar-%d", i), cpu: "40", selector: map[string]string{"kubernetes.io/hostname": "node-1"}})
+		p.Spec.InitContainers = []corev1.Container{{Name: "proxy", Image: "none", RestartPolicy: &always, Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10")}}}}
+		pods = append(pods, p)
+	}
+	for i := 0; i < 2; i++ { // 1 CPU a container, 60 for the pod
+		p := c.buildPod(ns, podSpec{name: fmt.Sprintf("podlevel-%d", i), cpu: "1", selector: map[string]string{"kubernetes.io/hostname": "node-2"}})
+		p.Spec.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("60")}}
+		pods = append(pods, p)
+	}
+	for i := 0; i < 3; i++ { // node-3 holds two pods
+		pods = append(pods, c.buildPod(ns, podSpec{name: fmt.Sprintf("count-%d", i), cpu: "1", selector: map[string]string{"kubernetes.io/hostname": "node-3"}}))
+	}
+	for i := 0; i < 2; i++ { // one host port
+		p := c.buildPod(ns, podSpec{name: fmt.Sprintf("port-%d", i), cpu: "1", selector: map[string]string{"kubernetes.io/hostname": "node-4"}})
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 9000, Protocol: corev1.ProtocolTCP}}
+		pods = append(pods, p)
+	}
+	for i := 0; i < 2; i++ { // 600Gi of 1000Gi
+		p := c.buildPod(ns, podSpec{name: fmt.Sprintf("disk-%d", i), cpu: "1", selector: map[string]string{"kubernetes.io/hostname": "node-5"}})
+		p.Spec.Containers[0].Resources.Requests[corev1.ResourceEphemeralStorage] = resource.MustParse("600Gi")
+		pods = append(pods, p)
+	}
+	c.create(ns, pods...)
+	if p := c.get(ns, "podlevel-0"); p.Spec.Resources == nil {
+		t.Fatalf("the API server dropped spec.resources (feature gate PodLevelResources off?)")
+	}
+	c.startScheduler()
+	want := map[string]string{"sidecar": "Insufficient cpu", "podlevel": "Insufficient cpu", "count": "1 Too many pods",
+		"port": "1 node(s) didn't have free ports for the requested pod ports", "disk": "1 Insufficient ephemeral-storage"}
+	bound := map[string]int{}
+	waitFor(t, 90*time.Second, "one pod of each kind waiting, told why", func() (bool, string) {
+		bound = map[string]int{}
+		told := 0
+		for _, p := range c.pods(ns) {
+			kind := strings.Split(p.Name, "-")[0]
+			if p.Spec.NodeName != "" {
+				bound[kind]++
+			} else if cd := condition(&p); cd != nil && cd.Status == corev1.ConditionFalse && strings.Contains(cd.Message, want[kind]) {
+				told++
+			}
+		}
+		return told == 5 && len(bound) == 5, fmt.Sprintf("bound %v, %d told", bound, told)
+	})
+	if bound["count"] != 2 || bound["sidecar"] != 1 || bound["podlevel"] != 1 || bound["port"] != 1 || bound["disk"] != 1 {
+		t.Errorf("bound per kind %v, want 1 each and 2 on node-3", bound)
+	}
+	for _, p := range c.pods(ns) {
+		if p.Spec.NodeName == "" {
+			t.Logf("%s: %s", p.Name, condition(&p).Message)
+		}
+	}
+	c.checkCapacity()
+}
+
+// A pod whose PersistentVolumeClaim is not bound (WaitForFirstConsumer,
+// which this scheduler does not provision), or missing, or that uses a
+// ResourceClaim, is not bound: it stays Pending with PodScheduled=False
+// saying why. A pod whose claim is bound is.
+func TestUnboundClaimsNotBound(t *testing.T) {
+	c := newCluster(t, 4, 0)
+	ctx := context.Background()
+	ns := "claims"
+	c.create(ns)
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Provisioner: "example.com/none", VolumeBindingMode: &wffc}
+	if _, err := c.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	claim := func(name string) {
+		scn := "late"
+		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+			StorageClassName: &scn, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+		if _, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim("data")
+	claim("ready")
+	// "ready" is bound (no PV controller runs here: its status is set as it would).
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-ready"}, Spec: corev1.PersistentVolumeSpec{
+		StorageClassName: "late", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/x"}},
+		ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: "ready"}}}
+	if _, err := c.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ready, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "ready", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready.Spec.VolumeName = "pv-ready"
+	if ready, err = c.cs.CoreV1().PersistentVolumeClaims(ns).Update(ctx, ready, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ready.Status.Phase = corev1.ClaimBound
+	if _, err := c.cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, ready, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	withClaim := func(name, claim string) *corev1.Pod {
+		p := c.buildPod(ns, podSpec{name: name, gpus: 1})
+		p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+		return p
+	}
+	dra := c.buildPod(ns, podSpec{name: "dra", gpus: 0})
+	cn := "gpu-claim"
+	dra.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}}
+	dra.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+	c.create(ns, withClaim("unbound", "data"), withClaim("missing", "ghost"), withClaim("bound", "ready"), dra)
+	c.startScheduler()
+	c.waitBound(ns, 60*time.Second, "unbound", "missing", "dra")
+	for name, want := range map[string]string{
+		"unbound": "pod has unbound PersistentVolumeClaims: data (StorageClass late)",
+		"missing": `persistentvolumeclaim "ghost" not found`,
+		"dra":     "the pod uses ResourceClaims (gpu)",
+	} {
+		msg := c.waitCondition(ns, name, "Unschedulable", want, 30*time.Second)
+		t.Logf("%s: %s", name, msg)
+	}
+	if u := c.unbound(ns); strings.Join(u, ",") != "dra,missing,unbound" {
+		t.Errorf("unbound %v", u)
+	}
+}
+
+// ---------------------------------------------------------------- 3: partial placements
+
+// Five pods of one ReplicaSet with required anti-affinity on the hostname
+// and three nodes they may use: three are bound (a partial placement is
+// bound), the other two wait, told why.
+func TestPartialPlacementsBound(t *testing.T) {
+	c := newCluster(t, 8, 0)
+	ns := "partial"
+	var pods []*corev1.Pod
+	for i := 0; i < 5; i++ {
+		p := pinned(c.buildPod(ns, podSpec{name: fmt.Sprintf("web-%d", i), gpus: 1}), hosts(1, 3)...)
+		p.Labels["app"] = "web"
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "web", UID: "rs-web", Controller: ptrTo(true)}}
+		p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}}}}
+		pods = append(pods, p)
+	}
+	c.create(ns, pods...)
+	c.startScheduler()
+	var boundTo []string
+	waitFor(t, 60*time.Second, "three of the five bound", func() (bool, string) {
+		boundTo = nil
+		for _, p := range c.pods(ns) {
+			if p.Spec.NodeName != "" {
+				boundTo = append(boundTo, p.Spec.NodeName)
+			}
+		}
+		return len(boundTo) >= 3, fmt.Sprint(boundTo)
+	})
+	sort.Strings(boundTo)
+	if strings.Join(boundTo, ",") != "node-1,node-2,node-3" {
+		t.Errorf("bound to %v, want one on each of node-1..3", boundTo)
+	}
+	for _, name := range c.unbound(ns) {
+		msg := c.waitCondition(ns, name, "Unschedulable", "node(s) didn't match pod anti-affinity rules", 30*time.Second)
+		t.Logf("%s: %s", name, msg)
+	}
+	if u := c.unbound(ns); len(u) != 2 {
+		t.Errorf("unbound %v", u)
+	}
+	c.checkCapacity()
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// ---------------------------------------------------------------- 2: the queue
+
+// 3,000 pods that can never be placed are queued first: a pod created
+// after them that fits is bound within two cycles (the round holds the pods
+// worth trying: those not tried yet first, the rest backing off), the
+// high-priority one no later than the other, and no Binding is tried for
+// the backlog.
+func TestBacklogDoesNotFreezeTheQueue(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	c.priorityClass("high", 1000)
+	url := c.startSchedulerMetrics()
+	ns := "backlog"
+	c.create(ns)
+	const backlog = 3000
+	start := time.Now()
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				p := c.buildPod(ns, podSpec{name: fmt.Sprintf("never-%04d", i), gpus: 16, cpu: "1"})
+				p.Namespace = ns
+				if _, err := c.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+					t.Errorf("creating %s: %v", p.Name, err)
+				}
+			}
+		}()
+	}
+	for i := 0; i < backlog; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+	t.Logf("%d unplaceable pods created in %.1f s", backlog, time.Since(start).Seconds())
+	waitFor(t, 180*time.Second, "the scheduler tried the backlog", func() (bool, string) {
+		v := metric(scrape(url), "placer_k8s_pods_unschedulable")
+		return v >= backlog, fmt.Sprintf("%v unschedulable", v)
+	})
+	c0 := metric(scrape(url), "placer_k8s_scheduling_cycles_total")
+	created := time.Now()
+	c.createPods(ns, podSpec{name: "late-low", gpus: 1}, podSpec{name: "late-high", gpus: 1, priority: "high"})
+	waitFor(t, 60*time.Second, "the late pods bound", func() (bool, string) {
+		a, b := c.get(ns, "late-low"), c.get(ns, "late-high")
+		return a.Spec.NodeName != "" && b.Spec.NodeName != "", fmt.Sprintf("late-low on %q, late-high on %q", a.Spec.NodeName, b.Spec.NodeName)
+	})
+	cycles := c.recordedCycles()
+	low, high := cycles[ns+"/late-low"], cycles[ns+"/late-high"]
+	t.Logf("created after cycle %v; bound in cycles %d (low) and %d (high), %.1f s after creation", c0, low, high, time.Since(created).Seconds())
+	if float64(low) > c0+2 || float64(high) > c0+2 {
+		t.Errorf("bound in cycles %d and %d, created after cycle %v: more than two cycles", low, high, c0)
+	}
+	if high > low {
+		t.Errorf("the high-priority pod bound after the low one (cycles %d, %d)", high, low)
+	}
+	page := scrape(url)
+	if e := metric(page, "placer_k8s_bind_errors_total"); e != 0 {
+		t.Errorf("%v Bindings refused", e)
+	}
+	if b := metric(page, "placer_k8s_pods_backing_off"); b <= 0 {
+		t.Errorf("no pod backing off (%v): the backlog is tried every cycle", b)
+	}
+	msg := c.waitCondition(ns, "never-0000", "Unschedulable", "It can never run on this cluster", 60*time.Second)
+	t.Logf("never-0000: %s", msg)
+}
+
+// ---------------------------------------------------------------- 4: gangs
+
+func (c *cluster) podGroupCRD() {
+	ctx := context.Background()
+	crd := map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "podgroups.scheduling.x-k8s.io"},
+		"spec": map[string]any{"group": "scheduling.x-k8s.io", "scope": "Namespaced",
+			"names": map[string]any{"plural": "podgroups", "singular": "podgroup", "kind": "PodGroup", "listKind": "PodGroupList"},
+			"versions": []any{map[string]any{"name": "v1alpha1", "served": true, "storage": true,
+				"subresources": map[string]any{"status": map[string]any{}},
+				"schema":       map[string]any{"openAPIV3Schema": map[string]any{"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}}}}
+	body, _ := json.Marshal(crd)
+	if err := c.cs.Discovery().RESTClient().Post().AbsPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions").
+		Body(body).SetHeader("Content-Type", "application/json").Do(ctx).Error(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+func (c *cluster) podGroup(ns, name string, spec map[string]any) {
+	body, _ := json.Marshal(map[string]any{"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+		"metadata": map[string]any{"name": name, "namespace": ns}, "spec": spec})
+	deadline := time.Now().Add(30 * time.Second)
+	for { // until the CRD is established
+		err := c.cs.Discovery().RESTClient().Post().AbsPath("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/"+ns+"/podgroups").
+			Body(body).SetHeader("Content-Type", "application/json").Do(context.Background()).Error()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("creating PodGroup %s: %v", name, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+func (c *cluster) podGroupStatus(ns, name string) map[string]any {
+	b, err := c.cs.Discovery().RESTClient().Get().AbsPath("/apis/scheduling.x-k8s.io/v1alpha1/namespaces/" + ns + "/podgroups/" + name).DoRaw(context.Background())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var o map[string]any
+	_ = json.Unmarshal(b, &o)
+	s, _ := o["status"].(map[string]any)
+	return s
+}
+
+// Coscheduling's meaning: minMember 4 of 8 with room for 6 binds 6; a
+// launcher and its workers, of different sizes, are one gang; the
+// PodGroup's status shows its phase and scheduled count; members that wait
+// past scheduleTimeoutSeconds are told so; PodGroups come from an
+// informer: the API server sees no PodGroup read once the scheduler is
+// idle.
+func TestCoschedulingGangs(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	c.podGroupCRD()
+	ns := "gangs"
+	c.create(ns)
+	c.podGroup(ns, "wide", map[string]any{"minMember": 4})
+	c.podGroup(ns, "mpi", map[string]any{"minMember": 5})
+	c.podGroup(ns, "late", map[string]any{"minMember": 3, "scheduleTimeoutSeconds": 3})
+	var pods []*corev1.Pod
+	for i := 0; i < 8; i++ {
+		pods = append(pods, pinned(c.buildPod(ns, podSpec{name: fmt.Sprintf("wide-%d", i), group: "wide", gpus: 8}), hosts(1, 6)...))
+	}
+	pods = append(pods, pinned(c.buildPod(ns, podSpec{name: "mpi-launcher", group: "mpi", cpu: "2"}), hosts(7, 12)...))
+	for i := 0; i < 4; i++ {
+		pods = append(pods, pinned(c.buildPod(ns, podSpec{name: fmt.Sprintf("mpi-worker-%d", i), group: "mpi", gpus: 8, cpu: "16"}), hosts(7, 12)...))
+	}
+	for i := 0; i < 3; i++ { // room for 2
+		pods = append(pods, pinned(c.buildPod(ns, podSpec{name: fmt.Sprintf("late-%d", i), group: "late", gpus: 8}), hosts(13, 14)...))
+	}
+	c.create(ns, pods...)
+	url := c.startSchedulerMetrics()
+	waitFor(t, 90*time.Second, "6 of wide and all of mpi bound", func() (bool, string) {
+		n := map[string]int{}
+		for _, p := range c.pods(ns) {
+			if p.Spec.NodeName != "" {
+				n[p.Labels["scheduling.x-k8s.io/pod-group"]]++
+			}
+		}
+		return n["wide"] == 6 && n["mpi"] == 5, fmt.Sprint(n)
+	})
+	for _, p := range c.pods(ns) {
+		if strings.HasPrefix(p.Name, "late-") && p.Spec.NodeName != "" {
+			t.Errorf("%s of the gang late bound to %s: its minMember 3 does not fit", p.Name, p.Spec.NodeName)
+		}
+	}
+	waitFor(t, 30*time.Second, "PodGroup statuses", func() (bool, string) {
+		w, m := c.podGroupStatus(ns, "wide"), c.podGroupStatus(ns, "mpi")
+		return fmt.Sprintf("%v %v %v %v", w["phase"], w["scheduled"], m["phase"], m["scheduled"]) == "Scheduling 6 Scheduling 5", fmt.Sprintf("wide %v, mpi %v", w, m)
+	})
+	for _, p := range c.pods(ns) {
+		if strings.HasPrefix(p.Name, "wide-") && p.Spec.NodeName == "" {
+			t.Logf("%s: %s", p.Name, c.waitCondition(ns, p.Name, "Unschedulable", "0/16 nodes are available", 30*time.Second))
+		}
+	}
+	msg := c.waitCondition(ns, "late-0", "Unschedulable", "was not scheduled within its scheduleTimeoutSeconds (3 s", 60*time.Second)
+	t.Logf("late-0: %s", msg)
+	if s := c.podGroupStatus(ns, "late"); s["phase"] != "Pending" || s["scheduleStartTime"] == nil {
+		t.Errorf("late's status %v", s)
+	}
+	// Idle: the gang late waits (backing off); the API server sees no
+	// PodGroup read, and the scheduler no request but watches and its Lease.
+	time.Sleep(2 * time.Second)
+	gets := metric(c.apiserverMetrics(), `apiserver_request_total{code="200",component="apiserver",dry_run="",group="scheduling.x-k8s.io",resource="podgroups",scope="resource",subresource="",verb="GET"`)
+	requests := func() float64 {
+		page := scrape(url)
+		total := 0.0
+		for _, line := range strings.Split(page, "\n") {
+			if strings.HasPrefix(line, "placer_k8s_api_requests_total{") && !strings.Contains(line, `verb="WATCH"`) && !strings.Contains(line, `resource="leases"`) {
+				f := strings.Fields(line)
+				v, _ := strconv.ParseFloat(f[len(f)-1], 64)
+				total += v
+			}
+		}
+		return total
+	}
+	r0 := requests()
+	time.Sleep(12 * time.Second) // past the longest back-off: the gang is tried again in the meantime
+	if g := metric(c.apiserverMetrics(), `apiserver_request_total{code="200",component="apiserver",dry_run="",group="scheduling.x-k8s.io",resource="podgroups",scope="resource",subresource="",verb="GET"`); g > gets {
+		t.Errorf("%v PodGroup GETs while idle", g-gets)
+	}
+	if r := requests(); r != r0 {
+		t.Errorf("%v API requests while idle", r-r0)
+	}
+	c.checkCapacity()
+}
+
+// ---------------------------------------------------------------- 5: affinity and spread
+
+// Required pod affinity and anti-affinity on any key, symmetric as
+// kube-scheduler applies them, and topology spread (DoNotSchedule), solved
+// in Placer's rounds and explained in kube-scheduler's words.
+func TestPodAffinityAndSpread(t *testing.T) {
+	c := newCluster(t, 8, 0) // zones: node-1..4 zone-1, node-5..8 zone-2
+	ns := "rules"
+	antiOn := func(p *corev1.Pod, key string, match map[string]string) *corev1.Pod {
+		if p.Spec.Affinity == nil {
+			p.Spec.Affinity = &corev1.Affinity{}
+		}
+		p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: key, LabelSelector: &metav1.LabelSelector{MatchLabels: match}}}}
+		return p
+	}
+	// A pod already running with anti-affinity against app=noisy on its node.
+	guard := antiOn(c.buildPod(ns, podSpec{name: "guard", gpus: 1, selector: map[string]string{"kubernetes.io/hostname": "node-1"}}),
+		"kubernetes.io/hostname", map[string]string{"app": "noisy"})
+	c.create(ns, guard)
+	c.startScheduler()
+	c.waitBound(ns, 60*time.Second)
+	var pods []*corev1.Pod
+	for i := 0; i < 4; i++ { // one a zone
+		p := c.buildPod(ns, podSpec{name: fmt.Sprintf("db-%d", i), gpus: 1})
+		p.Labels["app"] = "db"
+		pods = append(pods, antiOn(p, "topology.kubernetes.io/zone", map[string]string{"app": "db"}))
+	}
+	noisy := pinned(c.buildPod(ns, podSpec{name: "noisy", gpus: 1}), "node-1", "node-2")
+	noisy.Labels["app"] = "noisy"
+	pods = append(pods, noisy)
+	cache := c.buildPod(ns, podSpec{name: "cache", gpus: 2})
+	cache.Labels["app"] = "cache"
+	web := c.buildPod(ns, podSpec{name: "web", gpus: 1})
+	web.Labels["app"] = "web"
+	web.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+		TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "cache"}}}}}}
+	pods = append(pods, web, cache)
+	for i := 0; i < 6; i++ {
+		p := c.buildPod(ns, podSpec{name: fmt.Sprintf("spread-%d", i), gpus: 1})
+		p.Labels["app"] = "spread"
+		p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "spread"}}}}
+		pods = append(pods, p)
+	}
+	c.create(ns, pods...)
+	zone := func(node string) string {
+		var i int
+		fmt.Sscanf(node, "node-%d", &i)
+		return fmt.Sprintf("zone-%d", (i-1)/4+1)
+	}
+	var ps []corev1.Pod
+	waitFor(t, 90*time.Second, "all but two db pods bound", func() (bool, string) {
+		ps = c.pods(ns)
+		u := c.unbound(ns)
+		return len(u) == 2 && strings.HasPrefix(u[0], "db-") && strings.HasPrefix(u[1], "db-"), fmt.Sprint(u)
+	})
+	at := map[string]string{}
+	perZone := map[string]map[string]int{}
+	for _, p := range ps {
+		at[p.Name] = p.Spec.NodeName
+		if p.Spec.NodeName != "" {
+			if perZone[p.Labels["app"]] == nil {
+				perZone[p.Labels["app"]] = map[string]int{}
+			}
+			perZone[p.Labels["app"]][zone(p.Spec.NodeName)]++
+		}
+	}
+	if at["noisy"] != "node-2" {
+		t.Errorf("noisy on %q: guard's anti-affinity keeps it off node-1", at["noisy"])
+	}
+	if at["web"] != at["cache"] {
+		t.Errorf("web on %s, cache on %s", at["web"], at["cache"])
+	}
+	if d := perZone["db"]; d["zone-1"] != 1 || d["zone-2"] != 1 {
+		t.Errorf("db per zone %v", d)
+	}
+	if s := perZone["spread"]; s["zone-1"] != 3 || s["zone-2"] != 3 {
+		t.Errorf("spread per zone %v", s)
+	}
+	for _, name := range c.unbound(ns) {
+		msg := c.waitCondition(ns, name, "Unschedulable", "0/8 nodes are available: 8 node(s) didn't match pod anti-affinity rules.", 30*time.Second)
+		t.Logf("%s: %s", name, msg)
+	}
+	c.checkCapacity()
+}
+
+// ---------------------------------------------------------------- 7: operations
+
+// Conditions move lastTransitionTime only when their status changes;
+// messages say "placer:" once and taints as kube-scheduler does; the
+// gauges go back to 0; a histogram of scheduling latency; /livez fails
+// when the leader's loop is stuck.
+func TestConditionsGaugesAndLiveness(t *testing.T) {
+	c := newCluster(t, 16, 2)
+	url := c.startSchedulerMetrics()
+	ns := "ops"
+	c.createPods(ns, podSpec{name: "g-0", group: "g", gpus: 8, minMember: 3}, podSpec{name: "fits", gpus: 1},
+		podSpec{name: "taints", gpus: 1, hosts: []string{"node-15", "node-16"}})
+	first := c.waitCondition(ns, "g-0", "Unschedulable", "1 of its minMember 3 pods exist", 30*time.Second)
+	since := condition(c.get(ns, "g-0")).LastTransitionTime
+	time.Sleep(1100 * time.Millisecond) // a later second
+	c.createPods(ns, podSpec{name: "g-1", group: "g", gpus: 8, minMember: 3})
+	second := c.waitCondition(ns, "g-0", "Unschedulable", "2 of its minMember 3 pods exist", 30*time.Second)
+	if cd := condition(c.get(ns, "g-0")); !cd.LastTransitionTime.Equal(&since) {
+		t.Errorf("lastTransitionTime moved from %v to %v with the message (%q -> %q)", since, cd.LastTransitionTime, first, second)
+	}
+	msg := c.waitCondition(ns, "taints", "Unschedulable", "2 node(s) had untolerated taint {dedicated: infer}", 30*time.Second)
+	if !strings.Contains(msg, "14 node(s) didn't match Pod's node affinity/selector") {
+		t.Errorf("taints: %q", msg)
+	}
+	for _, p := range c.pods(ns) {
+		if cd := condition(&p); cd != nil && regexp.MustCompile(`placer:.*placer:`).MatchString(cd.Message) {
+			t.Errorf("%s: %q", p.Name, cd.Message)
+		}
+	}
+	waitFor(t, 30*time.Second, "gauges while pods wait", func() (bool, string) {
+		page := scrape(url)
+		return metric(page, "placer_k8s_pods_unschedulable") == 3 && metric(page, "placer_k8s_pods_pending") == 3,
+			fmt.Sprint(metric(page, "placer_k8s_pods_unschedulable"), metric(page, "placer_k8s_pods_pending"))
+	})
+	for _, name := range []string{"g-0", "g-1", "taints"} {
+		if err := c.cs.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "gauges back to 0", func() (bool, string) {
+		page := scrape(url)
+		return metric(page, "placer_k8s_pods_unschedulable") == 0 && metric(page, "placer_k8s_pods_pending") == 0,
+			fmt.Sprint(metric(page, "placer_k8s_pods_unschedulable"), metric(page, "placer_k8s_pods_pending"))
+	})
+	if n := metric(scrape(url), "placer_k8s_pod_scheduling_seconds_count"); n != 1 {
+		t.Errorf("scheduling latency observations: %v, want 1 (the pod fits)", n)
+	}
+	// A leader stuck in a cycle (its bindings held 60 s) fails /livez
+	// past --livez-bound; a standby does not lead, and stays live.
+	c.stopScheduler(syscall.SIGTERM)
+	live := strings.TrimSuffix(c.startSchedulerMetrics("--test-bind-delay", "60s", "--livez-bound", "3s"), "/metrics") + "/livez"
+	waitHTTP(t, live, 200, 30*time.Second)
+	c.createPods(ns, podSpec{name: "stuck", gpus: 1})
+	waitHTTP(t, live, 503, 60*time.Second)
+	t.Logf("/livez: %s", strings.TrimSpace(scrape(live)))
+}
+
+// The Lease Role is scoped to the scheduler's own Lease.
+func TestLeaseRoleScoped(t *testing.T) {
+	c := newCluster(t, 2, 0)
+	for lease, want := range map[string]bool{"placer-scheduler": true, "kube-scheduler": false} {
+		for _, verb := range []string{"get", "update"} {
+			if got := c.can("placer-scheduler", verb, "coordination.k8s.io", "leases", "kube-system", lease); got != want {
+				t.Errorf("placer-scheduler may %s lease %s: %v, want %v", verb, lease, got, want)
+			}
+		}
+	}
+	if c.can("placer-scheduler", "patch", "", "pods", "default", "") {
+		t.Errorf("placer-scheduler may patch pods (the GPU index travels in the Binding)")
+	}
+	for _, r := range []struct{ group, resource string }{{"scheduling.x-k8s.io", "podgroups"}, {"scheduling.k8s.io", "podgroups"}, {"", "persistentvolumeclaims"}} {
+		if !c.can("placer-scheduler", "watch", r.group, r.resource, "default", "") {
+			t.Errorf("placer-scheduler may not watch %s", r.resource)
+		}
+	}
+}
+
+// can: a SubjectAccessReview.
+func (c *cluster) can(user, verb, group, resource, ns, name string) bool {
+	body, _ := json.Marshal(map[string]any{"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+		"spec": map[string]any{"user": user, "resourceAttributes": map[string]any{"verb": verb, "group": group, "resource": resource,
+			"namespace": ns, "name": name}}})
+	b, err := c.cs.Discovery().RESTClient().Post().AbsPath("/apis/authorization.k8s.io/v1/subjectaccessreviews").
+		Body(body).SetHeader("Content-Type", "application/json").DoRaw(context.Background())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	var r struct {
+		Status struct{ Allowed bool } `json:"status"`
+	}
+	_ = json.Unmarshal(b, &r)
+	return r.Status.Allowed
+}
+
+// ---------------------------------------------------------------- 6: informers
+
+// Node changes and deletions reach the next round: a label added, a
+// cordon lifted, more GPUs, a node deleted.
+func TestNodeChangesReachTheNextRound(t *testing.T) {
+	c := newCluster(t, 8, 0)
+	ctx := context.Background()
+	nodes := c.cs.CoreV1().Nodes()
+	n4, err := nodes.Get(ctx, "node-4", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n4.Spec.Unschedulable = true
+	if _, err := nodes.Update(ctx, n4, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes.Delete(ctx, "node-6", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.startScheduler()
+	ns := "nodes"
+	c.createPods(ns, podSpec{name: "needs-label", gpus: 1, selector: map[string]string{"accel": "fast"}},
+		podSpec{name: "cordoned", gpus: 1, selector: map[string]string{"kubernetes.io/hostname": "node-4"}},
+		podSpec{name: "gone", gpus: 1, selector: map[string]string{"kubernetes.io/hostname": "node-6"}},
+		podSpec{name: "wide", gpus: 16, selector: map[string]string{"kubernetes.io/hostname": "node-7"}})
+	c.waitCondition(ns, "needs-label", "Unschedulable", "0/7 nodes are available: 7 node(s) didn't match Pod's node affinity/selector.", 30*time.Second)
+	c.waitCondition(ns, "cordoned", "Unschedulable", "1 node(s) were unschedulable", 30*time.Second)
+	c.waitCondition(ns, "gone", "Unschedulable", "0/7 nodes are available: 7 node(s) didn't match Pod's node affinity/selector.", 30*time.Second)
+	c.waitCondition(ns, "wide", "Unschedulable", "1 Insufficient nvidia.com/gpu", 30*time.Second)
+	n3, err := nodes.Get(ctx, "node-3", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n3.Labels["accel"] = "fast"
+	if _, err := nodes.Update(ctx, n3, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n4, _ = nodes.Get(ctx, "node-4", metav1.GetOptions{})
+	n4.Spec.Unschedulable = false
+	if _, err := nodes.Update(ctx, n4, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n7, _ := nodes.Get(ctx, "node-7", metav1.GetOptions{})
+	n7.Status.Allocatable["nvidia.com/gpu"] = resource.MustParse("16")
+	n7.Status.Capacity["nvidia.com/gpu"] = resource.MustParse("16")
+	if _, err := nodes.UpdateStatus(ctx, n7, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ps := c.waitBound(ns, 60*time.Second, "gone") // within the longest back-off of the change
+	for _, p := range ps {
+		want := map[string]string{"needs-label": "node-3", "cordoned": "node-4", "wide": "node-7", "gone": ""}[p.Name]
+		if p.Spec.NodeName != want {
+			t.Errorf("%s on %q, want %q", p.Name, p.Spec.NodeName, want)
+		}
+	}
+	c.checkCapacity()
+}

@@ -1,0 +1,446 @@
+package plan
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"placer.local/kubernetes/internal/placerclient"
+	"placer.local/kubernetes/internal/placertest"
+	"placer.local/kubernetes/internal/translate"
+	"placer.local/kubernetes/internal/wire/gen/placer/wire"
+)
+
+// solver: `placer serve` ($PLACER_BIN, as ctest sets it) and a client.
+func solver(t *testing.T) func(*wire.ScheduleRequestT) (*placerclient.Reply, error) {
+	t.Helper()
+	ep, _ := placertest.Serve(t)
+	c, err := placerclient.New(placerclient.Options{Endpoint: ep, Timeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.Solve
+}
+
+// nodes: n nodes of 8 GPUs, 32 CPUs, named n01.., in zones of `perZone`.
+func nodes(n, perZone int) []*corev1.Node {
+	var out []*corev1.Node
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("n%02d", i)
+		out = append(out, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			translate.HostnameKey: name, "topology.kubernetes.io/zone": fmt.Sprintf("zone-%d", (i-1)/perZone+1),
+			"placer.io/rack": fmt.Sprintf("rack-%d", (i-1)/perZone+1), translate.GPUProduct: "H100"}},
+			Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("32"),
+				corev1.ResourceMemory: resource.MustParse("256Gi"), translate.GPUResource: resource.MustParse("8"),
+				corev1.ResourcePods: resource.MustParse("110")},
+				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}})
+	}
+	return out
+}
+
+var created = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func pod(name string, gpus int64, cpu string, labels map[string]string) *corev1.Pod {
+	l := map[string]string{}
+	for k, v := range labels {
+		l[k] = v
+	}
+	created = created.Add(time.Second)
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name), Labels: l,
+		CreationTimestamp: metav1.NewTime(created)},
+		Spec: corev1.PodSpec{SchedulerName: "placer", Containers: []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu), corev1.ResourceMemory: resource.MustParse("1Gi"),
+				translate.GPUResource: *resource.NewQuantity(gpus, resource.DecimalSI)}}}}}}
+}
+
+func anti(p *corev1.Pod, key string, match map[string]string) *corev1.Pod {
+	if p.Spec.Affinity == nil {
+		p.Spec.Affinity = &corev1.Affinity{}
+	}
+	p.Spec.Affinity.PodAntiAffinity = &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+		{TopologyKey: key, LabelSelector: &metav1.LabelSelector{MatchLabels: match}}}}
+	return p
+}
+
+func run(t *testing.T, solve func(*wire.ScheduleRequestT) (*placerclient.Reply, error), ns []*corev1.Node, bound, pending []*corev1.Pod,
+	groups map[string]Group) *Output {
+	t.Helper()
+	in := Input{Nodes: ns, Bound: bound, Pending: pending, Opt: translate.Options{RackLabel: "placer.io/rack"}, Now: time.Unix(2e9, 0),
+		Rounds: 16, Solve: solve}
+	if groups != nil {
+		in.Group = func(k string, _ []*corev1.Pod) Group { return groups[k] }
+	}
+	out := Run(in)
+	if out.Err != "" {
+		t.Fatalf("placer: %s", out.Err)
+	}
+	return out
+}
+
+func boundTo(out *Output) map[string]string {
+	m := map[string]string{}
+	for _, b := range out.Binds {
+		m[b.Pod.Name] = b.Node
+	}
+	return m
+}
+
+func failedWhy(out *Output) map[string]string {
+	m := map[string]string{}
+	for _, f := range out.Failed {
+		m[f.Pod.Name] = f.Why
+	}
+	return m
+}
+
+// Five pods of one shape with required anti-affinity on the hostname
+// among themselves, three nodes: one job on distinct nodes, three bound
+// (a partial placement is bound), the other two told why in
+// kube-scheduler's words.
+func TestPartialPlacementIsBound(t *testing.T) {
+	solve := solver(t)
+	var pending []*corev1.Pod
+	for i := 0; i < 5; i++ {
+		pending = append(pending, anti(pod(fmt.Sprintf("web-%d", i), 1, "1", map[string]string{"app": "web"}), translate.HostnameKey, map[string]string{"app": "web"}))
+	}
+	out := run(t, solve, nodes(3, 3), nil, pending, nil)
+	b := boundTo(out)
+	seen := map[string]bool{}
+	for _, n := range b {
+		seen[n] = true
+	}
+	if len(b) != 3 || len(seen) != 3 || out.Rounds != 1 {
+		t.Fatalf("bound %v in %d rounds, want 3 pods on 3 nodes in 1 round", b, out.Rounds)
+	}
+	for _, p := range []string{"web-3", "web-4"} {
+		if why := failedWhy(out)[p]; !strings.Contains(why, "0/3 nodes are available: 3 node(s) didn't match pod anti-affinity rules.") {
+			t.Errorf("%s: %q", p, why)
+		}
+	}
+}
+
+// A gang of 8 pods of 8 GPUs with minMember 4, room for 6: 6 bound (at
+// least minMember, and more as they fit), in its rack first.
+func TestGangMinMemberBindsWhatFits(t *testing.T) {
+	solve := solver(t)
+	var pending []*corev1.Pod
+	for i := 0; i < 8; i++ {
+		pending = append(pending, pod(fmt.Sprintf("w-%d", i), 8, "4", map[string]string{translate.PodGroupLabel: "train"}))
+	}
+	groups := map[string]Group{"podgroup/ns/train": {Gang: true, Min: 4, Name: "pod group train", MinName: "minMember"}}
+	out := run(t, solve, nodes(6, 3), nil, pending, groups)
+	if len(out.Binds) != 6 {
+		t.Fatalf("bound %v, want 6", boundTo(out))
+	}
+	if why, ok := out.Groups["podgroup/ns/train"]; !ok || why != "" {
+		t.Errorf("the group's outcome: %q, %v", why, ok)
+	}
+	// The nodes its own extras took are told as what they lack once bound.
+	for name, why := range failedWhy(out) {
+		if why != "0/6 nodes are available: 6 Insufficient nvidia.com/gpu." {
+			t.Errorf("%s: %q", name, why)
+		}
+	}
+	// minMember 7 of 8 with room for 6: none.
+	groups["podgroup/ns/train"] = Group{Gang: true, Min: 7, Name: "pod group train", MinName: "minMember"}
+	out = run(t, solve, nodes(6, 3), nil, pending, groups)
+	if len(out.Binds) != 0 || len(out.Failed) != 8 || out.Groups["podgroup/ns/train"] == "" {
+		t.Fatalf("min 7 with room for 6: bound %v, %d failed, group %q", boundTo(out), len(out.Failed), out.Groups["podgroup/ns/train"])
+	}
+	// Too few members: they wait, saying so.
+	out = run(t, solve, nodes(6, 3), nil, pending[:5], groups)
+	if why := failedWhy(out)["w-0"]; !strings.Contains(why, "waiting for pod group train: 5 of its minMember 7 pods exist (0 bound, 5 pending)") || out.Rounds != 0 {
+		t.Errorf("waiting: %q (%d rounds)", why, out.Rounds)
+	}
+}
+
+// A launcher and its workers, of different sizes, are one gang: bound
+// together when all fit, none when the workers do not.
+func TestHeterogeneousGang(t *testing.T) {
+	solve := solver(t)
+	g := map[string]string{translate.PodGroupLabel: "mpi"}
+	pending := []*corev1.Pod{pod("launcher", 0, "2", g)}
+	for i := 0; i < 4; i++ {
+		pending = append(pending, pod(fmt.Sprintf("worker-%d", i), 8, "16", g))
+	}
+	groups := map[string]Group{"podgroup/ns/mpi": {Gang: true, Name: "pod group mpi", MinName: "minMember"}}
+	out := run(t, solve, nodes(6, 6), nil, pending, groups)
+	if len(out.Binds) != 5 || out.Rounds != 2 {
+		t.Fatalf("bound %v in %d rounds, want all 5 in 2", boundTo(out), out.Rounds)
+	}
+	// Three nodes: the workers do not fit, and the launcher is not bound alone.
+	out = run(t, solve, nodes(3, 3), nil, pending, groups)
+	if len(out.Binds) != 0 || len(out.Failed) != 5 {
+		t.Fatalf("bound %v, %d failed", boundTo(out), len(out.Failed))
+	}
+	if why := failedWhy(out)["launcher"]; !strings.Contains(why, "pod group mpi: the 5 pods it needs at once cannot all be placed; 4 like ns/worker-0:") ||
+		!strings.Contains(why, "Resources were found for 3 replica(s) while 4 are required") {
+		t.Errorf("launcher: %q", why)
+	}
+	// The launcher fits nowhere (it is the later shape): the workers placed first are rolled back.
+	pending[0].Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("64")
+	out = run(t, solve, nodes(6, 6), nil, pending, groups)
+	if len(out.Binds) != 0 || len(out.Failed) != 5 {
+		t.Fatalf("an unfit launcher: bound %v, %d failed", boundTo(out), len(out.Failed))
+	}
+}
+
+// Anti-affinity on the zone among three pods, two zones: two rounds
+// place one each in distinct zones, the third is told why.
+func TestZoneAntiAffinityInSuccessiveRounds(t *testing.T) {
+	solve := solver(t)
+	var pending []*corev1.Pod
+	for i := 0; i < 3; i++ {
+		pending = append(pending, anti(pod(fmt.Sprintf("db-%d", i), 1, "1", map[string]string{"app": "db"}), "topology.kubernetes.io/zone", map[string]string{"app": "db"}))
+	}
+	ns := nodes(4, 2)
+	out := run(t, solve, ns, nil, pending, nil)
+	b := boundTo(out)
+	zones := map[string]bool{}
+	for _, n := range b {
+		for _, x := range ns {
+			if x.Name == n {
+				zones[x.Labels["topology.kubernetes.io/zone"]] = true
+			}
+		}
+	}
+	if len(b) != 2 || len(zones) != 2 {
+		t.Fatalf("bound %v (zones %v), want 2 pods in 2 zones", b, zones)
+	}
+	if why := failedWhy(out)["db-2"]; why != "0/4 nodes are available: 4 node(s) didn't match pod anti-affinity rules." {
+		t.Errorf("db-2: %q (%d rounds)", why, out.Rounds)
+	}
+}
+
+// Spread on the zone with maxSkew 1: four pods, two zones of unequal
+// room, two in each.
+func TestSpreadInSuccessiveRounds(t *testing.T) {
+	solve := solver(t)
+	var pending []*corev1.Pod
+	for i := 0; i < 4; i++ {
+		p := pod(fmt.Sprintf("s-%d", i), 1, "1", map[string]string{"app": "s"})
+		p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: "topology.kubernetes.io/zone",
+			WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "s"}}}}
+		pending = append(pending, p)
+	}
+	ns := nodes(4, 3) // zone-1: 3 nodes, zone-2: 1
+	out := run(t, solve, ns, nil, pending, nil)
+	per := map[string]int{}
+	for _, n := range boundTo(out) {
+		for _, x := range ns {
+			if x.Name == n {
+				per[x.Labels["topology.kubernetes.io/zone"]]++
+			}
+		}
+	}
+	if len(out.Binds) != 4 || per["zone-1"] != 2 || per["zone-2"] != 2 {
+		t.Fatalf("bound %v (per zone %v)", boundTo(out), per)
+	}
+}
+
+// Affinity to a pod of the same cycle: the web pod goes where the cache
+// pod was placed, in the next round.
+func TestAffinityToAPodOfTheSameCycle(t *testing.T) {
+	solve := solver(t)
+	cache := pod("cache", 0, "30", map[string]string{"app": "cache"})
+	web := pod("web", 0, "1", map[string]string{"app": "web"})
+	web.Spec.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{
+		{TopologyKey: translate.HostnameKey, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "cache"}}}}}}
+	out := run(t, solve, nodes(4, 4), nil, []*corev1.Pod{cache, web}, nil)
+	b := boundTo(out)
+	if len(b) != 2 || b["web"] != b["cache"] || out.Rounds != 2 {
+		t.Fatalf("bound %v in %d rounds, want web beside cache", b, out.Rounds)
+	}
+}
+
+// What Placer does not count is checked over a round: a node that holds
+// three more pods gets three; the others go again, and are told why.
+func TestPodCountCheckedOverTheRound(t *testing.T) {
+	solve := solver(t)
+	ns := nodes(1, 1)
+	ns[0].Status.Allocatable[corev1.ResourcePods] = resource.MustParse("4")
+	occupant := pod("occupant", 0, "1", nil)
+	occupant.Spec.NodeName = "n01"
+	var pending []*corev1.Pod
+	for i := 0; i < 5; i++ {
+		pending = append(pending, pod(fmt.Sprintf("p-%d", i), 0, "1", nil))
+	}
+	out := run(t, solve, ns, []*corev1.Pod{occupant}, pending, nil)
+	if len(out.Binds) != 3 {
+		t.Fatalf("bound %v, want 3", boundTo(out))
+	}
+	for name, why := range failedWhy(out) {
+		if why != "0/1 nodes are available: 1 Too many pods." {
+			t.Errorf("%s: %q", name, why)
+		}
+	}
+	if len(out.Failed) != 2 {
+		t.Errorf("%d failed, want 2", len(out.Failed))
+	}
+}
+
+// A pod that cannot be expressed, or held, is reported alone.
+func TestHeldAndInexpressiblePodsAlone(t *testing.T) {
+	solve := solver(t)
+	bad := pod("bad", 0, "1", nil)
+	bad.Annotations = map[string]string{translate.GPUMilliAnnot: "5000"}
+	held := pod("held", 0, "1", nil)
+	in := Input{Nodes: nodes(2, 2), Pending: []*corev1.Pod{bad, held, pod("ok", 1, "1", nil)}, Now: time.Unix(2e9, 0), Rounds: 4, Solve: solve,
+		Hold: func(p *corev1.Pod) string {
+			if p.Name == "held" {
+				return "placer: held"
+			}
+			return ""
+		}}
+	out := Run(in)
+	f := failedWhy(out)
+	if len(out.Binds) != 1 || !strings.Contains(f["bad"], "placer: cannot express: annotation placer.io/gpu-milli") || f["held"] != "placer: held" {
+		t.Errorf("bound %v, failed %v", boundTo(out), f)
+	}
+}
+
+func TestBackoffDoublesToTenSeconds(t *testing.T) {
+	q := NewQueue()
+	now := time.Unix(1000, 0)
+	p := pod("p", 0, "1", nil)
+	var got []time.Duration
+	for i := 0; i < 6; i++ {
+		q.Failed(p.UID, now)
+		_, _, waiting, next := q.Ready([]*corev1.Pod{p}, now)
+		if waiting != 1 {
+			t.Fatalf("not backing off after a failure")
+		}
+		got = append(got, next.Sub(now))
+	}
+	want := []time.Duration{1, 2, 4, 8, 10, 10}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("back-offs %v, want %v s", got, want)
+		}
+	}
+	if ready, _, _, _ := q.Ready([]*corev1.Pod{p}, now.Add(10*time.Second)); len(ready) != 1 {
+		t.Errorf("not ready after its back-off")
+	}
+	q.Forget(p.UID)
+	if q.Attempts(p.UID) != 0 {
+		t.Errorf("forgotten")
+	}
+}
+
+// The cycle's order: priority first; at a priority, the pods not tried
+// yet before those that failed (by their last attempt), then creation; a
+// group as its most urgent member, whole across the cut.
+func TestQueueOrderAndCut(t *testing.T) {
+	q := NewQueue()
+	now := time.Unix(1000, 0)
+	prio := func(p *corev1.Pod, v int32) *corev1.Pod { p.Spec.Priority = &v; return p }
+	old1, old2 := pod("old-1", 0, "1", nil), pod("old-2", 0, "1", nil)
+	g1 := pod("g-1", 0, "1", map[string]string{translate.PodGroupLabel: "g"})
+	fresh := pod("fresh", 0, "1", nil)
+	g2 := pod("g-2", 0, "1", map[string]string{translate.PodGroupLabel: "g"})
+	high := prio(pod("high", 0, "1", nil), 100)
+	q.Failed(old1.UID, now.Add(-20*time.Second))
+	q.Failed(old2.UID, now.Add(-30*time.Second))
+	ready, _, waiting, _ := q.Ready([]*corev1.Pod{old1, old2, g1, fresh, g2, high}, now)
+	var names []string
+	for _, p := range ready {
+		names = append(names, p.Name)
+	}
+	if strings.Join(names, ",") != "high,g-1,g-2,fresh,old-2,old-1" || waiting != 0 {
+		t.Fatalf("order %v (%d waiting)", names, waiting)
+	}
+	cut, left := Cut(ready, nil, 2)
+	names = nil
+	for _, p := range cut {
+		names = append(names, p.Name)
+	}
+	sort.Strings(names)
+	if strings.Join(names, ",") != "g-1,g-2,high" || left != 3 {
+		t.Errorf("cut %v, %d left", names, left)
+	}
+	// A member backing off comes along with a group that is ready.
+	q.Failed(g2.UID, now)
+	if ready, _, _, _ = q.Ready([]*corev1.Pod{g1, g2}, now); len(ready) != 2 {
+		t.Errorf("the group split: %d ready", len(ready))
+	}
+	q.Failed(g1.UID, now)
+	if ready, _, waiting, _ = q.Ready([]*corev1.Pod{g1, g2}, now); len(ready) != 0 || waiting != 2 {
+		t.Errorf("the group backing off: %d ready, %d waiting", len(ready), waiting)
+	}
+	// A higher priority backing off comes along with a lower one that is
+	// ready, after it in the cut, room permitting; the same priority does not.
+	q.Failed(high.UID, now)
+	ready, urgent, _, _ := q.Ready([]*corev1.Pod{high, fresh, old1}, now)
+	if len(ready) != 2 || ready[0] != fresh || len(urgent) != 1 || urgent[0] != high {
+		t.Fatalf("ready %d, urgent %d", len(ready), len(urgent))
+	}
+	if cut, _ := Cut(ready, urgent, 3); len(cut) != 3 || cut[2] != high {
+		t.Errorf("cut of 3: %d pods", len(cut))
+	}
+	if cut, _ := Cut(ready, urgent, 2); len(cut) != 2 || cut[0] != fresh {
+		t.Errorf("cut of 2: %d pods", len(cut))
+	}
+}
+
+// A unit that waits for a later round (its anti-affinity partner goes
+// first) keeps a lower priority out of the round before: the low pod does
+// not take the one node the high pod needs.
+func TestLaterRoundsKeepPriority(t *testing.T) {
+	solve := solver(t)
+	high := func(p *corev1.Pod) *corev1.Pod { v := int32(100); p.Spec.Priority = &v; return p }
+	a := high(anti(pod("a", 8, "1", map[string]string{"app": "x"}), "topology.kubernetes.io/zone", map[string]string{"app": "x"}))
+	b := high(anti(pod("b", 8, "1", map[string]string{"app": "x"}), "topology.kubernetes.io/zone", map[string]string{"app": "x"}))
+	low := pod("low", 8, "1", nil)
+	// Two zones of one node each: a in one, b in the other; low fits nowhere after them.
+	out := run(t, solve, nodes(2, 1), nil, []*corev1.Pod{a, b, low}, nil)
+	bt := boundTo(out)
+	if bt["a"] == "" || bt["b"] == "" || bt["low"] != "" {
+		t.Fatalf("bound %v: the low pod took a node the later round's high pod needed", bt)
+	}
+}
+
+// A gang whose pods Placer put together on a node that holds fewer pods
+// goes again off that node, and is placed elsewhere.
+func TestGangOffANodeThatCannotHoldItsPods(t *testing.T) {
+	solve := solver(t)
+	ns := nodes(2, 2)
+	ns[0].Status.Allocatable[corev1.ResourcePods] = resource.MustParse("2")
+	g := map[string]string{translate.PodGroupLabel: "small"}
+	var pending []*corev1.Pod
+	for i := 0; i < 4; i++ {
+		pending = append(pending, pod(fmt.Sprintf("s-%d", i), 1, "1", g))
+	}
+	groups := map[string]Group{"podgroup/ns/small": {Gang: true, Name: "pod group small", MinName: "minMember"}}
+	out := run(t, solve, ns, nil, pending, groups)
+	per := map[string]int{}
+	for _, n := range boundTo(out) {
+		per[n]++
+	}
+	if len(out.Binds) != 4 || per["n01"] > 2 {
+		t.Fatalf("bound %v (per node %v) in %d rounds", boundTo(out), per, out.Rounds)
+	}
+}
+
+// A pod outbid in its round is told what the node lacks once the winner
+// is bound, as kube-scheduler would tell it then.
+func TestOutbidToldWhatTheNodeLacks(t *testing.T) {
+	solve := solver(t)
+	hi := pod("high", 8, "1", nil)
+	v := int32(100)
+	hi.Spec.Priority = &v
+	out := run(t, solve, nodes(1, 1), nil, []*corev1.Pod{pod("low", 8, "1", nil), hi}, nil)
+	if b := boundTo(out); b["high"] != "n01" || b["low"] != "" {
+		t.Fatalf("bound %v", b)
+	}
+	if why := failedWhy(out)["low"]; why != "0/1 nodes are available: 1 Insufficient nvidia.com/gpu." {
+		t.Errorf("low: %q", why)
+	}
+}

@@ -1,0 +1,204 @@
+package translate
+
+import (
+	"sort"
+	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"placer.local/kubernetes/internal/wire/gen/placer/wire"
+)
+
+// Cluster is the round's cluster: the nodes (by name), what the pods bound
+// to them hold, and the pods themselves (for pod rules, rules.go).
+type Cluster struct {
+	opt   Options
+	Nodes []*corev1.Node // sorted by name; node i is Wire[i]
+	Wire  []*wire.NodeT
+	Topo  *wire.TopologyT
+	index map[string]int
+	on    [][]*corev1.Pod // per node: its bound pods, oldest first
+	side  []corev1.ResourceList
+	ports []portSet
+	holds map[*corev1.Pod]*holding
+	// anti: bound pods with required pod anti-affinity (their terms apply
+	// to every pod: kube-scheduler's symmetry).
+	anti      []*corev1.Pod
+	sideCache map[string][]rule
+}
+
+// NewCluster: `nodes` with what `bound` pods use (bound by anyone, or by
+// this scheduler and not seen yet: pods with Spec.NodeName set, not
+// finished). Pods bound to a node not in `nodes` are left out.
+func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster {
+	nodes = append([]*corev1.Node(nil), nodes...)
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	c := &Cluster{opt: opt, Nodes: nodes, index: make(map[string]int, len(nodes)),
+		on: make([][]*corev1.Pod, len(nodes)), side: make([]corev1.ResourceList, len(nodes)),
+		ports: make([]portSet, len(nodes)), holds: map[*corev1.Pod]*holding{}}
+	for i, n := range nodes {
+		c.index[n.Name] = i
+	}
+	for _, p := range bound {
+		if i, ok := c.index[p.Spec.NodeName]; ok {
+			c.on[i] = append(c.on[i], p)
+			if hasAnti(p) {
+				c.anti = append(c.anti, p)
+			}
+		}
+	}
+	rackIdx := map[string]int32{}
+	var topo *wire.TopologyT
+	if opt.RackLabel != "" {
+		topo = &wire.TopologyT{LevelNames: []string{"cluster", "rack"},
+			Domains: []*wire.TopologyDomainT{{Name: "cluster", Level: 0, Parent: -1}}}
+	}
+	for ni, n := range nodes {
+		on := c.on[ni]
+		sort.SliceStable(on, func(i, j int) bool { return olderFirst(on[i], on[j]) })
+		reqs := make([]corev1.ResourceList, len(on))
+		used := corev1.ResourceList{}
+		for i, p := range on {
+			reqs[i] = Requests(p)
+			addList(used, reqs[i])
+			c.ports[ni].add(HostPorts(p))
+		}
+		c.side[ni] = sideFree(n, on, used)
+		alloc := n.Status.Allocatable
+		free := c.gpus(ni, n, on, reqs)
+		cpuCap, memCap := milli(alloc[corev1.ResourceCPU]), mib(alloc[corev1.ResourceMemory])
+		// CPU and memory: a pod holds its requests while the node's use
+		// (at most its allocatable) has room for them, as a round requires.
+		cpuUsed, memUsed := min(cpuCap, milli(used[corev1.ResourceCPU])), min(memCap, mib(used[corev1.ResourceMemory]))
+		for i, p := range on {
+			h := c.holds[p]
+			if h == nil {
+				continue
+			}
+			cpu, mem := milli(reqs[i][corev1.ResourceCPU]), mib(reqs[i][corev1.ResourceMemory])
+			if cpu > cpuUsed || mem > memUsed {
+				h.ok = false
+				continue
+			}
+			cpuUsed -= cpu
+			memUsed -= mem
+		}
+		wn := &wire.NodeT{
+			Name: n.Name, GpuModel: n.Labels[GPUProduct], GpuFreeMilli: free,
+			CpuMilliCapacity: cpuCap, CpuMilliFree: max(0, cpuCap-milli(used[corev1.ResourceCPU])),
+			MemoryMibCapacity: memCap, MemoryMibFree: max(0, memCap-mib(used[corev1.ResourceMemory])),
+			Pool: wire.PoolShared, Healthy: nodeReady(n), Domain: -1,
+		}
+		if len(free) > 0 && wn.GpuModel == "" {
+			wn.GpuModel = "nvidia-gpu"
+		}
+		keys := make([]string, 0, len(n.Labels))
+		for k := range n.Labels {
+			if k != NodeLabel {
+				keys = append(keys, k)
+			}
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			wn.Labels = append(wn.Labels, k+"="+n.Labels[k])
+		}
+		wn.Labels = append(wn.Labels, NodeLabel+"="+n.Name)
+		for _, t := range n.Spec.Taints {
+			wn.Taints = append(wn.Taints, &wire.TaintT{Key: t.Key, Value: t.Value, Effect: taintEffect(t.Effect)})
+		}
+		if n.Spec.Unschedulable { // as the node controller taints a cordoned node
+			wn.Taints = append(wn.Taints, &wire.TaintT{Key: corev1.TaintNodeUnschedulable, Effect: wire.TaintEffectNoSchedule})
+		}
+		if topo != nil {
+			if rack := n.Labels[opt.RackLabel]; rack != "" {
+				d, ok := rackIdx[rack]
+				if !ok {
+					d = int32(len(topo.Domains))
+					rackIdx[rack] = d
+					topo.Domains = append(topo.Domains, &wire.TopologyDomainT{Name: rack, Level: 1, Parent: 0})
+				}
+				wn.Domain = d
+			}
+		}
+		c.Wire = append(c.Wire, wn)
+	}
+	if topo != nil && len(rackIdx) > 0 {
+		c.Topo = topo
+	}
+	return c
+}
+
+// gpus: node ni's free milli-GPU per GPU, after its bound pods: shares
+// first, on the GPUs their annotations name; whole GPUs then on the fully
+// free ones (Placer gives whole GPUs only those), each pod its own
+// (Kubernetes does not say which GPUs a pod has: these indices are the
+// round's, consistent with the free list). Each pod's holding is recorded
+// (Options.Evict reads them).
+func (c *Cluster) gpus(ni int, n *corev1.Node, on []*corev1.Pod, reqs []corev1.ResourceList) []uint16 {
+	free := make([]uint16, gpus(n.Status.Allocatable))
+	for i := range free {
+		free[i] = 1000
+	}
+	for _, p := range on {
+		if m, ok := Share(p); ok && m > 0 {
+			if i, err := strconv.Atoi(p.Annotations[GPUIndexAnnot]); err == nil && i >= 0 && i < len(free) {
+				c.holds[p] = &holding{node: ni, gpus: []uint8{uint8(i)}, milli: uint16(m), ok: free[i] >= uint16(m)}
+				free[i] = uint16(max(0, int64(free[i])-m))
+			}
+		}
+	}
+	for pi, p := range on {
+		k := gpus(reqs[pi])
+		if k == 0 {
+			if m, _ := Share(p); m == 0 {
+				c.holds[p] = &holding{node: ni, milli: 1000, ok: true}
+			}
+			continue
+		}
+		h := &holding{node: ni, milli: 1000, ok: true}
+		for i := range free {
+			if int64(len(h.gpus)) < k && free[i] == 1000 {
+				free[i] = 0
+				h.gpus = append(h.gpus, uint8(i))
+			}
+		}
+		for i := range free { // more whole GPUs in use than fully free ones: the rest from the partly used
+			if int64(len(h.gpus)) < k && free[i] > 0 {
+				free[i] = 0
+				h.gpus = append(h.gpus, uint8(i))
+				h.ok = false // a GPU a share also uses: not this pod's to give back
+			}
+		}
+		h.ok = h.ok && int64(len(h.gpus)) == k
+		c.holds[p] = h
+	}
+	return free
+}
+
+// Index is node `name`'s index in the round (false: not in it).
+func (c *Cluster) Index(name string) (int, bool) {
+	i, ok := c.index[name]
+	return i, ok
+}
+
+func addList(out, rl corev1.ResourceList) {
+	for k, v := range rl {
+		q := out[k]
+		q.Add(v)
+		out[k] = q
+	}
+}
+
+func subList(out, rl corev1.ResourceList) {
+	for k, v := range rl {
+		if q, ok := out[k]; ok {
+			q.Sub(v)
+			out[k] = q
+		}
+	}
+}
+
+var one = *resource.NewQuantity(1, resource.DecimalSI)
+
+func resourceCount(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.DecimalSI) }
