@@ -349,6 +349,9 @@ int run_split(std::vector<std::string> const& pair, sim::workload const& w, sim:
   } else if (frag_part >= 0) {
     std::printf("first round where they part on fragmentation (nodes partly used after it): %s\n%s\n%s\n",
                 when(frag_part).c_str(), a_frag.c_str(), b_frag.substr(b_frag.find('\n') + 1).c_str());
+  } else {
+    std::printf("they never part on fragmentation: as many nodes partly used after each of the %zu rounds\n",
+                a_rounds.size());
   }
   return 0;
 }
