@@ -1371,6 +1371,13 @@ class repacker {
 
 std::int32_t repack(round_input const& in, round_matrices& m, score_params const& p, round_result& out, backend& b,
                     std::int64_t budget, repack_scratch& s, scored_round const& scored) {
+  // Over the budget (or nothing to move) before the repacker's set-up,
+  // which orders the whole queue: the 10k and 100k rounds pay one scan.
+  std::int64_t replicas = 0;
+  for (auto const& pl : out.placements) {
+    if (!wants_locality(in.pending[static_cast<std::size_t>(pl.job)])) replicas += static_cast<std::int64_t>(pl.replicas.size());
+  }
+  if (replicas < 2 || replicas * static_cast<std::int64_t>(m.n_nodes()) > budget) return 0;
   repacker r(in, m, p, out, s, scored);
   // Every movable job first; where that moves a promised job's
   // predecessors so that it would fit, the jobs up to the last promised
