@@ -99,6 +99,27 @@ TEST(Repack, ARoundsJobsFillTheNodeInUseBeforeAnEmptyOne) {
   }
 }
 
+// The budget: the repair runs while the round's movable replicas x nodes
+// is within it, and over it leaves the assignment's round as it was (the
+// 10k and 100k rounds find that with one scan of their placements).
+// Sixteen one-GPU jobs on 24 empty nodes: 384 cells.
+TEST(Repack, OverItsBudgetTheRoundIsLeftAsAssigned) {
+  round_input in;
+  in.state = itp_nodes(3);
+  for (int k = 0; k < 16; ++k) in.pending.push_back(gpu_job("one-" + std::to_string(k), 1, k));
+  auto b = kernels::make_backend(kernels::backend_kind::cpu);
+  detail::repack_scratch scratch;
+  auto [m, out, p] = testing_support::assign_only(in, detail::assign_mode::placer);
+  auto const assigned = out;
+  ASSERT_EQ(assigned.placements.size(), 16U);
+  ASSERT_GT(nodes_of(assigned).size(), 2U) << "premise: one copy a node an iteration spreads them";
+  EXPECT_EQ(detail::repack(in, m, p, out, *b, 16 * 24 - 1, scratch), 0);
+  for (std::size_t k = 0; k < out.placements.size(); ++k) EXPECT_EQ(out.placements[k].replicas, assigned.placements[k].replicas);
+  EXPECT_GT(detail::repack(in, m, p, out, *b, 16 * 24, scratch), 0);
+  expect_round_invariants(in, out);
+  EXPECT_EQ(nodes_of(out).size(), 2U);
+}
+
 // The repair on its own, on a round built by hand (queue order fifo):
 // three 8-GPU nodes, node 0 with one GPU free; two earlier one-GPU jobs e1
 // and e2 spread over the empty nodes 1 and 2, an 8-GPU job w that waits for
