@@ -5,9 +5,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
+#include <thread>
 
 namespace placer::tools {
 
@@ -102,6 +107,39 @@ int verb_failed(char const* verb, char const* usage) {
     std::fprintf(stderr, "placer %s: %s\n", verb, e.what());
     return 1;
   }
+}
+
+void run_parallel(std::size_t n, unsigned threads, std::function<void(std::size_t, unsigned)> const& work,
+                  std::function<void(std::size_t, std::size_t)> const& report) {
+  std::atomic<std::size_t> next{0};
+  std::size_t done = 0;
+  std::mutex io;
+  auto worker = [&](unsigned w) {
+    for (;;) {
+      std::size_t const k = next++;
+      if (k >= n) return;
+      work(k, w);
+      std::lock_guard<std::mutex> lock(io);
+      report(k, ++done);
+    }
+  };
+  std::vector<std::thread> pool;
+  auto const m = static_cast<unsigned>(std::min<std::size_t>(std::max(threads, 1U), std::max<std::size_t>(n, 1)));
+  for (unsigned t = 0; t < m; ++t) pool.emplace_back(worker, t);
+  for (auto& t : pool) t.join();
+}
+
+void run_timed(timed_sim& r, sim::workload const& w, sim::sim_config const& cfg,
+               std::function<sim::solve_fn()> const& solve) {
+  auto const t0 = std::chrono::steady_clock::now();
+  try {
+    r.result = sim::run_simulation(w, cfg, solve());
+    r.summary = sim::summarize(r.result);
+    r.ok = true;
+  } catch (std::exception const& e) {
+    r.error = e.what();
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 std::vector<std::string> split(std::string const& s, char sep) {

@@ -4,7 +4,10 @@
 // app with types, environment variables and a config file), checked
 // numbers, and one rule for finding the shared data directory.
 #include <placer/service/client.hpp>
+#include <placer/sim/sim_metrics.hpp>
+#include <placer/sim/simulator.hpp>
 
+#include <functional>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -52,6 +55,30 @@ cli_args parse_cli(int argc, char** argv, int first, std::set<std::string> const
 /// CURVE server --server-key FILE (its public certificate) with
 /// --client-cert FILE (this client's secret certificate), both or neither.
 client_options client_connection(cli_args const& a, int timeout_ms);
+
+/// Runs work(k, worker) once for every k in [0, n) on min(threads, n)
+/// threads (at least one; `worker` in 0 .. threads - 1, for what a thread
+/// keeps, such as its solver), then report(k, done) under one lock as each
+/// finishes (`done`: how many have). Returns when all have run. The
+/// experiments' --jobs.
+void run_parallel(std::size_t n, unsigned threads, std::function<void(std::size_t, unsigned)> const& work,
+                  std::function<void(std::size_t, std::size_t)> const& report);
+
+/// One simulation of an experiment: its result and summary, or the error
+/// it threw, and its wall time.
+struct timed_sim {
+  bool ok = false;
+  std::string error;
+  sim::sim_result result;
+  sim::sim_summary summary;
+  double seconds = 0;
+};
+
+/// Runs `w` under `cfg` with the solve function `solve` makes, summarizes
+/// it into r, and times it; an exception (the solve function's too) ends
+/// up in r.error with r.ok false.
+void run_timed(timed_sim& r, sim::workload const& w, sim::sim_config const& cfg,
+               std::function<sim::solve_fn()> const& solve);
 
 /// The non-empty parts of a list such as "a,b, c" (spaces dropped).
 std::vector<std::string> split(std::string const& s, char sep = ',');

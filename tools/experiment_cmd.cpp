@@ -16,7 +16,7 @@
 #include <placer/solver/solver.hpp>
 
 #include <algorithm>
-#include <atomic>
+#include <array>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -25,7 +25,6 @@
 #include <fstream>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -49,6 +48,9 @@ char const* const usage =
     "  --policies  comma list of Random,DotProd,GpuClustering,GpuPacking,BestFit,FGD,Placer,PlacerBatch\n"
     "              (default: the first seven; --batch adds PlacerBatch)\n"
     "  --batch     pods per solver round for PlacerBatch (default 64)\n"
+    "  --idle      also what the GPUs left idle at the end are (the JSON always has it): free milli\n"
+    "              where a pod shape of the workload fits now, where one fits but the node's CPU or\n"
+    "              memory does not, where only another GPU model's shape fits, where no shape is so small\n"
     "  --data      shared data directory (default: ../shared/data next to the repository)\n"
     "  --jobs      worker threads (default: hardware threads)\n";
 
@@ -90,11 +92,12 @@ int cmd_experiment_policies(int argc, char** argv);
 int cmd_experiment(int argc, char** argv) {
   if (argc >= 3 && std::string(argv[2]) == "policies") return cmd_experiment_policies(argc, argv);
   if (argc >= 3 && std::string(argv[2]) == "tenants") return cmd_experiment_tenants(argc, argv);
+  if (argc >= 3 && std::string(argv[2]) == "rounds") return cmd_experiment_rounds(argc, argv);
   try {
     if (argc < 3 || std::string(argv[2]) != "fgd")
-      throw usage_error("expected 'placer experiment fgd|policies|tenants ...'");
+      throw usage_error("expected 'placer experiment fgd|policies|tenants|rounds ...'");
     std::set<std::string> const valued{"workload", "seeds", "plot", "policies", "batch", "data", "jobs"};
-    std::set<std::string> const boolean{"all", "json", "help"};
+    std::set<std::string> const boolean{"all", "json", "idle", "help"};
     auto const args = parse_cli(argc, argv, 3, valued, boolean, "experiment fgd");
     auto opts = args.opts;
     auto const& flags = args.flags;
@@ -103,6 +106,7 @@ int cmd_experiment(int argc, char** argv) {
       return 0;
     }
     bool const json = flags.count("json") != 0;
+    bool const idle = flags.count("idle") != 0;
     fs::path const data = shared_data_dir(argv[0], opts.count("data") != 0 ? opts["data"] : "");
     fs::path const openb = data / "alibaba-openb-v2023";
     fs::path const node_csv = openb / "openb_node_list_gpu_node.csv";
@@ -163,28 +167,20 @@ int cmd_experiment(int argc, char** argv) {
       // All (policy, seed) runs of this workload, spread over worker threads.
       std::size_t const n_runs = pols.size() * seeds.size();
       std::vector<fgd::run_result> results(n_runs);
-      std::atomic<std::size_t> next{0};
-      std::atomic<std::size_t> done{0};
-      std::mutex io;
-      auto worker = [&] {
-        for (;;) {
-          std::size_t const k = next++;
-          if (k >= n_runs) return;
-          fgd::run_options o;
-          o.pol = pols[k / seeds.size()];
-          o.seed = seeds[k % seeds.size()];
-          o.batch = batch;
-          results[k] = fgd::run(w, o);
-          std::size_t const d = ++done;
-          std::lock_guard<std::mutex> lock(io);
-          std::fprintf(stderr, "[fgd] %s %s seed %llu (%zu/%zu) alloc@130 %.2f in %.1f s\n", wname.c_str(),
-                       fgd::policy_name(o.pol).c_str(), static_cast<unsigned long long>(o.seed), d, n_runs,
-                       results[k].alloc_at_130, results[k].seconds);
-        }
+      auto options = [&](std::size_t k) {
+        fgd::run_options o;
+        o.pol = pols[k / seeds.size()];
+        o.seed = seeds[k % seeds.size()];
+        o.batch = batch;
+        return o;
       };
-      std::vector<std::thread> threads;
-      for (unsigned t = 0; t < std::min<std::size_t>(jobs, n_runs); ++t) threads.emplace_back(worker);
-      for (auto& t : threads) t.join();
+      run_parallel(
+          n_runs, jobs, [&](std::size_t k, unsigned) { results[k] = fgd::run(w, options(k)); },
+          [&](std::size_t k, std::size_t d) {
+            std::fprintf(stderr, "[fgd] %s %s seed %llu (%zu/%zu) alloc@130 %.2f in %.1f s\n", wname.c_str(),
+                         fgd::policy_name(options(k).pol).c_str(), static_cast<unsigned long long>(options(k).seed), d,
+                         n_runs, results[k].alloc_at_130, results[k].seconds);
+          });
 
       sim::line_plot plot;
       plot.title = "GPU allocation, workload " + wname + " (mean over seeds)";
@@ -219,6 +215,14 @@ int cmd_experiment(int argc, char** argv) {
           }
         }
         double const ours = fgd::median(per_seed);
+        std::array<double, fgd::idle_reasons> idle_pct{};
+        for (std::size_t si = 0; si < seeds.size(); ++si) {
+          auto const& r = results[pi * seeds.size() + si];
+          for (int k = 0; k < fgd::idle_reasons; ++k) {
+            idle_pct[static_cast<std::size_t>(k)] += 100.0 * static_cast<double>(r.idle[static_cast<std::size_t>(k)]) /
+                                                     static_cast<double>(w.capacity_milli) / static_cast<double>(seeds.size());
+          }
+        }
         double pub = std::nan("");
         auto const it = published.find({wname, fgd::published_name(pol)});
         if (it != published.end()) pub = fgd::median(it->second);
@@ -237,6 +241,11 @@ int cmd_experiment(int argc, char** argv) {
                      ",\"standard_error\":" + json_num(vs_fgd->standard_error, 3) +
                      ",\"at_or_above\":" + std::to_string(vs_fgd->at_or_above) + "}";
           }
+          extra += ",\"idle_at_end_pct\":{";
+          for (int k = 0; k < fgd::idle_reasons; ++k) {
+            extra += (k ? "," : "") + sim::json_quote(fgd::idle_reason_names[k]) + ":" + json_num(idle_pct[k], 3);
+          }
+          extra += "}";
           std::printf("{\"workload\":\"%s\",\"policy\":\"%s\",\"alloc_ratio_at_130_median\":%s,\"published_median\":%s,"
                       "\"seeds\":[%s],\"per_seed\":[%s],\"seconds\":%.2f%s}\n",
                       wname.c_str(), fgd::policy_name(pol).c_str(), json_num(ours).c_str(), json_num(pub).c_str(),
@@ -257,6 +266,11 @@ int cmd_experiment(int argc, char** argv) {
           }
           std::printf("%-12s %-13s %6zu %9.2f %9s %7s %8.1f  %s\n", wname.c_str(), pname.c_str(), seeds.size(), ours,
                       pubs, diff, secs, vs);
+          if (idle) {
+            std::printf("%-12s %-13s idle at the end, %% of GPUs (mean over seeds):", "", "");
+            for (int k = 0; k < fgd::idle_reasons; ++k) std::printf(" %s %.2f;", fgd::idle_reason_names[k], idle_pct[k]);
+            std::printf("\n");
+          }
         }
         std::fflush(stdout);
         sim::plot_series s;
@@ -365,14 +379,9 @@ std::vector<variant> policy_variants() {
   return v;
 }
 
-struct policy_run {
+struct policy_run : timed_sim {
   std::size_t workload = 0;
   variant var;
-  bool ok = false;
-  std::string error;
-  sim::sim_result result;
-  sim::sim_summary summary;
-  double seconds = 0;
 };
 
 std::string file_part(std::string s) {
@@ -754,18 +763,12 @@ int cmd_experiment_policies(int argc, char** argv) {
     }
     // Runs are independent (own solver, own queue memory); they share
     // only the read-only workloads.
-    std::atomic<std::size_t> next{0}, done{0};
-    std::mutex io;
     auto const t_all = std::chrono::steady_clock::now();
-    auto worker = [&] {
-      std::unique_ptr<solver> sv;
-      for (;;) {
-        std::size_t const k = next++;
-        if (k >= runs.size()) return;
-        auto& r = runs[k];
-        auto const t0 = std::chrono::steady_clock::now();
-        try {
-          if (!sv) sv = std::make_unique<solver>(kernels::select_backend(backend));
+    std::vector<std::unique_ptr<solver>> solvers(jobs);
+    run_parallel(
+        runs.size(), jobs,
+        [&](std::size_t k, unsigned wk) {
+          auto& r = runs[k];
           sim::sim_config cfg = cfg0;
           cfg.algo = r.var.algo;
           cfg.queue = r.var.queue;
@@ -773,28 +776,23 @@ int cmd_experiment_policies(int argc, char** argv) {
           cfg.order = r.var.order;
           cfg.age = r.var.age;
           cfg.label = r.var.label;
-          r.result = sim::run_simulation(workloads[r.workload], cfg, sim::in_process(*sv));
-          r.summary = sim::summarize(r.result);
-          r.ok = true;
-        } catch (std::exception const& e) {
-          r.error = e.what();
-        }
-        r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::size_t const d = ++done;
-        std::lock_guard<std::mutex> lock(io);
-        if (r.ok) {
-          std::fprintf(stderr, "[policies] (%zu/%zu) %s %s: JWTD p90 %.0f s, JCT mean %.0f s, preemptions %lld in %.1f s\n",
-                       d, runs.size(), workloads[r.workload].name.c_str(), r.var.label.c_str(), r.summary.wait.p90,
-                       r.summary.jct.mean, static_cast<long long>(r.summary.preemptions), r.seconds);
-        } else {
-          std::fprintf(stderr, "[policies] (%zu/%zu) %s %s: FAILED after %.1f s: %s\n", d, runs.size(),
-                       workloads[r.workload].name.c_str(), r.var.label.c_str(), r.seconds, r.error.c_str());
-        }
-      }
-    };
-    std::vector<std::thread> threads;
-    for (unsigned t = 0; t < std::min<std::size_t>(jobs, runs.size()); ++t) threads.emplace_back(worker);
-    for (auto& t : threads) t.join();
+          run_timed(r, workloads[r.workload], cfg, [&] {
+            auto& sv = solvers[wk];
+            if (!sv) sv = std::make_unique<solver>(kernels::select_backend(backend));
+            return sim::in_process(*sv);
+          });
+        },
+        [&](std::size_t k, std::size_t d) {
+          auto const& r = runs[k];
+          if (r.ok) {
+            std::fprintf(stderr, "[policies] (%zu/%zu) %s %s: JWTD p90 %.0f s, JCT mean %.0f s, preemptions %lld in %.1f s\n",
+                         d, runs.size(), workloads[r.workload].name.c_str(), r.var.label.c_str(), r.summary.wait.p90,
+                         r.summary.jct.mean, static_cast<long long>(r.summary.preemptions), r.seconds);
+          } else {
+            std::fprintf(stderr, "[policies] (%zu/%zu) %s %s: FAILED after %.1f s: %s\n", d, runs.size(),
+                         workloads[r.workload].name.c_str(), r.var.label.c_str(), r.seconds, r.error.c_str());
+          }
+        });
 
     for (std::size_t wi = 0; wi < workloads.size(); ++wi) {
       std::vector<policy_run const*> rs;

@@ -94,9 +94,11 @@ usage:
   placer experiment fgd [--workload NAME|--all] [--seeds 42-51] [--json] [--plot FILE]
   placer experiment policies [--trace itp:clusterNN] [--out DIR] [--json]
   placer experiment tenants [--trace itp:clusterNN] [--out DIR] [--json]
+  placer experiment rounds [--clusters LIST|all] [--nodes 24] [--runs LIST] [--out DIR] [--split A,B]
+                (the FGD paper's table; each cross-round policy on and off on real traces; tenants;
+                 every algorithm round after round on the ITP traces: waits and fragmentation)
   placer slurm-bridge [--endpoint E] [--partition P] [--interval S] [--once] [--dry-run] [--no-stacking] [--preempt] [--slurm-api A]
                 [--fallback-after S]
-                (the FGD paper's table; each cross-round policy on and off on real traces)
   placer version
 
 Files: a cluster is FlatBuffers JSON (root Cluster, schemas/placement.fbs) or an

@@ -60,6 +60,7 @@ Cross-round policies (solver algorithms; docs/simulator.md):
   --network-preemption  deferred sensitive gangs may preempt insensitive work (needs --delay-scheduling)
   --checkpoint-interval S   running jobs checkpoint every S s of their run (1800; 0 = never)
   --no-slowdown         do not stretch run times of spread, network-sensitive placements
+  --no-repack           placer without its packing repair (to measure what the repair does)
   --interval S          seconds of simulated time between rounds (60)
   --on-event            also run a round right after arrivals/completions
   --nodes N             cluster size (default: from the trace's peak demand)
@@ -183,7 +184,8 @@ int cmd_simulate(int argc, char** argv) {
        << ", \"delay_scheduling\": " << (cfg.queue.delay_scheduling ? "true" : "false")
        << ", \"network_preemption\": " << (cfg.queue.network_preemption ? "true" : "false")
        << ", \"checkpoint_interval_s\": " << cfg.checkpoint_interval
-       << ", \"network_slowdown\": " << (cfg.network_slowdown ? "true" : "false") << ", \"algorithms\": [";
+       << ", \"network_slowdown\": " << (cfg.network_slowdown ? "true" : "false")
+       << ", \"repack\": " << (cfg.repack ? "true" : "false") << ", \"algorithms\": [";
     for (std::size_t i = 0; i < algos.size(); ++i) cj << (i ? ", " : "") << sim::json_quote(labels[i]);
     cj << "]}";
 

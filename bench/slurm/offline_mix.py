@@ -27,7 +27,11 @@ jobs one side started and the other did not. --linear-only runs each binary
 with PLACER_LINEAR_ONLY set (its round is then its linear candidate, Slurm's
 node choice as the solver models it) and counts, per seed and load, the jobs
 that the candidate and the model put on different nodes (or that one starts
-and the other not): 0 everywhere when the C++ model is the Python one.
+and the other not): 0 everywhere when the C++ model is the Python one. There
+the model takes the bridge's rack-preferred gangs rack first (slurm(racks=True):
+the tightest rack that holds the gang, Slurm's nodes inside it), as the
+candidate honours a round's topology since 2026-11-29; the live Slurm of
+scripts/slurm-cluster.sh has no topology plugin and spans racks.
 --timing N solves every seed and load's round N times per binary, the
 binaries alternating, and prints each binary's median round time (the
 reply's `total` stage) and the median of its stages.
@@ -55,33 +59,51 @@ def mix_of(seed, load):
     return sbs.job_mix(400, seed, int(load * G * N))
 
 
-def slurm(mix):
-    """(started job indices, {job: node indices}, GPUs placed) under the model."""
+def pick_nodes(nodes, ok, cpus, n):
+    """Slurm's choice among `nodes` (ascending): the runs of consecutive
+    nodes that can take the job; the first run that holds it with the fewest
+    CPUs free in all, else the biggest; in it the nodes with the fewest CPUs
+    free first (then by index); no run holds it: the first that can take one."""
+    runs, cur, prev = [], [], None
+    for i in nodes:
+        if cur and (not ok[i] or i != prev + 1):
+            runs.append(cur)
+            cur = []
+        if ok[i]:
+            cur.append(i)
+        prev = i
+    if cur:
+        runs.append(cur)
+    best = None  # (holds the job, CPUs free in all, run)
+    for r in runs:
+        enough, total = len(r) >= n, sum(cpus[i] for i in r)
+        if best is None or (enough and not best[0]) or (enough and total < best[1]) or \
+           (not enough and not best[0] and total > best[1]):
+            best = (enough, total, r)
+    if best[0]:
+        return sorted(best[2], key=lambda i: (cpus[i], i))[:n]
+    return [i for i in nodes if ok[i]][:n]  # no one run holds it: Slurm gathers runs; rare here
+
+
+def slurm(mix, racks=False):
+    """(started job indices, {job: node indices}, GPUs placed) under the model.
+    racks: a gang (which asks for a rack) goes into the rack that holds it
+    with the fewest nodes to spare (then the first), as Slurm's tree topology
+    picks a leaf switch and as the solver's linear candidate places it, and
+    takes Slurm's nodes there; no rack holds it: the whole cluster."""
     free, cpus = [G] * N, [CPUS] * N
     started, where = [], {}
     for k, (n, g, c) in enumerate(mix):
         ok = [free[i] >= g and cpus[i] >= 1 and (not c or model_of(i) == c) for i in range(N)]
         if sum(ok) < n:
             continue
-        runs, cur = [], []
-        for i in range(N):
-            if ok[i]:
-                cur.append(i)
-            elif cur:
-                runs.append(cur)
-                cur = []
-        if cur:
-            runs.append(cur)
-        best = None  # (holds the job, CPUs free in all, run)
-        for r in runs:
-            enough, total = len(r) >= n, sum(cpus[i] for i in r)
-            if best is None or (enough and not best[0]) or (enough and total < best[1]) or \
-               (not enough and not best[0] and total > best[1]):
-                best = (enough, total, r)
-        if best[0]:
-            pick = sorted(best[2], key=lambda i: (cpus[i], i))[:n]
-        else:  # no one run holds it: Slurm gathers runs; rare here
-            pick = [i for i in range(N) if ok[i]][:n]
+        nodes = list(range(N))
+        if racks and n > 1:
+            held = [(sum(ok[i] for i in range(r, r + RACK)), r) for r in range(0, N, RACK)]
+            held = sorted(x for x in held if x[0] >= n)
+            if held:
+                nodes = list(range(held[0][1], held[0][1] + RACK))
+        pick = pick_nodes(nodes, ok, cpus, n)
         for i in pick:
             free[i] -= g
             cpus[i] -= 1
@@ -208,7 +230,7 @@ def main():
         for load in [float(x) for x in a.loads.split(",")]:
             for seed in range(int(lo), int(hi or lo) + 1):
                 mix = mix_of(seed, load)
-                s, s_where, sg = slurm(mix)
+                s, s_where, sg = slurm(mix, racks=True)
                 cells = []
                 for b in bins:
                     p, p_where, pg = placer(mix, b, tmp, True)

@@ -22,9 +22,12 @@
 //   in one seeded permutation per solve_fn, drawn on the first round as the
 //   experiment draws it once per run); a multi-replica job is all or
 //   nothing (rolled back, GangIncomplete).
-// - M (FGD's typical task set, also used for the fragmentation metric): the
-//   running M of every pod seen so far, or a fixed one (baseline_options).
+// - M (FGD's typical task set, which FGD scores with): the running M of
+//   every pod seen so far, or a fixed one (baseline_options). The reported
+//   fragmentation ratio is the solver's (the round's pending and running
+//   work as M), so that simulations compare algorithms on one measure.
 #include <placer/sim/baseline_policies.hpp>
+#include <placer/kernels/ops.hpp>
 #include <placer/solver/matrices.hpp>
 
 #include <algorithm>
@@ -172,6 +175,7 @@ class engine {
     out.timing.push_back({"assign", micros_since(t)});
 
     fill_stats(out.metrics.gar_after, out.metrics.gfr_after, out.metrics.frag_ratio_after);
+    solver_fragmentation(in, out);
     std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
     std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(),
               [](auto const& a, auto const& b) { return a.job < b.job; });
@@ -363,8 +367,39 @@ class engine {
     return frag_[i];
   }
 
+  /// The reported FGD fragmentation ratios, before and after the round, as
+  /// the solver reports its own (metrics_before and metrics_after): against
+  /// the round's typical task set (build_matrices: pending and running
+  /// work), not this engine's M, so that a simulation compares every
+  /// algorithm on one measure.
+  void solver_fragmentation(round_input const& in, round_result& out) {
+    round_matrices m = build_matrices(in);
+    auto ratio = [&] {
+      kernels::node_stats_op const op{m.nodes(), m.tasks()};
+      std::int64_t free = 0, frag = 0;
+      for (std::int32_t n = 0; n < m.n_nodes(); ++n) {
+        auto const s = op(n);
+        free += s.gpu_free_milli;
+        frag += s.frag_milli_ppm;
+      }
+      return free > 0 ? static_cast<double>(frag) / 1e6 / static_cast<double>(free) : 0.0;
+    };
+    out.metrics.frag_ratio_before = ratio();
+    for (auto const& p : out.placements) {
+      auto const& d = in.pending[static_cast<std::size_t>(p.job)].per_replica;
+      for (auto const& rp : p.replicas) {
+        auto const n = static_cast<std::size_t>(rp.node);
+        for (auto g : rp.gpus) m.gpu_free[static_cast<std::size_t>(m.gpu_begin[n] + g)] -= rp.gpu_milli;
+        m.cpu_free[n] -= d.cpu_milli;
+        m.mem_free[n] -= d.memory_mib;
+      }
+    }
+    out.metrics.frag_ratio_after = ratio();
+  }
+
   /// The solver's cluster statistics (node_stats_op): healthy nodes with
-  /// healthy GPUs; fragmentation against this engine's M.
+  /// healthy GPUs; fragmentation against this engine's M (the reported
+  /// ratio is solver_fragmentation's).
   void fill_stats(double& gar, double& gfr, double& frag_ratio) {
     std::int64_t cap = 0, free = 0;
     std::int32_t gpu_nodes = 0, partly = 0;

@@ -386,6 +386,39 @@ workload load_workload(std::string const& node_csv, std::string const& pod_csv, 
   return make_workload(std::move(name), traces::load_openb_nodes(node_csv), traces::load_openb_pods(pod_csv));
 }
 
+std::array<std::int64_t, idle_reasons> idle_gpus(std::vector<node_state> const& nodes, std::vector<pod> const& pods) {
+  // The distinct GPU shapes (CPU, memory, GPUs, share, models).
+  std::vector<pod const*> shapes;
+  for (auto const& p : pods) {
+    if (p.gpus == 0) continue;
+    bool const seen = std::any_of(shapes.begin(), shapes.end(), [&](pod const* q) {
+      return q->cpu == p.cpu && q->mem == p.mem && q->gpus == p.gpus && q->milli == p.milli && q->model_mask == p.model_mask;
+    });
+    if (!seen) shapes.push_back(&p);
+  }
+  std::array<std::int64_t, idle_reasons> idle{};
+  for (auto const& n : nodes) {
+    std::int32_t whole = 0;
+    for (auto f : n.gpu_free) whole += f == milli_per_gpu ? 1 : 0;
+    for (auto f : n.gpu_free) {
+      if (f <= 0) continue;
+      // A shape uses this GPU when its share fits it, or (whole GPUs) the
+      // GPU is whole and the node has as many whole ones as it asks for.
+      auto uses = [&](pod const& p) { return p.milli < milli_per_gpu ? f >= p.milli : f == milli_per_gpu && whole >= p.gpus; };
+      int reason = idle_too_small;
+      for (auto const* p : shapes) {
+        if (!uses(*p)) continue;
+        bool const model = n.model >= 0 && ((p->model_mask >> n.model) & 1U) != 0;
+        int const r = !model ? idle_model : p->cpu > n.cpu_free || p->mem > n.mem_free ? idle_cpu_memory : idle_usable;
+        reason = std::min(reason, r);
+        if (reason == idle_usable) break;
+      }
+      idle[static_cast<std::size_t>(reason)] += f;
+    }
+  }
+  return idle;
+}
+
 run_result run(workload const& w, run_options const& o) {
   auto const t0 = std::chrono::steady_clock::now();
   run_result r;
@@ -459,6 +492,7 @@ run_result run(workload const& w, run_options const& o) {
       ev.push_back({arrived, allocated});
     }
   }
+  r.idle = idle_gpus(nodes, w.pods);
   r.columns = discrete_columns(ev, w.capacity_milli, 130);
   r.alloc_at_130 = r.columns.back();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

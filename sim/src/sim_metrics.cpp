@@ -368,6 +368,33 @@ std::string jobs_csv(sim_result const& r) {
   return o.str();
 }
 
+plot_series bucket_means(sim_result const& r, std::string label, double sample::*field) {
+  plot_series out{std::move(label), {}, {}};
+  std::int64_t const span = std::max<std::int64_t>(r.t_end - r.t_begin, 1);
+  std::int64_t const buckets = std::min<std::int64_t>(400, span);
+  std::vector<double> sum(static_cast<std::size_t>(buckets), 0), time(sum);
+  for (std::size_t k = 0; k < r.series.size(); ++k) {
+    std::int64_t a = r.series[k].time;
+    std::int64_t const b = r.sample_end(k);
+    while (a < b) {  // split [a, b) at bucket edges
+      auto const bi = std::min<std::int64_t>((a - r.t_begin) * buckets / span, buckets - 1);
+      std::int64_t const edge = r.t_begin + ((bi + 1) * span + buckets - 1) / buckets;
+      std::int64_t const stop = std::min(b, std::max(edge, a + 1));
+      auto const dt = static_cast<double>(stop - a);
+      sum[static_cast<std::size_t>(bi)] += r.series[k].*field * dt;
+      time[static_cast<std::size_t>(bi)] += dt;
+      a = stop;
+    }
+  }
+  for (std::int64_t bi = 0; bi < buckets; ++bi) {
+    auto const u = static_cast<std::size_t>(bi);
+    if (time[u] <= 0) continue;
+    out.x.push_back((static_cast<double>(bi) + 0.5) * static_cast<double>(span) / static_cast<double>(buckets) / 3600.0);
+    out.y.push_back(100 * sum[u] / time[u]);
+  }
+  return out;
+}
+
 void write_outputs(std::string const& dir, std::vector<sim_result> const& results,
                    std::vector<sim_summary> const& sums, std::string const& config_json) {
   std::error_code ec;
@@ -394,36 +421,8 @@ void write_outputs(std::string const& dir, std::vector<sim_result> const& result
     std::string const sfx = many ? "_" + file_safe(alg) : "";
     write_file(path("timeseries" + sfx + ".csv"), timeseries_csv(r));
     write_file(path("jobs" + sfx + ".csv"), jobs_csv(r));
-    // Time-weighted means over (at most) 400 equal buckets of the run.
-    plot_series g{"GAR " + alg, {}, {}}, fr{"FGD frag ratio " + alg, {}, {}};
-    std::int64_t const span = std::max<std::int64_t>(r.t_end - r.t_begin, 1);
-    std::int64_t const buckets = std::min<std::int64_t>(400, span);
-    std::vector<double> gw(static_cast<std::size_t>(buckets), 0), fw(gw), tw(gw);
-    for (std::size_t k = 0; k < r.series.size(); ++k) {
-      std::int64_t a = r.series[k].time;
-      std::int64_t const b = r.sample_end(k);
-      while (a < b) {  // split [a, b) at bucket edges
-        auto const bi = std::min<std::int64_t>((a - r.t_begin) * buckets / span, buckets - 1);
-        std::int64_t const edge = r.t_begin + ((bi + 1) * span + buckets - 1) / buckets;
-        std::int64_t const stop = std::min(b, std::max(edge, a + 1));
-        auto const dt = static_cast<double>(stop - a);
-        gw[static_cast<std::size_t>(bi)] += r.series[k].gar * dt;
-        fw[static_cast<std::size_t>(bi)] += r.series[k].frag * dt;
-        tw[static_cast<std::size_t>(bi)] += dt;
-        a = stop;
-      }
-    }
-    for (std::int64_t bi = 0; bi < buckets; ++bi) {
-      auto const u = static_cast<std::size_t>(bi);
-      if (tw[u] <= 0) continue;
-      double const h = (static_cast<double>(bi) + 0.5) * static_cast<double>(span) / static_cast<double>(buckets) / 3600.0;
-      g.x.push_back(h);
-      g.y.push_back(100 * gw[u] / tw[u]);
-      fr.x.push_back(h);
-      fr.y.push_back(100 * fw[u] / tw[u]);
-    }
-    gar.series.push_back(std::move(g));
-    gar.series.push_back(std::move(fr));
+    gar.series.push_back(bucket_means(r, "GAR " + alg, &sample::gar));
+    gar.series.push_back(bucket_means(r, "FGD frag ratio " + alg, &sample::frag));
     std::vector<double> w, c;
     for (auto const& j : r.jobs) {
       if (j.start >= 0) w.push_back(std::max<double>(static_cast<double>(j.start - j.submit), 1.0));

@@ -139,6 +139,8 @@ void apply_policy_options(std::map<std::string, std::string> const& opts, std::s
       cfg.queue.network_preemption = true;
     } else if (f == "no-slowdown") {
       cfg.network_slowdown = false;
+    } else if (f == "no-repack") {
+      cfg.repack = false;
     } else if (f == "age-cross-priority") {
       cfg.age.cross_priority = true;
     } else if (policy_flag_options().count(f) == 0) {
@@ -177,6 +179,7 @@ sim_result run_simulation(workload const& w, sim_config const& cfg, solve_fn con
   in.pol.queue = cfg.queue;
   in.pol.order = cfg.order;
   in.pol.age = cfg.age;
+  in.pol.repack = cfg.repack;
   if (cfg.queues_in_rounds) in.queues = cfg.queues;
   for (auto const& n : in.state.nodes) {
     if (!n.healthy || n.gpu_count() == 0) continue;

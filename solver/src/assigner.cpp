@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstdlib>
+#include <limits>
 #include <numeric>
 #include <string_view>
 #include <utility>
@@ -399,9 +400,12 @@ void assigner::place_local(std::int32_t j, round_result& out) {
   std::int64_t const* cap = domains.empty() ? nullptr : caps_of(c);
   // The lowest (deepest) domain that holds the whole job, best fit first.
   std::int32_t const top = required ? job.topology_level : 0;
-  // Slurm's node choice (linear()): without a required level the job's
-  // nodes come from the whole cluster, not its rack first.
-  bool const flat = linear_ && mode_ == assign_mode::greedy && !required;
+  // Slurm's node choice (linear()): a job that asks for no topology level
+  // takes its nodes from the whole cluster; one that asks for a level,
+  // required or preferred, goes under the deepest domain that holds it
+  // (best fit first), as the other modes place it and as Slurm's tree
+  // topology picks a leaf switch, and takes Slurm's nodes inside it.
+  bool const flat = linear_ && mode_ == assign_mode::greedy && job.topo_mode == topology_mode::none;
   if (flat) {
     place_replicas(job, c, -1, want, placed);
     if (job.gang && static_cast<std::int32_t>(placed.size()) < want) release_all(c, placed);
@@ -1001,6 +1005,390 @@ void assigner::refresh_class(std::int32_t c) {
 std::string assigner::level_name(std::int32_t l) const {
   auto const& names = in_.state.topo.level_names;
   return l >= 0 && l < static_cast<std::int32_t>(names.size()) ? "'" + names[l] + "'" : std::to_string(l);
+}
+
+// ------------------------------------------------------------ repack
+
+namespace {
+
+/// detail::repack's passes over one round.
+class repacker {
+ public:
+  repacker(round_input const& in, round_matrices& m, score_params const& p, round_result& out, repack_scratch& s,
+           scored_round const& scored)
+      : in_(in), m_(m), out_(out), s_(s), scored_(scored), nv_(m.nodes()), cv_(m.classes()),
+        op_{nv_, cv_, m.tasks(), p}, stats_{nv_, m.tasks()}, n_nodes_(static_cast<std::size_t>(m.n_nodes())),
+        verify_(std::getenv("PLACER_VERIFY_SCORES") != nullptr) {
+    auto const n_jobs = in.pending.size();
+    job_order(in, false, s.fifo, s.keys);
+    s.pos.resize(n_jobs);
+    for (std::size_t k = 0; k < n_jobs; ++k) s.pos[static_cast<std::size_t>(s.fifo[k])] = static_cast<std::int32_t>(k);
+    s.state.assign(n_jobs, 0);
+    for (auto const& pl : out.placements) s.state[static_cast<std::size_t>(pl.job)] = pl.replicas.empty() ? 0 : 1;
+    for (auto const& u : out.unplaced_jobs) {
+      auto& st = s.state[static_cast<std::size_t>(u.job)];
+      if (waits_for_capacity(u.reason) && st == 0) st = 2;
+    }
+    // Queue order: the jobs that wait for capacity while a later one of
+    // their level started (strict: every one that waits) were promised
+    // (detail::overtakes' walk, backwards); promised_ is past the last.
+    s.promised.assign(n_jobs, 0);
+    if (in.pol.order != queue_order::pack) {
+      bool later_placed = false;
+      for (std::size_t k = n_jobs; k-- > 0;) {
+        auto const j = static_cast<std::size_t>(s.fifo[k]);
+        if (k + 1 < n_jobs && in.pending[j].priority != in.pending[static_cast<std::size_t>(s.fifo[k + 1])].priority) {
+          later_placed = false;
+        }
+        if (s.state[j] == 2 && (later_placed || in.pol.order == queue_order::strict)) {
+          s.promised[k] = 1;
+          promised_ = std::max(promised_, k + 1);
+        }
+        later_placed = later_placed || s.state[j] == 1;
+      }
+    }
+  }
+
+  /// Past the queue position of the last promised job (0: none).
+  [[nodiscard]] std::size_t promised() const { return promised_; }
+
+  /// Places again the movable jobs at queue positions from `first` on;
+  /// keeps the result unless it fragments more (returns the replicas that
+  /// moved; undo() takes a kept pass back). 0: nothing moved.
+  std::int64_t pass(std::size_t first, std::int64_t budget) {
+    auto& s = s_;
+    s.movable.clear();
+    s.touched.clear();
+    s.gpu_before.clear();
+    s.before.clear();
+    s.was.clear();
+    std::int64_t replicas = 0;
+    for (std::size_t k = 0; k < out_.placements.size(); ++k) {
+      auto const& pl = out_.placements[k];
+      auto const j = static_cast<std::size_t>(pl.job);
+      if (pl.replicas.empty() || wants_locality(in_.pending[j]) || static_cast<std::size_t>(s.pos[j]) < first) continue;
+      s.movable.push_back(static_cast<std::int32_t>(k));
+      replicas += static_cast<std::int64_t>(pl.replicas.size());
+    }
+    if (replicas < 2 || replicas * static_cast<std::int64_t>(n_nodes_) > budget) return 0;
+    // The largest replica first; among equals a class's jobs together (its
+    // cells are read again right after the one commit since), in queue
+    // order by their first.
+    s.first_pos.assign(static_cast<std::size_t>(m_.n_classes()), std::numeric_limits<std::int32_t>::max());
+    for (auto k : s.movable) {
+      auto& f = s.first_pos[static_cast<std::size_t>(m_.job_class[job_of(k)])];
+      f = std::min(f, s.pos[job_of(k)]);
+    }
+    std::sort(s.movable.begin(), s.movable.end(), [&](std::int32_t a, std::int32_t c) {
+      auto const ma = in_.pending[job_of(a)].per_replica.gpu_milli_total();
+      auto const mc = in_.pending[job_of(c)].per_replica.gpu_milli_total();
+      if (ma != mc) return ma > mc;
+      auto const fa = s.first_pos[static_cast<std::size_t>(m_.job_class[job_of(a)])];
+      auto const fc = s.first_pos[static_cast<std::size_t>(m_.job_class[job_of(c)])];
+      return fa != fc ? fa < fc : s.pos[job_of(a)] < s.pos[job_of(c)];
+    });
+    s.classes.clear();
+    s.slot.assign(static_cast<std::size_t>(m_.n_classes()), -1);
+    for (auto k : s.movable) {
+      auto const c = m_.job_class[job_of(k)];
+      if (s.slot[static_cast<std::size_t>(c)] < 0) {
+        s.slot[static_cast<std::size_t>(c)] = static_cast<std::int32_t>(s.classes.size());
+        s.classes.push_back(c);
+      }
+    }
+    s.is_touched.assign(n_nodes_, 0);
+    // Off their nodes...
+    for (auto k : s.movable) {
+      auto const& pl = out_.placements[static_cast<std::size_t>(k)];
+      std::int32_t const c = m_.job_class[static_cast<std::size_t>(pl.job)];
+      for (auto const& rp : pl.replicas) {
+        auto const u = static_cast<std::size_t>(rp.node);
+        touch(rp.node);
+        std::uint64_t bits = 0;
+        for (auto const g : rp.gpus) {
+          m_.gpu_free[static_cast<std::size_t>(m_.gpu_begin[u] + g)] += rp.gpu_milli;
+          bits |= std::uint64_t{1} << g;
+        }
+        m_.cpu_free[u] += cv_.cpu[c];
+        m_.mem_free[u] += cv_.mem[c];
+        s.was.emplace_back(rp.node, bits);
+      }
+    }
+    // ...and on again, each on the best cell as the state is then. A cell
+    // is scored when read and kept until its node changes; a node back in
+    // its state of the round's score stage (nothing of the round left on
+    // it) reads that stage's cell.
+    s.version.assign(n_nodes_, 0);
+    s.pristine.assign(n_nodes_, 0);
+    if (scored_.m != nullptr) {
+      for (std::size_t n = 0; n < n_nodes_; ++n) s.pristine[n] = same_as_scored(n) ? 1 : 0;
+    }
+    s.cells.resize(s.classes.size() * n_nodes_);
+    s.cell_version.assign(s.classes.size() * n_nodes_, -1);
+    s.frag_version.assign(n_nodes_, -1);
+    s.frag_before.resize(n_nodes_);
+    bool fits = true;
+    for (auto k : s.movable) {
+      auto& pl = out_.placements[static_cast<std::size_t>(k)];
+      std::int32_t const c = m_.job_class[static_cast<std::size_t>(pl.job)];
+      auto const row = static_cast<std::size_t>(s.slot[static_cast<std::size_t>(c)]) * n_nodes_;
+      for (auto& rp : pl.replicas) {
+        std::int32_t best = -1;
+        std::int32_t best_s = -1;
+        for (std::size_t n = 0; n < n_nodes_; ++n) {
+          std::int32_t const v = cell(c, row, n);
+          if (v > best_s) {  // strict: the lowest index of equals
+            best_s = v;
+            best = static_cast<std::int32_t>(n);
+          }
+        }
+        std::uint64_t taken = 0;
+        if (best >= 0) {
+          touch(best);
+          if (!take_replica(nv_, cv_, c, best, m_.gpu_free.data(), m_.cpu_free.data(), m_.mem_free.data(), taken)) {
+            throw logic_error(error_code::internal, "the packing repair chose a node whose GPUs do not fit");
+          }
+          ++s.version[static_cast<std::size_t>(best)];
+        }
+        rp.node = best;
+        rp.gpus.clear();
+        for (std::uint64_t g = taken; g != 0; g &= g - 1) rp.gpus.push_back(std::countr_zero(g));
+        if (best < 0) {
+          fits = false;
+          break;
+        }
+      }
+      if (!fits) break;
+    }
+    // Kept unless more nodes are left partly used, or as many with more
+    // fragmentation (over the nodes touched: no other node changed).
+    std::int64_t partly_before = 0, partly_after = 0, frag_before = 0, frag_after = 0;
+    for (std::size_t t = 0; t < s.touched.size() && fits; ++t) {
+      auto const now = stats_(s.touched[t]);
+      partly_before += s.before[4 * t + 2];
+      frag_before += s.before[4 * t + 3];
+      partly_after += now.partly_allocated_nodes;
+      frag_after += now.frag_milli_ppm;
+    }
+    if (!fits || std::pair{partly_after, frag_after} > std::pair{partly_before, frag_before}) {
+      undo();
+      return 0;
+    }
+    // The same cluster as before (the jobs swapped between equal places,
+    // or none moved): the round as the assignment left it.
+    bool same = true;
+    std::size_t g = 0;
+    for (std::size_t t = 0; t < s.touched.size() && same; ++t) {
+      auto const u = static_cast<std::size_t>(s.touched[t]);
+      for (auto i = m_.gpu_begin[u]; i < m_.gpu_begin[u + 1]; ++i) same = same && m_.gpu_free[static_cast<std::size_t>(i)] == s.gpu_before[g++];
+      same = same && m_.cpu_free[u] == s.before[4 * t] && m_.mem_free[u] == s.before[4 * t + 1];
+    }
+    if (same) {
+      undo();
+      return 0;
+    }
+    // The replicas now elsewhere (a node or GPUs of their own).
+    std::int64_t moved = 0;
+    std::size_t r = 0;
+    for (auto k : s.movable) {
+      for (auto const& rp : out_.placements[static_cast<std::size_t>(k)].replicas) {
+        std::uint64_t bits = 0;
+        for (auto const gpu : rp.gpus) bits |= std::uint64_t{1} << gpu;
+        moved += rp.node != s.was[r].first || bits != s.was[r].second ? 1 : 0;
+        ++r;
+      }
+    }
+    return moved;
+  }
+
+  /// The last pass's nodes and replicas as they were.
+  void undo() {
+    auto& s = s_;
+    std::size_t g = 0;
+    for (std::size_t t = 0; t < s.touched.size(); ++t) {
+      auto const u = static_cast<std::size_t>(s.touched[t]);
+      for (auto i = m_.gpu_begin[u]; i < m_.gpu_begin[u + 1]; ++i) m_.gpu_free[static_cast<std::size_t>(i)] = s.gpu_before[g++];
+      m_.cpu_free[u] = s.before[4 * t];
+      m_.mem_free[u] = s.before[4 * t + 1];
+    }
+    std::size_t r = 0;
+    for (auto k : s.movable) {
+      for (auto& rp : out_.placements[static_cast<std::size_t>(k)].replicas) {
+        rp.node = s.was[r].first;
+        rp.gpus.clear();
+        for (std::uint64_t bits = s.was[r].second; bits != 0; bits &= bits - 1) rp.gpus.push_back(std::countr_zero(bits));
+        ++r;
+      }
+    }
+    s.touched.clear();
+  }
+
+  /// The nodes the last pass changed.
+  [[nodiscard]] std::vector<std::int32_t> const& touched() const { return s_.touched; }
+
+  /// The promise, checked as tests/solver/queue_order_test.cpp checks it
+  /// from outside: every promised job that waits for capacity while a
+  /// later job of its level started does not fit, alone, on the round's
+  /// cluster with the placements of the jobs ahead of it (queue order)
+  /// charged. The cluster at the round's start is the state now with
+  /// every placement given back; the jobs ahead are charged walking the
+  /// order. A class whose one replica did not fit does not fit further on
+  /// (the cluster only fills): such jobs are tried until one fails.
+  [[nodiscard]] bool keeps_promise() {
+    auto& s = s_;
+    s.view_gpu = m_.gpu_free;
+    s.view_cpu = m_.cpu_free;
+    s.view_mem = m_.mem_free;
+    auto charge = [&](placement const& pl, std::int64_t sign) {
+      std::int32_t const c = m_.job_class[static_cast<std::size_t>(pl.job)];
+      for (auto const& rp : pl.replicas) {
+        auto const u = static_cast<std::size_t>(rp.node);
+        for (auto const g : rp.gpus) s.view_gpu[static_cast<std::size_t>(m_.gpu_begin[u] + g)] -= static_cast<std::int32_t>(sign) * rp.gpu_milli;
+        s.view_cpu[u] -= sign * cv_.cpu[c];
+        s.view_mem[u] -= sign * cv_.mem[c];
+      }
+    };
+    for (auto const& pl : out_.placements) charge(pl, -1);
+    s.placement_of.assign(in_.pending.size(), -1);
+    for (std::size_t k = 0; k < out_.placements.size(); ++k) {
+      s.placement_of[static_cast<std::size_t>(out_.placements[k].job)] = static_cast<std::int32_t>(k);
+    }
+    node_view view = nv_;
+    view.gpu_free = s.view_gpu.data();
+    view.cpu_free = s.view_cpu.data();
+    view.mem_free = s.view_mem.data();
+    s.no_fit.assign(static_cast<std::size_t>(m_.n_classes()), 0);
+    // Walking the order: the jobs ahead charged, each promised job tried.
+    for (std::size_t k = 0; k < promised_; ++k) {
+      auto const j = static_cast<std::size_t>(s.fifo[k]);
+      if (s.state[j] == 1) {
+        charge(out_.placements[static_cast<std::size_t>(s.placement_of[j])], 1);
+        continue;
+      }
+      if (s.promised[k] == 0) continue;
+      auto const& jb = in_.pending[j];
+      auto const c = static_cast<std::size_t>(m_.job_class[j]);
+      bool const one = !wants_locality(jb) || !jb.gang;  // one replica anywhere starts it
+      if (one && s.no_fit[c] != 0) continue;
+      if (fits_alone(view, jb, m_.job_class[j])) return false;
+      if (one) s.no_fit[c] = 1;
+    }
+    return true;
+  }
+
+ private:
+  [[nodiscard]] std::size_t job_of(std::int32_t k) const {
+    return static_cast<std::size_t>(out_.placements[static_cast<std::size_t>(k)].job);
+  }
+
+  void touch(std::int32_t n) {
+    auto& s = s_;
+    auto const u = static_cast<std::size_t>(n);
+    if (s.is_touched[u] != 0) return;
+    s.is_touched[u] = 1;
+    s.touched.push_back(n);
+    s.gpu_before.insert(s.gpu_before.end(), m_.gpu_free.begin() + m_.gpu_begin[u], m_.gpu_free.begin() + m_.gpu_begin[u + 1]);
+    auto const st = stats_(n);
+    s.before.insert(s.before.end(), {m_.cpu_free[u], m_.mem_free[u], std::int64_t{st.partly_allocated_nodes}, st.frag_milli_ppm});
+  }
+
+  /// Class c's score on node n as the state is now (row: its slot's
+  /// offset in the cells).
+  std::int32_t cell(std::int32_t c, std::size_t row, std::size_t n) {
+    auto& s = s_;
+    if (s.cell_version[row + n] == s.version[n]) return s.cells[row + n];
+    std::int32_t v = 0;
+    if (s.version[n] == 0 && s.pristine[n] != 0) {
+      v = (*scored_.scores)[static_cast<std::size_t>(c) * n_nodes_ + n];
+    } else {
+      if (s.frag_version[n] != s.version[n]) {
+        s.frag_before[n] = op_.fragmentation_before(static_cast<std::int32_t>(n));
+        s.frag_version[n] = s.version[n];
+      }
+      v = op_.score(c, static_cast<std::int32_t>(n), s.frag_before[n]);
+    }
+    if (verify_ && v != op_.score(c, static_cast<std::int32_t>(n))) {
+      throw logic_error(error_code::internal, "the packing repair read a stale score: class " + std::to_string(c) +
+                                                  " on node " + std::to_string(n) + " (PLACER_VERIFY_SCORES)");
+    }
+    s.cells[row + n] = v;
+    s.cell_version[row + n] = s.version[n];
+    return v;
+  }
+
+  /// Whether node n is as the round's score stage saw it.
+  [[nodiscard]] bool same_as_scored(std::size_t n) const {
+    auto const& sm = *scored_.m;
+    auto const g0 = static_cast<std::size_t>(m_.gpu_begin[n]), g1 = static_cast<std::size_t>(m_.gpu_begin[n + 1]);
+    return m_.cpu_free[n] == sm.cpu_free[n] && m_.mem_free[n] == sm.mem_free[n] &&
+           std::equal(m_.gpu_free.begin() + static_cast<std::ptrdiff_t>(g0), m_.gpu_free.begin() + static_cast<std::ptrdiff_t>(g1),
+                      sm.gpu_free.begin() + static_cast<std::ptrdiff_t>(g0));
+  }
+
+  /// Whether job jb (class c) alone would start on `view`: a replica
+  /// anywhere, or a gang whole under one domain of its required level (the
+  /// whole cluster when none), as place_local would find it.
+  [[nodiscard]] bool fits_alone(node_view const& view, job const& jb, std::int32_t c) {
+    if (!wants_locality(jb) || !jb.gang) {
+      for (std::int32_t n = 0; n < view.n_nodes; ++n) {
+        if (fit_count(view, cv_, c, n) > 0) return true;
+      }
+      return false;
+    }
+    auto const& topo = in_.state.topo;
+    std::int32_t const level = jb.topo_mode == topology_mode::required && jb.topology_level >= 0 ? jb.topology_level : -1;
+    auto& cap = s_.domain_cap;
+    cap.assign(topo.domains.size() + 1, 0);  // the last: the whole cluster
+    for (std::int32_t n = 0; n < view.n_nodes; ++n) {
+      std::int64_t const f = fit_count(view, cv_, c, n);
+      if (f == 0) continue;
+      if (level < 0) {
+        cap.back() += f;
+        continue;
+      }
+      for (std::int32_t d = in_.state.nodes[static_cast<std::size_t>(n)].domain; d >= 0; d = topo.domains[static_cast<std::size_t>(d)].parent) {
+        if (topo.domains[static_cast<std::size_t>(d)].level == level) cap[static_cast<std::size_t>(d)] += f;
+      }
+    }
+    return std::any_of(cap.begin(), cap.end(), [&](std::int64_t x) { return x >= jb.replicas; });
+  }
+
+  round_input const& in_;
+  round_matrices& m_;
+  round_result& out_;
+  repack_scratch& s_;
+  scored_round const scored_;
+  node_view const nv_;
+  class_view const cv_;
+  score_cell_op const op_;
+  node_stats_op const stats_;
+  std::size_t const n_nodes_;
+  bool const verify_;  ///< PLACER_VERIFY_SCORES: every cell read checked against a fresh scoring
+  std::size_t promised_ = 0;
+};
+
+}  // namespace
+
+std::int32_t repack(round_input const& in, round_matrices& m, score_params const& p, round_result& out, backend& b,
+                    std::int64_t budget, repack_scratch& s, scored_round const& scored) {
+  // Over the budget (or nothing to move) before the repacker's set-up,
+  // which orders the whole queue: the 10k and 100k rounds pay one scan.
+  std::int64_t replicas = 0;
+  for (auto const& pl : out.placements) {
+    if (!wants_locality(in.pending[static_cast<std::size_t>(pl.job)])) replicas += static_cast<std::int64_t>(pl.replicas.size());
+  }
+  if (replicas < 2 || replicas * static_cast<std::int64_t>(m.n_nodes()) > budget) return 0;
+  repacker r(in, m, p, out, s, scored);
+  // Every movable job first; where that moves a promised job's
+  // predecessors so that it would fit, the jobs up to the last promised
+  // one stay and the others are placed again.
+  std::int64_t moved = r.pass(0, budget);
+  if (moved > 0 && r.promised() > 0 && !r.keeps_promise()) {
+    r.undo();
+    moved = r.pass(r.promised(), budget);
+  }
+  for (auto n : r.touched()) b.host_wrote(n);
+  return static_cast<std::int32_t>(moved);
 }
 
 // ------------------------------------------------------------ stacking

@@ -124,15 +124,17 @@ class assigner {
   void run(round_result& out, std::function<bool()> const& out_of_time, reorder const& r = {});
 
   /// Greedy mode: each job goes where Slurm's select/cons_tres would put it
-  /// (its _eval_nodes without topology): among the runs of consecutive
-  /// nodes (by index) that can take a replica, the tightest run that holds
-  /// the replicas (fewest CPUs free in all; the first of equals), and in it
-  /// the nodes with the fewest CPUs free; no run holds them: the first
-  /// nodes that can take one, by index (linear_nodes). A gang or topology
-  /// job without a required level is placed so too, on the whole cluster,
-  /// not its rack first (bench/slurm/offline_mix.py's model, which
-  /// reproduced live placements). The solver's other candidate under queue
-  /// order (solver.cpp, "linear").
+  /// (its _eval_nodes): among the runs of consecutive nodes (by index) that
+  /// can take a replica, the tightest run that holds the replicas (fewest
+  /// CPUs free in all; the first of equals), and in it the nodes with the
+  /// fewest CPUs free; no run holds them: the first nodes that can take
+  /// one, by index (linear_nodes). A gang that asks for no topology level
+  /// is placed so on the whole cluster (bench/slurm/offline_mix.py's model
+  /// of Slurm without a topology plugin, which reproduced live
+  /// placements); one that asks for a level, required or preferred, inside
+  /// the deepest domain that holds it, best fit first, as Slurm's tree
+  /// topology picks a leaf switch. The solver's other candidate under
+  /// queue order (solver.cpp, "linear").
   void linear(bool on) { linear_ = on; }
 
  private:
@@ -225,6 +227,67 @@ class assigner {
 /// cells are scored. Returns the replicas moved.
 std::int32_t consolidate(round_input const& in, round_matrices& m, kernels::score_params const& p, round_result& out,
                          kernels::backend& backend, std::int64_t budget);
+
+/// The packing repair (solver.cpp, the round's "repack" stage): the round's
+/// replicas of jobs without a locality need are taken off their nodes and
+/// placed again one at a time, the largest replica first (then queue order),
+/// each on the node the round's score ranks best on the state as it is then
+/// (the lowest index of equals): greedy's choice, on the same scores, for
+/// the jobs the assignment chose to start. An iteration of the tier program
+/// gives a node one copy at most, so a round's jobs of one shape land one a
+/// node, where one at a time they would have filled one node after the
+/// other. The repair is kept unless it leaves more nodes partly used, or
+/// as many and a larger FGD fragmentation (the round's typical task set);
+/// every job keeps its replicas either way. Under queue order (fifo,
+/// strict) a job that waits for capacity while a later job of its level
+/// started has the promise that it does not fit on what the jobs ahead of
+/// it left: when the repaired round breaks it (checked as the tests check
+/// it from outside), the jobs up to the last such job in queue order stay
+/// where they are and only the later ones are placed again. Nothing moves
+/// when nodes x replicas to place passes `budget` (the 10k and 100k
+/// rounds), or when one replica would not find room again. Moves are
+/// declared to the backend. Returns the replicas that moved (0: the round
+/// as it was, also when the repair only swapped jobs between equal places).
+/// `scratch` is the caller's, reused across rounds (no allocation once a
+/// round of this size was seen).
+struct repack_scratch {
+  std::vector<std::int32_t> fifo;
+  std::vector<order_key> keys;
+  std::vector<std::uint8_t> state;      ///< per job: 1 started, 2 waits for capacity
+  std::vector<std::int32_t> pos;        ///< per job: its place in queue order
+  std::vector<std::uint8_t> promised;   ///< per queue position: 1 = a job promised it does not fit
+  std::vector<std::int32_t> movable;    ///< placements placed again, in the order they go
+  std::vector<std::int32_t> classes;    ///< their classes, each once
+  std::vector<std::int32_t> slot;       ///< per class: its place in `classes`, -1 none
+  std::vector<std::int32_t> cells;      ///< per (slot, node): the class's score on the node
+  std::vector<std::int32_t> first_pos;  ///< per class: the queue position of its first job moved
+  std::vector<std::int32_t> version;    ///< per node: bumped at each commit
+  std::vector<std::uint8_t> pristine;   ///< per node: 1 = as the score stage saw it (before any commit)
+  std::vector<std::int32_t> cell_version;  ///< per (slot, node): the node's version its cell was scored at
+  std::vector<std::int64_t> frag_before;   ///< per node: its fragmentation, at frag_version
+  std::vector<std::int32_t> frag_version;
+  std::vector<std::int32_t> touched;    ///< nodes changed, in order
+  std::vector<std::uint8_t> is_touched;
+  std::vector<std::int32_t> gpu_before;  ///< the touched nodes' GPUs before, in their order
+  std::vector<std::int64_t> before;      ///< per touched node: CPU, memory, partly used, fragmentation
+  std::vector<std::pair<std::int32_t, std::uint64_t>> was;  ///< per replica moved: its node and GPUs before
+  // The promise's check: the cluster the jobs ahead of a waiting one left.
+  std::vector<std::int32_t> view_gpu;
+  std::vector<std::int64_t> view_cpu, view_mem;
+  std::vector<std::int32_t> placement_of;  ///< per job: its placement, -1 none
+  std::vector<std::uint8_t> no_fit;        ///< per class: 1 = one replica did not fit
+  std::vector<std::int64_t> domain_cap;    ///< per domain (+1: the cluster): replicas it holds
+};
+/// The round as its score stage left it, when the caller kept it (the
+/// solver does for the rounds the repair may run on): its node arrays and
+/// score matrix. Null: every cell the repair reads is scored anew.
+struct scored_round {
+  round_matrices const* m = nullptr;
+  std::vector<std::int32_t> const* scores = nullptr;
+};
+std::int32_t repack(round_input const& in, round_matrices& m, kernels::score_params const& p, round_result& out,
+                    kernels::backend& backend, std::int64_t budget, repack_scratch& scratch,
+                    scored_round const& scored = {});
 
 /// Queue order into `order`: priority, then (largest_first, placer) the
 /// largest total GPU demand and the fewest GPU models allowed first, then

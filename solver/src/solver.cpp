@@ -106,6 +106,7 @@ struct solver::workspace {
   // Slurm's round (the linear candidate) in jobs started and GPU milli
   // placed: queue order prefers rounds with no fewer of either (-1: none).
   std::int64_t floor_jobs = -1, floor_gpu_milli = 0;
+  detail::repack_scratch repack;  ///< the packing repair's buffers
 };
 
 solver::solver(std::unique_ptr<kernels::backend> backend)
@@ -370,6 +371,12 @@ constexpr std::int32_t max_downhill_steps = 2;
 /// about 0.1 s at worst; a 64-node Slurm round scores a few thousand.
 constexpr std::int64_t consolidate_budget = std::int64_t{1} << 20;
 
+/// The packing repair (detail::repack) places a round's single-node
+/// replicas again while nodes x those replicas stays within this: the
+/// rounds of a cluster's life (a few jobs a round on up to thousands of
+/// nodes; a 24-node simulated cluster's whole queue), not one-shot batches
+/// such as the 10k, 100k and openb rounds (1.2M, 58M and 2.4M).
+constexpr std::int64_t repack_cells = std::int64_t{1} << 18;
 /// The linear candidate (solver::linear_candidate) runs while nodes x
 /// pending jobs stays within this: rounds the size of a Slurm bridge's (64
 /// nodes and up to 256 jobs; 0.2 ms there). One greedy pass on the host
@@ -762,7 +769,15 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   std::int32_t tries = mode == detail::assign_mode::placer ? repair_tries(in) : 0;
   bool linear_ran = false;
   bool const ordered = mode == detail::assign_mode::placer && in.pol.order != queue_order::pack;
-  if (tries > 0 || ordered) {
+  // The packing repair reads the score stage's cells of the nodes it finds
+  // as they were: kept for the rounds it surely runs on (whatever the
+  // assignment places, within its budget), and kept anyway for the others.
+  bool const repack = mode == detail::assign_mode::placer && in.pol.repack;
+  std::int64_t replicas = 0;
+  for (auto const& j : in.pending) replicas += j.replicas;
+  bool const scored_kept = tries > 0 || ordered ||
+                           (repack && replicas * static_cast<std::int64_t>(in.state.nodes.size()) <= repack_cells);
+  if (scored_kept) {
     ws_->m_scored = m;
     ws_->scores_scored = scores;
   }
@@ -795,6 +810,13 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   if (tries > 0 && !out.unplaced_jobs.empty()) {
     repair(in, p, tries, out_of_time, out);
     stage_done("repair");
+  }
+  // The packing repair: the round's single-node jobs placed again one at a
+  // time on the same scores, largest first (detail::repack).
+  if (repack && !(linear_ran && linear_only()) &&
+      detail::repack(in, m, p, out, *backend_, repack_cells, ws_->repack,
+                     scored_kept ? detail::scored_round{&ws_->m_scored, &ws_->scores_scored} : detail::scored_round{}) > 0) {
+    stage_done("repack");
   }
   // Stacking packs the round's small jobs onto as few nodes as they fit.
   // Under queue order not while a job waits for capacity: the room its

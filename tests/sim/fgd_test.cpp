@@ -42,6 +42,29 @@ fs::path data_dir() {
 
 }  // namespace
 
+// What the end state's idle GPUs are (the experiment's --idle): shapes of
+// 2 whole GPUs with 8 cores and a 300-milli share with 4 cores, on model 0
+// only for the whole ones. Node a: two whole GPUs and CPU: a shape fits
+// them. b: two whole GPUs, 4 cores left: the 8-core shape does not fit,
+// the share does (it uses a whole GPU too). c: one whole GPU and a 200
+// share, no CPU: the share fits neither; the whole one is the share's,
+// short of CPU. d: model 1, two whole GPUs, no CPU: only another model's
+// shape uses them by count, and the share is short of CPU.
+TEST(FgdIdle, EveryIdleGpuByWhatItLacks) {
+  auto whole = make_pod(2, 1000, 8000);
+  whole.model_mask = 1;
+  auto const share = make_pod(1, 300, 4000);
+  std::vector<fgd::node_state> nodes{make_node({1000, 1000, 0}, 16000), make_node({1000, 1000}, 4000),
+                                     make_node({1000, 200, 0}, 0), make_node({1000, 1000}, 0, 1)};
+  auto const idle = fgd::idle_gpus(nodes, {whole, share, share});
+  EXPECT_EQ(idle[fgd::idle_usable], 2000 + 2000);  // a: the 2-GPU shape; b: the share fits its whole GPUs
+  EXPECT_EQ(idle[fgd::idle_cpu_memory], 1000 + 2000);  // c's whole GPU, d's (the share, short of CPU)
+  EXPECT_EQ(idle[fgd::idle_model], 0);
+  EXPECT_EQ(idle[fgd::idle_too_small], 200);  // c's 200 below the 300 share
+  nodes = {make_node({1000, 1000}, 64000, 1)};
+  EXPECT_EQ(fgd::idle_gpus(nodes, {whole})[fgd::idle_model], 2000) << "only model 0 takes the 2-GPU shape";
+}
+
 TEST(FgdScores, BestFitRawAndNormalisation) {
   // 100 * (1 - 0.5 * 32000/128000 - 0.5 * 7000/8000) = 43.75 -> 43
   EXPECT_EQ(fgd::best_fit_raw_score(make_node(std::vector<std::int32_t>(8, 1000)), make_pod(1, 1000, 32000)), 43);

@@ -782,4 +782,40 @@ TEST(SimPolicies, ExperimentTenantsSmoke) {
   std::filesystem::remove_all(dir);
 }
 
+// placer experiment rounds on the first 400 jobs of cluster01 at 24 nodes:
+// one JSON line a run; placer within 1.02 of greedy's GFR and without its
+// packing repair well above it (the cluster's life that issue 54 traced);
+// the GFR plot; and --split naming the round where placer without the
+// repair and greedy part.
+TEST(SimPolicies, ExperimentRoundsSmoke) {
+  std::string out;
+  if (run_placer("experiment rounds --help", out) < 0) GTEST_SKIP() << "placer binary not built beside the test";
+  if (!have_data()) GTEST_SKIP() << "ITP or DLRM data not found under " << data_dir();
+  auto const dir = std::filesystem::temp_directory_path() / "placer_rounds_smoke";
+  std::filesystem::remove_all(dir);
+  std::string const common = " --data " + data_dir() + " --clusters 01 --limit 400 --backend cpu";
+  ASSERT_EQ(run_placer("experiment rounds" + common + " --runs placer,placer:no-repack,greedy --plot 01 --json --out " +
+                           dir.string(),
+                       out),
+            0)
+      << out;
+  auto gfr = [&](std::string const& run) {
+    auto const at = out.find("\"run\":\"" + run + "\"");
+    if (at == std::string::npos) return -1.0;
+    return std::stod(out.substr(out.find("\"gfr\":", at) + 6));
+  };
+  double const placer = gfr("placer"), bare = gfr("placer:no-repack"), greedy = gfr("greedy");
+  ASSERT_GT(greedy, 0) << out;
+  EXPECT_LE(placer, 1.02 * greedy) << out;
+  EXPECT_GT(bare, 2 * placer) << out;
+  EXPECT_TRUE(std::filesystem::exists(dir / "gfr_cluster01.svg"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "cluster01" / "timeseries_greedy.csv"));
+  EXPECT_TRUE(std::filesystem::exists(dir / "summary.json"));
+  std::filesystem::remove_all(dir);
+  ASSERT_EQ(run_placer("experiment rounds --split placer:no-repack,greedy" + common, out), 0) << out;
+  EXPECT_NE(out.find("first round where they part: round "), std::string::npos) << out;
+  EXPECT_NE(out.find("placer:no-repack: "), std::string::npos) << out;
+  EXPECT_NE(run_placer("experiment rounds --runs nonsense" + common, out), 0);
+}
+
 }  // namespace

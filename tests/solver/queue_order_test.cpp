@@ -16,9 +16,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <random>
+#include <set>
 #include <string>
 #include <tuple>
 
+#include "../support/assign_only.hpp"
 #include "../support/invariants.hpp"
 #include "../support/random_round.hpp"
 
@@ -358,6 +360,44 @@ TEST(QueueOrder, SmallJobsAmongAStreamOfGangsWaitBoundedTimes) {
   EXPECT_LE(worst(fifo), 3 * 3600) << "about the gangs ahead of it";
   EXPECT_LE(worst(aged), 3 * 3600);
   EXPECT_GT(worst(pack), 4 * worst(fifo)) << "premise: largest first starves them";
+}
+
+// The queue-order candidate modelled on Slurm's cons_tres (assigner::linear,
+// the solver's linear candidate) honours the round's topology. Two leaves of
+// four 8-GPU nodes; the last node of the first leaf and the first of the
+// second have a GPU and some CPU in use. A gang of two 4-GPU replicas on
+// distinct nodes: Slurm's choice on the whole cluster takes the two nodes
+// with the fewest CPUs free, one in each leaf. With a leaf preferred or
+// required, it goes into one leaf (the first of equals) and takes Slurm's
+// nodes there; without a level, Slurm's spread as before.
+TEST(QueueOrder, TheSlurmCandidateKeepsAGangThatFitsOneRackInOneRack) {
+  round_input in;
+  in.state = make_cluster().spines(1).leaves_per_spine(2).nodes_per_leaf(4).gpus(8).build();
+  for (std::size_t n : {3U, 4U}) {
+    in.state.nodes[n].gpu_free_milli[0] = 0;
+    in.state.nodes[n].cpu_milli_free -= 8000;
+  }
+  job gang = gpu_job("gang", 4, 0, 2);  // gang, distinct nodes
+  auto leaves = [&](topology_mode mode) {
+    gang.topo_mode = mode;
+    gang.topology_level = mode == topology_mode::none ? -1 : 2;  // levels: cluster, spine, leaf
+    in.pending = {gang};
+    auto const out = testing_support::assign_only(in, detail::assign_mode::greedy, true).out;
+    expect_round_invariants(in, out);
+    std::set<std::int32_t> nodes, domains;
+    for (auto const& pl : out.placements) {
+      for (auto const& rp : pl.replicas) {
+        nodes.insert(rp.node);
+        domains.insert(in.state.nodes[static_cast<std::size_t>(rp.node)].domain);
+      }
+    }
+    EXPECT_EQ(nodes.size(), 2U);
+    return std::pair{nodes, domains.size()};
+  };
+  EXPECT_EQ(leaves(topology_mode::none), (std::pair{std::set<std::int32_t>{3, 4}, std::size_t{2}}))
+      << "premise: Slurm's choice without a topology spans the two leaves";
+  EXPECT_EQ(leaves(topology_mode::preferred), (std::pair{std::set<std::int32_t>{0, 3}, std::size_t{1}}));
+  EXPECT_EQ(leaves(topology_mode::required), (std::pair{std::set<std::int32_t>{0, 3}, std::size_t{1}}));
 }
 
 }  // namespace

@@ -377,22 +377,27 @@ TEST(Solver, FragmentationLeadsBinpackForShares) {
 // gives equal nodes one copy each (four half-used nodes); with the policy's
 // stacking a row places ceil(4 / 2) copies an iteration, and the next
 // iteration puts the other two on the now half-used nodes (two full ones).
+// Four 4-GPU jobs on four empty 8-GPU nodes: an iteration of the tier
+// program gives each node one, and the packing repair after it moves them
+// onto two (the "repack" stage); with stacking the program itself places
+// two a node, and the repair finds nothing to move.
 TEST(Solver, StackingFillsANodeBeforeTheNextEmptyOne) {
   round_input in;
   in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(4).gpus(8).build();
   for (int k = 0; k < 4; ++k) in.pending.push_back(gpu_job("four-" + std::to_string(k), 4));
-  auto nodes_used = [&](bool stacking) {
+  auto nodes_used = [&](bool stacking, bool repaired) {
     in.pol.stacking = stacking;
     auto s = cpu_solver();
     auto const r = s.solve(in);
     expect_round_invariants(in, r);
     EXPECT_EQ(r.placements.size(), 4U);
+    EXPECT_EQ(std::any_of(r.timing.begin(), r.timing.end(), [](auto const& t) { return t.stage == "repack"; }), repaired);
     std::set<std::int32_t> used;
     for (auto const& p : r.placements) used.insert(p.replicas[0].node);
     return used.size();
   };
-  EXPECT_EQ(nodes_used(false), 4U);
-  EXPECT_EQ(nodes_used(true), 2U);
+  EXPECT_EQ(nodes_used(false, true), 2U);
+  EXPECT_EQ(nodes_used(true, false), 2U);
 }
 
 // Rows of one shape fill in parallel, one node each per iteration: four

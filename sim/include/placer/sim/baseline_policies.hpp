@@ -38,7 +38,10 @@ solve_fn baseline_solver(std::string const& name, std::uint64_t seed);
 /// - Ties: one random permutation of the nodes per solve_fn, drawn from the
 ///   stream on the first round (redrawn if the node count changes); Random
 ///   then draws its picks from the same stream, as the FGD experiment does.
-/// - M (FGD; also the fragmentation metrics): by default the running M,
+/// - The reported FGD fragmentation ratio (round metrics): the solver's
+///   measure, against the round's typical task set of pending and running
+///   work, so that a simulation compares every algorithm on one measure.
+/// - M (FGD's score): by default the running M,
 ///   every pod seen so far (each pending job counted `replicas` times the
 ///   first round its name appears, plus the jobs already running on the
 ///   first call), ranked as in the experiment; the experiment builds M from

@@ -158,10 +158,22 @@ struct run_options {
   std::int32_t batch = 64;  ///< pods per solver round (placer_batch)
 };
 
+/// What the GPU milli left idle at the end of a run is, each free GPU by
+/// the first that holds (idle_reason_names): a pod shape of the workload
+/// fits there now; one fits its share but not the node's CPU or memory; one
+/// fits it but not the node's GPU model; none asks for so small a share or
+/// so few whole GPUs.
+enum idle_reason : int { idle_usable, idle_cpu_memory, idle_model, idle_too_small, idle_reasons };
+inline constexpr char const* idle_reason_names[idle_reasons] = {"fits a pod shape", "CPU or memory",
+                                                                "GPU model", "no shape that small"};
+/// Per idle_reason, the free GPU milli of `nodes` (shapes: the workload's pods).
+std::array<std::int64_t, idle_reasons> idle_gpus(std::vector<node_state> const& nodes, std::vector<pod> const& pods);
+
 struct run_result {
   std::vector<double> columns;  ///< 0..130
   double alloc_at_130 = 0;      ///< columns[130]
   std::int64_t pods = 0, placed = 0, failed = 0;
+  std::array<std::int64_t, idle_reasons> idle{};  ///< the end state's free GPU milli, by idle_reason
   double seconds = 0;
 };
 run_result run(workload const& w, run_options const& o);

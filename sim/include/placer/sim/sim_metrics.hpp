@@ -3,6 +3,7 @@
 // metrics") and the output files of `placer simulate --out DIR`.
 
 #include <placer/sim/simulator.hpp>
+#include <placer/sim/svg_plot.hpp>
 
 #include <cstdint>
 #include <map>
@@ -75,6 +76,12 @@ std::string summary_table(std::vector<sim_summary> const& runs);
 /// timeseries.csv and jobs.csv of one run.
 std::string timeseries_csv(sim_result const& r);
 std::string jobs_csv(sim_result const& r);
+
+/// A field of a run's samples (gar, gfr, frag) as time-weighted means over
+/// at most 400 equal buckets of the run, in percent; x is hours from the
+/// run's start. The series of gar.svg and of `placer experiment rounds`'
+/// GFR plot.
+plot_series bucket_means(sim_result const& r, std::string label, double sample::*field);
 
 /// Writes summary.json, timeseries[_LABEL].csv, jobs[_LABEL].csv (suffix,
 /// the run's label with characters outside [A-Za-z0-9._+=-] as '_', when

@@ -54,6 +54,9 @@ struct sim_config {
   /// Stretch run times of spread, network-sensitive placements by
   /// slowdown_factor(network_sensitivity, placement_spread(...)).
   bool network_slowdown = true;
+  /// The solver's packing repair (in.pol.repack); false only to measure
+  /// what it does (--no-repack).
+  bool repack = true;
   std::int64_t interval = 60;   ///< seconds of simulated time between rounds
   bool on_event = false;        ///< also run a round right after arrivals/completions
   std::int64_t horizon = 0;     ///< stop at first submit + horizon; 0 = run to the end
@@ -166,7 +169,7 @@ char const* backfill_name(backfill_mode m);
 /// pack|strict), "age-weight" (>= 0) and "age-max" (seconds, >= 1); flags
 /// "age-cross-priority",
 /// "preemption", "no-loaning", "elastic", "delay-scheduling",
-/// "network-preemption", "no-slowdown". Sets cfg.queue / cfg fields for the
+/// "network-preemption", "no-slowdown", "no-repack". Sets cfg.queue / cfg fields for the
 /// ones present; throws std::invalid_argument for a bad value or for
 /// network-preemption without delay-scheduling (it acts on deferred gangs).
 void apply_policy_options(std::map<std::string, std::string> const& opts, std::set<std::string> const& flags,
@@ -179,7 +182,7 @@ inline std::set<std::string> const& policy_valued_options() {
 inline std::set<std::string> const& policy_flag_options() {
   static std::set<std::string> const s = {"preemption",       "no-loaning",         "elastic",
                                           "delay-scheduling", "network-preemption", "no-slowdown",
-                                          "age-cross-priority"};
+                                          "age-cross-priority", "no-repack"};
   return s;
 }
 

@@ -267,6 +267,11 @@ struct policy {
   /// most ceil(copies / replicas one node holds) per iteration, so equal
   /// nodes are filled one after the other rather than one copy each.
   bool stacking = false;
+  /// The packing repair after the assignment (the round's "repack" stage,
+  /// docs/architecture.md): the round's single-node jobs placed again one
+  /// at a time on the same scores. Not on the wire: on for every request;
+  /// off only to measure what it does (`placer simulate --no-repack`).
+  bool repack = true;
 };
 
 /// A queue (a tenant) of a round's queue tree. Jobs name their queue in
