@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -40,30 +39,8 @@ func TestReviewMixBehindABacklog(t *testing.T) {
 	c.podGroup(ns, "wide", map[string]any{"minMember": 2})
 	url := c.startSchedulerMetrics()
 	const backlog = 2100
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				p := c.buildPod(ns, podSpec{name: fmt.Sprintf("never-%04d", i), gpus: 16, cpu: "1"})
-				p.Namespace = ns
-				if _, err := c.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-					t.Errorf("creating %s: %v", p.Name, err)
-				}
-			}
-		}()
-	}
-	for i := 0; i < backlog; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	waitFor(t, 180*time.Second, "the backlog tried", func() (bool, string) {
-		v := metric(scrape(url), "placer_k8s_pods_unschedulable")
-		return v >= backlog, fmt.Sprint(v)
-	})
+	c.createBacklog(ns, backlog)
+	c.waitBacklogTried(url, backlog)
 	// The rest arrive together while the scheduler is away (one round takes
 	// them all, by priority), as a burst would.
 	c.stopScheduler(syscall.SIGTERM)

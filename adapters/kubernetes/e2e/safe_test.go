@@ -428,31 +428,9 @@ func TestBacklogDoesNotFreezeTheQueue(t *testing.T) {
 	c.create(ns)
 	const backlog = 3000
 	start := time.Now()
-	var wg sync.WaitGroup
-	work := make(chan int)
-	for w := 0; w < 16; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				p := c.buildPod(ns, podSpec{name: fmt.Sprintf("never-%04d", i), gpus: 16, cpu: "1"})
-				p.Namespace = ns
-				if _, err := c.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-					t.Errorf("creating %s: %v", p.Name, err)
-				}
-			}
-		}()
-	}
-	for i := 0; i < backlog; i++ {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
+	c.createBacklog(ns, backlog)
 	t.Logf("%d unplaceable pods created in %.1f s", backlog, time.Since(start).Seconds())
-	waitFor(t, 180*time.Second, "the scheduler tried the backlog", func() (bool, string) {
-		v := metric(scrape(url), "placer_k8s_pods_unschedulable")
-		return v >= backlog, fmt.Sprintf("%v unschedulable", v)
-	})
+	c.waitBacklogTried(url, backlog)
 	c0 := metric(scrape(url), "placer_k8s_scheduling_cycles_total")
 	created := time.Now()
 	c.createPods(ns, podSpec{name: "late-low", gpus: 1}, podSpec{name: "late-high", gpus: 1, priority: "high"})
@@ -846,4 +824,36 @@ func TestNodeChangesReachTheNextRound(t *testing.T) {
 		}
 	}
 	c.checkCapacity()
+}
+
+// createBacklog creates n pods no node can hold (16 GPUs on nodes of 8),
+// never-0000..., from 16 goroutines.
+func (c *cluster) createBacklog(ns string, n int) {
+	var wg sync.WaitGroup
+	work := make(chan int)
+	for w := 0; w < 16; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				p := c.buildPod(ns, podSpec{name: fmt.Sprintf("never-%04d", i), gpus: 16, cpu: "1"})
+				if _, err := c.cs.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+					c.t.Errorf("creating %s: %v", p.Name, err)
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		work <- i
+	}
+	close(work)
+	wg.Wait()
+}
+
+// waitBacklogTried waits until the scheduler has reported n pods unschedulable.
+func (c *cluster) waitBacklogTried(url string, n int) {
+	waitFor(c.t, 180*time.Second, "the scheduler tried the backlog", func() (bool, string) {
+		v := metric(scrape(url), "placer_k8s_pods_unschedulable")
+		return v >= float64(n), fmt.Sprintf("%v unschedulable", v)
+	})
 }
