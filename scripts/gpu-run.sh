@@ -124,6 +124,7 @@ figures() {  # a step's end: both backends in one run, placer bench at each scal
   fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
   export PLACER_BENCH_CONFIGS=cuda,cpu
   for s in 10k 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
+  fits 40 "8 sessions at once" && sessions_bench
   fits 30 "auto trial" && auto_trial
   pack_results
   summary
@@ -157,6 +158,10 @@ placer_bench() {  # scenario [--plot file]
   timeout 240 "$G/run" "$G/bin/placer" bench --scenario "$s" --rounds "$rounds" --configs "${PLACER_BENCH_CONFIGS:-cuda,cpu,kube}" \
     --data "$G/data" --json "$OUT/bench-$s.json" "$@" >> "$OUT/bench.txt" 2>&1 || status=1
   check_cuda "$OUT/bench-$s.json"
+}
+sessions_bench() {  # issue 53 item 8: 8 sessions at once on 8 workers, each backend (rounds a second)
+  timeout 240 "$G/run" "$G/bin/placer" bench --scenario 10k --clients 8 --workers 8 --rounds 400 --configs cuda,cpu \
+    --data "$G/data" --json "$OUT/bench-sessions-10k.json" >> "$OUT/bench.txt" 2>&1 || status=1
 }
 summary() {
   echo "== $gpu, commit $commit, $((SECONDS - start)) s"
