@@ -180,6 +180,7 @@ case "$step" in
     fits 40 "placer bench 10k" && placer_bench 10k
     fits 60 "placer bench 100k" && placer_bench 100k
     fits 30 "placer bench openb" && placer_bench openb
+    fits 40 "8 sessions at once" && sessions_bench
     fits 60 "every other test" && all_tests
     fits 100 "memcheck" && sanitizer memcheck
     fits 100 "racecheck" && sanitizer racecheck
