@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
@@ -38,25 +39,48 @@ func docsExample(t *testing.T, name string) []manifest {
 	return nil
 }
 
-// applyObjects creates the objects, the namespaced ones in ns, as admin.
-func (c *cluster) applyObjects(ns string, objs []manifest) {
+// objectClient: the dynamic client of objects' resources, as admin.
+type objectClient struct {
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+}
+
+func (c *cluster) objectClient() objectClient {
 	c.t.Helper()
 	rc, err := clientcmd.BuildConfigFromFlags("", filepath.Join(c.dir, "admin.kubeconfig"))
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	dyn := dynamic.NewForConfigOrDie(rc)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.cs.Discovery()))
+	return objectClient{dynamic.NewForConfigOrDie(rc), restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.cs.Discovery()))}
+}
+
+// resource: the client of u's resource, in u's namespace (else ns, as
+// kubectl's -n) where the resource is namespaced; a NoMatch error where
+// the apiserver does not serve u's kind.
+func (o objectClient) resource(u *unstructured.Unstructured, ns string) (dynamic.ResourceInterface, error) {
+	gvk := u.GroupVersionKind()
+	mapping, err := o.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return nil, err
+	}
+	if mapping.Scope.Name() != meta.RESTScopeNameNamespace {
+		return o.dyn.Resource(mapping.Resource), nil
+	}
+	if u.GetNamespace() != "" {
+		ns = u.GetNamespace()
+	}
+	return o.dyn.Resource(mapping.Resource).Namespace(ns), nil
+}
+
+// applyObjects creates the objects, the namespaced ones in ns, as admin.
+func (c *cluster) applyObjects(ns string, objs []manifest) {
+	c.t.Helper()
+	oc := c.objectClient()
 	c.create(ns)
 	for _, m := range objs {
-		gvk := m.obj.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		r, err := oc.resource(m.obj, ns)
 		if err != nil {
 			c.t.Fatalf("%s: %v", m, err)
-		}
-		var r dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
-		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-			r = dyn.Resource(mapping.Resource).Namespace(ns)
 		}
 		if _, err := r.Create(context.Background(), m.obj, metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
 			c.t.Fatalf("applying %s: %v", m, err)

@@ -43,11 +43,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
-	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
-	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	resourcehelper "k8s.io/component-helpers/resource"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -1315,13 +1313,7 @@ func TestManifestsApply(t *testing.T) {
 	checkParameters(t)
 	c := newCluster(t, 4, 0) // applies scheduler-rbac.yaml, as for every live test
 	ctx := context.Background()
-	admin := filepath.Join(c.dir, "admin.kubeconfig")
-	rc, err := clientcmd.BuildConfigFromFlags("", admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn := dynamic.NewForConfigOrDie(rc)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.cs.Discovery()))
+	oc := c.objectClient()
 	resources, objs := kustomizationObjects(t, filepath.Join(repoRoot(), "deploy/kubernetes"))
 
 	// One source of RBAC: the kustomization deploys scheduler-rbac.yaml and
@@ -1340,22 +1332,13 @@ func TestManifestsApply(t *testing.T) {
 	var notServed []string
 	applied := map[string]*unstructured.Unstructured{} // "Kind ns/name"
 	for _, m := range objs {
-		gvk := m.obj.GroupVersionKind()
-		mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		r, err := oc.resource(m.obj, "default") // kubectl's namespace without -n
 		if meta.IsNoMatchError(err) {
-			t.Logf("NOT APPLIED: %s: the apiserver does not serve %s (its CRD is not installed)", m, gvk.GroupVersion())
+			t.Logf("NOT APPLIED: %s: the apiserver does not serve %s (its CRD is not installed)", m, m.obj.GroupVersionKind().GroupVersion())
 			notServed = append(notServed, m.String())
 			continue
 		} else if err != nil {
 			t.Fatalf("%s: %v", m, err)
-		}
-		var r dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
-		ns := m.obj.GetNamespace()
-		if mapping.Scope.Name() == meta.RESTScopeNameNamespace {
-			if ns == "" {
-				ns = "default" // kubectl's, without -n
-			}
-			r = dyn.Resource(mapping.Resource).Namespace(ns)
 		}
 		body, _ := json.Marshal(m.obj.Object)
 		force := true
@@ -1368,11 +1351,7 @@ func TestManifestsApply(t *testing.T) {
 		if got.GetUID() == "" {
 			t.Errorf("%s: applied without a uid", m)
 		}
-		key := got.GetKind() + " " + got.GetName()
-		if got.GetNamespace() != "" {
-			key = got.GetKind() + " " + got.GetNamespace() + "/" + got.GetName()
-		}
-		applied[key] = got
+		applied[objectKey(got)] = got
 		t.Logf("applied %s", m)
 	}
 	if want := []string{"ServiceMonitor monitoring.coreos.com/v1 default/placer (servicemonitor.yaml)",
@@ -1404,7 +1383,7 @@ func TestManifestsApply(t *testing.T) {
 		_ = unstructured.SetNestedField(bad.Object, int64(2), "spec", "replicaz")
 		body, _ := json.Marshal(bad.Object)
 		force := true
-		_, err := dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).
+		_, err := oc.dyn.Resource(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}).
 			Namespace(bad.GetNamespace()).Patch(ctx, bad.GetName(), types.ApplyPatchType, body,
 			metav1.PatchOptions{FieldManager: "placer-manifests-test", Force: &force, FieldValidation: "Strict"})
 		if err == nil || !strings.Contains(err.Error(), "replicaz") {
