@@ -23,22 +23,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace {
 
 using namespace placer;
-
-std::vector<std::string> split(std::string const& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string x; std::getline(in, x, ',');) {
-    if (!x.empty()) out.push_back(x);
-  }
-  return out;
-}
 
 int usage(char const* why) {
   std::cerr << "gpu_model: " << why
@@ -63,7 +53,7 @@ int main(int argc, char** argv) {
     std::string const v = argv[++i];
     try {
       if (a == "--scenario") {
-        names = split(v);
+        names = bench::scenario_list(v);
       } else if (a == "--threads") {
         config.threads = std::stoi(v);
       } else if (a == "--offer-least") {
