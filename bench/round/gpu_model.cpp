@@ -98,6 +98,9 @@ int main(int argc, char** argv) {
     out.open(json);
     if (!out) return usage(("cannot write " + json).c_str());
   }
+  kernels::gpu_cost const& cost = kernels::fitted_gpu_cost();
+  std::printf("fixed costs: a launch %.2f us, a wait %.2f us, copies at %.1f GB/s (%s)\n", cost.launch_us, cost.wait_us,
+              cost.copy_gbps, cost.fixed_source);
   std::printf("%-8s %9s %9s | %9s %9s %9s %9s | %8s %10s %9s %11s %6s\n", "scenario", "cpu ms", "cpu tier", "gpu ms",
               "tier", "fixed", "host", "barriers", "span", "chain", "work", "grid");
   for (std::string const& name : names) {
