@@ -21,7 +21,6 @@
 #include <placer/solver/solver.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <ctime>
 #include <fstream>

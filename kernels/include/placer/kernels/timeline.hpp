@@ -18,8 +18,10 @@
 // bench/gpu_kit/round_timeline.cpp writes rounds of them to JSON.
 #include <placer/kernels/steps.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <mutex>
@@ -48,11 +50,14 @@ inline std::int64_t timeline_now_ns() {
 }
 
 /// The process's recorded calls (every device backend's, in the order their
-/// waits resolved them).
+/// waits resolved them), at most `most` until taken (a process that records
+/// and never takes keeps the first ones, and counts the rest as dropped).
 struct timeline_sink {
+  static constexpr std::size_t most = std::size_t{1} << 20;
   std::atomic<bool> on{false};
   std::mutex m;
   std::vector<timeline_call> calls;
+  std::int64_t dropped = 0;
 };
 inline timeline_sink& timeline() {
   static timeline_sink* s = [] {
@@ -68,7 +73,10 @@ inline void timeline_record(bool on) { timeline().on = on; }
 inline void timeline_add(std::vector<timeline_call>& done) {
   timeline_sink& s = timeline();
   std::lock_guard<std::mutex> lock(s.m);
-  s.calls.insert(s.calls.end(), done.begin(), done.end());
+  std::size_t const room = timeline_sink::most - std::min(s.calls.size(), timeline_sink::most);
+  std::size_t const kept = std::min(room, done.size());
+  s.calls.insert(s.calls.end(), done.begin(), done.begin() + static_cast<std::ptrdiff_t>(kept));
+  s.dropped += static_cast<std::int64_t>(done.size() - kept);
   done.clear();
 }
 /// The calls recorded since the last take.
