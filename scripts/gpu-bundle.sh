@@ -13,7 +13,8 @@ build/placer --version | grep -q "CUDA backend built" ||
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # The CUDA parity tests live in solver_test_omp and kernels_test_omp.
-for b in build/placer build/bench/round_bench build/tests/solver_test_omp build/tests/kernels_test_omp; do
+for b in build/placer build/bench/round_bench build/bench/calibrate build/tests/solver_test_omp \
+  build/tests/kernels_test_omp; do
   strip -o "$tmp/$(basename "$b")" "$b"
 done
 rm -rf .gpu

@@ -3,6 +3,12 @@
 # it). Each step is one device call, well inside the 600 s a call may take, writing to $OUT (at most
 # 8 files come back) and ending with a short summary:
 #
+#   bash .gpu/gpu-run.sh calibrate      # the calibration kit (issue 53 item 5; at most 5 minutes, ~1 on an
+#                                       # H200): calibrate.json (launch, wait, cooperative launch, graph, copies,
+#                                       # grid.sync, CTA steps, clusters and DSM, a cell's score on a thread and
+#                                       # a warp), timeline.json (every call of 20 rounds at 10k, openb, 100k,
+#                                       # host and GPU times, the tier kernel against its phase sum) and
+#                                       # round-bench-calibrate.json (the tier phases); `all` runs it first
 #   bash .gpu/gpu-run.sh all [SECONDS]  # everything below in one call, most telling first, each part
 #                                       # skipped once less than its share of SECONDS (480) is left:
 #                                       # one machine start for a whole session's GPU figures
@@ -91,8 +97,8 @@ auto_trial() {  # placer serve --backend auto's choice on its 10k trial round
     > "$OUT/auto-trial.txt" 2>&1
   grep "backend auto" "$OUT/auto-trial.txt" | tee -a "$OUT/bench.txt"
 }
-pack_results() {  # a call returns at most 8 files: the JSON and the like in one tar
-  (cd "$OUT" && shopt -s nullglob && f=(round-bench-*.json bench-*.json ncu-*.txt auto-trial*.txt) &&
+pack_results() {  # a call returns at most 8 files: the JSON and the like in one tar (calibrate.json stays out)
+  (cd "$OUT" && shopt -s nullglob && f=(round-bench-*.json bench-*.json ncu-*.txt auto-trial*.txt timeline.json) &&
     (( ${#f[@]} )) && tar cf results.tar "${f[@]}" && rm -f "${f[@]}")
 }
 all_tests() {
@@ -146,8 +152,8 @@ smoke() {
     --json /tmp/bench-10k-smoke.json >> "$OUT/tests.txt" 2>&1 || status=1
   check_cuda /tmp/bench-10k-smoke.json
 }
-round_bench() {  # name scenario-regex [config-regex]
-  timeout 240 "$G/run" "$G/bin/round_bench" --benchmark_filter="round/(${3:-cuda|cpu|kube-least})/($2)/" \
+round_bench() {  # name scenario-regex [config-regex] (at most $rb_seconds, 240 unless set)
+  timeout "${rb_seconds:-240}" "$G/run" "$G/bin/round_bench" --benchmark_filter="round/(${3:-cuda|cpu|kube-least})/($2)/" \
     --benchmark_out="$OUT/round-bench-$1.json" --benchmark_out_format=json \
     --benchmark_context=commit="$commit" --benchmark_context=date="$(date -u +%F)" \
     --benchmark_context=gpu="${gpu//,/;}" >> "$OUT/bench.txt" 2>&1 || status=1
@@ -163,8 +169,21 @@ sessions_bench() {  # issue 53 item 8: 8 sessions at once on 8 workers, each bac
   timeout 240 "$G/run" "$G/bin/placer" bench --scenario 10k --clients 8 --workers 8 --rounds 400 --configs cuda,cpu \
     --data "$G/data" --json "$OUT/bench-sessions-10k.json" >> "$OUT/bench.txt" 2>&1 || status=1
 }
+calibrate() {  # issue 53 item 5, at most 300 s: the kit's microbenchmarks, the call timeline, the tier phases
+  local t0=$SECONDS
+  timeout 120 "$G/run" "$G/bin/calibrate" --out "$OUT/calibrate.json" --commit "$commit" >> "$OUT/calibrate.txt" 2>&1 ||
+    { status=1; echo "gpu-run: calibrate failed" | tee -a "$OUT/calibrate.txt"; }
+  timed 120 "$G/run" "$G/bin/round_bench" timeline --backend cuda --scenario 10k,openb,100k --rounds 20 --commit "$commit" \
+    --out "$OUT/timeline.json" >> "$OUT/calibrate.txt" 2>&1 || status=1
+  [ ! -f "$OUT/timeline.json" ] || check_cuda "$OUT/timeline.json"
+  # The tier kernel's phases one by one (tier_<phase>_us) beside the timeline's kernel time, in what is left.
+  local left=$((300 - (SECONDS - t0)))
+  (( hung || left < 30 )) || rb_seconds=$left round_bench calibrate '10k|100k|openb' cuda
+  echo "gpu-run: calibrate took $((SECONDS - t0)) s" | tee -a "$OUT/calibrate.txt"
+}
 summary() {
   echo "== $gpu, commit $commit, $((SECONDS - start)) s"
+  [ -f "$OUT/calibrate.txt" ] && grep -E "^calibrate:|^  [a-z_0-9]+ +[-0-9.]+ us|skipped:|^(10k|openb|100k) +round" "$OUT/calibrate.txt" | cut -c1-150
   [ -f "$OUT/sanitizer.txt" ] && grep -E "ERROR SUMMARY|RACECHECK SUMMARY|^\[  (PASSED|FAILED) *\]" "$OUT/sanitizer.txt"
   [ -f "$OUT/tests.txt" ] && grep -E "^\[  (PASSED|FAILED|SKIPPED) *\]|tests? from .* ran|^gpu-run" "$OUT/tests.txt"
   [ -f "$OUT/bench.txt" ] && grep -E "^(round/|config|cpu |cuda |kube )" "$OUT/bench.txt" | cut -c1-120
@@ -173,6 +192,7 @@ summary() {
 case "$step" in
   all)
     budget=${2:-480}
+    calibrate  # the kit first (issue 53 item 5); a round that hangs in its timeline stops the rest, as in smoke
     parity_tests
     (( hung )) || smoke
     (( hung )) && { summary; exit 1; }
@@ -184,6 +204,11 @@ case "$step" in
     fits 60 "every other test" && all_tests
     fits 100 "memcheck" && sanitizer memcheck
     fits 100 "racecheck" && sanitizer racecheck
+    pack_results
+    summary
+    ;;
+  calibrate)
+    calibrate
     summary
     ;;
   check)
@@ -366,7 +391,7 @@ case "$step" in
     done
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, or profile)"
+    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, or profile)"
     exit 2
     ;;
 esac

@@ -2,7 +2,7 @@
 """Fits the GPU model's cost (kernels/include/placer/kernels/gpu_model.hpp) to
 the recorded GPU rounds, and checks every recorded round against it.
 
-    bench/gpu_model/fit.py BUILD [--write] [--check]
+    bench/gpu_model/fit.py BUILD [--kit FILE] [--write] [--check]
 
 For each record below (a round_bench JSON of a GPU session: the CUDA rounds
 with their tier phase times `tier_<phase>_us`, and the same machine's CPU
@@ -30,6 +30,13 @@ A recorded round is predicted as
 
     predicted tier phases + the record's own CPU round less its tier phases
     (the host's share, measured on that machine) + launches, waits, copies
+
+The fixed costs (a launch, a wait, the copy bandwidth, a CTA barrier step,
+a grid barrier) come from a calibration kit's record (--kit FILE:
+bench/gpu_kit/calibrate.cu's JSON, bench/results/<date>-<device>-calibrate.json)
+when one is given: the barrier step and the grid barrier are then held at
+the kit's, not fitted. Without one, each cost is assumed or fitted, and the
+script prints which and where it came from.
 
 --write puts the coefficients in kernels/model/gpu_cost_fit.inc; --check
 exits 1 when a round's prediction is off by more than 30% (the test
@@ -119,6 +126,79 @@ RECORDS = [
 ]
 
 
+# The fixed costs without a kit's record: each value and where it came from.
+# (None: fitted to the records.) bench/gpu_kit/calibrate.cu measures each.
+ASSUMED = {
+    "launch_us": (5.0, "assumed: ~5 us a launch (docs/architecture.md, 'Backend steps'), never measured alone"),
+    "wait_us": (10.0, "assumed: ~10 us a wait, a round trip on one stream (docs/architecture.md, 'Backend steps'), "
+                      "never measured alone"),
+    "copy_gbps": (20.0, "assumed: ~20 GB/s for the copies (docs/architecture.md, 'Backend steps'), never measured"),
+    "barrier_us": (None, "fitted: the one-CTA records' 'again' and 'close' phases, barriers nearly alone "
+                         "(~0.48 us as last written)"),
+    "grid_sync_us": (None, "fitted: the H200 grid records of 2026-11-28 (a grid barrier ~4.1 us + 0.016 us a CTA)"),
+    "grid_sync_per_cta_us": (None, "fitted with grid_sync_us"),
+}
+
+
+def kit_median(kit, name):
+    for m in kit.get("measurements", []):
+        if m["name"] == name:
+            return float(m["median"])
+    return None
+
+
+def fixed_costs(kit=None, kit_name="the kit"):
+    """{cost: (value, source)}: from a calibration kit's record where it has the
+    measurement, else ASSUMED's (value None: to be fitted)."""
+    costs = dict(ASSUMED)
+    if kit is None:
+        return costs
+    where = f"{kit_name} ({kit.get('device', '?')}, {kit.get('date', '?')}, commit {kit.get('commit', '?')})"
+    launch, wait = kit_median(kit, "launch"), kit_median(kit, "wait")
+    if launch is not None:
+        costs["launch_us"] = (launch, f"measured: 'launch' median, {where}")
+    if wait is not None:
+        costs["wait_us"] = (wait, f"measured: 'wait' median, {where}")
+    rates = []
+    for name in ("d2h_512k_gpu", "h2d_512k_gpu"):
+        us = kit_median(kit, name)
+        if us:
+            rates.append(512 * 1024 / us / 1e3)  # bytes a microsecond / 1e3 = GB/s
+    if rates:
+        costs["copy_gbps"] = (sum(rates) / len(rates), f"measured: 512 KB down and up by events, mean, {where}")
+    step = kit_median(kit, "cta_step_global")
+    if step is not None:
+        costs["barrier_us"] = (step, f"measured: 'cta_step_global' (an L2 load and a __syncthreads of 512), {where}")
+    points = [(b, kit_median(kit, f"grid_sync_{b}")) for b in (8, 33, 132)]
+    points = [(b, us) for b, us in points if us is not None]
+    if points:
+        if len(points) == 1:
+            a, per = points[0][1], 0.0
+        else:
+            mb = sum(b for b, _ in points) / len(points)
+            mu = sum(us for _, us in points) / len(points)
+            per = sum((b - mb) * (us - mu) for b, us in points) / sum((b - mb) ** 2 for b, _ in points)
+            per = max(per, 0.0)
+            a = mu - per * mb
+        sizes = ", ".join(str(b) for b, _ in points)
+        costs["grid_sync_us"] = (a, f"measured: grid.sync at {sizes} CTAs, a line through them, {where}")
+        costs["grid_sync_per_cta_us"] = (per, "measured with grid_sync_us")
+    return costs
+
+
+def fixed_us(model, costs):
+    """A round's launches, waits and copies (the model's counts) at the fixed costs."""
+    return (costs["launch_us"][0] * model["calls"] + costs["wait_us"][0] * model["waits"] +
+            model["bytes"] / (costs["copy_gbps"][0] * 1e3))
+
+
+def print_costs(costs):
+    print("fixed costs:")
+    for name, (value, source) in costs.items():
+        shown = "fitted below" if value is None else f"{value:.4g}"
+        print(f"  {name:22} {shown:>12}   {source}")
+
+
 def recorded(path):
     """{scenario: {"cuda": bench, "cpu": bench}} from a round_bench JSON."""
     out = {}
@@ -180,7 +260,13 @@ def main():
     ap.add_argument("--barrier-ns", type=float, default=None,
                     help="hold a barrier's cost at this (the fit finds it otherwise)")
     ap.add_argument("--check", action="store_true", help="exit 1 when a round is off by more than 30%%")
+    ap.add_argument("--kit", help="a calibration kit's record (bench/gpu_kit/calibrate.cu): the fixed costs from it")
     args = ap.parse_args()
+    kit = json.load(open(args.kit)) if args.kit else None
+    costs = fixed_costs(kit, os.path.basename(args.kit) if args.kit else "")
+    print_costs(costs)
+    if costs["barrier_us"][0] is not None and args.barrier_ns is None:
+        args.barrier_ns = costs["barrier_us"][0] * 1e3
 
     data = os.environ.get("PLACER_DATA_DIR") or os.path.join(ROOT, "..", "shared", "data")
     if not os.path.isdir(os.path.join(data, "alibaba-openb-v2023")):
@@ -247,7 +333,13 @@ def main():
             rows.append([u, u * b, g, g * b])
             targets.append(cuda.get(f"tier_{p}_us", 0.0))
             weights.append(1.0 / round_us ** 2)
-    grid_scale, grid_scale_per_cta, grid_sync_us, grid_sync_per_cta_us = nnls(rows, targets, weights, 4) if grids else (1, 0, 0, 0)
+    if costs["grid_sync_us"][0] is not None:  # the kit's grid barrier, held
+        grid_sync_us, grid_sync_per_cta_us = costs["grid_sync_us"][0], costs["grid_sync_per_cta_us"][0]
+        targets = [t - (grid_sync_us * a[2] + grid_sync_per_cta_us * a[3]) for a, t in zip(rows, targets)]
+        rows = [a[:2] for a in rows]
+        grid_scale, grid_scale_per_cta = nnls(rows, targets, weights, 2) if grids else (1, 0)
+    else:
+        grid_scale, grid_scale_per_cta, grid_sync_us, grid_sync_per_cta_us = nnls(rows, targets, weights, 4) if grids else (1, 0, 0, 0)
 
     print(f"barrier {barrier_us * 1e3:.1f} ns, chained step {chain_us * 1e3:.1f} ns, work {work_us * 1e3:.3f} ns a step;"
           " a span step, ns:")
@@ -264,7 +356,7 @@ def main():
         phase_pred = {p: scale * base(m, i, p) + sync * m["phases"][p]["grid_syncs"] for i, p in enumerate(PHASES)}
         tier_pred = sum(phase_pred.values())
         host = cpu["real_time"] * 1e3 - tier_us(cpu)
-        pred = tier_pred + m["fixed_us"] + host
+        pred = tier_pred + fixed_us(m, costs) + host
         rec = cuda["real_time"] * 1e3
         off = pred / rec - 1
         worst = max(worst, abs(off))
@@ -286,7 +378,12 @@ def main():
             f.write(f"    {grid_scale!r},  // grid_scale\n")
             f.write(f"    {grid_scale_per_cta!r},  // grid_scale_per_cta\n")
             f.write(f"    {grid_sync_us!r},  // grid_sync_us\n")
-            f.write(f"    {grid_sync_per_cta_us!r},  // grid_sync_per_cta_us\n}};\n")
+            f.write(f"    {grid_sync_per_cta_us!r},  // grid_sync_per_cta_us\n")
+            f.write(f"    {costs['launch_us'][0]!r},  // launch_us\n")
+            f.write(f"    {costs['wait_us'][0]!r},  // wait_us\n")
+            f.write(f"    {costs['copy_gbps'][0]!r},  // copy_gbps\n")
+            source = "; ".join(f"{k}: {costs[k][1]}" for k in ("launch_us", "wait_us", "copy_gbps"))
+            f.write(f"    {json.dumps(source)},  // fixed_source\n}};\n")
         print(f"wrote {os.path.relpath(path, ROOT)}")
     if args.check and worst > TOLERANCE:
         sys.exit(1)

@@ -23,22 +23,12 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 namespace {
 
 using namespace placer;
-
-std::vector<std::string> split(std::string const& s) {
-  std::vector<std::string> out;
-  std::stringstream in(s);
-  for (std::string x; std::getline(in, x, ',');) {
-    if (!x.empty()) out.push_back(x);
-  }
-  return out;
-}
 
 int usage(char const* why) {
   std::cerr << "gpu_model: " << why
@@ -63,7 +53,7 @@ int main(int argc, char** argv) {
     std::string const v = argv[++i];
     try {
       if (a == "--scenario") {
-        names = split(v);
+        names = bench::scenario_list(v);
       } else if (a == "--threads") {
         config.threads = std::stoi(v);
       } else if (a == "--offer-least") {
@@ -108,6 +98,9 @@ int main(int argc, char** argv) {
     out.open(json);
     if (!out) return usage(("cannot write " + json).c_str());
   }
+  kernels::gpu_cost const& cost = kernels::fitted_gpu_cost();
+  std::printf("fixed costs: a launch %.2f us, a wait %.2f us, copies at %.1f GB/s (%s)\n", cost.launch_us, cost.wait_us,
+              cost.copy_gbps, cost.fixed_source);
   std::printf("%-8s %9s %9s | %9s %9s %9s %9s | %8s %10s %9s %11s %6s\n", "scenario", "cpu ms", "cpu tier", "gpu ms",
               "tier", "fixed", "host", "barriers", "span", "chain", "work", "grid");
   for (std::string const& name : names) {

@@ -7,6 +7,7 @@
 // backend's stage calls and device-to-host waits in one round) and one
 // counter per pipeline stage in microseconds (mean over iterations, after
 // one warm-up round).
+#include "../gpu_kit/round_timeline.hpp"
 #include "scenarios.hpp"
 
 #include <placer/solver/gpu_prediction.hpp>
@@ -18,6 +19,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <string_view>
 
 namespace {
 
@@ -127,4 +129,12 @@ int const registered = register_all();
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// `round_bench timeline ...`: the call timeline of whole rounds (bench/gpu_kit/round_timeline.cpp).
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string_view(argv[1]) == "timeline") return placer::bench::round_timeline_main(argc - 1, argv + 1);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

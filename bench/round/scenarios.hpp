@@ -8,7 +8,9 @@
 
 #include <cstdlib>
 #include <map>
+#include <sstream>
 #include <string>
+#include <vector>
 
 namespace placer::bench {
 
@@ -17,6 +19,16 @@ namespace placer::bench {
 inline std::string data_dir() {
   char const* env = std::getenv("PLACER_DATA_DIR");
   return env != nullptr && *env != '\0' ? env : PLACER_SHARED_DATA_DIR;
+}
+
+/// "10k,100k,openb" as its names.
+inline std::vector<std::string> scenario_list(std::string const& s) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  for (std::string x; std::getline(in, x, ',');) {
+    if (!x.empty()) out.push_back(x);
+  }
+  return out;
 }
 
 inline round_input const& scenario(std::string const& name) {

@@ -398,6 +398,8 @@ class cuda_device {
   ~cuda_device() {
     if (stream_ != nullptr) {
       cudaSetDevice(device_);
+      for (cudaEvent_t e : marks_) cudaEventDestroy(e);
+      if (ref_ != nullptr) cudaEventDestroy(ref_);
       cudaStreamDestroy(stream_);
     }
   }
@@ -457,6 +459,33 @@ class cuda_device {
     PLACER_CUDA_TRY(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, stream_));
   }
   void sync() { PLACER_CUDA_TRY(cudaStreamSynchronize(stream_)); }
+
+  /// The call timeline's GPU marks (timeline.hpp): an event recorded on the
+  /// stream. Their times go on the host's clock through a reference event
+  /// the host waited for, taken again when no mark is out and it is older
+  /// than 0.1 s (cudaEventElapsedTime is a float of milliseconds).
+  int mark() {
+    if (marks_used_ == 0 && (ref_host_ns_ < 0 || timeline_now_ns() - ref_host_ns_ > 100'000'000)) {
+      if (ref_ == nullptr) PLACER_CUDA_TRY(cudaEventCreate(&ref_));
+      PLACER_CUDA_TRY(cudaEventRecord(ref_, stream_));
+      PLACER_CUDA_TRY(cudaEventSynchronize(ref_));
+      ref_host_ns_ = timeline_now_ns();
+    }
+    if (marks_used_ == marks_.size()) {
+      cudaEvent_t e = nullptr;
+      PLACER_CUDA_TRY(cudaEventCreate(&e));
+      marks_.push_back(e);
+    }
+    PLACER_CUDA_TRY(cudaEventRecord(marks_[marks_used_], stream_));
+    return static_cast<int>(marks_used_++);
+  }
+  /// A mark's time on the host's clock (the stream drained since).
+  std::int64_t mark_ns(int slot) {
+    float ms = 0;
+    PLACER_CUDA_TRY(cudaEventElapsedTime(&ms, ref_, marks_[static_cast<std::size_t>(slot)]));
+    return ref_host_ns_ + static_cast<std::int64_t>(static_cast<double>(ms) * 1e6);
+  }
+  void marks_done() { marks_used_ = 0; }
   void check_launch() { PLACER_CUDA_TRY(cudaPeekAtLastError()); }
 
   /// Thrust on this device's stream, temporary storage from the cache.
@@ -508,6 +537,10 @@ class cuda_device {
   std::int32_t list_upto_ = tier_list_with_floors_upto;    ///< tier_buffers::list_with_floors_upto
   std::int32_t refresh_one_pass_ = 1;                      ///< tier_buffers::refresh_one_pass
   cudaStream_t stream_ = nullptr;
+  std::vector<cudaEvent_t> marks_;  ///< the call timeline's events
+  std::size_t marks_used_ = 0;
+  cudaEvent_t ref_ = nullptr;       ///< their reference, and when the host saw it done
+  std::int64_t ref_host_ns_ = -1;
   temp_allocator temp_;
   std::string description_;
 };

@@ -24,13 +24,17 @@
 //   (pinned); up(d, h, bytes) / down(h, d, bytes) (asynchronous, in stream
 //   order); sync(); check_launch(); exec() / exec_nosync() (Thrust
 //   policies); run_tiers(chain, records in, count, records out) (one
-//   launch); expect_device(p, bytes) (the twin: p lies in device memory).
+//   launch); expect_device(p, bytes) (the twin: p lies in device memory);
+//   mark() / mark_ns(slot) / marks_done() (the call timeline's GPU marks,
+//   timeline.hpp: an event on the stream, and its time on the host's clock
+//   once the stream is drained; the twin has none: -1).
 
 #include "residency.hpp"
 #include "stages.hpp"
 #include "tier_program.hpp"
 
 #include <placer/kernels/backend.hpp>
+#include <placer/kernels/timeline.hpp>
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
@@ -242,6 +246,8 @@ class device_arena {
     }
     sends_.push_back({dat, hat, bytes});
   }
+  /// Copies queued for the next flush.
+  [[nodiscard]] std::int32_t copies_queued() const { return static_cast<std::int32_t>(sends_.size()); }
   /// Sends everything queued since the last flush; returns the bytes sent.
   std::int64_t flush() {
     std::int64_t sent = 0;
@@ -351,7 +357,7 @@ class device_backend final : public backend {
       each_array(dc, send);
       each_array(dt, send);
       regions_.assign(next_.begin(), next_.begin() + static_cast<std::ptrdiff_t>(k));
-      steps_.bytes_up += resident_.flush();
+      flush(resident_);
       in_flight_ = true;
       d_nodes_ = dn;
       d_classes_ = dc;
@@ -402,8 +408,10 @@ class device_backend final : public backend {
       check(dn);
       check(dc);
       check(dt);
+      auto const t = begin_call();
       score_matrix(dev_.exec_nosync(), dn, dc, dt, params, d_out, d_table, true, steps_);  // the table by entry
       dev_.check_launch();
+      end_call(t, "score");
       down(h_out, d_out, cells);
       sync();
       if (cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
@@ -432,9 +440,11 @@ class device_backend final : public backend {
       check(dn);
       check(dt);
       // The reduction hands its 48-byte result back itself (and waits for it).
+      auto const t = begin_call();
       cluster_stats const s = reduce_cluster_stats(dev_.exec(), dn, dt, steps_);
       dev_.check_launch();
       if (nodes.n_nodes > 0) steps_.bytes_down += static_cast<std::int64_t>(sizeof(cluster_stats));
+      end_call(t, "stats");
       sync();  // the staged inputs are free again
       return s;
     });
@@ -474,9 +484,11 @@ class device_backend final : public backend {
       check(dn);
       check(dc);
       check(di);
+      auto const t = begin_call();
       kernels::domain_capacity(dev_.exec_nosync(), dn, dc, d_of, static_cast<std::int32_t>(k), di, domain_sum_parts,
                                d_fit, d_part, d_cap, steps_);
       dev_.check_launch();
+      end_call(t, "domain_capacity");
       down(h_cap, d_cap, k * d);
       sync();
       if (k * d > 0) std::memcpy(cap.data(), h_cap, k * d * sizeof(std::int64_t));
@@ -604,13 +616,15 @@ class device_backend final : public backend {
         }
       });
       std::int32_t const n_in = send_host_writes();
-      steps_.bytes_up += work_.flush();
+      flush(work_);
       check(shared.nodes);
       check(shared.classes);
       check(shared.tasks);
+      auto const t = begin_call();
       dev_.run_tiers(c, in, n_in, records_at(d_back, back, record_gpus_, width));
       dev_.check_launch();
       count_tier(steps_);
+      end_call(t, "tier_kernel");
       // One wait: controls, placements, freshness, and the nodes the chain
       // may have changed (kept) or the whole state (not kept).
       down(h_ctl, c.ctl, static_cast<std::size_t>(k));
@@ -626,6 +640,13 @@ class device_backend final : public backend {
       sync();
       std::memcpy(first.fresh, h_fresh, n_classes * sizeof(std::int32_t));
       std::int32_t const placed = tier_chain_results(h_ctl, h_out, out_at_.data(), k, out);
+      if (t.on) {
+        std::int64_t phases = 0;
+        for (tier_stats const& st : out.stats) {
+          for (std::int64_t ns : st.phase_ns) phases += ns;
+        }
+        timeline_phase_sum(this, phases);
+      }
       if (kept) {
         node_records const got = records_at(h_back, back, record_gpus_, width);
         std::int32_t const count = chain_records_count(first, copies, placed);
@@ -665,14 +686,64 @@ class device_backend final : public backend {
     if (in_flight_) sync();
   }
   void sync() {
+    auto const t = begin_call(false);
     dev_.sync();
     in_flight_ = false;
+    end_call(t, "wait");
+    if (!pending_.empty()) {
+      // Every mark is behind the wait: their times are known.
+      for (std::size_t i = 0; i < pending_.size(); ++i) {
+        pending_[i].gpu_begin_ns = slots_[i].first >= 0 ? dev_.mark_ns(slots_[i].first) : -1;
+        pending_[i].gpu_end_ns = slots_[i].second >= 0 ? dev_.mark_ns(slots_[i].second) : -1;
+      }
+      dev_.marks_done();
+      slots_.clear();
+      timeline_add(pending_);
+    }
+  }
+  /// The call timeline (timeline.hpp): a call's start (the host's clock, a
+  /// GPU mark before it unless `gpu` is false, the steps so far) and its
+  /// end, pending until the next wait gives its GPU times.
+  struct call_start {
+    bool on = false;
+    bool gpu = false;
+    std::int64_t host_ns = 0;
+    int mark = -1;
+    step_counts steps;
+  };
+  call_start begin_call(bool gpu = true) {
+    if (!timeline_on()) return {};
+    call_start t{true, gpu, 0, gpu ? dev_.mark() : -1, steps_};
+    t.host_ns = timeline_now_ns();
+    return t;
+  }
+  void end_call(call_start const& t, char const* what, std::int32_t copies = 0) {
+    if (!t.on) return;
+    timeline_call c;
+    c.what = what;
+    c.owner = this;
+    c.host_begin_ns = t.host_ns;
+    c.host_end_ns = timeline_now_ns();
+    c.steps = steps_ - t.steps;
+    c.copies = copies;
+    pending_.push_back(c);
+    slots_.emplace_back(t.mark, t.gpu ? dev_.mark() : -1);
+  }
+  /// Sends what arena a queued (its bytes counted up).
+  void flush(device_arena<Device>& a) {
+    std::int32_t const copies = a.copies_queued();
+    if (copies == 0) return;
+    auto const t = begin_call();
+    steps_.bytes_up += a.flush();
+    end_call(t, "up", copies);
   }
   template <class T>
   void down(T* h, T const* d, std::size_t n) {
     if (n == 0) return;
+    auto const t = begin_call();
     dev_.down(h, d, n * sizeof(T));
     steps_.bytes_down += static_cast<std::int64_t>(n * sizeof(T));
+    end_call(t, "down", 1);
   }
   template <class T>
   static void copy_out(T* to, T const* from, std::size_t n) {
@@ -744,7 +815,7 @@ class device_backend final : public backend {
              n * static_cast<std::size_t>(host_.classes.n_classes));
     }
     clock_stamp_ = clock_state_ = nullptr;
-    steps_.bytes_up += resident_.flush();
+    flush(resident_);
     in_flight_ = true;
     wrote_.clear();
   }
@@ -755,7 +826,7 @@ class device_backend final : public backend {
     auto const n = static_cast<std::size_t>(p.nodes.n_nodes);
     resend(static_cast<std::int32_t const*>(d_stamp_), static_cast<std::int32_t const*>(p.stamp), n);
     if (p.state != nullptr) resend(static_cast<std::int32_t const*>(d_state_), static_cast<std::int32_t const*>(p.state), n);
-    steps_.bytes_up += resident_.flush();
+    flush(resident_);
     in_flight_ = true;
     clock_stamp_ = p.stamp;
     clock_state_ = p.state;
@@ -785,12 +856,14 @@ class device_backend final : public backend {
   /// device first (one call) and checked.
   void send_inputs(bool kept) {
     std::int32_t const k = kept ? send_host_writes() : 0;
-    steps_.bytes_up += work_.flush();
+    flush(work_);
     if (k > 0) {
       thrust::counting_iterator<std::int32_t> first(0);
+      auto const t = begin_call();
       thrust::for_each(dev_.exec_nosync(), first, first + k, unpack_records_op{device_state(), in_dev_});
       dev_.check_launch();
       steps_.calls += 1;
+      end_call(t, "unpack_records");
     }
     if (kept) verify();
   }
@@ -898,6 +971,9 @@ class device_backend final : public backend {
   std::vector<std::int32_t> heap_begin_, heap_at_, out_at_;
   std::vector<tier_control> ctl_zero_;
   std::vector<char> verify_buf_;
+  // The call timeline: calls since the last wait, and their GPU marks (before, after).
+  std::vector<timeline_call> pending_;
+  std::vector<std::pair<int, int>> slots_;
 };
 
 }  // inline namespace PLACER_BACKEND_NS

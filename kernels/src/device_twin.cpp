@@ -67,6 +67,10 @@ class host_device {
   }
   void sync() {}
   void check_launch() {}
+  // No GPU: the call timeline has host times only.
+  static int mark() { return -1; }
+  static std::int64_t mark_ns(int) { return -1; }
+  static void marks_done() {}
   auto exec() { return thrust::cpp::par; }
   auto exec_nosync() { return thrust::cpp::par; }
 

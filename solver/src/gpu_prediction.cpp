@@ -48,8 +48,9 @@ gpu_prediction predict_gpu_round(round_input const& in, kernels::gpu_model_confi
   }
   p.counts = warm;
   p.tier_us = kernels::predict_tier_us(p.counts, kernels::fitted_gpu_cost(), p.phase_us);
-  p.fixed_us = 5.0 * static_cast<double>(p.calls) + 10.0 * static_cast<double>(p.waits) +
-               static_cast<double>(p.bytes) / 20e3;
+  kernels::gpu_cost const& cost = kernels::fitted_gpu_cost();
+  p.fixed_us = cost.launch_us * static_cast<double>(p.calls) + cost.wait_us * static_cast<double>(p.waits) +
+               static_cast<double>(p.bytes) / (cost.copy_gbps * 1e3);
   p.host_us = host_us;
   return p;
 }

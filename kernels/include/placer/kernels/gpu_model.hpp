@@ -79,6 +79,14 @@ struct gpu_cost {
   double grid_scale_per_cta = 0;
   double grid_sync_us = 0;
   double grid_sync_per_cta_us = 0;
+  /// A round's fixed costs (solver/src/gpu_prediction.cpp): a backend call's
+  /// launch, a wait's round trip, the copies' bandwidth; from a calibration
+  /// kit's record (bench/gpu_kit/calibrate.cu, fit.py --kit) or assumed,
+  /// fixed_source says which and where from.
+  double launch_us = 5;
+  double wait_us = 10;
+  double copy_gbps = 20;
+  char const* fixed_source = "";
 };
 /// The coefficients fitted to the recorded GPU rounds (kernels/model/gpu_cost_fit.inc).
 gpu_cost const& fitted_gpu_cost();

@@ -13,8 +13,9 @@ struct gpu_prediction {
   kernels::gpu_counts counts;
   double phase_us[kernels::tier_phase_count] = {};  ///< the tier kernel's phases, predicted
   double tier_us = 0;                               ///< their sum
-  /// Launches at 5 µs, waits at 10 µs, copies at 20 GB/s (the first GPU
-  /// run confirmed these fixed costs; docs/architecture.md).
+  /// Launches, waits and copies at the fixed costs of fitted_gpu_cost()
+  /// (gpu_cost::fixed_source: a calibration kit's, or assumed at 5 µs, 10 µs
+  /// and 20 GB/s).
   double fixed_us = 0;
   double host_us = 0;  ///< the caller's: the CPU round less its tier phases
   std::int64_t calls = 0, waits = 0, bytes = 0;
