@@ -13,8 +13,9 @@
 // (device_twin.cpp) records the same calls with no GPU times: the same host
 // code, so CI runs the recorder and its JSON writer.
 //
-// The events themselves cost host time (a record each, before and after):
-// a timeline's API times are an upper bound of the unrecorded round's.
+// The events cost host time (a record before and after each call, outside
+// its host interval): a round with the timeline on takes longer than one
+// without, by that and the reference event's wait.
 // bench/gpu_kit/round_timeline.cpp writes rounds of them to JSON.
 #include <placer/kernels/steps.hpp>
 
