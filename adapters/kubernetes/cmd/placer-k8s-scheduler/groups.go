@@ -171,7 +171,7 @@ func (g *podGroups) group(key string, pods []*corev1.Pod) plan.Group {
 			for _, t := range c.Topology { // several: the finest (its domain is in the others')
 				l := translate.Level(labels, t.Key)
 				if l == 0 {
-					out.Err = fmt.Sprintf("%s: topology key %q (only a --rack-label level: %s)", out.Name, t.Key, strings.Join(labels, ", "))
+					out.Err = fmt.Sprintf("%s: topology key %q (only a --rack-label level: %q)", out.Name, t.Key, labels)
 				} else if l > translate.Level(labels, out.Within) {
 					out.Within = t.Key
 				}

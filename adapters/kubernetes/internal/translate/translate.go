@@ -412,7 +412,7 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 		for _, e := range u.Domain[:min(within, len(u.Domain))].trim().selector(labels) {
 			require(c, e)
 		}
-		for k := max(within, 0) + 1; k <= len(u.Domain); k++ {
+		for k := within + 1; k <= len(u.Domain); k++ {
 			if u.Domain[k-1] != "" {
 				c.Preferred = append(c.Preferred, &wire.PreferredTermT{Weight: 100, Preference: &wire.SelectorTermT{
 					MatchExpressions: u.Domain[:k].selector(labels)}})
