@@ -96,3 +96,32 @@ func TestGangInOneCliqueElseOneRack(t *testing.T) {
 		}
 	}
 }
+
+// The domain of a gang's members placed: the deepest that holds their
+// nodes all (the rest of the gang prefers it, or is required in it).
+func TestDomainOfPlacedMembers(t *testing.T) {
+	ns := cliqued()
+	delete(ns[15].Labels, "nvidia.com/gpu.clique")
+	p := &planner{in: Input{Nodes: ns, Opt: translate.Options{TopologyLabels: []string{"nvidia.com/gpu.clique", "placer.io/rack", "topology.kubernetes.io/zone"}}}}
+	for _, tc := range []struct {
+		nodes []string
+		want  string
+	}{
+		{[]string{"n01"}, "[z1 r1 c1]"},
+		{[]string{"n01", "n02"}, "[z1 r1 c1]"},
+		{[]string{"n01", "n03"}, "[z1 r1]"},
+		{[]string{"n01", "n05"}, "[z1]"},
+		{[]string{"n01", "n09"}, "[]"},
+		{[]string{"n13", "n16"}, "[z2 r2]"}, // n16 has no clique label
+		{[]string{"n01", "gone"}, "[]"},
+		{nil, "[]"},
+	} {
+		if got := fmt.Sprint(p.domainOf(tc.nodes)); got != tc.want {
+			t.Errorf("%v: %s, want %s", tc.nodes, got, tc.want)
+		}
+	}
+	p = &planner{in: Input{Nodes: ns}}
+	if d := p.domainOf([]string{"n01"}); d != nil {
+		t.Errorf("no topology: %v", d)
+	}
+}
