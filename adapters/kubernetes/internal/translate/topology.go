@@ -130,16 +130,21 @@ func (t *tree) add(n *corev1.Node) int32 {
 			got = int32(len(t.wire.Domains))
 			t.index[key] = got
 			t.wire.Domains = append(t.wire.Domains, &wire.TopologyDomainT{Name: d[:i+1].name(), Level: uint8(i + 1), Parent: max(at, 0)})
-			t.seen(t.labels[len(t.labels)-1-i], v, d[:i].trim())
+			if i == len(t.labels)-1 {
+				t.seen(t.labels[0], v, d[:i].trim())
+			}
 		}
 		at = got
 	}
 	return at
 }
 
-// seen: value v of label `label` under domain `under`. One value under
+// seen: value v of the finest label under domain `under`. One value under
 // two parents (a clique seen in two racks) is a domain under each, which
-// is logged once a value (at most maxSplitLogged values a process).
+// is logged once a value (at most maxSplitLogged values a process): a
+// gang is then held in one of them, where the label said it could span
+// both. (A coarser level's value under two parents, a rack r1 in two
+// zones, is only a name used twice.)
 func (t *tree) seen(label, v string, under Domain) {
 	k := [2]string{label, v}
 	first, ok := t.under[k]

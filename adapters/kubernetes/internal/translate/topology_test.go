@@ -1,9 +1,12 @@
 package translate
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -213,5 +216,23 @@ func TestGangJobsAskForTheirDomain(t *testing.T) {
 				t.Errorf("required %q, preferred %q\nwant %q, %q", required, preferred, tc.required, tc.preferred)
 			}
 		})
+	}
+}
+
+// A clique seen under two racks is logged once (a rack name used in two
+// zones is not logged).
+func TestCliqueUnderTwoRacksLoggedOnce(t *testing.T) {
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	defer slog.SetDefault(old)
+	c := fmt.Sprintf("c%d", time.Now().UnixNano()) // logged once a process: a value of this run's own
+	nodes := []*corev1.Node{at("a", "z1", "r1", c), at("b", "z1", "r2", c), at("c", "z2", "r1", "other")}
+	for i := 0; i < 2; i++ {
+		NewCluster(nodes, nil, Options{TopologyLabels: threeLevels})
+	}
+	want := fmt.Sprintf(`nodes with nvidia.com/gpu.clique=%s are under domain \"z1/r1\" and under domain \"z1/r2\"`, c)
+	if got := buf.String(); strings.Count(got, want) != 1 || strings.Count(got, "WARN") != 1 {
+		t.Errorf("logged %q, want once %q", got, want)
 	}
 }
