@@ -8,6 +8,7 @@
 #   scripts/k8s-cluster.sh build                 build the binaries once (cached)
 #   scripts/k8s-cluster.sh up [--dir DIR] [--port 16443] [--controllers resourceclaim-controller,...]
 #   scripts/k8s-cluster.sh nodes N [--gpus 8] [--models a100,h100] [--racks 2] [--zones 2]
+#                                  [--clique-nodes K]   (NVLink cliques of K consecutive nodes: label nvidia.com/gpu.clique)
 #                                  [--taint-last K --taint key=value:NoSchedule] [--prefix node-]
 #                                  [--dra]   (GPUs as DRA devices: no nvidia.com/gpu allocatable;
 #                                             placer-k8s-bench --dra-publish or the tests publish the slices)
@@ -44,7 +45,7 @@ cmd=${1:-}
 [ -n "$cmd" ] && shift || true
 count=
 case "$cmd" in nodes) count=${1:-}; [ -n "$count" ] && shift || true ;; esac
-dir=/tmp/placer-k8s port=16443 gpus=8 models=a100,h100 racks=2 zones=2 taint_last=0 taint= prefix=node-
+dir=/tmp/placer-k8s port=16443 gpus=8 models=a100,h100 racks=2 zones=2 clique_nodes=0 taint_last=0 taint= prefix=node-
 controllers=${PLACER_K8S_CONTROLLERS:-} dra=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -54,6 +55,7 @@ while [ $# -gt 0 ]; do
     --models) models=$2; shift 2 ;;
     --racks) racks=$2; shift 2 ;;
     --zones) zones=$2; shift 2 ;;
+    --clique-nodes) clique_nodes=$2; shift 2 ;;
     --taint-last) taint_last=$2; shift 2 ;;
     --taint) taint=$2; shift 2 ;;
     --prefix) prefix=$2; shift 2 ;;
@@ -311,9 +313,11 @@ gpu_product() {
 }
 
 # Node i (1-based) of N: model models[(i-1)*M/N], rack (i-1)*R/N+1, zone
-# (i-1)*Z/N+1 (consecutive blocks, as scripts/slurm-cluster.sh lays them).
+# (i-1)*Z/N+1 (consecutive blocks, as scripts/slurm-cluster.sh lays them),
+# with --clique-nodes K NVLink clique (i-1)/K+1 (label nvidia.com/gpu.clique,
+# as NVIDIA's GPU feature discovery sets it).
 node_json() {  # i
-  local i=$1 name m product rack zone taints=""
+  local i=$1 name m product rack zone clique="" taints=""
   IFS=, read -r -a ms <<< "$models"
   name=$prefix$i
   m=${ms[$(((i - 1) * ${#ms[@]} / count))]}
@@ -321,8 +325,9 @@ node_json() {  # i
   rack=$(((i - 1) * racks / count + 1))
   zone=$(((i - 1) * zones / count + 1))
   taints=",\"taints\":$(node_taints "$i")"
-  printf '{"apiVersion":"v1","kind":"Node","metadata":{"name":"%s","labels":{"kubernetes.io/hostname":"%s","kubernetes.io/os":"linux","nvidia.com/gpu.product":"%s","nvidia.com/gpu.count":"%d","topology.kubernetes.io/zone":"zone-%d","topology.kubernetes.io/region":"local","placer.io/rack":"rack-%d"}},"spec":{"unschedulable":false%s}}\n' \
-    "$name" "$name" "$product" "$gpus" "$zone" "$rack" "$taints"
+  [ "$clique_nodes" -gt 0 ] && clique=",\"nvidia.com/gpu.clique\":\"clique-$(((i - 1) / clique_nodes + 1))\""
+  printf '{"apiVersion":"v1","kind":"Node","metadata":{"name":"%s","labels":{"kubernetes.io/hostname":"%s","kubernetes.io/os":"linux","nvidia.com/gpu.product":"%s","nvidia.com/gpu.count":"%d","topology.kubernetes.io/zone":"zone-%d","topology.kubernetes.io/region":"local","placer.io/rack":"rack-%d"%s}},"spec":{"unschedulable":false%s}}\n' \
+    "$name" "$name" "$product" "$gpus" "$zone" "$rack" "$clique" "$taints"
 }
 
 node_status() {  # i
@@ -374,13 +379,14 @@ nodes() {
   [[ "$count" =~ ^[0-9]+$ ]] && [ "$count" -gt 0 ] || die "nodes: give a positive node count (nodes N), got '${count}'"
   [[ "$gpus" =~ ^[0-9]+$ ]] || die "--gpus: not a count: '$gpus'"
   [[ "$racks" =~ ^[1-9][0-9]*$ && "$zones" =~ ^[1-9][0-9]*$ ]] || die "--racks and --zones must be positive"
+  [[ "$clique_nodes" =~ ^[0-9]+$ ]] || die "--clique-nodes: not a count: '$clique_nodes'"
   if [ "$taint_last" -gt 0 ]; then
     [[ "$taint" =~ ^[A-Za-z0-9./_-]+(=[A-Za-z0-9._-]*)?:(NoSchedule|PreferNoSchedule|NoExecute)$ ]] ||
       die "--taint: want key[=value]:NoSchedule|PreferNoSchedule|NoExecute, got '$taint'"
   fi
   pidalive "$dir/run/kube-apiserver.pid" || die "not up in $dir (scripts/k8s-cluster.sh up --dir $dir)"
   export -f make_nodes node_json node_status node_taints api admin_token gpu_product
-  export dir port prefix models racks zones gpus count taint taint_last dra
+  export dir port prefix models racks zones clique_nodes gpus count taint taint_last dra
   local t=$SECONDS
   local chunk=$(((count + 15) / 16)); [ "$chunk" -le 250 ] || chunk=250
   for ((i = 1; i <= count; i += chunk)); do echo "$i $((i + chunk - 1 < count ? i + chunk - 1 : count))"; done |

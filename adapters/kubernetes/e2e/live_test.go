@@ -146,6 +146,9 @@ type clusterOpts struct {
 	dra      bool
 	migEvery int
 	models   string // the nodes' GPU models in blocks (default a100,h100,a100,h100)
+	// racks (default 2, as many as the zones, 2); cliqueNodes: NVLink
+	// cliques of that many nodes (0: no clique label).
+	racks, cliqueNodes int
 }
 
 func newClusterWith(t *testing.T, o clusterOpts) *cluster {
@@ -172,8 +175,11 @@ func newClusterWith(t *testing.T, o clusterOpts) *cluster {
 	if o.models == "" {
 		o.models = "a100,h100,a100,h100"
 	}
+	if o.racks == 0 {
+		o.racks = 2
+	}
 	args := []string{"nodes", fmt.Sprint(nodes), "--dir", c.dir, "--port", fmt.Sprint(c.port), "--gpus", "8",
-		"--models", o.models, "--racks", "2", "--zones", "2"}
+		"--models", o.models, "--racks", fmt.Sprint(o.racks), "--zones", "2", "--clique-nodes", fmt.Sprint(o.cliqueNodes)}
 	if tainted > 0 {
 		args = append(args, "--taint-last", fmt.Sprint(tainted), "--taint", "dedicated=infer:NoSchedule")
 	}

@@ -167,11 +167,14 @@ func (g *podGroups) group(key string, pods []*corev1.Pod) plan.Group {
 			out.Gang = false
 		}
 		if c := pg.Spec.SchedulingConstraints; c != nil {
-			for _, t := range c.Topology {
-				if t.Key == "" || t.Key != g.s.cfg.rackLabel {
-					out.Err = fmt.Sprintf("%s: topology key %q (only the rack label %q)", out.Name, t.Key, g.s.cfg.rackLabel)
+			labels := g.s.cfg.topology
+			for _, t := range c.Topology { // several: the finest (its domain is in the others')
+				l := translate.Level(labels, t.Key)
+				if l == 0 {
+					out.Err = fmt.Sprintf("%s: topology key %q (only a --rack-label level: %q)", out.Name, t.Key, labels)
+				} else if l > translate.Level(labels, out.Within) {
+					out.Within = t.Key
 				}
-				out.RackRequired = true
 			}
 		}
 		return out

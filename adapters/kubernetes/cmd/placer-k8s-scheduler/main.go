@@ -35,6 +35,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -57,6 +58,7 @@ import (
 type config struct {
 	kubeconfig, schedulerName, endpoint, serverKey, clientCert, rackLabel, httpAddr string
 	draDriver                                                                       string
+	topology                                                                        []string // --rack-label's labels, finest first
 	leaseName, leaseNamespace, identity, record, contentType                        string
 	timeout, window, retry, leaseDuration, renewDeadline, retryPeriod, bindDelay    time.Duration
 	livezBound                                                                      time.Duration
@@ -102,7 +104,7 @@ func main() {
 	flag.Float64Var(&c.apiQPS, "kube-api-qps", 2000, "requests per second to the API server (client-go's limiter; each binding is a Binding and an Event, so at 500 the limiter held a 5,000-node cluster's bindings to about 510 a second)")
 	flag.IntVar(&c.apiBurst, "kube-api-burst", 4000, "the limiter's burst")
 	flag.StringVar(&c.contentType, "kube-api-content-type", "application/vnd.kubernetes.protobuf", "what the scheduler's requests and watches are encoded in (protobuf: less of the API server's CPU than JSON; application/json for a server or proxy without it)")
-	flag.StringVar(&c.rackLabel, "rack-label", "placer.io/rack", "node label naming a node's rack (the topology Placer keeps gangs within); empty: none")
+	flag.StringVar(&c.rackLabel, "rack-label", defaultTopology, "node labels whose values are the topology's levels, finest first, comma-separated (a gang goes in one domain of the finest level that holds it: one NVLink clique, else one rack, else one zone); a node lacking a label sits in the domains of those it has; empty: no topology")
 	flag.BoolVar(&c.stacking, "stacking", true, "Placer's stacking policy (whole-GPU pods fill used nodes first)")
 	flag.BoolVar(&c.dra, "dra", true, "allocate pods' ResourceClaims (dynamic resource allocation, resource.k8s.io/v1, when the API server serves it) through Kubernetes' structured allocator; off: pods with claims wait, saying so")
 	flag.StringVar(&c.draDriver, "dra-gpu-driver", "gpu.nvidia.com", "the DRA driver whose devices are GPUs in Placer's round (a device of type gpu a whole GPU, of type mig a share of its GPU)")
@@ -125,6 +127,11 @@ func main() {
 	if c.batchMax < 1 || c.bindWorkers < 1 || c.rounds < 1 || c.window < 0 || c.retry <= 0 || c.apiQPS <= 0 || c.apiBurst < 1 || c.livezBound <= 0 {
 		fail("--batch-max, --max-rounds, --bind-workers and --kube-api-burst must be >= 1, --batch-window >= 0, --retry-interval, --livez-bound and --kube-api-qps > 0")
 	}
+	topo, bad := topologyLabels(c.rackLabel)
+	if bad != nil {
+		fail("--rack-label: %v", bad)
+	}
+	c.topology = topo
 	if c.identity == "" {
 		h, _ := os.Hostname()
 		c.identity = fmt.Sprintf("%s-%d", h, os.Getpid())
@@ -205,6 +212,31 @@ func main() {
 			},
 		},
 	})
+}
+
+// defaultTopology: the NVLink domain (NVIDIA's GPU feature discovery
+// labels each node with its clique), the rack, the zone.
+const defaultTopology = "nvidia.com/gpu.clique,placer.io/rack,topology.kubernetes.io/zone"
+
+// topologyLabels: --rack-label's list ("" = none): label keys, each once.
+func topologyLabels(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, l := range strings.Split(s, ",") {
+		l = strings.TrimSpace(l)
+		if errs := validation.IsQualifiedName(l); len(errs) > 0 {
+			return nil, fmt.Errorf("%q is not a label key: %s", l, strings.Join(errs, "; "))
+		}
+		if seen[l] {
+			return nil, fmt.Errorf("label %q given twice", l)
+		}
+		seen[l] = true
+		out = append(out, l)
+	}
+	return out, nil
 }
 
 func fail(format string, a ...any) {

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -93,6 +95,30 @@ func TestResourceOf(t *testing.T) {
 	} {
 		if got := resourceOf(path); got != want {
 			t.Errorf("%s: %q, want %q", path, got, want)
+		}
+	}
+}
+
+// --rack-label: label keys, finest first, each once; empty: no topology.
+func TestTopologyLabelsFlag(t *testing.T) {
+	for _, tc := range []struct{ in, want, err string }{
+		{"", "[]", ""},
+		{"placer.io/rack", "[placer.io/rack]", ""},
+		{defaultTopology, "[nvidia.com/gpu.clique placer.io/rack topology.kubernetes.io/zone]", ""},
+		{" nvidia.com/gpu.clique , placer.io/rack ", "[nvidia.com/gpu.clique placer.io/rack]", ""},
+		{"placer.io/rack,,topology.kubernetes.io/zone", "", `"" is not a label key`},
+		{"placer.io/rack,placer.io/rack", "", `label "placer.io/rack" given twice`},
+		{"rack label", "", `"rack label" is not a label key`},
+	} {
+		got, err := topologyLabels(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%q: %v, want an error %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || fmt.Sprint(got) != tc.want {
+			t.Errorf("%q: %v %v, want %s", tc.in, got, err, tc.want)
 		}
 	}
 }

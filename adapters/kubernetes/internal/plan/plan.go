@@ -17,7 +17,7 @@ package plan
 // wave places, of such units, only those whose interacting units that come
 // before them in the queue are done, and the next wave's requirements see
 // its placements. A gang core's shapes go one wave each, the later ones
-// near (or, with a required rack, in) the rack of the first. What Placer
+// near (or, with a required level, in) the topology domain of the first. What Placer
 // does not count (pods per node, ephemeral storage, extended resources,
 // host ports) is checked over a wave's placements in priority order; a pod
 // that no longer fits goes again in the next wave. A gang core that fails
@@ -44,13 +44,13 @@ import (
 // Group: a pod group as the planner reads it (the caller reads the
 // PodGroup objects).
 type Group struct {
-	Gang         bool   // false: its pods are placed one by one (a native PodGroup's basic policy)
-	Min          int    // members needed at once, bound ones included (0: every pod present)
-	Name         string // for messages, e.g. "pod group ns/x"
-	MinName      string // "minMember" or "gang minCount"
-	Wait         string // why its pods wait before any round ("" = none)
-	Err          string // why it cannot be expressed ("" = it can)
-	RackRequired bool   // one rack (the rack label) required
+	Gang    bool   // false: its pods are placed one by one (a native PodGroup's basic policy)
+	Min     int    // members needed at once, bound ones included (0: every pod present)
+	Name    string // for messages, e.g. "pod group ns/x"
+	MinName string // "minMember" or "gang minCount"
+	Wait    string // why its pods wait before any round ("" = none)
+	Err     string // why it cannot be expressed ("" = it can)
+	Within  string // a topology label: the group in one domain of its level, required ("": none)
 }
 
 // Input of one cycle.
@@ -146,8 +146,8 @@ type gang struct {
 	g      Group
 	core   []*unit
 	extras []*unit
-	rack   string
-	first  int // the wave of its first placement this cycle (-1: none)
+	domain translate.Domain // where its members placed are (nil: none yet, or only the cluster holds them)
+	first  int              // the wave of its first placement this cycle (-1: none)
 	why    string
 }
 
@@ -157,7 +157,8 @@ type planner struct {
 	units  []*unit
 	ganged map[string]*gang
 	wave   int
-	held   map[string]bool // nodes with victims of a preemption this cycle
+	held   map[string]bool         // nodes with victims of a preemption this cycle
+	nodes  map[string]*corev1.Node // by name (domainOf)
 }
 
 var refusedJob = regexp.MustCompile(`pending job (\d+) \(`)
@@ -369,21 +370,11 @@ func (p *planner) formGang(k string, g Group, pods, bound []*corev1.Pod, classOf
 	}
 	gg := &gang{key: k, g: g, first: -1}
 	p.ganged[k] = gg
-	racks := map[string]bool{}
-	if rl := p.in.Opt.RackLabel; rl != "" {
-		labels := map[string]string{}
-		for _, n := range p.in.Nodes {
-			labels[n.Name] = n.Labels[rl]
-		}
-		for _, b := range bound {
-			racks[labels[b.Spec.NodeName]] = true
-		}
+	var on []string
+	for _, b := range bound {
+		on = append(on, b.Spec.NodeName)
 	}
-	if len(racks) == 1 {
-		for r := range racks {
-			gg.rack = r
-		}
-	}
+	gg.domain = p.domainOf(on)
 	need := max(0, min-len(bound))
 	core, extras := pods[:need], pods[need:]
 	shapes := func(ps []*corev1.Pod) [][]*corev1.Pod {
@@ -410,14 +401,14 @@ func (p *planner) formGang(k string, g Group, pods, bound []*corev1.Pod, classOf
 	for i, s := range shapes(core) {
 		c := classOf[s[0].UID]
 		u := add(&unit{Unit: &translate.Unit{Key: fmt.Sprintf("%s#core%d", k, i), Pods: s, Gang: true, Local: true,
-			DistinctNodes: c.distinct && !c.other, Rack: gg.rack, RackRequired: g.RackRequired}, gang: gg, core: true, after: prev})
+			DistinctNodes: c.distinct && !c.other, Domain: gg.domain, Within: g.Within}, gang: gg, core: true, after: prev})
 		gg.core = append(gg.core, u)
 		prev = u
 	}
 	for i, s := range shapes(extras) {
 		c := classOf[s[0].UID]
 		u := add(&unit{Unit: &translate.Unit{Key: fmt.Sprintf("%s#extra%d", k, i), Pods: s,
-			DistinctNodes: c.distinct && !c.other, Rack: gg.rack, RackRequired: g.RackRequired}, gang: gg, after: prev})
+			DistinctNodes: c.distinct && !c.other, Domain: gg.domain, Within: g.Within}, gang: gg, after: prev})
 		gg.extras = append(gg.extras, u)
 	}
 }
@@ -553,12 +544,16 @@ func (p *planner) round(sel []*unit) bool {
 	byUnit := map[*translate.Unit]*unit{}
 	var units []*translate.Unit
 	for _, u := range sel {
-		if g := u.gang; g != nil && g.rack == "" && u.after != nil {
+		if g := u.gang; g != nil && g.domain == nil && u.after != nil {
 			// the later shapes of a core, and the extras: near its first placed shape
-			g.rack = p.rackOf(u.after)
+			var on []string
+			for _, b := range u.after.binds {
+				on = append(on, b.Node)
+			}
+			g.domain = p.domainOf(on)
 		}
 		if u.gang != nil {
-			u.Rack = u.gang.rack
+			u.Domain = u.gang.domain
 		}
 		byUnit[u.Unit] = u
 		units = append(units, u.Unit)
@@ -625,17 +620,28 @@ func (p *planner) round(sel []*unit) bool {
 	return true
 }
 
-func (p *planner) rackOf(u *unit) string {
-	rl := p.in.Opt.RackLabel
-	if rl == "" || len(u.binds) == 0 {
-		return ""
+// domainOf: the deepest topology domain holding the nodes named (nil:
+// none but the cluster, or no node).
+func (p *planner) domainOf(names []string) translate.Domain {
+	labels := p.in.Opt.TopologyLabels
+	if len(labels) == 0 || len(names) == 0 {
+		return nil
 	}
-	for _, n := range p.in.Nodes {
-		if n.Name == u.binds[0].Node {
-			return n.Labels[rl]
+	if p.nodes == nil {
+		p.nodes = make(map[string]*corev1.Node, len(p.in.Nodes))
+		for _, n := range p.in.Nodes {
+			p.nodes[n.Name] = n
 		}
 	}
-	return ""
+	var ds []translate.Domain
+	for _, name := range names {
+		n := p.nodes[name]
+		if n == nil {
+			return nil
+		}
+		ds = append(ds, translate.DomainOf(n, labels))
+	}
+	return translate.Common(ds)
 }
 
 func (p *planner) coreDone(g *gang) bool {
@@ -837,8 +843,8 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 			u.gang.first = p.wave
 		}
 		if len(again) > 0 { // a unit of its own, the next wave
-			rest := &unit{Unit: &translate.Unit{Key: u.Key + "+", Pods: again, DistinctNodes: u.DistinctNodes, Rack: u.Rack,
-				RackRequired: u.RackRequired}, idx: u.idx, gang: u.gang, edges: u.edges}
+			rest := &unit{Unit: &translate.Unit{Key: u.Key + "+", Pods: again, DistinctNodes: u.DistinctNodes, Domain: u.Domain,
+				Within: u.Within}, idx: u.idx, gang: u.gang, edges: u.edges}
 			p.units = append(p.units, rest)
 			for _, v := range u.edges {
 				v.edges = append(v.edges, rest)

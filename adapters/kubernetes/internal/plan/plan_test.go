@@ -73,8 +73,13 @@ func anti(p *corev1.Pod, key string, match map[string]string) *corev1.Pod {
 func run(t *testing.T, solve func(*wire.ScheduleRequestT) (*placerclient.Reply, error), ns []*corev1.Node, bound, pending []*corev1.Pod,
 	groups map[string]Group) *Output {
 	t.Helper()
-	in := Input{Nodes: ns, Bound: bound, Pending: pending, Opt: translate.Options{RackLabel: "placer.io/rack"}, Now: time.Unix(2e9, 0),
-		Rounds: 16, Solve: solve}
+	return runOpt(t, solve, translate.Options{TopologyLabels: []string{"placer.io/rack"}}, ns, bound, pending, groups)
+}
+
+func runOpt(t *testing.T, solve func(*wire.ScheduleRequestT) (*placerclient.Reply, error), opt translate.Options, ns []*corev1.Node,
+	bound, pending []*corev1.Pod, groups map[string]Group) *Output {
+	t.Helper()
+	in := Input{Nodes: ns, Bound: bound, Pending: pending, Opt: opt, Now: time.Unix(2e9, 0), Rounds: 16, Solve: solve}
 	if groups != nil {
 		in.Group = func(k string, _ []*corev1.Pod) Group { return groups[k] }
 	}

@@ -68,11 +68,9 @@ func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster
 			}
 		}
 	}
-	rackIdx := map[string]int32{}
-	var topo *wire.TopologyT
-	if opt.RackLabel != "" {
-		topo = &wire.TopologyT{LevelNames: []string{"cluster", "rack"},
-			Domains: []*wire.TopologyDomainT{{Name: "cluster", Level: 0, Parent: -1}}}
+	var topo *tree
+	if len(opt.TopologyLabels) > 0 {
+		topo = newTree(opt.TopologyLabels)
 	}
 	for ni, n := range nodes {
 		on := c.on[ni]
@@ -140,20 +138,12 @@ func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster
 			wn.Taints = append(wn.Taints, &wire.TaintT{Key: corev1.TaintNodeUnschedulable, Effect: wire.TaintEffectNoSchedule})
 		}
 		if topo != nil {
-			if rack := n.Labels[opt.RackLabel]; rack != "" {
-				d, ok := rackIdx[rack]
-				if !ok {
-					d = int32(len(topo.Domains))
-					rackIdx[rack] = d
-					topo.Domains = append(topo.Domains, &wire.TopologyDomainT{Name: rack, Level: 1, Parent: 0})
-				}
-				wn.Domain = d
-			}
+			wn.Domain = topo.add(n)
 		}
 		c.Wire = append(c.Wire, wn)
 	}
-	if topo != nil && len(rackIdx) > 0 {
-		c.Topo = topo
+	if topo != nil && len(topo.wire.Domains) > 1 {
+		c.Topo = topo.wire
 	}
 	return c
 }

@@ -88,8 +88,11 @@ func Share(p *corev1.Pod) (int64, bool) {
 
 // Options of the translation.
 type Options struct {
-	RackLabel string // node label whose values are the topology's racks ("" = no topology)
-	Stacking  bool   // Policy.stacking, as the Slurm bridge sends it
+	// TopologyLabels: the node labels whose values are the topology's
+	// domains, finest level first (e.g. the NVLink clique, the rack, the
+	// zone; topology.go); none: no topology.
+	TopologyLabels []string
+	Stacking       bool // Policy.stacking, as the Slurm bridge sends it
 	// Evict: bound pods of a lower priority than some pending pod go into
 	// the round as running work, preemptible, and Placer's preemption is on
 	// (the scheduler's --evict). Without it no pod is ever a victim.
@@ -171,11 +174,15 @@ type Unit struct {
 	// anti-affinity on the hostname among the unit's pods, or a host port
 	// they share).
 	DistinctNodes bool
-	// Rack: the rack where the unit's pod group already is ("": none);
-	// required with RackRequired, else preferred.
-	Rack         string
-	RackRequired bool
-	// Local: a gang's replicas preferably under one rack.
+	// Domain: the deepest topology domain holding the members of the
+	// unit's pod group already placed (nil: none); preferred, and its
+	// domain of the level of Within required.
+	Domain Domain
+	// Within: a topology label (Options.TopologyLabels): all the unit's
+	// replicas in one domain of its level, required ("": none).
+	Within string
+	// Local: a gang's replicas preferably in one domain of the finest
+	// level, else of the next (one NVLink clique, else one rack, ...).
 	Local bool
 	// Avoid: nodes this unit is not placed on, with kube-scheduler's reason
 	// (a gang whose pods a node could not all take, side.go).
@@ -378,28 +385,38 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 			claimRules = append(claimRules, rule{why, orderClaims, r.C.exclude(byWhy[why])})
 		}
 	}
+	labels := r.opt.TopologyLabels
 	topo := r.C.Topo != nil
 	if topo && job.Gang && u.Local {
-		job.TopologyLevel, job.TopologyMode = 1, wire.TopologyModePreferred
+		// Placer puts a gang under the deepest domain that holds it whole:
+		// one of the finest level, else of the next, up to the cluster.
+		job.TopologyLevel, job.TopologyMode = int8(len(labels)), wire.TopologyModePreferred
 	}
-	if u.RackRequired {
-		if !topo {
-			return nil, nil, nil, fmt.Sprintf("cannot express: one rack (label %q) required, and no node has that label", r.opt.RackLabel)
+	within := 0
+	if u.Within != "" {
+		within = Level(labels, u.Within)
+		if !topo || within == 0 {
+			return nil, nil, nil, fmt.Sprintf("cannot express: one domain of %q required, and no node has that label", u.Within)
 		}
-		job.TopologyLevel, job.TopologyMode = 1, wire.TopologyModeRequired
+		job.TopologyLevel, job.TopologyMode = int8(within), wire.TopologyModeRequired
 	}
 	c, err := constraints(first)
 	if err != "" {
 		return nil, nil, nil, "cannot express: " + err
 	}
 	own := cloneConstraints(c)
-	if u.Rack != "" && topo {
-		in := &wire.SelectorRequirementT{Key: r.opt.RackLabel, Operator: wire.SelectorOperatorIn, Values: []string{u.Rack}}
-		if u.RackRequired { // the rest of a gang: in its members' rack
-			require(c, in)
-		} else {
-			c.Preferred = append(c.Preferred, &wire.PreferredTermT{Weight: 100, Preference: &wire.SelectorTermT{
-				MatchExpressions: []*wire.SelectorRequirementT{in}}})
+	if len(u.Domain) > 0 && topo {
+		// Near the members placed: in their domain of the required level
+		// (the rest of a gang that must be in one), preferably in each of
+		// their domains, the finest counting most.
+		for _, e := range u.Domain[:min(within, len(u.Domain))].trim().selector(labels) {
+			require(c, e)
+		}
+		for k := within + 1; k <= len(u.Domain); k++ {
+			if u.Domain[k-1] != "" {
+				c.Preferred = append(c.Preferred, &wire.PreferredTermT{Weight: 100, Preference: &wire.SelectorTermT{
+					MatchExpressions: u.Domain[:k].selector(labels)}})
+			}
 		}
 	}
 	rules, prefs := r.C.rules(first)

@@ -40,7 +40,7 @@ func build(nodes []*corev1.Node, bound []*corev1.Pod, pending []*corev1.Pod, opt
 func TestBoundPodsUseTheirNodes(t *testing.T) {
 	b := pod("running", 3, "10")
 	b.Spec.NodeName = "n1"
-	r := build([]*corev1.Node{node("n2", "r1", 8), node("n1", "r1", 8)}, []*corev1.Pod{b}, []*corev1.Pod{pod("p", 1, "1")}, Options{RackLabel: "placer.io/rack"})
+	r := build([]*corev1.Node{node("n2", "r1", 8), node("n1", "r1", 8)}, []*corev1.Pod{b}, []*corev1.Pod{pod("p", 1, "1")}, Options{TopologyLabels: []string{"placer.io/rack"}})
 	n := r.Request.Cluster.Nodes
 	if n[0].Name != "n1" {
 		t.Fatalf("nodes not in name order: %s", n[0].Name)
@@ -419,14 +419,14 @@ func TestGPUSharesAreCountedOnTheirGPUs(t *testing.T) {
 func TestUnitsAreJobs(t *testing.T) {
 	a, b := pod("a", 8, "4"), pod("b", 8, "4")
 	nodes := []*corev1.Node{node("n1", "r1", 8), node("n2", "r2", 8)}
-	c := NewCluster(nodes, nil, Options{RackLabel: "placer.io/rack"})
-	r := Build(c, []*Unit{{Key: "g", Pods: []*corev1.Pod{a, b}, Gang: true, Local: true, DistinctNodes: true, Rack: "r2"}}, 1)
+	c := NewCluster(nodes, nil, Options{TopologyLabels: []string{"placer.io/rack"}})
+	r := Build(c, []*Unit{{Key: "g", Pods: []*corev1.Pod{a, b}, Gang: true, Local: true, DistinctNodes: true, Domain: Domain{"r2"}}}, 1)
 	j := r.Request.Pending[0]
 	if !j.Gang || !j.DistinctNodes || j.Replicas != 2 || j.TopologyLevel != 1 || j.TopologyMode != wire.TopologyModePreferred ||
 		len(j.Constraints.Preferred) != 1 || j.Constraints.Preferred[0].Preference.MatchExpressions[0].Values[0] != "r2" {
 		t.Errorf("job %+v %+v", j, j.Constraints)
 	}
-	r = Build(c, []*Unit{{Key: "g", Pods: []*corev1.Pod{a, b}, Gang: true, RackRequired: true, Rack: "r2"}}, 1)
+	r = Build(c, []*Unit{{Key: "g", Pods: []*corev1.Pod{a, b}, Gang: true, Within: "placer.io/rack", Domain: Domain{"r2"}}}, 1)
 	j = r.Request.Pending[0]
 	if j.TopologyMode != wire.TopologyModeRequired || len(j.Constraints.Required) != 1 || j.Constraints.Required[0].MatchExpressions[0].Values[0] != "r2" {
 		t.Errorf("required rack: %+v", j.Constraints)
