@@ -267,6 +267,7 @@ type scheduler struct {
 	nss     listersv1.NamespaceLister
 	groups  *podGroups
 	claims  *claims
+	kueue   *kueue
 	synced  []cache.InformerSynced
 	queue   *plan.Queue
 
@@ -315,6 +316,7 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 		AddFunc: func(any) { s.poke() }, UpdateFunc: func(any, any) { s.poke() }, DeleteFunc: func(any) { s.poke() }})
 	s.groups = newPodGroups(s)
 	s.claims = newClaims(s)
+	s.kueue = &kueue{s: s}
 	s.events = record.NewBroadcaster()
 	s.sink = &eventSink{EventSink: &typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")}}
 	s.events.StartRecordingToSink(s.sink)
@@ -403,6 +405,7 @@ func (s *scheduler) start(ctx context.Context) {
 	s.factory.Start(ctx.Done())
 	s.groups.start(ctx)
 	s.claims.start(ctx)
+	s.kueue.start(ctx)
 }
 
 // ours: a pod this scheduler places: its scheduler name, no node, not
