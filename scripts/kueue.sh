@@ -11,19 +11,11 @@ KUEUE_VERSION=${PLACER_KUEUE_VERSION:-v0.17.0}
 
 die() { echo "kueue.sh: $*" >&2; exit 1; }
 
-find_go() {
-  local g
-  for g in "${GO:-}" "$(command -v go 2>/dev/null || true)" /usr/local/go/bin/go; do
-    [ -n "$g" ] && [ -x "$g" ] && { echo "$g"; return 0; }
-  done
-  return 1
-}
-
 module_dir() {
   local go dir
-  go=$(find_go) || die "no Go toolchain (set GO)"
+  go=$(command -v go || echo /usr/local/go/bin/go)
   # Outside any module: the download alone, nothing added to a go.mod.
-  dir=$(cd / && GOFLAGS=-mod=mod "$go" mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
+  dir=$(cd / && "$go" mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
   [ -n "$dir" ] && [ -d "$dir" ] || die "go mod download sigs.k8s.io/kueue@$KUEUE_VERSION gave no folder"
   echo "$dir"
 }
