@@ -67,7 +67,8 @@ func startOf(p *corev1.Pod) int64 {
 // mirror, a DaemonSet's, one that NotEvictable names, or one whose requests
 // do not sit inside its node's use is left out: its use stays in its node,
 // and it is never a victim. So is a group with such a member, or whose
-// members differ.
+// members differ. With a queue tree (Options.Kueue), the bound pods of a
+// queue that are no victims are its use (held).
 func (r *Round) running(now int64) {
 	var bound []*corev1.Pod
 	for _, on := range r.C.on {

@@ -352,11 +352,8 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 		}
 		return nil, nil, nil, "cannot express: " + why
 	}
-	rl := Requests(first)
 	job := &wire.JobT{
-		Name: u.Key, Kind: wire.JobKindBatch, Replicas: uint32(len(u.Pods)), Queue: r.queue(first),
-		Demand: &wire.DemandT{Gpus: uint16(gpus(rl)), GpuMilli: 1000, CpuMilli: milli(rl[corev1.ResourceCPU]),
-			MemoryMib: mib(rl[corev1.ResourceMemory])},
+		Name: u.Key, Kind: wire.JobKindBatch, Replicas: uint32(len(u.Pods)), Queue: r.queue(first), Demand: podDemand(first),
 		TopologyLevel: -1, SubmitTime: first.CreationTimestamp.Unix(), Priority: Priority(first),
 		Gang: u.Gang && len(u.Pods) > 1, DistinctNodes: u.DistinctNodes && len(u.Pods) > 1,
 	}
@@ -364,9 +361,6 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 		if t := p.CreationTimestamp.Unix(); t < job.SubmitTime {
 			job.SubmitTime = t
 		}
-	}
-	if m, _ := Share(first); m > 0 {
-		job.Demand.Gpus, job.Demand.GpuMilli = 1, uint16(m)
 	}
 	var claimRules []rule
 	if pc := r.C.claims(first); pc != nil {
