@@ -46,6 +46,14 @@ type Quota struct {
 	Lending   *int64 // milli-units; nil: all of Nominal
 }
 
+// lent: what of it the cohort's other ClusterQueues may borrow.
+func (q Quota) lent() int64 {
+	if q.Lending != nil {
+		return min(q.Nominal, *q.Lending)
+	}
+	return q.Nominal
+}
+
 // ClusterQueue: what the round reads of a Kueue ClusterQueue.
 type ClusterQueue struct {
 	Name, Cohort string
@@ -126,11 +134,7 @@ func (k *Kueue) build() []*wire.QueueT {
 		root := &wire.QueueT{Name: CohortPrefix + cohort, GpuMilliLimit: -1, CpuMilliLimit: -1, Weight: 1}
 		for _, cq := range ms {
 			for _, q := range cq.Quotas {
-				l := q.Nominal
-				if q.Lending != nil {
-					l = min(l, *q.Lending)
-				}
-				lend[cohort][key{q.Flavor, q.Resource}] += l
+				lend[cohort][key{q.Flavor, q.Resource}] += q.lent()
 				addLimit(root, q.Resource, q.Nominal)
 			}
 		}
@@ -147,11 +151,7 @@ func (k *Kueue) build() []*wire.QueueT {
 		for _, r := range cq.Quotas {
 			limit := r.Nominal
 			if cq.Cohort != "" {
-				own := r.Nominal
-				if r.Lending != nil {
-					own = min(own, *r.Lending)
-				}
-				borrow := lend[cq.Cohort][key{r.Flavor, r.Resource}] - own // what the others lend
+				borrow := lend[cq.Cohort][key{r.Flavor, r.Resource}] - r.lent() // what the others lend
 				if r.Borrowing != nil {
 					borrow = min(borrow, *r.Borrowing)
 				}
