@@ -108,7 +108,8 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	}
 	batch, cut := plan.Cut(ready, urgent, s.cfg.batchMax)
 	nodes, _ := s.nodes.List(labels.Everything())
-	opt := translate.Options{TopologyLabels: s.cfg.topology, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels, DRA: ds}
+	opt := translate.Options{TopologyLabels: s.cfg.topology, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels, DRA: ds,
+		Kueue: s.kueue.snapshot()}
 	hold := s.volumeHold
 	if s.cfg.evict {
 		opt.Evict, opt.NotEvictable = true, s.notEvictable

@@ -299,6 +299,7 @@ type scheduler struct {
 	nss     listersv1.NamespaceLister
 	groups  *podGroups
 	claims  *claims
+	kueue   *kueue
 	synced  []cache.InformerSynced
 	queue   *plan.Queue
 
@@ -347,6 +348,7 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 		AddFunc: func(any) { s.poke() }, UpdateFunc: func(any, any) { s.poke() }, DeleteFunc: func(any) { s.poke() }})
 	s.groups = newPodGroups(s)
 	s.claims = newClaims(s)
+	s.kueue = &kueue{s: s}
 	s.events = record.NewBroadcaster()
 	s.sink = &eventSink{EventSink: &typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")}}
 	s.events.StartRecordingToSink(s.sink)
@@ -435,6 +437,7 @@ func (s *scheduler) start(ctx context.Context) {
 	s.factory.Start(ctx.Done())
 	s.groups.start(ctx)
 	s.claims.start(ctx)
+	s.kueue.start(ctx)
 }
 
 // ours: a pod this scheduler places: its scheduler name, no node, not

@@ -67,7 +67,8 @@ func startOf(p *corev1.Pod) int64 {
 // mirror, a DaemonSet's, one that NotEvictable names, or one whose requests
 // do not sit inside its node's use is left out: its use stays in its node,
 // and it is never a victim. So is a group with such a member, or whose
-// members differ.
+// members differ. With a queue tree (Options.Kueue), the bound pods of a
+// queue that are no victims are its use (held).
 func (r *Round) running(now int64) {
 	var bound []*corev1.Pod
 	for _, on := range r.C.on {
@@ -115,40 +116,90 @@ func (r *Round) running(now int64) {
 	r.Running = map[string][]*corev1.Pod{}
 	for _, key := range order {
 		g := groups[key]
-		if g.why != "" {
-			continue
-		}
 		sort.Slice(g.pods, func(i, j int) bool { return g.pods[i].Name < g.pods[j].Name })
-		first := g.pods[0]
-		if Priority(first) >= top {
+		if r.opt.Evict && g.why == "" && r.victim(key, g.pods, top, now) {
 			continue
 		}
-		rl := Requests(first)
-		d := &wire.DemandT{Gpus: uint16(gpus(rl)), GpuMilli: 1000, CpuMilli: milli(rl[corev1.ResourceCPU]), MemoryMib: mib(rl[corev1.ResourceMemory])}
-		if m, _ := Share(first); m > 0 {
-			d.Gpus, d.GpuMilli = 1, uint16(m)
+		if len(r.Request.Queues) > 0 {
+			r.held(g.pods, now)
 		}
-		rj := &wire.RunningJobT{Name: "running/" + key, Kind: wire.JobKindBatch, Priority: Priority(first), Demand: d,
-			Gang: len(g.pods) > 1, Preemptible: true, StartTime: startOf(first), Queue: first.Labels[QueueLabel]}
-		same := true
-		for _, p := range g.pods {
-			rlp := Requests(p)
-			m, _ := Share(p)
-			h := holds[p]
-			if Priority(p) != rj.Priority || gpus(rlp) != gpus(rl) || milli(rlp[corev1.ResourceCPU]) != d.CpuMilli ||
-				mib(rlp[corev1.ResourceMemory]) != d.MemoryMib || (m > 0) != (d.GpuMilli < 1000) || (m > 0 && uint16(m) != d.GpuMilli) {
-				same = false
-				break
-			}
-			rj.StartTime = min(rj.StartTime, startOf(p))
-			rj.Replicas = append(rj.Replicas, &wire.ReplicaPlacementT{Node: uint32(h.node), Gpus: h.gpus, GpuMilli: h.milli})
+	}
+}
+
+// podDemand: what one replica of pod p holds in a round.
+func podDemand(p *corev1.Pod) *wire.DemandT {
+	rl := Requests(p)
+	d := &wire.DemandT{Gpus: uint16(gpus(rl)), GpuMilli: 1000, CpuMilli: milli(rl[corev1.ResourceCPU]), MemoryMib: mib(rl[corev1.ResourceMemory])}
+	if m, _ := Share(p); m > 0 {
+		d.Gpus, d.GpuMilli = 1, uint16(m)
+	}
+	return d
+}
+
+// victim adds group `pods` (sorted by name) as a preemptible running job
+// when its pods are alike and of a lower priority than `top`.
+func (r *Round) victim(key string, pods []*corev1.Pod, top int32, now int64) bool {
+	first := pods[0]
+	if Priority(first) >= top {
+		return false
+	}
+	d := podDemand(first)
+	rj := &wire.RunningJobT{Name: "running/" + key, Kind: wire.JobKindBatch, Priority: Priority(first), Demand: d,
+		Gang: len(pods) > 1, Preemptible: true, StartTime: startOf(first), Queue: r.queue(first)}
+	for _, p := range pods {
+		dp, h := podDemand(p), r.C.holds[p]
+		if Priority(p) != rj.Priority || *dp != *d {
+			return false
 		}
-		if !same {
+		rj.StartTime = min(rj.StartTime, startOf(p))
+		rj.Replicas = append(rj.Replicas, &wire.ReplicaPlacementT{Node: uint32(h.node), Gpus: h.gpus, GpuMilli: h.milli})
+	}
+	rj.StartTime = min(rj.StartTime, now)
+	r.Request.Running = append(r.Request.Running, rj)
+	r.Running[rj.Name] = pods
+	return true
+}
+
+// held: the use of bound pods that are no victims, in the queue tree
+// (Options.Kueue): each pod of a queue a running job that is not
+// preemptible, or, where its holding cannot be one (its requests are not
+// inside its node's use), its queue's and the queue's ancestors' limits
+// and guarantees lowered by what it holds.
+func (r *Round) held(pods []*corev1.Pod, now int64) {
+	for _, p := range pods {
+		q := r.queue(p)
+		if q == "" {
 			continue
 		}
-		rj.StartTime = min(rj.StartTime, now)
-		r.Request.Running = append(r.Request.Running, rj)
-		r.Running[rj.Name] = g.pods
+		d, h := podDemand(p), r.C.holds[p]
+		if h == nil || !h.ok {
+			r.lower(q, int64(d.Gpus)*int64(d.GpuMilli), d.CpuMilli)
+			continue
+		}
+		r.Request.Running = append(r.Request.Running, &wire.RunningJobT{Name: "held/" + p.Namespace + "/" + p.Name,
+			Kind: wire.JobKindBatch, Priority: Priority(p), Demand: d, StartTime: min(startOf(p), now), Queue: q,
+			Replicas: []*wire.ReplicaPlacementT{{Node: uint32(h.node), Gpus: h.gpus, GpuMilli: h.milli}}})
+	}
+}
+
+// lower takes gpu and cpu milli-units off queue q's and its ancestors'
+// limits and guarantees (none below 0, no guarantee above its limit).
+func (r *Round) lower(q string, gpu, cpu int64) {
+	byName := make(map[string]*wire.QueueT, len(r.Request.Queues))
+	for _, x := range r.Request.Queues {
+		byName[x.Name] = x
+	}
+	for x := byName[q]; x != nil; x = byName[x.Parent] {
+		x.GpuMilliGuarantee = max(0, x.GpuMilliGuarantee-gpu)
+		x.CpuMilliGuarantee = max(0, x.CpuMilliGuarantee-cpu)
+		if x.GpuMilliLimit >= 0 {
+			x.GpuMilliLimit = max(0, x.GpuMilliLimit-gpu)
+			x.GpuMilliGuarantee = min(x.GpuMilliGuarantee, x.GpuMilliLimit)
+		}
+		if x.CpuMilliLimit >= 0 {
+			x.CpuMilliLimit = max(0, x.CpuMilliLimit-cpu)
+			x.CpuMilliGuarantee = min(x.CpuMilliGuarantee, x.CpuMilliLimit)
+		}
 	}
 }
 

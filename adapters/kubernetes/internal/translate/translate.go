@@ -109,6 +109,10 @@ type Options struct {
 	DRA *dra.Snapshot
 	// Claimed: the claims of the pods placed this cycle before this round.
 	Claimed []*dra.PodAlloc
+	// Kueue: its LocalQueues and ClusterQueues, sent as the round's queue
+	// tree (kueue.go; nil: Kueue is not served, and a job's queue is its
+	// pods' kueue.x-k8s.io/queue-name, named, not limited).
+	Kueue *Kueue
 }
 
 // Requests is what a pod asks of a node, as kube-scheduler's
@@ -231,6 +235,9 @@ func Build(c *Cluster, units []*Unit, now int64) *Round {
 	req := &wire.ScheduleRequestT{Cluster: cluster, Now: now,
 		Policy: &wire.PolicyT{Algorithm: wire.AlgorithmPlacer, Stacking: opt.Stacking, Order: wire.QueueOrderFifo}}
 	r.Request = req
+	if opt.Kueue != nil {
+		req.Queues = opt.Kueue.Tree()
+	}
 	if opt.Evict {
 		// Preemption as the Slurm bridge asks it: pods report no
 		// checkpoints and an evicted pod starts again, so any victim, by
@@ -255,10 +262,18 @@ func Build(c *Cluster, units []*Unit, now int64) *Round {
 		r.own = append(r.own, own)
 		r.claims = append(r.claims, r.C.claims(u.Pods[0]) != nil)
 	}
-	if opt.Evict && len(req.Pending) > 0 {
+	if (opt.Evict || len(req.Queues) > 0) && len(req.Pending) > 0 {
 		r.running(now)
 	}
 	return r
+}
+
+// queue: pod p's Placer queue (Options.Kueue).
+func (r *Round) queue(p *corev1.Pod) string {
+	if r.opt.Kueue == nil {
+		return p.Labels[QueueLabel]
+	}
+	return r.opt.Kueue.QueueOf(p)
 }
 
 // Signature is what must be equal for pods to be replicas of one job
@@ -344,11 +359,8 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 		}
 		return nil, nil, nil, "cannot express: " + why
 	}
-	rl := Requests(first)
 	job := &wire.JobT{
-		Name: u.Key, Kind: wire.JobKindBatch, Replicas: uint32(len(u.Pods)), Queue: first.Labels[QueueLabel],
-		Demand: &wire.DemandT{Gpus: uint16(gpus(rl)), GpuMilli: 1000, CpuMilli: milli(rl[corev1.ResourceCPU]),
-			MemoryMib: mib(rl[corev1.ResourceMemory])},
+		Name: u.Key, Kind: wire.JobKindBatch, Replicas: uint32(len(u.Pods)), Queue: r.queue(first), Demand: podDemand(first),
 		TopologyLevel: -1, SubmitTime: first.CreationTimestamp.Unix(), Priority: Priority(first),
 		Gang: u.Gang && len(u.Pods) > 1, DistinctNodes: u.DistinctNodes && len(u.Pods) > 1,
 	}
@@ -356,9 +368,6 @@ func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string
 		if t := p.CreationTimestamp.Unix(); t < job.SubmitTime {
 			job.SubmitTime = t
 		}
-	}
-	if m, _ := Share(first); m > 0 {
-		job.Demand.Gpus, job.Demand.GpuMilli = 1, uint16(m)
 	}
 	var claimRules []rule
 	if pc := r.C.claims(first); pc != nil {

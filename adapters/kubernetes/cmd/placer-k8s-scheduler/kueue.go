@@ -1,0 +1,122 @@
+package main
+
+// Kueue's LocalQueues and ClusterQueues (kueue.x-k8s.io, CRDs), read
+// through dynamic informers when the API server serves them (discovered
+// once, at start): each cycle's rounds carry its ClusterQueues and cohorts
+// as Placer's queue tree (translate.Kueue). Without them the scheduler
+// sends no tree, as before.
+
+import (
+	"context"
+	"log/slog"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	batchlisters "k8s.io/client-go/listers/batch/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"placer.local/kubernetes/internal/translate"
+)
+
+// kueueVersions: the versions read, the first served (v1beta2 is Kueue's
+// stored version since v0.15; v1beta1 names the cohort spec.cohort).
+var kueueVersions = []string{"v1beta2", "v1beta1"}
+
+type kueue struct {
+	s        *scheduler
+	lq, cq   cache.GenericLister // nil: Kueue is not served
+	jobs     batchlisters.JobLister
+	reported map[string]string // a ClusterQueue's last parse error, said once
+}
+
+// start: the informers, where the API server serves both kinds.
+func (k *kueue) start(ctx context.Context) {
+	s := k.s
+	k.reported = map[string]string{}
+	for _, v := range kueueVersions {
+		gv := "kueue.x-k8s.io/" + v
+		l, err := s.cs.Discovery().ServerResourcesForGroupVersion(gv)
+		if err != nil {
+			continue
+		}
+		have := map[string]bool{}
+		for _, r := range l.APIResources {
+			have[r.Name] = true
+		}
+		if !have["localqueues"] || !have["clusterqueues"] {
+			continue
+		}
+		f := dynamicinformer.NewDynamicSharedInformerFactory(s.dyn, 0)
+		poke := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() }, DeleteFunc: func(any) { s.poke() },
+			UpdateFunc: func(a, b any) {
+				if specOf(a) != specOf(b) {
+					s.poke()
+				}
+			}}
+		for _, res := range []string{"localqueues", "clusterqueues"} {
+			i := f.ForResource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: v, Resource: res})
+			_, _ = i.Informer().AddEventHandler(poke)
+			s.synced = append(s.synced, i.Informer().HasSynced)
+			if res == "localqueues" {
+				k.lq = i.Lister()
+			} else {
+				k.cq = i.Lister()
+			}
+		}
+		f.Start(ctx.Done())
+		// Kueue's batch Jobs (those with a queue-name label): their pods' queue.
+		jf := informers.NewSharedInformerFactoryWithOptions(s.cs, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = translate.QueueLabel
+		}))
+		ji := jf.Batch().V1().Jobs()
+		k.jobs = ji.Lister()
+		s.synced = append(s.synced, ji.Informer().HasSynced)
+		jf.Start(ctx.Done())
+		slog.Info("Kueue's queues read: a pod's ClusterQueue is its Placer queue, limited by its quotas", "version", gv)
+		return
+	}
+	slog.Info("kueue.x-k8s.io localqueues and clusterqueues not served: queues are named (" + translate.QueueLabel + "), not limited")
+}
+
+// snapshot: the queues now (nil: Kueue is not served).
+func (k *kueue) snapshot() *translate.Kueue {
+	if k.lq == nil {
+		return nil
+	}
+	lqs, _ := k.lq.List(labels.Everything())
+	cqs, _ := k.cq.List(labels.Everything())
+	local := make(map[string]string, len(lqs))
+	for _, o := range lqs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			key, cq := translate.ParseLocalQueue(u)
+			local[key] = cq
+		}
+	}
+	jobs := map[string]string{}
+	js, _ := k.jobs.List(labels.Everything())
+	for _, j := range js {
+		jobs[j.Namespace+"/"+j.Name] = j.Labels[translate.QueueLabel]
+	}
+	var out []*translate.ClusterQueue
+	for _, o := range cqs {
+		u, ok := o.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		cq, err := translate.ParseClusterQueue(u)
+		if err != nil { // its pods are then in no queue
+			if k.reported[u.GetName()] != err.Error() {
+				k.reported[u.GetName()] = err.Error()
+				slog.Warn("a ClusterQueue not read: its pods are in no queue", "err", err)
+			}
+			continue
+		}
+		delete(k.reported, u.GetName())
+		out = append(out, cq)
+	}
+	return translate.NewKueue(local, jobs, out)
+}
