@@ -368,6 +368,7 @@ class device_backend final : public backend {
       }
       scores_kept_ = false;
       clock_stamp_ = clock_state_ = nullptr;
+      cells_away_.assign(n, 0);
       wrote_.start(b.nodes.n_nodes);
       bound_ = true;
     });
@@ -523,10 +524,14 @@ class device_backend final : public backend {
         bind_clock(first);
         verify(true);  // before the host's records land: the rest must be the host's already
       }
-      // Kept: the nodes the chain may have changed come back as records (of
-      // every cell: the width of the matrix). Not kept: the whole state.
+      // Kept: the nodes the chain may have changed come back as records, of
+      // their state and their score cells, or of their state alone where
+      // the caller wants no cells (they stay on the device, the host's
+      // stale from here: tier_results::cells_back). Not kept: the whole
+      // state, the matrix with it.
       std::int32_t const back = kept ? chain_records_capacity(first, copies) : 0;
-      auto const width = static_cast<std::int32_t>(n_classes);
+      bool const cells_away = kept && !first.cells_wanted;
+      auto const width = static_cast<std::int32_t>(cells_away ? 0 : n_classes);
       std::size_t const back_bytes = records_bytes(back, record_gpus_, width);
       ctl_zero_.assign(static_cast<std::size_t>(k), tier_control{});
       problems_.assign(tiers.begin(), tiers.end());
@@ -651,7 +656,11 @@ class device_backend final : public backend {
         node_records const got = records_at(h_back, back, record_gpus_, width);
         std::int32_t const count = chain_records_count(first, copies, placed);
         node_state_view const s = host_state();
-        for (std::int32_t i = 0; i < count; ++i) unpack_record(s, got, i);
+        for (std::int32_t i = 0; i < count; ++i) {
+          unpack_record(s, got, i);
+          if (cells_away) cells_away_[static_cast<std::size_t>(got.node[i])] = 1;
+        }
+        out.cells_back = !cells_away;
         verify();
       } else {
         copy_out(first.gpu_free, h_gpu, static_cast<std::size_t>(nv.n_gpus));
@@ -818,6 +827,7 @@ class device_backend final : public backend {
     flush(resident_);
     in_flight_ = true;
     wrote_.clear();
+    std::fill(cells_away_.begin(), cells_away_.end(), std::uint8_t{0});
   }
   /// The assigner's clock (stamp, state labels) kept from its first tier.
   void bind_clock(tier_problem const& p) {
@@ -847,7 +857,11 @@ class device_backend final : public backend {
     auto const k = static_cast<std::int32_t>(wrote_.nodes.size());
     if (!bound_ || k == 0) return 0;
     node_state_view const s = host_state();
-    for (std::int32_t i = 0; i < k; ++i) pack_record(s, in_host_, i, wrote_.nodes[static_cast<std::size_t>(i)]);
+    for (std::int32_t i = 0; i < k; ++i) {
+      std::int32_t const n = wrote_.nodes[static_cast<std::size_t>(i)];
+      pack_record(s, in_host_, i, n);
+      cells_away_[static_cast<std::size_t>(n)] = 0;  // the host's record, the device's again
+    }
     work_.send(in_dev_.cpu, in_host_.cpu, records_bytes(k, record_gpus_, record_width()));
     wrote_.clear();
     return k;
@@ -876,6 +890,9 @@ class device_backend final : public backend {
     sync();
     auto const* skip = pending ? &wrote_.mark : nullptr;
     auto skipped = [&](std::size_t node) { return skip != nullptr && (*skip)[node] != 0; };
+    // A chain's nodes: the host's cells and stamps are its own (stale by
+    // its clock) until its record of the node lands.
+    auto away = [&](std::size_t node) { return skipped(node) || cells_away_[node] != 0; };
     auto fail = [&](std::string const& what) {
       throw logic_error(error_code::internal, "resident round: the device's " + what + " differs from the host's");
     };
@@ -903,19 +920,19 @@ class device_backend final : public backend {
     }
     // The changing arrays, node by node.
     auto const n = static_cast<std::size_t>(host_.nodes.n_nodes);
-    auto same_per_node = [&](auto const* d, auto const* h, char const* what) {
+    auto same_per_node = [&](auto const* d, auto const* h, char const* what, auto const& left_out) {
       using T = std::remove_const_t<std::remove_pointer_t<decltype(h)>>;
       if (d == nullptr || h == nullptr || n == 0) return;
       read_back(d, n * sizeof(T));
       auto const* got = reinterpret_cast<T const*>(verify_buf_.data());
       for (std::size_t i = 0; i < n; ++i) {
-        if (!skipped(i) && got[i] != h[i]) fail(std::string(what) + " of node " + std::to_string(i));
+        if (!left_out(i) && got[i] != h[i]) fail(std::string(what) + " of node " + std::to_string(i));
       }
     };
-    same_per_node(d_nodes_.cpu_free, host_.cpu_free, "free CPU");
-    same_per_node(d_nodes_.mem_free, host_.mem_free, "free memory");
-    same_per_node(clock_stamp_ != nullptr ? d_stamp_ : nullptr, clock_stamp_, "stamp");
-    same_per_node(clock_state_ != nullptr ? d_state_ : nullptr, clock_state_, "state label");
+    same_per_node(d_nodes_.cpu_free, host_.cpu_free, "free CPU", skipped);
+    same_per_node(d_nodes_.mem_free, host_.mem_free, "free memory", skipped);
+    same_per_node(clock_stamp_ != nullptr ? d_stamp_ : nullptr, clock_stamp_, "stamp", away);
+    same_per_node(clock_state_ != nullptr ? d_state_ : nullptr, clock_state_, "state label", skipped);
     if (host_.nodes.n_gpus > 0) {
       read_back(d_nodes_.gpu_free, static_cast<std::size_t>(host_.nodes.n_gpus) * sizeof(std::int32_t));
       auto const* got = reinterpret_cast<std::int32_t const*>(verify_buf_.data());
@@ -930,7 +947,7 @@ class device_backend final : public backend {
       read_back(d_scores_, cells * sizeof(std::int32_t));
       auto const* got = reinterpret_cast<std::int32_t const*>(verify_buf_.data());
       for (std::size_t i = 0; i < cells; ++i) {
-        if (!skipped(i % n) && got[i] != host_.scores[i]) {
+        if (!away(i % n) && got[i] != host_.scores[i]) {
           fail("score of class " + std::to_string(i / n) + " on node " + std::to_string(i % n));
         }
       }
@@ -965,6 +982,10 @@ class device_backend final : public backend {
   std::int32_t record_gpus_ = 0;         ///< GPU slots of a record: the largest node's GPUs
   std::vector<region> regions_, next_;   ///< the resident arrays, as bound and being bound
   node_records in_host_, in_dev_;        ///< this call's records of host writes
+  /// Per node of the bound round: 1 = a chain changed it on the device and
+  /// kept its score cells there; the host's cells and stamp are its own
+  /// until its record of the node goes up (send_host_writes).
+  std::vector<std::uint8_t> cells_away_;
   // A chain's host-side staging: its problems with device pointers, heap
   // offsets, placements' offsets, zeroed controls.
   std::vector<tier_problem> problems_;

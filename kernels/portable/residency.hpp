@@ -17,7 +17,10 @@
 // device unpacks them first; a chain of tier programs packs the nodes it
 // may have changed (its first tier's refresh candidates, every tier's
 // winners) and the host unpacks them after the call's one wait. The same
-// functions run on both sides.
+// functions run on both sides. A chain whose cells the host will not read
+// (tier_problem::cells_wanted) sends its records back without the score
+// column: the cells stay on the device, and the host takes its own as
+// stale (tier_results::cells_back).
 
 #include "tier_program.hpp"
 

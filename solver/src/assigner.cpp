@@ -219,6 +219,8 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
   }
   std::sort(tiers.begin(), tiers.end());
   auto job_at = [&](std::size_t t) { return order[static_cast<std::size_t>(tiers[t].second)]; };
+  locality_left_ = 0;  // the host's reads of the matrix between chains
+  for (std::size_t t = 0; t < tiers.size(); ++t) locality_left_ += wants_locality(in_.pending[job_at(t)]) ? 1 : 0;
   // A class is live while a group still ahead uses it: the tier programs
   // keep only live classes' cells current (the others are never read again).
   auto& last_group = s_.class_last_group;
@@ -264,6 +266,7 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
         rest.push_back(j);
         continue;
       }
+      --locality_left_;
       if (out_of_time()) { expire(j); continue; }
       place_locality(j, out);
     }
@@ -569,6 +572,9 @@ void assigner::run_chain(round_result& out) {
     // thousands (docs/architecture.md).
     p.eps = std::max<std::int64_t>(1, 1000LL * (std::int64_t{op_.p.w_binpack} + op_.p.w_fragmentation) / 1024);
   }
+  // No locality job left to place on the host: nothing here reads the
+  // chain's cells again, so a backend with memory of its own keeps them.
+  problems[0].cells_wanted = locality_left_ > 0;
   auto& result = s_.chain_out;
   backend_.place_tiers({problems.data(), k}, result);
   drop_caps();  // the programs committed on the backend
@@ -613,6 +619,20 @@ void assigner::run_chain(round_result& out) {
       to.push_back(placement_of(tp.node, c, tp.gpus));
     }
     for (std::size_t j = 0; j < live.size(); ++j) finish_job(live[j], std::move(placed[j]), out);
+  }
+  if (!result.cells_back) {
+    // The cells stayed on the device: here every node the chain may have
+    // changed is stale for every class, and logged after every class's
+    // freshness, so whatever reads them re-scores them first.
+    std::int32_t const mark = ++now_;
+    auto stale = [&](std::int32_t n) {
+      auto& stamp = s_.stamp[static_cast<std::size_t>(n)];
+      if (stamp == mark) return;
+      stamp = mark;
+      s_.changes.push_back(n);
+    };
+    for (auto n : s_.refresh_nodes) stale(n);
+    for (auto const& tp : result.placed) stale(tp.node);
   }
   if (verify_) verify_current();
 }

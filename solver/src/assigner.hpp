@@ -212,6 +212,7 @@ class assigner {
   std::int32_t levels_ = 1;
   assigner_scratch& s_;
   std::int32_t now_ = 0;  ///< the clock of stamp and fresh
+  std::size_t locality_left_ = 0;  ///< locality jobs the host has still to place (it reads the matrix for them)
   bool verify_ = false;   ///< PLACER_VERIFY_SCORES: check the cells read (tests)
   bool linear_ = false;   ///< greedy mode: Slurm's node choice (linear())
 };

@@ -398,6 +398,7 @@ inline std::int32_t tier_chain_results(tier_control const* ctl, tier_placement c
   r.placed.clear();
   r.begin.assign(1, 0);
   r.stats.clear();
+  r.cells_back = true;
   std::int32_t placed = 0;
   for (std::int32_t k = 0; k < n_tiers; ++k) {
     tier_placement const* from = out + out_at[k];

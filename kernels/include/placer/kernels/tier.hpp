@@ -89,6 +89,10 @@ struct tier_problem {
   /// Bid increment: the result is within eps per placed replica of the
   /// iteration's optimum.
   std::int64_t eps = 1;
+  /// A chain's first tier: false = the caller reads none of the chain's
+  /// score cells, so a backend with memory of its own may keep them there
+  /// (tier_results::cells_back).
+  bool cells_wanted = true;
 };
 
 /// One replica placed: node, row, the GPUs it took (bit i = GPU i of the
@@ -153,6 +157,11 @@ struct tier_results {
   std::vector<tier_placement> placed;
   std::vector<std::int32_t> begin;  ///< n_tiers + 1
   std::vector<tier_stats> stats;    ///< n_tiers
+  /// false: the chain's score cells stayed on the device (a resident
+  /// round: only the nodes' state came back), so the caller's cells of
+  /// every node the chain may have changed (its first tier's refresh
+  /// candidates, every tier's winners) are not current.
+  bool cells_back = true;
 };
 
 }  // namespace placer::kernels
