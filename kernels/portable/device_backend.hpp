@@ -381,7 +381,19 @@ class device_backend final : public backend {
 
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks, score_params const& params,
              std::span<std::int32_t> out) override {
-    dev_.guard([&] {
+    score_into(nodes, classes, tasks, params, out, true);
+  }
+
+  bool score_unread(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                    score_params const& params, std::span<std::int32_t> out) override {
+    return score_into(nodes, classes, tasks, params, out, false);
+  }
+
+  /// The score stage; the bound round's matrix comes down only when the
+  /// caller reads it (`read`). Returns whether `out` holds the cells.
+  bool score_into(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                  score_params const& params, std::span<std::int32_t> out, bool read) {
+    return dev_.guard([&] {
       std::size_t const cells = static_cast<std::size_t>(nodes.n_nodes) * classes.n_classes;
       bool const kept = bound(nodes, classes, tasks) && out.data() == host_.scores;
       if (kept) resend_all();
@@ -413,13 +425,16 @@ class device_backend final : public backend {
       score_matrix(dev_.exec_nosync(), dn, dc, dt, params, d_out, d_table, true, steps_);  // the table by entry
       dev_.check_launch();
       end_call(t, "score");
-      down(h_out, d_out, cells);
+      bool const away = kept && !read;  // the cells stay here; the host's are not them
+      if (!away) down(h_out, d_out, cells);
       sync();
-      if (cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
+      if (!away && cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
       if (kept) {
         scores_kept_ = true;
+        std::fill(cells_away_.begin(), cells_away_.end(), std::uint8_t{away ? 1 : 0});
         verify();
       }
+      return !away;
     });
   }
 

@@ -67,6 +67,11 @@ constexpr bool waits_in_order(std::int64_t key) {
 
 }  // namespace
 
+bool host_reads_cells(round_input const& in) {
+  return std::getenv("PLACER_VERIFY_SCORES") != nullptr ||
+         std::any_of(in.pending.begin(), in.pending.end(), [](job const& j) { return wants_locality(j); });
+}
+
 bool assigner::goes_local(job const& j) const {
   // Placer sends single-replica jobs with a topology need to the tier
   // program (one node is always inside one domain); greedy and kube send
@@ -678,9 +683,9 @@ void assigner::finish_job(std::int32_t j, std::vector<replica_placement>&& place
 }
 
 bool assigner::initially_feasible(std::int32_t c, std::int32_t n) const {
-  // Feasible now, or at least on the node's capacity (so a full node
-  // counts as "insufficient capacity", not "no feasible node").
-  if (scores_[static_cast<std::size_t>(c) * m_.n_nodes() + n] >= 0) return true;
+  // Feasible on the node's capacity (so a full node counts as "insufficient
+  // capacity", not "no feasible node"); a cell feasible now is (free never
+  // exceeds capacity), so no cell is read.
   if (!node_admits(op_.nv, op_.cv, c, n)) return false;
   auto const& nd = in_.state.nodes[n];
   auto const& cv = op_.cv;

@@ -279,6 +279,12 @@ struct repack_scratch {
   std::vector<std::uint8_t> no_fit;        ///< per class: 1 = one replica did not fit
   std::vector<std::int64_t> domain_cap;    ///< per domain (+1: the cluster): replicas it holds
 };
+/// Whether the tier assignment of this round (assign_mode::placer) reads
+/// score cells on the host: for its locality jobs (gangs and the like,
+/// placed between the tier programs), or to check each read
+/// (PLACER_VERIFY_SCORES).
+bool host_reads_cells(round_input const& in);
+
 /// The round as its score stage left it, when the caller kept it (the
 /// solver does for the rounds the repair may run on): its node arrays and
 /// score matrix. Null: every cell the repair reads is scored anew.

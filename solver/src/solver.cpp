@@ -98,6 +98,9 @@ struct solver::workspace {
   // The repair search's copies: the state after scoring, and the best so far.
   round_matrices m_scored, m_best;
   std::vector<std::int32_t> scores_scored;
+  /// Whether the host holds the score stage's cells (a resident backend
+  /// keeps them when nothing of the assignment reads them on the host).
+  bool scored_on_host = true;
   explain_scratch explain;
   // keep_order's: the order it leaves the repair search (the jobs strict
   // order blocks, skipped), and why each of those waits.
@@ -511,7 +514,7 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   };
   // One assignment in `order` from the scored state; kept if the best yet.
   auto assign = [&] {
-    restore_scored();
+    restore_scored(p);
     trial = round_result{};
     detail::assigner(in, m, ws_->scores, p, *backend_, detail::assign_mode::placer, ws_->assign)
         .run(trial, out_of_time, order);
@@ -630,10 +633,16 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   std::swap(m, ws_->m_best);  // the best round's cluster state, for the metrics
 }
 
-void solver::restore_scored() {
+void solver::restore_scored(kernels::score_params const& p) {
   ws_->m = ws_->m_scored;
-  ws_->scores = ws_->scores_scored;
+  if (ws_->scored_on_host) ws_->scores = ws_->scores_scored;
   backend_->host_wrote_all();  // the bound arrays, restored
+  if (ws_->scored_on_host) return;
+  // The cells stayed on the device: scored again, and this time read.
+  auto const& m = ws_->m;
+  backend_->score(m.nodes(), m.classes(), m.tasks(), p, ws_->scores);
+  ws_->scored_on_host = true;
+  ws_->scores_scored = ws_->scores;
 }
 
 void solver::keep_order(round_input const& in, kernels::score_params const& p,
@@ -641,7 +650,7 @@ void solver::keep_order(round_input const& in, kernels::score_params const& p,
   // Every job in submission order takes the best cells left (strict: a
   // queue stops at its first job that cannot start): each is tried against
   // exactly the jobs ahead of it.
-  restore_scored();
+  restore_scored(p);
   round_result fifo;
   detail::assigner(in, ws_->m, ws_->scores, p, *backend_, detail::assign_mode::greedy, ws_->assign).run(fifo, out_of_time);
   adopt(out, fifo);
@@ -664,7 +673,7 @@ void solver::linear_candidate(round_input const& in, kernels::score_params const
   // earlier job, and the repair search after it keeps no round that starts
   // fewer jobs or places fewer GPUs than this one (ws_->floor_*).
   ws_->m_best = ws_->m;
-  restore_scored();
+  restore_scored(p);
   round_result lin;
   detail::assigner a(in, ws_->m, ws_->scores, p, *backend_, detail::assign_mode::greedy, ws_->assign);
   a.linear(true);
@@ -747,7 +756,24 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
                 : in.pol.algo == algorithm::first_fit           ? 3
                                                                 : 0;
 
-  if (!kube) backend_->score(m.nodes(), m.classes(), m.tasks(), p, scores);
+  std::int32_t tries = !kube && in.pol.algo == algorithm::placer ? repair_tries(in) : 0;
+  bool const repack = in.pol.algo == algorithm::placer && in.pol.repack;
+  std::int64_t replicas = 0;
+  for (auto const& j : in.pending) replicas += j.replicas;
+  bool const repack_small = repack && replicas * static_cast<std::int64_t>(in.state.nodes.size()) <= repack_cells;
+  // A resident backend keeps the cells where nothing of the round reads
+  // them on the host: the tier assignment's own rounds (no locality job to
+  // place on the host, no repair search, no packing repair from the scored
+  // cells). Queue order's second assignment, if it comes, scores again.
+  ws_->scored_on_host = true;
+  if (!kube) {
+    bool const read = in.pol.algo != algorithm::placer || tries > 0 || repack_small || detail::host_reads_cells(in);
+    if (read) {
+      backend_->score(m.nodes(), m.classes(), m.tasks(), p, scores);
+    } else {
+      ws_->scored_on_host = backend_->score_unread(m.nodes(), m.classes(), m.tasks(), p, scores);
+    }
+  }
   stage_done("score");
 
   if (kube) {
@@ -766,20 +792,15 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
     return (in.deadline_us > 0 && micros_since(t_round) > static_cast<double>(in.deadline_us)) ||
            (round_late && round_late());
   };
-  std::int32_t tries = mode == detail::assign_mode::placer ? repair_tries(in) : 0;
   bool linear_ran = false;
   bool const ordered = mode == detail::assign_mode::placer && in.pol.order != queue_order::pack;
   // The packing repair reads the score stage's cells of the nodes it finds
   // as they were: kept for the rounds it surely runs on (whatever the
   // assignment places, within its budget), and kept anyway for the others.
-  bool const repack = mode == detail::assign_mode::placer && in.pol.repack;
-  std::int64_t replicas = 0;
-  for (auto const& j : in.pending) replicas += j.replicas;
-  bool const scored_kept = tries > 0 || ordered ||
-                           (repack && replicas * static_cast<std::int64_t>(in.state.nodes.size()) <= repack_cells);
+  bool const scored_kept = tries > 0 || ordered || repack_small;
   if (scored_kept) {
     ws_->m_scored = m;
-    ws_->scores_scored = scores;
+    if (ws_->scored_on_host) ws_->scores_scored = scores;
   }
   detail::assigner(in, m, scores, p, *backend_, mode, ws_->assign).run(out, out_of_time);
   stage_done("assign");
@@ -815,7 +836,8 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   // time on the same scores, largest first (detail::repack).
   if (repack && !(linear_ran && linear_only()) &&
       detail::repack(in, m, p, out, *backend_, repack_cells, ws_->repack,
-                     scored_kept ? detail::scored_round{&ws_->m_scored, &ws_->scores_scored} : detail::scored_round{}) > 0) {
+                     scored_kept && ws_->scored_on_host ? detail::scored_round{&ws_->m_scored, &ws_->scores_scored}
+                                                        : detail::scored_round{}) > 0) {
     stage_done("repack");
   }
   // Stacking packs the round's small jobs onto as few nodes as they fit.

@@ -6,9 +6,13 @@
 // trip, so these bounds bound the GPU round (docs/architecture.md).
 #include <placer/solver/matrices.hpp>
 #include <placer/solver/solver.hpp>
+#include <placer/kernels/tier.hpp>
 #include <placer/traces/synthetic.hpp>
 
 #include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
 
 namespace placer {
 namespace {
@@ -118,6 +122,89 @@ TEST_P(Residency, ARoundMovesWhatChangedNotEveryArrayPerTier) {
   // stage that reads the nodes (their records unpacked on the device).
   EXPECT_EQ(first.waits, old.waits);
   EXPECT_LE(first.calls, old.calls + 8);
+}
+
+// A round whose jobs need no locality (none placed on the host between the
+// tier programs): the score matrix and the chains' cells stay on the
+// device, and what comes down is the nodes' state and the placements; the
+// same round with the score stage's cells read on the host
+// (PLACER_VERIFY_SCORES, which checks each read) brings the matrix down. The same placements as the CPU
+// backend's both ways, the twin checking after every call that the device
+// holds what the host holds (the cells the host took as stale apart).
+TEST(Residency, CellsStayOnTheDeviceWhereTheHostReadsNone) {
+  round_input in = traces::make_scenario(traces::scenario_preset("10k"));
+  for (auto& j : in.pending) {
+    j.gang = j.distinct_nodes = false;
+    j.topo_mode = topology_mode::none;
+    j.network_sensitivity = 0.0F;
+  }
+  round_matrices const m = build_matrices(in);
+  std::int64_t const matrix = static_cast<std::int64_t>(m.n_nodes()) * m.n_classes() * 4;
+  solver cpu(kernels::make_backend(kernels::backend_kind::cpu));
+  round_result const want = cpu.solve(in);
+  auto run = [&](bool read) {
+    if (read) ::setenv("PLACER_VERIFY_SCORES", "1", 1);
+    solver twin(kernels::make_device_twin(true, true));
+    traffic const t = traffic_of(twin.backend(), twin, in);
+    round_result const got = twin.solve(in);
+    ::unsetenv("PLACER_VERIFY_SCORES");
+    EXPECT_EQ(want.placements.size(), got.placements.size());
+    for (std::size_t i = 0; i < std::min(want.placements.size(), got.placements.size()); ++i) {
+      EXPECT_EQ(want.placements[i].job, got.placements[i].job);
+      EXPECT_EQ(want.placements[i].replicas, got.placements[i].replicas);
+    }
+    return t;
+  };
+  traffic const kept = run(false), read = run(true);
+  std::printf("10k without locality jobs: down %.3f MB (the score stage's cells read on the host: %.3f MB; the matrix %.3f MB), "
+              "%lld waits (%lld)\n",
+              kept.down / 1e6, read.down / 1e6, matrix / 1e6, static_cast<long long>(kept.waits),
+              static_cast<long long>(read.waits));
+  // Read, the matrix comes down once; kept, not. The chains' records carry
+  // no cells either way (no locality job is left to read them).
+  EXPECT_EQ(read.down - kept.down, matrix);
+  EXPECT_EQ(kept.up, read.up);
+  EXPECT_EQ(kept.waits, read.waits);
+}
+
+// Queue order's second assignment (keep_order: a job overtook an earlier
+// one) starts again from the score stage's state; where the device kept the
+// cells, the host has none of its own and scores again, reading them this
+// time. 10k rounds without locality jobs (too large for the packing repair
+// to read the score stage's cells), more allocated than the preset (so
+// jobs wait and later ones overtake them), on the twin and the CPU.
+TEST(Residency, QueueOrderScoresAgainWhereTheCellsStayedOnTheDevice) {
+  int reordered = 0;
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    auto o = traces::scenario_preset("10k");
+    o.seed = seed;
+    o.allocated = 0.85;
+    round_input in = traces::make_scenario(o);
+    for (auto& j : in.pending) {
+      j.gang = j.distinct_nodes = false;
+      j.topo_mode = topology_mode::none;
+      j.network_sensitivity = 0.0F;
+    }
+    solver cpu(kernels::make_backend(kernels::backend_kind::cpu));
+    solver twin(kernels::make_device_twin(true, true));
+    round_result const a = cpu.solve(in);
+    round_result const b = twin.solve(in);
+    round_matrices const m = build_matrices(in);
+    std::int64_t const matrix = static_cast<std::int64_t>(m.n_nodes()) * m.n_classes() * 4;
+    for (auto const& t : b.timing) {
+      if (t.stage == "score") EXPECT_EQ(t.bytes_down, 0) << "seed " << seed << ": the cells came down";
+      if (t.stage != "order") continue;
+      ++reordered;
+      EXPECT_GE(t.bytes_down, matrix) << "seed " << seed << ": scored again, read";
+    }
+    ASSERT_EQ(a.placements.size(), b.placements.size()) << "seed " << seed;
+    for (std::size_t i = 0; i < a.placements.size(); ++i) {
+      EXPECT_EQ(a.placements[i].job, b.placements[i].job) << "seed " << seed;
+      EXPECT_EQ(a.placements[i].replicas, b.placements[i].replicas) << "seed " << seed;
+    }
+  }
+  std::printf("%d of 6 rounds reordered\n", reordered);
+  EXPECT_GT(reordered, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Scenarios, Residency, ::testing::Values("10k", "100k"),

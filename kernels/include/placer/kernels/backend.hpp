@@ -67,6 +67,15 @@ class backend {
   /// @param[out] out  n_classes * n_nodes cells; -1 = infeasible
   virtual void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
                      score_params const& params, std::span<std::int32_t> out) = 0;
+  /// @brief score, for a caller that reads none of the cells: a backend
+  /// with memory of its own keeps the matrix of its bound round there, for
+  /// the tier programs, and leaves `out` as it was.
+  /// @return whether `out` holds the cells (default: score, true)
+  virtual bool score_unread(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                            score_params const& params, std::span<std::int32_t> out) {
+    score(nodes, classes, tasks, params, out);
+    return true;
+  }
 
   /// @brief GAR / GFR / FGD fragmentation sums over the nodes.
   virtual cluster_stats stats(node_view const& nodes, task_view const& tasks) = 0;

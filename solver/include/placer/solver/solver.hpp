@@ -112,8 +112,9 @@ class solver {
   void linear_candidate(round_input const& in, kernels::score_params const& p,
                         std::function<bool()> const& out_of_time, round_result& out);
   /// The round's state as the score stage left it (the copies solve_one
-  /// keeps when the repair search or queue order may re-run the assignment).
-  void restore_scored();
+  /// keeps when the repair search or queue order may re-run the assignment;
+  /// the cells scored again where the backend kept them).
+  void restore_scored(kernels::score_params const& p);
 
   /// solve_one's buffers (round matrices, score matrix, assigner scratch),
   /// reused across rounds: they grow to the high-water mark, so a steady
