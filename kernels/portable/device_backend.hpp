@@ -431,7 +431,7 @@ class device_backend final : public backend {
       if (!away && cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
       if (kept) {
         scores_kept_ = true;
-        std::fill(cells_away_.begin(), cells_away_.end(), std::uint8_t{away ? 1 : 0});
+        std::fill(cells_away_.begin(), cells_away_.end(), static_cast<std::uint8_t>(away ? 1 : 0));
         verify();
       }
       return !away;
@@ -905,8 +905,9 @@ class device_backend final : public backend {
     sync();
     auto const* skip = pending ? &wrote_.mark : nullptr;
     auto skipped = [&](std::size_t node) { return skip != nullptr && (*skip)[node] != 0; };
-    // A chain's nodes: the host's cells and stamps are its own (stale by
-    // its clock) until its record of the node lands.
+    // Nodes whose cells stayed on the device (a chain's, or every node's
+    // after score_unread): the host's cells and stamps are its own until
+    // its record of the node lands.
     auto away = [&](std::size_t node) { return skipped(node) || cells_away_[node] != 0; };
     auto fail = [&](std::string const& what) {
       throw logic_error(error_code::internal, "resident round: the device's " + what + " differs from the host's");
@@ -997,9 +998,10 @@ class device_backend final : public backend {
   std::int32_t record_gpus_ = 0;         ///< GPU slots of a record: the largest node's GPUs
   std::vector<region> regions_, next_;   ///< the resident arrays, as bound and being bound
   node_records in_host_, in_dev_;        ///< this call's records of host writes
-  /// Per node of the bound round: 1 = a chain changed it on the device and
-  /// kept its score cells there; the host's cells and stamp are its own
-  /// until its record of the node goes up (send_host_writes).
+  /// Per node of the bound round: 1 = its score cells stayed on the device
+  /// (a chain's node, or the whole matrix after score_unread); the host's
+  /// cells and stamp are its own until its record of the node goes up
+  /// (send_host_writes).
   std::vector<std::uint8_t> cells_away_;
   // A chain's host-side staging: its problems with device pointers, heap
   // offsets, placements' offsets, zeroed controls.

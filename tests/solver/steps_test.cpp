@@ -124,6 +124,16 @@ TEST_P(Residency, ARoundMovesWhatChangedNotEveryArrayPerTier) {
   EXPECT_LE(first.calls, old.calls + 8);
 }
 
+/// The round's jobs, none with a locality need (no gang, distinct nodes,
+/// topology or network sensitivity): the host places none between chains.
+void without_locality(round_input& in) {
+  for (auto& j : in.pending) {
+    j.gang = j.distinct_nodes = false;
+    j.topo_mode = topology_mode::none;
+    j.network_sensitivity = 0.0F;
+  }
+}
+
 // A round whose jobs need no locality (none placed on the host between the
 // tier programs): the score matrix and the chains' cells stay on the
 // device, and what comes down is the nodes' state and the placements; the
@@ -133,11 +143,7 @@ TEST_P(Residency, ARoundMovesWhatChangedNotEveryArrayPerTier) {
 // holds what the host holds (the cells the host took as stale apart).
 TEST(Residency, CellsStayOnTheDeviceWhereTheHostReadsNone) {
   round_input in = traces::make_scenario(traces::scenario_preset("10k"));
-  for (auto& j : in.pending) {
-    j.gang = j.distinct_nodes = false;
-    j.topo_mode = topology_mode::none;
-    j.network_sensitivity = 0.0F;
-  }
+  without_locality(in);
   round_matrices const m = build_matrices(in);
   std::int64_t const matrix = static_cast<std::int64_t>(m.n_nodes()) * m.n_classes() * 4;
   solver cpu(kernels::make_backend(kernels::backend_kind::cpu));
@@ -180,11 +186,7 @@ TEST(Residency, QueueOrderScoresAgainWhereTheCellsStayedOnTheDevice) {
     o.seed = seed;
     o.allocated = 0.85;
     round_input in = traces::make_scenario(o);
-    for (auto& j : in.pending) {
-      j.gang = j.distinct_nodes = false;
-      j.topo_mode = topology_mode::none;
-      j.network_sensitivity = 0.0F;
-    }
+    without_locality(in);
     solver cpu(kernels::make_backend(kernels::backend_kind::cpu));
     solver twin(kernels::make_device_twin(true, true));
     round_result const a = cpu.solve(in);
