@@ -6,7 +6,6 @@
 // trip, so these bounds bound the GPU round (docs/architecture.md).
 #include <placer/solver/matrices.hpp>
 #include <placer/solver/solver.hpp>
-#include <placer/kernels/tier.hpp>
 #include <placer/traces/synthetic.hpp>
 
 #include <gtest/gtest.h>
@@ -138,9 +137,10 @@ void without_locality(round_input& in) {
 // tier programs): the score matrix and the chains' cells stay on the
 // device, and what comes down is the nodes' state and the placements; the
 // same round with the score stage's cells read on the host
-// (PLACER_VERIFY_SCORES, which checks each read) brings the matrix down. The same placements as the CPU
-// backend's both ways, the twin checking after every call that the device
-// holds what the host holds (the cells the host took as stale apart).
+// (PLACER_VERIFY_SCORES, which checks each read) brings the matrix down.
+// The same placements as the CPU backend's both ways, the twin checking
+// after every call that the device holds what the host holds (the cells
+// the host took as stale apart).
 TEST(Residency, CellsStayOnTheDeviceWhereTheHostReadsNone) {
   round_input in = traces::make_scenario(traces::scenario_preset("10k"));
   without_locality(in);
