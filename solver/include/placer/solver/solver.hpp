@@ -40,6 +40,9 @@ class explain_scratch {
   std::vector<taint const*> group_taint;              ///< per (shape, group): the excluding taint
   std::vector<std::int32_t> group_tainted;            ///< per (shape, group): nodes its taint excluded
   std::vector<std::int32_t> same_room;                ///< per shape: the first shape with its demand
+  std::vector<std::int32_t> by_room;                  ///< the shapes sorted by demand (same_room's)
+  std::vector<std::pair<std::uint64_t, std::int32_t>> shape_table;  ///< a shape hash -> its newest shape
+  std::vector<std::int32_t> older_shape;              ///< per shape: the one before it of its hash, -1 none
   struct shapes;
   std::unique_ptr<shapes> shapes_;
 };
@@ -51,7 +54,10 @@ class explain_scratch {
 /// priority, and the replicas the cluster (for a required topology: the
 /// best domain) could hold against those required. Jobs of one shape share
 /// one explanation, and every shape one pass over the nodes; a round with
-/// every job placed costs nothing.
+/// every job placed costs nothing. A round explains at most 2^24 cells (a
+/// shape's nodes, and its domains for a required topology level), shapes
+/// in job order; the unplaced jobs of shapes past that say "Not explained"
+/// in `detail`, with `why.nodes` 0.
 void explain_unplaced(round_input const& in, round_result& out, explain_scratch* scratch = nullptr);
 
 /// An explanation in kube-scheduler's words: "0/1,280 nodes are available:
