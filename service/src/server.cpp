@@ -394,6 +394,14 @@ class worker {
         for (auto const& u : req_.delta->changed) check_node_limits(u.value, cfg_.limits);
         for (auto const& a : req_.delta->added) check_node_limits(a, cfg_.limits);
         apply_delta(in.state, *req_.delta, undo_);  // throws stale_epoch, with nothing changed
+        // The names the delta brought (added, renamed): the only ones the
+        // limits look for among the session's nodes, whose names were unique.
+        delta_names_.clear();
+        for (auto const& a : req_.delta->added) delta_names_.emplace_back(a.name);
+        for (std::size_t k = 0; k < req_.delta->changed.size(); ++k) {
+          auto const& now = req_.delta->changed[k].value.name;
+          if (now != undo_.changed_old[k].name) delta_names_.emplace_back(now);
+        }
         delta_bytes = cluster_bytes_moved(in.state, undo_);
         sess->labels.follow(undo_, in.state.nodes.size());
         in.label_memo = &sess->labels;
@@ -404,7 +412,7 @@ class worker {
       // A job delta appends its jobs to the session's, which were checked.
       arrived_jobs const arrived{req_.jobs ? in.pending.size() - req_.jobs->added.size() : 0,
                                  req_.jobs ? in.running.size() - req_.jobs->started.size() : 0};
-      check_limits(in, cfg_.limits, names_, req_.jobs ? &arrived : nullptr);
+      check_limits(in, cfg_.limits, names_, req_.jobs ? &arrived : nullptr, req_.delta ? &delta_names_ : nullptr);
       double const limits_us = micros_since(t);
       std::uint64_t const sent_deadline = in.deadline_us;  // a capture keeps the request's own
       if (in.deadline_us > 0 && queued_us > 0) {
@@ -684,6 +692,7 @@ class worker {
   std::uint64_t tick_ = 0;                    ///< counts accepted session rounds (LRU order)
   std::size_t held_bytes_ = 0;                ///< the sessions' bytes, summed
   std::vector<std::string_view> names_;       ///< check_limits' scratch (reused)
+  std::vector<std::string_view> delta_names_;  ///< a delta's added and renamed nodes' names (reused)
   decoded_request req_;                        ///< the request being served
   delta_undo undo_;                            ///< what its cluster delta replaced
   flatbuffers::FlatBufferBuilder fbb_{1 << 16};  ///< its reply

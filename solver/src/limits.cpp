@@ -60,7 +60,7 @@ void constraints_fit(node_constraints const& c, round_limits const& lim) {
 }  // namespace
 
 void check_limits(round_input const& in, round_limits const& lim, std::vector<std::string_view>& scratch,
-                  arrived_jobs const* arrived) {
+                  arrived_jobs const* arrived, std::vector<std::string_view> const* delta_names) {
   auto const& c = in.state;
   cap(static_cast<std::int64_t>(c.nodes.size()), lim.nodes, "nodes", " (--max-nodes)");
   cap(c.topo.levels(), lim.topology_levels, "topology levels", "");
@@ -82,10 +82,27 @@ void check_limits(round_input const& in, round_limits const& lim, std::vector<st
   }
   for (auto const& n : c.topo.level_names) name_fits(n, lim.name_bytes, "a topology level");
   for (auto const& d : c.topo.domains) name_fits(d.name, lim.name_bytes, "a topology domain");
+  if (!in.nodes_validated) {
+    for (auto const& n : c.nodes) check_node_limits(n, lim);
+  }
   scratch.clear();
-  for (auto const& n : c.nodes) {
-    if (!in.nodes_validated) check_node_limits(n, lim);
-    scratch.push_back(n.name);
+  if (delta_names == nullptr) {
+    for (auto const& n : c.nodes) scratch.push_back(n.name);
+  } else if (!delta_names->empty()) {
+    // The names the delta brought, each held by one node alone: the others
+    // were unique, and kept their names.
+    scratch = *delta_names;
+    auto const brought_twice = repeated(scratch);
+    PLACER_EXPECTS(brought_twice.empty(), "two nodes are named " + shown(brought_twice));
+    std::vector<std::uint8_t> held(scratch.size(), 0);
+    for (auto const& n : c.nodes) {
+      auto const it = std::lower_bound(scratch.begin(), scratch.end(), std::string_view(n.name));
+      if (it == scratch.end() || *it != n.name) continue;
+      auto& h = held[static_cast<std::size_t>(it - scratch.begin())];
+      PLACER_EXPECTS(h == 0, "two nodes are named " + shown(n.name));
+      h = 1;
+    }
+    scratch.clear();
   }
   auto twice = repeated(scratch);
   PLACER_EXPECTS(twice.empty(), "two nodes are named " + shown(twice));

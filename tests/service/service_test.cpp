@@ -510,8 +510,32 @@ TEST(Service, RoundsPastTheLimitsAreRefusedBeforeSolving) {
   EXPECT_EQ(refused.code, ErrorCode::InvalidArgument);
   EXPECT_NE(refused.message.find("pending job name of 300 bytes, above the limit of 256"), std::string::npos)
       << refused.message;
+  // Names: a delta round looks for the names its delta brings alone (the
+  // session's were unique), and refuses one a node already holds, added or
+  // renamed to.
+  node clash = good.state.nodes[1];
+  clash.name = good.state.nodes[0].name;
+  std::string const twice = "two nodes are named '" + good.state.nodes[0].name + "'";
+  refused = c.solve_delta({3, 4, {clash}, {}, {}}, jobs_only);
+  EXPECT_EQ(refused.code, ErrorCode::InvalidArgument);
+  EXPECT_NE(refused.message.find(twice), std::string::npos) << refused.message;
+  refused = c.solve_delta({3, 4, {}, {}, {{1, clash}}}, jobs_only);
+  EXPECT_EQ(refused.code, ErrorCode::InvalidArgument);
+  EXPECT_NE(refused.message.find(twice), std::string::npos) << refused.message;
+  node other = good.state.nodes[2];
+  other.name = "brought-twice";
+  refused = c.solve_delta({3, 4, {other, other}, {}, {}}, jobs_only);
+  EXPECT_EQ(refused.code, ErrorCode::InvalidArgument);
+  EXPECT_NE(refused.message.find("two nodes are named 'brought-twice'"), std::string::npos) << refused.message;
   auto const rep = c.solve_delta({3, 4, {}, {}, {{0, fine}}}, jobs_only);
   EXPECT_EQ(rep.code, ErrorCode::Ok) << rep.message;
+  // A name a delta frees (node 0 renamed) may come back on an added node.
+  node renamed = fine;
+  renamed.name = "renamed";
+  node back = good.state.nodes[1];
+  back.name = good.state.nodes[0].name;
+  auto const moved = c.solve_delta({4, 5, {back}, {}, {{0, renamed}}}, jobs_only);
+  EXPECT_EQ(moved.code, ErrorCode::Ok) << moved.message;
   EXPECT_EQ(c.resyncs(), 0U);
 }
 

@@ -56,8 +56,14 @@ struct arrived_jobs {
   std::size_t pending_from = 0;
   std::size_t running_from = 0;
 };
+///
+/// `delta_names`, for a round on a session's cluster moved on by a delta
+/// (its node names were unique when it came): the names of the nodes the
+/// delta added or renamed. Those alone are looked for among the nodes, each
+/// to be held by one node; with none, no name is (sorting 12,800 node names
+/// was 1.3 ms of every delta round at 100k).
 void check_limits(round_input const& in, round_limits const& lim, std::vector<std::string_view>& scratch,
-                  arrived_jobs const* arrived = nullptr);
+                  arrived_jobs const* arrived = nullptr, std::vector<std::string_view> const* delta_names = nullptr);
 
 /// One node's bounds: its GPUs, its name and GPU model, its labels and
 /// taints (count and lengths).
