@@ -65,15 +65,16 @@ std::pair<Value, bool> find_or_insert(std::vector<std::pair<Key, Value>>& v, Key
 /// keep their rep.
 template <class Keep, class Hash, class Eq>
 void first_of_equals(std::size_t n, Keep&& keep, Hash&& hash, Eq&& eq, std::vector<std::int32_t>& rep,
-                     std::vector<std::pair<std::uint64_t, std::int32_t>>& table) {
+                     std::vector<std::pair<std::uint32_t, std::int32_t>>& table) {
   std::size_t size = 16;
   while (size < 2 * n) size *= 2;
-  table.assign(size, {0, -1});
+  table.assign(size, {0, -1});  // 8 bytes an entry: the 100k round's table is 256 KB
   std::size_t const mask = size - 1;
   for (std::size_t i = 0; i < n; ++i) {
     if (!keep(i)) continue;
-    std::uint64_t const h = hash(i);
-    auto slot = static_cast<std::size_t>(h ^ (h >> 32)) & mask;
+    std::uint64_t const h64 = hash(i);
+    auto const h = static_cast<std::uint32_t>(h64 >> 32);  // the slot from the low bits, the check from the high
+    auto slot = static_cast<std::size_t>(h64) & mask;
     rep[i] = static_cast<std::int32_t>(i);
     for (; table[slot].second >= 0; slot = (slot + 1) & mask) {
       if (table[slot].first == h && eq(static_cast<std::size_t>(table[slot].second), i)) {
@@ -233,7 +234,7 @@ void build_matrices(round_input const& in, round_matrices& m) {
     for (auto g = m.gpu_begin[i]; g < m.gpu_begin[i + 1]; ++g) {
       mix(static_cast<std::uint64_t>(m.gpu_free[g]) << 8 | m.gpu_island[g]);
     }
-    return h;
+    return h ^ (h >> 32);  // FNV's low bits alone spread poorly: first_of_equals takes its slot from them
   };
   m.same_as.resize(n);
   first_of_equals(n, [](std::size_t) { return true; }, state_hash, same_state, m.same_as, scratch.hash_table);
@@ -244,33 +245,44 @@ void build_matrices(round_input const& in, round_matrices& m) {
   // in memory or in pool share one row of the score stage's fragmentation
   // table (the 10k scenario's 788 states are 234 fragmentation states,
   // 100k's 5,504 are 731). Keyed like the states above, among their first
-  // nodes, by a hash that does not depend on the GPUs' order (a sum of
-  // mixed values); the others take their state's slot.
+  // nodes, by a hash of their free GPU values sorted (so not of the GPUs'
+  // order); the others take their state's slot.
   auto gpus_of = [&](std::size_t i) {
     return std::min<std::int32_t>(m.gpu_begin[i + 1] - m.gpu_begin[i], kernels::max_gpus_per_node);
   };
-  std::array<std::int32_t, kernels::max_gpus_per_node> fa{}, fb{};
-  auto sorted_free = [&](std::size_t i, std::array<std::int32_t, kernels::max_gpus_per_node>& f) {
+  // Each state root's free GPU values sorted once (at gpu_begin, as
+  // gpu_free), not both nodes' at every comparison: 4,773 comparisons of
+  // the 100k round sorted two arrays each.
+  auto& sorted = scratch.sorted_free;
+  sorted.resize(m.gpu_free.size());
+  for (std::size_t i = 0; i < n; ++i) {
+    if (m.same_as[i] != static_cast<std::int32_t>(i)) continue;
+    auto* f = sorted.data() + m.gpu_begin[i];
     auto const g = gpus_of(i);
-    std::copy_n(m.gpu_free.begin() + m.gpu_begin[i], g, f.begin());
-    std::sort(f.begin(), f.begin() + g);
-  };
+    for (std::int32_t k = 0; k < g; ++k) {  // insertion sort: a node's few GPUs
+      std::int32_t const v = m.gpu_free[static_cast<std::size_t>(m.gpu_begin[i] + k)];
+      std::int32_t at = k;
+      for (; at > 0 && f[at - 1] > v; --at) f[at] = f[at - 1];
+      f[at] = v;
+    }
+  }
   auto same_frag = [&](std::size_t a, std::size_t b) {
     if (m.cpu_free[a] != m.cpu_free[b] || m.model[a] != m.model[b] || gpus_of(a) != gpus_of(b)) return false;
-    sorted_free(a, fa);
-    sorted_free(b, fb);
-    return std::equal(fa.begin(), fa.begin() + gpus_of(a), fb.begin());
+    return std::equal(sorted.begin() + m.gpu_begin[a], sorted.begin() + m.gpu_begin[a] + gpus_of(a),
+                      sorted.begin() + m.gpu_begin[b]);
   };
-  auto frag_hash = [&](std::size_t i) {
-    std::uint64_t h = (static_cast<std::uint64_t>(m.cpu_free[i]) * 0x9E3779B97F4A7C15ULL) ^
-                      (static_cast<std::uint64_t>(m.model[i] + 1) << 48) ^ static_cast<std::uint64_t>(gpus_of(i));
+  auto frag_hash = [&](std::size_t i) {  // each sorted value times its own odd constant, summed, then mixed
+    std::uint64_t h = static_cast<std::uint64_t>(m.cpu_free[i]) * 0x9E3779B97F4A7C15ULL +
+                      static_cast<std::uint64_t>(m.model[i] + 1) * 0xD6E8FEB86659FD93ULL +
+                      static_cast<std::uint64_t>(gpus_of(i));
+    std::uint64_t k = 0xA0761D6478BD642FULL;
     for (auto g = m.gpu_begin[i], e = m.gpu_begin[i] + gpus_of(i); g < e; ++g) {
-      std::uint64_t v = static_cast<std::uint64_t>(m.gpu_free[g]) + 0x9E3779B97F4A7C15ULL;  // splitmix64's finaliser
-      v = (v ^ (v >> 30)) * 0xBF58476D1CE4E5B9ULL;
-      v = (v ^ (v >> 27)) * 0x94D049BB133111EBULL;
-      h += v ^ (v >> 31);
+      h += static_cast<std::uint64_t>(sorted[static_cast<std::size_t>(g)]) * k;
+      k += 0x3C6EF372FE94F82AULL;
     }
-    return h;
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
+    return h ^ (h >> 31);
   };
   auto& frag_rep = scratch.frag_rep;  // per state root: the first root of its fragmentation state
   frag_rep.resize(n);

@@ -32,8 +32,9 @@ struct flatten_scratch {
   std::vector<std::pair<class_key, std::int32_t>> classes;  ///< sorted by key: key -> class row
   std::vector<std::pair<task_key, std::int64_t>> counts;    ///< sorted by key: shape -> replicas
   std::vector<std::pair<std::int64_t, task_key>> ranked;    ///< (count, shape), most frequent first
-  std::vector<std::pair<std::uint64_t, std::int32_t>> hash_table;  ///< (hash, node): node states, then fragmentation states
+  std::vector<std::pair<std::uint32_t, std::int32_t>> hash_table;  ///< (hash's high half, node): node states, then fragmentation states
   std::vector<std::int32_t> frag_rep;  ///< per node state: the first state of its fragmentation state
+  std::vector<std::int32_t> sorted_free;  ///< as gpu_free, each state root's values sorted
 };
 
 /// The round's arrays (kernels::round_arrays: nodes, classes, the typical
