@@ -186,6 +186,10 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	return len(out.Untried) > 0 || cut > 0, next
 }
 
+// bindTimeout bounds a cycle's bindings once they no longer follow the
+// scheduler's context (bind): a stopping replica's last ones.
+const bindTimeout = 20 * time.Second
+
 // bind: the placements through the Binding subresource, --bind-workers at
 // once, each assumed first (so that a cycle that starts before the
 // informer sees them counts their requests), a share's GPU index in the
@@ -226,15 +230,34 @@ func (s *scheduler) bind(ctx context.Context, binds []plan.Bind, cycle int64) (i
 	// Each pod's claims written before its Binding (kube-scheduler's
 	// PreBind), in two phases: pods sharing a claim that another pod of the
 	// cycle allocates go once that pod's writes are done.
+	//
+	// A stop (SIGTERM: a rolling update) starts no further binding, and
+	// lets the ones under way finish, their Events recorded before the
+	// broadcaster is flushed: a Binding cancelled mid-request could be
+	// made by the API server and read here as failed, its pod bound with no
+	// Scheduled event (KubernetesLive.ChartInstallAndUpgrade). A pod not
+	// started is the next leader's.
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bindTimeout)
+	defer cancel()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.cfg.bindWorkers)
 	for _, phase := range s.claims.phases(binds) {
 		for _, b := range phase {
+			if ctx.Err() != nil {
+				break
+			}
 			wg.Add(1)
 			sem <- struct{}{}
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
+				if ctx.Err() != nil {
+					s.mu.Lock()
+					delete(s.assumed, b.Pod.UID)
+					s.mu.Unlock()
+					return
+				}
+				ctx := wctx
 				if err := s.claims.reserveAll(ctx, b); err != nil {
 					failed(b, fmt.Errorf("its ResourceClaims: %w", err))
 					return

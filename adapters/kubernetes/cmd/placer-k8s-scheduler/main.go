@@ -189,11 +189,21 @@ func main() {
 		Client:     cs.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: c.identity},
 	}
+	// RunOrDie returns when the context ends without waiting for
+	// OnStartedLeading: the leading cycle's last bindings (and their Events)
+	// are waited for here, before the deferred flush.
+	var leading sync.Mutex // held while this replica leads
+	defer func() {
+		leading.Lock() // the leading goroutine's cycle has ended
+		defer leading.Unlock()
+	}()
 	leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
 		Lock: lock, ReleaseOnCancel: true, Name: c.leaseName,
 		LeaseDuration: c.leaseDuration, RenewDeadline: c.renewDeadline, RetryPeriod: c.retryPeriod,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
+				leading.Lock()
+				defer leading.Unlock()
 				slog.Info("leading", "lease", c.leaseNamespace+"/"+c.leaseName, "identity", c.identity)
 				s.lead(ctx)
 			},
