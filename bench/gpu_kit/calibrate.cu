@@ -130,42 +130,24 @@ __global__ void score_thread_kernel(k::score_cell_op op, int reps, int* out) {
   out[op.nv.n_nodes] = acc;
 }
 
-/// The same cell on a warp: its lanes over the task set (node_fragmentation
-/// on a slice of the tasks each, before and after the replica, summed by
-/// shuffles), then the score on lane 0 from those sums (score's `known`).
+/// The same cell on a warp: its lanes over the task set (score_lanes, the
+/// tier refresh's: F before and after the replica on a slice of the tasks
+/// each, summed by shuffles), every lane with the score.
 __global__ void score_warp_kernel(k::score_cell_op op, int reps, int* out) {
-  k::node_view const& nv = op.nv;
-  k::class_view const& cv = op.cv;
   int const lane = static_cast<int>(threadIdx.x);
-  int const per = (op.tv.n_tasks + 31) / 32;
-  int const from = min(lane * per, op.tv.n_tasks);
-  k::task_view t = op.tv;
-  t.n_tasks = min(per, op.tv.n_tasks - from);
-  t.gpus += from;
-  t.milli += from;
-  t.cpu += from;
-  t.model_mask += from;
-  t.freq_ppm += from;
+  auto const sum = [](std::int64_t v) {
+    auto s = static_cast<long long>(v);
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return static_cast<std::int64_t>(s);
+  };
   int acc = 0;
   for (int r = 0; r < reps; ++r) {
-    int const n = r % nv.n_nodes;
-    int const b = nv.gpu_begin[n];
-    int const g = min(nv.gpu_begin[n + 1] - b, k::max_gpus_per_node);
-    long long before = k::node_fragmentation(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], t, true);
-    int f[k::max_gpus_per_node];
-    for (int i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
-    k::take_gpus(f, g, cv.gpus[0], cv.milli[0], nv.gpu_island != nullptr ? nv.gpu_island + b : nullptr);
-    long long after = k::node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[0], nv.model[n], t, true);
-    for (int o = 16; o > 0; o >>= 1) {
-      before += __shfl_xor_sync(0xffffffffu, before, o);
-      after += __shfl_xor_sync(0xffffffffu, after, o);
-    }
-    std::int64_t const known = after;
-    int const s = op.score(0, n, before, nullptr, nullptr, &known);
-    if (lane == 0 && r < nv.n_nodes) out[r] = s;
+    int const n = r % op.nv.n_nodes;
+    int const s = op.score_lanes(0, n, lane, 32, sum);
+    if (lane == 0 && r < op.nv.n_nodes) out[r] = s;
     acc += s;
   }
-  if (lane == 0) out[nv.n_nodes] = acc;
+  if (lane == 0) out[op.nv.n_nodes] = acc;
 }
 
 // ------------------------------------------------------------------ helpers

@@ -76,7 +76,9 @@ TOLERANCE = 0.30
 # took a round's offers by the whole CTA (--offer-groups 0): the group offers
 # (a row a warp, tier/offer_group.hpp) came after them; and refreshed in two
 # passes and listed round 0's bidders after the floors (--refresh-one-pass 0
-# --list-upto 0), which came after the group offers (2026-11-29).
+# --list-upto 0), which came after the group offers (2026-11-29). Every one
+# refreshed a cell a worker (--refresh-lanes 0; a cell on lanes came
+# 2026-12-03).
 H200_CPU = "2026-11-26-h200-tier-threads-512-1e2bc48.json"
 H100_CPU = "2026-11-26-h100-cpu-threads-16-4179bab.json"
 NEVER = 10 ** 9
@@ -84,12 +86,12 @@ NEVER = 10 ** 9
 
 def old(threads, least, below):
     return ["--order", "pack", "--offer-bits", "8", "--offer-iterate", "1", "--blocks", "1", "--offer-groups", "0",
-            "--threads", str(threads), "--offer-least", str(least), "--refresh-below", str(below)]
+            "--refresh-lanes", "0", "--threads", str(threads), "--offer-least", str(least), "--refresh-below", str(below)]
 
 
 def grid(blocks, *more):
     return ["--blocks", str(blocks), "--offer-groups", "0", "--offer-pairs", "64", "--refresh-one-pass", "0",
-            "--list-upto", "0", *more]
+            "--list-upto", "0", "--refresh-lanes", "0", *more]
 
 
 GRID_820 = "2026-11-28-h200-round-bench-main-820a062.json"

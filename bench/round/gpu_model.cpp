@@ -5,7 +5,7 @@
 //   gpu_model [--scenario 10k,100k,openb] [--threads 512] [--offer-least N]
 //             [--offer-bits N] [--offer-iterate 0|1] [--offer-groups 0|1] [--refresh-below N] [--order fifo|pack] [--reps 7]
 //             [--offer-pairs N] [--blocks 33] [--grid-cells-from N] [--list-upto N]
-//             [--refresh-one-pass 0|1] [--json FILE]
+//             [--refresh-one-pass 0|1] [--refresh-lanes 0|1] [--json FILE]
 //
 // For each scenario: the CPU backend's round (median of --reps after a
 // warm-up) and its tier phases; then two rounds through the GPU model, the
@@ -35,7 +35,7 @@ int usage(char const* why) {
             << "\nusage: gpu_model [--scenario 10k,100k,openb] [--threads 256|512|1024] [--offer-least N]"
                " [--offer-bits N] [--offer-iterate 0|1] [--offer-groups 0|1] [--refresh-below N] [--order fifo|pack] [--reps N]"
                " [--offer-pairs N] [--blocks N] [--grid-cells-from N] [--list-upto N] [--refresh-one-pass 0|1]"
-               " [--json FILE]\n";
+               " [--refresh-lanes 0|1] [--json FILE]\n";
   return 2;
 }
 
@@ -72,6 +72,8 @@ int main(int argc, char** argv) {
         config.list_upto = std::stoi(v);
       } else if (a == "--refresh-one-pass") {
         config.refresh_one_pass = std::stoi(v) != 0;
+      } else if (a == "--refresh-lanes") {
+        config.refresh_lanes = std::stoi(v) != 0;
       } else if (a == "--grid-cells-from") {
         config.grid_cells_from = std::stoll(v);
       } else if (a == "--refresh-below") {

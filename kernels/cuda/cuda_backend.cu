@@ -153,6 +153,19 @@ struct cuda_team {
     __syncwarp(live == 32 ? 0xffffffffu : (1u << live) - 1);
 #endif
   }
+  /// The sum over the aligned run of `width` lanes (a power of two) by
+  /// shuffles within it (tier_buffers' seq_team::group_sum).
+  __host__ __device__ std::int64_t group_sum(std::int64_t v, std::int32_t width) const {
+#ifdef __CUDA_ARCH__
+    unsigned const lane = threadIdx.x & 31u;
+    unsigned const mask = width >= 32 ? 0xffffffffu : ((1u << width) - 1u) << (lane & ~static_cast<unsigned>(width - 1));
+    auto s = static_cast<long long>(v);
+    for (std::int32_t o = width / 2; o > 0; o /= 2) s += __shfl_xor_sync(mask, s, o, width);
+    return static_cast<std::int64_t>(s);
+#else
+    return v;
+#endif
+  }
   /// __syncthreads costs less than any round's work: never solo.
   __host__ __device__ static constexpr std::int32_t solo_below() { return 0; }
   __host__ __device__ static constexpr void work(std::int64_t) {}
@@ -379,6 +392,8 @@ class cuda_device {
     if (char const* from = std::getenv("PLACER_CUDA_GRID_CELLS_FROM")) grid_cells_from_ = std::atoll(from);
     if (char const* upto = std::getenv("PLACER_CUDA_LIST_WITH_FLOORS_UPTO")) list_upto_ = std::atoi(upto);
     if (char const* one = std::getenv("PLACER_CUDA_REFRESH_ONE_PASS")) refresh_one_pass_ = std::atoi(one) != 0 ? 1 : 0;
+    // 0: a worker a cell in the refresh, as in the rounds recorded up to 2026-12-02 (to measure both).
+    if (char const* lanes = std::getenv("PLACER_CUDA_REFRESH_LANES")) refresh_lanes_ = std::atoi(lanes) != 0 ? 1 : 0;
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
                    ", tier grid of " + std::to_string(blocks_) + (blocks_ == 1 ? " CTA" : " CTAs") +
                    ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
@@ -388,6 +403,7 @@ class cuda_device {
                    (offer_groups_ == 0 ? ", offers by the whole CTA" : "") +
                    (list_upto_ != tier_list_with_floors_upto ? ", first bids listed with the floors up to " + std::to_string(list_upto_) + " nodes" : "") +
                    (refresh_one_pass_ == 0 ? ", refresh in two passes" : "") +
+                   (refresh_lanes_ == 0 ? ", refresh a worker a cell" : "") +
                    (offer_pairs_ != tier_offer_pairs_upto ? ", offers ranked up to " + std::to_string(offer_pairs_) + " items" : "") +
                    (!wide_ ? ", serial tier steps)"
                     : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
@@ -506,6 +522,7 @@ class cuda_device {
       k.work.grid_cells_from = grid_cells_from_;
       k.work.list_with_floors_upto = list_upto_;
       k.work.refresh_one_pass = refresh_one_pass_;
+      k.work.refresh_lanes = refresh_lanes_;
       if (blocks_ > 1) {
         void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out)};
         PLACER_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<void const*>(&tier_grid_kernel), dim3(blocks_),
@@ -536,6 +553,7 @@ class cuda_device {
   std::int64_t grid_cells_from_ = tier_grid_cells_from;    ///< tier_buffers::grid_cells_from
   std::int32_t list_upto_ = tier_list_with_floors_upto;    ///< tier_buffers::list_with_floors_upto
   std::int32_t refresh_one_pass_ = 1;                      ///< tier_buffers::refresh_one_pass
+  std::int32_t refresh_lanes_ = 1;                         ///< tier_buffers::refresh_lanes
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> marks_;  ///< the call timeline's events
   std::size_t marks_used_ = 0;

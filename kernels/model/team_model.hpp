@@ -23,6 +23,7 @@ inline namespace PLACER_BACKEND_NS {
 struct model_team {
   model::fibers* f;
   bool team_wide = true;
+  std::int64_t* shared = nullptr;  ///< a value per worker: group_sum's exchange
   [[nodiscard]] std::int32_t rank() const { return f->rank(); }
   [[nodiscard]] std::int32_t size() const { return f->size(); }
   [[nodiscard]] static constexpr std::int32_t solo_below() { return 0; }
@@ -45,6 +46,18 @@ struct model_team {
   /// lockstep (fibers::group_barrier), and the CTA's barrier is not met.
   [[nodiscard]] static constexpr std::int32_t group_size() { return 32; }
   void group_sync() const { f->group_barrier(group_size()); }
+  /// The run's values through `shared`, between two barriers of the run
+  /// (its lanes in step, as a warp's shuffles are; each barrier a step).
+  std::int64_t group_sum(std::int64_t v, std::int32_t width) const {
+    if (width <= 1) return v;
+    std::int32_t const first = rank() / width * width;
+    shared[rank()] = v;
+    f->group_barrier(width);
+    std::int64_t s = 0;
+    for (std::int32_t i = first; i < first + width; ++i) s += shared[i];
+    f->group_barrier(width);
+    return s;
+  }
   void work(std::int64_t steps) const { f->work(steps); }
   void chain(std::int64_t steps) const { f->chain(steps); }
   template <class T>
@@ -131,14 +144,16 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   if (config.grid_cells_from >= 0) c.work.grid_cells_from = config.grid_cells_from;
   if (config.list_upto >= 0) c.work.list_with_floors_upto = config.list_upto;
   c.work.refresh_one_pass = config.refresh_one_pass ? 1 : 0;
+  c.work.refresh_lanes = config.refresh_lanes ? 1 : 0;
   model::fibers f(config.threads);
   f.set_lanes(config.blocks);
+  std::vector<std::int64_t> shared(static_cast<std::size_t>(config.threads));
   model_counter counter(out);
   tier_clock_observer* const outer = tier_clock_observed();
   tier_clock_observed() = &counter;
   try {
     f.run([&](int) {
-      model_team t{&f};
+      model_team t{&f, true, shared.data()};
       resident_chain_program(t, c, in, n_in, records_out);
     },
           [&](std::vector<model::fibers::counts> const& k, model::fibers::end const& how) { counter.interval(k, how); });

@@ -397,7 +397,11 @@ class device_backend final : public backend {
       std::size_t const cells = static_cast<std::size_t>(nodes.n_nodes) * classes.n_classes;
       bool const kept = bound(nodes, classes, tasks) && out.data() == host_.scores;
       if (kept) resend_all();
-      std::size_t const table = frag_table_cells(nodes, classes, tasks, params);
+      // The fragmentation table's entries split over lanes (frag_part_op), a
+      // cell a thread after it: the device's width.
+      std::size_t const entries = frag_table_cells(nodes, classes, tasks, params);
+      std::int32_t const lanes = frag_lanes(entries);
+      std::size_t const table = entries * static_cast<std::size_t>(lanes);
       node_view dn = kept ? d_nodes_ : nodes;
       class_view dc = kept ? d_classes_ : classes;
       task_view dt = kept ? d_tasks_ : tasks;
@@ -422,7 +426,7 @@ class device_backend final : public backend {
       check(dc);
       check(dt);
       auto const t = begin_call();
-      score_matrix(dev_.exec_nosync(), dn, dc, dt, params, d_out, d_table, true, steps_);  // the table by entry
+      score_matrix(dev_.exec_nosync(), dn, dc, dt, params, d_out, d_table, lanes, steps_);
       dev_.check_launch();
       end_call(t, "score");
       bool const away = kept && !read;  // the cells stay here; the host's are not them

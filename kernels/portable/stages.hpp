@@ -35,18 +35,34 @@ struct frag_row_op {
   }
 };
 
-/// The same table an entry at a time (frag_entry): a thread per entry
-/// instead of per row, for a backend of many slow threads (a row's F after
-/// each class is a chain of FGD sums; the H100 took 0.2 ms a call for the
-/// 10k round's 234 rows on one CTA).
-struct frag_entry_op {
+/// The same table on a backend of many slow threads (frag_entry): a
+/// thread per entry and lane, each over its lane's slice of the task set
+/// (task_slice), into part[e * lanes + lane]; an entry is the sum of its
+/// lanes' parts. A row's F after each class is a chain of FGD sums over
+/// the tasks: the H100 took 0.2 ms a call for the 10k round's 234 rows on
+/// one CTA, and the H200 63 us for its entries a thread each (ncu,
+/// bench/results/2026-11-28-h200-ncu-10k-820a062.txt).
+struct frag_part_op {
   score_cell_op op;
-  std::int64_t* table;
-  PLACER_HD void operator()(std::int32_t i) const {
+  std::int32_t lanes;
+  std::int64_t* part;
+  PLACER_HD void operator()(std::int64_t i) const {
+    std::int64_t const e = i / lanes;
     std::int32_t const w = op.cv.n_classes + 1;
-    table[i] = op.frag_entry(op.nv.frag_node[i / w], i % w);
+    part[i] = op.frag_entry(op.nv.frag_node[e / w], static_cast<std::int32_t>(e % w),
+                            task_slice(op.tv, static_cast<std::int32_t>(i % lanes), lanes));
   }
 };
+
+/// Lanes a fragmentation entry is split over (frag_part_op): the most, up
+/// to a warp's 32, that keep the entries' threads within `width`, a
+/// device's resident threads (an H100's or H200's 132 multiprocessors of
+/// 2,048: about 2^18). At least 1.
+inline std::int32_t frag_lanes(std::size_t entries, std::size_t width = std::size_t{1} << 18) {
+  std::int32_t lanes = 1;
+  while (lanes < 32 && entries * static_cast<std::size_t>(lanes) * 2 <= width) lanes *= 2;
+  return lanes;
+}
 
 /// Scores the column of each node that is the first of its state
 /// (node_view::same_as; every node when null), reading F from the
@@ -60,6 +76,33 @@ struct score_column_op {
     std::int64_t const* known =
         table != nullptr ? table + static_cast<std::int64_t>(op.nv.frag_slot[n]) * (op.cv.n_classes + 1) : nullptr;
     op.score_column(n, out, nullptr, op.cv.n_classes, every_cell{}, known);
+  }
+};
+
+/// The same a thread per cell (class c on node n, i = c * n_nodes + n), F
+/// before and after summed from the node's entries' parts (frag_part_op)
+/// when there are any: a backend of many slow threads, whose thread per
+/// column took the H200 87 us a call at 10k (the same ncu record).
+struct score_cell_parts_op {
+  score_cell_op op;
+  std::int32_t* out;
+  std::int64_t const* part;  ///< null: none
+  std::int32_t lanes;
+  PLACER_HD void operator()(std::int64_t i) const {
+    auto const c = static_cast<std::int32_t>(i / op.nv.n_nodes);
+    auto const n = static_cast<std::int32_t>(i % op.nv.n_nodes);
+    if (op.nv.same_as != nullptr && op.nv.same_as[n] != n) return;
+    if (part == nullptr) {
+      out[i] = op.score(c, n);
+      return;
+    }
+    std::int64_t const row = static_cast<std::int64_t>(op.nv.frag_slot[n]) * (op.cv.n_classes + 1);
+    out[i] = op.score_known(c, n, entry(row + op.cv.n_classes), entry(row + c));
+  }
+  [[nodiscard]] PLACER_HD std::int64_t entry(std::int64_t e) const {
+    std::int64_t sum = 0;
+    for (std::int32_t l = 0; l < lanes; ++l) sum += part[e * lanes + l];
+    return sum;
   }
 };
 
@@ -79,26 +122,38 @@ struct copy_column_op {
 
 /// out[c * n_nodes + n] = score of class c on node n, or -1 if infeasible:
 /// the fragmentation table (F before and after each class's replica, once
-/// per fragmentation state, into `table`, frag_table_cells entries; a
-/// thread per row, or with `by_entry` per entry), one column per node
-/// state, then the copies. Three calls (one fewer without a table, one
-/// fewer without same_as); the host reads the matrix (one wait).
+/// per fragmentation state, frag_table_cells entries), the cells of each
+/// node state, then the copies. With `lanes` 0 (the CPU backends), the
+/// table into `table` a thread per row (frag_row_op) and a column a thread
+/// (score_column_op); else the table's entries split over that many lanes
+/// into `table` (frag_table_cells x lanes entries: frag_part_op) and a cell
+/// a thread (score_cell_parts_op): a device's width. Three calls (one fewer
+/// without a table, one fewer without same_as); the host reads the matrix
+/// (one wait).
 template <class ExecPolicy>
 void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, task_view const& tv,
-                  score_params const& p, std::int32_t* out, std::int64_t* table, bool by_entry, step_counts& st) {
-  if (static_cast<std::int64_t>(nv.n_nodes) * cv.n_classes == 0) return;
+                  score_params const& p, std::int32_t* out, std::int64_t* table, std::int32_t lanes,
+                  step_counts& st) {
+  std::int64_t const cells = static_cast<std::int64_t>(nv.n_nodes) * cv.n_classes;
+  if (cells == 0) return;
   thrust::counting_iterator<std::int32_t> first(0);
+  thrust::counting_iterator<std::int64_t> wide(0);  // entries x lanes, cells
   score_cell_op const op{nv, cv, tv, p};
-  std::size_t const cells = frag_table_cells(nv, cv, tv, p);
-  if (cells == 0) table = nullptr;
-  if (table != nullptr && by_entry) {
-    thrust::for_each(exec, first, first + static_cast<std::int64_t>(cells), frag_entry_op{op, table});
-    st.calls += 1;
-  } else if (table != nullptr) {
-    thrust::for_each(exec, first, first + nv.n_frag, frag_row_op{op, table});
-    st.calls += 1;
+  auto const entries = static_cast<std::int64_t>(frag_table_cells(nv, cv, tv, p));
+  if (entries == 0) table = nullptr;
+  if (lanes > 0) {
+    if (table != nullptr) {
+      thrust::for_each(exec, wide, wide + entries * lanes, frag_part_op{op, lanes, table});
+      st.calls += 1;
+    }
+    thrust::for_each(exec, wide, wide + cells, score_cell_parts_op{op, out, table, lanes});
+  } else {
+    if (table != nullptr) {
+      thrust::for_each(exec, first, first + nv.n_frag, frag_row_op{op, table});
+      st.calls += 1;
+    }
+    thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{op, out, table});
   }
-  thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{op, out, table});
   st.calls += 1;
   if (nv.same_as != nullptr) {
     thrust::for_each(exec, first, first + nv.n_nodes, copy_column_op{nv, cv.n_classes, out});

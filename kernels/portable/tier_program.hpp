@@ -162,19 +162,47 @@ struct tier_share {
   std::int32_t end;
 };
 /// Runs f(share) for this worker over n items: over the grid when `wide`
-/// (for each block it acts for, each_block), else over its CTA.
+/// (for each block it acts for, each_block), else over its CTA. With
+/// `lanes` (a power of two), the workers take the items in aligned runs of
+/// that many, a run an item at a time (every worker of a run the same
+/// items; rank % lanes is its lane); the workers past the CTA's last whole
+/// run take none.
 template <class Team, class F>
-PLACER_HD void tier_shares(Team& t, bool wide, std::int32_t n, F&& f) {
+PLACER_HD void tier_shares(Team& t, bool wide, std::int32_t n, F&& f, std::int32_t lanes = 1) {
+  std::int32_t const at = t.rank() / lanes;
+  std::int32_t const runs = t.size() / lanes;
+  if (at >= runs) return;
   if (wide) {
     std::int64_t const blocks = t.blocks();
     t.each_block([&](std::int32_t block) {
       auto const lo = static_cast<std::int32_t>(n * block / blocks);
       auto const hi = static_cast<std::int32_t>(n * (block + 1) / blocks);
-      f(tier_share{lo + t.rank(), t.size(), hi});
+      f(tier_share{lo + at, runs, hi});
     });
   } else {
-    f(tier_share{t.rank(), t.size(), n});
+    f(tier_share{at, runs, n});
   }
+}
+
+/// The workers a refresh by cell gives each cell (tier_refresh_cell): of
+/// the powers of two up to `most` (Team::group_size(): a warp), the one
+/// whose span is least for `cells` cells on a CTA of `workers`, a run of
+/// that many lanes a cell at a time (tier_score_steps_on a cell), the
+/// fewest on ties. Few cells (the tiers after a chain's first: about 51
+/// nodes at 10k) take a warp or part of one each; a CTA's worth or more, a
+/// worker each.
+PLACER_HD inline std::int32_t tier_refresh_lanes(std::int32_t most, std::int32_t workers, std::int64_t cells) {
+  std::int32_t best = 1;
+  std::int64_t best_span = -1;
+  for (std::int32_t w = 1; w <= most && w <= workers; w *= 2) {
+    std::int64_t const runs = workers / w;
+    std::int64_t const span = (cells + runs - 1) / runs * tier_score_steps_on(w);
+    if (best_span < 0 || span < best_span) {
+      best = w;
+      best_span = span;
+    }
+  }
+  return best;
 }
 
 /// The marks of tier_first_bidders_of_row cleared, a share a CTA of the
@@ -521,8 +549,12 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   // --- the live classes' stale cells, before anything reads them: a node
   // changed since is re-scored once, however often it changed.
   std::int32_t oldest = p.now + 1;
+  std::int32_t n_live = 0;
   for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
-    if (p.live_class == nullptr || p.live_class[c] != 0) oldest = min_of(oldest, p.fresh[c]);
+    if (p.live_class == nullptr || p.live_class[c] != 0) {
+      oldest = min_of(oldest, p.fresh[c]);
+      n_live += 1;
+    }
   }
   std::int32_t const candidates = p.changed != nullptr ? p.n_changed : n_nodes;
   auto const candidate = [&](std::int32_t i) { return p.changed != nullptr ? p.changed[i] : i; };
@@ -547,14 +579,27 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     bool const one_pass = b.refresh_one_pass != 0 && by_cell && wide_refresh &&
                           static_cast<std::int64_t>(candidates) * n_classes <= static_cast<std::int64_t>(t.blocks()) * team;
     std::int32_t const passes = one_pass ? 1 : 2;
+    // A cell on a run of lanes (a warp's part) where the cells of live
+    // classes are fewer than the CTA's workers: its score's task loops split
+    // among them (item 3 of issue 53).
+    std::int64_t const live_cells = static_cast<std::int64_t>(candidates) * n_live;
+    std::int32_t const lanes =
+        by_cell && b.refresh_lanes != 0 ? tier_refresh_lanes(t.group_size(), team, wide_refresh ? (live_cells + t.blocks() - 1) / t.blocks()
+                                                                         : live_cells)
+                : 1;
+    std::int32_t const lane = me % lanes;
     if (one_pass && wide) t.sync();  // the init's rows, read where the iteration opens (below)
     for (std::int32_t pass = 0; pass < passes; ++pass) {
-      tier_shares(t, wide_refresh, by_cell ? candidates * n_classes : candidates, [&](tier_share s) {
-        for (std::int32_t i = s.first; i < s.end; i += s.stride) {
-          t.work(by_cell ? tier_refresh_cell(b, candidate(i / n_classes), i % n_classes, pass, oldest, !one_pass)
-                         : tier_refresh(b, candidate(i), pass, oldest));
-        }
-      });
+      tier_shares(
+          t, wide_refresh, by_cell ? candidates * n_classes : candidates,
+          [&](tier_share s) {
+            for (std::int32_t i = s.first; i < s.end; i += s.stride) {
+              t.work(by_cell ? tier_refresh_cell(t, b, candidate(i / n_classes), i % n_classes, pass, oldest,
+                                                 !one_pass, lane, lanes)
+                             : tier_refresh(b, candidate(i), pass, oldest));
+            }
+          },
+          lanes);
       // The first iteration opens beside the last pass, the init's rows
       // read after the first pass's barrier (in one pass, the CTA's before
       // it): the grid's barrier after the refresh is its.

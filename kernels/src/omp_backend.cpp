@@ -71,9 +71,9 @@ void omp_backend::score(node_view const& nodes, class_view const& classes, task_
                         score_params const& params, std::span<std::int32_t> out) {
   frag_table_.resize(frag_table_cells(nodes, classes, tasks, params));
   if (!always_parallel_ && static_cast<std::int64_t>(nodes.n_nodes) * classes.n_classes < parallel_threshold / 16) {
-    score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), false, steps_);
+    score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), 0, steps_);
   } else {
-    score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), false, steps_);
+    score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), 0, steps_);
   }
 }
 

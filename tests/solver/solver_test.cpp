@@ -597,11 +597,14 @@ TEST(Backend, DomainCapacityOfAClassSetSumsFitCounts) {
 // free CPU and model but other memory or pools, are one fragmentation
 // state: the score stage computes F once for them (a table row) and every
 // cell still equals the cell scored on its own, on the default and the
-// forced-parallel CPU backends.
+// forced-parallel CPU backends, and on the device twin (the table's
+// entries split over 32 lanes each at these sizes, a cell a thread).
 TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
   std::vector<std::unique_ptr<kernels::backend>> backends;
   backends.push_back(kernels::make_backend(kernels::backend_kind::cpu));
   backends.push_back(kernels::make_parallel_cpu_backend());
+  // The device backends' way: the table's entries split over lanes, a cell a thread.
+  backends.push_back(kernels::make_device_twin(false));
   std::mt19937_64 rng(2026);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   int shared = 0, cells = 0;
@@ -645,6 +648,52 @@ TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
   }
   EXPECT_GT(shared, 60);  // rounds where some states did share a fragmentation row
   EXPECT_GT(cells, 10000);
+}
+
+// A cell's score spread over lanes (score_cell_op::score_lanes, the tier
+// refresh's on a warp: issue 53, item 3): each lane sums its slice of the
+// task set, and every lane's score from the lanes' total is the cell's
+// score on one thread, on random rounds with 1 to 32 lanes (more lanes
+// than tasks: empty slices).
+TEST(Backend, ACellScoredOnLanesIsTheCellScoredOnOneThread) {
+  std::mt19937_64 rng(53);
+  std::int64_t cells = 0, feasible = 0, split = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    round_input const in = testing_support::random_round(rng);
+    round_matrices const m = build_matrices(in);
+    if (m.n_classes() == 0) continue;
+    kernels::score_params p;
+    p.w_fragmentation = iter % 6 == 5 ? 0 : 200;
+    kernels::score_cell_op const op{m.nodes(), m.classes(), m.tasks(), p};
+    std::int32_t const lanes = std::int32_t{1} << (iter % 6);
+    std::vector<std::int64_t> part(static_cast<std::size_t>(lanes));
+    for (std::int32_t c = 0; c < m.n_classes(); ++c) {
+      for (std::int32_t n = 0; n < m.n_nodes(); ++n) {
+        std::int32_t const want = op.score(c, n);
+        // Each lane's part first (its sum returns what it was given), then
+        // every lane's score from the parts' total.
+        for (std::int32_t l = 0; l < lanes; ++l) {
+          part[static_cast<std::size_t>(l)] = 0;
+          op.score_lanes(c, n, l, lanes, [&](std::int64_t v) {
+            part[static_cast<std::size_t>(l)] = v;
+            return v;
+          });
+        }
+        std::int64_t total = 0;
+        for (std::int64_t const v : part) total += v;
+        for (std::int32_t l = 0; l < lanes; ++l) {
+          ASSERT_EQ(op.score_lanes(c, n, l, lanes, [&](std::int64_t) { return total; }), want)
+              << "iteration " << iter << " class " << c << " node " << n << " lane " << l << " of " << lanes;
+        }
+        ++cells;
+        feasible += want >= 0 ? 1 : 0;
+        split += lanes > 1 && want >= 0 && p.w_fragmentation != 0 && m.tasks().n_tasks > 1 ? 1 : 0;
+      }
+    }
+  }
+  EXPECT_GT(cells, 20000);
+  EXPECT_GT(feasible, 5000);
+  EXPECT_GT(split, 3000);  // feasible cells whose FGD sums were split over lanes
 }
 
 TEST(BackendParity, CudaMatchesCpuOnRandomRounds) {

@@ -125,6 +125,18 @@ struct tier_clock {
 /// reads of the node, the class and the fragmentation state), and so does
 /// setting up a node's column.
 inline constexpr std::int32_t tier_score_steps = 16;
+/// Of those, the reads of the node and the class (feasibility, capacity,
+/// the GPUs' free shares); the rest are the loops over the task set, which
+/// a cell's score split over lanes divides among them (score_lanes). Both
+/// assumed, not measured: the calibration kit's score_cell_warp against
+/// score_cell_thread will say.
+inline constexpr std::int32_t tier_score_fixed_steps = 4;
+/// A cell's score on `lanes` workers (a power of two): the fixed reads and
+/// a lane's share of the task loops (the lanes' sum is the team's to count:
+/// Team::group_sum).
+PLACER_HD constexpr std::int64_t tier_score_steps_on(std::int32_t lanes) {
+  return tier_score_fixed_steps + (tier_score_steps - tier_score_fixed_steps + lanes - 1) / lanes;
+}
 
 /// The serial offers run every row at once, a heap step a bid on each row's
 /// thread, while the team's cost some barriers a bidding round whatever
@@ -269,6 +281,11 @@ struct tier_buffers {
   /// 0: twins copy in a second pass, as the GPU rounds recorded up to
   /// 2026-11-28 ran (PLACER_CUDA_REFRESH_ONE_PASS). The same scores.
   std::int32_t refresh_one_pass = 1;
+  /// 1: a refresh by cell gives each cell a run of lanes where the CTA's
+  /// workers outnumber the cells (tier_refresh_lanes: its score's task loops
+  /// split among them); 0: a worker a cell, as every GPU round recorded up
+  /// to 2026-12-02 ran (PLACER_CUDA_REFRESH_LANES). The same scores.
+  std::int32_t refresh_lanes = 1;
   /// Bids remember rows in tiers of more rows than this
   /// (tier_remember_rows_above; 0: always, in the tests).
   std::int32_t remember_rows_above = tier_remember_rows_above;
@@ -475,6 +492,11 @@ struct seq_team {
   /// group_sync() is their barrier (a warp's on the GPU). Here one.
   [[nodiscard]] static constexpr std::int32_t group_size() { return 1; }
   PLACER_HD static void group_sync() {}
+  /// The sum of v over the `width` workers of this one's aligned run of
+  /// ranks [rank / width * width, + width) (width a power of two, at most
+  /// group_size(); every one of them calls it): shuffles on a warp. Here
+  /// width is 1.
+  PLACER_HD static std::int64_t group_sum(std::int64_t v, std::int32_t) { return v; }
   /// The CPU backend selects each row's floor on one worker (tier_floor),
   /// jumps on rank 0 (tier_jump) and offers a row's bids on its worker;
   /// the device twin runs the CUDA backend's way (team_wide).

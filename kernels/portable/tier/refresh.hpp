@@ -63,20 +63,27 @@ PLACER_HD inline std::int64_t tier_refresh(tier_buffers const& b, std::int32_t n
 /// The refresh of one stale cell, class c on node n, for a team that
 /// splits a refresh by cell (tier_program): pass 0 scores it where n has
 /// no twin to copy from, pass 1 copies the twin's. The same values as
-/// tier_refresh (op.score of a cell equals the column's). Returns its
-/// steps (Team::work): a cell alone also sets up what a column shares.
-/// Without `twins`, every stale cell is scored in pass 0.
-PLACER_HD inline std::int64_t tier_refresh_cell(tier_buffers const& b, std::int32_t n, std::int32_t c,
-                                                std::int32_t pass, std::int32_t oldest, bool twins) {
+/// tier_refresh (op.score of a cell equals the column's). The cell is on
+/// `lanes` workers of t (an aligned run of ranks, Team::group_sum; 1: this
+/// one alone), this one `lane` of them, each a slice of the task set
+/// (score_cell_op::score_lanes), lane 0 writing. Returns its steps
+/// (Team::work): a cell alone also sets up what a column shares. Without
+/// `twins`, every stale cell is scored in pass 0.
+template <class Team>
+PLACER_HD std::int64_t tier_refresh_cell(Team& t, tier_buffers const& b, std::int32_t n, std::int32_t c,
+                                         std::int32_t pass, std::int32_t oldest, bool twins, std::int32_t lane,
+                                         std::int32_t lanes) {
   auto const& p = b.p;
   if (p.stamp[n] < oldest || !tier_stale{p.live_class, p.fresh, p.stamp[n]}(c, c)) return 2;
   std::int32_t const twin = twins ? tier_twin(b, n) : -1;
   std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
   if (pass == 0 && twin < 0) {
-    p.scores[row + n] = score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score(c, n);
-    return 3 + 2 * tier_score_steps;
+    std::int32_t const s = score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_lanes(
+        c, n, lane, lanes, [&](std::int64_t v) { return t.group_sum(v, lanes); });
+    if (lane == 0) p.scores[row + n] = s;
+    return 3 + 2 * tier_score_steps_on(lanes);
   }
-  if (pass == 1 && twin >= 0) p.scores[row + n] = p.scores[row + twin];
+  if (pass == 1 && twin >= 0 && lane == 0) p.scores[row + n] = p.scores[row + twin];
   return 3;
 }
 

@@ -39,6 +39,10 @@ struct gpu_model_config {
   /// tier_buffers::refresh_one_pass (PLACER_CUDA_REFRESH_ONE_PASS); false: two passes, as the rounds
   /// recorded up to 2026-11-28 ran.
   bool refresh_one_pass = true;
+  /// tier_buffers::refresh_lanes (PLACER_CUDA_REFRESH_LANES): a cell of a
+  /// small refresh on a run of a warp's lanes; false: a worker a cell, as
+  /// the rounds recorded up to 2026-12-02 ran.
+  bool refresh_lanes = true;
 };
 
 struct gpu_phase_counts {

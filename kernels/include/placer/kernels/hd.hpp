@@ -8,10 +8,17 @@
 // g++ ones in placer::kernels::host_ns (an inline namespace, so source code
 // just says placer::kernels::score_cell_op).
 
+//
+// PLACER_INLINE asks both compilers to inline a function whatever their
+// heuristics say (a hot function's shared core, kept as fast as when it
+// was written out in each caller).
+
 #if defined(__CUDACC__)
 #define PLACER_HD __host__ __device__
 #define PLACER_BACKEND_NS cuda_ns
+#define PLACER_INLINE __forceinline__
 #else
 #define PLACER_HD
 #define PLACER_BACKEND_NS host_ns
+#define PLACER_INLINE [[gnu::always_inline]] inline
 #endif

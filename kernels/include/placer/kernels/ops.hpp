@@ -141,6 +141,21 @@ PLACER_HD inline std::int64_t share_copy_cpu(std::int64_t cpu, task_view const& 
   return t.share_cpu > 0 ? (2 * cpu + t.share_cpu) / 3 : cpu;
 }
 
+/// Lane `lane` of `lanes`' slice of the task set: an equal run of the
+/// tasks each (the last lanes' shorter or empty), share_cpu the whole set's.
+/// node_fragmentation is a sum over the tasks, so the slices' sum is the set's.
+PLACER_HD inline task_view task_slice(task_view t, std::int32_t lane, std::int32_t lanes) {
+  std::int32_t const per = (t.n_tasks + lanes - 1) / lanes;
+  std::int32_t const from = min_of(lane * per, t.n_tasks);
+  t.n_tasks = min_of(per, t.n_tasks - from);
+  t.gpus += from;
+  t.milli += from;
+  t.cpu += from;
+  t.model_mask += from;
+  t.freq_ppm += from;
+  return t;
+}
+
 /// FGD fragmentation of one node against the task set, in milli x ppm.
 /// F_n(m) = all free GPU milli if m cannot run on the node (CPU-only task,
 /// model not allowed, too few fitting GPUs, too little CPU); otherwise the
@@ -492,7 +507,7 @@ struct score_cell_op {
   /// reads it), then its F before, at [n_classes]. Nodes of one
   /// fragmentation state (node_view::frag_slot) share the row.
   PLACER_HD void frag_row(std::int32_t n, std::int64_t* row) const {
-    column_frag const col = frag_state(n);
+    column_frag const col = frag_state(n, tv);
     row[cv.n_classes] = col.fragmentation(tv, 0, 0, 0, 0);
     frag_cache cache;
     for (std::int32_t c = 0; c < cv.n_classes; ++c) {
@@ -506,18 +521,21 @@ struct score_cell_op {
   }
 
   /// Entry c of node n's row (frag_row's value; c = n_classes: F before),
-  /// alone: for a backend of many slow threads, a thread per entry.
-  PLACER_HD std::int64_t frag_entry(std::int32_t n, std::int32_t c) const {
-    column_frag const col = frag_state(n);
-    if (c == cv.n_classes) return col.fragmentation(tv, 0, 0, 0, 0);
-    return frag_fits(col, c) ? col.after_replica(tv, cv.gpus[c], cv.milli[c], cv.cpu[c]) : 0;
+  /// alone, over the tasks t (the task set, or a lane's slice of it,
+  /// task_slice: the slices' entries sum to the set's): for a backend of
+  /// many slow threads, a thread per entry and lane.
+  PLACER_HD std::int64_t frag_entry(std::int32_t n, std::int32_t c, task_view const& t) const {
+    column_frag const col = frag_state(n, t);
+    if (c == cv.n_classes) return col.fragmentation(t, 0, 0, 0, 0);
+    return frag_fits(col, c) ? col.after_replica(t, cv.gpus[c], cv.milli[c], cv.cpu[c]) : 0;
   }
 
-  /// Node n's GPUs, CPU and model as frag_row reads them.
-  PLACER_HD column_frag frag_state(std::int32_t n) const {
+  /// Node n's GPUs, CPU and model as frag_row reads them, with the counts
+  /// of the tasks t.
+  PLACER_HD column_frag frag_state(std::int32_t n, task_view const& t) const {
     std::int32_t const b = nv.gpu_begin[n];
     column_frag col;
-    col.init(nv.gpu_free + b, min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node), nv.cpu_free[n], nv.model[n], tv);
+    col.init(nv.gpu_free + b, min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node), nv.cpu_free[n], nv.model[n], t);
     return col;
   }
   /// A replica of class c fits the node's GPUs and CPU (else its entry is 0).
@@ -530,6 +548,61 @@ struct score_cell_op {
   /// node's column_frag, and with a fragmentation table the node's row.
   PLACER_HD std::int32_t score(std::int32_t c, std::int32_t n, std::int64_t before, frag_cache* cache = nullptr,
                                column_frag const* col = nullptr, std::int64_t const* known = nullptr) const {
+    return score_by(c, n, col, [&](std::int32_t b, std::int32_t g) __attribute__((always_inline)) {
+      std::int64_t after = 0;
+      if (known != nullptr) {
+        after = known[c];
+      } else if (cache == nullptr || !cache->find(cv.gpus[c], cv.milli[c], cv.cpu[c], after)) {
+        if (col != nullptr) {
+          after = col->after_replica(tv, cv.gpus[c], cv.milli[c], cv.cpu[c]);
+        } else {
+          after = fragmentation_after(c, n, b, g, tv);
+        }
+        if (cache != nullptr) cache->add(cv.gpus[c], cv.milli[c], cv.cpu[c], after);
+      }
+      return after - before;
+    });
+  }
+
+  /// score(c, n) given the node's F before and after a replica of class c
+  /// (a fragmentation table's entries; read only where the replica fits).
+  PLACER_HD std::int32_t score_known(std::int32_t c, std::int32_t n, std::int64_t before, std::int64_t after) const {
+    return score_by(c, n, nullptr, [&](std::int32_t, std::int32_t) __attribute__((always_inline)) { return after - before; });
+  }
+
+  /// score(c, n) with its FGD sums split over `lanes` workers (a cell's
+  /// score spread over a warp, its lanes over the task set): this worker,
+  /// `lane`, sums F before and after the replica over its slice of the
+  /// tasks (task_slice), and sum(v) returns the lanes' total of v, called
+  /// by every lane at the same point (or by none: the cell is infeasible).
+  /// F is a sum over the tasks of integers, so every lane returns score(c,
+  /// n) exactly.
+  template <class Sum>
+  PLACER_HD std::int32_t score_lanes(std::int32_t c, std::int32_t n, std::int32_t lane, std::int32_t lanes,
+                                     Sum&& sum) const {
+    return score_by(c, n, nullptr, [&](std::int32_t b, std::int32_t g) __attribute__((always_inline)) {
+      task_view const t = task_slice(tv, lane, lanes);
+      std::int64_t const before = node_fragmentation(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], t, true);
+      return sum(fragmentation_after(c, n, b, g, t) - before);
+    });
+  }
+
+ private:
+  /// F (packable) of node n's GPUs [b, b + g) after a replica of class c
+  /// that fits, taken by take_gpus' rule, over the tasks t.
+  PLACER_HD std::int64_t fragmentation_after(std::int32_t c, std::int32_t n, std::int32_t b, std::int32_t g,
+                                             task_view const& t) const {
+    std::int32_t f[max_gpus_per_node];
+    for (std::int32_t i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
+    take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + b : nullptr);
+    return node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[c], nv.model[n], t, true);
+  }
+
+  /// The score of class c on node n, frag_change(b, g) giving the FGD
+  /// change F after - F before (called only where the score reads it).
+  template <class FragChange>
+  PLACER_HD PLACER_INLINE std::int32_t score_by(std::int32_t c, std::int32_t n, column_frag const* col,
+                                  FragChange&& frag_change) const {
     // cell_feasible, with the GPU fit from the column's counts when it has them.
     if (col != nullptr ? !node_admits(nv, cv, c, n) || cv.cpu[c] > nv.cpu_free[n] || cv.mem[c] > nv.mem_free[n] ||
                              !col->fits(cv.gpus[c], cv.milli[c])
@@ -579,22 +652,9 @@ struct score_cell_op {
     std::int64_t s = p.w_binpack * binpack;
 
     if (p.w_fragmentation != 0 && tv.n_tasks > 0 && g > 0) {
-      std::int64_t after = 0;
-      if (known != nullptr) {
-        after = known[c];
-      } else if (cache == nullptr || !cache->find(cv.gpus[c], cv.milli[c], cv.cpu[c], after)) {
-        if (col != nullptr) {
-          after = col->after_replica(tv, cv.gpus[c], cv.milli[c], cv.cpu[c]);
-        } else {
-          std::int32_t f[max_gpus_per_node];
-          for (std::int32_t i = 0; i < g; ++i) f[i] = nv.gpu_free[b + i];
-          take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + b : nullptr);
-          after = node_fragmentation(f, g, nv.cpu_free[n] - cv.cpu[c], nv.model[n], tv, true);
-        }
-        if (cache != nullptr) cache->add(cv.gpus[c], cv.milli[c], cv.cpu[c], after);
-      }
+      std::int64_t const change = frag_change(b, g);
       // delta in milli (divide out ppm); +-8000 milli maps onto 0..1000.
-      std::int64_t const delta = (after - before) / 1000000;
+      std::int64_t const delta = change / 1000000;
       std::int64_t const fgd = min_of<std::int64_t>(1000, max_of<std::int64_t>(0, 500 - delta * 500 / 8000));
       s += p.w_fragmentation * fgd;
     }
