@@ -500,18 +500,19 @@ int cmd_bench(int argc, char** argv) {
   // The GPU model's prediction beside the CPU's time (docs/architecture.md,
   // "Predicting a GPU round"): the cpu config's p50 less its tier programs
   // (timed here, in process), plus the tier kernel and the launches, waits
-  // and copies the model predicts for one CTA.
+  // and copies the model predicts (on the CUDA backend's default grid).
   auto const cpu = std::find_if(results.begin(), results.end(), [](auto const& r) { return r.name == "cpu"; });
   if (cpu != results.end() && !cpu->latency_ms.empty()) {
     round_input model_in = in;
     model_in.pol.algo = algorithm::placer;
     cpu_round_time const local = time_cpu_round(model_in, 3);
-    gpu_prediction const g = predict_gpu_round(model_in, {}, local.host_us());
+    kernels::gpu_model_config const config;
+    gpu_prediction const g = predict_gpu_round(model_in, config, local.host_us());
     double const p50 = percentile(cpu->latency_ms, 0.5);
     double const gpu = std::max(0.0, p50 - local.tier_us / 1e3) + (g.tier_us + g.fixed_us) / 1e3;
-    std::printf("gpu model: p50 %s ms predicted on one CTA of 512 threads (cpu p50 %s, less its tier programs %s, "
+    std::printf("gpu model: p50 %s ms predicted on a grid of %d CTAs of %d threads (cpu p50 %s, less its tier programs %s, "
                 "plus the tier kernel %s and launches, waits and copies %s)\n",
-                fmt(gpu, 2).c_str(), fmt(p50, 2).c_str(), fmt(local.tier_us / 1e3, 2).c_str(),
+                fmt(gpu, 2).c_str(), config.blocks, config.threads, fmt(p50, 2).c_str(), fmt(local.tier_us / 1e3, 2).c_str(),
                 fmt(g.tier_us / 1e3, 2).c_str(), fmt(g.fixed_us / 1e3, 2).c_str());
   }
   // Ratios against the kube-style baseline: latency per placed replica.

@@ -329,7 +329,7 @@ class cuda_device {
   static constexpr backend_kind kind = backend_kind::cuda;
   static constexpr bool checks_pointers = false;  ///< no expect_device: the GPU faults instead
 
-  explicit cuda_device(int device) : device_(device) {
+  explicit cuda_device(int device, int sharing = 1) : device_(device) {
     int count = 0;
     PLACER_CUDA_TRY(cudaGetDeviceCount(&count));
     if (device < 0 || device >= count) {
@@ -376,13 +376,14 @@ class cuda_device {
       }
     }
     // The tier kernel's grid (cooperative launch): a CTA per
-    // tier_sms_per_block multiprocessors, at most what the device holds at
-    // once, or PLACER_CUDA_TIER_BLOCKS of them; 1 is one CTA, as the rounds
-    // recorded before 2026-11-28 ran.
+    // tier_sms_per_block multiprocessors of this backend's share of the
+    // GPU (`sharing` backends solve on it at once: the server's workers),
+    // at most what the device holds at once, or PLACER_CUDA_TIER_BLOCKS of
+    // them; 1 is one CTA, as the rounds recorded before 2026-11-28 ran.
     int per_sm = 0;
     PLACER_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, tier_grid_kernel, tier_threads, 0));
-    int const most = prop.cooperativeLaunch != 0 ? std::max(per_sm * prop.multiProcessorCount, 1) : 1;
-    blocks_ = std::clamp(prop.multiProcessorCount / tier_sms_per_block, 1, most);
+    int const most = prop.cooperativeLaunch != 0 ? std::max(per_sm * prop.multiProcessorCount / std::max(sharing, 1), 1) : 1;
+    blocks_ = tier_grid_blocks(prop.multiProcessorCount, sharing, tier_sms_per_block, most);
     if (char const* blocks = std::getenv("PLACER_CUDA_TIER_BLOCKS")) {
       blocks_ = std::atoi(blocks);
       if (blocks_ < 1) throw logic_error(error_code::invalid_argument, "PLACER_CUDA_TIER_BLOCKS must be 1 or more");
@@ -396,6 +397,9 @@ class cuda_device {
     if (char const* lanes = std::getenv("PLACER_CUDA_REFRESH_LANES")) refresh_lanes_ = std::atoi(lanes) != 0 ? 1 : 0;
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
                    ", tier grid of " + std::to_string(blocks_) + (blocks_ == 1 ? " CTA" : " CTAs") +
+                   (sharing > 1 ? " (1/" + std::to_string(sharing) + " of its " + std::to_string(prop.multiProcessorCount) +
+                                      " multiprocessors)"
+                                : "") +
                    ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
                    (threads_ != tier_threads ? ", " + std::to_string(threads_) + " tier threads" : "") +
                    (offer_bits_ != tier_offer_bits ? ", offer digits of " + std::to_string(offer_bits_) + " bits" : "") +
@@ -565,8 +569,9 @@ class cuda_device {
 
 }  // namespace
 
-std::unique_ptr<backend> make_cuda_backend(int device) {
-  return std::make_unique<device_backend<cuda_device>>(/*resident=*/true, std::getenv("PLACER_VERIFY_RESIDENT") != nullptr, device);
+std::unique_ptr<backend> make_cuda_backend(int device, int sharing) {
+  return std::make_unique<device_backend<cuda_device>>(/*resident=*/true, std::getenv("PLACER_VERIFY_RESIDENT") != nullptr,
+                                                       device, sharing);
 }
 
 }  // namespace placer::kernels

@@ -11,7 +11,7 @@ namespace placer::kernels {
 
 #if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA
 // Defined in kernels/cuda/cuda_backend.cu.
-std::unique_ptr<backend> make_cuda_backend(int device);
+std::unique_ptr<backend> make_cuda_backend(int device, int sharing);
 std::string cuda_probe();
 std::string cuda_probe_summary();
 #endif
@@ -35,28 +35,28 @@ std::string cuda_device_summary() {
 
 std::unique_ptr<backend> make_parallel_cpu_backend() { return std::make_unique<omp_backend>(true); }
 
-std::unique_ptr<backend> make_backend(backend_kind kind, int device) {
+std::unique_ptr<backend> make_backend(backend_kind kind, int device, int sharing) {
   if (kind == backend_kind::cpu) return std::make_unique<omp_backend>();
   auto const why = cuda_unavailable_reason();
   if (!why.empty()) throw logic_error(error_code::unavailable, "CUDA backend unavailable: " + why);
 #if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA
-  return make_cuda_backend(device);
+  return make_cuda_backend(device, sharing);
 #else
   throw logic_error(error_code::unavailable, "CUDA backend unavailable");
 #endif
 }
 
 std::unique_ptr<backend> select_backend(std::string_view choice, std::function<void(std::string const&)> const& log,
-                                        int device) {
+                                        int device, int sharing) {
   if (choice == "cpu") return make_backend(backend_kind::cpu);
-  if (choice == "cuda") return make_backend(backend_kind::cuda, device);
+  if (choice == "cuda") return make_backend(backend_kind::cuda, device, sharing);
   if (choice == "twin") return make_device_twin();
   PLACER_EXPECTS(choice == "auto" || choice.empty(),
                  "unknown backend '" + std::string(choice) + "' (expected auto, cpu, cuda or twin)");
   auto const why = cuda_unavailable_reason();
   if (why.empty()) {
     try {
-      return make_backend(backend_kind::cuda, device);
+      return make_backend(backend_kind::cuda, device, sharing);
     } catch (std::exception const& e) {
       if (log) log(std::string("backend auto: CUDA failed to start (") + e.what() + "), using the CPU backend");
       return make_backend(backend_kind::cpu);

@@ -529,14 +529,19 @@ class worker {
     }
   }
 
-  /// The backend the operator asked for (--backend; a test's factory).
+  /// The backend the operator asked for (--backend; a test's factory). A
+  /// GPU shared by several workers gives each its part of the
+  /// multiprocessors (kernels::make_backend's `sharing`).
   std::unique_ptr<kernels::backend> configured_backend() const {
     if (cfg_.make_backend) return cfg_.make_backend(id_);
     if (!cfg_.devices.empty()) {  // GPUs named on purpose: CUDA on worker i's, or fail
-      auto const device = cfg_.devices[static_cast<std::size_t>(id_) % cfg_.devices.size()];
-      return kernels::make_backend(kernels::backend_kind::cuda, device);
+      auto const n = static_cast<int>(cfg_.devices.size());
+      auto const device = cfg_.devices[static_cast<std::size_t>(id_ % n)];
+      int sharing = 0;  // the workers k with devices[k % n] == device
+      for (int k = 0; k < cfg_.workers; ++k) sharing += cfg_.devices[static_cast<std::size_t>(k % n)] == device ? 1 : 0;
+      return kernels::make_backend(kernels::backend_kind::cuda, device, sharing);
     }
-    return kernels::select_backend(cfg_.backend, [](std::string const& m) { log_warn(m); });
+    return kernels::select_backend(cfg_.backend, [](std::string const& m) { log_warn(m); }, 0, cfg_.workers);
   }
 
   /// One small round (the 1k scenario) on a backend just made, so that the

@@ -696,6 +696,24 @@ TEST(Backend, ACellScoredOnLanesIsTheCellScoredOnOneThread) {
   EXPECT_GT(split, 3000);  // feasible cells whose FGD sums were split over lanes
 }
 
+// Workers solving on one GPU at once (placer serve --workers N) each take
+// their part of its multiprocessors for the tier kernel's grid, a CTA per
+// four of them as one round alone takes (issue 53, item 8): together they
+// never ask for more multiprocessors than there are, so each round stays
+// on its own.
+TEST(Backend, WorkersOnOneGpuShareItsMultiprocessors) {
+  EXPECT_EQ(kernels::tier_grid_blocks(132, 1, 4, 264), 33);  // an H200 alone
+  EXPECT_EQ(kernels::tier_grid_blocks(132, 8, 4, 33), 4);
+  EXPECT_EQ(kernels::tier_grid_blocks(132, 64, 4, 4), 1);   // at least one CTA
+  EXPECT_EQ(kernels::tier_grid_blocks(132, 1, 4, 20), 20);  // at most what the device holds
+  EXPECT_EQ(kernels::tier_grid_blocks(132, 0, 4, 264), 33);
+  for (int workers = 1; workers <= 33; ++workers) {
+    int const blocks = kernels::tier_grid_blocks(132, workers, 4, 264 / workers);
+    EXPECT_GE(blocks, 1);
+    EXPECT_LE(workers * blocks * 4, 132) << workers << " workers";
+  }
+}
+
 TEST(BackendParity, CudaMatchesCpuOnRandomRounds) {
   auto const why = kernels::cuda_unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << why;

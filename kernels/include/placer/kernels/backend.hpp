@@ -165,7 +165,20 @@ class backend {
 /// Makes the backend of `kind` (CUDA: on GPU `device`, which every stage
 /// call sets); throws placer::logic_error(unavailable) if the CUDA backend
 /// was not built, no usable GPU is present or `device` is not one.
-std::unique_ptr<backend> make_backend(backend_kind kind, int device = 0);
+/// `sharing`: how many backends solve on that GPU at once (the server's
+/// workers on it); the CUDA tier kernel's grid takes its share of the
+/// multiprocessors (tier_grid_blocks), so concurrent rounds each stay on
+/// their own.
+std::unique_ptr<backend> make_backend(backend_kind kind, int device = 0, int sharing = 1);
+
+/// The CUDA tier kernel's grid: a CTA per `sms_per_block` of the `sms`
+/// multiprocessors a backend's share of the GPU has (`sms` / `sharing`),
+/// at least one, at most `most` (the CTAs the device holds at once).
+constexpr int tier_grid_blocks(int sms, int sharing, int sms_per_block, int most) {
+  int const share = sms / (sharing < 1 ? 1 : sharing);
+  int const blocks = share / sms_per_block;
+  return blocks < 1 ? 1 : blocks > most ? (most < 1 ? 1 : most) : blocks;
+}
 
 /// The CPU backend with every stage on its OpenMP team whatever the size
 /// (the sequential path is taken below thresholds otherwise) and the tier
@@ -186,7 +199,8 @@ std::unique_ptr<backend> make_device_twin(bool resident = true, bool verify = fa
 /// when a GPU answers and falls back to the CPU otherwise, reporting why
 /// through `log`.
 std::unique_ptr<backend> select_backend(std::string_view choice,
-                                        std::function<void(std::string const&)> const& log = {}, int device = 0);
+                                        std::function<void(std::string const&)> const& log = {}, int device = 0,
+                                        int sharing = 1);
 
 /// Why the CUDA backend cannot be used, or "" when it can. The probe checks
 /// that a driver is present and not older than the CUDA runtime linked in,
