@@ -38,6 +38,10 @@
 #                                       # offers if the groups fail it), synccheck and memcheck,
 #                                       # the groups against the whole CTA's offers, alternating, both
 #                                       # backends, placer bench at each scale, the auto trial
+#   bash .gpu/gpu-run.sh lanes [SECONDS]  # a cell's score on lanes' first GPU call (480): parity (a worker a
+#                                       # cell if the lanes fail it), synccheck and memcheck, the lanes against
+#                                       # a worker a cell (PLACER_CUDA_REFRESH_LANES=0), alternating, both
+#                                       # backends, placer bench at each scale, the auto trial
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -135,6 +139,11 @@ figures() {  # a step's end: both backends in one run, placer bench at each scal
   pack_results
   summary
 }
+kernels_under_synccheck() {  # the kernel parity tests under synccheck (warp barriers and shuffles)
+  fits 90 "synccheck on the kernels" || return 0
+  timeout 90 compute-sanitizer --tool synccheck --error-exitcode 9 \
+    "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
+}
 rounds_under() {  # tool seconds scenario...: two full CUDA rounds a scenario under compute-sanitizer's tool
   local tool=$1 secs=$2 s
   shift 2
@@ -197,6 +206,7 @@ case "$step" in
     (( hung )) || smoke
     (( hung )) && { summary; exit 1; }
     fits 60 "round_bench" && round_bench all '10k|100k|openb'
+    fits 30 "refresh lanes off" && PLACER_CUDA_REFRESH_LANES=0 round_bench refresh-lanes-0 '10k|openb' cuda
     fits 40 "placer bench 10k" && placer_bench 10k
     fits 60 "placer bench 100k" && placer_bench 100k
     fits 30 "placer bench openb" && placer_bench openb
@@ -344,10 +354,7 @@ case "$step" in
     parity_or "the group offers and fewer grid barriers" PLACER_CUDA_OFFER_GROUPS=0 PLACER_CUDA_REFRESH_ONE_PASS=0 \
       PLACER_CUDA_LIST_WITH_FLOORS_UPTO=0
     # (racecheck sees shared memory only, and the groups' data is global: synccheck, not racecheck.)
-    if fits 90 "synccheck on the kernels"; then
-      timeout 90 compute-sanitizer --tool synccheck --error-exitcode 9 \
-        "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
-    fi
+    kernels_under_synccheck
     rounds_under synccheck 40 10k
     rounds_under memcheck 40 10k openb
     for v in 1 0 1 0; do
@@ -362,6 +369,23 @@ case "$step" in
       else
         round_bench "grid-barriers-1-$SECONDS" '10k|100k|openb' cuda
       fi
+    done
+    figures
+    ;;
+  lanes)
+    # A cell's score on lanes (issue 53 item 3) on its first GPU: a small refresh's cells on runs of a
+    # warp's lanes (__shfl_xor_sync within a run) and the score stage's entries on lanes, a cell a
+    # thread. Parity, or a worker a cell from there where it fails (the score stage has no way back:
+    # its failure is the parity tests'); synccheck (the shuffles' masks) and memcheck; the lanes
+    # against a worker a cell (PLACER_CUDA_REFRESH_LANES=0), alternating; both backends; placer bench.
+    budget=${2:-480}
+    parity_or "the refresh on lanes" PLACER_CUDA_REFRESH_LANES=0
+    kernels_under_synccheck
+    rounds_under synccheck 40 10k
+    rounds_under memcheck 40 10k openb
+    for v in 1 0 1 0; do
+      [ "${PLACER_CUDA_REFRESH_LANES:-1}" = 0 ] && break  # the lanes failed parity: no timing of them
+      fits 15 "refresh lanes $v" && PLACER_CUDA_REFRESH_LANES=$v round_bench "refresh-lanes-$v-$SECONDS" '10k|100k|openb' cuda
     done
     figures
     ;;
@@ -391,7 +415,7 @@ case "$step" in
     done
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, or profile)"
+    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, or profile)"
     exit 2
     ;;
 esac
