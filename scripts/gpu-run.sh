@@ -144,6 +144,21 @@ kernels_under_synccheck() {  # the kernel parity tests under synccheck (warp bar
   timeout 90 compute-sanitizer --tool synccheck --error-exitcode 9 \
     "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
 }
+new_way_sanitized() {  # a new way's first call: synccheck on the kernel tests and a 10k round, memcheck at 10k and openb
+  kernels_under_synccheck
+  rounds_under synccheck 40 10k
+  rounds_under memcheck 40 10k openb
+}
+alternate() {  # VAR slug what: the CUDA round_bench with VAR at 1, 0, 1, 0 (none where VAR is 0: it failed parity)
+  local var=$1 slug=$2 what=$3 before=${!1-} v
+  [ "$before" = 0 ] && return 0
+  for v in 1 0 1 0; do
+    fits 15 "$what $v" || continue
+    export "$var=$v"
+    round_bench "$slug-$v-$SECONDS" '10k|100k|openb' cuda
+  done
+  if [ -n "$before" ]; then export "$var=$before"; else unset "$var"; fi
+}
 rounds_under() {  # tool seconds scenario...: two full CUDA rounds a scenario under compute-sanitizer's tool
   local tool=$1 secs=$2 s
   shift 2
@@ -354,13 +369,8 @@ case "$step" in
     parity_or "the group offers and fewer grid barriers" PLACER_CUDA_OFFER_GROUPS=0 PLACER_CUDA_REFRESH_ONE_PASS=0 \
       PLACER_CUDA_LIST_WITH_FLOORS_UPTO=0
     # (racecheck sees shared memory only, and the groups' data is global: synccheck, not racecheck.)
-    kernels_under_synccheck
-    rounds_under synccheck 40 10k
-    rounds_under memcheck 40 10k openb
-    for v in 1 0 1 0; do
-      [ "${PLACER_CUDA_OFFER_GROUPS:-1}" = 0 ] && break  # the groups failed parity: no timing of them
-      fits 15 "offer groups $v" && PLACER_CUDA_OFFER_GROUPS=$v round_bench "offer-groups-$v-$SECONDS" '10k|100k|openb' cuda
-    done
+    new_way_sanitized
+    alternate PLACER_CUDA_OFFER_GROUPS offer-groups "offer groups"
     for v in 0 1 0; do  # 0: two refresh passes and a grid barrier before round 0's list, as recorded up to 2026-11-28
       [ "${PLACER_CUDA_REFRESH_ONE_PASS:-1}" = 0 ] && break
       fits 15 "fewer grid barriers $v" || continue
@@ -380,13 +390,8 @@ case "$step" in
     # against a worker a cell (PLACER_CUDA_REFRESH_LANES=0), alternating; both backends; placer bench.
     budget=${2:-480}
     parity_or "the refresh on lanes" PLACER_CUDA_REFRESH_LANES=0
-    kernels_under_synccheck
-    rounds_under synccheck 40 10k
-    rounds_under memcheck 40 10k openb
-    for v in 1 0 1 0; do
-      [ "${PLACER_CUDA_REFRESH_LANES:-1}" = 0 ] && break  # the lanes failed parity: no timing of them
-      fits 15 "refresh lanes $v" && PLACER_CUDA_REFRESH_LANES=$v round_bench "refresh-lanes-$v-$SECONDS" '10k|100k|openb' cuda
-    done
+    new_way_sanitized
+    alternate PLACER_CUDA_REFRESH_LANES refresh-lanes "refresh lanes"
     figures
     ;;
   profile)
