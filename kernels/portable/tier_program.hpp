@@ -188,9 +188,9 @@ PLACER_HD void tier_shares(Team& t, bool wide, std::int32_t n, F&& f, std::int32
 /// the powers of two up to `most` (Team::group_size(): a warp), the one
 /// whose span is least for `cells` cells on a CTA of `workers`, a run of
 /// that many lanes a cell at a time (tier_score_steps_on a cell), the
-/// fewest on ties. Few cells (the tiers after a chain's first: about 51
-/// nodes at 10k) take a warp or part of one each; a CTA's worth or more, a
-/// worker each.
+/// fewest on ties. Few cells (a grid CTA's share of a tier's: 38 at 10k
+/// on 33 CTAs; a tier of a few candidates) take part of a warp each; a
+/// CTA's worth or more (a 10k tier's 1,224 on one CTA), a worker each.
 PLACER_HD inline std::int32_t tier_refresh_lanes(std::int32_t most, std::int32_t workers, std::int64_t cells) {
   std::int32_t best = 1;
   std::int64_t best_span = -1;
@@ -583,10 +583,9 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     // classes are fewer than the CTA's workers: its score's task loops split
     // among them (item 3 of issue 53).
     std::int64_t const live_cells = static_cast<std::int64_t>(candidates) * n_live;
+    std::int64_t const cta_cells = wide_refresh ? (live_cells + t.blocks() - 1) / t.blocks() : live_cells;
     std::int32_t const lanes =
-        by_cell && b.refresh_lanes != 0 ? tier_refresh_lanes(t.group_size(), team, wide_refresh ? (live_cells + t.blocks() - 1) / t.blocks()
-                                                                         : live_cells)
-                : 1;
+        by_cell && b.refresh_lanes != 0 ? tier_refresh_lanes(t.group_size(), team, cta_cells) : 1;
     std::int32_t const lane = me % lanes;
     if (one_pass && wide) t.sync();  // the init's rows, read where the iteration opens (below)
     for (std::int32_t pass = 0; pass < passes; ++pass) {
