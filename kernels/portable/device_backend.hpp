@@ -459,9 +459,11 @@ class device_backend final : public backend {
       send_inputs(kept);
       check(dn);
       check(dt);
-      // The reduction hands its 48-byte result back itself (and waits for it).
+      // The reduction hands its 48-byte result back itself (and waits for
+      // it); each node's F on lanes, the device's width.
       auto const t = begin_call();
-      cluster_stats const s = reduce_cluster_stats(dev_.exec(), dn, dt, steps_);
+      cluster_stats const s =
+          reduce_cluster_stats(dev_.exec(), dn, dt, steps_, frag_lanes(static_cast<std::size_t>(nodes.n_nodes)));
       dev_.check_launch();
       if (nodes.n_nodes > 0) steps_.bytes_down += static_cast<std::int64_t>(sizeof(cluster_stats));
       end_call(t, "stats");

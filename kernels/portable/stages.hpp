@@ -54,8 +54,9 @@ struct frag_part_op {
   }
 };
 
-/// Lanes a fragmentation entry is split over (frag_part_op): the most, up
-/// to a warp's 32, that keep the entries' threads within `width`, a
+/// Lanes an item's FGD sums are split over (a fragmentation entry,
+/// frag_part_op; a node's statistics, node_stats_lanes_op): the most, up
+/// to a warp's 32, that keep the items' threads within `width`, a
 /// device's resident threads (an H100's or H200's 132 multiprocessors of
 /// 2,048: about 2^18). At least 1.
 inline std::int32_t frag_lanes(std::size_t entries, std::size_t width = std::size_t{1} << 18) {
@@ -162,14 +163,41 @@ void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, 
   st.waits += 1;
 }
 
-/// GAR, GFR and FGD fragmentation sums over all nodes in one reduction.
-/// One call, and the host reads the sums (one wait).
+/// node_stats_op of node i / lanes, its fragmentation over lane i % lanes'
+/// slice of the task set (task_slice) and its other sums on lane 0 alone:
+/// the lanes' sum is the node's. A node's F is a chain of sums over the
+/// tasks; the H200's reduction at 10k ran 1,280 of them a thread each on 5
+/// CTAs (ncu, bench/results/2026-11-28-h200-ncu-10k-820a062.txt).
+struct node_stats_lanes_op {
+  node_view nv;
+  task_view tv;
+  std::int32_t lanes;
+  PLACER_HD cluster_stats operator()(std::int64_t i) const {
+    auto const lane = static_cast<std::int32_t>(i % lanes);
+    cluster_stats s = node_stats_op{nv, task_slice(tv, lane, lanes)}(static_cast<std::int32_t>(i / lanes));
+    if (lane == 0) return s;
+    cluster_stats f{};
+    f.frag_milli_ppm = s.frag_milli_ppm;
+    return f;
+  }
+};
+
+/// GAR, GFR and FGD fragmentation sums over all nodes in one reduction,
+/// each node's on `lanes` lanes (1: a node a thread, the CPU backends; the
+/// device backends as many as frag_lanes gives, the device's width). One
+/// call, and the host reads the sums (one wait).
 template <class ExecPolicy>
-cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_view const& tv, step_counts& st) {
+cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_view const& tv, step_counts& st,
+                                   std::int32_t lanes = 1) {
   if (nv.n_nodes == 0) return cluster_stats{};
-  thrust::counting_iterator<std::int32_t> first(0);
   st.calls += 1;
   st.waits += 1;
+  if (lanes > 1) {
+    thrust::counting_iterator<std::int64_t> first(0);
+    return thrust::transform_reduce(exec, first, first + static_cast<std::int64_t>(nv.n_nodes) * lanes,
+                                    node_stats_lanes_op{nv, tv, lanes}, cluster_stats{}, stats_sum_op{});
+  }
+  thrust::counting_iterator<std::int32_t> first(0);
   return thrust::transform_reduce(exec, first, first + nv.n_nodes, node_stats_op{nv, tv}, cluster_stats{},
                                   stats_sum_op{});
 }

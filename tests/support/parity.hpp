@@ -65,6 +65,10 @@ inline void expect_parity(solver& ref, solver& other, int iterations, std::uint6
     auto const sb = other.backend().stats(m.nodes(), m.tasks());
     ASSERT_EQ(sa.frag_milli_ppm, sb.frag_milli_ppm);
     ASSERT_EQ(sa.gpu_allocated_milli, sb.gpu_allocated_milli);
+    ASSERT_EQ(sa.gpu_schedulable_milli, sb.gpu_schedulable_milli);
+    ASSERT_EQ(sa.gpu_free_milli, sb.gpu_free_milli);
+    ASSERT_EQ(sa.gpu_nodes, sb.gpu_nodes);
+    ASSERT_EQ(sa.partly_allocated_nodes, sb.partly_allocated_nodes);
     if (!in.state.topo.domains.empty() && m.n_classes() > 0) {
       auto const e = entries_of(in.state);
       std::vector<std::int32_t> of(static_cast<std::size_t>(m.n_classes()));
