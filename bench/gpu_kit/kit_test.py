@@ -91,6 +91,9 @@ class RoundTimeline(unittest.TestCase):
                 kinds = {c["what"] for c in calls}
                 self.assertTrue({"up", "down", "wait", "score", "tier_kernel"} <= kinds, (name, kinds))
                 self.assertEqual(sum(c["calls"] for c in calls), sum(c["calls"] for c in calls if c["what"] != "wait"))
+                # A wait is counted where the host waits, nowhere else.
+                self.assertEqual(sum(c["waits"] for c in calls), sum(1 for c in calls if c["what"] == "wait"), name)
+                self.assertEqual(sum(c["waits"] for c in calls if c["what"] != "wait"), 0, name)
                 begin = [c["host_begin_us"] for c in calls]
                 self.assertEqual(begin, sorted(begin), name)  # in the order they were made (one thread)
                 self.assertGreaterEqual(begin[0], 0)
@@ -100,7 +103,7 @@ class RoundTimeline(unittest.TestCase):
                     self.assertGreaterEqual(c["host_us"], 0)
                     if c["what"] == "tier_kernel":
                         self.assertGreater(c["phase_sum_us"], 0)
-                        self.assertEqual((c["calls"], c["waits"]), (1, 1))
+                        self.assertEqual((c["calls"], c["waits"]), (1, 0))
                     if c["what"] == "down":
                         self.assertEqual(c["copies"], 1)
                         self.assertGreater(c["bytes_down"], 0)

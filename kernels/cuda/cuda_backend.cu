@@ -11,6 +11,7 @@
 #include "../portable/device_backend.hpp"
 
 #include <cooperative_groups.h>
+#include <cub/device/device_reduce.cuh>
 #include <cuda_runtime.h>
 #include <thrust/system/cuda/execution_policy.h>
 #include <thrust/system_error.h>
@@ -507,6 +508,19 @@ class cuda_device {
   }
   void marks_done() { marks_used_ = 0; }
   void check_launch() { PLACER_CUDA_TRY(cudaPeekAtLastError()); }
+
+  /// The transform-reduction of op(0 .. count) by sum from init into device
+  /// memory at `out`, in stream order; the host does not wait for it.
+  template <class Op, class Sum, class T>
+  void reduce_into(std::int64_t count, Op op, Sum sum, T init, T* out) {
+    thrust::counting_iterator<std::int64_t> first(0);
+    std::size_t bytes = 0;
+    PLACER_CUDA_TRY(cub::DeviceReduce::TransformReduce(nullptr, bytes, first, out, count, sum, op, init, stream_));
+    char* temp = temp_.allocate(bytes);
+    cudaError_t const rc = cub::DeviceReduce::TransformReduce(temp, bytes, first, out, count, sum, op, init, stream_);
+    temp_.deallocate(temp, bytes);  // free for the stream's later work
+    PLACER_CUDA_TRY(rc);
+  }
 
   /// Thrust on this device's stream, temporary storage from the cache.
   auto exec() { return thrust::cuda::par(temp_).on(stream_); }

@@ -142,6 +142,12 @@ std::size_t padded(std::size_t n) {
 /// as few copies as their layout allows); scratch is device only; landings
 /// are mirror only, where results come down. Both grow to the high-water
 /// mark, so a steady stream of rounds allocates nothing.
+///
+/// Calls the host does not wait for (their buffers still read by copies
+/// and kernels in flight) are held: hold() keeps what the plans laid out
+/// so far, the next plans lay out after it, and release() (after the
+/// host's wait) frees it all. Memory never grows while held: the backend
+/// waits first (fits()).
 template <class Device>
 class device_arena {
  public:
@@ -155,12 +161,15 @@ class device_arena {
 
   /// Lays buffers out with layout(*this); returns whether the memory was
   /// replaced (whatever it held is gone).
+  /// `ahead`: bytes to grow by beyond the layout, if it grows (room for
+  /// the calls a later plan's will follow).
   template <class Layout>
-  bool plan(Layout&& layout) {
-    measuring_ = true;
-    apart_ = false;
-    d_used_ = h_used_ = 0;
-    layout(*this);
+  bool plan(Layout&& layout, std::size_t ahead = 0) {
+    if (!fits(layout) && floor_ > 0) {
+      throw logic_error(error_code::internal, "device arena: grown while calls in flight hold it");
+    }
+    d_used_ += ahead;
+    h_used_ += ahead;
     bool replaced = false;
     if (d_used_ > d_cap_) {
       if (d_base_ != nullptr) dev_.device_free(d_base_);
@@ -182,11 +191,27 @@ class device_arena {
     }
     measuring_ = false;
     apart_ = false;
-    d_used_ = h_used_ = 0;
+    d_used_ = h_used_ = floor_;
     sends_.clear();
     layout(*this);
     return replaced;
   }
+  /// Whether layout(*this) fits the memory as it is (measured, nothing laid out).
+  template <class Layout>
+  bool fits(Layout&& layout) {
+    measuring_ = true;
+    apart_ = false;
+    d_used_ = h_used_ = floor_;
+    layout(*this);
+    measuring_ = false;
+    return d_used_ <= d_cap_ && h_used_ <= h_cap_;
+  }
+  /// Keeps everything laid out so far past the next plans (its two sides
+  /// in step again after it).
+  void hold() { floor_ = std::max(d_used_, h_used_); }
+  void release() { floor_ = 0; }
+  [[nodiscard]] bool held() const { return floor_ > 0; }
+  [[nodiscard]] std::size_t floor() const { return floor_; }
 
   /// n elements on the device and their mirror: {device, mirror}.
   template <class T>
@@ -275,6 +300,7 @@ class device_arena {
   char* h_base_ = nullptr;
   std::size_t d_cap_ = 0, h_cap_ = 0;
   std::size_t d_used_ = 0, h_used_ = 0;
+  std::size_t floor_ = 0;  ///< held by calls in flight (hold)
   bool measuring_ = false;
   bool apart_ = false;  ///< device-only or mirror-only buffers laid out: offsets differ
   struct queued {
@@ -367,6 +393,7 @@ class device_backend final : public backend {
         record_gpus_ = std::max(record_gpus_, b.nodes.gpu_begin[i + 1] - b.nodes.gpu_begin[i]);
       }
       scores_kept_ = false;
+      chain_stats_ = false;
       clock_stamp_ = clock_state_ = nullptr;
       cells_away_.assign(n, 0);
       wrote_.start(b.nodes.n_nodes);
@@ -376,23 +403,25 @@ class device_backend final : public backend {
 
   void unbind_round() override {
     bound_ = false;
+    chain_stats_ = false;
     wrote_.stop();
   }
 
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks, score_params const& params,
              std::span<std::int32_t> out) override {
-    score_into(nodes, classes, tasks, params, out, true);
+    score_then(nodes, classes, tasks, params, out, true, {});
   }
 
   bool score_unread(node_view const& nodes, class_view const& classes, task_view const& tasks,
                     score_params const& params, std::span<std::int32_t> out) override {
-    return score_into(nodes, classes, tasks, params, out, false);
+    return score_then(nodes, classes, tasks, params, out, false, {});
   }
 
-  /// The score stage; the bound round's matrix comes down only when the
-  /// caller reads it (`read`). Returns whether `out` holds the cells.
-  bool score_into(node_view const& nodes, class_view const& classes, task_view const& tasks,
-                  score_params const& params, std::span<std::int32_t> out, bool read) {
+  /// The score stage, then the capacities `then` asks for on the same
+  /// nodes; the bound round's matrix comes down only when the caller reads
+  /// it (`read`), and the host waits only for what comes down.
+  bool score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                  score_params const& params, std::span<std::int32_t> out, bool read, follow_up const& then) override {
     return dev_.guard([&] {
       std::size_t const cells = static_cast<std::size_t>(nodes.n_nodes) * classes.n_classes;
       bool const kept = bound(nodes, classes, tasks) && out.data() == host_.scores;
@@ -408,7 +437,8 @@ class device_backend final : public backend {
       std::int32_t* d_out = kept ? d_scores_ : nullptr;
       std::int32_t* h_out = nullptr;
       std::int64_t* d_table = nullptr;
-      work_.plan([&](device_arena<Device>& a) {
+      caps_call caps;
+      plan_work([&](device_arena<Device>& a) {
         if (kept) {
           records_in(a);
         } else {
@@ -419,6 +449,7 @@ class device_backend final : public backend {
           h_out = a.template landing<std::int32_t>(cells);
         }
         d_table = a.template take<std::int64_t>(table);  // device only: never copied back
+        caps = caps_in(a, then, static_cast<std::size_t>(nodes.n_nodes));
       });
       if (kept) h_out = resident_.mirror(d_scores_);
       send_inputs(kept);
@@ -429,10 +460,18 @@ class device_backend final : public backend {
       score_matrix(dev_.exec_nosync(), dn, dc, dt, params, d_out, d_table, lanes, steps_);
       dev_.check_launch();
       end_call(t, "score");
+      launch_caps(caps, dn, dc);
       bool const away = kept && !read;  // the cells stay here; the host's are not them
-      if (!away) down(h_out, d_out, cells);
-      sync();
-      if (!away && cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
+      if (away && caps.sums == 0) {
+        // Nothing comes down: the host goes on while the device scores; the
+        // call's buffers stay held until the round's next wait.
+        work_.hold();
+      } else {
+        if (!away) down(h_out, d_out, cells);
+        sync();
+        if (!away && cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
+        caps_out(caps, then);
+      }
       if (kept) {
         scores_kept_ = true;
         std::fill(cells_away_.begin(), cells_away_.end(), static_cast<std::uint8_t>(away ? 1 : 0));
@@ -445,85 +484,71 @@ class device_backend final : public backend {
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override {
     return dev_.guard([&] {
       bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(tasks, host_.tasks);
-      if (kept) resend_all();
-      node_view dn = kept ? d_nodes_ : nodes;
-      task_view dt = kept ? d_tasks_ : tasks;
-      work_.plan([&](device_arena<Device>& a) {
-        if (kept) {
-          records_in(a);
-        } else {
-          dn = stage_view(a, nodes);
-          dt = stage_view(a, tasks);
-        }
-      });
-      send_inputs(kept);
-      check(dn);
-      check(dt);
-      // The reduction hands its 48-byte result back itself (and waits for
-      // it); each node's F on lanes, the device's width.
-      auto const t = begin_call();
-      cluster_stats const s =
-          reduce_cluster_stats(dev_.exec(), dn, dt, steps_, frag_lanes(static_cast<std::size_t>(nodes.n_nodes)));
-      dev_.check_launch();
-      if (nodes.n_nodes > 0) steps_.bytes_down += static_cast<std::int64_t>(sizeof(cluster_stats));
-      end_call(t, "stats");
-      sync();  // the staged inputs are free again
-      return s;
+      // The statistics the round's last chain left, if nothing was written since.
+      if (kept && chain_stats_ && wrote_.nodes.empty() && !wrote_.all) return chain_stats_value_;
+      cluster_stats* h = queue_stats(nodes, tasks, kept);
+      sync();
+      return *h;
     });
   }
-
+  void stats_begin(node_view const& nodes, task_view const& tasks) override {
+    dev_.guard([&] {
+      bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(tasks, host_.tasks);
+      begun_at_ = queue_stats(nodes, tasks, kept);
+      begun_ready_ = false;
+      work_.hold();  // down at the round's next wait (sync)
+    });
+  }
+  [[nodiscard]] cluster_stats stats_end() override {
+    return dev_.guard([&] {
+      if (!begun_ready_) sync();
+      return begun_;
+    });
+  }
   void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                        domain_index_view const& idx, std::span<std::int64_t> cap) override {
     dev_.guard([&] {
       bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(classes, host_.classes);
       if (kept) resend_all();
-      auto const d = static_cast<std::size_t>(idx.n_domains);
-      auto const n = static_cast<std::size_t>(nodes.n_nodes);
-      std::size_t const k = of.size();
       node_view dn = kept ? d_nodes_ : nodes;
       class_view dc = kept ? d_classes_ : classes;
-      domain_index_view di = idx;
-      std::int32_t const* d_of = nullptr;
-      std::int32_t* d_fit = nullptr;
-      std::int64_t* d_part = nullptr;
-      std::int64_t* d_cap = nullptr;
-      std::int64_t* h_cap = nullptr;
-      work_.plan([&](device_arena<Device>& a) {
+      follow_up then;
+      then.cap_of = of;
+      then.idx = idx;
+      then.cap = cap;
+      caps_call caps;
+      plan_work([&](device_arena<Device>& a) {
         if (kept) {
           records_in(a);
         } else {
           dn = stage_view(a, nodes);
           dc = stage_view(a, classes);
         }
-        d_of = a.stage(of.data(), k);
-        di = stage_view(a, idx);
-        d_fit = a.template take<std::int32_t>(k * n);
-        d_part = a.template take<std::int64_t>(k * d * domain_sum_parts);
-        d_cap = a.template take<std::int64_t>(k * d);
-        h_cap = a.template landing<std::int64_t>(k * d);
+        caps = caps_in(a, then, static_cast<std::size_t>(nodes.n_nodes));
       });
       send_inputs(kept);
       check(dn);
       check(dc);
-      check(di);
-      auto const t = begin_call();
-      kernels::domain_capacity(dev_.exec_nosync(), dn, dc, d_of, static_cast<std::int32_t>(k), di, domain_sum_parts,
-                               d_fit, d_part, d_cap, steps_);
-      dev_.check_launch();
-      end_call(t, "domain_capacity");
-      down(h_cap, d_cap, k * d);
+      launch_caps(caps, dn, dc);
       sync();
-      if (k * d > 0) std::memcpy(cap.data(), h_cap, k * d * sizeof(std::int64_t));
+      caps_out(caps, then);
     });
   }
 
   void place_tiers(std::span<tier_problem const> tiers, tier_results& out) override {
+    place_tiers_then(tiers, out, {});
+  }
+
+  /// The chain, then in the same call's stream and its one wait the domain
+  /// capacities and the statistics `then` asks for, on the state it leaves.
+  void place_tiers_then(std::span<tier_problem const> tiers, tier_results& out, follow_up const& then) override {
     dev_.guard([&] {
       auto const k = static_cast<std::int32_t>(tiers.size());
       if (k == 0) {
         tier_chain_results(nullptr, nullptr, nullptr, 0, out);
         return;
       }
+      chain_stats_ = false;  // the state moves on
       tier_problem const& first = tiers[0];
       node_view const& nv = first.nodes;
       // Kept: the bound round's views, matrix and node arrays (every tier of a
@@ -546,13 +571,14 @@ class device_backend final : public backend {
         verify(true);  // before the host's records land: the rest must be the host's already
       }
       // Kept: the nodes the chain may have changed come back as records, of
-      // their state and their score cells, or of their state alone where
-      // the caller wants no cells (they stay on the device, the host's
-      // stale from here: tier_results::cells_back). Not kept: the whole
-      // state, the matrix with it.
-      std::int32_t const back = kept ? chain_records_capacity(first, copies) : 0;
+      // their state and their score cells; where the caller wants no cells
+      // (they stay on the device, the host's stale from here:
+      // tier_results::cells_back), nothing but the placements, from which
+      // the host replays the chain's commits (replay_commits). Not kept:
+      // the whole state, the matrix with it.
       bool const cells_away = kept && !first.cells_wanted;
-      auto const width = static_cast<std::int32_t>(cells_away ? 0 : n_classes);
+      std::int32_t const back = kept && !cells_away ? chain_records_capacity(first, copies) : 0;
+      auto const width = static_cast<std::int32_t>(n_classes);
       std::size_t const back_bytes = records_bytes(back, record_gpus_, width);
       ctl_zero_.assign(static_cast<std::size_t>(k), tier_control{});
       problems_.assign(tiers.begin(), tiers.end());
@@ -570,7 +596,12 @@ class device_backend final : public backend {
       std::int32_t* h_stamp = nullptr;
       std::int32_t* h_state = nullptr;
       tier_problem shared;  // the arrays every tier of the chain shares, on the device
-      work_.plan([&](device_arena<Device>& a) {
+      // What follows the chain: the capacities, the statistics' sums.
+      caps_call caps;
+      cluster_stats* d_stats = nullptr;
+      cluster_stats* h_stats = nullptr;
+      bool const with_stats = then.stats && kept && n > 0;
+      plan_work([&](device_arena<Device>& a) {
         shared = first;
         if (kept) {
           in = records_in(a);
@@ -632,6 +663,11 @@ class device_backend final : public backend {
         h_ctl = a.template landing<tier_control>(static_cast<std::size_t>(k));
         h_out = a.template landing<tier_placement>(static_cast<std::size_t>(copies));
         h_fresh = a.template landing<std::int32_t>(n_classes);
+        caps = caps_in(a, then, n);
+        if (with_stats) {
+          d_stats = a.template take<cluster_stats>(1);
+          h_stats = a.template landing<cluster_stats>(1);
+        }
         if (!kept) {
           h_gpu = a.template landing<std::int32_t>(static_cast<std::size_t>(nv.n_gpus));
           h_cpu = a.template landing<std::int64_t>(n);
@@ -651,6 +687,8 @@ class device_backend final : public backend {
       dev_.check_launch();
       count_tier(steps_);
       end_call(t, "tier_kernel");
+      launch_caps(caps, shared.nodes, shared.classes);
+      if (with_stats) reduce_stats(shared.nodes, shared.tasks, d_stats);
       // One wait: controls, placements, freshness, and the nodes the chain
       // may have changed (kept) or the whole state (not kept).
       down(h_ctl, c.ctl, static_cast<std::size_t>(k));
@@ -663,8 +701,14 @@ class device_backend final : public backend {
       down(h_scores, shared.scores, h_scores != nullptr ? cells : 0);
       down(h_stamp, shared.stamp, h_stamp != nullptr ? n : 0);
       down(h_state, shared.state, h_state != nullptr ? n : 0);
+      down(h_stats, d_stats, with_stats ? 1 : 0);
       sync();
       std::memcpy(first.fresh, h_fresh, n_classes * sizeof(std::int32_t));
+      caps_out(caps, then);
+      if (with_stats) {
+        chain_stats_ = true;
+        chain_stats_value_ = *h_stats;
+      }
       std::int32_t const placed = tier_chain_results(h_ctl, h_out, out_at_.data(), k, out);
       if (t.on) {
         std::int64_t phases = 0;
@@ -673,15 +717,23 @@ class device_backend final : public backend {
         }
         timeline_phase_sum(this, phases);
       }
-      if (kept) {
+      if (kept && cells_away) {
+        replay_commits(tiers, out);
+        // The cells of every node the chain may have changed stay here.
+        auto away = [&](std::int32_t node) { cells_away_[static_cast<std::size_t>(node)] = 1; };
+        if (chain_sends_all(first, copies)) {
+          std::fill(cells_away_.begin(), cells_away_.end(), std::uint8_t{1});
+        } else {
+          for (std::int32_t i = 0; i < first.n_changed; ++i) away(first.changed[i]);
+          for (tier_placement const& tp : out.placed) away(tp.node);
+        }
+        out.cells_back = false;
+        verify();
+      } else if (kept) {
         node_records const got = records_at(h_back, back, record_gpus_, width);
         std::int32_t const count = chain_records_count(first, copies, placed);
         node_state_view const s = host_state();
-        for (std::int32_t i = 0; i < count; ++i) {
-          unpack_record(s, got, i);
-          if (cells_away) cells_away_[static_cast<std::size_t>(got.node[i])] = 1;
-        }
-        out.cells_back = !cells_away;
+        for (std::int32_t i = 0; i < count; ++i) unpack_record(s, got, i);
         verify();
       } else {
         copy_out(first.gpu_free, h_gpu, static_cast<std::size_t>(nv.n_gpus));
@@ -711,14 +763,24 @@ class device_backend final : public backend {
     return bound_ && same_arrays(n, host_.nodes) && same_arrays(c, host_.classes) && same_arrays(t, host_.tasks);
   }
 
-  /// Waits for copies out of the resident mirror before it is written again.
+  /// Waits for everything in flight: copies out of the resident mirror
+  /// before it is written again, calls not waited for.
   void settle() {
-    if (in_flight_) sync();
+    if (in_flight_ || clock_in_flight_ || work_.held()) sync();
   }
-  void sync() {
+  /// The host's wait: what came down is the host's; the work arena is free
+  /// again. Counted unless it is verify mode's (a check, not the round's).
+  void sync(bool counted = true) {
     auto const t = begin_call(false);
     dev_.sync();
-    in_flight_ = false;
+    if (counted) steps_.waits += 1;
+    in_flight_ = clock_in_flight_ = false;
+    if (begun_at_ != nullptr) {
+      begun_ = *begun_at_;
+      begun_at_ = nullptr;
+      begun_ready_ = true;
+    }
+    work_.release();
     end_call(t, "wait");
     if (!pending_.empty()) {
       // Every mark is behind the wait: their times are known.
@@ -759,6 +821,155 @@ class device_backend final : public backend {
     pending_.push_back(c);
     slots_.emplace_back(t.mark, t.gpu ? dev_.mark() : -1);
   }
+  /// The chain's commits replayed into the host's arrays from its
+  /// placements, as the program made them (tier_commit_all): each
+  /// iteration's replicas taken (take_replica gives the GPUs the program
+  /// took, checked against the placement's), then each winner's state
+  /// label (tier_group, tier_follow): its row's least winner of its label
+  /// before the iteration, kept where their states are equal now, else its
+  /// own.
+  void replay_commits(std::span<tier_problem const> tiers, tier_results const& out) {
+    node_view nv = host_.nodes;
+    nv.gpu_free = host_.gpu_free;
+    nv.cpu_free = host_.cpu_free;
+    nv.mem_free = host_.mem_free;
+    std::int32_t* const label = clock_state_;
+    for (std::size_t k = 0; k < tiers.size(); ++k) {
+      auto const from = static_cast<std::size_t>(out.begin[k]), to = static_cast<std::size_t>(out.begin[k + 1]);
+      for (std::size_t i = from; i < to;) {
+        std::size_t j = i;
+        while (j < to && out.placed[j].iteration == out.placed[i].iteration) ++j;
+        if (j < to && out.placed[j].iteration < out.placed[i].iteration) {
+          throw logic_error(error_code::internal, "resident round: a chain's placements out of iteration order");
+        }
+        for (std::size_t q = i; q < j; ++q) {
+          tier_placement const& tp = out.placed[q];
+          std::uint64_t taken = 0;
+          if (!take_replica(nv, host_.classes, tiers[k].row_class[tp.row], tp.node, host_.gpu_free, host_.cpu_free,
+                            host_.mem_free, taken) ||
+              taken != tp.gpus) {
+            throw logic_error(error_code::internal, "resident round: a chain's commit on node " +
+                                                        std::to_string(tp.node) + " replays otherwise on the host");
+          }
+        }
+        if (label != nullptr) {
+          // (row, label before, node), sorted: each (row, label) run's first node leads.
+          group_.clear();
+          for (std::size_t q = i; q < j; ++q) {
+            tier_placement const& tp = out.placed[q];
+            group_.push_back({tp.row, label[tp.node], tp.node});
+          }
+          std::sort(group_.begin(), group_.end());
+          for (std::size_t q = 0; q < group_.size();) {
+            std::size_t e = q;
+            std::int32_t const leader = group_[q][2];
+            while (e < group_.size() && group_[e][0] == group_[q][0] && group_[e][1] == group_[q][1]) {
+              std::int32_t const n = group_[e][2];
+              label[n] = n == leader || !node_state_equal(nv, n, leader) ? n : leader;
+              ++e;
+            }
+            q = e;
+          }
+        }
+        i = j;
+      }
+    }
+  }
+
+  /// The domain capacities a call brings (follow_up::cap_of): their
+  /// inputs, scratch and sums in its layout of the work arena.
+  struct caps_call {
+    std::int32_t k = 0;
+    std::size_t sums = 0;  ///< k x domains
+    std::int32_t const* of = nullptr;
+    domain_index_view idx;
+    std::int32_t* fit = nullptr;
+    std::int64_t* part = nullptr;
+    std::int64_t* cap = nullptr;
+    std::int64_t* landing = nullptr;
+  };
+  caps_call caps_in(device_arena<Device>& a, follow_up const& then, std::size_t n_nodes) {
+    caps_call c;
+    auto const d = static_cast<std::size_t>(then.idx.n_domains);
+    if (then.cap_of.empty() || d == 0) return c;
+    std::size_t const k = then.cap_of.size();
+    c.k = static_cast<std::int32_t>(k);
+    c.sums = k * d;
+    c.of = a.stage(then.cap_of.data(), k);
+    c.idx = stage_view(a, then.idx);
+    c.fit = a.template take<std::int32_t>(k * n_nodes);
+    c.part = a.template take<std::int64_t>(c.sums * domain_sum_parts);
+    c.cap = a.template take<std::int64_t>(c.sums);
+    c.landing = a.template landing<std::int64_t>(c.sums);
+    return c;
+  }
+  /// Its three calls on the nodes and classes dn, dc (device views), and
+  /// the sums' copy down.
+  void launch_caps(caps_call const& c, node_view const& dn, class_view const& dc) {
+    if (c.sums == 0) return;
+    check(c.idx);
+    auto const t = begin_call();
+    kernels::domain_capacity(dev_.exec_nosync(), dn, dc, c.of, c.k, c.idx, domain_sum_parts, c.fit, c.part, c.cap,
+                             steps_);
+    dev_.check_launch();
+    end_call(t, "domain_capacity");
+    down(c.landing, c.cap, c.sums);
+  }
+  /// After the wait: the sums to the caller.
+  static void caps_out(caps_call const& c, follow_up const& then) { copy_out(then.cap.data(), c.landing, c.sums); }
+
+  /// A call's layout of the work arena, after the calls still in flight
+  /// (the host waits first where it would have to grow).
+  template <class Layout>
+  void plan_work(Layout&& layout) {
+    std::size_t ahead = 0;
+    if (work_.held() && !work_.fits(layout)) {
+      ahead = work_.floor();  // grown by it, the next round's fits after them
+      sync();
+    }
+    work_.plan(layout, ahead);
+  }
+  /// The statistics' reduction queued, its sums coming down into the
+  /// landing returned (the host's after the next wait).
+  cluster_stats* queue_stats(node_view const& nodes, task_view const& tasks, bool kept) {
+    if (kept) resend_all();
+    node_view dn = kept ? d_nodes_ : nodes;
+    task_view dt = kept ? d_tasks_ : tasks;
+    cluster_stats* d_out = nullptr;
+    cluster_stats* h_out = nullptr;
+    plan_work([&](device_arena<Device>& a) {
+      if (kept) {
+        records_in(a);
+      } else {
+        dn = stage_view(a, nodes);
+        dt = stage_view(a, tasks);
+      }
+      d_out = a.template take<cluster_stats>(1);
+      h_out = a.template landing<cluster_stats>(1);
+    });
+    send_inputs(kept);
+    if (nodes.n_nodes == 0) {
+      *h_out = cluster_stats{};
+      return h_out;
+    }
+    check(dn);
+    check(dt);
+    reduce_stats(dn, dt, d_out);
+    down(h_out, d_out, 1);
+    return h_out;
+  }
+  /// One reduction of every node's sums into d_out, each node's F on lanes
+  /// (the device's width); nothing waits for it.
+  void reduce_stats(node_view const& dn, task_view const& dt, cluster_stats* d_out) {
+    auto const t = begin_call();
+    std::int32_t const lanes = frag_lanes(static_cast<std::size_t>(dn.n_nodes));
+    dev_.reduce_into(static_cast<std::int64_t>(dn.n_nodes) * lanes, node_stats_lanes_op{dn, dt, lanes}, stats_sum_op{},
+                     cluster_stats{}, d_out);
+    dev_.check_launch();
+    steps_.calls += 1;
+    end_call(t, "stats");
+  }
+
   /// Sends what arena a queued (its bytes counted up).
   void flush(device_arena<Device>& a) {
     std::int32_t const copies = a.copies_queued();
@@ -847,18 +1058,21 @@ class device_backend final : public backend {
     clock_stamp_ = clock_state_ = nullptr;
     flush(resident_);
     in_flight_ = true;
+    chain_stats_ = false;
     wrote_.clear();
     std::fill(cells_away_.begin(), cells_away_.end(), std::uint8_t{0});
   }
   /// The assigner's clock (stamp, state labels) kept from its first tier.
   void bind_clock(tier_problem const& p) {
     if (clock_stamp_ == p.stamp && clock_state_ == p.state) return;
-    settle();
+    // Its mirror is the clock's alone: only an earlier clock's copy could
+    // still read it.
+    if (clock_in_flight_) sync();
     auto const n = static_cast<std::size_t>(p.nodes.n_nodes);
     resend(static_cast<std::int32_t const*>(d_stamp_), static_cast<std::int32_t const*>(p.stamp), n);
     if (p.state != nullptr) resend(static_cast<std::int32_t const*>(d_state_), static_cast<std::int32_t const*>(p.state), n);
     flush(resident_);
-    in_flight_ = true;
+    clock_in_flight_ = true;
     clock_stamp_ = p.stamp;
     clock_state_ = p.state;
   }
@@ -877,6 +1091,7 @@ class device_backend final : public backend {
   std::int32_t send_host_writes() {
     auto const k = static_cast<std::int32_t>(wrote_.nodes.size());
     if (!bound_ || k == 0) return 0;
+    chain_stats_ = false;  // the state the statistics were of is gone
     node_state_view const s = host_state();
     for (std::int32_t i = 0; i < k; ++i) {
       std::int32_t const n = wrote_.nodes[static_cast<std::size_t>(i)];
@@ -908,7 +1123,7 @@ class device_backend final : public backend {
   /// are still to land are left out of the changing arrays.
   void verify(bool pending = false) {
     if (!verify_ || !bound_) return;
-    sync();
+    sync(false);
     auto const* skip = pending ? &wrote_.mark : nullptr;
     auto skipped = [&](std::size_t node) { return skip != nullptr && (*skip)[node] != 0; };
     // Nodes whose cells stayed on the device (a chain's, or every node's
@@ -989,6 +1204,14 @@ class device_backend final : public backend {
   bool keep_ = true;
   bool verify_ = false;
   bool in_flight_ = false;  ///< copies out of the resident mirror may still run
+  bool clock_in_flight_ = false;  ///< the clock's copies (bind_clock) may still run
+  // stats_begin's sums: their landing until the next wait, then the host's.
+  cluster_stats* begun_at_ = nullptr;
+  bool begun_ready_ = false;
+  // The statistics after the bound round's last chain (follow_up::stats),
+  // while nothing has been written since.
+  bool chain_stats_ = false;
+  cluster_stats chain_stats_value_;
   // The bound round: the host's arrays and the device's copies.
   bool bound_ = false;
   round_binding host_;
@@ -1013,6 +1236,7 @@ class device_backend final : public backend {
   // offsets, placements' offsets, zeroed controls.
   std::vector<tier_problem> problems_;
   std::vector<std::int32_t> heap_begin_, heap_at_, out_at_;
+  std::vector<std::array<std::int32_t, 3>> group_;  ///< replay_commits' (row, label, node)
   std::vector<tier_control> ctl_zero_;
   std::vector<char> verify_buf_;
   // The call timeline: calls since the last wait, and their GPU marks (before, after).

@@ -18,9 +18,10 @@
 // may have changed (its first tier's refresh candidates, every tier's
 // winners) and the host unpacks them after the call's one wait. The same
 // functions run on both sides. A chain whose cells the host will not read
-// (tier_problem::cells_wanted) sends its records back without the score
-// column: the cells stay on the device, and the host takes its own as
-// stale (tier_results::cells_back).
+// (tier_problem::cells_wanted) sends no records: the cells stay on the
+// device, the host takes its own as stale (tier_results::cells_back), and
+// it replays the chain's commits from the placements
+// (device_backend::replay_commits).
 
 #include "tier_program.hpp"
 

@@ -129,8 +129,8 @@ struct copy_column_op {
 /// (score_column_op); else the table's entries split over that many lanes
 /// into `table` (frag_table_cells x lanes entries: frag_part_op) and a cell
 /// a thread (score_cell_parts_op): a device's width. Three calls (one fewer
-/// without a table, one fewer without same_as); the host reads the matrix
-/// (one wait).
+/// without a table, one fewer without same_as); the backend counts the
+/// wait where the host reads the matrix.
 template <class ExecPolicy>
 void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, task_view const& tv,
                   score_params const& p, std::int32_t* out, std::int64_t* table, std::int32_t lanes,
@@ -160,7 +160,6 @@ void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, 
     thrust::for_each(exec, first, first + nv.n_nodes, copy_column_op{nv, cv.n_classes, out});
     st.calls += 1;
   }
-  st.waits += 1;
 }
 
 /// node_stats_op of node i / lanes, its fragmentation over lane i % lanes'
@@ -185,13 +184,12 @@ struct node_stats_lanes_op {
 /// GAR, GFR and FGD fragmentation sums over all nodes in one reduction,
 /// each node's on `lanes` lanes (1: a node a thread, the CPU backends; the
 /// device backends as many as frag_lanes gives, the device's width). One
-/// call, and the host reads the sums (one wait).
+/// call; the host reads the sums (the backend counts that wait).
 template <class ExecPolicy>
 cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_view const& tv, step_counts& st,
                                    std::int32_t lanes = 1) {
   if (nv.n_nodes == 0) return cluster_stats{};
   st.calls += 1;
-  st.waits += 1;
   if (lanes > 1) {
     thrust::counting_iterator<std::int64_t> first(0);
     return thrust::transform_reduce(exec, first, first + static_cast<std::int64_t>(nv.n_nodes) * lanes,
@@ -207,7 +205,7 @@ cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_
 /// (class, domain) the sum over the domain's nodes (idx.begin) in `parts`
 /// parts (part, k x n_domains x parts entries of scratch; many for a
 /// backend of many slow threads) and the parts' sum. Three calls for the
-/// whole set; the host reads the sums (one wait).
+/// whole set; the host reads the sums (the backend counts that wait).
 template <class ExecPolicy>
 void domain_capacity(ExecPolicy&& exec, node_view const& nv, class_view const& cv, std::int32_t const* of,
                      std::int32_t k, domain_index_view const& idx, std::int32_t parts, std::int32_t* fit,
@@ -218,7 +216,6 @@ void domain_capacity(ExecPolicy&& exec, node_view const& nv, class_view const& c
   thrust::for_each(exec, first, first + k * idx.n_domains * parts, domain_part_op{idx, nv.n_nodes, parts, fit, part});
   thrust::for_each(exec, first, first + k * idx.n_domains, domain_sum_op{parts, part, cap});
   st.calls += 3;
-  st.waits += 1;
 }
 
 }  // inline namespace PLACER_BACKEND_NS

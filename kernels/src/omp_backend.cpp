@@ -69,6 +69,29 @@ omp_backend::omp_backend(bool always_parallel)
 
 void omp_backend::score(node_view const& nodes, class_view const& classes, task_view const& tasks,
                         score_params const& params, std::span<std::int32_t> out) {
+  score_cells(nodes, classes, tasks, params, out);
+  steps_.waits += 1;
+}
+
+// The host reads none of the cells: a device keeps them and does not wait.
+bool omp_backend::score_unread(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                               score_params const& params, std::span<std::int32_t> out) {
+  score_cells(nodes, classes, tasks, params, out);
+  return true;
+}
+
+// A device waits once, for the cells it reads and the capacities.
+bool omp_backend::score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                             score_params const& params, std::span<std::int32_t> out, bool read,
+                             follow_up const& then) {
+  score_cells(nodes, classes, tasks, params, out);
+  if (!then.cap_of.empty()) capacities(nodes, classes, then.cap_of, then.idx, then.cap);
+  if (read || !then.cap_of.empty()) steps_.waits += 1;
+  return true;
+}
+
+void omp_backend::score_cells(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                              score_params const& params, std::span<std::int32_t> out) {
   frag_table_.resize(frag_table_cells(nodes, classes, tasks, params));
   if (!always_parallel_ && static_cast<std::int64_t>(nodes.n_nodes) * classes.n_classes < parallel_threshold / 16) {
     score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), 0, steps_);
@@ -78,6 +101,13 @@ void omp_backend::score(node_view const& nodes, class_view const& classes, task_
 }
 
 cluster_stats omp_backend::stats(node_view const& nodes, task_view const& tasks) {
+  steps_.waits += 1;
+  return reduce(nodes, tasks);
+}
+
+void omp_backend::stats_begin(node_view const& nodes, task_view const& tasks) { begun_ = reduce(nodes, tasks); }
+
+cluster_stats omp_backend::reduce(node_view const& nodes, task_view const& tasks) {
   if (!always_parallel_ && nodes.n_nodes < stats_parallel_from_) {
     return reduce_cluster_stats(thrust::cpp::par, nodes, tasks, steps_);
   }
@@ -86,6 +116,12 @@ cluster_stats omp_backend::stats(node_view const& nodes, task_view const& tasks)
 
 void omp_backend::domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                                   domain_index_view const& idx, std::span<std::int64_t> cap) {
+  capacities(nodes, classes, of, idx, cap);
+  steps_.waits += 1;
+}
+
+void omp_backend::capacities(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
+                             domain_index_view const& idx, std::span<std::int64_t> cap) {
   auto const k = static_cast<std::int32_t>(of.size());
   domain_fit_.resize(of.size() * static_cast<std::size_t>(nodes.n_nodes));
   // A domain's sum in one part: a few fast threads split the domains well
@@ -102,6 +138,20 @@ void omp_backend::domain_capacity(node_view const& nodes, class_view const& clas
 }
 
 void omp_backend::place_tiers(std::span<tier_problem const> tiers, tier_results& out) {
+  chain(tiers, out);
+  steps_.waits += 1;
+}
+
+// One wait on a device for the chain and what follows it.
+void omp_backend::place_tiers_then(std::span<tier_problem const> tiers, tier_results& out, follow_up const& then) {
+  chain(tiers, out);
+  if (!then.cap_of.empty() && !tiers.empty()) {
+    capacities(tiers[0].nodes, tiers[0].classes, then.cap_of, then.idx, then.cap);
+  }
+  steps_.waits += 1;
+}
+
+void omp_backend::chain(std::span<tier_problem const> tiers, tier_results& out) {
   // A team only for a chain with enough bidding to split (nodes x rows).
   std::int64_t most = 0;
   for (auto const& t : tiers) most = std::max(most, static_cast<std::int64_t>(t.nodes.n_nodes) * t.n_rows);

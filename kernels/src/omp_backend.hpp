@@ -18,12 +18,27 @@ class omp_backend final : public backend {
   [[nodiscard]] std::string const& description() const override { return description_; }
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
              score_params const& params, std::span<std::int32_t> out) override;
+  bool score_unread(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                    score_params const& params, std::span<std::int32_t> out) override;
+  bool score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                  score_params const& params, std::span<std::int32_t> out, bool read, follow_up const& then) override;
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override;
+  void stats_begin(node_view const& nodes, task_view const& tasks) override;
   void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                        domain_index_view const& idx, std::span<std::int64_t> cap) override;
   void place_tiers(std::span<tier_problem const> tiers, tier_results& out) override;
+  void place_tiers_then(std::span<tier_problem const> tiers, tier_results& out, follow_up const& then) override;
 
  private:
+  // The stages; the public calls count the waits a device backend would
+  // make for them (the CPU's own steps are the same either way).
+  void score_cells(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                   score_params const& params, std::span<std::int32_t> out);
+  cluster_stats reduce(node_view const& nodes, task_view const& tasks);
+  void capacities(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
+                  domain_index_view const& idx, std::span<std::int64_t> cap);
+  void chain(std::span<tier_problem const> tiers, tier_results& out);
+
   std::string description_;
   std::vector<std::int32_t> domain_fit_;
   std::vector<std::int64_t> domain_part_;  ///< domain_capacity's parts of each sum

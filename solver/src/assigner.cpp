@@ -156,7 +156,8 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
   for (auto j : order) {
     if (goes_local(in_.pending[j])) ++s_.locality_left[static_cast<std::size_t>(m_.job_class[j])];
   }
-  drop_caps();
+  if (!caps_ahead_) drop_caps();  // else the score call's, of the state as it is
+  caps_ahead_ = false;
   auto expire = [&](std::int32_t j) {
     out.unplaced_jobs.push_back({j, unplaced_reason::deadline_exceeded, "round deadline reached"});
   };
@@ -262,9 +263,9 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
       if (wants_locality(in_.pending[job_at(t)])) local.push_back(m_.job_class[job_at(t)]);
     }
     // Host work reads the node state and the matrix: the tiers chained so
-    // far run first.
-    if (!local.empty()) run_chain(out);
-    load_caps(local);
+    // far run first, and their call brings the group's capacities.
+    if (!local.empty()) run_chain(out, &local);
+    load_caps(local);  // none to load after a chain
     for (std::size_t t = t0; t < t1; ++t) {
       std::int32_t const j = job_at(t);
       if (!wants_locality(in_.pending[j])) {
@@ -282,7 +283,7 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
     }
     chain_tier(rest, out);
   }
-  run_chain(out);
+  run_chain(out, nullptr, true);
 }
 
 void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, round_result& out) {
@@ -295,7 +296,14 @@ void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, 
   auto const base = level * level_span + past_at;
   std::int64_t const w = (s_.tiers[t0].first - base) / window_span;  // this region: the window in its upper half
   if (w + 1 >= (last_at - past_at) / window_span) return;  // out of regions: the rest go one at a time
-  run_chain(out);
+  // The chain's call brings the capacities of every locality class still to
+  // come: the next group's, whichever it is once the window is drawn.
+  auto& local = s_.group_classes;
+  local.clear();
+  for (std::int32_t c = 0; c < m_.n_classes(); ++c) {
+    if (s_.locality_left[static_cast<std::size_t>(c)] > 0) local.push_back(c);
+  }
+  run_chain(out, &local);
   auto [gpu, cpu] = free_capacity();
   auto const& order = s_.order;
   auto& tiers = s_.tiers;
@@ -535,7 +543,7 @@ void assigner::chain_tier(std::vector<std::int32_t> const& jobs, round_result& o
   ++s_.chain_len;
 }
 
-void assigner::run_chain(round_result& out) {
+void assigner::run_chain(round_result& out, std::vector<std::int32_t> const* caps, bool last) {
   std::size_t const k = s_.chain_len;
   if (k == 0) return;
   s_.chain_len = 0;
@@ -581,8 +589,12 @@ void assigner::run_chain(round_result& out) {
   // chain's cells again, so a backend with memory of its own keeps them.
   problems[0].cells_wanted = locality_left_ > 0;
   auto& result = s_.chain_out;
-  backend_.place_tiers({problems.data(), k}, result);
-  drop_caps();  // the programs committed on the backend
+  // The programs commit on the backend: every capacity held is stale, and
+  // those the caller asks for come with the chain.
+  drop_caps();
+  kernels::backend::follow_up then = caps != nullptr ? caps_request(*caps) : kernels::backend::follow_up{};
+  then.stats = last && stats_after_;
+  backend_.place_tiers_then({problems.data(), k}, result, then);
   for (std::size_t i = 0; i < k; ++i) {
     auto const& t = s_.chain[i];
     // The program refreshed the tier's live classes before its commits; the
@@ -948,9 +960,30 @@ void assigner::release_all(std::int32_t c, std::vector<replica_placement>& place
 
 // ------------------------------------------------- locality capacities
 
+backend::follow_up assigner::caps_ahead() {
+  drop_caps();
+  if (mode_ != assign_mode::placer) return {};
+  auto& local = s_.group_classes;
+  local.clear();
+  for (std::size_t j = 0; j < in_.pending.size(); ++j) {
+    if (goes_local(in_.pending[j])) local.push_back(m_.job_class[j]);
+  }
+  std::sort(local.begin(), local.end());
+  local.erase(std::unique(local.begin(), local.end()), local.end());
+  backend::follow_up const then = caps_request(local);
+  caps_ahead_ = !then.cap_of.empty();
+  return then;
+}
+
 void assigner::load_caps(std::vector<std::int32_t> const& classes) {
+  auto const then = caps_request(classes);
+  if (!then.cap_of.empty()) backend_.domain_capacity(m_.nodes(), m_.classes(), then.cap_of, then.idx, then.cap);
+}
+
+backend::follow_up assigner::caps_request(std::vector<std::int32_t> const& classes) {
+  backend::follow_up then;
   auto const n_domains = in_.state.topo.domains.size();
-  if (n_domains == 0) return;
+  if (n_domains == 0) return then;
   auto& fresh = s_.cap_fresh;
   fresh.clear();
   for (auto c : classes) {
@@ -959,15 +992,15 @@ void assigner::load_caps(std::vector<std::int32_t> const& classes) {
     s_.cap_class.push_back(c);
     fresh.push_back(c);
   }
-  if (fresh.empty()) return;
   std::size_t const at = s_.cap.size();
   s_.cap.resize(s_.cap_class.size() * n_domains);
-  domain_index_view idx;
-  idx.n_entries = static_cast<std::int32_t>(s_.entry_node.size());
-  idx.n_domains = static_cast<std::int32_t>(n_domains);
-  idx.node = s_.entry_node.data();
-  idx.begin = s_.domain_begin.data();
-  backend_.domain_capacity(m_.nodes(), m_.classes(), fresh, idx, std::span<std::int64_t>(s_.cap).subspan(at));
+  then.cap_of = fresh;
+  then.cap = std::span<std::int64_t>(s_.cap).subspan(at);
+  then.idx.n_entries = static_cast<std::int32_t>(s_.entry_node.size());
+  then.idx.n_domains = static_cast<std::int32_t>(n_domains);
+  then.idx.node = s_.entry_node.data();
+  then.idx.begin = s_.domain_begin.data();
+  return then;
 }
 
 std::int64_t const* assigner::caps_of(std::int32_t c) {

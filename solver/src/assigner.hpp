@@ -136,6 +136,16 @@ class assigner {
   /// topology picks a leaf switch. The solver's other candidate under
   /// queue order (solver.cpp, "linear").
   void linear(bool on) { linear_ = on; }
+  /// The run's last chain of tiers also brings the statistics of the state
+  /// it leaves (backend::follow_up::stats): the round's statistics after,
+  /// where nothing writes after it (the solver's main assignment).
+  void stats_after(bool on) { stats_after_ = on; }
+  /// Before the score stage (placer mode): the domain capacities of every
+  /// class with a locality job in the round, for the score call to bring
+  /// in its wait (backend::score_then); run() starts from them, so the
+  /// locality jobs placed before the first chain need no call of their own.
+  /// None without domains or locality jobs.
+  kernels::backend::follow_up caps_ahead();
 
  private:
   // --- the three strategies
@@ -146,8 +156,10 @@ class assigner {
   /// Adds a tier of non-locality jobs to the chain waiting for the backend.
   void chain_tier(std::vector<std::int32_t> const& jobs, round_result& out);
   /// Places the waiting chain (one backend call) and hands each tier's
-  /// placements to its jobs.
-  void run_chain(round_result& out);
+  /// placements to its jobs. With `caps`, the same call brings those
+  /// classes' domain capacities on the state the chain leaves (for the
+  /// locality jobs placed next); with `last`, the statistics (stats_after).
+  void run_chain(round_result& out, std::vector<std::int32_t> const* caps = nullptr, bool last = false);
 
   /// Queue order (policy::order fifo, strict): marks in `moved` the jobs
   /// past their level's window (the prefix the free capacity holds).
@@ -163,6 +175,10 @@ class assigner {
   [[nodiscard]] bool goes_local(job const& j) const;
   /// Loads the domain capacities of the classes that have none (one call).
   void load_caps(std::vector<std::int32_t> const& classes);
+  /// The domain capacities of the classes that have none, as a call's
+  /// follow-up (slots laid out, every domain of each; s_.cap_fresh):
+  /// empty without domains or such classes.
+  kernels::backend::follow_up caps_request(std::vector<std::int32_t> const& classes);
   /// Class c's capacity per domain (loaded if it has none).
   std::int64_t const* caps_of(std::int32_t c);
   void drop_caps();
@@ -215,6 +231,8 @@ class assigner {
   std::size_t locality_left_ = 0;  ///< locality jobs the host has still to place (it reads the matrix for them)
   bool verify_ = false;   ///< PLACER_VERIFY_SCORES: check the cells read (tests)
   bool linear_ = false;   ///< greedy mode: Slurm's node choice (linear())
+  bool stats_after_ = false;  ///< the last chain brings the statistics (stats_after())
+  bool caps_ahead_ = false;   ///< run() starts from caps_ahead()'s capacities
 };
 
 /// Stacking's last step (policy::stacking): this round's replicas of jobs

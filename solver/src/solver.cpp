@@ -741,8 +741,9 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
                           m.mem_free.data()});
   }
 
-  cluster_stats const before = backend_->stats(m.nodes(), m.tasks());
-  fill_stats(before, out.metrics.gar_before, out.metrics.gfr_before, out.metrics.frag_ratio_before);
+  // The statistics before: queued, taken with those after (a device
+  // backend brings them down at the round's next wait, not one of its own).
+  backend_->stats_begin(m.nodes(), m.tasks());
   stage_done("metrics_before");
 
   score_params p;
@@ -766,13 +767,15 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   // place on the host, no repair search, no packing repair from the scored
   // cells). Queue order's second assignment, if it comes, scores again.
   ws_->scored_on_host = true;
+  detail::assign_mode const mode = kube                               ? detail::assign_mode::kube
+                                   : in.pol.algo == algorithm::greedy ? detail::assign_mode::greedy
+                                                                      : detail::assign_mode::placer;
+  detail::assigner assign(in, m, scores, p, *backend_, mode, ws_->assign);
   if (!kube) {
     bool const read = in.pol.algo != algorithm::placer || tries > 0 || repack_small || detail::host_reads_cells(in);
-    if (read) {
-      backend_->score(m.nodes(), m.classes(), m.tasks(), p, scores);
-    } else {
-      ws_->scored_on_host = backend_->score_unread(m.nodes(), m.classes(), m.tasks(), p, scores);
-    }
+    // The score call brings the locality classes' domain capacities too:
+    // the first group's gangs need no wait of their own.
+    ws_->scored_on_host = backend_->score_then(m.nodes(), m.classes(), m.tasks(), p, scores, read, assign.caps_ahead());
   }
   stage_done("score");
 
@@ -785,9 +788,6 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
       for (std::int32_t n = 0; n < m.n_nodes(); ++n) scores[static_cast<std::size_t>(c) * m.n_nodes() + n] = op.score(c, n);
     }
   }
-  detail::assign_mode const mode = kube                               ? detail::assign_mode::kube
-                                   : in.pol.algo == algorithm::greedy ? detail::assign_mode::greedy
-                                                                      : detail::assign_mode::placer;
   auto const out_of_time = [&] {
     return (in.deadline_us > 0 && micros_since(t_round) > static_cast<double>(in.deadline_us)) ||
            (round_late && round_late());
@@ -802,7 +802,8 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
     ws_->m_scored = m;
     if (ws_->scored_on_host) ws_->scores_scored = scores;
   }
-  detail::assigner(in, m, scores, p, *backend_, mode, ws_->assign).run(out, out_of_time);
+  assign.stats_after(true);
+  assign.run(out, out_of_time);
   stage_done("assign");
   ws_->kept = {};
   ws_->blocked.clear();
@@ -851,6 +852,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
 
   cluster_stats const after = backend_->stats(m.nodes(), m.tasks());
   fill_stats(after, out.metrics.gar_after, out.metrics.gfr_after, out.metrics.frag_ratio_after);
+  fill_stats(backend_->stats_end(), out.metrics.gar_before, out.metrics.gfr_before, out.metrics.frag_ratio_before);
   stage_done("metrics_after");
 
   std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });

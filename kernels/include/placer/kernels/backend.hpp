@@ -62,6 +62,20 @@ class backend {
   /// e.g. "cpu (OpenMP, 2 threads)" or "cuda (NVIDIA H100 80GB HBM3, sm_90)".
   [[nodiscard]] virtual std::string const& description() const = 0;
 
+  /// What a call also answers about the node state it leaves, within its
+  /// one wait (score_then, place_tiers_then).
+  struct follow_up {
+    /// domain_capacity of these classes into `cap` (none: empty)
+    std::span<std::int32_t const> cap_of;
+    domain_index_view idx;
+    std::span<std::int64_t> cap;
+    /// The statistics too (place_tiers_then): a backend with memory of its
+    /// own keeps them, and the bound round's next stats() takes them
+    /// without a call if nothing was written since (a round's last chain:
+    /// its statistics after).
+    bool stats = false;
+  };
+
   /// @brief Feasibility and score matrix over classes x nodes (row-major).
   /// @param[in] nodes, classes, tasks  host views (the CUDA backend copies them)
   /// @param[out] out  n_classes * n_nodes cells; -1 = infeasible
@@ -77,8 +91,31 @@ class backend {
     return true;
   }
 
+  /// @brief score (`read`) or score_unread, then the domain capacities
+  /// `then` asks for on the nodes as they are: on a device one wait for
+  /// both (none where the cells stay on the device and no capacity is
+  /// asked). Default: the two calls.
+  /// @return whether `out` holds the cells
+  virtual bool score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
+                          score_params const& params, std::span<std::int32_t> out, bool read, follow_up const& then) {
+    bool held = true;
+    if (read) {
+      score(nodes, classes, tasks, params, out);
+    } else {
+      held = score_unread(nodes, classes, tasks, params, out);
+    }
+    if (!then.cap_of.empty()) domain_capacity(nodes, classes, then.cap_of, then.idx, then.cap);
+    return held;
+  }
+
   /// @brief GAR / GFR / FGD fragmentation sums over the nodes.
   virtual cluster_stats stats(node_view const& nodes, task_view const& tasks) = 0;
+  /// @brief stats of the nodes as they are now, taken later by stats_end
+  /// (one at a time). A backend with memory of its own queues the reduction
+  /// in stream order, and no wait: the next wait of the round brings the
+  /// sums down (stats_end waits only if none came). Default: stats, now.
+  virtual void stats_begin(node_view const& nodes, task_view const& tasks) { begun_ = stats(nodes, tasks); }
+  [[nodiscard]] virtual cluster_stats stats_end() { return begun_; }
 
   /// @brief Per-domain capacity for a set of classes, in one call:
   /// cap[s * n_domains + d] = replicas of class `of[s]` that fit under
@@ -97,6 +134,17 @@ class backend {
   /// @param[out] out  each tier's placements, in the program's order (the caller sorts)
   virtual void place_tiers(std::span<tier_problem const> tiers, tier_results& out) = 0;
 
+  /// @brief place_tiers, then what `then` asks of the state it leaves: on
+  /// a device one wait for both, where the host would wait for the chain
+  /// and then for the capacities. Default: place_tiers, then
+  /// domain_capacity.
+  virtual void place_tiers_then(std::span<tier_problem const> tiers, tier_results& out, follow_up const& then) {
+    place_tiers(tiers, out);
+    if (!then.cap_of.empty() && !tiers.empty()) {
+      domain_capacity(tiers[0].nodes, tiers[0].classes, then.cap_of, then.idx, then.cap);
+    }
+  }
+
   /// One tier: a chain of one.
   tier_stats place_tier(tier_problem const& problem, std::vector<tier_placement>& out) {
     tier_results r;
@@ -106,7 +154,9 @@ class backend {
   }
 
   /// Stage calls and device-to-host waits since the backend was made
-  /// (steps.hpp); a caller takes differences around a stage.
+  /// (steps.hpp); a caller takes differences around a stage. A device
+  /// backend counts a wait where its host waits for the device; the CPU
+  /// backend counts the waits a device backend makes for the same calls.
   [[nodiscard]] step_counts const& steps() const { return steps_; }
 
   // --- Residency (docs/architecture.md): one round's arrays kept on the
@@ -139,6 +189,7 @@ class backend {
 
  protected:
   step_counts steps_;
+  cluster_stats begun_;  ///< the default stats_begin's
   /// The host's declared writes since the backend's last call.
   struct host_writes {
     bool on = false;   ///< a round is bound and its writes are kept

@@ -91,7 +91,7 @@ struct tier_problem {
   std::int64_t eps = 1;
   /// A chain's first tier: false = the caller reads none of the chain's
   /// score cells, so a backend with memory of its own may keep them there
-  /// (tier_results::cells_back).
+  /// (tier_results::cells_back) and send back only the placements.
   bool cells_wanted = true;
 };
 
@@ -158,7 +158,7 @@ struct tier_results {
   std::vector<std::int32_t> begin;  ///< n_tiers + 1
   std::vector<tier_stats> stats;    ///< n_tiers
   /// false: the chain's score cells stayed on the device (a resident
-  /// round: only the nodes' state came back), so the caller's cells of
+  /// round: the nodes' state replayed from the placements), so the caller's cells of
   /// every node the chain may have changed (its first tier's refresh
   /// candidates, every tier's winners) are not current.
   bool cells_back = true;
