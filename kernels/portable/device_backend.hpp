@@ -393,6 +393,7 @@ class device_backend final : public backend {
         record_gpus_ = std::max(record_gpus_, b.nodes.gpu_begin[i + 1] - b.nodes.gpu_begin[i]);
       }
       scores_kept_ = false;
+      rows_away_.assign(static_cast<std::size_t>(b.classes.n_classes), 0);
       chain_stats_ = false;
       clock_stamp_ = clock_state_ = nullptr;
       cells_away_.assign(n, 0);
@@ -462,22 +463,38 @@ class device_backend final : public backend {
       end_call(t, "score");
       launch_caps(caps, dn, dc);
       bool const away = kept && !read;  // the cells stay here; the host's are not them
+      // Kept and read for some rows alone: those rows come down (a class's
+      // row is one run of the matrix), the others stay here.
+      bool const some = kept && read && !then.rows.empty();
+      auto const row = static_cast<std::size_t>(nodes.n_nodes);
       if (away && caps.sums == 0) {
         // Nothing comes down: the host goes on while the device scores; the
         // call's buffers stay held until the round's next wait.
         work_.hold();
       } else {
-        if (!away) down(h_out, d_out, cells);
+        if (some) {
+          for (std::int32_t c : then.rows) down(h_out + c * row, d_out + c * row, row);
+        } else if (!away) {
+          down(h_out, d_out, cells);
+        }
         sync();
-        if (!away && cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
+        if (some) {
+          for (std::int32_t c : then.rows) copy_out(out.data() + c * row, h_out + c * row, row);
+        } else if (!away && cells > 0) {
+          std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
+        }
         caps_out(caps, then);
       }
       if (kept) {
         scores_kept_ = true;
         std::fill(cells_away_.begin(), cells_away_.end(), static_cast<std::uint8_t>(away ? 1 : 0));
+        rows_away_.assign(static_cast<std::size_t>(classes.n_classes), static_cast<std::uint8_t>(some ? 1 : 0));
+        if (some) {
+          for (std::int32_t c : then.rows) rows_away_[static_cast<std::size_t>(c)] = 0;
+        }
         verify();
       }
-      return !away;
+      return !away && !some;
     });
   }
 
@@ -1061,6 +1078,7 @@ class device_backend final : public backend {
     chain_stats_ = false;
     wrote_.clear();
     std::fill(cells_away_.begin(), cells_away_.end(), std::uint8_t{0});
+    std::fill(rows_away_.begin(), rows_away_.end(), std::uint8_t{0});
   }
   /// The assigner's clock (stamp, state labels) kept from its first tier.
   void bind_clock(tier_problem const& p) {
@@ -1184,7 +1202,7 @@ class device_backend final : public backend {
       read_back(d_scores_, cells * sizeof(std::int32_t));
       auto const* got = reinterpret_cast<std::int32_t const*>(verify_buf_.data());
       for (std::size_t i = 0; i < cells; ++i) {
-        if (!away(i % n) && got[i] != host_.scores[i]) {
+        if (!away(i % n) && rows_away_[i / n] == 0 && got[i] != host_.scores[i]) {
           fail("score of class " + std::to_string(i / n) + " on node " + std::to_string(i % n));
         }
       }
@@ -1232,6 +1250,9 @@ class device_backend final : public backend {
   /// cells and stamp are its own until its record of the node goes up
   /// (send_host_writes).
   std::vector<std::uint8_t> cells_away_;
+  /// Per class of the bound round: 1 = its row stayed on the device at the
+  /// score stage (follow_up::rows); the host's cells of it are not read.
+  std::vector<std::uint8_t> rows_away_;
   // A chain's host-side staging: its problems with device pointers, heap
   // offsets, placements' offsets, zeroed controls.
   std::vector<tier_problem> problems_;

@@ -772,10 +772,15 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
                                                                       : detail::assign_mode::placer;
   detail::assigner assign(in, m, scores, p, *backend_, mode, ws_->assign);
   if (!kube) {
-    bool const read = in.pol.algo != algorithm::placer || tries > 0 || repack_small || detail::host_reads_cells(in);
+    bool const whole = in.pol.algo != algorithm::placer || tries > 0 || repack_small;
+    bool const read = whole || detail::host_reads_cells(in);
     // The score call brings the locality classes' domain capacities too:
-    // the first group's gangs need no wait of their own.
-    ws_->scored_on_host = backend_->score_then(m.nodes(), m.classes(), m.tasks(), p, scores, read, assign.caps_ahead());
+    // the first group's gangs need no wait of their own. Where only they
+    // read cells, only their classes' rows come down (a later stage that
+    // reads the rest scores again: restore_scored).
+    kernels::backend::follow_up then = assign.caps_ahead();
+    if (!whole && std::getenv("PLACER_VERIFY_SCORES") == nullptr) then.rows = then.cap_of;
+    ws_->scored_on_host = backend_->score_then(m.nodes(), m.classes(), m.tasks(), p, scores, read, then);
   }
   stage_done("score");
 

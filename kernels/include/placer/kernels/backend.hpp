@@ -74,6 +74,10 @@ class backend {
     /// without a call if nothing was written since (a round's last chain:
     /// its statistics after).
     bool stats = false;
+    /// score_then, read: the caller reads these classes' rows alone (none:
+    /// every row). A backend with memory of its own brings only them down
+    /// and says `out` does not hold every cell.
+    std::span<std::int32_t const> rows;
   };
 
   /// @brief Feasibility and score matrix over classes x nodes (row-major).
@@ -95,7 +99,7 @@ class backend {
   /// `then` asks for on the nodes as they are: on a device one wait for
   /// both (none where the cells stay on the device and no capacity is
   /// asked). Default: the two calls.
-  /// @return whether `out` holds the cells
+  /// @return whether `out` holds every cell (read: at least `then.rows`')
   virtual bool score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
                           score_params const& params, std::span<std::int32_t> out, bool read, follow_up const& then) {
     bool held = true;
