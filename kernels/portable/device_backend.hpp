@@ -413,11 +413,6 @@ class device_backend final : public backend {
     score_then(nodes, classes, tasks, params, out, true, {});
   }
 
-  bool score_unread(node_view const& nodes, class_view const& classes, task_view const& tasks,
-                    score_params const& params, std::span<std::int32_t> out) override {
-    return score_then(nodes, classes, tasks, params, out, false, {});
-  }
-
   /// The score stage, then the capacities `then` asks for on the same
   /// nodes; the bound round's matrix comes down only when the caller reads
   /// it (`read`), and the host waits only for what comes down.
@@ -1145,7 +1140,7 @@ class device_backend final : public backend {
     auto const* skip = pending ? &wrote_.mark : nullptr;
     auto skipped = [&](std::size_t node) { return skip != nullptr && (*skip)[node] != 0; };
     // Nodes whose cells stayed on the device (a chain's, or every node's
-    // after score_unread): the host's cells and stamps are its own until
+    // after an unread score): the host's cells and stamps are its own until
     // its record of the node lands.
     auto away = [&](std::size_t node) { return skipped(node) || cells_away_[node] != 0; };
     auto fail = [&](std::string const& what) {
@@ -1246,7 +1241,7 @@ class device_backend final : public backend {
   std::vector<region> regions_, next_;   ///< the resident arrays, as bound and being bound
   node_records in_host_, in_dev_;        ///< this call's records of host writes
   /// Per node of the bound round: 1 = its score cells stayed on the device
-  /// (a chain's node, or the whole matrix after score_unread); the host's
+  /// (a chain's node, or the whole matrix after an unread score); the host's
   /// cells and stamp are its own until its record of the node goes up
   /// (send_host_writes).
   std::vector<std::uint8_t> cells_away_;

@@ -73,14 +73,8 @@ void omp_backend::score(node_view const& nodes, class_view const& classes, task_
   steps_.waits += 1;
 }
 
-// The host reads none of the cells: a device keeps them and does not wait.
-bool omp_backend::score_unread(node_view const& nodes, class_view const& classes, task_view const& tasks,
-                               score_params const& params, std::span<std::int32_t> out) {
-  score_cells(nodes, classes, tasks, params, out);
-  return true;
-}
-
-// A device waits once, for the cells it reads and the capacities.
+// A device waits once, for the cells it reads and the capacities, and not
+// at all for cells that stay on it.
 bool omp_backend::score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
                              score_params const& params, std::span<std::int32_t> out, bool read,
                              follow_up const& then) {

@@ -18,8 +18,6 @@ class omp_backend final : public backend {
   [[nodiscard]] std::string const& description() const override { return description_; }
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
              score_params const& params, std::span<std::int32_t> out) override;
-  bool score_unread(node_view const& nodes, class_view const& classes, task_view const& tasks,
-                    score_params const& params, std::span<std::int32_t> out) override;
   bool score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
                   score_params const& params, std::span<std::int32_t> out, bool read, follow_up const& then) override;
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override;

@@ -85,31 +85,19 @@ class backend {
   /// @param[out] out  n_classes * n_nodes cells; -1 = infeasible
   virtual void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
                      score_params const& params, std::span<std::int32_t> out) = 0;
-  /// @brief score, for a caller that reads none of the cells: a backend
-  /// with memory of its own keeps the matrix of its bound round there, for
-  /// the tier programs, and leaves `out` as it was.
-  /// @return whether `out` holds the cells (default: score, true)
-  virtual bool score_unread(node_view const& nodes, class_view const& classes, task_view const& tasks,
-                            score_params const& params, std::span<std::int32_t> out) {
-    score(nodes, classes, tasks, params, out);
-    return true;
-  }
-
-  /// @brief score (`read`) or score_unread, then the domain capacities
-  /// `then` asks for on the nodes as they are: on a device one wait for
-  /// both (none where the cells stay on the device and no capacity is
-  /// asked). Default: the two calls.
+  /// @brief score, then the domain capacities `then` asks for on the
+  /// nodes as they are: on a device one wait for both. Without `read` (the
+  /// caller reads none of the cells) a backend with memory of its own keeps
+  /// the matrix of its bound round there, for the tier programs, leaves
+  /// `out` as it was, and waits for nothing unless capacities are asked.
+  /// Default: score, then domain_capacity.
   /// @return whether `out` holds every cell (read: at least `then.rows`')
   virtual bool score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
                           score_params const& params, std::span<std::int32_t> out, bool read, follow_up const& then) {
-    bool held = true;
-    if (read) {
-      score(nodes, classes, tasks, params, out);
-    } else {
-      held = score_unread(nodes, classes, tasks, params, out);
-    }
+    (void)read;
+    score(nodes, classes, tasks, params, out);
     if (!then.cap_of.empty()) domain_capacity(nodes, classes, then.cap_of, then.idx, then.cap);
-    return held;
+    return true;
   }
 
   /// @brief GAR / GFR / FGD fragmentation sums over the nodes.
