@@ -404,7 +404,6 @@ class device_backend final : public backend {
 
   void unbind_round() override {
     bound_ = false;
-    chain_stats_ = false;
     wrote_.stop();
   }
 
@@ -507,13 +506,12 @@ class device_backend final : public backend {
     dev_.guard([&] {
       bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(tasks, host_.tasks);
       begun_at_ = queue_stats(nodes, tasks, kept);
-      begun_ready_ = false;
       work_.hold();  // down at the round's next wait (sync)
     });
   }
   [[nodiscard]] cluster_stats stats_end() override {
     return dev_.guard([&] {
-      if (!begun_ready_) sync();
+      if (begun_at_ != nullptr) sync();  // none since stats_begin
       return begun_;
     });
   }
@@ -790,7 +788,6 @@ class device_backend final : public backend {
     if (begun_at_ != nullptr) {
       begun_ = *begun_at_;
       begun_at_ = nullptr;
-      begun_ready_ = true;
     }
     work_.release();
     end_call(t, "wait");
@@ -1218,9 +1215,9 @@ class device_backend final : public backend {
   bool verify_ = false;
   bool in_flight_ = false;  ///< copies out of the resident mirror may still run
   bool clock_in_flight_ = false;  ///< the clock's copies (bind_clock) may still run
-  // stats_begin's sums: their landing until the next wait, then the host's.
+  // stats_begin's sums: their landing until the next wait (then null, the
+  // sums in begun_).
   cluster_stats* begun_at_ = nullptr;
-  bool begun_ready_ = false;
   // The statistics after the bound round's last chain (follow_up::stats),
   // while nothing has been written since.
   bool chain_stats_ = false;

@@ -67,8 +67,10 @@ constexpr bool waits_in_order(std::int64_t key) {
 
 }  // namespace
 
+bool verify_scores() { return std::getenv("PLACER_VERIFY_SCORES") != nullptr; }
+
 bool host_reads_cells(round_input const& in) {
-  return std::getenv("PLACER_VERIFY_SCORES") != nullptr ||
+  return verify_scores() ||
          std::any_of(in.pending.begin(), in.pending.end(), [](job const& j) { return wants_locality(j); });
 }
 
@@ -144,7 +146,7 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
   s_.fresh.assign(static_cast<std::size_t>(m_.n_classes()), 0);
   s_.changes.clear();
   s_.fresh_at.assign(static_cast<std::size_t>(m_.n_classes()), 0);
-  verify_ = std::getenv("PLACER_VERIFY_SCORES") != nullptr;
+  verify_ = verify_scores();
 }
 
 void assigner::run(round_result& out, std::function<bool()> const& out_of_time, reorder const& r) {
@@ -1076,7 +1078,7 @@ class repacker {
            scored_round const& scored)
       : in_(in), m_(m), out_(out), s_(s), scored_(scored), nv_(m.nodes()), cv_(m.classes()),
         op_{nv_, cv_, m.tasks(), p}, stats_{nv_, m.tasks()}, n_nodes_(static_cast<std::size_t>(m.n_nodes())),
-        verify_(std::getenv("PLACER_VERIFY_SCORES") != nullptr) {
+        verify_(verify_scores()) {
     auto const n_jobs = in.pending.size();
     job_order(in, false, s.fifo, s.keys);
     s.pos.resize(n_jobs);

@@ -302,6 +302,9 @@ struct repack_scratch {
 /// placed between the tier programs), or to check each read
 /// (PLACER_VERIFY_SCORES).
 bool host_reads_cells(round_input const& in);
+/// PLACER_VERIFY_SCORES is set: every score cell the host reads is checked
+/// against a fresh scoring (tests), so the host holds every cell.
+bool verify_scores();
 
 /// The round as its score stage left it, when the caller kept it (the
 /// solver does for the rounds the repair may run on): its node arrays and

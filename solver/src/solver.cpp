@@ -779,7 +779,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
     // read cells, only their classes' rows come down (a later stage that
     // reads the rest scores again: restore_scored).
     kernels::backend::follow_up then = assign.caps_ahead();
-    if (!whole && std::getenv("PLACER_VERIFY_SCORES") == nullptr) then.rows = then.cap_of;
+    if (!whole && !detail::verify_scores()) then.rows = then.cap_of;
     ws_->scored_on_host = backend_->score_then(m.nodes(), m.classes(), m.tasks(), p, scores, read, then);
   }
   stage_done("score");
