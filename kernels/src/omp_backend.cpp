@@ -92,6 +92,12 @@ void omp_backend::score_cells(node_view const& nodes, class_view const& classes,
   } else {
     score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), 0, steps_);
   }
+  // A round starts: the memo keeps its states' rows, each state's first
+  // node as it is now.
+  frag_memo_.clear();
+  if (!frag_table_.empty() && frag_memo_.bind(score_cell_op{nodes, classes, tasks, params})) {
+    frag_memo_.seed(frag_table_.data());
+  }
 }
 
 cluster_stats omp_backend::stats(node_view const& nodes, task_view const& tasks) {
@@ -150,7 +156,24 @@ void omp_backend::chain(std::span<tier_problem const> tiers, tier_results& out) 
   std::int64_t most = 0;
   for (auto const& t : tiers) most = std::max(most, static_cast<std::int64_t>(t.nodes.n_nodes) * t.n_rows);
   bool const big = always_parallel_ || most >= tier_team_threshold;
-  run_chain_host(tiers, out, tier_arena_, big ? tier_threads_ : 1);
+  int const threads = big ? tier_threads_ : 1;
+  // On one worker the refresh and re-scores read F from the memo, where
+  // the chain's tiers share one round's classes and tasks.
+  if (threads == 1 && !tiers.empty() &&
+      std::all_of(tiers.begin(), tiers.end(), [&](tier_problem const& t) {
+        return t.classes.gpus == tiers[0].classes.gpus && t.classes.n_classes == tiers[0].classes.n_classes &&
+               t.tasks.freq_ppm == tiers[0].tasks.freq_ppm && t.tasks.n_tasks == tiers[0].tasks.n_tasks &&
+               t.nodes.gpu_free == tiers[0].nodes.gpu_free;
+      }) &&
+      frag_memo_.bind(score_cell_op{tiers[0].nodes, tiers[0].classes, tiers[0].tasks, tiers[0].params})) {
+    memo_tiers_.assign(tiers.begin(), tiers.end());
+    for (auto& t : memo_tiers_) {
+      t.frag_row = &frag_memo::refresh_row;
+      t.frag_memo = &frag_memo_;
+    }
+    tiers = memo_tiers_;
+  }
+  run_chain_host(tiers, out, tier_arena_, threads);
   count_tier(steps_);
 }
 

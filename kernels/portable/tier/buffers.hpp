@@ -443,6 +443,19 @@ inline std::size_t tier_chain_heap_entries(tier_problem const* tiers, std::int32
 /// wait where the host reads the placements and what the tiers changed.
 inline void count_tier(step_counts& st) { st.calls += 1; }
 
+/// Node n's fragmentation-table row from the problem's memo, its entries
+/// of the classes the refresh scores on n known (tier_problem::frag_row),
+/// or null: always on a device.
+PLACER_HD inline std::int64_t const* tier_known_row(tier_problem const& p, std::int32_t n) {
+#if defined(__CUDA_ARCH__)
+  (void)p;
+  (void)n;
+  return nullptr;
+#else
+  return p.frag_row != nullptr ? p.frag_row(p.frag_memo, p, n) : nullptr;
+#endif
+}
+
 /// A team of one: the CPU backend's worker.
 struct seq_team {
   [[nodiscard]] static constexpr std::int32_t rank() { return 0; }

@@ -46,9 +46,12 @@ PLACER_HD inline std::int64_t tier_refresh(tier_buffers const& b, std::int32_t n
   tier_stale const stale{p.live_class, p.fresh, p.stamp[n]};
   std::int64_t steps = 2 + p.classes.n_classes;
   if (pass == 0 && twin < 0) {
-    score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, nullptr, p.classes.n_classes, stale);
-    steps += tier_score_steps;  // the column's setup
-    for (std::int32_t c = 0; c < p.classes.n_classes; ++c) steps += stale(c, c) ? tier_score_steps : 0;
+    std::int32_t scored = 0;
+    for (std::int32_t c = 0; c < p.classes.n_classes; ++c) scored += stale(c, c) ? 1 : 0;
+    std::int64_t const* known = scored > 0 ? tier_known_row(p, n) : nullptr;
+    score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, nullptr, p.classes.n_classes, stale,
+                                                                     known);
+    steps += tier_score_steps * (1 + static_cast<std::int64_t>(scored));  // the column's setup, its cells
   } else if (pass == 1 && twin >= 0) {
     for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
       if (!stale(c, c)) continue;

@@ -93,6 +93,15 @@ struct tier_problem {
   /// score cells, so a backend with memory of its own may keep them there
   /// (tier_results::cells_back) and send back only the placements.
   bool cells_wanted = true;
+  /// Node n's fragmentation-table row for its current state
+  /// (score_cell_op::frag_row), from a memo by fragmentation state that a
+  /// host worker keeps (the CPU backend's, kernels/src/frag_memo.hpp),
+  /// called as frag_row(frag_memo, *this, n): F before and after each
+  /// class the refresh scores on n known, or null. The refresh then reads
+  /// F instead of summing it over the task set. Null (and never called on
+  /// a device): F is summed.
+  std::int64_t const* (*frag_row)(void* memo, tier_problem const& p, std::int32_t n) = nullptr;
+  void* frag_memo = nullptr;
 };
 
 /// One replica placed: node, row, the GPUs it took (bit i = GPU i of the

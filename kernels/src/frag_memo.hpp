@@ -1,0 +1,281 @@
+#pragma once
+// The CPU backend's fragmentation rows by state (tier_problem::frag_row).
+//
+// A node's row of the fragmentation table (score_cell_op::frag_row: F after
+// one replica of each class, then F before) depends on the multiset of its
+// free GPU values, its free CPU and its model alone (build_matrices keys
+// the score stage's table the same way), given the round's classes and
+// task set. Commits move nodes into states that other nodes were in, or
+// that earlier commits made, so the tier programs' refresh and re-scores
+// read a state's row once a round instead of summing F over the task set
+// for each column. Exact: a row is frag_row's values, and a column scored
+// from a row is the column scored from the node (score_column's `known`).
+//
+// Host only: one worker reads and fills it (the CPU backend attaches it to
+// a chain that runs on one).
+
+#include "../portable/tier/refresh.hpp"
+
+#include <placer/kernels/ops.hpp>
+#include <placer/kernels/tier.hpp>
+#include <placer/kernels/views.hpp>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace placer::kernels {
+inline namespace PLACER_BACKEND_NS {
+
+class frag_memo {
+ public:
+  /// `most_values`: the most F values the rows hold (by default 2^20, 8
+  /// MiB); past it a state not held is summed by its caller (row returns
+  /// null).
+  explicit frag_memo(std::size_t most_values = std::size_t{1} << 20) : most_values_(most_values) {}
+
+  /// Empties the memo: a round's classes and task set start anew.
+  void clear() {
+    rows_.clear();
+    keys_.clear();
+    key_at_.clear();
+    slots_.assign(slots_.size(), empty);
+    held_ = 0;
+    op_ = {};
+    remembered_ = false;
+  }
+
+  /// Takes the rows of op's classes and tasks, over op's nodes (whose
+  /// current values row() reads). Kept rows stay when the classes' shapes
+  /// and the task set are those they were computed for; else it empties.
+  /// False: the score reads no fragmentation table, so there is nothing
+  /// to keep.
+  bool bind(score_cell_op const& op) {
+    if (!op.column_fragmentation()) return false;
+    if (!same_inputs(op)) {
+      clear();
+      remember_inputs(op);
+    }
+    op_ = op;
+    width_ = op.cv.n_classes + 1;
+    return true;
+  }
+
+  /// Keeps the score stage's table (frag_table_cells values: a row per
+  /// fragmentation state, of its first node) for the states of nodes as
+  /// they are now. After bind.
+  void seed(std::int64_t const* table) {
+    for (std::int32_t s = 0; s < op_.nv.n_frag; ++s) {
+      std::int32_t const n = op_.nv.frag_node[s];
+      key k = key_of(n);
+      if (find(k) == nullptr) insert(k, table + static_cast<std::int64_t>(s) * width_);
+    }
+  }
+
+  /// Node n's row as its state is now, its entries of the classes c for
+  /// which want(c) holds and F before known: held, or summed (over the node
+  /// once, each replica shape once) and kept. Entries no caller has wanted
+  /// yet are unknown (negative: F never is). Null where the state is not
+  /// held and the memo is full.
+  template <class Want>
+  std::int64_t const* row(std::int32_t n, Want const& want) {
+    key const k = key_of(n);
+    std::int64_t* r = find(k);
+    if (r == nullptr) {
+      if (rows_.size() + static_cast<std::size_t>(width_) > most_values_) return nullptr;
+      std::size_t const at = rows_.size();
+      rows_.resize(at + static_cast<std::size_t>(width_), unknown);
+      r = insert_at(k, at);
+    }
+    // As frag_row sums them, for the entries not known.
+    column_frag col;
+    bool summed = false;
+    auto state = [&]() -> column_frag const& {
+      if (!summed) col = op_.frag_state(n, op_.tv);
+      summed = true;
+      return col;
+    };
+    std::int32_t const classes = op_.cv.n_classes;
+    if (r[classes] == unknown) r[classes] = state().fragmentation(op_.tv, 0, 0, 0, 0);
+    frag_cache cache;
+    for (std::int32_t c = 0; c < classes; ++c) {
+      if (r[c] != unknown || !want(c)) continue;
+      std::int64_t after = 0;
+      if (op_.frag_fits(state(), c) && !cache.find(op_.cv.gpus[c], op_.cv.milli[c], op_.cv.cpu[c], after)) {
+        after = col.after_replica(op_.tv, op_.cv.gpus[c], op_.cv.milli[c], op_.cv.cpu[c]);
+        cache.add(op_.cv.gpus[c], op_.cv.milli[c], op_.cv.cpu[c], after);
+      }
+      r[c] = after;
+    }
+    return r;
+  }
+  /// Node n's row with every entry known.
+  std::int64_t const* row(std::int32_t n) {
+    return row(n, [](std::int32_t) { return true; });
+  }
+  /// Node n's row if its state is held (entries as they are), else null.
+  [[nodiscard]] std::int64_t const* held(std::int32_t n) { return find(key_of(n)); }
+
+  /// tier_problem::frag_row: the row of node n with the entries of the
+  /// classes the tier's refresh scores on it (tier_stale).
+  static std::int64_t const* refresh_row(void* memo, tier_problem const& p, std::int32_t n) {
+    tier_stale const stale{p.live_class, p.fresh, p.stamp[n]};
+    return static_cast<frag_memo*>(memo)->row(n, [&](std::int32_t c) { return stale(c, c); });
+  }
+
+  [[nodiscard]] std::size_t states() const { return held_; }
+
+ private:
+  static constexpr std::int32_t empty = -1;
+  static constexpr std::int64_t unknown = -1;
+  /// A state: GPUs, model, free CPU and the free GPU values sorted.
+  struct key {
+    std::int32_t g = 0;
+    std::int32_t model = -1;
+    std::int64_t cpu = 0;
+    std::int32_t f[max_gpus_per_node];
+    std::uint64_t hash = 0;
+  };
+
+  key key_of(std::int32_t n) const {
+    key k;
+    std::int32_t const b = op_.nv.gpu_begin[n];
+    k.g = min_of(op_.nv.gpu_begin[n + 1] - b, max_gpus_per_node);
+    k.model = op_.nv.model[n];
+    k.cpu = op_.nv.cpu_free[n];
+    for (std::int32_t i = 0; i < k.g; ++i) {  // insertion sort: a node's few GPUs
+      std::int32_t const v = op_.nv.gpu_free[b + i];
+      std::int32_t at = i;
+      for (; at > 0 && k.f[at - 1] > v; --at) k.f[at] = k.f[at - 1];
+      k.f[at] = v;
+    }
+    k.hash = hash_of(k);
+    return k;
+  }
+
+  /// build_matrices' hash of a fragmentation state: each sorted value
+  /// times its own odd constant, summed, then mixed.
+  static std::uint64_t hash_of(key const& k) {
+    std::uint64_t h = static_cast<std::uint64_t>(k.cpu) * 0x9E3779B97F4A7C15ULL +
+                      static_cast<std::uint64_t>(k.model + 1) * 0xD6E8FEB86659FD93ULL + static_cast<std::uint64_t>(k.g);
+    std::uint64_t m = 0xA0761D6478BD642FULL;
+    for (std::int32_t i = 0; i < k.g; ++i) {
+      h += static_cast<std::uint64_t>(k.f[i]) * m;
+      m += 0x3C6EF372FE94F82AULL;
+    }
+    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
+    return h ^ (h >> 31);
+  }
+
+  /// Row index r's key is keys_[key_at_[r] ...]: g, model, the CPU's two
+  /// halves, then the g sorted values.
+  [[nodiscard]] bool holds(std::int32_t r, key const& k) const {
+    std::int32_t const* e = keys_.data() + key_at_[static_cast<std::size_t>(r)];
+    if (e[0] != k.g || e[1] != k.model) return false;
+    std::int64_t cpu = 0;
+    std::memcpy(&cpu, e + 2, sizeof cpu);
+    return cpu == k.cpu && std::memcmp(e + 4, k.f, sizeof(std::int32_t) * static_cast<std::size_t>(k.g)) == 0;
+  }
+
+  std::int64_t* find(key const& k) {
+    if (slots_.empty()) return nullptr;
+    std::size_t const mask = slots_.size() - 1;
+    for (std::size_t i = k.hash & mask;; i = (i + 1) & mask) {
+      std::int32_t const r = slots_[i];
+      if (r == empty) return nullptr;
+      if (holds(r, k)) {
+        return rows_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(width_);
+      }
+    }
+  }
+
+  void insert(key const& k, std::int64_t const* values) {
+    if (rows_.size() + static_cast<std::size_t>(width_) > most_values_) return;
+    std::size_t const at = rows_.size();
+    rows_.insert(rows_.end(), values, values + width_);
+    insert_at(k, at);
+  }
+
+  /// Keys the row at rows_[at] (already written) as k; returns it.
+  std::int64_t* insert_at(key const& k, std::size_t at) {
+    if ((held_ + 1) * 2 > slots_.size()) grow();
+    auto const r = static_cast<std::int32_t>(at / static_cast<std::size_t>(width_));
+    key_at_.push_back(keys_.size());
+    keys_.push_back(k.g);
+    keys_.push_back(k.model);
+    std::int32_t cpu[2];
+    std::memcpy(cpu, &k.cpu, sizeof cpu);
+    keys_.insert(keys_.end(), cpu, cpu + 2);
+    keys_.insert(keys_.end(), k.f, k.f + k.g);
+    place(r, k.hash);
+    ++held_;
+    return rows_.data() + at;
+  }
+
+  void place(std::int32_t r, std::uint64_t hash) {
+    std::size_t const mask = slots_.size() - 1;
+    std::size_t i = hash & mask;
+    while (slots_[i] != empty) i = (i + 1) & mask;
+    slots_[i] = r;
+  }
+
+  void grow() {
+    slots_.assign(slots_.empty() ? 1024 : slots_.size() * 2, empty);
+    for (std::size_t r = 0; r < held_; ++r) {
+      std::int32_t const* e = keys_.data() + key_at_[r];
+      key k;
+      k.g = e[0];
+      k.model = e[1];
+      std::memcpy(&k.cpu, e + 2, sizeof k.cpu);
+      std::memcpy(k.f, e + 4, sizeof(std::int32_t) * static_cast<std::size_t>(k.g));
+      place(static_cast<std::int32_t>(r), hash_of(k));
+    }
+  }
+
+  // What a row depends on besides the node: the classes' replica shapes
+  // and the task set, by value.
+  bool same_inputs(score_cell_op const& op) const {
+    auto same = [](auto const* a, auto const& kept, std::size_t n) {
+      return kept.size() == n && (n == 0 || std::memcmp(a, kept.data(), n * sizeof(*a)) == 0);
+    };
+    auto const c = static_cast<std::size_t>(op.cv.n_classes);
+    auto const t = static_cast<std::size_t>(op.tv.n_tasks);
+    return op.tv.share_cpu == share_cpu_ && same(op.cv.gpus, gpus_, c) && same(op.cv.milli, milli_, c) &&
+           same(op.cv.cpu, cpu_, c) && same(op.tv.gpus, task_gpus_, t) && same(op.tv.milli, task_milli_, t) &&
+           same(op.tv.cpu, task_cpu_, t) && same(op.tv.model_mask, task_models_, t) &&
+           same(op.tv.freq_ppm, task_freq_, t) && remembered_;
+  }
+  void remember_inputs(score_cell_op const& op) {
+    auto const c = static_cast<std::size_t>(op.cv.n_classes);
+    auto const t = static_cast<std::size_t>(op.tv.n_tasks);
+    gpus_.assign(op.cv.gpus, op.cv.gpus + c);
+    milli_.assign(op.cv.milli, op.cv.milli + c);
+    cpu_.assign(op.cv.cpu, op.cv.cpu + c);
+    task_gpus_.assign(op.tv.gpus, op.tv.gpus + t);
+    task_milli_.assign(op.tv.milli, op.tv.milli + t);
+    task_cpu_.assign(op.tv.cpu, op.tv.cpu + t);
+    task_models_.assign(op.tv.model_mask, op.tv.model_mask + t);
+    task_freq_.assign(op.tv.freq_ppm, op.tv.freq_ppm + t);
+    share_cpu_ = op.tv.share_cpu;
+    remembered_ = true;
+  }
+
+  std::size_t most_values_;
+  score_cell_op op_{};
+  std::int32_t width_ = 0;
+  std::vector<std::int64_t> rows_;
+  std::vector<std::int32_t> keys_;
+  std::vector<std::size_t> key_at_;
+  std::vector<std::int32_t> slots_;
+  std::size_t held_ = 0;
+  std::vector<std::int32_t> gpus_, milli_, task_gpus_, task_milli_, task_freq_;
+  std::vector<std::int64_t> cpu_, task_cpu_;
+  std::vector<std::uint64_t> task_models_;
+  std::int64_t share_cpu_ = 0;
+  bool remembered_ = false;
+};
+
+}  // inline namespace PLACER_BACKEND_NS
+}  // namespace placer::kernels

@@ -1,0 +1,271 @@
+// The CPU backend's fragmentation rows by state (kernels/src/frag_memo.hpp):
+// each row is score_cell_op::frag_row's for the node as it is when asked,
+// one row a state (free GPU values in any order, free CPU, model), and a
+// change of the classes' shapes or the task set forgets them.
+#include "../../kernels/src/frag_memo.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <set>
+#include <tuple>
+#include <vector>
+
+namespace placer::kernels {
+namespace {
+
+struct cluster {
+  std::vector<std::int64_t> cpu_free;
+  std::vector<std::int32_t> model, gpu_begin{0}, gpu_free;
+  // Classes: replica shapes.
+  std::vector<std::int32_t> c_gpus, c_milli;
+  std::vector<std::int64_t> c_cpu;
+  // The task set.
+  std::vector<std::int32_t> t_gpus, t_milli, t_freq;
+  std::vector<std::int64_t> t_cpu;
+  std::vector<std::uint64_t> t_mask;
+
+  void add_node(std::vector<std::int32_t> const& free, std::int64_t cpu, std::int32_t m) {
+    cpu_free.push_back(cpu);
+    model.push_back(m);
+    gpu_free.insert(gpu_free.end(), free.begin(), free.end());
+    gpu_begin.push_back(static_cast<std::int32_t>(gpu_free.size()));
+  }
+  [[nodiscard]] score_cell_op op() const {
+    node_view nv;
+    nv.n_nodes = static_cast<std::int32_t>(cpu_free.size());
+    nv.n_gpus = static_cast<std::int32_t>(gpu_free.size());
+    nv.cpu_free = cpu_free.data();
+    nv.model = model.data();
+    nv.gpu_begin = gpu_begin.data();
+    nv.gpu_free = gpu_free.data();
+    class_view cv;
+    cv.n_classes = static_cast<std::int32_t>(c_gpus.size());
+    cv.gpus = c_gpus.data();
+    cv.milli = c_milli.data();
+    cv.cpu = c_cpu.data();
+    task_view tv{static_cast<std::int32_t>(t_gpus.size()), t_gpus.data(), t_milli.data(), t_cpu.data(),
+                 t_mask.data(),                            t_freq.data()};
+    tv.share_cpu = mean_share_cpu(tv);
+    score_params p;
+    p.w_fragmentation = 1;
+    p.kube_mode = 0;
+    return score_cell_op{nv, cv, tv, p};
+  }
+  /// frag_row of node n, summed.
+  [[nodiscard]] std::vector<std::int64_t> direct(std::int32_t n) const {
+    std::vector<std::int64_t> row(c_gpus.size() + 1);
+    op().frag_row(n, row.data());
+    return row;
+  }
+};
+
+/// Nodes of few states, their GPUs' free values shuffled; whole and
+/// fractional classes; a task set of both.
+cluster random_cluster(std::mt19937& rng, std::int32_t nodes) {
+  cluster c;
+  std::int32_t const values[] = {0, 250, 500, 1000};
+  std::int64_t const cpus[] = {0, 8000, 12000, 64000};
+  for (std::int32_t n = 0; n < nodes; ++n) {
+    std::int32_t const g = std::uniform_int_distribution<std::int32_t>(0, 2)(rng) * 4;
+    std::vector<std::int32_t> free(static_cast<std::size_t>(g));
+    for (auto& f : free) f = values[std::uniform_int_distribution<int>(0, 3)(rng)];
+    c.add_node(free, cpus[std::uniform_int_distribution<int>(0, 3)(rng)],
+               g == 0 ? -1 : std::uniform_int_distribution<std::int32_t>(0, 1)(rng));
+  }
+  for (auto [g, m, cpu] : {std::tuple{1, 1000, 8000}, {2, 1000, 16000}, {1, 500, 4000}, {1, 250, 2000}, {4, 1000, 0},
+                           {0, 0, 4000}, {1, 500, 4000}}) {
+    c.c_gpus.push_back(g);
+    c.c_milli.push_back(m);
+    c.c_cpu.push_back(cpu);
+  }
+  for (auto [g, m, cpu, ppm] : {std::tuple{1, 1000, 8000, 400000}, {1, 500, 4000, 300000}, {2, 1000, 16000, 200000},
+                                {1, 250, 2000, 100000}}) {
+    c.t_gpus.push_back(g);
+    c.t_milli.push_back(m);
+    c.t_cpu.push_back(cpu);
+    c.t_freq.push_back(ppm);
+    c.t_mask.push_back(~std::uint64_t{0});
+  }
+  return c;
+}
+
+using state = std::tuple<std::int32_t, std::int64_t, std::vector<std::int32_t>>;
+state state_of(cluster const& c, std::int32_t n) {
+  std::vector<std::int32_t> f(c.gpu_free.begin() + c.gpu_begin[static_cast<std::size_t>(n)],
+                              c.gpu_free.begin() + c.gpu_begin[static_cast<std::size_t>(n) + 1]);
+  std::sort(f.begin(), f.end());
+  return {c.model[static_cast<std::size_t>(n)], c.cpu_free[static_cast<std::size_t>(n)], f};
+}
+
+std::vector<std::int64_t> values(std::int64_t const* row, std::size_t width) { return {row, row + width}; }
+
+TEST(FragMemo, EachRowIsItsStatesRowWhateverTheGpusOrder) {
+  std::mt19937 rng(7);
+  cluster const c = random_cluster(rng, 600);
+  frag_memo memo;
+  ASSERT_TRUE(memo.bind(c.op()));
+  std::set<state> states;
+  auto const width = c.c_gpus.size() + 1;
+  for (std::int32_t n = 0; n < 600; ++n) {
+    std::int64_t const* row = memo.row(n);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(values(row, width), c.direct(n)) << "node " << n;
+    states.insert(state_of(c, n));
+  }
+  // One row a state: nodes of one state, their GPUs in another order, share it.
+  EXPECT_EQ(memo.states(), states.size());
+  EXPECT_LT(states.size(), 400U);  // the cluster repeats its states (else this tests little)
+  std::vector<state> of;
+  for (std::int32_t n = 0; n < 600; ++n) of.push_back(state_of(c, n));
+  for (std::int32_t a = 0; a < 600; ++a) {
+    for (std::int32_t b = a + 1; b < 600; ++b) {
+      if (of[static_cast<std::size_t>(a)] == of[static_cast<std::size_t>(b)]) {
+        EXPECT_EQ(memo.held(a), memo.held(b));
+      }
+    }
+  }
+  EXPECT_EQ(memo.states(), states.size());
+}
+
+TEST(FragMemo, SumsOnlyTheEntriesAskedForAndTheRestWhenAsked) {
+  std::mt19937 rng(13);
+  cluster const c = random_cluster(rng, 50);
+  auto const classes = static_cast<std::int32_t>(c.c_gpus.size());
+  frag_memo memo;
+  ASSERT_TRUE(memo.bind(c.op()));
+  for (std::int32_t n = 0; n < 50; ++n) {
+    auto const want = [&](std::int32_t k) { return (k + n) % 3 == 0; };
+    std::vector<std::int64_t> const direct = c.direct(n);
+    std::int64_t const* row = memo.row(n, want);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(row[classes], direct[static_cast<std::size_t>(classes)]);  // F before, always
+    for (std::int32_t k = 0; k < classes; ++k) {
+      // Asked for now or by an earlier node of this state: F after; else unknown.
+      if (want(k)) EXPECT_EQ(row[k], direct[static_cast<std::size_t>(k)]) << "node " << n << " class " << k;
+      if (row[k] >= 0) EXPECT_EQ(row[k], direct[static_cast<std::size_t>(k)]) << "node " << n << " class " << k;
+    }
+  }
+  std::int32_t unknown = 0;
+  for (std::int32_t n = 0; n < 50; ++n) {
+    for (std::int32_t k = 0; k < classes; ++k) unknown += memo.held(n)[k] < 0 ? 1 : 0;
+  }
+  EXPECT_GT(unknown, 0);  // some entries were never asked for
+  for (std::int32_t n = 0; n < 50; ++n) {
+    std::int64_t const* row = memo.row(n);
+    EXPECT_EQ(values(row, static_cast<std::size_t>(classes) + 1), c.direct(n)) << "node " << n;
+  }
+}
+
+TEST(FragMemo, ANodeThatChangesReadsItsNewState) {
+  std::mt19937 rng(11);
+  cluster c = random_cluster(rng, 64);
+  frag_memo memo;
+  ASSERT_TRUE(memo.bind(c.op()));
+  auto const width = c.c_gpus.size() + 1;
+  for (std::int32_t n = 0; n < 64; ++n) ASSERT_NE(memo.row(n), nullptr);
+  // Commits: GPUs and CPU taken where a node has them; the rows read then are the new states'.
+  for (std::int32_t n = 0; n < 64; ++n) {
+    auto const b = static_cast<std::size_t>(c.gpu_begin[static_cast<std::size_t>(n)]);
+    if (b < static_cast<std::size_t>(c.gpu_begin[static_cast<std::size_t>(n) + 1])) c.gpu_free[b] /= 2;
+    c.cpu_free[static_cast<std::size_t>(n)] = std::max<std::int64_t>(0, c.cpu_free[static_cast<std::size_t>(n)] - 4000);
+  }
+  for (std::int32_t n = 0; n < 64; ++n) {
+    std::int64_t const* row = memo.row(n);
+    ASSERT_NE(row, nullptr);
+    EXPECT_EQ(values(row, width), c.direct(n)) << "node " << n;
+  }
+}
+
+TEST(FragMemo, ReadsWithoutFillingSeedsFromATableAndHoldsNoMoreThanItsBound) {
+  std::mt19937 rng(3);
+  cluster c = random_cluster(rng, 200);
+  auto const width = c.c_gpus.size() + 1;
+  {
+    frag_memo memo;
+    ASSERT_TRUE(memo.bind(c.op()));
+    EXPECT_EQ(memo.held(0), nullptr);
+    EXPECT_EQ(memo.states(), 0U);
+  }
+  {
+    // The score stage's table: a row per fragmentation state, of its first node.
+    std::vector<std::int32_t> frag_node, slot(200);
+    std::vector<state> seen;
+    for (std::int32_t n = 0; n < 200; ++n) {
+      auto const it = std::find(seen.begin(), seen.end(), state_of(c, n));
+      slot[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(it - seen.begin());
+      if (it == seen.end()) {
+        seen.push_back(state_of(c, n));
+        frag_node.push_back(n);
+      }
+    }
+    std::vector<std::int64_t> table;
+    for (std::int32_t n : frag_node) {
+      auto const r = c.direct(n);
+      table.insert(table.end(), r.begin(), r.end());
+    }
+    score_cell_op op = c.op();
+    op.nv.n_frag = static_cast<std::int32_t>(frag_node.size());
+    op.nv.frag_node = frag_node.data();
+    frag_memo memo;
+    ASSERT_TRUE(memo.bind(op));
+    memo.seed(table.data());
+    EXPECT_EQ(memo.states(), frag_node.size());
+    for (std::int32_t n = 0; n < 200; ++n) {
+      std::int64_t const* row = memo.held(n);
+      ASSERT_NE(row, nullptr) << "node " << n;
+      EXPECT_EQ(values(row, width), c.direct(n));
+    }
+  }
+  {
+    frag_memo memo(3 * width);  // three rows
+    ASSERT_TRUE(memo.bind(c.op()));
+    std::set<state> held;
+    for (std::int32_t n = 0; n < 200; ++n) {
+      std::int64_t const* row = memo.row(n);
+      if (held.size() < 3 || held.count(state_of(c, n)) != 0) {
+        ASSERT_NE(row, nullptr) << "node " << n;
+        EXPECT_EQ(values(row, width), c.direct(n));
+        held.insert(state_of(c, n));
+      } else {
+        EXPECT_EQ(row, nullptr) << "node " << n;
+      }
+    }
+    EXPECT_EQ(memo.states(), 3U);
+  }
+}
+
+TEST(FragMemo, ForgetsItsRowsWhenTheShapesOrTheTaskSetChange) {
+  std::mt19937 rng(5);
+  cluster c = random_cluster(rng, 100);
+  auto const width = c.c_gpus.size() + 1;
+  frag_memo memo;
+  ASSERT_TRUE(memo.bind(c.op()));
+  for (std::int32_t n = 0; n < 100; ++n) memo.row(n);
+  std::size_t const states = memo.states();
+  ASSERT_GT(states, 1U);
+  ASSERT_TRUE(memo.bind(c.op()));  // the same inputs: kept
+  EXPECT_EQ(memo.states(), states);
+  for (auto change : {0, 1, 2, 3}) {
+    if (change == 0) c.c_milli[2] = 750;        // a class's share, in place
+    if (change == 1) c.t_freq[0] -= 1000;       // a task's frequency
+    if (change == 2) c.t_cpu[3] += 1000;        // a task's CPU
+    if (change == 3) c.c_cpu.back() += 2000;    // a class's CPU
+    ASSERT_TRUE(memo.bind(c.op()));
+    EXPECT_EQ(memo.states(), 0U) << "change " << change;
+    for (std::int32_t n = 0; n < 100; ++n) {
+      std::int64_t const* row = memo.row(n);
+      ASSERT_NE(row, nullptr);
+      EXPECT_EQ(values(row, width), c.direct(n)) << "change " << change << " node " << n;
+    }
+  }
+  // A score without the fragmentation table keeps nothing.
+  score_cell_op op = c.op();
+  op.p.w_fragmentation = 0;
+  EXPECT_FALSE(memo.bind(op));
+}
+
+}  // namespace
+}  // namespace placer::kernels
