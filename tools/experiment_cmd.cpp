@@ -337,7 +337,7 @@ struct variant {
   queue_policy queue;
   bool mixed_only = false;
   queue_order order = queue_order::fifo;
-  aging age;
+  aging age{};
 };
 
 std::vector<variant> policy_variants() {
