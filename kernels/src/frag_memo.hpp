@@ -6,9 +6,9 @@
 // free GPU values, its free CPU and its model alone (build_matrices keys
 // the score stage's table the same way), given the round's classes and
 // task set. Commits move nodes into states that other nodes were in, or
-// that earlier commits made, so the tier programs' refresh and re-scores
-// read a state's row once a round instead of summing F over the task set
-// for each column. Exact: a row is frag_row's values, and a column scored
+// that earlier commits made, so the tier programs' refresh sums a state's
+// row once a round, each entry when a column first asks for it, instead of
+// summing F over the task set for each column. Exact: a row is frag_row's values, and a column scored
 // from a row is the column scored from the node (score_column's `known`).
 //
 // Host only: one worker reads and fills it (the CPU backend attaches it to

@@ -157,8 +157,8 @@ void omp_backend::chain(std::span<tier_problem const> tiers, tier_results& out) 
   for (auto const& t : tiers) most = std::max(most, static_cast<std::int64_t>(t.nodes.n_nodes) * t.n_rows);
   bool const big = always_parallel_ || most >= tier_team_threshold;
   int const threads = big ? tier_threads_ : 1;
-  // On one worker the refresh and re-scores read F from the memo, where
-  // the chain's tiers share one round's classes and tasks.
+  // On one worker the refresh reads F from the memo, where the chain's
+  // tiers share one round's classes and tasks.
   if (threads == 1 && !tiers.empty() &&
       std::all_of(tiers.begin(), tiers.end(), [&](tier_problem const& t) {
         return t.classes.gpus == tiers[0].classes.gpus && t.classes.n_classes == tiers[0].classes.n_classes &&

@@ -181,7 +181,7 @@ TEST(FragMemo, ANodeThatChangesReadsItsNewState) {
 
 TEST(FragMemo, ReadsWithoutFillingSeedsFromATableAndHoldsNoMoreThanItsBound) {
   std::mt19937 rng(3);
-  cluster c = random_cluster(rng, 200);
+  cluster const c = random_cluster(rng, 200);
   auto const width = c.c_gpus.size() + 1;
   {
     frag_memo memo;
@@ -191,12 +191,10 @@ TEST(FragMemo, ReadsWithoutFillingSeedsFromATableAndHoldsNoMoreThanItsBound) {
   }
   {
     // The score stage's table: a row per fragmentation state, of its first node.
-    std::vector<std::int32_t> frag_node, slot(200);
+    std::vector<std::int32_t> frag_node;
     std::vector<state> seen;
     for (std::int32_t n = 0; n < 200; ++n) {
-      auto const it = std::find(seen.begin(), seen.end(), state_of(c, n));
-      slot[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(it - seen.begin());
-      if (it == seen.end()) {
+      if (std::find(seen.begin(), seen.end(), state_of(c, n)) == seen.end()) {
         seen.push_back(state_of(c, n));
         frag_node.push_back(n);
       }
