@@ -30,10 +30,10 @@ inline namespace PLACER_BACKEND_NS {
 
 class frag_memo {
  public:
-  /// `most_values`: the most F values the rows hold (by default 2^20, 8
+  /// `most_bytes`: the most its rows and their keys hold (by default 8
   /// MiB); past it a state not held is summed by its caller (row returns
   /// null).
-  explicit frag_memo(std::size_t most_values = std::size_t{1} << 20) : most_values_(most_values) {}
+  explicit frag_memo(std::size_t most_bytes = std::size_t{8} << 20) : most_bytes_(most_bytes) {}
 
   /// Empties the memo: a round's classes and task set start anew.
   void clear() {
@@ -83,7 +83,7 @@ class frag_memo {
     key const k = key_of(n);
     std::int64_t* r = find(k);
     if (r == nullptr) {
-      if (rows_.size() + static_cast<std::size_t>(width_) > most_values_) return nullptr;
+      if (!room_for(k)) return nullptr;
       std::size_t const at = rows_.size();
       rows_.resize(at + static_cast<std::size_t>(width_), unknown);
       r = insert_at(k, at);
@@ -125,10 +125,15 @@ class frag_memo {
   }
 
   [[nodiscard]] std::size_t states() const { return held_; }
+  /// What the rows and their keys hold, in bytes (at most the bound).
+  [[nodiscard]] std::size_t bytes() const {
+    return rows_.size() * sizeof(std::int64_t) + keys_.size() * sizeof(std::int32_t);
+  }
 
  private:
   static constexpr std::int32_t empty = -1;
   static constexpr std::int64_t unknown = -1;
+  static constexpr std::size_t key_ints = 4;  ///< a stored key's ints before its GPUs' values
   /// A state: GPUs, model, free CPU and the free GPU values sorted.
   struct key {
     std::int32_t g = 0;
@@ -169,6 +174,13 @@ class frag_memo {
     return h ^ (h >> 31);
   }
 
+  /// Whether a row of key k fits the bound.
+  [[nodiscard]] bool room_for(key const& k) const {
+    return bytes() + static_cast<std::size_t>(width_) * sizeof(std::int64_t) +
+               (key_ints + static_cast<std::size_t>(k.g)) * sizeof(std::int32_t) <=
+           most_bytes_;
+  }
+
   /// Row index r's key is keys_[key_at_[r] ...]: g, model, the CPU's two
   /// halves, then the g sorted values.
   [[nodiscard]] bool holds(std::int32_t r, key const& k) const {
@@ -192,7 +204,7 @@ class frag_memo {
   }
 
   void insert(key const& k, std::int64_t const* values) {
-    if (rows_.size() + static_cast<std::size_t>(width_) > most_values_) return;
+    if (!room_for(k)) return;
     std::size_t const at = rows_.size();
     rows_.insert(rows_.end(), values, values + width_);
     insert_at(k, at);
@@ -262,7 +274,7 @@ class frag_memo {
     remembered_ = true;
   }
 
-  std::size_t most_values_;
+  std::size_t most_bytes_;
   score_cell_op op_{};
   std::int32_t width_ = 0;
   std::vector<std::int64_t> rows_;
