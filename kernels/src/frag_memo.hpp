@@ -41,9 +41,9 @@ class frag_memo {
     keys_.clear();
     key_at_.clear();
     slots_.assign(slots_.size(), empty);
-    held_ = 0;
+    hashes_.clear();
     op_ = {};
-    remembered_ = false;
+    inputs_.clear();
   }
 
   /// Takes the rows of op's classes and tasks, over op's nodes (whose
@@ -53,9 +53,10 @@ class frag_memo {
   /// to keep.
   bool bind(score_cell_op const& op) {
     if (!op.column_fragmentation()) return false;
-    if (!same_inputs(op)) {
+    inputs_of(op, scratch_);
+    if (scratch_ != inputs_) {
       clear();
-      remember_inputs(op);
+      inputs_.swap(scratch_);
     }
     op_ = op;
     width_ = op.cv.n_classes + 1;
@@ -124,10 +125,11 @@ class frag_memo {
     return static_cast<frag_memo*>(memo)->row(n, [&](std::int32_t c) { return stale(c, c); });
   }
 
-  [[nodiscard]] std::size_t states() const { return held_; }
+  [[nodiscard]] std::size_t states() const { return hashes_.size(); }
   /// What the rows and their keys hold, in bytes (at most the bound).
   [[nodiscard]] std::size_t bytes() const {
-    return rows_.size() * sizeof(std::int64_t) + keys_.size() * sizeof(std::int32_t);
+    return rows_.size() * sizeof(std::int64_t) + keys_.size() * sizeof(std::int32_t) +
+           hashes_.size() * sizeof(std::uint64_t);
   }
 
  private:
@@ -149,35 +151,15 @@ class frag_memo {
     k.g = min_of(op_.nv.gpu_begin[n + 1] - b, max_gpus_per_node);
     k.model = op_.nv.model[n];
     k.cpu = op_.nv.cpu_free[n];
-    for (std::int32_t i = 0; i < k.g; ++i) {  // insertion sort: a node's few GPUs
-      std::int32_t const v = op_.nv.gpu_free[b + i];
-      std::int32_t at = i;
-      for (; at > 0 && k.f[at - 1] > v; --at) k.f[at] = k.f[at - 1];
-      k.f[at] = v;
-    }
-    k.hash = hash_of(k);
+    sort_free_gpus(op_.nv.gpu_free + b, k.g, k.f);
+    k.hash = frag_state_hash(k.f, k.g, k.cpu, k.model);
     return k;
-  }
-
-  /// build_matrices' hash of a fragmentation state: each sorted value
-  /// times its own odd constant, summed, then mixed.
-  static std::uint64_t hash_of(key const& k) {
-    std::uint64_t h = static_cast<std::uint64_t>(k.cpu) * 0x9E3779B97F4A7C15ULL +
-                      static_cast<std::uint64_t>(k.model + 1) * 0xD6E8FEB86659FD93ULL + static_cast<std::uint64_t>(k.g);
-    std::uint64_t m = 0xA0761D6478BD642FULL;
-    for (std::int32_t i = 0; i < k.g; ++i) {
-      h += static_cast<std::uint64_t>(k.f[i]) * m;
-      m += 0x3C6EF372FE94F82AULL;
-    }
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
-    return h ^ (h >> 31);
   }
 
   /// Whether a row of key k fits the bound.
   [[nodiscard]] bool room_for(key const& k) const {
     return bytes() + static_cast<std::size_t>(width_) * sizeof(std::int64_t) +
-               (key_ints + static_cast<std::size_t>(k.g)) * sizeof(std::int32_t) <=
+               (key_ints + static_cast<std::size_t>(k.g)) * sizeof(std::int32_t) + sizeof(std::uint64_t) <=
            most_bytes_;
   }
 
@@ -188,7 +170,7 @@ class frag_memo {
     if (e[0] != k.g || e[1] != k.model) return false;
     std::int64_t cpu = 0;
     std::memcpy(&cpu, e + 2, sizeof cpu);
-    return cpu == k.cpu && std::memcmp(e + 4, k.f, sizeof(std::int32_t) * static_cast<std::size_t>(k.g)) == 0;
+    return cpu == k.cpu && std::memcmp(e + key_ints, k.f, sizeof(std::int32_t) * static_cast<std::size_t>(k.g)) == 0;
   }
 
   std::int64_t* find(key const& k) {
@@ -212,7 +194,7 @@ class frag_memo {
 
   /// Keys the row at rows_[at] (already written) as k; returns it.
   std::int64_t* insert_at(key const& k, std::size_t at) {
-    if ((held_ + 1) * 2 > slots_.size()) grow();
+    if ((states() + 1) * 2 > slots_.size()) grow();
     auto const r = static_cast<std::int32_t>(at / static_cast<std::size_t>(width_));
     key_at_.push_back(keys_.size());
     keys_.push_back(k.g);
@@ -221,8 +203,8 @@ class frag_memo {
     std::memcpy(cpu, &k.cpu, sizeof cpu);
     keys_.insert(keys_.end(), cpu, cpu + 2);
     keys_.insert(keys_.end(), k.f, k.f + k.g);
+    hashes_.push_back(k.hash);
     place(r, k.hash);
-    ++held_;
     return rows_.data() + at;
   }
 
@@ -235,43 +217,30 @@ class frag_memo {
 
   void grow() {
     slots_.assign(slots_.empty() ? 1024 : slots_.size() * 2, empty);
-    for (std::size_t r = 0; r < held_; ++r) {
-      std::int32_t const* e = keys_.data() + key_at_[r];
-      key k;
-      k.g = e[0];
-      k.model = e[1];
-      std::memcpy(&k.cpu, e + 2, sizeof k.cpu);
-      std::memcpy(k.f, e + 4, sizeof(std::int32_t) * static_cast<std::size_t>(k.g));
-      place(static_cast<std::int32_t>(r), hash_of(k));
-    }
+    for (std::size_t r = 0; r < hashes_.size(); ++r) place(static_cast<std::int32_t>(r), hashes_[r]);
   }
 
-  // What a row depends on besides the node: the classes' replica shapes
-  // and the task set, by value.
-  bool same_inputs(score_cell_op const& op) const {
-    auto same = [](auto const* a, auto const& kept, std::size_t n) {
-      return kept.size() == n && (n == 0 || std::memcmp(a, kept.data(), n * sizeof(*a)) == 0);
+  /// What a row depends on besides the node, by value: the classes'
+  /// replica shapes and the task set, into `out`.
+  static void inputs_of(score_cell_op const& op, std::vector<unsigned char>& out) {
+    out.clear();
+    auto add = [&](auto const* a, std::size_t n) {
+      auto const* b = reinterpret_cast<unsigned char const*>(a);
+      out.insert(out.end(), b, b + n * sizeof(*a));
     };
     auto const c = static_cast<std::size_t>(op.cv.n_classes);
     auto const t = static_cast<std::size_t>(op.tv.n_tasks);
-    return op.tv.share_cpu == share_cpu_ && same(op.cv.gpus, gpus_, c) && same(op.cv.milli, milli_, c) &&
-           same(op.cv.cpu, cpu_, c) && same(op.tv.gpus, task_gpus_, t) && same(op.tv.milli, task_milli_, t) &&
-           same(op.tv.cpu, task_cpu_, t) && same(op.tv.model_mask, task_models_, t) &&
-           same(op.tv.freq_ppm, task_freq_, t) && remembered_;
-  }
-  void remember_inputs(score_cell_op const& op) {
-    auto const c = static_cast<std::size_t>(op.cv.n_classes);
-    auto const t = static_cast<std::size_t>(op.tv.n_tasks);
-    gpus_.assign(op.cv.gpus, op.cv.gpus + c);
-    milli_.assign(op.cv.milli, op.cv.milli + c);
-    cpu_.assign(op.cv.cpu, op.cv.cpu + c);
-    task_gpus_.assign(op.tv.gpus, op.tv.gpus + t);
-    task_milli_.assign(op.tv.milli, op.tv.milli + t);
-    task_cpu_.assign(op.tv.cpu, op.tv.cpu + t);
-    task_models_.assign(op.tv.model_mask, op.tv.model_mask + t);
-    task_freq_.assign(op.tv.freq_ppm, op.tv.freq_ppm + t);
-    share_cpu_ = op.tv.share_cpu;
-    remembered_ = true;
+    add(&op.cv.n_classes, 1);
+    add(op.cv.gpus, c);
+    add(op.cv.milli, c);
+    add(op.cv.cpu, c);
+    add(&op.tv.n_tasks, 1);
+    add(op.tv.gpus, t);
+    add(op.tv.milli, t);
+    add(op.tv.cpu, t);
+    add(op.tv.model_mask, t);
+    add(op.tv.freq_ppm, t);
+    add(&op.tv.share_cpu, 1);
   }
 
   std::size_t most_bytes_;
@@ -280,13 +249,10 @@ class frag_memo {
   std::vector<std::int64_t> rows_;
   std::vector<std::int32_t> keys_;
   std::vector<std::size_t> key_at_;
+  std::vector<std::uint64_t> hashes_;  ///< per row: its key's hash
   std::vector<std::int32_t> slots_;
-  std::size_t held_ = 0;
-  std::vector<std::int32_t> gpus_, milli_, task_gpus_, task_milli_, task_freq_;
-  std::vector<std::int64_t> cpu_, task_cpu_;
-  std::vector<std::uint64_t> task_models_;
-  std::int64_t share_cpu_ = 0;
-  bool remembered_ = false;
+  std::vector<unsigned char> inputs_;   ///< inputs_of the rows held (empty: none bound)
+  std::vector<unsigned char> scratch_;  ///< inputs_of the op being bound
 };
 
 }  // inline namespace PLACER_BACKEND_NS

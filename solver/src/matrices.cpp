@@ -257,32 +257,15 @@ void build_matrices(round_input const& in, round_matrices& m) {
   sorted.resize(m.gpu_free.size());
   for (std::size_t i = 0; i < n; ++i) {
     if (m.same_as[i] != static_cast<std::int32_t>(i)) continue;
-    auto* f = sorted.data() + m.gpu_begin[i];
-    auto const g = gpus_of(i);
-    for (std::int32_t k = 0; k < g; ++k) {  // insertion sort: a node's few GPUs
-      std::int32_t const v = m.gpu_free[static_cast<std::size_t>(m.gpu_begin[i] + k)];
-      std::int32_t at = k;
-      for (; at > 0 && f[at - 1] > v; --at) f[at] = f[at - 1];
-      f[at] = v;
-    }
+    kernels::sort_free_gpus(m.gpu_free.data() + m.gpu_begin[i], gpus_of(i), sorted.data() + m.gpu_begin[i]);
   }
   auto same_frag = [&](std::size_t a, std::size_t b) {
     if (m.cpu_free[a] != m.cpu_free[b] || m.model[a] != m.model[b] || gpus_of(a) != gpus_of(b)) return false;
     return std::equal(sorted.begin() + m.gpu_begin[a], sorted.begin() + m.gpu_begin[a] + gpus_of(a),
                       sorted.begin() + m.gpu_begin[b]);
   };
-  auto frag_hash = [&](std::size_t i) {  // each sorted value times its own odd constant, summed, then mixed
-    std::uint64_t h = static_cast<std::uint64_t>(m.cpu_free[i]) * 0x9E3779B97F4A7C15ULL +
-                      static_cast<std::uint64_t>(m.model[i] + 1) * 0xD6E8FEB86659FD93ULL +
-                      static_cast<std::uint64_t>(gpus_of(i));
-    std::uint64_t k = 0xA0761D6478BD642FULL;
-    for (auto g = m.gpu_begin[i], e = m.gpu_begin[i] + gpus_of(i); g < e; ++g) {
-      h += static_cast<std::uint64_t>(sorted[static_cast<std::size_t>(g)]) * k;
-      k += 0x3C6EF372FE94F82AULL;
-    }
-    h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
-    return h ^ (h >> 31);
+  auto frag_hash = [&](std::size_t i) {
+    return kernels::frag_state_hash(sorted.data() + m.gpu_begin[i], gpus_of(i), m.cpu_free[i], m.model[i]);
   };
   auto& frag_rep = scratch.frag_rep;  // per state root: the first root of its fragmentation state
   frag_rep.resize(n);

@@ -144,8 +144,12 @@ TEST(FragMemo, SumsOnlyTheEntriesAskedForAndTheRestWhenAsked) {
     EXPECT_EQ(row[classes], direct[static_cast<std::size_t>(classes)]);  // F before, always
     for (std::int32_t k = 0; k < classes; ++k) {
       // Asked for now or by an earlier node of this state: F after; else unknown.
-      if (want(k)) EXPECT_EQ(row[k], direct[static_cast<std::size_t>(k)]) << "node " << n << " class " << k;
-      if (row[k] >= 0) EXPECT_EQ(row[k], direct[static_cast<std::size_t>(k)]) << "node " << n << " class " << k;
+      if (want(k)) {
+        EXPECT_EQ(row[k], direct[static_cast<std::size_t>(k)]) << "node " << n << " class " << k;
+      }
+      if (row[k] >= 0) {
+        EXPECT_EQ(row[k], direct[static_cast<std::size_t>(k)]) << "node " << n << " class " << k;
+      }
     }
   }
   std::int32_t unknown = 0;

@@ -120,6 +120,36 @@ PLACER_HD inline bool node_state_equal(node_view const& nv, std::int32_t a, std:
   return true;
 }
 
+/// A node's g free GPU values sorted ascending into `out` (insertion sort:
+/// a node's few GPUs): a fragmentation state's values, which GPU holds
+/// which not mattering (column_frag).
+PLACER_HD inline void sort_free_gpus(std::int32_t const* free, std::int32_t g, std::int32_t* out) {
+  for (std::int32_t k = 0; k < g; ++k) {
+    std::int32_t const v = free[k];
+    std::int32_t at = k;
+    for (; at > 0 && out[at - 1] > v; --at) out[at] = out[at - 1];
+    out[at] = v;
+  }
+}
+
+/// The hash of a fragmentation state (its free GPU values sorted, free CPU
+/// and model; build_matrices' states, the CPU backend's frag_memo): each
+/// sorted value times its own odd constant, summed (products that do not
+/// wait on each other), then mixed.
+PLACER_HD inline std::uint64_t frag_state_hash(std::int32_t const* sorted, std::int32_t g, std::int64_t cpu_free,
+                                               std::int32_t model) {
+  std::uint64_t h = static_cast<std::uint64_t>(cpu_free) * 0x9E3779B97F4A7C15ULL +
+                    static_cast<std::uint64_t>(model + 1) * 0xD6E8FEB86659FD93ULL + static_cast<std::uint64_t>(g);
+  std::uint64_t k = 0xA0761D6478BD642FULL;
+  for (std::int32_t i = 0; i < g; ++i) {
+    h += static_cast<std::uint64_t>(sorted[i]) * k;
+    k += 0x3C6EF372FE94F82AULL;
+  }
+  h = (h ^ (h >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  h = (h ^ (h >> 27)) * 0x94D049BB133111EBULL;
+  return h ^ (h >> 31);
+}
+
 /// task_view::share_cpu of a task set: its fractional shares' mean CPU
 /// (milli) weighted by frequency, 0 when it has none.
 inline std::int64_t mean_share_cpu(task_view const& t) {
