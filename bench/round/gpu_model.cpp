@@ -101,8 +101,10 @@ int main(int argc, char** argv) {
     if (!out) return usage(("cannot write " + json).c_str());
   }
   kernels::gpu_cost const& cost = kernels::fitted_gpu_cost();
-  std::printf("fixed costs: a launch %.2f us, a wait %.2f us, copies at %.1f GB/s (%s)\n", cost.launch_us, cost.wait_us,
-              cost.copy_gbps, cost.fixed_source);
+  std::printf("fixed costs: a launch %.2f us, a wait %.2f us, copies at %.1f GB/s (%s); a stage call's grid barrier "
+              "%.2f us (the fitted grid barrier at %.0f CTAs, assumed)\n",
+              cost.launch_us, cost.wait_us, cost.copy_gbps, cost.fixed_source,
+              cost.grid_sync_us + cost.grid_sync_per_cta_us * stage_grid_ctas, stage_grid_ctas);
   std::printf("%-8s %9s %9s | %9s %9s %9s %9s | %8s %10s %9s %11s %6s\n", "scenario", "cpu ms", "cpu tier", "gpu ms",
               "tier", "fixed", "host", "barriers", "span", "chain", "work", "grid");
   for (std::string const& name : names) {
@@ -134,6 +136,7 @@ int main(int argc, char** argv) {
           << ",\"refresh_below\":" << config.refresh_below << ",\"blocks\":" << config.blocks
           << ",\"cpu_round_us\":" << c.round_us << ",\"cpu_tier_us\":" << c.tier_us << ",\"launches\":"
           << g.counts.launches << ",\"calls\":" << g.calls << ",\"waits\":" << g.waits << ",\"bytes\":" << g.bytes
+          << ",\"stage_grid_syncs\":" << g.grid_syncs
           << ",\"fixed_us\":" << g.fixed_us << ",\"predicted_round_us\":" << g.round_us()
           << ",\"predicted_tier_us\":" << g.tier_us << ",\"phases\":{";
       for (int p = 0; p < kernels::tier_phase_count; ++p) {

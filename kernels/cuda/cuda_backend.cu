@@ -1,8 +1,8 @@
 // CUDA backend: device_backend (portable/device_backend.hpp: arenas,
 // staging, the bound round kept on the device, node records both ways)
 // over cuda_device below: one stream, cudaMemcpyAsync from pinned mirrors,
-// the portable stages through thrust::cuda::par on that stream, the tier
-// program as one CTA. Its host twin (src/device_twin.cpp) runs the same
+// a call's stages as one program on a cooperative grid (stage_program.hpp),
+// the tier program on one CTA or a grid of them. Its host twin (src/device_twin.cpp) runs the same
 // device_backend over host memory in CI.
 #include <placer/kernels/backend.hpp>
 #include <placer/kernels/probe.hpp>
@@ -11,10 +11,7 @@
 #include "../portable/device_backend.hpp"
 
 #include <cooperative_groups.h>
-#include <cub/device/device_reduce.cuh>
 #include <cuda_runtime.h>
-#include <thrust/system/cuda/execution_policy.h>
-#include <thrust/system_error.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -249,80 +246,39 @@ constexpr int tier_sms_per_block = 4;
 /// another, the nodes they changed packed (residency.hpp); one CTA.
 template <bool Wide, int Threads = tier_threads>
 __global__ void __launch_bounds__(Threads, 1)
-    tier_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out) {
+    tier_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out, stage_call after) {
   cuda_team<Wide> team;
-  resident_chain_program(team, c, in, n_in, out);
+  chain_launch_program(team, c, in, n_in, out, after);
 }
 
 /// The same chain on a cooperative grid of CTAs (PLACER_CUDA_TIER_BLOCKS).
 __global__ void __launch_bounds__(tier_threads, 1)
-    tier_grid_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out) {
+    tier_grid_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out, stage_call after) {
   cuda_team<true, true> team;
-  resident_chain_program(team, c, in, n_in, out);
+  chain_launch_program(team, c, in, n_in, out, after);
 }
 
-/// Thrust's temporary storage (sort, copy_if, reduce) from cached device
-/// blocks instead of a cudaMalloc / cudaFree per algorithm call (cudaFree
-/// also synchronises the device). Blocks grow to the high-water mark. One
-/// stream per backend, so a block handed back while its kernels still run
-/// is only reused by work ordered after them.
-class temp_allocator {
- public:
-  using value_type = char;
+/// Threads of the stage program's CTAs (stage_program.hpp): the score
+/// functor's registers (its 64-entry GPU vector) fit 256 without spills
+/// (tier_threads above); the grid is as many of them as the device holds
+/// at once.
+constexpr int stage_threads = 256;
 
-  temp_allocator() { blocks_.reserve(8); }
-  temp_allocator(temp_allocator const&) = delete;
-  temp_allocator& operator=(temp_allocator const&) = delete;
-  ~temp_allocator() {
-    for (auto const& b : blocks_) {
-      if (b.ptr != nullptr) cudaFree(b.ptr);
-    }
-  }
-
-  char* allocate(std::size_t n) {
-    std::size_t const want = n > 0 ? n : 1;
-    block* best = nullptr;  // the smallest free block that fits
-    for (auto& b : blocks_) {
-      if (!b.used && b.size >= want && (best == nullptr || b.size < best->size)) best = &b;
-    }
-    if (best == nullptr) {
-      // Grow the largest free block (cudaFree waits for the device, so
-      // nothing still uses it), or add one if all are in use.
-      for (auto& b : blocks_) {
-        if (!b.used && (best == nullptr || b.size > best->size)) best = &b;
-      }
-      if (best == nullptr) best = &blocks_.emplace_back();
-      if (best->ptr != nullptr) PLACER_CUDA_TRY(cudaFree(best->ptr));
-      best->ptr = nullptr;
-      best->size = 0;
-      std::size_t const bytes = (want + want / 2 + 4095) / 4096 * 4096;
-      PLACER_CUDA_TRY(cudaMalloc(&best->ptr, bytes));
-      best->size = bytes;
-    }
-    best->used = true;
-    return best->ptr;
-  }
-  void deallocate(char* p, std::size_t) noexcept {
-    for (auto& b : blocks_) {
-      if (b.ptr == p) {
-        b.used = false;
-        return;
-      }
-    }
-  }
-
- private:
-  struct block {
-    char* ptr = nullptr;
-    std::size_t size = 0;
-    bool used = false;
-  };
-  std::vector<block> blocks_;
-};
+/// A call's stages (stage_program.hpp) on a cooperative grid of CTAs, its
+/// phases at the grid's barriers; or on one CTA (its barriers the CTA's)
+/// where the device has no cooperative launch.
+__global__ void __launch_bounds__(stage_threads) stage_grid_kernel(stage_call s) {
+  cuda_team<true, true> team;
+  stage_program(team, s);
+}
+__global__ void __launch_bounds__(stage_threads) stage_cta_kernel(stage_call s) {
+  cuda_team<true> team;
+  stage_program(team, s);
+}
 
 /// The GPU under device_backend (portable/device_backend.hpp): one stream,
-/// device and pinned memory, copies in stream order, Thrust policies with
-/// cached temporary storage, the tier kernel. Every entry point sets the
+/// device and pinned memory, copies in stream order, the stage and tier
+/// kernels. Every entry point sets the
 /// device first (the calling thread, a worker's, may have used another,
 /// and the default is GPU 0).
 class cuda_device {
@@ -391,6 +347,9 @@ class cuda_device {
       blocks_ = std::min(blocks_, most);
     }
     if (!wide_ || threads_ != tier_threads) blocks_ = 1;
+    // The stage program's grid: every CTA the device (its share) holds at once.
+    PLACER_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stage_grid_kernel, stage_threads, 0));
+    stage_blocks_ = prop.cooperativeLaunch != 0 ? std::max(per_sm * prop.multiProcessorCount / std::max(sharing, 1), 1) : 1;
     if (char const* from = std::getenv("PLACER_CUDA_GRID_CELLS_FROM")) grid_cells_from_ = std::atoll(from);
     if (char const* upto = std::getenv("PLACER_CUDA_LIST_WITH_FLOORS_UPTO")) list_upto_ = std::atoi(upto);
     if (char const* one = std::getenv("PLACER_CUDA_REFRESH_ONE_PASS")) refresh_one_pass_ = std::atoi(one) != 0 ? 1 : 0;
@@ -398,6 +357,7 @@ class cuda_device {
     if (char const* lanes = std::getenv("PLACER_CUDA_REFRESH_LANES")) refresh_lanes_ = std::atoi(lanes) != 0 ? 1 : 0;
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
                    ", tier grid of " + std::to_string(blocks_) + (blocks_ == 1 ? " CTA" : " CTAs") +
+                   ", stage grid of " + std::to_string(stage_blocks_) + (stage_blocks_ == 1 ? " CTA" : " CTAs") +
                    (sharing > 1 ? " (1/" + std::to_string(sharing) + " of its " + std::to_string(prop.multiProcessorCount) +
                                       " multiprocessors)"
                                 : "") +
@@ -426,8 +386,8 @@ class cuda_device {
   }
   [[nodiscard]] std::string const& description() const { return description_; }
 
-  /// Runs a stage; any failure of the device (a CUDA error, Thrust's
-  /// system_error, a device allocation that failed) leaves as device_fault
+  /// Runs a stage; any failure of the device (a CUDA error, a device
+  /// allocation that failed) leaves as device_fault
   /// naming the device, so the service falls back to the CPU. On any
   /// failure the stream is drained before the exception leaves, so no copy
   /// or kernel still in flight can touch the arenas or their pinned mirrors
@@ -443,9 +403,6 @@ class cuda_device {
       PLACER_CUDA_TRY(cudaSetDevice(device_));
       return f();
     } catch (device_fault const& e) {
-      settle();
-      throw device_fault(description_ + ": " + e.what());
-    } catch (thrust::system_error const& e) {
       settle();
       throw device_fault(description_ + ": " + e.what());
     } catch (std::bad_alloc const& e) {
@@ -509,26 +466,19 @@ class cuda_device {
   void marks_done() { marks_used_ = 0; }
   void check_launch() { PLACER_CUDA_TRY(cudaPeekAtLastError()); }
 
-  /// The transform-reduction of op(0 .. count) by sum from init into device
-  /// memory at `out`, in stream order; the host does not wait for it.
-  template <class Op, class Sum, class T>
-  void reduce_into(std::int64_t count, Op op, Sum sum, T init, T* out) {
-    thrust::counting_iterator<std::int64_t> first(0);
-    std::size_t bytes = 0;
-    PLACER_CUDA_TRY(cub::DeviceReduce::TransformReduce(nullptr, bytes, first, out, count, sum, op, init, stream_));
-    char* temp = temp_.allocate(bytes);
-    cudaError_t const rc = cub::DeviceReduce::TransformReduce(temp, bytes, first, out, count, sum, op, init, stream_);
-    temp_.deallocate(temp, bytes);  // free for the stream's later work
-    PLACER_CUDA_TRY(rc);
+  /// One call's stages (stage_program.hpp), one launch.
+  void run_stages(stage_call const& s) {
+    if (stage_blocks_ > 1) {
+      void* args[] = {const_cast<stage_call*>(&s)};
+      PLACER_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<void const*>(&stage_grid_kernel),
+                                                  dim3(stage_blocks_), dim3(stage_threads), args, 0, stream_));
+    } else {
+      stage_cta_kernel<<<1, stage_threads, 0, stream_>>>(s);
+    }
   }
 
-  /// Thrust on this device's stream, temporary storage from the cache.
-  auto exec() { return thrust::cuda::par(temp_).on(stream_); }
-  /// The same without the synchronisation after the call, where the backend
-  /// synchronises itself before reading a result.
-  auto exec_nosync() { return thrust::cuda::par_nosync(temp_).on(stream_); }
-
-  void run_tiers(tier_chain const& c, node_records const& in, std::int32_t n_in, node_records const& out) {
+  void run_tiers(tier_chain const& c, node_records const& in, std::int32_t n_in, node_records const& out,
+                 stage_call const& after) {
     if (wide_) {
       tier_chain k = c;
       k.work.offer_team_least = offer_least_;
@@ -542,18 +492,19 @@ class cuda_device {
       k.work.refresh_one_pass = refresh_one_pass_;
       k.work.refresh_lanes = refresh_lanes_;
       if (blocks_ > 1) {
-        void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out)};
+        void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out),
+                        const_cast<stage_call*>(&after)};
         PLACER_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<void const*>(&tier_grid_kernel), dim3(blocks_),
                                                     dim3(tier_threads), args, 0, stream_));
       } else if (threads_ == 256) {
-        tier_kernel<true, 256><<<1, 256, 0, stream_>>>(k, in, n_in, out);
+        tier_kernel<true, 256><<<1, 256, 0, stream_>>>(k, in, n_in, out, after);
       } else if (threads_ == 1024) {
-        tier_kernel<true, 1024><<<1, 1024, 0, stream_>>>(k, in, n_in, out);
+        tier_kernel<true, 1024><<<1, 1024, 0, stream_>>>(k, in, n_in, out, after);
       } else {
-        tier_kernel<true><<<1, tier_threads, 0, stream_>>>(k, in, n_in, out);
+        tier_kernel<true><<<1, tier_threads, 0, stream_>>>(k, in, n_in, out, after);
       }
     } else {
-      tier_kernel<false><<<1, tier_threads, 0, stream_>>>(c, in, n_in, out);
+      tier_kernel<false><<<1, tier_threads, 0, stream_>>>(c, in, n_in, out, after);
     }
   }
 
@@ -568,6 +519,7 @@ class cuda_device {
   std::int32_t offer_pairs_ = tier_offer_pairs_upto;        ///< tier_buffers::offer_pairs_upto
   std::int32_t offer_groups_ = 1;                          ///< tier_buffers::offer_groups
   int blocks_ = 1;                                          ///< the tier kernel's grid (CTAs)
+  int stage_blocks_ = 1;                                    ///< the stage kernel's grid (CTAs)
   std::int64_t grid_cells_from_ = tier_grid_cells_from;    ///< tier_buffers::grid_cells_from
   std::int32_t list_upto_ = tier_list_with_floors_upto;    ///< tier_buffers::list_with_floors_upto
   std::int32_t refresh_one_pass_ = 1;                      ///< tier_buffers::refresh_one_pass
@@ -577,7 +529,6 @@ class cuda_device {
   std::size_t marks_used_ = 0;
   cudaEvent_t ref_ = nullptr;       ///< their reference, and when the host saw it done
   std::int64_t ref_host_ns_ = -1;
-  temp_allocator temp_;
   std::string description_;
 };
 

@@ -5,6 +5,7 @@
 // (tier_clock_observer) booking them to the tier phases. Host only.
 
 #include "../portable/residency.hpp"
+#include "../portable/stage_program.hpp"
 #include "../portable/tier_program.hpp"
 #include "fibers.hpp"
 
@@ -130,10 +131,12 @@ class model_counter final : public tier_clock_observer {
   std::vector<gpu_phase_counts> lane_;
 };
 
-/// One launch of resident_chain_program on config.threads fibers, counted
-/// into `out`.
+/// One launch of chain_launch_program on config.threads fibers, the tier
+/// program's steps counted into `out` (the stages after it are no tier
+/// phase's).
 inline void run_chain_model(gpu_model_config const& config, tier_chain const& chain, node_records const& in,
-                            std::int32_t n_in, node_records const& records_out, gpu_counts& out) {
+                            std::int32_t n_in, node_records const& records_out, stage_call const& after,
+                            gpu_counts& out) {
   tier_chain c = chain;
   if (config.offer_least >= 0) c.work.offer_team_least = config.offer_least;
   if (config.refresh_below >= 0) c.work.refresh_cells_below = config.refresh_below;
@@ -154,7 +157,7 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   try {
     f.run([&](int) {
       model_team t{&f, true, shared.data()};
-      resident_chain_program(t, c, in, n_in, records_out);
+      chain_launch_program(t, c, in, n_in, records_out, after);
     },
           [&](std::vector<model::fibers::counts> const& k, model::fibers::end const& how) { counter.interval(k, how); });
   } catch (...) {

@@ -22,15 +22,16 @@
 //   description(); guard(f) (runs f with the device current, failures as
 //   device_fault); device_alloc / device_free; host_alloc / host_free
 //   (pinned); up(d, h, bytes) / down(h, d, bytes) (asynchronous, in stream
-//   order); sync(); check_launch(); exec() / exec_nosync() (Thrust
-//   policies); run_tiers(chain, records in, count, records out) (one
-//   launch); expect_device(p, bytes) (the twin: p lies in device memory);
+//   order); sync(); check_launch(); run_stages(stage_call) (one launch:
+//   the records, statistics, score and capacities a call asks for,
+//   stage_program.hpp); run_tiers(chain, records in, count, records out,
+//   stages after) (one launch: chain_launch_program); expect_device(p, bytes) (the twin: p lies in device memory);
 //   mark() / mark_ns(slot) / marks_done() (the call timeline's GPU marks,
 //   timeline.hpp: an event on the stream, and its time on the host's clock
 //   once the stream is drained; the twin has none: -1).
 
 #include "residency.hpp"
-#include "stages.hpp"
+#include "stage_program.hpp"
 #include "tier_program.hpp"
 
 #include <placer/kernels/backend.hpp>
@@ -311,9 +312,12 @@ class device_arena {
 
 // ---------------------------------------------------------------- backend
 
-/// The parts of a domain's sum on a device (domain_part_op): 100k's root
+/// The parts of a domain's sum on a device (stage_caps_add): 100k's root
 /// domain's 12,800 nodes as 64 threads' 200 each.
 inline constexpr std::int32_t domain_sum_parts = 64;
+/// What the statistics' sums start from on the device (staged up: the
+/// stage program adds into it).
+inline constexpr cluster_stats zero_stats{};
 
 template <class Device>
 class device_backend final : public backend {
@@ -403,6 +407,7 @@ class device_backend final : public backend {
   }
 
   void unbind_round() override {
+    stats_due_ = false;  // nothing will take them
     bound_ = false;
     wrote_.stop();
   }
@@ -420,42 +425,58 @@ class device_backend final : public backend {
     return dev_.guard([&] {
       std::size_t const cells = static_cast<std::size_t>(nodes.n_nodes) * classes.n_classes;
       bool const kept = bound(nodes, classes, tasks) && out.data() == host_.scores;
-      if (kept) resend_all();
+      // The statistics stats_begin left due run in this call, before its
+      // cells, where the device's state is still theirs (no host write since).
+      bool const with_stats = stats_due_ && kept && wrote_.nodes.empty() && !wrote_.all;
+      if (!with_stats) launch_due_stats();
+      stats_due_ = false;
+      if (kept) {
+        resend_all();
+        verify(true);  // before the host's records land: the rest must be the host's already
+      }
       // The fragmentation table's entries split over lanes (frag_part_op), a
       // cell a thread after it: the device's width.
-      std::size_t const entries = frag_table_cells(nodes, classes, tasks, params);
-      std::int32_t const lanes = frag_lanes(entries);
-      std::size_t const table = entries * static_cast<std::size_t>(lanes);
-      node_view dn = kept ? d_nodes_ : nodes;
-      class_view dc = kept ? d_classes_ : classes;
-      task_view dt = kept ? d_tasks_ : tasks;
-      std::int32_t* d_out = kept ? d_scores_ : nullptr;
+      stage_call s;
+      s.p = params;
+      s.entries = static_cast<std::int64_t>(frag_table_cells(nodes, classes, tasks, params));
+      s.lanes = frag_lanes(static_cast<std::size_t>(s.entries));
+      std::size_t const table = static_cast<std::size_t>(s.entries) * static_cast<std::size_t>(s.lanes);
+      s.nv = kept ? d_nodes_ : nodes;
+      s.cv = kept ? d_classes_ : classes;
+      s.tv = kept ? d_tasks_ : tasks;
+      s.out = kept ? d_scores_ : nullptr;
       std::int32_t* h_out = nullptr;
-      std::int64_t* d_table = nullptr;
+      cluster_stats* d_stats = nullptr;
+      cluster_stats* h_stats = nullptr;
       caps_call caps;
       plan_work([&](device_arena<Device>& a) {
         if (kept) {
           records_in(a);
         } else {
-          dn = stage_view(a, nodes);
-          dc = stage_view(a, classes);
-          dt = stage_view(a, tasks);
-          d_out = a.template take<std::int32_t>(cells);
+          s.nv = stage_view(a, nodes);
+          s.cv = stage_view(a, classes);
+          s.tv = stage_view(a, tasks);
+          s.out = a.template take<std::int32_t>(cells);
           h_out = a.template landing<std::int32_t>(cells);
         }
-        d_table = a.template take<std::int64_t>(table);  // device only: never copied back
-        caps = caps_in(a, then, static_cast<std::size_t>(nodes.n_nodes));
+        s.table = a.template take<std::int64_t>(table);  // device only: never copied back
+        caps = caps_in(a, then);
+        if (with_stats) {
+          d_stats = a.stage(&zero_stats, 1);  // the sums are added into it
+          h_stats = a.template landing<cluster_stats>(1);
+        }
       });
       if (kept) h_out = resident_.mirror(d_scores_);
-      send_inputs(kept);
-      check(dn);
-      check(dc);
-      check(dt);
-      auto const t = begin_call();
-      score_matrix(dev_.exec_nosync(), dn, dc, dt, params, d_out, d_table, lanes, steps_);
-      dev_.check_launch();
-      end_call(t, "score");
-      launch_caps(caps, dn, dc);
+      if (cells == 0) s.out = nullptr;
+      caps_into(s, caps);
+      if (with_stats) stats_into(s, d_stats);
+      run_stages(s, kept, "score");
+      caps_down(caps);
+      if (with_stats) {
+        down(h_stats, d_stats, 1);
+        begun_at_ = h_stats;  // stats_end's, at the round's next wait
+      }
+      std::int32_t* const d_out = s.out;
       bool const away = kept && !read;  // the cells stay here; the host's are not them
       // Kept and read for some rows alone: those rows come down (a class's
       // row is one run of the matrix), the others stay here.
@@ -494,6 +515,7 @@ class device_backend final : public backend {
 
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override {
     return dev_.guard([&] {
+      launch_due_stats();
       bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(tasks, host_.tasks);
       // The statistics the round's last chain left, if nothing was written since.
       if (kept && chain_stats_ && wrote_.nodes.empty() && !wrote_.all) return chain_stats_value_;
@@ -502,15 +524,25 @@ class device_backend final : public backend {
       return *h;
     });
   }
+  /// The statistics of the nodes as they are: on the bound round's views,
+  /// with no host write to send, left due and run inside the next call that
+  /// launches (the score call's, before its cells), or alone before any
+  /// other; else queued now. Their sums come down with the round's next wait.
   void stats_begin(node_view const& nodes, task_view const& tasks) override {
     dev_.guard([&] {
+      launch_due_stats();
       bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(tasks, host_.tasks);
+      if (kept && wrote_.nodes.empty() && !wrote_.all) {
+        stats_due_ = true;
+        return;
+      }
       begun_at_ = queue_stats(nodes, tasks, kept);
       work_.hold();  // down at the round's next wait (sync)
     });
   }
   [[nodiscard]] cluster_stats stats_end() override {
     return dev_.guard([&] {
+      launch_due_stats();
       if (begun_at_ != nullptr) sync();  // none since stats_begin
       return begun_;
     });
@@ -518,10 +550,15 @@ class device_backend final : public backend {
   void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                        domain_index_view const& idx, std::span<std::int64_t> cap) override {
     dev_.guard([&] {
+      launch_due_stats();
       bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(classes, host_.classes);
-      if (kept) resend_all();
-      node_view dn = kept ? d_nodes_ : nodes;
-      class_view dc = kept ? d_classes_ : classes;
+      if (kept) {
+        resend_all();
+        verify(true);
+      }
+      stage_call s;
+      s.nv = kept ? d_nodes_ : nodes;
+      s.cv = kept ? d_classes_ : classes;
       follow_up then;
       then.cap_of = of;
       then.idx = idx;
@@ -531,15 +568,14 @@ class device_backend final : public backend {
         if (kept) {
           records_in(a);
         } else {
-          dn = stage_view(a, nodes);
-          dc = stage_view(a, classes);
+          s.nv = stage_view(a, nodes);
+          s.cv = stage_view(a, classes);
         }
-        caps = caps_in(a, then, static_cast<std::size_t>(nodes.n_nodes));
+        caps = caps_in(a, then);
       });
-      send_inputs(kept);
-      check(dn);
-      check(dc);
-      launch_caps(caps, dn, dc);
+      caps_into(s, caps);
+      run_stages(s, kept, "domain_capacity");
+      caps_down(caps);
       sync();
       caps_out(caps, then);
     });
@@ -553,6 +589,7 @@ class device_backend final : public backend {
   /// capacities and the statistics `then` asks for, on the state it leaves.
   void place_tiers_then(std::span<tier_problem const> tiers, tier_results& out, follow_up const& then) override {
     dev_.guard([&] {
+      launch_due_stats();
       auto const k = static_cast<std::int32_t>(tiers.size());
       if (k == 0) {
         tier_chain_results(nullptr, nullptr, nullptr, 0, out);
@@ -673,9 +710,9 @@ class device_backend final : public backend {
         h_ctl = a.template landing<tier_control>(static_cast<std::size_t>(k));
         h_out = a.template landing<tier_placement>(static_cast<std::size_t>(copies));
         h_fresh = a.template landing<std::int32_t>(n_classes);
-        caps = caps_in(a, then, n);
+        caps = caps_in(a, then);
         if (with_stats) {
-          d_stats = a.template take<cluster_stats>(1);
+          d_stats = a.stage(&zero_stats, 1);  // the sums are added into it
           h_stats = a.template landing<cluster_stats>(1);
         }
         if (!kept) {
@@ -692,13 +729,21 @@ class device_backend final : public backend {
       check(shared.nodes);
       check(shared.classes);
       check(shared.tasks);
+      // What follows the chain on the state it leaves, in its launch.
+      stage_call after;
+      after.nv = shared.nodes;
+      after.cv = shared.classes;
+      after.tv = shared.tasks;
+      caps_into(after, caps);
+      if (with_stats) stats_into(after, d_stats);
+      if (stage_caps(after)) check(after.idx);
       auto const t = begin_call();
-      dev_.run_tiers(c, in, n_in, records_at(d_back, back, record_gpus_, width));
+      dev_.run_tiers(c, in, n_in, records_at(d_back, back, record_gpus_, width), after);
       dev_.check_launch();
       count_tier(steps_);
+      steps_.grid_syncs += chain_after_grid_syncs(after);
       end_call(t, "tier_kernel");
-      launch_caps(caps, shared.nodes, shared.classes);
-      if (with_stats) reduce_stats(shared.nodes, shared.tasks, d_stats);
+      caps_down(caps);
       // One wait: controls, placements, freshness, and the nodes the chain
       // may have changed (kept) or the whole state (not kept).
       down(h_ctl, c.ctl, static_cast<std::size_t>(k));
@@ -886,18 +931,17 @@ class device_backend final : public backend {
   }
 
   /// The domain capacities a call brings (follow_up::cap_of): their
-  /// inputs, scratch and sums in its layout of the work arena.
+  /// inputs and sums (staged zero: the stage program adds into them) in its
+  /// layout of the work arena.
   struct caps_call {
     std::int32_t k = 0;
     std::size_t sums = 0;  ///< k x domains
     std::int32_t const* of = nullptr;
     domain_index_view idx;
-    std::int32_t* fit = nullptr;
-    std::int64_t* part = nullptr;
     std::int64_t* cap = nullptr;
     std::int64_t* landing = nullptr;
   };
-  caps_call caps_in(device_arena<Device>& a, follow_up const& then, std::size_t n_nodes) {
+  caps_call caps_in(device_arena<Device>& a, follow_up const& then) {
     caps_call c;
     auto const d = static_cast<std::size_t>(then.idx.n_domains);
     if (then.cap_of.empty() || d == 0) return c;
@@ -906,24 +950,21 @@ class device_backend final : public backend {
     c.sums = k * d;
     c.of = a.stage(then.cap_of.data(), k);
     c.idx = stage_view(a, then.idx);
-    c.fit = a.template take<std::int32_t>(k * n_nodes);
-    c.part = a.template take<std::int64_t>(c.sums * domain_sum_parts);
-    c.cap = a.template take<std::int64_t>(c.sums);
+    if (zeros_.size() < c.sums) zeros_.assign(c.sums, 0);
+    c.cap = a.stage(static_cast<std::int64_t const*>(zeros_.data()), c.sums);
     c.landing = a.template landing<std::int64_t>(c.sums);
     return c;
   }
-  /// Its three calls on the nodes and classes dn, dc (device views), and
-  /// the sums' copy down.
-  void launch_caps(caps_call const& c, node_view const& dn, class_view const& dc) {
+  /// Its sums asked of a stage call, and their copy down after it.
+  static void caps_into(stage_call& s, caps_call const& c) {
     if (c.sums == 0) return;
-    check(c.idx);
-    auto const t = begin_call();
-    kernels::domain_capacity(dev_.exec_nosync(), dn, dc, c.of, c.k, c.idx, domain_sum_parts, c.fit, c.part, c.cap,
-                             steps_);
-    dev_.check_launch();
-    end_call(t, "domain_capacity");
-    down(c.landing, c.cap, c.sums);
+    s.of = c.of;
+    s.k = c.k;
+    s.idx = c.idx;
+    s.parts = domain_sum_parts;
+    s.cap = c.cap;
   }
+  void caps_down(caps_call const& c) { down(c.landing, c.cap, c.sums); }
   /// After the wait: the sums to the caller.
   static void caps_out(caps_call const& c, follow_up const& then) { copy_out(then.cap.data(), c.landing, c.sums); }
 
@@ -940,43 +981,70 @@ class device_backend final : public backend {
   }
   /// The statistics' reduction queued, its sums coming down into the
   /// landing returned (the host's after the next wait).
-  cluster_stats* queue_stats(node_view const& nodes, task_view const& tasks, bool kept) {
-    if (kept) resend_all();
-    node_view dn = kept ? d_nodes_ : nodes;
-    task_view dt = kept ? d_tasks_ : tasks;
+  /// `send`: a kept call sends the host's writes first (and any restored
+  /// state); not for statistics that were due before them.
+  cluster_stats* queue_stats(node_view const& nodes, task_view const& tasks, bool kept, bool send = true) {
+    if (kept && send) {
+      resend_all();
+      verify(true);
+    }
+    stage_call s;
+    s.nv = kept ? d_nodes_ : nodes;
+    s.tv = kept ? d_tasks_ : tasks;
     cluster_stats* d_out = nullptr;
     cluster_stats* h_out = nullptr;
     plan_work([&](device_arena<Device>& a) {
       if (kept) {
-        records_in(a);
+        if (send) records_in(a);
       } else {
-        dn = stage_view(a, nodes);
-        dt = stage_view(a, tasks);
+        s.nv = stage_view(a, nodes);
+        s.tv = stage_view(a, tasks);
       }
-      d_out = a.template take<cluster_stats>(1);
+      d_out = a.stage(&zero_stats, 1);  // the sums are added into it
       h_out = a.template landing<cluster_stats>(1);
     });
-    send_inputs(kept);
-    if (nodes.n_nodes == 0) {
-      *h_out = cluster_stats{};
-      return h_out;
-    }
-    check(dn);
-    check(dt);
-    reduce_stats(dn, dt, d_out);
+    stats_into(s, d_out);
+    run_stages(s, kept && send, "stats");
     down(h_out, d_out, 1);
     return h_out;
   }
-  /// One reduction of every node's sums into d_out, each node's F on lanes
-  /// (the device's width); nothing waits for it.
-  void reduce_stats(node_view const& dn, task_view const& dt, cluster_stats* d_out) {
+  /// The statistics stats_begin left due, queued alone on the device's
+  /// state as it was then: no host write has been sent since (none is sent
+  /// with them, and any resend_all comes after).
+  void launch_due_stats() {
+    if (!stats_due_) return;
+    stats_due_ = false;
+    begun_at_ = queue_stats(host_.nodes, host_.tasks, true, false);
+    work_.hold();  // down at the round's next wait (sync)
+  }
+  /// The statistics asked of a stage call, into d_out (zero), each node's
+  /// F on lanes (the device's width).
+  static void stats_into(stage_call& s, cluster_stats* d_out) {
+    if (s.nv.n_nodes == 0) return;
+    s.stats = d_out;
+    s.stats_lanes = frag_lanes(static_cast<std::size_t>(s.nv.n_nodes));
+  }
+  /// One call of the stage program (stage_program.hpp): the host's writes
+  /// (kept) sent and unpacked on the device first, then the stages `s`
+  /// asks for; nothing waits for it. None when it asks for nothing.
+  void run_stages(stage_call s, bool kept, char const* what) {
+    s.n_in = kept ? send_host_writes() : 0;
+    if (s.n_in > 0) {
+      s.state = device_state();
+      s.in = in_dev_;
+    }
+    flush(work_);
+    if (!stage_asks(s)) return;
+    check(s.nv);
+    check(s.cv);
+    check(s.tv);
+    if (stage_caps(s)) check(s.idx);
     auto const t = begin_call();
-    std::int32_t const lanes = frag_lanes(static_cast<std::size_t>(dn.n_nodes));
-    dev_.reduce_into(static_cast<std::int64_t>(dn.n_nodes) * lanes, node_stats_lanes_op{dn, dt, lanes}, stats_sum_op{},
-                     cluster_stats{}, d_out);
+    dev_.run_stages(s);
     dev_.check_launch();
     steps_.calls += 1;
-    end_call(t, "stats");
+    steps_.grid_syncs += stage_grid_syncs(s);
+    end_call(t, what);
   }
 
   /// Sends what arena a queued (its bytes counted up).
@@ -1112,22 +1180,6 @@ class device_backend final : public backend {
     wrote_.clear();
     return k;
   }
-  /// A stage's inputs sent; a kept call's host writes unpacked on the
-  /// device first (one call) and checked.
-  void send_inputs(bool kept) {
-    std::int32_t const k = kept ? send_host_writes() : 0;
-    flush(work_);
-    if (k > 0) {
-      thrust::counting_iterator<std::int32_t> first(0);
-      auto const t = begin_call();
-      thrust::for_each(dev_.exec_nosync(), first, first + k, unpack_records_op{device_state(), in_dev_});
-      dev_.check_launch();
-      steps_.calls += 1;
-      end_call(t, "unpack_records");
-    }
-    if (kept) verify();
-  }
-
   /// Verify mode: every array of the bound round on the device equals the
   /// host's (a full read-back); with `pending`, the nodes whose records
   /// are still to land are left out of the changing arrays.
@@ -1218,6 +1270,8 @@ class device_backend final : public backend {
   // stats_begin's sums: their landing until the next wait (then null, the
   // sums in begun_).
   cluster_stats* begun_at_ = nullptr;
+  // stats_begin's statistics, not launched yet (launch_due_stats).
+  bool stats_due_ = false;
   // The statistics after the bound round's last chain (follow_up::stats),
   // while nothing has been written since.
   bool chain_stats_ = false;
@@ -1252,6 +1306,7 @@ class device_backend final : public backend {
   std::vector<std::array<std::int32_t, 3>> group_;  ///< replay_commits' (row, label, node)
   std::vector<tier_control> ctl_zero_;
   std::vector<char> verify_buf_;
+  std::vector<std::int64_t> zeros_;  ///< what the capacities' sums start from
   // The call timeline: calls since the last wait, and their GPU marks (before, after).
   std::vector<timeline_call> pending_;
   std::vector<std::pair<int, int>> slots_;

@@ -138,13 +138,6 @@ PLACER_HD inline node_state_view state_of(tier_problem const& p) {
   return s;
 }
 
-/// Unpacks record i (a functor for a stage call over the records).
-struct unpack_records_op {
-  node_state_view s;
-  node_records r;
-  PLACER_HD void operator()(std::int32_t i) const { unpack_record(s, r, i); }
-};
-
 /// The nodes a chain of tiers may have changed are its first tier's
 /// refresh candidates and every tier's winners (a later tier's candidates
 /// are the winners before it); the chain sends every node instead when the

@@ -1,8 +1,8 @@
 #pragma once
 // The round's data-parallel stages as Thrust calls templated on the
-// execution policy. omp_backend.cpp instantiates them with thrust::omp::par,
-// cuda_backend.cu with thrust::cuda::par.on(stream); the views must point to
-// memory that policy can read.
+// execution policy, and their ops index by index. omp_backend.cpp runs the
+// calls with thrust::omp::par (or cpp::par); a device backend runs the ops
+// as one program (stage_program.hpp), on the GPU or its twin.
 
 #include <placer/kernels/ops.hpp>
 #include <placer/kernels/steps.hpp>
@@ -82,8 +82,10 @@ struct score_column_op {
 
 /// The same a thread per cell (class c on node n, i = c * n_nodes + n), F
 /// before and after summed from the node's entries' parts (frag_part_op)
-/// when there are any: a backend of many slow threads, whose thread per
-/// column took the H200 87 us a call at 10k (the same ncu record).
+/// when there are any: a backend of many slow threads (stage_program.hpp),
+/// whose thread per column took the H200 87 us a call at 10k (the same ncu
+/// record). Every node's cells, twins of a state too: with F from the
+/// table a cell is a few sums, cheaper than a grid barrier before copies.
 struct score_cell_parts_op {
   score_cell_op op;
   std::int32_t* out;
@@ -92,7 +94,6 @@ struct score_cell_parts_op {
   PLACER_HD void operator()(std::int64_t i) const {
     auto const c = static_cast<std::int32_t>(i / op.nv.n_nodes);
     auto const n = static_cast<std::int32_t>(i % op.nv.n_nodes);
-    if (op.nv.same_as != nullptr && op.nv.same_as[n] != n) return;
     if (part == nullptr) {
       out[i] = op.score(c, n);
       return;
@@ -121,40 +122,27 @@ struct copy_column_op {
   }
 };
 
-/// out[c * n_nodes + n] = score of class c on node n, or -1 if infeasible:
-/// the fragmentation table (F before and after each class's replica, once
-/// per fragmentation state, frag_table_cells entries), the cells of each
-/// node state, then the copies. With `lanes` 0 (the CPU backends), the
-/// table into `table` a thread per row (frag_row_op) and a column a thread
-/// (score_column_op); else the table's entries split over that many lanes
-/// into `table` (frag_table_cells x lanes entries: frag_part_op) and a cell
-/// a thread (score_cell_parts_op): a device's width. Three calls (one fewer
-/// without a table, one fewer without same_as); the backend counts the
-/// wait where the host reads the matrix.
+/// out[c * n_nodes + n] = score of class c on node n, or -1 if infeasible,
+/// on a CPU backend: the fragmentation table (F before and after each
+/// class's replica, once per fragmentation state, frag_table_cells entries)
+/// into `table` a thread per row (frag_row_op), the column of each node
+/// state a thread (score_column_op), then the copies. Three calls (one
+/// fewer without a table, one fewer without same_as). A device backend
+/// runs the same in one launch, a cell a thread and the table's entries on
+/// lanes (stage_program.hpp).
 template <class ExecPolicy>
 void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, task_view const& tv,
-                  score_params const& p, std::int32_t* out, std::int64_t* table, std::int32_t lanes,
-                  step_counts& st) {
+                  score_params const& p, std::int32_t* out, std::int64_t* table, step_counts& st) {
   std::int64_t const cells = static_cast<std::int64_t>(nv.n_nodes) * cv.n_classes;
   if (cells == 0) return;
   thrust::counting_iterator<std::int32_t> first(0);
-  thrust::counting_iterator<std::int64_t> wide(0);  // entries x lanes, cells
   score_cell_op const op{nv, cv, tv, p};
-  auto const entries = static_cast<std::int64_t>(frag_table_cells(nv, cv, tv, p));
-  if (entries == 0) table = nullptr;
-  if (lanes > 0) {
-    if (table != nullptr) {
-      thrust::for_each(exec, wide, wide + entries * lanes, frag_part_op{op, lanes, table});
-      st.calls += 1;
-    }
-    thrust::for_each(exec, wide, wide + cells, score_cell_parts_op{op, out, table, lanes});
-  } else {
-    if (table != nullptr) {
-      thrust::for_each(exec, first, first + nv.n_frag, frag_row_op{op, table});
-      st.calls += 1;
-    }
-    thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{op, out, table});
+  if (frag_table_cells(nv, cv, tv, p) == 0) table = nullptr;
+  if (table != nullptr) {
+    thrust::for_each(exec, first, first + nv.n_frag, frag_row_op{op, table});
+    st.calls += 1;
   }
+  thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{op, out, table});
   st.calls += 1;
   if (nv.same_as != nullptr) {
     thrust::for_each(exec, first, first + nv.n_nodes, copy_column_op{nv, cv.n_classes, out});
@@ -181,20 +169,13 @@ struct node_stats_lanes_op {
   }
 };
 
-/// GAR, GFR and FGD fragmentation sums over all nodes in one reduction,
-/// each node's on `lanes` lanes (1: a node a thread, the CPU backends; the
-/// device backends as many as frag_lanes gives, the device's width). One
-/// call; the host reads the sums (the backend counts that wait).
+/// GAR, GFR and FGD fragmentation sums over all nodes in one reduction, a
+/// node a thread (the device backends: stage_program.hpp, a node's F on
+/// lanes). One call; the host reads the sums (the backend counts that wait).
 template <class ExecPolicy>
-cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_view const& tv, step_counts& st,
-                                   std::int32_t lanes = 1) {
+cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_view const& tv, step_counts& st) {
   if (nv.n_nodes == 0) return cluster_stats{};
   st.calls += 1;
-  if (lanes > 1) {
-    thrust::counting_iterator<std::int64_t> first(0);
-    return thrust::transform_reduce(exec, first, first + static_cast<std::int64_t>(nv.n_nodes) * lanes,
-                                    node_stats_lanes_op{nv, tv, lanes}, cluster_stats{}, stats_sum_op{});
-  }
   thrust::counting_iterator<std::int32_t> first(0);
   return thrust::transform_reduce(exec, first, first + nv.n_nodes, node_stats_op{nv, tv}, cluster_stats{},
                                   stats_sum_op{});

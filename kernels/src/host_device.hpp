@@ -1,17 +1,15 @@
 #pragma once
 // The device twin's device (device_twin.cpp): "device memory" that is host
 // allocations of its own, copies that are memcpy (held until the host's
-// wait, and checked there as a GPU's in flight would be), the tier launch
-// as the program on one worker, or on a GPU model's fibers.
+// wait, and checked there as a GPU's in flight would be), the stage
+// program on one worker, the tier launch as the program on one worker, or
+// on a GPU model's fibers.
 #include "../model/team_model.hpp"
 #include "../portable/device_backend.hpp"
 
 #include <placer/kernels/backend.hpp>
 #include <placer/topology/error.hpp>
 
-#include <thrust/iterator/counting_iterator.h>
-#include <thrust/system/cpp/execution_policy.h>
-#include <thrust/transform_reduce.h>
 
 #include <algorithm>
 #include <cstring>
@@ -94,21 +92,34 @@ class host_device {
     flight_.clear();
     for (auto const& c : done) landed(c);
   }
-  template <class Op, class Sum, class T>
-  void reduce_into(std::int64_t count, Op op, Sum sum, T init, T* out) {
-    expect_device(out, sizeof(T));
-    thrust::counting_iterator<std::int64_t> first(0);
-    *out = thrust::transform_reduce(thrust::cpp::par, first, first + count, op, init, sum);
-  }
   void check_launch() {}
   // No GPU: the call timeline has host times only.
   static int mark() { return -1; }
   static std::int64_t mark_ns(int) { return -1; }
   static void marks_done() {}
-  auto exec() { return thrust::cpp::par; }
-  auto exec_nosync() { return thrust::cpp::par; }
+  /// A call's stages (stage_program.hpp) on one worker, its phases in
+  /// order; for a GPU model on its CTA's fibers acting for each of its
+  /// blocks, as a GPU's grid would run it (not counted: the model prices a
+  /// stage call as a launch and its grid barriers, gpu_prediction.hpp).
+  void run_stages(stage_call const& s) {
+    if (counts_ == nullptr) {
+      seq_team team{true};
+      stage_program(team, s);
+      return;
+    }
+    model::fibers f(model_.threads);
+    f.set_lanes(model_.blocks);
+    std::vector<std::int64_t> shared(static_cast<std::size_t>(model_.threads));
+    f.run(
+        [&](int) {
+          model_team t{&f, true, shared.data()};
+          stage_program(t, s);
+        },
+        [](std::vector<model::fibers::counts> const&, model::fibers::end const&) {});
+  }
 
-  void run_tiers(tier_chain const& c, node_records const& in, std::int32_t n_in, node_records const& out) {
+  void run_tiers(tier_chain const& c, node_records const& in, std::int32_t n_in, node_records const& out,
+                 stage_call const& after) {
     expect_device(c.tiers, sizeof(tier_problem) * static_cast<std::size_t>(c.n_tiers));
     for (std::int32_t k = 0; k < c.n_tiers; ++k) {
       tier_problem const& p = c.tiers[k];
@@ -119,11 +130,11 @@ class host_device {
       }
     }
     if (counts_ != nullptr) {
-      run_chain_model(model_, c, in, n_in, out, *counts_);
+      run_chain_model(model_, c, in, n_in, out, after, *counts_);
       return;
     }
     seq_team team{true};  // the CUDA backend's team steps (cuda_team::team_wide)
-    resident_chain_program(team, c, in, n_in, out);
+    chain_launch_program(team, c, in, n_in, out, after);
   }
 
   struct copy_in_flight {

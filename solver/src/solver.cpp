@@ -353,7 +353,7 @@ round_result solver::solve_admitted(round_input const& in, queue_memory* memory)
   std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   step_counts const total = backend_->steps() - steps_round;
-  out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits, total.bytes_up, total.bytes_down});
+  out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits, total.bytes_up, total.bytes_down, total.grid_syncs});
   explain_stage(in, out, ws_->explain);
   return out;
 }
@@ -710,7 +710,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   step_counts steps_stage = backend_->steps();
   auto stage_done = [&](char const* name) {
     step_counts const d = backend_->steps() - steps_stage;
-    out.timing.push_back({name, micros_since(t), d.calls, d.waits, d.bytes_up, d.bytes_down});
+    out.timing.push_back({name, micros_since(t), d.calls, d.waits, d.bytes_up, d.bytes_down, d.grid_syncs});
     t = clock_type::now();
     steps_stage = backend_->steps();
   };
@@ -863,7 +863,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
   step_counts const total = backend_->steps() - steps_round;
-  out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits, total.bytes_up, total.bytes_down});
+  out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits, total.bytes_up, total.bytes_down, total.grid_syncs});
   return out;
 }
 

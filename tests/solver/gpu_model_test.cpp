@@ -200,9 +200,12 @@ TEST(GpuModel, FixedCostsAreTheFittedOnes) {
   kernels::gpu_cost const& cost = kernels::fitted_gpu_cost();
   EXPECT_GT(a.waits, 0);
   EXPECT_GT(a.bytes, 0);
+  EXPECT_GT(a.grid_syncs, 0);  // the stage calls' phases
   EXPECT_DOUBLE_EQ(a.fixed_us, cost.launch_us * static_cast<double>(a.calls) +
                                    cost.wait_us * static_cast<double>(a.waits) +
-                                   static_cast<double>(a.bytes) / (cost.copy_gbps * 1e3));
+                                   static_cast<double>(a.bytes) / (cost.copy_gbps * 1e3) +
+                                   (cost.grid_sync_us + cost.grid_sync_per_cta_us * stage_grid_ctas) *
+                                       static_cast<double>(a.grid_syncs));
   for (char const* name : {"launch_us: ", "wait_us: ", "copy_gbps: "}) {
     EXPECT_NE(std::string_view(cost.fixed_source).find(name), std::string_view::npos) << name;
   }

@@ -9,16 +9,22 @@
 
 namespace placer {
 
+/// The stage program's grid on an H100 or H200, priced by the model: a CTA
+/// of 256 a multiprocessor, 132 (assumed: the occupancy the CUDA backend
+/// asks for at start, never recorded).
+inline constexpr double stage_grid_ctas = 132;
+
 struct gpu_prediction {
   kernels::gpu_counts counts;
   double phase_us[kernels::tier_phase_count] = {};  ///< the tier kernel's phases, predicted
   double tier_us = 0;                               ///< their sum
   /// Launches, waits and copies at the fixed costs of fitted_gpu_cost()
   /// (gpu_cost::fixed_source: a calibration kit's, or assumed at 5 µs, 10 µs
-  /// and 20 GB/s).
+  /// and 20 GB/s), and the stage calls' grid barriers at the fitted grid
+  /// barrier of stage_grid_ctas CTAs.
   double fixed_us = 0;
   double host_us = 0;  ///< the caller's: the CPU round less its tier phases
-  std::int64_t calls = 0, waits = 0, bytes = 0;
+  std::int64_t calls = 0, waits = 0, bytes = 0, grid_syncs = 0;
   [[nodiscard]] double round_us() const { return tier_us + fixed_us + host_us; }
 };
 

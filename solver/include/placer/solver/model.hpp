@@ -479,6 +479,9 @@ struct stage_timing {
   /// of its own: the CUDA backend and its twin; 0 on the CPU backend).
   std::int64_t bytes_up = 0;
   std::int64_t bytes_down = 0;
+  /// Grid-wide barriers inside the device's stage calls (steps.hpp): the
+  /// GPU model prices them; in process only, not on the wire.
+  std::int64_t grid_syncs = 0;
 };
 
 struct round_result {
