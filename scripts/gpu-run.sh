@@ -42,6 +42,10 @@
 #                                       # cell if the lanes fail it), synccheck and memcheck, the lanes against
 #                                       # a worker a cell (PLACER_CUDA_REFRESH_LANES=0), alternating, both
 #                                       # backends, placer bench at each scale, the auto trial
+#   bash .gpu/gpu-run.sh shared [SECONDS]  # a chain's scratch in the CTA's shared memory (issue 53 item 2,
+#                                       # opt-in PLACER_CUDA_TIER_SHARED=1; 480): parity with it (off from
+#                                       # there if it fails), racecheck and memcheck, on against off,
+#                                       # alternating, then both backends as they are by default
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -394,6 +398,21 @@ case "$step" in
     alternate PLACER_CUDA_REFRESH_LANES refresh-lanes "refresh lanes"
     figures
     ;;
+  shared)
+    # A chain's scratch (prices, floors, bid lists, heaps, buckets) laid out in the CTA's shared
+    # memory where it fits (issue 53 item 2; PLACER_CUDA_TIER_SHARED=1, off by default until this
+    # call says): the 10k chains' 170-203 KB fit an H100's or H200's 227 KB, openb's 355 KB and
+    # 100k's 1.8 MB keep the grid. Parity with it on, or off from there where it fails; racecheck
+    # (shared memory is what it checks) and memcheck; on against off, alternating; then the default.
+    budget=${2:-480}
+    export PLACER_CUDA_TIER_SHARED=1
+    parity_or "the chain's scratch in shared memory" PLACER_CUDA_TIER_SHARED=0
+    fits 150 "racecheck on the parity tests" && sanitizer racecheck
+    rounds_under memcheck 40 10k
+    alternate PLACER_CUDA_TIER_SHARED tier-shared "scratch in shared memory"
+    unset PLACER_CUDA_TIER_SHARED
+    figures
+    ;;
   profile)
     # Where the CUDA round's time goes, kernels and the gaps between them:
     # at 100k the second session's `assign` held 9 ms outside the tier
@@ -420,7 +439,7 @@ case "$step" in
     done
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, or profile)"
+    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, shared, or profile)"
     exit 2
     ;;
 esac

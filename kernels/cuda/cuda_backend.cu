@@ -251,6 +251,18 @@ __global__ void __launch_bounds__(Threads, 1)
   chain_launch_program(team, c, in, n_in, out, after);
 }
 
+/// The same chain on one CTA with its scratch (tier_chain::work: prices,
+/// floors, bid lists, heaps, buckets) laid out again in the CTA's shared
+/// memory, where it fits (PLACER_CUDA_TIER_SHARED=1; issue 53, item 2):
+/// every step on them a shared-memory access instead of an L2 one.
+__global__ void __launch_bounds__(tier_threads, 1)
+    tier_shared_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out, stage_call after) {
+  extern __shared__ __align__(16) unsigned char tier_scratch[];
+  tier_layout_at(c.work, c.work_nodes, c.work_rows, c.work_copies, tier_scratch);
+  cuda_team<true> team;
+  chain_launch_program(team, c, in, n_in, out, after);
+}
+
 /// The same chain on a cooperative grid of CTAs (PLACER_CUDA_TIER_BLOCKS).
 __global__ void __launch_bounds__(tier_threads, 1)
     tier_grid_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out, stage_call after) {
@@ -260,8 +272,8 @@ __global__ void __launch_bounds__(tier_threads, 1)
 
 /// Threads of the stage program's CTAs (stage_program.hpp): the score
 /// functor's registers (its 64-entry GPU vector) fit 256 without spills
-/// (tier_threads above); the grid is as many of them as the device holds
-/// at once.
+/// (tier_threads above: 124 registers, ptxas, sm_90); the grid is a CTA a
+/// multiprocessor.
 constexpr int stage_threads = 256;
 
 /// A call's stages (stage_program.hpp) on a cooperative grid of CTAs, its
@@ -347,9 +359,22 @@ class cuda_device {
       blocks_ = std::min(blocks_, most);
     }
     if (!wide_ || threads_ != tier_threads) blocks_ = 1;
-    // The stage program's grid: every CTA the device (its share) holds at once.
+    // 1: a chain whose scratch fits the CTA's shared memory runs on one CTA
+    // with it there (tier_shared_kernel), the others as before (to measure).
+    if (char const* shared = std::getenv("PLACER_CUDA_TIER_SHARED"); shared != nullptr && std::atoi(shared) != 0 &&
+        wide_ && threads_ == tier_threads) {
+      shared_bytes_ = prop.sharedMemPerBlockOptin;
+      PLACER_CUDA_TRY(cudaFuncSetAttribute(tier_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(shared_bytes_)));
+    }
+    // The stage program's grid: a CTA a multiprocessor of this backend's
+    // share, where the device holds one (its 124 registers a thread would let
+    // two of 256 share one; a grid barrier's cost grows with its CTAs, and
+    // 132 x 256 threads are a 100k round's cells 36 a thread).
     PLACER_CUDA_TRY(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, stage_grid_kernel, stage_threads, 0));
-    stage_blocks_ = prop.cooperativeLaunch != 0 ? std::max(per_sm * prop.multiProcessorCount / std::max(sharing, 1), 1) : 1;
+    stage_blocks_ = prop.cooperativeLaunch != 0 && per_sm > 0
+                        ? std::max(prop.multiProcessorCount / std::max(sharing, 1), 1)
+                        : 1;
     if (char const* from = std::getenv("PLACER_CUDA_GRID_CELLS_FROM")) grid_cells_from_ = std::atoll(from);
     if (char const* upto = std::getenv("PLACER_CUDA_LIST_WITH_FLOORS_UPTO")) list_upto_ = std::atoi(upto);
     if (char const* one = std::getenv("PLACER_CUDA_REFRESH_ONE_PASS")) refresh_one_pass_ = std::atoi(one) != 0 ? 1 : 0;
@@ -369,6 +394,7 @@ class cuda_device {
                    (list_upto_ != tier_list_with_floors_upto ? ", first bids listed with the floors up to " + std::to_string(list_upto_) + " nodes" : "") +
                    (refresh_one_pass_ == 0 ? ", refresh in two passes" : "") +
                    (refresh_lanes_ == 0 ? ", refresh a worker a cell" : "") +
+                   (shared_bytes_ > 0 ? ", a chain's scratch in shared memory up to " + std::to_string(shared_bytes_ / 1024) + " KB" : "") +
                    (offer_pairs_ != tier_offer_pairs_upto ? ", offers ranked up to " + std::to_string(offer_pairs_) + " items" : "") +
                    (!wide_ ? ", serial tier steps)"
                     : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
@@ -491,7 +517,10 @@ class cuda_device {
       k.work.list_with_floors_upto = list_upto_;
       k.work.refresh_one_pass = refresh_one_pass_;
       k.work.refresh_lanes = refresh_lanes_;
-      if (blocks_ > 1) {
+      if (std::size_t const bytes = tier_layout_bytes(k.work_nodes, k.work_rows, k.work_copies);
+          shared_bytes_ > 0 && bytes <= shared_bytes_) {
+        tier_shared_kernel<<<1, tier_threads, bytes, stream_>>>(k, in, n_in, out, after);
+      } else if (blocks_ > 1) {
         void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out),
                         const_cast<stage_call*>(&after)};
         PLACER_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<void const*>(&tier_grid_kernel), dim3(blocks_),
@@ -520,6 +549,7 @@ class cuda_device {
   std::int32_t offer_groups_ = 1;                          ///< tier_buffers::offer_groups
   int blocks_ = 1;                                          ///< the tier kernel's grid (CTAs)
   int stage_blocks_ = 1;                                    ///< the stage kernel's grid (CTAs)
+  std::size_t shared_bytes_ = 0;  ///< PLACER_CUDA_TIER_SHARED: the most shared memory a chain's scratch may take
   std::int64_t grid_cells_from_ = tier_grid_cells_from;    ///< tier_buffers::grid_cells_from
   std::int32_t list_upto_ = tier_list_with_floors_upto;    ///< tier_buffers::list_with_floors_upto
   std::int32_t refresh_one_pass_ = 1;                      ///< tier_buffers::refresh_one_pass

@@ -701,6 +701,9 @@ class device_backend final : public backend {
         tier_layout(c.work, nv.n_nodes, most_rows, most_copies, [&](auto* tag, std::size_t count) {
           return a.template take<std::remove_pointer_t<decltype(tag)>>(count);
         });
+        c.work_nodes = nv.n_nodes;
+        c.work_rows = most_rows;
+        c.work_copies = most_copies;
         c.out = a.template take<tier_placement>(static_cast<std::size_t>(copies));
         c.listed = a.template take<std::int32_t>(k > 1 ? n : 0);
         c.candidates = a.template take<std::int32_t>(static_cast<std::size_t>(most_copies));

@@ -30,6 +30,9 @@ class host_device {
     description_ = "gpu model (the CUDA backend's code over host memory, its tier launches on " +
                    std::to_string(config.threads) + " emulated workers)";
   }
+  ~host_device() {
+    if (scratch_ != nullptr) device_free(scratch_);
+  }
   host_device(host_device const&) = delete;
   host_device& operator=(host_device const&) = delete;
 
@@ -129,12 +132,27 @@ class host_device {
         if (q != nullptr) expect_device(q, 1);
       }
     }
+    // The chain's scratch laid out again in memory of the launch's own,
+    // poisoned, as a CTA's shared memory would hold it (cuda_backend's
+    // tier_shared_kernel): a program that read scratch before writing it,
+    // or kept it across launches, would place differently.
+    tier_chain k = c;
+    std::size_t const bytes = tier_layout_bytes(c.work_nodes, c.work_rows, c.work_copies);
+    if (bytes > scratch_bytes_) {
+      if (scratch_ != nullptr) device_free(scratch_);
+      scratch_ = static_cast<unsigned char*>(device_alloc(bytes));
+      scratch_bytes_ = bytes;
+    }
+    if (bytes > 0) {
+      std::memset(scratch_, 0xa5, bytes);
+      tier_layout_at(k.work, c.work_nodes, c.work_rows, c.work_copies, scratch_);
+    }
     if (counts_ != nullptr) {
-      run_chain_model(model_, c, in, n_in, out, after, *counts_);
+      run_chain_model(model_, k, in, n_in, out, after, *counts_);
       return;
     }
     seq_team team{true};  // the CUDA backend's team steps (cuda_team::team_wide)
-    chain_launch_program(team, c, in, n_in, out, after);
+    chain_launch_program(team, k, in, n_in, out, after);
   }
 
   struct copy_in_flight {
@@ -183,6 +201,8 @@ class host_device {
   std::vector<copy_in_flight> flight_;                       ///< since the last wait
   gpu_model_config model_;
   gpu_counts* counts_ = nullptr;  ///< a GPU model's counts, or none (the plain twin)
+  unsigned char* scratch_ = nullptr;  ///< a tier launch's scratch (run_tiers), in device memory
+  std::size_t scratch_bytes_ = 0;
 };
 
 }  // namespace placer::kernels

@@ -311,6 +311,11 @@ struct tier_chain {
   std::int32_t* candidates = nullptr;        ///< the most copies of a tier: tier k - 1's committed nodes
   std::int32_t* n_candidates = nullptr;      ///< 1
   tier_buffers work;
+  /// The sizes `work` was laid out for (tier_layout's nodes, rows, copies):
+  /// a launch may lay its scratch out again where it runs (a CTA's shared
+  /// memory, tier_layout_at). Nothing in it outlives the launch or is read
+  /// before the program writes it.
+  std::int32_t work_nodes = 0, work_rows = 0, work_copies = 0;
 };
 
 /// Host: heap_begin[0..R] = exclusive scan of the demands; returns their sum
@@ -350,11 +355,12 @@ enum tier_offer_field : int {
   tier_offer_fields
 };
 
-/// Host: lays the program's work buffers out through take(T* tag, count),
-/// which returns backend memory for `count` elements of T. `p`, heap_begin
-/// and ctl are the caller's.
+/// Lays the program's work buffers out through take(T* tag, count), which
+/// returns memory for `count` elements of T. `p`, heap_begin and ctl are
+/// the caller's.
 template <class Take>
-void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std::int32_t copies, Take&& take) {
+PLACER_HD void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std::int32_t copies,
+                           Take&& take) {
   auto const n = static_cast<std::size_t>(n_nodes);
   auto const r = static_cast<std::size_t>(n_rows);
   auto const d = static_cast<std::size_t>(copies);
@@ -386,6 +392,26 @@ void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows, std
   b.offer_row = take(b.offer_row, tier_offer_fields * r);
   b.offer_rows = take(b.offer_rows, r);
   b.offer_begin = take(b.offer_begin, r);
+}
+
+/// The work buffers laid out one after another from `base` (each 16-byte
+/// aligned; a CTA's shared memory); returns the bytes they take.
+PLACER_HD inline std::size_t tier_layout_at(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows,
+                                            std::int32_t copies, unsigned char* base) {
+  std::size_t used = 0;
+  tier_layout(b, n_nodes, n_rows, copies, [&](auto* tag, std::size_t count) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    used = (used + 15) / 16 * 16;
+    T* const p = base != nullptr ? reinterpret_cast<T*>(base + used) : nullptr;
+    used += count * sizeof(T);
+    return p;
+  });
+  return used;
+}
+/// The bytes tier_layout_at takes for these sizes.
+PLACER_HD inline std::size_t tier_layout_bytes(std::int32_t n_nodes, std::int32_t n_rows, std::int32_t copies) {
+  tier_buffers b{};
+  return tier_layout_at(b, n_nodes, n_rows, copies, nullptr);
 }
 
 /// Host: the chain's sizes and offsets from its problems: heap_begin
