@@ -10,7 +10,6 @@
 #include <placer/kernels/backend.hpp>
 #include <placer/topology/error.hpp>
 
-
 #include <algorithm>
 #include <cstring>
 #include <new>
