@@ -517,8 +517,8 @@ class cuda_device {
       k.work.list_with_floors_upto = list_upto_;
       k.work.refresh_one_pass = refresh_one_pass_;
       k.work.refresh_lanes = refresh_lanes_;
-      if (std::size_t const bytes = tier_layout_bytes(k.work_nodes, k.work_rows, k.work_copies);
-          shared_bytes_ > 0 && bytes <= shared_bytes_) {
+      std::size_t const bytes = shared_bytes_ > 0 ? tier_layout_bytes(k.work_nodes, k.work_rows, k.work_copies) : 0;
+      if (shared_bytes_ > 0 && bytes <= shared_bytes_) {
         tier_shared_kernel<<<1, tier_threads, bytes, stream_>>>(k, in, n_in, out, after);
       } else if (blocks_ > 1) {
         void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out),

@@ -427,7 +427,7 @@ class device_backend final : public backend {
       bool const kept = bound(nodes, classes, tasks) && out.data() == host_.scores;
       // The statistics stats_begin left due run in this call, before its
       // cells, where the device's state is still theirs (no host write since).
-      bool const with_stats = stats_due_ && kept && wrote_.nodes.empty() && !wrote_.all;
+      bool const with_stats = stats_due_ && kept && nothing_written();
       if (!with_stats) launch_due_stats();
       stats_due_ = false;
       if (kept) {
@@ -518,7 +518,7 @@ class device_backend final : public backend {
       launch_due_stats();
       bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(tasks, host_.tasks);
       // The statistics the round's last chain left, if nothing was written since.
-      if (kept && chain_stats_ && wrote_.nodes.empty() && !wrote_.all) return chain_stats_value_;
+      if (kept && chain_stats_ && nothing_written()) return chain_stats_value_;
       cluster_stats* h = queue_stats(nodes, tasks, kept);
       sync();
       return *h;
@@ -532,7 +532,7 @@ class device_backend final : public backend {
     dev_.guard([&] {
       launch_due_stats();
       bool const kept = bound_ && same_arrays(nodes, host_.nodes) && same_arrays(tasks, host_.tasks);
-      if (kept && wrote_.nodes.empty() && !wrote_.all) {
+      if (kept && nothing_written()) {
         stats_due_ = true;
         return;
       }
@@ -815,6 +815,10 @@ class device_backend final : public backend {
     bool changes = false;
     bool image = false;
   };
+
+  /// Whether the host declared no write since the device's state was last
+  /// brought up to date (no record to send, no restored state).
+  [[nodiscard]] bool nothing_written() const { return wrote_.nodes.empty() && !wrote_.all; }
 
   /// Whether these are the bound round's views.
   [[nodiscard]] bool bound(node_view const& n, class_view const& c, task_view const& t) const {
