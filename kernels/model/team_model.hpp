@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -131,6 +132,22 @@ class model_counter final : public tier_clock_observer {
   std::vector<gpu_phase_counts> lane_;
 };
 
+/// program(team) on config.threads fibers acting for config.blocks CTAs'
+/// threads (model_team), `interval` told what each barrier interval counted.
+template <class Program>
+void run_on_fibers(gpu_model_config const& config, Program const& program,
+                   std::function<void(std::vector<model::fibers::counts> const&, model::fibers::end const&)> const& interval) {
+  model::fibers f(config.threads);
+  f.set_lanes(config.blocks);
+  std::vector<std::int64_t> shared(static_cast<std::size_t>(config.threads));
+  f.run(
+      [&](int) {
+        model_team t{&f, true, shared.data()};
+        program(t);
+      },
+      interval);
+}
+
 /// One launch of chain_launch_program on config.threads fibers, the tier
 /// program's steps counted into `out` (the stages after it are no tier
 /// phase's).
@@ -148,18 +165,13 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   if (config.list_upto >= 0) c.work.list_with_floors_upto = config.list_upto;
   c.work.refresh_one_pass = config.refresh_one_pass ? 1 : 0;
   c.work.refresh_lanes = config.refresh_lanes ? 1 : 0;
-  model::fibers f(config.threads);
-  f.set_lanes(config.blocks);
-  std::vector<std::int64_t> shared(static_cast<std::size_t>(config.threads));
   model_counter counter(out);
   tier_clock_observer* const outer = tier_clock_observed();
   tier_clock_observed() = &counter;
   try {
-    f.run([&](int) {
-      model_team t{&f, true, shared.data()};
-      chain_launch_program(t, c, in, n_in, records_out, after);
-    },
-          [&](std::vector<model::fibers::counts> const& k, model::fibers::end const& how) { counter.interval(k, how); });
+    run_on_fibers(
+        config, [&](model_team& t) { chain_launch_program(t, c, in, n_in, records_out, after); },
+        [&](std::vector<model::fibers::counts> const& k, model::fibers::end const& how) { counter.interval(k, how); });
   } catch (...) {
     tier_clock_observed() = outer;
     throw;

@@ -113,11 +113,8 @@ PLACER_HD void stage_caps_add(Team& t, stage_call const& s) {
   stage_for(t, static_cast<std::int64_t>(s.k) * domains * s.parts, [&](std::int64_t i) {
     auto const cd = static_cast<std::int32_t>(i / s.parts);
     std::int32_t const c = s.of[cd / domains];
-    std::int32_t const d = cd % domains;
-    std::int64_t sum = 0;
-    for (std::int32_t q = s.idx.begin[d] + static_cast<std::int32_t>(i % s.parts); q < s.idx.begin[d + 1]; q += s.parts) {
-      sum += fit_count(s.nv, s.cv, c, s.idx.node[q]);
-    }
+    std::int64_t const sum = domain_part_sum(s.idx, cd % domains, static_cast<std::int32_t>(i % s.parts), s.parts,
+                                             [&](std::int32_t n) { return fit_count(s.nv, s.cv, c, n); });
     if (sum != 0) t.fetch_add(&s.cap[cd], sum);
   });
 }

@@ -109,15 +109,8 @@ class host_device {
       stage_program(team, s);
       return;
     }
-    model::fibers f(model_.threads);
-    f.set_lanes(model_.blocks);
-    std::vector<std::int64_t> shared(static_cast<std::size_t>(model_.threads));
-    f.run(
-        [&](int) {
-          model_team t{&f, true, shared.data()};
-          stage_program(t, s);
-        },
-        [](std::vector<model::fibers::counts> const&, model::fibers::end const&) {});
+    run_on_fibers(model_, [&](model_team& t) { stage_program(t, s); },
+                  [](std::vector<model::fibers::counts> const&, model::fibers::end const&) {});
   }
 
   void run_tiers(tier_chain const& c, node_records const& in, std::int32_t n_in, node_records const& out,

@@ -387,6 +387,16 @@ struct fit_count_op {
   }
 };
 
+/// Part j of domain d's sum of f(n): its nodes n whose place in the domain
+/// is j modulo `parts` (domain_part_op, stage_caps_add).
+template <class F>
+PLACER_HD std::int64_t domain_part_sum(domain_index_view const& idx, std::int32_t d, std::int32_t j, std::int32_t parts,
+                                       F const& f) {
+  std::int64_t sum = 0;
+  for (std::int32_t k = idx.begin[d] + j; k < idx.begin[d + 1]; k += parts) sum += f(idx.node[k]);
+  return sum;
+}
+
 /// Part j of a domain's sum, per class of the set: i = (s * n_domains + d)
 /// * parts + j is the sum of fit[s * n_nodes + n] over domain d's nodes n
 /// whose place in the domain is j modulo `parts`. In parts because the root
@@ -402,10 +412,7 @@ struct domain_part_op {
   PLACER_HD void operator()(std::int32_t i) const {
     std::int32_t const sd = i / parts;
     std::int32_t const* f = fit + static_cast<std::int64_t>(sd / idx.n_domains) * n_nodes;
-    std::int32_t const d = sd % idx.n_domains;
-    std::int64_t sum = 0;
-    for (std::int32_t k = idx.begin[d] + i % parts; k < idx.begin[d + 1]; k += parts) sum += f[idx.node[k]];
-    part[i] = sum;
+    part[i] = domain_part_sum(idx, sd % idx.n_domains, i % parts, parts, [&](std::int32_t n) { return f[n]; });
   }
 };
 
