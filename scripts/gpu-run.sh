@@ -401,14 +401,16 @@ case "$step" in
   shared)
     # A chain's scratch (prices, floors, bid lists, heaps, buckets) laid out in the CTA's shared
     # memory where it fits (issue 53 item 2; PLACER_CUDA_TIER_SHARED=1, off by default until this
-    # call says): the 10k chains' 170-203 KB fit an H100's or H200's 227 KB, openb's 355 KB and
-    # 100k's 1.8 MB keep the grid. Parity with it on, or off from there where it fails; racecheck
-    # (shared memory is what it checks) and memcheck; on against off, alternating; then the default.
+    # call says): the 10k chains' 170-203 KB fit an H100's or H200's 227 KB; openb's 355 KB spread
+    # over a cluster of 2 CTAs (tier_cluster_kernel, distributed shared memory); 100k's 1.8 MB
+    # keeps the grid. Parity with it on, or off from there where it fails; racecheck (shared
+    # memory is what it checks) and memcheck at 10k (one CTA) and openb (the cluster); on against
+    # off, alternating; then the default.
     budget=${2:-480}
     export PLACER_CUDA_TIER_SHARED=1
     parity_or "the chain's scratch in shared memory" PLACER_CUDA_TIER_SHARED=0
     fits 150 "racecheck on the parity tests" && sanitizer racecheck
-    rounds_under memcheck 40 10k
+    rounds_under memcheck 40 10k openb
     alternate PLACER_CUDA_TIER_SHARED tier-shared "scratch in shared memory"
     unset PLACER_CUDA_TIER_SHARED
     figures

@@ -99,8 +99,11 @@ namespace {
 /// as the first GPU run had them (PLACER_CUDA_TEAM_STEPS=0, to compare).
 /// Grid: a CTA of a cooperative launch (tier_program.hpp, "The grid"):
 /// the leading CTA runs the program, the others join its wide phases.
-template <bool Wide, bool Grid = false>
+/// Cluster: the grid is one thread-block cluster, its barriers the
+/// cluster's (tier_cluster_kernel).
+template <bool Wide, bool Grid = false, bool Cluster = false>
 struct cuda_team {
+  static_assert(!Cluster || Grid, "a cluster is the whole grid");
   __host__ __device__ std::int32_t blocks() const {
 #ifdef __CUDA_ARCH__
     return Grid ? static_cast<std::int32_t>(gridDim.x) : 1;
@@ -121,7 +124,13 @@ struct cuda_team {
   }
   __host__ __device__ void grid_sync() const {
 #ifdef __CUDA_ARCH__
-    if constexpr (Grid) {
+    if constexpr (Cluster) {
+#if __CUDA_ARCH__ >= 900
+      cooperative_groups::this_cluster().sync();
+#else
+      __trap();  // never launched below sm_90 (cuda_device::cluster_)
+#endif
+    } else if constexpr (Grid) {
       cooperative_groups::this_grid().sync();
     } else {
       __syncthreads();
@@ -263,6 +272,30 @@ __global__ void __launch_bounds__(tier_threads, 1)
   chain_launch_program(team, c, in, n_in, out, after);
 }
 
+/// A chain whose scratch fits no one CTA's shared memory, on a
+/// thread-block cluster of 2 to tier_cluster_most CTAs, one a
+/// multiprocessor (PLACER_CUDA_TIER_SHARED=1; issue 53, item 2): its arrays
+/// spread over the CTAs' shared memory, each whole in one CTA's
+/// (tier_layout_parts with `per_part` the host's size), every CTA reaching
+/// the others' through distributed shared memory; the program as on a grid
+/// of that many CTAs, its grid barriers the cluster's.
+__global__ void __launch_bounds__(tier_threads, 1)
+    tier_cluster_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out, stage_call after,
+                        std::size_t per_part) {
+#if __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(16) unsigned char tier_scratch[];
+  auto cluster = cooperative_groups::this_cluster();
+  tier_layout_parts(c.work, c.work_nodes, c.work_rows, c.work_copies, static_cast<std::int32_t>(cluster.num_blocks()),
+                    per_part, [&](std::int32_t k) { return cluster.map_shared_rank(tier_scratch, k); });
+  cluster.sync();  // every CTA of the cluster running before any reaches another's memory
+  cuda_team<true, true, true> team;
+  chain_launch_program(team, c, in, n_in, out, after);
+  cluster.sync();  // none exits while another may still reach its memory
+#else
+  __trap();  // never launched below sm_90 (cuda_device::cluster_)
+#endif
+}
+
 /// The same chain on a cooperative grid of CTAs (PLACER_CUDA_TIER_BLOCKS).
 __global__ void __launch_bounds__(tier_threads, 1)
     tier_grid_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out, stage_call after) {
@@ -366,6 +399,14 @@ class cuda_device {
       shared_bytes_ = prop.sharedMemPerBlockOptin;
       PLACER_CUDA_TRY(cudaFuncSetAttribute(tier_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared_bytes_)));
+      // The larger chains on a cluster, where the device launches them (sm_90 on).
+      int cluster = 0;
+      PLACER_CUDA_TRY(cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, device_));
+      cluster_ = cluster != 0;
+      if (cluster_) {
+        PLACER_CUDA_TRY(cudaFuncSetAttribute(tier_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(shared_bytes_)));
+      }
     }
     // The stage program's grid: a CTA a multiprocessor of this backend's
     // share, where the device holds one (its 124 registers a thread would let
@@ -394,7 +435,9 @@ class cuda_device {
                    (list_upto_ != tier_list_with_floors_upto ? ", first bids listed with the floors up to " + std::to_string(list_upto_) + " nodes" : "") +
                    (refresh_one_pass_ == 0 ? ", refresh in two passes" : "") +
                    (refresh_lanes_ == 0 ? ", refresh a worker a cell" : "") +
-                   (shared_bytes_ > 0 ? ", a chain's scratch in shared memory up to " + std::to_string(shared_bytes_ / 1024) + " KB" : "") +
+                   (shared_bytes_ > 0 ? ", a chain's scratch in shared memory up to " + std::to_string(shared_bytes_ / 1024) + " KB" +
+                                            (cluster_ ? " a CTA, on clusters of up to " + std::to_string(tier_cluster_most) + " CTAs" : "")
+                                      : "") +
                    (offer_pairs_ != tier_offer_pairs_upto ? ", offers ranked up to " + std::to_string(offer_pairs_) + " items" : "") +
                    (!wide_ ? ", serial tier steps)"
                     : offer_least_ != tier_offer_team_least ? ", team offers from " + std::to_string(offer_least_) + " bids)"
@@ -518,8 +561,13 @@ class cuda_device {
       k.work.refresh_one_pass = refresh_one_pass_;
       k.work.refresh_lanes = refresh_lanes_;
       std::size_t const bytes = shared_bytes_ > 0 ? tier_layout_bytes(k.work_nodes, k.work_rows, k.work_copies) : 0;
+      std::int32_t const parts = shared_bytes_ > 0 && bytes > shared_bytes_ && cluster_
+                                     ? tier_layout_parts_needed(k.work_nodes, k.work_rows, k.work_copies, shared_bytes_)
+                                     : 0;
       if (shared_bytes_ > 0 && bytes <= shared_bytes_) {
         tier_shared_kernel<<<1, tier_threads, bytes, stream_>>>(k, in, n_in, out, after);
+      } else if (parts >= 2) {
+        launch_cluster(k, in, n_in, out, after, parts);
       } else if (blocks_ > 1) {
         void* args[] = {&k, const_cast<node_records*>(&in), &n_in, const_cast<node_records*>(&out),
                         const_cast<stage_call*>(&after)};
@@ -538,6 +586,28 @@ class cuda_device {
   }
 
  private:
+  /// A chain on a cluster of `parts` CTAs (tier_cluster_kernel), each CTA's
+  /// dynamic shared memory the fullest piece of the layout.
+  void launch_cluster(tier_chain const& k, node_records const& in, std::int32_t n_in, node_records const& out,
+                      stage_call const& after, std::int32_t parts) {
+    tier_buffers sizing{};
+    std::size_t const piece = tier_layout_parts(sizing, k.work_nodes, k.work_rows, k.work_copies, parts, shared_bytes_,
+                                                [](std::int32_t) -> unsigned char* { return nullptr; });
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = static_cast<unsigned>(parts);
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t config{};
+    config.gridDim = dim3(static_cast<unsigned>(parts));
+    config.blockDim = dim3(tier_threads);
+    config.dynamicSmemBytes = piece;
+    config.stream = stream_;
+    config.attrs = attr;
+    config.numAttrs = 1;
+    PLACER_CUDA_TRY(cudaLaunchKernelEx(&config, tier_cluster_kernel, k, in, n_in, out, after, shared_bytes_));
+  }
+
   int device_ = 0;
   bool wide_ = true;  ///< the tier kernel's team steps (cuda_team<true>)
   std::int32_t offer_least_ = tier_offer_team_least;  ///< tier_buffers::offer_team_least
@@ -548,6 +618,7 @@ class cuda_device {
   std::int32_t offer_pairs_ = tier_offer_pairs_upto;        ///< tier_buffers::offer_pairs_upto
   std::int32_t offer_groups_ = 1;                          ///< tier_buffers::offer_groups
   int blocks_ = 1;                                          ///< the tier kernel's grid (CTAs)
+  bool cluster_ = false;  ///< PLACER_CUDA_TIER_SHARED on a device that launches clusters (tier_cluster_kernel)
   int stage_blocks_ = 1;                                    ///< the stage kernel's grid (CTAs)
   std::size_t shared_bytes_ = 0;  ///< PLACER_CUDA_TIER_SHARED: the most shared memory a chain's scratch may take
   std::int64_t grid_cells_from_ = tier_grid_cells_from;    ///< tier_buffers::grid_cells_from

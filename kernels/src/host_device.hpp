@@ -125,20 +125,24 @@ class host_device {
       }
     }
     // The chain's scratch laid out again in memory of the launch's own,
-    // poisoned, as a CTA's shared memory would hold it (cuda_backend's
-    // tier_shared_kernel): a program that read scratch before writing it,
-    // or kept it across launches, would place differently.
+    // poisoned, as CTAs' shared memory would hold it (cuda_backend's
+    // tier_shared_kernel and tier_cluster_kernel), and spread over as many
+    // pieces as a cluster has CTAs, each as small as the arrays allow
+    // (tier_layout_smallest_parts): a program that read scratch before
+    // writing it, kept it across launches, or reached one array from
+    // another's address, would place differently.
     tier_chain k = c;
-    std::size_t const bytes = tier_layout_bytes(c.work_nodes, c.work_rows, c.work_copies);
+    std::int32_t parts = 0;
+    std::size_t const per = tier_layout_smallest_parts(c.work_nodes, c.work_rows, c.work_copies, parts);
+    std::size_t const bytes = per * static_cast<std::size_t>(parts);
     if (bytes > scratch_bytes_) {
       if (scratch_ != nullptr) device_free(scratch_);
       scratch_ = static_cast<unsigned char*>(device_alloc(bytes));
       scratch_bytes_ = bytes;
     }
-    if (bytes > 0) {
-      std::memset(scratch_, 0xa5, bytes);
-      tier_layout_at(k.work, c.work_nodes, c.work_rows, c.work_copies, scratch_);
-    }
+    std::memset(scratch_, 0xa5, bytes);
+    tier_layout_parts(k.work, c.work_nodes, c.work_rows, c.work_copies, parts, per,
+                      [&](std::int32_t part) { return scratch_ + per * static_cast<std::size_t>(part); });
     if (counts_ != nullptr) {
       run_chain_model(model_, k, in, n_in, out, after, *counts_);
       return;

@@ -124,6 +124,78 @@ std::int64_t flow_optimum(tier_instance const& t, std::vector<std::int64_t> cons
   }
 }
 
+// A chain's scratch spread over a cluster's CTAs (tier_layout_parts; the
+// CUDA backend's tier_cluster_kernel, the twin's every launch): every array
+// whole in one piece, inside it, 16-byte aligned and apart from every other;
+// the fewest pieces that hold it; an array larger than a piece fits none.
+// At an H200's 227 KB a CTA, 10k's largest chain takes one CTA and openb's
+// two (docs/architecture.md, "A chain's scratch in shared memory").
+TEST(TierLayout, PartsHoldEveryArrayWholeAndApart) {
+  struct size3 {
+    std::int32_t nodes, rows, copies;
+  };
+  std::size_t const h200 = 227 * 1024;
+  EXPECT_EQ(tier_layout_parts_needed(1280, 18, 169, h200), 1);   // 10k's largest chain
+  EXPECT_EQ(tier_layout_parts_needed(1213, 43, 1016, h200), 2);  // openb's
+  EXPECT_EQ(tier_layout_parts_needed(12800, 18, 4512, h200), 0);  // 100k's: its selections alone are 900 KB
+  std::mt19937 rng(20261203);
+  std::vector<size3> sizes{{1280, 18, 169}, {1213, 43, 1016}, {1, 1, 1}, {7, 3, 0}};
+  for (int i = 0; i < 40; ++i) {
+    sizes.push_back({std::uniform_int_distribution<std::int32_t>(1, 3000)(rng),
+                     std::uniform_int_distribution<std::int32_t>(1, 60)(rng),
+                     std::uniform_int_distribution<std::int32_t>(0, 2000)(rng)});
+  }
+  std::int32_t split = 0;
+  for (auto const& [n, r, d] : sizes) {
+    std::size_t const whole = tier_layout_bytes(n, r, d);
+    // The smallest pieces, as the twin lays every chain out.
+    std::int32_t parts = 0;
+    std::size_t const per = tier_layout_smallest_parts(n, r, d, parts);
+    ASSERT_GE(parts, 1);
+    ASSERT_LE(parts, tier_cluster_most);
+    split += parts > 1 ? 1 : 0;
+    tier_buffers none{};
+    auto const no_base = [](std::int32_t) -> unsigned char* { return nullptr; };
+    if (parts > 1) {
+      EXPECT_EQ(tier_layout_parts(none, n, r, d, parts - 1, per, no_base), 0u) << n << " " << r << " " << d;
+    }
+    std::vector<unsigned char> memory(per * static_cast<std::size_t>(parts));
+    tier_buffers b{};
+    std::size_t const fullest = tier_layout_parts(b, n, r, d, parts, per, [&](std::int32_t k) {
+      return memory.data() + per * static_cast<std::size_t>(k);
+    });
+    ASSERT_GT(fullest, 0u);
+    ASSERT_LE(fullest, per);
+    // Each array's place and size, in layout order (tier_layout hands each
+    // field as it stands and keeps what comes back).
+    std::vector<std::pair<std::size_t, std::size_t>> at;  // offset into memory, bytes
+    std::size_t bytes = 0;
+    tier_layout(b, n, r, d, [&](auto* p, std::size_t count) {
+      auto const offset = static_cast<std::size_t>(reinterpret_cast<unsigned char const*>(p) - memory.data());
+      if (count > 0) at.emplace_back(offset, count * sizeof(*p));  // an empty one may sit at a piece's end
+      bytes += count * sizeof(*p);
+      return p;
+    });
+    EXPECT_LE(bytes, whole);
+    for (auto const& [offset, size] : at) {
+      EXPECT_EQ(offset % 16, 0u);
+      std::size_t const piece = offset / per;
+      ASSERT_LT(piece, static_cast<std::size_t>(parts));
+      EXPECT_LE(offset + size, (piece + 1) * per) << "an array crosses into the next piece";
+      EXPECT_LE(offset + size - piece * per, fullest);
+    }
+    std::sort(at.begin(), at.end());
+    for (std::size_t k = 1; k < at.size(); ++k) EXPECT_LE(at[k - 1].first + at[k - 1].second, at[k].first);
+    // Pieces smaller than the largest array hold none of it.
+    std::size_t largest = 0;
+    for (auto const& a : at) largest = std::max(largest, a.second);
+    if (largest > 16) {
+      EXPECT_EQ(tier_layout_parts(none, n, r, d, tier_cluster_most, largest - 1, no_base), 0u);
+    }
+  }
+  EXPECT_GT(split, 30);  // the twin spreads most chains over more than one piece
+}
+
 // A row's floor is its (copies+1)-th best feasible value, or 0 when no more
 // nodes than copies can take it: the radix selection of long rows (and the
 // direct one of short rows) against a sorted copy of the row, on spread,

@@ -414,6 +414,62 @@ PLACER_HD inline std::size_t tier_layout_bytes(std::int32_t n_nodes, std::int32_
   return tier_layout_at(b, n_nodes, n_rows, copies, nullptr);
 }
 
+/// The most CTAs of a thread-block cluster a chain's scratch spreads over
+/// (tier_layout_parts): 8, the portable cluster size.
+inline constexpr std::int32_t tier_cluster_most = 8;
+
+/// The work buffers spread over `parts` (1 to tier_cluster_most) pieces of
+/// memory of `per_part` bytes each, every array whole in one piece: in
+/// layout order, each into the first piece with room for it, 16-byte
+/// aligned. A thread-block cluster's distributed shared memory, piece k
+/// CTA k's, base(k) that memory as the calling CTA reaches it; base may
+/// return nullptr (sizing only). Returns the bytes of the fullest piece (at
+/// least 1), or 0 where an array fits in no piece (`b` is then unusable).
+template <class Base>
+PLACER_HD std::size_t tier_layout_parts(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows,
+                                        std::int32_t copies, std::int32_t parts, std::size_t per_part, Base&& base) {
+  std::size_t used[tier_cluster_most] = {};
+  bool fits = parts >= 1 && parts <= tier_cluster_most;
+  tier_layout(b, n_nodes, n_rows, copies, [&](auto* tag, std::size_t count) {
+    using T = std::remove_pointer_t<decltype(tag)>;
+    for (std::int32_t k = 0; fits && k < parts; ++k) {
+      std::size_t const at = (used[k] + 15) / 16 * 16;
+      if (at + count * sizeof(T) > per_part) continue;
+      used[k] = at + count * sizeof(T);
+      unsigned char* const p = base(k);
+      return p != nullptr ? reinterpret_cast<T*>(p + at) : static_cast<T*>(nullptr);
+    }
+    fits = false;
+    return static_cast<T*>(nullptr);
+  });
+  std::size_t most = 1;
+  for (std::int32_t k = 0; fits && k < parts; ++k) most = max_of(most, used[k]);
+  return fits ? most : 0;
+}
+
+/// The fewest pieces of per_part bytes, at most tier_cluster_most, that
+/// hold the work buffers (tier_layout_parts), or 0 where none do.
+PLACER_HD inline std::int32_t tier_layout_parts_needed(std::int32_t n_nodes, std::int32_t n_rows, std::int32_t copies,
+                                                       std::size_t per_part) {
+  for (std::int32_t parts = 1; parts <= tier_cluster_most; ++parts) {
+    tier_buffers b{};
+    auto const none = [](std::int32_t) -> unsigned char* { return nullptr; };
+    if (tier_layout_parts(b, n_nodes, n_rows, copies, parts, per_part, none) > 0) return parts;
+  }
+  return 0;
+}
+
+/// The smallest pieces (a multiple of 16 bytes) that hold the work buffers
+/// in at most tier_cluster_most of them (tier_layout_parts), and in `parts`
+/// how many: the device twin lays every chain out so, so that a program
+/// that reached one array from another's address would place differently.
+PLACER_HD inline std::size_t tier_layout_smallest_parts(std::int32_t n_nodes, std::int32_t n_rows, std::int32_t copies,
+                                                        std::int32_t& parts) {
+  std::size_t per = tier_layout_bytes(n_nodes, n_rows, copies) / tier_cluster_most + 16;
+  while ((parts = tier_layout_parts_needed(n_nodes, n_rows, copies, per)) == 0) per += per / 4 + 16;
+  return (per + 15) / 16 * 16;
+}
+
 /// Host: the chain's sizes and offsets from its problems: heap_begin
 /// (concatenated) and heap_at, out_at (n_tiers + 1), and the largest tier's
 /// rows and copies for tier_layout. Returns the chain's copies.
