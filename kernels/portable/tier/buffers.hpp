@@ -394,26 +394,6 @@ PLACER_HD void tier_layout(tier_buffers& b, std::int32_t n_nodes, std::int32_t n
   b.offer_begin = take(b.offer_begin, r);
 }
 
-/// The work buffers laid out one after another from `base` (each 16-byte
-/// aligned; a CTA's shared memory); returns the bytes they take.
-PLACER_HD inline std::size_t tier_layout_at(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows,
-                                            std::int32_t copies, unsigned char* base) {
-  std::size_t used = 0;
-  tier_layout(b, n_nodes, n_rows, copies, [&](auto* tag, std::size_t count) {
-    using T = std::remove_pointer_t<decltype(tag)>;
-    used = (used + 15) / 16 * 16;
-    T* const p = base != nullptr ? reinterpret_cast<T*>(base + used) : nullptr;
-    used += count * sizeof(T);
-    return p;
-  });
-  return used;
-}
-/// The bytes tier_layout_at takes for these sizes.
-PLACER_HD inline std::size_t tier_layout_bytes(std::int32_t n_nodes, std::int32_t n_rows, std::int32_t copies) {
-  tier_buffers b{};
-  return tier_layout_at(b, n_nodes, n_rows, copies, nullptr);
-}
-
 /// The most CTAs of a thread-block cluster a chain's scratch spreads over
 /// (tier_layout_parts): 8, the portable cluster size.
 inline constexpr std::int32_t tier_cluster_most = 8;
@@ -445,6 +425,19 @@ PLACER_HD std::size_t tier_layout_parts(tier_buffers& b, std::int32_t n_nodes, s
   std::size_t most = 1;
   for (std::int32_t k = 0; fits && k < parts; ++k) most = max_of(most, used[k]);
   return fits ? most : 0;
+}
+
+/// The work buffers laid out one after another from `base` (each 16-byte
+/// aligned; a CTA's shared memory): tier_layout_parts' one piece. Returns
+/// the bytes they take (at least 1).
+PLACER_HD inline std::size_t tier_layout_at(tier_buffers& b, std::int32_t n_nodes, std::int32_t n_rows,
+                                            std::int32_t copies, unsigned char* base) {
+  return tier_layout_parts(b, n_nodes, n_rows, copies, 1, ~std::size_t{0}, [&](std::int32_t) { return base; });
+}
+/// The bytes tier_layout_at takes for these sizes.
+PLACER_HD inline std::size_t tier_layout_bytes(std::int32_t n_nodes, std::int32_t n_rows, std::int32_t copies) {
+  tier_buffers b{};
+  return tier_layout_at(b, n_nodes, n_rows, copies, nullptr);
 }
 
 /// The fewest pieces of per_part bytes, at most tier_cluster_most, that
