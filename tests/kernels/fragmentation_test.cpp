@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 namespace placer::kernels {
@@ -84,6 +86,35 @@ TEST(Fragmentation, WholeGpuTasksAreCountedAsFgdCountsThem) {
     EXPECT_DOUBLE_EQ(frag(f, 8000, t, packable), 0.5 * 3400 + 0.5 * 400);
     // A full node has no fragmentation.
     EXPECT_DOUBLE_EQ(frag({0, 0}, 64000, t, packable), 0.0);
+  }
+}
+
+// A node's free GPU values sorted (a fragmentation state's key): up to 8
+// by a sorting network, past it by insertion sort. Every pattern of two
+// values on 0..8 GPUs (the network sorts every input if it sorts these),
+// and random values of a few kinds, ties among them, on 0..16.
+TEST(Fragmentation, FreeGpuValuesSortAsStdSortSortsThem) {
+  auto check = [](std::vector<std::int32_t> const& f) {
+    std::vector<std::int32_t> got(f.size() + 1, -7), want = f;
+    std::sort(want.begin(), want.end());
+    sort_free_gpus(f.data(), static_cast<std::int32_t>(f.size()), got.data());
+    EXPECT_EQ(got.back(), -7) << "wrote past the node's GPUs";
+    got.pop_back();
+    EXPECT_EQ(got, want);
+  };
+  for (int g = 0; g <= 8; ++g) {
+    for (int bits = 0; bits < (1 << g); ++bits) {
+      std::vector<std::int32_t> f(static_cast<std::size_t>(g));
+      for (int k = 0; k < g; ++k) f[static_cast<std::size_t>(k)] = (bits >> k) & 1 ? 1000 : 0;
+      check(f);
+    }
+  }
+  std::mt19937 rng(5);
+  std::int32_t const kinds[] = {0, 125, 250, 500, 1000};
+  for (int iter = 0; iter < 2000; ++iter) {
+    std::vector<std::int32_t> f(rng() % 17);
+    for (auto& v : f) v = iter % 2 == 0 ? kinds[rng() % 5] : static_cast<std::int32_t>(rng() % 1001);
+    check(f);
   }
 }
 

@@ -10,10 +10,12 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "../support/parity.hpp"
 #include "../support/random_round.hpp"
@@ -557,6 +559,65 @@ TEST(SolverRandom, DeterministicAcrossRuns) {
 }
 
 // The CUDA backend must produce the same score matrix and placements as the
+// Flatten's classes and typical task set, checked against their
+// definitions on rounds of up to 300 shapes: far past the first size of the
+// hash tables that find them (64 slots), so the tables grow mid-round. A
+// class is a distinct (demand, models, pool rule) numbered in order of first
+// appearance; the task set is the replica shapes of pending and running
+// work, most replicas first (ties by shape, the larger first), until 95% are
+// covered or 64 are taken.
+TEST(Flatten, ClassesAndTaskShapesFollowTheirDefinitionsPastTheTablesFirstSize) {
+  std::mt19937_64 rng(41);
+  for (int iter = 0; iter < 6; ++iter) {
+    round_input in;
+    in.state = make_cluster().leaves_per_spine(2).nodes_per_leaf(4).gpus(8).build();
+    int const shapes = 20 + 56 * iter;  // 20 .. 300
+    for (int k = 0; k < 2000; ++k) {
+      int const s = static_cast<int>(rng() % static_cast<std::uint64_t>(shapes));
+      job j = gpu_job("j" + std::to_string(k), 1 + s % 4, 1000, 1 + static_cast<int>(rng() % 3));
+      j.per_replica.cpu_milli = 1000 + 250 * (s / 4);
+      if (s % 7 == 3) j.kind = job_kind::inference;
+      in.pending.push_back(std::move(j));
+    }
+    round_matrices const m = build_matrices(in);
+    using key = std::tuple<std::int32_t, std::int64_t, int>;  // gpus, cpu, inference
+    std::map<key, std::int32_t> rows;
+    for (std::size_t j = 0; j < in.pending.size(); ++j) {
+      auto const& jb = in.pending[j];
+      key const k{jb.per_replica.gpus, jb.per_replica.cpu_milli, jb.kind == job_kind::inference ? 1 : 0};
+      auto const [it, fresh] = rows.emplace(k, static_cast<std::int32_t>(rows.size()));
+      ASSERT_EQ(m.job_class[j], it->second) << "iteration " << iter << " job " << j;
+      if (fresh) {
+        ASSERT_EQ(m.class_gpus[static_cast<std::size_t>(it->second)], jb.per_replica.gpus);
+        ASSERT_EQ(m.class_cpu[static_cast<std::size_t>(it->second)], jb.per_replica.cpu_milli);
+      }
+    }
+    ASSERT_EQ(m.n_classes(), static_cast<std::int32_t>(rows.size()));
+    EXPECT_GT(m.n_classes(), 32 * (iter > 0 ? 1 : 0));
+    // The task set: (cpu, milli, gpus) -> replicas (every model allowed here).
+    std::map<std::tuple<std::int64_t, std::int32_t, std::int32_t>, std::int64_t> count;
+    std::int64_t total = 0;
+    for (auto const& jb : in.pending) {
+      count[{jb.per_replica.cpu_milli, jb.per_replica.gpu_milli, jb.per_replica.gpus}] += jb.replicas;
+      total += jb.replicas;
+    }
+    std::vector<std::pair<std::int64_t, std::tuple<std::int64_t, std::int32_t, std::int32_t>>> ranked;
+    for (auto const& [k, c] : count) ranked.emplace_back(c, k);
+    std::sort(ranked.begin(), ranked.end(), [](auto const& a, auto const& b) { return a > b; });
+    std::int64_t covered = 0;
+    std::size_t taken = 0;
+    while (taken < ranked.size() && taken < 64 && covered * 100 < total * 95) covered += ranked[taken++].first;
+    ASSERT_EQ(m.task_cpu.size(), taken) << "iteration " << iter;
+    for (std::size_t t = 0; t < taken; ++t) {
+      auto const& [c, k] = ranked[t];
+      EXPECT_EQ(m.task_cpu[t], std::get<0>(k)) << "iteration " << iter << " task " << t;
+      EXPECT_EQ(m.task_milli[t], std::get<1>(k));
+      EXPECT_EQ(m.task_gpus[t], std::get<2>(k));
+      EXPECT_EQ(m.task_freq_ppm[t], static_cast<std::int32_t>(c * 1000000 / covered));
+    }
+  }
+}
+
 // CPU backend. Runs wherever a GPU is present; skipped (saying why) elsewhere.
 // One call gives every class of a set its capacity per domain: the sum of
 // the domain's nodes' fit counts (kernels::fit_count, one node at a time).

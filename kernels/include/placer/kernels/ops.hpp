@@ -120,10 +120,32 @@ PLACER_HD inline bool node_state_equal(node_view const& nv, std::int32_t a, std:
   return true;
 }
 
-/// A node's g free GPU values sorted ascending into `out` (insertion sort:
-/// a node's few GPUs): a fragmentation state's values, which GPU holds
-/// which not mattering (column_frag).
+/// A node's g free GPU values sorted ascending into `out`: a fragmentation
+/// state's values, which GPU holds which not mattering (column_frag). Up to
+/// 8 GPUs (most nodes) by Batcher's odd-even merge network of 19
+/// compare-exchanges, the values padded with INT32_MAX: no branch on the
+/// values, where insertion sort's mispredicted (the 100k round's 5,504
+/// state roots: 15% of flatten); more by insertion sort.
 PLACER_HD inline void sort_free_gpus(std::int32_t const* free, std::int32_t g, std::int32_t* out) {
+  if (g <= 8) {
+    std::int32_t v[8];
+    for (std::int32_t k = 0; k < 8; ++k) v[k] = k < g ? free[k] : INT32_MAX;
+    auto const ce = [&v](int a, int b) {
+      std::int32_t const lo = v[a] < v[b] ? v[a] : v[b];
+      std::int32_t const hi = v[a] < v[b] ? v[b] : v[a];
+      v[a] = lo;
+      v[b] = hi;
+    };
+    // The network's six layers, a line each (a layer's pairs are apart).
+    ce(0, 1); ce(2, 3); ce(4, 5); ce(6, 7);
+    ce(0, 2); ce(1, 3); ce(4, 6); ce(5, 7);
+    ce(1, 2); ce(5, 6);
+    ce(0, 4); ce(1, 5); ce(2, 6); ce(3, 7);
+    ce(2, 4); ce(3, 5);
+    ce(1, 2); ce(3, 4); ce(5, 6);
+    for (std::int32_t k = 0; k < g; ++k) out[k] = v[k];
+    return;
+  }
   for (std::int32_t k = 0; k < g; ++k) {
     std::int32_t const v = free[k];
     std::int32_t at = k;

@@ -29,8 +29,10 @@ struct flatten_scratch {
                                std::uint8_t, std::int32_t, std::uint8_t>;
   /// (cpu, milli, gpus, model mask) of a typical-task shape.
   using task_key = std::tuple<std::int64_t, std::int32_t, std::int32_t, std::uint64_t>;
-  std::vector<std::pair<class_key, std::int32_t>> classes;  ///< sorted by key: key -> class row
-  std::vector<std::pair<task_key, std::int64_t>> counts;    ///< sorted by key: shape -> replicas
+  std::vector<std::pair<class_key, std::int32_t>> classes;  ///< key -> class row, in order of first appearance
+  std::vector<std::int32_t> class_slots;                    ///< classes' hash table (find_or_insert)
+  std::vector<std::pair<task_key, std::int64_t>> counts;    ///< shape -> replicas, in order of first appearance
+  std::vector<std::int32_t> count_slots;                    ///< counts' hash table
   std::vector<std::pair<std::int64_t, task_key>> ranked;    ///< (count, shape), most frequent first
   std::vector<std::pair<std::uint32_t, std::int32_t>> hash_table;  ///< (hash's high half, node): node states, then fragmentation states
   std::vector<std::int32_t> frag_rep;  ///< per node state: the first state of its fragmentation state
