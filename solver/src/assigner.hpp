@@ -39,6 +39,16 @@ struct order_key {
   auto operator<=>(order_key const&) const = default;
 };
 
+/// job_order's working space, the caller's, reused across rounds.
+struct order_scratch {
+  std::vector<order_key> keys;       ///< per job
+  std::vector<std::int32_t> base;    ///< the jobs by (submit time, index)
+  std::vector<std::int32_t> group;   ///< per job: its group, a distinct (priority, size, models)
+  std::vector<order_key> groups;     ///< per group: its key (index: the group), then sorted
+  std::vector<std::int32_t> slots;   ///< the groups' hash table: group, -1 empty
+  std::vector<std::int32_t> starts;  ///< per group: where its jobs start in the order
+};
+
 /// The assigner's working buffers, owned by the caller and reused across
 /// rounds (the solver keeps one): a steady stream of same-shaped rounds
 /// assigns without allocating, except for what goes into the result.
@@ -48,11 +58,11 @@ struct assigner_scratch {
   std::vector<std::int32_t> domain_begin;                   ///< n_domains + 1: CSR of the entries by domain
   std::vector<std::int32_t> domain_cursor;                  ///< counting-sort scratch
   std::vector<std::int32_t> order;                          ///< queue order
-  std::vector<order_key> order_keys;                        ///< job_order's scratch
+  order_scratch order_keys;                                 ///< job_order's scratch
   std::vector<std::pair<std::int64_t, std::int32_t>> tiers;  ///< (level x 1024 - tier, position in order)
   std::vector<std::int32_t> moved;                          ///< per job: its reorder key offset, or -1
   std::vector<std::int32_t> fifo;                           ///< queue order without largest-first (queue_window)
-  std::vector<order_key> fifo_keys;                         ///< its job_order scratch
+  order_scratch fifo_keys;                                  ///< its job_order scratch
   /// Per job: the group (a run of equal tier keys) it was placed in, in the
   /// order the groups ran; -1 = none (placer mode's last run).
   std::vector<std::int32_t> group_of;
@@ -271,7 +281,7 @@ std::int32_t consolidate(round_input const& in, round_matrices& m, kernels::scor
 /// round of this size was seen).
 struct repack_scratch {
   std::vector<std::int32_t> fifo;
-  std::vector<order_key> keys;
+  order_scratch keys;
   std::vector<std::uint8_t> state;      ///< per job: 1 started, 2 waits for capacity
   std::vector<std::int32_t> pos;        ///< per job: its place in queue order
   std::vector<std::uint8_t> promised;   ///< per queue position: 1 = a job promised it does not fit
@@ -319,8 +329,7 @@ std::int32_t repack(round_input const& in, round_matrices& m, kernels::score_par
 
 /// Queue order into `order`: priority, then (largest_first, placer) the
 /// largest total GPU demand and the fewest GPU models allowed first, then
-/// submit time, then index. `keys` is the caller's reused scratch.
-void job_order(round_input const& in, bool largest_first, std::vector<std::int32_t>& order,
-               std::vector<order_key>& keys);
+/// submit time, then index. `scratch` is the caller's, reused.
+void job_order(round_input const& in, bool largest_first, std::vector<std::int32_t>& order, order_scratch& scratch);
 
 }  // namespace placer::detail

@@ -21,6 +21,7 @@
 #include <tuple>
 
 #include "../support/assign_only.hpp"
+#include "assigner.hpp"
 #include "../support/invariants.hpp"
 #include "../support/random_round.hpp"
 
@@ -94,6 +95,52 @@ std::string first_overtaken(round_input const& in, round_result const& r) {
     }
   }
   return "";
+}
+
+// The queue orders (detail::job_order, a counting sort over groups of
+// priority, size and models) are std::sort's of the keys by priority, then
+// (largest first) total GPU demand and models allowed, then submit time,
+// then index: on random queues in submission order (the counting sort's
+// own order) and out of it, with few groups and with as many as jobs (the
+// groups' table growing mid-call), both orders, one scratch reused.
+TEST(QueueOrder, JobOrderIsTheSortOfItsKeys) {
+  std::mt19937_64 rng(40);
+  detail::order_scratch scratch;
+  std::vector<std::int32_t> order;
+  int out_of_order = 0;
+  for (int iter = 0; iter < 300; ++iter) {
+    round_input in;
+    auto const n = static_cast<int>(rng() % (iter % 10 == 0 ? 3000 : 200));
+    bool const many = iter % 3 == 0;  // about as many groups as jobs
+    std::int64_t t = 0;
+    for (int k = 0; k < n; ++k) {
+      t += static_cast<std::int64_t>(rng() % 3);  // ties too
+      job j = gpu_job("j" + std::to_string(k), static_cast<int>(rng() % 3),
+                      iter % 2 == 0 ? t : static_cast<std::int64_t>(rng() % 50), 1 + static_cast<int>(rng() % 4),
+                      static_cast<int>(rng() % 3) - 1);
+      if (many) j.per_replica.gpu_milli = 1 + static_cast<std::int32_t>(rng() % 1000);
+      if (rng() % 4 == 0) j.allowed_gpu_models.assign(1 + rng() % 3, "H100");
+      in.pending.push_back(std::move(j));
+    }
+    for (bool const largest : {false, true}) {
+      detail::job_order(in, largest, order, scratch);
+      std::vector<detail::order_key> want;
+      for (int k = 0; k < n; ++k) {
+        auto const& x = in.pending[static_cast<std::size_t>(k)];
+        std::int64_t const models =
+            x.per_replica.gpus > 0 && !x.allowed_gpu_models.empty() ? static_cast<std::int64_t>(x.allowed_gpu_models.size()) : 1000;
+        want.push_back({-static_cast<std::int64_t>(x.priority), largest ? -x.per_replica.gpu_milli_total() * x.replicas : 0,
+                        largest ? models : 0, x.submit_time, k});
+      }
+      std::sort(want.begin(), want.end());
+      ASSERT_EQ(order.size(), want.size()) << "iteration " << iter;
+      for (std::size_t k = 0; k < want.size(); ++k) {
+        ASSERT_EQ(order[k], want[k].index) << "iteration " << iter << " largest first " << largest << " place " << k;
+      }
+    }
+    out_of_order += iter % 2 == 1 && n > 1 ? 1 : 0;
+  }
+  EXPECT_GT(out_of_order, 100);
 }
 
 TEST(QueueOrder, ALaterLargerJobDoesNotTakeWhatAnEarlierSmallJobNeeded) {
