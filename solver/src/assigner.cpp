@@ -6,7 +6,6 @@
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
-#include <bit>
 #include <cstdlib>
 #include <limits>
 #include <numeric>
@@ -82,13 +81,10 @@ bool assigner::goes_local(job const& j) const {
 }
 
 void job_order(round_input const& in, bool largest_first, std::vector<std::int32_t>& order, order_scratch& s) {
-  // The order is by group (priority, then size and models), then by
-  // (submit time, index): the jobs' groups found through a hash table and
-  // sorted, the jobs then laid out group by group in (submit time, index)
-  // order, which is the queue's own where submit times do not go back (a
-  // counting sort: O(jobs + groups log groups)). One std::sort of the five
-  // fields was 5% of the 10k, openb and 100k rounds (10k: 57 us a call,
-  // twice a round).
+  // The jobs by group (priority, then size and models: group_order), each
+  // group's in (submit time, index) order, which is the queue's own where
+  // submit times do not go back. One std::sort of the five fields was 5%
+  // of the 10k, openb and 100k rounds (10k: 57 us a call, twice a round).
   auto const n = in.pending.size();
   auto& keys = s.keys;
   keys.resize(n);
@@ -120,52 +116,19 @@ void job_order(round_input const& in, bool largest_first, std::vector<std::int32
       return ta != tb ? ta < tb : a < b;
     });
   }
-  // Groups: distinct (priority, size, models), numbered as first met.
-  auto& groups = s.groups;
-  auto& slots = s.slots;
-  groups.clear();
-  slots.clear();
-  s.group.resize(n);
-  auto const same = [](order_key const& a, order_key const& b) {
-    return a.priority == b.priority && a.size == b.size && a.models == b.models;
-  };
-  // The slot of key's group, or the empty slot where it goes.
-  auto const slot_of = [&](order_key const& key) {
-    std::uint64_t h = static_cast<std::uint64_t>(key.priority) * 0x9E3779B97F4A7C15ULL;
-    h = (h ^ static_cast<std::uint64_t>(key.size)) * 0xBF58476D1CE4E5B9ULL;
-    h = (h ^ static_cast<std::uint64_t>(key.models)) * 0x94D049BB133111EBULL;
-    std::size_t const mask = slots.size() - 1;
-    auto slot = static_cast<std::size_t>(h ^ (h >> 29)) & mask;
-    while (slots[slot] >= 0 && !same(groups[static_cast<std::size_t>(slots[slot])], key)) slot = (slot + 1) & mask;
-    return slot;
-  };
-  for (std::size_t k = 0; k < n; ++k) {
-    if (2 * (groups.size() + 1) > slots.size()) {  // at most half full
-      slots.assign(std::bit_ceil(std::max<std::size_t>(64, 4 * (groups.size() + 1))), -1);
-      for (auto const& g : groups) slots[slot_of(g)] = g.index;
-    }
-    auto const& key = keys[k];
-    auto const slot = slot_of(key);
-    if (slots[slot] < 0) {
-      slots[slot] = static_cast<std::int32_t>(groups.size());
-      groups.push_back({key.priority, key.size, key.models, 0, static_cast<std::int32_t>(groups.size())});
-    }
-    s.group[k] = slots[slot];
-  }
-  // Each group's start in the order: the groups sorted, their sizes summed.
-  std::sort(groups.begin(), groups.end());
-  auto& starts = s.starts;
-  starts.assign(groups.size(), 0);
-  for (std::size_t k = 0; k < n; ++k) ++starts[static_cast<std::size_t>(s.group[k])];
-  std::int32_t at = 0;
-  for (auto const& g : groups) {
-    auto& start = starts[static_cast<std::size_t>(g.index)];
-    std::int32_t const size = start;
-    start = at;
-    at += size;
-  }
-  order.resize(n);
-  for (auto const k : base) order[static_cast<std::size_t>(starts[static_cast<std::size_t>(s.group[static_cast<std::size_t>(k)])]++)] = k;
+  group_order(
+      base,
+      [&](std::int32_t k) {
+        auto const& key = keys[static_cast<std::size_t>(k)];
+        return order_key{key.priority, key.size, key.models, 0, 0};
+      },
+      [](order_key const& key) {
+        std::uint64_t h = static_cast<std::uint64_t>(key.priority) * 0x9E3779B97F4A7C15ULL;
+        h = (h ^ static_cast<std::uint64_t>(key.size)) * 0xBF58476D1CE4E5B9ULL;
+        h = (h ^ static_cast<std::uint64_t>(key.models)) * 0x94D049BB133111EBULL;
+        return h ^ (h >> 29);
+      },
+      s.groups, order);
 }
 
 assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::int32_t>& scores, score_params p,
@@ -283,7 +246,21 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
     }
     tiers.emplace_back(key, static_cast<std::int32_t>(k));
   }
-  std::sort(tiers.begin(), tiers.end());
+  // Sorted by (key, position): positions were pushed ascending, so by key
+  // stably (group_order: a round's tiers are a few dozen keys).
+  auto& tier_base = s_.tier_base;
+  tier_base.resize(tiers.size());
+  for (std::size_t t = 0; t < tiers.size(); ++t) tier_base[t] = static_cast<std::int32_t>(t);
+  group_order(
+      tier_base, [&](std::int32_t t) { return tiers[static_cast<std::size_t>(t)].first; },
+      [](std::int64_t key) {
+        auto const h = static_cast<std::uint64_t>(key) * 0x9E3779B97F4A7C15ULL;
+        return h ^ (h >> 29);
+      },
+      s_.tier_groups, s_.tier_order);
+  s_.tiers_sorted.resize(tiers.size());
+  for (std::size_t t = 0; t < tiers.size(); ++t) s_.tiers_sorted[t] = tiers[static_cast<std::size_t>(s_.tier_order[t])];
+  tiers.swap(s_.tiers_sorted);
   auto job_at = [&](std::size_t t) { return order[static_cast<std::size_t>(tiers[t].second)]; };
   locality_left_ = 0;  // the host's reads of the matrix between chains
   for (std::size_t t = 0; t < tiers.size(); ++t) locality_left_ += wants_locality(in_.pending[job_at(t)]) ? 1 : 0;

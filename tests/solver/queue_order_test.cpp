@@ -143,6 +143,34 @@ TEST(QueueOrder, JobOrderIsTheSortOfItsKeys) {
   EXPECT_GT(out_of_order, 100);
 }
 
+// The tiers of a round (assigner::run) are (key, position) pairs sorted,
+// laid out by group_order stably by key: std::sort's order, on keys of a
+// few values to as many as items, negative ones too.
+TEST(QueueOrder, GroupOrderIsAStableSortByKey) {
+  std::mt19937_64 rng(9);
+  detail::group_scratch<std::int64_t> scratch;
+  std::vector<std::int32_t> base, got;
+  for (int iter = 0; iter < 200; ++iter) {
+    auto const n = static_cast<std::size_t>(rng() % 2000);
+    auto const values = static_cast<std::int64_t>(iter % 4 == 0 ? 100000 : 1 + rng() % 40);
+    std::vector<std::pair<std::int64_t, std::int32_t>> items;
+    for (std::size_t t = 0; t < n; ++t) {
+      items.emplace_back(static_cast<std::int64_t>(rng() % static_cast<std::uint64_t>(values)) - values / 2 -
+                             (std::int64_t{1} << 40),
+                         static_cast<std::int32_t>(t));
+    }
+    base.resize(n);
+    for (std::size_t t = 0; t < n; ++t) base[t] = static_cast<std::int32_t>(t);
+    detail::group_order(
+        base, [&](std::int32_t t) { return items[static_cast<std::size_t>(t)].first; },
+        [](std::int64_t k) { return static_cast<std::uint64_t>(k) * 0x9E3779B97F4A7C15ULL; }, scratch, got);
+    auto want = items;
+    std::sort(want.begin(), want.end());
+    ASSERT_EQ(got.size(), n);
+    for (std::size_t t = 0; t < n; ++t) ASSERT_EQ(got[t], want[t].second) << "iteration " << iter << " place " << t;
+  }
+}
+
 TEST(QueueOrder, ALaterLargerJobDoesNotTakeWhatAnEarlierSmallJobNeeded) {
   // Two 8-GPU nodes. Submitted in this order: a 1-GPU job, then two 8-GPU
   // jobs. Largest first (pack) seats both 8-GPU jobs and the 1-GPU job,
