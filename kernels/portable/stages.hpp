@@ -181,6 +181,23 @@ cluster_stats reduce_cluster_stats(ExecPolicy&& exec, node_view const& nv, task_
                                   stats_sum_op{});
 }
 
+/// reduce_cluster_stats of nodes whose fragmentation states
+/// (node_view::frag_slot) are current, as build_matrices left them: F once
+/// a state (state_frag, nv.n_frag entries of scratch), the nodes' sums then
+/// reading it (the 100k round's 12,800 nodes are 731 states). The same
+/// sums, counted as one call (reduce_cluster_stats': the round's steps are
+/// the same on every backend).
+template <class ExecPolicy>
+cluster_stats reduce_cluster_stats_by_state(ExecPolicy&& exec, node_view const& nv, task_view const& tv,
+                                            std::int64_t* state_frag, step_counts& st) {
+  if (nv.n_nodes == 0) return cluster_stats{};
+  st.calls += 1;
+  thrust::counting_iterator<std::int32_t> first(0);
+  thrust::transform(exec, first, first + nv.n_frag, state_frag, state_frag_op{nv, tv});
+  return thrust::transform_reduce(exec, first, first + nv.n_nodes, node_stats_op{nv, tv, state_frag}, cluster_stats{},
+                                  stats_sum_op{});
+}
+
 /// Replicas of each class of[0..k) every domain can hold: the fit count of
 /// each (class, node) once (fit, k x n_nodes entries of scratch), then per
 /// (class, domain) the sum over the domain's nodes (idx.begin) in `parts`

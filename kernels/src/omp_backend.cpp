@@ -105,7 +105,18 @@ cluster_stats omp_backend::stats(node_view const& nodes, task_view const& tasks)
   return reduce(nodes, tasks);
 }
 
-void omp_backend::stats_begin(node_view const& nodes, task_view const& tasks) { begun_ = reduce(nodes, tasks); }
+void omp_backend::stats_begin(node_view const& nodes, task_view const& tasks) {
+  // The round's nodes as flattened: their fragmentation states are current,
+  // so F is computed a state, not a node (metrics_before at 100k: 0.31 ms).
+  if (nodes.frag_slot == nullptr) {
+    begun_ = reduce(nodes, tasks);
+    return;
+  }
+  state_frag_.resize(static_cast<std::size_t>(nodes.n_frag));
+  begun_ = !always_parallel_ && nodes.n_nodes < stats_parallel_from_
+               ? reduce_cluster_stats_by_state(thrust::cpp::par, nodes, tasks, state_frag_.data(), steps_)
+               : reduce_cluster_stats_by_state(thrust::omp::par, nodes, tasks, state_frag_.data(), steps_);
+}
 
 cluster_stats omp_backend::reduce(node_view const& nodes, task_view const& tasks) {
   if (!always_parallel_ && nodes.n_nodes < stats_parallel_from_) {

@@ -659,7 +659,9 @@ TEST(Backend, DomainCapacityOfAClassSetSumsFitCounts) {
 // state: the score stage computes F once for them (a table row) and every
 // cell still equals the cell scored on its own, on the default and the
 // forced-parallel CPU backends, and on the device twin (the table's
-// entries split over 32 lanes each at these sizes, a cell a thread).
+// entries split over 32 lanes each at these sizes, a cell a thread). The
+// statistics before a round (stats_begin, F a state on the CPU backends)
+// are each node's summed.
 TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
   std::vector<std::unique_ptr<kernels::backend>> backends;
   backends.push_back(kernels::make_backend(kernels::backend_kind::cpu));
@@ -695,7 +697,17 @@ TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
     kernels::score_params p;
     p.w_fragmentation = in.pol.w.fragmentation;
     kernels::score_cell_op const op{m.nodes(), m.classes(), m.tasks(), p};
+    kernels::cluster_stats want{};
+    for (std::int32_t n = 0; n < m.n_nodes(); ++n) want = kernels::stats_sum_op{}(want, kernels::node_stats_op{m.nodes(), m.tasks()}(n));
     for (auto& b : backends) {
+      b->stats_begin(m.nodes(), m.tasks());
+      auto const before = b->stats_end();
+      ASSERT_EQ(before.frag_milli_ppm, want.frag_milli_ppm) << "iteration " << iter;
+      ASSERT_EQ(before.gpu_free_milli, want.gpu_free_milli);
+      ASSERT_EQ(before.gpu_allocated_milli, want.gpu_allocated_milli);
+      ASSERT_EQ(before.gpu_schedulable_milli, want.gpu_schedulable_milli);
+      ASSERT_EQ(before.gpu_nodes, want.gpu_nodes);
+      ASSERT_EQ(before.partly_allocated_nodes, want.partly_allocated_nodes);
       std::vector<std::int32_t> got(static_cast<std::size_t>(m.n_nodes()) * m.n_classes(), -7);
       b->score(m.nodes(), m.classes(), m.tasks(), p, got);
       for (std::int32_t c = 0; c < m.n_classes(); ++c) {

@@ -103,7 +103,10 @@ class backend {
   /// @brief GAR / GFR / FGD fragmentation sums over the nodes.
   virtual cluster_stats stats(node_view const& nodes, task_view const& tasks) = 0;
   /// @brief stats of the nodes as they are now, taken later by stats_end
-  /// (one at a time). A backend with memory of its own queues the reduction
+  /// (one at a time): the round's nodes as build_matrices left them, their
+  /// fragmentation states (node_view::frag_slot, where set) current, which
+  /// the CPU backend reads to compute F a state, not a node. A backend with
+  /// memory of its own queues the reduction
   /// in stream order, and no wait: the next wait of the round brings the
   /// sums down (stats_end waits only if none came). Default: stats, now.
   virtual void stats_begin(node_view const& nodes, task_view const& tasks) { begun_ = stats(nodes, tasks); }

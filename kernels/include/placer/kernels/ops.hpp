@@ -737,6 +737,9 @@ struct score_cell_op {
 struct node_stats_op {
   node_view nv;
   task_view tv;
+  /// Per fragmentation state (node_view::frag_slot, current), its F against
+  /// tv, read instead of computed; null: each node's computed.
+  std::int64_t const* state_frag = nullptr;
 
   PLACER_HD cluster_stats operator()(std::int32_t n) const {
     cluster_stats s{};
@@ -752,8 +755,24 @@ struct node_stats_op {
     s.gpu_allocated_milli = cap - free;
     s.gpu_nodes = 1;
     s.partly_allocated_nodes = (free > 0 && free < cap) ? 1 : 0;
-    s.frag_milli_ppm = node_fragmentation(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
+    s.frag_milli_ppm = state_frag != nullptr ? state_frag[nv.frag_slot[n]]
+                                             : node_fragmentation(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
     return s;
+  }
+};
+
+/// F (FGD's, the reported metric) of fragmentation state s against tv, from
+/// its first node (node_view::frag_node): every node of the state has the
+/// same free GPU values in some order, free CPU and model, and F depends on
+/// nothing else.
+struct state_frag_op {
+  node_view nv;
+  task_view tv;
+  PLACER_HD std::int64_t operator()(std::int32_t s) const {
+    std::int32_t const n = nv.frag_node[s];
+    std::int32_t const b = nv.gpu_begin[n];
+    std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
+    return node_fragmentation(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
   }
 };
 
