@@ -136,14 +136,8 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
     : in_(in), m_(m), scores_(scores), op_{m.nodes(), m.classes(), m.tasks(), p}, backend_(b), mode_(mode),
       s_(scratch) {
   levels_ = std::max(in.state.topo.levels(), 1);
-  // node_domain_paths(in.state), into the reused buffer.
   auto const& c = in.state;
-  s_.paths.assign(c.nodes.size() * static_cast<std::size_t>(levels_), -1);
-  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
-    for (std::int32_t d = c.nodes[i].domain; d >= 0; d = c.topo.domains[d].parent) {
-      s_.paths[i * static_cast<std::size_t>(levels_) + static_cast<std::size_t>(c.topo.domains[d].level)] = d;
-    }
-  }
+  node_domain_paths(c, s_.paths);
   // (node, domain) entries grouped by domain, in node order within one (a
   // counting sort), and each domain's entries as a CSR over them: the keys
   // of domain_capacity.

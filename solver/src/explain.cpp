@@ -357,7 +357,7 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
   per_domain_empty.assign(static_cast<std::size_t>(required_shapes) * n_domains, 0);
   bool any_required = false;
   for (auto const& f : facts) any_required |= f.shape->topo_mode == topology_mode::required && f.shape->topology_level >= 0;
-  if (any_required) paths = node_domain_paths(in.state);
+  if (any_required) node_domain_paths(in.state, paths);
   // Shapes that differ only in what they admit share their room on a node
   // (same_room: the first shape with the same demand), found by sorting
   // the shapes by demand (not each against every one before it).

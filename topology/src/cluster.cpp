@@ -70,16 +70,21 @@ void validate(cluster const& c, bool nodes) {
 }
 
 std::vector<std::int32_t> node_domain_paths(cluster const& c) {
-  auto const levels = std::max<std::int32_t>(c.topo.levels(), 1);
-  std::vector<std::int32_t> paths(c.nodes.size() * levels, -1);
+  std::vector<std::int32_t> paths;
+  node_domain_paths(c, paths);
+  return paths;
+}
+
+void node_domain_paths(cluster const& c, std::vector<std::int32_t>& paths) {
+  auto const levels = static_cast<std::size_t>(std::max<std::int32_t>(c.topo.levels(), 1));
+  paths.assign(c.nodes.size() * levels, -1);
   for (std::size_t i = 0; i < c.nodes.size(); ++i) {
     // Walk up from the node's lowest domain; validate() guarantees levels
     // strictly decrease, so this terminates in at most `levels` steps.
     for (std::int32_t d = c.nodes[i].domain; d >= 0; d = c.topo.domains[d].parent) {
-      paths[i * levels + c.topo.domains[d].level] = d;
+      paths[i * levels + static_cast<std::size_t>(c.topo.domains[d].level)] = d;
     }
   }
-  return paths;
 }
 
 cluster cluster_builder::build() const {
