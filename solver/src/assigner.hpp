@@ -50,12 +50,13 @@ struct group_scratch {
   std::vector<std::int32_t> starts;                ///< per group: where its items start in the order
 };
 
-/// Lays the items of `base` (ids 0..base.size())) out into `out` by key,
-/// stably: the keys ascending, one key's items in base's order. key_of(item)
-/// has few distinct values (hash(key) hashes one): found through a hash
-/// table and sorted, the items then counted into place, O(items + keys log
-/// keys) where a sort of the items is O(items log items) (the queue orders
-/// and the tiers of a round: 1,000 jobs in about 100 groups at 10k).
+/// Lays the items of `base` (the ids 0 .. base.size() - 1, each once) out
+/// into `out` by key, stably: the keys ascending, one key's items in base's
+/// order. key_of(item) has few distinct values (hash(key) hashes one):
+/// found through a hash table and sorted, the items then counted into
+/// place, O(items + keys log keys) where a sort of the items is O(items log
+/// items) (the queue orders and the tiers of a round: 1,000 jobs in about
+/// 100 groups at 10k).
 template <class Key, class KeyOf, class Hash>
 void group_order(std::vector<std::int32_t> const& base, KeyOf&& key_of, Hash&& hash, group_scratch<Key>& s,
                  std::vector<std::int32_t>& out) {

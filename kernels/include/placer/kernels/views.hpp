@@ -39,8 +39,9 @@ struct node_view {
   /// same free CPU and GPU model, fragment alike: FGD's F and a replica's
   /// effect on it depend on nothing else. n_frag such states; frag_node[s]
   /// is the lowest-indexed node of state s, frag_slot[n] node n's state.
-  /// Null: none (the score stage then computes F per column). Read only by
-  /// the score stage.
+  /// Null: none (the score stage then computes F per column). Read by the
+  /// score stage, and by the CPU backend's statistics before a round
+  /// (stats_begin), both on the round's nodes as flattened.
   std::int32_t n_frag = 0;
   std::int32_t const* frag_node = nullptr;
   std::int32_t const* frag_slot = nullptr;
