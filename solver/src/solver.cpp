@@ -89,6 +89,34 @@ void fill_stats(cluster_stats const& s, double& gar, double& gfr, double& frag) 
   frag = s.gpu_free_milli > 0 ? static_cast<double>(s.frag_milli_ppm) / 1e6 / s.gpu_free_milli : 0.0;
 }
 
+/// Sorts a round's placements or unplaced jobs (jobs 0 .. n_jobs - 1, each
+/// at most once; else std::sort) by job: each entry's rank counted over
+/// the jobs, then the entries moved along the permutation's cycles, at
+/// most one swap an entry, where std::sort's swaps of placements (vectors
+/// inside) were 1.9% of the 10k round. `rank` and `to` are reused scratch.
+template <class T>
+void sort_by_job(std::vector<T>& v, std::size_t n_jobs, std::vector<std::int32_t>& rank, std::vector<std::int32_t>& to) {
+  rank.assign(n_jobs + 1, 0);
+  for (auto const& e : v) {
+    auto const j = static_cast<std::size_t>(e.job);
+    if (e.job < 0 || j >= n_jobs || rank[j + 1] != 0) {
+      std::sort(v.begin(), v.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
+      return;
+    }
+    rank[j + 1] = 1;
+  }
+  for (std::size_t j = 0; j < n_jobs; ++j) rank[j + 1] += rank[j];  // rank[j]: the entries of jobs before j
+  to.resize(v.size());
+  for (std::size_t i = 0; i < v.size(); ++i) to[i] = rank[static_cast<std::size_t>(v[i].job)];
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    while (to[i] != static_cast<std::int32_t>(i)) {
+      auto const t = static_cast<std::size_t>(to[i]);
+      std::swap(v[i], v[t]);
+      std::swap(to[i], to[t]);
+    }
+  }
+}
+
 }  // namespace
 
 struct solver::workspace {
@@ -110,6 +138,12 @@ struct solver::workspace {
   // placed: queue order prefers rounds with no fewer of either (-1: none).
   std::int64_t floor_jobs = -1, floor_gpu_milli = 0;
   detail::repack_scratch repack;  ///< the packing repair's buffers
+  std::vector<std::int32_t> sort_rank, sort_to;  ///< sort_by_job's
+  /// A round's placements and unplaced jobs sorted by job (sort_by_job).
+  void sort_result(round_result& out, std::size_t n_jobs) {
+    sort_by_job(out.placements, n_jobs, sort_rank, sort_to);
+    sort_by_job(out.unplaced_jobs, n_jobs, sort_rank, sort_to);
+  }
 };
 
 solver::solver(std::unique_ptr<kernels::backend> backend)
@@ -219,7 +253,7 @@ round_result solver::solve(round_input const& in, queue_memory* memory) {
     second_us = micros_since(t2);
   }
   for (auto& u : plan.refused) out.unplaced_jobs.push_back(std::move(u));
-  std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
+  sort_by_job(out.unplaced_jobs, in.pending.size(), ws_->sort_rank, ws_->sort_to);
   out.timing.insert(out.timing.begin(), {"quota", admit_us + second_us});
   for (auto& s : out.timing) {
     if (s.stage == "total") s.micros += admit_us + second_us;
@@ -276,7 +310,7 @@ void solver::second_pass(round_input const& in, std::uint64_t deadline_us, std::
     u.job = back(u.job);
     refused.push_back(std::move(u));
   }
-  std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
+  sort_by_job(out.placements, in.pending.size(), ws_->sort_rank, ws_->sort_to);
   auto& m = out.metrics;
   m.gar_after = r2.metrics.gar_after;
   m.gfr_after = r2.metrics.gfr_after;
@@ -350,8 +384,7 @@ round_result solver::solve_admitted(round_input const& in, queue_memory* memory)
   out.timing.push_back({"validate", validate_us});
   out.timing.push_back({"policies", policies_us});
   out.timing.push_back({"metrics", micros_since(t)});
-  std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
-  std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
+  ws_->sort_result(out, in.pending.size());
   step_counts const total = backend_->steps() - steps_round;
   out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits, total.bytes_up, total.bytes_down, total.grid_syncs});
   explain_stage(in, out, ws_->explain);
@@ -860,8 +893,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   fill_stats(backend_->stats_end(), out.metrics.gar_before, out.metrics.gfr_before, out.metrics.frag_ratio_before);
   stage_done("metrics_after");
 
-  std::sort(out.placements.begin(), out.placements.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
-  std::sort(out.unplaced_jobs.begin(), out.unplaced_jobs.end(), [](auto const& a, auto const& b) { return a.job < b.job; });
+  ws_->sort_result(out, in.pending.size());
   step_counts const total = backend_->steps() - steps_round;
   out.timing.push_back({"total", micros_since(t_round), total.calls, total.waits, total.bytes_up, total.bytes_down, total.grid_syncs});
   return out;

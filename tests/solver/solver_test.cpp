@@ -510,6 +510,10 @@ TEST(SolverRandom, InvariantsHoldOnRandomRounds) {
     in.pol.stacking = (iter / 4) % 2 == 1;
     auto const r = s.solve(in);
     expect_round_invariants(in, r);
+    // The solver's result is in job order (sort_by_job).
+    auto const by_job = [](auto const& a, auto const& b) { return a.job < b.job; };
+    EXPECT_TRUE(std::is_sorted(r.placements.begin(), r.placements.end(), by_job));
+    EXPECT_TRUE(std::is_sorted(r.unplaced_jobs.begin(), r.unplaced_jobs.end(), by_job));
     if (::testing::Test::HasFailure()) {
       ADD_FAILURE() << "first failure at iteration " << iter;
       return;

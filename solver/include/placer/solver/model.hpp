@@ -486,10 +486,10 @@ struct stage_timing {
 
 struct round_result {
   std::uint64_t epoch = 0;
-  std::vector<placement> placements;
+  std::vector<placement> placements;  ///< by job
   std::vector<preemption> preemptions;
   std::vector<reservation> reservations;
-  std::vector<unplaced> unplaced_jobs;
+  std::vector<unplaced> unplaced_jobs;  ///< by job
   std::vector<scale_change> scale_outs;   ///< running elastic jobs grown
   std::vector<scale_change> scale_ins;    ///< running elastic jobs shrunk
   std::vector<std::int32_t> reclaimed_nodes;  ///< loanable nodes taken back for inference
