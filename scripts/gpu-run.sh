@@ -46,6 +46,9 @@
 #                                       # opt-in PLACER_CUDA_TIER_SHARED=1; 480): parity with it (off from
 #                                       # there if it fails), racecheck and memcheck, on against off,
 #                                       # alternating, then both backends as they are by default
+#   bash .gpu/gpu-run.sh lent [SECONDS]  # issue 53 item 7 on one call (480): the kit, parity (scratch in shared
+#                                       # memory on, then off), both backends, placer bench and the auto trial,
+#                                       # memcheck / racecheck / synccheck over rounds, then alternations
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -206,6 +209,7 @@ calibrate() {  # issue 53 item 5, at most 300 s: the kit's microbenchmarks, the 
   [ ! -f "$OUT/timeline.json" ] || check_cuda "$OUT/timeline.json"
   # The tier kernel's phases one by one (tier_<phase>_us) beside the timeline's kernel time, in what is left.
   local left=$((300 - (SECONDS - t0)))
+  (( left <= ${calibrate_phases_cap:-300} )) || left=$calibrate_phases_cap
   (( hung || left < 30 )) || rb_seconds=$left round_bench calibrate '10k|100k|openb' cuda
   echo "gpu-run: calibrate took $((SECONDS - t0)) s" | tee -a "$OUT/calibrate.txt"
 }
@@ -414,6 +418,39 @@ case "$step" in
     alternate PLACER_CUDA_TIER_SHARED tier-shared "scratch in shared memory"
     unset PLACER_CUDA_TIER_SHARED
     figures
+    ;;
+  lent)
+    # Issue 53 item 7 in one call on a session's only GPU, most needed first: the kit (calibrate,
+    # its tier phases cut to 60 s), parity with a chain's scratch in shared memory (off from there
+    # where it fails) and with it off, both backends' rounds, placer bench and the auto trial at 10k,
+    # memcheck / racecheck / synccheck over full rounds, then the alternations (scratch in shared
+    # memory on against off, a worker a refresh cell), 8 sessions, placer bench at openb and 100k,
+    # synccheck and racecheck on the kernel parity tests, as time allows.
+    budget=${2:-480}
+    calibrate_phases_cap=60 calibrate
+    (( hung )) && { summary; exit 1; }
+    export PLACER_CUDA_TIER_SHARED=1
+    parity_or "the chain's scratch in shared memory" PLACER_CUDA_TIER_SHARED=0
+    [ "$PLACER_CUDA_TIER_SHARED" = 1 ] && PLACER_CUDA_TIER_SHARED=0 parity_tests quick
+    (( hung )) && { summary; exit 1; }
+    fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
+    export PLACER_BENCH_CONFIGS=cuda,cpu
+    fits 30 "placer bench 10k" && placer_bench 10k --plot "$OUT/bench-10k.svg"
+    fits 30 "auto trial" && auto_trial
+    rounds_under memcheck 40 10k openb
+    rounds_under racecheck 40 10k openb
+    rounds_under synccheck 40 10k
+    alternate PLACER_CUDA_TIER_SHARED tier-shared "scratch in shared memory"
+    fits 20 "a worker a refresh cell" && PLACER_CUDA_REFRESH_LANES=0 round_bench refresh-lanes-0 '10k|openb' cuda
+    fits 40 "8 sessions at once" && sessions_bench
+    for s in openb 100k; do fits 35 "placer bench $s" && placer_bench "$s"; done
+    kernels_under_synccheck
+    if fits 120 "racecheck on the kernel parity tests"; then
+      timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+        "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
+    fi
+    pack_results
+    summary
     ;;
   profile)
     # Where the CUDA round's time goes, kernels and the gaps between them:
