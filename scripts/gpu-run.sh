@@ -49,6 +49,8 @@
 #   bash .gpu/gpu-run.sh lent [SECONDS]  # issue 53 item 7 on one call (480): the kit, parity (scratch in shared
 #                                       # memory on, then off), both backends, placer bench and the auto trial,
 #                                       # memcheck / racecheck / synccheck over rounds, then alternations
+#   bash .gpu/gpu-run.sh shared-diag    # why the shared-memory scratch crashed the scenarios' parity test (2026-12-04):
+#                                       # one CTA alone, clusters blocking, cuda-gdb's and memcheck's backtraces (~3 min)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -58,6 +60,9 @@
 # docs/gpu-session.md has the procedure and what to commit.
 set -uo pipefail
 G=$(cd "$(dirname "$0")" && pwd)
+# gpu-bundle.sh packs the binaries and libraries as one archive (the 64 MiB a call carries).
+[ -d "$G/bin" ] || { [ -f "$G/binlib.tar.xz" ] && tar xJf "$G/binlib.tar.xz" -C "$G"; } ||
+  { echo "gpu-run: no $G/bin and no $G/binlib.tar.xz to unpack (scripts/gpu-bundle.sh makes them)"; exit 2; }
 OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PLACER_DATA_DIR=$G/data
@@ -452,6 +457,33 @@ case "$step" in
     pack_results
     summary
     ;;
+  shared-diag)
+    # Why BackendParity.BenchmarkScenariosPlaceTheSame died of SIGSEGV with a chain's scratch in
+    # shared memory (2026-12-04, a0b3d5a; the random rounds and the kernel tests passed with it): on
+    # one CTA alone (PLACER_CUDA_TIER_CLUSTER=0: the chains too large for one CTA keep the grid), with
+    # the clusters under CUDA_LAUNCH_BLOCKING=1, the host's backtrace from cuda-gdb (solver_test_omp
+    # keeps its symbols: gpu-bundle.sh strips its debug information only), memcheck's; then one CTA's
+    # shared scratch against none, alternating, at 10k and openb (~3 minutes).
+    t=BackendParity.BenchmarkScenariosPlaceTheSame
+    {
+      echo "== shared memory on, clusters off"
+      PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=0 timed 60 "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t
+      echo "rc $?"
+      echo "== shared memory on, clusters on, CUDA_LAUNCH_BLOCKING=1"
+      PLACER_CUDA_TIER_SHARED=1 CUDA_LAUNCH_BLOCKING=1 timed 60 "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t
+      echo "rc $?"
+      echo "== cuda-gdb ($((SECONDS - start)) s)"
+      PLACER_CUDA_TIER_SHARED=1 timeout 90 "$G/run" cuda-gdb -batch -ex run -ex bt -ex "info threads" \
+        --args "$G/bin/solver_test_omp" --gtest_filter=$t 2>&1 | tail -60
+      echo "== memcheck ($((SECONDS - start)) s)"
+      PLACER_CUDA_TIER_SHARED=1 timeout 90 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 5 \
+        "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t 2>&1 | tail -60
+    } > "$OUT/shared-diag.txt" 2>&1
+    export PLACER_CUDA_TIER_CLUSTER=0
+    (( hung )) || alternate PLACER_CUDA_TIER_SHARED tier-shared-one-cta "scratch in one CTA's shared memory"
+    grep -E "^==|^rc |PASSED|FAILED|OK \]|Failure|rror|signal|^#[0-9]" "$OUT/shared-diag.txt" | cut -c1-200 | head -60
+    summary
+    ;;
   profile)
     # Where the CUDA round's time goes, kernels and the gaps between them:
     # at 100k the second session's `assign` held 9 ms outside the tier
@@ -478,7 +510,7 @@ case "$step" in
     done
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, shared, or profile)"
+    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, shared, shared-diag, or profile)"
     exit 2
     ;;
 esac

@@ -128,7 +128,7 @@ KIT = {
 class FitTakesTheKit(unittest.TestCase):
     def test_costs_come_from_the_record(self):
         fit = load_fit()
-        c = fit.fixed_costs(KIT, "kit.json")
+        c = fit.fixed_costs(KIT, "kit.json", barriers=True)
         self.assertEqual(c["launch_us"][0], 3.1)
         self.assertEqual(c["wait_us"][0], 7.2)
         rate_down, rate_up = 512 * 1024 / 20.0 / 1e3, 512 * 1024 / 40.0 / 1e3
@@ -141,6 +141,18 @@ class FitTakesTheKit(unittest.TestCase):
             self.assertIn("kit.json (NVIDIA H200, 2026-12-02T00:00:00Z, commit abc1234)", c[name][1])
         model = {"calls": 25, "waits": 13, "bytes": 1_000_000}
         self.assertAlmostEqual(fit.fixed_us(model, c), 3.1 * 25 + 7.2 * 13 + 1_000_000 / (c["copy_gbps"][0] * 1e3))
+
+    def test_the_barrier_steps_are_fitted_beside_the_kits_primitives(self):
+        # By default the kit gives the launch, the wait and the copies; the program's barrier steps cost
+        # more than the bare primitives it times, so they are fitted, and the source names the primitive.
+        fit = load_fit()
+        c = fit.fixed_costs(KIT, "kit.json")
+        self.assertEqual(c["launch_us"][0], 3.1)
+        for name, primitive in (("barrier_us", "'cta_step_global' 0.61 us"), ("grid_sync_us", "'grid_sync_33' 2.5 us")):
+            self.assertIsNone(c[name][0])
+            self.assertTrue(c[name][1].startswith("fitted"), c[name][1])
+            self.assertIn(primitive, c[name][1])
+        self.assertIsNone(c["grid_sync_per_cta_us"][0])
 
     def test_without_a_record_each_cost_is_named_assumed_or_fitted(self):
         fit = load_fit()

@@ -134,6 +134,7 @@ int main(int argc, char** argv) {
       out << "{\"scenario\":\"" << name << "\",\"order\":\"" << (order == queue_order::fifo ? "fifo" : "pack")
           << "\",\"threads\":" << config.threads << ",\"offer_least\":" << config.offer_least
           << ",\"refresh_below\":" << config.refresh_below << ",\"blocks\":" << config.blocks
+          << ",\"offer_groups\":" << (config.offer_groups ? 1 : 0)
           << ",\"cpu_round_us\":" << c.round_us << ",\"cpu_tier_us\":" << c.tier_us << ",\"launches\":"
           << g.counts.launches << ",\"calls\":" << g.calls << ",\"waits\":" << g.waits << ",\"bytes\":" << g.bytes
           << ",\"stage_grid_syncs\":" << g.grid_syncs

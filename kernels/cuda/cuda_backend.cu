@@ -402,7 +402,9 @@ class cuda_device {
       // The larger chains on a cluster, where the device launches them (sm_90 on).
       int cluster = 0;
       PLACER_CUDA_TRY(cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, device_));
-      cluster_ = cluster != 0;
+      // PLACER_CUDA_TIER_CLUSTER=0: the chains that fit no one CTA keep the grid (to measure).
+      char const* clusters = std::getenv("PLACER_CUDA_TIER_CLUSTER");
+      cluster_ = cluster != 0 && (clusters == nullptr || std::atoi(clusters) != 0);
       if (cluster_) {
         PLACER_CUDA_TRY(cudaFuncSetAttribute(tier_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(shared_bytes_)));

@@ -28,7 +28,8 @@ double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_ph
   double sum = 0;
   for (int p = 0; p < tier_phase_count; ++p) {
     gpu_phase_counts const& k = c.phase[p];
-    double const us = scale * (cost.barrier_us * static_cast<double>(k.barriers) +
+    double const group = p == tier_phase_offer && c.offer_groups ? cost.offer_group_scale : 1.0;
+    double const us = group * scale * (cost.barrier_us * static_cast<double>(k.barriers) +
                                cost.step_us[p] * static_cast<double>(k.span) +
                                cost.chain_us * static_cast<double>(k.chain) + cost.work_us * static_cast<double>(k.work)) +
                       grid_sync_us * static_cast<double>(k.grid_syncs);

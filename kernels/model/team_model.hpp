@@ -179,6 +179,7 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   tier_clock_observed() = outer;
   out.launches += 1;
   out.blocks = config.blocks;
+  out.offer_groups = config.offer_groups;
 }
 
 }  // inline namespace PLACER_BACKEND_NS

@@ -59,6 +59,7 @@ struct gpu_counts {
   gpu_phase_counts phase[tier_phase_count];
   std::int64_t launches = 0;  ///< tier chains run
   int blocks = 1;             ///< the grid they ran on (gpu_model_config::blocks)
+  bool offer_groups = false;  ///< a row's offers on a warp (gpu_model_config::offer_groups)
   [[nodiscard]] gpu_phase_counts total() const;
 };
 
@@ -83,6 +84,11 @@ struct gpu_cost {
   double grid_scale_per_cta = 0;
   double grid_sync_us = 0;
   double grid_sync_per_cta_us = 0;
+  /// The offers' phase on warps (gpu_counts::offer_groups) against the same
+  /// counts at the whole CTA's costs: a warp's steps are __syncwarp and a
+  /// dependent L2 load each, not the CTA's averaged step (fitted on the
+  /// rounds recorded with the group offers; 1 before any).
+  double offer_group_scale = 1;
   /// A round's fixed costs (solver/src/gpu_prediction.cpp): a backend call's
   /// launch, a wait's round trip, the copies' bandwidth; from a calibration
   /// kit's record (bench/gpu_kit/calibrate.cu, fit.py --kit) or assumed,
