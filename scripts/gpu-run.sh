@@ -49,6 +49,8 @@
 #   bash .gpu/gpu-run.sh lent [SECONDS]  # issue 53 item 7 on one call (480): the kit, parity (scratch in shared
 #                                       # memory on, then off), both backends, placer bench and the auto trial,
 #                                       # memcheck / racecheck / synccheck over rounds, then alternations
+#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (480): shared-diag, then the group offers against the
+#                                       # whole CTA's, alternating, then both backends and placer bench
 #   bash .gpu/gpu-run.sh shared-diag    # why the shared-memory scratch crashed the scenarios' parity test (2026-12-04):
 #                                       # one CTA alone, clusters blocking, cuda-gdb's and memcheck's backtraces (~3 min)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
@@ -457,6 +459,18 @@ case "$step" in
     pack_results
     summary
     ;;
+  next)
+    # What the 2026-12-04 call left open, in one call: shared-diag (why the shared-memory scratch
+    # crashed, and one CTA's shared scratch against none), then the group offers against the whole
+    # CTA's (the model, fitted on that call, prefers the whole CTA's at openb and 100k), alternating,
+    # then both backends and placer bench as time allows.
+    budget=${2:-480}
+    bash "$0" shared-diag > "$OUT/shared-diag-summary.txt" 2>&1 || status=1
+    cat "$OUT/shared-diag-summary.txt"
+    parity_or "the group offers" PLACER_CUDA_OFFER_GROUPS=0
+    alternate PLACER_CUDA_OFFER_GROUPS offer-groups "offer groups"
+    figures
+    ;;
   shared-diag)
     # Why BackendParity.BenchmarkScenariosPlaceTheSame died of SIGSEGV with a chain's scratch in
     # shared memory (2026-12-04, a0b3d5a; the random rounds and the kernel tests passed with it): on
@@ -510,7 +524,7 @@ case "$step" in
     done
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, shared, shared-diag, or profile)"
+    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, shared, next, shared-diag, or profile)"
     exit 2
     ;;
 esac
