@@ -40,9 +40,10 @@ struct round_limits {
 /// Throws logic_error naming the first limit the round passes
 /// (resource_exhausted: "round has 120000 nodes, above the limit of 100000
 /// (--max-nodes)") or the first name that is too long or repeated
-/// (invalid_argument). `scratch` is the caller's reused buffer (its
-/// capacity is kept), so checking a steady stream of rounds allocates
-/// nothing once it has grown.
+/// (invalid_argument; of names held twice, the first held twice in the
+/// round's order). `scratch` is the caller's reused buffer (its capacity is
+/// kept), as is the table of positions each thread looks names up in, so
+/// checking a steady stream of rounds allocates nothing once they have grown.
 /// With in.nodes_validated, a node's own bounds (GPUs, name, labels and
 /// taints) are not checked again: the service checks a delta's nodes with
 /// check_node_limits as they come.
