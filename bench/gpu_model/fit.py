@@ -383,6 +383,12 @@ def main():
     def sync_of(b):
         return grid_sync_us + grid_sync_per_cta_us * b
 
+    def outside_us(m):  # kernels::predict_outside_us: the launches' steps outside the phases
+        o = m.get("outside", {})
+        return (scale_of(m["blocks"]) * (barrier_us * o.get("barriers", 0) + chain_us * o.get("chain", 0) +
+                                         work_us * o.get("work", 0)) +
+                sync_of(m["blocks"]) * o.get("grid_syncs", 0))
+
     i_offer = PHASES.index("offer")
     num = den = 0.0
     for _, _, m, cuda, _ in samples:
@@ -408,7 +414,7 @@ def main():
                       sync_of(b) * m["phases"][p]["grid_syncs"] for i, p in enumerate(PHASES)}
         tier_pred = sum(phase_pred.values())
         host = cpu["real_time"] * 1e3 - tier_us(cpu)
-        pred = tier_pred + fixed_us(m, costs) + host
+        pred = tier_pred + outside_us(m) + fixed_us(m, costs) + host
         rec = cuda["real_time"] * 1e3
         off = pred / rec - 1
         worst = max(worst, abs(off))

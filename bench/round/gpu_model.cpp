@@ -130,6 +130,11 @@ int main(int argc, char** argv) {
                   g.phase_us[p] / 1e3, static_cast<long long>(k.barriers), static_cast<long long>(k.span),
                   static_cast<long long>(k.chain), static_cast<long long>(k.work), static_cast<long long>(k.grid_syncs));
     }
+    // The launches' steps outside the phases (gpu_counts::outside).
+    kernels::gpu_phase_counts const& o = g.counts.outside;
+    std::printf("  %-8s %29s %9.3f %29lld %10lld %9lld %11lld %6lld\n", "outside", "", g.outside_us / 1e3,
+                static_cast<long long>(o.barriers), static_cast<long long>(o.span), static_cast<long long>(o.chain),
+                static_cast<long long>(o.work), static_cast<long long>(o.grid_syncs));
     if (out) {
       out << "{\"scenario\":\"" << name << "\",\"order\":\"" << (order == queue_order::fifo ? "fifo" : "pack")
           << "\",\"threads\":" << config.threads << ",\"offer_least\":" << config.offer_least
@@ -147,7 +152,8 @@ int main(int argc, char** argv) {
             << ",\"grid_syncs\":" << k.grid_syncs << ",\"predicted_us\":" << g.phase_us[p]
             << ",\"cpu_us\":" << c.phase_us[p] << "}";
       }
-      out << "}}\n";
+      out << "},\"outside\":{\"barriers\":" << o.barriers << ",\"span\":" << o.span << ",\"chain\":" << o.chain
+          << ",\"work\":" << o.work << ",\"grid_syncs\":" << o.grid_syncs << ",\"predicted_us\":" << g.outside_us << "}}\n";
     }
   }
   return 0;

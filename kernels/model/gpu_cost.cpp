@@ -21,6 +21,15 @@ gpu_cost const& fitted_gpu_cost() {
   return fitted;
 }
 
+double predict_outside_us(gpu_counts const& c, gpu_cost const& cost) {
+  double const blocks = static_cast<double>(c.blocks);
+  double const scale = c.blocks > 1 ? cost.grid_scale + cost.grid_scale_per_cta * blocks : 1.0;
+  gpu_phase_counts const& k = c.outside;
+  return scale * (cost.barrier_us * static_cast<double>(k.barriers) + cost.chain_us * static_cast<double>(k.chain) +
+                  cost.work_us * static_cast<double>(k.work)) +
+         (cost.grid_sync_us + cost.grid_sync_per_cta_us * blocks) * static_cast<double>(k.grid_syncs);
+}
+
 double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_phase) {
   double const blocks = static_cast<double>(c.blocks);
   double const scale = c.blocks > 1 ? cost.grid_scale + cost.grid_scale_per_cta * blocks : 1.0;

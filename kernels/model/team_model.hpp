@@ -78,7 +78,8 @@ struct model_team {
 
 /// Books the barrier intervals the fibers close to the phase of rank 0's
 /// next lap; what comes before a tier's clock starts (the records'
-/// unpacking) or after its last lap is no phase's. On a grid (lanes > 1)
+/// unpacking) or after its last lap (the records' packing, the stages
+/// after the chain) to gpu_counts::outside. On a grid (lanes > 1)
 /// each lane's counts add up until a grid's barrier or a lap, which takes
 /// the most of any lane (the busiest CTA; an upper bound where different
 /// CTAs are busiest on different counts).
@@ -97,13 +98,14 @@ class model_counter final : public tier_clock_observer {
     if (grid || lanes.size() == 1) fold();
     if (how.at_barrier && grid) pending_.grid_syncs += 1;
   }
-  void start() override {
-    pending_ = {};
-    lane_.assign(lane_.size(), {});
-  }
-  void lap(tier_phase p) override {
+  void start() override { book(out_.outside); }
+  /// The launch's end: what came after the last lap is outside the phases.
+  void finish() { book(out_.outside); }
+  void lap(tier_phase p) override { book(out_.phase[p]); }
+
+ private:
+  void book(gpu_phase_counts& c) {
     fold();
-    gpu_phase_counts& c = out_.phase[p];
     c.barriers += pending_.barriers;
     c.span += pending_.span;
     c.chain += pending_.chain;
@@ -111,8 +113,6 @@ class model_counter final : public tier_clock_observer {
     c.grid_syncs += pending_.grid_syncs;
     pending_ = {};
   }
-
- private:
   void fold() {
     gpu_phase_counts most;
     for (gpu_phase_counts& l : lane_) {
@@ -177,6 +177,7 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
     throw;
   }
   tier_clock_observed() = outer;
+  counter.finish();
   out.launches += 1;
   out.blocks = config.blocks;
   out.offer_groups = config.offer_groups;

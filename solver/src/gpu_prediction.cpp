@@ -50,6 +50,7 @@ gpu_prediction predict_gpu_round(round_input const& in, kernels::gpu_model_confi
   p.counts = warm;
   p.tier_us = kernels::predict_tier_us(p.counts, kernels::fitted_gpu_cost(), p.phase_us);
   kernels::gpu_cost const& cost = kernels::fitted_gpu_cost();
+  p.outside_us = kernels::predict_outside_us(p.counts, cost);
   p.fixed_us = cost.launch_us * static_cast<double>(p.calls) + cost.wait_us * static_cast<double>(p.waits) +
                static_cast<double>(p.bytes) / (cost.copy_gbps * 1e3) +
                (cost.grid_sync_us + cost.grid_sync_per_cta_us * stage_grid_ctas) * static_cast<double>(p.grid_syncs);

@@ -110,6 +110,14 @@ TEST(GpuModel, AGridSpreadsTheWidePhases) {
   kernels::gpu_cost const& cost = kernels::fitted_gpu_cost();
   EXPECT_GT(cost.grid_sync_us, 0.0);
   EXPECT_LT(kernels::predict_tier_us(by[1], cost), kernels::predict_tier_us(by[0], cost));
+  // Outside the phases: the records and the stages after each chain, which
+  // on a grid meet at its barriers (the timeline's untimed grid barriers).
+  EXPECT_EQ(by[0].outside.grid_syncs, 0);
+  EXPECT_GT(by[0].outside.barriers, 0);
+  EXPECT_GT(by[1].outside.grid_syncs, 0);
+  EXPECT_GT(by[1].outside.work, 0);
+  EXPECT_GT(kernels::predict_outside_us(by[1], cost),
+            (cost.grid_sync_us + cost.grid_sync_per_cta_us * 16) * static_cast<double>(by[1].outside.grid_syncs) - 1e-9);
 }
 
 // One worker's span and chained steps are its work; more workers share the wide phases' work

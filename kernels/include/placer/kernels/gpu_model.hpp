@@ -57,6 +57,12 @@ struct gpu_phase_counts {
 
 struct gpu_counts {
   gpu_phase_counts phase[tier_phase_count];
+  /// A launch's steps outside its tiers' phases: the records unpacked
+  /// before the first tier's clock and packed after the last, and the
+  /// stages after the chain (stage_call: capacities, statistics). The
+  /// H200's call timeline put the tier kernel's event time 2-23% above its
+  /// phases' sum (2026-12-04).
+  gpu_phase_counts outside;
   std::int64_t launches = 0;  ///< tier chains run
   int blocks = 1;             ///< the grid they ran on (gpu_model_config::blocks)
   bool offer_groups = false;  ///< a row's offers on a warp (gpu_model_config::offer_groups)
@@ -103,5 +109,13 @@ gpu_cost const& fitted_gpu_cost();
 /// Predicted microseconds of each phase (into per_phase when given) and
 /// their sum: the tier kernel's time.
 double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_phase = nullptr);
+/// The launches' steps outside the phases (gpu_counts::outside): their
+/// barriers, chained steps and work at the phases' costs and their grid
+/// barriers at the grid barrier's, no span cost (a few dozen steps of the
+/// stages' wide loops). Predicted 0.18 / 0.04 / 0.19 ms at 10k / openb /
+/// 100k on 33 CTAs, where the H200's timeline put the tier kernel's events
+/// 0.62 / 0.09 / 1.45 ms above its phases (2026-12-04): the rest is not
+/// counted.
+double predict_outside_us(gpu_counts const& c, gpu_cost const& cost);
 
 }  // namespace placer::kernels

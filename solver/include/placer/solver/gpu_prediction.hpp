@@ -18,6 +18,7 @@ struct gpu_prediction {
   kernels::gpu_counts counts;
   double phase_us[kernels::tier_phase_count] = {};  ///< the tier kernel's phases, predicted
   double tier_us = 0;                               ///< their sum
+  double outside_us = 0;  ///< the tier launches' steps outside the phases (kernels::predict_outside_us)
   /// Launches, waits and copies at the fixed costs of fitted_gpu_cost()
   /// (gpu_cost::fixed_source: a calibration kit's, or assumed at 5 µs, 10 µs
   /// and 20 GB/s), and the stage calls' grid barriers at the fitted grid
@@ -25,7 +26,7 @@ struct gpu_prediction {
   double fixed_us = 0;
   double host_us = 0;  ///< the caller's: the CPU round less its tier phases
   std::int64_t calls = 0, waits = 0, bytes = 0, grid_syncs = 0;
-  [[nodiscard]] double round_us() const { return tier_us + fixed_us + host_us; }
+  [[nodiscard]] double round_us() const { return tier_us + outside_us + fixed_us + host_us; }
 };
 
 /// The CPU backend's round on this machine: the median of `reps` rounds
