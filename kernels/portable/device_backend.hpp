@@ -319,6 +319,45 @@ inline constexpr std::int32_t domain_sum_parts = 64;
 /// stage program adds into it).
 inline constexpr cluster_stats zero_stats{};
 
+/// What a chain's launch sent back is checked before the host reads by it
+/// (check_chain_placements, check_chain_records): a count or an index that
+/// would have the host read or write past its buffers throws logic_error
+/// (internal). A device that computed wrong fails the round with a clear
+/// error, not the process: the first GPU run of a chain's scratch in shared
+/// memory (2026-12-04) ended its test with SIGSEGV on the host, which read
+/// by the counts it got.
+[[noreturn]] inline void chain_output_refused(std::string const& what) {
+  throw logic_error(error_code::internal, "the device's tier chain sent back " + what);
+}
+/// Each tier's placement count within 0 to its copies, each placement's node
+/// and row in range.
+inline void check_chain_placements(tier_control const* ctl, tier_placement const* out, std::int32_t const* out_at,
+                                   tier_problem const* tiers, std::int32_t n_tiers, std::int32_t n_nodes) {
+  auto const fail = chain_output_refused;
+  for (std::int32_t k = 0; k < n_tiers; ++k) {
+    std::int32_t const copies = out_at[k + 1] - out_at[k];
+    if (ctl[k].placed < 0 || ctl[k].placed > copies) {
+      fail(std::to_string(ctl[k].placed) + " placements for tier " + std::to_string(k) + " of " +
+           std::to_string(copies) + " copies");
+    }
+    for (std::int32_t i = 0; i < ctl[k].placed; ++i) {
+      tier_placement const& tp = out[out_at[k] + i];
+      if (tp.node < 0 || tp.node >= n_nodes || tp.row < 0 || tp.row >= tiers[k].n_rows) {
+        fail("a placement on node " + std::to_string(tp.node) + " of " + std::to_string(n_nodes) + ", row " +
+             std::to_string(tp.row) + " of " + std::to_string(tiers[k].n_rows) + " (tier " + std::to_string(k) + ")");
+      }
+    }
+  }
+}
+/// Each record's node in range.
+inline void check_chain_records(std::int32_t const* record_nodes, std::int32_t records, std::int32_t n_nodes) {
+  for (std::int32_t i = 0; i < records; ++i) {
+    if (record_nodes[i] < 0 || record_nodes[i] >= n_nodes) {
+      chain_output_refused("a record of node " + std::to_string(record_nodes[i]) + " of " + std::to_string(n_nodes));
+    }
+  }
+}
+
 template <class Device>
 class device_backend final : public backend {
  public:
@@ -767,6 +806,7 @@ class device_backend final : public backend {
         chain_stats_ = true;
         chain_stats_value_ = *h_stats;
       }
+      check_chain_placements(h_ctl, h_out, out_at_.data(), problems_.data(), k, nv.n_nodes);
       std::int32_t const placed = tier_chain_results(h_ctl, h_out, out_at_.data(), k, out);
       if (t.on) {
         std::int64_t phases = 0;
@@ -790,6 +830,7 @@ class device_backend final : public backend {
       } else if (kept) {
         node_records const got = records_at(h_back, back, record_gpus_, width);
         std::int32_t const count = chain_records_count(first, copies, placed);
+        check_chain_records(got.node, count, nv.n_nodes);
         node_state_view const s = host_state();
         for (std::int32_t i = 0; i < count; ++i) unpack_record(s, got, i);
         verify();

@@ -82,5 +82,49 @@ TEST(DeviceTwin, HeldCallsKeepTheirBuffersUntilReleased) {
   EXPECT_NO_THROW(dev.sync());
 }
 
+// What a chain's launch sends back is checked before the host reads by it:
+// a count past a tier's copies, a node or a row out of range, fail the round
+// with an internal error instead of the host reading past its buffers.
+TEST(DeviceBackend, AChainsOutputIsCheckedBeforeTheHostReadsByIt) {
+  using kernels::check_chain_placements;
+  using kernels::check_chain_records;
+  kernels::tier_problem tiers[2];
+  tiers[0].n_rows = 3;
+  tiers[1].n_rows = 2;
+  std::int32_t const out_at[3] = {0, 4, 6};  // 4 copies, then 2
+  std::vector<kernels::tier_placement> out(6);
+  for (std::size_t i = 0; i < out.size(); ++i) out[i] = {static_cast<std::int32_t>(i), static_cast<std::int32_t>(i % 2), 0, 1};
+  kernels::tier_control ctl[2];
+  ctl[0].placed = 4;
+  ctl[1].placed = 1;
+  EXPECT_NO_THROW(check_chain_placements(ctl, out.data(), out_at, tiers, 2, 10));
+  auto refused = [&](char const* needle) {
+    try {
+      check_chain_placements(ctl, out.data(), out_at, tiers, 2, 10);
+      ADD_FAILURE() << "accepted; expected: " << needle;
+    } catch (logic_error const& e) {
+      EXPECT_EQ(e.code(), error_code::internal);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  ctl[1].placed = 3;
+  refused("3 placements for tier 1 of 2 copies");
+  ctl[1].placed = -1;
+  refused("-1 placements for tier 1");
+  ctl[1].placed = 2;
+  out[5].node = 10;
+  refused("a placement on node 10 of 10");
+  out[5].node = 5;
+  out[5].row = 2;
+  refused("row 2 of 2 (tier 1)");
+  out[5].row = 1;
+  EXPECT_NO_THROW(check_chain_placements(ctl, out.data(), out_at, tiers, 2, 10));
+  std::int32_t const nodes[3] = {0, 9, 4};
+  EXPECT_NO_THROW(check_chain_records(nodes, 3, 10));
+  EXPECT_THROW(check_chain_records(nodes, 3, 9), logic_error);
+  std::int32_t const negative[1] = {-1};
+  EXPECT_THROW(check_chain_records(negative, 1, 9), logic_error);
+}
+
 }  // namespace
 }  // namespace placer
