@@ -52,7 +52,7 @@
 #   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (480): shared-diag, then the group offers against the
 #                                       # whole CTA's, alternating, then both backends and placer bench
 #   bash .gpu/gpu-run.sh shared-diag    # why the shared-memory scratch crashed the scenarios' parity test (2026-12-04):
-#                                       # one CTA alone, clusters blocking, cuda-gdb's and memcheck's backtraces (~3 min)
+#                                       # one CTA alone, clusters blocking, cuda-gdb's and memcheck's backtraces, racecheck (~5 min)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -476,8 +476,9 @@ case "$step" in
     # shared memory (2026-12-04, a0b3d5a; the random rounds and the kernel tests passed with it): on
     # one CTA alone (PLACER_CUDA_TIER_CLUSTER=0: the chains too large for one CTA keep the grid), with
     # the clusters under CUDA_LAUNCH_BLOCKING=1, the host's backtrace from cuda-gdb (solver_test_omp
-    # keeps its symbols: gpu-bundle.sh strips its debug information only), memcheck's; then one CTA's
-    # shared scratch against none, alternating, at 10k and openb (~3 minutes).
+    # keeps its symbols: gpu-bundle.sh strips its debug information only), memcheck's; racecheck and
+    # synccheck over rounds with one CTA's shared scratch (a race the scratch's L2 latency hid); then
+    # one CTA's shared scratch against none, alternating, at 10k and openb (~5 minutes).
     t=BackendParity.BenchmarkScenariosPlaceTheSame
     {
       echo "== shared memory on, clusters off"
@@ -494,6 +495,10 @@ case "$step" in
         "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t 2>&1 | tail -60
     } > "$OUT/shared-diag.txt" 2>&1
     export PLACER_CUDA_TIER_CLUSTER=0
+    # A race the scratch's L2 latency hid would show in shared memory, where racecheck looks: two
+    # rounds each, one CTA's shared scratch (the rounds stop at a wrong device's error, not a crash).
+    PLACER_CUDA_TIER_SHARED=1 rounds_under racecheck 90 10k 10k-k8s
+    PLACER_CUDA_TIER_SHARED=1 rounds_under synccheck 60 10k
     (( hung )) || alternate PLACER_CUDA_TIER_SHARED tier-shared-one-cta "scratch in one CTA's shared memory"
     grep -E "^==|^rc |PASSED|FAILED|OK \]|Failure|rror|signal|^#[0-9]" "$OUT/shared-diag.txt" | cut -c1-200 | head -60
     summary
