@@ -93,7 +93,9 @@ TEST(DeviceBackend, AChainsOutputIsCheckedBeforeTheHostReadsByIt) {
   tiers[1].n_rows = 2;
   std::int32_t const out_at[3] = {0, 4, 6};  // 4 copies, then 2
   std::vector<kernels::tier_placement> out(6);
-  for (std::size_t i = 0; i < out.size(); ++i) out[i] = {static_cast<std::int32_t>(i), static_cast<std::int32_t>(i % 2), 0, 1};
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    out[i] = {static_cast<std::int32_t>(i), static_cast<std::int32_t>(i % 2), 0, 1};
+  }
   kernels::tier_control ctl[2];
   ctl[0].placed = 4;
   ctl[1].placed = 1;

@@ -34,14 +34,13 @@ TEST(Limits, ANameHeldTwiceIsFoundWhereverTheTwoAre) {
   // Long names that differ only at their end.
   for (std::size_t i = 0; i < nodes.size(); ++i) nodes[i].name = std::string(200, 'n') + std::to_string(i);
   EXPECT_EQ(refusal(in), "");
-  for (auto [a, b] : {std::pair{0, 1}, std::pair{0, 4999}, std::pair{2500, 2501}, std::pair{4998, 4999}, std::pair{17, 3000}}) {
+  for (auto [a, b] : {std::pair<std::size_t, std::size_t>{0, 1}, {0, 4999}, {2500, 2501}, {4998, 4999}, {17, 3000}}) {
     SCOPED_TRACE(testing::Message() << a << ", " << b);
-    std::string const kept = nodes[static_cast<std::size_t>(b)].name;
-    nodes[static_cast<std::size_t>(b)].name = nodes[static_cast<std::size_t>(a)].name;
-    EXPECT_NE(refusal(in).find("two nodes are named '" + nodes[static_cast<std::size_t>(a)].name.substr(0, 64) + "...'"),
-              std::string::npos)
-        << refusal(in);
-    nodes[static_cast<std::size_t>(b)].name = kept;
+    std::string const kept = nodes[b].name;
+    nodes[b].name = nodes[a].name;
+    std::string const got = refusal(in);
+    EXPECT_NE(got.find("two nodes are named '" + nodes[a].name.substr(0, 64) + "...'"), std::string::npos) << got;
+    nodes[b].name = kept;
   }
   EXPECT_EQ(refusal(in), "");
 }
