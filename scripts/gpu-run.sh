@@ -158,6 +158,11 @@ kernels_under_synccheck() {  # the kernel parity tests under synccheck (warp bar
   timeout 90 compute-sanitizer --tool synccheck --error-exitcode 9 \
     "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
 }
+kernels_under_racecheck() {  # the kernel parity tests under racecheck (the CTA's shared memory)
+  fits 120 "racecheck on the kernel parity tests" || return 0
+  timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
+    "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
+}
 new_way_sanitized() {  # a new way's first call: synccheck on the kernel tests and a 10k round, memcheck at 10k and openb
   kernels_under_synccheck
   rounds_under synccheck 40 10k
@@ -349,10 +354,7 @@ case "$step" in
     fits 30 "placer bench 10k" && placer_bench 10k
     fits 30 "auto trial" && auto_trial
     for s in 100k openb; do fits 30 "placer bench $s" && placer_bench "$s"; done
-    if fits 120 "racecheck"; then
-      timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
-        "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
-    fi
+    kernels_under_racecheck
     for tool in memcheck racecheck; do rounds_under "$tool" 60 10k openb 100k; done
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     fits 30 "ncu 10k" && timeout 60 "$G/run" "${ncu:-ncu}" --clock-control none --metrics gpu__time_duration.sum \
@@ -452,10 +454,7 @@ case "$step" in
     fits 40 "8 sessions at once" && sessions_bench
     for s in openb 100k; do fits 35 "placer bench $s" && placer_bench "$s"; done
     kernels_under_synccheck
-    if fits 120 "racecheck on the kernel parity tests"; then
-      timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 \
-        "$G/run" "$G/bin/kernels_test_omp" --gtest_filter="$parity" >> "$OUT/sanitizer.txt" 2>&1 || status=1
-    fi
+    kernels_under_racecheck
     pack_results
     summary
     ;;

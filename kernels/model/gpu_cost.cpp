@@ -21,27 +21,31 @@ gpu_cost const& fitted_gpu_cost() {
   return fitted;
 }
 
-double predict_outside_us(gpu_counts const& c, gpu_cost const& cost) {
+namespace {
+
+/// Counts at the cost's prices on c's grid: their steps at one CTA's costs
+/// (a span step at step_us) scaled by `factor` and the grid's scale, their
+/// grid barriers at the grid barrier's.
+double counted_us(gpu_phase_counts const& k, double step_us, double factor, gpu_counts const& c, gpu_cost const& cost) {
   double const blocks = static_cast<double>(c.blocks);
   double const scale = c.blocks > 1 ? cost.grid_scale + cost.grid_scale_per_cta * blocks : 1.0;
-  gpu_phase_counts const& k = c.outside;
-  return scale * (cost.barrier_us * static_cast<double>(k.barriers) + cost.chain_us * static_cast<double>(k.chain) +
-                  cost.work_us * static_cast<double>(k.work)) +
+  return factor * scale *
+             (cost.barrier_us * static_cast<double>(k.barriers) + step_us * static_cast<double>(k.span) +
+              cost.chain_us * static_cast<double>(k.chain) + cost.work_us * static_cast<double>(k.work)) +
          (cost.grid_sync_us + cost.grid_sync_per_cta_us * blocks) * static_cast<double>(k.grid_syncs);
 }
 
+}  // namespace
+
+double predict_outside_us(gpu_counts const& c, gpu_cost const& cost) {
+  return counted_us(c.outside, 0.0, 1.0, c, cost);  // no span cost: a few dozen steps of wide loops
+}
+
 double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_phase) {
-  double const blocks = static_cast<double>(c.blocks);
-  double const scale = c.blocks > 1 ? cost.grid_scale + cost.grid_scale_per_cta * blocks : 1.0;
-  double const grid_sync_us = cost.grid_sync_us + cost.grid_sync_per_cta_us * blocks;
   double sum = 0;
   for (int p = 0; p < tier_phase_count; ++p) {
-    gpu_phase_counts const& k = c.phase[p];
     double const group = p == tier_phase_offer && c.offer_groups ? cost.offer_group_scale : 1.0;
-    double const us = group * scale * (cost.barrier_us * static_cast<double>(k.barriers) +
-                               cost.step_us[p] * static_cast<double>(k.span) +
-                               cost.chain_us * static_cast<double>(k.chain) + cost.work_us * static_cast<double>(k.work)) +
-                      grid_sync_us * static_cast<double>(k.grid_syncs);
+    double const us = counted_us(c.phase[p], cost.step_us[p], group, c, cost);
     if (per_phase != nullptr) per_phase[p] = us;
     sum += us;
   }

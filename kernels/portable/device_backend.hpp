@@ -333,18 +333,18 @@ inline constexpr cluster_stats zero_stats{};
 /// and row in range.
 inline void check_chain_placements(tier_control const* ctl, tier_placement const* out, std::int32_t const* out_at,
                                    tier_problem const* tiers, std::int32_t n_tiers, std::int32_t n_nodes) {
-  auto const fail = chain_output_refused;
   for (std::int32_t k = 0; k < n_tiers; ++k) {
     std::int32_t const copies = out_at[k + 1] - out_at[k];
     if (ctl[k].placed < 0 || ctl[k].placed > copies) {
-      fail(std::to_string(ctl[k].placed) + " placements for tier " + std::to_string(k) + " of " +
-           std::to_string(copies) + " copies");
+      chain_output_refused(std::to_string(ctl[k].placed) + " placements for tier " + std::to_string(k) + " of " +
+                           std::to_string(copies) + " copies");
     }
     for (std::int32_t i = 0; i < ctl[k].placed; ++i) {
       tier_placement const& tp = out[out_at[k] + i];
       if (tp.node < 0 || tp.node >= n_nodes || tp.row < 0 || tp.row >= tiers[k].n_rows) {
-        fail("a placement on node " + std::to_string(tp.node) + " of " + std::to_string(n_nodes) + ", row " +
-             std::to_string(tp.row) + " of " + std::to_string(tiers[k].n_rows) + " (tier " + std::to_string(k) + ")");
+        chain_output_refused("a placement on node " + std::to_string(tp.node) + " of " + std::to_string(n_nodes) +
+                             ", row " + std::to_string(tp.row) + " of " + std::to_string(tiers[k].n_rows) + " (tier " +
+                             std::to_string(k) + ")");
       }
     }
   }

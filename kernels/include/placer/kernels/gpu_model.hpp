@@ -112,7 +112,7 @@ double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_ph
 /// The launches' steps outside the phases (gpu_counts::outside): their
 /// barriers, chained steps and work at the phases' costs and their grid
 /// barriers at the grid barrier's, no span cost (a few dozen steps of the
-/// stages' wide loops). Predicted 0.18 / 0.04 / 0.19 ms at 10k / openb /
+/// stages' wide loops). Predicted 0.19 / 0.04 / 0.20 ms at 10k / openb /
 /// 100k on 33 CTAs, where the H200's timeline put the tier kernel's events
 /// 0.62 / 0.09 / 1.45 ms above its phases (2026-12-04): the rest is not
 /// counted.
