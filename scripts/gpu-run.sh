@@ -49,8 +49,9 @@
 #   bash .gpu/gpu-run.sh lent [SECONDS]  # issue 53 item 7 on one call (480): the kit, parity (scratch in shared
 #                                       # memory on, then off), both backends, placer bench and the auto trial,
 #                                       # memcheck / racecheck / synccheck over rounds, then alternations
-#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (480): shared-diag, then the group offers against the
-#                                       # whole CTA's, alternating, then both backends and placer bench
+#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (330): the cluster's chains with the cluster-scope
+#                                       # fence (parity, memcheck, racecheck, against none), then the offers'
+#                                       # choice (by bidders, on warps always, never), alternating
 #   bash .gpu/gpu-run.sh shared-diag    # why the shared-memory scratch crashed the scenarios' parity test (2026-12-04):
 #                                       # one CTA alone, clusters blocking, cuda-gdb's and memcheck's backtraces, racecheck (~5 min)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
@@ -115,9 +116,11 @@ auto_trial() {  # placer serve --backend auto's choice on its 10k trial round
     > "$OUT/auto-trial.txt" 2>&1
   grep "backend auto" "$OUT/auto-trial.txt" | tee -a "$OUT/bench.txt"
 }
-pack_results() {  # a call returns at most 8 files: the JSON and the like in one tar (calibrate.json stays out)
-  (cd "$OUT" && shopt -s nullglob && f=(round-bench-*.json bench-*.json ncu-*.txt auto-trial*.txt timeline.json) &&
-    (( ${#f[@]} )) && tar cf results.tar "${f[@]}" && rm -f "${f[@]}")
+pack_results() {  # a call returns at most 8 files: all but these few in one tar (2026-12-04's second call lost its
+  # shared-diag.txt, sanitizer.txt and tests.txt, which the tar had left out)
+  (cd "$OUT" && shopt -s nullglob && f=() && for x in *; do
+    case "$x" in device.txt|bench.txt|calibrate.json|calibrate.txt|results.tar|*.svg) ;; *) f+=("$x") ;; esac
+  done && (( ${#f[@]} )) && tar cf results.tar "${f[@]}" && rm -f "${f[@]}")
 }
 all_tests() {
   for t in solver_test_omp kernels_test_omp; do
@@ -459,17 +462,47 @@ case "$step" in
     summary
     ;;
   next)
-    # What the 2026-12-04 call left open, in one call: shared-diag (why the shared-memory scratch
-    # crashed, and one CTA's shared scratch against none), then the group offers against the whole
-    # CTA's (the model, fitted on that call, prefers the whole CTA's at openb and 100k), alternating,
-    # then both backends and placer bench as time allows.
-    budget=${2:-480}
-    bash "$0" shared-diag > "$OUT/shared-diag-summary.txt" 2>&1 || status=1
-    cat "$OUT/shared-diag-summary.txt"
-    parity_tests quick  # the default path passed the whole suite on 2026-12-04; these binaries are new
-    (( hung )) && { summary; exit 1; }
-    alternate PLACER_CUDA_OFFER_GROUPS offer-groups "offer groups"
-    figures
+    # What 2026-12-04's second call left open, in one call (~330 s): the cluster's chains with the
+    # fence at the cluster's scope (cuda_team::cluster_fence): the scenarios' parity test with the
+    # scratch in shared memory and clusters on, memcheck's backtrace where it fails; where it passes,
+    # the CUDA parity with it, memcheck and racecheck over rounds with it at 10k and openb, and the
+    # scratch in shared memory (clusters on) against none, alternating; then the offers' choice,
+    # alternating: a round's on warps up to tier_offer_groups_upto bidders (the default), every
+    # round's (PLACER_CUDA_OFFER_GROUPS=1), none (0), then up to 32 and 128 bidders.
+    budget=${2:-330}
+    t=BackendParity.BenchmarkScenariosPlaceTheSame
+    {
+      echo "== shared memory on, clusters on, the fence at the cluster's scope"
+      PLACER_CUDA_TIER_SHARED=1 timed 90 "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t
+      echo "rc $?"
+    } >> "$OUT/tests.txt" 2>&1
+    if grep -q "^\[  PASSED  \] 1 test" "$OUT/tests.txt"; then
+      export PLACER_CUDA_TIER_SHARED=1
+      parity_tests quick
+      rounds_under memcheck 45 10k openb
+      rounds_under racecheck 60 10k openb
+      (( hung )) || alternate PLACER_CUDA_TIER_SHARED tier-shared-cluster "scratch in shared memory, clusters on"
+      unset PLACER_CUDA_TIER_SHARED
+    else
+      (( hung )) || PLACER_CUDA_TIER_SHARED=1 timeout 90 compute-sanitizer --tool memcheck --show-backtrace device \
+        --print-limit 5 "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t > "$OUT/shared-diag.txt" 2>&1
+      PLACER_CUDA_TIER_SHARED=1 rounds_under racecheck 60 10k
+    fi
+    (( hung )) && { pack_results; summary; exit 1; }
+    for v in upto 1 0 upto 1 0 32 128; do  # upto: tier_offer_groups_upto (the default)
+      fits 15 "offers $v" || continue
+      if [ "$v" = upto ]; then
+        round_bench "offers-$v-$SECONDS" '10k|100k|openb' cuda
+      else
+        PLACER_CUDA_OFFER_GROUPS=$v round_bench "offers-$v-$SECONDS" '10k|100k|openb' cuda
+      fi
+    done
+    fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
+    fits 30 "placer bench 10k" && PLACER_BENCH_CONFIGS=cuda,cpu placer_bench 10k
+    fits 30 "auto trial" && auto_trial
+    pack_results
+    summary
+    grep -E "^==|^rc |Invalid|out of bounds|Device Frame" "$OUT/shared-diag.txt" 2>/dev/null | cut -c1-220 | head -30
     ;;
   shared-diag)
     # Why BackendParity.BenchmarkScenariosPlaceTheSame died of SIGSEGV with a chain's scratch in

@@ -156,6 +156,7 @@ struct cuda_team {
   __host__ __device__ static constexpr std::int32_t group_size() { return 32; }
   __host__ __device__ void group_sync() const {
 #ifdef __CUDA_ARCH__
+    cluster_fence();
     unsigned const live = min(32u, blockDim.x - (threadIdx.x & ~31u));
     __syncwarp(live == 32 ? 0xffffffffu : (1u << live) - 1);
 #endif
@@ -179,7 +180,23 @@ struct cuda_team {
   __host__ __device__ static constexpr void chain(std::int64_t) {}
   __host__ __device__ void sync() const {
 #ifdef __CUDA_ARCH__
+    cluster_fence();
     __syncthreads();
+#endif
+  }
+  /// On a cluster, the scratch lies in the CTAs' shared memory, much of it
+  /// another CTA's (distributed shared memory), and a CTA's or a warp's
+  /// barrier orders the accesses of its threads at the CTA's scope only:
+  /// each barrier of the team comes after a fence at the cluster's scope,
+  /// so that what one thread wrote in another CTA's memory is there for the
+  /// thread that reads it after the barrier. Without it, an H200 (2026-12-04,
+  /// dc173b0) failed the cluster's chains: memcheck found invalid __shared__
+  /// reads in tier_cluster_kernel and cuda-gdb stopped in the leading CTA's
+  /// own phases (tier_iterate, between its __syncthreads), where stale
+  /// entries of another CTA's memory would send a read out of bounds.
+  __host__ __device__ static void cluster_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (Cluster) asm volatile("fence.acq_rel.cluster;" ::: "memory");
 #endif
   }
   __host__ __device__ std::int32_t fetch_add(std::int32_t* p, std::int32_t v) const {
@@ -369,8 +386,14 @@ class cuda_device {
     if (char const* iterate = std::getenv("PLACER_CUDA_OFFER_ITERATE")) offer_iterate_ = std::atoi(iterate) != 0 ? 1 : 0;
     // The most items a row for the team offers' ranking (0: the radix search always; to measure).
     if (char const* pairs = std::getenv("PLACER_CUDA_OFFER_PAIRS")) offer_pairs_ = std::atoi(pairs);
-    // 0: the whole team takes a round's offers, as in the rounds recorded up to 2026-11-28 (to measure both).
-    if (char const* groups = std::getenv("PLACER_CUDA_OFFER_GROUPS")) offer_groups_ = std::atoi(groups) != 0 ? 1 : 0;
+    // The rounds whose offers go a row a warp (tier_buffers::offer_groups, to measure): 0 none, as in
+    // the rounds recorded up to 2026-11-28; 1 all, as in those of 2026-12-04; N > 1, those of at most
+    // N bidders; unset, tier_offer_groups_upto.
+    if (char const* groups = std::getenv("PLACER_CUDA_OFFER_GROUPS")) {
+      int const n = std::atoi(groups);
+      if (n < 0) throw logic_error(error_code::invalid_argument, "PLACER_CUDA_OFFER_GROUPS must be 0 or more");
+      offer_groups_ = n == 1 ? tier_offer_groups_always : n;
+    }
     if (char const* threads = std::getenv("PLACER_CUDA_TIER_THREADS")) {
       threads_ = std::atoi(threads);
       if (threads_ != 256 && threads_ != 512 && threads_ != 1024) {
@@ -433,7 +456,11 @@ class cuda_device {
                    (threads_ != tier_threads ? ", " + std::to_string(threads_) + " tier threads" : "") +
                    (offer_bits_ != tier_offer_bits ? ", offer digits of " + std::to_string(offer_bits_) + " bits" : "") +
                    (offer_iterate_ != 0 ? ", offers' M stepped" : "") +
-                   (offer_groups_ == 0 ? ", offers by the whole CTA" : "") +
+                   (offer_groups_ == 0                          ? ", offers by the whole CTA"
+                    : offer_groups_ == tier_offer_groups_always ? ", offers on warps always"
+                    : offer_groups_ != tier_offer_groups_upto
+                        ? ", offers on warps up to " + std::to_string(offer_groups_) + " bidders"
+                        : "") +
                    (list_upto_ != tier_list_with_floors_upto ? ", first bids listed with the floors up to " + std::to_string(list_upto_) + " nodes" : "") +
                    (refresh_one_pass_ == 0 ? ", refresh in two passes" : "") +
                    (refresh_lanes_ == 0 ? ", refresh a worker a cell" : "") +
@@ -618,7 +645,7 @@ class cuda_device {
   std::int32_t offer_bits_ = tier_offer_bits;              ///< tier_buffers::offer_bits
   std::int32_t offer_iterate_ = 0;                         ///< tier_buffers::offer_iterate
   std::int32_t offer_pairs_ = tier_offer_pairs_upto;        ///< tier_buffers::offer_pairs_upto
-  std::int32_t offer_groups_ = 1;                          ///< tier_buffers::offer_groups
+  std::int32_t offer_groups_ = tier_offer_groups_upto;     ///< tier_buffers::offer_groups
   int blocks_ = 1;                                          ///< the tier kernel's grid (CTAs)
   bool cluster_ = false;  ///< PLACER_CUDA_TIER_SHARED on a device that launches clusters (tier_cluster_kernel)
   int stage_blocks_ = 1;                                    ///< the stage kernel's grid (CTAs)
