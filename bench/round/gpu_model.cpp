@@ -28,6 +28,20 @@
 
 namespace {
 
+/// A phase's counts; the offers' are the whole CTA's and the warps' together
+/// (gpu_counts::offer_group, also written apart as "offer_group").
+placer::kernels::gpu_phase_counts phase_counts(placer::kernels::gpu_counts const& c, int p) {
+  placer::kernels::gpu_phase_counts k = c.phase[p];
+  if (p == placer::kernels::tier_phase_offer) {
+    k.barriers += c.offer_group.barriers;
+    k.span += c.offer_group.span;
+    k.chain += c.offer_group.chain;
+    k.work += c.offer_group.work;
+    k.grid_syncs += c.offer_group.grid_syncs;
+  }
+  return k;
+}
+
 using namespace placer;
 
 int usage(char const* why) {
@@ -63,7 +77,7 @@ int main(int argc, char** argv) {
       } else if (a == "--offer-iterate") {
         config.offer_iterate = std::stoi(v) != 0;
       } else if (a == "--offer-groups") {
-        config.offer_groups = std::stoi(v) != 0;
+        config.offer_groups = std::stoi(v);
       } else if (a == "--offer-pairs") {
         config.offer_pairs = std::stoi(v);
       } else if (a == "--blocks") {
@@ -124,7 +138,7 @@ int main(int argc, char** argv) {
                 g.host_us / 1e3, static_cast<long long>(t.barriers), static_cast<long long>(t.span),
                 static_cast<long long>(t.chain), static_cast<long long>(t.work), static_cast<long long>(t.grid_syncs));
     for (int p = 0; p < kernels::tier_phase_count; ++p) {
-      kernels::gpu_phase_counts const& k = g.counts.phase[p];
+      kernels::gpu_phase_counts const k = phase_counts(g.counts, p);
       if (k.barriers == 0 && k.span == 0) continue;
       std::printf("  %-8s %29s %9.3f %29lld %10lld %9lld %11lld %6lld\n", kernels::tier_phase_names[p], "",
                   g.phase_us[p] / 1e3, static_cast<long long>(k.barriers), static_cast<long long>(k.span),
@@ -139,19 +153,22 @@ int main(int argc, char** argv) {
       out << "{\"scenario\":\"" << name << "\",\"order\":\"" << (order == queue_order::fifo ? "fifo" : "pack")
           << "\",\"threads\":" << config.threads << ",\"offer_least\":" << config.offer_least
           << ",\"refresh_below\":" << config.refresh_below << ",\"blocks\":" << config.blocks
-          << ",\"offer_groups\":" << (config.offer_groups ? 1 : 0)
+          << ",\"offer_groups\":" << (config.offer_groups >= 0 ? config.offer_groups : kernels::tier_offer_groups_upto)
           << ",\"cpu_round_us\":" << c.round_us << ",\"cpu_tier_us\":" << c.tier_us << ",\"launches\":"
           << g.counts.launches << ",\"calls\":" << g.calls << ",\"waits\":" << g.waits << ",\"bytes\":" << g.bytes
           << ",\"stage_grid_syncs\":" << g.grid_syncs
           << ",\"fixed_us\":" << g.fixed_us << ",\"predicted_round_us\":" << g.round_us()
           << ",\"predicted_tier_us\":" << g.tier_us << ",\"phases\":{";
       for (int p = 0; p < kernels::tier_phase_count; ++p) {
-        kernels::gpu_phase_counts const& k = g.counts.phase[p];
+        kernels::gpu_phase_counts const k = phase_counts(g.counts, p);
         out << (p > 0 ? "," : "") << "\"" << kernels::tier_phase_names[p] << "\":{\"barriers\":" << k.barriers
             << ",\"span\":" << k.span << ",\"chain\":" << k.chain << ",\"work\":" << k.work
             << ",\"grid_syncs\":" << k.grid_syncs << ",\"predicted_us\":" << g.phase_us[p]
             << ",\"cpu_us\":" << c.phase_us[p] << "}";
       }
+      kernels::gpu_phase_counts const& w = g.counts.offer_group;
+      out << "},\"offer_group\":{\"barriers\":" << w.barriers << ",\"span\":" << w.span << ",\"chain\":" << w.chain
+          << ",\"work\":" << w.work << ",\"grid_syncs\":" << w.grid_syncs;
       out << "},\"outside\":{\"barriers\":" << o.barriers << ",\"span\":" << o.span << ",\"chain\":" << o.chain
           << ",\"work\":" << o.work << ",\"grid_syncs\":" << o.grid_syncs << ",\"predicted_us\":" << g.outside_us << "}}\n";
     }

@@ -6,13 +6,15 @@ namespace placer::kernels {
 
 gpu_phase_counts gpu_counts::total() const {
   gpu_phase_counts t;
-  for (gpu_phase_counts const& p : phase) {
+  auto const add = [&](gpu_phase_counts const& p) {
     t.barriers += p.barriers;
     t.span += p.span;
     t.chain += p.chain;
     t.work += p.work;
     t.grid_syncs += p.grid_syncs;
-  }
+  };
+  for (gpu_phase_counts const& p : phase) add(p);
+  add(offer_group);
   return t;
 }
 
@@ -44,8 +46,8 @@ double predict_outside_us(gpu_counts const& c, gpu_cost const& cost) {
 double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_phase) {
   double sum = 0;
   for (int p = 0; p < tier_phase_count; ++p) {
-    double const group = p == tier_phase_offer && c.offer_groups ? cost.offer_group_scale : 1.0;
-    double const us = counted_us(c.phase[p], cost.step_us[p], group, c, cost);
+    double us = counted_us(c.phase[p], cost.step_us[p], 1.0, c, cost);
+    if (p == tier_phase_offer) us += counted_us(c.offer_group, cost.step_us[p], cost.offer_group_scale, c, cost);
     if (per_phase != nullptr) per_phase[p] = us;
     sum += us;
   }

@@ -101,7 +101,7 @@ class model_counter final : public tier_clock_observer {
   void start() override { book(out_.outside); }
   /// The launch's end: what came after the last lap is outside the phases.
   void finish() { book(out_.outside); }
-  void lap(tier_phase p) override { book(out_.phase[p]); }
+  void lap(tier_phase p, bool group) override { book(group ? out_.offer_group : out_.phase[p]); }
 
  private:
   void book(gpu_phase_counts& c) {
@@ -159,7 +159,7 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   if (config.refresh_below >= 0) c.work.refresh_cells_below = config.refresh_below;
   if (config.offer_bits >= 0) c.work.offer_bits = config.offer_bits;
   c.work.offer_iterate = config.offer_iterate ? 1 : 0;
-  c.work.offer_groups = config.offer_groups ? 1 : 0;
+  if (config.offer_groups >= 0) c.work.offer_groups = config.offer_groups;
   if (config.offer_pairs >= 0) c.work.offer_pairs_upto = config.offer_pairs;
   if (config.grid_cells_from >= 0) c.work.grid_cells_from = config.grid_cells_from;
   if (config.list_upto >= 0) c.work.list_with_floors_upto = config.list_upto;
@@ -180,7 +180,6 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   counter.finish();
   out.launches += 1;
   out.blocks = config.blocks;
-  out.offer_groups = config.offer_groups;
 }
 
 }  // inline namespace PLACER_BACKEND_NS

@@ -82,8 +82,8 @@ struct tier_host_arena {
 /// (the CUDA backend's way: tier_program.hpp), its offers for the rows with
 /// `offer_least` bids or more in digits of `offer_bits` (their M stepped
 /// with `offer_iterate`, tier_buffers::offer_iterate; ranked in rounds of
-/// at most `offer_pairs` items a row; a row a group unless `offer_groups`
-/// is 0, tier_buffers::offer_groups), its refresh a
+/// at most `offer_pairs` items a row; a row a group in the rounds of at most
+/// `offer_groups` bidders, tier_buffers::offer_groups), its refresh a
 /// worker per cell up to `refresh_below` candidate nodes and its bids
 /// remembering rows in tiers of more than `remember_above` rows. The results
 /// do not depend on any of them.
@@ -93,7 +93,8 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
                            std::int32_t refresh_below = tier_refresh_cells_below,
                            std::int32_t remember_above = tier_remember_rows_above,
                            std::int32_t offer_bits = tier_offer_bits, std::int32_t offer_iterate = 0,
-                           std::int32_t offer_pairs = tier_offer_pairs_upto, std::int32_t offer_groups = 1) {
+                           std::int32_t offer_pairs = tier_offer_pairs_upto,
+                           std::int32_t offer_groups = tier_offer_groups_upto) {
   auto const k = static_cast<std::int32_t>(tiers.size());
   if (k == 0) {
     tier_chain_results(nullptr, nullptr, nullptr, 0, out);

@@ -68,8 +68,9 @@ inline namespace PLACER_BACKEND_NS {
 /// One bidding round over the nodes in todo[list]: each bids for its best
 /// row; each row keeps its best and sends the losers to the other list;
 /// the prices follow. Two barriers with the group offers (a team_wide
-/// team's, tier_offer_groups); else four: the bids are bucketed by row
-/// first (a run of `bucket` a row).
+/// team's round of at most tier_buffers::offer_groups bidders,
+/// tier_offer_groups); else four: the bids are bucketed by row first (a run
+/// of `bucket` a row).
 template <class Team>
 PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tier_clock& clk) {
   std::int32_t const n_rows = b.p.n_rows;
@@ -81,9 +82,10 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   std::int64_t const* prices = tier_prices(b, list);
   std::int64_t* next_prices = tier_prices(b, 1 - list);
   std::int32_t const k = ctl->todo_count[list];
-  // With the group offers a bid goes straight to its row's stretch of
-  // `select` (free while bidding), in the order of the count's adds.
-  bool const groups = t.team_wide && b.offer_groups != 0;
+  // With the group offers (a round of at most b.offer_groups bidders) a bid
+  // goes straight to its row's stretch of `select` (free while bidding), in
+  // the order of the count's adds.
+  bool const groups = t.team_wide && b.offer_groups > 0 && k <= b.offer_groups;
   for (std::int32_t i = me; i < k; i += team) {
     std::int32_t const n = todo[i];
     std::int32_t row = -1;
@@ -107,7 +109,7 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   clk.lap(tier_phase_bid);
   if (groups) {
     tier_offer_groups(t, b, list, prices, next_prices);
-    clk.lap(tier_phase_offer);
+    clk.lap(tier_phase_offer, true);
     return;
   }
   // Buckets: each row with bids claims a run of them (in row order on one

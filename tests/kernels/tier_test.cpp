@@ -639,7 +639,8 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
 // on a team of three whose every round is split, its refresh by column or
 // by cell whatever the tier's size, its bids remembering rows or scanning
 // them all whatever the tier's rows, its offers a row a group
-// (tier_offer_groups: ranked or searched) or by the whole team in digits of
+// (tier_offer_groups: ranked or searched; in every round, or in those of
+// few bidders and the others' by the whole team) or by the whole team in digits of
 // 1, 4 or 8 bits, their threshold found in one search or stepped
 // (offer_iterate). Chains of up to three
 // tiers, a quarter with price wars (the jumps), a third with twins.
@@ -662,7 +663,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       std::int32_t offer_bits = tier_offer_bits;               // the team offers' radix digit
       std::int32_t offer_iterate = 0;                          // their M stepped, as recorded GPU rounds ran
       std::int32_t offer_pairs = tier_offer_pairs_upto;        // ranked up to this many items a row, else searched
-      std::int32_t offer_groups = 1;                           // a row a group, or the whole team's offers
+      std::int32_t offer_groups = tier_offer_groups_always;    // a row a group, or the whole team's offers, or by bidders
     };
     std::vector<tier_instance> after;
     std::vector<tier_results> results;
@@ -682,7 +683,10 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
                         way{.threads = 1, .together = true, .offer_pairs = 0},
                         way{.threads = 3, .together = true, .offer_pairs = 0, .offer_groups = 0},
                         way{.threads = 1, .together = true, .offer_pairs = 1 << 30, .offer_groups = 0},
-                        way{.threads = 1, .together = true, .offer_pairs = 1 << 30}}) {
+                        way{.threads = 1, .together = true, .offer_pairs = 1 << 30},
+                        way{.threads = 3, .together = true, .offer_groups = 4},
+                        way{.threads = 3, .together = true, .offer_pairs = 0, .offer_groups = 12},
+                        way{.threads = 1, .together = true, .offer_groups = 2}}) {
       tier_instance t = base;
       std::vector<std::int32_t> l(static_cast<std::size_t>(t.n_nodes()));
       for (std::int32_t n = 0; n < t.n_nodes(); ++n) l[static_cast<std::size_t>(n)] = iter % 3 == 0 ? n % 30 : n;

@@ -29,9 +29,9 @@ TEST(GpuModel, PlacesWhatTheCpuPlaces) {
   struct way {
     int threads;
     int offer_pairs = -1;
-    bool groups = true;
+    int groups = kernels::tier_offer_groups_always;
   };
-  for (way const w : {way{1}, way{37}, way{512}, way{64, 0}, way{37, 0}, way{37, -1, false}}) {
+  for (way const w : {way{1}, way{37}, way{512}, way{64, 0}, way{37, 0}, way{37, -1, 0}, way{37, -1, 8}}) {
     SCOPED_TRACE(testing::Message() << w.threads << " workers, pairs " << w.offer_pairs << ", groups " << w.groups);
     solver cpu(kernels::select_backend("cpu"));
     kernels::gpu_counts counts;
@@ -39,7 +39,7 @@ TEST(GpuModel, PlacesWhatTheCpuPlaces) {
     config.offer_pairs = w.offer_pairs;
     config.offer_groups = w.groups;
     solver model(kernels::make_gpu_model(config, &counts));
-    int const rounds = w.threads == 512 ? 20 : w.offer_pairs >= 0 || !w.groups ? 30 : 60;
+    int const rounds = w.threads == 512 ? 20 : w.offer_pairs >= 0 || w.groups != kernels::tier_offer_groups_always ? 30 : 60;
     testing_support::expect_parity(cpu, model, rounds, 5 + static_cast<std::uint64_t>(w.threads));
     EXPECT_GT(counts.launches, 0);
     EXPECT_GT(counts.total().barriers, 0);
@@ -142,6 +142,12 @@ TEST(GpuModel, CountsBehaveAsATeamsMust) {
     EXPECT_EQ(by[2].phase[p].barriers, by[0].phase[p].barriers);
     for (auto const& c : by) EXPECT_LE(c.phase[p].span + c.phase[p].chain, c.phase[p].work);
   }
+  // The offers of the rounds of few bidders on warps, the others' by the
+  // whole team (tier_offer_groups_upto): a 10k round has both.
+  EXPECT_GT(by[0].offer_group.work, 0);
+  EXPECT_GT(by[0].phase[kernels::tier_phase_offer].work, 0);
+  EXPECT_EQ(by[0].offer_group.span + by[0].offer_group.chain, by[0].offer_group.work);
+  EXPECT_EQ(by[2].offer_group.barriers, by[0].offer_group.barriers);
   for (int p : {kernels::tier_phase_refresh, kernels::tier_phase_floor, kernels::tier_phase_bid}) {
     SCOPED_TRACE(kernels::tier_phase_names[p]);
     EXPECT_LT(by[1].phase[p].span * 8, by[0].phase[p].span);  // 64 workers: most of the work shared

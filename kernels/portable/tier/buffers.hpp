@@ -60,7 +60,9 @@ struct tier_control {
 /// counted since the last lap to the lap's phase. One per thread, or none.
 struct tier_clock_observer {
   virtual void start() = 0;
-  virtual void lap(tier_phase p) = 0;
+  /// `group`: the group offers' lap (tier_round), booked apart from the
+  /// whole team's offers (gpu_counts::offer_group).
+  virtual void lap(tier_phase p, bool group) = 0;
 
  protected:
   ~tier_clock_observer() = default;
@@ -100,13 +102,13 @@ struct tier_clock {
 #endif
     }
   }
-  PLACER_HD void lap(tier_phase p) {
+  PLACER_HD void lap(tier_phase p, bool group = false) {
     if (ctl == nullptr) return;
     std::int64_t const now = ticks();
     ctl->phase[p] += now - last;
     last = now;
 #if !defined(__CUDA_ARCH__)
-    if (tier_clock_observer* o = tier_clock_observed()) o->lap(p);
+    if (tier_clock_observer* o = tier_clock_observed()) o->lap(p, group);
 #endif
   }
   /// The tier's span, once at its end.
@@ -264,11 +266,13 @@ struct tier_buffers {
   std::int32_t offer_iterate = 0;
   /// tier_offer_pairs_upto.
   std::int32_t offer_pairs_upto = tier_offer_pairs_upto;
-  /// A team_wide team's offers: 1, a row a group (tier_offer_groups, one
-  /// barrier of the team a round); 0, by the whole team (tier_offer_team,
-  /// as the GPU rounds recorded up to 2026-11-28 ran; the GPU model
-  /// replays them so; PLACER_CUDA_OFFER_GROUPS). The same placements.
-  std::int32_t offer_groups = 1;
+  /// A team_wide team takes a round's offers a row a group (tier_offer_groups,
+  /// one barrier of the team) where the round has at most this many bidders,
+  /// else by the whole team (tier_offer_team, four barriers; the same
+  /// placements either way). 0: never, as the GPU rounds recorded up to
+  /// 2026-11-28 ran; tier_offer_groups_always: always, as those of 2026-12-04
+  /// ran (PLACER_CUDA_OFFER_GROUPS).
+  std::int32_t offer_groups = tier_offer_groups_upto;
   /// A team_wide team refreshes a tier a worker per cell up to this many
   /// candidate nodes (tier_refresh_cells_below).
   std::int32_t refresh_cells_below = tier_refresh_cells_below;

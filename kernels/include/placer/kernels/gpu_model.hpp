@@ -23,10 +23,12 @@ struct gpu_model_config {
   int offer_bits = -1;     ///< tier_buffers::offer_bits (PLACER_CUDA_OFFER_BITS); -1: the default
   bool offer_iterate = false;  ///< tier_buffers::offer_iterate (PLACER_CUDA_OFFER_ITERATE): the recorded rounds' offers
   int offer_pairs = -1;  ///< tier_buffers::offer_pairs_upto (PLACER_CUDA_OFFER_PAIRS); -1: the default
-  /// tier_buffers::offer_groups (PLACER_CUDA_OFFER_GROUPS): a row's offers
-  /// on a warp; false, by the whole CTA, as every round recorded up to
-  /// 2026-11-28 ran.
-  bool offer_groups = true;
+  /// tier_buffers::offer_groups (PLACER_CUDA_OFFER_GROUPS): the most bidders
+  /// a round may have for its offers to go a row a warp; -1: the default; 0:
+  /// by the whole CTA, as every round recorded up to 2026-11-28 ran;
+  /// 0x7fffffff (tier_offer_groups_always): on warps always, as the
+  /// 2026-12-04 rounds ran.
+  int offer_groups = -1;
   /// CTAs of the tier kernel's grid (PLACER_CUDA_TIER_BLOCKS): 1, one CTA as
   /// the rounds recorded before 2026-11-28 ran; more, the wide phases spread
   /// over that many (tier_program.hpp, "The grid"), counted per CTA. 33: the
@@ -65,7 +67,10 @@ struct gpu_counts {
   gpu_phase_counts outside;
   std::int64_t launches = 0;  ///< tier chains run
   int blocks = 1;             ///< the grid they ran on (gpu_model_config::blocks)
-  bool offer_groups = false;  ///< a row's offers on a warp (gpu_model_config::offer_groups)
+  /// The offers of the rounds that took them a row a warp (tier_offer_groups;
+  /// gpu_model_config::offer_groups), apart from phase[tier_phase_offer],
+  /// the whole CTA's.
+  gpu_phase_counts offer_group;
   [[nodiscard]] gpu_phase_counts total() const;
 };
 
@@ -90,7 +95,7 @@ struct gpu_cost {
   double grid_scale_per_cta = 0;
   double grid_sync_us = 0;
   double grid_sync_per_cta_us = 0;
-  /// The offers' phase on warps (gpu_counts::offer_groups) against the same
+  /// The offers on warps (gpu_counts::offer_group) against the same
   /// counts at the whole CTA's costs: a warp's steps are __syncwarp and a
   /// dependent L2 load each, not the CTA's averaged step (fitted on the
   /// rounds recorded with the group offers; 1 before any).

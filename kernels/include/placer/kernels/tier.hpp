@@ -114,6 +114,19 @@ struct tier_placement {
   std::uint64_t gpus = 0;
 };
 
+/// The most bidders a round may have for its offers to go a row a group
+/// (tier_buffers::offer_groups): a warp takes a row alone, with one barrier
+/// of the CTA a round where the whole CTA's offers take four, but its 32
+/// workers are slow on a row of hundreds of items, and most rounds have one
+/// or two rows with bids (the CPU rounds at 10k / 100k / openb: 133 / 81 / 82
+/// rounds, the largest row 4-87 bids in those of at most 512 bidders, 425 /
+/// 632 in the larger). An H200 (2026-12-04, dc173b0, alternating) put the
+/// offers at 1.80 / 2.82 / 2.90 ms with every round's by groups and 2.18 /
+/// 2.58 / 2.09 (with the scan and bucket phases they need) by the whole CTA.
+inline constexpr std::int32_t tier_offer_groups_upto = 64;
+/// tier_buffers::offer_groups: every round's offers a row a group.
+inline constexpr std::int32_t tier_offer_groups_always = 0x7fffffff;
+
 /// Where a tier program's time goes, measured by the team's rank 0 from
 /// barrier to barrier (so a phase's time is its slowest worker's): on the
 /// GPU in SM cycles scaled by the launch's global timer, on the host in
