@@ -49,9 +49,9 @@
 #   bash .gpu/gpu-run.sh lent [SECONDS]  # issue 53 item 7 on one call (480): the kit, parity (scratch in shared
 #                                       # memory on, then off), both backends, placer bench and the auto trial,
 #                                       # memcheck / racecheck / synccheck over rounds, then alternations
-#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (330): the cluster's chains with the cluster-scope
-#                                       # fence (parity, memcheck, racecheck, against none), then the offers'
-#                                       # choice (by bidders, on warps always, never), alternating
+#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (320): parity, why the cluster's chains fail (one CTA
+#                                       # alone, every phase wide, memcheck's source lines), then the offers'
+#                                       # choice by a row's bids (the default, always, never, 64, 256), alternating
 #   bash .gpu/gpu-run.sh shared-diag    # why the shared-memory scratch crashed the scenarios' parity test (2026-12-04):
 #                                       # one CTA alone, clusters blocking, cuda-gdb's and memcheck's backtraces, racecheck (~5 min)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
@@ -462,34 +462,32 @@ case "$step" in
     summary
     ;;
   next)
-    # What 2026-12-04's second call left open, in one call (~330 s): the cluster's chains with the
-    # fence at the cluster's scope (cuda_team::cluster_fence): the scenarios' parity test with the
-    # scratch in shared memory and clusters on, memcheck's backtrace where it fails; where it passes,
-    # the CUDA parity with it, memcheck and racecheck over rounds with it at 10k and openb, and the
-    # scratch in shared memory (clusters on) against none, alternating; then the offers' choice,
-    # alternating: a round's on warps up to tier_offer_groups_upto bidders (the default), every
-    # round's (PLACER_CUDA_OFFER_GROUPS=1), none (0), then up to 32 and 128 bidders.
-    budget=${2:-330}
-    t=BackendParity.BenchmarkScenariosPlaceTheSame
-    {
-      echo "== shared memory on, clusters on, the fence at the cluster's scope"
-      PLACER_CUDA_TIER_SHARED=1 timed 90 "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t
-      echo "rc $?"
-    } >> "$OUT/tests.txt" 2>&1
-    if grep -q "^\[  PASSED  \] 1 test" "$OUT/tests.txt"; then
-      export PLACER_CUDA_TIER_SHARED=1
-      parity_tests quick
-      rounds_under memcheck 45 10k openb
-      rounds_under racecheck 60 10k openb
-      (( hung )) || alternate PLACER_CUDA_TIER_SHARED tier-shared-cluster "scratch in shared memory, clusters on"
-      unset PLACER_CUDA_TIER_SHARED
-    else
-      (( hung )) || PLACER_CUDA_TIER_SHARED=1 timeout 90 compute-sanitizer --tool memcheck --show-backtrace device \
-        --print-limit 5 "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t > "$OUT/shared-diag.txt" 2>&1
-      PLACER_CUDA_TIER_SHARED=1 rounds_under racecheck 60 10k
-    fi
+    # What 2026-12-04's third call left open, in one call (~300 s): parity on the default path (the
+    # offers' choice by a row's bids is new); then why the cluster's chains fail (the fence at the
+    # cluster's scope did not help; racecheck passed over 10k rounds with them): the scenarios' parity
+    # with one CTA's shared scratch alone (PLACER_CUDA_TIER_CLUSTER=0), with the clusters but every
+    # phase wide (PLACER_CUDA_GRID_CELLS_FROM=0: the leading CTA never bids alone while the other
+    # waits at the cluster's barrier), and memcheck's first errors with their source lines (-lineinfo)
+    # over a 10k round with the clusters; then the offers' choice (tier_offer_groups_upto, every
+    # round's on warps, none, 64 and 256 bids a row), alternating, and both backends.
+    budget=${2:-320}
+    parity_tests quick
     (( hung )) && { pack_results; summary; exit 1; }
-    for v in upto 1 0 upto 1 0 32 128; do  # upto: tier_offer_groups_upto (the default)
+    t=BackendParity.BenchmarkScenariosPlaceTheSame
+    for way in "PLACER_CUDA_TIER_CLUSTER=0" "PLACER_CUDA_GRID_CELLS_FROM=0"; do
+      fits 50 "the scenarios' parity, shared scratch, $way" || continue
+      { echo "== the scenarios' parity, shared scratch, $way"
+        env PLACER_CUDA_TIER_SHARED=1 "$way" timeout 45 "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t 2>&1 |
+          grep -E "Failure|exception|PASSED|FAILED" | cut -c1-300
+      } >> "$OUT/shared-diag.txt"
+    done
+    if fits 80 "memcheck over a 10k round with the clusters"; then
+      echo "== memcheck, a 10k round, shared scratch with the clusters" >> "$OUT/shared-diag.txt"
+      PLACER_CUDA_TIER_SHARED=1 timeout 75 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 4 \
+        "$G/run" "$G/bin/placer" bench --scenario 10k --rounds 1 --configs cuda --data "$G/data" >> "$OUT/shared-diag.txt" 2>&1
+      echo "rc $?" >> "$OUT/shared-diag.txt"
+    fi
+    for v in upto 1 0 64 256 upto 1 0; do  # upto: tier_offer_groups_upto (the default)
       fits 15 "offers $v" || continue
       if [ "$v" = upto ]; then
         round_bench "offers-$v-$SECONDS" '10k|100k|openb' cuda
@@ -499,10 +497,11 @@ case "$step" in
     done
     fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
     fits 30 "placer bench 10k" && PLACER_BENCH_CONFIGS=cuda,cpu placer_bench 10k
-    fits 30 "auto trial" && auto_trial
+    fits 20 "auto trial" && auto_trial
     pack_results
     summary
-    grep -E "^==|^rc |Invalid|out of bounds|Device Frame" "$OUT/shared-diag.txt" 2>/dev/null | cut -c1-220 | head -30
+    grep -E "^==|^rc |PASSED|FAILED|Invalid|out of bounds|Device Frame|at .*:[0-9]+|exception" "$OUT/shared-diag.txt" 2>/dev/null |
+      cut -c1-260 | head -40
     ;;
   shared-diag)
     # Why BackendParity.BenchmarkScenariosPlaceTheSame died of SIGSEGV with a chain's scratch in

@@ -100,8 +100,8 @@ GRID_4D6 = "2026-11-28-h200-round-bench-main-4d6d151.json"
 # The 2026-12-04 records (a0b3d5a) ran today's program on 33 CTAs: the group offers, the refresh in
 # one pass on lanes, round 0's bidders listed with the floors; the calibration kit's first record.
 TODAY = "2026-12-04-h200-round-bench-main-a0b3d5a.json"
-# Every round's offers a row a warp, as the 2026-12-04 records ran (since dc173b0+, a round's only
-# where it has at most tier_offer_groups_upto bidders).
+# Every round's offers a row a warp, as the 2026-12-04 records ran (since 0c1498b, a round's only
+# where no row got more than tier_offer_groups_upto bids).
 ALWAYS = 0x7FFFFFFF
 GROUPS_ALWAYS = ["--offer-groups", str(ALWAYS)]
 RECORDS = [
@@ -237,11 +237,11 @@ def recorded(path):
 
 def grouped(m, phase):
     """Whether the model's phase ran the group offers (a row's offers on a warp) in every round. A
-    record whose rounds took them only up to a number of bidders mixes both in its offers, which
+    record whose rounds took them only up to a number of bids a row mixes both in its offers, which
     this fit does not split yet."""
     groups = m.get("offer_groups", 0)
     if 0 < groups < ALWAYS:
-        sys.exit(f"fit.py: a record with the offers on warps up to {groups} bidders mixes both ways; not fitted yet")
+        sys.exit(f"fit.py: a record with the offers on warps up to {groups} bids a row mixes both ways; not fitted yet")
     return phase == "offer" and groups == ALWAYS
 
 

@@ -388,7 +388,7 @@ class cuda_device {
     if (char const* pairs = std::getenv("PLACER_CUDA_OFFER_PAIRS")) offer_pairs_ = std::atoi(pairs);
     // The rounds whose offers go a row a warp (tier_buffers::offer_groups, to measure): 0 none, as in
     // the rounds recorded up to 2026-11-28; 1 all, as in those of 2026-12-04; N > 1, those of at most
-    // N bidders; unset, tier_offer_groups_upto.
+    // N bids in a row; unset, tier_offer_groups_upto.
     if (char const* groups = std::getenv("PLACER_CUDA_OFFER_GROUPS")) {
       int const n = std::atoi(groups);
       if (n < 0) throw logic_error(error_code::invalid_argument, "PLACER_CUDA_OFFER_GROUPS must be 0 or more");
@@ -459,7 +459,7 @@ class cuda_device {
                    (offer_groups_ == 0                          ? ", offers by the whole CTA"
                     : offer_groups_ == tier_offer_groups_always ? ", offers on warps always"
                     : offer_groups_ != tier_offer_groups_upto
-                        ? ", offers on warps up to " + std::to_string(offer_groups_) + " bidders"
+                        ? ", offers on warps up to " + std::to_string(offer_groups_) + " bids a row"
                         : "") +
                    (list_upto_ != tier_list_with_floors_upto ? ", first bids listed with the floors up to " + std::to_string(list_upto_) + " nodes" : "") +
                    (refresh_one_pass_ == 0 ? ", refresh in two passes" : "") +

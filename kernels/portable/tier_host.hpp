@@ -83,7 +83,7 @@ struct tier_host_arena {
 /// `offer_least` bids or more in digits of `offer_bits` (their M stepped
 /// with `offer_iterate`, tier_buffers::offer_iterate; ranked in rounds of
 /// at most `offer_pairs` items a row; a row a group in the rounds of at most
-/// `offer_groups` bidders, tier_buffers::offer_groups), its refresh a
+/// `offer_groups` bids a row, tier_buffers::offer_groups), its refresh a
 /// worker per cell up to `refresh_below` candidate nodes and its bids
 /// remembering rows in tiers of more than `remember_above` rows. The results
 /// do not depend on any of them.

@@ -68,9 +68,9 @@ inline namespace PLACER_BACKEND_NS {
 /// One bidding round over the nodes in todo[list]: each bids for its best
 /// row; each row keeps its best and sends the losers to the other list;
 /// the prices follow. Two barriers with the group offers (a team_wide
-/// team's round of at most tier_buffers::offer_groups bidders,
-/// tier_offer_groups); else four: the bids are bucketed by row first (a run
-/// of `bucket` a row).
+/// team's round whose rows got at most tier_buffers::offer_groups bids
+/// each, tier_offer_groups); else four: the bids are bucketed by row first
+/// (a run of `bucket` a row).
 template <class Team>
 PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tier_clock& clk) {
   std::int32_t const n_rows = b.p.n_rows;
@@ -82,10 +82,12 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   std::int64_t const* prices = tier_prices(b, list);
   std::int64_t* next_prices = tier_prices(b, 1 - list);
   std::int32_t const k = ctl->todo_count[list];
-  // With the group offers (a round of at most b.offer_groups bidders) a bid
+  // Where the group offers may take the round (a team_wide team's), a bid
   // goes straight to its row's stretch of `select` (free while bidding), in
-  // the order of the count's adds.
-  bool const groups = t.team_wide && b.offer_groups > 0 && k <= b.offer_groups;
+  // the order of the count's adds, and the bid that finds
+  // b.offer_groups bids in its row before it marks the round as one for the
+  // whole team (offer_big; a plain store of one bid a row, no contention).
+  bool const may_group = t.team_wide && b.offer_groups > 0;
   for (std::int32_t i = me; i < k; i += team) {
     std::int32_t const n = todo[i];
     std::int32_t row = -1;
@@ -94,20 +96,24 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
     b.bid_value[n] = bid;
     if (row >= 0) {
       std::int32_t const at = t.fetch_add(&b.bid_count[row], 1);
-      if (groups) b.select[static_cast<std::int64_t>(row) * b.p.nodes.n_nodes + at] = n;
+      if (may_group) {
+        b.select[static_cast<std::int64_t>(row) * b.p.nodes.n_nodes + at] = n;
+        if (at == b.offer_groups) ctl->offer_big[list] = 1;
+      }
     }
     t.work(n_rows);  // a margin a row
   }
   if (me == 0) {
     ctl->bucket_at = 0;
-    if (groups) {  // (the other list's count was last read before this round; no bid reads `rounds`)
+    if (may_group) {  // (the other list's count and mark were last read before this round; no bid reads `rounds`)
       ctl->todo_count[1 - list] = 0;
+      ctl->offer_big[1 - list] = 0;
       ctl->rounds += 1;
     }
   }
   t.sync();
   clk.lap(tier_phase_bid);
-  if (groups) {
+  if (may_group && ctl->offer_big[list] == 0) {  // every thread reads the mark after the barrier, none writes it again this round
     tier_offer_groups(t, b, list, prices, next_prices);
     clk.lap(tier_phase_offer, true);
     return;
@@ -120,7 +126,7 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
     b.bid_cursor[r] = b.bid_count[r] > 0 ? t.fetch_add(&ctl->bucket_at, b.bid_count[r]) : 0;
     t.work(1);
   }
-  if (me == 0) {
+  if (me == 0 && !may_group) {
     ctl->todo_count[1 - list] = 0;
     ctl->rounds += 1;
   }
@@ -238,6 +244,7 @@ PLACER_HD void tier_quota(Team& t, tier_buffers const& b) {
 /// A bidding pass's control cleared (rank 0; read after a barrier).
 PLACER_HD inline void tier_open_pass(tier_control* ctl) {
   ctl->todo_count[0] = 0;
+  ctl->offer_big[0] = 0;  // the pass's first round bids from list 0
   ctl->touched = 0;
   ctl->passes += 1;
 }

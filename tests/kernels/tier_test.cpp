@@ -640,7 +640,7 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
 // by cell whatever the tier's size, its bids remembering rows or scanning
 // them all whatever the tier's rows, its offers a row a group
 // (tier_offer_groups: ranked or searched; in every round, or in those of
-// few bidders and the others' by the whole team) or by the whole team in digits of
+// few bids a row and the others' by the whole team) or by the whole team in digits of
 // 1, 4 or 8 bits, their threshold found in one search or stepped
 // (offer_iterate). Chains of up to three
 // tiers, a quarter with price wars (the jumps), a third with twins.
@@ -663,7 +663,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       std::int32_t offer_bits = tier_offer_bits;               // the team offers' radix digit
       std::int32_t offer_iterate = 0;                          // their M stepped, as recorded GPU rounds ran
       std::int32_t offer_pairs = tier_offer_pairs_upto;        // ranked up to this many items a row, else searched
-      std::int32_t offer_groups = tier_offer_groups_always;    // a row a group, or the whole team's offers, or by bidders
+      std::int32_t offer_groups = tier_offer_groups_always;    // a row a group, or the whole team's offers, or by a row's bids
     };
     std::vector<tier_instance> after;
     std::vector<tier_results> results;

@@ -142,7 +142,7 @@ TEST(GpuModel, CountsBehaveAsATeamsMust) {
     EXPECT_EQ(by[2].phase[p].barriers, by[0].phase[p].barriers);
     for (auto const& c : by) EXPECT_LE(c.phase[p].span + c.phase[p].chain, c.phase[p].work);
   }
-  // The offers of the rounds of few bidders on warps, the others' by the
+  // The offers of the rounds of few bids a row on warps, the others' by the
   // whole team (tier_offer_groups_upto): a 10k round has both.
   EXPECT_GT(by[0].offer_group.work, 0);
   EXPECT_GT(by[0].phase[kernels::tier_phase_offer].work, 0);

@@ -45,6 +45,10 @@ struct tier_control {
   std::int32_t offer_most_held = 0;  ///< tier_offer_team: the most copies a listed row keeps (fetch_max)
   std::int32_t offer_most_items = 0;  ///< tier_offer_team: the most items a listed row has (fetch_max); 0 again at its end
   std::int64_t rounds = 0;
+  /// tier_round: a row got more than tier_buffers::offer_groups bids in the
+  /// round that bids from list k (read after its bids; the other list's
+  /// cleared while it bids), so the whole team takes its offers.
+  std::int32_t offer_big[2] = {0, 0};
   std::int32_t bucket_at = 0;  ///< tier_round: the bids' buckets claimed so far (fetch_add)
   std::int32_t passes = 0;  ///< passes so far (tier_first_bidders), the stamp of bid_pass
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
@@ -267,9 +271,9 @@ struct tier_buffers {
   /// tier_offer_pairs_upto.
   std::int32_t offer_pairs_upto = tier_offer_pairs_upto;
   /// A team_wide team takes a round's offers a row a group (tier_offer_groups,
-  /// one barrier of the team) where the round has at most this many bidders,
-  /// else by the whole team (tier_offer_team, four barriers; the same
-  /// placements either way). 0: never, as the GPU rounds recorded up to
+  /// one barrier of the team) where no row got more than this many bids in
+  /// the round, else by the whole team (tier_offer_team, four barriers; the
+  /// same placements either way; tier_offer_groups_upto). 0: never, as the GPU rounds recorded up to
   /// 2026-11-28 ran; tier_offer_groups_always: always, as those of 2026-12-04
   /// ran (PLACER_CUDA_OFFER_GROUPS).
   std::int32_t offer_groups = tier_offer_groups_upto;

@@ -23,8 +23,8 @@ struct gpu_model_config {
   int offer_bits = -1;     ///< tier_buffers::offer_bits (PLACER_CUDA_OFFER_BITS); -1: the default
   bool offer_iterate = false;  ///< tier_buffers::offer_iterate (PLACER_CUDA_OFFER_ITERATE): the recorded rounds' offers
   int offer_pairs = -1;  ///< tier_buffers::offer_pairs_upto (PLACER_CUDA_OFFER_PAIRS); -1: the default
-  /// tier_buffers::offer_groups (PLACER_CUDA_OFFER_GROUPS): the most bidders
-  /// a round may have for its offers to go a row a warp; -1: the default; 0:
+  /// tier_buffers::offer_groups (PLACER_CUDA_OFFER_GROUPS): the most bids a
+  /// row may get in a round for its offers to go a row a warp; -1: the default; 0:
   /// by the whole CTA, as every round recorded up to 2026-11-28 ran;
   /// 0x7fffffff (tier_offer_groups_always): on warps always, as the
   /// 2026-12-04 rounds ran.

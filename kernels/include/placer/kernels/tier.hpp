@@ -114,16 +114,19 @@ struct tier_placement {
   std::uint64_t gpus = 0;
 };
 
-/// The most bidders a round may have for its offers to go a row a group
-/// (tier_buffers::offer_groups): a warp takes a row alone, with one barrier
-/// of the CTA a round where the whole CTA's offers take four, but its 32
-/// workers are slow on a row of hundreds of items, and most rounds have one
-/// or two rows with bids (the CPU rounds at 10k / 100k / openb: 133 / 81 / 82
-/// rounds, the largest row 4-87 bids in those of at most 512 bidders, 425 /
-/// 632 in the larger). An H200 (2026-12-04, dc173b0, alternating) put the
-/// offers at 1.80 / 2.82 / 2.90 ms with every round's by groups and 2.18 /
-/// 2.58 / 2.09 (with the scan and bucket phases they need) by the whole CTA.
-inline constexpr std::int32_t tier_offer_groups_upto = 64;
+/// The most bids a row may get in a round for the round's offers to go a
+/// row a group (tier_buffers::offer_groups): a warp takes a row alone, with
+/// one barrier of the CTA a round where the whole CTA's offers take four,
+/// but its 32 workers are slow on a row of hundreds of items. Most rounds
+/// have one or two rows with bids; in the CPU rounds at 10k the largest row
+/// of a round of 129-512 bidders had 87 bids on average, at 100k and openb
+/// those of more than 512 had 425 and 632. An H200 (2026-12-04, 0c1498b,
+/// alternating; offers with the scan and bucket phases they need, ms at 10k
+/// / 100k / openb): every round's by warps 1.81 / 2.82 / 2.88, by the whole
+/// CTA 2.38 / 2.75 / 2.23; by warps in the rounds of at most 32 / 64 / 128
+/// bidders 2.24 / 2.17 / 2.09 at 10k and 2.26 / 2.27 / 2.27 at openb. The
+/// rows' bids tell the rounds apart where the bidders do not: 128.
+inline constexpr std::int32_t tier_offer_groups_upto = 128;
 /// tier_buffers::offer_groups: every round's offers a row a group.
 inline constexpr std::int32_t tier_offer_groups_always = 0x7fffffff;
 
