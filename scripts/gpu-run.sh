@@ -49,11 +49,11 @@
 #   bash .gpu/gpu-run.sh lent [SECONDS]  # issue 53 item 7 on one call (480): the kit, parity (scratch in shared
 #                                       # memory on, then off), both backends, placer bench and the auto trial,
 #                                       # memcheck / racecheck / synccheck over rounds, then alternations
-#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (320): parity, why the cluster's chains fail (one CTA
-#                                       # alone, every phase wide, memcheck's source lines), then the offers'
-#                                       # choice by a row's bids (the default, always, never, 64, 256), alternating
-#   bash .gpu/gpu-run.sh shared-diag    # why the shared-memory scratch crashed the scenarios' parity test (2026-12-04):
-#                                       # one CTA alone, clusters blocking, cuda-gdb's and memcheck's backtraces, racecheck (~5 min)
+#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (420): parity, cluster-diag, then both backends,
+#                                       # placer bench at each scale, 8 sessions, the auto trial
+#   bash .gpu/gpu-run.sh cluster-diag [SECONDS]  # why 10k-k8s's chains fail on a cluster (PLACER_CUDA_TIER_SHARED=1
+#                                       # PLACER_CUDA_TIER_CLUSTER=1): memcheck's first errors with source lines,
+#                                       # racecheck, CUDA_LAUNCH_BLOCKING=1 (240)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -236,6 +236,36 @@ summary() {
   [ -f "$OUT/bench.txt" ] && grep -E "^(round/|config|cpu |cuda |kube )" "$OUT/bench.txt" | cut -c1-120
 }
 
+cluster_diag() {  # seconds: why 10k-k8s's chains fail on a cluster (PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=1)
+  # 2026-12-04 (dc173b0 .. 704181c): the scenarios' parity failed with an illegal address on the clusters
+  # (with every phase wide too, and with a fence at the cluster's scope before each barrier), passed with
+  # one CTA's shared scratch alone; memcheck passed 10k, 100k and 100k-k8s rounds on the clusters and
+  # did not end 10k-k8s's in 55 s; racecheck passed 10k's. Here: memcheck's first errors at 10k-k8s with
+  # their source lines (-lineinfo) in up to 150 s, then racecheck over one 10k-k8s round, then two rounds
+  # under CUDA_LAUNCH_BLOCKING=1; what they found, printed.
+  local d="$OUT/shared-diag.txt" left=$1 t0=$SECONDS
+  export PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=1
+  echo "== memcheck, 10k-k8s, the clusters" >> "$d"
+  timeout $(( left < 150 ? left : 150 )) compute-sanitizer --tool memcheck --show-backtrace device --print-limit 3 \
+    "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --rounds 1 --configs cuda --data "$G/data" 2>&1 |
+    grep -vE "^(config|cuda |\(calls|server-side|wire path|  cuda|scenario)" >> "$d"
+  echo "rc ${PIPESTATUS[0]}" >> "$d"
+  left=$(( $1 - (SECONDS - t0) ))
+  if (( left > 40 )); then
+    echo "== racecheck, 10k-k8s, the clusters" >> "$d"
+    timeout $(( left - 30 )) compute-sanitizer --tool racecheck --print-limit 3 \
+      "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --rounds 1 --configs cuda --data "$G/data" 2>&1 |
+      grep -E "RACECHECK|hazard|Race|at .*:[0-9]+|rror" | head -20 >> "$d"
+    echo "rc ${PIPESTATUS[0]}" >> "$d"
+  fi
+  echo "== CUDA_LAUNCH_BLOCKING=1, 2 rounds of 10k-k8s, the clusters" >> "$d"
+  CUDA_LAUNCH_BLOCKING=1 timeout 25 "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --rounds 2 --configs cuda \
+    --data "$G/data" 2>&1 | grep -E "replicas placed|rror" >> "$d"
+  echo "rc ${PIPESTATUS[0]}" >> "$d"
+  unset PLACER_CUDA_TIER_SHARED PLACER_CUDA_TIER_CLUSTER
+  grep -E "^==|^rc |Invalid|out of bounds|by thread|at .*:[0-9]+|SUMMARY|rror|replicas" "$d" | cut -c1-300 | head -60
+}
+
 case "$step" in
   all)
     budget=${2:-480}
@@ -416,12 +446,12 @@ case "$step" in
     ;;
   shared)
     # A chain's scratch (prices, floors, bid lists, heaps, buckets) laid out in the CTA's shared
-    # memory where it fits (issue 53 item 2; PLACER_CUDA_TIER_SHARED=1, off by default until this
-    # call says): the 10k chains' 170-203 KB fit an H100's or H200's 227 KB; openb's 355 KB spread
-    # over a cluster of 2 CTAs (tier_cluster_kernel, distributed shared memory); 100k's 1.8 MB
-    # keeps the grid. Parity with it on, or off from there where it fails; racecheck (shared
-    # memory is what it checks) and memcheck at 10k (one CTA) and openb (the cluster); on against
-    # off, alternating; then the default.
+    # memory where it fits (issue 53 item 2; PLACER_CUDA_TIER_SHARED=1, off by default: on an H200
+    # on 2026-12-04 one CTA's was correct and slower than the grid, 8.8 against 6.2-6.5 ms at 10k):
+    # the 10k chains' 170-214 KB fit an H100's or H200's 227 KB; the larger keep the grid (a cluster
+    # of CTAs with PLACER_CUDA_TIER_CLUSTER=1 as well, which failed 10k-k8s: cluster-diag). Parity
+    # with it on, or off from there where it fails; racecheck (shared memory is what it checks) and
+    # memcheck at 10k and openb; on against off, alternating; then the default.
     budget=${2:-480}
     export PLACER_CUDA_TIER_SHARED=1
     parity_or "the chain's scratch in shared memory" PLACER_CUDA_TIER_SHARED=0
@@ -462,78 +492,18 @@ case "$step" in
     summary
     ;;
   next)
-    # What 2026-12-04's third call left open, in one call (~300 s): parity on the default path (the
-    # offers' choice by a row's bids is new); then why the cluster's chains fail (the fence at the
-    # cluster's scope did not help; racecheck passed over 10k rounds with them): the scenarios' parity
-    # with one CTA's shared scratch alone (PLACER_CUDA_TIER_CLUSTER=0), with the clusters but every
-    # phase wide (PLACER_CUDA_GRID_CELLS_FROM=0: the leading CTA never bids alone while the other
-    # waits at the cluster's barrier), and memcheck's first errors with their source lines (-lineinfo)
-    # over a 10k round with the clusters; then the offers' choice (tier_offer_groups_upto, every
-    # round's on warps, none, 64 and 256 bids a row), alternating, and both backends.
-    budget=${2:-320}
+    # The next GPU call (~420 s): parity on the default path, then cluster_diag (why 10k-k8s's chains
+    # fail on a cluster), then both backends, placer bench at each scale, 8 sessions, the auto trial.
+    budget=${2:-420}
     parity_tests quick
     (( hung )) && { pack_results; summary; exit 1; }
-    t=BackendParity.BenchmarkScenariosPlaceTheSame
-    for way in "PLACER_CUDA_TIER_CLUSTER=0" "PLACER_CUDA_GRID_CELLS_FROM=0"; do
-      fits 50 "the scenarios' parity, shared scratch, $way" || continue
-      { echo "== the scenarios' parity, shared scratch, $way"
-        env PLACER_CUDA_TIER_SHARED=1 "$way" timeout 45 "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t 2>&1 |
-          grep -E "Failure|exception|PASSED|FAILED" | cut -c1-300
-      } >> "$OUT/shared-diag.txt"
-    done
-    if fits 80 "memcheck over a 10k round with the clusters"; then
-      echo "== memcheck, a 10k round, shared scratch with the clusters" >> "$OUT/shared-diag.txt"
-      PLACER_CUDA_TIER_SHARED=1 timeout 75 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 4 \
-        "$G/run" "$G/bin/placer" bench --scenario 10k --rounds 1 --configs cuda --data "$G/data" >> "$OUT/shared-diag.txt" 2>&1
-      echo "rc $?" >> "$OUT/shared-diag.txt"
-    fi
-    for v in upto 1 0 64 256 upto 1 0; do  # upto: tier_offer_groups_upto (the default)
-      fits 15 "offers $v" || continue
-      if [ "$v" = upto ]; then
-        round_bench "offers-$v-$SECONDS" '10k|100k|openb' cuda
-      else
-        PLACER_CUDA_OFFER_GROUPS=$v round_bench "offers-$v-$SECONDS" '10k|100k|openb' cuda
-      fi
-    done
-    fits 40 "both backends" && round_bench main '10k|100k|openb' 'cuda|cpu'
-    fits 30 "placer bench 10k" && PLACER_BENCH_CONFIGS=cuda,cpu placer_bench 10k
-    fits 20 "auto trial" && auto_trial
-    pack_results
-    summary
-    grep -E "^==|^rc |PASSED|FAILED|Invalid|out of bounds|Device Frame|at .*:[0-9]+|exception" "$OUT/shared-diag.txt" 2>/dev/null |
-      cut -c1-260 | head -40
+    cluster_diag 200
+    figures
     ;;
-  shared-diag)
-    # Why BackendParity.BenchmarkScenariosPlaceTheSame died of SIGSEGV with a chain's scratch in
-    # shared memory (2026-12-04, a0b3d5a; the random rounds and the kernel tests passed with it): on
-    # one CTA alone (PLACER_CUDA_TIER_CLUSTER=0: the chains too large for one CTA keep the grid), with
-    # the clusters under CUDA_LAUNCH_BLOCKING=1, the host's backtrace from cuda-gdb (solver_test_omp
-    # keeps its symbols: gpu-bundle.sh strips its debug information only), memcheck's; racecheck and
-    # synccheck over rounds with one CTA's shared scratch (a race the scratch's L2 latency hid); then
-    # one CTA's shared scratch against none, alternating, at 10k and openb (~5 minutes).
-    t=BackendParity.BenchmarkScenariosPlaceTheSame
-    {
-      echo "== shared memory on, clusters off"
-      PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=0 timed 60 "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t
-      echo "rc $?"
-      echo "== shared memory on, clusters on, CUDA_LAUNCH_BLOCKING=1"
-      PLACER_CUDA_TIER_SHARED=1 CUDA_LAUNCH_BLOCKING=1 timed 60 "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t
-      echo "rc $?"
-      echo "== cuda-gdb ($((SECONDS - start)) s)"
-      PLACER_CUDA_TIER_SHARED=1 timeout 90 "$G/run" cuda-gdb -batch -ex run -ex bt -ex "info threads" \
-        --args "$G/bin/solver_test_omp" --gtest_filter=$t 2>&1 | tail -60
-      echo "== memcheck ($((SECONDS - start)) s)"
-      PLACER_CUDA_TIER_SHARED=1 timeout 90 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 5 \
-        "$G/run" "$G/bin/solver_test_omp" --gtest_filter=$t 2>&1 | tail -60
-    } > "$OUT/shared-diag.txt" 2>&1
-    export PLACER_CUDA_TIER_CLUSTER=0
-    # A race the scratch's L2 latency hid would show in shared memory, where racecheck looks: two
-    # rounds each, one CTA's shared scratch (the rounds stop at a wrong device's error, not a crash).
-    PLACER_CUDA_TIER_SHARED=1 rounds_under racecheck 90 10k 10k-k8s
-    PLACER_CUDA_TIER_SHARED=1 rounds_under synccheck 60 10k
-    (( hung )) || alternate PLACER_CUDA_TIER_SHARED tier-shared-one-cta "scratch in one CTA's shared memory"
-    grep -E "^==|^rc |PASSED|FAILED|OK \]|Failure|rror|signal|^#[0-9]" "$OUT/shared-diag.txt" | cut -c1-200 | head -60
-    summary
+  cluster-diag)
+    budget=${2:-240}
+    cluster_diag "$budget"
+    pack_results
     ;;
   profile)
     # Where the CUDA round's time goes, kernels and the gaps between them:
@@ -561,7 +531,7 @@ case "$step" in
     done
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, shared, next, shared-diag, or profile)"
+    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, shared, next, cluster-diag, or profile)"
     exit 2
     ;;
 esac

@@ -156,7 +156,6 @@ struct cuda_team {
   __host__ __device__ static constexpr std::int32_t group_size() { return 32; }
   __host__ __device__ void group_sync() const {
 #ifdef __CUDA_ARCH__
-    cluster_fence();
     unsigned const live = min(32u, blockDim.x - (threadIdx.x & ~31u));
     __syncwarp(live == 32 ? 0xffffffffu : (1u << live) - 1);
 #endif
@@ -180,23 +179,7 @@ struct cuda_team {
   __host__ __device__ static constexpr void chain(std::int64_t) {}
   __host__ __device__ void sync() const {
 #ifdef __CUDA_ARCH__
-    cluster_fence();
     __syncthreads();
-#endif
-  }
-  /// On a cluster, the scratch lies in the CTAs' shared memory, much of it
-  /// another CTA's (distributed shared memory), and a CTA's or a warp's
-  /// barrier orders the accesses of its threads at the CTA's scope only:
-  /// each barrier of the team comes after a fence at the cluster's scope,
-  /// so that what one thread wrote in another CTA's memory is there for the
-  /// thread that reads it after the barrier. Without it, an H200 (2026-12-04,
-  /// dc173b0) failed the cluster's chains: memcheck found invalid __shared__
-  /// reads in tier_cluster_kernel and cuda-gdb stopped in the leading CTA's
-  /// own phases (tier_iterate, between its __syncthreads), where stale
-  /// entries of another CTA's memory would send a read out of bounds.
-  __host__ __device__ static void cluster_fence() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (Cluster) asm volatile("fence.acq_rel.cluster;" ::: "memory");
 #endif
   }
   __host__ __device__ std::int32_t fetch_add(std::int32_t* p, std::int32_t v) const {
@@ -425,9 +408,14 @@ class cuda_device {
       // The larger chains on a cluster, where the device launches them (sm_90 on).
       int cluster = 0;
       PLACER_CUDA_TRY(cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, device_));
-      // PLACER_CUDA_TIER_CLUSTER=0: the chains that fit no one CTA keep the grid (to measure).
+      // Only with PLACER_CUDA_TIER_CLUSTER=1 as well: on an H200 (2026-12-04) the clusters failed
+      // 10k-k8s's chains (an illegal address; memcheck's invalid __shared__ reads in
+      // tier_cluster_kernel), with every phase wide too and with a fence at the cluster's scope
+      // before each barrier, while 10k, 100k and 100k-k8s passed memcheck with them and one CTA's
+      // shared scratch alone passed the scenarios' parity (docs/results.md). Else the chains that
+      // fit no one CTA keep the grid.
       char const* clusters = std::getenv("PLACER_CUDA_TIER_CLUSTER");
-      cluster_ = cluster != 0 && (clusters == nullptr || std::atoi(clusters) != 0);
+      cluster_ = cluster != 0 && clusters != nullptr && std::atoi(clusters) != 0;
       if (cluster_) {
         PLACER_CUDA_TRY(cudaFuncSetAttribute(tier_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(shared_bytes_)));
