@@ -105,7 +105,7 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   }
   if (me == 0) {
     ctl->bucket_at = 0;
-    if (may_group) {  // (the other list's count and mark were last read before this round; no bid reads `rounds`)
+    if (may_group) {  // (the other list's count and mark were last read before this round; no bid reads rounds)
       ctl->todo_count[1 - list] = 0;
       ctl->offer_big[1 - list] = 0;
       ctl->rounds += 1;
@@ -113,7 +113,8 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   }
   t.sync();
   clk.lap(tier_phase_bid);
-  if (may_group && ctl->offer_big[list] == 0) {  // every thread reads the mark after the barrier, none writes it again this round
+  // Every thread reads the mark after the barrier; none writes it again this round.
+  if (may_group && ctl->offer_big[list] == 0) {
     tier_offer_groups(t, b, list, prices, next_prices);
     clk.lap(tier_phase_offer, true);
     return;

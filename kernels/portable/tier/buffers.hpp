@@ -273,9 +273,9 @@ struct tier_buffers {
   /// A team_wide team takes a round's offers a row a group (tier_offer_groups,
   /// one barrier of the team) where no row got more than this many bids in
   /// the round, else by the whole team (tier_offer_team, four barriers; the
-  /// same placements either way; tier_offer_groups_upto). 0: never, as the GPU rounds recorded up to
-  /// 2026-11-28 ran; tier_offer_groups_always: always, as those of 2026-12-04
-  /// ran (PLACER_CUDA_OFFER_GROUPS).
+  /// same placements either way; tier_offer_groups_upto). 0: never, as the
+  /// GPU rounds recorded up to 2026-11-28 ran; tier_offer_groups_always:
+  /// always, as those of 2026-12-04's first call ran (PLACER_CUDA_OFFER_GROUPS).
   std::int32_t offer_groups = tier_offer_groups_upto;
   /// A team_wide team refreshes a tier a worker per cell up to this many
   /// candidate nodes (tier_refresh_cells_below).

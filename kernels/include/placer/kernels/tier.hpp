@@ -120,12 +120,13 @@ struct tier_placement {
 /// but its 32 workers are slow on a row of hundreds of items. Most rounds
 /// have one or two rows with bids; in the CPU rounds at 10k the largest row
 /// of a round of 129-512 bidders had 87 bids on average, at 100k and openb
-/// those of more than 512 had 425 and 632. An H200 (2026-12-04, 0c1498b,
+/// those of more than 512 had 425 and 632, so the bidders do not tell their
+/// rounds apart and a row's bids do. An H200 (2026-12-04, 704181c,
 /// alternating; offers with the scan and bucket phases they need, ms at 10k
-/// / 100k / openb): every round's by warps 1.81 / 2.82 / 2.88, by the whole
-/// CTA 2.38 / 2.75 / 2.23; by warps in the rounds of at most 32 / 64 / 128
-/// bidders 2.24 / 2.17 / 2.09 at 10k and 2.26 / 2.27 / 2.27 at openb. The
-/// rows' bids tell the rounds apart where the bidders do not: 128.
+/// / 100k / openb): every round's by warps 1.81 / 2.82 / 2.89, by the whole
+/// CTA 2.38 / 2.76 / 2.24, by warps where no row got over 64 / 128 / 256
+/// bids 1.96 / 2.69 / 2.26, 1.85 / 2.69 / 2.40 and 1.81 / 2.59 / 2.46 (the
+/// tier kernels' sum within 0.5% of each other): 128.
 inline constexpr std::int32_t tier_offer_groups_upto = 128;
 /// tier_buffers::offer_groups: every round's offers a row a group.
 inline constexpr std::int32_t tier_offer_groups_always = 0x7fffffff;
