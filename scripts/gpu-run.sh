@@ -52,8 +52,9 @@
 #   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (420): parity, cluster-diag, then both backends,
 #                                       # placer bench at each scale, 8 sessions, the auto trial
 #   bash .gpu/gpu-run.sh cluster-diag [SECONDS]  # why 10k-k8s's chains fail on a cluster (PLACER_CUDA_TIER_SHARED=1
-#                                       # PLACER_CUDA_TIER_CLUSTER=1): memcheck's first errors with source lines,
-#                                       # racecheck, CUDA_LAUNCH_BLOCKING=1 (240)
+#                                       # PLACER_CUDA_TIER_CLUSTER=1): the scenarios' parity on grids of 2 and 4
+#                                       # CTAs, memcheck's first errors with source lines, racecheck,
+#                                       # CUDA_LAUNCH_BLOCKING=1 (240)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
 #                                       # and at 100k), and nsys's API and copy summary where it exists
@@ -240,16 +241,29 @@ cluster_diag() {  # seconds: why 10k-k8s's chains fail on a cluster (PLACER_CUDA
   # 2026-12-04 (dc173b0 .. 704181c): the scenarios' parity failed with an illegal address on the clusters
   # (with every phase wide too, and with a fence at the cluster's scope before each barrier), passed with
   # one CTA's shared scratch alone; memcheck passed 10k, 100k and 100k-k8s rounds on the clusters and
-  # did not end 10k-k8s's in 55 s; racecheck passed 10k's. Here: memcheck's first errors at 10k-k8s with
+  # did not end 10k-k8s's in 55 s; racecheck passed 10k's. Here: the scenarios' parity on grids of 2 and 4
+  # CTAs without shared memory, then memcheck's first errors at 10k-k8s with
   # their source lines (-lineinfo) in up to 150 s, then racecheck over one 10k-k8s round, then two rounds
   # under CUDA_LAUNCH_BLOCKING=1; what they found, printed.
-  local d="$OUT/shared-diag.txt" left=$1 t0=$SECONDS
+  local d="$OUT/shared-diag.txt" left=$1 t0=$SECONDS b
+  # First, the same program on a grid of 2 and of 4 CTAs in global memory: the GPU model and the twin
+  # act for every CTA from one (block() 0), so a race between CTAs shows on a GPU only, and a grid of 4
+  # is what each of 8 workers gets (--workers 8); 33 passes.
+  for b in 2 4; do
+    echo "== the scenarios' parity on a grid of $b CTAs (PLACER_CUDA_TIER_BLOCKS=$b), global memory" >> "$d"
+    PLACER_CUDA_TIER_BLOCKS=$b timeout 45 "$G/run" "$G/bin/solver_test_omp" \
+      --gtest_filter=BackendParity.BenchmarkScenariosPlaceTheSame 2>&1 | grep -E "Failure|exception|PASSED|FAILED" |
+      cut -c1-300 >> "$d"
+  done
+  left=$(( $1 - (SECONDS - t0) ))
   export PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=1
-  echo "== memcheck, 10k-k8s, the clusters" >> "$d"
-  timeout $(( left < 150 ? left : 150 )) compute-sanitizer --tool memcheck --show-backtrace device --print-limit 3 \
-    "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --rounds 1 --configs cuda --data "$G/data" 2>&1 |
-    grep -vE "^(config|cuda |\(calls|server-side|wire path|  cuda|scenario)" >> "$d"
-  echo "rc ${PIPESTATUS[0]}" >> "$d"
+  if (( left > 30 )); then
+    echo "== memcheck, 10k-k8s, the clusters" >> "$d"
+    timeout $(( left < 150 ? left : 150 )) compute-sanitizer --tool memcheck --show-backtrace device --print-limit 3 \
+      "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --rounds 1 --configs cuda --data "$G/data" 2>&1 |
+      grep -vE "^(config|cuda |\(calls|server-side|wire path|  cuda|scenario)" >> "$d"
+    echo "rc ${PIPESTATUS[0]}" >> "$d"
+  fi
   left=$(( $1 - (SECONDS - t0) ))
   if (( left > 40 )); then
     echo "== racecheck, 10k-k8s, the clusters" >> "$d"
@@ -263,7 +277,8 @@ cluster_diag() {  # seconds: why 10k-k8s's chains fail on a cluster (PLACER_CUDA
     --data "$G/data" 2>&1 | grep -E "replicas placed|rror" >> "$d"
   echo "rc ${PIPESTATUS[0]}" >> "$d"
   unset PLACER_CUDA_TIER_SHARED PLACER_CUDA_TIER_CLUSTER
-  grep -E "^==|^rc |Invalid|out of bounds|by thread|at .*:[0-9]+|SUMMARY|rror|replicas" "$d" | cut -c1-300 | head -60
+  grep -E "^==|^rc |Invalid|out of bounds|by thread|at .*:[0-9]+|SUMMARY|rror|replicas|PASSED|FAILED|exception" "$d" |
+    cut -c1-300 | head -60
 }
 
 case "$step" in
@@ -497,11 +512,11 @@ case "$step" in
     budget=${2:-420}
     parity_tests quick
     (( hung )) && { pack_results; summary; exit 1; }
-    cluster_diag 200
+    cluster_diag 270
     figures
     ;;
   cluster-diag)
-    budget=${2:-240}
+    budget=${2:-300}
     cluster_diag "$budget"
     pack_results
     ;;
