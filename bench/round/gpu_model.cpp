@@ -32,13 +32,7 @@ namespace {
 /// (gpu_counts::offer_group, also written apart as "offer_group").
 placer::kernels::gpu_phase_counts phase_counts(placer::kernels::gpu_counts const& c, int p) {
   placer::kernels::gpu_phase_counts k = c.phase[p];
-  if (p == placer::kernels::tier_phase_offer) {
-    k.barriers += c.offer_group.barriers;
-    k.span += c.offer_group.span;
-    k.chain += c.offer_group.chain;
-    k.work += c.offer_group.work;
-    k.grid_syncs += c.offer_group.grid_syncs;
-  }
+  if (p == placer::kernels::tier_phase_offer) k += c.offer_group;
   return k;
 }
 

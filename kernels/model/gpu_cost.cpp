@@ -5,16 +5,8 @@
 namespace placer::kernels {
 
 gpu_phase_counts gpu_counts::total() const {
-  gpu_phase_counts t;
-  auto const add = [&](gpu_phase_counts const& p) {
-    t.barriers += p.barriers;
-    t.span += p.span;
-    t.chain += p.chain;
-    t.work += p.work;
-    t.grid_syncs += p.grid_syncs;
-  };
-  for (gpu_phase_counts const& p : phase) add(p);
-  add(offer_group);
+  gpu_phase_counts t = offer_group;
+  for (gpu_phase_counts const& p : phase) t += p;
   return t;
 }
 

@@ -106,11 +106,7 @@ class model_counter final : public tier_clock_observer {
  private:
   void book(gpu_phase_counts& c) {
     fold();
-    c.barriers += pending_.barriers;
-    c.span += pending_.span;
-    c.chain += pending_.chain;
-    c.work += pending_.work;
-    c.grid_syncs += pending_.grid_syncs;
+    c += pending_;
     pending_ = {};
   }
   void fold() {

@@ -55,6 +55,14 @@ struct gpu_phase_counts {
   /// Barriers of the whole grid (config.blocks > 1). Between two, the
   /// counts above are the busiest CTA's: each is the most any CTA had.
   std::int64_t grid_syncs = 0;
+  gpu_phase_counts& operator+=(gpu_phase_counts const& o) {
+    barriers += o.barriers;
+    span += o.span;
+    chain += o.chain;
+    work += o.work;
+    grid_syncs += o.grid_syncs;
+    return *this;
+  }
 };
 
 struct gpu_counts {
