@@ -246,6 +246,7 @@ cluster_diag() {  # seconds: why 10k-k8s's chains fail on a cluster (PLACER_CUDA
   # their source lines (-lineinfo) in up to 150 s, then racecheck over one 10k-k8s round, then two rounds
   # under CUDA_LAUNCH_BLOCKING=1; what they found, printed.
   local d="$OUT/shared-diag.txt" left=$1 t0=$SECONDS b
+  local round=("$G/run" "$G/bin/placer" bench --scenario 10k-k8s --configs cuda --data "$G/data")  # + --rounds N
   # First, the same program on a grid of 2 and of 4 CTAs in global memory: the GPU model and the twin
   # act for every CTA from one (block() 0), so a race between CTAs shows on a GPU only, and a grid of 4
   # is what each of 8 workers gets (--workers 8); 33 passes.
@@ -260,21 +261,19 @@ cluster_diag() {  # seconds: why 10k-k8s's chains fail on a cluster (PLACER_CUDA
   if (( left > 30 )); then
     echo "== memcheck, 10k-k8s, the clusters" >> "$d"
     timeout $(( left < 150 ? left : 150 )) compute-sanitizer --tool memcheck --show-backtrace device --print-limit 3 \
-      "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --rounds 1 --configs cuda --data "$G/data" 2>&1 |
+      "${round[@]}" --rounds 1 2>&1 |
       grep -vE "^(config|cuda |\(calls|server-side|wire path|  cuda|scenario)" >> "$d"
     echo "rc ${PIPESTATUS[0]}" >> "$d"
   fi
   left=$(( $1 - (SECONDS - t0) ))
   if (( left > 40 )); then
     echo "== racecheck, 10k-k8s, the clusters" >> "$d"
-    timeout $(( left - 30 )) compute-sanitizer --tool racecheck --print-limit 3 \
-      "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --rounds 1 --configs cuda --data "$G/data" 2>&1 |
+    timeout $(( left - 30 )) compute-sanitizer --tool racecheck --print-limit 3 "${round[@]}" --rounds 1 2>&1 |
       grep -E "RACECHECK|hazard|Race|at .*:[0-9]+|rror" | head -20 >> "$d"
     echo "rc ${PIPESTATUS[0]}" >> "$d"
   fi
   echo "== CUDA_LAUNCH_BLOCKING=1, 2 rounds of 10k-k8s, the clusters" >> "$d"
-  CUDA_LAUNCH_BLOCKING=1 timeout 25 "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --rounds 2 --configs cuda \
-    --data "$G/data" 2>&1 | grep -E "replicas placed|rror" >> "$d"
+  CUDA_LAUNCH_BLOCKING=1 timeout 25 "${round[@]}" --rounds 2 2>&1 | grep -E "replicas placed|rror" >> "$d"
   echo "rc ${PIPESTATUS[0]}" >> "$d"
   unset PLACER_CUDA_TIER_SHARED PLACER_CUDA_TIER_CLUSTER
   grep -E "^==|^rc |Invalid|out of bounds|by thread|at .*:[0-9]+|SUMMARY|rror|replicas|PASSED|FAILED|exception" "$d" |
