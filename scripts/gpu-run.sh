@@ -519,6 +519,37 @@ case "$step" in
     cluster_diag "$budget"
     pack_results
     ;;
+  cluster-scratch)
+    # Where the clusters' 10k-k8s failure lies (2026-12-04's fifth call: memcheck's invalid 8-byte
+    # __shared__ writes of a holder's re-bid, offer_group.hpp:110, block 0): the scenarios' parity
+    # on the clusters with their scratch left in global memory (2: the cluster's barriers alone),
+    # in shared memory zeroed first (1), and as it is (0); memcheck where the global one fails;
+    # then 10k-k8s and openb rounds on the clusters against the default.
+    budget=${2:-240}
+    d="$OUT/cluster-scratch.txt"
+    export PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=1
+    for v in 2 1 0; do
+      echo "== PLACER_CUDA_CLUSTER_SCRATCH=$v: the scenarios' parity" >> "$d"
+      PLACER_CUDA_CLUSTER_SCRATCH=$v timeout 60 "$G/run" "$G/bin/solver_test_omp" \
+        --gtest_filter=BackendParity.BenchmarkScenariosPlaceTheSame 2>&1 | grep -E "Failure|exception|rror|PASSED|FAILED" |
+        cut -c1-300 | head -8 >> "$d"
+    done
+    if ! grep -A8 "SCRATCH=2" "$d" | grep -q PASSED && fits 90 "memcheck, global scratch"; then
+      echo "== memcheck, 10k-k8s, PLACER_CUDA_CLUSTER_SCRATCH=2" >> "$d"
+      PLACER_CUDA_CLUSTER_SCRATCH=2 timeout 90 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 3 \
+        "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --configs cuda --data "$G/data" --rounds 1 2>&1 |
+        grep -E "Invalid|out of bounds|by thread|at .*:[0-9]+|SUMMARY|rror" | grep -v "Device Frame" | head -20 >> "$d"
+    fi
+    for v in 2 1; do
+      fits 40 "rounds at scratch $v" || continue
+      PLACER_CUDA_CLUSTER_SCRATCH=$v rb_seconds=60 round_bench "cluster-scratch-$v" '10k-k8s|openb' cuda
+    done
+    unset PLACER_CUDA_TIER_SHARED PLACER_CUDA_TIER_CLUSTER
+    fits 40 "rounds, the default" && rb_seconds=60 round_bench default '10k-k8s|openb' cuda
+    pack_results
+    cat "$d"
+    summary
+    ;;
   profile)
     # Where the CUDA round's time goes, kernels and the gaps between them:
     # at 100k the second session's `assign` held 9 ms outside the tier
@@ -545,7 +576,7 @@ case "$step" in
     done
     ;;
   *)
-    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, shared, next, cluster-diag, or profile)"
+    echo "gpu-run: unknown step '$step' (calibrate, all, check, bench 10k|100k|openb, quick, sweep, sanitize, session, grid, blocks, offers, lanes, shared, next, cluster-diag, cluster-scratch, or profile)"
     exit 2
     ;;
 esac

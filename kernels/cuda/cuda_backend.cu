@@ -279,14 +279,26 @@ __global__ void __launch_bounds__(tier_threads, 1)
 /// (tier_layout_parts with `per_part` the host's size), every CTA reaching
 /// the others' through distributed shared memory; the program as on a grid
 /// of that many CTAs, its grid barriers the cluster's.
+/// scratch (PLACER_CUDA_CLUSTER_SCRATCH, to find why 10k-k8s's chains fail
+/// on clusters): 0, spread over the CTAs' shared memory; 1, the same, each
+/// CTA's piece zeroed first; 2, left in global memory (the cluster's
+/// barriers alone).
 __global__ void __launch_bounds__(tier_threads, 1)
     tier_cluster_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out, stage_call after,
-                        std::size_t per_part) {
+                        std::size_t per_part, int scratch) {
 #if __CUDA_ARCH__ >= 900
   extern __shared__ __align__(16) unsigned char tier_scratch[];
   auto cluster = cooperative_groups::this_cluster();
-  tier_layout_parts(c.work, c.work_nodes, c.work_rows, c.work_copies, static_cast<std::int32_t>(cluster.num_blocks()),
-                    per_part, [&](std::int32_t k) { return cluster.map_shared_rank(tier_scratch, k); });
+  if (scratch != 2) {
+    tier_layout_parts(c.work, c.work_nodes, c.work_rows, c.work_copies,
+                      static_cast<std::int32_t>(cluster.num_blocks()), per_part,
+                      [&](std::int32_t k) { return cluster.map_shared_rank(tier_scratch, k); });
+  }
+  if (scratch == 1) {
+    unsigned dynamic = 0;
+    asm volatile("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dynamic));
+    for (unsigned i = threadIdx.x; i < dynamic; i += blockDim.x) tier_scratch[i] = 0;
+  }
   cluster.sync();  // every CTA of the cluster running before any reaches another's memory
   cuda_team<true, true, true> team;
   chain_launch_program(team, c, in, n_in, out, after);
@@ -416,6 +428,7 @@ class cuda_device {
       // fit no one CTA keep the grid.
       char const* clusters = std::getenv("PLACER_CUDA_TIER_CLUSTER");
       cluster_ = cluster != 0 && clusters != nullptr && std::atoi(clusters) != 0;
+      if (char const* scratch = std::getenv("PLACER_CUDA_CLUSTER_SCRATCH")) cluster_scratch_ = std::atoi(scratch);
       if (cluster_) {
         PLACER_CUDA_TRY(cudaFuncSetAttribute(tier_cluster_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                              static_cast<int>(shared_bytes_)));
@@ -622,7 +635,8 @@ class cuda_device {
     config.stream = stream_;
     config.attrs = attr;
     config.numAttrs = 1;
-    PLACER_CUDA_TRY(cudaLaunchKernelEx(&config, tier_cluster_kernel, k, in, n_in, out, after, shared_bytes_));
+    PLACER_CUDA_TRY(
+        cudaLaunchKernelEx(&config, tier_cluster_kernel, k, in, n_in, out, after, shared_bytes_, cluster_scratch_));
   }
 
   int device_ = 0;
@@ -636,6 +650,7 @@ class cuda_device {
   std::int32_t offer_groups_ = tier_offer_groups_upto;     ///< tier_buffers::offer_groups
   int blocks_ = 1;                                          ///< the tier kernel's grid (CTAs)
   bool cluster_ = false;  ///< PLACER_CUDA_TIER_SHARED on a device that launches clusters (tier_cluster_kernel)
+  int cluster_scratch_ = 0;  ///< PLACER_CUDA_CLUSTER_SCRATCH (tier_cluster_kernel)
   int stage_blocks_ = 1;                                    ///< the stage kernel's grid (CTAs)
   std::size_t shared_bytes_ = 0;  ///< PLACER_CUDA_TIER_SHARED: the most shared memory a chain's scratch may take
   std::int64_t grid_cells_from_ = tier_grid_cells_from;    ///< tier_buffers::grid_cells_from

@@ -6,6 +6,7 @@
 // tier_team_tsan.cpp, built by clang against LLVM's OpenMP runtime).
 // Host only; the CUDA twin is cuda_team in cuda_backend.cu (one CTA).
 
+#include "tier_grid_twin.hpp"
 #include "tier_program.hpp"
 
 #include <omp.h>
@@ -85,8 +86,10 @@ struct tier_host_arena {
 /// at most `offer_pairs` items a row; a row a group in the rounds of at most
 /// `offer_groups` bids a row, tier_buffers::offer_groups), its refresh a
 /// worker per cell up to `refresh_below` candidate nodes and its bids
-/// remembering rows in tiers of more than `remember_above` rows. The results
-/// do not depend on any of them.
+/// remembering rows in tiers of more than `remember_above` rows; with
+/// `blocks` above 1, on a grid of that many CTAs of `threads` workers, a
+/// thread each (run_on_grid_twin, team_wide). The results do not depend on
+/// any of them.
 inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& out, tier_host_arena& a,
                            int threads = 1, std::int32_t solo = omp_team{}.solo, bool team_wide = false,
                            std::int32_t offer_least = tier_offer_team_least,
@@ -94,7 +97,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
                            std::int32_t remember_above = tier_remember_rows_above,
                            std::int32_t offer_bits = tier_offer_bits, std::int32_t offer_iterate = 0,
                            std::int32_t offer_pairs = tier_offer_pairs_upto,
-                           std::int32_t offer_groups = tier_offer_groups_upto) {
+                           std::int32_t offer_groups = tier_offer_groups_upto, std::int32_t blocks = 1) {
   auto const k = static_cast<std::int32_t>(tiers.size());
   if (k == 0) {
     tier_chain_results(nullptr, nullptr, nullptr, 0, out);
@@ -146,7 +149,9 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
   c.work.offer_iterate = offer_iterate;
   c.work.offer_pairs_upto = offer_pairs;
   c.work.offer_groups = offer_groups;
-  if (threads > 1) {
+  if (blocks > 1) {
+    run_on_grid_twin(blocks, threads, [&](grid_twin_team& team) { tier_chain_program(team, c); });
+  } else if (threads > 1) {
 #pragma omp parallel num_threads(threads)
     {
       omp_team team{solo, team_wide};

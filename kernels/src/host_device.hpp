@@ -6,11 +6,13 @@
 // on a GPU model's fibers.
 #include "../model/team_model.hpp"
 #include "../portable/device_backend.hpp"
+#include "../portable/tier_grid_twin.hpp"
 
 #include <placer/kernels/backend.hpp>
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <new>
 #include <string>
@@ -24,7 +26,24 @@ class host_device {
   static constexpr backend_kind kind = backend_kind::cpu;
   static constexpr bool checks_pointers = true;
 
-  host_device() = default;
+  /// PLACER_TWIN_BLOCKS=B and PLACER_TWIN_THREADS=W (1 or even): a
+  /// chain's launch on a grid of B CTAs of W workers, a thread each
+  /// (grid_twin_team), where B x W is 2 or more.
+  host_device() {
+    auto const env = [](char const* name) {
+      char const* v = std::getenv(name);
+      return v != nullptr ? std::max(std::atoi(v), 1) : 1;
+    };
+    grid_blocks_ = env("PLACER_TWIN_BLOCKS");
+    grid_threads_ = env("PLACER_TWIN_THREADS");
+    if (grid_threads_ > 1 && grid_threads_ % 2 != 0) {
+      throw logic_error(error_code::invalid_argument, "PLACER_TWIN_THREADS must be 1 or even");
+    }
+    if (grid_blocks_ * grid_threads_ > 1) {
+      description_ += ", its tier launches on a grid of " + std::to_string(grid_blocks_) + " x " +
+                      std::to_string(grid_threads_) + " threads";
+    }
+  }
   host_device(gpu_model_config const& config, gpu_counts* counts) : model_(config), counts_(counts) {
     description_ = "gpu model (the CUDA backend's code over host memory, its tier launches on " +
                    std::to_string(config.threads) + " emulated workers)";
@@ -147,6 +166,11 @@ class host_device {
       run_chain_model(model_, k, in, n_in, out, after, *counts_);
       return;
     }
+    if (grid_blocks_ * grid_threads_ > 1) {
+      run_on_grid_twin(grid_blocks_, grid_threads_,
+                       [&](grid_twin_team& t) { chain_launch_program(t, k, in, n_in, out, after); });
+      return;
+    }
     seq_team team{true};  // the CUDA backend's team steps (cuda_team::team_wide)
     chain_launch_program(team, k, in, n_in, out, after);
   }
@@ -199,6 +223,8 @@ class host_device {
   gpu_counts* counts_ = nullptr;  ///< a GPU model's counts, or none (the plain twin)
   unsigned char* scratch_ = nullptr;  ///< a tier launch's scratch (run_tiers), in device memory
   std::size_t scratch_bytes_ = 0;
+  std::int32_t grid_blocks_ = 1;   ///< PLACER_TWIN_BLOCKS
+  std::int32_t grid_threads_ = 1;  ///< PLACER_TWIN_THREADS
 };
 
 }  // namespace placer::kernels

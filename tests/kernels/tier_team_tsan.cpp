@@ -101,7 +101,15 @@ int main() {
     for (auto& p : pb) p.state = lb.data();
     tier_results a, b;
     run_chain_host(pa, a, one, 1);
-    run_chain_host(pb, b, four, 4, 0, iter % 2 == 0);
+    // Every fourth on a grid of two CTAs of four workers in groups of two,
+    // a thread each (the CUDA backend's cooperative grid, tier_grid_twin.hpp):
+    // the other CTA's wide phases, every row's offers on a group.
+    if (iter % 4 == 3) {
+      run_chain_host(pb, b, four, 4, 0, true, 1, tier_refresh_cells_below, tier_remember_rows_above, tier_offer_bits, 0,
+                     tier_offer_pairs_upto, tier_offer_groups_always, 2);
+    } else {
+      run_chain_host(pb, b, four, 4, 0, iter % 2 == 0);
+    }
     bool same = a.begin == b.begin && a.placed.size() == b.placed.size();
     for (std::size_t j = 0; same && j + 1 < a.begin.size(); ++j) {
       auto order = [](auto const& x, auto const& y) { return x.iteration != y.iteration ? x.iteration < y.iteration : x.node < y.node; };

@@ -1,0 +1,125 @@
+#pragma once
+// The tier program on a grid of CTAs in threads (host only): every worker of
+// every CTA a thread of its own, as a cooperative launch on a GPU runs
+// them. The device twin's tier launches under PLACER_TWIN_BLOCKS and
+// PLACER_TWIN_THREADS (host_device.hpp), and the ThreadSanitizer test's
+// grid (tests/kernels/tier_team_tsan.cpp).
+
+#include "tier/buffers.hpp"
+
+#include <atomic>
+#include <barrier>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+namespace placer::kernels {
+inline namespace PLACER_BACKEND_NS {
+
+/// The barriers and shuffle slots of a grid_twin's threads.
+struct grid_twin_sync {
+  grid_twin_sync(std::int32_t blocks, std::int32_t threads, std::int32_t group)
+      : grid(blocks * threads), slots(static_cast<std::size_t>(blocks * threads)) {
+    for (std::int32_t k = 0; k < blocks; ++k) cta.emplace_back(threads);
+    for (std::int32_t g = 0; g < blocks * threads / group; ++g) groups.emplace_back(group);
+  }
+  std::barrier<> grid;
+  std::deque<std::barrier<>> cta, groups;
+  std::vector<std::int64_t> slots;  ///< a worker's value in group_sum
+};
+
+/// A worker of a CTA of `threads` in a grid of `blocks` (PLACER_TWIN_BLOCKS,
+/// PLACER_TWIN_THREADS), a thread each: the tier program as a cooperative
+/// grid runs it, block() the CTA's index, sync() its barrier, grid_sync()
+/// every thread's, groups of two workers (a warp's part on the GPU:
+/// tier_offer_groups) meeting at barriers of their own, the steps shared
+/// with other workers atomic. The GPU model acts for every CTA from block
+/// 0; here the others take the paths only a GPU's other CTAs take (scratch
+/// read there before it is written, a race between CTAs or warps), on the
+/// CPU.
+struct grid_twin_team {
+  std::int32_t index = 0, count = 1, lane = 0, width = 1;
+  grid_twin_sync* s = nullptr;
+  [[nodiscard]] std::int32_t rank() const { return lane; }
+  [[nodiscard]] std::int32_t size() const { return width; }
+  [[nodiscard]] static constexpr std::int32_t solo_below() { return 0; }
+  void sync() const {
+    if (width > 1) s->cta[static_cast<std::size_t>(index)].arrive_and_wait();
+  }
+  static constexpr void work(std::int64_t) {}
+  static constexpr void chain(std::int64_t) {}
+  template <class T>
+  static T fetch_add(T* p, std::type_identity_t<T> v) {
+    return std::atomic_ref<T>(*p).fetch_add(v);
+  }
+  template <class T>
+  static T fetch_max(T* p, T v) {
+    std::atomic_ref<T> a(*p);
+    T old = a.load();
+    while (v > old && !a.compare_exchange_weak(old, v)) {}
+    return old;
+  }
+  template <class T>
+  static T fetch_min(T* p, T v) {
+    std::atomic_ref<T> a(*p);
+    T old = a.load();
+    while (v < old && !a.compare_exchange_weak(old, v)) {}
+    return old;
+  }
+  [[nodiscard]] std::int32_t blocks() const { return count; }
+  [[nodiscard]] std::int32_t block() const { return index; }
+  template <class F>
+  void each_block(F&& f) const {
+    f(index);
+  }
+  void grid_sync() const { s->grid.arrive_and_wait(); }
+  [[nodiscard]] std::int32_t group_size() const { return width > 1 ? 2 : 1; }
+  void group_sync() const {
+    if (width > 1) s->groups[static_cast<std::size_t>((index * width + lane) / 2)].arrive_and_wait();
+  }
+  /// The sum over the aligned run of `runs` workers (1 or the group's 2).
+  [[nodiscard]] std::int64_t group_sum(std::int64_t v, std::int32_t runs) const {
+    if (runs <= 1) return v;
+    auto const me = static_cast<std::size_t>(index * width + lane);
+    s->slots[me] = v;
+    group_sync();
+    std::int64_t const sum = s->slots[me & ~std::size_t{1}] + s->slots[me | 1];
+    group_sync();
+    return sum;
+  }
+  static constexpr bool team_wide = true;  // the CUDA backend's team steps
+};
+
+/// f(team) on blocks x threads threads (threads 1 or even), each a
+/// grid_twin_team; the first exception thrown is rethrown once all have
+/// ended (a thread that throws leaves the grid's barrier; the program
+/// throws nowhere while a CTA or a group waits).
+template <class F>
+void run_on_grid_twin(std::int32_t blocks, std::int32_t threads, F&& f) {
+  grid_twin_sync s(blocks, threads, threads > 1 ? 2 : 1);
+  std::vector<std::exception_ptr> failed(static_cast<std::size_t>(blocks * threads));
+  {
+    std::vector<std::jthread> workers;
+    for (std::int32_t k = 0; k < blocks * threads; ++k) {
+      workers.emplace_back([&, k] {
+        grid_twin_team t{k / threads, blocks, k % threads, threads, &s};
+        try {
+          f(t);
+        } catch (...) {
+          failed[static_cast<std::size_t>(k)] = std::current_exception();
+          s.grid.arrive_and_drop();
+        }
+      });
+    }
+  }
+  for (auto const& e : failed) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+}  // inline namespace PLACER_BACKEND_NS
+}  // namespace placer::kernels
