@@ -49,8 +49,11 @@
 #   bash .gpu/gpu-run.sh lent [SECONDS]  # issue 53 item 7 on one call (480): the kit, parity (scratch in shared
 #                                       # memory on, then off), both backends, placer bench and the auto trial,
 #                                       # memcheck / racecheck / synccheck over rounds, then alternations
-#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (420): parity, cluster-diag, then both backends,
+#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (420): parity, cluster-scratch, then both backends,
 #                                       # placer bench at each scale, 8 sessions, the auto trial
+#   bash .gpu/gpu-run.sh cluster-scratch [SECONDS]  # where 10k-k8s's cluster failure lies: parity with the
+#                                       # clusters' scratch in global memory, zeroed shared, as is; memcheck
+#                                       # if global fails; 10k-k8s and openb rounds where they pass (240)
 #   bash .gpu/gpu-run.sh cluster-diag [SECONDS]  # why 10k-k8s's chains fail on a cluster (PLACER_CUDA_TIER_SHARED=1
 #                                       # PLACER_CUDA_TIER_CLUSTER=1): the scenarios' parity on grids of 2 and 4
 #                                       # CTAs, memcheck's first errors with source lines, racecheck,
@@ -280,6 +283,37 @@ cluster_diag() {  # seconds: why 10k-k8s's chains fail on a cluster (PLACER_CUDA
     cut -c1-300 | head -60
 }
 
+cluster_scratch() {  # where the clusters' 10k-k8s failure lies (PLACER_CUDA_CLUSTER_SCRATCH), about 200 s
+  # 2026-12-04's fifth call (8dfe1b9): memcheck's invalid 8-byte __shared__ writes of a holder's re-bid
+  # (offer_group.hpp:110, block 0) on the clusters; the grids of 2 and 4 CTAs in global memory passed,
+  # and so did the twin on grids of up to 2 x 512 threads with poisoned scratch (PLACER_TWIN_BLOCKS,
+  # PLACER_TWIN_THREADS: every CTA at the same barriers). Here the scenarios' parity on the clusters
+  # with their scratch left in global memory (2: the cluster's barriers alone), in shared memory
+  # zeroed first (1), and as it is (0); memcheck where the global one fails; then 10k-k8s and openb
+  # rounds on the clusters (where they pass) against the default.
+  local d="$OUT/cluster-scratch.txt" v
+  export PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=1
+  for v in 2 1 0; do
+    echo "== PLACER_CUDA_CLUSTER_SCRATCH=$v: the scenarios' parity" >> "$d"
+    PLACER_CUDA_CLUSTER_SCRATCH=$v timeout 45 "$G/run" "$G/bin/solver_test_omp" \
+      --gtest_filter=BackendParity.BenchmarkScenariosPlaceTheSame 2>&1 | grep -E "Failure|exception|rror|PASSED|FAILED" |
+      cut -c1-300 | head -8 >> "$d"
+  done
+  if ! grep -A8 "SCRATCH=2" "$d" | grep -q PASSED && fits 90 "memcheck, global scratch"; then
+    echo "== memcheck, 10k-k8s, PLACER_CUDA_CLUSTER_SCRATCH=2" >> "$d"
+    PLACER_CUDA_CLUSTER_SCRATCH=2 timeout 90 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 3 \
+      "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --configs cuda --data "$G/data" --rounds 1 2>&1 |
+      grep -E "Invalid|out of bounds|by thread|at .*:[0-9]+|SUMMARY|rror" | grep -v "Device Frame" | head -20 >> "$d"
+  fi
+  for v in 2 1 0; do
+    grep -A8 "SCRATCH=$v" "$d" | grep -q PASSED && fits 30 "rounds at scratch $v" &&
+      PLACER_CUDA_CLUSTER_SCRATCH=$v rb_seconds=30 round_bench "cluster-scratch-$v" '10k-k8s|openb' cuda
+  done
+  unset PLACER_CUDA_TIER_SHARED PLACER_CUDA_TIER_CLUSTER
+  fits 30 "rounds, the default" && rb_seconds=30 round_bench default '10k-k8s|openb' cuda
+  cat "$d"
+}
+
 case "$step" in
   all)
     budget=${2:-480}
@@ -506,12 +540,12 @@ case "$step" in
     summary
     ;;
   next)
-    # The next GPU call (~420 s): parity on the default path, then cluster_diag (why 10k-k8s's chains
-    # fail on a cluster), then both backends, placer bench at each scale, 8 sessions, the auto trial.
+    # The next GPU call (~420 s): parity on the default path, then cluster_scratch (where 10k-k8s's
+    # chains fail on a cluster), then both backends, placer bench at each scale, 8 sessions, the auto trial.
     budget=${2:-420}
     parity_tests quick
     (( hung )) && { pack_results; summary; exit 1; }
-    cluster_diag 270
+    cluster_scratch
     figures
     ;;
   cluster-diag)
@@ -520,34 +554,9 @@ case "$step" in
     pack_results
     ;;
   cluster-scratch)
-    # Where the clusters' 10k-k8s failure lies (2026-12-04's fifth call: memcheck's invalid 8-byte
-    # __shared__ writes of a holder's re-bid, offer_group.hpp:110, block 0): the scenarios' parity
-    # on the clusters with their scratch left in global memory (2: the cluster's barriers alone),
-    # in shared memory zeroed first (1), and as it is (0); memcheck where the global one fails;
-    # then 10k-k8s and openb rounds on the clusters against the default.
     budget=${2:-240}
-    d="$OUT/cluster-scratch.txt"
-    export PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=1
-    for v in 2 1 0; do
-      echo "== PLACER_CUDA_CLUSTER_SCRATCH=$v: the scenarios' parity" >> "$d"
-      PLACER_CUDA_CLUSTER_SCRATCH=$v timeout 60 "$G/run" "$G/bin/solver_test_omp" \
-        --gtest_filter=BackendParity.BenchmarkScenariosPlaceTheSame 2>&1 | grep -E "Failure|exception|rror|PASSED|FAILED" |
-        cut -c1-300 | head -8 >> "$d"
-    done
-    if ! grep -A8 "SCRATCH=2" "$d" | grep -q PASSED && fits 90 "memcheck, global scratch"; then
-      echo "== memcheck, 10k-k8s, PLACER_CUDA_CLUSTER_SCRATCH=2" >> "$d"
-      PLACER_CUDA_CLUSTER_SCRATCH=2 timeout 90 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 3 \
-        "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --configs cuda --data "$G/data" --rounds 1 2>&1 |
-        grep -E "Invalid|out of bounds|by thread|at .*:[0-9]+|SUMMARY|rror" | grep -v "Device Frame" | head -20 >> "$d"
-    fi
-    for v in 2 1; do
-      fits 40 "rounds at scratch $v" || continue
-      PLACER_CUDA_CLUSTER_SCRATCH=$v rb_seconds=60 round_bench "cluster-scratch-$v" '10k-k8s|openb' cuda
-    done
-    unset PLACER_CUDA_TIER_SHARED PLACER_CUDA_TIER_CLUSTER
-    fits 40 "rounds, the default" && rb_seconds=60 round_bench default '10k-k8s|openb' cuda
+    cluster_scratch
     pack_results
-    cat "$d"
     summary
     ;;
   profile)

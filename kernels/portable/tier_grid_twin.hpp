@@ -13,8 +13,12 @@
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace placer::kernels {
@@ -23,13 +27,15 @@ inline namespace PLACER_BACKEND_NS {
 /// The barriers and shuffle slots of a grid_twin's threads.
 struct grid_twin_sync {
   grid_twin_sync(std::int32_t blocks, std::int32_t threads, std::int32_t group)
-      : grid(blocks * threads), slots(static_cast<std::size_t>(blocks * threads)) {
+      : grid(blocks * threads), slots(static_cast<std::size_t>(blocks * threads)), met(slots.size()) {
     for (std::int32_t k = 0; k < blocks; ++k) cta.emplace_back(threads);
     for (std::int32_t g = 0; g < blocks * threads / group; ++g) groups.emplace_back(group);
   }
   std::barrier<> grid;
   std::deque<std::barrier<>> cta, groups;
   std::vector<std::int64_t> slots;  ///< a worker's value in group_sum
+  /// Per worker: where it met the grid (file, line), barrier by barrier.
+  std::vector<std::vector<std::pair<std::string_view, int>>> met;
 };
 
 /// A worker of a CTA of `threads` in a grid of `blocks` (PLACER_TWIN_BLOCKS,
@@ -76,7 +82,10 @@ struct grid_twin_team {
   void each_block(F&& f) const {
     f(index);
   }
-  void grid_sync() const { s->grid.arrive_and_wait(); }
+  void grid_sync(char const* file = __builtin_FILE(), int line = __builtin_LINE()) const {
+    s->met[static_cast<std::size_t>(index * width + lane)].emplace_back(file, line);
+    s->grid.arrive_and_wait();
+  }
   [[nodiscard]] std::int32_t group_size() const { return width > 1 ? 2 : 1; }
   void group_sync() const {
     if (width > 1) s->groups[static_cast<std::size_t>((index * width + lane) / 2)].arrive_and_wait();
@@ -96,8 +105,10 @@ struct grid_twin_team {
 
 /// f(team) on blocks x threads threads (threads 1 or even), each a
 /// grid_twin_team; the first exception thrown is rethrown once all have
-/// ended (a thread that throws leaves the grid's barrier; the program
-/// throws nowhere while a CTA or a group waits).
+/// ended (a thread that ends leaves the grid's barrier; the program throws
+/// nowhere while a CTA or a group waits), then logic_error where two
+/// workers met the grid at different barriers, or a different number of
+/// times (on a GPU, a wrong pairing of grid.sync() calls or a hang).
 template <class F>
 void run_on_grid_twin(std::int32_t blocks, std::int32_t threads, F&& f) {
   grid_twin_sync s(blocks, threads, threads > 1 ? 2 : 1);
@@ -111,13 +122,26 @@ void run_on_grid_twin(std::int32_t blocks, std::int32_t threads, F&& f) {
           f(t);
         } catch (...) {
           failed[static_cast<std::size_t>(k)] = std::current_exception();
-          s.grid.arrive_and_drop();
         }
+        s.grid.arrive_and_drop();  // one that met the grid fewer times leaves the others going (found below)
       });
     }
   }
   for (auto const& e : failed) {
     if (e) std::rethrow_exception(e);
+  }
+  for (std::size_t w = 1; w < s.met.size(); ++w) {
+    auto const& a = s.met[0];
+    auto const& b = s.met[w];
+    for (std::size_t k = 0; k < std::max(a.size(), b.size()); ++k) {
+      auto const site = [&](auto const& m) {
+        return k < m.size() ? std::string(m[k].first) + ":" + std::to_string(m[k].second) : std::string("its end");
+      };
+      if (k < a.size() && k < b.size() && a[k] == b[k]) continue;
+      throw std::logic_error("grid twin: at the grid's barrier " + std::to_string(k) + " CTA 0's worker 0 is at " +
+                             site(a) + ", CTA " + std::to_string(w / static_cast<std::size_t>(threads)) +
+                             "'s worker " + std::to_string(w % static_cast<std::size_t>(threads)) + " at " + site(b));
+    }
   }
 }
 

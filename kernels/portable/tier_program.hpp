@@ -86,7 +86,8 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   // goes straight to its row's stretch of `select` (free while bidding), in
   // the order of the count's adds, and the bid that finds
   // b.offer_groups bids in its row before it marks the round as one for the
-  // whole team (offer_big; a plain store of one bid a row, no contention).
+  // whole team (offer_big; one bid a row, an atomic max: several rows' may
+  // mark it at once).
   bool const may_group = t.team_wide && b.offer_groups > 0;
   for (std::int32_t i = me; i < k; i += team) {
     std::int32_t const n = todo[i];
@@ -98,7 +99,7 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
       std::int32_t const at = t.fetch_add(&b.bid_count[row], 1);
       if (may_group) {
         b.select[static_cast<std::int64_t>(row) * b.p.nodes.n_nodes + at] = n;
-        if (at == b.offer_groups) ctl->offer_big[list] = 1;
+        if (at == b.offer_groups) t.fetch_max(&ctl->offer_big[list], 1);
       }
     }
     t.work(n_rows);  // a margin a row

@@ -23,6 +23,10 @@ std::unique_ptr<backend> make_device_twin(bool resident, bool verify) {
   return std::make_unique<device_backend<host_device>>(resident, verify);
 }
 
+std::unique_ptr<backend> make_device_twin_grid(std::int32_t blocks, std::int32_t threads) {
+  return std::make_unique<device_backend<host_device>>(true, false, blocks, threads);
+}
+
 std::unique_ptr<backend> make_gpu_model(gpu_model_config const& config, gpu_counts* counts) {
   if (counts == nullptr) throw logic_error(error_code::invalid_argument, "a GPU model needs its counts");
   return std::make_unique<device_backend<host_device>>(true, false, config, counts);

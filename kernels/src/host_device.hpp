@@ -34,16 +34,9 @@ class host_device {
       char const* v = std::getenv(name);
       return v != nullptr ? std::max(std::atoi(v), 1) : 1;
     };
-    grid_blocks_ = env("PLACER_TWIN_BLOCKS");
-    grid_threads_ = env("PLACER_TWIN_THREADS");
-    if (grid_threads_ > 1 && grid_threads_ % 2 != 0) {
-      throw logic_error(error_code::invalid_argument, "PLACER_TWIN_THREADS must be 1 or even");
-    }
-    if (grid_blocks_ * grid_threads_ > 1) {
-      description_ += ", its tier launches on a grid of " + std::to_string(grid_blocks_) + " x " +
-                      std::to_string(grid_threads_) + " threads";
-    }
+    set_grid(env("PLACER_TWIN_BLOCKS"), env("PLACER_TWIN_THREADS"));
   }
+  host_device(std::int32_t blocks, std::int32_t threads) { set_grid(blocks, threads); }
   host_device(gpu_model_config const& config, gpu_counts* counts) : model_(config), counts_(counts) {
     description_ = "gpu model (the CUDA backend's code over host memory, its tier launches on " +
                    std::to_string(config.threads) + " emulated workers)";
@@ -222,6 +215,20 @@ class host_device {
   gpu_model_config model_;
   gpu_counts* counts_ = nullptr;  ///< a GPU model's counts, or none (the plain twin)
   unsigned char* scratch_ = nullptr;  ///< a tier launch's scratch (run_tiers), in device memory
+  void set_grid(std::int32_t blocks, std::int32_t threads) {
+    if (blocks < 1 || threads < 1 || (threads > 1 && threads % 2 != 0)) {
+      throw logic_error(error_code::invalid_argument,
+                        "the twin's grid takes 1 or more CTAs of 1 or an even number of threads (PLACER_TWIN_BLOCKS, "
+                        "PLACER_TWIN_THREADS)");
+    }
+    grid_blocks_ = blocks;
+    grid_threads_ = threads;
+    if (blocks * threads > 1) {
+      description_ += ", its tier launches on a grid of " + std::to_string(blocks) + " CTAs of " +
+                      std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+    }
+  }
+
   std::size_t scratch_bytes_ = 0;
   std::int32_t grid_blocks_ = 1;   ///< PLACER_TWIN_BLOCKS
   std::int32_t grid_threads_ = 1;  ///< PLACER_TWIN_THREADS

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 #include <memory>
 #include <random>
 #include <vector>
@@ -194,6 +195,41 @@ TEST(TierLayout, PartsHoldEveryArrayWholeAndApart) {
     }
   }
   EXPECT_GT(split, 30);  // the twin spreads most chains over more than one piece
+}
+
+// The grid twin (tier_grid_twin.hpp): its CTAs' workers in threads, a group
+// of two summing by its slots, atomics shared by all; and the check that
+// every worker met the grid at the same barriers: one that met it elsewhere,
+// or fewer times, fails the launch (on a GPU a wrong pairing or a hang).
+TEST(GridTwin, CtasMeetTheGridAtTheSameBarriers) {
+  std::int64_t total = 0, most = 0;
+  run_on_grid_twin(3, 4, [&](grid_twin_team& t) {
+    EXPECT_EQ(t.blocks(), 3);
+    EXPECT_EQ(t.size(), 4);
+    EXPECT_EQ(t.group_size(), 2);
+    std::int64_t const mine = 10 * t.block() + t.rank();
+    std::int64_t const pair = t.group_sum(mine, 2);
+    EXPECT_EQ(pair, 2 * mine + (t.rank() % 2 == 0 ? 1 : -1));
+    t.fetch_add(&total, mine);
+    t.fetch_max(&most, mine);
+    t.grid_sync();
+    EXPECT_EQ(total, 4 * (0 + 10 + 20) + 3 * (0 + 1 + 2 + 3));  // every worker's add, before the barrier
+    t.grid_sync();
+  });
+  EXPECT_EQ(most, 23);
+  auto const elsewhere = [](grid_twin_team& t) {
+    if (t.block() == 0) {
+      t.grid_sync();
+    } else {
+      t.grid_sync();
+    }
+  };
+  EXPECT_THROW(run_on_grid_twin(2, 2, elsewhere), std::logic_error);
+  auto const fewer = [](grid_twin_team& t) {
+    t.grid_sync();
+    if (t.block() == 1) t.grid_sync();
+  };
+  EXPECT_THROW(run_on_grid_twin(2, 1, fewer), std::logic_error);
 }
 
 // A row's floor is its (copies+1)-th best feasible value, or 0 when no more

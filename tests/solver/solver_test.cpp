@@ -820,8 +820,10 @@ TEST(BackendParity, DeviceTwinMatchesCpuOnRandomRounds) {
 }
 
 // The benchmark scenarios at full scale: thousands of bids a row, several
-// radix passes, price wars (-k8s), many tiers. The device twin and, where a
-// GPU is usable, the CUDA backend run their CTA's way (team_wide: floors,
+// radix passes, price wars (-k8s), many tiers. The device twin (on one
+// worker, and on a grid of 2 CTAs of 4 threads each: the other CTA's
+// paths, the warps' offers on groups, run concurrently) and, where a GPU
+// is usable, the CUDA backend run their CTA's way (team_wide: floors,
 // jumps, lists and offers by the whole team) and must place
 // what the CPU backend places, two rounds in a row on one solver.
 TEST(BackendParity, BenchmarkScenariosPlaceTheSame) {
@@ -832,9 +834,10 @@ TEST(BackendParity, BenchmarkScenariosPlaceTheSame) {
     solver cpu = cpu_solver();
     round_result const want = cpu.solve(in);
     EXPECT_GT(want.placements.size(), 500u);
-    for (int which = 0; which < (gpu ? 2 : 1); ++which) {
-      solver other(which == 0 ? kernels::make_device_twin(/*resident=*/true)
-                              : kernels::make_backend(kernels::backend_kind::cuda));
+    for (int which = 0; which < (gpu ? 3 : 2); ++which) {
+      solver other(which == 0   ? kernels::make_device_twin(/*resident=*/true)
+                   : which == 1 ? kernels::make_device_twin_grid(2, 4)
+                                : kernels::make_backend(kernels::backend_kind::cuda));
       SCOPED_TRACE(other.backend().description());
       for (int again = 0; again < 2; ++again) {
         round_result const got = other.solve(in);

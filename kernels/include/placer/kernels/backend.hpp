@@ -240,6 +240,13 @@ std::unique_ptr<backend> make_parallel_cpu_backend();
 /// its device memory) and for counting what the GPU round moves
 /// (round_bench). `resident` false: every call sends its views whole.
 std::unique_ptr<backend> make_device_twin(bool resident = true, bool verify = false);
+/// The twin with its tier launches on a grid of `blocks` CTAs of `threads`
+/// workers (1 or even), a thread each, as the CUDA backend's cooperative
+/// grid runs them: block() its CTA's index, its barriers its CTA's, the
+/// grid's every thread's (kernels/portable/tier_grid_twin.hpp), every CTA
+/// checked to meet the grid at the same barriers. PLACER_TWIN_BLOCKS and
+/// PLACER_TWIN_THREADS set it for make_device_twin.
+std::unique_ptr<backend> make_device_twin_grid(std::int32_t blocks, std::int32_t threads);
 
 /// Parses "auto" | "cpu" | "cuda" | "twin" and makes the backend. "auto" takes CUDA
 /// when a GPU answers and falls back to the CPU otherwise, reporting why
