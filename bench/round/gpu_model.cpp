@@ -3,9 +3,12 @@
 // solver/include/placer/solver/gpu_prediction.hpp).
 //
 //   gpu_model [--scenario 10k,100k,openb] [--threads 512] [--offer-least N]
-//             [--offer-bits N] [--offer-iterate 0|1] [--offer-groups 0|1] [--refresh-below N] [--order fifo|pack] [--reps 7]
+//             [--offer-bits N] [--offer-iterate 0|1] [--offer-groups N] [--refresh-below N] [--order fifo|pack] [--reps 7]
 //             [--offer-pairs N] [--blocks 33] [--grid-cells-from N] [--list-upto N]
 //             [--refresh-one-pass 0|1] [--refresh-lanes 0|1] [--json FILE]
+//
+// --offer-groups: a round's offers on warps where no row got more than N
+// bids (tier_buffers::offer_groups): 0 never, 2147483647 always.
 //
 // For each scenario: the CPU backend's round (median of --reps after a
 // warm-up) and its tier phases; then two rounds through the GPU model, the
@@ -41,7 +44,7 @@ using namespace placer;
 int usage(char const* why) {
   std::cerr << "gpu_model: " << why
             << "\nusage: gpu_model [--scenario 10k,100k,openb] [--threads 256|512|1024] [--offer-least N]"
-               " [--offer-bits N] [--offer-iterate 0|1] [--offer-groups 0|1] [--refresh-below N] [--order fifo|pack] [--reps N]"
+               " [--offer-bits N] [--offer-iterate 0|1] [--offer-groups N] [--refresh-below N] [--order fifo|pack] [--reps N]"
                " [--offer-pairs N] [--blocks N] [--grid-cells-from N] [--list-upto N] [--refresh-one-pass 0|1]"
                " [--refresh-lanes 0|1] [--json FILE]\n";
   return 2;

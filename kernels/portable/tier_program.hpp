@@ -30,8 +30,9 @@
 // the placements are sorted by (iteration, node) on the host.
 //
 // The grid. A Team is also a CTA of a grid of blocks() CTAs (one, except
-// the CUDA backend's cooperative launch, PLACER_CUDA_TIER_BLOCKS, and the
-// GPU model's lanes): block() is its index, each_block(f) runs f(b) for
+// the CUDA backend's cooperative launch, PLACER_CUDA_TIER_BLOCKS, the GPU
+// model's lanes and the twin's grid of threads, tier_grid_twin.hpp):
+// block() is its index, each_block(f) runs f(b) for
 // every block b it acts for (its own on a GPU; every lane in turn in the
 // GPU model, which counts each lane's steps as that CTA's), grid_sync() is
 // the grid's barrier. The leading CTA (block 0) runs the program; the

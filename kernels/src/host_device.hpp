@@ -2,8 +2,9 @@
 // The device twin's device (device_twin.cpp): "device memory" that is host
 // allocations of its own, copies that are memcpy (held until the host's
 // wait, and checked there as a GPU's in flight would be), the stage
-// program on one worker, the tier launch as the program on one worker, or
-// on a GPU model's fibers.
+// program on one worker, the tier launch as the program on one worker, on
+// a grid of CTAs in threads (tier_grid_twin.hpp), or on a GPU model's
+// fibers.
 #include "../model/team_model.hpp"
 #include "../portable/device_backend.hpp"
 #include "../portable/tier_grid_twin.hpp"
@@ -208,13 +209,6 @@ class host_device {
   }
 
  private:
-  std::string description_ = "twin (the CUDA backend's code over host memory)";
-  std::vector<std::pair<void const*, std::size_t>> blocks_;
-  std::vector<std::pair<void const*, std::size_t>> pinned_;  ///< host_alloc's
-  std::vector<copy_in_flight> flight_;                       ///< since the last wait
-  gpu_model_config model_;
-  gpu_counts* counts_ = nullptr;  ///< a GPU model's counts, or none (the plain twin)
-  unsigned char* scratch_ = nullptr;  ///< a tier launch's scratch (run_tiers), in device memory
   void set_grid(std::int32_t blocks, std::int32_t threads) {
     if (blocks < 1 || threads < 1 || (threads > 1 && threads % 2 != 0)) {
       throw logic_error(error_code::invalid_argument,
@@ -229,6 +223,13 @@ class host_device {
     }
   }
 
+  std::string description_ = "twin (the CUDA backend's code over host memory)";
+  std::vector<std::pair<void const*, std::size_t>> blocks_;
+  std::vector<std::pair<void const*, std::size_t>> pinned_;  ///< host_alloc's
+  std::vector<copy_in_flight> flight_;                       ///< since the last wait
+  gpu_model_config model_;
+  gpu_counts* counts_ = nullptr;  ///< a GPU model's counts, or none (the plain twin)
+  unsigned char* scratch_ = nullptr;  ///< a tier launch's scratch (run_tiers), in device memory
   std::size_t scratch_bytes_ = 0;
   std::int32_t grid_blocks_ = 1;   ///< PLACER_TWIN_BLOCKS
   std::int32_t grid_threads_ = 1;  ///< PLACER_TWIN_THREADS
