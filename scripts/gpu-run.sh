@@ -292,6 +292,10 @@ cluster_scratch() {  # where the clusters' 10k-k8s failure lies (PLACER_CUDA_CLU
   # zeroed first (1), and as it is (0); memcheck where the global one fails; then 10k-k8s and openb
   # rounds on the clusters (where they pass) against the default.
   local d="$OUT/cluster-scratch.txt" v
+  passed() {  # scratch: its parity section of $d ends PASSED
+    awk -v h="== PLACER_CUDA_CLUSTER_SCRATCH=$1:" 'index($0, h) == 1 { on = 1; next } /^== / { on = 0 }
+      on && /PASSED/ { ok = 1 } END { exit !ok }' "$d"
+  }
   export PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=1
   for v in 2 1 0; do
     echo "== PLACER_CUDA_CLUSTER_SCRATCH=$v: the scenarios' parity" >> "$d"
@@ -299,14 +303,14 @@ cluster_scratch() {  # where the clusters' 10k-k8s failure lies (PLACER_CUDA_CLU
       --gtest_filter=BackendParity.BenchmarkScenariosPlaceTheSame 2>&1 | grep -E "Failure|exception|rror|PASSED|FAILED" |
       cut -c1-300 | head -8 >> "$d"
   done
-  if ! grep -A8 "SCRATCH=2" "$d" | grep -q PASSED && fits 90 "memcheck, global scratch"; then
+  if ! passed 2 && fits 90 "memcheck, global scratch"; then
     echo "== memcheck, 10k-k8s, PLACER_CUDA_CLUSTER_SCRATCH=2" >> "$d"
     PLACER_CUDA_CLUSTER_SCRATCH=2 timeout 90 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 3 \
       "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --configs cuda --data "$G/data" --rounds 1 2>&1 |
       grep -E "Invalid|out of bounds|by thread|at .*:[0-9]+|SUMMARY|rror" | grep -v "Device Frame" | head -20 >> "$d"
   fi
   for v in 2 1 0; do
-    grep -A8 "SCRATCH=$v" "$d" | grep -q PASSED && fits 30 "rounds at scratch $v" &&
+    passed "$v" && fits 30 "rounds at scratch $v" &&
       PLACER_CUDA_CLUSTER_SCRATCH=$v rb_seconds=30 round_bench "cluster-scratch-$v" '10k-k8s|openb' cuda
   done
   unset PLACER_CUDA_TIER_SHARED PLACER_CUDA_TIER_CLUSTER
