@@ -74,6 +74,8 @@ OUT=${OUT:-$PWD/out}
 mkdir -p "$OUT"
 export PLACER_DATA_DIR=$G/data
 run() { "$G/run" "$@"; }
+# One full CUDA round of 10k-k8s, the scenario whose chains take the clusters (+ --rounds N).
+k8s_round=("$G/run" "$G/bin/placer" bench --scenario 10k-k8s --configs cuda --data "$G/data")
 commit=$(cat "$G/commit")
 step=${1:-check}
 start=$SECONDS
@@ -249,7 +251,6 @@ cluster_diag() {  # seconds: why 10k-k8s's chains fail on a cluster (PLACER_CUDA
   # their source lines (-lineinfo) in up to 150 s, then racecheck over one 10k-k8s round, then two rounds
   # under CUDA_LAUNCH_BLOCKING=1; what they found, printed.
   local d="$OUT/shared-diag.txt" left=$1 t0=$SECONDS b
-  local round=("$G/run" "$G/bin/placer" bench --scenario 10k-k8s --configs cuda --data "$G/data")  # + --rounds N
   # First, the same program on a grid of 2 and of 4 CTAs in global memory: the GPU model and the twin
   # act for every CTA from one (block() 0), so a race between CTAs shows on a GPU only, and a grid of 4
   # is what each of 8 workers gets (--workers 8); 33 passes.
@@ -264,19 +265,19 @@ cluster_diag() {  # seconds: why 10k-k8s's chains fail on a cluster (PLACER_CUDA
   if (( left > 30 )); then
     echo "== memcheck, 10k-k8s, the clusters" >> "$d"
     timeout $(( left < 150 ? left : 150 )) compute-sanitizer --tool memcheck --show-backtrace device --print-limit 3 \
-      "${round[@]}" --rounds 1 2>&1 |
+      "${k8s_round[@]}" --rounds 1 2>&1 |
       grep -vE "^(config|cuda |\(calls|server-side|wire path|  cuda|scenario)" >> "$d"
     echo "rc ${PIPESTATUS[0]}" >> "$d"
   fi
   left=$(( $1 - (SECONDS - t0) ))
   if (( left > 40 )); then
     echo "== racecheck, 10k-k8s, the clusters" >> "$d"
-    timeout $(( left - 30 )) compute-sanitizer --tool racecheck --print-limit 3 "${round[@]}" --rounds 1 2>&1 |
+    timeout $(( left - 30 )) compute-sanitizer --tool racecheck --print-limit 3 "${k8s_round[@]}" --rounds 1 2>&1 |
       grep -E "RACECHECK|hazard|Race|at .*:[0-9]+|rror" | head -20 >> "$d"
     echo "rc ${PIPESTATUS[0]}" >> "$d"
   fi
   echo "== CUDA_LAUNCH_BLOCKING=1, 2 rounds of 10k-k8s, the clusters" >> "$d"
-  CUDA_LAUNCH_BLOCKING=1 timeout 25 "${round[@]}" --rounds 2 2>&1 | grep -E "replicas placed|rror" >> "$d"
+  CUDA_LAUNCH_BLOCKING=1 timeout 25 "${k8s_round[@]}" --rounds 2 2>&1 | grep -E "replicas placed|rror" >> "$d"
   echo "rc ${PIPESTATUS[0]}" >> "$d"
   unset PLACER_CUDA_TIER_SHARED PLACER_CUDA_TIER_CLUSTER
   grep -E "^==|^rc |Invalid|out of bounds|by thread|at .*:[0-9]+|SUMMARY|rror|replicas|PASSED|FAILED|exception" "$d" |
@@ -306,7 +307,7 @@ cluster_scratch() {  # where the clusters' 10k-k8s failure lies (PLACER_CUDA_CLU
   if ! passed 2 && fits 90 "memcheck, global scratch"; then
     echo "== memcheck, 10k-k8s, PLACER_CUDA_CLUSTER_SCRATCH=2" >> "$d"
     PLACER_CUDA_CLUSTER_SCRATCH=2 timeout 90 compute-sanitizer --tool memcheck --show-backtrace device --print-limit 3 \
-      "$G/run" "$G/bin/placer" bench --scenario 10k-k8s --configs cuda --data "$G/data" --rounds 1 2>&1 |
+      "${k8s_round[@]}" --rounds 1 2>&1 |
       grep -E "Invalid|out of bounds|by thread|at .*:[0-9]+|SUMMARY|rror" | grep -v "Device Frame" | head -20 >> "$d"
   fi
   for v in 2 1 0; do

@@ -38,15 +38,38 @@ struct grid_twin_sync {
   std::vector<std::vector<std::pair<std::string_view, int>>> met;
 };
 
+/// A host team's shared counts: relaxed atomics (the team's barriers order
+/// everything else). omp_team's (tier_host.hpp) and grid_twin_team's.
+template <class T>
+T host_fetch_add(T* p, std::type_identity_t<T> v) {
+  return std::atomic_ref<T>(*p).fetch_add(v, std::memory_order_relaxed);
+}
+template <class T>
+T host_fetch_max(T* p, T v) {
+  std::atomic_ref<T> a(*p);
+  T old = a.load(std::memory_order_relaxed);
+  while (v > old && !a.compare_exchange_weak(old, v, std::memory_order_relaxed)) {
+  }
+  return old;
+}
+template <class T>
+T host_fetch_min(T* p, T v) {
+  std::atomic_ref<T> a(*p);
+  T old = a.load(std::memory_order_relaxed);
+  while (v < old && !a.compare_exchange_weak(old, v, std::memory_order_relaxed)) {
+  }
+  return old;
+}
+
 /// A worker of a CTA of `threads` in a grid of `blocks` (PLACER_TWIN_BLOCKS,
 /// PLACER_TWIN_THREADS), a thread each: the tier program as a cooperative
 /// grid runs it, block() the CTA's index, sync() its barrier, grid_sync()
 /// every thread's, groups of two workers (a warp's part on the GPU:
 /// tier_offer_groups) meeting at barriers of their own, the steps shared
-/// with other workers atomic. The GPU model acts for every CTA from block
-/// 0; here the others take the paths only a GPU's other CTAs take (scratch
-/// read there before it is written, a race between CTAs or warps), on the
-/// CPU.
+/// with other workers atomic (host_fetch_*). The GPU model acts for every
+/// CTA from block 0; here the others take the paths only a GPU's other
+/// CTAs take (scratch read there before it is written, a race between CTAs
+/// or warps), on the CPU.
 struct grid_twin_team {
   std::int32_t index = 0, count = 1, lane = 0, width = 1;
   grid_twin_sync* s = nullptr;
@@ -60,21 +83,15 @@ struct grid_twin_team {
   static constexpr void chain(std::int64_t) {}
   template <class T>
   static T fetch_add(T* p, std::type_identity_t<T> v) {
-    return std::atomic_ref<T>(*p).fetch_add(v);
+    return host_fetch_add(p, v);
   }
   template <class T>
   static T fetch_max(T* p, T v) {
-    std::atomic_ref<T> a(*p);
-    T old = a.load();
-    while (v > old && !a.compare_exchange_weak(old, v)) {}
-    return old;
+    return host_fetch_max(p, v);
   }
   template <class T>
   static T fetch_min(T* p, T v) {
-    std::atomic_ref<T> a(*p);
-    T old = a.load();
-    while (v < old && !a.compare_exchange_weak(old, v)) {}
-    return old;
+    return host_fetch_min(p, v);
   }
   [[nodiscard]] std::int32_t blocks() const { return count; }
   [[nodiscard]] std::int32_t block() const { return index; }

@@ -51,21 +51,15 @@ struct omp_team {
   static constexpr void chain(std::int64_t) {}
   template <class T>
   static T fetch_add(T* p, std::type_identity_t<T> v) {
-    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+    return host_fetch_add(p, v);
   }
   template <class T>
   static T fetch_max(T* p, T v) {
-    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v > old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
-    return old;
+    return host_fetch_max(p, v);
   }
   template <class T>
   static T fetch_min(T* p, T v) {
-    T old = __atomic_load_n(p, __ATOMIC_RELAXED);
-    while (v < old && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
-    return old;
+    return host_fetch_min(p, v);
   }
 };
 
