@@ -97,7 +97,7 @@ check_cuda() {  # bench json
 # Whether a part that needs about $1 seconds still fits in the call's $budget.
 fits() { (( SECONDS - start + $1 <= budget )) || { echo "gpu-run: skipped, $1 s do not fit: $2" | tee -a "$OUT/tests.txt"; return 1; }; }
 
-parity='BackendParity.Cuda*:BackendParity.Bench*:TierParity.*:TierChain.*'
+parity='BackendParity.Cuda*:BackendParity.Bench*:TierParity.*:TierChain.*:TierLocal.*'
 hung=0
 timed() {  # seconds command...: a command past its time marks the GPU run hung (a kernel that never ends)
   timeout "$@"; local rc=$?

@@ -53,6 +53,10 @@ import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "bench", "results")
+# The phases the records ran. Not "local" (a locality job's tier, since
+# 2026-12-04): every record's round placed those jobs on the host, so its
+# host share (its CPU round less its tier phases) holds that work; the model
+# prices the phase as the commit's (kernels/model/gpu_cost.cpp).
 PHASES = ["refresh", "floor", "bid", "scan", "bucket", "offer", "jump", "again", "commit", "rescore", "close", "list"]
 SCENARIOS = ["10k", "100k", "openb"]
 TOLERANCE = 0.30

@@ -38,7 +38,12 @@ double predict_outside_us(gpu_counts const& c, gpu_cost const& cost) {
 double predict_tier_us(gpu_counts const& c, gpu_cost const& cost, double* per_phase) {
   double sum = 0;
   for (int p = 0; p < tier_phase_count; ++p) {
-    double us = counted_us(c.phase[p], cost.step_us[p], 1.0, c, cost);
+    // No record has run a locality job's tier (tier_phase_local, since
+    // 2026-12-04: the host placed them before): its span steps are priced
+    // as the commit's, the work it is most like (a commit, a cell
+    // re-scored, the domains' sums), an assumption until a GPU records it.
+    int const priced = p == tier_phase_local ? tier_phase_commit : p;
+    double us = counted_us(c.phase[p], cost.step_us[priced], 1.0, c, cost);
     if (p == tier_phase_offer) us += counted_us(c.offer_group, cost.step_us[p], cost.offer_group_scale, c, cost);
     if (per_phase != nullptr) per_phase[p] = us;
     sum += us;

@@ -682,6 +682,9 @@ class device_backend final : public backend {
       std::int32_t* h_stamp = nullptr;
       std::int32_t* h_state = nullptr;
       tier_problem shared;  // the arrays every tier of the chain shares, on the device
+      tier_topology topo;   // the locality jobs' (tier_locality), on the device
+      std::int32_t most_domains = 0;
+      bool const local = tier_chain_locality(tiers.data(), k, most_domains);
       // What follows the chain: the capacities, the statistics' sums.
       caps_call caps;
       cluster_stats* d_stats = nullptr;
@@ -689,6 +692,7 @@ class device_backend final : public backend {
       bool const with_stats = then.stats && kept && n > 0;
       plan_work([&](device_arena<Device>& a) {
         shared = first;
+        topo = tier_topology{};
         if (kept) {
           in = records_in(a);
           shared.nodes = d_nodes_;
@@ -730,6 +734,11 @@ class device_backend final : public backend {
           d.row_cap = a.stage(h.row_cap, rows);
           d.live_class = a.stage(h.live_class, n_classes);
           d.changed = t == 0 ? a.stage(h.changed, static_cast<std::size_t>(h.n_changed)) : nullptr;
+          if (h.local.want > 0 && h.topo.n_domains > 0) {
+            // A locality job's topology, staged once for the chain.
+            if (topo.n_domains == 0) topo = stage_topology(a, h.topo, nv.n_nodes);
+            d.topo = topo;
+          }
         }
         c.n_tiers = k;
         c.tiers = a.stage(static_cast<tier_problem const*>(problems_.data()), problems_.size());
@@ -747,6 +756,8 @@ class device_backend final : public backend {
         c.listed = a.template take<std::int32_t>(k > 1 ? n : 0);
         c.candidates = a.template take<std::int32_t>(static_cast<std::size_t>(most_copies));
         c.n_candidates = a.template take<std::int32_t>(1);
+        c.local_cap = a.template take<std::int64_t>(static_cast<std::size_t>(most_domains));
+        c.local_held = local ? a.template take<std::int32_t>(n) : nullptr;
         d_back = a.template take<std::byte>(back_bytes);
         h_back = a.template landing<std::byte>(back_bytes);
         h_ctl = a.template landing<tier_control>(static_cast<std::size_t>(k));
@@ -954,7 +965,8 @@ class device_backend final : public backend {
                                                         std::to_string(tp.node) + " replays otherwise on the host");
           }
         }
-        if (label != nullptr) {
+        // A locality job's commits leave the labels (tier_local).
+        if (label != nullptr && tiers[k].local.want == 0) {
           // (row, label before, node), sorted: each (row, label) run's first node leads.
           group_.clear();
           for (std::size_t q = i; q < j; ++q) {
@@ -1124,6 +1136,15 @@ class device_backend final : public backend {
     resident_.send(d, m, n * sizeof(T));
   }
 
+  /// A locality job's topology (tier_topology) on the device.
+  static tier_topology stage_topology(device_arena<Device>& a, tier_topology t, std::int32_t n_nodes) {
+    auto const d = static_cast<std::size_t>(t.n_domains);
+    t.node = a.stage(t.node, static_cast<std::size_t>(t.begin[d]));
+    t.begin = a.stage(t.begin, d + 1);
+    t.level = a.stage(t.level, d);
+    t.node_domain = a.stage(t.node_domain, static_cast<std::size_t>(n_nodes) * static_cast<std::size_t>(t.levels));
+    return t;
+  }
   template <class View>
   View stage_view(device_arena<Device>& a, View v) {
     each_array(v, [&](auto& field, std::size_t count, bool) { field = a.stage(field, count); });

@@ -104,6 +104,8 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
   std::int32_t const copies = tier_chain_offsets(tiers.data(), k, a.heap_begin.data(), a.heap_at.data(),
                                                  a.out_at.data(), most_rows, most_copies);
   std::int32_t const n_nodes = tiers[0].nodes.n_nodes;
+  std::int32_t most_domains = 0;
+  bool const local = tier_chain_locality(tiers.data(), k, most_domains);
   auto const aligned = [](std::size_t n) {
     return (n + alignof(std::max_align_t) - 1) / alignof(std::max_align_t) * alignof(std::max_align_t);
   };
@@ -120,6 +122,8 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
     c.listed = take(c.listed, k > 1 ? static_cast<std::size_t>(n_nodes) : 0);
     c.candidates = take(c.candidates, static_cast<std::size_t>(most_copies));
     c.n_candidates = take(c.n_candidates, 1);
+    c.local_cap = take(c.local_cap, static_cast<std::size_t>(most_domains));
+    c.local_held = take(c.local_held, local ? static_cast<std::size_t>(n_nodes) : 0);
   };
   lay_out(measure);
   a.bytes.resize(bytes / sizeof(std::max_align_t) + 1);
@@ -129,6 +133,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
     at += aligned(n * sizeof(*tag));
     return p;
   });
+  if (!local) c.local_held = nullptr;
   a.ctl.assign(static_cast<std::size_t>(k), tier_control{});
   c.n_tiers = k;
   c.tiers = tiers.data();

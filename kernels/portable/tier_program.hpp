@@ -57,6 +57,7 @@
 #include "tier/commit.hpp"
 #include "tier/floor.hpp"
 #include "tier/jump.hpp"
+#include "tier/local.hpp"
 #include "tier/offer.hpp"
 #include "tier/offer_group.hpp"
 #include "tier/refresh.hpp"
@@ -545,7 +546,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   bool const grid = t.blocks() > 1;
   bool const leads = t.block() == 0;
   tier_clock clk(ctl, leads && me == 0);
-  if (leads) {
+  if (leads && p.local.want == 0) {  // a locality job's tier reads none of these
     for (std::int32_t r = me; r < n_rows; r += team) {
       b.remaining[r] = p.demand[r];
       b.offer_row[tier_offer_fields * r + tier_offer_round] = -1;  // fresh in no round yet
@@ -571,11 +572,15 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   std::int32_t const candidates = p.changed != nullptr ? p.n_changed : n_nodes;
   auto const candidate = [&](std::int32_t i) { return p.changed != nullptr ? p.changed[i] : i; };
   std::int32_t const n_classes = p.classes.n_classes;
-  bool const wide_refresh = grid && static_cast<std::int64_t>(candidates) * n_classes >= b.grid_cells_from;
+  // A locality job's tier after another's runs on the leading CTA alone,
+  // its refresh too (the few nodes that job committed).
+  bool const wide_refresh =
+      grid && !b.local_after_local && static_cast<std::int64_t>(candidates) * n_classes >= b.grid_cells_from;
   // Floors and first bidders over the grid: every CTA iterates with the
   // leading one, meeting it at the grid's barriers; else the leading CTA
   // iterates alone.
-  bool const wide = grid && static_cast<std::int64_t>(n_rows) * n_nodes >= b.grid_cells_from;
+  // A locality job is rank 0's (tier_local), on the leading CTA.
+  bool const wide = grid && p.local.want == 0 && static_cast<std::int64_t>(n_rows) * n_nodes >= b.grid_cells_from;
   if (leads || wide_refresh) {
     // Few nodes (most tiers after a chain's first: 51 a tier at 10k): a
     // worker per cell, not per column, so the CTA's idle workers share the
@@ -628,7 +633,18 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     }
     t.work(p.classes.n_classes);
   }
-  clk.lap(tier_phase_refresh);  // read after the next barrier
+  clk.lap(p.local.want > 0 ? tier_phase_local : tier_phase_refresh);  // read after the next barrier
+  if (p.local.want > 0) {
+    // Its class's capacities, on the grid where the tier before it was
+    // not a locality job's; then the job, on the leading CTA.
+    if (!b.local_caps_kept && p.topo.n_domains > 0 && (leads || !b.local_after_local)) {
+      tier_local_caps(t, b, p.row_class[0], grid && !b.local_after_local);
+    }
+    if (leads) tier_local(t, b);
+    clk.lap(tier_phase_local);
+    clk.stop();
+    return;
+  }
   if (!leads && !wide) {
     clk.stop();
     return;
@@ -653,6 +669,12 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
       t.work(1);
     }
   }
+  if (c.local_held != nullptr && leads) {
+    for (std::int32_t n = t.rank(); n < c.tiers[0].nodes.n_nodes; n += t.size()) {
+      c.local_held[n] = 0;
+      t.work(1);
+    }
+  }
   if (t.blocks() > 1 && c.tiers[0].nodes.n_nodes <= c.work.list_with_floors_upto) {
     tier_clear_marks(t, c.work.first_mark, c.tiers[0].nodes.n_nodes);  // 0 from here on (tier_iterate_grid)
   }
@@ -662,6 +684,12 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
     b.heap_begin = c.heap_begin + c.heap_at[k];
     b.ctl = c.ctl + k;
     b.out = c.out + c.out_at[k];
+    b.local_cap = c.local_cap;
+    b.local_held = c.local_held;
+    if (k > 0 && c.tiers[k].local.want > 0 && c.tiers[k - 1].local.want > 0) {
+      b.local_after_local = true;
+      b.local_caps_kept = c.tiers[k].row_class[0] == c.tiers[k - 1].row_class[0];
+    }
     if (k > 0 && leads) {
       tier_clock clk(b.ctl, t.rank() == 0);
       if (t.team_wide) {
@@ -693,8 +721,10 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
       clk.stop();
     }
     // On a grid, every CTA sees what the leading one (and the records'
-    // unpacking) wrote before the tier starts.
-    if (t.blocks() > 1) t.grid_sync();
+    // unpacking) wrote before the tier starts; a locality job's tier after
+    // another's is the leading CTA's alone (tier_program), so the grid
+    // meets before the next tier that is not.
+    if (t.blocks() > 1 && !b.local_after_local) t.grid_sync();
     if (k > 0) {
       b.p.changed = c.candidates;
       b.p.n_changed = *c.n_candidates;

@@ -68,11 +68,6 @@ constexpr bool waits_in_order(std::int64_t key) {
 
 bool verify_scores() { return std::getenv("PLACER_VERIFY_SCORES") != nullptr; }
 
-bool host_reads_cells(round_input const& in) {
-  return verify_scores() ||
-         std::any_of(in.pending.begin(), in.pending.end(), [](job const& j) { return wants_locality(j); });
-}
-
 bool assigner::goes_local(job const& j) const {
   // Placer sends single-replica jobs with a topology need to the tier
   // program (one node is always inside one domain); greedy and kube send
@@ -147,6 +142,8 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
     if (d >= 0) ++s_.domain_begin[static_cast<std::size_t>(d) + 1];
   }
   for (std::size_t d = 0; d < n_domains; ++d) s_.domain_begin[d + 1] += s_.domain_begin[d];
+  s_.domain_level.resize(n_domains);
+  for (std::size_t d = 0; d < n_domains; ++d) s_.domain_level[d] = c.topo.domains[d].level;
   s_.entry_node.resize(static_cast<std::size_t>(s_.domain_begin[n_domains]));
   auto& cursor = s_.domain_cursor;
   cursor.assign(s_.domain_begin.begin(), s_.domain_begin.end() - 1);
@@ -173,8 +170,7 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
   for (auto j : order) {
     if (goes_local(in_.pending[j])) ++s_.locality_left[static_cast<std::size_t>(m_.job_class[j])];
   }
-  if (!caps_ahead_) drop_caps();  // else the score call's, of the state as it is
-  caps_ahead_ = false;
+  drop_caps();
   auto expire = [&](std::int32_t j) {
     out.unplaced_jobs.push_back({j, unplaced_reason::deadline_exceeded, "round deadline reached"});
   };
@@ -256,8 +252,6 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
   for (std::size_t t = 0; t < tiers.size(); ++t) s_.tiers_sorted[t] = tiers[static_cast<std::size_t>(s_.tier_order[t])];
   tiers.swap(s_.tiers_sorted);
   auto job_at = [&](std::size_t t) { return order[static_cast<std::size_t>(tiers[t].second)]; };
-  locality_left_ = 0;  // the host's reads of the matrix between chains
-  for (std::size_t t = 0; t < tiers.size(); ++t) locality_left_ += wants_locality(in_.pending[job_at(t)]) ? 1 : 0;
   // A class is live while a group still ahead uses it: the tier programs
   // keep only live classes' cells current (the others are never read again).
   auto& last_group = s_.class_last_group;
@@ -287,25 +281,16 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
     while (t1 < tiers.size() && tiers[t1].first == tiers[t0].first) ++t1;
     auto& rest = s_.tier_jobs;
     rest.clear();
-    // The group's locality classes' domain capacities, in one backend call.
-    auto& local = s_.group_classes;
-    local.clear();
-    for (std::size_t t = t0; t < t1; ++t) {
-      if (wants_locality(in_.pending[job_at(t)])) local.push_back(m_.job_class[job_at(t)]);
-    }
-    // Host work reads the node state and the matrix: the tiers chained so
-    // far run first, and their call brings the group's capacities.
-    if (!local.empty()) run_chain(out, &local);
-    load_caps(local);  // none to load after a chain
+    // The group's locality jobs, each a tier of the chain that the program
+    // places whole (tier_locality), then its other jobs' tier.
     for (std::size_t t = t0; t < t1; ++t) {
       std::int32_t const j = job_at(t);
       if (!wants_locality(in_.pending[j])) {
         rest.push_back(j);
         continue;
       }
-      --locality_left_;
       if (out_of_time()) { expire(j); continue; }
-      place_locality(j, out);
+      chain_local(j, out);
     }
     t0 = t1;
     if (out_of_time()) {
@@ -314,7 +299,7 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
     }
     chain_tier(rest, out);
   }
-  run_chain(out, nullptr, true);
+  run_chain(out, true);
 }
 
 void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, round_result& out) {
@@ -327,14 +312,7 @@ void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, 
   auto const base = level * level_span + past_at;
   std::int64_t const w = (s_.tiers[t0].first - base) / window_span;  // this region: the window in its upper half
   if (w + 1 >= (last_at - past_at) / window_span) return;  // out of regions: the rest go one at a time
-  // The chain's call brings the capacities of every locality class still to
-  // come: the next group's, whichever it is once the window is drawn.
-  auto& local = s_.group_classes;
-  local.clear();
-  for (std::int32_t c = 0; c < m_.n_classes(); ++c) {
-    if (s_.locality_left[static_cast<std::size_t>(c)] > 0) local.push_back(c);
-  }
-  run_chain(out, &local);
+  run_chain(out);  // the free capacity after the jobs ahead
   auto [gpu, cpu] = free_capacity();
   auto const& order = s_.order;
   auto& tiers = s_.tiers;
@@ -499,17 +477,22 @@ void assigner::place_local(std::int32_t j, round_result& out) {
     if (static_cast<std::int32_t>(placed.size()) < want) release_all(c, placed);
   }
   if (placed.empty()) {
-    if (required) {
-      out.unplaced_jobs.push_back({j, unplaced_reason::topology_unsatisfiable,
-                                   "no domain at level " + level_name(job.topology_level) + " holds the job"});
-    } else {
-      out.unplaced_jobs.push_back({j, job.gang ? unplaced_reason::gang_incomplete : unplaced_reason::insufficient_capacity,
-                                   "the cluster cannot hold all " + std::to_string(want) + " replicas now" +
-                                       (job.gang ? "; gang takes nothing" : "")});
-    }
+    local_unplaced(j, out);
     return;
   }
   finish_job(j, std::move(placed), out);
+}
+
+void assigner::local_unplaced(std::int32_t j, round_result& out) const {
+  auto const& job = in_.pending[j];
+  if (job.topo_mode == topology_mode::required && job.topology_level >= 0) {
+    out.unplaced_jobs.push_back({j, unplaced_reason::topology_unsatisfiable,
+                                 "no domain at level " + level_name(job.topology_level) + " holds the job"});
+  } else {
+    out.unplaced_jobs.push_back({j, job.gang ? unplaced_reason::gang_incomplete : unplaced_reason::insufficient_capacity,
+                                 "the cluster cannot hold all " + std::to_string(job.replicas) + " replicas now" +
+                                     (job.gang ? "; gang takes nothing" : "")});
+  }
 }
 
 // -------------------------------------------------------------------- tier
@@ -517,8 +500,7 @@ void assigner::place_local(std::int32_t j, round_result& out) {
 void assigner::chain_tier(std::vector<std::int32_t> const& jobs, round_result& out) {
   // Rows: the classes present, compacted in order of first appearance; a
   // row's demand is its jobs' replicas. Every buffer is the reused scratch.
-  if (s_.chain.size() <= s_.chain_len) s_.chain.resize(s_.chain_len + 1);
-  auto& t = s_.chain[s_.chain_len];
+  auto& t = next_chained();
   auto& live = t.jobs;
   live.clear();
   for (auto j : jobs) {
@@ -554,6 +536,35 @@ void assigner::chain_tier(std::vector<std::int32_t> const& jobs, round_result& o
       t.row_cap[r] = per_node > 1 ? (demand[r] + per_node - 1) / per_node : demand[r];
     }
   }
+  chain_add(t);
+}
+
+assigner_scratch::chained_tier& assigner::next_chained() {
+  if (s_.chain.size() <= s_.chain_len) s_.chain.resize(s_.chain_len + 1);
+  auto& t = s_.chain[s_.chain_len];
+  t.local = {};
+  return t;
+}
+
+void assigner::chain_local(std::int32_t j, round_result& out) {
+  if (never_feasible(j, out)) return;
+  auto const& job = in_.pending[j];
+  auto& t = next_chained();
+  t.jobs.assign(1, j);
+  t.row_class.assign(1, m_.job_class[j]);
+  t.demand.assign(1, job.replicas);
+  t.row_cap.clear();
+  bool const required = job.topo_mode == topology_mode::required && job.topology_level >= 0;
+  t.local.want = job.replicas;
+  t.local.top = required ? job.topology_level : 0;
+  t.local.gang = job.gang;
+  t.local.required = required;
+  t.local.distinct = job.distinct_nodes;
+  t.local.topo_unit = static_cast<std::int64_t>(in_.pol.w.topology) * 1000;
+  chain_add(t);
+}
+
+void assigner::chain_add(assigner_scratch::chained_tier& t) {
   t.live_class = s_.live_class;
   if (s_.chain_len == 0) {
     // The first tier's refresh candidates: the log since the least fresh
@@ -574,7 +585,7 @@ void assigner::chain_tier(std::vector<std::int32_t> const& jobs, round_result& o
   ++s_.chain_len;
 }
 
-void assigner::run_chain(round_result& out, std::vector<std::int32_t> const* caps, bool last) {
+void assigner::run_chain(round_result& out, bool last) {
   std::size_t const k = s_.chain_len;
   if (k == 0) return;
   s_.chain_len = 0;
@@ -609,6 +620,15 @@ void assigner::run_chain(round_result& out, std::vector<std::int32_t> const* cap
       p.n_changed = static_cast<std::int32_t>(s_.refresh_nodes.size());
     }
     p.state = s_.state.data();
+    p.local = t.local;
+    if (t.local.want > 0 && !in_.state.topo.domains.empty()) {
+      p.topo.n_domains = static_cast<std::int32_t>(in_.state.topo.domains.size());
+      p.topo.levels = levels_;
+      p.topo.begin = s_.domain_begin.data();
+      p.topo.node = s_.entry_node.data();
+      p.topo.level = s_.domain_level.data();
+      p.topo.node_domain = s_.paths.data();
+    }
     // Bids rise by at least 1/1024 of the largest score: the assignment is
     // within that per replica of each iteration's optimum (scores are
     // heuristic values; the MIP gap is the same at eps = 1, 64 and 256), and
@@ -616,14 +636,12 @@ void assigner::run_chain(round_result& out, std::vector<std::int32_t> const* cap
     // thousands (docs/architecture.md).
     p.eps = std::max<std::int64_t>(1, 1000LL * (std::int64_t{op_.p.w_binpack} + op_.p.w_fragmentation) / 1024);
   }
-  // No locality job left to place on the host: nothing here reads the
-  // chain's cells again, so a backend with memory of its own keeps them.
-  problems[0].cells_wanted = locality_left_ > 0;
+  // The locality jobs are the chain's too (tier_locality): nothing here
+  // reads its cells again, so a backend with memory of its own keeps them.
+  problems[0].cells_wanted = false;
   auto& result = s_.chain_out;
-  // The programs commit on the backend: every capacity held is stale, and
-  // those the caller asks for come with the chain.
-  drop_caps();
-  kernels::backend::follow_up then = caps != nullptr ? caps_request(*caps) : kernels::backend::follow_up{};
+  drop_caps();  // the programs commit on the backend: every capacity held is stale
+  kernels::backend::follow_up then;
   then.stats = last && stats_after_;
   backend_.place_tiers_then({problems.data(), k}, result, then);
   for (std::size_t i = 0; i < k; ++i) {
@@ -666,7 +684,13 @@ void assigner::run_chain(round_result& out, std::vector<std::int32_t> const* cap
       if (to.empty()) to.reserve(static_cast<std::size_t>(in_.pending[live[static_cast<std::size_t>(j)]].replicas));
       to.push_back(placement_of(tp.node, c, tp.gpus));
     }
-    for (std::size_t j = 0; j < live.size(); ++j) finish_job(live[j], std::move(placed[j]), out);
+    for (std::size_t j = 0; j < live.size(); ++j) {
+      if (t.local.want > 0 && placed[j].empty()) {
+        local_unplaced(live[j], out);
+      } else {
+        finish_job(live[j], std::move(placed[j]), out);
+      }
+    }
   }
   if (!result.cells_back) {
     // The cells stayed on the device: here every node the chain may have
@@ -990,21 +1014,6 @@ void assigner::release_all(std::int32_t c, std::vector<replica_placement>& place
 }
 
 // ------------------------------------------------- locality capacities
-
-backend::follow_up assigner::caps_ahead() {
-  drop_caps();
-  if (mode_ != assign_mode::placer) return {};
-  auto& local = s_.group_classes;
-  local.clear();
-  for (std::size_t j = 0; j < in_.pending.size(); ++j) {
-    if (goes_local(in_.pending[j])) local.push_back(m_.job_class[j]);
-  }
-  std::sort(local.begin(), local.end());
-  local.erase(std::unique(local.begin(), local.end()), local.end());
-  backend::follow_up const then = caps_request(local);
-  caps_ahead_ = !then.cap_of.empty();
-  return then;
-}
 
 void assigner::load_caps(std::vector<std::int32_t> const& classes) {
   auto const then = caps_request(classes);

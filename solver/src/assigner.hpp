@@ -118,6 +118,7 @@ struct assigner_scratch {
   std::vector<std::int32_t> paths;                          ///< node x level -> domain (node_domain_paths)
   std::vector<std::int32_t> entry_node;                     ///< the nodes of (node, domain) pairs, by domain
   std::vector<std::int32_t> domain_begin;                   ///< n_domains + 1: CSR of the entries by domain
+  std::vector<std::int32_t> domain_level;                   ///< n_domains: each domain's level
   std::vector<std::int32_t> domain_cursor;                  ///< counting-sort scratch
   std::vector<std::int32_t> order;                          ///< queue order
   order_scratch order_keys;                                 ///< job_order's scratch
@@ -145,7 +146,6 @@ struct assigner_scratch {
   // loaded from the backend a group's classes at a time, kept exact across
   // the host's commits, dropped when the tier program commits.
   std::vector<std::int32_t> locality_left;   ///< per class: locality jobs still to place
-  std::vector<std::int32_t> group_classes;   ///< a group's locality classes
   std::vector<std::int32_t> cap_class;       ///< per slot: its class
   std::vector<std::int32_t> cap_slot;        ///< per class: its slot, -1 none
   std::vector<std::int32_t> cap_fresh;       ///< classes loaded by one call
@@ -164,6 +164,7 @@ struct assigner_scratch {
     std::vector<std::int32_t> row_class, demand, row_cap;
     std::vector<std::uint8_t> live_class;
     std::int32_t now = 0;
+    kernels::tier_locality local;  ///< a locality job's tier (local.want > 0), else rows
   };
   std::vector<chained_tier> chain;  ///< the first chain_len are waiting
   std::size_t chain_len = 0;
@@ -215,12 +216,6 @@ class assigner {
   /// it leaves (backend::follow_up::stats): the round's statistics after,
   /// where nothing writes after it (the solver's main assignment).
   void stats_after(bool on) { stats_after_ = on; }
-  /// Before the score stage (placer mode): the domain capacities of every
-  /// class with a locality job in the round, for the score call to bring
-  /// in its wait (backend::score_then); run() starts from them, so the
-  /// locality jobs placed before the first chain need no call of their own.
-  /// None without domains or locality jobs.
-  kernels::backend::follow_up caps_ahead();
 
  private:
   // --- the three strategies
@@ -230,11 +225,19 @@ class assigner {
   void place_local(std::int32_t j, round_result& out);
   /// Adds a tier of non-locality jobs to the chain waiting for the backend.
   void chain_tier(std::vector<std::int32_t> const& jobs, round_result& out);
+  /// Adds a locality job to the chain, a tier the program places whole
+  /// (kernels::tier_locality: place_local's choices, on the backend).
+  void chain_local(std::int32_t j, round_result& out);
+  /// The chain's next entry, and its end: the live classes, the first
+  /// entry's refresh candidates and the clock.
+  assigner_scratch::chained_tier& next_chained();
+  void chain_add(assigner_scratch::chained_tier& t);
+  /// A locality job that got no replica: why (place_local's words).
+  void local_unplaced(std::int32_t j, round_result& out) const;
   /// Places the waiting chain (one backend call) and hands each tier's
-  /// placements to its jobs. With `caps`, the same call brings those
-  /// classes' domain capacities on the state the chain leaves (for the
-  /// locality jobs placed next); with `last`, the statistics (stats_after).
-  void run_chain(round_result& out, std::vector<std::int32_t> const* caps = nullptr, bool last = false);
+  /// placements to its jobs; with `last`, the same call brings the
+  /// statistics (stats_after).
+  void run_chain(round_result& out, bool last = false);
 
   /// Queue order (policy::order fifo, strict): marks in `moved` the jobs
   /// past their level's window (the prefix the free capacity holds).
@@ -303,11 +306,9 @@ class assigner {
   std::int32_t levels_ = 1;
   assigner_scratch& s_;
   std::int32_t now_ = 0;  ///< the clock of stamp and fresh
-  std::size_t locality_left_ = 0;  ///< locality jobs the host has still to place (it reads the matrix for them)
   bool verify_ = false;   ///< PLACER_VERIFY_SCORES: check the cells read (tests)
   bool linear_ = false;   ///< greedy mode: Slurm's node choice (linear())
   bool stats_after_ = false;  ///< the last chain brings the statistics (stats_after())
-  bool caps_ahead_ = false;   ///< run() starts from caps_ahead()'s capacities
 };
 
 /// Stacking's last step (policy::stacking): this round's replicas of jobs
@@ -372,11 +373,6 @@ struct repack_scratch {
   std::vector<std::uint8_t> no_fit;        ///< per class: 1 = one replica did not fit
   std::vector<std::int64_t> domain_cap;    ///< per domain (+1: the cluster): replicas it holds
 };
-/// Whether the tier assignment of this round (assign_mode::placer) reads
-/// score cells on the host: for its locality jobs (gangs and the like,
-/// placed between the tier programs), or to check each read
-/// (PLACER_VERIFY_SCORES).
-bool host_reads_cells(round_input const& in);
 /// PLACER_VERIFY_SCORES is set: every score cell the host reads is checked
 /// against a fresh scoring (tests), so the host holds every cell.
 bool verify_scores();

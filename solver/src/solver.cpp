@@ -796,9 +796,10 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   for (auto const& j : in.pending) replicas += j.replicas;
   bool const repack_small = repack && replicas * static_cast<std::int64_t>(in.state.nodes.size()) <= repack_cells;
   // A resident backend keeps the cells where nothing of the round reads
-  // them on the host: the tier assignment's own rounds (no locality job to
-  // place on the host, no repair search, no packing repair from the scored
-  // cells). Queue order's second assignment, if it comes, scores again.
+  // them on the host: the tier assignment's own rounds (its locality jobs
+  // are the chains' tiers; no repair search, no packing repair from the
+  // scored cells). Queue order's second assignment, if it comes, scores
+  // again.
   ws_->scored_on_host = true;
   detail::assign_mode const mode = kube                               ? detail::assign_mode::kube
                                    : in.pol.algo == algorithm::greedy ? detail::assign_mode::greedy
@@ -806,14 +807,8 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   detail::assigner assign(in, m, scores, p, *backend_, mode, ws_->assign);
   if (!kube) {
     bool const whole = in.pol.algo != algorithm::placer || tries > 0 || repack_small;
-    bool const read = whole || detail::host_reads_cells(in);
-    // The score call brings the locality classes' domain capacities too:
-    // the first group's gangs need no wait of their own. Where only they
-    // read cells, only their classes' rows come down (a later stage that
-    // reads the rest scores again: restore_scored).
-    kernels::backend::follow_up then = assign.caps_ahead();
-    if (!whole && !detail::verify_scores()) then.rows = then.cap_of;
-    ws_->scored_on_host = backend_->score_then(m.nodes(), m.classes(), m.tasks(), p, scores, read, then);
+    bool const read = whole || detail::verify_scores();
+    ws_->scored_on_host = backend_->score_then(m.nodes(), m.classes(), m.tasks(), p, scores, read, {});
   }
   stage_done("score");
 

@@ -84,7 +84,8 @@ int main() {
     placed += static_cast<long>(a.size());
   }
   // Chains of tiers (tier_chain_program): rank 0 lists each tier's refresh
-  // candidates between the team's tiers.
+  // candidates between the team's tiers; two of each chain's are locality
+  // jobs.
   for (int iter = 0; iter < 20; ++iter) {
     tier_instance t = iter % 2 == 0 ? twin_cluster(rng, 40, 8, 8) : random_cluster(rng, 400, 8);
     t.score_all();
@@ -97,6 +98,29 @@ int main() {
     none_b.reserve(1);
     auto pa = placer::testing_support::chain_problems(t, c, none_a);
     auto pb = placer::testing_support::chain_problems(u, c, none_b);
+    // Locality jobs (tier_locality) after the first tier and at the end,
+    // on a topology of one to three levels: the capacities by the team,
+    // the domains' and replicas' reductions on its rings.
+    placer::testing_support::random_topology const topo(rng, t.n_nodes());
+    std::int32_t const klass[2] = {std::uniform_int_distribution<std::int32_t>(0, t.n_classes() - 1)(rng),
+                                   std::uniform_int_distribution<std::int32_t>(0, t.n_classes() - 1)(rng)};
+    tier_locality const jobs[2] = {placer::testing_support::random_locality(rng, &topo),
+                                   placer::testing_support::random_locality(rng, &topo)};
+    for (auto* ps : {&pa, &pb}) {
+      for (int l = 0; l < 2; ++l) {
+        tier_problem p = (*ps)[0];
+        p.n_rows = 1;
+        p.row_class = &klass[l];
+        p.demand = &jobs[l].want;
+        p.row_cap = nullptr;
+        p.live_class = nullptr;
+        p.changed = nullptr;
+        p.local = jobs[l];
+        p.topo = topo.view();
+        ps->insert(l == 0 ? ps->begin() + 1 : ps->end(), p);
+      }
+      for (std::size_t j = 0; j < ps->size(); ++j) (*ps)[j].now = static_cast<std::int32_t>(j);
+    }
     for (auto& p : pa) p.state = la.data();
     for (auto& p : pb) p.state = lb.data();
     tier_results a, b;

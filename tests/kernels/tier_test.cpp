@@ -30,6 +30,7 @@ using testing_support::chained;
 using testing_support::prefer_some_nodes;
 using testing_support::split_into_tiers;
 using testing_support::random_cluster;
+using testing_support::random_topology;
 using testing_support::tier_instance;
 using testing_support::twin_cluster;
 
@@ -48,6 +49,11 @@ using testing_support::twin_cluster;
     }
   }
   return ::testing::AssertionSuccess();
+}
+
+/// Tier j's placements among a chain's results.
+std::vector<tier_placement> tier_placements(tier_results const& r, std::size_t j) {
+  return {r.placed.begin() + r.begin[j], r.placed.begin() + r.begin[j + 1]};
 }
 
 /// Brute force over one iteration: each node takes nothing or one replica
@@ -645,8 +651,7 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
       EXPECT_EQ(b->steps().calls - calls, 1);  // one launch for the chain
       ASSERT_EQ(r.stats.size(), static_cast<std::size_t>(k));
       for (int j = 0; j < k; ++j) {
-        std::vector<tier_placement> got(r.placed.begin() + r.begin[static_cast<std::size_t>(j)],
-                                        r.placed.begin() + r.begin[static_cast<std::size_t>(j) + 1]);
+        std::vector<tier_placement> got = tier_placements(r, static_cast<std::size_t>(j));
         std::vector<tier_placement> want = by_tier[static_cast<std::size_t>(j)];
         EXPECT_TRUE(same_placements(got, want)) << "tier " << j;
         EXPECT_EQ(r.stats[static_cast<std::size_t>(j)].rounds, one_stats[static_cast<std::size_t>(j)].rounds);
@@ -742,10 +747,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       SCOPED_TRACE("way " + std::to_string(v));
       ASSERT_EQ(results[v].begin, results[0].begin);
       for (std::size_t j = 0; j < results[0].stats.size(); ++j) {
-        auto tier = [&](tier_results const& r) {
-          return std::vector<tier_placement>(r.placed.begin() + r.begin[j], r.placed.begin() + r.begin[j + 1]);
-        };
-        auto got = tier(results[v]), want = tier(results[0]);
+        auto got = tier_placements(results[v], j), want = tier_placements(results[0], j);
         EXPECT_TRUE(same_placements(got, want)) << "tier " << j;
         EXPECT_EQ(results[v].stats[j].rounds, results[0].stats[j].rounds) << "tier " << j;
         EXPECT_EQ(results[v].stats[j].iterations, results[0].stats[j].iterations) << "tier " << j;
@@ -760,6 +762,250 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
   }
   EXPECT_GT(placed, 3000);
   EXPECT_GT(jumped, 5);  // the team's price jumps ran (their phase took time)
+}
+
+/// The host's rule for a locality job (assigner::place_local, placer mode),
+/// written out plainly over fresh scores: the tier program's locality job
+/// must place exactly this.
+std::vector<tier_placement> place_local_plainly(tier_instance& t, random_topology const* g, tier_locality const& job,
+                                                std::int32_t c, long& given_back) {
+  score_cell_op const op{t.nodes(), t.classes(), t.tasks(), score_params{}};
+  std::int32_t const domains = g != nullptr ? static_cast<std::int32_t>(g->level.size()) : 0;
+  std::int32_t const levels = g != nullptr ? g->levels : 1;
+  auto cap = [&](std::int32_t d) {
+    std::int64_t sum = 0;
+    for (auto k = g->begin[static_cast<std::size_t>(d)]; k < g->begin[static_cast<std::size_t>(d) + 1]; ++k) {
+      sum += fit_count(t.nodes(), t.classes(), c, g->node[static_cast<std::size_t>(k)]);
+    }
+    return sum;
+  };
+  std::vector<tier_placement> placed;
+  std::vector<std::uint8_t> holds(static_cast<std::size_t>(t.n_nodes()), 0);
+  auto in_domain = [&](std::int32_t n, std::int32_t l) { return g->node_domain[static_cast<std::size_t>(n * levels + l)]; };
+  auto place = [&](std::int32_t d, std::int32_t count) {
+    for (std::int32_t r = 0; r < count; ++r) {
+      std::int32_t const anchor = placed.empty() ? -1 : placed.front().node;
+      std::int32_t best = -1;
+      std::int64_t best_s = -1;
+      for (std::int32_t n = 0; n < t.n_nodes(); ++n) {
+        if (d >= 0 && in_domain(n, g->level[static_cast<std::size_t>(d)]) != d) continue;
+        if (job.distinct && holds[static_cast<std::size_t>(n)] != 0) continue;
+        std::int32_t const s0 = op.score(c, n);
+        if (s0 < 0) continue;
+        std::int64_t bonus = 0;
+        if (anchor >= 0) {
+          std::int32_t shared = 0;
+          for (std::int32_t l = levels - 1; l >= 0 && g != nullptr; --l) {
+            if (in_domain(n, l) >= 0 && in_domain(n, l) == in_domain(anchor, l)) {
+              shared = l + 1;
+              break;
+            }
+          }
+          bonus = n == anchor ? job.topo_unit : job.topo_unit * shared / (levels + 1);
+        }
+        if (s0 + bonus > best_s) {
+          best_s = s0 + bonus;
+          best = n;
+        }
+      }
+      if (best < 0) return;
+      tier_placement tp;
+      tp.node = best;
+      tp.row = 0;
+      tp.iteration = static_cast<std::int32_t>(placed.size());
+      ASSERT_TRUE(take_replica(t.nodes(), t.classes(), c, best, t.gpu_free.data(), t.cpu_free.data(),
+                               t.mem_free.data(), tp.gpus));
+      holds[static_cast<std::size_t>(best)] = 1;
+      placed.push_back(tp);
+    }
+  };
+  auto release = [&] {
+    for (auto const& tp : placed) {
+      for (std::int32_t i = 0; i < 64; ++i) {
+        if (((tp.gpus >> i) & 1U) != 0) t.gpu_free[static_cast<std::size_t>(t.gpu_begin[static_cast<std::size_t>(tp.node)] + i)] += t.class_milli[static_cast<std::size_t>(c)];
+      }
+      t.cpu_free[static_cast<std::size_t>(tp.node)] += t.class_cpu[static_cast<std::size_t>(c)];
+      t.mem_free[static_cast<std::size_t>(tp.node)] += t.class_mem[static_cast<std::size_t>(c)];
+      holds[static_cast<std::size_t>(tp.node)] = 0;
+    }
+    placed.clear();
+  };
+  for (std::int32_t l = levels - 1; l >= job.top && placed.empty() && domains > 0; --l) {
+    std::vector<std::pair<std::int64_t, std::int32_t>> fits;
+    for (std::int32_t d = 0; d < domains; ++d) {
+      if (g->level[static_cast<std::size_t>(d)] == l && cap(d) >= job.want) fits.emplace_back(cap(d), d);
+    }
+    std::sort(fits.begin(), fits.end());
+    for (auto const& [unused, d] : fits) {
+      place(d, job.want);
+      if (static_cast<std::int32_t>(placed.size()) == job.want) break;
+      given_back += placed.empty() ? 0 : 1;
+      release();
+    }
+  }
+  if (placed.empty() && !job.gang) {
+    std::int32_t domain = -1;
+    for (std::int32_t d = 0; d < domains && job.required; ++d) {
+      if (g->level[static_cast<std::size_t>(d)] == job.top && cap(d) > 0 && (domain < 0 || cap(d) > cap(domain))) domain = d;
+    }
+    if (!job.required || domain >= 0) place(domain, job.want);
+  } else if (placed.empty() && !job.required && domains == 0) {
+    place(-1, job.want);
+    if (static_cast<std::int32_t>(placed.size()) < job.want) release();
+  }
+  return placed;
+}
+
+// A locality job placed by the tier program (tier_locality: the host's
+// gangs, distinct-node jobs and topology needs, on the backend) places
+// exactly what the host's rule places, written out plainly over fresh
+// scores: gangs and not, a node each or not, a required level or the
+// deepest that holds it, a topology bonus of 0, 50 or less than 0, with a
+// topology of one to three levels or none. Chains of such jobs with tiers
+// of rows between them place the same one by one and chained (the
+// capacities the chain keeps between jobs of a class, and drops after a
+// tier of rows), on every backend and on a grid of 2 CTAs of 4 threads,
+// and leave the same nodes, cells and clock.
+TEST(TierLocal, PlacesAsTheHostsRule) {
+  std::vector<std::unique_ptr<backend>> backends;
+  backends.push_back(make_backend(backend_kind::cpu));
+  backends.push_back(make_parallel_cpu_backend());
+  backends.push_back(make_device_twin());
+  if (cuda_unavailable_reason().empty()) backends.push_back(make_backend(backend_kind::cuda));
+  std::mt19937_64 rng(2026120401);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  long placed = 0, given_back = 0, gangs_left = 0;
+  for (int iter = 0; iter < 150; ++iter) {
+    SCOPED_TRACE("instance " + std::to_string(iter));
+    tier_instance base = iter % 4 == 0 ? twin_cluster(rng, 10, 6, 5) : random_cluster(rng, 60, 5);
+    base.score_all();
+    std::unique_ptr<random_topology> topo;
+    if (iter % 5 != 4) topo = std::make_unique<random_topology>(rng, base.n_nodes());
+    int const k = pick(1, 5);
+    // Tier j: a locality job (local[j].want > 0) or the rows of a few classes.
+    std::vector<tier_locality> local(static_cast<std::size_t>(k));
+    std::vector<std::vector<std::int32_t>> rows(static_cast<std::size_t>(k)), demand(static_cast<std::size_t>(k));
+    std::int32_t const same = pick(0, base.n_classes() - 1);  // a class many jobs share (the chain keeps its capacities)
+    for (int j = 0; j < k; ++j) {
+      auto& lj = local[static_cast<std::size_t>(j)];
+      if (pick(0, 3) == 0) {
+        for (std::int32_t cl = 0; cl < base.n_classes(); ++cl) {
+          if (pick(0, 1) == 0) continue;
+          rows[static_cast<std::size_t>(j)].push_back(cl);
+          demand[static_cast<std::size_t>(j)].push_back(pick(1, 10));
+        }
+        if (!rows[static_cast<std::size_t>(j)].empty()) continue;
+      }
+      rows[static_cast<std::size_t>(j)] = {pick(0, 1) == 0 ? same : pick(0, base.n_classes() - 1)};
+      lj = testing_support::random_locality(rng, topo.get());
+      demand[static_cast<std::size_t>(j)] = {lj.want};
+    }
+    auto problems = [&](tier_instance& t, std::vector<std::int32_t>& none) {
+      std::vector<tier_problem> ps;
+      for (int j = 0; j < k; ++j) {
+        t.now = j;
+        tier_problem p = t.problem(1 << 30, 200);
+        p.n_rows = static_cast<std::int32_t>(rows[static_cast<std::size_t>(j)].size());
+        p.row_class = rows[static_cast<std::size_t>(j)].data();
+        p.demand = demand[static_cast<std::size_t>(j)].data();
+        p.local = local[static_cast<std::size_t>(j)];
+        if (p.local.want > 0 && topo != nullptr) p.topo = topo->view();
+        if (j == 0) {
+          p.changed = none.data();
+          p.n_changed = 0;
+        }
+        ps.push_back(p);
+      }
+      return ps;
+    };
+    // One by one on the CPU backend (a chain of one each: the capacities
+    // summed afresh), each locality job against the plain rule.
+    tier_instance one = base;
+    std::vector<std::vector<tier_placement>> by_tier;
+    {
+      std::vector<std::int32_t> none, candidates;
+      none.reserve(1);
+      auto ps = problems(one, none);
+      for (int j = 0; j < k; ++j) {
+        auto& p = ps[static_cast<std::size_t>(j)];
+        if (j > 0) {
+          p.changed = candidates.data();
+          p.n_changed = static_cast<std::int32_t>(candidates.size());
+        }
+        tier_instance plain = one;
+        std::vector<tier_placement> want;
+        if (p.local.want > 0) want = place_local_plainly(plain, topo.get(), p.local, p.row_class[0], given_back);
+        if (::testing::Test::HasFatalFailure()) return;
+        std::vector<tier_placement> got;
+        backends[0]->place_tier(p, got);
+        if (p.local.want > 0) {
+          EXPECT_TRUE(same_placements(got, want)) << "tier " << j;
+          EXPECT_EQ(one.gpu_free, plain.gpu_free) << "tier " << j;
+          EXPECT_EQ(one.cpu_free, plain.cpu_free) << "tier " << j;
+          EXPECT_EQ(one.mem_free, plain.mem_free) << "tier " << j;
+          gangs_left += p.local.gang && got.empty() ? 1 : 0;
+        }
+        candidates.clear();
+        for (auto const& tp : got) candidates.push_back(tp.node);
+        std::sort(candidates.begin(), candidates.end());
+        candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+        candidates.reserve(1);
+        placed += static_cast<long>(got.size());
+        by_tier.push_back(got);
+      }
+      // Every cell the clock calls current is the state's score.
+      score_cell_op const op{one.nodes(), one.classes(), one.tasks(), score_params{}};
+      for (std::int32_t cl = 0; cl < one.n_classes(); ++cl) {
+        for (std::int32_t n = 0; n < one.n_nodes(); ++n) {
+          if (one.stamp[static_cast<std::size_t>(n)] < one.fresh[static_cast<std::size_t>(cl)]) {
+            ASSERT_EQ(one.scores[static_cast<std::size_t>(cl) * one.n_nodes() + n], op.score(cl, n))
+                << "class " << cl << " node " << n;
+          }
+        }
+      }
+    }
+    // Chained, on every backend and on the grid twin.
+    auto check = [&](tier_results const& r, tier_instance const& all, char const* how) {
+      SCOPED_TRACE(how);
+      ASSERT_EQ(r.stats.size(), static_cast<std::size_t>(k));
+      for (int j = 0; j < k; ++j) {
+        std::vector<tier_placement> got = tier_placements(r, static_cast<std::size_t>(j));
+        std::vector<tier_placement> want = by_tier[static_cast<std::size_t>(j)];
+        EXPECT_TRUE(same_placements(got, want)) << "tier " << j;
+      }
+      EXPECT_EQ(all.scores, one.scores);
+      EXPECT_EQ(all.gpu_free, one.gpu_free);
+      EXPECT_EQ(all.cpu_free, one.cpu_free);
+      EXPECT_EQ(all.stamp, one.stamp);
+      EXPECT_EQ(all.fresh, one.fresh);
+    };
+    for (auto& b : backends) {
+      tier_instance all = base;
+      std::vector<std::int32_t> none;
+      none.reserve(1);
+      auto ps = problems(all, none);
+      tier_results r;
+      b->place_tiers(ps, r);
+      check(r, all, b->description().c_str());
+    }
+    {
+      tier_instance all = base;
+      std::vector<std::int32_t> none;
+      none.reserve(1);
+      auto ps = problems(all, none);
+      tier_results r;
+      tier_host_arena arena;
+      run_chain_host(ps, r, arena, 4, 0, true, tier_offer_team_least, tier_refresh_cells_below,
+                     tier_remember_rows_above, tier_offer_bits, 0, tier_offer_pairs_upto, tier_offer_groups_upto, 2);
+      check(r, all, "a grid twin of 2 x 4");
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  std::printf("%ld replicas placed, %ld domains gave back what they took, %ld gangs took nothing\n", placed,
+              given_back, gangs_left);
+  EXPECT_GT(placed, 1500);
+  EXPECT_GT(given_back, 5);   // distinct jobs' domains that fell short
+  EXPECT_GT(gangs_left, 10);  // gangs that no domain held took nothing
 }
 
 TEST(TierParity, CudaMatchesCpu) {

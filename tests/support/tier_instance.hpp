@@ -184,4 +184,67 @@ inline std::vector<tier_problem> chain_problems(tier_instance& t, chained const&
   return ps;
 }
 
+/// A random topology over n nodes, as node_domain_paths lays one out: level
+/// 0 the root, each deeper level's domains runs of consecutive nodes inside
+/// their parent's (a node now and then in no domain of the deepest level),
+/// numbered level by level; each domain's nodes in node order.
+struct random_topology {
+  std::int32_t levels = 1;
+  std::vector<std::int32_t> begin, node, level, node_domain;
+  random_topology(std::mt19937_64& rng, std::int32_t n_nodes) {
+    auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+    levels = pick(1, 3);
+    node_domain.assign(static_cast<std::size_t>(n_nodes) * static_cast<std::size_t>(levels), -1);
+    std::int32_t domains = 0;
+    for (std::int32_t l = 0; l < levels; ++l) {
+      std::int32_t run = 0, at = -1;
+      for (std::int32_t n = 0; n < n_nodes; ++n) {
+        std::int32_t const parent = l > 0 ? node_domain[static_cast<std::size_t>(n * levels + l - 1)] : 0;
+        bool const fresh = n == 0 || run == 0 ||
+                           (l > 0 && parent != node_domain[static_cast<std::size_t>((n - 1) * levels + l - 1)]);
+        if (fresh) {
+          at = domains++;
+          level.push_back(l);
+          run = l == 0 ? n_nodes : pick(1, 12 / l);
+        }
+        --run;
+        if (l == levels - 1 && l > 0 && pick(0, 19) == 0) continue;  // no rack
+        node_domain[static_cast<std::size_t>(n * levels + l)] = at;
+      }
+    }
+    begin.assign(static_cast<std::size_t>(domains) + 1, 0);
+    for (auto d : node_domain) {
+      if (d >= 0) ++begin[static_cast<std::size_t>(d) + 1];
+    }
+    for (std::int32_t d = 0; d < domains; ++d) begin[static_cast<std::size_t>(d) + 1] += begin[static_cast<std::size_t>(d)];
+    node.resize(static_cast<std::size_t>(begin.back()));
+    std::vector<std::int32_t> cursor(begin.begin(), begin.end() - 1);
+    for (std::int32_t n = 0; n < n_nodes; ++n) {
+      for (std::int32_t l = 0; l < levels; ++l) {
+        if (auto const d = node_domain[static_cast<std::size_t>(n * levels + l)]; d >= 0) {
+          node[static_cast<std::size_t>(cursor[static_cast<std::size_t>(d)]++)] = n;
+        }
+      }
+    }
+  }
+  [[nodiscard]] tier_topology view() const {
+    return {static_cast<std::int32_t>(level.size()), levels, begin.data(), node.data(), level.data(), node_domain.data()};
+  }
+};
+
+/// A locality job's tier (tier_problem::local) of class c on the topology
+/// (null: none): `want` replicas, its kind drawn at random.
+inline tier_locality random_locality(std::mt19937_64& rng, random_topology const* topo) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  tier_locality l;
+  l.want = pick(1, 6);
+  l.gang = pick(0, 2) != 0;
+  l.distinct = pick(0, 1) == 0;
+  l.required = topo != nullptr && pick(0, 2) == 0;
+  l.top = l.required ? pick(0, topo->levels - 1) : 0;
+  int const w = pick(0, 2);
+  l.topo_unit = (w == 0 ? 0 : w == 1 ? 50 : -20) * 1000LL;
+  return l;
+}
+
 }  // namespace placer::testing_support

@@ -51,6 +51,8 @@ struct tier_control {
   std::int32_t offer_big[2] = {0, 0};
   std::int32_t bucket_at = 0;  ///< tier_round: the bids' buckets claimed so far (fetch_add)
   std::int32_t passes = 0;  ///< passes so far (tier_first_bidders), the stamp of bid_pass
+  std::int64_t local_ring[2][3] = {};  ///< tier_local_team::least's slots: the group's, the CTA's
+  std::int32_t local_placed = 0;  ///< tier_local_team: rank 0's replicas held, read after a barrier of the CTA
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
   /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
   std::int64_t phase[tier_phase_count] = {};
@@ -258,6 +260,17 @@ struct tier_buffers {
   std::int32_t* offer_begin;         ///< R: where a listed row's items begin among all of them (ascending)
   tier_placement* out;               ///< D
   tier_control* ctl;
+  /// A locality job's scratch (tier_locality; the chain's, outside
+  /// tier_layout): its class's capacity per domain, and per node 1 where
+  /// the job holds the node (distinct), 0 again when the job ends.
+  std::int64_t* local_cap = nullptr;  ///< the chain's most domains
+  std::int32_t* local_held = nullptr;  ///< N where the chain has a locality job
+  /// A locality job's tier after another's (tier_chain_program): the
+  /// leading CTA's alone, no grid barrier before it; with the same class
+  /// (and so the same topology), its capacities are the ones that job
+  /// left, current (tier_local).
+  bool local_after_local = false;
+  bool local_caps_kept = false;
   /// tier_offer_team takes the rows with at least this many bids in a
   /// round; the others keep the serial offers (the same results).
   std::int32_t offer_team_least = tier_offer_team_least;
@@ -318,6 +331,8 @@ struct tier_chain {
   std::int32_t* listed = nullptr;            ///< N: the last tier that listed a node as a candidate
   std::int32_t* candidates = nullptr;        ///< the most copies of a tier: tier k - 1's committed nodes
   std::int32_t* n_candidates = nullptr;      ///< 1
+  std::int64_t* local_cap = nullptr;         ///< tier_chain_locality's domains
+  std::int32_t* local_held = nullptr;        ///< N where tier_chain_locality, else none
   tier_buffers work;
   /// The sizes `work` was laid out for (tier_layout's nodes, rows, copies):
   /// a launch may lay its scratch out again where it runs (a CTA's shared
@@ -514,6 +529,18 @@ inline std::int32_t tier_chain_results(tier_control const* ctl, tier_placement c
     placed += ctl[k].placed;
   }
   return placed;
+}
+/// Host: whether the chain has a locality job (tier_problem::local), and
+/// the most domains one of them reads (the chain's local_cap).
+inline bool tier_chain_locality(tier_problem const* tiers, std::int32_t n_tiers, std::int32_t& most_domains) {
+  bool any = false;
+  most_domains = 0;
+  for (std::int32_t k = 0; k < n_tiers; ++k) {
+    if (tiers[k].local.want <= 0) continue;
+    any = true;
+    most_domains = most_domains > tiers[k].topo.n_domains ? most_domains : tiers[k].topo.n_domains;
+  }
+  return any;
 }
 /// Entries of the chain's concatenated heap_begin.
 inline std::size_t tier_chain_heap_entries(tier_problem const* tiers, std::int32_t n_tiers) {

@@ -31,6 +31,41 @@
 
 namespace placer::kernels {
 
+/// A locality job the program places itself (tier_problem::local; issue
+/// 53, item 1: the gangs on the device, not on the host between chains):
+/// the replicas of the tier's one row, `want` of them (its demand), whole
+/// inside one domain, as the host's assigner::place_local places them in
+/// the placer mode. The deepest level first, from levels - 1 up to `top`;
+/// at a level, the domains that hold the whole job by their capacity
+/// (fit_count summed over their nodes) least first, ties to the lower
+/// index; in a domain, each replica on its best node (score plus the
+/// topology bonus of sharing deeper domains with the first replica,
+/// ties to the lower node), a node of its own per replica where
+/// `distinct`. A domain that cannot take all of them gives back what it
+/// took (only a distinct job's can fail). Where no domain holds it, a job
+/// that is not a gang takes what fits: in the roomiest domain of its
+/// required level, or anywhere.
+struct tier_locality {
+  std::int32_t want = 0;  ///< replicas; 0: the tier is rows bid for, not a locality job
+  std::int32_t top = 0;   ///< the least deep level tried (the required level, else 0)
+  bool gang = false;
+  bool required = false;  ///< a required topology level (`top`)
+  bool distinct = false;  ///< a node of its own per replica
+  std::int64_t topo_unit = 0;  ///< the policy's topology weight x 1000: the bonus of the first replica's node
+};
+
+/// The cluster's topology as a locality job reads it: each domain's nodes
+/// (a CSR over entries, in node order), each domain's level, and each
+/// node's domain at each level (-1: none). Null arrays: no domains.
+struct tier_topology {
+  std::int32_t n_domains = 0;
+  std::int32_t levels = 1;
+  std::int32_t const* begin = nullptr;        ///< n_domains + 1
+  std::int32_t const* node = nullptr;         ///< begin[n_domains]
+  std::int32_t const* level = nullptr;        ///< n_domains
+  std::int32_t const* node_domain = nullptr;  ///< n_nodes x levels
+};
+
 /// One tier. `nodes` reads the arrays that gpu_free / cpu_free / mem_free
 /// point to: the program commits into them, and keeps the cells of
 /// `scores` it reads current (stamp and fresh below).
@@ -102,6 +137,11 @@ struct tier_problem {
   /// a device): F is summed.
   std::int64_t const* (*frag_row)(void* memo, tier_problem const& p, std::int32_t n) = nullptr;
   void* frag_memo = nullptr;
+  /// A locality job (local.want > 0: one row, its demand local.want) and
+  /// the topology it reads; the program places it after the refresh
+  /// instead of the auction (tier_locality).
+  tier_locality local;
+  tier_topology topo;
 };
 
 /// One replica placed: node, row, the GPUs it took (bit i = GPU i of the
@@ -150,10 +190,12 @@ enum tier_phase : int {
   tier_phase_rescore,  ///< winners' cells re-scored or copied
   tier_phase_close,    ///< rank 0: remaining copies, stop or go on
   tier_phase_list,     ///< rank 0: the next tier's refresh candidates
+  tier_phase_local,    ///< a locality job's tier (tier_locality): its refresh, capacities and replicas
   tier_phase_count
 };
 inline constexpr char const* tier_phase_names[tier_phase_count] = {
-    "refresh", "floor", "bid", "scan", "bucket", "offer", "jump", "again", "commit", "rescore", "close", "list"};
+    "refresh", "floor", "bid", "scan", "bucket", "offer", "jump", "again", "commit", "rescore", "close", "list",
+    "local"};
 
 struct tier_stats {
   std::int32_t iterations = 0;
