@@ -579,7 +579,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   // Floors and first bidders over the grid: every CTA iterates with the
   // leading one, meeting it at the grid's barriers; else the leading CTA
   // iterates alone.
-  // A locality job is rank 0's (tier_local), on the leading CTA.
+  // A locality job is the leading CTA's (tier_local): no wide phase.
   bool const wide = grid && p.local.want == 0 && static_cast<std::int64_t>(n_rows) * n_nodes >= b.grid_cells_from;
   if (leads || wide_refresh) {
     // Few nodes (most tiers after a chain's first: 51 a tier at 10k): a
