@@ -3,14 +3,16 @@
 // issue 53, item 1): the host's assigner::place_local in the placer mode,
 // step for step, on the state the tier before it left.
 //
-// The team chooses together and rank 0 commits: a domain is the least
-// (capacity, index) of the level's candidates, a replica's node the best
-// (score plus bonus, then the lowest node) of the domain's nodes, each a
-// reduction of the workers' shares (tier_local_team::least: one barrier
-// each); rank 0 takes the replica, re-scores the class's cell on the node
-// (as the host's commit did), updates the domains' capacities and stamps
-// the node as the tiers' commits do, so the next tier re-scores the node's
-// other live cells (its refresh candidates are the placements). A domain
+// The leading CTA chooses together and rank 0 commits: a domain is the
+// least (capacity, index) of the level's candidates (the CTA's reduction),
+// a replica's node the best (score plus bonus, then the lowest node) of
+// the domain's nodes (the first group's, a warp's, in a small domain), each
+// a reduction of the workers' shares (tier_local_team::least: one barrier
+// each); rank 0 takes the replica, updates the domains' capacities and
+// stamps the node as the tiers' commits do, so the next tier re-scores the
+// node's other live cells (its refresh candidates are the placements), and
+// the group's lanes re-score the class's cell on it (as the host's commit
+// did). A domain
 // that gives back what it took leaves those nodes as they were, stamps
 // included: their cells' values stand (the class's re-scored again), and
 // no state label is touched (the host's path touched none).
