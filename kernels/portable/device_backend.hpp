@@ -436,7 +436,6 @@ class device_backend final : public backend {
         record_gpus_ = std::max(record_gpus_, b.nodes.gpu_begin[i + 1] - b.nodes.gpu_begin[i]);
       }
       scores_kept_ = false;
-      rows_away_.assign(static_cast<std::size_t>(b.classes.n_classes), 0);
       chain_stats_ = false;
       clock_stamp_ = clock_state_ = nullptr;
       cells_away_.assign(n, 0);
@@ -453,14 +452,13 @@ class device_backend final : public backend {
 
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks, score_params const& params,
              std::span<std::int32_t> out) override {
-    score_then(nodes, classes, tasks, params, out, true, {});
+    score_then(nodes, classes, tasks, params, out, true);
   }
 
-  /// The score stage, then the capacities `then` asks for on the same
-  /// nodes; the bound round's matrix comes down only when the caller reads
-  /// it (`read`), and the host waits only for what comes down.
+  /// The score stage; the bound round's matrix comes down only when the
+  /// caller reads it (`read`), and the host waits only for what comes down.
   bool score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
-                  score_params const& params, std::span<std::int32_t> out, bool read, follow_up const& then) override {
+                  score_params const& params, std::span<std::int32_t> out, bool read) override {
     return dev_.guard([&] {
       std::size_t const cells = static_cast<std::size_t>(nodes.n_nodes) * classes.n_classes;
       bool const kept = bound(nodes, classes, tasks) && out.data() == host_.scores;
@@ -487,7 +485,6 @@ class device_backend final : public backend {
       std::int32_t* h_out = nullptr;
       cluster_stats* d_stats = nullptr;
       cluster_stats* h_stats = nullptr;
-      caps_call caps;
       plan_work([&](device_arena<Device>& a) {
         if (kept) {
           records_in(a);
@@ -499,7 +496,6 @@ class device_backend final : public backend {
           h_out = a.template landing<std::int32_t>(cells);
         }
         s.table = a.template take<std::int64_t>(table);  // device only: never copied back
-        caps = caps_in(a, then);
         if (with_stats) {
           d_stats = a.stage(&zero_stats, 1);  // the sums are added into it
           h_stats = a.template landing<cluster_stats>(1);
@@ -507,48 +503,29 @@ class device_backend final : public backend {
       });
       if (kept) h_out = resident_.mirror(d_scores_);
       if (cells == 0) s.out = nullptr;
-      caps_into(s, caps);
       if (with_stats) stats_into(s, d_stats);
       run_stages(s, kept, "score");
-      caps_down(caps);
       if (with_stats) {
         down(h_stats, d_stats, 1);
         begun_at_ = h_stats;  // stats_end's, at the round's next wait
       }
       std::int32_t* const d_out = s.out;
       bool const away = kept && !read;  // the cells stay here; the host's are not them
-      // Kept and read for some rows alone: those rows come down (a class's
-      // row is one run of the matrix), the others stay here.
-      bool const some = kept && read && !then.rows.empty();
-      auto const row = static_cast<std::size_t>(nodes.n_nodes);
-      if (away && caps.sums == 0) {
+      if (away) {
         // Nothing comes down: the host goes on while the device scores; the
         // call's buffers stay held until the round's next wait.
         work_.hold();
       } else {
-        if (some) {
-          for (std::int32_t c : then.rows) down(h_out + c * row, d_out + c * row, row);
-        } else if (!away) {
-          down(h_out, d_out, cells);
-        }
+        down(h_out, d_out, cells);
         sync();
-        if (some) {
-          for (std::int32_t c : then.rows) copy_out(out.data() + c * row, h_out + c * row, row);
-        } else if (!away && cells > 0) {
-          std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
-        }
-        caps_out(caps, then);
+        if (cells > 0) std::memcpy(out.data(), h_out, cells * sizeof(std::int32_t));
       }
       if (kept) {
         scores_kept_ = true;
         std::fill(cells_away_.begin(), cells_away_.end(), static_cast<std::uint8_t>(away ? 1 : 0));
-        rows_away_.assign(static_cast<std::size_t>(classes.n_classes), static_cast<std::uint8_t>(some ? 1 : 0));
-        if (some) {
-          for (std::int32_t c : then.rows) rows_away_[static_cast<std::size_t>(c)] = 0;
-        }
         verify();
       }
-      return !away && !some;
+      return !away;
     });
   }
 
@@ -598,10 +575,6 @@ class device_backend final : public backend {
       stage_call s;
       s.nv = kept ? d_nodes_ : nodes;
       s.cv = kept ? d_classes_ : classes;
-      follow_up then;
-      then.cap_of = of;
-      then.idx = idx;
-      then.cap = cap;
       caps_call caps;
       plan_work([&](device_arena<Device>& a) {
         if (kept) {
@@ -610,13 +583,13 @@ class device_backend final : public backend {
           s.nv = stage_view(a, nodes);
           s.cv = stage_view(a, classes);
         }
-        caps = caps_in(a, then);
+        caps = caps_in(a, of, idx);
       });
       caps_into(s, caps);
       run_stages(s, kept, "domain_capacity");
-      caps_down(caps);
+      down(caps.landing, caps.cap, caps.sums);
       sync();
-      caps_out(caps, then);
+      copy_out(cap.data(), caps.landing, caps.sums);
     });
   }
 
@@ -624,8 +597,8 @@ class device_backend final : public backend {
     place_tiers_then(tiers, out, {});
   }
 
-  /// The chain, then in the same call's stream and its one wait the domain
-  /// capacities and the statistics `then` asks for, on the state it leaves.
+  /// The chain, then in the same call's stream and its one wait the
+  /// statistics `then` asks for, on the state it leaves.
   void place_tiers_then(std::span<tier_problem const> tiers, tier_results& out, follow_up const& then) override {
     dev_.guard([&] {
       launch_due_stats();
@@ -685,8 +658,7 @@ class device_backend final : public backend {
       tier_topology topo;   // the locality jobs' (tier_locality), on the device
       std::int32_t most_domains = 0;
       bool const local = tier_chain_locality(tiers.data(), k, most_domains);
-      // What follows the chain: the capacities, the statistics' sums.
-      caps_call caps;
+      // What follows the chain: the statistics' sums.
       cluster_stats* d_stats = nullptr;
       cluster_stats* h_stats = nullptr;
       bool const with_stats = then.stats && kept && n > 0;
@@ -763,7 +735,6 @@ class device_backend final : public backend {
         h_ctl = a.template landing<tier_control>(static_cast<std::size_t>(k));
         h_out = a.template landing<tier_placement>(static_cast<std::size_t>(copies));
         h_fresh = a.template landing<std::int32_t>(n_classes);
-        caps = caps_in(a, then);
         if (with_stats) {
           d_stats = a.stage(&zero_stats, 1);  // the sums are added into it
           h_stats = a.template landing<cluster_stats>(1);
@@ -787,16 +758,13 @@ class device_backend final : public backend {
       after.nv = shared.nodes;
       after.cv = shared.classes;
       after.tv = shared.tasks;
-      caps_into(after, caps);
       if (with_stats) stats_into(after, d_stats);
-      if (stage_caps(after)) check(after.idx);
       auto const t = begin_call();
       dev_.run_tiers(c, in, n_in, records_at(d_back, back, record_gpus_, width), after);
       dev_.check_launch();
       count_tier(steps_);
       steps_.grid_syncs += chain_after_grid_syncs(after);
       end_call(t, "tier_kernel");
-      caps_down(caps);
       // One wait: controls, placements, freshness, and the nodes the chain
       // may have changed (kept) or the whole state (not kept).
       down(h_ctl, c.ctl, static_cast<std::size_t>(k));
@@ -812,7 +780,6 @@ class device_backend final : public backend {
       down(h_stats, d_stats, with_stats ? 1 : 0);
       sync();
       std::memcpy(first.fresh, h_fresh, n_classes * sizeof(std::int32_t));
-      caps_out(caps, then);
       if (with_stats) {
         chain_stats_ = true;
         chain_stats_value_ = *h_stats;
@@ -990,9 +957,9 @@ class device_backend final : public backend {
     }
   }
 
-  /// The domain capacities a call brings (follow_up::cap_of): their
-  /// inputs and sums (staged zero: the stage program adds into them) in its
-  /// layout of the work arena.
+  /// The domain capacities domain_capacity asks of its call: their inputs
+  /// and sums (staged zero: the stage program adds into them) in its layout
+  /// of the work arena.
   struct caps_call {
     std::int32_t k = 0;
     std::size_t sums = 0;  ///< k x domains
@@ -1001,15 +968,15 @@ class device_backend final : public backend {
     std::int64_t* cap = nullptr;
     std::int64_t* landing = nullptr;
   };
-  caps_call caps_in(device_arena<Device>& a, follow_up const& then) {
+  caps_call caps_in(device_arena<Device>& a, std::span<std::int32_t const> of, domain_index_view const& idx) {
     caps_call c;
-    auto const d = static_cast<std::size_t>(then.idx.n_domains);
-    if (then.cap_of.empty() || d == 0) return c;
-    std::size_t const k = then.cap_of.size();
+    auto const d = static_cast<std::size_t>(idx.n_domains);
+    if (of.empty() || d == 0) return c;
+    std::size_t const k = of.size();
     c.k = static_cast<std::int32_t>(k);
     c.sums = k * d;
-    c.of = a.stage(then.cap_of.data(), k);
-    c.idx = stage_view(a, then.idx);
+    c.of = a.stage(of.data(), k);
+    c.idx = stage_view(a, idx);
     if (zeros_.size() < c.sums) zeros_.assign(c.sums, 0);
     c.cap = a.stage(static_cast<std::int64_t const*>(zeros_.data()), c.sums);
     c.landing = a.template landing<std::int64_t>(c.sums);
@@ -1024,9 +991,6 @@ class device_backend final : public backend {
     s.parts = domain_sum_parts;
     s.cap = c.cap;
   }
-  void caps_down(caps_call const& c) { down(c.landing, c.cap, c.sums); }
-  /// After the wait: the sums to the caller.
-  static void caps_out(caps_call const& c, follow_up const& then) { copy_out(then.cap.data(), c.landing, c.sums); }
 
   /// A call's layout of the work arena, after the calls still in flight
   /// (the host waits first where it would have to grow).
@@ -1207,7 +1171,6 @@ class device_backend final : public backend {
     chain_stats_ = false;
     wrote_.clear();
     std::fill(cells_away_.begin(), cells_away_.end(), std::uint8_t{0});
-    std::fill(rows_away_.begin(), rows_away_.end(), std::uint8_t{0});
   }
   /// The assigner's clock (stamp, state labels) kept from its first tier.
   void bind_clock(tier_problem const& p) {
@@ -1315,7 +1278,7 @@ class device_backend final : public backend {
       read_back(d_scores_, cells * sizeof(std::int32_t));
       auto const* got = reinterpret_cast<std::int32_t const*>(verify_buf_.data());
       for (std::size_t i = 0; i < cells; ++i) {
-        if (!away(i % n) && rows_away_[i / n] == 0 && got[i] != host_.scores[i]) {
+        if (!away(i % n) && got[i] != host_.scores[i]) {
           fail("score of class " + std::to_string(i / n) + " on node " + std::to_string(i % n));
         }
       }
@@ -1365,9 +1328,6 @@ class device_backend final : public backend {
   /// cells and stamp are its own until its record of the node goes up
   /// (send_host_writes).
   std::vector<std::uint8_t> cells_away_;
-  /// Per class of the bound round: 1 = its row stayed on the device at the
-  /// score stage (follow_up::rows); the host's cells of it are not read.
-  std::vector<std::uint8_t> rows_away_;
   // A chain's host-side staging: its problems with device pointers, heap
   // offsets, placements' offsets, zeroed controls.
   std::vector<tier_problem> problems_;

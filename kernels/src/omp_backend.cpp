@@ -73,14 +73,12 @@ void omp_backend::score(node_view const& nodes, class_view const& classes, task_
   steps_.waits += 1;
 }
 
-// A device waits once, for the cells it reads and the capacities, and not
-// at all for cells that stay on it.
+// A device waits for the cells it reads, and not at all for cells that
+// stay on it.
 bool omp_backend::score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
-                             score_params const& params, std::span<std::int32_t> out, bool read,
-                             follow_up const& then) {
+                             score_params const& params, std::span<std::int32_t> out, bool read) {
   score_cells(nodes, classes, tasks, params, out);
-  if (!then.cap_of.empty()) capacities(nodes, classes, then.cap_of, then.idx, then.cap);
-  if (read || !then.cap_of.empty()) steps_.waits += 1;
+  if (read) steps_.waits += 1;
   return true;
 }
 
@@ -127,12 +125,7 @@ cluster_stats omp_backend::reduce(node_view const& nodes, task_view const& tasks
 
 void omp_backend::domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                                   domain_index_view const& idx, std::span<std::int64_t> cap) {
-  capacities(nodes, classes, of, idx, cap);
   steps_.waits += 1;
-}
-
-void omp_backend::capacities(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
-                             domain_index_view const& idx, std::span<std::int64_t> cap) {
   auto const k = static_cast<std::int32_t>(of.size());
   domain_fit_.resize(of.size() * static_cast<std::size_t>(nodes.n_nodes));
   // A domain's sum in one part: a few fast threads split the domains well
@@ -154,11 +147,8 @@ void omp_backend::place_tiers(std::span<tier_problem const> tiers, tier_results&
 }
 
 // One wait on a device for the chain and what follows it.
-void omp_backend::place_tiers_then(std::span<tier_problem const> tiers, tier_results& out, follow_up const& then) {
+void omp_backend::place_tiers_then(std::span<tier_problem const> tiers, tier_results& out, follow_up const&) {
   chain(tiers, out);
-  if (!then.cap_of.empty() && !tiers.empty()) {
-    capacities(tiers[0].nodes, tiers[0].classes, then.cap_of, then.idx, then.cap);
-  }
   steps_.waits += 1;
 }
 

@@ -20,7 +20,7 @@ class omp_backend final : public backend {
   void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
              score_params const& params, std::span<std::int32_t> out) override;
   bool score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
-                  score_params const& params, std::span<std::int32_t> out, bool read, follow_up const& then) override;
+                  score_params const& params, std::span<std::int32_t> out, bool read) override;
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override;
   void stats_begin(node_view const& nodes, task_view const& tasks) override;
   void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
@@ -34,8 +34,6 @@ class omp_backend final : public backend {
   void score_cells(node_view const& nodes, class_view const& classes, task_view const& tasks,
                    score_params const& params, std::span<std::int32_t> out);
   cluster_stats reduce(node_view const& nodes, task_view const& tasks);
-  void capacities(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
-                  domain_index_view const& idx, std::span<std::int64_t> cap);
   void chain(std::span<tier_problem const> tiers, tier_results& out);
 
   std::string description_;

@@ -64,6 +64,14 @@ constexpr bool waits_in_order(std::int64_t key) {
   return offset >= 0 && offset < last_at - past_at && (offset & (window_span - 1)) < window_span / 2;
 }
 
+/// Gives back replica rp of class c (give_replica: the GPUs it lists).
+void give_back(node_view const& nv, class_view const& cv, std::int32_t c, replica_placement const& rp,
+               round_matrices& m) {
+  std::uint64_t taken = 0;
+  for (auto const i : rp.gpus) taken |= std::uint64_t{1} << i;
+  give_replica(nv, cv, c, rp.node, taken, m.gpu_free.data(), m.cpu_free.data(), m.mem_free.data());
+}
+
 }  // namespace
 
 bool verify_scores() { return std::getenv("PLACER_VERIFY_SCORES") != nullptr; }
@@ -1000,13 +1008,9 @@ replica_placement assigner::commit(std::int32_t n, std::int32_t c) {
 }
 
 void assigner::release_all(std::int32_t c, std::vector<replica_placement>& placed) {
-  auto const& cv = op_.cv;
   for (auto const& rp : placed) {
     caps_before(rp.node);
-    std::int32_t* f = m_.gpu_free.data() + m_.gpu_begin[rp.node];
-    for (auto i : rp.gpus) f[i] += rp.gpu_milli;
-    m_.cpu_free[rp.node] += cv.cpu[c];
-    m_.mem_free[rp.node] += cv.mem[c];
+    give_back(op_.nv, op_.cv, c, rp, m_);
     caps_after(rp.node);
     changed(rp.node, c);
   }
@@ -1016,14 +1020,8 @@ void assigner::release_all(std::int32_t c, std::vector<replica_placement>& place
 // ------------------------------------------------- locality capacities
 
 void assigner::load_caps(std::vector<std::int32_t> const& classes) {
-  auto const then = caps_request(classes);
-  if (!then.cap_of.empty()) backend_.domain_capacity(m_.nodes(), m_.classes(), then.cap_of, then.idx, then.cap);
-}
-
-backend::follow_up assigner::caps_request(std::vector<std::int32_t> const& classes) {
-  backend::follow_up then;
   auto const n_domains = in_.state.topo.domains.size();
-  if (n_domains == 0) return then;
+  if (n_domains == 0) return;
   auto& fresh = s_.cap_fresh;
   fresh.clear();
   for (auto c : classes) {
@@ -1032,15 +1030,15 @@ backend::follow_up assigner::caps_request(std::vector<std::int32_t> const& class
     s_.cap_class.push_back(c);
     fresh.push_back(c);
   }
+  if (fresh.empty()) return;
   std::size_t const at = s_.cap.size();
   s_.cap.resize(s_.cap_class.size() * n_domains);
-  then.cap_of = fresh;
-  then.cap = std::span<std::int64_t>(s_.cap).subspan(at);
-  then.idx.n_entries = static_cast<std::int32_t>(s_.entry_node.size());
-  then.idx.n_domains = static_cast<std::int32_t>(n_domains);
-  then.idx.node = s_.entry_node.data();
-  then.idx.begin = s_.domain_begin.data();
-  return then;
+  domain_index_view idx;
+  idx.n_entries = static_cast<std::int32_t>(s_.entry_node.size());
+  idx.n_domains = static_cast<std::int32_t>(n_domains);
+  idx.node = s_.entry_node.data();
+  idx.begin = s_.domain_begin.data();
+  backend_.domain_capacity(m_.nodes(), m_.classes(), fresh, idx, std::span<std::int64_t>(s_.cap).subspan(at));
 }
 
 std::int64_t const* assigner::caps_of(std::int32_t c) {
@@ -1569,9 +1567,7 @@ std::int32_t consolidate(round_input const& in, round_matrices& m, score_params 
       std::int64_t const need = static_cast<std::int64_t>(rp.gpu_milli) * static_cast<std::int64_t>(rp.gpus.size());
       was.push_back({x, rp});
       // Off the source...
-      for (auto const i : rp.gpus) m.gpu_free[static_cast<std::size_t>(m.gpu_begin[su] + i)] += rp.gpu_milli;
-      m.cpu_free[su] += cv.cpu[c];
-      m.mem_free[su] += cv.mem[c];
+      give_back(nv, cv, c, rp, m);
       used[su] -= need;
       // ...onto the fullest other node in use where it fits (a cell is
       // scored only for a node fuller than the best so far with room).

@@ -251,12 +251,9 @@ class assigner {
   // --- shared pieces
   /// Whether the job goes through place_locality in this mode.
   [[nodiscard]] bool goes_local(job const& j) const;
-  /// Loads the domain capacities of the classes that have none (one call).
+  /// Loads the domain capacities of the classes that have none (one call;
+  /// slots laid out, every domain of each; s_.cap_fresh).
   void load_caps(std::vector<std::int32_t> const& classes);
-  /// The domain capacities of the classes that have none, as a call's
-  /// follow-up (slots laid out, every domain of each; s_.cap_fresh):
-  /// empty without domains or such classes.
-  kernels::backend::follow_up caps_request(std::vector<std::int32_t> const& classes);
   /// Class c's capacity per domain (loaded if it has none).
   std::int64_t const* caps_of(std::int32_t c);
   void drop_caps();

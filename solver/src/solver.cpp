@@ -808,7 +808,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   if (!kube) {
     bool const whole = in.pol.algo != algorithm::placer || tries > 0 || repack_small;
     bool const read = whole || detail::verify_scores();
-    ws_->scored_on_host = backend_->score_then(m.nodes(), m.classes(), m.tasks(), p, scores, read, {});
+    ws_->scored_on_host = backend_->score_then(m.nodes(), m.classes(), m.tasks(), p, scores, read);
   }
   stage_done("score");
 

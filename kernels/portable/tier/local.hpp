@@ -259,14 +259,7 @@ struct tier_local_team {
       for (std::int32_t i = placed - 1; i >= 0; --i) {
         tier_placement const& o = b.out[i];
         std::int32_t const before = fit(o.node);
-        std::int32_t* const f = p.gpu_free + p.nodes.gpu_begin[o.node];
-        for (std::uint64_t g = o.gpus; g != 0; g &= g - 1) {
-          std::int32_t bit = 0;
-          while (((g >> bit) & 1U) == 0) ++bit;
-          f[bit] += p.classes.milli[c];
-        }
-        p.cpu_free[o.node] += p.classes.cpu[c];
-        p.mem_free[o.node] += p.classes.mem[c];
+        give_replica(p.nodes, p.classes, c, o.node, o.gpus, p.gpu_free, p.cpu_free, p.mem_free);
         fit_changed(o.node, before);
         p.stamp[o.node] = o.row;
         b.local_held[o.node] = 0;
@@ -310,48 +303,44 @@ struct tier_local_team {
     t.work(tier_score_steps);
   }
 
-  /// The level's next domain that holds `want` replicas after (last_cap,
-  /// last_d) in (capacity, index) order, or -1: the CTA's. Two barriers.
-  PLACER_HD std::int32_t next_domain(std::int32_t level, std::int64_t last_cap, std::int32_t last_d) {
-    auto const& g = b.p.topo;
-    std::int32_t const want = b.p.local.want;
-    std::int64_t const* const cap = b.local_cap;
-    auto candidate = [&](std::int32_t d) {
-      return g.level[d] == level && cap[d] >= want && (cap[d] > last_cap || (cap[d] == last_cap && d > last_d));
-    };
+  /// The domain of the least key(d) (tier_local_none: not a candidate),
+  /// the lowest of those, or -1 where none is: the CTA's. Two barriers.
+  template <class Key>
+  PLACER_HD std::int32_t least_domain(Key&& key) {
+    std::int32_t const domains = b.p.topo.n_domains;
     std::int64_t mine = tier_local_none;
-    for (std::int32_t d = t.rank(); d < g.n_domains; d += t.size()) {
-      if (candidate(d)) mine = min_of(mine, cap[d]);
+    for (std::int32_t d = t.rank(); d < domains; d += t.size()) {
+      mine = min_of(mine, key(d));
       t.work(2);
     }
-    std::int64_t const least_cap = least(mine, true);
-    if (least_cap == tier_local_none) return -1;
+    std::int64_t const top = least(mine, true);
+    if (top == tier_local_none) return -1;
     mine = tier_local_none;
-    for (std::int32_t d = t.rank(); d < g.n_domains; d += t.size()) {
-      if (candidate(d) && cap[d] == least_cap) mine = min_of(mine, std::int64_t{d});
+    for (std::int32_t d = t.rank(); d < domains; d += t.size()) {
+      if (key(d) == top) mine = min_of(mine, std::int64_t{d});
       t.work(2);
     }
     return static_cast<std::int32_t>(least(mine, true));
   }
 
+  /// The level's next domain that holds `want` replicas after (last_cap,
+  /// last_d) in (capacity, index) order, or -1.
+  PLACER_HD std::int32_t next_domain(std::int32_t level, std::int64_t last_cap, std::int32_t last_d) {
+    auto const& g = b.p.topo;
+    std::int32_t const want = b.p.local.want;
+    std::int64_t const* const cap = b.local_cap;
+    return least_domain([&](std::int32_t d) {
+      bool const after = cap[d] > last_cap || (cap[d] == last_cap && d > last_d);
+      return g.level[d] == level && cap[d] >= want && after ? cap[d] : tier_local_none;
+    });
+  }
+
   /// The roomiest domain of the level (the first of the most), or -1
-  /// where none holds a replica: the CTA's. Two barriers.
+  /// where none holds a replica.
   PLACER_HD std::int32_t roomiest(std::int32_t level) {
     auto const& g = b.p.topo;
     std::int64_t const* const cap = b.local_cap;
-    std::int64_t mine = tier_local_none;
-    for (std::int32_t d = t.rank(); d < g.n_domains; d += t.size()) {
-      if (g.level[d] == level && cap[d] > 0) mine = min_of(mine, -cap[d]);
-      t.work(2);
-    }
-    std::int64_t const most = least(mine, true);
-    if (most == tier_local_none) return -1;
-    mine = tier_local_none;
-    for (std::int32_t d = t.rank(); d < g.n_domains; d += t.size()) {
-      if (g.level[d] == level && cap[d] == -most) mine = min_of(mine, std::int64_t{d});
-      t.work(2);
-    }
-    return static_cast<std::int32_t>(least(mine, true));
+    return least_domain([&](std::int32_t d) { return g.level[d] == level && cap[d] > 0 ? -cap[d] : tier_local_none; });
   }
 };
 

@@ -65,19 +65,11 @@ class backend {
   /// What a call also answers about the node state it leaves, within its
   /// one wait (score_then, place_tiers_then).
   struct follow_up {
-    /// domain_capacity of these classes into `cap` (none: empty)
-    std::span<std::int32_t const> cap_of;
-    domain_index_view idx;
-    std::span<std::int64_t> cap;
     /// The statistics too (place_tiers_then): a backend with memory of its
     /// own keeps them, and the bound round's next stats() takes them
     /// without a call if nothing was written since (a round's last chain:
     /// its statistics after).
     bool stats = false;
-    /// score_then, read: the caller reads these classes' rows alone (none:
-    /// every row). A backend with memory of its own brings only them down
-    /// and says `out` does not hold every cell.
-    std::span<std::int32_t const> rows;
   };
 
   /// @brief Feasibility and score matrix over classes x nodes (row-major).
@@ -85,18 +77,15 @@ class backend {
   /// @param[out] out  n_classes * n_nodes cells; -1 = infeasible
   virtual void score(node_view const& nodes, class_view const& classes, task_view const& tasks,
                      score_params const& params, std::span<std::int32_t> out) = 0;
-  /// @brief score, then the domain capacities `then` asks for on the
-  /// nodes as they are: on a device one wait for both. Without `read` (the
-  /// caller reads none of the cells) a backend with memory of its own keeps
-  /// the matrix of its bound round there, for the tier programs, leaves
-  /// `out` as it was, and waits for nothing unless capacities are asked.
-  /// Default: score, then domain_capacity.
-  /// @return whether `out` holds every cell (read: at least `then.rows`')
+  /// @brief score, where the caller may read none of the cells: without
+  /// `read` a backend with memory of its own keeps the matrix of its bound
+  /// round there, for the tier programs, leaves `out` as it was, and waits
+  /// for nothing. Default: score.
+  /// @return whether `out` holds every cell
   virtual bool score_then(node_view const& nodes, class_view const& classes, task_view const& tasks,
-                          score_params const& params, std::span<std::int32_t> out, bool read, follow_up const& then) {
+                          score_params const& params, std::span<std::int32_t> out, bool read) {
     (void)read;
     score(nodes, classes, tasks, params, out);
-    if (!then.cap_of.empty()) domain_capacity(nodes, classes, then.cap_of, then.idx, then.cap);
     return true;
   }
 
@@ -130,14 +119,10 @@ class backend {
   virtual void place_tiers(std::span<tier_problem const> tiers, tier_results& out) = 0;
 
   /// @brief place_tiers, then what `then` asks of the state it leaves: on
-  /// a device one wait for both, where the host would wait for the chain
-  /// and then for the capacities. Default: place_tiers, then
-  /// domain_capacity.
+  /// a device in the chain's one wait. Default: place_tiers.
   virtual void place_tiers_then(std::span<tier_problem const> tiers, tier_results& out, follow_up const& then) {
+    (void)then;
     place_tiers(tiers, out);
-    if (!then.cap_of.empty() && !tiers.empty()) {
-      domain_capacity(tiers[0].nodes, tiers[0].classes, then.cap_of, then.idx, then.cap);
-    }
   }
 
   /// One tier: a chain of one.

@@ -100,6 +100,19 @@ PLACER_HD inline bool take_replica(node_view const& nv, class_view const& cv, st
   return true;
 }
 
+/// Gives back one replica of class c that take_replica put on node n and
+/// whose GPUs were `taken`.
+PLACER_HD inline void give_replica(node_view const& nv, class_view const& cv, std::int32_t c, std::int32_t n,
+                                   std::uint64_t taken, std::int32_t* gpu_free, std::int64_t* cpu_free,
+                                   std::int64_t* mem_free) {
+  std::int32_t* f = gpu_free + nv.gpu_begin[n];
+  for (std::int32_t i = 0; taken != 0; ++i, taken >>= 1) {
+    if ((taken & 1U) != 0) f[i] += cv.milli[c];
+  }
+  cpu_free[n] += cv.cpu[c];
+  mem_free[n] += cv.mem[c];
+}
+
 /// Whether nodes a and b are in one state: every field of the node view
 /// that a score reads is equal, so their columns are equal.
 PLACER_HD inline bool node_state_equal(node_view const& nv, std::int32_t a, std::int32_t b) {
