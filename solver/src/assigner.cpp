@@ -312,16 +312,18 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
 
 void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, round_result& out) {
   // The jobs past the window of a level, from t0 on, are in submission
-  // order. The next window is the prefix that the capacity free now holds
-  // (a job larger than all of it alone cannot start: it goes first and
-  // fails); it is packed largest first, the rest waits for the window
-  // after. One wait on the backend per window.
+  // order. The next window is the prefix that the capacity free now holds,
+  // closed at the first job that does not fit what the jobs before it in
+  // the window leave, as queue_window's (a job larger than all of it alone
+  // cannot start: it goes first and fails); it is packed largest first, the
+  // rest waits for the window after. One wait on the backend per window.
   auto const level = level_of_key(s_.tiers[t0].first);
   auto const base = level * level_span + past_at;
   std::int64_t const w = (s_.tiers[t0].first - base) / window_span;  // this region: the window in its upper half
   if (w + 1 >= (last_at - past_at) / window_span) return;  // out of regions: the rest go one at a time
   run_chain(out);  // the free capacity after the jobs ahead
   auto [gpu, cpu] = free_capacity();
+  auto const gpu_all = gpu, cpu_all = cpu;
   auto const& order = s_.order;
   auto& tiers = s_.tiers;
   auto job_at = [&](std::size_t t) { return order[static_cast<std::size_t>(tiers[t].second)]; };
@@ -333,7 +335,8 @@ void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, 
     auto const& jb = in_.pending[static_cast<std::size_t>(job_at(t))];
     auto const [g, c] = job_demand(jb);
     auto const tier = whole_jobs ? job_tier_of(jb) : tier_of(jb.per_replica);
-    if (g > gpu || c > cpu) {
+    open = open && g <= gpu && c <= cpu;
+    if (g > gpu_all || c > cpu_all) {
       tiers[t].first = base + w * window_span + window_span / 2;  // cannot start: alone, first
     } else if (open) {
       tiers[t].first = base + w * window_span + window_span - 1 - tier;
@@ -342,7 +345,6 @@ void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, 
     } else {
       tiers[t].first = base + (w + 1) * window_span + rank++;
     }
-    open = open && tiers[t].first < base + (w + 1) * window_span;
   }
   std::sort(tiers.begin() + static_cast<std::ptrdiff_t>(t0), tiers.begin() + static_cast<std::ptrdiff_t>(t_end));
   // The groups from here on are new: the classes' last groups and the jobs' groups follow.

@@ -214,6 +214,31 @@ TEST(QueueOrder, ALaterJobThatFitsInWhatIsLeftStillStarts) {
   EXPECT_EQ(first_overtaken(in, r), "");
 }
 
+TEST(QueueOrder, TheNextWindowClosesAtTheFirstJobThatDoesNotFit) {
+  // Two 8-GPU nodes, the second with 5 GPUs free. The first window is a
+  // 2 x 6 gang, which the free sum holds (12 of 13) and the nodes do not;
+  // the 8-, 4- and 2-GPU jobs behind it wait for the next window, drawn
+  // from the 13 GPUs still free. It holds the 8 and the 4 (1 GPU left);
+  // the 2-GPU job, which fits the cluster's free sum but not what the
+  // window leaves, waits for the window after, as the first window's rule
+  // has it (assigner::queue_window). Tried before the window instead, it
+  // took GPUs the 4-GPU job needed, and the round was assigned again in
+  // order to undo it.
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(2).gpus(8).build();
+  in.state.nodes[1].gpu_free_milli = {1000, 1000, 1000, 1000, 1000, 0, 0, 0};
+  in.pending = {gpu_job("gang", 6, 0, 2), gpu_job("eight", 8, 1), gpu_job("four", 4, 2), gpu_job("two", 2, 3)};
+  auto s = cpu_solver();
+  auto const r = s.solve(in);
+  expect_round_invariants(in, r);
+  EXPECT_EQ(placement_of(r, 0), nullptr) << "premise: the gang fits the sums, not the nodes";
+  EXPECT_NE(placement_of(r, 1), nullptr);
+  EXPECT_NE(placement_of(r, 2), nullptr);
+  EXPECT_EQ(placement_of(r, 3), nullptr);
+  EXPECT_EQ(first_overtaken(in, r), "");
+  for (auto const& st : r.timing) EXPECT_NE(st.stage, "order") << "the window overtook a job";
+}
+
 /// An A100 node and an H100 node of 8 GPUs, labelled with their model as
 /// the Slurm bridge labels a node's features.
 cluster a100_and_h100_nodes() {

@@ -247,7 +247,7 @@ TEST(Residency, QueueOrderScoresAgainWhereTheCellsStayedOnTheDevice) {
   for (std::uint64_t seed = 1; seed <= 6; ++seed) {
     auto o = traces::scenario_preset("10k");
     o.seed = seed;
-    o.allocated = 0.85;
+    o.allocated = 0.9;  // 0.85 reordered only while a later window took the jobs past it first (2026-12-05)
     round_input in = traces::make_scenario(o);
     without_locality(in);
     solver cpu(kernels::make_backend(kernels::backend_kind::cpu));
