@@ -335,10 +335,12 @@ void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, 
     auto const& jb = in_.pending[static_cast<std::size_t>(job_at(t))];
     auto const [g, c] = job_demand(jb);
     auto const tier = whole_jobs ? job_tier_of(jb) : tier_of(jb.per_replica);
-    open = open && g <= gpu && c <= cpu;
     if (g > gpu_all || c > cpu_all) {
       tiers[t].first = base + w * window_span + window_span / 2;  // cannot start: alone, first
-    } else if (open) {
+      continue;  // nor does it close the window (queue_window)
+    }
+    open = open && g <= gpu && c <= cpu;
+    if (open) {
       tiers[t].first = base + w * window_span + window_span - 1 - tier;
       gpu -= g;
       cpu -= c;
