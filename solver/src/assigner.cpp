@@ -64,6 +64,9 @@ constexpr bool waits_in_order(std::int64_t key) {
   return offset >= 0 && offset < last_at - past_at && (offset & (window_span - 1)) < window_span / 2;
 }
 
+/// The job must sit whole under one domain of its topology level.
+bool level_required(job const& j) { return j.topo_mode == topology_mode::required && j.topology_level >= 0; }
+
 /// Gives back replica rp of class c (give_replica: the GPUs it lists).
 void give_back(node_view const& nv, class_view const& cv, std::int32_t c, replica_placement const& rp,
                round_matrices& m) {
@@ -427,7 +430,7 @@ void assigner::place_local(std::int32_t j, round_result& out) {
   if (never_feasible(j, out)) return;
   std::int32_t const c = m_.job_class[j];
   std::int32_t const want = job.replicas;
-  bool const required = job.topo_mode == topology_mode::required && job.topology_level >= 0;
+  bool const required = level_required(job);
   std::vector<replica_placement> placed;
   refresh_class(c);
 
@@ -497,7 +500,7 @@ void assigner::place_local(std::int32_t j, round_result& out) {
 
 void assigner::local_unplaced(std::int32_t j, round_result& out) const {
   auto const& job = in_.pending[j];
-  if (job.topo_mode == topology_mode::required && job.topology_level >= 0) {
+  if (level_required(job)) {
     out.unplaced_jobs.push_back({j, unplaced_reason::topology_unsatisfiable,
                                  "no domain at level " + level_name(job.topology_level) + " holds the job"});
   } else {
@@ -566,13 +569,13 @@ void assigner::chain_local(std::int32_t j, round_result& out) {
   t.row_class.assign(1, m_.job_class[j]);
   t.demand.assign(1, job.replicas);
   t.row_cap.clear();
-  bool const required = job.topo_mode == topology_mode::required && job.topology_level >= 0;
+  bool const required = level_required(job);
   t.local.want = job.replicas;
   t.local.top = required ? job.topology_level : 0;
   t.local.gang = job.gang;
   t.local.required = required;
   t.local.distinct = job.distinct_nodes;
-  t.local.topo_unit = static_cast<std::int64_t>(in_.pol.w.topology) * 1000;
+  t.local.topo_unit = topo_unit();
   chain_add(t);
 }
 
@@ -800,13 +803,13 @@ std::int64_t assigner::topo_bonus(job const& job, std::int32_t anchor, std::int3
   // Replicas of one multi-replica job that cares about the network prefer
   // nodes sharing deeper domains with its first replica.
   if (anchor < 0 || mode_ == assign_mode::kube) return 0;
-  if (n == anchor) return static_cast<std::int64_t>(in_.pol.w.topology) * 1000;
+  if (n == anchor) return topo_unit();
   std::int32_t shared = 0;
   for (std::int32_t l = levels_ - 1; l >= 0; --l) {
     auto const d = domain_of(n, l);
     if (d >= 0 && d == domain_of(anchor, l)) { shared = l + 1; break; }
   }
-  return static_cast<std::int64_t>(in_.pol.w.topology) * 1000 * shared / (levels_ + 1);
+  return topo_unit() * shared / (levels_ + 1);
 }
 
 std::int32_t assigner::best_node(job const& job, std::int32_t c, std::int32_t domain,
@@ -1436,7 +1439,7 @@ class repacker {
       return false;
     }
     auto const& topo = in_.state.topo;
-    std::int32_t const level = jb.topo_mode == topology_mode::required && jb.topology_level >= 0 ? jb.topology_level : -1;
+    std::int32_t const level = level_required(jb) ? jb.topology_level : -1;
     auto& cap = s_.domain_cap;
     cap.assign(topo.domains.size() + 1, 0);  // the last: the whole cluster
     for (std::int32_t n = 0; n < view.n_nodes; ++n) {

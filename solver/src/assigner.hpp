@@ -269,6 +269,8 @@ class assigner {
   /// PLACER_VERIFY_SCORES: every live cell the clock calls current is the
   /// state's score, or logic_error.
   void verify_current() const;
+  /// The topology weight in score units: the bonus of the first replica's node.
+  [[nodiscard]] std::int64_t topo_unit() const { return static_cast<std::int64_t>(in_.pol.w.topology) * 1000; }
   [[nodiscard]] std::int64_t topo_bonus(job const& job, std::int32_t anchor, std::int32_t n) const;
   [[nodiscard]] std::int32_t domain_of(std::int32_t n, std::int32_t level) const {
     return s_.paths[static_cast<std::size_t>(n) * levels_ + level];

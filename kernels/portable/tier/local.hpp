@@ -45,7 +45,7 @@ inline constexpr std::int32_t tier_local_group_nodes = 128;
 inline constexpr std::int32_t tier_local_run_levels = 8;
 
 /// Class c's capacity per domain (its replicas each node holds, summed;
-/// assigner::caps_request) into b.local_cap, by the leading CTA or, `wide`,
+/// assigner::load_caps) into b.local_cap, by the leading CTA or, `wide`,
 /// by the grid: each worker a run of consecutive nodes, a domain's share
 /// added once per run of its nodes (a rack's nodes are consecutive, the
 /// root's are all). Ends at a barrier (the grid's where wide).
