@@ -334,13 +334,15 @@ inline constexpr cluster_stats zero_stats{};
 inline void check_chain_placements(tier_control const* ctl, tier_placement const* out, std::int32_t const* out_at,
                                    tier_problem const* tiers, std::int32_t n_tiers, std::int32_t n_nodes) {
   for (std::int32_t k = 0; k < n_tiers; ++k) {
-    std::int32_t const copies = out_at[k + 1] - out_at[k];
+    // A window's slot: its draw's region from where the slots before it end.
+    std::int32_t const begin = tier_out_begin(tiers, ctl, out_at, k);
+    std::int32_t const copies = out_at[k + 1] - begin;
     if (ctl[k].placed < 0 || ctl[k].placed > copies) {
       chain_output_refused(std::to_string(ctl[k].placed) + " placements for tier " + std::to_string(k) + " of " +
                            std::to_string(copies) + " copies");
     }
     for (std::int32_t i = 0; i < ctl[k].placed; ++i) {
-      tier_placement const& tp = out[out_at[k] + i];
+      tier_placement const& tp = out[begin + i];
       if (tp.node < 0 || tp.node >= n_nodes || tp.row < 0 || tp.row >= tiers[k].n_rows) {
         chain_output_refused("a placement on node " + std::to_string(tp.node) + " of " + std::to_string(n_nodes) +
                              ", row " + std::to_string(tp.row) + " of " + std::to_string(tiers[k].n_rows) + " (tier " +
@@ -604,7 +606,7 @@ class device_backend final : public backend {
       launch_due_stats();
       auto const k = static_cast<std::int32_t>(tiers.size());
       if (k == 0) {
-        tier_chain_results(nullptr, nullptr, nullptr, 0, out);
+        tier_chain_results(nullptr, nullptr, nullptr, nullptr, 0, out);
         return;
       }
       chain_stats_ = false;  // the state moves on
@@ -686,6 +688,8 @@ class device_backend final : public backend {
         shared.cpu_free = const_cast<std::int64_t*>(shared.nodes.cpu_free);
         shared.mem_free = const_cast<std::int64_t*>(shared.nodes.mem_free);
         // Each tier's own arrays; its problem points to their device copies.
+        codes_.clear();
+        std::int32_t* draw_code = nullptr;  // the last draw's codes, its slots' too
         for (std::size_t t = 0; t < tiers.size(); ++t) {
           tier_problem const& h = tiers[t];
           tier_problem& d = problems_[t];
@@ -706,6 +710,24 @@ class device_backend final : public backend {
           d.row_cap = a.stage(h.row_cap, rows);
           d.live_class = a.stage(h.live_class, n_classes);
           d.changed = t == 0 ? a.stage(h.changed, static_cast<std::size_t>(h.n_changed)) : nullptr;
+          if (h.window.n_slots > 0) {
+            // A queue window's draw: its codes come down after the chain.
+            auto const jobs = static_cast<std::size_t>(h.window.n_jobs);
+            auto const n_codes = jobs + static_cast<std::size_t>(h.window.n_slots) + 1;
+            d.window.job_demand = a.stage(h.window.job_demand, 2 * jobs);
+            d.window.job_slot = a.stage(h.window.job_slot, 2 * jobs);
+            d.window.free = a.template take<std::int64_t>(2);
+            d.window.code = draw_code = a.template take<std::int32_t>(n_codes);
+            codes_.push_back({h.window.code, a.template landing<std::int32_t>(n_codes), draw_code, n_codes});
+          } else if (h.window.live >= 0) {
+            d.window.code = draw_code;
+            if (h.window.row_jobs != nullptr) {
+              d.window.row_jobs =
+                  a.stage(h.window.row_jobs, rows + 1 + 2 * static_cast<std::size_t>(h.window.row_jobs[h.n_rows]));
+              d.window.per_node = a.stage(h.window.per_node, rows);
+              d.window.masked = a.template take<std::int32_t>(2 * rows);
+            }
+          }
           if (h.local.want > 0 && h.topo.n_domains > 0) {
             // A locality job's topology, staged once for the chain.
             if (topo.n_domains == 0) topo = stage_topology(a, h.topo, nv.n_nodes);
@@ -778,14 +800,16 @@ class device_backend final : public backend {
       down(h_stamp, shared.stamp, h_stamp != nullptr ? n : 0);
       down(h_state, shared.state, h_state != nullptr ? n : 0);
       down(h_stats, d_stats, with_stats ? 1 : 0);
+      for (auto const& w : codes_) down(w.landing, w.device, w.n);
       sync();
       std::memcpy(first.fresh, h_fresh, n_classes * sizeof(std::int32_t));
+      for (auto const& w : codes_) std::memcpy(w.host, w.landing, w.n * sizeof(std::int32_t));
       if (with_stats) {
         chain_stats_ = true;
         chain_stats_value_ = *h_stats;
       }
       check_chain_placements(h_ctl, h_out, out_at_.data(), problems_.data(), k, nv.n_nodes);
-      std::int32_t const placed = tier_chain_results(h_ctl, h_out, out_at_.data(), k, out);
+      std::int32_t const placed = tier_chain_results(tiers.data(), h_ctl, h_out, out_at_.data(), k, out);
       if (t.on) {
         std::int64_t phases = 0;
         for (tier_stats const& st : out.stats) {
@@ -1332,6 +1356,15 @@ class device_backend final : public backend {
   // offsets, placements' offsets, zeroed controls.
   std::vector<tier_problem> problems_;
   std::vector<std::int32_t> heap_begin_, heap_at_, out_at_;
+  /// A chain's queue window draws (tier_window): where their codes land
+  /// and go, on the host, and come from, on the device.
+  struct window_codes {
+    std::int32_t* host;
+    std::int32_t* landing;
+    std::int32_t const* device;
+    std::size_t n;
+  };
+  std::vector<window_codes> codes_;
   std::vector<std::array<std::int32_t, 3>> group_;  ///< replay_commits' (row, label, node)
   std::vector<tier_control> ctl_zero_;
   std::vector<char> verify_buf_;

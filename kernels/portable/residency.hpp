@@ -186,7 +186,7 @@ PLACER_HD void resident_chain_program(Team& t, tier_chain const& c, node_records
       std::int32_t j = i - first.n_changed;  // the j-th winner, tier after tier
       std::int32_t k = 0;
       while (j >= c.ctl[k].placed) j -= c.ctl[k++].placed;
-      n = c.out[c.out_at[k] + j].node;
+      n = c.out[tier_out_begin(c.tiers, c.ctl, c.out_at, k) + j].node;
     }
     pack_record(s, out, i, n);
   }

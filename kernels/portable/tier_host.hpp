@@ -94,7 +94,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
                            std::int32_t offer_groups = tier_offer_groups_upto, std::int32_t blocks = 1) {
   auto const k = static_cast<std::int32_t>(tiers.size());
   if (k == 0) {
-    tier_chain_results(nullptr, nullptr, nullptr, 0, out);
+    tier_chain_results(nullptr, nullptr, nullptr, nullptr, 0, out);
     return;
   }
   a.heap_begin.resize(tier_chain_heap_entries(tiers.data(), k));
@@ -160,7 +160,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
     seq_team team{team_wide};
     tier_chain_program(team, c);
   }
-  tier_chain_results(a.ctl.data(), c.out, a.out_at.data(), k, out);
+  tier_chain_results(tiers.data(), a.ctl.data(), c.out, a.out_at.data(), k, out);
 }
 
 /// One tier (a chain of one), for the tests that run the program alone.

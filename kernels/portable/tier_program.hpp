@@ -229,6 +229,73 @@ PLACER_HD void tier_clear_marks(Team& t, std::int32_t* mark, std::int32_t n_node
   });
 }
 
+/// A window slot's row r (tier_window): the replicas of its jobs that the
+/// draw gave the slot's code, and the row's cap from them; one worker.
+template <class Team>
+PLACER_HD std::int32_t tier_window_demand(Team& t, tier_problem const& p, std::int32_t r) {
+  tier_window const& w = p.window;
+  std::int32_t const* const pair = w.row_jobs + p.n_rows + 1;
+  std::int32_t demand = 0;
+  for (std::int32_t i = w.row_jobs[r]; i < w.row_jobs[r + 1]; ++i) {
+    if (w.code[pair[2 * i]] == w.want) demand += pair[2 * i + 1];
+  }
+  std::int32_t const per_node = w.per_node != nullptr ? w.per_node[r] : 1;
+  w.masked[r] = demand;
+  w.masked[p.n_rows + r] = per_node > 1 ? (demand + per_node - 1) / per_node : demand;
+  t.work(w.row_jobs[r + 1] - w.row_jobs[r] + 1);
+  return demand;
+}
+
+/// A queue window's draw (tier_window) on one CTA, ending at its barrier:
+/// what is free summed by every worker, then the jobs classed in order by
+/// rank 0 (each fits what the ones before it in the window leave).
+template <class Team>
+PLACER_HD void tier_draw(Team& t, tier_problem const& p) {
+  tier_window const& w = p.window;
+  if (t.rank() == 0) {
+    w.free[0] = 0;
+    w.free[1] = 0;
+  }
+  t.sync();
+  std::int64_t gpu = 0, cpu = 0;
+  for (std::int32_t g = t.rank(); g < p.nodes.n_gpus; g += t.size()) gpu += p.gpu_free[g];
+  for (std::int32_t n = t.rank(); n < p.nodes.n_nodes; n += t.size()) cpu += p.cpu_free[n];
+  t.work((p.nodes.n_gpus + p.nodes.n_nodes) / t.size() + 2);
+  t.fetch_add(w.free, gpu);
+  t.fetch_add(w.free + 1, cpu);
+  t.sync();
+  if (t.rank() == 0) {
+    std::int64_t const gpu_all = w.free[0], cpu_all = w.free[1];
+    gpu = gpu_all;
+    cpu = cpu_all;
+    for (std::int32_t s = 0; s < w.n_slots; ++s) w.code[w.n_jobs + s] = 0;
+    bool open = true, past = false;
+    for (std::int32_t j = 0; j < w.n_jobs; ++j) {
+      std::int64_t const g = w.job_demand[2 * j], c = w.job_demand[2 * j + 1];
+      std::int32_t slot = -1;
+      if (g > gpu_all || c > cpu_all) {
+        w.code[j] = 2;  // cannot start: first, alone, and the window stays open
+        slot = w.job_slot[2 * j + 1];
+      } else {
+        open = open && g <= gpu && c <= cpu;
+        if (open) {
+          w.code[j] = 1;
+          gpu -= g;
+          cpu -= c;
+          slot = w.job_slot[2 * j];
+        } else {
+          w.code[j] = 0;
+          past = true;
+        }
+      }
+      if (slot >= 0) w.code[w.n_jobs + slot] = 1;
+    }
+    w.code[w.n_jobs + w.n_slots] = past ? 1 : 0;
+    t.work(w.n_jobs + w.n_slots);
+  }
+  t.sync();
+}
+
 /// The iteration's quotas and copies (rank 0).
 template <class Team>
 PLACER_HD void tier_quota(Team& t, tier_buffers const& b) {
@@ -237,7 +304,8 @@ PLACER_HD void tier_quota(Team& t, tier_buffers const& b) {
   std::int32_t const n_rows = p.n_rows;
   std::int32_t copies = 0;
   for (std::int32_t r = 0; r < n_rows; ++r) {
-    b.quota[r] = p.row_cap != nullptr ? min_of(b.remaining[r], p.row_cap[r]) : b.remaining[r];
+    std::int32_t const* const cap = p.window.masked != nullptr ? p.window.masked + n_rows : p.row_cap;
+    b.quota[r] = cap != nullptr ? min_of(b.remaining[r], cap[r]) : b.remaining[r];
     copies += b.quota[r];
   }
   ctl->placed_before = copies;  // the iteration's copies, for the floors
@@ -548,7 +616,7 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
   tier_clock clk(ctl, leads && me == 0);
   if (leads && p.local.want == 0) {  // a locality job's tier reads none of these
     for (std::int32_t r = me; r < n_rows; r += team) {
-      b.remaining[r] = p.demand[r];
+      b.remaining[r] = p.window.row_jobs != nullptr ? tier_window_demand(t, p, r) : p.demand[r];
       b.offer_row[tier_offer_fields * r + tier_offer_round] = -1;  // fresh in no round yet
       t.work(1);
     }
@@ -678,19 +746,33 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
   if (t.blocks() > 1 && c.tiers[0].nodes.n_nodes <= c.work.list_with_floors_upto) {
     tier_clear_marks(t, c.work.first_mark, c.tiers[0].nodes.n_nodes);  // 0 from here on (tier_iterate_grid)
   }
-  for (std::int32_t k = 0; k < c.n_tiers; ++k) {
+  // prev: the last tier that ran (a window's slot the draw gave no job
+  // is skipped, a draw places nothing); end: past the last tier to run.
+  std::int32_t prev = -1, end = c.n_tiers;
+  for (std::int32_t k = 0; k < end; ++k) {
+    tier_window const& w = c.tiers[k].window;
+    if (w.live >= 0 && w.code[w.live] == 0) continue;  // every CTA read it after the draw's grid barrier
+    if (w.n_slots > 0) {
+      // A queue window's draw: on what the tiers before it left (the
+      // grid's barrier), its codes for every CTA (the grid's again).
+      if (t.blocks() > 1) t.grid_sync();
+      if (leads) tier_draw(t, c.tiers[k]);
+      if (t.blocks() > 1) t.grid_sync();
+      if (w.code[w.n_jobs + w.n_slots] != 0) end = min_of(end, k + 1 + w.n_slots);
+      continue;
+    }
     tier_buffers b = c.work;
     b.p = c.tiers[k];
     b.heap_begin = c.heap_begin + c.heap_at[k];
     b.ctl = c.ctl + k;
-    b.out = c.out + c.out_at[k];
+    b.out = nullptr;  // where the tier before it ended, for a window's slot (below)
     b.local_cap = c.local_cap;
     b.local_held = c.local_held;
-    if (k > 0 && c.tiers[k].local.want > 0 && c.tiers[k - 1].local.want > 0) {
+    if (prev >= 0 && c.tiers[k].local.want > 0 && c.tiers[prev].local.want > 0) {
       b.local_after_local = true;
-      b.local_caps_kept = c.tiers[k].row_class[0] == c.tiers[k - 1].row_class[0];
+      b.local_caps_kept = c.tiers[k].row_class[0] == c.tiers[prev].row_class[0];
     }
-    if (k > 0 && leads) {
+    if (prev >= 0 && leads) {
       tier_clock clk(b.ctl, t.rank() == 0);
       if (t.team_wide) {
         // Every worker lists its share: a node's first claim (fetch_max of
@@ -698,23 +780,23 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
         // re-scores its own column.
         if (t.rank() == 0) *c.n_candidates = 0;
         t.sync();
-        tier_placement const* prev = c.out + c.out_at[k - 1];
-        for (std::int32_t i = t.rank(); i < c.ctl[k - 1].placed; i += t.size()) {
-          std::int32_t const n = prev[i].node;
+        tier_placement const* before = c.out + tier_out_begin(c.tiers, c.ctl, c.out_at, prev);
+        for (std::int32_t i = t.rank(); i < c.ctl[prev].placed; i += t.size()) {
+          std::int32_t const n = before[i].node;
           if (t.fetch_max(c.listed + n, k) < k) c.candidates[t.fetch_add(c.n_candidates, 1)] = n;
           t.work(1);
         }
       } else if (t.rank() == 0) {
-        tier_placement const* prev = c.out + c.out_at[k - 1];
+        tier_placement const* before = c.out + tier_out_begin(c.tiers, c.ctl, c.out_at, prev);
         std::int32_t listed = 0;
-        for (std::int32_t i = 0; i < c.ctl[k - 1].placed; ++i) {
-          std::int32_t const n = prev[i].node;
+        for (std::int32_t i = 0; i < c.ctl[prev].placed; ++i) {
+          std::int32_t const n = before[i].node;
           if (c.listed[n] == k) continue;
           c.listed[n] = k;
           c.candidates[listed++] = n;
         }
         *c.n_candidates = listed;
-        t.work(c.ctl[k - 1].placed);
+        t.work(c.ctl[prev].placed);
       }
       t.sync();
       clk.lap(tier_phase_list);
@@ -725,10 +807,17 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
     // another's is the leading CTA's alone (tier_program), so the grid
     // meets before the next tier that is not.
     if (t.blocks() > 1 && !b.local_after_local) t.grid_sync();
-    if (k > 0) {
+    if (leads || !b.local_after_local) {
+      b.out = c.out + tier_out_begin(c.tiers, c.ctl, c.out_at, k);  // the tiers before it ended at a barrier
+    }
+    if (prev >= 0) {
       b.p.changed = c.candidates;
       b.p.n_changed = *c.n_candidates;
+    } else {
+      b.p.changed = c.tiers[0].changed;  // the chain's first to run: the caller's log
+      b.p.n_changed = c.tiers[0].n_changed;
     }
+    prev = k;
     tier_program(t, b);  // ends at a barrier (the leading CTA's, or the grid's)
   }
 }

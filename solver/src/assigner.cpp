@@ -173,6 +173,8 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
 }
 
 void assigner::run(round_result& out, std::function<bool()> const& out_of_time, reorder const& r) {
+  s_.recorded.clear();
+  whole_jobs_ = r.whole_jobs;
   job_order(in_, mode_ == assign_mode::placer, s_.order, s_.order_keys);
   auto const& order = s_.order;
   // Locality jobs per class: a class's domain capacities are kept current
@@ -262,18 +264,7 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
   s_.tiers_sorted.resize(tiers.size());
   for (std::size_t t = 0; t < tiers.size(); ++t) s_.tiers_sorted[t] = tiers[static_cast<std::size_t>(s_.tier_order[t])];
   tiers.swap(s_.tiers_sorted);
-  auto job_at = [&](std::size_t t) { return order[static_cast<std::size_t>(tiers[t].second)]; };
-  // A class is live while a group still ahead uses it: the tier programs
-  // keep only live classes' cells current (the others are never read again).
-  auto& last_group = s_.class_last_group;
-  last_group.assign(static_cast<std::size_t>(m_.n_classes()), -1);
-  s_.group_of.assign(in_.pending.size(), -1);
-  std::int32_t group = 0;
-  for (std::size_t t = 0; t < tiers.size(); ++t) {
-    if (t > 0 && tiers[t].first != tiers[t - 1].first) ++group;
-    last_group[static_cast<std::size_t>(m_.job_class[job_at(t)])] = group;
-    s_.group_of[static_cast<std::size_t>(job_at(t))] = group;
-  }
+  number_groups();
   s_.live_class.resize(static_cast<std::size_t>(m_.n_classes()));
   // State labels start as the score stage's twins; the tier programs keep
   // them (the host's own commits leave them: the program compares states
@@ -284,10 +275,52 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
   } else {
     std::copy(m_.same_as.begin(), m_.same_as.end(), s_.state.begin());
   }
-  group = 0;
-  for (std::size_t t0 = 0; t0 < tiers.size(); ++group) {
-    if (waits_in_order(tiers[t0].first)) next_window(t0, group, r.whole_jobs, out);
+  s_.recorded.assign(in_.pending.size(), 0);
+  // One chain for the round; where a window left jobs past it, the chain
+  // stopped there and the rest is chained again from them.
+  for (std::size_t t0 = 0; t0 < tiers.size();) {
+    chain_groups(t0, out, out_of_time);
+    t0 = run_chain(out, true);
+  }
+}
+
+void assigner::number_groups() {
+  // A class is live while a group still ahead uses it: the tier programs
+  // keep only live classes' cells current (the others are never read again).
+  auto const& tiers = s_.tiers;
+  auto& last_group = s_.class_last_group;
+  last_group.assign(static_cast<std::size_t>(m_.n_classes()), -1);
+  s_.group_of.assign(in_.pending.size(), -1);
+  std::int32_t group = 0;
+  for (std::size_t t = 0; t < tiers.size(); ++t) {
+    if (t > 0 && tiers[t].first != tiers[t - 1].first) ++group;
+    auto const j = s_.order[static_cast<std::size_t>(tiers[t].second)];
+    last_group[static_cast<std::size_t>(m_.job_class[j])] = group;
+    s_.group_of[static_cast<std::size_t>(j)] = group;
+  }
+}
+
+void assigner::chain_groups(std::size_t t0, round_result& out, std::function<bool()> const& out_of_time) {
+  auto const& tiers = s_.tiers;
+  auto job_at = [&](std::size_t t) { return s_.order[static_cast<std::size_t>(tiers[t].second)]; };
+  auto expire = [&](std::int32_t j) {
+    if (s_.recorded[static_cast<std::size_t>(j)] != 0) return;  // chained before, past a window that stopped
+    s_.recorded[static_cast<std::size_t>(j)] = 1;
+    out.unplaced_jobs.push_back({j, unplaced_reason::deadline_exceeded, "round deadline reached"});
+  };
+  auto const& last_group = s_.class_last_group;
+  std::int32_t group = s_.group_of[static_cast<std::size_t>(job_at(t0))];
+  for (; t0 < tiers.size(); ++group) {
     for (std::size_t c = 0; c < last_group.size(); ++c) s_.live_class[c] = last_group[c] >= group ? 1 : 0;
+    if (waits_in_order(tiers[t0].first)) {
+      // Jobs past their level's window: each a group of its own until the
+      // program draws their next window.
+      if (auto const t_end = chain_window(t0, out); t_end > t0) {
+        group += static_cast<std::int32_t>(t_end - t0) - 1;
+        t0 = t_end;
+        continue;
+      }
+    }
     std::size_t t1 = t0;
     while (t1 < tiers.size() && tiers[t1].first == tiers[t0].first) ++t1;
     auto& rest = s_.tier_jobs;
@@ -310,59 +343,163 @@ void assigner::run(round_result& out, std::function<bool()> const& out_of_time, 
     }
     chain_tier(rest, out);
   }
-  run_chain(out, true);
 }
 
-void assigner::next_window(std::size_t t0, std::int32_t group, bool whole_jobs, round_result& out) {
+std::size_t assigner::chain_window(std::size_t t0, round_result& out) {
   // The jobs past the window of a level, from t0 on, are in submission
-  // order. The next window is the prefix that the capacity free now holds,
+  // order. The program draws the next window where the chain gets here
+  // (kernels::tier_window): the prefix that the capacity free then holds,
   // closed at the first job that does not fit what the jobs before it in
-  // the window leave, as queue_window's (a job larger than all of it alone
-  // cannot start: it goes first and fails); it is packed largest first, the
-  // rest waits for the window after. One wait on the backend per window.
+  // the window leave, as queue_window's (a job larger than all of it
+  // cannot start: it goes first, alone, and does not close the window);
+  // the window packed largest first, the rest waiting for the window
+  // after. So the draw's slots are the groups it may make: the jobs that
+  // cannot start, then each tier of the window, largest first; in each,
+  // the locality jobs one by one, then the others' tier.
   auto const level = level_of_key(s_.tiers[t0].first);
   auto const base = level * level_span + past_at;
   std::int64_t const w = (s_.tiers[t0].first - base) / window_span;  // this region: the window in its upper half
-  if (w + 1 >= (last_at - past_at) / window_span) return;  // out of regions: the rest go one at a time
-  run_chain(out);  // the free capacity after the jobs ahead
-  auto [gpu, cpu] = free_capacity();
-  auto const gpu_all = gpu, cpu_all = cpu;
-  auto const& order = s_.order;
-  auto& tiers = s_.tiers;
-  auto job_at = [&](std::size_t t) { return order[static_cast<std::size_t>(tiers[t].second)]; };
+  if (w + 1 >= (last_at - past_at) / window_span) return t0;  // out of regions: the rest go one at a time
+  auto const& tiers = s_.tiers;
+  auto job_at = [&](std::size_t t) { return s_.order[static_cast<std::size_t>(tiers[t].second)]; };
   std::size_t t_end = t0;
   while (t_end < tiers.size() && tiers[t_end].first < level * level_span + last_at) ++t_end;
-  bool open = true;
+  if (s_.blocks.size() <= s_.n_blocks) s_.blocks.resize(s_.n_blocks + 1);
+  auto const block = static_cast<std::int32_t>(s_.n_blocks++);
+  auto& b = s_.blocks[static_cast<std::size_t>(block)];
+  b.t0 = t0;
+  b.t_end = t_end;
+  b.w = w;
+  auto const n_jobs = t_end - t0;
+  b.demand.resize(2 * n_jobs);
+  b.slot.assign(2 * n_jobs, -1);
+  // The waiting jobs by (tier, position), as the window's groups order them
+  // (a group's jobs by position in the queue order).
+  auto& by = s_.tier_base;
+  by.resize(n_jobs);
+  auto tier_at = [&](std::size_t i) {
+    auto const& jb = in_.pending[static_cast<std::size_t>(job_at(t0 + i))];
+    return whole_jobs_ ? job_tier_of(jb) : tier_of(jb.per_replica);
+  };
+  for (std::size_t i = 0; i < n_jobs; ++i) {
+    auto const [g, c] = job_demand(in_.pending[static_cast<std::size_t>(job_at(t0 + i))]);
+    b.demand[2 * i] = g;
+    b.demand[2 * i + 1] = c;
+    by[i] = static_cast<std::int32_t>(i);
+  }
+  auto const position = [&](std::int32_t i) { return tiers[t0 + static_cast<std::size_t>(i)].second; };
+  std::sort(by.begin(), by.end(), [&](std::int32_t x, std::int32_t y) {
+    auto const tx = tier_at(static_cast<std::size_t>(x)), ty = tier_at(static_cast<std::size_t>(y));
+    return tx != ty ? tx > ty : position(x) < position(y);
+  });
+  auto& draw = next_chained();
+  draw.jobs.clear();
+  draw.row_class.clear();
+  draw.demand.clear();
+  draw.row_cap.clear();
+  draw.block = block;
+  b.draw = s_.chain_len;
+  chain_add(draw);
+  // One group's slots: its locality jobs', then its other jobs' tier;
+  // its jobs are by[from, to), `code` what the draw gives them.
+  std::int32_t n_slots = 0;
+  auto& rest = s_.tier_jobs;
+  auto group_slots = [&](std::vector<std::int32_t> const& by, std::size_t from, std::size_t to, std::int32_t code) {
+    auto const side = static_cast<std::size_t>(code == 2 ? 1 : 0);
+    rest.clear();
+    auto& codes = s_.cursor;  // rest's code indices
+    codes.clear();
+    for (std::size_t k = from; k < to; ++k) {
+      auto const i = static_cast<std::size_t>(by[k]);
+      std::int32_t const j = job_at(t0 + i);
+      if (!wants_locality(in_.pending[static_cast<std::size_t>(j)])) {
+        rest.push_back(j);
+        codes.push_back(static_cast<std::int32_t>(i));
+        continue;
+      }
+      if (never_feasible(j, out)) continue;
+      auto const before = s_.chain_len;
+      chain_local(j, out);
+      auto& t = s_.chain[before];
+      t.block = block;
+      t.job_code.assign(1, static_cast<std::int32_t>(i));
+      t.window.want = code;
+      t.window.live = n_slots;  // made an index into code once n_jobs is known (below)
+      b.slot[2 * i + side] = n_slots++;
+    }
+    auto const before = s_.chain_len;
+    chain_tier(rest, out);
+    if (s_.chain_len == before) return;
+    auto& t = s_.chain[before];
+    t.block = block;
+    t.window.want = code;
+    t.window.live = n_slots;
+    // Its jobs by row (row_jobs), each with its replicas.
+    t.job_code.clear();
+    auto& row_of = s_.class_row;
+    std::vector<std::int32_t> count(t.row_class.size() + 1, 0);
+    for (std::size_t k = 0, q = 0; k < rest.size(); ++k) {
+      if (q < t.jobs.size() && t.jobs[q] == rest[k]) {
+        t.job_code.push_back(codes[k]);
+        ++count[static_cast<std::size_t>(row_of[static_cast<std::size_t>(m_.job_class[rest[k]])]) + 1];
+        b.slot[2 * static_cast<std::size_t>(codes[k]) + side] = n_slots;
+        ++q;
+      }
+    }
+    auto const n_rows = t.row_class.size();
+    t.row_jobs.assign(n_rows + 1 + 2 * t.jobs.size(), 0);
+    for (std::size_t r = 0; r < n_rows; ++r) t.row_jobs[r + 1] = t.row_jobs[r] + count[r + 1];
+    std::vector<std::int32_t> at(t.row_jobs.begin(), t.row_jobs.begin() + static_cast<std::ptrdiff_t>(n_rows));
+    for (std::size_t q = 0; q < t.jobs.size(); ++q) {
+      auto const r = static_cast<std::size_t>(row_of[static_cast<std::size_t>(m_.job_class[t.jobs[q]])]);
+      auto const pair = n_rows + 1 + 2 * static_cast<std::size_t>(at[r]++);
+      t.row_jobs[pair] = t.job_code[q];
+      t.row_jobs[pair + 1] = in_.pending[static_cast<std::size_t>(t.jobs[q])].replicas;
+    }
+    t.masked.assign(2 * n_rows, 0);
+    ++n_slots;
+  };
+  // The jobs that cannot start (every waiting job may be one), by position.
+  auto& by_position = s_.tier_order;
+  by_position.resize(n_jobs);
+  std::iota(by_position.begin(), by_position.end(), 0);
+  std::sort(by_position.begin(), by_position.end(), [&](std::int32_t x, std::int32_t y) { return position(x) < position(y); });
+  group_slots(by_position, 0, n_jobs, 2);
+  for (std::size_t k = 0; k < n_jobs;) {
+    std::size_t k1 = k;
+    while (k1 < n_jobs && tier_at(static_cast<std::size_t>(by[k1])) == tier_at(static_cast<std::size_t>(by[k]))) ++k1;
+    group_slots(by, k, k1, 1);
+    k = k1;
+  }
+  b.code.assign(n_jobs + static_cast<std::size_t>(n_slots) + 1, 0);
+  for (std::size_t i = b.draw + 1; i < s_.chain_len; ++i) s_.chain[i].window.live += static_cast<std::int32_t>(n_jobs);
+  auto& drawn = s_.chain[b.draw].window;
+  drawn.n_slots = n_slots;
+  // A job is in one slot of a draw: the slots' placements share a region.
+  drawn.copies = 0;
+  for (std::size_t i = 0; i < n_jobs; ++i) {
+    if (b.slot[2 * i] >= 0 || b.slot[2 * i + 1] >= 0) drawn.copies += in_.pending[static_cast<std::size_t>(job_at(t0 + i))].replicas;
+  }
+  return t_end;
+}
+
+void assigner::window_keys(assigner_scratch::window_block const& b) {
+  auto& tiers = s_.tiers;
+  auto const level = level_of_key(tiers[b.t0].first);
+  auto const base = level * level_span + past_at;
   std::int64_t rank = 0;
-  for (std::size_t t = t0; t < t_end; ++t) {
-    auto const& jb = in_.pending[static_cast<std::size_t>(job_at(t))];
-    auto const [g, c] = job_demand(jb);
-    auto const tier = whole_jobs ? job_tier_of(jb) : tier_of(jb.per_replica);
-    if (g > gpu_all || c > cpu_all) {
-      tiers[t].first = base + w * window_span + window_span / 2;  // cannot start: alone, first
-      continue;  // nor does it close the window (queue_window)
-    }
-    open = open && g <= gpu && c <= cpu;
-    if (open) {
-      tiers[t].first = base + w * window_span + window_span - 1 - tier;
-      gpu -= g;
-      cpu -= c;
+  for (std::size_t t = b.t0; t < b.t_end; ++t) {
+    auto const& jb = in_.pending[static_cast<std::size_t>(s_.order[static_cast<std::size_t>(tiers[t].second)])];
+    auto const code = b.code[t - b.t0];
+    if (code == 2) {
+      tiers[t].first = base + b.w * window_span + window_span / 2;  // cannot start: alone, first
+    } else if (code == 1) {
+      tiers[t].first = base + b.w * window_span + window_span - 1 - (whole_jobs_ ? job_tier_of(jb) : tier_of(jb.per_replica));
     } else {
-      tiers[t].first = base + (w + 1) * window_span + rank++;
+      tiers[t].first = base + (b.w + 1) * window_span + rank++;
     }
   }
-  std::sort(tiers.begin() + static_cast<std::ptrdiff_t>(t0), tiers.begin() + static_cast<std::ptrdiff_t>(t_end));
-  // The groups from here on are new: the classes' last groups and the jobs' groups follow.
-  auto& last_group = s_.class_last_group;
-  for (auto& l : last_group) {
-    if (l >= group) l = -1;
-  }
-  std::int32_t g = group;
-  for (std::size_t t = t0; t < tiers.size(); ++t) {
-    if (t > t0 && tiers[t].first != tiers[t - 1].first) ++g;
-    last_group[static_cast<std::size_t>(m_.job_class[job_at(t)])] = g;
-    s_.group_of[static_cast<std::size_t>(job_at(t))] = g;
-  }
+  std::sort(tiers.begin() + static_cast<std::ptrdiff_t>(b.t0), tiers.begin() + static_cast<std::ptrdiff_t>(b.t_end));
 }
 
 std::pair<std::int64_t, std::int64_t> assigner::free_capacity() const {
@@ -378,7 +515,7 @@ void assigner::queue_window(std::vector<std::int32_t>& moved) {
   // above ask for. Inside it largest-first packing cannot make a job wait
   // behind a later one unless the shapes do not fit the way the sums do
   // (the solver checks, detail::overtakes); the jobs past it wait, in
-  // order, for the next window (next_window).
+  // order, for the next window (chain_window).
   auto [gpu, cpu] = free_capacity();
   auto const gpu_all = gpu, cpu_all = cpu;
   job_order(in_, false, s_.fifo, s_.fifo_keys);
@@ -544,10 +681,12 @@ void assigner::chain_tier(std::vector<std::int32_t> const& jobs, round_result& o
     std::int32_t most = 0;  // GPUs of the largest node
     for (std::int32_t n = 0; n < m_.n_nodes(); ++n) most = std::max(most, m_.gpu_capacity[n] / milli_per_gpu);
     t.row_cap.resize(row_class.size());
+    t.per_node.resize(row_class.size());
     for (std::size_t r = 0; r < row_class.size(); ++r) {
       std::int32_t const c = row_class[r];
       std::int32_t const per_node =
           op_.cv.gpus[c] > 0 && op_.cv.milli[c] >= milli_per_gpu ? std::min(8, most / op_.cv.gpus[c]) : 1;
+      t.per_node[r] = per_node;
       t.row_cap[r] = per_node > 1 ? (demand[r] + per_node - 1) / per_node : demand[r];
     }
   }
@@ -558,6 +697,12 @@ assigner_scratch::chained_tier& assigner::next_chained() {
   if (s_.chain.size() <= s_.chain_len) s_.chain.resize(s_.chain_len + 1);
   auto& t = s_.chain[s_.chain_len];
   t.local = {};
+  t.block = -1;
+  t.window = {};
+  t.job_code.clear();
+  t.row_jobs.clear();
+  t.per_node.clear();
+  t.masked.clear();
   return t;
 }
 
@@ -600,9 +745,11 @@ void assigner::chain_add(assigner_scratch::chained_tier& t) {
   ++s_.chain_len;
 }
 
-void assigner::run_chain(round_result& out, bool last) {
+std::size_t assigner::run_chain(round_result& out, bool last) {
   std::size_t const k = s_.chain_len;
-  if (k == 0) return;
+  std::size_t const n_blocks = s_.n_blocks;
+  s_.n_blocks = 0;
+  if (k == 0) return s_.tiers.size();
   s_.chain_len = 0;
   // One problem per tier (kernels/include/placer/kernels/tier.hpp): nodes
   // bid for rows, one replica per node per iteration, winners committed
@@ -611,7 +758,7 @@ void assigner::run_chain(round_result& out, bool last) {
   auto& problems = s_.chain_problems;
   problems.resize(k);
   for (std::size_t i = 0; i < k; ++i) {
-    auto const& t = s_.chain[i];
+    auto& t = s_.chain[i];
     tier_problem& p = problems[i];
     p = tier_problem{};
     p.nodes = m_.nodes();
@@ -636,6 +783,21 @@ void assigner::run_chain(round_result& out, bool last) {
     }
     p.state = s_.state.data();
     p.local = t.local;
+    p.window = t.window;
+    if (t.block >= 0) {
+      auto& b = s_.blocks[static_cast<std::size_t>(t.block)];
+      p.window.code = b.code.data();
+      if (i == b.draw) {
+        p.window.n_jobs = static_cast<std::int32_t>(b.t_end - b.t0);
+        p.window.job_demand = b.demand.data();
+        p.window.job_slot = b.slot.data();
+        p.window.free = b.free;
+      } else if (!t.row_jobs.empty()) {
+        p.window.row_jobs = t.row_jobs.data();
+        p.window.per_node = t.per_node.empty() ? nullptr : t.per_node.data();
+        p.window.masked = t.masked.data();
+      }
+    }
     if (t.local.want > 0 && !in_.state.topo.domains.empty()) {
       p.topo.n_domains = static_cast<std::int32_t>(in_.state.topo.domains.size());
       p.topo.levels = levels_;
@@ -659,8 +821,26 @@ void assigner::run_chain(round_result& out, bool last) {
   kernels::backend::follow_up then;
   then.stats = last && stats_after_;
   backend_.place_tiers_then({problems.data(), k}, result, then);
-  for (std::size_t i = 0; i < k; ++i) {
+  // A window's draw places nothing; its slots ran where it gave them a job,
+  // and where it left jobs past it the chain stopped after them.
+  std::size_t ran = k;
+  auto& live = s_.tier_jobs;
+  for (std::size_t i = 0; i < ran; ++i) {
     auto const& t = s_.chain[i];
+    live.clear();
+    if (t.block >= 0) {
+      auto const& b = s_.blocks[static_cast<std::size_t>(t.block)];
+      if (i == b.draw) {
+        if (b.code.back() != 0) ran = std::min(ran, i + 1 + static_cast<std::size_t>(t.window.n_slots));
+        continue;
+      }
+      if (b.code[static_cast<std::size_t>(t.window.live)] == 0) continue;
+      for (std::size_t q = 0; q < t.jobs.size(); ++q) {
+        if (b.code[static_cast<std::size_t>(t.job_code[q])] == t.window.want) live.push_back(t.jobs[q]);
+      }
+    } else {
+      live.assign(t.jobs.begin(), t.jobs.end());
+    }
     // The program refreshed the tier's live classes before its commits; the
     // nodes it changed join the log once each.
     for (std::size_t c = 0; c < t.live_class.size(); ++c) {
@@ -678,7 +858,6 @@ void assigner::run_chain(round_result& out, bool last) {
     std::sort(got.begin(), got.end(), [](tier_placement const& a, tier_placement const& b) {
       return a.iteration != b.iteration ? a.iteration < b.iteration : a.node < b.node;
     });
-    auto const& live = t.jobs;
     auto& placed = s_.placed;  // per live job
     placed.clear();
     placed.resize(live.size());
@@ -722,6 +901,21 @@ void assigner::run_chain(round_result& out, bool last) {
     for (auto const& tp : result.placed) stale(tp.node);
   }
   if (verify_) verify_current();
+  // The drawn windows' jobs keyed as their draws gave them; the chain
+  // goes on from the first job past the window where it stopped.
+  std::size_t resume = s_.tiers.size();
+  for (std::size_t w = 0; w < n_blocks; ++w) {
+    auto const& b = s_.blocks[w];
+    if (b.draw >= ran) break;
+    window_keys(b);
+    if (b.code.back() != 0) {
+      auto const past = static_cast<std::size_t>(
+          std::count(b.code.begin(), b.code.begin() + static_cast<std::ptrdiff_t>(b.t_end - b.t0), 0));
+      resume = b.t_end - past;
+    }
+  }
+  if (n_blocks > 0) number_groups();
+  return resume;
 }
 
 // ------------------------------------------------------------ shared parts
@@ -741,6 +935,12 @@ bool assigner::never_feasible(std::int32_t j, round_result& out) {
     }
   }
   if (known[static_cast<std::size_t>(c)] != 0) return false;
+  if (!s_.recorded.empty()) {
+    // Once: a waiting job is a window's twice (chain_window), and chained
+    // again past a window that stopped.
+    if (s_.recorded[static_cast<std::size_t>(j)] != 0) return true;
+    s_.recorded[static_cast<std::size_t>(j)] = 1;
+  }
   out.unplaced_jobs.push_back({j, unplaced_reason::no_feasible_node,
                                "no node can host one replica (model, pool, size or health)"});
   return true;

@@ -165,9 +165,27 @@ struct assigner_scratch {
     std::vector<std::uint8_t> live_class;
     std::int32_t now = 0;
     kernels::tier_locality local;  ///< a locality job's tier (local.want > 0), else rows
+    /// A queue window's draw or slot (kernels::tier_window): its block in
+    /// `blocks` (-1: neither), and per job the index of its code.
+    std::int32_t block = -1;
+    kernels::tier_window window;
+    std::vector<std::int32_t> job_code, row_jobs, per_node, masked;
   };
   std::vector<chained_tier> chain;  ///< the first chain_len are waiting
   std::size_t chain_len = 0;
+  /// A queue window drawn by the program (chain_window): the waiting jobs
+  /// at tiers[t0, t_end) of a level, in order, drawn against region w.
+  struct window_block {
+    std::size_t t0 = 0, t_end = 0;
+    std::int64_t w = 0;
+    std::size_t draw = 0;  ///< its chain entry
+    std::vector<std::int64_t> demand;
+    std::vector<std::int32_t> slot, code;
+    std::int64_t free[2] = {0, 0};  ///< the draw's scratch
+  };
+  std::vector<window_block> blocks;  ///< the first n_blocks are the waiting chain's
+  std::size_t n_blocks = 0;
+  std::vector<std::uint8_t> recorded;  ///< per job: 1 = an unplaced record was given before its tier ran
   std::vector<kernels::tier_problem> chain_problems;
   kernels::tier_results chain_out;
   std::vector<kernels::tier_placement> tier_out;  ///< one tier's placements, sorted
@@ -237,7 +255,14 @@ class assigner {
   /// Places the waiting chain (one backend call) and hands each tier's
   /// placements to its jobs; with `last`, the same call brings the
   /// statistics (stats_after).
-  void run_chain(round_result& out, bool last = false);
+  /// Returns where the chain stopped (a window with jobs past it: the
+  /// tiers index of the first of them), else tiers' size.
+  std::size_t run_chain(round_result& out, bool last = false);
+  /// The groups from t0 on, chained; each level's jobs past its window
+  /// drawn on the backend (chain_window).
+  void chain_groups(std::size_t t0, round_result& out, std::function<bool()> const& out_of_time);
+  /// Per job its group, per class its last group, from the tiers' keys.
+  void number_groups();
 
   /// Queue order (policy::order fifo, strict): marks in `moved` the jobs
   /// past their level's window (the prefix the free capacity holds).
@@ -245,8 +270,15 @@ class assigner {
   /// GPU milli and CPU milli free on the nodes now, in all.
   [[nodiscard]] std::pair<std::int64_t, std::int64_t> free_capacity() const;
   /// Queue order: the groups from t0 on (jobs past a level's window, in
-  /// order) get their next window, against the capacity free now.
-  void next_window(std::size_t t0, std::int32_t group, bool whole_jobs, round_result& out);
+  /// order) get their next window, drawn by the program against the
+  /// capacity free when it gets there: a draw and its slots added to the
+  /// chain (kernels::tier_window). Returns past the level's waiting jobs,
+  /// or t0 where the level has no window left to draw.
+  std::size_t chain_window(std::size_t t0, round_result& out);
+  /// After the chain: the block's jobs keyed by what its draw gave them,
+  /// as queue_window keys the first (the window's groups largest
+  /// first, the jobs past it waiting, in order, for the next).
+  void window_keys(assigner_scratch::window_block const& b);
 
   // --- shared pieces
   /// Whether the job goes through place_locality in this mode.
@@ -302,6 +334,7 @@ class assigner {
   kernels::score_cell_op op_;
   kernels::backend& backend_;
   assign_mode mode_;
+  bool whole_jobs_ = false;  ///< the round's reorder::whole_jobs (job_tier_of)
   std::int32_t levels_ = 1;
   assigner_scratch& s_;
   std::int32_t now_ = 0;  ///< the clock of stamp and fresh

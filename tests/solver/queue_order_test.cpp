@@ -345,6 +345,45 @@ TEST(QueueOrder, RandomRoundsOvertakeNoOne) {
   EXPECT_EQ(first_overtaken(in, r), "");
 }
 
+// A level's later windows are drawn by the tier program where the chain
+// gets to them (kernels::tier_window: a draw, then its slots, the chain
+// stopping after them where jobs are left past the window). The program is
+// one source: the CPU backend, the device twin (resident, its copies
+// checked against the host's at every call) and a grid twin of 2 CTAs of
+// 4 workers place the same, on full random rounds in submission order.
+TEST(QueueOrder, WindowsDrawnByTheProgramPlaceTheSameOnEveryBackend) {
+  std::mt19937_64 rng(0x3d1a);
+  auto cpu = cpu_solver();
+  solver twin(kernels::make_device_twin(/*resident=*/true, /*verify=*/true));
+  solver grid(kernels::make_device_twin_grid(2, 4));
+  int drawn_twice = 0, waited = 0;
+  for (int t = 0; t < 200; ++t) {
+    SCOPED_TRACE("round " + std::to_string(t));
+    auto in = testing_support::random_round(rng, 6, 40);
+    if (t % 2 == 1) testing_support::add_random_constraints(rng, in);
+    in.pol.queue.loaning = false;
+    in.pol.stacking = t % 3 == 2;
+    auto const want = cpu.solve(in);
+    for (auto const& u : want.unplaced_jobs) waited += waits_for_capacity(u.reason) ? 1 : 0;
+    for (solver* other : {&twin, &grid}) {
+      auto const got = other->solve(in);
+      ASSERT_EQ(got.placements.size(), want.placements.size()) << other->backend().description();
+      for (std::size_t k = 0; k < want.placements.size(); ++k) {
+        ASSERT_EQ(got.placements[k].job, want.placements[k].job);
+        ASSERT_EQ(got.placements[k].replicas, want.placements[k].replicas) << "job " << want.placements[k].job;
+      }
+      ASSERT_EQ(got.unplaced_jobs.size(), want.unplaced_jobs.size());
+      if (other != &twin) continue;
+      // A chain that stopped after a window: the assignment waited again.
+      for (auto const& st : got.timing) drawn_twice += st.stage == "assign" && st.waits > 1 ? 1 : 0;
+    }
+    EXPECT_EQ(first_overtaken(in, want), "");
+  }
+  EXPECT_GT(waited, 200) << "the rounds must be full enough for windows";
+  EXPECT_GT(drawn_twice, 10) << "some rounds must leave jobs past a drawn window";
+  std::printf("%d jobs waited for capacity; %d of 200 rounds drew a window past a drawn one\n", waited, drawn_twice);
+}
+
 TEST(QueueOrder, StrictBlocksTheQueueBehindAJobThatCannotStart) {
   // Two queues on two 8-GPU nodes, one node busy. In queue "a" a 2-node gang
   // cannot start: strict order holds every later job of "a"; queue "b" goes on.

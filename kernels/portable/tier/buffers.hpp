@@ -499,24 +499,37 @@ inline std::int32_t tier_chain_offsets(tier_problem const* tiers, std::int32_t n
     heap_at[k] = h;
     std::int32_t const copies = tier_heap_begin(tiers[k], heap_begin + h);
     h += tiers[k].n_rows + 1;
-    out_at[k + 1] = out_at[k] + copies;
+    // A window's slots place into their draw's region (tier_out_begin).
+    tier_window const& w = tiers[k].window;
+    out_at[k + 1] = out_at[k] + (w.n_slots > 0 ? w.copies : w.live >= 0 ? 0 : copies);
     most_rows = most_rows > tiers[k].n_rows ? most_rows : tiers[k].n_rows;
     most_copies = most_copies > copies ? most_copies : copies;
   }
   return out_at[n_tiers];
 }
-/// Host: a chain's results from its controls and placements (out + out_at[k]
-/// for tier k, as tier_chain_offsets laid them out); returns the
+/// Where tier k's placements start in the chain's: out_at[k], or a window
+/// slot's where the slots before it that ran end (they share their draw's
+/// region: tier_chain_offsets). Read after the tiers before k ran.
+PLACER_HD inline std::int32_t tier_out_begin(tier_problem const* tiers, tier_control const* ctl,
+                                             std::int32_t const* out_at, std::int32_t k) {
+  if (tiers[k].window.live < 0) return out_at[k];
+  std::int32_t i = k - 1;
+  std::int32_t at = 0;
+  while (tiers[i].window.n_slots == 0) at += ctl[i--].placed;
+  return out_at[i] + at;
+}
+/// Host: a chain's results from its controls and placements (tier k's
+/// from tier_out_begin, as tier_chain_offsets laid them out); returns the
 /// placements in all. No tiers: empty results.
-inline std::int32_t tier_chain_results(tier_control const* ctl, tier_placement const* out, std::int32_t const* out_at,
-                                       std::int32_t n_tiers, tier_results& r) {
+inline std::int32_t tier_chain_results(tier_problem const* tiers, tier_control const* ctl, tier_placement const* out,
+                                       std::int32_t const* out_at, std::int32_t n_tiers, tier_results& r) {
   r.placed.clear();
   r.begin.assign(1, 0);
   r.stats.clear();
   r.cells_back = true;
   std::int32_t placed = 0;
   for (std::int32_t k = 0; k < n_tiers; ++k) {
-    tier_placement const* from = out + out_at[k];
+    tier_placement const* from = out + tier_out_begin(tiers, ctl, out_at, k);
     r.placed.insert(r.placed.end(), from, from + ctl[k].placed);
     r.begin.push_back(static_cast<std::int32_t>(r.placed.size()));
     tier_stats st{ctl[k].iterations, ctl[k].rounds, ctl[k].round_cap_hit != 0};

@@ -66,6 +66,46 @@ struct tier_topology {
   std::int32_t const* node_domain = nullptr;  ///< n_nodes x levels
 };
 
+/// A level's next queue window, drawn by the program (issue 53, item 1:
+/// the windows on the device, not drawn on the host between chains). The
+/// jobs that wait past their level's window, in submission order; the
+/// next window is their longest prefix whose GPUs and CPUs what is free
+/// now holds (each job fitting what the ones before it leave), and a job
+/// larger than all that is free cannot start: it goes first, alone, and
+/// does not close the window (the assigner's queue_window and next_window
+/// rule). A draw is a tier of its own (n_slots > 0) that places nothing;
+/// its slots are the tiers after it, each placing the jobs the draw gave it
+/// (a row's demand the replicas of its jobs with the slot's code) and
+/// skipped where it gave none. Where some job is past the window the chain
+/// stops after the slots: the tiers after them wait for the next draw.
+struct tier_window {
+  // The draw's.
+  std::int32_t n_jobs = 0;
+  std::int64_t const* job_demand = nullptr;  ///< 2 x n_jobs: GPU milli, CPU milli
+  /// 2 x n_jobs: the slot a job joins in the window, and the one it joins
+  /// where it cannot start (-1: none, a job no node can host).
+  std::int32_t const* job_slot = nullptr;
+  std::int32_t n_slots = 0;      ///< the tiers right after the draw that are its slots
+  /// The most replicas its slots place: they share one region of the
+  /// chain's placements, the draw's (tier_out_begin), as a job is in one.
+  std::int32_t copies = 0;
+  std::int64_t* free = nullptr;  ///< 2, scratch: the free GPU and CPU milli
+  /// n_jobs + n_slots + 1, written by the draw: per job 0 past the window,
+  /// 1 in it, 2 cannot start; per slot 1 where it has a job; last, 1 where
+  /// some job is past the window (the chain stops after the slots).
+  std::int32_t* code = nullptr;
+  // A slot's (code is its draw's).
+  std::int32_t live = -1;  ///< code[live]: whether the slot has a job; -1: not a slot
+  std::int32_t want = 0;   ///< the code of its jobs
+  /// A rows slot: n_rows + 1 offsets into the pairs after them, then a
+  /// (job, replicas) pair for each of its jobs, by row.
+  std::int32_t const* row_jobs = nullptr;
+  /// A rows slot with a row cap: per row, the most replicas of the row a
+  /// node holds (the cap is the demand over it, rounded up), else null.
+  std::int32_t const* per_node = nullptr;
+  std::int32_t* masked = nullptr;  ///< a rows slot: 2 x n_rows, written: each row's demand, then its cap
+};
+
 /// One tier. `nodes` reads the arrays that gpu_free / cpu_free / mem_free
 /// point to: the program commits into them, and keeps the cells of
 /// `scores` it reads current (stamp and fresh below).
@@ -142,6 +182,8 @@ struct tier_problem {
   /// instead of the auction (tier_locality).
   tier_locality local;
   tier_topology topo;
+  /// A queue window's draw or one of its slots (tier_window), else empty.
+  tier_window window;
 };
 
 /// One replica placed: node, row, the GPUs it took (bit i = GPU i of the
