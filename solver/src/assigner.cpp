@@ -377,16 +377,16 @@ std::size_t assigner::chain_window(std::size_t t0, round_result& out) {
   // (a group's jobs by position in the queue order).
   auto& by = s_.tier_base;
   by.resize(n_jobs);
-  auto tier_at = [&](std::size_t i) {
-    auto const& jb = in_.pending[static_cast<std::size_t>(job_at(t0 + i))];
-    return whole_jobs_ ? job_tier_of(jb) : tier_of(jb.per_replica);
-  };
+  b.tier.resize(n_jobs);
   for (std::size_t i = 0; i < n_jobs; ++i) {
-    auto const [g, c] = job_demand(in_.pending[static_cast<std::size_t>(job_at(t0 + i))]);
+    auto const& jb = in_.pending[static_cast<std::size_t>(job_at(t0 + i))];
+    auto const [g, c] = job_demand(jb);
     b.demand[2 * i] = g;
     b.demand[2 * i + 1] = c;
+    b.tier[i] = whole_jobs_ ? job_tier_of(jb) : tier_of(jb.per_replica);
     by[i] = static_cast<std::int32_t>(i);
   }
+  auto tier_at = [&](std::size_t i) { return b.tier[i]; };
   auto const position = [&](std::int32_t i) { return tiers[t0 + static_cast<std::size_t>(i)].second; };
   std::sort(by.begin(), by.end(), [&](std::int32_t x, std::int32_t y) {
     auto const tx = tier_at(static_cast<std::size_t>(x)), ty = tier_at(static_cast<std::size_t>(y));
@@ -473,6 +473,28 @@ std::size_t assigner::chain_window(std::size_t t0, round_result& out) {
   }
   b.code.assign(n_jobs + static_cast<std::size_t>(n_slots) + 1, 0);
   for (std::size_t i = b.draw + 1; i < s_.chain_len; ++i) s_.chain[i].window.live += static_cast<std::int32_t>(n_jobs);
+  // A slot's live classes: those of the jobs that may join it or a slot
+  // after it, and those of the groups after the waiting jobs (a job left
+  // past the window is chained again, from the log: run_chain). Fewer
+  // slot after slot, as the tier program's refresh needs (a tier re-scores
+  // the nodes the one before it committed).
+  auto const after = s_.group_of[static_cast<std::size_t>(job_at(t_end - 1))];
+  auto& live = s_.live_class;
+  for (std::size_t c = 0; c < live.size(); ++c) live[c] = s_.class_last_group[c] > after ? 1 : 0;
+  auto& last_slot = s_.tier_order;  // the jobs by the last slot they may join, latest first
+  last_slot.resize(n_jobs);
+  std::iota(last_slot.begin(), last_slot.end(), 0);
+  auto const latest = [&](std::int32_t q) { return std::max(b.slot[2 * static_cast<std::size_t>(q)], b.slot[2 * static_cast<std::size_t>(q) + 1]); };
+  std::sort(last_slot.begin(), last_slot.end(), [&](std::int32_t x, std::int32_t y) { return latest(x) > latest(y); });
+  std::size_t q = 0;
+  for (auto i = s_.chain_len; i-- > b.draw + 1;) {
+    auto& t = s_.chain[i];
+    auto const at = t.window.live - static_cast<std::int32_t>(n_jobs);
+    for (; q < n_jobs && latest(last_slot[q]) >= at; ++q) {
+      live[static_cast<std::size_t>(m_.job_class[job_at(t0 + static_cast<std::size_t>(last_slot[q]))])] = 1;
+    }
+    t.live_class = live;
+  }
   auto& drawn = s_.chain[b.draw].window;
   drawn.n_slots = n_slots;
   // A job is in one slot of a draw: the slots' placements share a region.
@@ -489,12 +511,11 @@ void assigner::window_keys(assigner_scratch::window_block const& b) {
   auto const base = level * level_span + past_at;
   std::int64_t rank = 0;
   for (std::size_t t = b.t0; t < b.t_end; ++t) {
-    auto const& jb = in_.pending[static_cast<std::size_t>(s_.order[static_cast<std::size_t>(tiers[t].second)])];
     auto const code = b.code[t - b.t0];
     if (code == 2) {
       tiers[t].first = base + b.w * window_span + window_span / 2;  // cannot start: alone, first
     } else if (code == 1) {
-      tiers[t].first = base + b.w * window_span + window_span - 1 - (whole_jobs_ ? job_tier_of(jb) : tier_of(jb.per_replica));
+      tiers[t].first = base + b.w * window_span + window_span - 1 - b.tier[t - b.t0];
     } else {
       tiers[t].first = base + (b.w + 1) * window_span + rank++;
     }

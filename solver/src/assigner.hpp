@@ -180,6 +180,7 @@ struct assigner_scratch {
     std::int64_t w = 0;
     std::size_t draw = 0;  ///< its chain entry
     std::vector<std::int64_t> demand;
+    std::vector<std::int64_t> tier;  ///< per job: its tier (tier_of, job_tier_of)
     std::vector<std::int32_t> slot, code;
     std::int64_t free[2] = {0, 0};  ///< the draw's scratch
   };
