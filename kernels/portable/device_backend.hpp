@@ -710,7 +710,7 @@ class device_backend final : public backend {
           d.row_cap = a.stage(h.row_cap, rows);
           d.live_class = a.stage(h.live_class, n_classes);
           d.changed = t == 0 ? a.stage(h.changed, static_cast<std::size_t>(h.n_changed)) : nullptr;
-          if (h.window.n_slots > 0) {
+          if (h.window.draw) {
             // A queue window's draw: its codes come down after the chain.
             auto const jobs = static_cast<std::size_t>(h.window.n_jobs);
             auto const n_codes = jobs + static_cast<std::size_t>(h.window.n_slots) + 1;

@@ -248,7 +248,8 @@ PLACER_HD std::int32_t tier_window_demand(Team& t, tier_problem const& p, std::i
 
 /// A queue window's draw (tier_window) on one CTA, ending at its barrier:
 /// what is free summed by every worker, then the jobs classed in order by
-/// rank 0 (each fits what the ones before it in the window leave).
+/// rank 0 (draw_window: each fits what the ones before it in the window
+/// leave), and whether the chain goes on.
 template <class Team>
 PLACER_HD void tier_draw(Team& t, tier_problem const& p) {
   tier_window const& w = p.window;
@@ -265,32 +266,10 @@ PLACER_HD void tier_draw(Team& t, tier_problem const& p) {
   t.fetch_add(w.free + 1, cpu);
   t.sync();
   if (t.rank() == 0) {
-    std::int64_t const gpu_all = w.free[0], cpu_all = w.free[1];
-    gpu = gpu_all;
-    cpu = cpu_all;
-    for (std::int32_t s = 0; s < w.n_slots; ++s) w.code[w.n_jobs + s] = 0;
-    bool open = true, past = false;
-    for (std::int32_t j = 0; j < w.n_jobs; ++j) {
-      std::int64_t const g = w.job_demand[2 * j], c = w.job_demand[2 * j + 1];
-      std::int32_t slot = -1;
-      if (g > gpu_all || c > cpu_all) {
-        w.code[j] = 2;  // cannot start: first, alone, and the window stays open
-        slot = w.job_slot[2 * j + 1];
-      } else {
-        open = open && g <= gpu && c <= cpu;
-        if (open) {
-          w.code[j] = 1;
-          gpu -= g;
-          cpu -= c;
-          slot = w.job_slot[2 * j];
-        } else {
-          w.code[j] = 0;
-          past = true;
-        }
-      }
-      if (slot >= 0) w.code[w.n_jobs + slot] = 1;
-    }
-    w.code[w.n_jobs + w.n_slots] = past ? 1 : 0;
+    bool const past = draw_window(w.n_jobs, w.job_demand, w.job_slot, w.n_slots, w.free[0], w.free[1], w.code);
+    bool const incomplete =
+        w.beyond_gpu >= 0 && (!past || w.beyond_gpu > w.free[0] || w.beyond_cpu > w.free[1]);
+    w.code[w.n_jobs + w.n_slots] = incomplete ? 2 : past ? 1 : 0;
     t.work(w.n_jobs + w.n_slots);
   }
   t.sync();
@@ -752,13 +731,14 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
   for (std::int32_t k = 0; k < end; ++k) {
     tier_window const& w = c.tiers[k].window;
     if (w.live >= 0 && w.code[w.live] == 0) continue;  // every CTA read it after the draw's grid barrier
-    if (w.n_slots > 0) {
+    if (w.draw) {
       // A queue window's draw: on what the tiers before it left (the
       // grid's barrier), its codes for every CTA (the grid's again).
       if (t.blocks() > 1) t.grid_sync();
       if (leads) tier_draw(t, c.tiers[k]);
       if (t.blocks() > 1) t.grid_sync();
-      if (w.code[w.n_jobs + w.n_slots] != 0) end = min_of(end, k + 1 + w.n_slots);
+      std::int32_t const stop = w.code[w.n_jobs + w.n_slots];
+      if (stop != 0) end = min_of(end, k + 1 + (stop == 1 ? w.n_slots : 0));
       continue;
     }
     tier_buffers b = c.work;

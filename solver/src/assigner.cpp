@@ -49,6 +49,11 @@ constexpr std::int64_t level_span = std::int64_t{1} << 32;
 constexpr std::int64_t past_at = level_span / 8;
 constexpr std::int64_t last_at = level_span / 4;
 constexpr std::int64_t window_span = std::int64_t{1} << 22;
+/// The most waiting jobs a window drawn by the program reads (chain_window):
+/// a block's slots and sorts are over them, and a level's later windows
+/// are drawn over the jobs left, so more would make a round's host work
+/// grow with its windows times its waiting jobs.
+constexpr std::size_t window_cut = 512;
 
 /// What a job asks for in all: GPU milli and CPU milli.
 std::pair<std::int64_t, std::int64_t> job_demand(job const& j) {
@@ -62,6 +67,14 @@ constexpr std::int64_t level_of_key(std::int64_t key) { return (key - past_at) >
 constexpr bool waits_in_order(std::int64_t key) {
   auto const offset = key - past_at - (level_of_key(key) << 32);
   return offset >= 0 && offset < last_at - past_at && (offset & (window_span - 1)) < window_span / 2;
+}
+
+/// The region of a waiting job's key: its next window is drawn in the
+/// region's upper half, the jobs past it wait in the next one's lower
+/// half. -1 where the level has no region left (the rest go one at a time).
+constexpr std::int64_t window_region(std::int64_t key) {
+  std::int64_t const w = (key - level_of_key(key) * level_span - past_at) / window_span;
+  return w + 1 < (last_at - past_at) / window_span ? w : -1;
 }
 
 /// The job must sit whole under one domain of its topology level.
@@ -309,14 +322,16 @@ void assigner::chain_groups(std::size_t t0, round_result& out, std::function<boo
     out.unplaced_jobs.push_back({j, unplaced_reason::deadline_exceeded, "round deadline reached"});
   };
   auto const& last_group = s_.class_last_group;
-  std::int32_t group = s_.group_of[static_cast<std::size_t>(job_at(t0))];
-  for (; t0 < tiers.size(); ++group) {
+  while (t0 < tiers.size()) {
+    auto const group = s_.group_of[static_cast<std::size_t>(job_at(t0))];
     for (std::size_t c = 0; c < last_group.size(); ++c) s_.live_class[c] = last_group[c] >= group ? 1 : 0;
     if (waits_in_order(tiers[t0].first)) {
-      // Jobs past their level's window: each a group of its own until the
-      // program draws their next window.
-      if (auto const t_end = chain_window(t0, out); t_end > t0) {
-        group += static_cast<std::int32_t>(t_end - t0) - 1;
+      // Jobs past their level's window: each a group of its own until their
+      // next window is drawn, here where no tier is pending (what is free
+      // is known), else by the program where the chain gets here.
+      if (s_.chain_len == 0) {
+        if (draw_here(t0)) continue;
+      } else if (auto const t_end = chain_window(t0, out); t_end > t0) {
         t0 = t_end;
         continue;
       }
@@ -356,36 +371,39 @@ std::size_t assigner::chain_window(std::size_t t0, round_result& out) {
   // after. So the draw's slots are the groups it may make: the jobs that
   // cannot start, then each tier of the window, largest first; in each,
   // the locality jobs one by one, then the others' tier.
-  auto const level = level_of_key(s_.tiers[t0].first);
-  auto const base = level * level_span + past_at;
-  std::int64_t const w = (s_.tiers[t0].first - base) / window_span;  // this region: the window in its upper half
-  if (w + 1 >= (last_at - past_at) / window_span) return t0;  // out of regions: the rest go one at a time
+  std::int64_t const w = window_region(s_.tiers[t0].first);
+  if (w < 0) return t0;
   auto const& tiers = s_.tiers;
   auto job_at = [&](std::size_t t) { return s_.order[static_cast<std::size_t>(tiers[t].second)]; };
-  std::size_t t_end = t0;
-  while (t_end < tiers.size() && tiers[t_end].first < level * level_span + last_at) ++t_end;
   if (s_.blocks.size() <= s_.n_blocks) s_.blocks.resize(s_.n_blocks + 1);
   auto const block = static_cast<std::int32_t>(s_.n_blocks++);
   auto& b = s_.blocks[static_cast<std::size_t>(block)];
   b.t0 = t0;
-  b.t_end = t_end;
+  auto const t_end = b.t_end = window_jobs(t0, b);
   b.w = w;
-  auto const n_jobs = t_end - t0;
-  b.demand.resize(2 * n_jobs);
+  // The jobs drawn: the prefix whose jobs that may start ask for no more
+  // than is free now (the draw's free capacity is no more: the tiers before
+  // it only take), and the one past it, window_cut at most. A window
+  // reaching past them is drawn again on the host (tier_window::beyond_gpu).
+  std::size_t n_jobs = 0;
+  {
+    auto const [gpu, cpu] = free_capacity();
+    std::int64_t g = 0, c = 0;
+    while (n_jobs < std::min(t_end - t0, window_cut) && g <= gpu && c <= cpu) {
+      if (b.demand[2 * n_jobs] <= gpu && b.demand[2 * n_jobs + 1] <= cpu) {
+        g += b.demand[2 * n_jobs];
+        c += b.demand[2 * n_jobs + 1];
+      }
+      ++n_jobs;
+    }
+  }
+  b.n_cut = n_jobs;
   b.slot.assign(2 * n_jobs, -1);
   // The waiting jobs by (tier, position), as the window's groups order them
   // (a group's jobs by position in the queue order).
   auto& by = s_.tier_base;
   by.resize(n_jobs);
-  b.tier.resize(n_jobs);
-  for (std::size_t i = 0; i < n_jobs; ++i) {
-    auto const& jb = in_.pending[static_cast<std::size_t>(job_at(t0 + i))];
-    auto const [g, c] = job_demand(jb);
-    b.demand[2 * i] = g;
-    b.demand[2 * i + 1] = c;
-    b.tier[i] = whole_jobs_ ? job_tier_of(jb) : tier_of(jb.per_replica);
-    by[i] = static_cast<std::int32_t>(i);
-  }
+  std::iota(by.begin(), by.end(), 0);
   auto tier_at = [&](std::size_t i) { return b.tier[i]; };
   auto const position = [&](std::int32_t i) { return tiers[t0 + static_cast<std::size_t>(i)].second; };
   std::sort(by.begin(), by.end(), [&](std::int32_t x, std::int32_t y) {
@@ -398,6 +416,7 @@ std::size_t assigner::chain_window(std::size_t t0, round_result& out) {
   draw.demand.clear();
   draw.row_cap.clear();
   draw.block = block;
+  draw.window.draw = true;
   b.draw = s_.chain_len;
   chain_add(draw);
   // One group's slots: its locality jobs', then its other jobs' tier;
@@ -497,10 +516,47 @@ std::size_t assigner::chain_window(std::size_t t0, round_result& out) {
   }
   auto& drawn = s_.chain[b.draw].window;
   drawn.n_slots = n_slots;
+  for (std::size_t i = n_jobs; i < t_end - t0; ++i) {
+    drawn.beyond_gpu = std::max(drawn.beyond_gpu, b.demand[2 * i]);
+    drawn.beyond_cpu = std::max(drawn.beyond_cpu, b.demand[2 * i + 1]);
+  }
   // A job is in one slot of a draw: the slots' placements share a region.
   drawn.copies = 0;
   for (std::size_t i = 0; i < n_jobs; ++i) {
     if (b.slot[2 * i] >= 0 || b.slot[2 * i + 1] >= 0) drawn.copies += in_.pending[static_cast<std::size_t>(job_at(t0 + i))].replicas;
+  }
+  return t_end;
+}
+
+bool assigner::draw_here(std::size_t t0) {
+  std::int64_t const w = window_region(s_.tiers[t0].first);
+  if (w < 0) return false;
+  auto& b = s_.here;
+  b.t0 = t0;
+  b.t_end = window_jobs(t0, b);
+  b.n_cut = b.t_end - t0;
+  b.w = w;
+  auto const [gpu, cpu] = free_capacity();
+  b.code.resize(b.t_end - t0);
+  kernels::draw_window(static_cast<std::int32_t>(b.t_end - t0), b.demand.data(), nullptr, 0, gpu, cpu, b.code.data());
+  window_keys(b);
+  number_groups();
+  return true;
+}
+
+std::size_t assigner::window_jobs(std::size_t t0, assigner_scratch::window_block& b) const {
+  auto const& tiers = s_.tiers;
+  auto const end = level_of_key(tiers[t0].first) * level_span + last_at;
+  std::size_t t_end = t0;
+  while (t_end < tiers.size() && tiers[t_end].first < end) ++t_end;
+  b.demand.resize(2 * (t_end - t0));
+  b.tier.resize(t_end - t0);
+  for (std::size_t i = 0; i < t_end - t0; ++i) {
+    auto const& jb = in_.pending[static_cast<std::size_t>(s_.order[static_cast<std::size_t>(tiers[t0 + i].second)])];
+    auto const [g, c] = job_demand(jb);
+    b.demand[2 * i] = g;
+    b.demand[2 * i + 1] = c;
+    b.tier[i] = whole_jobs_ ? job_tier_of(jb) : tier_of(jb.per_replica);
   }
   return t_end;
 }
@@ -511,7 +567,7 @@ void assigner::window_keys(assigner_scratch::window_block const& b) {
   auto const base = level * level_span + past_at;
   std::int64_t rank = 0;
   for (std::size_t t = b.t0; t < b.t_end; ++t) {
-    auto const code = b.code[t - b.t0];
+    auto const code = t - b.t0 < b.n_cut ? b.code[t - b.t0] : 0;  // past the jobs drawn: waiting
     if (code == 2) {
       tiers[t].first = base + b.w * window_span + window_span / 2;  // cannot start: alone, first
     } else if (code == 1) {
@@ -809,7 +865,7 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
       auto& b = s_.blocks[static_cast<std::size_t>(t.block)];
       p.window.code = b.code.data();
       if (i == b.draw) {
-        p.window.n_jobs = static_cast<std::int32_t>(b.t_end - b.t0);
+        p.window.n_jobs = static_cast<std::int32_t>(b.n_cut);
         p.window.job_demand = b.demand.data();
         p.window.job_slot = b.slot.data();
         p.window.free = b.free;
@@ -852,7 +908,7 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
     if (t.block >= 0) {
       auto const& b = s_.blocks[static_cast<std::size_t>(t.block)];
       if (i == b.draw) {
-        if (b.code.back() != 0) ran = std::min(ran, i + 1 + static_cast<std::size_t>(t.window.n_slots));
+        if (b.code.back() != 0) ran = std::min(ran, i + 1 + (b.code.back() == 1 ? static_cast<std::size_t>(t.window.n_slots) : 0));
         continue;
       }
       if (b.code[static_cast<std::size_t>(t.window.live)] == 0) continue;
@@ -928,11 +984,15 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
   for (std::size_t w = 0; w < n_blocks; ++w) {
     auto const& b = s_.blocks[w];
     if (b.draw >= ran) break;
+    if (b.code.back() == 2) {  // incomplete: drawn again, on the host
+      resume = b.t0;
+      break;
+    }
     window_keys(b);
     if (b.code.back() != 0) {
       auto const past = static_cast<std::size_t>(
-          std::count(b.code.begin(), b.code.begin() + static_cast<std::ptrdiff_t>(b.t_end - b.t0), 0));
-      resume = b.t_end - past;
+          std::count(b.code.begin(), b.code.begin() + static_cast<std::ptrdiff_t>(b.n_cut), 0));
+      resume = b.t_end - past - (b.t_end - b.t0 - b.n_cut);
     }
   }
   if (n_blocks > 0) number_groups();

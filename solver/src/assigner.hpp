@@ -179,6 +179,7 @@ struct assigner_scratch {
     std::size_t t0 = 0, t_end = 0;
     std::int64_t w = 0;
     std::size_t draw = 0;  ///< its chain entry
+    std::size_t n_cut = 0;  ///< the jobs it draws, from t0 (the others wait: tier_window::beyond_gpu)
     std::vector<std::int64_t> demand;
     std::vector<std::int64_t> tier;  ///< per job: its tier (tier_of, job_tier_of)
     std::vector<std::int32_t> slot, code;
@@ -186,6 +187,7 @@ struct assigner_scratch {
   };
   std::vector<window_block> blocks;  ///< the first n_blocks are the waiting chain's
   std::size_t n_blocks = 0;
+  window_block here;  ///< a window drawn on the host (assigner::draw_here)
   std::vector<std::uint8_t> recorded;  ///< per job: 1 = an unplaced record was given before its tier ran
   std::vector<kernels::tier_problem> chain_problems;
   kernels::tier_results chain_out;
@@ -276,6 +278,13 @@ class assigner {
   /// chain (kernels::tier_window). Returns past the level's waiting jobs,
   /// or t0 where the level has no window left to draw.
   std::size_t chain_window(std::size_t t0, round_result& out);
+  /// The same window drawn here, where no tier is pending (the free
+  /// capacity is the host's): the jobs keyed, their groups numbered.
+  /// False where the level has no window left to draw.
+  bool draw_here(std::size_t t0);
+  /// The level's waiting jobs from t0 on: their demands and tiers into b;
+  /// returns past the last of them.
+  std::size_t window_jobs(std::size_t t0, assigner_scratch::window_block& b) const;
   /// After the chain: the block's jobs keyed by what its draw gave them,
   /// as queue_window keys the first (the window's groups largest
   /// first, the jobs past it waiting, in order, for the next).

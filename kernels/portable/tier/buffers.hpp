@@ -501,7 +501,7 @@ inline std::int32_t tier_chain_offsets(tier_problem const* tiers, std::int32_t n
     h += tiers[k].n_rows + 1;
     // A window's slots place into their draw's region (tier_out_begin).
     tier_window const& w = tiers[k].window;
-    out_at[k + 1] = out_at[k] + (w.n_slots > 0 ? w.copies : w.live >= 0 ? 0 : copies);
+    out_at[k + 1] = out_at[k] + (w.draw ? w.copies : w.live >= 0 ? 0 : copies);
     most_rows = most_rows > tiers[k].n_rows ? most_rows : tiers[k].n_rows;
     most_copies = most_copies > copies ? most_copies : copies;
   }
@@ -515,7 +515,7 @@ PLACER_HD inline std::int32_t tier_out_begin(tier_problem const* tiers, tier_con
   if (tiers[k].window.live < 0) return out_at[k];
   std::int32_t i = k - 1;
   std::int32_t at = 0;
-  while (tiers[i].window.n_slots == 0) at += ctl[i--].placed;
+  while (!tiers[i].window.draw) at += ctl[i--].placed;
   return out_at[i] + at;
 }
 /// Host: a chain's results from its controls and placements (tier k's

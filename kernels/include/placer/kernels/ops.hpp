@@ -801,5 +801,40 @@ struct stats_sum_op {
   }
 };
 
+/// A queue window drawn (tier_window; the assigner's queue_window rule):
+/// n_jobs waiting jobs in submission order, each asking demand[2j] GPU
+/// milli and demand[2j + 1] CPU milli, against gpu_all and cpu_all free.
+/// code[j]: 2 where the job asks for more than all that is free (it cannot
+/// start; the window stays open), else 1 while the jobs in the window so
+/// far leave it room, 0 from the first one they do not (past the window).
+/// Where `slot` is given, code[n_jobs + s] is 1 for each slot s a job joins
+/// (slot[2j] in the window, slot[2j + 1] where it cannot start; -1 none),
+/// else 0 (n_slots of them). Returns whether some job is past the window.
+PLACER_HD inline bool draw_window(std::int32_t n_jobs, std::int64_t const* demand, std::int32_t const* slot,
+                                  std::int32_t n_slots, std::int64_t gpu_all, std::int64_t cpu_all, std::int32_t* code) {
+  for (std::int32_t s = 0; s < n_slots; ++s) code[n_jobs + s] = 0;
+  std::int64_t gpu = gpu_all, cpu = cpu_all;
+  bool open = true, past = false;
+  for (std::int32_t j = 0; j < n_jobs; ++j) {
+    std::int64_t const g = demand[2 * j], c = demand[2 * j + 1];
+    std::int32_t joins = -1;
+    if (g > gpu_all || c > cpu_all) {
+      code[j] = 2;
+      joins = slot != nullptr ? slot[2 * j + 1] : -1;
+    } else {
+      open = open && g <= gpu && c <= cpu;
+      code[j] = open ? 1 : 0;
+      past = past || !open;
+      if (open) {
+        gpu -= g;
+        cpu -= c;
+        joins = slot != nullptr ? slot[2 * j] : -1;
+      }
+    }
+    if (joins >= 0) code[n_jobs + joins] = 1;
+  }
+  return past;
+}
+
 }  // inline namespace PLACER_BACKEND_NS
 }  // namespace placer::kernels

@@ -73,13 +73,14 @@ struct tier_topology {
 /// now holds (each job fitting what the ones before it leave), and a job
 /// larger than all that is free cannot start: it goes first, alone, and
 /// does not close the window (the assigner's queue_window and next_window
-/// rule). A draw is a tier of its own (n_slots > 0) that places nothing;
+/// rule). A draw is a tier of its own (`draw`) that places nothing;
 /// its slots are the tiers after it, each placing the jobs the draw gave it
 /// (a row's demand the replicas of its jobs with the slot's code) and
 /// skipped where it gave none. Where some job is past the window the chain
 /// stops after the slots: the tiers after them wait for the next draw.
 struct tier_window {
   // The draw's.
+  bool draw = false;  ///< a draw (n_slots may be 0: no job it draws fits a node)
   std::int32_t n_jobs = 0;
   std::int64_t const* job_demand = nullptr;  ///< 2 x n_jobs: GPU milli, CPU milli
   /// 2 x n_jobs: the slot a job joins in the window, and the one it joins
@@ -90,9 +91,16 @@ struct tier_window {
   /// chain's placements, the draw's (tier_out_begin), as a job is in one.
   std::int32_t copies = 0;
   std::int64_t* free = nullptr;  ///< 2, scratch: the free GPU and CPU milli
+  /// The most GPU and CPU milli a waiting job after the n_jobs asks for
+  /// (-1: none after them). The draw is left incomplete where the window
+  /// is still open after the n_jobs or one of those cannot start: the
+  /// chain stops before its slots (code 2 below), and the next is drawn
+  /// on the host.
+  std::int64_t beyond_gpu = -1, beyond_cpu = -1;
   /// n_jobs + n_slots + 1, written by the draw: per job 0 past the window,
   /// 1 in it, 2 cannot start; per slot 1 where it has a job; last, 1 where
-  /// some job is past the window (the chain stops after the slots).
+  /// some job is past the window (the chain stops after the slots), 2
+  /// where the draw is incomplete (it stops before them), else 0.
   std::int32_t* code = nullptr;
   // A slot's (code is its draw's).
   std::int32_t live = -1;  ///< code[live]: whether the slot has a job; -1: not a slot
