@@ -737,8 +737,7 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
       if (t.blocks() > 1) t.grid_sync();
       if (leads) tier_draw(t, c.tiers[k]);
       if (t.blocks() > 1) t.grid_sync();
-      std::int32_t const stop = w.code[w.n_jobs + w.n_slots];
-      if (stop != 0) end = min_of(end, k + 1 + (stop == 1 ? w.n_slots : 0));
+      end = draw_end(k, w.n_slots, w.code[w.n_jobs + w.n_slots], end);
       continue;
     }
     tier_buffers b = c.work;

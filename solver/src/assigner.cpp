@@ -317,9 +317,7 @@ void assigner::chain_groups(std::size_t t0, round_result& out, std::function<boo
   auto const& tiers = s_.tiers;
   auto job_at = [&](std::size_t t) { return s_.order[static_cast<std::size_t>(tiers[t].second)]; };
   auto expire = [&](std::int32_t j) {
-    if (s_.recorded[static_cast<std::size_t>(j)] != 0) return;  // chained before, past a window that stopped
-    s_.recorded[static_cast<std::size_t>(j)] = 1;
-    out.unplaced_jobs.push_back({j, unplaced_reason::deadline_exceeded, "round deadline reached"});
+    if (record_once(j)) out.unplaced_jobs.push_back({j, unplaced_reason::deadline_exceeded, "round deadline reached"});
   };
   auto const& last_group = s_.class_last_group;
   while (t0 < tiers.size()) {
@@ -908,7 +906,8 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
     if (t.block >= 0) {
       auto const& b = s_.blocks[static_cast<std::size_t>(t.block)];
       if (i == b.draw) {
-        if (b.code.back() != 0) ran = std::min(ran, i + 1 + (b.code.back() == 1 ? static_cast<std::size_t>(t.window.n_slots) : 0));
+        ran = static_cast<std::size_t>(kernels::draw_end(static_cast<std::int32_t>(i), t.window.n_slots, b.code.back(),
+                                                         static_cast<std::int32_t>(ran)));
         continue;
       }
       if (b.code[static_cast<std::size_t>(t.window.live)] == 0) continue;
@@ -1016,14 +1015,18 @@ bool assigner::never_feasible(std::int32_t j, round_result& out) {
     }
   }
   if (known[static_cast<std::size_t>(c)] != 0) return false;
-  if (!s_.recorded.empty()) {
-    // Once: a waiting job is a window's twice (chain_window), and chained
-    // again past a window that stopped.
-    if (s_.recorded[static_cast<std::size_t>(j)] != 0) return true;
-    s_.recorded[static_cast<std::size_t>(j)] = 1;
+  if (record_once(j)) {
+    out.unplaced_jobs.push_back({j, unplaced_reason::no_feasible_node,
+                                 "no node can host one replica (model, pool, size or health)"});
   }
-  out.unplaced_jobs.push_back({j, unplaced_reason::no_feasible_node,
-                               "no node can host one replica (model, pool, size or health)"});
+  return true;
+}
+
+bool assigner::record_once(std::int32_t j) {
+  if (s_.recorded.empty()) return true;
+  auto& r = s_.recorded[static_cast<std::size_t>(j)];
+  if (r != 0) return false;
+  r = 1;
   return true;
 }
 

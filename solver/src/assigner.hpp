@@ -303,6 +303,10 @@ class assigner {
   void caps_before(std::int32_t n);
   void caps_after(std::int32_t n);
   bool never_feasible(std::int32_t j, round_result& out);
+  /// Whether job j's unplaced record is its first: a waiting job is a
+  /// window's twice (chain_window), and chained again past a window that
+  /// stopped (s_.recorded; always where the round keeps no windows).
+  bool record_once(std::int32_t j);
   void finish_job(std::int32_t j, std::vector<replica_placement>&& placed, round_result& out);
   [[nodiscard]] bool initially_feasible(std::int32_t c, std::int32_t n) const;
   /// The current score of class c on node n (with PLACER_VERIFY_SCORES

@@ -836,5 +836,13 @@ PLACER_HD inline bool draw_window(std::int32_t n_jobs, std::int64_t const* deman
   return past;
 }
 
+/// Past the last tier a chain runs after a draw at tier k whose last code
+/// is `stop` (tier_window::code): its n_slots where some job is past the
+/// window (1), none of them where the draw is incomplete (2), `end` as it
+/// was where the window closes (0).
+PLACER_HD inline std::int32_t draw_end(std::int32_t k, std::int32_t n_slots, std::int32_t stop, std::int32_t end) {
+  return stop == 0 ? end : min_of(end, k + 1 + (stop == 1 ? n_slots : 0));
+}
+
 }  // inline namespace PLACER_BACKEND_NS
 }  // namespace placer::kernels
