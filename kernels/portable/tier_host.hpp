@@ -68,6 +68,9 @@ struct tier_host_arena {
   std::vector<std::int32_t> heap_begin, heap_at, out_at;
   std::vector<tier_control> ctl;
   std::vector<std::max_align_t> bytes;
+  /// The one-worker programs' seq_team::apart_from (the CPU backend's,
+  /// where its OpenMP team spins; 0: the floors on the calling thread).
+  std::int64_t apart_from = 0;
 };
 
 /// Runs a chain of tiers (tier_chain_program) in host memory with `threads`
@@ -82,8 +85,9 @@ struct tier_host_arena {
 /// worker per cell up to `refresh_below` candidate nodes and its bids
 /// remembering rows in tiers of more than `remember_above` rows; with
 /// `blocks` above 1, on a grid of that many CTAs of `threads` workers, a
-/// thread each (run_on_grid_twin, team_wide). The results do not depend on
-/// any of them.
+/// thread each (run_on_grid_twin, team_wide); on one worker, the floors
+/// on the OpenMP team from the arena's apart_from cells. The results do
+/// not depend on any of them.
 inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& out, tier_host_arena& a,
                            int threads = 1, std::int32_t solo = omp_team{}.solo, bool team_wide = false,
                            std::int32_t offer_least = tier_offer_team_least,
@@ -157,7 +161,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
       tier_chain_program(team, c);
     }
   } else {
-    seq_team team{team_wide};
+    seq_team team{team_wide, a.apart_from};
     tier_chain_program(team, c);
   }
   tier_chain_results(tiers.data(), a.ctl.data(), c.out, a.out_at.data(), k, out);

@@ -475,10 +475,10 @@ PLACER_HD void tier_iterate(Team& t, tier_buffers const& b, tier_clock& clk) {
     if (t.team_wide) {
       tier_floors_radix(t, b, ctl->placed_before);
     } else {
-      for (std::int32_t r = me; r < n_rows; r += team) {
+      tier_apart(t, n_rows, n_nodes, [&](std::int32_t r) {
         b.floor[r] = b.quota[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
         t.work(2 * n_nodes);  // a pass over the row's cells, then the selection
-      }
+      });
     }
     std::int32_t rounds = 0;  // this iteration's bidding rounds
     bool again = false;

@@ -38,6 +38,16 @@ bool team_sleeps() {
   return s == "PASSIVE";
 }
 
+/// Cells (rows x nodes) from which a one-worker tier program selects an
+/// iteration's floors on the team (seq_team::apart_from, tier_apart),
+/// where the team spins: round_bench, 2 vCPUs, 100k's floors 3.0 -> 2.2 ms
+/// (docs/results.md). A sleeping team would pay a wake-up an iteration,
+/// more than the split saves, so there they stay on the calling thread.
+/// At 8,192 cells 10k's floors gained 0.05 ms more; this bound keeps a
+/// region per iteration to work of 60 us or more, where cores shared with
+/// other processes (ctest -j2, experiments' --jobs) make a fork cost more.
+constexpr std::int64_t apart_from = 1 << 15;
+
 /// Nodes x rows from which a tier program runs on PLACER_TIER_THREADS workers.
 constexpr std::int64_t tier_team_threshold = 1 << 14;
 /// PLACER_TIER_THREADS: workers of a big tier's program (default 1). A
@@ -61,6 +71,7 @@ omp_backend::omp_backend(bool always_parallel)
       tier_threads_(always_parallel ? std::max(2, tier_threads_from_env()) : tier_threads_from_env()),
       always_parallel_(always_parallel),
       stats_parallel_from_(team_sleeps() ? stats_parallel_from_passive : stats_parallel_from) {
+  tier_arena_.apart_from = team_sleeps() || omp_get_max_threads() < 2 ? 0 : apart_from;
   // Start the OpenMP thread pool now, not inside the first round (it costs
   // milliseconds, which would land in that round's timing).
 #pragma omp parallel

@@ -3,7 +3,8 @@
 // split, or the small ones solo on rank 0) must place exactly what one
 // worker places and leave the same matrix, node state and labels, with no
 // race reported; a quarter of them with price wars (prefer_some_nodes), so
-// the price jumps run between the team's rounds too. Built by clang with
+// the price jumps run between the team's rounds too; the one worker's
+// floors on the OpenMP team every other instance (apart_from). Built by clang with
 // -fsanitize=thread against LLVM's OpenMP runtime, whose barriers TSan
 // understands (tests/CMakeLists.txt); header only, so nothing built by g++
 // or against libgomp is linked in.
@@ -124,6 +125,7 @@ int main() {
     for (auto& p : pa) p.state = la.data();
     for (auto& p : pb) p.state = lb.data();
     tier_results a, b;
+    one.apart_from = iter % 2;  // 1: every iteration's floors apart
     run_chain_host(pa, a, one, 1);
     // Every fourth on a grid of two CTAs of four workers in groups of two,
     // a thread each (the CUDA backend's cooperative grid, tier_grid_twin.hpp):

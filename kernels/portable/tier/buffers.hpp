@@ -634,7 +634,30 @@ struct seq_team {
   /// jumps on rank 0 (tier_jump) and offers a row's bids on its worker;
   /// the device twin runs the CUDA backend's way (team_wide).
   bool team_wide = false;
+  /// Steps (items x each one's) from which a loop of items whose work is
+  /// each one's alone runs on the calling thread's OpenMP team
+  /// (tier_apart); 0: never.
+  std::int64_t apart_from = 0;
 };
+
+/// f(i) for this worker's share of n items of `each` steps whose work is
+/// each one's alone (i = rank, rank + size, ...). A seq_team whose
+/// apart_from they reach runs them on its OpenMP team instead, on the host
+/// only: the CPU backend's floors (a row each), on the core that waits
+/// while the program runs on the other.
+template <class Team, class F>
+PLACER_HD void tier_apart(Team& t, std::int32_t n, [[maybe_unused]] std::int64_t each, F&& f) {
+#if !defined(__CUDA_ARCH__) && defined(_OPENMP)
+  if constexpr (std::is_same_v<Team, seq_team>) {
+    if (t.apart_from > 0 && n > 1 && n * each >= t.apart_from) {
+#pragma omp parallel for schedule(dynamic, 1)
+      for (std::int32_t i = 0; i < n; ++i) f(i);
+      return;
+    }
+  }
+#endif
+  for (std::int32_t i = t.rank(); i < n; i += t.size()) f(i);
+}
 
 /// (bid, node) order of held copies: a is worse than b (lower bid, or the
 /// same bid from a higher node index). The heap keeps the worst on top.
