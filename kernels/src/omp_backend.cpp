@@ -40,7 +40,7 @@ bool team_sleeps() {
 
 /// Cells (rows x nodes) from which a one-worker tier program selects an
 /// iteration's floors on the team (seq_team::apart_from, tier_apart),
-/// where the team spins: round_bench, 2 vCPUs, 100k's floors 3.0 -> 2.2 ms
+/// where the team spins: round_bench, 2 vCPUs, 100k's floors 3.1 -> 2.3 ms
 /// (docs/results.md). A sleeping team would pay a wake-up an iteration,
 /// more than the split saves, so there they stay on the calling thread.
 /// At 8,192 cells 10k's floors gained 0.05 ms more; this bound keeps a

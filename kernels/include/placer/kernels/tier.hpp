@@ -73,8 +73,9 @@ struct tier_topology {
 /// now holds (each job fitting what the ones before it leave), and a job
 /// larger than all that is free cannot start: it goes first, alone, and
 /// does not close the window (draw_window, the rule the assigner's
-/// queue_window also keeps for each level's first window). A draw is a tier of its own (`draw`) that places nothing;
-/// its slots are the tiers after it, each placing the jobs the draw gave it
+/// queue_window also keeps for each level's first window). A draw is a
+/// tier of its own (`draw`) that places nothing; its slots are the tiers
+/// after it, each placing the jobs the draw gave it
 /// (a row's demand the replicas of its jobs with the slot's code) and
 /// skipped where it gave none. Where some job is past the window the chain
 /// stops after the slots: the tiers after them wait for the next draw.
