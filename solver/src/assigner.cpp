@@ -989,9 +989,12 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
     }
     window_keys(b);
     if (b.code.back() != 0) {
+      // Keyed past the window, at the level's end: the drawn jobs it left,
+      // then the jobs the draw did not read.
       auto const past = static_cast<std::size_t>(
           std::count(b.code.begin(), b.code.begin() + static_cast<std::ptrdiff_t>(b.n_cut), 0));
-      resume = b.t_end - past - (b.t_end - b.t0 - b.n_cut);
+      auto const not_drawn = b.t_end - b.t0 - b.n_cut;
+      resume = b.t_end - past - not_drawn;
     }
   }
   if (n_blocks > 0) number_groups();
