@@ -653,16 +653,25 @@ PLACER_HD void tier_program(Team& t, tier_buffers const& b) {
     std::int32_t const lane = me % lanes;
     if (one_pass && wide) t.sync();  // the init's rows, read where the iteration opens (below)
     for (std::int32_t pass = 0; pass < passes; ++pass) {
-      tier_shares(
-          t, wide_refresh, by_cell ? candidates * n_classes : candidates,
-          [&](tier_share s) {
-            for (std::int32_t i = s.first; i < s.end; i += s.stride) {
-              t.work(by_cell ? tier_refresh_cell(t, b, candidate(i / n_classes), i % n_classes, pass, oldest,
-                                                 !one_pass, lane, lanes)
-                             : tier_refresh(b, candidate(i), pass, oldest));
-            }
-          },
-          lanes);
+      auto const one = [&](std::int32_t i) {
+        t.work(by_cell ? tier_refresh_cell(t, b, candidate(i / n_classes), i % n_classes, pass, oldest, !one_pass,
+                                           lane, lanes)
+                       : tier_refresh(b, candidate(i), pass, oldest));
+      };
+      if (!by_cell && !wide_refresh) {
+        // A column a worker in turn; the one worker's re-scoring (pass 0)
+        // on its OpenMP team where the columns are many (tier_apart). A
+        // worker takes 32 columns at a time: with one, both write the
+        // same cache lines.
+        tier_apart(t, candidates, pass == 0 ? tier_score_steps * (1 + static_cast<std::int64_t>(n_live)) : 0, one, 32);
+      } else {
+        tier_shares(
+            t, wide_refresh, by_cell ? candidates * n_classes : candidates,
+            [&](tier_share s) {
+              for (std::int32_t i = s.first; i < s.end; i += s.stride) one(i);
+            },
+            lanes);
+      }
       // The first iteration opens beside the last pass, the init's rows
       // read after the first pass's barrier (in one pass, the CTA's before
       // it): the grid's barrier after the refresh is its.

@@ -11,8 +11,10 @@
 // summing F over the task set for each column. Exact: a row is frag_row's values, and a column scored
 // from a row is the column scored from the node (score_column's `known`).
 //
-// Host only: one worker reads and fills it (the CPU backend attaches it to
-// a chain that runs on one).
+// Host only: one worker reads and fills a memo. The CPU backend attaches
+// frag_memos, a memo for each worker of its OpenMP team, to a chain that
+// runs on one worker, whose refresh may run its columns on the team
+// (tier_apart).
 
 #include "../portable/tier/refresh.hpp"
 
@@ -20,9 +22,12 @@
 #include <placer/kernels/tier.hpp>
 #include <placer/kernels/views.hpp>
 
+#include <omp.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 namespace placer::kernels {
@@ -253,6 +258,61 @@ class frag_memo {
   std::vector<std::int32_t> slots_;
   std::vector<unsigned char> inputs_;   ///< inputs_of the rows held (empty: none bound)
   std::vector<unsigned char> scratch_;  ///< inputs_of the op being bound
+};
+
+/// A frag_memo for each worker of the OpenMP team: a chain's refresh on
+/// the team (tier_apart) has each worker read and fill its own, with no
+/// lock. Each starts a round from the score stage's rows (seed) and keeps
+/// what it sums for the rest of the round.
+class frag_memos {
+ public:
+  explicit frag_memos(std::size_t workers, std::size_t most_bytes = std::size_t{8} << 20)
+      : each_(workers == 0 ? 1 : workers, frag_memo(most_bytes)) {}
+
+  void clear() {
+    for (auto& m : each_) m.clear();
+  }
+  /// frag_memo::bind, for every worker's.
+  bool bind(score_cell_op const& op) {
+    bool bound = false;
+    for (auto& m : each_) bound = m.bind(op);
+    return bound;
+  }
+  /// frag_memo::seed, once: the other workers' memos copy the first's.
+  void seed(std::int64_t const* table) {
+    each_[0].seed(table);
+    for (std::size_t k = 1; k < each_.size(); ++k) each_[k] = each_[0];
+  }
+  /// The calling worker's memo (omp_get_thread_num), or null for a worker
+  /// beyond those it was made for.
+  [[nodiscard]] frag_memo* mine() {
+    auto const k = static_cast<std::size_t>(omp_get_thread_num());
+    return k < each_.size() ? &each_[k] : nullptr;
+  }
+  [[nodiscard]] frag_memo& at(std::size_t k) { return each_[k]; }
+
+  /// tier_problem::frag_row: frag_memo::refresh_row on the calling
+  /// worker's memo (null beyond them: the caller sums the row).
+  static std::int64_t const* refresh_row(void* memos, tier_problem const& p, std::int32_t n) {
+    frag_memo* const m = static_cast<frag_memos*>(memos)->mine();
+    return m != nullptr ? frag_memo::refresh_row(m, p, n) : nullptr;
+  }
+  /// Binds to the first tier's classes and tasks, which every tier of
+  /// the chain shares, and gives each tier's refresh the memos. False,
+  /// nothing given: the score reads no fragmentation table.
+  bool attach(std::span<tier_problem> tiers) {
+    if (tiers.empty() || !bind(score_cell_op{tiers[0].nodes, tiers[0].classes, tiers[0].tasks, tiers[0].params})) {
+      return false;
+    }
+    for (auto& t : tiers) {
+      t.frag_row = &refresh_row;
+      t.frag_memo = this;
+    }
+    return true;
+  }
+
+ private:
+  std::vector<frag_memo> each_;
 };
 
 }  // inline namespace PLACER_BACKEND_NS

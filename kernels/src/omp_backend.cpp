@@ -41,7 +41,9 @@ bool team_sleeps() {
 /// Cells (rows x nodes) from which a one-worker tier program selects an
 /// iteration's floors on the team (seq_team::apart_from, tier_apart),
 /// where the team spins: round_bench, 2 vCPUs, 100k's floors 3.1 -> 2.3 ms
-/// (docs/results.md). A sleeping team would pay a wake-up an iteration,
+/// (docs/results.md). The same bound in the score's steps (16 a cell and
+/// 16 a column) for a refresh's re-scored columns: 100k's refresh 2.1 ->
+/// 1.8 ms, each worker reading its own memo (frag_memos). A sleeping team would pay a wake-up an iteration,
 /// more than the split saves, so there they stay on the calling thread.
 /// At 8,192 cells 10k's floors gained 0.05 ms more; this bound keeps a
 /// region per iteration to work of 60 us or more, where cores shared with
@@ -68,6 +70,7 @@ int tier_threads_from_env() {
 
 omp_backend::omp_backend(bool always_parallel)
     : description_("cpu (OpenMP, " + std::to_string(omp_get_max_threads()) + " threads)"),
+      frag_memos_(static_cast<std::size_t>(omp_get_max_threads())),
       tier_threads_(always_parallel ? std::max(2, tier_threads_from_env()) : tier_threads_from_env()),
       always_parallel_(always_parallel),
       stats_parallel_from_(team_sleeps() ? stats_parallel_from_passive : stats_parallel_from) {
@@ -103,9 +106,9 @@ void omp_backend::score_cells(node_view const& nodes, class_view const& classes,
   }
   // A round starts: the memo keeps its states' rows, each state's first
   // node as it is now.
-  frag_memo_.clear();
-  if (!frag_table_.empty() && frag_memo_.bind(score_cell_op{nodes, classes, tasks, params})) {
-    frag_memo_.seed(frag_table_.data());
+  frag_memos_.clear();
+  if (!frag_table_.empty() && frag_memos_.bind(score_cell_op{nodes, classes, tasks, params})) {
+    frag_memos_.seed(frag_table_.data());
   }
 }
 
@@ -176,14 +179,9 @@ void omp_backend::chain(std::span<tier_problem const> tiers, tier_results& out) 
         return t.classes.gpus == tiers[0].classes.gpus && t.classes.n_classes == tiers[0].classes.n_classes &&
                t.tasks.freq_ppm == tiers[0].tasks.freq_ppm && t.tasks.n_tasks == tiers[0].tasks.n_tasks &&
                t.nodes.gpu_free == tiers[0].nodes.gpu_free;
-      }) &&
-      frag_memo_.bind(score_cell_op{tiers[0].nodes, tiers[0].classes, tiers[0].tasks, tiers[0].params})) {
+      })) {
     memo_tiers_.assign(tiers.begin(), tiers.end());
-    for (auto& t : memo_tiers_) {
-      t.frag_row = &frag_memo::refresh_row;
-      t.frag_memo = &frag_memo_;
-    }
-    tiers = memo_tiers_;
+    if (frag_memos_.attach(memo_tiers_)) tiers = memo_tiers_;
   }
   run_chain_host(tiers, out, tier_arena_, threads);
   count_tier(steps_);

@@ -41,7 +41,7 @@ class omp_backend final : public backend {
   std::vector<std::int64_t> domain_part_;  ///< domain_capacity's parts of each sum
   std::vector<std::int64_t> frag_table_;  ///< the score stage's fragmentation table
   std::vector<std::int64_t> state_frag_;  ///< stats_begin's F per fragmentation state
-  frag_memo frag_memo_;                   ///< its rows by state, for the tier programs on one worker
+  frag_memos frag_memos_;                 ///< its rows by state, a memo a thread, for the tier programs on one worker
   std::vector<tier_problem> memo_tiers_;  ///< a chain's tiers with the memo attached
   // Tier program workspace and team size (PLACER_TIER_THREADS).
   tier_host_arena tier_arena_;

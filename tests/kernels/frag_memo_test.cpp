@@ -1,10 +1,12 @@
 // The CPU backend's fragmentation rows by state (kernels/src/frag_memo.hpp):
 // each row is score_cell_op::frag_row's for the node as it is when asked,
 // one row a state (free GPU values in any order, free CPU, model), and a
-// change of the classes' shapes or the task set forgets them.
+// change of the classes' shapes or the task set forgets them. frag_memos:
+// a memo each for the workers of an OpenMP team, seeded alike.
 #include "../../kernels/src/frag_memo.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -239,6 +241,60 @@ TEST(FragMemo, ReadsWithoutFillingSeedsFromATableAndHoldsNoMoreThanItsBound) {
     EXPECT_GT(memo.states(), 10U);
     EXPECT_LE(memo.bytes(), bound);
   }
+}
+
+TEST(FragMemos, EachWorkerReadsAndFillsItsOwnSeededAlike) {
+  std::mt19937 rng(17);
+  cluster c = random_cluster(rng, 300);
+  auto const width = c.c_gpus.size() + 1;
+  // The score stage's table of the first 100 nodes' states.
+  std::vector<std::int32_t> frag_node;
+  std::vector<state> seen;
+  for (std::int32_t n = 0; n < 100; ++n) {
+    if (std::find(seen.begin(), seen.end(), state_of(c, n)) == seen.end()) {
+      seen.push_back(state_of(c, n));
+      frag_node.push_back(n);
+    }
+  }
+  std::vector<std::int64_t> table;
+  for (std::int32_t n : frag_node) {
+    auto const r = c.direct(n);
+    table.insert(table.end(), r.begin(), r.end());
+  }
+  score_cell_op op = c.op();
+  op.nv.n_frag = static_cast<std::int32_t>(frag_node.size());
+  op.nv.frag_node = frag_node.data();
+  frag_memos memos(3);
+  ASSERT_TRUE(memos.bind(op));
+  memos.seed(table.data());
+  for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(memos.at(k).states(), frag_node.size()) << "worker " << k;
+  // Four workers, the fourth beyond the memos: it is given none.
+  std::vector<int> wrong(4, 0), without(4, 0);
+#pragma omp parallel num_threads(4)
+  {
+    int const me = omp_get_thread_num();
+    for (std::int32_t n = me; n < 300; n += omp_get_num_threads()) {
+      frag_memo* const m = memos.mine();
+      if (m == nullptr) {
+        ++without[static_cast<std::size_t>(me)];
+        continue;
+      }
+      if (values(m->row(n), width) != c.direct(n)) ++wrong[static_cast<std::size_t>(me)];
+    }
+  }
+  for (std::size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(wrong[k], 0) << "worker " << k;
+    EXPECT_EQ(without[k] > 0, k == 3) << "worker " << k;
+  }
+  // The nodes past the seed's were filled by their worker's memo alone.
+  std::size_t grown = 0;
+  for (std::size_t k = 0; k < 3; ++k) grown += memos.at(k).states() - frag_node.size();
+  EXPECT_GT(grown, 0U);
+  std::size_t const before = memos.at(0).states();
+  EXPECT_EQ(memos.bind(op), true);  // the same inputs: kept
+  EXPECT_EQ(memos.at(0).states(), before);
+  memos.clear();
+  for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(memos.at(k).states(), 0U) << "worker " << k;
 }
 
 TEST(FragMemo, ForgetsItsRowsWhenTheShapesOrTheTaskSetChange) {

@@ -4,11 +4,14 @@
 // worker places and leave the same matrix, node state and labels, with no
 // race reported; a quarter of them with price wars (prefer_some_nodes), so
 // the price jumps run between the team's rounds too; the one worker's
-// floors on the OpenMP team every other instance (apart_from). Built by clang with
+// floors and re-scored columns on the OpenMP team every other instance
+// (apart_from), reading F from the CPU backend's memos (frag_memos, a
+// worker's own; kernels/src/frag_memo.hpp). Built by clang with
 // -fsanitize=thread against LLVM's OpenMP runtime, whose barriers TSan
 // understands (tests/CMakeLists.txt); header only, so nothing built by g++
 // or against libgomp is linked in.
 #include "../../kernels/portable/tier_host.hpp"
+#include "../../kernels/src/frag_memo.hpp"
 #include "../support/tier_instance.hpp"
 
 #include <algorithm>
@@ -125,7 +128,12 @@ int main() {
     for (auto& p : pa) p.state = la.data();
     for (auto& p : pb) p.state = lb.data();
     tier_results a, b;
-    one.apart_from = iter % 2;  // 1: every iteration's floors apart
+    one.apart_from = iter % 2;  // 1: every iteration's floors and every refresh apart
+    frag_memos memos(4);
+    if (iter % 2 == 1 && !memos.attach(pa)) {
+      std::fprintf(stderr, "instance %d: the memos were not attached\n", iter);
+      ++failures;
+    }
     run_chain_host(pa, a, one, 1);
     // Every fourth on a grid of two CTAs of four workers in groups of two,
     // a thread each (the CUDA backend's cooperative grid, tier_grid_twin.hpp):

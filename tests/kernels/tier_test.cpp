@@ -13,6 +13,7 @@
 
 #include "../../kernels/portable/tier_host.hpp"
 #include "../../kernels/portable/tier_program.hpp"
+#include "../../kernels/src/frag_memo.hpp"
 #include "../support/tier_instance.hpp"
 
 #include <algorithm>
@@ -683,8 +684,10 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
 // (tier_offer_groups: ranked or searched; in every round, or in those of
 // few bids a row and the others' by the whole team) or by the whole team in digits of
 // 1, 4 or 8 bits, their threshold found in one search or stepped
-// (offer_iterate); and on one worker whose floors run on the OpenMP team
-// (seq_team::apart_from). Chains of up to three
+// (offer_iterate); and on one worker whose floors and re-scored columns
+// run on the OpenMP team (seq_team::apart_from), with the CPU backend's
+// memos of fragmentation rows (frag_memos, a worker's own) or without.
+// Chains of up to three
 // tiers, a quarter with price wars (the jumps), a third with twins.
 TEST(TierChain, TeamStepsPlaceTheSame) {
   std::mt19937_64 rng(2026112602);
@@ -707,6 +710,7 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       std::int32_t offer_pairs = tier_offer_pairs_upto;        // ranked up to this many items a row, else searched
       std::int32_t offer_groups = tier_offer_groups_always;    // a row a group, or the whole team's offers, or by a row's bids
       std::int64_t apart = 0;                                  // one worker's floors on the OpenMP team from these cells
+      bool memo = false;                                       // the refresh reads F from frag_memos
     };
     std::vector<tier_instance> after;
     std::vector<tier_results> results;
@@ -730,7 +734,8 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
                         way{.threads = 3, .together = true, .offer_groups = 4},
                         way{.threads = 3, .together = true, .offer_pairs = 0, .offer_groups = 12},
                         way{.threads = 1, .together = true, .offer_groups = 2},
-                        way{.threads = 1, .together = false, .apart = 1}}) {
+                        way{.threads = 1, .together = false, .apart = 1},
+                        way{.threads = 1, .together = false, .apart = 1, .memo = true}}) {
       tier_instance t = base;
       std::vector<std::int32_t> l(static_cast<std::size_t>(t.n_nodes()));
       for (std::int32_t n = 0; n < t.n_nodes(); ++n) l[static_cast<std::size_t>(n)] = iter % 3 == 0 ? n % 30 : n;
@@ -738,6 +743,10 @@ TEST(TierChain, TeamStepsPlaceTheSame) {
       none.reserve(1);
       auto ps = chain_problems(t, c, none);
       for (auto& p : ps) p.state = l.data();
+      frag_memos memos(4);
+      if (w.memo) {
+        ASSERT_TRUE(memos.attach(ps));
+      }
       tier_host_arena arena;
       arena.apart_from = w.apart;
       tier_results r;

@@ -642,15 +642,17 @@ struct seq_team {
 
 /// f(i) for this worker's share of n items of `each` steps whose work is
 /// each one's alone (i = rank, rank + size, ...). A seq_team whose
-/// apart_from they reach runs them on its OpenMP team instead, on the host
-/// only: the CPU backend's floors (a row each), on the core that waits
-/// while the program runs on the other.
+/// apart_from they reach runs them on its OpenMP team instead, `run` items
+/// a worker at a time, on the host only: the CPU backend's floors (a row
+/// each) and a refresh's re-scored columns, on the core that waits while
+/// the program runs on the other.
 template <class Team, class F>
-PLACER_HD void tier_apart(Team& t, std::int32_t n, [[maybe_unused]] std::int64_t each, F&& f) {
+PLACER_HD void tier_apart(Team& t, std::int32_t n, [[maybe_unused]] std::int64_t each, F&& f,
+                          [[maybe_unused]] std::int32_t run = 1) {
 #if !defined(__CUDA_ARCH__) && defined(_OPENMP)
   if constexpr (std::is_same_v<Team, seq_team>) {
     if (t.apart_from > 0 && n > 1 && n * each >= t.apart_from) {
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, run)
       for (std::int32_t i = 0; i < n; ++i) f(i);
       return;
     }
