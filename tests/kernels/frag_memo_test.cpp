@@ -104,6 +104,33 @@ state state_of(cluster const& c, std::int32_t n) {
 
 std::vector<std::int64_t> values(std::int64_t const* row, std::size_t width) { return {row, row + width}; }
 
+/// The score stage's table of the states of nodes [0, upto): a row per
+/// fragmentation state, of its first node.
+struct score_table {
+  std::vector<std::int32_t> frag_node;
+  std::vector<std::int64_t> table;
+  score_table(cluster const& c, std::int32_t upto) {
+    std::vector<state> seen;
+    for (std::int32_t n = 0; n < upto; ++n) {
+      if (std::find(seen.begin(), seen.end(), state_of(c, n)) == seen.end()) {
+        seen.push_back(state_of(c, n));
+        frag_node.push_back(n);
+      }
+    }
+    for (std::int32_t n : frag_node) {
+      auto const r = c.direct(n);
+      table.insert(table.end(), r.begin(), r.end());
+    }
+  }
+  /// c's op with this table's states.
+  [[nodiscard]] score_cell_op op(cluster const& c) const {
+    score_cell_op o = c.op();
+    o.nv.n_frag = static_cast<std::int32_t>(frag_node.size());
+    o.nv.frag_node = frag_node.data();
+    return o;
+  }
+};
+
 TEST(FragMemo, EachRowIsItsStatesRowWhateverTheGpusOrder) {
   std::mt19937 rng(7);
   cluster const c = random_cluster(rng, 600);
@@ -196,27 +223,12 @@ TEST(FragMemo, ReadsWithoutFillingSeedsFromATableAndHoldsNoMoreThanItsBound) {
     EXPECT_EQ(memo.states(), 0U);
   }
   {
-    // The score stage's table: a row per fragmentation state, of its first node.
-    std::vector<std::int32_t> frag_node;
-    std::vector<state> seen;
-    for (std::int32_t n = 0; n < 200; ++n) {
-      if (std::find(seen.begin(), seen.end(), state_of(c, n)) == seen.end()) {
-        seen.push_back(state_of(c, n));
-        frag_node.push_back(n);
-      }
-    }
-    std::vector<std::int64_t> table;
-    for (std::int32_t n : frag_node) {
-      auto const r = c.direct(n);
-      table.insert(table.end(), r.begin(), r.end());
-    }
-    score_cell_op op = c.op();
-    op.nv.n_frag = static_cast<std::int32_t>(frag_node.size());
-    op.nv.frag_node = frag_node.data();
+    score_table const t(c, 200);
+    score_cell_op const op = t.op(c);
     frag_memo memo;
     ASSERT_TRUE(memo.bind(op));
-    memo.seed(table.data());
-    EXPECT_EQ(memo.states(), frag_node.size());
+    memo.seed(t.table.data());
+    EXPECT_EQ(memo.states(), t.frag_node.size());
     for (std::int32_t n = 0; n < 200; ++n) {
       std::int64_t const* row = memo.held(n);
       ASSERT_NE(row, nullptr) << "node " << n;
@@ -247,26 +259,12 @@ TEST(FragMemos, EachWorkerReadsAndFillsItsOwnSeededAlike) {
   std::mt19937 rng(17);
   cluster c = random_cluster(rng, 300);
   auto const width = c.c_gpus.size() + 1;
-  // The score stage's table of the first 100 nodes' states.
-  std::vector<std::int32_t> frag_node;
-  std::vector<state> seen;
-  for (std::int32_t n = 0; n < 100; ++n) {
-    if (std::find(seen.begin(), seen.end(), state_of(c, n)) == seen.end()) {
-      seen.push_back(state_of(c, n));
-      frag_node.push_back(n);
-    }
-  }
-  std::vector<std::int64_t> table;
-  for (std::int32_t n : frag_node) {
-    auto const r = c.direct(n);
-    table.insert(table.end(), r.begin(), r.end());
-  }
-  score_cell_op op = c.op();
-  op.nv.n_frag = static_cast<std::int32_t>(frag_node.size());
-  op.nv.frag_node = frag_node.data();
+  score_table const t(c, 100);  // the first 100 nodes' states
+  auto const& frag_node = t.frag_node;
+  score_cell_op const op = t.op(c);
   frag_memos memos(3);
   ASSERT_TRUE(memos.bind(op));
-  memos.seed(table.data());
+  memos.seed(t.table.data());
   for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(memos.at(k).states(), frag_node.size()) << "worker " << k;
   // Four workers, the fourth beyond the memos: it is given none.
   std::vector<int> wrong(4, 0), without(4, 0);
