@@ -278,10 +278,13 @@ class frag_memos {
     for (auto& m : each_) bound = m.bind(op);
     return bound;
   }
-  /// frag_memo::seed, once: the other workers' memos copy the first's.
+  /// frag_memo::seed, once: the other workers' memos copy the first's,
+  /// each its own on a team of more than two.
   void seed(std::int64_t const* table) {
     each_[0].seed(table);
-    for (std::size_t k = 1; k < each_.size(); ++k) each_[k] = each_[0];
+    auto const workers = static_cast<std::int32_t>(each_.size());
+#pragma omp parallel for schedule(static, 1) if (workers > 2)
+    for (std::int32_t k = 1; k < workers; ++k) each_[static_cast<std::size_t>(k)] = each_[0];
   }
   /// The calling worker's memo (omp_get_thread_num), or null for a worker
   /// beyond those it was made for.

@@ -38,6 +38,10 @@ bool team_sleeps() {
   return s == "PASSIVE";
 }
 
+/// Whether a one-worker tier program hands work to its team (apart_from
+/// below): a team of two or more that spins.
+bool team_takes_apart() { return !team_sleeps() && omp_get_max_threads() >= 2; }
+
 /// Cells (rows x nodes) from which a one-worker tier program selects an
 /// iteration's floors on the team (seq_team::apart_from, tier_apart),
 /// where the team spins: round_bench, 2 vCPUs, 100k's floors 3.1 -> 2.3 ms
@@ -70,11 +74,11 @@ int tier_threads_from_env() {
 
 omp_backend::omp_backend(bool always_parallel)
     : description_("cpu (OpenMP, " + std::to_string(omp_get_max_threads()) + " threads)"),
-      frag_memos_(static_cast<std::size_t>(omp_get_max_threads())),
+      frag_memos_(team_takes_apart() ? static_cast<std::size_t>(omp_get_max_threads()) : 1),
       tier_threads_(always_parallel ? std::max(2, tier_threads_from_env()) : tier_threads_from_env()),
       always_parallel_(always_parallel),
       stats_parallel_from_(team_sleeps() ? stats_parallel_from_passive : stats_parallel_from) {
-  tier_arena_.apart_from = team_sleeps() || omp_get_max_threads() < 2 ? 0 : apart_from;
+  tier_arena_.apart_from = team_takes_apart() ? apart_from : 0;
   // Start the OpenMP thread pool now, not inside the first round (it costs
   // milliseconds, which would land in that round's timing).
 #pragma omp parallel
