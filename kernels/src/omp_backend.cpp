@@ -47,8 +47,9 @@ bool team_takes_apart() { return !team_sleeps() && omp_get_max_threads() >= 2; }
 /// where the team spins: round_bench, 2 vCPUs, 100k's floors 3.1 -> 2.3 ms
 /// (docs/results.md). The same bound in the score's steps (16 a cell and
 /// 16 a column) for a refresh's re-scored columns: 100k's refresh 2.1 ->
-/// 1.8 ms, each worker reading its own memo (frag_memos). A sleeping team would pay a wake-up an iteration,
-/// more than the split saves, so there they stay on the calling thread.
+/// 1.8 ms, each worker reading its own memo (frag_memos). A sleeping team
+/// would pay a wake-up an iteration, more than the split saves, so there
+/// they stay on the calling thread.
 /// At 8,192 cells 10k's floors gained 0.05 ms more; this bound keeps a
 /// region per iteration to work of 60 us or more, where cores shared with
 /// other processes (ctest -j2, experiments' --jobs) make a fork cost more.
