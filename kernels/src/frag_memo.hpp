@@ -38,7 +38,8 @@ class frag_memo {
   /// `most_bytes`: the most its rows and their keys hold (by default 8
   /// MiB); past it a state not held is summed by its caller (row returns
   /// null).
-  explicit frag_memo(std::size_t most_bytes = std::size_t{8} << 20) : most_bytes_(most_bytes) {}
+  static constexpr std::size_t default_bytes = std::size_t{8} << 20;
+  explicit frag_memo(std::size_t most_bytes = default_bytes) : most_bytes_(most_bytes) {}
 
   /// Empties the memo: a round's classes and task set start anew.
   void clear() {
@@ -266,7 +267,7 @@ class frag_memo {
 /// what it sums for the rest of the round.
 class frag_memos {
  public:
-  explicit frag_memos(std::size_t workers, std::size_t most_bytes = std::size_t{8} << 20)
+  explicit frag_memos(std::size_t workers, std::size_t most_bytes = frag_memo::default_bytes)
       : each_(workers == 0 ? 1 : workers, frag_memo(most_bytes)) {}
 
   void clear() {

@@ -257,7 +257,7 @@ TEST(FragMemo, ReadsWithoutFillingSeedsFromATableAndHoldsNoMoreThanItsBound) {
 
 TEST(FragMemos, EachWorkerReadsAndFillsItsOwnSeededAlike) {
   std::mt19937 rng(17);
-  cluster c = random_cluster(rng, 300);
+  cluster const c = random_cluster(rng, 300);
   auto const width = c.c_gpus.size() + 1;
   score_table const t(c, 100);  // the first 100 nodes' states
   auto const& frag_node = t.frag_node;
