@@ -198,6 +198,22 @@ cluster_stats reduce_cluster_stats_by_state(ExecPolicy&& exec, node_view const& 
                                   stats_sum_op{});
 }
 
+/// reduce_cluster_stats of the nodes reduce_cluster_stats_by_state took
+/// (its state_frag, their free values then cpu_was and gpu_was), now: F
+/// computed again only for the nodes whose free values moved
+/// (node_stats_since_op). One call, as reduce_cluster_stats.
+template <class ExecPolicy>
+cluster_stats reduce_cluster_stats_since(ExecPolicy&& exec, node_view const& nv, task_view const& tv,
+                                         std::int64_t const* state_frag, std::int64_t const* cpu_was,
+                                         std::int32_t const* gpu_was, step_counts& st) {
+  if (nv.n_nodes == 0) return cluster_stats{};
+  st.calls += 1;
+  thrust::counting_iterator<std::int32_t> first(0);
+  return thrust::transform_reduce(exec, first, first + nv.n_nodes,
+                                  node_stats_since_op{nv, tv, state_frag, cpu_was, gpu_was}, cluster_stats{},
+                                  stats_sum_op{});
+}
+
 /// Replicas of each class of[0..k) every domain can hold: the fit count of
 /// each (class, node) once (fit, k x n_nodes entries of scratch), then per
 /// (class, domain) the sum over the domain's nodes (idx.begin) in `parts`

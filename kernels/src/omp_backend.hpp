@@ -23,6 +23,7 @@ class omp_backend final : public backend {
                   score_params const& params, std::span<std::int32_t> out, bool read) override;
   cluster_stats stats(node_view const& nodes, task_view const& tasks) override;
   void stats_begin(node_view const& nodes, task_view const& tasks) override;
+  cluster_stats stats_after(node_view const& nodes, task_view const& tasks) override;
   void domain_capacity(node_view const& nodes, class_view const& classes, std::span<std::int32_t const> of,
                        domain_index_view const& idx, std::span<std::int64_t> cap) override;
   void place_tiers(std::span<tier_problem const> tiers, tier_results& out) override;
@@ -41,6 +42,8 @@ class omp_backend final : public backend {
   std::vector<std::int64_t> domain_part_;  ///< domain_capacity's parts of each sum
   std::vector<std::int64_t> frag_table_;  ///< the score stage's fragmentation table
   std::vector<std::int64_t> state_frag_;  ///< stats_begin's F per fragmentation state
+  std::vector<std::int64_t> cpu_was_;     ///< stats_begin's nodes' free CPU (empty: it took no states)
+  std::vector<std::int32_t> gpu_was_;     ///< and free GPU milli (node_view::gpu_free's CSR)
   frag_memos frag_memos_;                 ///< its rows by state, a memo a thread, for the tier programs on one worker
   std::vector<tier_problem> memo_tiers_;  ///< a chain's tiers with the memo attached
   // Tier program workspace and team size (PLACER_TIER_THREADS).

@@ -883,7 +883,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
     stage_done("stack");
   }
 
-  cluster_stats const after = backend_->stats(m.nodes(), m.tasks());
+  cluster_stats const after = backend_->stats_after(m.nodes(), m.tasks());
   fill_stats(after, out.metrics.gar_after, out.metrics.gfr_after, out.metrics.frag_ratio_after);
   fill_stats(backend_->stats_end(), out.metrics.gar_before, out.metrics.gfr_before, out.metrics.frag_ratio_before);
   stage_done("metrics_after");

@@ -727,6 +727,60 @@ TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
   EXPECT_GT(cells, 10000);
 }
 
+// The statistics after a round (stats_after) on the nodes the statistics
+// before took (stats_begin), moved since in their free values alone: the
+// sums of every node's own, on the default and forced-parallel CPU
+// backends (which compute F again only where a node's free CPU or GPU
+// values moved) and on the device twin; with nothing moved, the sums
+// before.
+TEST(Backend, StatsAfterARoundAreEveryNodesSummed) {
+  std::vector<std::unique_ptr<kernels::backend>> backends;
+  backends.push_back(kernels::make_backend(kernels::backend_kind::cpu));
+  backends.push_back(kernels::make_parallel_cpu_backend());
+  backends.push_back(kernels::make_device_twin(false));
+  std::mt19937_64 rng(4512);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  auto sums = [](round_matrices const& m) {
+    kernels::cluster_stats s{};
+    for (std::int32_t n = 0; n < m.n_nodes(); ++n) s = kernels::stats_sum_op{}(s, kernels::node_stats_op{m.nodes(), m.tasks()}(n));
+    return s;
+  };
+  auto expect_same = [](kernels::cluster_stats const& got, kernels::cluster_stats const& want, int iter) {
+    EXPECT_EQ(got.frag_milli_ppm, want.frag_milli_ppm) << "iteration " << iter;
+    EXPECT_EQ(got.gpu_free_milli, want.gpu_free_milli) << "iteration " << iter;
+    EXPECT_EQ(got.gpu_allocated_milli, want.gpu_allocated_milli) << "iteration " << iter;
+    EXPECT_EQ(got.gpu_schedulable_milli, want.gpu_schedulable_milli) << "iteration " << iter;
+    EXPECT_EQ(got.gpu_nodes, want.gpu_nodes) << "iteration " << iter;
+    EXPECT_EQ(got.partly_allocated_nodes, want.partly_allocated_nodes) << "iteration " << iter;
+  };
+  int moved_frag = 0;
+  for (int iter = 0; iter < 150; ++iter) {
+    round_matrices const m0 = build_matrices(testing_support::random_round(rng));
+    if (m0.n_nodes() == 0) continue;
+    // An assignment's moves: some nodes' free GPU milli and CPU taken.
+    round_matrices moved = m0;
+    for (std::int32_t n = 0; n < moved.n_nodes(); ++n) {
+      if (pick(0, 2) != 0) continue;
+      for (auto g = moved.gpu_begin[n]; g < moved.gpu_begin[n + 1]; ++g) {
+        if (pick(0, 1) == 0) moved.gpu_free[g] = pick(0, moved.gpu_free[g]);
+      }
+      if (pick(0, 3) == 0) moved.cpu_free[n] = pick(0, static_cast<int>(std::min<std::int64_t>(moved.cpu_free[n], 1 << 20)));
+    }
+    auto const before = sums(m0);
+    auto const after = sums(moved);
+    moved_frag += after.frag_milli_ppm != before.frag_milli_ppm ? 1 : 0;
+    for (auto& b : backends) {
+      round_matrices m = m0;
+      b->stats_begin(m.nodes(), m.tasks());
+      expect_same(b->stats_after(m.nodes(), m.tasks()), before, iter);
+      m.gpu_free = moved.gpu_free;
+      m.cpu_free = moved.cpu_free;
+      expect_same(b->stats_after(m.nodes(), m.tasks()), after, iter);
+    }
+  }
+  EXPECT_GT(moved_frag, 60);  // rounds whose moves changed F
+}
+
 // A cell's score spread over lanes (score_cell_op::score_lanes, the tier
 // refresh's on a warp: issue 53, item 3): each lane sums its slice of the
 // task set, and every lane's score from the lanes' total is the cell's

@@ -100,6 +100,13 @@ class backend {
   /// sums down (stats_end waits only if none came). Default: stats, now.
   virtual void stats_begin(node_view const& nodes, task_view const& tasks) { begun_ = stats(nodes, tasks); }
   [[nodiscard]] virtual cluster_stats stats_end() { return begun_; }
+  /// @brief stats of the nodes stats_begin took, now: the same nodes, moved
+  /// since only in their free GPU milli, CPU and memory (the round's
+  /// assignment). The CPU backend computes F again only for the nodes whose
+  /// free values moved; the same sums as stats. Default: stats.
+  [[nodiscard]] virtual cluster_stats stats_after(node_view const& nodes, task_view const& tasks) {
+    return stats(nodes, tasks);
+  }
 
   /// @brief Per-domain capacity for a set of classes, in one call:
   /// cap[s * n_domains + d] = replicas of class `of[s]` that fit under

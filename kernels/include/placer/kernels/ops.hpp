@@ -774,6 +774,27 @@ struct node_stats_op {
   }
 };
 
+/// node_stats_op of a node of the view whose fragmentation states
+/// (frag_slot) were taken, with F computed (state_frag, against tv), when
+/// its free values were cpu_was and gpu_was (the view's then, a CSR like
+/// gpu_free): F read where its free CPU and GPU values are as they were,
+/// computed again where they moved (a round's statistics after its
+/// assignment, which moves a node's free values and nothing else). The
+/// sums are node_stats_op's on every node.
+struct node_stats_since_op {
+  node_view nv;
+  task_view tv;
+  std::int64_t const* state_frag = nullptr;
+  std::int64_t const* cpu_was = nullptr;
+  std::int32_t const* gpu_was = nullptr;
+
+  PLACER_HD cluster_stats operator()(std::int32_t n) const {
+    bool same = nv.cpu_free[n] == cpu_was[n];
+    for (std::int32_t g = nv.gpu_begin[n]; same && g < nv.gpu_begin[n + 1]; ++g) same = nv.gpu_free[g] == gpu_was[g];
+    return node_stats_op{nv, tv, same ? state_frag : nullptr}(n);
+  }
+};
+
 /// F (FGD's, the reported metric) of fragmentation state s against tv, from
 /// its first node (node_view::frag_node): every node of the state has the
 /// same free GPU values in some order, free CPU and model, and F depends on
