@@ -8,6 +8,7 @@
 #include <bit>
 #include <tuple>
 #include <utility>
+#include <omp.h>
 
 namespace placer {
 
@@ -86,32 +87,68 @@ std::pair<Value&, bool> find_or_insert(std::vector<std::pair<Key, Value>>& entri
   return {entries.back().second, true};
 }
 
+/// Nodes from which flatten's passes over the nodes run on the OpenMP team
+/// (their hashes, copies and comparisons).
+constexpr std::size_t flatten_parallel_from = 4096;
+
 /// For the items i = 0..n) that `keep(i)` selects: rep[i] = the first
 /// selected item equal to i (eq), i itself for the first of its kind,
-/// through a hash table (open addressing, hash(i) as the key, eq to tell
+/// through a hash table (open addressing, hash[i] as the key, eq to tell
 /// equal hashes apart): O(n) where sorting the hashes was O(n log n). A
 /// hash collision costs one comparison; items neither kept nor written
-/// keep their rep.
-template <class Keep, class Hash, class Eq>
-void first_of_equals(std::size_t n, Keep&& keep, Hash&& hash, Eq&& eq, std::vector<std::int32_t>& rep,
-                     std::vector<std::pair<std::uint32_t, std::int32_t>>& table) {
-  std::size_t size = 16;
-  while (size < 2 * n) size *= 2;
-  table.assign(size, {0, -1});  // 8 bytes an entry: the 100k round's table is 256 KB
-  std::size_t const mask = size - 1;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (!keep(i)) continue;
-    std::uint64_t const h64 = hash(i);
-    auto const h = static_cast<std::uint32_t>(h64 >> 32);  // the slot from the low bits, the check from the high
-    auto slot = static_cast<std::size_t>(h64) & mask;
-    rep[i] = static_cast<std::int32_t>(i);
-    for (; table[slot].second >= 0; slot = (slot + 1) & mask) {
-      if (table[slot].first == h && eq(static_cast<std::size_t>(table[slot].second), i)) {
-        rep[i] = table[slot].second;
-        break;
+/// keep their rep. The table is at most half full, grown by rehashing the
+/// firsts it holds and kept for the next round, so its size follows the
+/// kinds, not the items (emptying 256 KB for the 100k round's 12,800 nodes
+/// took 35 us). Equal items hash alike, so on a team (`par`) each worker
+/// takes the items whose hash's high half falls in its part, in order,
+/// with a table of its own (`tables`, one a worker): the same reps, the
+/// comparisons split.
+template <class Keep, class Eq>
+void first_of_equals(std::size_t n, Keep&& keep, std::uint64_t const* hash, Eq&& eq, std::vector<std::int32_t>& rep,
+                     std::vector<std::vector<std::pair<std::uint32_t, std::int32_t>>>& tables, bool par) {
+  auto const parts = static_cast<std::size_t>(par ? std::max(1, omp_get_max_threads()) : 1);
+  if (tables.size() < parts) tables.resize(parts);
+#pragma omp parallel num_threads(static_cast<int>(parts)) if (parts > 1)
+  {
+    auto const me = static_cast<std::uint64_t>(omp_get_thread_num());
+    auto const team = static_cast<std::uint64_t>(omp_get_num_threads());
+    auto& table = tables[me];  // as large as the last round's grew it, emptied
+    if (table.empty()) table.resize(64);
+    std::fill(table.begin(), table.end(), std::pair<std::uint32_t, std::int32_t>{0, -1});  // 8 bytes an entry
+    std::size_t mask = table.size() - 1;
+    std::size_t used = 0;
+    auto const free_slot = [&](std::uint64_t h64) {
+      auto slot = static_cast<std::size_t>(h64) & mask;  // the slot from the low bits, the check from the high
+      while (table[slot].second >= 0) slot = (slot + 1) & mask;
+      return slot;
+    };
+    for (std::size_t i = 0; i < n; ++i) {
+      // The part by a multiply, not a division: every worker reads every item.
+      if (!keep(i) || ((hash[i] >> 32) * team) >> 32 != me) continue;
+      std::uint64_t const h64 = hash[i];
+      auto const h = static_cast<std::uint32_t>(h64 >> 32);
+      rep[i] = static_cast<std::int32_t>(i);
+      auto slot = static_cast<std::size_t>(h64) & mask;
+      for (; table[slot].second >= 0; slot = (slot + 1) & mask) {
+        if (table[slot].first == h && eq(static_cast<std::size_t>(table[slot].second), i)) {
+          rep[i] = table[slot].second;
+          break;
+        }
       }
+      if (table[slot].second >= 0) continue;
+      if (2 * (used + 1) > table.size()) {  // grown: its firsts again, in a table twice the size
+        std::vector<std::pair<std::uint32_t, std::int32_t>> held;
+        held.swap(table);
+        table.assign(2 * held.size(), {0, -1});
+        mask = table.size() - 1;
+        for (auto const& e : held) {
+          if (e.second >= 0) table[free_slot(hash[e.second])] = e;
+        }
+        slot = free_slot(h64);
+      }
+      table[slot] = {h, static_cast<std::int32_t>(i)};
+      ++used;
     }
-    if (table[slot].second < 0) table[slot] = {h, static_cast<std::int32_t>(i)};
   }
 }
 
@@ -146,29 +183,39 @@ void build_matrices(round_input const& in, round_matrices& m) {
   m.flags.resize(n);
   m.gpu_begin.resize(n + 1);
   m.gpu_capacity.resize(n);
-  m.gpu_free.clear();
-  m.gpu_island.clear();
+  bool const par = n >= flatten_parallel_from;
+  // Model ids (in order of first appearance) and the GPUs' offsets here;
+  // the rest a node at a time, on the team where the nodes are many.
   std::size_t n_models = 0;
   m.gpu_begin[0] = 0;
   for (std::size_t i = 0; i < n; ++i) {
     auto const& nd = nodes[i];
+    m.model[i] = nd.gpu_count() > 0 ? model_id(m.models, n_models, nd.gpu_model) : -1;
+    m.gpu_begin[i + 1] = m.gpu_begin[i] + nd.gpu_count();
+  }
+  m.models.resize(n_models);
+  m.gpu_free.resize(static_cast<std::size_t>(m.gpu_begin[n]));
+  m.gpu_island.resize(static_cast<std::size_t>(m.gpu_begin[n]));
+  auto const ns = static_cast<std::ptrdiff_t>(n);
+#pragma omp parallel for schedule(static) if (par)
+  for (std::ptrdiff_t ii = 0; ii < ns; ++ii) {
+    auto const i = static_cast<std::size_t>(ii);
+    auto const& nd = nodes[i];
     m.cpu_free[i] = nd.cpu_milli_free;
     m.cpu_capacity[i] = nd.cpu_milli_capacity;
     m.mem_free[i] = nd.memory_mib_free;
-    m.model[i] = nd.gpu_count() > 0 ? model_id(m.models, n_models, nd.gpu_model) : -1;
     m.pool[i] = pool_bit(nd.pool);
     m.flags[i] = static_cast<std::uint8_t>((nd.healthy ? node_flag_healthy : 0) | (nd.loanable ? node_flag_loanable : 0));
     std::int32_t cap = 0;
+    auto const at = static_cast<std::size_t>(m.gpu_begin[i]);
     for (std::int32_t g = 0; g < nd.gpu_count(); ++g) {
       bool const ok = nd.gpu_is_healthy(static_cast<std::size_t>(g));
-      m.gpu_free.push_back(ok ? nd.gpu_free_milli[g] : 0);
-      m.gpu_island.push_back(nd.gpu_nvlink.empty() ? 0 : nd.gpu_nvlink[g]);
+      m.gpu_free[at + static_cast<std::size_t>(g)] = ok ? nd.gpu_free_milli[g] : 0;
+      m.gpu_island[at + static_cast<std::size_t>(g)] = nd.gpu_nvlink.empty() ? 0 : nd.gpu_nvlink[g];
       cap += ok ? milli_per_gpu : 0;
     }
     m.gpu_capacity[i] = cap;
-    m.gpu_begin[i + 1] = static_cast<std::int32_t>(m.gpu_free.size());
   }
-  m.models.resize(n_models);
   m.constraints.build(in, m);
   bool const constrained = m.constraints.active;
 
@@ -267,8 +314,12 @@ void build_matrices(round_input const& in, round_matrices& m) {
     }
     return h ^ (h >> 32);  // FNV's low bits alone spread poorly: first_of_equals takes its slot from them
   };
+  auto& hashes = scratch.hashes;
+  hashes.resize(n);
+#pragma omp parallel for schedule(static) if (par)
+  for (std::ptrdiff_t i = 0; i < ns; ++i) hashes[static_cast<std::size_t>(i)] = state_hash(static_cast<std::size_t>(i));
   m.same_as.resize(n);
-  first_of_equals(n, [](std::size_t) { return true; }, state_hash, same_state, m.same_as, scratch.hash_table);
+  first_of_equals(n, [](std::size_t) { return true; }, hashes.data(), same_state, m.same_as, scratch.state_tables, par);
 
   // Fragmentation states (node_view::frag_slot): F and a replica's effect
   // on it depend only on the multiset of a node's free GPU values, its
@@ -286,22 +337,22 @@ void build_matrices(round_input const& in, round_matrices& m) {
   // the 100k round sorted two arrays each.
   auto& sorted = scratch.sorted_free;
   sorted.resize(m.gpu_free.size());
-  for (std::size_t i = 0; i < n; ++i) {
-    if (m.same_as[i] != static_cast<std::int32_t>(i)) continue;
+  auto const state_root = [&](std::size_t i) { return m.same_as[i] == static_cast<std::int32_t>(i); };
+#pragma omp parallel for schedule(static) if (par)
+  for (std::ptrdiff_t ii = 0; ii < ns; ++ii) {
+    auto const i = static_cast<std::size_t>(ii);
+    if (!state_root(i)) continue;
     kernels::sort_free_gpus(m.gpu_free.data() + m.gpu_begin[i], gpus_of(i), sorted.data() + m.gpu_begin[i]);
+    hashes[i] = kernels::frag_state_hash(sorted.data() + m.gpu_begin[i], gpus_of(i), m.cpu_free[i], m.model[i]);
   }
   auto same_frag = [&](std::size_t a, std::size_t b) {
     if (m.cpu_free[a] != m.cpu_free[b] || m.model[a] != m.model[b] || gpus_of(a) != gpus_of(b)) return false;
     return std::equal(sorted.begin() + m.gpu_begin[a], sorted.begin() + m.gpu_begin[a] + gpus_of(a),
                       sorted.begin() + m.gpu_begin[b]);
   };
-  auto frag_hash = [&](std::size_t i) {
-    return kernels::frag_state_hash(sorted.data() + m.gpu_begin[i], gpus_of(i), m.cpu_free[i], m.model[i]);
-  };
   auto& frag_rep = scratch.frag_rep;  // per state root: the first root of its fragmentation state
   frag_rep.resize(n);
-  auto const state_root = [&](std::size_t i) { return m.same_as[i] == static_cast<std::int32_t>(i); };
-  first_of_equals(n, state_root, frag_hash, same_frag, frag_rep, scratch.hash_table);
+  first_of_equals(n, state_root, hashes.data(), same_frag, frag_rep, scratch.frag_tables, par);
   m.frag_slot.resize(n);
   m.frag_node.clear();
   for (std::size_t i = 0; i < n; ++i) {

@@ -7,6 +7,7 @@
 #include <placer/traces/synthetic.hpp>
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -562,7 +563,6 @@ TEST(SolverRandom, DeterministicAcrossRuns) {
   }
 }
 
-// The CUDA backend must produce the same score matrix and placements as the
 // Flatten's classes and typical task set, checked against their
 // definitions on rounds of up to 300 shapes: far past the first size of the
 // hash tables that find them (64 slots), so the tables grow mid-round. A
@@ -622,7 +622,92 @@ TEST(Flatten, ClassesAndTaskShapesFollowTheirDefinitionsPastTheTablesFirstSize) 
   }
 }
 
-// CPU backend. Runs wherever a GPU is present; skipped (saying why) elsewhere.
+// Flatten's node states and fragmentation states on clusters of 5,000
+// nodes and more, where it hashes, copies and compares on the OpenMP team
+// (each worker the states whose hash falls in its part): a node's state
+// (same_as) is the first node identical to it, a fragmentation state
+// (frag_slot) holds the nodes with the same free GPU values in any order,
+// free CPU and model, numbered by its first node, as maps of their fields
+// find them; and every array is the same on one, two and three workers.
+// The clusters' nodes copy others' states, some with their GPUs permuted.
+TEST(Flatten, NodeStatesOnTheTeamAreEachNodesFirstEqual) {
+  std::mt19937_64 rng(5000);
+  int const threads = omp_get_max_threads();
+  int twins = 0, permuted = 0;
+  for (int iter = 0; iter < 4; ++iter) {
+    auto opt = traces::scenario_preset(iter % 2 == 0 ? "10k" : "10k-k8s");
+    opt.nodes = 4800 + 400 * iter;
+    opt.seed = static_cast<std::uint64_t>(iter + 1);
+    round_input in = traces::make_scenario(opt);
+    auto& nodes = in.state.nodes;
+    for (std::size_t i = 1; i < nodes.size(); ++i) {
+      if (rng() % 3 != 0) continue;
+      auto const& from = nodes[rng() % i];
+      auto& to = nodes[i];
+      to.cpu_milli_free = from.cpu_milli_free;
+      to.memory_mib_free = from.memory_mib_free;
+      to.gpu_free_milli = from.gpu_free_milli;
+      if (rng() % 2 == 0) {
+        std::shuffle(to.gpu_free_milli.begin(), to.gpu_free_milli.end(), rng);
+        ++permuted;
+      }
+    }
+    std::vector<round_matrices> built;
+    for (int workers : {1, 2, 3}) {
+      omp_set_num_threads(workers);
+      built.push_back(build_matrices(in));
+    }
+    omp_set_num_threads(threads);
+    round_matrices const& m = built[0];
+    for (std::size_t w = 1; w < built.size(); ++w) {
+      auto const& o = built[w];
+      EXPECT_EQ(o.same_as, m.same_as) << "iteration " << iter << ", " << w + 1 << " workers";
+      EXPECT_EQ(o.frag_slot, m.frag_slot) << "iteration " << iter;
+      EXPECT_EQ(o.frag_node, m.frag_node) << "iteration " << iter;
+      EXPECT_EQ(o.gpu_begin, m.gpu_begin) << "iteration " << iter;
+      EXPECT_EQ(o.gpu_free, m.gpu_free) << "iteration " << iter;
+      EXPECT_EQ(o.gpu_island, m.gpu_island) << "iteration " << iter;
+      EXPECT_EQ(o.gpu_capacity, m.gpu_capacity) << "iteration " << iter;
+      EXPECT_EQ(o.cpu_free, m.cpu_free) << "iteration " << iter;
+      EXPECT_EQ(o.cpu_capacity, m.cpu_capacity) << "iteration " << iter;
+      EXPECT_EQ(o.mem_free, m.mem_free) << "iteration " << iter;
+      EXPECT_EQ(o.model, m.model) << "iteration " << iter;
+      EXPECT_EQ(o.pool, m.pool) << "iteration " << iter;
+      EXPECT_EQ(o.flags, m.flags) << "iteration " << iter;
+      EXPECT_EQ(o.scarcity, m.scarcity) << "iteration " << iter;
+    }
+    // The definitions, by maps of each node's fields.
+    std::map<std::vector<std::int64_t>, std::int32_t> state_first, frag_first;
+    std::int32_t slots = 0;
+    for (std::int32_t i = 0; i < m.n_nodes(); ++i) {
+      auto const at = static_cast<std::size_t>(i);
+      std::vector<std::int64_t> state{m.cpu_free[at], m.cpu_capacity[at], m.mem_free[at], m.model[at], m.pool[at],
+                                      m.flags[at], m.gpu_capacity[at], m.scarcity[at],
+                                      m.node_group.empty() ? 0 : m.node_group[at]};
+      std::vector<std::int64_t> frag{m.cpu_free[at], m.model[at]};
+      std::vector<std::int64_t> free;
+      for (auto g = m.gpu_begin[at]; g < m.gpu_begin[at + 1]; ++g) {
+        state.push_back(std::int64_t{m.gpu_free[static_cast<std::size_t>(g)]} << 8 | m.gpu_island[static_cast<std::size_t>(g)]);
+        free.push_back(m.gpu_free[static_cast<std::size_t>(g)]);
+      }
+      std::sort(free.begin(), free.end());
+      frag.insert(frag.end(), free.begin(), free.end());
+      auto const [s, new_state] = state_first.emplace(state, i);
+      ASSERT_EQ(m.same_as[at], s->second) << "iteration " << iter << " node " << i;
+      twins += new_state ? 0 : 1;
+      auto const [f, new_frag] = frag_first.emplace(frag, slots);
+      if (new_frag) {
+        ASSERT_EQ(m.frag_node[static_cast<std::size_t>(slots)], i) << "iteration " << iter << " node " << i;
+        ++slots;
+      }
+      ASSERT_EQ(m.frag_slot[at], f->second) << "iteration " << iter << " node " << i;
+    }
+    EXPECT_EQ(static_cast<std::int32_t>(m.frag_node.size()), slots);
+  }
+  EXPECT_GT(twins, 4000);     // nodes that share a state
+  EXPECT_GT(permuted, 2000);  // and fragmentation states past their GPUs' order
+}
+
 // One call gives every class of a set its capacity per domain: the sum of
 // the domain's nodes' fit counts (kernels::fit_count, one node at a time).
 // Random rounds, and two benchmark clusters whose domains hold up to 1,280
@@ -845,6 +930,8 @@ TEST(Backend, WorkersOnOneGpuShareItsMultiprocessors) {
   }
 }
 
+// The CUDA backend must produce the same score matrix and placements as the
+// CPU backend. Runs wherever a GPU is present; skipped (saying why) elsewhere.
 TEST(BackendParity, CudaMatchesCpuOnRandomRounds) {
   auto const why = kernels::cuda_unavailable_reason();
   if (!why.empty()) GTEST_SKIP() << why;

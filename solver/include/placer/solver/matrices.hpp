@@ -44,7 +44,10 @@ struct flatten_scratch {
   std::vector<std::pair<task_key, std::int64_t>> counts;    ///< shape -> replicas, in order of first appearance
   std::vector<std::int32_t> count_slots;                    ///< counts' hash table
   std::vector<std::pair<std::int64_t, task_key>> ranked;    ///< (count, shape), most frequent first
-  std::vector<std::pair<std::uint32_t, std::int32_t>> hash_table;  ///< (hash's high half, node): node states, then fragmentation states
+  std::vector<std::uint64_t> hashes;  ///< per node: its state's hash, then (state roots) its fragmentation state's
+  /// (hash's high half, node), a table a worker of the team
+  /// (first_of_equals): node states, and fragmentation states
+  std::vector<std::vector<std::pair<std::uint32_t, std::int32_t>>> state_tables, frag_tables;
   std::vector<std::int32_t> frag_rep;  ///< per node state: the first state of its fragmentation state
   std::vector<std::int32_t> sorted_free;  ///< as gpu_free, each state root's values sorted
 };
