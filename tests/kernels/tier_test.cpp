@@ -877,8 +877,9 @@ std::vector<tier_placement> place_local_plainly(tier_instance& t, random_topolog
 // topology of one to three levels or none. Chains of such jobs with tiers
 // of rows between them place the same one by one and chained (the
 // capacities the chain keeps between jobs of a class, and drops after a
-// tier of rows), on every backend and on a grid of 2 CTAs of 4 threads,
-// and leave the same nodes, cells and clock.
+// tier of rows), on every backend, on a grid of 2 CTAs of 4 threads and
+// on one worker whose capacity sums run on its OpenMP team, and leave the
+// same nodes, cells and clock.
 TEST(TierLocal, PlacesAsTheHostsRule) {
   std::vector<std::unique_ptr<backend>> backends;
   backends.push_back(make_backend(backend_kind::cpu));
@@ -1011,6 +1012,20 @@ TEST(TierLocal, PlacesAsTheHostsRule) {
       run_chain_host(ps, r, arena, 4, 0, true, tier_offer_team_least, tier_refresh_cells_below,
                      tier_remember_rows_above, tier_offer_bits, 0, tier_offer_pairs_upto, tier_offer_groups_upto, 2);
       check(r, all, "a grid twin of 2 x 4");
+    }
+    {
+      // One worker whose capacity sums (and floors and refreshes) run on
+      // its OpenMP team (seq_team::apart_from, the CPU backend's where the
+      // team spins).
+      tier_instance all = base;
+      std::vector<std::int32_t> none;
+      none.reserve(1);
+      auto ps = problems(all, none);
+      tier_results r;
+      tier_host_arena arena;
+      arena.apart_from = 1;
+      run_chain_host(ps, r, arena, 1);
+      check(r, all, "one worker, its sums on the OpenMP team");
     }
     if (::testing::Test::HasFatalFailure()) return;
   }

@@ -640,22 +640,31 @@ struct seq_team {
   std::int64_t apart_from = 0;
 };
 
+/// Whether n items of `each` steps whose work is each one's alone run on
+/// the calling thread's OpenMP team: a seq_team's whose apart_from they
+/// reach, on the host only (the core that waits while the one worker's
+/// program runs on the other).
+template <class Team>
+PLACER_HD bool tier_forks([[maybe_unused]] Team const& t, [[maybe_unused]] std::int32_t n,
+                          [[maybe_unused]] std::int64_t each) {
+#if !defined(__CUDA_ARCH__) && defined(_OPENMP)
+  if constexpr (std::is_same_v<Team, seq_team>) return t.apart_from > 0 && n > 1 && n * each >= t.apart_from;
+#endif
+  return false;
+}
+
 /// f(i) for this worker's share of n items of `each` steps whose work is
-/// each one's alone (i = rank, rank + size, ...). A seq_team whose
-/// apart_from they reach runs them on its OpenMP team instead, `run` items
-/// a worker at a time, on the host only: the CPU backend's floors (a row
-/// each) and a refresh's re-scored columns, on the core that waits while
-/// the program runs on the other.
+/// each one's alone (i = rank, rank + size, ...), or where tier_forks says
+/// so on the OpenMP team, `run` items a worker at a time: the CPU backend's
+/// floors (a row each) and a refresh's re-scored columns.
 template <class Team, class F>
 PLACER_HD void tier_apart(Team& t, std::int32_t n, [[maybe_unused]] std::int64_t each, F&& f,
                           [[maybe_unused]] std::int32_t run = 1) {
 #if !defined(__CUDA_ARCH__) && defined(_OPENMP)
-  if constexpr (std::is_same_v<Team, seq_team>) {
-    if (t.apart_from > 0 && n > 1 && n * each >= t.apart_from) {
+  if (tier_forks(t, n, each)) {
 #pragma omp parallel for schedule(dynamic, run)
-      for (std::int32_t i = 0; i < n; ++i) f(i);
-      return;
-    }
+    for (std::int32_t i = 0; i < n; ++i) f(i);
+    return;
   }
 #endif
   for (std::int32_t i = t.rank(); i < n; i += t.size()) f(i);

@@ -28,6 +28,9 @@
 #include <placer/kernels/ops.hpp>
 
 #include <cstdint>
+#if !defined(__CUDA_ARCH__) && defined(_OPENMP)
+#include <omp.h>
+#endif
 
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
@@ -78,10 +81,9 @@ PLACER_HD void tier_local_caps(Team& t, tier_buffers const& b, std::int32_t c, b
   });
   meet();
   std::int32_t const n_nodes = p.nodes.n_nodes;
-  std::int32_t const per = (n_nodes + workers - 1) / workers;
-  each([&](std::int32_t me) {
-    std::int32_t const from = min_of(n_nodes, me * per);
-    std::int32_t const to = min_of(n_nodes, from + per);
+  // Nodes [from, to): each one's fit count added to its domains through
+  // add(d, v), once per run of a domain's nodes.
+  auto sum_run = [&](std::int32_t from, std::int32_t to, auto&& add) {
     std::int32_t run_d[tier_local_run_levels];
     std::int64_t run[tier_local_run_levels];
     for (std::int32_t l = 0; l < tier_local_run_levels; ++l) {
@@ -96,11 +98,11 @@ PLACER_HD void tier_local_caps(Team& t, tier_buffers const& b, std::int32_t c, b
         std::int32_t const d = g.node_domain[static_cast<std::int64_t>(n) * g.levels + l];
         if (d < 0) continue;
         if (l >= tier_local_run_levels) {
-          t.fetch_add(b.local_cap + d, std::int64_t{f});
+          add(d, std::int64_t{f});
           continue;
         }
         if (d != run_d[l]) {
-          if (run_d[l] >= 0) t.fetch_add(b.local_cap + run_d[l], run[l]);
+          if (run_d[l] >= 0) add(run_d[l], run[l]);
           run_d[l] = d;
           run[l] = 0;
         }
@@ -108,9 +110,32 @@ PLACER_HD void tier_local_caps(Team& t, tier_buffers const& b, std::int32_t c, b
       }
     }
     for (std::int32_t l = 0; l < tier_local_run_levels; ++l) {
-      if (run_d[l] >= 0) t.fetch_add(b.local_cap + run_d[l], run[l]);
+      if (run_d[l] >= 0) add(run_d[l], run[l]);
     }
-  });
+  };
+  if (!wide && tier_forks(t, n_nodes, 4 + g.levels)) {
+#if !defined(__CUDA_ARCH__) && defined(_OPENMP)
+    // The one worker's sums on its OpenMP team (tier_forks), a run of
+    // nodes a thread, added atomically: at 100k a round's five sums of
+    // 12,800 nodes took 0.78 ms on one core.
+#pragma omp parallel
+    {
+      std::int32_t const w = omp_get_num_threads();
+      std::int32_t const per = (n_nodes + w - 1) / w;
+      std::int32_t const from = min_of(n_nodes, omp_get_thread_num() * per);
+      sum_run(from, min_of(n_nodes, from + per), [&](std::int32_t d, std::int64_t v) {
+#pragma omp atomic
+        b.local_cap[d] += v;
+      });
+    }
+#endif
+  } else {
+    std::int32_t const per = (n_nodes + workers - 1) / workers;
+    each([&](std::int32_t me) {
+      std::int32_t const from = min_of(n_nodes, me * per);
+      sum_run(from, min_of(n_nodes, from + per), [&](std::int32_t d, std::int64_t v) { t.fetch_add(b.local_cap + d, v); });
+    });
+  }
   meet();
 }
 
