@@ -153,6 +153,7 @@ struct assigner_scratch {
   std::vector<std::int32_t> fit_before;      ///< per slot: a node's fit count before a change
   std::vector<std::int32_t> fits;                           ///< domains that hold a job
   std::vector<std::int8_t> class_feasible;                  ///< per class: 1 fits some node, 0 none, -1 not known yet
+  std::vector<std::int8_t> class_full;  ///< per class: 1 = no node takes a replica now (place_greedy), 0 not known
   std::vector<std::uint8_t> job_holds;  ///< per node: 1 = the distinct_nodes job being placed holds it (else all 0)
   std::vector<std::int32_t> linear_ok;    ///< linear_nodes: the nodes that can take a replica, in index order
   std::vector<std::int32_t> linear_pick;  ///< linear_nodes: the nodes chosen
@@ -312,6 +313,9 @@ class assigner {
   /// The current score of class c on node n (with PLACER_VERIFY_SCORES
   /// set, checked against a fresh scoring: a stale read throws).
   [[nodiscard]] std::int32_t score(std::int32_t c, std::int32_t n) const;
+  /// Whether no node takes a replica of class c now (every cell -1;
+  /// PLACER_VERIFY_SCORES checks class_full by it).
+  [[nodiscard]] bool takes_none(std::int32_t c) const;
   /// PLACER_VERIFY_SCORES: every live cell the clock calls current is the
   /// state's score, or logic_error.
   void verify_current() const;

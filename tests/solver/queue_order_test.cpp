@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <set>
 #include <string>
@@ -212,6 +213,39 @@ TEST(QueueOrder, ALaterJobThatFitsInWhatIsLeftStillStarts) {
   EXPECT_NE(placement_of(r, 1), nullptr);
   EXPECT_NE(placement_of(r, 2), nullptr);
   EXPECT_EQ(first_overtaken(in, r), "");
+}
+
+// A long queue the cluster cannot hold: 600 jobs of 8 GPUs, each of which
+// fits an empty node but none now (every node half busy), among 1-GPU jobs.
+// The 1-GPU jobs take the 16 free GPUs in submission order, the rest wait,
+// and nothing is overtaken; under the fifo order's second assignment a
+// class no node takes is not scanned again for each of its jobs
+// (assigner::place_greedy), which PLACER_VERIFY_SCORES checks at each skip,
+// on the greedy algorithm too.
+TEST(QueueOrder, ALongQueueTheClusterCannotHoldWaitsAndTheSmallJobsStart) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(1).nodes_per_leaf(4).gpus(8).build();
+  for (auto& nd : in.state.nodes) {
+    for (std::size_t g = 0; g < 4; ++g) nd.gpu_free_milli[g] = 0;
+  }
+  for (int k = 0; k < 900; ++k) in.pending.push_back(gpu_job("j" + std::to_string(k), k % 3 == 2 ? 1 : 8, k));
+  ::setenv("PLACER_VERIFY_SCORES", "1", 1);
+  for (auto const algo : {algorithm::placer, algorithm::greedy}) {
+    in.pol.algo = algo;
+    auto s = cpu_solver();
+    round_result r;
+    ASSERT_NO_THROW(r = s.solve(in));
+    expect_round_invariants(in, r);
+    ASSERT_EQ(r.placements.size(), 16U);
+    for (auto const& p : r.placements) {
+      EXPECT_EQ(p.job % 3, 2) << "a 1-GPU job";
+      EXPECT_LT(p.job, 48) << "the first 16 of them";
+    }
+    ASSERT_EQ(r.unplaced_jobs.size(), 884U);
+    for (auto const& u : r.unplaced_jobs) EXPECT_TRUE(waits_for_capacity(u.reason)) << "job " << u.job;
+    EXPECT_EQ(first_overtaken(in, r), "");
+  }
+  ::unsetenv("PLACER_VERIFY_SCORES");
 }
 
 TEST(QueueOrder, TheNextWindowClosesAtTheFirstJobThatDoesNotFit) {
