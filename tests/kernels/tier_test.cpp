@@ -993,40 +993,32 @@ TEST(TierLocal, PlacesAsTheHostsRule) {
       EXPECT_EQ(all.stamp, one.stamp);
       EXPECT_EQ(all.fresh, one.fresh);
     };
+    // A chain of the tiers on a fresh copy of the base, placed by `run`.
+    auto chained = [&](char const* how, auto&& run) {
+      tier_instance all = base;
+      std::vector<std::int32_t> none;
+      none.reserve(1);
+      auto ps = problems(all, none);
+      tier_results r;
+      run(ps, r);
+      check(r, all, how);
+    };
     for (auto& b : backends) {
-      tier_instance all = base;
-      std::vector<std::int32_t> none;
-      none.reserve(1);
-      auto ps = problems(all, none);
-      tier_results r;
-      b->place_tiers(ps, r);
-      check(r, all, b->description().c_str());
+      chained(b->description().c_str(), [&](auto const& ps, tier_results& r) { b->place_tiers(ps, r); });
     }
-    {
-      tier_instance all = base;
-      std::vector<std::int32_t> none;
-      none.reserve(1);
-      auto ps = problems(all, none);
-      tier_results r;
+    chained("a grid twin of 2 x 4", [](auto const& ps, tier_results& r) {
       tier_host_arena arena;
       run_chain_host(ps, r, arena, 4, 0, true, tier_offer_team_least, tier_refresh_cells_below,
                      tier_remember_rows_above, tier_offer_bits, 0, tier_offer_pairs_upto, tier_offer_groups_upto, 2);
-      check(r, all, "a grid twin of 2 x 4");
-    }
-    {
-      // One worker whose capacity sums (and floors and refreshes) run on
-      // its OpenMP team (seq_team::apart_from, the CPU backend's where the
-      // team spins).
-      tier_instance all = base;
-      std::vector<std::int32_t> none;
-      none.reserve(1);
-      auto ps = problems(all, none);
-      tier_results r;
+    });
+    // One worker whose capacity sums (and floors and refreshes) run on its
+    // OpenMP team (seq_team::apart_from, the CPU backend's where the team
+    // spins).
+    chained("one worker, its sums on the OpenMP team", [](auto const& ps, tier_results& r) {
       tier_host_arena arena;
       arena.apart_from = 1;
       run_chain_host(ps, r, arena, 1);
-      check(r, all, "one worker, its sums on the OpenMP team");
-    }
+    });
     if (::testing::Test::HasFatalFailure()) return;
   }
   std::printf("%ld replicas placed, %ld domains gave back what they took, %ld gangs took nothing\n", placed,

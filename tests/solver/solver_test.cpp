@@ -743,6 +743,33 @@ TEST(Backend, DomainCapacityOfAClassSetSumsFitCounts) {
   EXPECT_GT(large, 10);     // and in domains of many nodes a part
 }
 
+/// The CPU backend, the forced-parallel one, and the device twin in the
+/// device backends' way (a fragmentation table's entries split over lanes,
+/// a cell a thread).
+std::vector<std::unique_ptr<kernels::backend>> cpu_backends_and_twin() {
+  std::vector<std::unique_ptr<kernels::backend>> backends;
+  backends.push_back(kernels::make_backend(kernels::backend_kind::cpu));
+  backends.push_back(kernels::make_parallel_cpu_backend());
+  backends.push_back(kernels::make_device_twin(false));
+  return backends;
+}
+
+/// Every node's statistics summed, a node at a time.
+kernels::cluster_stats every_nodes_stats(round_matrices const& m) {
+  kernels::cluster_stats s{};
+  for (std::int32_t n = 0; n < m.n_nodes(); ++n) s = kernels::stats_sum_op{}(s, kernels::node_stats_op{m.nodes(), m.tasks()}(n));
+  return s;
+}
+
+void expect_same_stats(kernels::cluster_stats const& got, kernels::cluster_stats const& want, int iter) {
+  EXPECT_EQ(got.frag_milli_ppm, want.frag_milli_ppm) << "iteration " << iter;
+  EXPECT_EQ(got.gpu_free_milli, want.gpu_free_milli) << "iteration " << iter;
+  EXPECT_EQ(got.gpu_allocated_milli, want.gpu_allocated_milli) << "iteration " << iter;
+  EXPECT_EQ(got.gpu_schedulable_milli, want.gpu_schedulable_milli) << "iteration " << iter;
+  EXPECT_EQ(got.gpu_nodes, want.gpu_nodes) << "iteration " << iter;
+  EXPECT_EQ(got.partly_allocated_nodes, want.partly_allocated_nodes) << "iteration " << iter;
+}
+
 // Nodes that hold the same free GPU values in another order, with the same
 // free CPU and model but other memory or pools, are one fragmentation
 // state: the score stage computes F once for them (a table row) and every
@@ -752,11 +779,7 @@ TEST(Backend, DomainCapacityOfAClassSetSumsFitCounts) {
 // statistics before a round (stats_begin, F a state on the CPU backends)
 // are each node's summed.
 TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
-  std::vector<std::unique_ptr<kernels::backend>> backends;
-  backends.push_back(kernels::make_backend(kernels::backend_kind::cpu));
-  backends.push_back(kernels::make_parallel_cpu_backend());
-  // The device backends' way: the table's entries split over lanes, a cell a thread.
-  backends.push_back(kernels::make_device_twin(false));
+  auto const backends = cpu_backends_and_twin();
   std::mt19937_64 rng(2026);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   int shared = 0, cells = 0;
@@ -786,17 +809,10 @@ TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
     kernels::score_params p;
     p.w_fragmentation = in.pol.w.fragmentation;
     kernels::score_cell_op const op{m.nodes(), m.classes(), m.tasks(), p};
-    kernels::cluster_stats want{};
-    for (std::int32_t n = 0; n < m.n_nodes(); ++n) want = kernels::stats_sum_op{}(want, kernels::node_stats_op{m.nodes(), m.tasks()}(n));
+    auto const want = every_nodes_stats(m);
     for (auto& b : backends) {
       b->stats_begin(m.nodes(), m.tasks());
-      auto const before = b->stats_end();
-      ASSERT_EQ(before.frag_milli_ppm, want.frag_milli_ppm) << "iteration " << iter;
-      ASSERT_EQ(before.gpu_free_milli, want.gpu_free_milli);
-      ASSERT_EQ(before.gpu_allocated_milli, want.gpu_allocated_milli);
-      ASSERT_EQ(before.gpu_schedulable_milli, want.gpu_schedulable_milli);
-      ASSERT_EQ(before.gpu_nodes, want.gpu_nodes);
-      ASSERT_EQ(before.partly_allocated_nodes, want.partly_allocated_nodes);
+      expect_same_stats(b->stats_end(), want, iter);
       std::vector<std::int32_t> got(static_cast<std::size_t>(m.n_nodes()) * m.n_classes(), -7);
       b->score(m.nodes(), m.classes(), m.tasks(), p, got);
       for (std::int32_t c = 0; c < m.n_classes(); ++c) {
@@ -819,25 +835,9 @@ TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
 // values moved) and on the device twin; with nothing moved, the sums
 // before.
 TEST(Backend, StatsAfterARoundAreEveryNodesSummed) {
-  std::vector<std::unique_ptr<kernels::backend>> backends;
-  backends.push_back(kernels::make_backend(kernels::backend_kind::cpu));
-  backends.push_back(kernels::make_parallel_cpu_backend());
-  backends.push_back(kernels::make_device_twin(false));
+  auto const backends = cpu_backends_and_twin();
   std::mt19937_64 rng(4512);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  auto sums = [](round_matrices const& m) {
-    kernels::cluster_stats s{};
-    for (std::int32_t n = 0; n < m.n_nodes(); ++n) s = kernels::stats_sum_op{}(s, kernels::node_stats_op{m.nodes(), m.tasks()}(n));
-    return s;
-  };
-  auto expect_same = [](kernels::cluster_stats const& got, kernels::cluster_stats const& want, int iter) {
-    EXPECT_EQ(got.frag_milli_ppm, want.frag_milli_ppm) << "iteration " << iter;
-    EXPECT_EQ(got.gpu_free_milli, want.gpu_free_milli) << "iteration " << iter;
-    EXPECT_EQ(got.gpu_allocated_milli, want.gpu_allocated_milli) << "iteration " << iter;
-    EXPECT_EQ(got.gpu_schedulable_milli, want.gpu_schedulable_milli) << "iteration " << iter;
-    EXPECT_EQ(got.gpu_nodes, want.gpu_nodes) << "iteration " << iter;
-    EXPECT_EQ(got.partly_allocated_nodes, want.partly_allocated_nodes) << "iteration " << iter;
-  };
   int moved_frag = 0;
   for (int iter = 0; iter < 150; ++iter) {
     round_matrices const m0 = build_matrices(testing_support::random_round(rng));
@@ -851,16 +851,16 @@ TEST(Backend, StatsAfterARoundAreEveryNodesSummed) {
       }
       if (pick(0, 3) == 0) moved.cpu_free[n] = pick(0, static_cast<int>(std::min<std::int64_t>(moved.cpu_free[n], 1 << 20)));
     }
-    auto const before = sums(m0);
-    auto const after = sums(moved);
+    auto const before = every_nodes_stats(m0);
+    auto const after = every_nodes_stats(moved);
     moved_frag += after.frag_milli_ppm != before.frag_milli_ppm ? 1 : 0;
     for (auto& b : backends) {
       round_matrices m = m0;
       b->stats_begin(m.nodes(), m.tasks());
-      expect_same(b->stats_after(m.nodes(), m.tasks()), before, iter);
+      expect_same_stats(b->stats_after(m.nodes(), m.tasks()), before, iter);
       m.gpu_free = moved.gpu_free;
       m.cpu_free = moved.cpu_free;
-      expect_same(b->stats_after(m.nodes(), m.tasks()), after, iter);
+      expect_same_stats(b->stats_after(m.nodes(), m.tasks()), after, iter);
     }
   }
   EXPECT_GT(moved_frag, 60);  // rounds whose moves changed F
