@@ -75,6 +75,7 @@ void each_array(node_view& v, F&& f) {
   f(v.gpu_island, g, false);
   f(v.scarcity, n, false);
   f(v.same_as, n, false);
+  f(v.score_as, n, false);
   f(v.frag_node, static_cast<std::size_t>(v.n_frag), false);
   f(v.frag_slot, n, false);
   f(v.group, n, false);

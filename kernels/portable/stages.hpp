@@ -65,15 +65,24 @@ inline std::int32_t frag_lanes(std::size_t entries, std::size_t width = std::siz
   return lanes;
 }
 
-/// Scores the column of each node that is the first of its state
-/// (node_view::same_as; every node when null), reading F from the
-/// fragmentation table when there is one.
+/// The nodes whose columns the score stage copies (twin[n] != n: node n's
+/// column is twin[n]'s): node_view::score_as where the score reads a
+/// node's GPUs as the multiset of their free values (column_fragmentation),
+/// else same_as. Null: every node scored.
+PLACER_HD inline std::int32_t const* score_twins(score_cell_op const& op) {
+  return op.column_fragmentation() && op.nv.score_as != nullptr ? op.nv.score_as : op.nv.same_as;
+}
+
+/// Scores the column of each node that is its own twin (score_twins;
+/// every node when null), reading F from the fragmentation table when
+/// there is one.
 struct score_column_op {
   score_cell_op op;
   std::int32_t* out;
   std::int64_t const* table;  ///< null: none
+  std::int32_t const* twin;   ///< score_twins
   PLACER_HD void operator()(std::int32_t n) const {
-    if (op.nv.same_as != nullptr && op.nv.same_as[n] != n) return;
+    if (twin != nullptr && twin[n] != n) return;
     std::int64_t const* known =
         table != nullptr ? table + static_cast<std::int64_t>(op.nv.frag_slot[n]) * (op.cv.n_classes + 1) : nullptr;
     op.score_column(n, out, nullptr, op.cv.n_classes, every_cell{}, known);
@@ -108,16 +117,17 @@ struct score_cell_parts_op {
   }
 };
 
-/// Copies the column of a node's state to the node, for the others.
+/// Copies the column of a node's twin to the node, for the others.
 struct copy_column_op {
-  node_view nv;
+  std::int32_t n_nodes;
   std::int32_t n_classes;
+  std::int32_t const* twin;  ///< score_twins
   std::int32_t* out;
   PLACER_HD void operator()(std::int32_t n) const {
-    std::int32_t const from = nv.same_as[n];
+    std::int32_t const from = twin[n];
     if (from == n) return;
     for (std::int32_t c = 0; c < n_classes; ++c) {
-      out[static_cast<std::int64_t>(c) * nv.n_nodes + n] = out[static_cast<std::int64_t>(c) * nv.n_nodes + from];
+      out[static_cast<std::int64_t>(c) * n_nodes + n] = out[static_cast<std::int64_t>(c) * n_nodes + from];
     }
   }
 };
@@ -126,8 +136,8 @@ struct copy_column_op {
 /// on a CPU backend: the fragmentation table (F before and after each
 /// class's replica, once per fragmentation state, frag_table_cells entries)
 /// into `table` a thread per row (frag_row_op), the column of each node
-/// state a thread (score_column_op), then the copies. Three calls (one
-/// fewer without a table, one fewer without same_as). A device backend
+/// that scores for its twins a thread (score_column_op), then the copies.
+/// Three calls (one fewer without a table, one fewer without twins). A device backend
 /// runs the same in one launch, a cell a thread and the table's entries on
 /// lanes (stage_program.hpp).
 template <class ExecPolicy>
@@ -142,10 +152,11 @@ void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, 
     thrust::for_each(exec, first, first + nv.n_frag, frag_row_op{op, table});
     st.calls += 1;
   }
-  thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{op, out, table});
+  std::int32_t const* twin = score_twins(op);
+  thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{op, out, table, twin});
   st.calls += 1;
-  if (nv.same_as != nullptr) {
-    thrust::for_each(exec, first, first + nv.n_nodes, copy_column_op{nv, cv.n_classes, out});
+  if (twin != nullptr) {
+    thrust::for_each(exec, first, first + nv.n_nodes, copy_column_op{nv.n_nodes, cv.n_classes, twin, out});
     st.calls += 1;
   }
 }

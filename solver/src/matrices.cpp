@@ -9,6 +9,7 @@
 #include <tuple>
 #include <utility>
 #include <omp.h>
+#include <ranges>
 
 namespace placer {
 
@@ -91,8 +92,8 @@ std::pair<Value&, bool> find_or_insert(std::vector<std::pair<Key, Value>>& entri
 /// (their hashes, copies and comparisons).
 constexpr std::size_t flatten_parallel_from = 4096;
 
-/// For the items i = 0..n) that `keep(i)` selects: rep[i] = the first
-/// selected item equal to i (eq), i itself for the first of its kind,
+/// For the items i of `items` (ascending): rep[i] = the first item equal
+/// to i (eq), i itself for the first of its kind,
 /// through a hash table (open addressing, hash[i] as the key, eq to tell
 /// equal hashes apart): O(n) where sorting the hashes was O(n log n). A
 /// hash collision costs one comparison; items neither kept nor written
@@ -103,8 +104,8 @@ constexpr std::size_t flatten_parallel_from = 4096;
 /// takes the items whose hash's high half falls in its part, in order,
 /// with a table of its own (`tables`, one a worker): the same reps, the
 /// comparisons split.
-template <class Keep, class Eq>
-void first_of_equals(std::size_t n, Keep&& keep, std::uint64_t const* hash, Eq&& eq, std::vector<std::int32_t>& rep,
+template <class Items, class Eq>
+void first_of_equals(Items const& items, std::uint64_t const* hash, Eq&& eq, std::vector<std::int32_t>& rep,
                      std::vector<std::vector<std::pair<std::uint32_t, std::int32_t>>>& tables, bool par) {
   auto const parts = static_cast<std::size_t>(par ? std::max(1, omp_get_max_threads()) : 1);
   if (tables.size() < parts) tables.resize(parts);
@@ -122,9 +123,10 @@ void first_of_equals(std::size_t n, Keep&& keep, std::uint64_t const* hash, Eq&&
       while (table[slot].second >= 0) slot = (slot + 1) & mask;
       return slot;
     };
-    for (std::size_t i = 0; i < n; ++i) {
+    for (auto const item : items) {
+      auto const i = static_cast<std::size_t>(item);
       // The part by a multiply, not a division: every worker reads every item.
-      if (!keep(i) || ((hash[i] >> 32) * team) >> 32 != me) continue;
+      if (((hash[i] >> 32) * team) >> 32 != me) continue;
       std::uint64_t const h64 = hash[i];
       auto const h = static_cast<std::uint32_t>(h64 >> 32);
       rep[i] = static_cast<std::int32_t>(i);
@@ -319,46 +321,85 @@ void build_matrices(round_input const& in, round_matrices& m) {
 #pragma omp parallel for schedule(static) if (par)
   for (std::ptrdiff_t i = 0; i < ns; ++i) hashes[static_cast<std::size_t>(i)] = state_hash(static_cast<std::size_t>(i));
   m.same_as.resize(n);
-  first_of_equals(n, [](std::size_t) { return true; }, hashes.data(), same_state, m.same_as, scratch.state_tables, par);
+  first_of_equals(std::views::iota(std::int32_t{0}, static_cast<std::int32_t>(n)), hashes.data(), same_state, m.same_as,
+                  scratch.state_tables, par);
 
   // Fragmentation states (node_view::frag_slot): F and a replica's effect
   // on it depend only on the multiset of a node's free GPU values, its
   // free CPU and its model, so states that differ in which GPUs are taken,
   // in memory or in pool share one row of the score stage's fragmentation
   // table (the 10k scenario's 788 states are 234 fragmentation states,
-  // 100k's 5,504 are 731). Keyed like the states above, among their first
-  // nodes, by a hash of their free GPU values sorted (so not of the GPUs'
-  // order); the others take their state's slot.
+  // 100k's 5,504 are 731). Score twins (node_view::score_as): states of
+  // one fragmentation state and alike in every other field the score
+  // reads, which the score stage scores once where it reads the GPUs as
+  // their free values (10k: 235 columns instead of 788, 100k: 732 instead
+  // of 5,504). Both keyed among the states' first nodes, by a hash of
+  // their free GPU values sorted (so not of the GPUs' order): score twins
+  // first, then fragmentation states among the twins' first nodes; the
+  // other nodes take their state's.
   auto gpus_of = [&](std::size_t i) {
     return std::min<std::int32_t>(m.gpu_begin[i + 1] - m.gpu_begin[i], kernels::max_gpus_per_node);
   };
+  // The states' first nodes, listed without a branch (which root is is
+  // data: a filter on it mispredicts about every other node).
+  auto const first_of = [](std::vector<std::int32_t>& list, auto const& from, auto&& first) {
+    list.resize(std::size(from));
+    std::size_t k = 0;
+    for (auto const i : from) {
+      list[k] = i;
+      k += first(i) ? 1 : 0;
+    }
+    list.resize(k);
+  };
+  auto& roots = scratch.roots;
+  first_of(roots, std::views::iota(std::int32_t{0}, static_cast<std::int32_t>(n)),
+           [&](std::int32_t i) { return m.same_as[static_cast<std::size_t>(i)] == i; });
+  auto const n_roots = static_cast<std::ptrdiff_t>(roots.size());
   // Each state root's free GPU values sorted once (at gpu_begin, as
   // gpu_free), not both nodes' at every comparison: 4,773 comparisons of
   // the 100k round sorted two arrays each.
   auto& sorted = scratch.sorted_free;
   sorted.resize(m.gpu_free.size());
-  auto const state_root = [&](std::size_t i) { return m.same_as[i] == static_cast<std::int32_t>(i); };
+  auto& frag_hashes = scratch.frag_hashes;
+  frag_hashes.resize(n);
 #pragma omp parallel for schedule(static) if (par)
-  for (std::ptrdiff_t ii = 0; ii < ns; ++ii) {
-    auto const i = static_cast<std::size_t>(ii);
-    if (!state_root(i)) continue;
+  for (std::ptrdiff_t r = 0; r < n_roots; ++r) {
+    auto const i = static_cast<std::size_t>(roots[static_cast<std::size_t>(r)]);
     kernels::sort_free_gpus(m.gpu_free.data() + m.gpu_begin[i], gpus_of(i), sorted.data() + m.gpu_begin[i]);
-    hashes[i] = kernels::frag_state_hash(sorted.data() + m.gpu_begin[i], gpus_of(i), m.cpu_free[i], m.model[i]);
+    std::uint64_t h = kernels::frag_state_hash(sorted.data() + m.gpu_begin[i], gpus_of(i), m.cpu_free[i], m.model[i]);
+    frag_hashes[i] = h;
+    for (std::int64_t v : {m.cpu_capacity[i], m.mem_free[i], std::int64_t{m.pool[i]}, std::int64_t{m.flags[i]},
+                           std::int64_t{m.gpu_capacity[i]}, std::int64_t{m.scarcity[i]},
+                           constrained ? std::int64_t{m.node_group[i]} : 0}) {
+      h = (h ^ static_cast<std::uint64_t>(v)) * 1099511628211ULL;
+    }
+    hashes[i] = h ^ (h >> 32);
   }
   auto same_frag = [&](std::size_t a, std::size_t b) {
     if (m.cpu_free[a] != m.cpu_free[b] || m.model[a] != m.model[b] || gpus_of(a) != gpus_of(b)) return false;
     return std::equal(sorted.begin() + m.gpu_begin[a], sorted.begin() + m.gpu_begin[a] + gpus_of(a),
                       sorted.begin() + m.gpu_begin[b]);
   };
-  auto& frag_rep = scratch.frag_rep;  // per state root: the first root of its fragmentation state
+  auto same_score = [&](std::size_t a, std::size_t b) {
+    return m.cpu_capacity[a] == m.cpu_capacity[b] && m.mem_free[a] == m.mem_free[b] && m.pool[a] == m.pool[b] &&
+           m.flags[a] == m.flags[b] && m.gpu_capacity[a] == m.gpu_capacity[b] && m.scarcity[a] == m.scarcity[b] &&
+           (!constrained || m.node_group[a] == m.node_group[b]) && same_frag(a, b);
+  };
+  m.score_as.resize(n);  // per state root here: the first root of its twins
+  first_of_equals(roots, hashes.data(), same_score, m.score_as, scratch.score_tables, par);
+  auto& score_roots = scratch.score_roots;
+  first_of(score_roots, roots, [&](std::int32_t i) { return m.score_as[static_cast<std::size_t>(i)] == i; });
+  auto& frag_rep = scratch.frag_rep;  // per score root: the first score root of its fragmentation state
   frag_rep.resize(n);
-  first_of_equals(n, state_root, hashes.data(), same_frag, frag_rep, scratch.frag_tables, par);
+  first_of_equals(score_roots, frag_hashes.data(), same_frag, frag_rep, scratch.frag_tables,
+                  par && score_roots.size() >= flatten_parallel_from);
   m.frag_slot.resize(n);
   m.frag_node.clear();
   for (std::size_t i = 0; i < n; ++i) {
-    auto const root = static_cast<std::size_t>(m.same_as[i]);         // <= i
-    auto const frag_root = static_cast<std::size_t>(frag_rep[root]);  // <= root: its slot is set
-    if (i == frag_root) {
+    auto const root = static_cast<std::size_t>(m.same_as[i]);  // <= i
+    m.score_as[i] = m.score_as[root];                          // <= root: a score root
+    auto const frag_root = static_cast<std::size_t>(frag_rep[static_cast<std::size_t>(m.score_as[i])]);
+    if (i == frag_root) {  // the first node of its fragmentation state: every earlier one's slot is set
       m.frag_slot[i] = static_cast<std::int32_t>(m.frag_node.size());
       m.frag_node.push_back(static_cast<std::int32_t>(i));
     } else {

@@ -622,18 +622,20 @@ TEST(Flatten, ClassesAndTaskShapesFollowTheirDefinitionsPastTheTablesFirstSize) 
   }
 }
 
-// Flatten's node states and fragmentation states on clusters of 5,000
-// nodes and more, where it hashes, copies and compares on the OpenMP team
-// (each worker the states whose hash falls in its part): a node's state
-// (same_as) is the first node identical to it, a fragmentation state
-// (frag_slot) holds the nodes with the same free GPU values in any order,
-// free CPU and model, numbered by its first node, as maps of their fields
-// find them; and every array is the same on one, two and three workers.
-// The clusters' nodes copy others' states, some with their GPUs permuted.
+// Flatten's node states, score twins and fragmentation states on clusters
+// of 5,000 nodes and more, where it hashes, copies and compares on the
+// OpenMP team (each worker the states whose hash falls in its part): a
+// node's state (same_as) is the first node identical to it, its score twin
+// (score_as) the first node alike in all but its GPUs' order and islands,
+// a fragmentation state (frag_slot) holds the nodes with the same free GPU
+// values in any order, free CPU and model, numbered by its first node, as
+// maps of their fields find them; and every array is the same on one, two
+// and three workers. The clusters' nodes copy others' states, some with
+// their GPUs permuted.
 TEST(Flatten, NodeStatesOnTheTeamAreEachNodesFirstEqual) {
   std::mt19937_64 rng(5000);
   int const threads = omp_get_max_threads();
-  int twins = 0, permuted = 0;
+  int twins = 0, permuted = 0, score_twins = 0;
   for (int iter = 0; iter < 4; ++iter) {
     auto opt = traces::scenario_preset(iter % 2 == 0 ? "10k" : "10k-k8s");
     opt.nodes = 4800 + 400 * iter;
@@ -662,6 +664,7 @@ TEST(Flatten, NodeStatesOnTheTeamAreEachNodesFirstEqual) {
     for (std::size_t w = 1; w < built.size(); ++w) {
       auto const& o = built[w];
       EXPECT_EQ(o.same_as, m.same_as) << "iteration " << iter << ", " << w + 1 << " workers";
+      EXPECT_EQ(o.score_as, m.score_as) << "iteration " << iter;
       EXPECT_EQ(o.frag_slot, m.frag_slot) << "iteration " << iter;
       EXPECT_EQ(o.frag_node, m.frag_node) << "iteration " << iter;
       EXPECT_EQ(o.gpu_begin, m.gpu_begin) << "iteration " << iter;
@@ -677,7 +680,7 @@ TEST(Flatten, NodeStatesOnTheTeamAreEachNodesFirstEqual) {
       EXPECT_EQ(o.scarcity, m.scarcity) << "iteration " << iter;
     }
     // The definitions, by maps of each node's fields.
-    std::map<std::vector<std::int64_t>, std::int32_t> state_first, frag_first;
+    std::map<std::vector<std::int64_t>, std::int32_t> state_first, score_first, frag_first;
     std::int32_t slots = 0;
     for (std::int32_t i = 0; i < m.n_nodes(); ++i) {
       auto const at = static_cast<std::size_t>(i);
@@ -695,6 +698,11 @@ TEST(Flatten, NodeStatesOnTheTeamAreEachNodesFirstEqual) {
       auto const [s, new_state] = state_first.emplace(state, i);
       ASSERT_EQ(m.same_as[at], s->second) << "iteration " << iter << " node " << i;
       twins += new_state ? 0 : 1;
+      std::vector<std::int64_t> score(state.begin(), state.begin() + 9);  // the state's fields but its GPUs
+      score.insert(score.end(), free.begin(), free.end());
+      auto const [t, new_score] = score_first.emplace(score, i);
+      ASSERT_EQ(m.score_as[at], t->second) << "iteration " << iter << " node " << i;
+      score_twins += new_score == new_state ? 0 : 1;
       auto const [f, new_frag] = frag_first.emplace(frag, slots);
       if (new_frag) {
         ASSERT_EQ(m.frag_node[static_cast<std::size_t>(slots)], i) << "iteration " << iter << " node " << i;
@@ -704,8 +712,9 @@ TEST(Flatten, NodeStatesOnTheTeamAreEachNodesFirstEqual) {
     }
     EXPECT_EQ(static_cast<std::int32_t>(m.frag_node.size()), slots);
   }
-  EXPECT_GT(twins, 4000);     // nodes that share a state
-  EXPECT_GT(permuted, 2000);  // and fragmentation states past their GPUs' order
+  EXPECT_GT(twins, 4000);        // nodes that share a state
+  EXPECT_GT(permuted, 2000);     // and fragmentation states past their GPUs' order
+  EXPECT_GT(score_twins, 2000);  // score twins of other states
 }
 
 // One call gives every class of a set its capacity per domain: the sum of
@@ -772,24 +781,36 @@ void expect_same_stats(kernels::cluster_stats const& got, kernels::cluster_stats
 
 // Nodes that hold the same free GPU values in another order, with the same
 // free CPU and model but other memory or pools, are one fragmentation
-// state: the score stage computes F once for them (a table row) and every
-// cell still equals the cell scored on its own, on the default and the
-// forced-parallel CPU backends, and on the device twin (the table's
-// entries split over 32 lanes each at these sizes, a cell a thread). The
-// statistics before a round (stats_begin, F a state on the CPU backends)
-// are each node's summed.
+// state: the score stage computes F once for them (a table row); those
+// alike in everything else too are score twins (one column scored, copied
+// to the others, node_view::score_as). Every cell still equals the cell
+// scored on its own, on the default and the forced-parallel CPU backends,
+// and on the device twin (the table's entries split over 32 lanes each at
+// these sizes, a cell a thread). The statistics before a round
+// (stats_begin, F a state on the CPU backends) are each node's summed.
 TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
   auto const backends = cpu_backends_and_twin();
   std::mt19937_64 rng(2026);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  int shared = 0, cells = 0;
+  int shared = 0, twinned = 0, cells = 0;
   for (int iter = 0; iter < 150; ++iter) {
     round_input in = testing_support::random_round(rng);
     auto& nodes = in.state.nodes;
+    for (auto& nd : nodes) {  // two NVLink islands on some
+      if (nd.gpu_count() < 2 || pick(0, 1) == 0) continue;
+      for (std::int32_t g = 0; g < nd.gpu_count(); ++g) nd.gpu_nvlink.push_back(g < nd.gpu_count() / 2 ? 0 : 1);
+    }
     for (std::size_t i = 1; i < nodes.size(); ++i) {
       if (pick(0, 1) == 0) continue;
       auto const& from = nodes[static_cast<std::size_t>(pick(0, static_cast<int>(i) - 1))];
       auto& to = nodes[i];
+      if (pick(0, 1) == 0) {  // alike in all but the GPUs' order and islands
+        std::string name = std::move(to.name);
+        auto const domain = to.domain;
+        to = from;
+        to.name = std::move(name);
+        to.domain = domain;
+      }
       to.gpu_model = from.gpu_model;
       to.cpu_milli_free = from.cpu_milli_free;
       std::vector<std::size_t> perm(from.gpu_free_milli.size());
@@ -800,12 +821,14 @@ TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
       if (!from.gpu_healthy.empty()) {
         for (std::size_t g = 0; g < perm.size(); ++g) to.gpu_healthy.push_back(from.gpu_healthy[perm[g]]);
       }
+      if (!to.gpu_nvlink.empty()) std::shuffle(to.gpu_nvlink.begin(), to.gpu_nvlink.end(), rng);
     }
     in.pol.w.fragmentation = iter % 5 == 4 ? 0 : 200;
     round_matrices const m = build_matrices(in);
     if (m.n_classes() == 0) continue;
     auto const states = std::count_if(m.same_as.begin(), m.same_as.end(), [i = 0](std::int32_t s) mutable { return s == i++; });
     shared += static_cast<int>(m.frag_node.size()) < states ? 1 : 0;
+    twinned += std::count_if(m.score_as.begin(), m.score_as.end(), [i = 0](std::int32_t s) mutable { return s == i++; }) < states ? 1 : 0;
     kernels::score_params p;
     p.w_fragmentation = in.pol.w.fragmentation;
     kernels::score_cell_op const op{m.nodes(), m.classes(), m.tasks(), p};
@@ -824,7 +847,8 @@ TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
       }
     }
   }
-  EXPECT_GT(shared, 60);  // rounds where some states did share a fragmentation row
+  EXPECT_GT(shared, 60);   // rounds where some states did share a fragmentation row
+  EXPECT_GT(twinned, 60);  // and a scored column
   EXPECT_GT(cells, 10000);
 }
 

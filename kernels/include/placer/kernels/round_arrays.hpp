@@ -21,6 +21,7 @@ struct round_arrays {
   std::vector<std::uint8_t> gpu_island;
   std::vector<std::int32_t> scarcity;  ///< per node, 0..1000
   std::vector<std::int32_t> same_as;   ///< per node: the lowest-indexed node in the identical state; empty = none
+  std::vector<std::int32_t> score_as;  ///< per node: node_view::score_as; empty = none
   std::vector<std::int32_t> frag_node, frag_slot;  ///< node_view's fragmentation states; empty = none
   // Constraints (solver/constraints.hpp); all empty when the round has none.
   std::vector<std::int32_t> node_group;        ///< per node: its label-and-taint group
@@ -59,6 +60,7 @@ struct round_arrays {
     v.gpu_island = gpu_island.data();
     v.scarcity = scarcity.data();
     v.same_as = same_as.empty() ? nullptr : same_as.data();
+    v.score_as = score_as.empty() ? nullptr : score_as.data();
     if (!frag_slot.empty()) {
       v.n_frag = static_cast<std::int32_t>(frag_node.size());
       v.frag_node = frag_node.data();

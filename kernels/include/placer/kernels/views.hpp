@@ -35,6 +35,14 @@ struct node_view {
   /// the first of its state), so a stage may compute one column per state.
   /// Null: every node its own. Read only by the score stage.
   std::int32_t const* same_as = nullptr;
+  /// Per node: a node whose cells score alike where the score's
+  /// fragmentation term is column_frag's (score_cell_op::
+  /// column_fragmentation: it reads a node's GPUs as the multiset of their
+  /// free values): the same fragmentation state (frag_slot) and every other
+  /// field the score reads, GPUs in any order and islands aside
+  /// (score_as[n] <= same_as[n]; n itself for the first). Null: same_as.
+  /// Read only by the score stage of a CPU backend.
+  std::int32_t const* score_as = nullptr;
   /// Nodes whose GPUs hold the same free values (in any order), with the
   /// same free CPU and GPU model, fragment alike: FGD's F and a replica's
   /// effect on it depend on nothing else. n_frag such states; frag_node[s]

@@ -44,11 +44,14 @@ struct flatten_scratch {
   std::vector<std::pair<task_key, std::int64_t>> counts;    ///< shape -> replicas, in order of first appearance
   std::vector<std::int32_t> count_slots;                    ///< counts' hash table
   std::vector<std::pair<std::int64_t, task_key>> ranked;    ///< (count, shape), most frequent first
-  std::vector<std::uint64_t> hashes;  ///< per node: its state's hash, then (state roots) its fragmentation state's
+  std::vector<std::uint64_t> hashes;  ///< per node: its state's hash, then (state roots) its score twins'
+  std::vector<std::uint64_t> frag_hashes;  ///< per state root: its fragmentation state's hash
   /// (hash's high half, node), a table a worker of the team
-  /// (first_of_equals): node states, and fragmentation states
-  std::vector<std::vector<std::pair<std::uint32_t, std::int32_t>>> state_tables, frag_tables;
-  std::vector<std::int32_t> frag_rep;  ///< per node state: the first state of its fragmentation state
+  /// (first_of_equals): node states, score twins and fragmentation states
+  std::vector<std::vector<std::pair<std::uint32_t, std::int32_t>>> state_tables, score_tables, frag_tables;
+  std::vector<std::int32_t> frag_rep;  ///< per score twins' first node: the first of its fragmentation state
+  std::vector<std::int32_t> roots, score_roots;  ///< the node states' first nodes, and the score twins'
+
   std::vector<std::int32_t> sorted_free;  ///< as gpu_free, each state root's values sorted
 };
 
