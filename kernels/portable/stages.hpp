@@ -117,18 +117,24 @@ struct score_cell_parts_op {
   }
 };
 
-/// Copies the column of a node's twin to the node, for the others.
-struct copy_column_op {
+/// Nodes a copy_cells_op item copies in one row.
+inline constexpr std::int32_t copy_cells_run = 2048;
+
+/// Copies the cells of a node's twin to the node, for the others: item i
+/// a run of copy_cells_run nodes of one row (the rows' cells in order,
+/// where a column a node wrote one cache line a row), the runs of one
+/// stretch of nodes together (a worker's items a stretch of every row, as
+/// the columns of its nodes were).
+struct copy_cells_op {
   std::int32_t n_nodes;
   std::int32_t n_classes;
   std::int32_t const* twin;  ///< score_twins
   std::int32_t* out;
-  PLACER_HD void operator()(std::int32_t n) const {
-    std::int32_t const from = twin[n];
-    if (from == n) return;
-    for (std::int32_t c = 0; c < n_classes; ++c) {
-      out[static_cast<std::int64_t>(c) * n_nodes + n] = out[static_cast<std::int64_t>(c) * n_nodes + from];
-    }
+  PLACER_HD void operator()(std::int32_t i) const {
+    std::int32_t* row = out + static_cast<std::int64_t>(i % n_classes) * n_nodes;
+    std::int32_t const begin = (i / n_classes) * copy_cells_run;
+    std::int32_t const end = min_of(n_nodes, begin + copy_cells_run);
+    for (std::int32_t n = begin; n < end; ++n) row[n] = row[twin[n]];
   }
 };
 
@@ -156,7 +162,8 @@ void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, 
   thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{op, out, table, twin});
   st.calls += 1;
   if (twin != nullptr) {
-    thrust::for_each(exec, first, first + nv.n_nodes, copy_column_op{nv.n_nodes, cv.n_classes, twin, out});
+    std::int32_t const runs = (nv.n_nodes + copy_cells_run - 1) / copy_cells_run;
+    thrust::for_each(exec, first, first + cv.n_classes * runs, copy_cells_op{nv.n_nodes, cv.n_classes, twin, out});
     st.calls += 1;
   }
 }
