@@ -159,24 +159,37 @@ assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::in
   node_domain_paths(c, s_.paths);
   // (node, domain) entries grouped by domain, in node order within one (a
   // counting sort), and each domain's entries as a CSR over them: the keys
-  // of domain_capacity.
+  // of domain_capacity. A level at a time, by runs of nodes in one domain
+  // (a domain's nodes are mostly consecutive): a count or cursor in memory
+  // bumped a node at a time waited on its own store, the root's at every
+  // node (100k: 0.13 ms of each assignment).
   auto const n_domains = c.topo.domains.size();
+  auto const levels = static_cast<std::size_t>(levels_);
+  auto const n_nodes = c.nodes.size();
+  auto each_run = [&](auto&& run) {  // run(domain, first node, end node) over every level's runs
+    for (std::size_t l = 0; l < levels; ++l) {
+      for (std::size_t n = 0; n < n_nodes;) {
+        auto const d = s_.paths[n * levels + l];
+        std::size_t e = n + 1;
+        while (e < n_nodes && s_.paths[e * levels + l] == d) ++e;
+        if (d >= 0) run(static_cast<std::size_t>(d), n, e);
+        n = e;
+      }
+    }
+  };
   s_.domain_begin.assign(n_domains + 1, 0);
-  for (auto d : s_.paths) {
-    if (d >= 0) ++s_.domain_begin[static_cast<std::size_t>(d) + 1];
-  }
+  each_run([&](std::size_t d, std::size_t n, std::size_t e) { s_.domain_begin[d + 1] += static_cast<std::int32_t>(e - n); });
   for (std::size_t d = 0; d < n_domains; ++d) s_.domain_begin[d + 1] += s_.domain_begin[d];
   s_.domain_level.resize(n_domains);
   for (std::size_t d = 0; d < n_domains; ++d) s_.domain_level[d] = c.topo.domains[d].level;
   s_.entry_node.resize(static_cast<std::size_t>(s_.domain_begin[n_domains]));
   auto& cursor = s_.domain_cursor;
   cursor.assign(s_.domain_begin.begin(), s_.domain_begin.end() - 1);
-  for (std::size_t k = 0; k < s_.paths.size(); ++k) {
-    if (auto const d = s_.paths[k]; d >= 0) {
-      s_.entry_node[static_cast<std::size_t>(cursor[static_cast<std::size_t>(d)]++)] =
-          static_cast<std::int32_t>(k / static_cast<std::size_t>(levels_));
-    }
-  }
+  each_run([&](std::size_t d, std::size_t n, std::size_t e) {
+    auto at = static_cast<std::size_t>(cursor[d]);
+    for (; n < e; ++n) s_.entry_node[at++] = static_cast<std::int32_t>(n);
+    cursor[d] = static_cast<std::int32_t>(at);
+  });
   s_.class_feasible.assign(static_cast<std::size_t>(m_.n_classes()), -1);
   s_.class_full.assign(static_cast<std::size_t>(m_.n_classes()), 0);
   s_.stamp.assign(static_cast<std::size_t>(m_.n_nodes()), -1);  // the scored matrix is current

@@ -77,14 +77,26 @@ std::vector<std::int32_t> node_domain_paths(cluster const& c) {
 
 void node_domain_paths(cluster const& c, std::vector<std::int32_t>& paths) {
   auto const levels = static_cast<std::size_t>(std::max<std::int32_t>(c.topo.levels(), 1));
-  paths.assign(c.nodes.size() * levels, -1);
-  for (std::size_t i = 0; i < c.nodes.size(); ++i) {
-    // Walk up from the node's lowest domain; validate() guarantees levels
-    // strictly decrease, so this terminates in at most `levels` steps.
-    for (std::int32_t d = c.nodes[i].domain; d >= 0; d = c.topo.domains[d].parent) {
-      paths[i * levels + static_cast<std::size_t>(c.topo.domains[d].level)] = d;
+  auto const nodes = c.nodes.size();
+  // Each domain's path first, past the nodes' (a walk up from it;
+  // validate() guarantees levels strictly decrease, so at most `levels`
+  // steps), then each node's copied from its lowest domain's: a walk a
+  // node was three dependent loads of the domains' records a node (100k:
+  // 0.25 ms of every assignment).
+  auto const domains = c.topo.domains.size();
+  paths.assign((nodes + domains) * levels, -1);
+  auto* const domain_path = paths.data() + nodes * levels;
+  for (std::size_t k = 0; k < domains; ++k) {
+    for (auto d = static_cast<std::int32_t>(k); d >= 0; d = c.topo.domains[d].parent) {
+      domain_path[k * levels + static_cast<std::size_t>(c.topo.domains[d].level)] = d;
     }
   }
+  for (std::size_t i = 0; i < nodes; ++i) {
+    auto const d = c.nodes[i].domain;
+    if (d < 0) continue;
+    std::copy_n(domain_path + static_cast<std::size_t>(d) * levels, levels, paths.data() + i * levels);
+  }
+  paths.resize(nodes * levels);  // its capacity kept for the next round
 }
 
 cluster cluster_builder::build() const {
