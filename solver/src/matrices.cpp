@@ -93,11 +93,10 @@ std::pair<Value&, bool> find_or_insert(std::vector<std::pair<Key, Value>>& entri
 constexpr std::size_t flatten_parallel_from = 4096;
 
 /// For the items i of `items` (ascending): rep[i] = the first item equal
-/// to i (eq), i itself for the first of its kind,
-/// through a hash table (open addressing, hash[i] as the key, eq to tell
-/// equal hashes apart): O(n) where sorting the hashes was O(n log n). A
-/// hash collision costs one comparison; items neither kept nor written
-/// keep their rep. The table is at most half full, grown by rehashing the
+/// to i (eq), i itself for the first of its kind, through a hash table
+/// (open addressing, hash[i] as the key, eq to tell equal hashes apart):
+/// O(n) where sorting the hashes was O(n log n). A hash collision costs
+/// one comparison; the entries of rep that are not items keep their value. The table is at most half full, grown by rehashing the
 /// firsts it holds and kept for the next round, so its size follows the
 /// kinds, not the items (emptying 256 KB for the 100k round's 12,800 nodes
 /// took 35 us). Equal items hash alike, so on a team (`par`) each worker
@@ -340,8 +339,8 @@ void build_matrices(round_input const& in, round_matrices& m) {
   auto gpus_of = [&](std::size_t i) {
     return std::min<std::int32_t>(m.gpu_begin[i + 1] - m.gpu_begin[i], kernels::max_gpus_per_node);
   };
-  // The states' first nodes, listed without a branch (which root is is
-  // data: a filter on it mispredicts about every other node).
+  // The states' first nodes, listed without a branch (which node is a
+  // first is data: a filter on it mispredicted about every other node).
   auto const first_of = [](std::vector<std::int32_t>& list, auto const& from, auto&& first) {
     list.resize(std::size(from));
     std::size_t k = 0;

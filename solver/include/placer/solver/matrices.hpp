@@ -51,7 +51,6 @@ struct flatten_scratch {
   std::vector<std::vector<std::pair<std::uint32_t, std::int32_t>>> state_tables, score_tables, frag_tables;
   std::vector<std::int32_t> frag_rep;  ///< per score twins' first node: the first of its fragmentation state
   std::vector<std::int32_t> roots, score_roots;  ///< the node states' first nodes, and the score twins'
-
   std::vector<std::int32_t> sorted_free;  ///< as gpu_free, each state root's values sorted
 };
 
