@@ -9,7 +9,6 @@
 #include <tuple>
 #include <utility>
 #include <omp.h>
-#include <ranges>
 
 namespace placer {
 
@@ -92,6 +91,13 @@ std::pair<Value&, bool> find_or_insert(std::vector<std::pair<Key, Value>>& entri
 /// (their hashes, copies and comparisons).
 constexpr std::size_t flatten_parallel_from = 4096;
 
+/// The items 0..n), as first_of_equals and first_of take a list.
+struct all_items {
+  std::size_t n;
+  [[nodiscard]] std::size_t size() const { return n; }
+  std::int32_t operator[](std::size_t k) const { return static_cast<std::int32_t>(k); }
+};
+
 /// For the items i of `items` (ascending): rep[i] = the first item equal
 /// to i (eq), i itself for the first of its kind, through a hash table
 /// (open addressing, hash[i] as the key, eq to tell equal hashes apart):
@@ -122,8 +128,8 @@ void first_of_equals(Items const& items, std::uint64_t const* hash, Eq&& eq, std
       while (table[slot].second >= 0) slot = (slot + 1) & mask;
       return slot;
     };
-    for (auto const item : items) {
-      auto const i = static_cast<std::size_t>(item);
+    for (std::size_t k = 0; k < items.size(); ++k) {
+      auto const i = static_cast<std::size_t>(items[k]);
       // The part by a multiply, not a division: every worker reads every item.
       if (((hash[i] >> 32) * team) >> 32 != me) continue;
       std::uint64_t const h64 = hash[i];
@@ -320,8 +326,7 @@ void build_matrices(round_input const& in, round_matrices& m) {
 #pragma omp parallel for schedule(static) if (par)
   for (std::ptrdiff_t i = 0; i < ns; ++i) hashes[static_cast<std::size_t>(i)] = state_hash(static_cast<std::size_t>(i));
   m.same_as.resize(n);
-  first_of_equals(std::views::iota(std::int32_t{0}, static_cast<std::int32_t>(n)), hashes.data(), same_state, m.same_as,
-                  scratch.state_tables, par);
+  first_of_equals(all_items{n}, hashes.data(), same_state, m.same_as, scratch.state_tables, par);
 
   // Fragmentation states (node_view::frag_slot): F and a replica's effect
   // on it depend only on the multiset of a node's free GPU values, its
@@ -342,17 +347,16 @@ void build_matrices(round_input const& in, round_matrices& m) {
   // The states' first nodes, listed without a branch (which node is a
   // first is data: a filter on it mispredicted about every other node).
   auto const first_of = [](std::vector<std::int32_t>& list, auto const& from, auto&& first) {
-    list.resize(std::size(from));
+    list.resize(from.size());
     std::size_t k = 0;
-    for (auto const i : from) {
-      list[k] = i;
-      k += first(i) ? 1 : 0;
+    for (std::size_t j = 0; j < from.size(); ++j) {
+      list[k] = from[j];
+      k += first(from[j]) ? 1 : 0;
     }
     list.resize(k);
   };
   auto& roots = scratch.roots;
-  first_of(roots, std::views::iota(std::int32_t{0}, static_cast<std::int32_t>(n)),
-           [&](std::int32_t i) { return m.same_as[static_cast<std::size_t>(i)] == i; });
+  first_of(roots, all_items{n}, [&](std::int32_t i) { return m.same_as[static_cast<std::size_t>(i)] == i; });
   auto const n_roots = static_cast<std::ptrdiff_t>(roots.size());
   // Each state root's free GPU values sorted once (at gpu_begin, as
   // gpu_free), not both nodes' at every comparison: 4,773 comparisons of
