@@ -121,18 +121,17 @@ struct score_cell_parts_op {
 inline constexpr std::int32_t copy_cells_run = 2048;
 
 /// Copies the cells of a node's twin to the node, for the others: item i
-/// a run of copy_cells_run nodes of one row (the rows' cells in order,
-/// where a column a node wrote one cache line a row), the runs of one
-/// stretch of nodes together (a worker's items a stretch of every row, as
-/// the columns of its nodes were).
+/// a run of copy_cells_run nodes of one row, a row's runs in turn (the
+/// rows' cells in order, where a node's column wrote a cache line of
+/// every row).
 struct copy_cells_op {
   std::int32_t n_nodes;
-  std::int32_t n_classes;
+  std::int32_t runs;         ///< per row
   std::int32_t const* twin;  ///< score_twins
   std::int32_t* out;
   PLACER_HD void operator()(std::int32_t i) const {
-    std::int32_t* row = out + static_cast<std::int64_t>(i % n_classes) * n_nodes;
-    std::int32_t const begin = (i / n_classes) * copy_cells_run;
+    std::int32_t* row = out + static_cast<std::int64_t>(i / runs) * n_nodes;
+    std::int32_t const begin = (i % runs) * copy_cells_run;
     std::int32_t const end = min_of(n_nodes, begin + copy_cells_run);
     for (std::int32_t n = begin; n < end; ++n) row[n] = row[twin[n]];
   }
@@ -163,7 +162,7 @@ void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, 
   st.calls += 1;
   if (twin != nullptr) {
     std::int32_t const runs = (nv.n_nodes + copy_cells_run - 1) / copy_cells_run;
-    thrust::for_each(exec, first, first + cv.n_classes * runs, copy_cells_op{nv.n_nodes, cv.n_classes, twin, out});
+    thrust::for_each(exec, first, first + cv.n_classes * runs, copy_cells_op{nv.n_nodes, runs, twin, out});
     st.calls += 1;
   }
 }
