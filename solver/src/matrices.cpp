@@ -102,10 +102,11 @@ struct all_items {
 /// to i (eq), i itself for the first of its kind, through a hash table
 /// (open addressing, hash[i] as the key, eq to tell equal hashes apart):
 /// O(n) where sorting the hashes was O(n log n). A hash collision costs
-/// one comparison; the entries of rep that are not items keep their value. The table is at most half full, grown by rehashing the
-/// firsts it holds and kept for the next round, so its size follows the
-/// kinds, not the items (emptying 256 KB for the 100k round's 12,800 nodes
-/// took 35 us). Equal items hash alike, so on a team (`par`) each worker
+/// one comparison; the entries of rep that are not items keep their
+/// value. The table is at most half full, grown by rehashing the firsts
+/// it holds and kept for the next round, so its size follows the kinds,
+/// not the items (emptying 256 KB for the 100k round's 12,800 nodes took
+/// 35 us). Equal items hash alike, so on a team (`par`) each worker
 /// takes the items whose hash's high half falls in its part, in order,
 /// with a table of its own (`tables`, one a worker): the same reps, the
 /// comparisons split.
