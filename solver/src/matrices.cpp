@@ -49,6 +49,9 @@ std::int32_t model_id(std::vector<std::string>& models, std::size_t& used, std::
   return static_cast<std::int32_t>(used++);
 }
 
+/// One step of FNV-1a over a whole value (the node hashes' fields).
+inline std::uint64_t fnv_step(std::uint64_t h, std::uint64_t v) { return (h ^ v) * 1099511628211ULL; }
+
 /// A hash of a tuple of integers, field by field.
 template <class Tuple>
 std::uint64_t tuple_hash(Tuple const& t) {
@@ -311,7 +314,7 @@ void build_matrices(round_input const& in, round_matrices& m) {
   };
   auto state_hash = [&](std::size_t i) {
     std::uint64_t h = 1469598103934665603ULL;  // FNV-1a over the fields' values
-    auto mix = [&](std::uint64_t v) { h = (h ^ v) * 1099511628211ULL; };
+    auto mix = [&](std::uint64_t v) { h = fnv_step(h, v); };
     for (std::int64_t v : {m.cpu_free[i], m.cpu_capacity[i], m.mem_free[i], std::int64_t{m.model[i]},
                            std::int64_t{m.pool[i]}, std::int64_t{m.flags[i]}, std::int64_t{m.gpu_capacity[i]},
                            std::int64_t{m.scarcity[i]}, constrained ? std::int64_t{m.node_group[i]} : 0}) {
@@ -375,7 +378,7 @@ void build_matrices(round_input const& in, round_matrices& m) {
     for (std::int64_t v : {m.cpu_capacity[i], m.mem_free[i], std::int64_t{m.pool[i]}, std::int64_t{m.flags[i]},
                            std::int64_t{m.gpu_capacity[i]}, std::int64_t{m.scarcity[i]},
                            constrained ? std::int64_t{m.node_group[i]} : 0}) {
-      h = (h ^ static_cast<std::uint64_t>(v)) * 1099511628211ULL;
+      h = fnv_step(h, static_cast<std::uint64_t>(v));
     }
     hashes[i] = h ^ (h >> 32);
   }
@@ -385,9 +388,7 @@ void build_matrices(round_input const& in, round_matrices& m) {
                       sorted.begin() + m.gpu_begin[b]);
   };
   auto same_score = [&](std::size_t a, std::size_t b) {
-    return m.cpu_capacity[a] == m.cpu_capacity[b] && m.mem_free[a] == m.mem_free[b] && m.pool[a] == m.pool[b] &&
-           m.flags[a] == m.flags[b] && m.gpu_capacity[a] == m.gpu_capacity[b] && m.scarcity[a] == m.scarcity[b] &&
-           (!constrained || m.node_group[a] == m.node_group[b]) && same_frag(a, b);
+    return kernels::node_fields_equal(nv, static_cast<std::int32_t>(a), static_cast<std::int32_t>(b)) && same_frag(a, b);
   };
   m.score_as.resize(n);  // per state root here: the first root of its twins
   first_of_equals(roots, hashes.data(), same_score, m.score_as, scratch.score_tables, par);

@@ -113,16 +113,20 @@ PLACER_HD inline void give_replica(node_view const& nv, class_view const& cv, st
   mem_free[n] += cv.mem[c];
 }
 
+/// Whether nodes a and b are equal in every field of the node view that a
+/// score reads but their GPUs' free values and islands.
+PLACER_HD inline bool node_fields_equal(node_view const& nv, std::int32_t a, std::int32_t b) {
+  return nv.cpu_free[a] == nv.cpu_free[b] && nv.cpu_capacity[a] == nv.cpu_capacity[b] &&
+         nv.mem_free[a] == nv.mem_free[b] && nv.model[a] == nv.model[b] && nv.pool[a] == nv.pool[b] &&
+         nv.flags[a] == nv.flags[b] && nv.gpu_capacity[a] == nv.gpu_capacity[b] &&
+         (nv.scarcity == nullptr || nv.scarcity[a] == nv.scarcity[b]) &&
+         (nv.group == nullptr || nv.group[a] == nv.group[b]);
+}
+
 /// Whether nodes a and b are in one state: every field of the node view
 /// that a score reads is equal, so their columns are equal.
 PLACER_HD inline bool node_state_equal(node_view const& nv, std::int32_t a, std::int32_t b) {
-  if (nv.cpu_free[a] != nv.cpu_free[b] || nv.cpu_capacity[a] != nv.cpu_capacity[b] ||
-      nv.mem_free[a] != nv.mem_free[b] || nv.model[a] != nv.model[b] || nv.pool[a] != nv.pool[b] ||
-      nv.flags[a] != nv.flags[b] || nv.gpu_capacity[a] != nv.gpu_capacity[b] ||
-      (nv.scarcity != nullptr && nv.scarcity[a] != nv.scarcity[b]) ||
-      (nv.group != nullptr && nv.group[a] != nv.group[b])) {
-    return false;
-  }
+  if (!node_fields_equal(nv, a, b)) return false;
   std::int32_t const ga = nv.gpu_begin[a], gb = nv.gpu_begin[b];
   std::int32_t const g = nv.gpu_begin[a + 1] - ga;
   if (nv.gpu_begin[b + 1] - gb != g) return false;
