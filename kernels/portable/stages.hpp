@@ -65,22 +65,14 @@ inline std::int32_t frag_lanes(std::size_t entries, std::size_t width = std::siz
   return lanes;
 }
 
-/// The nodes whose columns the score stage copies (twin[n] != n: node n's
-/// column is twin[n]'s): node_view::score_as where the score reads a
-/// node's GPUs as the multiset of their free values (column_fragmentation),
-/// else same_as. Null: every node scored.
-PLACER_HD inline std::int32_t const* score_twins(score_cell_op const& op) {
-  return op.column_fragmentation() && op.nv.score_as != nullptr ? op.nv.score_as : op.nv.same_as;
-}
-
-/// Scores the column of each node that is its own twin (score_twins;
+/// Scores the column of each node that is its own twin (score_cell_op::twins;
 /// every node when null), reading F from the fragmentation table when
 /// there is one.
 struct score_column_op {
   score_cell_op op;
   std::int32_t* out;
   std::int64_t const* table;  ///< null: none
-  std::int32_t const* twin;   ///< score_twins
+  std::int32_t const* twin;   ///< score_cell_op::twins
   PLACER_HD void operator()(std::int32_t n) const {
     if (twin != nullptr && twin[n] != n) return;
     std::int64_t const* known =
@@ -127,7 +119,7 @@ inline constexpr std::int32_t copy_cells_run = 2048;
 struct copy_cells_op {
   std::int32_t n_nodes;
   std::int32_t runs;         ///< per row
-  std::int32_t const* twin;  ///< score_twins
+  std::int32_t const* twin;  ///< score_cell_op::twins
   std::int32_t* out;
   PLACER_HD void operator()(std::int32_t i) const {
     std::int32_t* row = out + static_cast<std::int64_t>(i / runs) * n_nodes;
@@ -157,7 +149,7 @@ void score_matrix(ExecPolicy&& exec, node_view const& nv, class_view const& cv, 
     thrust::for_each(exec, first, first + nv.n_frag, frag_row_op{op, table});
     st.calls += 1;
   }
-  std::int32_t const* twin = score_twins(op);
+  std::int32_t const* twin = op.twins();
   thrust::for_each(exec, first, first + nv.n_nodes, score_column_op{op, out, table, twin});
   st.calls += 1;
   if (twin != nullptr) {

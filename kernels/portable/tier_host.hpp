@@ -71,7 +71,39 @@ struct tier_host_arena {
   /// The one-worker programs' seq_team::apart_from (the CPU backend's,
   /// where its OpenMP team spins; 0: the floors on the calling thread).
   std::int64_t apart_from = 0;
+  /// The one-worker programs' twin entries (tier/twins.hpp) and their memory.
+  tier_twin_rows twins;
+  std::vector<std::int32_t> twin_ints;
+  std::vector<std::int64_t> twin_items;
 };
+
+/// Lays out the twin entries of a chain on n_nodes nodes whose tiers have
+/// `twins` (tier_problem::twins) and `stamp`, rows at most `rows` a tier,
+/// and finds its sets.
+inline tier_twin_rows* tier_twins_host(tier_host_arena& a, std::int32_t const* twins, std::int32_t const* stamp,
+                                       std::int32_t n_nodes, std::int32_t rows) {
+  auto const n = static_cast<std::size_t>(n_nodes);
+  auto const entries = 2 * n;
+  a.twin_ints.resize(5 * n + 1 + 3 * entries + static_cast<std::size_t>(rows) * entries);
+  std::int32_t* at = a.twin_ints.data();
+  auto take = [&](std::int32_t*& to, std::size_t size) {
+    to = at;
+    at += size;
+  };
+  take(a.twins.member_begin, n + 1);
+  take(a.twins.members, n);
+  take(a.twins.cursor, n);
+  take(a.twins.single, n);
+  take(a.twins.entry, n);
+  take(a.twins.node, entries);
+  take(a.twins.weight, entries);
+  take(a.twins.hit, entries);
+  take(a.twins.cells, static_cast<std::size_t>(rows) * entries);
+  a.twin_items.resize(static_cast<std::size_t>(rows) * entries);
+  a.twins.items = a.twin_items.data();
+  tier_twin_setup(a.twins, twins, n_nodes, stamp);
+  return &a.twins;
+}
 
 /// Runs a chain of tiers (tier_chain_program) in host memory with `threads`
 /// workers (1: the calling thread; more: an OpenMP team whose rounds with
@@ -162,6 +194,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
     }
   } else {
     seq_team team{team_wide, a.apart_from};
+    if (!team_wide && tiers[0].twins != nullptr) team.twins = tier_twins_host(a, tiers[0].twins, tiers[0].stamp, n_nodes, most_rows);
     tier_chain_program(team, c);
   }
   tier_chain_results(tiers.data(), a.ctl.data(), c.out, a.out_at.data(), k, out);

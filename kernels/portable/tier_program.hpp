@@ -61,6 +61,7 @@
 #include "tier/offer.hpp"
 #include "tier/offer_group.hpp"
 #include "tier/refresh.hpp"
+#include "tier/twins.hpp"
 
 #include <cstdint>
 
@@ -472,8 +473,14 @@ PLACER_HD void tier_iterate(Team& t, tier_buffers const& b, tier_clock& clk) {
     // --- a new iteration: floors from the current scores.
     if (me == 0) tier_quota(t, b);
     t.sync();
+    tier_twin_rows* const twins = tier_twins_of(t, b);
     if (t.team_wide) {
       tier_floors_radix(t, b, ctl->placed_before);
+    } else if (twins != nullptr) {
+      t.work(tier_twin_update(*twins, p.stamp, n_nodes));
+      tier_apart(t, n_rows, tier_twin_gather * twins->n_entries, [&](std::int32_t r) {
+        b.floor[r] = b.quota[r] > 0 ? tier_floor_twins(b, *twins, r, ctl->placed_before) : 0;
+      });
     } else {
       tier_apart(t, n_rows, n_nodes, [&](std::int32_t r) {
         b.floor[r] = b.quota[r] > 0 ? tier_floor(b, r, ctl->placed_before) : 0;
@@ -486,7 +493,11 @@ PLACER_HD void tier_iterate(Team& t, tier_buffers const& b, tier_clock& clk) {
       // --- rows empty; every node that has a row to bid for bids.
       tier_reset_rows(t, b);
       t.sync();
-      tier_first_bidders(t, b, tier_share{me, team, n_nodes});
+      if (twins != nullptr) {
+        tier_first_bidders_twins(b, *twins);
+      } else {
+        tier_first_bidders(t, b, tier_share{me, team, n_nodes});
+      }
       t.sync();
       clk.lap(tier_phase_floor);
       tier_bidding(t, b, rounds, clk);

@@ -892,6 +892,7 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
       p.n_changed = static_cast<std::int32_t>(s_.refresh_nodes.size());
     }
     p.state = s_.state.data();
+    p.twins = op_.twins();  // stamps start at -1: the scored matrix is current
     p.local = t.local;
     p.window = t.window;
     if (t.block >= 0) {

@@ -18,6 +18,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <memory>
 #include <random>
@@ -246,7 +247,7 @@ TEST(GridTwin, CtasMeetTheGridAtTheSameBarriers) {
 // floor selected by a team (tier_floors_radix, the CUDA backend's way).
 TEST(TierFloor, EqualsTheSortedRowsValue) {
   std::mt19937 rng(20261125);
-  std::int32_t checked = 0, radix = 0;
+  std::int32_t checked = 0, radix = 0, twin_radix = 0;
   for (std::int32_t n : {1, 64, tier_floor_radix_from, tier_floor_radix_from + 1, 1280, 5000}) {
     for (std::int32_t trial = 0; trial < 60; ++trial) {
       std::vector<std::int32_t> row(static_cast<std::size_t>(n));
@@ -293,12 +294,27 @@ TEST(TierFloor, EqualsTheSortedRowsValue) {
       seq_team team{true};
       tier_floors_radix(team, b, copies);
       ASSERT_EQ(floor, want) << n << " nodes, kind " << kind << ", copies " << copies << " (radix)";
+      // The one worker's way with twin entries (tier/twins.hpp): a node's
+      // twin the first node of its value, a random half of the nodes
+      // changed (each its own entry): the same floor.
+      std::vector<std::int32_t> twins(static_cast<std::size_t>(n)), stamp(static_cast<std::size_t>(n));
+      std::map<std::int32_t, std::int32_t> first_of;
+      for (std::int32_t i = 0; i < n; ++i) {
+        twins[static_cast<std::size_t>(i)] = first_of.try_emplace(row[static_cast<std::size_t>(i)], i).first->second;
+        stamp[static_cast<std::size_t>(i)] = pct(rng) < 50 ? -1 : 3;
+      }
+      tier_host_arena arena;
+      tier_twin_rows const& w = *tier_twins_host(arena, twins.data(), stamp.data(), n, 1);
+      ASSERT_EQ(tier_floor_twins(b, w, 0, copies), want) << n << " nodes, kind " << kind << ", copies " << copies
+                                                         << " (twins, " << w.n_entries << " entries)";
+      twin_radix += w.n_entries > tier_twin_radix_from && want > 0 ? 1 : 0;
       ++checked;
       radix += static_cast<std::int32_t>(sorted.size()) > tier_floor_radix_from && want > 0 ? 1 : 0;
     }
   }
   EXPECT_EQ(checked, 360);
   EXPECT_GT(radix, 80);  // the long rows' selection ran, not only the zero floors
+  EXPECT_GT(twin_radix, 40);  // and the twin entries' weighted radix step
 }
 
 // A column scored at once (one fragmentation state, shape cache and GPU
@@ -590,6 +606,61 @@ TEST(TierProgram, StateLabelsShareColumnsExactly) {
     }
   }
   EXPECT_GT(shared, 500) << "too few columns copied from a twin";
+}
+
+// Twin entries (tier_problem::twins, tier/twins.hpp): the one worker's
+// floors and first bidders read each set of unchanged twins once. Some
+// nodes changed before the tier (stamped, a GPU's free value moved: no
+// longer equal to their twins) are entries of their own. The same
+// placements, matrix and node state as without twins, with and without
+// state labels.
+TEST(TierProgram, TwinEntriesPlaceTheSame) {
+  auto b = make_backend(backend_kind::cpu);
+  std::mt19937_64 rng(53);
+  std::int64_t changed = 0, placed = 0;
+  for (int iter = 0; iter < 120; ++iter) {
+    SCOPED_TRACE("instance " + std::to_string(iter));
+    int const copies = std::uniform_int_distribution<int>(2, 12)(rng);
+    tier_instance t = twin_cluster(rng, std::uniform_int_distribution<int>(4, 200)(rng), copies, 6);
+    t.score_all();
+    std::int32_t const nodes = t.n_nodes();
+    std::vector<std::int32_t> twins(static_cast<std::size_t>(nodes));
+    for (std::int32_t n = 0; n < nodes; ++n) twins[static_cast<std::size_t>(n)] = n % (nodes / copies);
+    t.stamp.assign(static_cast<std::size_t>(nodes), -1);
+    for (std::int32_t n = 0; n < nodes; ++n) {
+      if (std::uniform_int_distribution<int>(0, 99)(rng) < 30) {
+        auto& g = t.gpu_free[static_cast<std::size_t>(t.gpu_begin[static_cast<std::size_t>(n)])];
+        g = g == 0 ? 1000 : 0;
+        t.stamp[static_cast<std::size_t>(n)] = 0;  // stale: the program re-scores it first
+        ++changed;
+      }
+    }
+    for (std::int32_t c = 0; c < t.n_classes(); ++c) {
+      t.row_class.push_back(c);
+      t.demand.push_back(std::uniform_int_distribution<int>(1, 60)(rng));
+    }
+    tier_instance u = t;
+    auto pt = t.problem(1 << 30, 200);
+    auto pu = u.problem(1 << 30, 200);
+    std::vector<std::int32_t> label_t, label_u;
+    if (iter % 2 == 1) {  // the states' labels, as the assigner starts them
+      label_t = twins;
+      label_u = twins;
+      pt.state = label_t.data();
+      pu.state = label_u.data();
+    }
+    std::vector<tier_placement> a, c;
+    b->place_tier(pt, a);
+    pu.twins = twins.data();
+    b->place_tier(pu, c);
+    placed += static_cast<std::int64_t>(a.size());
+    ASSERT_TRUE(same_placements(a, c));
+    ASSERT_EQ(t.scores, u.scores);
+    ASSERT_EQ(t.gpu_free, u.gpu_free);
+    ASSERT_EQ(t.cpu_free, u.cpu_free);
+  }
+  EXPECT_GT(changed, 5000);
+  EXPECT_GT(placed, 5000);
 }
 
 // A chain of tiers in one launch gives what the tiers one at a time gave,

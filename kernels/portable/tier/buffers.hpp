@@ -580,6 +580,8 @@ PLACER_HD inline std::int64_t const* tier_known_row(tier_problem const& p, std::
 }
 
 /// A team of one: the CPU backend's worker.
+struct tier_twin_rows;  // twins.hpp
+
 struct seq_team {
   [[nodiscard]] static constexpr std::int32_t rank() { return 0; }
   [[nodiscard]] static constexpr std::int32_t size() { return 1; }
@@ -638,6 +640,9 @@ struct seq_team {
   /// each one's alone runs on the calling thread's OpenMP team
   /// (tier_apart); 0: never.
   std::int64_t apart_from = 0;
+  /// The floors' and first bidders' twin entries (tier/twins.hpp), laid
+  /// out by the host for a chain whose tiers have twins; null: none.
+  tier_twin_rows* twins = nullptr;
 };
 
 /// Whether n items of `each` steps whose work is each one's alone run on

@@ -539,6 +539,14 @@ struct score_cell_op {
     return p.w_fragmentation != 0 && tv.n_tasks > 0 && p.kube_mode == 0 && tv.n_tasks <= max_tasks;
   }
 
+  /// Per node, a node whose cells score alike (twins[n] <= n; n itself for
+  /// the first): node_view::score_as where the fragmentation term reads a
+  /// node's GPUs as the multiset of their free values
+  /// (column_fragmentation), else same_as. Null: none known.
+  [[nodiscard]] PLACER_HD std::int32_t const* twins() const {
+    return column_fragmentation() && nv.score_as != nullptr ? nv.score_as : nv.same_as;
+  }
+
   /// Scores node n's cells of the classes c = of[i], i < k (of null: c =
   /// i) for which want(i, c) holds, into out; the node's fragmentation
   /// state and the shape cache are taken once, and only if a cell is wanted.

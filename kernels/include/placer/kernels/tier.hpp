@@ -164,6 +164,13 @@ struct tier_problem {
   /// equal (node_state_equal), and take its index as their label. Null:
   /// every winner re-scores.
   std::int32_t* state = nullptr;
+  /// Per node, or null: a node whose cells of `scores` equal n's as long
+  /// as neither has been stamped, the caller's stamps starting below 0
+  /// (the nodes of one score state, node_view::score_as or same_as, as the
+  /// score stage copied them: score_cell_op::twins). The one-worker program
+  /// of the host then reads such a set's cells once for an iteration's
+  /// floors and first bidders (tier/twins.hpp); the same values.
+  std::int32_t const* twins = nullptr;
   /// Iterations at most (tests: 1 = one assignment, nothing re-scored after).
   std::int32_t max_iterations = 1 << 30;
   /// Bidding rounds per iteration at most; past it the iteration keeps what
