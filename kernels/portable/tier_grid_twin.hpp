@@ -8,11 +8,12 @@
 #include "tier/buffers.hpp"
 
 #include <atomic>
-#include <barrier>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <exception>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -24,6 +25,49 @@
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
+/// A barrier of a grid_twin's threads that sleeps at once (a mutex and a
+/// condition variable). Its threads are more than the cores (8 a grid in
+/// the tests, on 2 cores), so most phases wait for threads that are not
+/// running. std::barrier's waiters spin and yield first, which is quicker
+/// alone but gives a whole time slice away at each yield beside other busy
+/// processes: `QueueOrder.WindowsDrawnByTheProgram...` (50 rounds on the
+/// grid) took 7.5 s alone and more than 190 s beside two busy loops, and
+/// timed out at 600 s in a loaded `make test`; with this barrier 17 s and
+/// 36 s. A woken sleeper runs soon.
+class grid_twin_barrier {
+ public:
+  explicit grid_twin_barrier(std::int32_t count) : count_(count) {}
+  void arrive_and_wait() {
+    std::unique_lock<std::mutex> lock(m_);
+    std::uint64_t const phase = phase_;
+    if (arrive()) return;
+    woken_.wait(lock, [&] { return phase_ != phase; });
+  }
+  /// Leaves the barrier for good, ending the phase where the others wait.
+  void arrive_and_drop() {
+    std::lock_guard<std::mutex> lock(m_);
+    --count_;
+    if (waiting_ > 0 && waiting_ == count_) release();
+  }
+
+ private:
+  bool arrive() {  // under m_: whether this arrival ends the phase
+    if (++waiting_ < count_) return false;
+    release();
+    return true;
+  }
+  void release() {
+    waiting_ = 0;
+    ++phase_;
+    woken_.notify_all();
+  }
+  std::mutex m_;
+  std::condition_variable woken_;
+  std::int32_t count_;
+  std::int32_t waiting_ = 0;
+  std::uint64_t phase_ = 0;
+};
+
 /// The barriers and shuffle slots of a grid_twin's threads.
 struct grid_twin_sync {
   grid_twin_sync(std::int32_t blocks, std::int32_t threads, std::int32_t group)
@@ -31,8 +75,8 @@ struct grid_twin_sync {
     for (std::int32_t k = 0; k < blocks; ++k) cta.emplace_back(threads);
     for (std::int32_t g = 0; g < blocks * threads / group; ++g) groups.emplace_back(group);
   }
-  std::barrier<> grid;
-  std::deque<std::barrier<>> cta, groups;
+  grid_twin_barrier grid;
+  std::deque<grid_twin_barrier> cta, groups;
   std::vector<std::int64_t> slots;  ///< a worker's value in group_sum
   /// Per worker: where it met the grid (file, line), barrier by barrier.
   std::vector<std::vector<std::pair<std::string_view, int>>> met;
