@@ -194,7 +194,9 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
     }
   } else {
     seq_team team{team_wide, a.apart_from};
-    if (!team_wide && tiers[0].twins != nullptr) team.twins = tier_twins_host(a, tiers[0].twins, tiers[0].stamp, n_nodes, most_rows);
+    if (!team_wide && tiers[0].twins != nullptr) {
+      team.twins = tier_twins_host(a, tiers[0].twins, tiers[0].stamp, n_nodes, most_rows);
+    }
     tier_chain_program(team, c);
   }
   tier_chain_results(tiers.data(), a.ctl.data(), c.out, a.out_at.data(), k, out);

@@ -579,9 +579,9 @@ PLACER_HD inline std::int64_t const* tier_known_row(tier_problem const& p, std::
 #endif
 }
 
-/// A team of one: the CPU backend's worker.
 struct tier_twin_rows;  // twins.hpp
 
+/// A team of one: the CPU backend's worker.
 struct seq_team {
   [[nodiscard]] static constexpr std::int32_t rank() { return 0; }
   [[nodiscard]] static constexpr std::int32_t size() { return 1; }

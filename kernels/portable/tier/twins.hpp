@@ -69,12 +69,6 @@ PLACER_HD inline void tier_twin_single(tier_twin_rows& w, std::int32_t n) {
   w.node[s] = w.members[at];
 }
 
-/// A chain's sets (host, at its start): every node in its twin's set,
-/// each set's entry reading its first member; then the stamped nodes
-/// single (tier_twin_update).
-inline void tier_twin_setup(tier_twin_rows& w, std::int32_t const* twins, std::int32_t n_nodes,
-                            std::int32_t const* stamp);
-
 /// The nodes stamped since the last update made single (one pass over the
 /// stamps; few are new, so the one branch is taken rarely, where a branch
 /// on the stamp alone would follow which nodes changed). Returns its steps.
@@ -87,6 +81,9 @@ PLACER_HD inline std::int64_t tier_twin_update(tier_twin_rows& w, std::int32_t c
   return n_nodes;
 }
 
+/// A chain's sets (host, at its start): every node in its twin's set,
+/// each set's entry reading its first member; then the stamped nodes
+/// single (tier_twin_update).
 inline void tier_twin_setup(tier_twin_rows& w, std::int32_t const* twins, std::int32_t n_nodes,
                             std::int32_t const* stamp) {
   w.twins = twins;
