@@ -79,7 +79,7 @@ struct tier_host_arena {
 
 /// Lays out the twin entries of a chain on n_nodes nodes whose tiers have
 /// `twins` (tier_problem::twins) and `stamp`, rows at most `rows` a tier,
-/// and finds its sets.
+/// for the OpenMP team's threads, and finds its sets.
 inline tier_twin_rows* tier_twins_host(tier_host_arena& a, std::int32_t const* twins, std::int32_t const* stamp,
                                        std::int32_t n_nodes, std::int32_t rows) {
   auto const n = static_cast<std::size_t>(n_nodes);
@@ -99,7 +99,7 @@ inline tier_twin_rows* tier_twins_host(tier_host_arena& a, std::int32_t const* t
   take(a.twins.weight, entries);
   take(a.twins.hit, entries);
   take(a.twins.cells, static_cast<std::size_t>(rows) * entries);
-  a.twin_items.resize(static_cast<std::size_t>(rows) * entries);
+  a.twin_items.resize(static_cast<std::size_t>(omp_get_max_threads()) * entries);
   a.twins.items = a.twin_items.data();
   tier_twin_setup(a.twins, twins, n_nodes, stamp);
   return &a.twins;

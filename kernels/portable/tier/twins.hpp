@@ -11,6 +11,10 @@
 #include <cstdint>
 #include <type_traits>
 
+#if !defined(__CUDA_ARCH__) && defined(_OPENMP)
+#include <omp.h>
+#endif
+
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
@@ -35,12 +39,23 @@ struct tier_twin_rows {
   std::int32_t* weight = nullptr;
   std::int32_t n_entries = 0;
   std::int32_t* hit = nullptr;   ///< 2 x n_nodes: per entry, whether its nodes bid in round 0
-  /// Per row of the widest tier, 2 x n_nodes each: the entries' cells of
-  /// the row (in entry order), and the items (value << 32 | weight) of the
-  /// row's floor selection.
+  /// Per row of the widest tier, 2 x n_nodes: the entries' cells of the
+  /// row (in entry order), for its first bidders.
   std::int32_t* cells = nullptr;
+  /// Per worker of the OpenMP team that may select the floors
+  /// (tier_apart), 2 x n_nodes: the items (value << 32 | weight) of the
+  /// row it selects.
   std::int64_t* items = nullptr;
 };
+
+/// The calling worker's index in the team tier_apart forks (0 outside one).
+PLACER_HD inline std::int32_t tier_twin_worker() {
+#if !defined(__CUDA_ARCH__) && defined(_OPENMP)
+  return omp_get_thread_num();
+#else
+  return 0;
+#endif
+}
 
 /// The twin entries a team's floors and first bidders read: a one-worker
 /// program's where its chain laid them out for the tier's twins, else null.
@@ -171,7 +186,7 @@ PLACER_HD inline std::int64_t tier_floor_twins(tier_buffers const& b, tier_twin_
   std::int32_t const n_nodes = p.nodes.n_nodes;
   std::int32_t const* row = p.scores + static_cast<std::int64_t>(p.row_class[r]) * n_nodes;
   std::int32_t* cells = w.cells + static_cast<std::int64_t>(r) * 2 * n_nodes;
-  std::int64_t* items = w.items + static_cast<std::int64_t>(r) * 2 * n_nodes;
+  std::int64_t* items = w.items + static_cast<std::int64_t>(tier_twin_worker()) * 2 * n_nodes;
   std::int32_t k = 0;
   std::int64_t total = 0;
   std::int32_t hi = 0;
