@@ -25,6 +25,7 @@
 #include "assigner.hpp"
 #include "../support/invariants.hpp"
 #include "../support/random_round.hpp"
+#include "../support/scoped_env.hpp"
 
 namespace placer {
 namespace {
@@ -229,7 +230,7 @@ TEST(QueueOrder, ALongQueueTheClusterCannotHoldWaitsAndTheSmallJobsStart) {
     for (std::size_t g = 0; g < 4; ++g) nd.gpu_free_milli[g] = 0;
   }
   for (int k = 0; k < 900; ++k) in.pending.push_back(gpu_job("j" + std::to_string(k), k % 3 == 2 ? 1 : 8, k));
-  ::setenv("PLACER_VERIFY_SCORES", "1", 1);
+  testing_support::scoped_env const verify("PLACER_VERIFY_SCORES", "1");
   for (auto const algo : {algorithm::placer, algorithm::greedy}) {
     in.pol.algo = algo;
     auto s = cpu_solver();
@@ -245,7 +246,6 @@ TEST(QueueOrder, ALongQueueTheClusterCannotHoldWaitsAndTheSmallJobsStart) {
     for (auto const& u : r.unplaced_jobs) EXPECT_TRUE(waits_for_capacity(u.reason)) << "job " << u.job;
     EXPECT_EQ(first_overtaken(in, r), "");
   }
-  ::unsetenv("PLACER_VERIFY_SCORES");
 }
 
 TEST(QueueOrder, TheNextWindowClosesAtTheFirstJobThatDoesNotFit) {

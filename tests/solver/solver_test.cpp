@@ -21,6 +21,7 @@
 #include "../support/parity.hpp"
 #include "../support/random_round.hpp"
 #include "../support/invariants.hpp"
+#include "../support/scoped_env.hpp"
 
 namespace placer {
 namespace {
@@ -536,7 +537,7 @@ TEST(SolverRandom, InvariantsHoldOnRandomRounds) {
 // program calls current, equals a fresh scoring. PLACER_VERIFY_SCORES makes
 // the assigner check both and throw on a stale one.
 TEST(SolverRandom, EveryScoreReadIsCurrent) {
-  ::setenv("PLACER_VERIFY_SCORES", "1", 1);
+  testing_support::scoped_env const verify("PLACER_VERIFY_SCORES", "1");
   auto s = cpu_solver();
   std::mt19937_64 rng(20261125);
   int placed = 0;
@@ -548,7 +549,6 @@ TEST(SolverRandom, EveryScoreReadIsCurrent) {
     ASSERT_NO_THROW(r = s.solve(in)) << "iteration " << iter;
     placed += static_cast<int>(r.placements.size());
   }
-  ::unsetenv("PLACER_VERIFY_SCORES");
   EXPECT_GT(placed, 1000);
 }
 

@@ -10,8 +10,11 @@
 
 #include <gtest/gtest.h>
 
+#include "../support/scoped_env.hpp"
+
 #include <algorithm>
 #include <cstdlib>
+#include <optional>
 
 namespace placer {
 namespace {
@@ -154,11 +157,12 @@ TEST(Residency, CellsStayOnTheDeviceWhereTheHostReadsNone) {
   solver cpu(kernels::make_backend(kernels::backend_kind::cpu));
   round_result const want = cpu.solve(in);
   auto run = [&](bool read) {
-    if (read) ::setenv("PLACER_VERIFY_SCORES", "1", 1);
+    std::optional<testing_support::scoped_env> verify;
+    if (read) verify.emplace("PLACER_VERIFY_SCORES", "1");
     solver twin(kernels::make_device_twin(true, true));
     traffic const t = traffic_of(twin.backend(), twin, in);
     round_result const got = twin.solve(in);
-    ::unsetenv("PLACER_VERIFY_SCORES");
+    verify.reset();
     EXPECT_EQ(want.placements.size(), got.placements.size());
     for (std::size_t i = 0; i < std::min(want.placements.size(), got.placements.size()); ++i) {
       EXPECT_EQ(want.placements[i].job, got.placements[i].job);
