@@ -1,4 +1,5 @@
 // Explanations for unplaced jobs (solver.hpp explain_unplaced, describe).
+#include <placer/kernels/round_arrays.hpp>
 #include <placer/solver/constraints.hpp>
 #include <placer/solver/solver.hpp>
 
@@ -262,9 +263,24 @@ std::string describe(explanation const& e) {
   return s;
 }
 
+/// A shape's answer on the first node of a set of score twins, for the
+/// others (round_arrays::score_as): the first check it fails, the replicas
+/// it holds when it passes them all, and those it would hold empty (-1:
+/// not counted there; fit_with caps both at 2^20).
+struct twin_answer {
+  std::int32_t fit = 0;
+  std::int32_t empty = -1;
+  node_exclusion why = node_exclusion::taken;
+};
+
+/// The most twin answers a round keeps (12 bytes each): past it every
+/// node is evaluated on its own, as without twins.
+constexpr std::size_t max_twin_answers = std::size_t{1} << 21;
+
 struct explain_scratch::shapes {
   std::vector<shape_facts> facts;
   std::vector<room> rooms;  ///< per shape, on the node at hand
+  std::vector<twin_answer> answers;  ///< per (set of twins, shape)
 };
 
 explain_scratch::explain_scratch() : shapes_(std::make_unique<shapes>()) {}
@@ -346,8 +362,10 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
   // constraint group (same labels on the round's keys, same taints) answer
   // a shape's constraints alike: one evaluation a (shape, group).
   auto const n_facts = facts.size();
-  bool const grouped = x.node_group != nullptr && x.node_group->size() == static_cast<std::size_t>(n_nodes);
-  auto const n_groups = grouped ? static_cast<std::size_t>(x.n_groups) : 0;
+  // The round's arrays, when the caller has them for this cluster.
+  kernels::round_arrays const* const a = x.round != nullptr && x.round->n_nodes() == n_nodes ? x.round : nullptr;
+  bool const grouped = a != nullptr && a->node_group.size() == static_cast<std::size_t>(n_nodes);
+  auto const n_groups = grouped ? static_cast<std::size_t>(a->n_constraint_groups) : 0;
   x.group_miss.assign(n_facts * n_groups, -1);
   x.group_taint.assign(n_facts * n_groups, nullptr);
   x.group_tainted.assign(n_facts * n_groups, 0);
@@ -357,7 +375,17 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
   per_domain_empty.assign(static_cast<std::size_t>(required_shapes) * n_domains, 0);
   bool any_required = false;
   for (auto const& f : facts) any_required |= f.shape->topo_mode == topology_mode::required && f.shape->topology_level >= 0;
-  if (any_required) node_domain_paths(in.state, paths);
+  // The paths the caller has (the assignment's, of the same cluster), else
+  // found here.
+  std::int32_t const* path = nullptr;
+  if (any_required) {
+    if (x.node_paths != nullptr && x.node_paths->size() == static_cast<std::size_t>(n_nodes) * static_cast<std::size_t>(levels)) {
+      path = x.node_paths->data();
+    } else {
+      node_domain_paths(in.state, paths);
+      path = paths.data();
+    }
+  }
   // Shapes that differ only in what they admit share their room on a node
   // (same_room: the first shape with the same demand), found by sorting
   // the shapes by demand (not each against every one before it).
@@ -381,11 +409,49 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
   }
   auto& rooms = x.shapes_->rooms;  // fit < 0: not yet on this node
   rooms.resize(n_facts);
+  // Nodes that are score twins (round_arrays::score_as: equal in every
+  // field of the node a check here reads, the multiset of their GPUs'
+  // free values and their constraint group included, but their memory
+  // capacity) answer every shape alike: the twins' first node keeps its
+  // answers (a slot of `answers` where it has twins) and the others read
+  // them, in node order as before (fit_empty's count stops at the node
+  // where it reaches the need), from arrays read in order rather than
+  // each node's record. 100k: 12,800 nodes, 732 sets of twins.
+  auto& answers = x.shapes_->answers;
+  auto& slot_of = x.twin_slot;  // per node: its answers' slot, -1 none
+  std::int32_t const* twin =
+      a != nullptr && a->score_as.size() == static_cast<std::size_t>(n_nodes) ? a->score_as.data() : nullptr;
+  if (twin != nullptr) {
+    slot_of.assign(static_cast<std::size_t>(n_nodes), -1);
+    std::size_t slots = 0;
+    for (std::int32_t n = 0; n < n_nodes; ++n) {
+      auto& s = slot_of[static_cast<std::size_t>(twin[n])];
+      if (twin[n] != n && s < 0) s = static_cast<std::int32_t>(slots++);
+    }
+    if (slots * n_facts <= max_twin_answers) {
+      answers.assign(slots * n_facts, {});
+    } else {
+      twin = nullptr;
+    }
+  }
   for (std::int32_t n = 0; n < n_nodes; ++n) {
     auto const& nd = nodes[static_cast<std::size_t>(n)];
     auto const prio = placed_priority[static_cast<std::size_t>(n)];
-    std::size_t const g = grouped ? static_cast<std::size_t>((*x.node_group)[static_cast<std::size_t>(n)]) : 0;
-    for (auto& r : rooms) r.fit = -1;
+    std::size_t const g = grouped ? static_cast<std::size_t>(a->node_group[static_cast<std::size_t>(n)]) : 0;
+    // This node's twins' answers: read (a later twin), written (the
+    // first one), or neither (no twins).
+    twin_answer* kept = nullptr;
+    bool read = false;
+    if (twin != nullptr) {
+      auto const slot = slot_of[static_cast<std::size_t>(twin[n])];
+      if (slot >= 0) {
+        kept = answers.data() + static_cast<std::size_t>(slot) * n_facts;
+        read = twin[n] != n;
+      }
+    }
+    if (!read) {
+      for (auto& r : rooms) r.fit = -1;
+    }
     for (std::size_t i = 0; i < n_facts; ++i) {
       auto& f = facts[i];
       job const& jb = *f.shape;
@@ -393,24 +459,42 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
       std::size_t const at = i * n_groups + g;
       taint const* which = nullptr;
       auto& r = rooms[static_cast<std::size_t>(same_room[i])];
-      auto const why = first_failure(
-          nd, jb, loaning,
-          [&] {
-            if (!memo) return exclusion(nd, jb.constraints, &which);
-            if (x.group_miss[at] < 0) {
-              x.group_miss[at] = static_cast<std::int8_t>(exclusion(nd, jb.constraints, &x.group_taint[at]));
-            }
+      node_exclusion why{};
+      std::int64_t fit = 0;
+      if (read) {
+        why = kept[i].why;
+        fit = kept[i].fit;
+        // The excluding taint: its group's, or the node's own (the first
+        // twin has one alike, in the same group).
+        if (why == node_exclusion::taint) {
+          if (memo) {
             which = x.group_taint[at];
-            return static_cast<constraint_miss>(x.group_miss[at]);
-          },
-          [&]() -> room const& {
-            if (r.fit < 0) r = room_for(nd, jb.per_replica, jb.distinct_nodes);
-            return r;
-          });
+          } else {
+            exclusion(nd, jb.constraints, &which);
+          }
+        }
+      } else {
+        why = first_failure(
+            nd, jb, loaning,
+            [&] {
+              if (!memo) return exclusion(nd, jb.constraints, &which);
+              if (x.group_miss[at] < 0) {
+                x.group_miss[at] = static_cast<std::int8_t>(exclusion(nd, jb.constraints, &x.group_taint[at]));
+              }
+              which = x.group_taint[at];
+              return static_cast<constraint_miss>(x.group_miss[at]);
+            },
+            [&]() -> room const& {
+              if (r.fit < 0) r = room_for(nd, jb.per_replica, jb.distinct_nodes);
+              return r;
+            });
+        fit = why == node_exclusion::taken ? r.fit : 0;
+        if (kept != nullptr) kept[i] = {static_cast<std::int32_t>(fit), -1, why};
+      }
       // The node's domain at the shape's required level (-1: none required).
       bool const required = jb.topo_mode == topology_mode::required && jb.topology_level >= 0;
-      std::int32_t const d = required ? paths[static_cast<std::size_t>(n) * static_cast<std::size_t>(levels) +
-                                              static_cast<std::size_t>(jb.topology_level)]
+      std::int32_t const d = required ? path[static_cast<std::size_t>(n) * static_cast<std::size_t>(levels) +
+                                             static_cast<std::size_t>(jb.topology_level)]
                                       : -1;
       // What the node could ever give the job: its room were it empty, when
       // only its state (health, what is free) stands in the way (an
@@ -418,8 +502,12 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
       bool const admits = why != node_exclusion::pool && why != node_exclusion::gpu_model &&
                           why != node_exclusion::affinity && why != node_exclusion::taint;
       if (admits && !f.enough) {
-        std::int64_t empty = detail::fit_empty(nd, jb.per_replica);
+        // Memory capacity is the twins' one difference that counts here.
+        bool const alike = read && kept[i].empty >= 0 &&
+                           nodes[static_cast<std::size_t>(twin[n])].memory_mib_capacity == nd.memory_mib_capacity;
+        std::int64_t empty = alike ? kept[i].empty : detail::fit_empty(nd, jb.per_replica);
         if (jb.distinct_nodes) empty = std::min<std::int64_t>(empty, 1);
+        if (kept != nullptr && !read) kept[i].empty = static_cast<std::int32_t>(empty);
         f.fit_empty += empty;
         if (d >= 0) {
           auto& sum = per_domain_empty[static_cast<std::size_t>(f.domain_row) * n_domains + static_cast<std::size_t>(d)];
@@ -429,8 +517,8 @@ void explain_unplaced(round_input const& in, round_result& out, explain_scratch*
         f.enough = f.fit_empty >= f.need && (!required || f.best_fit_empty >= f.need);
       }
       if (why == node_exclusion::taken) {
-        f.fit += r.fit;
-        if (d >= 0) per_domain[static_cast<std::size_t>(f.domain_row) * n_domains + static_cast<std::size_t>(d)] += r.fit;
+        f.fit += fit;
+        if (d >= 0) per_domain[static_cast<std::size_t>(f.domain_row) * n_domains + static_cast<std::size_t>(d)] += fit;
         if (prio == INT_MIN) continue;  // still available
         f.outbid_priority = std::max(f.outbid_priority, prio);
       }

@@ -323,13 +323,15 @@ void solver::second_pass(round_input const& in, std::uint64_t deadline_us, std::
 round_result solver::solve_admitted(round_input const& in, queue_memory* memory) {
   if (!in.pol.queue.any_cross_round() && !reclaim_possible(in)) {
     round_result out = solve_one(in);
-    // The matrices are this round's: their constraint groups spare the
-    // explanations an evaluation a node.
-    auto const& m = ws_->m;
-    ws_->explain.node_group = m.constraints.active ? &m.node_group : nullptr;
-    ws_->explain.n_groups = m.n_constraint_groups;
-    explain_stage(in, out, ws_->explain);
-    ws_->explain.node_group = nullptr;
+    // The matrices are this round's: their constraint groups and node
+    // states spare the explanations an evaluation a node, and the
+    // assignment's domain paths a walk of the topology.
+    auto& x = ws_->explain;
+    x.round = &ws_->m;
+    x.node_paths = &ws_->assign.paths;
+    explain_stage(in, out, x);
+    x.round = nullptr;
+    x.node_paths = nullptr;
     return out;
   }
   // The cross-round policies call the one-round pipeline on sub-problems;

@@ -14,6 +14,10 @@
 #include <functional>
 #include <memory>
 
+namespace placer::kernels {
+struct round_arrays;
+}
+
 namespace placer {
 
 /// Throws placer::logic_error(invalid_argument) naming the first problem:
@@ -30,11 +34,15 @@ class explain_scratch {
   std::vector<std::int32_t> placed_priority, paths;
   std::vector<std::int64_t> per_domain;  ///< per (shape, domain)
   std::vector<std::int64_t> per_domain_empty;  ///< per (shape, domain), the nodes empty
-  /// The round's constraint groups (round_arrays::node_group, one per node
-  /// of the round's cluster), when the caller has them: a shape's
-  /// constraints are evaluated once a group. Null: once a node.
-  std::vector<std::int32_t> const* node_group = nullptr;
-  std::int32_t n_groups = 0;
+  /// The round's arrays as flattened before its placements, one node per
+  /// node of the round's cluster, when the caller has them: a shape's
+  /// constraints are evaluated once a constraint group (node_group), and
+  /// every check once a set of score twins (score_as). Null: once a node.
+  kernels::round_arrays const* round = nullptr;
+  /// node_domain_paths of the round's cluster, when the caller has them.
+  /// Null: found here when a shape requires a topology level.
+  std::vector<std::int32_t> const* node_paths = nullptr;
+  std::vector<std::int32_t> twin_slot;                ///< per twins' first node: its answers' slot, -1 none
   std::vector<std::int32_t> fact_of;                  ///< per unplaced job: its shape, -1 not explained
   std::vector<std::int8_t> group_miss;                 ///< per (shape, group): constraint_miss, -1 not yet
   std::vector<taint const*> group_taint;              ///< per (shape, group): the excluding taint
