@@ -198,8 +198,12 @@ std::string constraints_problem(node_constraints const& c) {
 
 void constraint_tables::build(round_input const& in, kernels::round_arrays& out) {
   auto const& nodes = in.state.nodes;
-  bool any = std::any_of(nodes.begin(), nodes.end(), [](node const& n) { return !n.taints.empty(); });
-  any = any || std::any_of(in.pending.begin(), in.pending.end(), [](job const& j) { return !j.constraints.empty(); });
+  build(in, out, std::any_of(nodes.begin(), nodes.end(), [](node const& n) { return !n.taints.empty(); }));
+}
+
+void constraint_tables::build(round_input const& in, kernels::round_arrays& out, bool any_taint) {
+  auto const& nodes = in.state.nodes;
+  bool const any = any_taint || std::any_of(in.pending.begin(), in.pending.end(), [](job const& j) { return !j.constraints.empty(); });
   active = any;
   auto& node_group = out.node_group;
   auto& admit = out.constraint_admit;

@@ -79,6 +79,9 @@ struct constraint_tables {
   std::string names;
   std::string key;                ///< scratch: one set's or node's key being built
 
+  /// `any_taint`: whether some node of the round has a taint (flatten
+  /// finds it in its pass over the nodes; the overload without it looks).
+  void build(round_input const& in, kernels::round_arrays& out, bool any_taint);
   void build(round_input const& in, kernels::round_arrays& out);
 
  private:
