@@ -252,6 +252,33 @@ TEST(Solver, InvalidInputThrowsInvalidArgument) {
   EXPECT_THROW(s.solve(in), logic_error);
 }
 
+// Rounds of many nodes and jobs are checked on the OpenMP team; the error
+// still names the first problem in order, whichever worker saw it.
+TEST(Solver, ManyNodesAndJobsNameTheFirstProblem) {
+  round_input in;
+  in.state = make_cluster().leaves_per_spine(64).nodes_per_leaf(80).build();  // 5,120 nodes
+  for (int k = 0; k < 5000; ++k) in.pending.push_back(gpu_job("j" + std::to_string(k), 1));
+  auto const message = [&] {
+    try {
+      validate(in);
+    } catch (logic_error const& e) {
+      EXPECT_EQ(e.code(), error_code::invalid_argument);
+      return std::string(e.what());
+    }
+    return std::string("valid");
+  };
+  EXPECT_EQ(message(), "valid");
+  in.pending[4900].replicas = 0;
+  in.pending[4321].per_replica.gpu_milli = 1001;
+  EXPECT_NE(message().find("pending job 4321 ('j4321'): demand.gpu_milli"), std::string::npos) << message();
+  in.state.nodes[5000].cpu_milli_free = -1;
+  in.state.nodes[4100].gpu_free_milli[3] = 1200;
+  EXPECT_NE(message().find(in.state.nodes[4100].name), std::string::npos) << message();
+  EXPECT_NE(message().find("gpu_free_milli must be in 0..1000"), std::string::npos) << message();
+  in.nodes_validated = true;  // a session's nodes, checked as they came
+  EXPECT_NE(message().find("pending job 4321"), std::string::npos) << message();
+}
+
 TEST(Solver, RunningJobsMustFitWhatTheirNodesReportAsUsed) {
   // Two running jobs on node 1 (8 GPUs): a share of GPU 2 each, 4 cores each.
   round_input in;
