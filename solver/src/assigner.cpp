@@ -6,6 +6,7 @@
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cstdlib>
 #include <limits>
 #include <numeric>
@@ -960,16 +961,28 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
     }
     auto& got = s_.tier_out;
     got.assign(result.placed.begin() + result.begin[i], result.placed.begin() + result.begin[i + 1]);
-    std::size_t const logged = s_.changes.size();
-    for (auto const& tp : got) s_.changes.push_back(tp.node);
-    std::sort(s_.changes.begin() + static_cast<std::ptrdiff_t>(logged), s_.changes.end());
-    s_.changes.erase(std::unique(s_.changes.begin() + static_cast<std::ptrdiff_t>(logged), s_.changes.end()),
-                     s_.changes.end());
+    // The tier's nodes join the log once each, ascending: a bit a node,
+    // read back in order (sorting them was 1.3% of the 100k round).
+    auto& bits = s_.node_bits;
+    bits.resize(static_cast<std::size_t>(m_.n_nodes()) / 64 + 1);
+    std::int32_t lo = m_.n_nodes(), hi = -1;
+    for (auto const& tp : got) {
+      bits[static_cast<std::size_t>(tp.node) / 64] |= std::uint64_t{1} << (tp.node % 64);
+      lo = std::min(lo, tp.node);
+      hi = std::max(hi, tp.node);
+    }
+    for (std::int32_t w = lo / 64; w <= hi / 64; ++w) {
+      for (auto word = bits[static_cast<std::size_t>(w)]; word != 0; word &= word - 1) {
+        s_.changes.push_back(64 * w + std::countr_zero(word));
+      }
+      bits[static_cast<std::size_t>(w)] = 0;
+    }
     // Placements in (iteration, node) order; a row's replicas go to its jobs
-    // in queue order, so the earlier jobs fill first.
-    std::sort(got.begin(), got.end(), [](tier_placement const& a, tier_placement const& b) {
+    // in queue order, so the earlier jobs fill first. Most tiers' come so.
+    auto const before = [](tier_placement const& a, tier_placement const& b) {
       return a.iteration != b.iteration ? a.iteration < b.iteration : a.node < b.node;
-    });
+    };
+    if (!std::is_sorted(got.begin(), got.end(), before)) std::sort(got.begin(), got.end(), before);
     auto& placed = s_.placed;  // per live job
     placed.clear();
     placed.resize(live.size());

@@ -140,6 +140,7 @@ struct assigner_scratch {
   std::vector<std::int32_t> fresh;  ///< per class: when its stale cells were last re-scored
   std::vector<std::int32_t> changes;   ///< nodes in the order they changed (each once between refreshes)
   std::vector<std::int32_t> fresh_at;  ///< per class: the length of `changes` when it was refreshed
+  std::vector<std::uint64_t> node_bits;  ///< a bit a node, all clear between uses (a tier's nodes, in order)
   std::vector<std::int32_t> refresh_nodes;  ///< a tier's refresh candidates (tier_problem::changed)
   std::vector<std::int32_t> tier_jobs;                      ///< one tier's non-locality jobs
   // Domain capacities of the classes with locality jobs (place_locality):
