@@ -43,8 +43,10 @@ PLACER_HD inline bool gpus_fit(std::int32_t const* f, std::int32_t g, std::int32
 /// free GPUs that does, lowest island id on ties; keeps big islands whole),
 /// lowest-indexed first; otherwise the lowest-indexed fully free GPUs.
 /// `island` may be null (one island). Returns false (f untouched) if no fit.
+/// `taken`, where given (g at most 64), gets the GPUs taken as a bit mask.
 PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gpus, std::int32_t milli,
-                                std::uint8_t const* island) {
+                                std::uint8_t const* island, std::uint64_t* taken = nullptr) {
+  if (taken != nullptr) *taken = 0;
   if (gpus == 0) return true;
   if (!gpus_fit(f, g, gpus, milli)) return false;
   if (milli < 1000) {
@@ -53,6 +55,7 @@ PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gp
       if (f[i] >= milli && (best < 0 || f[i] < f[best])) best = i;
     }
     f[best] -= milli;
+    if (taken != nullptr) *taken = std::uint64_t{1} << best;
     return true;
   }
   std::int32_t chosen = -1;
@@ -73,9 +76,15 @@ PLACER_HD inline bool take_gpus(std::int32_t* f, std::int32_t g, std::int32_t gp
     }
   }
   std::int32_t left = gpus;
+  std::uint64_t mask = 0;
   for (std::int32_t i = 0; i < g && left > 0; ++i) {
-    if (f[i] == 1000 && (chosen < 0 || island[i] == chosen)) { f[i] = 0; --left; }
+    if (f[i] == 1000 && (chosen < 0 || island[i] == chosen)) {
+      f[i] = 0;
+      --left;
+      mask |= std::uint64_t{1} << (i % 64);
+    }
   }
+  if (taken != nullptr) *taken = mask;
   return true;
 }
 
@@ -89,12 +98,12 @@ PLACER_HD inline bool take_replica(node_view const& nv, class_view const& cv, st
                                    std::uint64_t& taken) {
   std::int32_t const g0 = nv.gpu_begin[n];
   std::int32_t const g = min_of(nv.gpu_begin[n + 1] - g0, max_gpus_per_node);
-  std::int32_t* f = gpu_free + g0;
-  std::int32_t before[max_gpus_per_node];
-  for (std::int32_t i = 0; i < g; ++i) before[i] = f[i];
-  if (!take_gpus(f, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + g0 : nullptr)) return false;
-  taken = 0;
-  for (std::int32_t i = 0; i < g; ++i) taken |= f[i] != before[i] ? (std::uint64_t{1} << i) : 0;
+  std::uint64_t mask = 0;
+  if (!take_gpus(gpu_free + g0, g, cv.gpus[c], cv.milli[c], nv.gpu_island != nullptr ? nv.gpu_island + g0 : nullptr,
+                 &mask)) {
+    return false;
+  }
+  taken = mask;
   cpu_free[n] -= cv.cpu[c];
   mem_free[n] -= cv.mem[c];
   return true;
