@@ -19,6 +19,30 @@ using namespace placer::kernels;
 
 namespace {
 
+/// A set of nodes as a bit a node: marked, then read back ascending (each
+/// once) and cleared, in O(items + span / 64); all clear between uses.
+struct node_bitset {
+  std::vector<std::uint64_t>& bits;
+  std::int32_t lo = std::numeric_limits<std::int32_t>::max(), hi = -1;
+  node_bitset(std::vector<std::uint64_t>& b, std::int32_t n_nodes) : bits(b) {
+    bits.resize(static_cast<std::size_t>(n_nodes) / 64 + 1);
+  }
+  void mark(std::int32_t n) {
+    bits[static_cast<std::size_t>(n) / 64] |= std::uint64_t{1} << (n % 64);
+    lo = std::min(lo, n);
+    hi = std::max(hi, n);
+  }
+  template <class F>
+  void drain(F&& f) {
+    for (std::int32_t w = lo / 64; hi >= 0 && w <= hi / 64; ++w) {
+      for (auto word = bits[static_cast<std::size_t>(w)]; word != 0; word &= word - 1) f(64 * w + std::countr_zero(word));
+      bits[static_cast<std::size_t>(w)] = 0;
+    }
+    lo = std::numeric_limits<std::int32_t>::max();
+    hi = -1;
+  }
+};
+
 bool wants_locality(job const& j) {
   return j.replicas > 1 &&
          (j.gang || j.distinct_nodes || j.topo_mode != topology_mode::none || j.network_sensitivity > 0.0F);
@@ -961,28 +985,38 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
     }
     auto& got = s_.tier_out;
     got.assign(result.placed.begin() + result.begin[i], result.placed.begin() + result.begin[i + 1]);
-    // The tier's nodes join the log once each, ascending: a bit a node,
-    // read back in order (sorting them was 1.3% of the 100k round).
-    auto& bits = s_.node_bits;
-    bits.resize(static_cast<std::size_t>(m_.n_nodes()) / 64 + 1);
-    std::int32_t lo = m_.n_nodes(), hi = -1;
-    for (auto const& tp : got) {
-      bits[static_cast<std::size_t>(tp.node) / 64] |= std::uint64_t{1} << (tp.node % 64);
-      lo = std::min(lo, tp.node);
-      hi = std::max(hi, tp.node);
-    }
-    for (std::int32_t w = lo / 64; w <= hi / 64; ++w) {
-      for (auto word = bits[static_cast<std::size_t>(w)]; word != 0; word &= word - 1) {
-        s_.changes.push_back(64 * w + std::countr_zero(word));
-      }
-      bits[static_cast<std::size_t>(w)] = 0;
-    }
+    // The tier's nodes join the log once each, ascending (sorting them was
+    // 1.3% of the 100k round).
+    node_bitset nodes(s_.node_bits, m_.n_nodes());
+    for (auto const& tp : got) nodes.mark(tp.node);
+    nodes.drain([&](std::int32_t n) { s_.changes.push_back(n); });
     // Placements in (iteration, node) order; a row's replicas go to its jobs
-    // in queue order, so the earlier jobs fill first. Most tiers' come so.
+    // in queue order, so the earlier jobs fill first. Most tiers' come so;
+    // an auction tier's come by iteration, and a node takes one copy an
+    // iteration, so each iteration's are put in order by the bitset (they
+    // were 161 us of std::sort a 100k round).
     auto const before = [](tier_placement const& a, tier_placement const& b) {
       return a.iteration != b.iteration ? a.iteration < b.iteration : a.node < b.node;
     };
-    if (!std::is_sorted(got.begin(), got.end(), before)) std::sort(got.begin(), got.end(), before);
+    auto const by_iteration = [](tier_placement const& a, tier_placement const& b) { return a.iteration < b.iteration; };
+    if (std::is_sorted(got.begin(), got.end(), before)) {
+      // as they are
+    } else if (t.local.want == 0 && std::is_sorted(got.begin(), got.end(), by_iteration)) {
+      auto& at = s_.node_at;  // per node: its placement in the iteration at hand
+      at.resize(static_cast<std::size_t>(m_.n_nodes()));
+      auto& sorted = s_.tier_sorted;
+      sorted.clear();
+      for (std::size_t a = 0, e = 0; a < got.size(); a = e) {
+        for (e = a; e < got.size() && got[e].iteration == got[a].iteration; ++e) {
+          nodes.mark(got[e].node);
+          at[static_cast<std::size_t>(got[e].node)] = static_cast<std::int32_t>(e);
+        }
+        nodes.drain([&](std::int32_t n) { sorted.push_back(got[static_cast<std::size_t>(at[static_cast<std::size_t>(n)])]); });
+      }
+      got.swap(sorted);
+    } else {
+      std::sort(got.begin(), got.end(), before);
+    }
     auto& placed = s_.placed;  // per live job
     placed.clear();
     placed.resize(live.size());

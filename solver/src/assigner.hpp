@@ -140,7 +140,7 @@ struct assigner_scratch {
   std::vector<std::int32_t> fresh;  ///< per class: when its stale cells were last re-scored
   std::vector<std::int32_t> changes;   ///< nodes in the order they changed (each once between refreshes)
   std::vector<std::int32_t> fresh_at;  ///< per class: the length of `changes` when it was refreshed
-  std::vector<std::uint64_t> node_bits;  ///< a bit a node, all clear between uses (a tier's nodes, in order)
+  std::vector<std::uint64_t> node_bits;  ///< a bit a node, all clear between uses (node_bitset)
   std::vector<std::int32_t> refresh_nodes;  ///< a tier's refresh candidates (tier_problem::changed)
   std::vector<std::int32_t> tier_jobs;                      ///< one tier's non-locality jobs
   // Domain capacities of the classes with locality jobs (place_locality):
@@ -194,6 +194,8 @@ struct assigner_scratch {
   std::vector<kernels::tier_problem> chain_problems;
   kernels::tier_results chain_out;
   std::vector<kernels::tier_placement> tier_out;  ///< one tier's placements, sorted
+  std::vector<kernels::tier_placement> tier_sorted;  ///< the same, put in order
+  std::vector<std::int32_t> node_at;                 ///< per node: its placement in tier_out
   std::vector<std::int32_t> class_row, cursor;
   std::vector<std::int32_t> state;  ///< per node: its state label (tier_problem::state), across the round's tiers
   std::vector<std::vector<replica_placement>> placed;  ///< per live job (moved into the result)
