@@ -105,9 +105,9 @@ void omp_backend::score_cells(node_view const& nodes, class_view const& classes,
                               score_params const& params, std::span<std::int32_t> out) {
   frag_table_.resize(frag_table_cells(nodes, classes, tasks, params));
   if (!always_parallel_ && static_cast<std::int64_t>(nodes.n_nodes) * classes.n_classes < parallel_threshold / 16) {
-    score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), steps_);
+    score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), score_columns_, steps_);
   } else {
-    score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), steps_);
+    score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), score_columns_, steps_);
   }
   // A round starts: the memo keeps its states' rows, each state's first
   // node as it is now.

@@ -41,6 +41,7 @@ class omp_backend final : public backend {
   std::vector<std::int32_t> domain_fit_;
   std::vector<std::int64_t> domain_part_;  ///< domain_capacity's parts of each sum
   std::vector<std::int64_t> frag_table_;  ///< the score stage's fragmentation table
+  std::vector<std::int32_t> score_columns_;  ///< the score stage's columns (score_matrix)
   std::vector<std::int64_t> state_frag_;  ///< stats_begin's F per fragmentation state
   std::vector<std::int64_t> cpu_was_;     ///< stats_begin's nodes' free CPU (empty: it took no states)
   std::vector<std::int32_t> gpu_was_;     ///< and free GPU milli (node_view::gpu_free's CSR)
