@@ -199,16 +199,9 @@ void build_matrices(round_input const& in, round_matrices& m) {
   // the rest a node at a time, on the team where the nodes are many.
   std::size_t n_models = 0;
   m.gpu_begin[0] = 0;
-  std::int32_t last = -1;  // the model of the last GPU node: most often the next one's
   for (std::size_t i = 0; i < n; ++i) {
     auto const& nd = nodes[i];
-    std::int32_t id = -1;
-    if (nd.gpu_count() > 0) {
-      id = last >= 0 && m.models[static_cast<std::size_t>(last)] == nd.gpu_model ? last
-                                                                                 : model_id(m.models, n_models, nd.gpu_model);
-      last = id;
-    }
-    m.model[i] = id;
+    m.model[i] = nd.gpu_count() > 0 ? model_id(m.models, n_models, nd.gpu_model) : -1;
     m.gpu_begin[i + 1] = m.gpu_begin[i] + nd.gpu_count();
   }
   m.models.resize(n_models);
