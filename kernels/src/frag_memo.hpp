@@ -48,6 +48,7 @@ class frag_memo {
     key_at_.clear();
     slots_.assign(slots_.size(), empty);
     hashes_.clear();
+    scorers_.clear();
     op_ = {};
     inputs_.clear();
   }
@@ -87,13 +88,35 @@ class frag_memo {
   /// held and the memo is full.
   template <class Want>
   std::int64_t const* row(std::int32_t n, Want const& want) {
+    return row(n, want, 0, nullptr);
+  }
+
+  /// row(n, want) for a refresh, `refresh` naming it (frag_memos::token):
+  /// where this memo's worker asked for a node of n's fragmentation state
+  /// and score twin of n (every other field the score reads equal:
+  /// node_fields_equal) earlier in the same refresh, whose column it then
+  /// scored, that node in *same (its cells of n's stale classes are n's:
+  /// a refresh changes no node), and the row as it is; else -1, the row
+  /// with the wanted entries known, and n kept as its state's scorer.
+  template <class Want>
+  std::int64_t const* row(std::int32_t n, Want const& want, std::uint64_t refresh, std::int32_t* same) {
     key const k = key_of(n);
-    std::int64_t* r = find(k);
-    if (r == nullptr) {
+    std::int32_t at_row = find_row(k);
+    if (at_row < 0) {
       if (!room_for(k)) return nullptr;
       std::size_t const at = rows_.size();
       rows_.resize(at + static_cast<std::size_t>(width_), unknown);
-      r = insert_at(k, at);
+      at_row = insert_at(k, at);
+    }
+    std::int64_t* const r = rows_.data() + static_cast<std::size_t>(at_row) * static_cast<std::size_t>(width_);
+    if (same != nullptr) {
+      scorer& s = scorers_[static_cast<std::size_t>(at_row)];
+      if (s.refresh == refresh && node_fields_equal(op_.nv, n, s.node)) {
+        *same = s.node;
+        return r;
+      }
+      *same = -1;
+      s = {refresh, n};
     }
     // As frag_row sums them, for the entries not known.
     column_frag col;
@@ -125,17 +148,18 @@ class frag_memo {
   [[nodiscard]] std::int64_t const* held(std::int32_t n) { return find(key_of(n)); }
 
   /// tier_problem::frag_row: the row of node n with the entries of the
-  /// classes the tier's refresh scores on it (tier_stale).
-  static std::int64_t const* refresh_row(void* memo, tier_problem const& p, std::int32_t n) {
+  /// classes the tier's refresh scores on it (tier_stale), or a twin
+  /// scored in the same refresh in *same (row's).
+  std::int64_t const* refresh_row(tier_problem const& p, std::int32_t n, std::uint64_t refresh, std::int32_t* same) {
     tier_stale const stale{p.live_class, p.fresh, p.stamp[n]};
-    return static_cast<frag_memo*>(memo)->row(n, [&](std::int32_t c) { return stale(c, c); });
+    return row(n, [&](std::int32_t c) { return stale(c, c); }, refresh, same);
   }
 
   [[nodiscard]] std::size_t states() const { return hashes_.size(); }
   /// What the rows and their keys hold, in bytes (at most the bound).
   [[nodiscard]] std::size_t bytes() const {
     return rows_.size() * sizeof(std::int64_t) + keys_.size() * sizeof(std::int32_t) +
-           hashes_.size() * sizeof(std::uint64_t);
+           hashes_.size() * (sizeof(std::uint64_t) + sizeof(scorer));
   }
 
  private:
@@ -165,7 +189,8 @@ class frag_memo {
   /// Whether a row of key k fits the bound.
   [[nodiscard]] bool room_for(key const& k) const {
     return bytes() + static_cast<std::size_t>(width_) * sizeof(std::int64_t) +
-               (key_ints + static_cast<std::size_t>(k.g)) * sizeof(std::int32_t) + sizeof(std::uint64_t) <=
+               (key_ints + static_cast<std::size_t>(k.g)) * sizeof(std::int32_t) + sizeof(std::uint64_t) +
+               sizeof(scorer) <=
            most_bytes_;
   }
 
@@ -179,16 +204,19 @@ class frag_memo {
     return cpu == k.cpu && std::memcmp(e + key_ints, k.f, sizeof(std::int32_t) * static_cast<std::size_t>(k.g)) == 0;
   }
 
-  std::int64_t* find(key const& k) {
-    if (slots_.empty()) return nullptr;
+  /// The index of the row of key k, or -1.
+  std::int32_t find_row(key const& k) const {
+    if (slots_.empty()) return -1;
     std::size_t const mask = slots_.size() - 1;
     for (std::size_t i = k.hash & mask;; i = (i + 1) & mask) {
       std::int32_t const r = slots_[i];
-      if (r == empty) return nullptr;
-      if (holds(r, k)) {
-        return rows_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(width_);
-      }
+      if (r == empty || holds(r, k)) return r;
     }
+  }
+
+  std::int64_t* find(key const& k) {
+    std::int32_t const r = find_row(k);
+    return r < 0 ? nullptr : rows_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(width_);
   }
 
   void insert(key const& k, std::int64_t const* values) {
@@ -198,8 +226,8 @@ class frag_memo {
     insert_at(k, at);
   }
 
-  /// Keys the row at rows_[at] (already written) as k; returns it.
-  std::int64_t* insert_at(key const& k, std::size_t at) {
+  /// Keys the row at rows_[at] (already written) as k; returns its index.
+  std::int32_t insert_at(key const& k, std::size_t at) {
     if ((states() + 1) * 2 > slots_.size()) grow();
     auto const r = static_cast<std::int32_t>(at / static_cast<std::size_t>(width_));
     key_at_.push_back(keys_.size());
@@ -210,8 +238,9 @@ class frag_memo {
     keys_.insert(keys_.end(), cpu, cpu + 2);
     keys_.insert(keys_.end(), k.f, k.f + k.g);
     hashes_.push_back(k.hash);
+    scorers_.push_back({});
     place(r, k.hash);
-    return rows_.data() + at;
+    return r;
   }
 
   void place(std::int32_t r, std::uint64_t hash) {
@@ -256,6 +285,13 @@ class frag_memo {
   std::vector<std::int32_t> keys_;
   std::vector<std::size_t> key_at_;
   std::vector<std::uint64_t> hashes_;  ///< per row: its key's hash
+  /// Per row: the node of its state whose column this memo's worker last
+  /// scored, and in which refresh (row's `refresh`; 0: none).
+  struct scorer {
+    std::uint64_t refresh = 0;
+    std::int32_t node = -1;
+  };
+  std::vector<scorer> scorers_;
   std::vector<std::int32_t> slots_;
   std::vector<unsigned char> inputs_;   ///< inputs_of the rows held (empty: none bound)
   std::vector<unsigned char> scratch_;  ///< inputs_of the op being bound
@@ -296,10 +332,13 @@ class frag_memos {
   [[nodiscard]] frag_memo& at(std::size_t k) { return each_[k]; }
 
   /// tier_problem::frag_row: frag_memo::refresh_row on the calling
-  /// worker's memo (null beyond them: the caller sums the row).
-  static std::int64_t const* refresh_row(void* memos, tier_problem const& p, std::int32_t n) {
-    frag_memo* const m = static_cast<frag_memos*>(memos)->mine();
-    return m != nullptr ? frag_memo::refresh_row(m, p, n) : nullptr;
+  /// worker's memo (null beyond them: the caller sums the row), the
+  /// refresh named by the chain and its tier's clock (tier_problem::now).
+  static std::int64_t const* refresh_row(void* memos, tier_problem const& p, std::int32_t n, std::int32_t* same) {
+    auto* const self = static_cast<frag_memos*>(memos);
+    frag_memo* const m = self->mine();
+    std::uint64_t const refresh = self->chain_ << 32 | static_cast<std::uint32_t>(p.now);
+    return m != nullptr ? m->refresh_row(p, n, refresh, same) : nullptr;
   }
   /// Binds to the first tier's classes and tasks, which every tier of
   /// the chain shares, and gives each tier's refresh the memos. False,
@@ -308,6 +347,7 @@ class frag_memos {
     if (tiers.empty() || !bind(score_cell_op{tiers[0].nodes, tiers[0].classes, tiers[0].tasks, tiers[0].params})) {
       return false;
     }
+    chain_ += 1;  // a new chain: no refresh of it yet
     for (auto& t : tiers) {
       t.frag_row = &refresh_row;
       t.frag_memo = this;
@@ -317,6 +357,7 @@ class frag_memos {
 
  private:
   std::vector<frag_memo> each_;
+  std::uint64_t chain_ = 0;  ///< chains attached: with a tier's clock, names its refresh
 };
 
 }  // inline namespace PLACER_BACKEND_NS

@@ -19,8 +19,9 @@ namespace placer::kernels {
 namespace {
 
 struct cluster {
-  std::vector<std::int64_t> cpu_free;
-  std::vector<std::int32_t> model, gpu_begin{0}, gpu_free;
+  std::vector<std::int64_t> cpu_free, cpu_capacity, mem_free;
+  std::vector<std::int32_t> model, gpu_begin{0}, gpu_free, gpu_capacity;
+  std::vector<std::uint8_t> pool, flags;
   // Classes: replica shapes.
   std::vector<std::int32_t> c_gpus, c_milli;
   std::vector<std::int64_t> c_cpu;
@@ -31,6 +32,11 @@ struct cluster {
 
   void add_node(std::vector<std::int32_t> const& free, std::int64_t cpu, std::int32_t m) {
     cpu_free.push_back(cpu);
+    cpu_capacity.push_back(64000);
+    mem_free.push_back(std::int64_t{1} << 36);
+    gpu_capacity.push_back(1000 * static_cast<std::int32_t>(free.size()));
+    pool.push_back(1);
+    flags.push_back(node_flag_healthy);
     model.push_back(m);
     gpu_free.insert(gpu_free.end(), free.begin(), free.end());
     gpu_begin.push_back(static_cast<std::int32_t>(gpu_free.size()));
@@ -40,6 +46,11 @@ struct cluster {
     nv.n_nodes = static_cast<std::int32_t>(cpu_free.size());
     nv.n_gpus = static_cast<std::int32_t>(gpu_free.size());
     nv.cpu_free = cpu_free.data();
+    nv.cpu_capacity = cpu_capacity.data();
+    nv.mem_free = mem_free.data();
+    nv.gpu_capacity = gpu_capacity.data();
+    nv.pool = pool.data();
+    nv.flags = flags.data();
     nv.model = model.data();
     nv.gpu_begin = gpu_begin.data();
     nv.gpu_free = gpu_free.data();
@@ -210,6 +221,46 @@ TEST(FragMemo, ANodeThatChangesReadsItsNewState) {
     ASSERT_NE(row, nullptr);
     EXPECT_EQ(values(row, width), c.direct(n)) << "node " << n;
   }
+}
+
+TEST(FragMemo, ARefreshNamesAScoreTwinItsWorkerScoredInIt) {
+  cluster c;
+  c.add_node({1000, 500, 0, 1000}, 8000, 0);  // 0
+  c.add_node({0, 1000, 1000, 500}, 8000, 0);  // 1: node 0's twin, its GPUs in another order
+  c.add_node({500, 1000, 1000, 0}, 8000, 0);  // 2: node 0's fragmentation state, less memory
+  c.add_node({500, 1000, 1000, 0}, 4000, 0);  // 3: less CPU
+  c.add_node({1000, 0, 500, 1000}, 8000, 0);  // 4: node 0's twin again
+  c.mem_free[2] -= 1;
+  std::mt19937 rng(3);
+  cluster const shapes = random_cluster(rng, 1);
+  c.c_gpus = shapes.c_gpus, c.c_milli = shapes.c_milli, c.c_cpu = shapes.c_cpu;
+  c.t_gpus = shapes.t_gpus, c.t_milli = shapes.t_milli, c.t_cpu = shapes.t_cpu, c.t_freq = shapes.t_freq,
+  c.t_mask = shapes.t_mask;
+  frag_memo memo;
+  ASSERT_TRUE(memo.bind(c.op()));
+  auto const every = [](std::int32_t) { return true; };
+  auto const twin_in = [&](std::int32_t n, std::uint64_t refresh) {
+    std::int32_t same = -2;
+    EXPECT_NE(memo.row(n, every, refresh, &same), nullptr);
+    return same;
+  };
+  // Refresh 1: node 0 scores; 1 and 4 are its twins, 2 and 3 not.
+  EXPECT_EQ(twin_in(0, 1), -1);
+  EXPECT_EQ(twin_in(1, 1), 0);
+  EXPECT_EQ(twin_in(4, 1), 0);
+  EXPECT_EQ(twin_in(3, 1), -1);
+  EXPECT_EQ(twin_in(2, 1), -1);
+  // Node 2 scored its state's row last: node 0 is not its twin.
+  EXPECT_EQ(twin_in(0, 1), -1);
+  EXPECT_EQ(twin_in(1, 1), 0);
+  // Refresh 2 knows nothing of the first's columns: node 4 scores first.
+  EXPECT_EQ(twin_in(4, 2), -1);
+  EXPECT_EQ(twin_in(1, 2), 4);
+  // A row read outside a refresh names no twin and keeps none.
+  EXPECT_NE(memo.row(1, every), nullptr);
+  EXPECT_EQ(twin_in(0, 2), 4);
+  // Each row as its nodes' state's, whichever scored it.
+  for (std::int32_t n = 0; n < 5; ++n) EXPECT_EQ(values(memo.row(n), c.c_gpus.size() + 1), c.direct(n)) << n;
 }
 
 TEST(FragMemo, ReadsWithoutFillingSeedsFromATableAndHoldsNoMoreThanItsBound) {

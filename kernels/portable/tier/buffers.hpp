@@ -568,14 +568,16 @@ inline void count_tier(step_counts& st) { st.calls += 1; }
 
 /// Node n's fragmentation-table row from the problem's memo, its entries
 /// of the classes the refresh scores on n known (tier_problem::frag_row),
-/// or null: always on a device.
-PLACER_HD inline std::int64_t const* tier_known_row(tier_problem const& p, std::int32_t n) {
+/// or null: always on a device. *same: a score twin of n whose column the
+/// worker scored earlier in this refresh, or -1.
+PLACER_HD inline std::int64_t const* tier_known_row(tier_problem const& p, std::int32_t n, std::int32_t* same) {
+  *same = -1;
 #if defined(__CUDA_ARCH__)
   (void)p;
   (void)n;
   return nullptr;
 #else
-  return p.frag_row != nullptr ? p.frag_row(p.frag_memo, p, n) : nullptr;
+  return p.frag_row != nullptr ? p.frag_row(p.frag_memo, p, n, same) : nullptr;
 #endif
 }
 

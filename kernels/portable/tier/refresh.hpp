@@ -32,10 +32,26 @@ PLACER_HD inline std::int32_t tier_twin(tier_buffers const& b, std::int32_t n) {
   return l != n && p.state[l] == l && node_state_equal(p.nodes, n, l) ? l : -1;
 }
 
+/// Node n's stale cells copied from node `from`'s (whose cells of those
+/// classes hold n's values); returns its steps.
+PLACER_HD inline std::int64_t tier_copy_column(tier_problem const& p, std::int32_t n, std::int32_t from,
+                                               tier_stale const& stale) {
+  std::int64_t steps = 0;
+  for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
+    if (!stale(c, c)) continue;
+    std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
+    p.scores[row + n] = p.scores[row + from];
+    steps += 1;
+  }
+  return steps;
+}
+
 /// The refresh of node n's stale cells of the live classes
 /// (tier_problem::stamp), in two passes over the nodes with a barrier
 /// between: pass 0 re-scores the nodes that have no twin to copy from (the
-/// roots of labels among them), pass 1 copies the twins'. `oldest` is the
+/// roots of labels among them; on the host, where its worker scored a
+/// score twin of the node earlier in the refresh, it copies that one's),
+/// pass 1 copies the twins'. `oldest` is the
 /// least fresh of the live classes: a node stamped before it has nothing
 /// stale. Returns its steps (Team::work).
 PLACER_HD inline std::int64_t tier_refresh(tier_buffers const& b, std::int32_t n, std::int32_t pass,
@@ -48,17 +64,14 @@ PLACER_HD inline std::int64_t tier_refresh(tier_buffers const& b, std::int32_t n
   if (pass == 0 && twin < 0) {
     std::int32_t scored = 0;
     for (std::int32_t c = 0; c < p.classes.n_classes; ++c) scored += stale(c, c) ? 1 : 0;
-    std::int64_t const* known = scored > 0 ? tier_known_row(p, n) : nullptr;
+    std::int32_t same = -1;  // a score twin this worker scored in this refresh (the host's memo)
+    std::int64_t const* known = scored > 0 ? tier_known_row(p, n, &same) : nullptr;
+    if (same >= 0) return steps + tier_copy_column(p, n, same, stale);
     score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_column(n, p.scores, nullptr, p.classes.n_classes, stale,
                                                                      known);
     steps += tier_score_steps * (1 + static_cast<std::int64_t>(scored));  // the column's setup, its cells
   } else if (pass == 1 && twin >= 0) {
-    for (std::int32_t c = 0; c < p.classes.n_classes; ++c) {
-      if (!stale(c, c)) continue;
-      std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
-      p.scores[row + n] = p.scores[row + twin];
-      steps += 1;
-    }
+    steps += tier_copy_column(p, n, twin, stale);
   }
   return steps;
 }

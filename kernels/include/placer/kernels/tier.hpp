@@ -187,11 +187,14 @@ struct tier_problem {
   /// Node n's fragmentation-table row for its current state
   /// (score_cell_op::frag_row), from a memo by fragmentation state that a
   /// host worker keeps (the CPU backend's, kernels/src/frag_memo.hpp),
-  /// called as frag_row(frag_memo, *this, n): F before and after each
-  /// class the refresh scores on n known, or null. The refresh then reads
-  /// F instead of summing it over the task set. Null (and never called on
+  /// called as frag_row(frag_memo, *this, n, &same): F before and after
+  /// each class the refresh scores on n known, or null. The refresh then
+  /// reads F instead of summing it over the task set. Where the memo's
+  /// worker scored a score twin of n (node_view::score_as's sense, as
+  /// the nodes are now) earlier in the same refresh, that node in same
+  /// (else -1): the refresh copies its cells. Null (and never called on
   /// a device): F is summed.
-  std::int64_t const* (*frag_row)(void* memo, tier_problem const& p, std::int32_t n) = nullptr;
+  std::int64_t const* (*frag_row)(void* memo, tier_problem const& p, std::int32_t n, std::int32_t* same) = nullptr;
   void* frag_memo = nullptr;
   /// A locality job (local.want > 0: one row, its demand local.want) and
   /// the topology it reads; the program places it after the refresh
