@@ -169,7 +169,12 @@ PLACER_HD inline void sort_free_gpus(std::int32_t const* free, std::int32_t g, s
     ce(0, 4); ce(1, 5); ce(2, 6); ce(3, 7);
     ce(2, 4); ce(3, 5);
     ce(1, 2); ce(3, 4); ce(5, 6);
-    for (std::int32_t k = 0; k < g; ++k) out[k] = v[k];
+    // Each value by its constant index, so v stays in registers: a loop
+    // over k copied v through the stack in 8-byte loads of two 4-byte
+    // stores, which the store buffer cannot forward.
+    for (std::int32_t k = 0; k < 8; ++k) {
+      if (k < g) out[k] = v[k];
+    }
     return;
   }
   for (std::int32_t k = 0; k < g; ++k) {
