@@ -91,7 +91,8 @@ class frag_memo {
     return row(n, want, 0, nullptr);
   }
 
-  /// row(n, want) for a refresh, `refresh` naming it (frag_memos::token):
+  /// row(n, want) for a refresh, `refresh` naming it (nonzero; unique to
+  /// one tier's refresh: frag_memos::refresh_row):
   /// where this memo's worker asked for a node of n's fragmentation state
   /// and score twin of n (every other field the score reads equal:
   /// node_fields_equal) earlier in the same refresh, whose column it then
@@ -286,7 +287,7 @@ class frag_memo {
   std::vector<std::size_t> key_at_;
   std::vector<std::uint64_t> hashes_;  ///< per row: its key's hash
   /// Per row: the node of its state whose column this memo's worker last
-  /// scored, and in which refresh (row's `refresh`; 0: none).
+  /// scored in a refresh, and which refresh (0: none).
   struct scorer {
     std::uint64_t refresh = 0;
     std::int32_t node = -1;
