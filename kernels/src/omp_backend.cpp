@@ -55,6 +55,13 @@ bool team_takes_apart() { return !team_sleeps() && omp_get_max_threads() >= 2; }
 /// other processes (ctest -j2, experiments' --jobs) make a fork cost more.
 constexpr std::int64_t apart_from = 1 << 15;
 
+/// Task shapes from which the statistics after a round sum the moved
+/// nodes' F a state at a time (frag_by_state), where F (a pass over the
+/// shapes) costs more than finding the state: round_bench, 2 vCPUs,
+/// metrics after, openb (29 shapes) 106-127 -> 47-49 us; at 10k and 100k
+/// (12 shapes) 31 -> 38-41 us and 201-208 -> 202-216, so not there.
+constexpr std::int32_t frag_by_state_from_tasks = 16;
+
 /// Nodes x rows from which a tier program runs on PLACER_TIER_THREADS workers.
 constexpr std::int64_t tier_team_threshold = 1 << 14;
 /// PLACER_TIER_THREADS: workers of a big tier's program (default 1). A
@@ -148,11 +155,40 @@ cluster_stats omp_backend::stats_after(node_view const& nodes, task_view const& 
     return stats(nodes, tasks);
   }
   steps_.waits += 1;
-  return !always_parallel_ && nodes.n_nodes < stats_parallel_from_
-             ? reduce_cluster_stats_since(thrust::cpp::par, nodes, tasks, state_frag_.data(), cpu_was_.data(),
-                                          gpu_was_.data(), steps_)
-             : reduce_cluster_stats_since(thrust::omp::par, nodes, tasks, state_frag_.data(), cpu_was_.data(),
-                                          gpu_was_.data(), steps_);
+  bool const team = always_parallel_ || nodes.n_nodes >= stats_parallel_from_;
+  if (tasks.n_tasks < frag_by_state_from_tasks) {
+    return team ? reduce_cluster_stats_since(thrust::omp::par, nodes, tasks, state_frag_.data(), cpu_was_.data(),
+                                             gpu_was_.data(), steps_)
+                : reduce_cluster_stats_since(thrust::cpp::par, nodes, tasks, state_frag_.data(), cpu_was_.data(),
+                                             gpu_was_.data(), steps_);
+  }
+  // reduce_cluster_stats_since's sums, each worker's share of the nodes
+  // summing its moved nodes' F a state at a time (frag_by_state).
+  steps_.calls += 1;  // one call, as reduce_cluster_stats_since
+  std::int32_t const n_nodes = nodes.n_nodes;
+  moved_.resize(static_cast<std::size_t>(n_nodes));
+  int const workers = team ? omp_get_max_threads() : 1;
+  if (moved_frag_.size() < static_cast<std::size_t>(workers)) moved_frag_.resize(static_cast<std::size_t>(workers));
+  moved_part_.assign(static_cast<std::size_t>(workers), cluster_stats{});
+  node_stats_since_op const op{nodes, tasks, state_frag_.data(), cpu_was_.data(), gpu_was_.data(), moved_.data()};
+#pragma omp parallel num_threads(workers) if (workers > 1)
+  {
+    auto const w = static_cast<std::int64_t>(omp_get_thread_num());
+    auto const k = static_cast<std::int64_t>(omp_get_num_threads());
+    auto const lo = static_cast<std::int32_t>(n_nodes * w / k);
+    auto const hi = static_cast<std::int32_t>(n_nodes * (w + 1) / k);
+    frag_by_state& memo = moved_frag_[static_cast<std::size_t>(w)];
+    memo.clear();
+    cluster_stats sum{};
+    for (std::int32_t n = lo; n < hi; ++n) {
+      sum = stats_sum_op{}(sum, op(n));
+      if (moved_[static_cast<std::size_t>(n)] != 0) sum.frag_milli_ppm += memo.of(nodes, tasks, n);
+    }
+    moved_part_[static_cast<std::size_t>(w)] = sum;
+  }
+  cluster_stats total{};
+  for (cluster_stats const& p : moved_part_) total = stats_sum_op{}(total, p);
+  return total;
 }
 
 cluster_stats omp_backend::reduce(node_view const& nodes, task_view const& tasks) {

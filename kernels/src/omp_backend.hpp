@@ -45,6 +45,9 @@ class omp_backend final : public backend {
   std::vector<std::int64_t> state_frag_;  ///< stats_begin's F per fragmentation state
   std::vector<std::int64_t> cpu_was_;     ///< stats_begin's nodes' free CPU (empty: it took no states)
   std::vector<std::int32_t> gpu_was_;     ///< and free GPU milli (node_view::gpu_free's CSR)
+  std::vector<std::uint8_t> moved_;            ///< stats_after: the nodes whose F is summed by state
+  std::vector<frag_by_state> moved_frag_;      ///< those F, a memo a worker
+  std::vector<cluster_stats> moved_part_;      ///< and each worker's sums
   frag_memos frag_memos_;                 ///< its rows by state, a memo a thread, for the tier programs on one worker
   std::vector<tier_problem> memo_tiers_;  ///< a chain's tiers with the memo attached
   // Tier program workspace and team size (PLACER_TIER_THREADS).

@@ -170,6 +170,47 @@ TEST(FragMemo, EachRowIsItsStatesRowWhateverTheGpusOrder) {
   EXPECT_EQ(memo.states(), states.size());
 }
 
+// frag_by_state (the CPU backend's statistics after a round): each node's
+// F is node_fragmentation's on the node itself, whatever its GPUs' order,
+// and each state is summed once until clear: on a cluster of few states,
+// and on one of nearly a state a node (the table grows past its first
+// slots), asked twice over.
+TEST(FragByState, EachNodesFIsItsOwnAndEachStateSummedOnce) {
+  std::mt19937 rng(11);
+  cluster few = random_cluster(rng, 600);
+  cluster many = few;
+  for (auto& f : many.gpu_free) f = std::uniform_int_distribution<std::int32_t>(0, 100)(rng) * 10;
+  frag_by_state memo;
+  for (cluster const* c : {&few, &many}) {
+    score_cell_op const op = c->op();
+    for (int pass = 0; pass < 2; ++pass) {
+      memo.clear();
+      std::set<state> states;
+      for (std::int32_t n = pass; n < 600; n += 1 + pass) {
+        std::int32_t const b = c->gpu_begin[static_cast<std::size_t>(n)];
+        std::int32_t const g = c->gpu_begin[static_cast<std::size_t>(n) + 1] - b;
+        ASSERT_EQ(memo.of(op.nv, op.tv, n),
+                  node_fragmentation(c->gpu_free.data() + b, g, c->cpu_free[static_cast<std::size_t>(n)],
+                                     c->model[static_cast<std::size_t>(n)], op.tv))
+            << "node " << n << " pass " << pass;
+        states.insert(state_of(*c, n));
+        ASSERT_EQ(memo.of(op.nv, op.tv, n), memo.of(op.nv, op.tv, n));  // asked again: held
+      }
+      EXPECT_EQ(memo.states(), states.size());
+    }
+  }
+  memo.clear();
+  EXPECT_EQ(memo.states(), 0U);
+  // The few states repeat; the many do not (else this tests little).
+  std::set<state> few_states, many_states;
+  for (std::int32_t n = 0; n < 600; ++n) {
+    few_states.insert(state_of(few, n));
+    many_states.insert(state_of(many, n));
+  }
+  EXPECT_LT(few_states.size(), 400U);
+  EXPECT_GT(many_states.size(), 300U);
+}
+
 TEST(FragMemo, SumsOnlyTheEntriesAskedForAndTheRestWhenAsked) {
   std::mt19937 rng(13);
   cluster const c = random_cluster(rng, 50);

@@ -887,16 +887,17 @@ TEST(Backend, ScoreStageSharesFragmentationAcrossPermutedGpus) {
 // before took (stats_begin), moved since in their free values alone: the
 // sums of every node's own, on the default and forced-parallel CPU
 // backends (which compute F again only where a node's free CPU or GPU
-// values moved) and on the device twin; with nothing moved, the sums
-// before.
+// values moved, a state at a time from 16 task shapes) and on the device
+// twin; with nothing moved, the sums before.
 TEST(Backend, StatsAfterARoundAreEveryNodesSummed) {
   auto const backends = cpu_backends_and_twin();
   std::mt19937_64 rng(4512);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  int moved_frag = 0;
+  int moved_frag = 0, many_shapes = 0;
   for (int iter = 0; iter < 150; ++iter) {
-    round_matrices const m0 = build_matrices(testing_support::random_round(rng));
+    round_matrices const m0 = build_matrices(testing_support::random_round(rng, 6, iter % 3 == 0 ? 80 : 30));
     if (m0.n_nodes() == 0) continue;
+    many_shapes += m0.task_gpus.size() >= 16 ? 1 : 0;
     // An assignment's moves: some nodes' free GPU milli and CPU taken.
     round_matrices moved = m0;
     for (std::int32_t n = 0; n < moved.n_nodes(); ++n) {
@@ -919,6 +920,7 @@ TEST(Backend, StatsAfterARoundAreEveryNodesSummed) {
     }
   }
   EXPECT_GT(moved_frag, 60);  // rounds whose moves changed F
+  EXPECT_GT(many_shapes, 20);  // and rounds of many task shapes
 }
 
 // A cell's score spread over lanes (score_cell_op::score_lanes, the tier

@@ -779,6 +779,8 @@ struct node_stats_op {
   /// Per fragmentation state (node_view::frag_slot, current), its F against
   /// tv, read instead of computed; null: each node's computed.
   std::int64_t const* state_frag = nullptr;
+  /// False: F left out (0), its caller adds it.
+  bool frag = true;
 
   PLACER_HD cluster_stats operator()(std::int32_t n) const {
     cluster_stats s{};
@@ -794,6 +796,7 @@ struct node_stats_op {
     s.gpu_allocated_milli = cap - free;
     s.gpu_nodes = 1;
     s.partly_allocated_nodes = (free > 0 && free < cap) ? 1 : 0;
+    if (!frag) return s;
     s.frag_milli_ppm = state_frag != nullptr ? state_frag[nv.frag_slot[n]]
                                              : node_fragmentation(nv.gpu_free + b, g, nv.cpu_free[n], nv.model[n], tv);
     return s;
@@ -813,11 +816,19 @@ struct node_stats_since_op {
   std::int64_t const* state_frag = nullptr;
   std::int64_t const* cpu_was = nullptr;
   std::int32_t const* gpu_was = nullptr;
+  /// When given, a moved node's F is left out and moved[n] says whether it
+  /// would have been computed (1) or not (0: unmoved, or F counts nothing),
+  /// for the caller to add (the CPU backend, a state at a time:
+  /// frag_by_state).
+  std::uint8_t* moved = nullptr;
 
   PLACER_HD cluster_stats operator()(std::int32_t n) const {
     bool same = nv.cpu_free[n] == cpu_was[n];
     for (std::int32_t g = nv.gpu_begin[n]; same && g < nv.gpu_begin[n + 1]; ++g) same = nv.gpu_free[g] == gpu_was[g];
-    return node_stats_op{nv, tv, same ? state_frag : nullptr}(n);
+    if (moved == nullptr) return node_stats_op{nv, tv, same ? state_frag : nullptr}(n);
+    cluster_stats const s = node_stats_op{nv, tv, state_frag, same}(n);
+    moved[n] = static_cast<std::uint8_t>(!same && s.gpu_nodes != 0);  // gpu_nodes: F counted
+    return s;
   }
 };
 
