@@ -748,9 +748,21 @@ PLACER_HD void tier_chain_program(Team& t, tier_chain const& c) {
   // prev: the last tier that ran (a window's slot the draw gave no job
   // is skipped, a draw places nothing); end: past the last tier to run.
   std::int32_t prev = -1, end = c.n_tiers;
+  std::int64_t const budget = c.tiers[0].budget_ns;
+  std::int64_t const began = budget > 0 ? tier_clock::ns() : 0;  // rank 0 of the leading CTA's decides
   for (std::int32_t k = 0; k < end; ++k) {
     tier_window const& w = c.tiers[k].window;
     if (w.live >= 0 && w.code[w.live] == 0) continue;  // every CTA read it after the draw's grid barrier
+    if (budget > 0 && prev >= 0) {
+      // Past the budget, this tier and every one after it are not run:
+      // rank 0 of the leading CTA says so, every worker reads it after the
+      // grid's barrier (the tiers before ended at one of their own).
+      if (leads && t.rank() == 0 && tier_clock::ns() - began > budget) {
+        for (std::int32_t i = k; i < c.n_tiers; ++i) c.ctl[i].not_run = 1;
+      }
+      t.grid_sync();
+      if (c.ctl[k].not_run != 0) break;
+    }
     if (w.draw) {
       // A queue window's draw: on what the tiers before it left (the
       // grid's barrier), its codes for every CTA (the grid's again).

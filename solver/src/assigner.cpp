@@ -954,12 +954,19 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
   problems[0].cells_wanted = false;
   auto& result = s_.chain_out;
   drop_caps();  // the programs commit on the backend: every capacity held is stale
+  if (deadline_) {
+    auto const left = std::chrono::duration_cast<std::chrono::nanoseconds>(*deadline_ - std::chrono::steady_clock::now());
+    problems[0].budget_ns = std::max<std::int64_t>(1, left.count());
+  }
   kernels::backend::follow_up then;
   then.stats = last && stats_after_;
   backend_.place_tiers_then({problems.data(), k}, result, then);
   // A window's draw places nothing; its slots ran where it gave them a job,
-  // and where it left jobs past it the chain stopped after them.
-  std::size_t ran = k;
+  // and where it left jobs past it the chain stopped after them. Where the
+  // budget ran out, no tier from `stop` on ran.
+  std::size_t stop = 0;
+  while (stop < k && !result.stats[stop].not_run) ++stop;
+  std::size_t ran = stop;
   auto& live = s_.tier_jobs;
   for (std::size_t i = 0; i < ran; ++i) {
     auto const& t = s_.chain[i];
@@ -1059,9 +1066,11 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
     for (auto n : s_.refresh_nodes) stale(n);
     for (auto const& tp : result.placed) stale(tp.node);
   }
+  if (stop < k) expire_not_run(stop, k, out);
   if (verify_) verify_current();
   // The drawn windows' jobs keyed as their draws gave them; the chain
-  // goes on from the first job past the window where it stopped.
+  // goes on from the first job past the window where it stopped (past the
+  // budget, chain_groups finds the round out of time).
   std::size_t resume = s_.tiers.size();
   for (std::size_t w = 0; w < n_blocks; ++w) {
     auto const& b = s_.blocks[w];
@@ -1106,6 +1115,28 @@ bool assigner::never_feasible(std::int32_t j, round_result& out) {
                                  "no node can host one replica (model, pool, size or health)"});
   }
   return true;
+}
+
+void assigner::expire_not_run(std::size_t stop, std::size_t k, round_result& out) {
+  auto expire = [&](std::int32_t j) {
+    if (record_once(j)) out.unplaced_jobs.push_back({j, unplaced_reason::deadline_exceeded, "round deadline reached"});
+  };
+  for (std::size_t i = stop; i < k; ++i) {
+    auto const& t = s_.chain[i];
+    if (t.block < 0) {
+      for (auto j : t.jobs) expire(j);
+      continue;
+    }
+    auto const& b = s_.blocks[static_cast<std::size_t>(t.block)];
+    if (b.draw >= stop) {  // never drawn: every job of the window, drawn or not (once each)
+      if (i != b.draw) continue;
+      for (std::size_t x = b.t0; x < b.t_end; ++x) expire(s_.order[static_cast<std::size_t>(s_.tiers[x].second)]);
+    } else if (i != b.draw && b.code[static_cast<std::size_t>(t.window.live)] != 0) {
+      for (std::size_t q = 0; q < t.jobs.size(); ++q) {  // the slot's jobs as the draw gave them
+        if (b.code[static_cast<std::size_t>(t.job_code[q])] == t.window.want) expire(t.jobs[q]);
+      }
+    }
+  }
 }
 
 bool assigner::record_once(std::int32_t j) {

@@ -21,9 +21,11 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <compare>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -241,6 +243,10 @@ class assigner {
   /// it leaves (backend::follow_up::stats): the round's statistics after,
   /// where nothing writes after it (the solver's main assignment).
   void stats_after(bool on) { stats_after_ = on; }
+  /// The round's deadline (out_of_time's): each chain of tiers gets the
+  /// time left as its budget (kernels::tier_problem::budget_ns), and the
+  /// jobs of the tiers it did not start are DeadlineExceeded.
+  void deadline(std::chrono::steady_clock::time_point at) { deadline_ = at; }
 
  private:
   // --- the three strategies
@@ -311,6 +317,9 @@ class assigner {
   /// window's twice (chain_window), and chained again past a window that
   /// stopped (s_.recorded; always where the round keeps no windows).
   bool record_once(std::int32_t j);
+  /// The jobs of the chain's tiers from `stop` on, which its budget left
+  /// unrun: DeadlineExceeded (a window never drawn, every job of it).
+  void expire_not_run(std::size_t stop, std::size_t k, round_result& out);
   void finish_job(std::int32_t j, std::vector<replica_placement>&& placed, round_result& out);
   [[nodiscard]] bool initially_feasible(std::int32_t c, std::int32_t n) const;
   /// The current score of class c on node n (with PLACER_VERIFY_SCORES
@@ -362,6 +371,7 @@ class assigner {
   bool verify_ = false;   ///< PLACER_VERIFY_SCORES: check the cells read (tests)
   bool linear_ = false;   ///< greedy mode: Slurm's node choice (linear())
   bool stats_after_ = false;  ///< the last chain brings the statistics (stats_after())
+  std::optional<std::chrono::steady_clock::time_point> deadline_;  ///< deadline()
 };
 
 /// Stacking's last step (policy::stacking): this round's replicas of jobs

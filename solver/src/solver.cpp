@@ -838,6 +838,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
     if (ws_->scored_on_host) ws_->scores_scored = scores;
   }
   assign.stats_after(true);
+  if (in.deadline_us > 0) assign.deadline(t_round + std::chrono::microseconds(in.deadline_us));
   assign.run(out, out_of_time);
   stage_done("assign");
   ws_->kept = {};

@@ -743,6 +743,71 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
   EXPECT_GT(placed, 2000);
 }
 
+// A chain's time budget (tier_problem::budget_ns, the round's deadline):
+// past it no further tier starts. With 1 ns the first tier runs as it would
+// alone and every later one says it did not run, placing nothing and
+// changing no node; with a budget it does not reach, the chain runs whole.
+// On every CPU path, the device twin and, where a GPU is usable, the CUDA
+// backend.
+TEST(TierChain, PastItsBudgetStartsNoFurtherTier) {
+  std::vector<std::unique_ptr<backend>> backends;
+  backends.push_back(make_backend(backend_kind::cpu));
+  backends.push_back(make_parallel_cpu_backend());
+  backends.push_back(make_device_twin());
+  if (cuda_unavailable_reason().empty()) backends.push_back(make_backend(backend_kind::cuda));
+  std::mt19937_64 rng(2026120601);
+  long later = 0;
+  for (int iter = 0; iter < 40; ++iter) {
+    SCOPED_TRACE("instance " + std::to_string(iter));
+    tier_instance base = iter % 3 == 0 ? twin_cluster(rng, 20, 6, 8) : random_cluster(rng, 80, 8);
+    base.score_all();
+    int const k = std::uniform_int_distribution<int>(2, 4)(rng);
+    chained const c = split_into_tiers(rng, base, k);
+    // What the whole chain, and its first tier alone, leave.
+    tier_instance whole = base, first = base;
+    std::vector<std::int32_t> none;
+    none.reserve(1);
+    tier_results want_whole, want_first;
+    {
+      auto ps = chain_problems(whole, c, none);
+      backends[0]->place_tiers(ps, want_whole);
+      auto pf = chain_problems(first, c, none);
+      backends[0]->place_tiers({pf.data(), 1}, want_first);
+    }
+    for (std::size_t j = 1; j < static_cast<std::size_t>(k); ++j) later += static_cast<long>(tier_placements(want_whole, j).size());
+    for (auto& b : backends) {
+      SCOPED_TRACE(b->description());
+      for (std::int64_t budget : {std::int64_t{1}, std::int64_t{1} << 60}) {
+        bool const cut = budget == 1;
+        tier_instance all = base;
+        auto ps = chain_problems(all, c, none);
+        ps[0].budget_ns = budget;
+        tier_results r;
+        b->place_tiers(ps, r);
+        ASSERT_EQ(r.stats.size(), static_cast<std::size_t>(k));
+        tier_results const& want = cut ? want_first : want_whole;
+        tier_instance const& left = cut ? first : whole;
+        for (int j = 0; j < k; ++j) {
+          auto const at = static_cast<std::size_t>(j);
+          EXPECT_EQ(r.stats[at].not_run, cut && j > 0) << "tier " << j;
+          std::vector<tier_placement> got = tier_placements(r, at);
+          if (cut && j > 0) {
+            EXPECT_TRUE(got.empty()) << "tier " << j;
+          } else {
+            std::vector<tier_placement> expected = tier_placements(want, at);
+            EXPECT_TRUE(same_placements(got, expected)) << "tier " << j;
+          }
+        }
+        EXPECT_EQ(all.gpu_free, left.gpu_free);
+        EXPECT_EQ(all.cpu_free, left.cpu_free);
+        EXPECT_EQ(all.mem_free, left.mem_free);
+      }
+    }
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  EXPECT_GT(later, 500);  // the tiers the budget cut would have placed replicas
+}
+
 // The team's way of a CTA (team_wide, the CUDA backend's and the device
 // twin's: the floors by tier_floors_radix, the price jumps by
 // tier_jump_team, the winners' lists and groups and the next tier's

@@ -53,6 +53,7 @@ struct tier_control {
   std::int32_t passes = 0;  ///< passes so far (tier_first_bidders), the stamp of bid_pass
   std::int64_t local_ring[2][3] = {};  ///< tier_local_team::least's slots: the group's, the CTA's
   std::int32_t local_placed = 0;  ///< tier_local_team: rank 0's replicas held, read after a barrier of the CTA
+  std::int32_t not_run = 0;  ///< 1: the chain's budget ran out before this tier (tier_chain_program)
   /// Rank 0's clock per tier_phase, and the tier's span in clock ticks and
   /// in nanoseconds (they scale the ticks: SM cycles on the GPU).
   std::int64_t phase[tier_phase_count] = {};
@@ -532,7 +533,7 @@ inline std::int32_t tier_chain_results(tier_problem const* tiers, tier_control c
     tier_placement const* from = out + tier_out_begin(tiers, ctl, out_at, k);
     r.placed.insert(r.placed.end(), from, from + ctl[k].placed);
     r.begin.push_back(static_cast<std::int32_t>(r.placed.size()));
-    tier_stats st{ctl[k].iterations, ctl[k].rounds, ctl[k].round_cap_hit != 0};
+    tier_stats st{ctl[k].iterations, ctl[k].rounds, ctl[k].round_cap_hit != 0, ctl[k].not_run != 0};
     double const scale = ctl[k].ticks > 0 ? static_cast<double>(ctl[k].ns) / static_cast<double>(ctl[k].ticks) : 0.0;
     for (int ph = 0; ph < tier_phase_count; ++ph) {
       st.phase_ns[ph] = static_cast<std::int64_t>(static_cast<double>(ctl[k].phase[ph]) * scale);

@@ -184,6 +184,12 @@ struct tier_problem {
   /// score cells, so a backend with memory of its own may keep them there
   /// (tier_results::cells_back) and send back only the placements.
   bool cells_wanted = true;
+  /// A chain's first tier: the round's time left when the chain is called,
+  /// in nanoseconds, or 0 (none). Past it by the program's own clock since
+  /// the chain began (tier_clock::ns: the host's steady clock, the
+  /// device's global timer), no further tier starts: the first always
+  /// runs, and the rest say so (tier_stats::not_run).
+  std::int64_t budget_ns = 0;
   /// Node n's fragmentation-table row for its current state
   /// (score_cell_op::frag_row), from a memo by fragmentation state that a
   /// host worker keeps (the CPU backend's, kernels/src/frag_memo.hpp),
@@ -262,6 +268,7 @@ struct tier_stats {
   std::int32_t iterations = 0;
   std::int64_t rounds = 0;  ///< bidding rounds over all iterations
   bool round_cap_hit = false;
+  bool not_run = false;  ///< the chain's budget ran out before it (tier_problem::budget_ns)
   std::int64_t phase_ns[tier_phase_count] = {};  ///< tier_phase
 };
 
