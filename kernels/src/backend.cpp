@@ -1,11 +1,17 @@
 // Backend factory and run-time selection ("auto" | "cpu" | "cuda").
 #include <placer/kernels/backend.hpp>
 #include <placer/kernels/probe.hpp>
+#include <placer/kernels/team.hpp>
 #include <placer/topology/error.hpp>
 
 #include "omp_backend.hpp"
 
+#include <algorithm>
+#include <cctype>
+#include <cstdlib>
+#include <string>
 #include <string_view>
+#include <omp.h>
 
 namespace placer::kernels {
 
@@ -15,6 +21,22 @@ std::unique_ptr<backend> make_cuda_backend(int device, int sharing);
 std::string cuda_probe();
 std::string cuda_probe_summary();
 #endif
+
+bool openmp_team_sleeps() {
+  static bool const sleeps = [] {
+    char const* v = std::getenv("OMP_WAIT_POLICY");
+    if (v == nullptr) return false;
+    std::string s(v);
+    for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+    return s == "PASSIVE";
+  }();
+  return sleeps;
+}
+
+std::int64_t team_from(std::int64_t spinning, std::int64_t sleeping_pair) {
+  if (!openmp_team_sleeps()) return spinning;
+  return std::max(spinning, sleeping_pair / std::max(1, omp_get_max_threads() - 1));
+}
 
 std::string cuda_unavailable_reason() {
 #if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA

@@ -4,10 +4,10 @@
 
 #include "../portable/stages.hpp"
 #include "../portable/tier_host.hpp"
+#include <placer/kernels/team.hpp>
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
-#include <cctype>
 #include <cstdlib>
 #include <string>
 #include <omp.h>
@@ -22,25 +22,26 @@ namespace {
 /// are oversubscribed. The algorithms are deterministic, so the choice never
 /// changes a result.
 constexpr std::int64_t parallel_threshold = 1 << 16;
-/// Nodes from which the cluster statistics run on the team. A sleeping
-/// team (OMP_WAIT_POLICY=PASSIVE, which placer serve and bench set) costs
-/// a wake-up per parallel region, more than the reduction saves below a
-/// few thousand nodes: placer bench 10k, 2 vCPUs, metrics before + after
-/// 0.22 ms on the team, 0.08 ms on the calling thread.
+/// Nodes from which the cluster statistics run on the team; where it
+/// sleeps, the bound for a team of two (team_from). A sleeping team costs a
+/// wake-up per parallel region: placer bench 10k, 2 vCPUs, metrics before
+/// + after 0.22 ms on the team, 0.08 ms on the calling thread; round_bench
+/// 100k (12,800 nodes) under OMP_WAIT_POLICY=PASSIVE, metrics before 296-340
+/// us on a team of two, 126-132 on one thread.
 constexpr std::int32_t stats_parallel_from = parallel_threshold / 64;
-constexpr std::int32_t stats_parallel_from_passive = parallel_threshold / 8;
-
-bool team_sleeps() {
-  char const* v = std::getenv("OMP_WAIT_POLICY");
-  if (v == nullptr) return false;
-  std::string s(v);
-  for (auto& ch : s) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
-  return s == "PASSIVE";
-}
+constexpr std::int32_t stats_parallel_from_pair = parallel_threshold;
+/// Cells from which the score stage runs on the team, and where it sleeps
+/// for a team of two: its three parallel regions wake the team, about 0.25
+/// ms in all on 2 vCPUs. round_bench under OMP_WAIT_POLICY=PASSIVE, 2
+/// vCPUs, the stage on one thread against a team of two: 10k (30,720 cells)
+/// 291 against 397-400 us, openb (112,809) 195-200 against 298-317, 100k
+/// (307,200) 1,110-1,160 against 917-927.
+constexpr std::int64_t score_parallel_from = parallel_threshold / 16;
+constexpr std::int64_t score_parallel_from_pair = std::int64_t{1} << 18;
 
 /// Whether a one-worker tier program hands work to its team (apart_from
 /// below): a team of two or more that spins.
-bool team_takes_apart() { return !team_sleeps() && omp_get_max_threads() >= 2; }
+bool team_takes_apart() { return !openmp_team_sleeps() && omp_get_max_threads() >= 2; }
 
 /// Cells (rows x nodes) from which a one-worker tier program selects an
 /// iteration's floors on the team (seq_team::apart_from, tier_apart),
@@ -85,7 +86,8 @@ omp_backend::omp_backend(bool always_parallel)
       frag_memos_(team_takes_apart() ? static_cast<std::size_t>(omp_get_max_threads()) : 1),
       tier_threads_(always_parallel ? std::max(2, tier_threads_from_env()) : tier_threads_from_env()),
       always_parallel_(always_parallel),
-      stats_parallel_from_(team_sleeps() ? stats_parallel_from_passive : stats_parallel_from) {
+      stats_parallel_from_(static_cast<std::int32_t>(team_from(stats_parallel_from, stats_parallel_from_pair))),
+      score_parallel_from_(team_from(score_parallel_from, score_parallel_from_pair)) {
   tier_arena_.apart_from = team_takes_apart() ? apart_from : 0;
   // Start the OpenMP thread pool now, not inside the first round (it costs
   // milliseconds, which would land in that round's timing).
@@ -111,7 +113,7 @@ bool omp_backend::score_then(node_view const& nodes, class_view const& classes, 
 void omp_backend::score_cells(node_view const& nodes, class_view const& classes, task_view const& tasks,
                               score_params const& params, std::span<std::int32_t> out) {
   frag_table_.resize(frag_table_cells(nodes, classes, tasks, params));
-  if (!always_parallel_ && static_cast<std::int64_t>(nodes.n_nodes) * classes.n_classes < parallel_threshold / 16) {
+  if (!always_parallel_ && static_cast<std::int64_t>(nodes.n_nodes) * classes.n_classes < score_parallel_from_) {
     score_matrix(thrust::cpp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), score_columns_, steps_);
   } else {
     score_matrix(thrust::omp::par, nodes, classes, tasks, params, out.data(), frag_table_.data(), score_columns_, steps_);

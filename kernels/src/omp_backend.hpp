@@ -55,6 +55,7 @@ class omp_backend final : public backend {
   int tier_threads_ = 1;
   bool always_parallel_ = false;
   std::int32_t stats_parallel_from_ = 0;  ///< nodes from which stats() runs on the team
+  std::int64_t score_parallel_from_ = 0;  ///< cells from which the score stage does
 };
 
 }  // namespace placer::kernels

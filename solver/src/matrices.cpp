@@ -1,6 +1,7 @@
 // Flattening a round into kernel views (see matrices.hpp).
 #include <placer/solver/matrices.hpp>
 #include <placer/kernels/ops.hpp>
+#include <placer/kernels/team.hpp>
 #include <placer/topology/error.hpp>
 
 #include <algorithm>
@@ -91,8 +92,12 @@ std::pair<Value&, bool> find_or_insert(std::vector<std::pair<Key, Value>>& entri
 }
 
 /// Nodes from which flatten's passes over the nodes run on the OpenMP team
-/// (their hashes, copies and comparisons).
-constexpr std::size_t flatten_parallel_from = 4096;
+/// (their hashes, copies and comparisons), and where it sleeps, for a team
+/// of two (kernels::team_from): its six parallel regions each wake it.
+/// round_bench 100k (12,800 nodes) under OMP_WAIT_POLICY=PASSIVE, 2 vCPUs:
+/// flatten 1,267-1,333 us on a team of two, 1,116-1,143 on one thread.
+constexpr std::int64_t flatten_parallel_from = 4096;
+constexpr std::int64_t flatten_parallel_from_pair = 1 << 15;
 
 /// The items 0..n), as first_of_equals and first_of take a list.
 struct all_items {
@@ -194,7 +199,8 @@ void build_matrices(round_input const& in, round_matrices& m) {
   m.flags.resize(n);
   m.gpu_begin.resize(n + 1);
   m.gpu_capacity.resize(n);
-  bool const par = n >= flatten_parallel_from;
+  std::int64_t const parallel_from = kernels::team_from(flatten_parallel_from, flatten_parallel_from_pair);
+  bool const par = static_cast<std::int64_t>(n) >= parallel_from;
   // Model ids (in order of first appearance) and the GPUs' offsets here;
   // the rest a node at a time, on the team where the nodes are many.
   std::size_t n_models = 0;
@@ -404,7 +410,7 @@ void build_matrices(round_input const& in, round_matrices& m) {
   auto& frag_rep = scratch.frag_rep;  // per score root: the first score root of its fragmentation state
   frag_rep.resize(n);
   first_of_equals(score_roots, frag_hashes.data(), same_frag, frag_rep, scratch.frag_tables,
-                  par && score_roots.size() >= flatten_parallel_from);
+                  par && static_cast<std::int64_t>(score_roots.size()) >= parallel_from);
   m.frag_slot.resize(n);
   m.frag_node.clear();
   for (std::size_t i = 0; i < n; ++i) {

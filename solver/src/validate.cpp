@@ -1,5 +1,6 @@
 // Input validation for a round: everything a caller can get wrong is caught
 // here, before any stage runs, with a message naming the job and field.
+#include <placer/kernels/team.hpp>
 #include <placer/solver/constraints.hpp>
 #include <placer/solver/solver.hpp>
 #include <placer/topology/error.hpp>
@@ -103,8 +104,12 @@ void check_pending(round_input const& in, std::size_t j) {
 
 /// Items from which the nodes' and the pending jobs' checks run on the
 /// OpenMP team: a pass over 100k's 12,800 node records is memory-bound
-/// (171 us on one thread), its 5,000 jobs 70 us.
-constexpr std::ptrdiff_t parallel_from = 4096;
+/// (171 us on one thread), its 5,000 jobs 70 us. Where the team sleeps, the
+/// bound for a team of two (kernels::team_from): round_bench 100k under
+/// OMP_WAIT_POLICY=PASSIVE, 2 vCPUs, validate 288-298 us on a team of two,
+/// 239-242 on one thread.
+constexpr std::int64_t parallel_from = 4096;
+constexpr std::int64_t parallel_from_pair = 1 << 15;
 
 /// Whether ok(i) fails (false, or throws) for some i in 0..n): on the
 /// team where the items are many (a throw is caught there, inside the
@@ -112,7 +117,8 @@ constexpr std::ptrdiff_t parallel_from = 4096;
 template <class Ok>
 bool any_problem(std::ptrdiff_t n, Ok&& ok) {
   bool bad = false;
-#pragma omp parallel for schedule(static) reduction(|| : bad) if (n >= parallel_from)
+  bool const team = n >= kernels::team_from(parallel_from, parallel_from_pair);
+#pragma omp parallel for schedule(static) reduction(|| : bad) if (team)
   for (std::ptrdiff_t i = 0; i < n; ++i) {
     try {
       bad = bad || !ok(static_cast<std::size_t>(i));

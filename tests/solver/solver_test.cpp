@@ -252,12 +252,14 @@ TEST(Solver, InvalidInputThrowsInvalidArgument) {
   EXPECT_THROW(s.solve(in), logic_error);
 }
 
-// Rounds of many nodes and jobs are checked on the OpenMP team; the error
-// still names the first problem in order, whichever worker saw it.
+// Rounds of many nodes and jobs are checked on the OpenMP team (even where
+// it sleeps, as the tests run it: kernels::team_from, a team of two from
+// 32,768 items); the error still names the first problem in order,
+// whichever worker saw it.
 TEST(Solver, ManyNodesAndJobsNameTheFirstProblem) {
   round_input in;
-  in.state = make_cluster().leaves_per_spine(64).nodes_per_leaf(80).build();  // 5,120 nodes
-  for (int k = 0; k < 5000; ++k) in.pending.push_back(gpu_job("j" + std::to_string(k), 1));
+  in.state = make_cluster().leaves_per_spine(64).nodes_per_leaf(520).build();  // 33,280 nodes
+  for (int k = 0; k < 33000; ++k) in.pending.push_back(gpu_job("j" + std::to_string(k), 1));
   auto const message = [&] {
     try {
       validate(in);
@@ -654,8 +656,10 @@ TEST(Flatten, ClassesAndTaskShapesFollowTheirDefinitionsPastTheTablesFirstSize) 
 }
 
 // Flatten's node states, score twins and fragmentation states on clusters
-// of 5,000 nodes and more, where it hashes, copies and compares on the
-// OpenMP team (each worker the states whose hash falls in its part): a
+// of 33,000 nodes and more, where it hashes, copies and compares on the
+// OpenMP team even where the team sleeps, as the tests run it
+// (kernels::team_from: a team of two from 32,768 nodes; each worker the
+// states whose hash falls in its part): a
 // node's state (same_as) is the first node identical to it, its score twin
 // (score_as) the first node alike in all but its GPUs' order and islands,
 // a fragmentation state (frag_slot) holds the nodes with the same free GPU
@@ -669,7 +673,7 @@ TEST(Flatten, NodeStatesOnTheTeamAreEachNodesFirstEqual) {
   int twins = 0, permuted = 0, score_twins = 0;
   for (int iter = 0; iter < 4; ++iter) {
     auto opt = traces::scenario_preset(iter % 2 == 0 ? "10k" : "10k-k8s");
-    opt.nodes = 4800 + 400 * iter;
+    opt.nodes = 33000 + 400 * iter;
     opt.seed = static_cast<std::uint64_t>(iter + 1);
     round_input in = traces::make_scenario(opt);
     auto& nodes = in.state.nodes;
