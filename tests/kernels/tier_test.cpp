@@ -36,6 +36,18 @@ using testing_support::random_topology;
 using testing_support::tier_instance;
 using testing_support::twin_cluster;
 
+/// The CPU backend, its parallel variant (the chain on a team: rank 0
+/// lists, the others wait), the device twin and, where a GPU is usable,
+/// the CUDA backend.
+std::vector<std::unique_ptr<backend>> every_backend() {
+  std::vector<std::unique_ptr<backend>> backends;
+  backends.push_back(make_backend(backend_kind::cpu));
+  backends.push_back(make_parallel_cpu_backend());
+  backends.push_back(make_device_twin());
+  if (cuda_unavailable_reason().empty()) backends.push_back(make_backend(backend_kind::cuda));
+  return backends;
+}
+
 /// Sorts both placement lists by (iteration, node) and compares their
 /// nodes, rows and GPUs.
 ::testing::AssertionResult same_placements(std::vector<tier_placement>& a, std::vector<tier_placement>& b) {
@@ -669,11 +681,7 @@ TEST(TierProgram, TwinEntriesPlaceTheSame) {
 // matrix, clock and labels, on every CPU path, the device twin and, where a
 // GPU is usable, the CUDA backend (one CTA runs the chain).
 TEST(TierChain, RunsAsTheTiersOneByOne) {
-  std::vector<std::unique_ptr<backend>> backends;
-  backends.push_back(make_backend(backend_kind::cpu));
-  backends.push_back(make_parallel_cpu_backend());  // the chain on a team: rank 0 lists, the others wait
-  backends.push_back(make_device_twin());
-  if (cuda_unavailable_reason().empty()) backends.push_back(make_backend(backend_kind::cuda));
+  auto const backends = every_backend();
   std::mt19937_64 rng(2026112601);
   int chains = 0;
   long placed = 0;
@@ -750,11 +758,7 @@ TEST(TierChain, RunsAsTheTiersOneByOne) {
 // On every CPU path, the device twin and, where a GPU is usable, the CUDA
 // backend.
 TEST(TierChain, PastItsBudgetStartsNoFurtherTier) {
-  std::vector<std::unique_ptr<backend>> backends;
-  backends.push_back(make_backend(backend_kind::cpu));
-  backends.push_back(make_parallel_cpu_backend());
-  backends.push_back(make_device_twin());
-  if (cuda_unavailable_reason().empty()) backends.push_back(make_backend(backend_kind::cuda));
+  auto const backends = every_backend();
   std::mt19937_64 rng(2026120601);
   long later = 0;
   for (int iter = 0; iter < 40; ++iter) {
@@ -1017,11 +1021,7 @@ std::vector<tier_placement> place_local_plainly(tier_instance& t, random_topolog
 // on one worker whose capacity sums run on its OpenMP team, and leave the
 // same nodes, cells and clock.
 TEST(TierLocal, PlacesAsTheHostsRule) {
-  std::vector<std::unique_ptr<backend>> backends;
-  backends.push_back(make_backend(backend_kind::cpu));
-  backends.push_back(make_parallel_cpu_backend());
-  backends.push_back(make_device_twin());
-  if (cuda_unavailable_reason().empty()) backends.push_back(make_backend(backend_kind::cuda));
+  auto const backends = every_backend();
   std::mt19937_64 rng(2026120401);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   long placed = 0, given_back = 0, gangs_left = 0;
