@@ -33,6 +33,101 @@
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
+/// Fragmentation states by their key (a node's GPUs, model, free CPU and
+/// free GPU values sorted), numbered in the order added: open addressing by
+/// frag_state_hash, keys compared whole. frag_memo's rows and
+/// frag_by_state's F are kept by these numbers.
+class frag_states {
+ public:
+  /// A state's key.
+  struct key {
+    std::int32_t g = 0;
+    std::int32_t model = -1;
+    std::int64_t cpu = 0;
+    std::int32_t f[max_gpus_per_node];
+    std::uint64_t hash = 0;
+  };
+  /// Node n's key as it is now.
+  static key of(node_view const& nv, std::int32_t n) {
+    key k;
+    std::int32_t const b = nv.gpu_begin[n];
+    k.g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
+    k.model = nv.model[n];
+    k.cpu = nv.cpu_free[n];
+    sort_free_gpus(nv.gpu_free + b, k.g, k.f);
+    k.hash = frag_state_hash(k.f, k.g, k.cpu, k.model);
+    return k;
+  }
+  /// A stored key's ints before its GPUs' values.
+  static constexpr std::size_t key_ints = 4;
+
+  void clear() {
+    keys_.clear();
+    key_at_.clear();
+    slots_.assign(slots_.size(), empty);
+    hashes_.clear();
+  }
+  [[nodiscard]] std::size_t size() const { return hashes_.size(); }
+  /// What the keys and their hashes hold, in bytes.
+  [[nodiscard]] std::size_t bytes() const {
+    return keys_.size() * sizeof(std::int32_t) + hashes_.size() * sizeof(std::uint64_t);
+  }
+  /// The number of the state of key k, or -1.
+  [[nodiscard]] std::int32_t find(key const& k) const {
+    if (slots_.empty()) return -1;
+    std::size_t const mask = slots_.size() - 1;
+    for (std::size_t i = k.hash & mask;; i = (i + 1) & mask) {
+      std::int32_t const r = slots_[i];
+      if (r == empty || holds(r, k)) return r;
+    }
+  }
+  /// Adds key k (not held); returns its number.
+  std::int32_t add(key const& k) {
+    if ((size() + 1) * 2 > slots_.size()) grow();
+    auto const r = static_cast<std::int32_t>(size());
+    key_at_.push_back(keys_.size());
+    keys_.push_back(k.g);
+    keys_.push_back(k.model);
+    std::int32_t cpu[2];
+    std::memcpy(cpu, &k.cpu, sizeof cpu);
+    keys_.insert(keys_.end(), cpu, cpu + 2);
+    keys_.insert(keys_.end(), k.f, k.f + k.g);
+    hashes_.push_back(k.hash);
+    place(r, k.hash);
+    return r;
+  }
+
+ private:
+  static constexpr std::int32_t empty = -1;
+
+  /// State r's key is keys_[key_at_[r] ...]: g, model, the CPU's two
+  /// halves, then the g sorted values.
+  [[nodiscard]] bool holds(std::int32_t r, key const& k) const {
+    std::int32_t const* e = keys_.data() + key_at_[static_cast<std::size_t>(r)];
+    if (e[0] != k.g || e[1] != k.model) return false;
+    std::int64_t cpu = 0;
+    std::memcpy(&cpu, e + 2, sizeof cpu);
+    return cpu == k.cpu && std::memcmp(e + key_ints, k.f, sizeof(std::int32_t) * static_cast<std::size_t>(k.g)) == 0;
+  }
+
+  void place(std::int32_t r, std::uint64_t hash) {
+    std::size_t const mask = slots_.size() - 1;
+    std::size_t i = hash & mask;
+    while (slots_[i] != empty) i = (i + 1) & mask;
+    slots_[i] = r;
+  }
+
+  void grow() {
+    slots_.assign(slots_.empty() ? 1024 : slots_.size() * 2, empty);
+    for (std::size_t r = 0; r < hashes_.size(); ++r) place(static_cast<std::int32_t>(r), hashes_[r]);
+  }
+
+  std::vector<std::int32_t> keys_;
+  std::vector<std::size_t> key_at_;
+  std::vector<std::uint64_t> hashes_;  ///< per state: its key's hash
+  std::vector<std::int32_t> slots_;
+};
+
 class frag_memo {
  public:
   /// `most_bytes`: the most its rows and their keys hold (by default 8
@@ -44,10 +139,7 @@ class frag_memo {
   /// Empties the memo: a round's classes and task set start anew.
   void clear() {
     rows_.clear();
-    keys_.clear();
-    key_at_.clear();
-    slots_.assign(slots_.size(), empty);
-    hashes_.clear();
+    states_.clear();
     scorers_.clear();
     op_ = {};
     inputs_.clear();
@@ -76,8 +168,8 @@ class frag_memo {
   void seed(std::int64_t const* table) {
     for (std::int32_t s = 0; s < op_.nv.n_frag; ++s) {
       std::int32_t const n = op_.nv.frag_node[s];
-      key k = key_of(n);
-      if (find(k) == nullptr) insert(k, table + static_cast<std::int64_t>(s) * width_);
+      key const k = frag_states::of(op_.nv, n);
+      if (states_.find(k) < 0) insert(k, table + static_cast<std::int64_t>(s) * width_);
     }
   }
 
@@ -101,13 +193,12 @@ class frag_memo {
   /// with the wanted entries known, and n kept as its state's scorer.
   template <class Want>
   std::int64_t const* row(std::int32_t n, Want const& want, std::uint64_t refresh, std::int32_t* same) {
-    key const k = key_of(n);
-    std::int32_t at_row = find_row(k);
+    key const k = frag_states::of(op_.nv, n);
+    std::int32_t at_row = states_.find(k);
     if (at_row < 0) {
       if (!room_for(k)) return nullptr;
-      std::size_t const at = rows_.size();
-      rows_.resize(at + static_cast<std::size_t>(width_), unknown);
-      at_row = insert_at(k, at);
+      rows_.resize(rows_.size() + static_cast<std::size_t>(width_), unknown);
+      at_row = add(k);
     }
     std::int64_t* const r = rows_.data() + static_cast<std::size_t>(at_row) * static_cast<std::size_t>(width_);
     if (same != nullptr) {
@@ -146,7 +237,10 @@ class frag_memo {
     return row(n, [](std::int32_t) { return true; });
   }
   /// Node n's row if its state is held (entries as they are), else null.
-  [[nodiscard]] std::int64_t const* held(std::int32_t n) { return find(key_of(n)); }
+  [[nodiscard]] std::int64_t const* held(std::int32_t n) {
+    std::int32_t const r = states_.find(frag_states::of(op_.nv, n));
+    return r < 0 ? nullptr : rows_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(width_);
+  }
 
   /// tier_problem::frag_row: the row of node n with the entries of the
   /// classes the tier's refresh scores on it (tier_stale), or a twin
@@ -156,104 +250,34 @@ class frag_memo {
     return row(n, [&](std::int32_t c) { return stale(c, c); }, refresh, same);
   }
 
-  [[nodiscard]] std::size_t states() const { return hashes_.size(); }
+  [[nodiscard]] std::size_t states() const { return states_.size(); }
   /// What the rows and their keys hold, in bytes (at most the bound).
   [[nodiscard]] std::size_t bytes() const {
-    return rows_.size() * sizeof(std::int64_t) + keys_.size() * sizeof(std::int32_t) +
-           hashes_.size() * (sizeof(std::uint64_t) + sizeof(scorer));
+    return rows_.size() * sizeof(std::int64_t) + states_.bytes() + scorers_.size() * sizeof(scorer);
   }
 
  private:
-  static constexpr std::int32_t empty = -1;
   static constexpr std::int64_t unknown = -1;
-  static constexpr std::size_t key_ints = 4;  ///< a stored key's ints before its GPUs' values
-  /// A state: GPUs, model, free CPU and the free GPU values sorted.
-  struct key {
-    std::int32_t g = 0;
-    std::int32_t model = -1;
-    std::int64_t cpu = 0;
-    std::int32_t f[max_gpus_per_node];
-    std::uint64_t hash = 0;
-  };
-
-  key key_of(std::int32_t n) const {
-    key k;
-    std::int32_t const b = op_.nv.gpu_begin[n];
-    k.g = min_of(op_.nv.gpu_begin[n + 1] - b, max_gpus_per_node);
-    k.model = op_.nv.model[n];
-    k.cpu = op_.nv.cpu_free[n];
-    sort_free_gpus(op_.nv.gpu_free + b, k.g, k.f);
-    k.hash = frag_state_hash(k.f, k.g, k.cpu, k.model);
-    return k;
-  }
+  using key = frag_states::key;
 
   /// Whether a row of key k fits the bound.
   [[nodiscard]] bool room_for(key const& k) const {
     return bytes() + static_cast<std::size_t>(width_) * sizeof(std::int64_t) +
-               (key_ints + static_cast<std::size_t>(k.g)) * sizeof(std::int32_t) + sizeof(std::uint64_t) +
+               (frag_states::key_ints + static_cast<std::size_t>(k.g)) * sizeof(std::int32_t) + sizeof(std::uint64_t) +
                sizeof(scorer) <=
            most_bytes_;
   }
 
-  /// Row index r's key is keys_[key_at_[r] ...]: g, model, the CPU's two
-  /// halves, then the g sorted values.
-  [[nodiscard]] bool holds(std::int32_t r, key const& k) const {
-    std::int32_t const* e = keys_.data() + key_at_[static_cast<std::size_t>(r)];
-    if (e[0] != k.g || e[1] != k.model) return false;
-    std::int64_t cpu = 0;
-    std::memcpy(&cpu, e + 2, sizeof cpu);
-    return cpu == k.cpu && std::memcmp(e + key_ints, k.f, sizeof(std::int32_t) * static_cast<std::size_t>(k.g)) == 0;
-  }
-
-  /// The index of the row of key k, or -1.
-  std::int32_t find_row(key const& k) const {
-    if (slots_.empty()) return -1;
-    std::size_t const mask = slots_.size() - 1;
-    for (std::size_t i = k.hash & mask;; i = (i + 1) & mask) {
-      std::int32_t const r = slots_[i];
-      if (r == empty || holds(r, k)) return r;
-    }
-  }
-
-  std::int64_t* find(key const& k) {
-    std::int32_t const r = find_row(k);
-    return r < 0 ? nullptr : rows_.data() + static_cast<std::size_t>(r) * static_cast<std::size_t>(width_);
-  }
-
   void insert(key const& k, std::int64_t const* values) {
     if (!room_for(k)) return;
-    std::size_t const at = rows_.size();
     rows_.insert(rows_.end(), values, values + width_);
-    insert_at(k, at);
+    add(k);
   }
 
-  /// Keys the row at rows_[at] (already written) as k; returns its index.
-  std::int32_t insert_at(key const& k, std::size_t at) {
-    if ((states() + 1) * 2 > slots_.size()) grow();
-    auto const r = static_cast<std::int32_t>(at / static_cast<std::size_t>(width_));
-    key_at_.push_back(keys_.size());
-    keys_.push_back(k.g);
-    keys_.push_back(k.model);
-    std::int32_t cpu[2];
-    std::memcpy(cpu, &k.cpu, sizeof cpu);
-    keys_.insert(keys_.end(), cpu, cpu + 2);
-    keys_.insert(keys_.end(), k.f, k.f + k.g);
-    hashes_.push_back(k.hash);
+  /// Keys the row last written (rows_' end) as k; returns its index.
+  std::int32_t add(key const& k) {
     scorers_.push_back({});
-    place(r, k.hash);
-    return r;
-  }
-
-  void place(std::int32_t r, std::uint64_t hash) {
-    std::size_t const mask = slots_.size() - 1;
-    std::size_t i = hash & mask;
-    while (slots_[i] != empty) i = (i + 1) & mask;
-    slots_[i] = r;
-  }
-
-  void grow() {
-    slots_.assign(slots_.empty() ? 1024 : slots_.size() * 2, empty);
-    for (std::size_t r = 0; r < hashes_.size(); ++r) place(static_cast<std::int32_t>(r), hashes_[r]);
+    return states_.add(k);
   }
 
   /// What a row depends on besides the node, by value: the classes'
@@ -283,9 +307,7 @@ class frag_memo {
   score_cell_op op_{};
   std::int32_t width_ = 0;
   std::vector<std::int64_t> rows_;
-  std::vector<std::int32_t> keys_;
-  std::vector<std::size_t> key_at_;
-  std::vector<std::uint64_t> hashes_;  ///< per row: its key's hash
+  frag_states states_;  ///< the rows' states, a row a state in its number
   /// Per row: the node of its state whose column this memo's worker last
   /// scored in a refresh, and which refresh (0: none).
   struct scorer {
@@ -293,7 +315,6 @@ class frag_memo {
     std::int32_t node = -1;
   };
   std::vector<scorer> scorers_;
-  std::vector<std::int32_t> slots_;
   std::vector<unsigned char> inputs_;   ///< inputs_of the rows held (empty: none bound)
   std::vector<unsigned char> scratch_;  ///< inputs_of the op being bound
 };
@@ -308,64 +329,26 @@ class frag_by_state {
  public:
   /// Forgets every state: a call's nodes start anew.
   void clear() {
-    slots_.assign(slots_.empty() ? 256 : slots_.size(), empty);
-    keys_.clear();
-    entries_.clear();
+    states_.clear();
+    frag_.clear();
   }
 
   /// Node n's F, summed once for its state since clear.
   std::int64_t of(node_view const& nv, task_view const& tv, std::int32_t n) {
-    std::int32_t f[max_gpus_per_node];
-    std::int32_t const b = nv.gpu_begin[n];
-    std::int32_t const g = min_of(nv.gpu_begin[n + 1] - b, max_gpus_per_node);
-    std::int64_t const cpu = nv.cpu_free[n];
-    std::int32_t const model = nv.model[n];
-    sort_free_gpus(nv.gpu_free + b, g, f);
-    std::uint64_t const hash = frag_state_hash(f, g, cpu, model);
-    std::size_t const mask = slots_.size() - 1;
-    std::size_t i = hash & mask;
-    for (; slots_[i] != empty; i = (i + 1) & mask) {
-      entry const& e = entries_[static_cast<std::size_t>(slots_[i])];
-      if (e.hash == hash && e.g == g && e.model == model && e.cpu == cpu &&
-          std::memcmp(keys_.data() + e.key_at, f, sizeof(std::int32_t) * static_cast<std::size_t>(g)) == 0) {
-        return e.frag;
-      }
-    }
-    std::int64_t const frag = node_fragmentation(f, g, cpu, model, tv);
-    slots_[i] = static_cast<std::int32_t>(entries_.size());
-    entries_.push_back({hash, cpu, frag, keys_.size(), g, model});
-    keys_.insert(keys_.end(), f, f + g);
-    if (entries_.size() * 2 > slots_.size()) grow();
-    return frag;
+    frag_states::key const k = frag_states::of(nv, n);
+    std::int32_t const s = states_.find(k);
+    if (s >= 0) return frag_[static_cast<std::size_t>(s)];
+    frag_.push_back(node_fragmentation(k.f, k.g, k.cpu, k.model, tv));
+    states_.add(k);
+    return frag_.back();
   }
 
   /// States summed since clear.
-  [[nodiscard]] std::size_t states() const { return entries_.size(); }
+  [[nodiscard]] std::size_t states() const { return states_.size(); }
 
  private:
-  static constexpr std::int32_t empty = -1;
-  struct entry {
-    std::uint64_t hash;
-    std::int64_t cpu;
-    std::int64_t frag;
-    std::size_t key_at;  ///< its sorted free values in keys_
-    std::int32_t g;
-    std::int32_t model;
-  };
-
-  void grow() {
-    slots_.assign(slots_.size() * 2, empty);
-    std::size_t const mask = slots_.size() - 1;
-    for (std::size_t e = 0; e < entries_.size(); ++e) {
-      std::size_t i = entries_[e].hash & mask;
-      while (slots_[i] != empty) i = (i + 1) & mask;
-      slots_[i] = static_cast<std::int32_t>(e);
-    }
-  }
-
-  std::vector<std::int32_t> slots_;
-  std::vector<entry> entries_;
-  std::vector<std::int32_t> keys_;
+  frag_states states_;
+  std::vector<std::int64_t> frag_;  ///< per state, by its number
 };
 
 /// A frag_memo for each worker of the OpenMP team: a chain's refresh on
