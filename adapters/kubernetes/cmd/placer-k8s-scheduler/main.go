@@ -179,7 +179,7 @@ func main() {
 	s.syncedAt = time.Now()
 	slog.Info("informers synced", "scheduler", c.schedulerName, "placer", c.endpoint, "identity", c.identity)
 	// Stopped (SIGTERM, SIGINT): the last bindings' Events written first.
-	defer s.sink.flush(s.events, 200*time.Millisecond, 3*time.Second)
+	defer s.sink.flush(s.events, s.recorder, 3*time.Second)
 	if !c.leaderElect {
 		s.lead(ctx)
 		return
@@ -360,7 +360,7 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	s.claims = newClaims(s)
 	s.kueue = &kueue{s: s}
 	s.events = record.NewBroadcaster()
-	s.sink = &eventSink{EventSink: &typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")}}
+	s.sink = newEventSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
 	s.events.StartRecordingToSink(s.sink)
 	s.recorder = s.events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: c.schedulerName})
 	return s
