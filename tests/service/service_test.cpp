@@ -898,6 +898,27 @@ void apply_by_hand(round_input& ref, cluster_delta const& d, job_delta const& jd
   ref.running.insert(ref.running.end(), jd.started.begin(), jd.started.end());
 }
 
+/// A restart on the same endpoint, then a health check until the client
+/// reaches the new server. Without it the next round raced libzmq: sent
+/// before its I/O thread saw the old connection close, it was lost with
+/// that connection (loaded `make test` runs: "connection was refused or
+/// dropped with the request in flight"), and a lost round is the caller's
+/// to send again (client_options::retries, 0 in these tests). The I/O
+/// thread answers a health check without a worker or a session, so the next
+/// round still meets a server that does not know the session.
+void restart_reached(std::unique_ptr<running_server>& s, std::string const& endpoint, client& c) {
+  s.reset();
+  s = std::make_unique<running_server>(service::default_max_message_bytes, endpoint);
+  for (int attempt = 0;; ++attempt) {
+    try {
+      (void)c.health();
+      return;
+    } catch (client_error const&) {
+      ASSERT_LT(attempt, 50) << "the restarted server never answered";
+    }
+  }
+}
+
 TEST(Service, ClientResyncsAfterServerRestartAndSurvivesThousandsOfDeltas) {
   // 2,000 random steps of cluster and jobs, most as cluster + job deltas,
   // one in eight as a cluster delta with the jobs in full. Every reply is
@@ -931,10 +952,7 @@ TEST(Service, ClientResyncsAfterServerRestartAndSurvivesThousandsOfDeltas) {
       return std::find(removed.begin(), removed.end(), j.name) != removed.end();
     });
     apply_by_hand(ref, d, jd);
-    if (step == 1000) {
-      s.reset();
-      s = std::make_unique<running_server>(service::default_max_message_bytes, endpoint);
-    }
+    if (step == 1000) restart_reached(s, endpoint, c);
     bool const in_full = step % 8 == 3;
     full_lists += in_full ? 1 : 0;
     auto const rep = in_full ? c.solve_delta(d, ref) : c.solve_delta(d, jd, ref);
@@ -1490,26 +1508,7 @@ TEST(Service, SolveIncrementalWorksOutTheDeltasItself) {
     EXPECT_TRUE(c.last_round()->pending == in.pending) << what;
   };
   expect_solved("first round (a full snapshot)");
-  // A restart on the same endpoint, then a health check until the client
-  // reaches the new server. Without it the next round raced libzmq: sent
-  // before its I/O thread saw the old connection close, it was lost with
-  // that connection (a fresh clone's loaded `make test`: "connection was
-  // refused or dropped with the request in flight"), and a lost round is
-  // the caller's to send again (client_options::retries, 0 here). The
-  // I/O thread answers a health check without a worker or a session, so
-  // the next delta still meets a server that does not know the session.
-  auto restart = [&] {
-    s.reset();
-    s = std::make_unique<running_server>(service::default_max_message_bytes, endpoint);
-    for (int attempt = 0;; ++attempt) {
-      try {
-        (void)c.health();
-        return;
-      } catch (client_error const&) {
-        ASSERT_LT(attempt, 50) << "the restarted server never answered";
-      }
-    }
-  };
+  auto restart = [&] { restart_reached(s, endpoint, c); };
   auto pick = [&](std::size_t n) { return static_cast<std::size_t>(rng() % n); };
   int fresh = 0;
   for (int k = 0; k < 300; ++k) {
