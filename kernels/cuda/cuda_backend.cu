@@ -193,6 +193,9 @@ struct cuda_team {
   }
   __host__ __device__ std::int64_t fetch_add(std::int64_t* p, std::int64_t v) const {
 #ifdef __CUDA_ARCH__
+    if constexpr (Cluster) {
+      return by_cas(p, [v](long long old) { return old + v; });
+    }
     return static_cast<std::int64_t>(atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v)));
 #else
     std::int64_t const old = *p;
@@ -204,6 +207,9 @@ struct cuda_team {
   template <class T>
   __host__ __device__ T fetch_max(T* p, T v) const {
 #ifdef __CUDA_ARCH__
+    if constexpr (Cluster && sizeof(T) == 8) {
+      return static_cast<T>(by_cas(p, [v](long long old) { return max(old, static_cast<long long>(v)); }));
+    }
     return static_cast<T>(atomicMax(word(p), static_cast<word_t<T>>(v)));
 #else
     T const old = *p;
@@ -214,6 +220,9 @@ struct cuda_team {
   template <class T>
   __host__ __device__ T fetch_min(T* p, T v) const {
 #ifdef __CUDA_ARCH__
+    if constexpr (Cluster && sizeof(T) == 8) {
+      return static_cast<T>(by_cas(p, [v](long long old) { return min(old, static_cast<long long>(v)); }));
+    }
     return static_cast<T>(atomicMin(word(p), static_cast<word_t<T>>(v)));
 #else
     T const old = *p;
@@ -226,6 +235,29 @@ struct cuda_team {
   template <class T>
   __host__ __device__ static word_t<T>* word(T* p) {
     return reinterpret_cast<word_t<T>*>(p);
+  }
+  /// A cluster's 64-bit add, max and min, by compare-and-swap. nvcc lowers
+  /// those three on a generic address to an atomic that falls back, for
+  /// shared memory, to a loop of LDS and ATOMS.CAST.SPIN on the address's
+  /// low 32 bits: the CTA's own shared window. A chain's scratch on a
+  /// cluster is reached through the cluster's window (map_shared_rank, the
+  /// CTA's own pieces too), so that fallback read and wrote outside its
+  /// CTA's shared memory: memcheck's invalid 8-byte __shared__ reads and
+  /// writes on an H200 (2026-12-04), several lanes on one address, the
+  /// fetch_min and fetch_max of a row's offers (offer_group.hpp). A 64-bit
+  /// compare-and-swap is one generic atomic there (ATOM.E.CAS.64, as ptxas
+  /// makes `atom.shared::cluster.cas.b64`), with no such fallback.
+  /// NVIDIA/cccl#1427: an atomic on shared memory that fails only in a
+  /// cluster launch.
+  template <class T, class Op>
+  __device__ static long long by_cas(T* p, Op op) {
+    auto* const u = reinterpret_cast<unsigned long long*>(p);
+    auto old = *reinterpret_cast<unsigned long long volatile*>(u);
+    while (true) {
+      auto const seen = atomicCAS(u, old, static_cast<unsigned long long>(op(static_cast<long long>(old))));
+      if (seen == old) return static_cast<long long>(old);
+      old = seen;
+    }
   }
   /// A row's floor, a price jump, a row's winners or a row's offers
   /// on one thread are serial chains of global-memory steps: the whole CTA
@@ -421,11 +453,11 @@ class cuda_device {
       int cluster = 0;
       PLACER_CUDA_TRY(cudaDeviceGetAttribute(&cluster, cudaDevAttrClusterLaunch, device_));
       // Only with PLACER_CUDA_TIER_CLUSTER=1 as well: on an H200 (2026-12-04) the clusters failed
-      // 10k-k8s's chains (an illegal address; memcheck's invalid __shared__ reads in
-      // tier_cluster_kernel), with every phase wide too and with a fence at the cluster's scope
-      // before each barrier, while 10k, 100k and 100k-k8s passed memcheck with them and one CTA's
-      // shared scratch alone passed the scenarios' parity (docs/results.md). Else the chains that
-      // fit no one CTA keep the grid.
+      // 10k-k8s's chains (an illegal address; memcheck's invalid 8-byte __shared__ reads and
+      // writes in tier_cluster_kernel), the only chains that took a cluster. The cause, found in
+      // the SASS on 2026-12-06: the 64-bit atomics' shared-memory fallback (cuda_team::by_cas),
+      // which the cluster's team now avoids; no GPU has run that yet (docs/results.md). Else the
+      // chains that fit no one CTA keep the grid.
       char const* clusters = std::getenv("PLACER_CUDA_TIER_CLUSTER");
       cluster_ = cluster != 0 && clusters != nullptr && std::atoi(clusters) != 0;
       if (char const* scratch = std::getenv("PLACER_CUDA_CLUSTER_SCRATCH")) cluster_scratch_ = std::atoi(scratch);
