@@ -193,9 +193,7 @@ struct cuda_team {
   }
   __host__ __device__ std::int64_t fetch_add(std::int64_t* p, std::int64_t v) const {
 #ifdef __CUDA_ARCH__
-    if constexpr (Cluster) {
-      return by_cas(p, [v](long long old) { return old + v; });
-    }
+    if (cluster_shared(p)) return by_cas(p, [v](long long old) { return old + v; });
     return static_cast<std::int64_t>(atomicAdd(reinterpret_cast<unsigned long long*>(p), static_cast<unsigned long long>(v)));
 #else
     std::int64_t const old = *p;
@@ -207,8 +205,8 @@ struct cuda_team {
   template <class T>
   __host__ __device__ T fetch_max(T* p, T v) const {
 #ifdef __CUDA_ARCH__
-    if constexpr (Cluster && sizeof(T) == 8) {
-      return static_cast<T>(by_cas(p, [v](long long old) { return max(old, static_cast<long long>(v)); }));
+    if constexpr (sizeof(T) == 8) {
+      if (cluster_shared(p)) return static_cast<T>(by_cas(p, [v](long long old) { return max(old, static_cast<long long>(v)); }));
     }
     return static_cast<T>(atomicMax(word(p), static_cast<word_t<T>>(v)));
 #else
@@ -220,8 +218,8 @@ struct cuda_team {
   template <class T>
   __host__ __device__ T fetch_min(T* p, T v) const {
 #ifdef __CUDA_ARCH__
-    if constexpr (Cluster && sizeof(T) == 8) {
-      return static_cast<T>(by_cas(p, [v](long long old) { return min(old, static_cast<long long>(v)); }));
+    if constexpr (sizeof(T) == 8) {
+      if (cluster_shared(p)) return static_cast<T>(by_cas(p, [v](long long old) { return min(old, static_cast<long long>(v)); }));
     }
     return static_cast<T>(atomicMin(word(p), static_cast<word_t<T>>(v)));
 #else
@@ -248,7 +246,9 @@ struct cuda_team {
   /// compare-and-swap is one generic atomic there (ATOM.E.CAS.64, as ptxas
   /// makes `atom.shared::cluster.cas.b64`), with no such fallback.
   /// NVIDIA/cccl#1427: an atomic on shared memory that fails only in a
-  /// cluster launch.
+  /// cluster launch. Global memory keeps the native atomic: a CAS loop
+  /// there would make every thread of the CTA that adds into one word
+  /// (tier_draw's sums) retry behind the others.
   template <class T, class Op>
   __device__ static long long by_cas(T* p, Op op) {
     auto* const u = reinterpret_cast<unsigned long long*>(p);
@@ -258,6 +258,14 @@ struct cuda_team {
       if (seen == old) return static_cast<long long>(old);
       old = seen;
     }
+  }
+  /// Whether a cluster's team reaches p through the cluster's shared
+  /// window (by_cas); never on the other teams.
+  __device__ static bool cluster_shared([[maybe_unused]] void const* p) {
+#if __CUDA_ARCH__ >= 900
+    if constexpr (Cluster) return __isClusterShared(p) != 0;
+#endif
+    return false;
   }
   /// A row's floor, a price jump, a row's winners or a row's offers
   /// on one thread are serial chains of global-memory steps: the whole CTA
