@@ -60,6 +60,37 @@ func (c *cluster) installKueueCRDs() {
 			}
 			return false, fmt.Sprint(conds)
 		})
+		c.waitServed(m.obj)
+	}
+}
+
+// waitServed waits until the apiserver's discovery lists the CRD's
+// resource in each served version: Established can come before the
+// discovery document has it, and a RESTMapper built in that gap answers
+// "no matches for kind".
+func (c *cluster) waitServed(crd *unstructured.Unstructured) {
+	c.t.Helper()
+	group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+	plural, _, _ := unstructured.NestedString(crd.Object, "spec", "names", "plural")
+	versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+	for _, v := range versions {
+		m, _ := v.(map[string]any)
+		if served, _ := m["served"].(bool); !served {
+			continue
+		}
+		gv := group + "/" + fmt.Sprint(m["name"])
+		waitFor(c.t, 30*time.Second, plural+" served in discovery's "+gv, func() (bool, string) {
+			l, err := c.cs.Discovery().ServerResourcesForGroupVersion(gv)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, r := range l.APIResources {
+				if r.Name == plural {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprint(len(l.APIResources), " resources")
+		})
 	}
 }
 
