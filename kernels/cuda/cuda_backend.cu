@@ -160,14 +160,22 @@ struct cuda_team {
     __syncwarp(live == 32 ? 0xffffffffu : (1u << live) - 1);
 #endif
   }
-  /// The sum over the aligned run of `width` lanes (a power of two) by
-  /// shuffles within it (tier_buffers' seq_team::group_sum).
-  __host__ __device__ std::int64_t group_sum(std::int64_t v, std::int32_t width) const {
+  /// v folded by op over the run of `width` lanes (tier_buffers'
+  /// seq_team::group_fold) by shuffles within its aligned span of
+  /// fold_span(width) lanes, a value from past the run (a partial last
+  /// warp's) left out.
+  template <class Op>
+  __host__ __device__ std::int64_t group_fold(std::int64_t v, std::int32_t width, Op op) const {
 #ifdef __CUDA_ARCH__
     unsigned const lane = threadIdx.x & 31u;
-    unsigned const mask = width >= 32 ? 0xffffffffu : ((1u << width) - 1u) << (lane & ~static_cast<unsigned>(width - 1));
+    auto const span = static_cast<unsigned>(fold_span(width));
+    unsigned const base = lane & ~(span - 1u);
+    unsigned const mask = width >= 32 ? 0xffffffffu : ((1u << width) - 1u) << base;
     auto s = static_cast<long long>(v);
-    for (std::int32_t o = width / 2; o > 0; o /= 2) s += __shfl_xor_sync(mask, s, o, width);
+    for (unsigned o = span / 2; o > 0; o /= 2) {
+      long long const other = __shfl_xor_sync(mask, s, static_cast<int>(o), static_cast<int>(span));
+      if (((lane ^ o) - base) < static_cast<unsigned>(width)) s = op(s, other);
+    }
     return static_cast<std::int64_t>(s);
 #else
     return v;

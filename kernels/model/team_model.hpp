@@ -25,7 +25,7 @@ inline namespace PLACER_BACKEND_NS {
 struct model_team {
   model::fibers* f;
   bool team_wide = true;
-  std::int64_t* shared = nullptr;  ///< a value per worker: group_sum's exchange
+  std::int64_t* shared = nullptr;  ///< a value per worker: group_fold's exchange
   [[nodiscard]] std::int32_t rank() const { return f->rank(); }
   [[nodiscard]] std::int32_t size() const { return f->size(); }
   [[nodiscard]] static constexpr std::int32_t solo_below() { return 0; }
@@ -50,14 +50,16 @@ struct model_team {
   void group_sync() const { f->group_barrier(group_size()); }
   /// The run's values through `shared`, between two barriers of the run
   /// (its lanes in step, as a warp's shuffles are; each barrier a step).
-  std::int64_t group_sum(std::int64_t v, std::int32_t width) const {
+  template <class Op>
+  std::int64_t group_fold(std::int64_t v, std::int32_t width, Op op) const {
     if (width <= 1) return v;
-    std::int32_t const first = rank() / width * width;
+    std::int32_t const span = fold_span(width);
+    std::int32_t const first = rank() / span * span;
     shared[rank()] = v;
-    f->group_barrier(width);
-    std::int64_t s = 0;
-    for (std::int32_t i = first; i < first + width; ++i) s += shared[i];
-    f->group_barrier(width);
+    f->group_barrier(span);
+    std::int64_t s = shared[first];
+    for (std::int32_t i = first + 1; i < first + width; ++i) s = op(s, shared[i]);
+    f->group_barrier(span);
     return s;
   }
   void work(std::int64_t steps) const { f->work(steps); }

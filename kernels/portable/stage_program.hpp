@@ -17,7 +17,7 @@
 //   1  statistics, table entries, capacities                a barrier if there is a table
 //   2  cells (every node's: twins of a state are scored, not copied)
 // The sums (statistics, capacities) need no barrier: a warp adds up its
-// workers' statistics by shuffles (Team::group_sum) and its first lane adds
+// workers' statistics by shuffles (Team::group_fold) and its first lane adds
 // them into `stats`, and each part of a domain's nodes adds its fit counts
 // into the domain's capacity, with atomics into zeroed sums. Integer sums,
 // so the order of the adds does not matter: the same on every team.
@@ -94,7 +94,7 @@ PLACER_HD void stage_stats(Team& t, stage_call const& s) {
   std::int64_t const sums[] = {mine.gpu_allocated_milli, mine.gpu_schedulable_milli, mine.gpu_free_milli,
                                mine.frag_milli_ppm,      mine.gpu_nodes,             mine.partly_allocated_nodes};
   for (int f = 0; f < 6; ++f) {
-    std::int64_t const v = t.group_sum(sums[f], w);
+    std::int64_t const v = t.group_fold(sums[f], w, fold_sum{});
     if (t.rank() % w == 0 && v != 0) t.fetch_add(into[f], v);
   }
 }

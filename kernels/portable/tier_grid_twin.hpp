@@ -77,7 +77,7 @@ struct grid_twin_sync {
   }
   grid_twin_barrier grid;
   std::deque<grid_twin_barrier> cta, groups;
-  std::vector<std::int64_t> slots;  ///< a worker's value in group_sum
+  std::vector<std::int64_t> slots;  ///< a worker's value in group_fold
   /// Per worker: where it met the grid (file, line), barrier by barrier.
   std::vector<std::vector<std::pair<std::string_view, int>>> met;
 };
@@ -151,15 +151,16 @@ struct grid_twin_team {
   void group_sync() const {
     if (width > 1) s->groups[static_cast<std::size_t>((index * width + lane) / 2)].arrive_and_wait();
   }
-  /// The sum over the aligned run of `runs` workers (1 or the group's 2).
-  [[nodiscard]] std::int64_t group_sum(std::int64_t v, std::int32_t runs) const {
+  /// v folded over the aligned run of `runs` workers (1 or the group's 2).
+  template <class Op>
+  [[nodiscard]] std::int64_t group_fold(std::int64_t v, std::int32_t runs, Op op) const {
     if (runs <= 1) return v;
     auto const me = static_cast<std::size_t>(index * width + lane);
     s->slots[me] = v;
     group_sync();
-    std::int64_t const sum = s->slots[me & ~std::size_t{1}] + s->slots[me | 1];
+    std::int64_t const folded = op(s->slots[me & ~std::size_t{1}], s->slots[me | 1]);
     group_sync();
-    return sum;
+    return folded;
   }
   static constexpr bool team_wide = true;  // the CUDA backend's team steps
 };

@@ -46,7 +46,10 @@ struct omp_team {
   /// A thread a group (tier_offer_groups).
   [[nodiscard]] static constexpr std::int32_t group_size() { return 1; }
   static void group_sync() {}
-  static std::int64_t group_sum(std::int64_t v, std::int32_t) { return v; }
+  template <class Op>
+  static std::int64_t group_fold(std::int64_t v, std::int32_t, Op) {
+    return v;
+  }
   static constexpr void work(std::int64_t) {}
   static constexpr void chain(std::int64_t) {}
   template <class T>

@@ -228,7 +228,7 @@ TEST(GridTwin, CtasMeetTheGridAtTheSameBarriers) {
     EXPECT_EQ(t.size(), 4);
     EXPECT_EQ(t.group_size(), 2);
     std::int64_t const mine = 10 * t.block() + t.rank();
-    std::int64_t const pair = t.group_sum(mine, 2);
+    std::int64_t const pair = t.group_fold(mine, 2, fold_sum{});
     EXPECT_EQ(pair, 2 * mine + (t.rank() % 2 == 0 ? 1 : -1));
     t.fetch_add(&total, mine);
     t.fetch_max(&most, mine);

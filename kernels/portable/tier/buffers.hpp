@@ -142,7 +142,7 @@ inline constexpr std::int32_t tier_score_steps = 16;
 inline constexpr std::int32_t tier_score_fixed_steps = 4;
 /// A cell's score on `lanes` workers (a power of two): the fixed reads and
 /// a lane's share of the task loops (the lanes' sum is the team's to count:
-/// Team::group_sum).
+/// Team::group_fold).
 PLACER_HD constexpr std::int64_t tier_score_steps_on(std::int32_t lanes) {
   return tier_score_fixed_steps + (tier_score_steps - tier_score_fixed_steps + lanes - 1) / lanes;
 }
@@ -630,11 +630,15 @@ struct seq_team {
   /// group_sync() is their barrier (a warp's on the GPU). Here one.
   [[nodiscard]] static constexpr std::int32_t group_size() { return 1; }
   PLACER_HD static void group_sync() {}
-  /// The sum of v over the `width` workers of this one's aligned run of
-  /// ranks [rank / width * width, + width) (width a power of two, at most
-  /// group_size(); every one of them calls it): shuffles on a warp. Here
-  /// width is 1.
-  PLACER_HD static std::int64_t group_sum(std::int64_t v, std::int32_t) { return v; }
+  /// v folded by op (fold_sum, fold_min, fold_max) over the `width`
+  /// workers of this one's run of ranks [rank / s * s, + width), s =
+  /// fold_span(width) (at most group_size(): an aligned run of a group's
+  /// workers, or a whole group, the last one of a team too; every one of
+  /// them calls it), to each of them: shuffles on a warp. Here width is 1.
+  template <class Op>
+  PLACER_HD static std::int64_t group_fold(std::int64_t v, std::int32_t, Op) {
+    return v;
+  }
   /// The CPU backend selects each row's floor on one worker (tier_floor),
   /// jumps on rank 0 (tier_jump) and offers a row's bids on its worker;
   /// the device twin runs the CUDA backend's way (team_wide).

@@ -262,7 +262,7 @@ struct tier_local_team {
         meet(all);  // the commit before the lanes read the node
         if (t.rank() < lanes) {
           std::int32_t const s = score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_lanes(
-              c, n, t.rank(), lanes, [&](std::int64_t v) { return t.group_sum(v, lanes); });
+              c, n, t.rank(), lanes, [&](std::int64_t v) { return t.group_fold(v, lanes, fold_sum{}); });
           if (t.rank() == 0) cell(n) = s;
           t.work(2 * tier_score_steps_on(lanes));
         }

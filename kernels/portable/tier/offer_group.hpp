@@ -62,9 +62,6 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
   for (std::int32_t r = group + lane * groups; r < n_rows; r += groups * width) {
     field(r, tier_offer_holes) = 0;
     field(r, tier_offer_placed) = 0;
-    field(r, tier_offer_lo) = tier_closed;
-    field(r, tier_offer_hi) = -tier_closed;
-    field(r, tier_offer_pre_m) = tier_closed;
     t.work(1);
   }
   t.group_sync();
@@ -115,11 +112,9 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
         largest = max_of(largest, value);
         t.work(2);
       }
-      t.fetch_min(&field(r, tier_offer_lo), least);
-      t.fetch_max(&field(r, tier_offer_hi), largest);
-      t.group_sync();
-      lo = field(r, tier_offer_lo);
-      std::int64_t const spread = field(r, tier_offer_hi) - lo;
+      lo = t.group_fold(least, width, fold_min{});
+      std::int64_t const spread = t.group_fold(largest, width, fold_max{}) - lo;
+      t.group_sync();  // the re-bids written before any worker reads them
       if (spread >= (std::int64_t{1} << (62 - node_bits))) {
         // Keys would not fit: the serial offers, on the group's first worker.
         if (lane == 0) {
@@ -145,15 +140,15 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
       // F', the (quota + 1)-th best key at the re-bids (keys are distinct).
       std::int64_t f = 0;
       if (items <= b.offer_pairs_upto) {
+        std::int64_t found = -1;  // keys are at least 0, one is F'
         for (std::int32_t i = lane; i < items; i += width) {
           std::int64_t const k = at_rebid(i);
           std::int32_t above = 0;
           for (std::int32_t o = 0; o < items; ++o) above += at_rebid(o) > k ? 1 : 0;
-          if (above == quota) field(r, tier_offer_pre) = k;
+          if (above == quota) found = k;
           t.work(2 * static_cast<std::int64_t>(items));
         }
-        t.group_sync();
-        f = field(r, tier_offer_pre);
+        f = t.group_fold(found, width, fold_max{});
       } else {
         // The radix search, each worker walking the counts itself. Pass p
         // counts into set p % 3 and clears set (p + 1) % 3, last walked in
@@ -179,8 +174,8 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
           t.group_sync();
           t.work(tier_radix_walk(counts, want, f, at, bits) + (1 << bits) / width);
         }
-        // Every worker has walked the last counts before the barrier below:
-        // the sets are cleared after it.
+        // The sets are cleared below, once every worker has walked the
+        // last counts.
       }
       // M, the least key above F': a re-bid's or a stored bid's.
       std::int64_t least_key = tier_closed;
@@ -196,10 +191,9 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
         if (k > f) least_key = min_of(least_key, k);
         t.work(2);
       }
-      t.fetch_min(&field(r, tier_offer_pre_m), least_key);
-      t.group_sync();
-      m = field(r, tier_offer_pre_m);
+      m = t.group_fold(least_key, width, fold_min{});
       if (items > b.offer_pairs_upto) {
+        t.group_sync();  // every worker has walked the last counts
         for (std::int32_t d = lane; d < 3 << tier_offer_group_bits; d += width) b.floor_hist[256 * r + d] = 0;
       }
     }

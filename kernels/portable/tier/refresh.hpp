@@ -80,7 +80,7 @@ PLACER_HD inline std::int64_t tier_refresh(tier_buffers const& b, std::int32_t n
 /// splits a refresh by cell (tier_program): pass 0 scores it where n has
 /// no twin to copy from, pass 1 copies the twin's. The same values as
 /// tier_refresh (op.score of a cell equals the column's). The cell is on
-/// `lanes` workers of t (an aligned run of ranks, Team::group_sum; 1: this
+/// `lanes` workers of t (an aligned run of ranks, Team::group_fold; 1: this
 /// one alone), this one `lane` of them, each a slice of the task set
 /// (score_cell_op::score_lanes), lane 0 writing. Returns its steps
 /// (Team::work): a cell alone also sets up what a column shares. Without
@@ -95,7 +95,7 @@ PLACER_HD std::int64_t tier_refresh_cell(Team& t, tier_buffers const& b, std::in
   std::int64_t const row = static_cast<std::int64_t>(c) * p.nodes.n_nodes;
   if (pass == 0 && twin < 0) {
     std::int32_t const s = score_cell_op{p.nodes, p.classes, p.tasks, p.params}.score_lanes(
-        c, n, lane, lanes, [&](std::int64_t v) { return t.group_sum(v, lanes); });
+        c, n, lane, lanes, [&](std::int64_t v) { return t.group_fold(v, lanes, fold_sum{}); });
     if (lane == 0) p.scores[row + n] = s;
     return 3 + 2 * tier_score_steps_on(lanes);
   }

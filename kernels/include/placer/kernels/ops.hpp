@@ -28,6 +28,25 @@ PLACER_HD constexpr T min_of(T a, T b) { return a < b ? a : b; }
 template <class T>
 PLACER_HD constexpr T max_of(T a, T b) { return a < b ? b : a; }
 
+/// The least power of two at least w (w >= 1): where Team::group_fold's
+/// runs of w workers are aligned.
+PLACER_HD constexpr std::int32_t fold_span(std::int32_t w) {
+  std::int32_t p = 1;
+  while (p < w) p *= 2;
+  return p;
+}
+
+/// What Team::group_fold folds a group's values with.
+struct fold_sum {
+  PLACER_HD constexpr std::int64_t operator()(std::int64_t a, std::int64_t b) const { return a + b; }
+};
+struct fold_min {
+  PLACER_HD constexpr std::int64_t operator()(std::int64_t a, std::int64_t b) const { return min_of(a, b); }
+};
+struct fold_max {
+  PLACER_HD constexpr std::int64_t operator()(std::int64_t a, std::int64_t b) const { return max_of(a, b); }
+};
+
 /// Does a replica of (gpus, milli) fit the GPU free vector f[0..g)?
 PLACER_HD inline bool gpus_fit(std::int32_t const* f, std::int32_t g, std::int32_t gpus, std::int32_t milli) {
   if (gpus == 0) return true;
