@@ -5,8 +5,8 @@
 #
 #   bash .gpu/gpu-run.sh calibrate      # the calibration kit (issue 53 item 5; at most 5 minutes, ~1 on an
 #                                       # H200): calibrate.json (launch, wait, cooperative launch, graph, copies,
-#                                       # grid.sync, CTA steps, clusters and DSM, a cell's score on a thread and
-#                                       # a warp), timeline.json (every call of 20 rounds at 10k, openb, 100k,
+#                                       # grid.sync, CTA steps, a warp's 64-bit least by atomics and by shuffles,
+#                                       # clusters and DSM, a cell's score on a thread and a warp), timeline.json (every call of 20 rounds at 10k, openb, 100k,
 #                                       # host and GPU times, the tier kernel against its phase sum) and
 #                                       # round-bench-calibrate.json (the tier phases); `all` runs it first
 #   bash .gpu/gpu-run.sh all [SECONDS]  # everything below in one call, most telling first, each part
@@ -221,10 +221,13 @@ sessions_bench() {  # issue 53 item 8: 8 sessions at once on 8 workers, each bac
   timeout 240 "$G/run" "$G/bin/placer" bench --scenario 10k --clients 8 --workers 8 --rounds 400 --configs cuda,cpu \
     --data "$G/data" --json "$OUT/bench-sessions-10k.json" >> "$OUT/bench.txt" 2>&1 || status=1
 }
-calibrate() {  # issue 53 item 5, at most 300 s: the kit's microbenchmarks, the call timeline, the tier phases
-  local t0=$SECONDS
+microbenchmarks() {  # the kit's microbenchmarks alone (about 3 s on the H200)
   timeout 120 "$G/run" "$G/bin/calibrate" --out "$OUT/calibrate.json" --commit "$commit" >> "$OUT/calibrate.txt" 2>&1 ||
     { status=1; echo "gpu-run: calibrate failed" | tee -a "$OUT/calibrate.txt"; }
+}
+calibrate() {  # issue 53 item 5, at most 300 s: the kit's microbenchmarks, the call timeline, the tier phases
+  local t0=$SECONDS
+  microbenchmarks
   timed 120 "$G/run" "$G/bin/round_bench" timeline --backend cuda --scenario 10k,openb,100k --rounds 20 --commit "$commit" \
     --out "$OUT/timeline.json" >> "$OUT/calibrate.txt" 2>&1 || status=1
   [ ! -f "$OUT/timeline.json" ] || check_cuda "$OUT/timeline.json"
@@ -549,11 +552,14 @@ case "$step" in
     summary
     ;;
   next)
-    # The next GPU call (~420 s): parity on the default path, then cluster_scratch (where 10k-k8s's
-    # chains fail on a cluster), then both backends, placer bench at each scale, 8 sessions, the auto trial.
+    # The next GPU call (~420 s): parity on the default path, the kit's microbenchmarks (a row's
+    # offers folded by shuffles against atomics on one word: warp_min_*, warp_fold_min), then
+    # cluster_scratch (where 10k-k8s's chains fail on a cluster), then both backends, placer bench
+    # at each scale, 8 sessions, the auto trial.
     budget=${2:-420}
     parity_tests quick
     (( hung )) && { pack_results; summary; exit 1; }
+    microbenchmarks
     cluster_scratch
     figures
     ;;

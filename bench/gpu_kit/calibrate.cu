@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
@@ -98,6 +99,35 @@ __global__ void cta_step_kernel(int mode, int steps, int const* chain, int mask,
     __syncthreads();
   }
   if (x == -1) out[0] = x;  // never: keeps the chain
+}
+
+/// A warp's least of its lanes' 64-bit values, each step's from the last
+/// step's least (a row's offers, tier_offer_groups): every lane's atomicMin
+/// on one word of the warp, a __syncwarp and a read of it, the word in
+/// shared memory (mode 0: the spinning compare-and-swap of a 64-bit min
+/// there) or in global memory (mode 1: an L2 atomic, then an L2 read); or
+/// the warp's fold by five shuffles (mode 2, Team::group_fold). The word
+/// reached through a generic pointer, as the program's scratch is.
+__global__ void warp_min_kernel(int mode, int steps, long long* words, int* out) {
+  __shared__ long long sh[32];
+  unsigned const warp = threadIdx.x / 32, lane = threadIdx.x & 31u;
+  long long* const w = mode == 0 ? sh + warp : words + 16 * warp;  // global words 128 bytes apart
+  if (lane == 0) *w = LLONG_MAX;
+  __syncthreads();
+  long long x = LLONG_MAX - 1;
+  for (int i = 0; i < steps; ++i) {
+    long long const v = x - 1 - static_cast<long long>((lane * 37u) & 31u);  // every lane below the last least
+    if (mode == 2) {
+      long long m = v;
+      for (int o = 16; o > 0; o /= 2) m = min(m, __shfl_xor_sync(0xffffffffu, m, o));
+      x = m;
+    } else {
+      atomicMin(w, v);
+      __syncwarp();
+      x = *reinterpret_cast<long long volatile*>(w);
+    }
+  }
+  if (x == 0) out[0] = 1;  // never: keeps the chain
 }
 
 /// A thread-block cluster's barrier (mode 0), or a load from the next CTA's
@@ -326,6 +356,24 @@ void cta_steps(record& r, cudaStream_t s, bool quick) {
   }
 }
 
+void warp_mins(record& r, cudaStream_t s, bool quick) {
+  device_buffer words(16 * 16 * sizeof(long long));
+  device_buffer out(sizeof(int));
+  int const steps = quick ? 1000 : 10000;
+  int const reps = quick ? 5 : 20;
+  char const* names[] = {"warp_min_shared", "warp_min_global", "warp_fold_min"};
+  char const* whats[] = {"every lane's 64-bit atomicMin on one shared word of its warp, a __syncwarp and a read",
+                         "every lane's 64-bit atomicMin on one global word of its warp, a __syncwarp and a read",
+                         "a warp's 64-bit least by five __shfl_xor_sync"};
+  for (int mode = 0; mode < 3; ++mode) {
+    auto const none = gpu_times(s, reps, [&] { warp_min_kernel<<<1, 512, 0, s>>>(mode, 0, words.as<long long>(), out.as<int>()); });
+    auto const with = gpu_times(s, reps, [&] { warp_min_kernel<<<1, 512, 0, s>>>(mode, steps, words.as<long long>(), out.as<int>()); });
+    r.add(names[mode], "us", std::string(whats[mode]) + ", a step's each (16 warps at once, " + std::to_string(steps) +
+                                 " dependent steps, less none, by events)",
+          per_step(with, none, steps));
+  }
+}
+
 void clusters(record& r, cudaStream_t s, cudaDeviceProp const& p, bool quick) {
   if (p.major < 9) {
     for (int c : {2, 4, 8, 16}) {
@@ -519,6 +567,7 @@ int main(int argc, char** argv) {
     cooperative(r, s, p, reps, quick);
     graph_and_copies(r, s, reps);
     cta_steps(r, s, quick);
+    warp_mins(r, s, quick);
     clusters(r, s, p, quick);
     score_cell(r, s, quick);
     TRY(cudaStreamDestroy(s));

@@ -54,7 +54,8 @@ class Calibrate(unittest.TestCase):
             names = {m["name"] for m in kit["measurements"]} | {s["name"] for s in kit["skipped"]}
             for n in ("launch", "wait", "coop_launch_sync_33", "coop_launch_sync_132", "graph_h2d_kernel_d2h",
                       "d2h_4k", "d2h_64k", "d2h_512k", "grid_sync_8", "grid_sync_33", "grid_sync_132",
-                      "cta_step_shared", "cta_step_global", "cluster_sync_16", "dsm_step_2", "score_cell_thread",
+                      "cta_step_shared", "cta_step_global", "warp_min_shared", "warp_min_global", "warp_fold_min",
+                      "cluster_sync_16", "dsm_step_2", "score_cell_thread",
                       "score_cell_warp"):
                 self.assertIn(n, names)
             self.assertTrue(kit["score_cell_warp_matches_thread"])
