@@ -334,6 +334,21 @@ void graph_and_copies(record& r, cudaStream_t s, int reps) {
   }
 }
 
+/// A kernel's three modes on one CTA of 512 threads, each mode's cost a
+/// step: launch(mode, steps) with `steps` steps less with none, by events.
+template <class Launch>
+void mode_steps(record& r, cudaStream_t s, bool quick, char const* const (&names)[3], char const* const (&whats)[3],
+                Launch launch) {
+  int const steps = quick ? 1000 : 10000;
+  int const reps = quick ? 5 : 20;
+  for (int mode = 0; mode < 3; ++mode) {
+    auto const none = gpu_times(s, reps, [&] { launch(mode, 0); });
+    auto const with = gpu_times(s, reps, [&] { launch(mode, steps); });
+    r.add(names[mode], "us", std::string(whats[mode]) + ", per step (" + std::to_string(steps) + " steps, less none, by events)",
+          per_step(with, none, steps));
+  }
+}
+
 void cta_steps(record& r, cudaStream_t s, bool quick) {
   int const mask = 16383;  // 64 KB of indices: L2, not L1 (ld.cg)
   std::vector<int> chain(static_cast<std::size_t>(mask) + 1);
@@ -342,36 +357,20 @@ void cta_steps(record& r, cudaStream_t s, bool quick) {
   device_buffer d(chain.size() * sizeof(int));
   device_buffer out(sizeof(int));
   TRY(cudaMemcpy(d.p, chain.data(), chain.size() * sizeof(int), cudaMemcpyHostToDevice));
-  int const steps = quick ? 1000 : 10000;
-  int const reps = quick ? 5 : 20;
-  char const* names[] = {"cta_barrier", "cta_step_shared", "cta_step_global"};
-  char const* whats[] = {"a __syncthreads() of 512 threads",
-                         "a dependent shared-memory load and a __syncthreads() (512 threads)",
-                         "a dependent global load from L2 (ld.cg, 64 KB) and a __syncthreads() (512 threads)"};
-  for (int mode = 0; mode < 3; ++mode) {
-    auto const none = gpu_times(s, reps, [&] { cta_step_kernel<<<1, 512, 0, s>>>(mode, 0, d.as<int>(), mask, out.as<int>()); });
-    auto const with = gpu_times(s, reps, [&] { cta_step_kernel<<<1, 512, 0, s>>>(mode, steps, d.as<int>(), mask, out.as<int>()); });
-    r.add(names[mode], "us", std::string(whats[mode]) + ", per step (" + std::to_string(steps) + " steps, less none, by events)",
-          per_step(with, none, steps));
-  }
+  mode_steps(r, s, quick, {"cta_barrier", "cta_step_shared", "cta_step_global"},
+             {"a __syncthreads() of 512 threads", "a dependent shared-memory load and a __syncthreads() (512 threads)",
+              "a dependent global load from L2 (ld.cg, 64 KB) and a __syncthreads() (512 threads)"},
+             [&](int mode, int steps) { cta_step_kernel<<<1, 512, 0, s>>>(mode, steps, d.as<int>(), mask, out.as<int>()); });
 }
 
 void warp_mins(record& r, cudaStream_t s, bool quick) {
   device_buffer words(16 * 16 * sizeof(long long));
   device_buffer out(sizeof(int));
-  int const steps = quick ? 1000 : 10000;
-  int const reps = quick ? 5 : 20;
-  char const* names[] = {"warp_min_shared", "warp_min_global", "warp_fold_min"};
-  char const* whats[] = {"every lane's 64-bit atomicMin on one shared word of its warp, a __syncwarp and a read",
-                         "every lane's 64-bit atomicMin on one global word of its warp, a __syncwarp and a read",
-                         "a warp's 64-bit least by five __shfl_xor_sync"};
-  for (int mode = 0; mode < 3; ++mode) {
-    auto const none = gpu_times(s, reps, [&] { warp_min_kernel<<<1, 512, 0, s>>>(mode, 0, words.as<long long>(), out.as<int>()); });
-    auto const with = gpu_times(s, reps, [&] { warp_min_kernel<<<1, 512, 0, s>>>(mode, steps, words.as<long long>(), out.as<int>()); });
-    r.add(names[mode], "us", std::string(whats[mode]) + ", a step's each (16 warps at once, " + std::to_string(steps) +
-                                 " dependent steps, less none, by events)",
-          per_step(with, none, steps));
-  }
+  mode_steps(r, s, quick, {"warp_min_shared", "warp_min_global", "warp_fold_min"},
+             {"every lane's 64-bit atomicMin on one shared word of its warp, a __syncwarp and a read (16 warps at once)",
+              "every lane's 64-bit atomicMin on one global word of its warp, a __syncwarp and a read (16 warps at once)",
+              "a warp's 64-bit least by five __shfl_xor_sync (16 warps at once)"},
+             [&](int mode, int steps) { warp_min_kernel<<<1, 512, 0, s>>>(mode, steps, words.as<long long>(), out.as<int>()); });
 }
 
 void clusters(record& r, cudaStream_t s, cudaDeviceProp const& p, bool quick) {
