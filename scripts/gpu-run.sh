@@ -49,8 +49,10 @@
 #   bash .gpu/gpu-run.sh lent [SECONDS]  # issue 53 item 7 on one call (480): the kit, parity (scratch in shared
 #                                       # memory on, then off), both backends, placer bench and the auto trial,
 #                                       # memcheck / racecheck / synccheck over rounds, then alternations
-#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (420): parity, cluster-scratch, then both backends,
-#                                       # placer bench at each scale, 8 sessions, the auto trial
+#   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (420): parity (the whole CTA's offers if it fails),
+#                                       # the kit's microbenchmarks, synccheck on the kernel tests,
+#                                       # cluster-scratch, then both backends, placer bench at each scale,
+#                                       # 8 sessions, the auto trial
 #   bash .gpu/gpu-run.sh cluster-scratch [SECONDS]  # whether 10k-k8s's cluster failure is gone: parity with
 #                                       # the clusters' scratch in global memory, zeroed shared, as is; memcheck
 #                                       # where one fails; 10k-k8s and openb rounds where they pass (240)
@@ -141,16 +143,17 @@ sanitizer() {  # tools...: memory errors, then shared-memory races, on the parit
     done
   done
 }
-parity_or() {  # what var=value...: the parity tests; where they fail, each var=value (the way before) for the rest of the call
+parity_or() {  # what var=value...: the parity tests ($parity_quick: quick); where they fail, each var=value (the way
+  # before) for the rest of the call
   local what=$1
   shift
-  parity_tests
+  parity_tests ${parity_quick:-}
   if (( hung || status )); then
     echo "gpu-run: $what failed the parity tests (hung=$hung); $* from here" | tee -a "$OUT/tests.txt"
     export "$@"
     hung=0
     parity_tests quick
-    (( hung )) && { summary; exit 1; }
+    (( hung )) && { pack_results; summary; exit 1; }
   fi
 }
 figures() {  # a step's end: both backends in one run, placer bench at each scale, the auto trial, the summary
@@ -552,14 +555,16 @@ case "$step" in
     summary
     ;;
   next)
-    # The next GPU call (~420 s): parity on the default path, the kit's microbenchmarks (a row's
-    # offers folded by shuffles against atomics on one word: warp_min_*, warp_fold_min), then
+    # The next GPU call (~420 s): parity on the default path (where it fails, the whole CTA's
+    # offers from there: the group offers' folds by shuffles, 2026-12-06, never ran on a GPU), the
+    # kit's microbenchmarks (a row's offers folded by shuffles against atomics on one word:
+    # warp_min_*, warp_fold_min), synccheck on the kernel tests (the folds' shuffles), then
     # cluster_scratch (where 10k-k8s's chains fail on a cluster), then both backends, placer bench
     # at each scale, 8 sessions, the auto trial.
     budget=${2:-420}
-    parity_tests quick
-    (( hung )) && { pack_results; summary; exit 1; }
+    parity_quick=quick parity_or "the group offers' folds" PLACER_CUDA_OFFER_GROUPS=0
     microbenchmarks
+    kernels_under_synccheck
     cluster_scratch
     figures
     ;;
