@@ -269,3 +269,53 @@ func (c *cluster) jobPods(ns, name string) []corev1.Pod {
 	}
 	return l.Items
 }
+
+// Kueue installed after the scheduler started (or its CRDs not yet in
+// discovery then): the scheduler asks again (--kueue-rediscover) and, once
+// it reads the queues, holds their quotas. Six pods admitted to team-b (4
+// H100s, never borrowing), pending after that: 4 are bound, the other 2
+// told QuotaExceeded.
+func TestKueueInstalledAfterTheScheduler(t *testing.T) {
+	c := newClusterWith(t, clusterOpts{nodes: 4})
+	c.startScheduler("--kueue-rediscover", "500ms")
+	waitFor(t, 30*time.Second, "the scheduler started without Kueue", func() (bool, string) {
+		return strings.Contains(c.schedulerLog(), "localqueues and clusterqueues not served"), ""
+	})
+	c.installKueueCRDs()
+	ns := "kueue"
+	c.applyObjects(ns, docsExample(t, "Kueue queues"))
+	waitFor(t, 30*time.Second, "the scheduler reading Kueue's queues", func() (bool, string) {
+		return strings.Contains(c.schedulerLog(), "Kueue's queues read"), ""
+	})
+	var pods []*corev1.Pod
+	for i := 0; i < 6; i++ {
+		p := c.buildPod(ns, podSpec{name: fmt.Sprintf("b-%d", i), gpus: 1, cpu: "1",
+			selector: map[string]string{"nvidia.com/gpu.product": h100}})
+		p.Labels[queueLabel] = "team-b"
+		pods = append(pods, p)
+	}
+	c.create(ns, pods...)
+	bound := func() []string {
+		var out []string
+		for _, p := range c.pods(ns) {
+			if p.Spec.NodeName != "" {
+				out = append(out, p.Name)
+			}
+		}
+		return out
+	}
+	waitFor(t, 60*time.Second, "team-b's 4 bound", func() (bool, string) {
+		b := bound()
+		return len(b) >= 4, fmt.Sprint(b)
+	})
+	refused := 0
+	for _, p := range c.pods(ns) {
+		if p.Spec.NodeName == "" {
+			c.waitCondition(ns, p.Name, "Unschedulable", "QuotaExceeded: queue 'team-b' holds 4000 of its 4000 milli-GPU limit; this job needs 1000", 30*time.Second)
+			refused++
+		}
+	}
+	if b := bound(); len(b) != 4 || refused != 2 {
+		t.Fatalf("bound %v, %d refused: want team-b's 4 and 2 refused", b, refused)
+	}
+}

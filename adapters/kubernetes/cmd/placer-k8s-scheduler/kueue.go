@@ -1,14 +1,18 @@
 package main
 
 // Kueue's LocalQueues and ClusterQueues (kueue.x-k8s.io, CRDs), read
-// through dynamic informers when the API server serves them (discovered
-// once, at start): each cycle's rounds carry its ClusterQueues and cohorts
-// as Placer's queue tree (translate.Kueue). Without them the scheduler
-// sends no tree, as before.
+// through dynamic informers when the API server serves them (asked at
+// start, then every --kueue-rediscover until it does: Kueue installed
+// after the scheduler, or its CRDs not yet in discovery when it started):
+// each cycle's rounds carry its ClusterQueues and cohorts as Placer's
+// queue tree (translate.Kueue). Without them the scheduler sends no tree,
+// as before.
 
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,28 +32,64 @@ var kueueVersions = []string{"v1beta2", "v1beta1"}
 
 type kueue struct {
 	s        *scheduler
-	lq, cq   cache.GenericLister // nil: Kueue is not served
-	jobs     batchlisters.JobLister
-	reported map[string]string // a ClusterQueue's last parse error, said once
+	lists    atomic.Pointer[kueueLists] // nil: Kueue is not read (yet)
+	reported map[string]string          // a ClusterQueue's last parse error, said once
 }
 
-// start: the informers, where the API server serves both kinds.
-func (k *kueue) start(ctx context.Context) {
-	s := k.s
+// kueueLists: the synced informers' listers.
+type kueueLists struct {
+	lq, cq cache.GenericLister
+	jobs   batchlisters.JobLister
+}
+
+// start: the informers, where the API server serves both kinds; else asked
+// again every `every` (0: never) until it does.
+func (k *kueue) start(ctx context.Context, every time.Duration) {
 	k.reported = map[string]string{}
+	if k.look(ctx, false) {
+		return
+	}
+	slog.Info("kueue.x-k8s.io localqueues and clusterqueues not served: queues are named ("+translate.QueueLabel+"), not limited", "again_every", every)
+	if every <= 0 {
+		return
+	}
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if k.look(ctx, true) {
+				return
+			}
+		}
+	}()
+}
+
+// look: whether the API server serves both kinds; if it does, their
+// informers are started, and their listers kept, at once at start (the
+// scheduler waits for s.synced before its first cycle) or, later, once
+// synced, then a cycle poked.
+func (k *kueue) look(ctx context.Context, later bool) bool {
+	s := k.s
 	for _, v := range kueueVersions {
 		gv := "kueue.x-k8s.io/" + v
-		l, err := s.cs.Discovery().ServerResourcesForGroupVersion(gv)
+		served, err := s.cs.Discovery().ServerResourcesForGroupVersion(gv)
 		if err != nil {
 			continue
 		}
 		have := map[string]bool{}
-		for _, r := range l.APIResources {
+		for _, r := range served.APIResources {
 			have[r.Name] = true
 		}
 		if !have["localqueues"] || !have["clusterqueues"] {
 			continue
 		}
+		var l kueueLists
+		var synced []cache.InformerSynced
 		f := dynamicinformer.NewDynamicSharedInformerFactory(s.dyn, 0)
 		poke := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() }, DeleteFunc: func(any) { s.poke() },
 			UpdateFunc: func(a, b any) {
@@ -60,11 +100,11 @@ func (k *kueue) start(ctx context.Context) {
 		for _, res := range []string{"localqueues", "clusterqueues"} {
 			i := f.ForResource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: v, Resource: res})
 			_, _ = i.Informer().AddEventHandler(poke)
-			s.synced = append(s.synced, i.Informer().HasSynced)
+			synced = append(synced, i.Informer().HasSynced)
 			if res == "localqueues" {
-				k.lq = i.Lister()
+				l.lq = i.Lister()
 			} else {
-				k.cq = i.Lister()
+				l.cq = i.Lister()
 			}
 		}
 		f.Start(ctx.Done())
@@ -73,22 +113,32 @@ func (k *kueue) start(ctx context.Context) {
 			o.LabelSelector = translate.QueueLabel
 		}))
 		ji := jf.Batch().V1().Jobs()
-		k.jobs = ji.Lister()
-		s.synced = append(s.synced, ji.Informer().HasSynced)
+		l.jobs = ji.Lister()
+		synced = append(synced, ji.Informer().HasSynced)
 		jf.Start(ctx.Done())
-		slog.Info("Kueue's queues read: a pod's ClusterQueue is its Placer queue, limited by its quotas", "version", gv)
-		return
+		if !later {
+			s.synced = append(s.synced, synced...)
+		} else if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+			return true // stopping
+		}
+		k.lists.Store(&l)
+		slog.Info("Kueue's queues read: a pod's ClusterQueue is its Placer queue, limited by its quotas", "version", gv, "late", later)
+		if later {
+			s.poke()
+		}
+		return true
 	}
-	slog.Info("kueue.x-k8s.io localqueues and clusterqueues not served: queues are named (" + translate.QueueLabel + "), not limited")
+	return false
 }
 
-// snapshot: the queues now (nil: Kueue is not served).
+// snapshot: the queues now (nil: Kueue is not read).
 func (k *kueue) snapshot() *translate.Kueue {
-	if k.lq == nil {
+	l := k.lists.Load()
+	if l == nil {
 		return nil
 	}
-	lqs, _ := k.lq.List(labels.Everything())
-	cqs, _ := k.cq.List(labels.Everything())
+	lqs, _ := l.lq.List(labels.Everything())
+	cqs, _ := l.cq.List(labels.Everything())
 	local := make(map[string]string, len(lqs))
 	for _, o := range lqs {
 		if u, ok := o.(*unstructured.Unstructured); ok {
@@ -97,7 +147,7 @@ func (k *kueue) snapshot() *translate.Kueue {
 		}
 	}
 	jobs := map[string]string{}
-	js, _ := k.jobs.List(labels.Everything())
+	js, _ := l.jobs.List(labels.Everything())
 	for _, j := range js {
 		jobs[j.Namespace+"/"+j.Name] = j.Labels[translate.QueueLabel]
 	}
