@@ -65,9 +65,10 @@ func (c *cluster) installKueueCRDs() {
 }
 
 // waitServed waits until the apiserver's discovery lists the CRD's
-// resource in each served version: Established can come before the
-// discovery document has it, and a RESTMapper built in that gap answers
-// "no matches for kind".
+// resource in each served version: Established, and even serving the
+// CRD's objects, can come before the discovery document has it. A
+// RESTMapper built in that gap answers "no matches for kind", and a
+// scheduler started in it does not see the kind.
 func (c *cluster) waitServed(crd *unstructured.Unstructured) {
 	c.t.Helper()
 	group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
@@ -271,13 +272,13 @@ func (c *cluster) jobPods(ns, name string) []corev1.Pod {
 }
 
 // Kueue installed after the scheduler started (or its CRDs not yet in
-// discovery then): the scheduler asks again (--kueue-rediscover) and, once
+// discovery then): the scheduler asks again (--rediscover) and, once
 // it reads the queues, holds their quotas. Six pods admitted to team-b (4
 // H100s, never borrowing), pending after that: 4 are bound, the other 2
 // told QuotaExceeded.
 func TestKueueInstalledAfterTheScheduler(t *testing.T) {
 	c := newClusterWith(t, clusterOpts{nodes: 4})
-	c.startScheduler("--kueue-rediscover", "500ms")
+	c.startScheduler("--rediscover", "500ms")
 	waitFor(t, 30*time.Second, "the scheduler started without Kueue", func() (bool, string) {
 		return strings.Contains(c.schedulerLog(), "localqueues and clusterqueues not served"), ""
 	})

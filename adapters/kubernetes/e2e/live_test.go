@@ -709,6 +709,7 @@ func TestPodGroupMinMemberWaits(t *testing.T) {
 	if _, err := dyn.Resource(crdGVR).Create(ctx, crd, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	c.waitServed(crd) // the scheduler asks discovery once, at its start
 	ns := "pg"
 	c.createPods(ns, podSpec{name: "w-0", group: "pg", gpus: 8}, podSpec{name: "w-1", group: "pg", gpus: 8})
 	pgGVR := schema.GroupVersionResource{Group: "scheduling.x-k8s.io", Version: "v1alpha1", Resource: "podgroups"}
@@ -741,6 +742,36 @@ func TestPodGroupMinMemberWaits(t *testing.T) {
 	}
 	if len(ps) != 3 || len(racks) != 1 {
 		t.Errorf("the gang: %d pods in racks %v", len(ps), racks)
+	}
+}
+
+// Coscheduling's PodGroup CRD installed after the scheduler started (or
+// not yet in discovery then): the scheduler asks again (--rediscover) and,
+// once it reads PodGroups, holds a gang to its PodGroup's minMember 3, not
+// to the two pods present.
+func TestPodGroupCRDInstalledAfterTheScheduler(t *testing.T) {
+	c := newCluster(t, 16, 0)
+	c.startScheduler("--rediscover", "500ms")
+	waitFor(t, 30*time.Second, "the scheduler started without PodGroups", func() (bool, string) {
+		return strings.Contains(c.schedulerLog(), "podgroups not served"), ""
+	})
+	c.podGroupCRD()
+	ns := "pg"
+	c.create(ns)
+	c.podGroup(ns, "pg", map[string]any{"minMember": 3})
+	waitFor(t, 30*time.Second, "the scheduler reading PodGroups", func() (bool, string) {
+		return strings.Contains(c.schedulerLog(), "podgroups read"), ""
+	})
+	c.createPods(ns, podSpec{name: "w-0", group: "pg", gpus: 8}, podSpec{name: "w-1", group: "pg", gpus: 8})
+	c.waitCondition(ns, "w-0", "Unschedulable", "waiting for pod group pg: 2 of its minMember 3", 30*time.Second)
+	for _, p := range c.pods(ns) {
+		if p.Spec.NodeName != "" {
+			t.Fatalf("pod %s bound before its group reached minMember", p.Name)
+		}
+	}
+	c.createPods(ns, podSpec{name: "w-2", group: "pg", gpus: 8})
+	if ps := c.waitBound(ns, 60*time.Second); len(ps) != 3 {
+		t.Fatalf("the gang: %d pods bound", len(ps))
 	}
 }
 

@@ -25,6 +25,7 @@ import (
 	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // ---------------------------------------------------------------- helpers
@@ -475,6 +476,7 @@ func (c *cluster) podGroupCRD() {
 		Body(body).SetHeader("Content-Type", "application/json").Do(ctx).Error(); err != nil {
 		c.t.Fatal(err)
 	}
+	c.waitServed(&unstructured.Unstructured{Object: crd}) // the scheduler asks discovery once, at its start
 }
 
 func (c *cluster) podGroup(ns, name string, spec map[string]any) {

@@ -1,7 +1,8 @@
 package main
 
 // Pod groups: coscheduling's PodGroup (scheduling.x-k8s.io/v1alpha1, a
-// CRD, read through a dynamic informer when the API server serves it) and
+// CRD, read through a dynamic informer when the API server serves it:
+// asked at start, then every --rediscover until it does, discover.go) and
 // the native PodGroup (scheduling.k8s.io/v1beta1, the Workload API, a typed
 // informer when served): what a cycle needs of them (plan.Group), and
 // their status, written by this scheduler.
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,7 +41,7 @@ const nativeNotServed = "the API server does not serve scheduling.k8s.io/v1beta1
 
 type podGroups struct {
 	s      *scheduler
-	co     cache.GenericLister // nil: the CRD is not served
+	co     atomic.Pointer[coLister] // nil: the CRD is not read (yet)
 	native schedlisters.PodGroupLister
 
 	mu      sync.Mutex
@@ -52,39 +54,20 @@ func newPodGroups(s *scheduler) *podGroups {
 	return &podGroups{s: s, since: map[string]time.Time{}, why: map[string]string{}, timeout: map[string]bool{}}
 }
 
-// start: the informers of the PodGroup kinds the API server serves (a
-// discovery request each, once).
-func (g *podGroups) start(ctx context.Context) {
+// coLister: coscheduling's PodGroups, their informer synced.
+type coLister struct{ cache.GenericLister }
+
+// start: the informers of the PodGroup kinds the API server serves; the
+// CRD's asked for again every `every` (0: never) until it is served (the
+// native kind is the API server's own: asked once).
+func (g *podGroups) start(ctx context.Context, every time.Duration) {
 	s := g.s
-	served := func(gv, resource string) bool {
-		l, err := s.cs.Discovery().ServerResourcesForGroupVersion(gv)
-		if err != nil {
-			return false
-		}
-		for _, r := range l.APIResources {
-			if r.Name == resource {
-				return true
-			}
-		}
-		return false
+	if !g.lookCo(ctx, false) {
+		slog.Info("scheduling.x-k8s.io/v1alpha1 podgroups not served: a pod group's minMember is its pods' annotation "+
+			translate.MinMemberAnnot+", else the pods present", "again_every", every)
+		rediscover(ctx, every, func() bool { return g.lookCo(ctx, true) })
 	}
-	if served(podGroupGVR.GroupVersion().String(), "podgroups") {
-		f := dynamicinformer.NewDynamicSharedInformerFactory(s.dyn, 0)
-		gi := f.ForResource(podGroupGVR)
-		g.co = gi.Lister()
-		_, _ = gi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() },
-			UpdateFunc: func(a, b any) {
-				if specOf(a) != specOf(b) {
-					s.poke()
-				}
-			}})
-		s.synced = append(s.synced, gi.Informer().HasSynced)
-		f.Start(ctx.Done())
-	} else {
-		slog.Info("scheduling.x-k8s.io/v1alpha1 podgroups not served: a pod group's minMember is its pods' annotation " +
-			translate.MinMemberAnnot + ", else the pods present")
-	}
-	if served("scheduling.k8s.io/v1beta1", "podgroups") {
+	if s.served("scheduling.k8s.io/v1beta1")["podgroups"] {
 		f := informers.NewSharedInformerFactory(s.cs, 0)
 		pi := f.Scheduling().V1beta1().PodGroups()
 		g.native = pi.Lister()
@@ -97,6 +80,34 @@ func (g *podGroups) start(ctx context.Context) {
 		s.synced = append(s.synced, pi.Informer().HasSynced)
 		f.Start(ctx.Done())
 	}
+}
+
+// lookCo: whether coscheduling's PodGroups are served; if they are, their
+// informer is started and, once synced (scheduler.informed), its lister
+// kept; a cycle is poked when that is later than the start.
+func (g *podGroups) lookCo(ctx context.Context, later bool) bool {
+	s := g.s
+	if !s.served(podGroupGVR.GroupVersion().String())["podgroups"] {
+		return false
+	}
+	f := dynamicinformer.NewDynamicSharedInformerFactory(s.dyn, 0)
+	gi := f.ForResource(podGroupGVR)
+	_, _ = gi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() },
+		UpdateFunc: func(a, b any) {
+			if specOf(a) != specOf(b) {
+				s.poke()
+			}
+		}})
+	f.Start(ctx.Done())
+	if !s.informed(ctx, later, gi.Informer().HasSynced) {
+		return true // stopping
+	}
+	g.co.Store(&coLister{gi.Lister()})
+	if later {
+		slog.Info("scheduling.x-k8s.io/v1alpha1 podgroups read: a pod group's minMember is its PodGroup's", "late", true)
+		s.poke()
+	}
+	return true
 }
 
 func specOf(o any) string {
@@ -117,10 +128,11 @@ func splitKey(key string) (kind, ns, name string) {
 
 // coscheduling: the PodGroup of a coscheduling key (nil: none, or not served).
 func (g *podGroups) coscheduling(ns, name string) *unstructured.Unstructured {
-	if g.co == nil {
+	co := g.co.Load()
+	if co == nil {
 		return nil
 	}
-	o, err := g.co.ByNamespace(ns).Get(name)
+	o, err := co.ByNamespace(ns).Get(name)
 	if err != nil {
 		return nil
 	}
@@ -255,7 +267,7 @@ type groupCount struct {
 // PodGroupInitiallyScheduled (True once minCount pods are scheduled, for
 // good; else False, Unschedulable, with the reason).
 func (g *podGroups) sync(ctx context.Context) {
-	if g.co == nil && g.native == nil {
+	if g.co.Load() == nil && g.native == nil {
 		return
 	}
 	all, _ := g.s.pods.List(labels.Everything())

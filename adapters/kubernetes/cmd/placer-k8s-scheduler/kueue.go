@@ -2,9 +2,7 @@ package main
 
 // Kueue's LocalQueues and ClusterQueues (kueue.x-k8s.io, CRDs), read
 // through dynamic informers when the API server serves them (asked at
-// start, then every --kueue-rediscover until it does: Kueue installed
-// after the scheduler, or its CRDs not yet in discovery when it started):
-// each cycle's rounds carry its ClusterQueues and cohorts as Placer's
+// start, then every --rediscover until it does: discover.go): each cycle's rounds carry its ClusterQueues and cohorts as Placer's
 // queue tree (translate.Kueue). Without them the scheduler sends no tree,
 // as before.
 
@@ -50,42 +48,17 @@ func (k *kueue) start(ctx context.Context, every time.Duration) {
 		return
 	}
 	slog.Info("kueue.x-k8s.io localqueues and clusterqueues not served: queues are named ("+translate.QueueLabel+"), not limited", "again_every", every)
-	if every <= 0 {
-		return
-	}
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if k.look(ctx, true) {
-				return
-			}
-		}
-	}()
+	rediscover(ctx, every, func() bool { return k.look(ctx, true) })
 }
 
 // look: whether the API server serves both kinds; if it does, their
-// informers are started, and their listers kept, at once at start (the
-// scheduler waits for s.synced before its first cycle) or, later, once
-// synced, then a cycle poked.
+// informers are started and, once synced (scheduler.informed), their
+// listers kept; a cycle is poked when that is later than the start.
 func (k *kueue) look(ctx context.Context, later bool) bool {
 	s := k.s
 	for _, v := range kueueVersions {
 		gv := "kueue.x-k8s.io/" + v
-		served, err := s.cs.Discovery().ServerResourcesForGroupVersion(gv)
-		if err != nil {
-			continue
-		}
-		have := map[string]bool{}
-		for _, r := range served.APIResources {
-			have[r.Name] = true
-		}
-		if !have["localqueues"] || !have["clusterqueues"] {
+		if have := s.served(gv); !have["localqueues"] || !have["clusterqueues"] {
 			continue
 		}
 		var l kueueLists
@@ -116,9 +89,7 @@ func (k *kueue) look(ctx context.Context, later bool) bool {
 		l.jobs = ji.Lister()
 		synced = append(synced, ji.Informer().HasSynced)
 		jf.Start(ctx.Done())
-		if !later {
-			s.synced = append(s.synced, synced...)
-		} else if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		if !s.informed(ctx, later, synced...) {
 			return true // stopping
 		}
 		k.lists.Store(&l)
