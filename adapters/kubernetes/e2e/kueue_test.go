@@ -273,9 +273,10 @@ func (c *cluster) jobPods(ns, name string) []corev1.Pod {
 
 // Kueue installed after the scheduler started (or its CRDs not yet in
 // discovery then): the scheduler asks again (--rediscover) and, once
-// it reads the queues, holds their quotas. Six pods admitted to team-b (4
-// H100s, never borrowing), pending after that: 4 are bound, the other 2
-// told QuotaExceeded.
+// it reads the queues, holds their quotas. Four pods admitted to team-b
+// (4 H100s, never borrowing) are bound; two more (created after a cycle
+// has bound those, so the queues, created before the scheduler read them,
+// are in its cache whatever the informer's order) are told QuotaExceeded.
 func TestKueueInstalledAfterTheScheduler(t *testing.T) {
 	c := newClusterWith(t, clusterOpts{nodes: 4})
 	c.startScheduler("--rediscover", "500ms")
@@ -288,14 +289,17 @@ func TestKueueInstalledAfterTheScheduler(t *testing.T) {
 	waitFor(t, 30*time.Second, "the scheduler reading Kueue's queues", func() (bool, string) {
 		return strings.Contains(c.schedulerLog(), "Kueue's queues read"), ""
 	})
-	var pods []*corev1.Pod
-	for i := 0; i < 6; i++ {
-		p := c.buildPod(ns, podSpec{name: fmt.Sprintf("b-%d", i), gpus: 1, cpu: "1",
-			selector: map[string]string{"nvidia.com/gpu.product": h100}})
-		p.Labels[queueLabel] = "team-b"
-		pods = append(pods, p)
+	admit := func(from, to int) {
+		var pods []*corev1.Pod
+		for i := from; i < to; i++ {
+			p := c.buildPod(ns, podSpec{name: fmt.Sprintf("b-%d", i), gpus: 1, cpu: "1",
+				selector: map[string]string{"nvidia.com/gpu.product": h100}})
+			p.Labels[queueLabel] = "team-b"
+			pods = append(pods, p)
+		}
+		c.create(ns, pods...)
 	}
-	c.create(ns, pods...)
+	admit(0, 4)
 	bound := func() []string {
 		var out []string
 		for _, p := range c.pods(ns) {
@@ -309,6 +313,7 @@ func TestKueueInstalledAfterTheScheduler(t *testing.T) {
 		b := bound()
 		return len(b) >= 4, fmt.Sprint(b)
 	})
+	admit(4, 6)
 	refused := 0
 	for _, p := range c.pods(ns) {
 		if p.Spec.NodeName == "" {
