@@ -67,8 +67,7 @@ func (d *claims) start(ctx context.Context) {
 	if !s.cfg.dra {
 		return
 	}
-	l, err := s.cs.Discovery().ServerResourcesForGroupVersion(resourceapi.SchemeGroupVersion.String())
-	if err != nil || !slices.ContainsFunc(l.APIResources, func(r metav1.APIResource) bool { return r.Name == "resourceclaims" }) {
+	if !s.served(resourceapi.SchemeGroupVersion.String())["resourceclaims"] {
 		slog.Info(draNotServed + ": pods with ResourceClaims wait, saying so")
 		return
 	}
