@@ -6,9 +6,10 @@
 #   bash .gpu/gpu-run.sh calibrate      # the calibration kit (issue 53 item 5; at most 5 minutes, ~1 on an
 #                                       # H200): calibrate.json (launch, wait, cooperative launch, graph, copies,
 #                                       # grid.sync, CTA steps, a warp's 64-bit least by atomics and by shuffles,
-#                                       # clusters and DSM, a cell's score on a thread and a warp), timeline.json (every call of 20 rounds at 10k, openb, 100k,
-#                                       # host and GPU times, the tier kernel against its phase sum) and
-#                                       # round-bench-calibrate.json (the tier phases); `all` runs it first
+#                                       # clusters and DSM, a cell's score on a thread and a warp), timeline.json
+#                                       # (every call of 20 rounds at 10k, openb, 100k, host and GPU times, the
+#                                       # tier kernel against its phase sum) and round-bench-calibrate.json (the
+#                                       # tier phases); `all` runs it first
 #   bash .gpu/gpu-run.sh all [SECONDS]  # everything below in one call, most telling first, each part
 #                                       # skipped once less than its share of SECONDS (480) is left:
 #                                       # one machine start for a whole session's GPU figures
