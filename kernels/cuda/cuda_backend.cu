@@ -94,6 +94,18 @@ std::string cuda_probe_summary() { return probe().summary; }
 
 namespace {
 
+/// This thread's run of `width` lanes for the group exchanges (group_fold
+/// and its kin): the runs aligned to fold_span(width) within the warp,
+/// lanes past the run (a partial last warp's) out of the mask.
+struct warp_run {
+  unsigned lane, span, base, mask;
+  __device__ explicit warp_run(std::int32_t width)
+      : lane(threadIdx.x & 31u),
+        span(static_cast<unsigned>(fold_span(width))),
+        base(lane & ~(span - 1u)),
+        mask(width >= 32 ? 0xffffffffu : ((1u << width) - 1u) << base) {}
+};
+
 /// One CTA as the tier program's team (tier_program.hpp); Wide: its
 /// team steps (team_wide), or a thread per row and rank 0's serial steps
 /// as the first GPU run had them (PLACER_CUDA_TEAM_STEPS=0, to compare).
@@ -167,18 +179,50 @@ struct cuda_team {
   template <class Op>
   __host__ __device__ std::int64_t group_fold(std::int64_t v, std::int32_t width, Op op) const {
 #ifdef __CUDA_ARCH__
-    unsigned const lane = threadIdx.x & 31u;
-    auto const span = static_cast<unsigned>(fold_span(width));
-    unsigned const base = lane & ~(span - 1u);
-    unsigned const mask = width >= 32 ? 0xffffffffu : ((1u << width) - 1u) << base;
+    warp_run const r(width);
     auto s = static_cast<long long>(v);
-    for (unsigned o = span / 2; o > 0; o /= 2) {
-      long long const other = __shfl_xor_sync(mask, s, static_cast<int>(o), static_cast<int>(span));
-      if (((lane ^ o) - base) < static_cast<unsigned>(width)) s = op(s, other);
+    for (unsigned o = r.span / 2; o > 0; o /= 2) {
+      long long const other = __shfl_xor_sync(r.mask, s, static_cast<int>(o), static_cast<int>(r.span));
+      if (((r.lane ^ o) - r.base) < static_cast<unsigned>(width)) s = op(s, other);
     }
     return static_cast<std::int64_t>(s);
 #else
     return v;
+#endif
+  }
+  /// The sum of v over this lane and the lanes after it in its run of
+  /// `width` (aligned as group_fold's), by shuffles down: after the step
+  /// of offset o a lane holds the sum of its 2o lanes from itself, those
+  /// past the run left out.
+  __host__ __device__ std::int64_t group_sum_from(std::int64_t v, std::int32_t width) const {
+#ifdef __CUDA_ARCH__
+    warp_run const r(width);
+    auto s = static_cast<long long>(v);
+    for (unsigned o = 1; o < r.span; o *= 2) {
+      long long const other = __shfl_down_sync(r.mask, s, o, static_cast<int>(r.span));
+      if (r.lane - r.base + o < static_cast<unsigned>(width)) s += other;
+    }
+    return static_cast<std::int64_t>(s);
+#else
+    return v;
+#endif
+  }
+  /// How many lanes of this one's run of `width` hold a v above its own:
+  /// each lane's v read by a shuffle from every lane of the run (no load
+  /// waits on another).
+  __host__ __device__ std::int32_t group_count_above(std::int64_t v, std::int32_t width) const {
+#ifdef __CUDA_ARCH__
+    warp_run const r(width);
+    auto const mine = static_cast<long long>(v);
+    std::int32_t above = 0;
+    for (std::int32_t o = 0; o < width; ++o) {
+      above += __shfl_sync(r.mask, mine, static_cast<int>(r.base) + o) > mine ? 1 : 0;
+    }
+    return above;
+#else
+    (void)v;
+    (void)width;
+    return 0;
 #endif
   }
   /// __syncthreads costs less than any round's work: never solo.

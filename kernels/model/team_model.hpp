@@ -62,6 +62,31 @@ struct model_team {
     f->group_barrier(span);
     return s;
   }
+  /// The suffix sum over the run through `shared`, counted as a fold.
+  std::int64_t group_sum_from(std::int64_t v, std::int32_t width) const {
+    if (width <= 1) return v;
+    std::int32_t const span = fold_span(width);
+    std::int32_t const end = rank() / span * span + width;
+    shared[rank()] = v;
+    f->group_barrier(span);
+    std::int64_t s = 0;
+    for (std::int32_t i = rank(); i < end; ++i) s += shared[i];
+    f->group_barrier(span);
+    return s;
+  }
+  /// The run's values above v through `shared`, counted as a fold (the
+  /// caller counts a step a value compared).
+  std::int32_t group_count_above(std::int64_t v, std::int32_t width) const {
+    if (width <= 1) return 0;
+    std::int32_t const span = fold_span(width);
+    std::int32_t const first = rank() / span * span;
+    shared[rank()] = v;
+    f->group_barrier(span);
+    std::int32_t above = 0;
+    for (std::int32_t i = first; i < first + width; ++i) above += shared[i] > v ? 1 : 0;
+    f->group_barrier(span);
+    return above;
+  }
   void work(std::int64_t steps) const { f->work(steps); }
   void chain(std::int64_t steps) const { f->chain(steps); }
   template <class T>

@@ -162,6 +162,26 @@ struct grid_twin_team {
     group_sync();
     return folded;
   }
+  /// v summed over this worker and the one after it in its run (1 or 2).
+  [[nodiscard]] std::int64_t group_sum_from(std::int64_t v, std::int32_t runs) const {
+    if (runs <= 1) return v;
+    auto const me = static_cast<std::size_t>(index * width + lane);
+    s->slots[me] = v;
+    group_sync();
+    std::int64_t const from = (me & 1) == 0 ? v + s->slots[me | 1] : v;
+    group_sync();
+    return from;
+  }
+  /// Whether the other worker of its run (1 or 2) holds a v above this one's.
+  [[nodiscard]] std::int32_t group_count_above(std::int64_t v, std::int32_t runs) const {
+    if (runs <= 1) return 0;
+    auto const me = static_cast<std::size_t>(index * width + lane);
+    s->slots[me] = v;
+    group_sync();
+    std::int32_t const above = s->slots[me ^ 1] > v ? 1 : 0;
+    group_sync();
+    return above;
+  }
   static constexpr bool team_wide = true;  // the CUDA backend's team steps
 };
 

@@ -50,6 +50,8 @@ struct omp_team {
   static std::int64_t group_fold(std::int64_t v, std::int32_t, Op) {
     return v;
   }
+  static std::int64_t group_sum_from(std::int64_t v, std::int32_t) { return v; }
+  static std::int32_t group_count_above(std::int64_t, std::int32_t) { return 0; }
   static constexpr void work(std::int64_t) {}
   static constexpr void chain(std::int64_t) {}
   template <class T>

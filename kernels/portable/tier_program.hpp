@@ -18,8 +18,9 @@
 // int64), solo_below() (a bidding round with fewer bidders runs on rank 0
 // alone), group_size() and group_sync() (ranks [g * group_size(), (g + 1)
 // * group_size()) and their own barrier: a warp and __syncwarp on the GPU,
-// a worker on the CPU; a round's offers a row a group, tier_offer_groups)
-// and team_wide: a team of many slow workers (a CTA) does together
+// a worker on the CPU; a round's offers a row a group, tier_offer_groups),
+// the group's exchanges group_fold, group_sum_from and group_count_above
+// (shuffles on a warp; see seq_team), and team_wide: a team of many slow workers (a CTA) does together
 // what a worker per row or rank 0 would do alone (the floors,
 // tier_floors_radix for tier_floor; the price jumps, tier_jump_team for
 // tier_jump; the winners' list and groups, the next tier's candidates;

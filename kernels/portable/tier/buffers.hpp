@@ -639,6 +639,13 @@ struct seq_team {
   PLACER_HD static std::int64_t group_fold(std::int64_t v, std::int32_t, Op) {
     return v;
   }
+  /// The sum of v over this worker and the workers after it in its run
+  /// (group_fold's run of `width`): a suffix sum by shuffles on a warp.
+  /// Here width is 1.
+  PLACER_HD static std::int64_t group_sum_from(std::int64_t v, std::int32_t) { return v; }
+  /// How many workers of this one's run (group_fold's) hold a v above
+  /// this one's: every pair compared by shuffles on a warp. Here none.
+  PLACER_HD static std::int32_t group_count_above(std::int64_t, std::int32_t) { return 0; }
   /// The CPU backend selects each row's floor on one worker (tier_floor),
   /// jumps on rank 0 (tier_jump) and offers a row's bids on its worker;
   /// the device twin runs the CUDA backend's way (team_wide).

@@ -15,14 +15,15 @@
 namespace placer::kernels {
 inline namespace PLACER_BACKEND_NS {
 
-/// The group offers' radix digit in bits: a group walks a digit's counts
-/// on every worker (they are few), and counts the passes in three sets of
-/// them in turn (floor_hist: 3 x 2^bits of a row's 256), so that a pass
-/// needs one barrier of the group. GPU model, offers at 10k / 100k / openb
-/// (ranked up to 32 items): 0.93 / 1.58 / 1.13 ms at 4 bits, 1.04 / 1.68 /
-/// 1.19 at 5, 1.24 / 1.96 / 1.29 at 6 (a pass's items are counted again
-/// whatever the digit, and every worker walks the counts).
-inline constexpr std::int32_t tier_offer_group_bits = 4;
+/// The group offers' radix digit in bits: a warp walks a digit's counts
+/// a lane a digit (tier_radix_walk_group; a smaller group, each worker all
+/// of them), and counts the passes in three sets of them in turn
+/// (floor_hist: 3 x 2^bits of a row's 256), so that a pass needs one
+/// barrier of the group. GPU model, 33 CTAs, offers at 10k / 100k / openb
+/// (ranked up to 32 items): 1.98 / 2.26 / 1.89 ms at 5 bits, 2.03 / 2.28 /
+/// 1.92 at 4, 2.23 / 2.38 / 2.01 at 3; before a lane walked a digit (every
+/// worker walked every count), 2.16 / 2.34 / 1.96 at 4.
+inline constexpr std::int32_t tier_offer_group_bits = 5;
 
 /// A round's offers, a row a group (tier_buffers::offer_groups; the team
 /// meets only at the end, with the prices of the next round written).
@@ -141,16 +142,25 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
       std::int64_t f = 0;
       if (items <= b.offer_pairs_upto) {
         std::int64_t found = -1;  // keys are at least 0, one is F'
-        for (std::int32_t i = lane; i < items; i += width) {
-          std::int64_t const k = at_rebid(i);
-          std::int32_t above = 0;
-          for (std::int32_t o = 0; o < items; ++o) above += at_rebid(o) > k ? 1 : 0;
-          if (above == quota) found = k;
-          t.work(2 * static_cast<std::int64_t>(items));
+        if (items <= width) {
+          // A lane an item: the others' keys by shuffles, not loads.
+          std::int64_t const k = lane < items ? at_rebid(lane) : -1;
+          std::int32_t const above = t.group_count_above(k, width);
+          if (lane < items && above == quota) found = k;
+          t.work(2 + static_cast<std::int64_t>(items));
+        } else {
+          for (std::int32_t i = lane; i < items; i += width) {
+            std::int64_t const k = at_rebid(i);
+            std::int32_t above = 0;
+            for (std::int32_t o = 0; o < items; ++o) above += at_rebid(o) > k ? 1 : 0;
+            if (above == quota) found = k;
+            t.work(2 * static_cast<std::int64_t>(items));
+          }
         }
         f = t.group_fold(found, width, fold_max{});
       } else {
-        // The radix search, each worker walking the counts itself. Pass p
+        // The radix search, a worker a digit where the group has as many
+        // (tier_radix_walk_group), else each walking the counts. Pass p
         // counts into set p % 3 and clears set (p + 1) % 3, last walked in
         // pass p - 2, before this pass's barrier: the next pass counts
         // into it only after that barrier.
@@ -172,7 +182,10 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
           }
           runs.flush();
           t.group_sync();
-          t.work(tier_radix_walk(counts, want, f, at, bits) + (1 << bits) / width);
+          std::int32_t const walked = width >= (1 << bits)
+                                          ? tier_radix_walk_group(t, counts, want, f, at, bits, lane, width)
+                                          : tier_radix_walk(counts, want, f, at, bits);
+          t.work(walked + (1 << bits) / width);
         }
         // The sets are cleared below, once every worker has walked the
         // last counts.

@@ -69,6 +69,31 @@ PLACER_HD std::int32_t tier_radix_walk(std::int32_t const* hist, T& want, T& pre
   at -= width;
   return top - d + 1;
 }
+/// tier_radix_walk by a group of at least 2^bits workers (Team::group_size;
+/// this worker `lane` of its run of `width`), a worker a digit: each sums
+/// the counts from its digit up over the group (Team::group_sum_from); the
+/// digit that holds the wanted rank is the one whose sum reaches `want`
+/// where the next one's does not (digit 0 where none does: the walk stops
+/// there), and one fold hands it, and the rank within it, to every worker.
+/// The same digit and rank as the walk, in two of the group's exchanges
+/// where the walk reads the counts one after another. Returns its steps.
+template <class Team, class T>
+PLACER_HD std::int32_t tier_radix_walk_group(Team& t, std::int32_t const* hist, T& want, T& pre, T& at,
+                                             std::int32_t bits, std::int32_t lane, std::int32_t width) {
+  T const w = min_of<T>(bits, at);
+  std::int32_t const top = (1 << w) - 1;
+  std::int64_t const count = lane <= top ? hist[lane] : 0;
+  std::int64_t const from = t.group_sum_from(count, width);
+  std::int64_t const above = from - count;
+  bool const here = lane <= top && above < want && (lane == 0 || from >= want);
+  std::int64_t const pick = t.group_fold(
+      here ? (std::int64_t{lane} << 32) | static_cast<std::int64_t>(want - above) : std::int64_t{-1}, width,
+      fold_max{});
+  want = static_cast<T>(pick & 0xffffffff);
+  pre = (pre << w) | static_cast<T>(pick >> 32);
+  at -= w;
+  return 2;
+}
 /// The walk, then the counts cleared for the next pass. Returns its steps:
 /// the counts walked, then cleared.
 template <class T>
