@@ -20,8 +20,9 @@
 // * group_size()) and their own barrier: a warp and __syncwarp on the GPU,
 // a worker on the CPU; a round's offers a row a group, tier_offer_groups),
 // the group's exchanges group_fold, group_sum_from and group_count_above
-// (shuffles on a warp; see seq_team), and team_wide: a team of many slow workers (a CTA) does together
-// what a worker per row or rank 0 would do alone (the floors,
+// (shuffles on a warp; see seq_team), and team_wide: a team of many slow
+// workers (a CTA) does together what a worker per row or rank 0 would do
+// alone (the floors,
 // tier_floors_radix for tier_floor; the price jumps, tier_jump_team for
 // tier_jump; the winners' list and groups, the next tier's candidates;
 // a round's offers, tier_offer_team), with the same
