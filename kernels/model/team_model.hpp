@@ -49,43 +49,45 @@ struct model_team {
   [[nodiscard]] static constexpr std::int32_t group_size() { return 32; }
   void group_sync() const { f->group_barrier(group_size()); }
   /// The run's values through `shared`, between two barriers of the run
-  /// (its lanes in step, as a warp's shuffles are; each barrier a step).
+  /// (its lanes in step, as a warp's shuffles are; each barrier a step):
+  /// read(first, end) over the run's slots [first, end).
+  template <class Read>
+  auto exchange(std::int64_t v, std::int32_t width, Read read) const {
+    std::int32_t const span = fold_span(width);
+    std::int32_t const first = rank() / span * span;
+    shared[rank()] = v;
+    f->group_barrier(span);
+    auto const r = read(first, first + width);
+    f->group_barrier(span);
+    return r;
+  }
   template <class Op>
   std::int64_t group_fold(std::int64_t v, std::int32_t width, Op op) const {
     if (width <= 1) return v;
-    std::int32_t const span = fold_span(width);
-    std::int32_t const first = rank() / span * span;
-    shared[rank()] = v;
-    f->group_barrier(span);
-    std::int64_t s = shared[first];
-    for (std::int32_t i = first + 1; i < first + width; ++i) s = op(s, shared[i]);
-    f->group_barrier(span);
-    return s;
+    return exchange(v, width, [&](std::int32_t first, std::int32_t end) {
+      std::int64_t s = shared[first];
+      for (std::int32_t i = first + 1; i < end; ++i) s = op(s, shared[i]);
+      return s;
+    });
   }
-  /// The suffix sum over the run through `shared`, counted as a fold.
+  /// The suffix sum over the run, counted as a fold.
   std::int64_t group_sum_from(std::int64_t v, std::int32_t width) const {
     if (width <= 1) return v;
-    std::int32_t const span = fold_span(width);
-    std::int32_t const end = rank() / span * span + width;
-    shared[rank()] = v;
-    f->group_barrier(span);
-    std::int64_t s = 0;
-    for (std::int32_t i = rank(); i < end; ++i) s += shared[i];
-    f->group_barrier(span);
-    return s;
+    return exchange(v, width, [&](std::int32_t, std::int32_t end) {
+      std::int64_t s = 0;
+      for (std::int32_t i = rank(); i < end; ++i) s += shared[i];
+      return s;
+    });
   }
-  /// The run's values above v through `shared`, counted as a fold (the
-  /// caller counts a step a value compared).
+  /// The run's values above v, counted as a fold (the caller counts a
+  /// step a value compared).
   std::int32_t group_count_above(std::int64_t v, std::int32_t width) const {
     if (width <= 1) return 0;
-    std::int32_t const span = fold_span(width);
-    std::int32_t const first = rank() / span * span;
-    shared[rank()] = v;
-    f->group_barrier(span);
-    std::int32_t above = 0;
-    for (std::int32_t i = first; i < first + width; ++i) above += shared[i] > v ? 1 : 0;
-    f->group_barrier(span);
-    return above;
+    return exchange(v, width, [&](std::int32_t first, std::int32_t end) {
+      std::int32_t above = 0;
+      for (std::int32_t i = first; i < end; ++i) above += shared[i] > v ? 1 : 0;
+      return above;
+    });
   }
   void work(std::int64_t steps) const { f->work(steps); }
   void chain(std::int64_t steps) const { f->chain(steps); }
