@@ -77,7 +77,7 @@ struct grid_twin_sync {
   }
   grid_twin_barrier grid;
   std::deque<grid_twin_barrier> cta, groups;
-  std::vector<std::int64_t> slots;  ///< a worker's value in group_fold
+  std::vector<std::int64_t> slots;  ///< a worker's value in a group exchange (grid_twin_team::exchange)
   /// Per worker: where it met the grid (file, line), barrier by barrier.
   std::vector<std::vector<std::pair<std::string_view, int>>> met;
 };
@@ -151,36 +151,38 @@ struct grid_twin_team {
   void group_sync() const {
     if (width > 1) s->groups[static_cast<std::size_t>((index * width + lane) / 2)].arrive_and_wait();
   }
+  /// v through the group's slots, between two of its barriers:
+  /// read(me, slots) with this worker's slot (its pair's other is me ^ 1).
+  template <class Read>
+  [[nodiscard]] auto exchange(std::int64_t v, Read read) const {
+    auto const me = static_cast<std::size_t>(index * width + lane);
+    s->slots[me] = v;
+    group_sync();
+    auto const r = read(me, s->slots.data());
+    group_sync();
+    return r;
+  }
   /// v folded over the aligned run of `runs` workers (1 or the group's 2).
   template <class Op>
   [[nodiscard]] std::int64_t group_fold(std::int64_t v, std::int32_t runs, Op op) const {
     if (runs <= 1) return v;
-    auto const me = static_cast<std::size_t>(index * width + lane);
-    s->slots[me] = v;
-    group_sync();
-    std::int64_t const folded = op(s->slots[me & ~std::size_t{1}], s->slots[me | 1]);
-    group_sync();
-    return folded;
+    return exchange(v, [&](std::size_t me, std::int64_t const* slot) {
+      return op(slot[me & ~std::size_t{1}], slot[me | 1]);
+    });
   }
   /// v summed over this worker and the one after it in its run (1 or 2).
   [[nodiscard]] std::int64_t group_sum_from(std::int64_t v, std::int32_t runs) const {
     if (runs <= 1) return v;
-    auto const me = static_cast<std::size_t>(index * width + lane);
-    s->slots[me] = v;
-    group_sync();
-    std::int64_t const from = (me & 1) == 0 ? v + s->slots[me | 1] : v;
-    group_sync();
-    return from;
+    return exchange(v, [&](std::size_t me, std::int64_t const* slot) {
+      return (me & 1) == 0 ? v + slot[me | 1] : v;
+    });
   }
   /// Whether the other worker of its run (1 or 2) holds a v above this one's.
   [[nodiscard]] std::int32_t group_count_above(std::int64_t v, std::int32_t runs) const {
     if (runs <= 1) return 0;
-    auto const me = static_cast<std::size_t>(index * width + lane);
-    s->slots[me] = v;
-    group_sync();
-    std::int32_t const above = s->slots[me ^ 1] > v ? 1 : 0;
-    group_sync();
-    return above;
+    return exchange(v, [&](std::size_t me, std::int64_t const* slot) {
+      return slot[me ^ 1] > v ? std::int32_t{1} : std::int32_t{0};
+    });
   }
   static constexpr bool team_wide = true;  // the CUDA backend's team steps
 };
