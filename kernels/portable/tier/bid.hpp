@@ -145,14 +145,47 @@ PLACER_HD inline bool tier_bid(tier_buffers const& b, std::int32_t n, std::int64
   return true;
 }
 
+/// Node n's best margin on the rows other than r at `prices`, floored at 0
+/// (sitting out), from the rows it remembers of this pass
+/// (tier_scan_margins), when they decide it: every row it does not
+/// remember is still at most bid_bound (prices only rise within a pass),
+/// so the best remembered one is the answer when it is at or above the
+/// bound, and so is 0 when the bound is at most 0. Returns false otherwise
+/// (scan every row). Requires a scan of n's in this pass (bid_pass).
+PLACER_HD inline bool tier_remembered_other(tier_buffers const& b, std::int32_t n, std::int32_t r,
+                                            std::int64_t const* prices, std::int64_t& other) {
+  std::int32_t const* top = b.bid_top + static_cast<std::int64_t>(n) * tier_bid_top;
+  std::int64_t best = tier_no_margin;
+  for (std::int32_t i = 0; i < tier_bid_top && top[i] >= 0; ++i) {
+    std::int32_t const o = top[i];
+    if (o == r) continue;
+    best = max_of(best, static_cast<std::int64_t>(tier_value(b, o, n)) + 1 - prices[o]);  // feasible when scanned
+  }
+  std::int64_t const bound = b.bid_bound[n];
+  if (best < bound && bound > 0) return false;
+  other = max_of<std::int64_t>(best, 0);
+  return true;
+}
+
 /// What holder n of row r would bid for r now, at the round's prices:
 /// value + 1 - (its best margin elsewhere, or 0) + eps. Prices only rise
-/// within a pass, so this is never below the bid it holds with.
-PLACER_HD inline std::int64_t tier_rebid(tier_buffers const& b, std::int32_t n, std::int32_t r, std::int64_t const* prices) {
-  std::int32_t r1 = -1;
-  std::int64_t m1 = 0, m2 = 0;
-  tier_margins(b, n, prices, r, r1, m1, m2);
-  std::int64_t const other = r1 >= 0 && m1 > 0 ? m1 : 0;
+/// within a pass, so this is never below the bid it holds with. Its best
+/// margin elsewhere from the rows it remembers where they decide it
+/// (tier_remembered_other), else by a scan of every row; `steps`, when
+/// given, gets the rows read (remembered and scanned).
+PLACER_HD inline std::int64_t tier_rebid(tier_buffers const& b, std::int32_t n, std::int32_t r, std::int64_t const* prices,
+                                         std::int32_t* steps = nullptr) {
+  std::int64_t other = 0;
+  bool const remembers = b.bid_pass[n] == b.ctl->passes;
+  std::int32_t read = remembers ? tier_bid_top : 0;
+  if (!remembers || !tier_remembered_other(b, n, r, prices, other)) {
+    std::int32_t r1 = -1;
+    std::int64_t m1 = 0, m2 = 0;
+    tier_margins(b, n, prices, r, r1, m1, m2);
+    other = r1 >= 0 && m1 > 0 ? m1 : 0;
+    read += b.p.n_rows;
+  }
+  if (steps != nullptr) *steps = read;
   return static_cast<std::int64_t>(tier_value(b, r, n)) + 1 - other + b.p.eps;
 }
 

@@ -114,8 +114,9 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
   while (tier_worse(hb[0], hn[0], bid, n)) {
     // A bid of this round is current: no need to make it again.
     bool const current = b.bid_round[hn[0]] == now;
-    std::int64_t const again = current ? hb[0] : tier_rebid(b, hn[0], r, prices);
-    count(current ? 1 : 1 + b.p.n_rows);
+    std::int32_t read = 0;
+    std::int64_t const again = current ? hb[0] : tier_rebid(b, hn[0], r, prices, &read);
+    count(1 + read);
     b.bid_round[hn[0]] = now;
     if (again <= hb[0]) {  // its bid is current: it loses the copy
       lost = hn[0];
@@ -277,9 +278,10 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
       std::int32_t n;
       std::int64_t value;
       if (raw(r, i, n, value)) {
-        std::int64_t const v = tier_rebid(b, n, r, prices);
+        std::int32_t read = 0;
+        std::int64_t const v = tier_rebid(b, n, r, prices, &read);
         b.bid_value[n] = v;
-        t.work(n_rows);
+        t.work(read);
         most = max_of(most, v);
       }
       least_value = min_of(least_value, value);

@@ -104,10 +104,11 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
         std::int32_t n;
         std::int64_t value;
         if (raw(i, n, value)) {
-          std::int64_t const v = tier_rebid(b, n, r, prices);
+          std::int32_t read = 0;
+          std::int64_t const v = tier_rebid(b, n, r, prices, &read);
           b.bid_value[n] = v;
           largest = max_of(largest, v);
-          t.work(n_rows);
+          t.work(read);
         }
         least = min_of(least, value);
         largest = max_of(largest, value);
