@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -126,6 +127,43 @@ func TestNativePodGroupMinCountAndStatus(t *testing.T) {
 	}
 	if cond != "True/Scheduled: 3 of its 4 pods scheduled (gang minCount 2)" {
 		t.Errorf("PodGroupInitiallyScheduled: %q", cond)
+	}
+	c.checkCapacity()
+}
+
+// The API server restarted with the Workload API on after the scheduler
+// started without it: the scheduler reads the native PodGroups from then
+// on (asked again every --rediscover), without a restart of its own. A
+// gang of minCount 2 then waits for its second pod and is bound whole.
+func TestNativePodGroupsServedAfterTheScheduler(t *testing.T) {
+	t.Setenv("PLACER_K8S_WORKLOAD_API", "0")
+	c := newCluster(t, 4, 0)
+	c.startScheduler("--rediscover", "500ms", "--lease-duration", "60s", "--renew-deadline", "45s") // leading across the restart
+	waitFor(t, 30*time.Second, "the scheduler started without native PodGroups", func() (bool, string) {
+		return strings.Contains(c.schedulerLog(), "does not serve scheduling.k8s.io/v1beta1 podgroups"), ""
+	})
+	t.Setenv("PLACER_K8S_WORKLOAD_API", "1")
+	script(t, "restart-apiserver", "--dir", c.dir, "--port", fmt.Sprint(c.port))
+	waitFor(t, 60*time.Second, "the scheduler reading native PodGroups", func() (bool, string) {
+		return strings.Contains(c.schedulerLog(), "scheduling.k8s.io/v1beta1 podgroups read"), ""
+	})
+	ns := "late-wl"
+	c.createPods(ns) // the namespace
+	pg := &schedulingv1beta1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "pair", Namespace: ns},
+		Spec: schedulingv1beta1.PodGroupSpec{SchedulingPolicy: schedulingv1beta1.PodGroupSchedulingPolicy{
+			Gang: &schedulingv1beta1.GangSchedulingPolicy{MinCount: 2}}}}
+	if _, err := c.cs.SchedulingV1beta1().PodGroups(ns).Create(context.Background(), pg, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.createPods(ns, podSpec{name: "w-0", schedGroup: "pair", gpus: 8})
+	if p := c.get(ns, "w-0"); p.Spec.SchedulingGroup == nil {
+		t.Fatalf("the API server dropped w-0's spec.schedulingGroup: the Workload API is not on after the restart")
+	}
+	msg := c.waitCondition(ns, "w-0", "Unschedulable", "1 of its gang minCount 2 pods exist", 30*time.Second)
+	t.Logf("w-0: %s", msg)
+	c.createPods(ns, podSpec{name: "w-1", schedGroup: "pair", gpus: 8})
+	if ps := c.waitBound(ns, 60*time.Second); len(ps) != 2 {
+		t.Fatalf("%d pods bound, want the gang's 2", len(ps))
 	}
 	c.checkCapacity()
 }

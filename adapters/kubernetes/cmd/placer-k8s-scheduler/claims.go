@@ -1,8 +1,10 @@
 package main
 
-// Dynamic resource allocation (resource.k8s.io/v1, when the API server
-// serves it): informers over ResourceSlices, DeviceClasses and
-// ResourceClaims; each cycle's dra.Snapshot (internal/dra); and, before a
+// Dynamic resource allocation (resource.k8s.io/v1, once the API server
+// serves it: asked at start, then every --rediscover until it does, an
+// API server restarted with it on after the scheduler): informers over
+// ResourceSlices, DeviceClasses and ResourceClaims; each cycle's
+// dra.Snapshot (internal/dra); and, before a
 // pod placed with claims is bound, each claim's status written as
 // kube-scheduler's DynamicResources plugin writes it in PreBind: the
 // finalizer resource.kubernetes.io/delete-protection, then
@@ -18,6 +20,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,15 +43,19 @@ const draNotServed = "the API server does not serve resource.k8s.io/v1 (dynamic 
 
 type claims struct {
 	s       *scheduler
-	on      bool
-	slices  resourcelisters.ResourceSliceLister
-	classes resourcelisters.DeviceClassLister
-	claims  resourcelisters.ResourceClaimLister
+	live    atomic.Pointer[draListers] // nil: DRA off (--dra off, or not served yet)
 	cel     *cel.Cache
 	matches *dra.Matches // devices against selectors, across cycles
 
 	mu      sync.Mutex
 	assumed map[types.UID]assumedClaim // written by this scheduler, not yet shown by the informer
+}
+
+// draListers: the informers' listers, synced.
+type draListers struct {
+	slices  resourcelisters.ResourceSliceLister
+	classes resourcelisters.DeviceClassLister
+	claims  resourcelisters.ResourceClaimLister
 }
 
 type assumedClaim struct {
@@ -60,22 +67,29 @@ func newClaims(s *scheduler) *claims {
 	return &claims{s: s, cel: dra.NewCache(), matches: dra.NewMatches(), assumed: map[types.UID]assumedClaim{}}
 }
 
-// start: the informers, when the API server serves resource.k8s.io/v1 (a
-// discovery request, once) and --dra is on.
-func (d *claims) start(ctx context.Context) {
+// start: with --dra on, the informers once the API server serves
+// resource.k8s.io/v1, asked for again every `every` (0: never) until it does.
+func (d *claims) start(ctx context.Context, every time.Duration) {
+	if !d.s.cfg.dra {
+		return
+	}
+	if !d.look(ctx, false) {
+		slog.Info(draNotServed+": pods with ResourceClaims wait, saying so", "again_every", every)
+		rediscover(ctx, every, func() bool { return d.look(ctx, true) })
+	}
+}
+
+// look: whether resource.k8s.io/v1 is served; if it is, the informers are
+// started and, once synced (scheduler.informed), their listers kept; a
+// cycle is poked when that is later than the start.
+func (d *claims) look(ctx context.Context, later bool) bool {
 	s := d.s
-	if !s.cfg.dra {
-		return
-	}
 	if !s.served(resourceapi.SchemeGroupVersion.String())["resourceclaims"] {
-		slog.Info(draNotServed + ": pods with ResourceClaims wait, saying so")
-		return
+		return false
 	}
-	d.on = true
 	f := informers.NewSharedInformerFactory(s.cs, 0)
 	r := f.Resource().V1()
 	si, ci, ki := r.ResourceSlices(), r.DeviceClasses(), r.ResourceClaims()
-	d.slices, d.classes, d.claims = si.Lister(), ci.Lister(), ki.Lister()
 	poke := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() }, UpdateFunc: func(any, any) { s.poke() }, DeleteFunc: func(any) { s.poke() }}
 	_, _ = si.Informer().AddEventHandler(poke)
 	_, _ = ci.Informer().AddEventHandler(poke)
@@ -91,19 +105,27 @@ func (d *claims) start(ctx context.Context) {
 		},
 		DeleteFunc: func(any) { s.poke() },
 	})
-	s.synced = append(s.synced, si.Informer().HasSynced, ci.Informer().HasSynced, ki.Informer().HasSynced)
 	f.Start(ctx.Done())
-	slog.Info("dynamic resource allocation on", "gpu_driver", s.cfg.draDriver)
+	if !s.informed(ctx, later, si.Informer().HasSynced, ci.Informer().HasSynced, ki.Informer().HasSynced) {
+		return true // stopping
+	}
+	d.live.Store(&draListers{slices: si.Lister(), classes: ci.Lister(), claims: ki.Lister()})
+	slog.Info("dynamic resource allocation on", "gpu_driver", s.cfg.draDriver, "late", later)
+	if later {
+		s.poke()
+	}
+	return true
 }
 
 // snapshot: the cycle's devices and claims (nil: DRA off), the claims
 // written by this scheduler standing in for the informer's older copies.
 func (d *claims) snapshot() *dra.Snapshot {
-	if !d.on {
+	l := d.live.Load()
+	if l == nil {
 		return nil
 	}
-	sl, _ := d.slices.List(labels.Everything())
-	cl, _ := d.claims.List(labels.Everything())
+	sl, _ := l.slices.List(labels.Everything())
+	cl, _ := l.claims.List(labels.Everything())
 	d.mu.Lock()
 	for uid, a := range d.assumed {
 		if time.Since(a.when) > 2*time.Minute {
@@ -122,7 +144,7 @@ func (d *claims) snapshot() *dra.Snapshot {
 		cl[i] = a.claim
 	}
 	d.mu.Unlock()
-	return dra.NewSnapshot(dra.Input{Slices: sl, Classes: classLister{d.classes}, Claims: cl, GPUDriver: d.s.cfg.draDriver, Cache: d.cel, Matches: d.matches})
+	return dra.NewSnapshot(dra.Input{Slices: sl, Classes: classLister{l.classes}, Claims: cl, GPUDriver: d.s.cfg.draDriver, Cache: d.cel, Matches: d.matches})
 }
 
 // classLister: the informer's DeviceClass lister as the allocator lists them.

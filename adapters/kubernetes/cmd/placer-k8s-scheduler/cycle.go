@@ -110,12 +110,12 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	nodes, _ := s.nodes.List(labels.Everything())
 	opt := translate.Options{TopologyLabels: s.cfg.topology, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels, DRA: ds,
 		Kueue: s.kueue.snapshot()}
-	hold := s.volumeHold
+	hold := func(p *corev1.Pod) string { return s.volumeHold(ds, p) }
 	if s.cfg.evict {
 		opt.Evict, opt.NotEvictable = true, s.notEvictable
 		victims := s.waitForVictims(bound)
 		hold = func(p *corev1.Pod) string {
-			if why := s.volumeHold(p); why != "" {
+			if why := s.volumeHold(ds, p); why != "" {
 				return why
 			}
 			return victims(p)

@@ -1,11 +1,13 @@
 package main
 
 // Pod groups: coscheduling's PodGroup (scheduling.x-k8s.io/v1alpha1, a
-// CRD, read through a dynamic informer when the API server serves it:
-// asked at start, then every --rediscover until it does, discover.go) and
-// the native PodGroup (scheduling.k8s.io/v1beta1, the Workload API, a typed
-// informer when served): what a cycle needs of them (plan.Group), and
-// their status, written by this scheduler.
+// CRD, read through a dynamic informer) and the native PodGroup
+// (scheduling.k8s.io/v1beta1, the Workload API, a typed informer), each
+// read once the API server serves it (asked at start, then every
+// --rediscover until it does, discover.go: a CRD installed, or an API
+// server restarted with the Workload API on, after the scheduler): what a
+// cycle needs of them (plan.Group), and their status, written by this
+// scheduler.
 
 import (
 	"context"
@@ -41,8 +43,8 @@ const nativeNotServed = "the API server does not serve scheduling.k8s.io/v1beta1
 
 type podGroups struct {
 	s      *scheduler
-	co     atomic.Pointer[coLister] // nil: the CRD is not read (yet)
-	native schedlisters.PodGroupLister
+	co     atomic.Pointer[coLister]     // nil: the CRD is not read (yet)
+	native atomic.Pointer[nativeLister] // nil: the native kind is not read (yet)
 
 	mu      sync.Mutex
 	since   map[string]time.Time // a group's first failed attempt since it was last placed
@@ -57,29 +59,49 @@ func newPodGroups(s *scheduler) *podGroups {
 // coLister: coscheduling's PodGroups, their informer synced.
 type coLister struct{ cache.GenericLister }
 
-// start: the informers of the PodGroup kinds the API server serves; the
-// CRD's asked for again every `every` (0: never) until it is served (the
-// native kind is the API server's own: asked once).
+// nativeLister: the native PodGroups, their informer synced.
+type nativeLister struct{ schedlisters.PodGroupLister }
+
+// start: the informers of the PodGroup kinds the API server serves; a kind
+// not served is asked for again every `every` (0: never) until it is.
 func (g *podGroups) start(ctx context.Context, every time.Duration) {
-	s := g.s
 	if !g.lookCo(ctx, false) {
 		slog.Info("scheduling.x-k8s.io/v1alpha1 podgroups not served: a pod group's minMember is its pods' annotation "+
 			translate.MinMemberAnnot+", else the pods present", "again_every", every)
 		rediscover(ctx, every, func() bool { return g.lookCo(ctx, true) })
 	}
-	if s.served("scheduling.k8s.io/v1beta1")["podgroups"] {
-		f := informers.NewSharedInformerFactory(s.cs, 0)
-		pi := f.Scheduling().V1beta1().PodGroups()
-		g.native = pi.Lister()
-		_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() },
-			UpdateFunc: func(a, b any) {
-				if x, y := a.(*schedulingv1beta1.PodGroup), b.(*schedulingv1beta1.PodGroup); x.Generation != y.Generation {
-					s.poke()
-				}
-			}})
-		s.synced = append(s.synced, pi.Informer().HasSynced)
-		f.Start(ctx.Done())
+	if !g.lookNative(ctx, false) {
+		slog.Info(nativeNotServed+": a pod naming a PodGroup in spec.schedulingGroup waits, saying so", "again_every", every)
+		rediscover(ctx, every, func() bool { return g.lookNative(ctx, true) })
 	}
+}
+
+// lookNative: whether the native PodGroups are served; if they are, their
+// informer is started and, once synced (scheduler.informed), its lister
+// kept; a cycle is poked when that is later than the start.
+func (g *podGroups) lookNative(ctx context.Context, later bool) bool {
+	s := g.s
+	if !s.served("scheduling.k8s.io/v1beta1")["podgroups"] {
+		return false
+	}
+	f := informers.NewSharedInformerFactory(s.cs, 0)
+	pi := f.Scheduling().V1beta1().PodGroups()
+	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() },
+		UpdateFunc: func(a, b any) {
+			if x, y := a.(*schedulingv1beta1.PodGroup), b.(*schedulingv1beta1.PodGroup); x.Generation != y.Generation {
+				s.poke()
+			}
+		}})
+	f.Start(ctx.Done())
+	if !s.informed(ctx, later, pi.Informer().HasSynced) {
+		return true // stopping
+	}
+	g.native.Store(&nativeLister{pi.Lister()})
+	if later {
+		slog.Info("scheduling.k8s.io/v1beta1 podgroups read: a pod naming one in spec.schedulingGroup follows its policy", "late", true)
+		s.poke()
+	}
+	return true
 }
 
 // lookCo: whether coscheduling's PodGroups are served; if they are, their
@@ -164,11 +186,12 @@ func (g *podGroups) group(key string, pods []*corev1.Pod) plan.Group {
 		return out
 	case "schedulinggroup":
 		out := plan.Group{Gang: true, Name: "PodGroup " + ns + "/" + name + " (scheduling.k8s.io/v1beta1)", MinName: "gang minCount"}
-		if g.native == nil {
+		native := g.native.Load()
+		if native == nil {
 			out.Wait = "waiting for " + out.Name + ": " + nativeNotServed
 			return out
 		}
-		pg, err := g.native.PodGroups(ns).Get(name)
+		pg, err := native.PodGroups(ns).Get(name)
 		if err != nil {
 			out.Wait = "waiting for " + out.Name + " to exist"
 			return out
@@ -267,7 +290,7 @@ type groupCount struct {
 // PodGroupInitiallyScheduled (True once minCount pods are scheduled, for
 // good; else False, Unschedulable, with the reason).
 func (g *podGroups) sync(ctx context.Context) {
-	if g.co.Load() == nil && g.native == nil {
+	if g.co.Load() == nil && g.native.Load() == nil {
 		return
 	}
 	all, _ := g.s.pods.List(labels.Everything())
@@ -373,10 +396,11 @@ func (g *podGroups) syncCoscheduling(ctx context.Context, key string, c *groupCo
 }
 
 func (g *podGroups) syncNative(ctx context.Context, c *groupCount, why string) {
-	if g.native == nil {
+	native := g.native.Load()
+	if native == nil {
 		return
 	}
-	pg, err := g.native.PodGroups(c.ns).Get(c.name)
+	pg, err := native.PodGroups(c.ns).Get(c.name)
 	if err != nil {
 		return
 	}

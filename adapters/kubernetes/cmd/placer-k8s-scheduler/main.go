@@ -101,7 +101,7 @@ func main() {
 	flag.IntVar(&c.batchMax, "batch-max", 2000, "at most this many pending pods in one cycle (by priority, then the pods not tried yet, then creation; a pod group kept whole)")
 	flag.IntVar(&c.rounds, "max-rounds", 16, "at most this many Placer rounds in one cycle (pods whose pod rules refer to one another go in successive rounds; the rest wait for the next cycle)")
 	flag.DurationVar(&c.retry, "retry-interval", time.Second, "the loop looks at the pending pods at least this often (pods that failed back off 1 s doubling to 10 s)")
-	flag.DurationVar(&c.rediscover, "rediscover", 30*time.Second, "while the API server does not serve coscheduling's PodGroups, or Kueue's LocalQueues and ClusterQueues, ask it again this often (a CRD installed after the scheduler); 0: only at start")
+	flag.DurationVar(&c.rediscover, "rediscover", 30*time.Second, "while the API server does not serve coscheduling's PodGroups, Kueue's LocalQueues and ClusterQueues, the native PodGroups (scheduling.k8s.io/v1beta1) or, with --dra, resource.k8s.io/v1, ask it again this often (a CRD installed, or an API server restarted with an API on, after the scheduler); 0: only at start")
 	flag.IntVar(&c.bindWorkers, "bind-workers", 64, "bindings in flight at once (16 left a 5,000-node round of 2,000 pods binding for 3-7 s on a shared 2-core control plane; 64 kept up with the pods' creation)")
 	flag.Float64Var(&c.apiQPS, "kube-api-qps", 2000, "requests per second to the API server (client-go's limiter; each binding is a Binding and an Event, so at 500 the limiter held a 5,000-node cluster's bindings to about 510 a second)")
 	flag.IntVar(&c.apiBurst, "kube-api-burst", 4000, "the limiter's burst")
@@ -448,7 +448,7 @@ func (s *scheduler) poke() {
 func (s *scheduler) start(ctx context.Context) {
 	s.factory.Start(ctx.Done())
 	s.groups.start(ctx, s.cfg.rediscover)
-	s.claims.start(ctx)
+	s.claims.start(ctx, s.cfg.rediscover)
 	s.kueue.start(ctx, s.cfg.rediscover)
 }
 

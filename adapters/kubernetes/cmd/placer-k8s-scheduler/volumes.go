@@ -13,11 +13,15 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"placer.local/kubernetes/internal/dra"
 )
 
-// volumeHold: why pod p waits out of the rounds for its claims ("" = it does not).
-func (s *scheduler) volumeHold(p *corev1.Pod) string {
-	if len(p.Spec.ResourceClaims) > 0 && !s.claims.on {
+// volumeHold: why pod p waits out of the rounds for its claims ("" = it
+// does not); ds: the cycle's devices and claims (nil: DRA off when the
+// cycle began, whatever it is now).
+func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
+	if len(p.Spec.ResourceClaims) > 0 && ds == nil {
 		var names []string
 		for _, c := range p.Spec.ResourceClaims {
 			names = append(names, c.Name)
