@@ -187,6 +187,19 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
                                           ? tier_radix_walk_group(t, counts, want, f, at, bits, lane, width)
                                           : tier_radix_walk(counts, want, f, at, bits);
           t.work(walked + (1 << bits) / width);
+          // One item left with the bits found (its digit's count; every
+          // worker reads the same): it is F' (keys are distinct), found
+          // in one more loop instead of the passes over the bits below.
+          if (at > 0 && counts[f & ((1 << bits) - 1)] == 1) {
+            std::int64_t found = -1;
+            for (std::int32_t i = lane; i < items; i += width) {
+              std::int64_t const k = at_rebid(i);
+              if ((k >> at) == f) found = k;
+              t.work(2);
+            }
+            f = t.group_fold(found, width, fold_max{});
+            at = 0;
+          }
         }
         // The sets are cleared below, once every worker has walked the
         // last counts.
