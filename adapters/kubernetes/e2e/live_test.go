@@ -762,7 +762,7 @@ func TestPodGroupCRDInstalledAfterTheScheduler(t *testing.T) {
 	c.create(ns)
 	c.podGroup(ns, "pg", map[string]any{"minMember": 3})
 	waitFor(t, 30*time.Second, "the scheduler reading PodGroups", func() (bool, string) {
-		return strings.Contains(c.schedulerLog(), "podgroups read"), ""
+		return strings.Contains(c.schedulerLog(), "scheduling.x-k8s.io/v1alpha1 podgroups read"), ""
 	})
 	c.createPods(ns, podSpec{name: "lone", gpus: 1})
 	c.waitBound(ns, 60*time.Second)

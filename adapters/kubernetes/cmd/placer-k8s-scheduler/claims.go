@@ -80,8 +80,7 @@ func (d *claims) start(ctx context.Context, every time.Duration) {
 }
 
 // look: whether resource.k8s.io/v1 is served; if it is, the informers are
-// started and, once synced (scheduler.informed), their listers kept; a
-// cycle is poked when that is later than the start.
+// started and their listers kept (scheduler.kept).
 func (d *claims) look(ctx context.Context, later bool) bool {
 	s := d.s
 	if !s.served(resourceapi.SchemeGroupVersion.String())["resourceclaims"] {
@@ -106,15 +105,9 @@ func (d *claims) look(ctx context.Context, later bool) bool {
 		DeleteFunc: func(any) { s.poke() },
 	})
 	f.Start(ctx.Done())
-	if !s.informed(ctx, later, si.Informer().HasSynced, ci.Informer().HasSynced, ki.Informer().HasSynced) {
-		return true // stopping
-	}
-	d.live.Store(&draListers{slices: si.Lister(), classes: ci.Lister(), claims: ki.Lister()})
-	slog.Info("dynamic resource allocation on", "gpu_driver", s.cfg.draDriver, "late", later)
-	if later {
-		s.poke()
-	}
-	return true
+	return s.kept(ctx, later, func() { d.live.Store(&draListers{slices: si.Lister(), classes: ci.Lister(), claims: ki.Lister()}) },
+		"dynamic resource allocation on", []any{"gpu_driver", s.cfg.draDriver},
+		si.Informer().HasSynced, ci.Informer().HasSynced, ki.Informer().HasSynced)
 }
 
 // snapshot: the cycle's devices and claims (nil: DRA off), the claims

@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"k8s.io/client-go/tools/cache"
@@ -27,15 +28,25 @@ func (s *scheduler) served(gv string) map[string]bool {
 	return have
 }
 
-// informed: at start (later false), the informers' syncs join those the
-// scheduler waits for before its first cycle; later, they are waited for
-// here. Whether they synced (false: stopping).
-func (s *scheduler) informed(ctx context.Context, later bool, synced ...cache.InformerSynced) bool {
+// kept: the informers of a kind found served have started (synced:
+// theirs). At start (later false) their syncs join those the scheduler
+// waits for before its first cycle; later, they are waited for here, and
+// then a cycle is poked. keep stores their listers, and the log says what
+// is read (read, args; late=later). True: the kind is served, stopping or
+// not.
+func (s *scheduler) kept(ctx context.Context, later bool, keep func(), read string, args []any,
+	synced ...cache.InformerSynced) bool {
 	if !later {
 		s.synced = append(s.synced, synced...)
-		return true
+	} else if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return true // stopping
 	}
-	return cache.WaitForCacheSync(ctx.Done(), synced...)
+	keep()
+	slog.Info(read, append(args, "late", later)...)
+	if later {
+		s.poke()
+	}
+	return true
 }
 
 // rediscover calls look every `every` (0: never) until it answers true or

@@ -77,8 +77,7 @@ func (g *podGroups) start(ctx context.Context, every time.Duration) {
 }
 
 // lookNative: whether the native PodGroups are served; if they are, their
-// informer is started and, once synced (scheduler.informed), its lister
-// kept; a cycle is poked when that is later than the start.
+// informer is started and its lister kept (scheduler.kept).
 func (g *podGroups) lookNative(ctx context.Context, later bool) bool {
 	s := g.s
 	if !s.served("scheduling.k8s.io/v1beta1")["podgroups"] {
@@ -93,20 +92,13 @@ func (g *podGroups) lookNative(ctx context.Context, later bool) bool {
 			}
 		}})
 	f.Start(ctx.Done())
-	if !s.informed(ctx, later, pi.Informer().HasSynced) {
-		return true // stopping
-	}
-	g.native.Store(&nativeLister{pi.Lister()})
-	if later {
-		slog.Info("scheduling.k8s.io/v1beta1 podgroups read: a pod naming one in spec.schedulingGroup follows its policy", "late", true)
-		s.poke()
-	}
-	return true
+	return s.kept(ctx, later, func() { g.native.Store(&nativeLister{pi.Lister()}) },
+		"scheduling.k8s.io/v1beta1 podgroups read: a pod naming one in spec.schedulingGroup follows its policy", nil,
+		pi.Informer().HasSynced)
 }
 
 // lookCo: whether coscheduling's PodGroups are served; if they are, their
-// informer is started and, once synced (scheduler.informed), its lister
-// kept; a cycle is poked when that is later than the start.
+// informer is started and its lister kept (scheduler.kept).
 func (g *podGroups) lookCo(ctx context.Context, later bool) bool {
 	s := g.s
 	if !s.served(podGroupGVR.GroupVersion().String())["podgroups"] {
@@ -121,15 +113,8 @@ func (g *podGroups) lookCo(ctx context.Context, later bool) bool {
 			}
 		}})
 	f.Start(ctx.Done())
-	if !s.informed(ctx, later, gi.Informer().HasSynced) {
-		return true // stopping
-	}
-	g.co.Store(&coLister{gi.Lister()})
-	if later {
-		slog.Info("scheduling.x-k8s.io/v1alpha1 podgroups read: a pod group's minMember is its PodGroup's", "late", true)
-		s.poke()
-	}
-	return true
+	return s.kept(ctx, later, func() { g.co.Store(&coLister{gi.Lister()}) },
+		"scheduling.x-k8s.io/v1alpha1 podgroups read: a pod group's minMember is its PodGroup's", nil, gi.Informer().HasSynced)
 }
 
 func specOf(o any) string {

@@ -52,8 +52,7 @@ func (k *kueue) start(ctx context.Context, every time.Duration) {
 }
 
 // look: whether the API server serves both kinds; if it does, their
-// informers are started and, once synced (scheduler.informed), their
-// listers kept; a cycle is poked when that is later than the start.
+// informers are started and their listers kept (scheduler.kept).
 func (k *kueue) look(ctx context.Context, later bool) bool {
 	s := k.s
 	for _, v := range kueueVersions {
@@ -89,15 +88,8 @@ func (k *kueue) look(ctx context.Context, later bool) bool {
 		l.jobs = ji.Lister()
 		synced = append(synced, ji.Informer().HasSynced)
 		jf.Start(ctx.Done())
-		if !s.informed(ctx, later, synced...) {
-			return true // stopping
-		}
-		k.lists.Store(&l)
-		slog.Info("Kueue's queues read: a pod's ClusterQueue is its Placer queue, limited by its quotas", "version", gv, "late", later)
-		if later {
-			s.poke()
-		}
-		return true
+		return s.kept(ctx, later, func() { k.lists.Store(&l) },
+			"Kueue's queues read: a pod's ClusterQueue is its Placer queue, limited by its quotas", []any{"version", gv}, synced...)
 	}
 	return false
 }
