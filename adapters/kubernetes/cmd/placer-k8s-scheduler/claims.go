@@ -16,7 +16,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -73,10 +72,7 @@ func (d *claims) start(ctx context.Context, every time.Duration) {
 	if !d.s.cfg.dra {
 		return
 	}
-	if !d.look(ctx, false) {
-		slog.Info(draNotServed+": pods with ResourceClaims wait, saying so", "again_every", every)
-		rediscover(ctx, every, func() bool { return d.look(ctx, true) })
-	}
+	discover(ctx, every, draNotServed+": pods with ResourceClaims wait, saying so", d.look)
 }
 
 // look: whether resource.k8s.io/v1 is served; if it is, the informers are

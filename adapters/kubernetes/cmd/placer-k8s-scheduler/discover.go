@@ -1,10 +1,12 @@
 package main
 
-// The kinds asked of the API server's discovery: the CRDs whose informers
-// the scheduler starts where they are served (coscheduling's PodGroups,
-// Kueue's queues). A kind not served at start is asked for again every
+// The kinds asked of the API server's discovery, whose informers the
+// scheduler starts where they are served: coscheduling's PodGroups and
+// Kueue's queues (CRDs), the native PodGroups and, with --dra,
+// resource.k8s.io/v1. A kind not served at start is asked for again every
 // --rediscover until it is: a CRD installed after the scheduler, or
-// established but not yet in the discovery document when it started.
+// established but not yet in the discovery document when it started; an
+// API server restarted with an API on.
 
 import (
 	"context"
@@ -49,9 +51,14 @@ func (s *scheduler) kept(ctx context.Context, later bool, keep func(), read stri
 	return true
 }
 
-// rediscover calls look every `every` (0: never) until it answers true or
-// ctx ends.
-func rediscover(ctx context.Context, every time.Duration, look func() bool) {
+// discover: look(ctx, false) at start; where the kind is not served, the
+// log says so (notServed) and look(ctx, true) is called every `every`
+// (0: never) until it answers true or ctx ends.
+func discover(ctx context.Context, every time.Duration, notServed string, look func(ctx context.Context, later bool) bool) {
+	if look(ctx, false) {
+		return
+	}
+	slog.Info(notServed, "again_every", every)
 	if every <= 0 {
 		return
 	}
@@ -64,7 +71,7 @@ func rediscover(ctx context.Context, every time.Duration, look func() bool) {
 				return
 			case <-t.C:
 			}
-			if look() {
+			if look(ctx, true) {
 				return
 			}
 		}

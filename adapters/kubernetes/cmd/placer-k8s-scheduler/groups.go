@@ -65,15 +65,9 @@ type nativeLister struct{ schedlisters.PodGroupLister }
 // start: the informers of the PodGroup kinds the API server serves; a kind
 // not served is asked for again every `every` (0: never) until it is.
 func (g *podGroups) start(ctx context.Context, every time.Duration) {
-	if !g.lookCo(ctx, false) {
-		slog.Info("scheduling.x-k8s.io/v1alpha1 podgroups not served: a pod group's minMember is its pods' annotation "+
-			translate.MinMemberAnnot+", else the pods present", "again_every", every)
-		rediscover(ctx, every, func() bool { return g.lookCo(ctx, true) })
-	}
-	if !g.lookNative(ctx, false) {
-		slog.Info(nativeNotServed+": a pod naming a PodGroup in spec.schedulingGroup waits, saying so", "again_every", every)
-		rediscover(ctx, every, func() bool { return g.lookNative(ctx, true) })
-	}
+	discover(ctx, every, "scheduling.x-k8s.io/v1alpha1 podgroups not served: a pod group's minMember is its pods' annotation "+
+		translate.MinMemberAnnot+", else the pods present", g.lookCo)
+	discover(ctx, every, nativeNotServed+": a pod naming a PodGroup in spec.schedulingGroup waits, saying so", g.lookNative)
 }
 
 // lookNative: whether the native PodGroups are served; if they are, their

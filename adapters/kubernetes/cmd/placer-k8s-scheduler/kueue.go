@@ -44,11 +44,7 @@ type kueueLists struct {
 // again every `every` (0: never) until it does.
 func (k *kueue) start(ctx context.Context, every time.Duration) {
 	k.reported = map[string]string{}
-	if k.look(ctx, false) {
-		return
-	}
-	slog.Info("kueue.x-k8s.io localqueues and clusterqueues not served: queues are named ("+translate.QueueLabel+"), not limited", "again_every", every)
-	rediscover(ctx, every, func() bool { return k.look(ctx, true) })
+	discover(ctx, every, "kueue.x-k8s.io localqueues and clusterqueues not served: queues are named ("+translate.QueueLabel+"), not limited", k.look)
 }
 
 // look: whether the API server serves both kinds; if it does, their
