@@ -52,8 +52,9 @@
 #                                       # memcheck / racecheck / synccheck over rounds, then alternations
 #   bash .gpu/gpu-run.sh next [SECONDS]  # the next GPU call (420): parity (the whole CTA's offers if it fails),
 #                                       # the kit's microbenchmarks, synccheck on the kernel tests,
-#                                       # cluster-scratch, then both backends, placer bench at each scale,
-#                                       # 8 sessions, the auto trial
+#                                       # cluster-scratch, losers sitting out against every loser listed
+#                                       # (PLACER_CUDA_LOSERS_SIT_OUT=0), alternating, then both backends,
+#                                       # placer bench at each scale, 8 sessions, the auto trial
 #   bash .gpu/gpu-run.sh cluster-scratch [SECONDS]  # whether 10k-k8s's cluster failure is gone: parity with
 #                                       # the clusters' scratch in global memory, zeroed shared, as is; memcheck
 #                                       # where one fails; 10k-k8s and openb rounds where they pass (240)
@@ -560,13 +561,15 @@ case "$step" in
     # offers from there: the group offers' folds by shuffles, 2026-12-06, never ran on a GPU), the
     # kit's microbenchmarks (a row's offers folded by shuffles against atomics on one word:
     # warp_min_*, warp_fold_min), synccheck on the kernel tests (the folds' shuffles), then
-    # cluster_scratch (where 10k-k8s's chains fail on a cluster), then both backends, placer bench
-    # at each scale, 8 sessions, the auto trial.
+    # cluster_scratch (where 10k-k8s's chains fail on a cluster), the losers that would sit a round
+    # out counted, not listed (after ee6721f), against every loser listed, alternating, then both
+    # backends, placer bench at each scale, 8 sessions, the auto trial.
     budget=${2:-420}
     parity_quick=quick parity_or "the group offers' folds" PLACER_CUDA_OFFER_GROUPS=0
     microbenchmarks
     kernels_under_synccheck
     cluster_scratch
+    alternate PLACER_CUDA_LOSERS_SIT_OUT losers-sit-out "losers sitting out"
     figures
     ;;
   cluster-diag)

@@ -278,8 +278,15 @@ def tier_us(bench):
     return sum(bench.get(f"tier_{p}_us", 0.0) for p in PHASES)
 
 
+# Every record above listed each round's losers for the next and ran every
+# round (tier_lose counts the ones that would sit it out, and a round with
+# none listed is not run, since ee6721f): a later record would leave this off.
+RECORDED = ["--losers-sit-out", "0"]
+
+
 def counts(build, flags, cache):
     """The model's counts of the three scenarios under a record's gpu_model flags."""
+    flags = [*flags, *RECORDED]
     key = tuple(flags)
     if key not in cache:
         with tempfile.NamedTemporaryFile("r", suffix=".json") as f:

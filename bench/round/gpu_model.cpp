@@ -5,7 +5,7 @@
 //   gpu_model [--scenario 10k,100k,openb] [--threads 512] [--offer-least N]
 //             [--offer-bits N] [--offer-iterate 0|1] [--offer-groups N] [--refresh-below N] [--order fifo|pack] [--reps 7]
 //             [--offer-pairs N] [--blocks 33] [--grid-cells-from N] [--list-upto N]
-//             [--refresh-one-pass 0|1] [--refresh-lanes 0|1] [--json FILE]
+//             [--refresh-one-pass 0|1] [--refresh-lanes 0|1] [--losers-sit-out 0|1] [--json FILE]
 //
 // --offer-groups: a round's offers on warps where no row got more than N
 // bids (tier_buffers::offer_groups): 0 never, 2147483647 always.
@@ -46,7 +46,7 @@ int usage(char const* why) {
             << "\nusage: gpu_model [--scenario 10k,100k,openb] [--threads 256|512|1024] [--offer-least N]"
                " [--offer-bits N] [--offer-iterate 0|1] [--offer-groups N] [--refresh-below N] [--order fifo|pack] [--reps N]"
                " [--offer-pairs N] [--blocks N] [--grid-cells-from N] [--list-upto N] [--refresh-one-pass 0|1]"
-               " [--refresh-lanes 0|1] [--json FILE]\n";
+               " [--refresh-lanes 0|1] [--losers-sit-out 0|1] [--json FILE]\n";
   return 2;
 }
 
@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
         config.refresh_one_pass = std::stoi(v) != 0;
       } else if (a == "--refresh-lanes") {
         config.refresh_lanes = std::stoi(v) != 0;
+      } else if (a == "--losers-sit-out") {
+        config.losers_sit_out = std::stoi(v) != 0;
       } else if (a == "--grid-cells-from") {
         config.grid_cells_from = std::stoll(v);
       } else if (a == "--refresh-below") {

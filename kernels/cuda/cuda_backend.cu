@@ -539,6 +539,8 @@ class cuda_device {
     if (char const* one = std::getenv("PLACER_CUDA_REFRESH_ONE_PASS")) refresh_one_pass_ = std::atoi(one) != 0 ? 1 : 0;
     // 0: a worker a cell in the refresh, as in the rounds recorded up to 2026-12-02 (to measure both).
     if (char const* lanes = std::getenv("PLACER_CUDA_REFRESH_LANES")) refresh_lanes_ = std::atoi(lanes) != 0 ? 1 : 0;
+    // 0: every loser listed and every round run, as in every recorded round (to measure both).
+    if (char const* sit = std::getenv("PLACER_CUDA_LOSERS_SIT_OUT")) losers_sit_out_ = std::atoi(sit) != 0 ? 1 : 0;
     description_ = "cuda (GPU " + std::to_string(device_) + ": " + prop.name + ", sm_" + std::to_string(cc) +
                    ", tier grid of " + std::to_string(blocks_) + (blocks_ == 1 ? " CTA" : " CTAs") +
                    ", stage grid of " + std::to_string(stage_blocks_) + (stage_blocks_ == 1 ? " CTA" : " CTAs") +
@@ -557,6 +559,7 @@ class cuda_device {
                    (list_upto_ != tier_list_with_floors_upto ? ", first bids listed with the floors up to " + std::to_string(list_upto_) + " nodes" : "") +
                    (refresh_one_pass_ == 0 ? ", refresh in two passes" : "") +
                    (refresh_lanes_ == 0 ? ", refresh a worker a cell" : "") +
+                   (losers_sit_out_ == 0 ? ", every loser listed" : "") +
                    (shared_bytes_ > 0 ? ", a chain's scratch in shared memory up to " + std::to_string(shared_bytes_ / 1024) + " KB" +
                                             (cluster_ ? " a CTA, on clusters of up to " + std::to_string(tier_cluster_most) + " CTAs" : "")
                                       : "") +
@@ -682,6 +685,7 @@ class cuda_device {
       k.work.list_with_floors_upto = list_upto_;
       k.work.refresh_one_pass = refresh_one_pass_;
       k.work.refresh_lanes = refresh_lanes_;
+      k.work.losers_sit_out = losers_sit_out_;
       std::size_t const bytes = shared_bytes_ > 0 ? tier_layout_bytes(k.work_nodes, k.work_rows, k.work_copies) : 0;
       std::int32_t const parts = shared_bytes_ > 0 && bytes > shared_bytes_ && cluster_
                                      ? tier_layout_parts_needed(k.work_nodes, k.work_rows, k.work_copies, shared_bytes_)
@@ -749,6 +753,7 @@ class cuda_device {
   std::int32_t list_upto_ = tier_list_with_floors_upto;    ///< tier_buffers::list_with_floors_upto
   std::int32_t refresh_one_pass_ = 1;                      ///< tier_buffers::refresh_one_pass
   std::int32_t refresh_lanes_ = 1;                         ///< tier_buffers::refresh_lanes
+  std::int32_t losers_sit_out_ = 1;                        ///< tier_buffers::losers_sit_out
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> marks_;  ///< the call timeline's events
   std::size_t marks_used_ = 0;

@@ -190,6 +190,7 @@ inline void run_chain_model(gpu_model_config const& config, tier_chain const& ch
   if (config.list_upto >= 0) c.work.list_with_floors_upto = config.list_upto;
   c.work.refresh_one_pass = config.refresh_one_pass ? 1 : 0;
   c.work.refresh_lanes = config.refresh_lanes ? 1 : 0;
+  c.work.losers_sit_out = config.losers_sit_out ? 1 : 0;
   model_counter counter(out);
   tier_clock_observer* const outer = tier_clock_observed();
   tier_clock_observed() = &counter;

@@ -76,6 +76,8 @@ struct tier_host_arena {
   /// The one-worker programs' seq_team::apart_from (the CPU backend's,
   /// where its OpenMP team spins; 0: the floors on the calling thread).
   std::int64_t apart_from = 0;
+  /// tier_buffers::losers_sit_out (0 in the tests' reference way).
+  std::int32_t losers_sit_out = 1;
   /// The one-worker programs' twin entries (tier/twins.hpp) and their memory.
   tier_twin_rows twins;
   std::vector<std::int32_t> twin_ints;
@@ -189,6 +191,7 @@ inline void run_chain_host(std::span<tier_problem const> tiers, tier_results& ou
   c.work.offer_iterate = offer_iterate;
   c.work.offer_pairs_upto = offer_pairs;
   c.work.offer_groups = offer_groups;
+  c.work.losers_sit_out = a.losers_sit_out;
   if (blocks > 1) {
     run_on_grid_twin(blocks, threads, [&](grid_twin_team& team) { tier_chain_program(team, c); });
   } else if (threads > 1) {

@@ -83,7 +83,6 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   std::int32_t const me = t.rank();
   std::int32_t const team = t.size();
   std::int32_t const* todo = b.todo[list];
-  std::int32_t* next = b.todo[1 - list];
   std::int64_t const* prices = tier_prices(b, list);
   std::int64_t* next_prices = tier_prices(b, 1 - list);
   std::int32_t const k = ctl->todo_count[list];
@@ -111,8 +110,9 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   }
   if (me == 0) {
     ctl->bucket_at = 0;
-    if (may_group) {  // (the other list's count and mark were last read before this round; no bid reads rounds)
+    if (may_group) {  // (the other list's counts and mark were last read before this round; no bid reads rounds)
       ctl->todo_count[1 - list] = 0;
+      ctl->sitting[1 - list] = 0;
       ctl->offer_big[1 - list] = 0;
       ctl->rounds += 1;
     }
@@ -135,6 +135,7 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
   }
   if (me == 0 && !may_group) {
     ctl->todo_count[1 - list] = 0;
+    ctl->sitting[1 - list] = 0;
     ctl->rounds += 1;
   }
   t.sync();
@@ -154,9 +155,9 @@ PLACER_HD void tier_round(Team& t, tier_buffers const& b, std::int32_t list, tie
     bool const done = t.team_wide && b.offer_row[tier_offer_fields * r + tier_offer_round] == ctl->rounds;
     for (std::int32_t i = done ? end : end - b.bid_count[r]; i < end; ++i) {
       std::int32_t const n = b.bucket[i];
-      std::int64_t steps = 0;
-      std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n], prices, &steps);
-      if (lost >= 0) next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = lost;
+      std::int64_t steps = 0, lost_bid = 0;
+      std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n], prices, lost_bid, &steps);
+      if (lost >= 0) tier_lose(t, b, list, r, lost, lost_bid);
       t.chain(steps);
     }
     next_prices[r] = b.bid_count[r] > 0 ? tier_price(b, r) : prices[r];
@@ -298,6 +299,7 @@ PLACER_HD void tier_quota(Team& t, tier_buffers const& b) {
 /// A bidding pass's control cleared (rank 0; read after a barrier).
 PLACER_HD inline void tier_open_pass(tier_control* ctl) {
   ctl->todo_count[0] = 0;
+  ctl->sitting[0] = 0;
   ctl->offer_big[0] = 0;  // the pass's first round bids from list 0
   ctl->touched = 0;
   ctl->passes += 1;
@@ -321,7 +323,12 @@ PLACER_HD void tier_reset_rows(Team& t, tier_buffers const& b) {
 
 /// A pass's bidding rounds until no node bids (or the cap: max_rounds an
 /// iteration; the assignment held then is feasible), with the price jumps;
-/// `rounds` counts the iteration's, over its passes.
+/// `rounds` counts the iteration's, over its passes. A round's losers are
+/// the ones listed and those counted as sitting the next round out
+/// (tier_lose): the cap and the jumps go by both, and a round with no node
+/// listed (all would sit it out, or round 0 found no bidder) is counted, not
+/// run: it would change nothing. So every price, jump and placement is what
+/// bidding from every loser gives.
 template <class Team>
 PLACER_HD void tier_bidding(Team& t, tier_buffers const& b, std::int32_t& rounds, tier_clock& clk) {
   auto const& p = b.p;
@@ -333,6 +340,11 @@ PLACER_HD void tier_bidding(Team& t, tier_buffers const& b, std::int32_t& rounds
   std::int32_t jump_wait = 1;
   for (std::int32_t list = 0;; list = 1 - list) {
     std::int32_t const bidders = ctl->todo_count[list];
+    if (bidders == 0 && b.losers_sit_out != 0) {
+      ++rounds;
+      break;
+    }
+    std::int32_t const listed = bidders + ctl->sitting[list];  // (the next round clears it)
     if (bidders < t.solo_below()) {
       if (me == 0) {
         seq_team one;
@@ -344,11 +356,12 @@ PLACER_HD void tier_bidding(Team& t, tier_buffers const& b, std::int32_t& rounds
     }
     ++rounds;
     std::int32_t const next = ctl->todo_count[1 - list];
-    if (next == 0 || rounds >= p.max_rounds) {
-      if (me == 0 && next != 0) ctl->round_cap_hit = 1;
+    std::int32_t const lost = next + ctl->sitting[1 - list];
+    if (lost == 0 || rounds >= p.max_rounds) {
+      if (me == 0 && lost != 0) ctl->round_cap_hit = 1;
       break;
     }
-    if (rounds >= jump_at && next >= bidders) {
+    if (next > 0 && rounds >= jump_at && lost >= listed) {  // (a jump for none would raise nothing)
       if (t.team_wide) {
         tier_jump_team(t, b, 1 - list);
       } else {

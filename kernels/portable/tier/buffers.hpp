@@ -22,6 +22,9 @@ struct tier_control {
   /// (every worker knows k) and fills the other (fetch_add); a count is
   /// reset only after a barrier since it was last read.
   std::int32_t todo_count[2] = {0, 0};
+  /// Losers counted, not listed, for the round that bids from list k
+  /// (tier_lose: they would sit it out); cleared with todo_count[k].
+  std::int32_t sitting[2] = {0, 0};
   std::int32_t placed = 0;       ///< placements so far (fetch_add)
   std::int32_t touched = 0;      ///< nodes won this iteration (fetch_add)
   std::int32_t placed_before = 0;  ///< copies at the iteration's start
@@ -311,6 +314,12 @@ struct tier_buffers {
   /// Bids remember rows in tiers of more rows than this
   /// (tier_remember_rows_above; 0: always, in the tests).
   std::int32_t remember_rows_above = tier_remember_rows_above;
+  /// 1: a loser that would sit the next round out is counted, not listed
+  /// (tier_lose), and a round with no node listed is counted, not run
+  /// (tier_bidding); 0: every loser listed and every round run, as up to
+  /// ee6721f (the tests' reference; every recorded GPU round). The same
+  /// placements.
+  std::int32_t losers_sit_out = 1;
 };
 
 /// A chain of tiers run in one launch (tier_chain_program; the backend's

@@ -41,6 +41,37 @@ PLACER_HD void tier_heap_levels(std::int32_t parents, Level&& level, Sync&& sync
   }
 }
 
+/// Whether node n, having lost row r with `bid`, bids nothing for the rest
+/// of the pass. A bid is value + 1 - other + eps, `other` being the node's
+/// best margin on the other rows at its round's prices, floored at 0 (a
+/// held bid is never above what its holder would bid now: tier_rebid), so
+/// bid >= value + 1 + eps says that no other row had a positive margin,
+/// and prices only rise within a pass. Row r is full (quota > 0 of better
+/// keys kept), its price their least bid, at least `bid`: a margin of at
+/// most -eps there.
+PLACER_HD inline bool tier_sits_out(tier_buffers const& b, std::int32_t r, std::int32_t n, std::int64_t bid) {
+  return b.quota[r] > 0 && bid >= static_cast<std::int64_t>(tier_value(b, r, n)) + 1 + b.p.eps;
+}
+
+/// A loser of row r, at `bid`, of the round that bids from list `list`:
+/// listed for the next round, or only counted (tier_control::sitting) where
+/// it would sit the rest of the pass out (tier_sits_out;
+/// tier_buffers::losers_sit_out). Its search of the rows, which would find
+/// no bid, is saved; the rounds go by both counts (tier_bidding), so the
+/// prices, jumps and placements are the same.
+template <class Team>
+PLACER_HD void tier_lose(Team& t, tier_buffers const& b, std::int32_t list, std::int32_t r, std::int32_t n,
+                         std::int64_t bid) {
+  if (b.losers_sit_out != 0) {
+    t.work(1);  // the cell tier_sits_out reads
+    if (tier_sits_out(b, r, n, bid)) {
+      t.fetch_add(&b.ctl->sitting[1 - list], 1);
+      return;
+    }
+  }
+  b.todo[1 - list][t.fetch_add(&b.ctl->todo_count[1 - list], 1)] = n;
+}
+
 /// Puts (bid, n) at entry i of a held-bids heap of `size` entries (the
 /// worst on top) and sifts it down to its place. Returns the levels it
 /// went down, plus one (Team::work's steps).
@@ -72,7 +103,8 @@ PLACER_HD inline std::int32_t tier_sift_down(std::int64_t* hb, std::int32_t* hn,
 
 /// Offers node n's bid to row r's heap (one worker per row). Returns the
 /// node that lost (the evicted holder, or n itself when its bid is not
-/// better than the worst held one), or -1 when nobody lost.
+/// better than the worst held one), its bid in lost_bid, or -1 when nobody
+/// lost.
 ///
 /// Before the worst holder is evicted it bids again in place, at the
 /// round's prices (tier_rebid): a held bid was made against the prices of
@@ -82,7 +114,8 @@ PLACER_HD inline std::int32_t tier_sift_down(std::int64_t* hb, std::int32_t* hn,
 /// between near-equal rows for thousands of rounds; with it, the holder
 /// keeps the copy whenever it would win it back next round anyway.
 PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, std::int32_t n, std::int64_t bid,
-                                         std::int64_t const* prices, std::int64_t* steps = nullptr) {
+                                         std::int64_t const* prices, std::int64_t& lost_bid,
+                                         std::int64_t* steps = nullptr) {
   std::int64_t* hb = b.heap_bid + b.heap_begin[r];
   std::int32_t* hn = b.heap_node + b.heap_begin[r];
   std::int32_t size = b.held[r];
@@ -110,6 +143,7 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
     hn[i] = n;
     return -1;
   }
+  lost_bid = bid;
   if (cap == 0) return n;
   while (tier_worse(hb[0], hn[0], bid, n)) {
     // A bid of this round is current: no need to make it again.
@@ -120,6 +154,7 @@ PLACER_HD inline std::int32_t tier_offer(tier_buffers const& b, std::int32_t r, 
     b.bid_round[hn[0]] = now;
     if (again <= hb[0]) {  // its bid is current: it loses the copy
       lost = hn[0];
+      lost_bid = hb[0];
       count(tier_sift_down(hb, hn, size, 0, bid, n));
       return lost;
     }
@@ -170,7 +205,6 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
   std::int32_t const me = t.rank();
   std::int32_t const team = t.size();
   tier_control* const ctl = b.ctl;
-  std::int32_t* next = b.todo[1 - list];
   std::int32_t const now = static_cast<std::int32_t>(ctl->rounds);
   std::int32_t const least = max_of(b.offer_team_least, 1);
   std::int32_t node_bits = 0;
@@ -433,7 +467,7 @@ PLACER_HD void tier_offer_team(Team& t, tier_buffers const& b, std::int32_t list
       b.bid_value[n] = value;
       b.select[static_cast<std::int64_t>(r) * n_nodes + t.fetch_add(kept + tier_floor_fields * r, 1)] = n;
     } else {
-      next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = n;
+      tier_lose(t, b, list, r, n, value);
     }
   });
   t.sync();

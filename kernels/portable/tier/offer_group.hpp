@@ -53,12 +53,10 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
   std::int32_t const groups = (t.size() + most - 1) / most;
   std::int32_t const lane = t.rank() - group * most;
   std::int32_t const width = min_of(most, t.size() - group * most);
-  std::int32_t* next = b.todo[1 - list];
   std::int32_t const now = static_cast<std::int32_t>(ctl->rounds);
   std::int32_t node_bits = 0;
   while ((std::int64_t{1} << node_bits) < n_nodes) ++node_bits;
   auto field = [&](std::int32_t r, tier_offer_field f) -> std::int64_t& { return b.offer_row[tier_offer_fields * r + f]; };
-  auto lose = [&](std::int32_t n) { next[t.fetch_add(&ctl->todo_count[1 - list], 1)] = n; };
   // The group's rows, their counts cleared.
   for (std::int32_t r = group + lane * groups; r < n_rows; r += groups * width) {
     field(r, tier_offer_holes) = 0;
@@ -122,9 +120,9 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
         if (lane == 0) {
           for (std::int32_t i = 0; i < bids; ++i) {
             std::int32_t const n = row[i];
-            std::int64_t steps = 0;
-            std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n], prices, &steps);
-            if (lost >= 0) lose(lost);
+            std::int64_t steps = 0, lost_bid = 0;
+            std::int32_t const lost = tier_offer(b, r, n, b.bid_value[n], prices, lost_bid, &steps);
+            if (lost >= 0) tier_lose(t, b, list, r, lost, lost_bid);
             t.chain(steps);
           }
           next_prices[r] = tier_price(b, r);
@@ -227,7 +225,8 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
     // Who keeps a copy: a holder whose stored key lies below M re-bids
     // (its re-bid in bid_value), and an item is held when its key is at or
     // above M. Lost holders leave holes (listed from the back of the row's
-    // stretch), kept holders stay, every loser goes to the next list.
+    // stretch), kept holders stay, every loser goes to the next list
+    // (tier_lose).
     for (std::int32_t i = lane; i < items; i += width) {
       std::int32_t n;
       std::int64_t value;
@@ -240,9 +239,9 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
         hb[i - bids] = value;
       } else if (holder) {
         row[n_nodes - 1 - t.fetch_add(&field(r, tier_offer_holes), std::int64_t{1})] = i - bids;
-        lose(n);
+        tier_lose(t, b, list, r, n, value);
       } else if (!kept) {
-        lose(n);
+        tier_lose(t, b, list, r, n, value);
       }
       t.work(2);
     }

@@ -45,6 +45,10 @@ struct gpu_model_config {
   /// small refresh on a run of a warp's lanes; false: a worker a cell, as
   /// the rounds recorded up to 2026-12-02 ran.
   bool refresh_lanes = true;
+  /// tier_buffers::losers_sit_out: a loser that would sit the next round
+  /// out counted, not listed, and a round with none listed not run; false:
+  /// every loser listed and every round run, as every recorded round ran.
+  bool losers_sit_out = true;
 };
 
 struct gpu_phase_counts {
