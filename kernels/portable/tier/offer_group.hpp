@@ -235,12 +235,10 @@ PLACER_HD void tier_offer_groups(Team& t, tier_buffers const& b, std::int32_t li
       if (rebid) value = b.bid_value[n];
       bool const kept = !search || key(value, n) >= m;
       if (!holder || rebid) b.bid_round[n] = now;
-      if (holder && kept) {
-        hb[i - bids] = value;
-      } else if (holder) {
-        row[n_nodes - 1 - t.fetch_add(&field(r, tier_offer_holes), std::int64_t{1})] = i - bids;
-        tier_lose(t, b, list, r, n, value);
-      } else if (!kept) {
+      if (kept) {
+        if (holder) hb[i - bids] = value;
+      } else {
+        if (holder) row[n_nodes - 1 - t.fetch_add(&field(r, tier_offer_holes), std::int64_t{1})] = i - bids;
         tier_lose(t, b, list, r, n, value);
       }
       t.work(2);
