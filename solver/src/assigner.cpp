@@ -173,6 +173,15 @@ void job_order(round_input const& in, bool largest_first, std::vector<std::int32
         return h ^ (h >> 29);
       },
       s.groups, order);
+  // group_order left each group's end in its start, the keys sorted.
+  s.priority.resize(n);
+  std::size_t at = 0;
+  for (auto const& [key, g] : s.groups.keys) {
+    auto const end = static_cast<std::size_t>(s.groups.starts[static_cast<std::size_t>(g)]);
+    std::fill(s.priority.begin() + static_cast<std::ptrdiff_t>(at), s.priority.begin() + static_cast<std::ptrdiff_t>(end),
+              static_cast<std::int32_t>(-key.priority));
+    at = end;
+  }
 }
 
 assigner::assigner(round_input const& in, round_matrices& m, std::vector<std::int32_t>& scores, score_params p,
@@ -638,7 +647,7 @@ void assigner::queue_window(std::vector<std::int32_t>& moved) {
   for (std::size_t k = 0; k < s_.fifo.size(); ++k) {
     auto const j = static_cast<std::size_t>(s_.fifo[k]);
     auto const& jb = in_.pending[j];
-    if (k > 0 && jb.priority != in_.pending[static_cast<std::size_t>(s_.fifo[k - 1])].priority) {
+    if (k > 0 && s_.fifo_keys.priority[k] != s_.fifo_keys.priority[k - 1]) {
       open = true;
       past = 0;
     }
@@ -1027,21 +1036,31 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
     auto& placed = s_.placed;  // per live job
     placed.clear();
     placed.resize(live.size());
+    // The live jobs' classes and replicas, read together: after the chain
+    // their jobs' records are cold, and read where a row's cursor reached
+    // them they were a dependent miss each.
+    auto& cls = s_.live_job_class;
+    auto& want = s_.live_job_want;
+    cls.resize(live.size());
+    want.resize(live.size());
+    for (std::size_t q = 0; q < live.size(); ++q) {
+      cls[q] = m_.job_class[live[q]];
+      want[q] = in_.pending[live[q]].replicas;
+    }
     auto& cursor = s_.cursor;  // per row: the live job taking its next replica
     cursor.assign(t.row_class.size(), 0);
     for (auto const& tp : got) {
       std::int32_t const c = t.row_class[static_cast<std::size_t>(tp.row)];
       auto& j = cursor[static_cast<std::size_t>(tp.row)];
-      while (m_.job_class[live[static_cast<std::size_t>(j)]] != c ||
-             static_cast<std::int32_t>(placed[static_cast<std::size_t>(j)].size()) ==
-                 in_.pending[live[static_cast<std::size_t>(j)]].replicas) {
+      while (cls[static_cast<std::size_t>(j)] != c ||
+             static_cast<std::int32_t>(placed[static_cast<std::size_t>(j)].size()) == want[static_cast<std::size_t>(j)]) {
         ++j;
       }
       if (m_.cpu_free[tp.node] < 0 || m_.mem_free[tp.node] < 0) {
         throw logic_error(error_code::internal, "tier assignment over-committed CPU or memory");
       }
       auto& to = placed[static_cast<std::size_t>(j)];
-      if (to.empty()) to.reserve(static_cast<std::size_t>(in_.pending[live[static_cast<std::size_t>(j)]].replicas));
+      if (to.empty()) to.reserve(static_cast<std::size_t>(want[static_cast<std::size_t>(j)]));
       to.push_back(placement_of(tp.node, c, tp.gpus));
     }
     for (std::size_t j = 0; j < live.size(); ++j) {
@@ -1541,7 +1560,7 @@ class repacker {
       bool later_placed = false;
       for (std::size_t k = n_jobs; k-- > 0;) {
         auto const j = static_cast<std::size_t>(s.fifo[k]);
-        if (k + 1 < n_jobs && in.pending[j].priority != in.pending[static_cast<std::size_t>(s.fifo[k + 1])].priority) {
+        if (k + 1 < n_jobs && s.keys.priority[k] != s.keys.priority[k + 1]) {
           later_placed = false;
         }
         if (s.state[j] == 2 && (later_placed || in.pol.order == queue_order::strict)) {

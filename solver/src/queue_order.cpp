@@ -34,7 +34,7 @@ round_input aged(round_input const& in) {
 }
 
 bool overtakes(round_input const& in, round_result const& r, std::vector<std::int32_t> const& fifo,
-               std::vector<std::int32_t> const& group_of) {
+               std::vector<std::int32_t> const& fifo_priority, std::vector<std::int32_t> const& group_of) {
   // 1 placed, 2 waits for capacity, 0 neither.
   std::vector<std::uint8_t> state(in.pending.size(), 0);
   for (auto const& p : r.placements) state[static_cast<std::size_t>(p.job)] = 1;
@@ -51,7 +51,7 @@ bool overtakes(round_input const& in, round_result const& r, std::vector<std::in
   std::int32_t level_min = none;
   for (std::size_t k = fifo.size(); k-- > 0;) {
     auto const j = static_cast<std::size_t>(fifo[k]);
-    if (!strict && k + 1 < fifo.size() && in.pending[j].priority != in.pending[static_cast<std::size_t>(fifo[k + 1])].priority) {
+    if (!strict && k + 1 < fifo.size() && fifo_priority[k] != fifo_priority[k + 1]) {
       level_min = none;
     }
     std::int32_t* later = &level_min;

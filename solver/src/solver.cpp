@@ -545,7 +545,7 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   round_result trial;
   // Under queue order a round is kept only if it overtakes no one.
   auto keeps_order = [&] {
-    return in.pol.order == queue_order::pack || !detail::overtakes(in, trial, ws_->assign.fifo, ws_->assign.group_of);
+    return in.pol.order == queue_order::pack || !detail::overtakes(in, trial, ws_->assign.fifo, ws_->assign.fifo_keys.priority, ws_->assign.group_of);
   };
   // One assignment in `order` from the scored state; kept if the best yet.
   auto assign = [&] {
@@ -846,7 +846,7 @@ round_result solver::solve_one(round_input const& in, std::function<bool()> cons
   ws_->floor_jobs = -1;
   ws_->floor_gpu_milli = 0;
   if (ordered) {
-    if (detail::overtakes(in, out, ws_->assign.fifo, ws_->assign.group_of)) {
+    if (detail::overtakes(in, out, ws_->assign.fifo, ws_->assign.fifo_keys.priority, ws_->assign.group_of)) {
       keep_order(in, p, out_of_time, out);
       stage_done("order");
     }

@@ -138,6 +138,8 @@ TEST(QueueOrder, JobOrderIsTheSortOfItsKeys) {
       ASSERT_EQ(order.size(), want.size()) << "iteration " << iter;
       for (std::size_t k = 0; k < want.size(); ++k) {
         ASSERT_EQ(order[k], want[k].index) << "iteration " << iter << " largest first " << largest << " place " << k;
+        ASSERT_EQ(scratch.priority[k], in.pending[static_cast<std::size_t>(order[k])].priority)
+            << "iteration " << iter << " largest first " << largest << " place " << k;
       }
     }
     out_of_order += iter % 2 == 1 && n > 1 ? 1 : 0;
