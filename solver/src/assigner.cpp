@@ -178,7 +178,8 @@ void job_order(round_input const& in, bool largest_first, std::vector<std::int32
   std::size_t at = 0;
   for (auto const& [key, g] : s.groups.keys) {
     auto const end = static_cast<std::size_t>(s.groups.starts[static_cast<std::size_t>(g)]);
-    std::fill(s.priority.begin() + static_cast<std::ptrdiff_t>(at), s.priority.begin() + static_cast<std::ptrdiff_t>(end),
+    auto const first = s.priority.begin();
+    std::fill(first + static_cast<std::ptrdiff_t>(at), first + static_cast<std::ptrdiff_t>(end),
               static_cast<std::int32_t>(-key.priority));
     at = end;
   }
@@ -1053,7 +1054,8 @@ std::size_t assigner::run_chain(round_result& out, bool last) {
       std::int32_t const c = t.row_class[static_cast<std::size_t>(tp.row)];
       auto& j = cursor[static_cast<std::size_t>(tp.row)];
       while (cls[static_cast<std::size_t>(j)] != c ||
-             static_cast<std::int32_t>(placed[static_cast<std::size_t>(j)].size()) == want[static_cast<std::size_t>(j)]) {
+             static_cast<std::int32_t>(placed[static_cast<std::size_t>(j)].size()) ==
+                 want[static_cast<std::size_t>(j)]) {
         ++j;
       }
       if (m_.cpu_free[tp.node] < 0 || m_.mem_free[tp.node] < 0) {

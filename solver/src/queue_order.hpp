@@ -23,12 +23,13 @@ namespace placer::detail {
 [[nodiscard]] round_input aged(round_input const& in);
 
 /// Whether result r may have let a job overtake one that waits for
-/// capacity. fifo: a job later in `fifo` (job_order without largest_first,
-/// `fifo_priority` its order_scratch::priority) of the same priority is placed in a group that ran no later than the
-/// waiting job's (`group_of`, assigner_scratch; empty: every group at
-/// once); a job that waits after only earlier jobs took capacity was not
-/// overtaken, as at its turn it would have had no more. strict: any later
-/// job of the same queue is placed.
+/// capacity. fifo: a job later in `fifo` (job_order without largest_first;
+/// `fifo_priority` is its order_scratch::priority) of the same priority is
+/// placed in a group that ran no later than the waiting job's (`group_of`,
+/// assigner_scratch; empty: every group at once); a job that waits after
+/// only earlier jobs took capacity was not overtaken, as at its turn it
+/// would have had no more. strict: any later job of the same queue is
+/// placed.
 [[nodiscard]] bool overtakes(round_input const& in, round_result const& r, std::vector<std::int32_t> const& fifo,
                              std::vector<std::int32_t> const& fifo_priority, std::vector<std::int32_t> const& group_of);
 

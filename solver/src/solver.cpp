@@ -545,7 +545,8 @@ void solver::repair(round_input const& in, kernels::score_params const& p, std::
   round_result trial;
   // Under queue order a round is kept only if it overtakes no one.
   auto keeps_order = [&] {
-    return in.pol.order == queue_order::pack || !detail::overtakes(in, trial, ws_->assign.fifo, ws_->assign.fifo_keys.priority, ws_->assign.group_of);
+    return in.pol.order == queue_order::pack ||
+           !detail::overtakes(in, trial, ws_->assign.fifo, ws_->assign.fifo_keys.priority, ws_->assign.group_of);
   };
   // One assignment in `order` from the scored state; kept if the best yet.
   auto assign = [&] {
