@@ -325,14 +325,17 @@ struct cuda_team {
   static constexpr bool team_wide = Wide;
 };
 
-/// Threads of the tier program's CTA (PLACER_CUDA_TIER_THREADS=256 or 1024
-/// selects another, to measure). Registers bound it, not the node count: the
+/// Threads of the tier program's CTA. Registers bound it, not the node count: the
 /// score functor keeps a 64-entry GPU vector per thread, and one CTA a
-/// multiprocessor (__launch_bounds__'s 1) gives a thread 65,536 / Threads
+/// multiprocessor (__launch_bounds__'s 1) gives a thread 65,536 / threads
 /// registers: 242 used at 256 (no spills), 128 at 512 (1.4 KB spilled), 64
 /// at 1024 (5 KB). 512 was the fastest on an H200 (2026-11-26, ms a round at
 /// 256 / 512 / 1024: 10k 13.6 / 13.3 / 15.3, 100k 32.0 / 27.6 / 28.2, openb
 /// 16.4 / 16.1 / 17.2; bench/results/2026-11-26-h200-tier-threads.md).
+/// The 256- and 1024-thread kernels that measured it
+/// (PLACER_CUDA_TIER_THREADS) were dropped on 2026-12-07: each was a whole
+/// chain program more for ptxas, about 50 s of a cold build each (to
+/// measure again, change this and build).
 constexpr int tier_threads = 512;
 /// Multiprocessors a tier grid's CTA: 33 CTAs on an H200's 132. The H200
 /// (2026-11-28, bench/results/2026-11-28-h200.md; tier kernel ms at 10k /
@@ -345,8 +348,8 @@ constexpr int tier_sms_per_block = 4;
 
 /// A chain of tiers: the host's node records unpacked, the tiers one after
 /// another, the nodes they changed packed (residency.hpp); one CTA.
-template <bool Wide, int Threads = tier_threads>
-__global__ void __launch_bounds__(Threads, 1)
+template <bool Wide>
+__global__ void __launch_bounds__(tier_threads, 1)
     tier_kernel(tier_chain c, node_records in, std::int32_t n_in, node_records out, stage_call after) {
   cuda_team<Wide> team;
   chain_launch_program(team, c, in, n_in, out, after);
@@ -481,12 +484,6 @@ class cuda_device {
       if (n < 0) throw logic_error(error_code::invalid_argument, "PLACER_CUDA_OFFER_GROUPS must be 0 or more");
       offer_groups_ = n == 1 ? tier_offer_groups_always : n;
     }
-    if (char const* threads = std::getenv("PLACER_CUDA_TIER_THREADS")) {
-      threads_ = std::atoi(threads);
-      if (threads_ != 256 && threads_ != 512 && threads_ != 1024) {
-        throw logic_error(error_code::invalid_argument, "PLACER_CUDA_TIER_THREADS must be 256, 512 or 1024");
-      }
-    }
     // The tier kernel's grid (cooperative launch): a CTA per
     // tier_sms_per_block multiprocessors of this backend's share of the
     // GPU (`sharing` backends solve on it at once: the server's workers),
@@ -501,11 +498,11 @@ class cuda_device {
       if (blocks_ < 1) throw logic_error(error_code::invalid_argument, "PLACER_CUDA_TIER_BLOCKS must be 1 or more");
       blocks_ = std::min(blocks_, most);
     }
-    if (!wide_ || threads_ != tier_threads) blocks_ = 1;
+    if (!wide_) blocks_ = 1;
     // 1: a chain whose scratch fits the CTA's shared memory runs on one CTA
     // with it there (tier_shared_kernel), the others as before (to measure).
     if (char const* shared = std::getenv("PLACER_CUDA_TIER_SHARED"); shared != nullptr && std::atoi(shared) != 0 &&
-        wide_ && threads_ == tier_threads) {
+        wide_) {
       shared_bytes_ = prop.sharedMemPerBlockOptin;
       PLACER_CUDA_TRY(cudaFuncSetAttribute(tier_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(shared_bytes_)));
@@ -548,7 +545,6 @@ class cuda_device {
                                       " multiprocessors)"
                                 : "") +
                    ", driver " + cuda_version_text(driver) + ", runtime " + cuda_version_text(runtime) +
-                   (threads_ != tier_threads ? ", " + std::to_string(threads_) + " tier threads" : "") +
                    (offer_bits_ != tier_offer_bits ? ", offer digits of " + std::to_string(offer_bits_) + " bits" : "") +
                    (offer_iterate_ != 0 ? ", offers' M stepped" : "") +
                    (offer_groups_ == 0                          ? ", offers by the whole CTA"
@@ -699,10 +695,6 @@ class cuda_device {
                         const_cast<stage_call*>(&after)};
         PLACER_CUDA_TRY(cudaLaunchCooperativeKernel(reinterpret_cast<void const*>(&tier_grid_kernel), dim3(blocks_),
                                                     dim3(tier_threads), args, 0, stream_));
-      } else if (threads_ == 256) {
-        tier_kernel<true, 256><<<1, 256, 0, stream_>>>(k, in, n_in, out, after);
-      } else if (threads_ == 1024) {
-        tier_kernel<true, 1024><<<1, 1024, 0, stream_>>>(k, in, n_in, out, after);
       } else {
         tier_kernel<true><<<1, tier_threads, 0, stream_>>>(k, in, n_in, out, after);
       }
@@ -738,7 +730,6 @@ class cuda_device {
   int device_ = 0;
   bool wide_ = true;  ///< the tier kernel's team steps (cuda_team<true>)
   std::int32_t offer_least_ = tier_offer_team_least;  ///< tier_buffers::offer_team_least
-  int threads_ = tier_threads;                         ///< the tier kernel's CTA
   std::int32_t refresh_below_ = tier_refresh_cells_below;  ///< tier_buffers::refresh_cells_below
   std::int32_t offer_bits_ = tier_offer_bits;              ///< tier_buffers::offer_bits
   std::int32_t offer_iterate_ = 0;                         ///< tier_buffers::offer_iterate

@@ -17,7 +17,7 @@
 namespace placer::kernels {
 
 struct gpu_model_config {
-  int threads = 512;       ///< the tier kernel's CTA (PLACER_CUDA_TIER_THREADS)
+  int threads = 512;       ///< the tier kernel's CTA (tier_threads in cuda_backend.cu)
   int offer_least = -1;    ///< tier_buffers::offer_team_least (PLACER_CUDA_TEAM_OFFER_LEAST); -1: the default
   int refresh_below = -1;  ///< tier_buffers::refresh_cells_below; -1: the default
   int offer_bits = -1;     ///< tier_buffers::offer_bits (PLACER_CUDA_OFFER_BITS); -1: the default
