@@ -1,7 +1,7 @@
 # Placer: the two commands of the README, plus a few conveniences.
 #   make run    install deps, build, serve on tcp://127.0.0.1:5555 and play a demo round
 #   make test   install deps, build (CPU + CUDA when nvcc is present), run every test,
-#               then the request fuzzer for 30 s (make fuzz: longer) and the OpenMP
+#               then the three fuzzers for 45 s, at once (make fuzz: longer) and the OpenMP
 #               parallel paths under ThreadSanitizer (make tsan)
 BUILD      ?= build
 ENDPOINT   ?= tcp://127.0.0.1:5555
@@ -11,9 +11,11 @@ CMAKE_ARGS ?=
 FUZZ_BUILD ?= build-fuzz
 TSAN_BUILD ?= build-tsan
 FUZZ_SECONDS ?= 300
-TEST_FUZZ_SECONDS ?= 30
+# make test's three fuzzers at once on 2 cores: 45 s each is about the 30 s of
+# a core each had one after another.
+TEST_FUZZ_SECONDS ?= 45
 
-.PHONY: all deps configure build run test fuzz tsan bench image-test images test-slurm-newer clean
+.PHONY: all deps configure build run test fuzz fuzz-build tsan tsan-build bench image-test images test-slurm-newer clean
 
 all: build
 
@@ -32,45 +34,42 @@ run: deps configure
 	cmake --build $(BUILD) -j $(JOBS) --target placer
 	$(BUILD)/placer serve --endpoint $(ENDPOINT) --backend $(BACKEND) --demo data/openb-sample
 
+# The fuzz and TSan builds run beside ctest, niced: its Kubernetes live tests
+# are one chain, one at a time, and leave a quarter of 2 cores idle
+# (2026-12-07), which the builds take without taking the tests' share.
 test: build
 	@$(BUILD)/placer version | head -1
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600
+	@echo "the fuzz and TSan builds beside ctest, niced: log in $(BUILD)/sanitizer-builds.log"
+	@nice -n 19 $(MAKE) --no-print-directory fuzz-build tsan-build > $(BUILD)/sanitizer-builds.log 2>&1 & builds=$$!; \
+	  (cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 600); tests=$$?; \
+	  wait $$builds || { tail -40 $(BUILD)/sanitizer-builds.log; echo "make test: the fuzz or TSan build failed"; exit 1; }; \
+	  exit $$tests
 	$(MAKE) --no-print-directory fuzz FUZZ_SECONDS=$(TEST_FUZZ_SECONDS)
 	$(MAKE) --no-print-directory tsan
 
-# The request fuzzer (tests/fuzz): its own clang build with libFuzzer and
-# ASan/UBSan, seeded from data/examples and the openb sample, for
-# FUZZ_SECONDS; a finding lands in $(FUZZ_BUILD)/findings and fails the run.
-fuzz: deps
+# The fuzzers (tests/fuzz: the request, the transport, the transport through
+# CURVE boxes): their own clang build with libFuzzer and ASan/UBSan, the
+# request fuzzer seeded from data/examples and the openb sample, FUZZ_SECONDS
+# each, all three at once (tests/fuzz/run-all.sh); a finding lands in
+# $(FUZZ_BUILD)/findings and fails the run.
+fuzz-build: deps
 	cmake -S . -B $(FUZZ_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DPLACER_FUZZ=ON > /dev/null
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target request_fuzz make_corpus zmtp_fuzz zmtp_curve_fuzz
+
+fuzz: fuzz-build
 	$(FUZZ_BUILD)/tests/fuzz/make_corpus . $(FUZZ_BUILD)/corpus
-	mkdir -p $(FUZZ_BUILD)/findings $(FUZZ_BUILD)/zmtp-corpus $(FUZZ_BUILD)/zmtp-curve-corpus
-	@echo "request fuzzer: $(FUZZ_SECONDS) s, log in $(FUZZ_BUILD)/fuzz.log"
-	@$(FUZZ_BUILD)/tests/fuzz/request_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=65536 -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_BUILD)/findings/ $(FUZZ_BUILD)/corpus tests/fuzz/regressions > $(FUZZ_BUILD)/fuzz.log 2>&1 || \
-	  { tail -40 $(FUZZ_BUILD)/fuzz.log; echo "make fuzz: a finding, saved in $(FUZZ_BUILD)/findings"; exit 1; }
-	@grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^Done' $(FUZZ_BUILD)/fuzz.log
-	@echo "transport fuzzer: $(FUZZ_SECONDS) s, log in $(FUZZ_BUILD)/zmtp-fuzz.log"
-	@$(FUZZ_BUILD)/tests/fuzz/zmtp_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_BUILD)/findings/zmtp- $(FUZZ_BUILD)/zmtp-corpus tests/fuzz/zmtp_seeds > $(FUZZ_BUILD)/zmtp-fuzz.log 2>&1 || \
-	  { tail -40 $(FUZZ_BUILD)/zmtp-fuzz.log; echo "make fuzz: a finding, saved in $(FUZZ_BUILD)/findings"; exit 1; }
-	@grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^Done' $(FUZZ_BUILD)/zmtp-fuzz.log
-	@echo "transport fuzzer, CURVE boxes: $(FUZZ_SECONDS) s, log in $(FUZZ_BUILD)/zmtp-curve-fuzz.log"
-	@$(FUZZ_BUILD)/tests/fuzz/zmtp_curve_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=16384 -print_final_stats=1 \
-	  -artifact_prefix=$(FUZZ_BUILD)/findings/zmtp-curve- $(FUZZ_BUILD)/zmtp-curve-corpus tests/fuzz/zmtp_curve_seeds \
-	  > $(FUZZ_BUILD)/zmtp-curve-fuzz.log 2>&1 || \
-	  { tail -40 $(FUZZ_BUILD)/zmtp-curve-fuzz.log; echo "make fuzz: a finding, saved in $(FUZZ_BUILD)/findings"; exit 1; }
-	@grep -E '^stat::(number_of_executed_units|peak_rss_mb)|^Done' $(FUZZ_BUILD)/zmtp-curve-fuzz.log
+	@bash tests/fuzz/run-all.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
 
 # Under ThreadSanitizer (clang, LLVM OpenMP; its own build): every OpenMP
 # stage's parallel path against the sequential one, bit for bit, and the
 # whole service suite (I/O thread, workers, queue, HTTP, faults, CURVE,
 # the transport's peers).
 TSAN_RUN = TSAN_OPTIONS=ignore_noninstrumented_modules=1:halt_on_error=1:exitcode=66 OMP_WAIT_POLICY=PASSIVE
-tsan: deps
+tsan-build: deps
 	cmake -S . -B $(TSAN_BUILD) -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DPLACER_TSAN=ON > /dev/null
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target solver_test_omp service_test capture_test peers_test
+
+tsan: tsan-build
 	$(TSAN_RUN) $(TSAN_BUILD)/tests/solver_test_omp --gtest_filter='BackendParity.Parallel*:Flatten.NodeStatesOnTheTeam*:Backend.StatsAfter*' --gtest_brief=1
 	$(TSAN_RUN) $(TSAN_BUILD)/tests/service_test --gtest_brief=1 > $(TSAN_BUILD)/service_test.log 2>&1 || \
 	  { grep -A30 'WARNING: ThreadSanitizer' $(TSAN_BUILD)/service_test.log | head -60; tail -5 $(TSAN_BUILD)/service_test.log; exit 1; }
