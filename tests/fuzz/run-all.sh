@@ -11,20 +11,19 @@ build=${1:?"run-all.sh: BUILD SECONDS"}
 seconds=${2:?"run-all.sh: BUILD SECONDS"}
 cd "$(dirname "$0")/../.."
 
-# name, binary, -max_len, corpus, seeds
+# name, binary, -max_len, corpus, seeds, findings' prefix (- for none)
 fuzzers=(
-  "fuzz request_fuzz 65536 corpus tests/fuzz/regressions"
-  "zmtp-fuzz zmtp_fuzz 16384 zmtp-corpus tests/fuzz/zmtp_seeds"
-  "zmtp-curve-fuzz zmtp_curve_fuzz 16384 zmtp-curve-corpus tests/fuzz/zmtp_curve_seeds"
+  "fuzz request_fuzz 65536 corpus tests/fuzz/regressions -"
+  "zmtp-fuzz zmtp_fuzz 16384 zmtp-corpus tests/fuzz/zmtp_seeds zmtp-"
+  "zmtp-curve-fuzz zmtp_curve_fuzz 16384 zmtp-curve-corpus tests/fuzz/zmtp_curve_seeds zmtp-curve-"
 )
 mkdir -p "$build/findings"
 declare -A pid
 for f in "${fuzzers[@]}"; do
-  read -r name bin len corpus seeds <<<"$f"
+  read -r name bin len corpus seeds prefix <<<"$f"
   mkdir -p "$build/$corpus"
-  [ "$name" = fuzz ] && prefix="$build/findings/" || prefix="$build/findings/${name%-fuzz}-"
   "$build/tests/fuzz/$bin" -max_total_time="$seconds" -max_len="$len" -print_final_stats=1 \
-    -artifact_prefix="$prefix" "$build/$corpus" "$seeds" > "$build/$name.log" 2>&1 &
+    -artifact_prefix="$build/findings/${prefix#-}" "$build/$corpus" "$seeds" > "$build/$name.log" 2>&1 &
   pid[$name]=$!
 done
 echo "fuzzers: request, transport and transport through CURVE, $seconds s each, at once; logs in $build/*fuzz.log"
