@@ -6,10 +6,14 @@
 # docs/gpu-session.md has the whole procedure and what to commit afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# make build installs the toolkit when none is found (CUDA 13.0 from NVIDIA's wheels, scripts/install-deps.sh).
+# make deps installs the toolkit when none is found (CUDA 13.0 from NVIDIA's wheels, scripts/install-deps.sh).
+# Then sm_90 code, whatever build/ was configured with before: on a machine without a GPU make configures
+# PTX alone (Makefile, CUDA_ARCHS), which the lent GPU's driver would spend minutes of its loan compiling.
+make deps
+cmake -S . -B build -G Ninja -DPLACER_CUDA_ARCHITECTURES=90 > /dev/null
 make build
-build/placer --version | grep -q "CUDA backend built" ||
-  { echo "gpu-bundle.sh: build/ has no CUDA backend (see the 'placer: CUDA backend' line of its cmake output)" >&2; exit 1; }
+build/placer --version | grep -q "CUDA backend built for 90)" ||
+  { echo "gpu-bundle.sh: build/ has no CUDA backend for sm_90 ($(build/placer --version | head -1); see the 'placer: CUDA backend' line of its cmake output)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # The CUDA parity tests live in solver_test_omp and kernels_test_omp.

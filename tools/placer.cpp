@@ -690,7 +690,8 @@ int main(int argc, char** argv) {
     if (verb == "bench") return tools::cmd_bench(argc, argv);
     if (verb == "slurm-bridge") return tools::cmd_slurm_bridge(argc, argv);
     if (verb == "version" || verb == "--version") {
-      std::cout << "placer " << PLACER_VERSION << " (CUDA backend " << (kernels::cuda_enabled ? "built" : "not built")
+      std::cout << "placer " << PLACER_VERSION << " (CUDA backend "
+                << (kernels::cuda_enabled ? "built for " + kernels::cuda_architectures() : std::string("not built"))
                 << ")\nGPU: " << kernels::cuda_device_summary() << "\n";
       return 0;
     }

@@ -91,6 +91,7 @@ probe_result const& probe() {
 
 std::string cuda_probe() { return probe().reason; }
 std::string cuda_probe_summary() { return probe().summary; }
+std::string cuda_built_for() { return PLACER_CUDA_ARCHS; }
 
 namespace {
 

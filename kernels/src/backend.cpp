@@ -20,6 +20,7 @@ namespace placer::kernels {
 std::unique_ptr<backend> make_cuda_backend(int device, int sharing);
 std::string cuda_probe();
 std::string cuda_probe_summary();
+std::string cuda_built_for();
 #endif
 
 bool openmp_team_sleeps() {
@@ -52,6 +53,14 @@ std::string cuda_device_summary() {
   return why.empty() ? cuda_probe_summary() : "none usable: " + why;
 #else
   return "none: " + cuda_unavailable_reason();
+#endif
+}
+
+std::string cuda_architectures() {
+#if defined(PLACER_HAS_CUDA) && PLACER_HAS_CUDA
+  return cuda_built_for();
+#else
+  return {};
 #endif
 }
 

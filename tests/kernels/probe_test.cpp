@@ -33,6 +33,8 @@ TEST(CudaProbe, ArchitecturesRunOnTheirMajorOrThroughPtx) {
   EXPECT_TRUE(arch_runs(120, "90-virtual"));
   EXPECT_FALSE(arch_runs(80, "90-virtual"));
   EXPECT_FALSE(arch_runs(90, "native;all;")) << "names it cannot check are not a yes";
+  // What was built is named exactly when the backend is in (placer version prints it).
+  EXPECT_EQ(cuda_architectures().empty(), !cuda_enabled) << cuda_architectures();
 }
 
 TEST(CudaProbe, WithoutAUsableGpuTheSummarySaysWhy) {

@@ -258,4 +258,9 @@ std::string cuda_unavailable_reason();
 /// driver 13.0, runtime 13.0", or why there is none.
 std::string cuda_device_summary();
 
+/// What the CUDA backend was built for: CMake's CUDA architectures as
+/// "90" (sm_90 code and its PTX) or "90-virtual" (PTX alone, compiled by
+/// the driver when first loaded); "" without the backend.
+std::string cuda_architectures();
+
 }  // namespace placer::kernels
