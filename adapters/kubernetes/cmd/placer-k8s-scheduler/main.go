@@ -346,12 +346,12 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	s.synced = []cache.InformerSynced{pi.Informer().HasSynced, ni.Informer().HasSynced, vi.Informer().HasSynced, nsi.Informer().HasSynced}
 	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: s.podAdded, UpdateFunc: s.podUpdated, DeleteFunc: s.podDeleted})
 	_, _ = ni.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { s.poke() },
+		AddFunc: func(any) { s.roomFreed() },
 		UpdateFunc: func(old, o any) {
 			a, _ := old.(*corev1.Node)
 			b, _ := o.(*corev1.Node)
 			if a == nil || b == nil || nodeChanged(a, b) {
-				s.poke()
+				s.roomFreed()
 			}
 		},
 		DeleteFunc: func(any) { s.poke() },
@@ -396,7 +396,7 @@ func (s *scheduler) podUpdated(old, o any) {
 	case s.ours(p) && !resourceclaim.PodStatusEqual(q.Status.ResourceClaimStatuses, p.Status.ResourceClaimStatuses): // its claims created
 		s.poke()
 	case q != nil && translate.Bound(q) && !translate.Bound(p): // it finished: its node has room
-		s.poke()
+		s.roomFreed()
 	}
 }
 
@@ -417,7 +417,7 @@ func (s *scheduler) podDeleted(o any) {
 	s.mu.Unlock()
 	s.queue.Forget(p.UID)
 	if translate.Bound(p) {
-		s.poke() // its node has room again
+		s.roomFreed() // its node has room again
 	}
 }
 
@@ -436,6 +436,12 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// roomFreed: a cycle now, which also tries the pods backing off (plan.Queue.RoomFreed).
+func (s *scheduler) roomFreed() {
+	s.queue.RoomFreed(time.Now())
+	s.poke()
 }
 
 func (s *scheduler) poke() {

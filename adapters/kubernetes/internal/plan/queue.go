@@ -28,6 +28,7 @@ type entry struct {
 	attempts int
 	last     time.Time // the last failed attempt
 	until    time.Time // not tried before this
+	looked   time.Time // the start of the cycle of its last failed attempt
 }
 
 // Queue holds what the scheduler knows of each pending pod's attempts.
@@ -36,6 +37,8 @@ type Queue struct {
 	entries map[types.UID]*entry
 	Initial time.Duration
 	Max     time.Duration
+	looked  time.Time // the start of the last cycle (Ready)
+	freed   time.Time // the last event that may have made room (RoomFreed)
 }
 
 // NewQueue: kube-scheduler's back-off.
@@ -57,7 +60,23 @@ func (q *Queue) Failed(uid types.UID, now time.Time) {
 	for i := 1; i < e.attempts && d < q.Max; i++ {
 		d *= 2
 	}
-	e.last, e.until = now, now.Add(min(d, q.Max))
+	e.last, e.until, e.looked = now, now.Add(min(d, q.Max)), q.looked
+}
+
+// RoomFreed: an event at `now` that may have made room for pods backing
+// off (a bound pod finished or was deleted, a node was added or changed).
+// A pod whose failed attempt looked at the cluster before it is ready
+// again, its back-off cut short (its attempts still counted): as
+// kube-scheduler's queueing hints move a pod that such an event may help
+// out of its unschedulable pods, and it pops its back-off queue when
+// nothing else waits (KEP-5142); a cycle here takes all it has at once.
+// Without it, room freed stayed idle for up to MaxBackoff.
+func (q *Queue) RoomFreed(now time.Time) {
+	q.mu.Lock()
+	if now.After(q.freed) {
+		q.freed = now
+	}
+	q.mu.Unlock()
 }
 
 // Forget: the pod is bound or gone.
@@ -96,7 +115,7 @@ func (q *Queue) Prune(keep map[types.UID]bool) {
 }
 
 // Ready orders the pending pods for a cycle at `now` and leaves out those
-// backing off: a pod group is ready when one of its pods is, and then all
+// backing off (not those RoomFreed since): a pod group is ready when one of its pods is, and then all
 // of its pending pods are. The order: priority, highest first; then the
 // pods not tried yet before those that failed, and those by their last
 // attempt, longest ago first (kube-scheduler's queue puts a pod that
@@ -111,10 +130,11 @@ func (q *Queue) Prune(keep map[types.UID]bool) {
 func (q *Queue) Ready(pods []*corev1.Pod, now time.Time) (ready, urgent []*corev1.Pod, backingOff int, next time.Time) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.looked = now
 	groupReady := map[string]bool{}
 	isReady := func(p *corev1.Pod) bool {
 		e := q.entries[p.UID]
-		return e == nil || !now.Before(e.until)
+		return e == nil || !now.Before(e.until) || e.looked.Before(q.freed)
 	}
 	for _, p := range pods {
 		if g := translate.GroupKey(p); g != "" && isReady(p) {
