@@ -115,13 +115,13 @@ func (q *Queue) Prune(keep map[types.UID]bool) {
 }
 
 // Ready orders the pending pods for a cycle at `now` and leaves out those
-// backing off (not those RoomFreed since): a pod group is ready when one of its pods is, and then all
-// of its pending pods are. The order: priority, highest first; then the
-// pods not tried yet before those that failed, and those by their last
-// attempt, longest ago first (kube-scheduler's queue puts a pod that
-// failed behind the pods that came meanwhile); then creation, oldest
-// first; then namespace/name. `next` is when the first pod backing off
-// is ready (zero: none backs off).
+// backing off (not those RoomFreed since their attempt): a pod group is
+// ready when one of its pods is, and then all of its pending pods are.
+// The order: priority, highest first; then the pods not tried yet before
+// those that failed, and those by their last attempt, longest ago first
+// (kube-scheduler's queue puts a pod that failed behind the pods that
+// came meanwhile); then creation, oldest first; then namespace/name.
+// `next` is when the first pod backing off is ready (zero: none backs off).
 //
 // urgent: the pods backing off whose priority is above the lowest of the
 // ready ones, in the same order: a cycle that places pods of a lower
