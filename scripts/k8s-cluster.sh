@@ -14,8 +14,8 @@
 #                                             placer-k8s-bench --dra-publish or the tests publish the slices)
 #                                  [--dir DIR]
 #   scripts/k8s-cluster.sh down [--dir DIR] [--kill]   stops only what `up` started (pid files); twice is fine;
-#                                  --kill: SIGKILL at once, for a control plane thrown away (the tests:
-#                                  the graceful stop took 4.8 s, kube-apiserver 2.8 and etcd 2.0, 2026-12-07)
+#                                  --kill: SIGKILL at once, for a control plane thrown away (the tests;
+#                                  the graceful stop takes about a second)
 #   scripts/k8s-cluster.sh status [--dir DIR]
 #   scripts/k8s-cluster.sh restart-apiserver [--dir DIR] [--port P]   (etcd kept; the tests' apiserver restart)
 #   scripts/k8s-cluster.sh paths                 prints where the binaries are (after build)
