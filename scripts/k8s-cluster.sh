@@ -152,15 +152,8 @@ EOF
 }
 
 # ------------------------------------------------------------------ up / down
-# running PID: alive and not a zombie. A process `up` started is reparented
-# to init, which may reap it late (this machine's: every 2 s); a zombie holds
-# no port and no file.
-running() {
-  local st
-  { read -r st < "/proc/$1/stat"; } 2>/dev/null || return 1
-  st=${st##*) }
-  [ "${st%% *}" != Z ]
-}
+# shellcheck source=scripts/proc.sh
+. "$(dirname "${BASH_SOURCE[0]}")/proc.sh"
 pidalive() { [ -f "$1" ] && running "$(cat "$1")"; }
 
 down() {

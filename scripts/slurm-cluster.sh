@@ -35,6 +35,8 @@ while [ $# -gt 0 ]; do
 done
 
 die() { echo "slurm-cluster.sh: $*" >&2; exit 1; }
+# shellcheck source=scripts/proc.sh
+. "$(dirname "${BASH_SOURCE[0]}")/proc.sh"
 
 # Stops the daemons whose pid files are in $dir/run: SIGTERM to all, up to
 # 10 s for them to go together, then SIGKILL to what is left.
@@ -45,7 +47,7 @@ down() {
   # a job step (slurmstepd and its task) outlives the daemons otherwise
   # (the side-by-side's hour-long sleeps piled up in the thousands).
   if [ -f "$dir/slurm.conf" ] && [ -f "$dir/run/slurmctld.pid" ] &&
-     kill -0 "$(cat "$dir/run/slurmctld.pid" 2>/dev/null)" 2>/dev/null; then
+     running "$(cat "$dir/run/slurmctld.pid" 2>/dev/null)"; then
     local jobs
     jobs=$(SLURM_CONF=$dir/slurm.conf timeout 10 squeue -h -o %A 2>/dev/null || true)
     if [ -n "$jobs" ]; then
@@ -60,12 +62,12 @@ down() {
   for f in "$dir"/run/*.pid; do
     [ -e "$f" ] || continue
     pid=$(cat "$f" 2>/dev/null || true)
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && pids+=("$pid")
+    [ -n "$pid" ] && running "$pid" && pids+=("$pid")
   done
   [ ${#pids[@]} -eq 0 ] || kill "${pids[@]}" 2>/dev/null || true
   for _ in $(seq 100); do
     local alive=0
-    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    for pid in "${pids[@]}"; do running "$pid" && alive=1; done
     [ "$alive" -eq 0 ] && break
     sleep 0.1
   done
