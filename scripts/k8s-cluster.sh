@@ -169,8 +169,10 @@ down() {
         kill -TERM "$pid" 2>/dev/null || true
         for _ in $(seq 100); do running "$pid" || break; sleep 0.1; done
       fi
-      kill -KILL "$pid" 2>/dev/null || true
-      for _ in $(seq 50); do running "$pid" || break; sleep 0.02; done
+      if running "$pid"; then
+        kill -KILL "$pid" 2>/dev/null || true
+        for _ in $(seq 50); do running "$pid" || break; sleep 0.02; done
+      fi
     fi
     rm -f "$f"
   done
