@@ -392,6 +392,7 @@ func TestDRASharedClaim(t *testing.T) {
 		t.Errorf("big, while the shared claim holds two of %s's GPUs: %q", node, msg)
 	}
 	// The sharing pods finish (the node-lifecycle loop ends them).
+	finish := time.Now()
 	for _, p := range ps {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"0s"}}}`, RunFor)
 		if _, err := c.cs.CoreV1().Pods(ns).Patch(context.Background(), p.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
@@ -399,6 +400,7 @@ func TestDRASharedClaim(t *testing.T) {
 		}
 	}
 	ps = c.waitBound(ns, 60*time.Second)
+	t.Logf("big bound %.1f s after the sharing pods were told to finish", time.Since(finish).Seconds())
 	for _, p := range ps {
 		if p.Name == "big" && p.Spec.NodeName != node {
 			t.Errorf("big on %s, want %s (the shared claim's devices, freed)", p.Spec.NodeName, node)
@@ -412,4 +414,36 @@ func TestDRASharedClaim(t *testing.T) {
 	if pr := k.problems(); len(pr) > 0 {
 		t.Errorf("node-lifecycle loop: %v", pr)
 	}
+}
+
+// A pod that failed waits out its back-off unless an event may let it run.
+// With back-offs of 10 minutes (--pod-initial-backoff, --pod-max-backoff)
+// only such an event can retry a pod within the test: a node's
+// ResourceSlice published after the pod failed (its driver started late)
+// lets the pod waiting for devices be bound, and its PersistentVolumeClaim
+// bound lets the pod waiting for its volume be.
+func TestRequeuedWhenDevicesOrVolumesCome(t *testing.T) {
+	c := newClusterWith(t, clusterOpts{nodes: 2, controllers: claimController, dra: true, models: "h100"})
+	ctx := context.Background()
+	ns := "requeue"
+	if err := c.cs.ResourceV1().ResourceSlices().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.template(ns, "eight-h100", wantH100x8)
+	c.volumeClaim(ns, "data")
+	c.startScheduler("--pod-initial-backoff", "10m", "--pod-max-backoff", "10m")
+	c.create(ns, c.claimPod(ns, podSpec{name: "devices"}, "eight-h100", false), c.volumePod(ns, podSpec{name: "volume", gpus: 1}, "data"))
+	c.waitCondition(ns, "devices", "Unschedulable", "0/2 nodes are available: 2 cannot allocate all claims.", 30*time.Second)
+	c.waitCondition(ns, "volume", "Unschedulable", "pod has unbound PersistentVolumeClaims: data", 30*time.Second)
+
+	published := time.Now()
+	c.publishSlices(0)
+	c.waitBound(ns, 60*time.Second, "volume")
+	t.Logf("devices: bound %.1f s after its node's slice was published", time.Since(published).Seconds())
+	bound := time.Now()
+	c.bindVolumeClaim(ns, "data")
+	c.waitBound(ns, 60*time.Second)
+	t.Logf("volume: bound %.1f s after its claim was", time.Since(bound).Seconds())
+	c.checkClaims(ns, map[string]want{"eight-h100": wantH100x8})
+	c.checkRecorded(ns)
 }

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -298,57 +299,70 @@ func TestNodeLimitsHonoured(t *testing.T) {
 	c.checkCapacity()
 }
 
+// volumeClaim: a PersistentVolumeClaim of 1 GiB of StorageClass "late"
+// (made if missing: WaitForFirstConsumer, a provisioner that is not there,
+// so the claim stays unbound until bindVolumeClaim).
+func (c *cluster) volumeClaim(ns, name string) {
+	ctx := context.Background()
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Provisioner: "example.com/none", VolumeBindingMode: &wffc}
+	if _, err := c.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		c.t.Fatal(err)
+	}
+	scn := "late"
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
+		StorageClassName: &scn, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	if _, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// bindVolumeClaim: claim `name` bound to a volume made for it, its spec and
+// status set as the PV controller (not run here) would.
+func (c *cluster) bindVolumeClaim(ns, name string) {
+	ctx := context.Background()
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + ns + "-" + name}, Spec: corev1.PersistentVolumeSpec{
+		StorageClassName: "late", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/x"}},
+		ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: name}}}
+	if _, err := c.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	pvc, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	pvc.Spec.VolumeName = pv.Name
+	if pvc, err = c.cs.CoreV1().PersistentVolumeClaims(ns).Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+	pvc.Status.Phase = corev1.ClaimBound
+	if _, err := c.cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// volumePod: a pod of podSpec s mounting PersistentVolumeClaim `claim`.
+func (c *cluster) volumePod(ns string, s podSpec, claim string) *corev1.Pod {
+	p := c.buildPod(ns, s)
+	p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+	return p
+}
+
 // A pod whose PersistentVolumeClaim is not bound (WaitForFirstConsumer,
 // which this scheduler does not provision), or missing, or that uses a
 // ResourceClaim, is not bound: it stays Pending with PodScheduled=False
 // saying why. A pod whose claim is bound is.
 func TestUnboundClaimsNotBound(t *testing.T) {
 	c := newCluster(t, 4, 0)
-	ctx := context.Background()
 	ns := "claims"
 	c.create(ns)
-	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Provisioner: "example.com/none", VolumeBindingMode: &wffc}
-	if _, err := c.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	claim := func(name string) {
-		scn := "late"
-		pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
-			StorageClassName: &scn, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
-		if _, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	claim("data")
-	claim("ready")
-	// "ready" is bound (no PV controller runs here: its status is set as it would).
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-ready"}, Spec: corev1.PersistentVolumeSpec{
-		StorageClassName: "late", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-		PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/x"}},
-		ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: "ready"}}}
-	if _, err := c.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ready, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "ready", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ready.Spec.VolumeName = "pv-ready"
-	if ready, err = c.cs.CoreV1().PersistentVolumeClaims(ns).Update(ctx, ready, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	ready.Status.Phase = corev1.ClaimBound
-	if _, err := c.cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, ready, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	withClaim := func(name, claim string) *corev1.Pod {
-		p := c.buildPod(ns, podSpec{name: name, gpus: 1})
-		p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
-		return p
-	}
+	c.volumeClaim(ns, "data")
+	c.volumeClaim(ns, "ready")
+	c.bindVolumeClaim(ns, "ready")
+	withClaim := func(name, claim string) *corev1.Pod { return c.volumePod(ns, podSpec{name: name, gpus: 1}, claim) }
 	dra := c.buildPod(ns, podSpec{name: "dra", gpus: 0})
 	cn := "gpu-claim"
 	dra.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}}

@@ -85,25 +85,44 @@ func (d *claims) look(ctx context.Context, later bool) bool {
 	f := informers.NewSharedInformerFactory(s.cs, 0)
 	r := f.Resource().V1()
 	si, ci, ki := r.ResourceSlices(), r.DeviceClasses(), r.ResourceClaims()
-	poke := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() }, UpdateFunc: func(any, any) { s.poke() }, DeleteFunc: func(any) { s.poke() }}
-	_, _ = si.Informer().AddEventHandler(poke)
-	_, _ = ci.Informer().AddEventHandler(poke)
+	_, _ = si.Informer().AddEventHandler(s.requeueOn(nil)) // devices published
+	_, _ = ci.Informer().AddEventHandler(s.requeueOn(nil)) // a class a claim names
 	_, _ = ki.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { s.poke() },
-		UpdateFunc: func(a, b any) {
-			x, _ := a.(*resourceapi.ResourceClaim)
-			y, _ := b.(*resourceapi.ResourceClaim)
-			// its allocation cleared (devices back to the pool), or set by another scheduler
-			if x == nil || y == nil || (x.Status.Allocation == nil) != (y.Status.Allocation == nil) || len(x.Status.ReservedFor) != len(y.Status.ReservedFor) {
-				s.poke()
-			}
-		},
-		DeleteFunc: func(any) { s.poke() },
+		AddFunc:    func(any) { s.poke() },
+		UpdateFunc: func(a, b any) { d.claimChanged(a, b) },
+		DeleteFunc: func(o any) { d.claimChanged(o, nil) },
 	})
 	f.Start(ctx.Done())
 	return s.kept(ctx, later, func() { d.live.Store(&draListers{slices: si.Lister(), classes: ci.Lister(), claims: ki.Lister()}) },
 		"dynamic resource allocation on", []any{"gpu_driver", s.cfg.draDriver},
 		si.Informer().HasSynced, ci.Informer().HasSynced, ki.Informer().HasSynced)
+}
+
+// claimChanged: a claim updated (old to o) or deleted (o nil). Its
+// allocation cleared, its reservations fewer, or an allocated claim
+// deleted, gives devices or room back: the pods that failed are tried
+// again (requeue). Its allocation set, or more reservations (another
+// scheduler's doing, or this one's seen), take some: a cycle is poked.
+func (d *claims) claimChanged(old, o any) {
+	if t, ok := old.(cache.DeletedFinalStateUnknown); ok {
+		old = t.Obj
+	}
+	x, _ := old.(*resourceapi.ResourceClaim)
+	y, _ := o.(*resourceapi.ResourceClaim)
+	switch {
+	case x == nil:
+		d.s.poke()
+	case y == nil:
+		if x.Status.Allocation != nil {
+			d.s.requeue()
+		} else {
+			d.s.poke()
+		}
+	case x.Status.Allocation != nil && y.Status.Allocation == nil, len(y.Status.ReservedFor) < len(x.Status.ReservedFor):
+		d.s.requeue()
+	case (x.Status.Allocation == nil) != (y.Status.Allocation == nil), len(x.Status.ReservedFor) != len(y.Status.ReservedFor):
+		d.s.poke()
+	}
 }
 
 // snapshot: the cycle's devices and claims (nil: DRA off), the claims

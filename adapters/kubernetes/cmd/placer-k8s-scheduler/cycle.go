@@ -160,7 +160,7 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 		s.queue.Failed(f.Pod.UID, now)
 		why := f.Why
 		if out.Err != "" && f.Reason == "SchedulerError" && strings.HasPrefix(why, out.Err) {
-			why += fmt.Sprintf("; tried again in at most %v", plan.MaxBackoff)
+			why += fmt.Sprintf("; tried again in at most %v", s.queue.Max)
 		}
 		why = s.groups.timedOut(f, now, why)
 		wg.Add(1)

@@ -79,12 +79,7 @@ func (g *podGroups) lookNative(ctx context.Context, later bool) bool {
 	}
 	f := informers.NewSharedInformerFactory(s.cs, 0)
 	pi := f.Scheduling().V1beta1().PodGroups()
-	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() },
-		UpdateFunc: func(a, b any) {
-			if x, y := a.(*schedulingv1beta1.PodGroup), b.(*schedulingv1beta1.PodGroup); x.Generation != y.Generation {
-				s.poke()
-			}
-		}})
+	_, _ = pi.Informer().AddEventHandler(s.requeueOn(changedAs(func(x, y *schedulingv1beta1.PodGroup) bool { return x.Generation != y.Generation })))
 	f.Start(ctx.Done())
 	return s.kept(ctx, later, func() { g.native.Store(&nativeLister{pi.Lister()}) },
 		"scheduling.k8s.io/v1beta1 podgroups read: a pod naming one in spec.schedulingGroup follows its policy", nil,
@@ -100,12 +95,7 @@ func (g *podGroups) lookCo(ctx context.Context, later bool) bool {
 	}
 	f := dynamicinformer.NewDynamicSharedInformerFactory(s.dyn, 0)
 	gi := f.ForResource(podGroupGVR)
-	_, _ = gi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() },
-		UpdateFunc: func(a, b any) {
-			if specOf(a) != specOf(b) {
-				s.poke()
-			}
-		}})
+	_, _ = gi.Informer().AddEventHandler(s.requeueOn(func(a, b any) bool { return specOf(a) != specOf(b) }))
 	f.Start(ctx.Done())
 	return s.kept(ctx, later, func() { g.co.Store(&coLister{gi.Lister()}) },
 		"scheduling.x-k8s.io/v1alpha1 podgroups read: a pod group's minMember is its PodGroup's", nil, gi.Informer().HasSynced)

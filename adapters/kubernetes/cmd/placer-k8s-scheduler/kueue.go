@@ -59,15 +59,10 @@ func (k *kueue) look(ctx context.Context, later bool) bool {
 		var l kueueLists
 		var synced []cache.InformerSynced
 		f := dynamicinformer.NewDynamicSharedInformerFactory(s.dyn, 0)
-		poke := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { s.poke() }, DeleteFunc: func(any) { s.poke() },
-			UpdateFunc: func(a, b any) {
-				if specOf(a) != specOf(b) {
-					s.poke()
-				}
-			}}
+		changed := s.requeueOn(func(a, b any) bool { return specOf(a) != specOf(b) }) // a quota raised, say
 		for _, res := range []string{"localqueues", "clusterqueues"} {
 			i := f.ForResource(schema.GroupVersionResource{Group: "kueue.x-k8s.io", Version: v, Resource: res})
-			_, _ = i.Informer().AddEventHandler(poke)
+			_, _ = i.Informer().AddEventHandler(changed)
 			synced = append(synced, i.Informer().HasSynced)
 			if res == "localqueues" {
 				l.lq = i.Lister()

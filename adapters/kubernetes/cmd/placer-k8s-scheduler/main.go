@@ -61,7 +61,7 @@ type config struct {
 	topology                                                                        []string // --rack-label's labels, finest first
 	leaseName, leaseNamespace, identity, record, contentType                        string
 	timeout, window, retry, leaseDuration, renewDeadline, retryPeriod, bindDelay    time.Duration
-	rediscover                                                                      time.Duration
+	rediscover, backoff, maxBackoff                                                 time.Duration
 	livezBound                                                                      time.Duration
 	batchMax, bindWorkers, rounds                                                   int
 	apiQPS                                                                          float64
@@ -100,7 +100,9 @@ func main() {
 	flag.DurationVar(&c.window, "batch-window", 200*time.Millisecond, "gather pending pods this long after the first before a cycle")
 	flag.IntVar(&c.batchMax, "batch-max", 2000, "at most this many pending pods in one cycle (by priority, then the pods not tried yet, then creation; a pod group kept whole)")
 	flag.IntVar(&c.rounds, "max-rounds", 16, "at most this many Placer rounds in one cycle (pods whose pod rules refer to one another go in successive rounds; the rest wait for the next cycle)")
-	flag.DurationVar(&c.retry, "retry-interval", time.Second, "the loop looks at the pending pods at least this often (pods that failed back off 1 s doubling to 10 s)")
+	flag.DurationVar(&c.retry, "retry-interval", time.Second, "the loop looks at the pending pods at least this often (pods that failed back off: --pod-initial-backoff, doubling to --pod-max-backoff)")
+	flag.DurationVar(&c.backoff, "pod-initial-backoff", plan.InitialBackoff, "a pod whose attempt failed is not tried again for this long, doubled after each failure in a row up to --pod-max-backoff, unless an event may let it run (a pod ends, a node, device or volume comes; kube-scheduler's podInitialBackoffSeconds)")
+	flag.DurationVar(&c.maxBackoff, "pod-max-backoff", plan.MaxBackoff, "the longest back-off (kube-scheduler's podMaxBackoffSeconds)")
 	flag.DurationVar(&c.rediscover, "rediscover", 30*time.Second, "while the API server does not serve coscheduling's PodGroups, Kueue's LocalQueues and ClusterQueues, the native PodGroups (scheduling.k8s.io/v1beta1) or, with --dra, resource.k8s.io/v1, ask it again this often (a CRD installed, or an API server restarted with an API on, after the scheduler); 0: only at start")
 	flag.IntVar(&c.bindWorkers, "bind-workers", 64, "bindings in flight at once (16 left a 5,000-node round of 2,000 pods binding for 3-7 s on a shared 2-core control plane; 64 kept up with the pods' creation)")
 	flag.Float64Var(&c.apiQPS, "kube-api-qps", 2000, "requests per second to the API server (client-go's limiter; each binding is a Binding and an Event, so at 500 the limiter held a 5,000-node cluster's bindings to about 510 a second)")
@@ -126,8 +128,9 @@ func main() {
 	if flag.NArg() > 0 {
 		fail("unexpected argument %q (flags only; see --help)", flag.Arg(0))
 	}
-	if c.batchMax < 1 || c.bindWorkers < 1 || c.rounds < 1 || c.window < 0 || c.retry <= 0 || c.apiQPS <= 0 || c.apiBurst < 1 || c.livezBound <= 0 {
-		fail("--batch-max, --max-rounds, --bind-workers and --kube-api-burst must be >= 1, --batch-window >= 0, --retry-interval, --livez-bound and --kube-api-qps > 0")
+	if c.batchMax < 1 || c.bindWorkers < 1 || c.rounds < 1 || c.window < 0 || c.retry <= 0 || c.apiQPS <= 0 || c.apiBurst < 1 || c.livezBound <= 0 ||
+		c.backoff <= 0 || c.maxBackoff < c.backoff {
+		fail("--batch-max, --max-rounds, --bind-workers and --kube-api-burst must be >= 1, --batch-window >= 0, --retry-interval, --livez-bound, --pod-initial-backoff and --kube-api-qps > 0, --pod-max-backoff >= --pod-initial-backoff")
 	}
 	topo, bad := topologyLabels(c.rackLabel)
 	if bad != nil {
@@ -341,23 +344,15 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	f := informers.NewSharedInformerFactory(cs, 0)
 	s := &scheduler{cfg: c, cs: cs, dyn: dyn, pc: pc, factory: f, wake: make(chan struct{}, 1), assumed: map[types.UID]assumed{},
 		seen: map[types.UID]time.Time{}, refused: map[types.UID]refusal{}, preempting: map[types.UID][]victim{}, queue: plan.NewQueue()}
+	if c.backoff > 0 {
+		s.queue.Initial, s.queue.Max = c.backoff, c.maxBackoff
+	}
 	pi, ni, vi, nsi := f.Core().V1().Pods(), f.Core().V1().Nodes(), f.Core().V1().PersistentVolumeClaims(), f.Core().V1().Namespaces()
 	s.pods, s.nodes, s.pvcs, s.nss = pi.Lister(), ni.Lister(), vi.Lister(), nsi.Lister()
 	s.synced = []cache.InformerSynced{pi.Informer().HasSynced, ni.Informer().HasSynced, vi.Informer().HasSynced, nsi.Informer().HasSynced}
 	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: s.podAdded, UpdateFunc: s.podUpdated, DeleteFunc: s.podDeleted})
-	_, _ = ni.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { s.roomFreed() },
-		UpdateFunc: func(old, o any) {
-			a, _ := old.(*corev1.Node)
-			b, _ := o.(*corev1.Node)
-			if a == nil || b == nil || nodeChanged(a, b) {
-				s.roomFreed()
-			}
-		},
-		DeleteFunc: func(any) { s.poke() },
-	})
-	_, _ = vi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(any) { s.poke() }, UpdateFunc: func(any, any) { s.poke() }, DeleteFunc: func(any) { s.poke() }})
+	_, _ = ni.Informer().AddEventHandler(s.requeueOn(changedAs(nodeChanged)))
+	_, _ = vi.Informer().AddEventHandler(s.requeueOn(changedAs(volumeClaimChanged)))
 	s.groups = newPodGroups(s)
 	s.claims = newClaims(s)
 	s.kueue = &kueue{s: s}
@@ -396,7 +391,7 @@ func (s *scheduler) podUpdated(old, o any) {
 	case s.ours(p) && !resourceclaim.PodStatusEqual(q.Status.ResourceClaimStatuses, p.Status.ResourceClaimStatuses): // its claims created
 		s.poke()
 	case q != nil && translate.Bound(q) && !translate.Bound(p): // it finished: its node has room
-		s.roomFreed()
+		s.requeue()
 	}
 }
 
@@ -417,7 +412,7 @@ func (s *scheduler) podDeleted(o any) {
 	s.mu.Unlock()
 	s.queue.Forget(p.UID)
 	if translate.Bound(p) {
-		s.roomFreed() // its node has room again
+		s.requeue() // its node has room again
 	}
 }
 
@@ -429,6 +424,12 @@ func nodeChanged(a, b *corev1.Node) bool {
 		nodeReady(a) != nodeReady(b)
 }
 
+// volumeClaimChanged: whether an update of a PersistentVolumeClaim changes
+// its spec or status (bound to its volume, say), not its metadata alone.
+func volumeClaimChanged(a, b *corev1.PersistentVolumeClaim) bool {
+	return !reflect.DeepEqual(a.Spec, b.Spec) || !reflect.DeepEqual(a.Status, b.Status)
+}
+
 func nodeReady(n *corev1.Node) bool {
 	for _, c := range n.Status.Conditions {
 		if c.Type == corev1.NodeReady {
@@ -438,10 +439,35 @@ func nodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// roomFreed: a cycle now, which also tries the pods backing off (plan.Queue.RoomFreed).
-func (s *scheduler) roomFreed() {
-	s.queue.RoomFreed(time.Now())
+// requeue: a cycle now, which also tries the pods backing off (plan.Queue.Requeue).
+func (s *scheduler) requeue() {
+	s.queue.Requeue(time.Now())
 	s.poke()
+}
+
+// requeueOn: informer handlers for a kind whose objects, added or changed,
+// may let a pod that failed run: an add requeues, and so does an update
+// that `changed` (nil: any) says may; a deletion pokes.
+func (s *scheduler) requeueOn(changed func(old, o any) bool) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { s.requeue() },
+		UpdateFunc: func(old, o any) {
+			if changed == nil || changed(old, o) {
+				s.requeue()
+			}
+		},
+		DeleteFunc: func(any) { s.poke() },
+	}
+}
+
+// changedAs: requeueOn's `changed` for objects of type T: f on both, true
+// where either is not a T.
+func changedAs[T any](f func(a, b T) bool) func(old, o any) bool {
+	return func(old, o any) bool {
+		a, okA := old.(T)
+		b, okB := o.(T)
+		return !okA || !okB || f(a, b)
+	}
 }
 
 func (s *scheduler) poke() {

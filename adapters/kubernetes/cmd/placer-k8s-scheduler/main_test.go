@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -119,6 +120,148 @@ func TestTopologyLabelsFlag(t *testing.T) {
 		}
 		if err != nil || fmt.Sprint(got) != tc.want {
 			t.Errorf("%q: %v %v, want %s", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// failedNow: pod p tried in a cycle that looks now and failed, so it backs
+// off (a minute: longer than any test waits) unless an event requeues it.
+func failedNow(s *scheduler, p *corev1.Pod) {
+	s.queue.Initial, s.queue.Max = time.Minute, time.Minute
+	s.queue.Ready([]*corev1.Pod{p}, time.Now())
+	s.queue.Failed(p.UID, time.Now())
+	select { // a wake left by earlier events
+	case <-s.wake:
+	default:
+	}
+}
+
+// readyAgain: whether p is ready in a cycle now (a requeue since it failed),
+// and whether a cycle was poked.
+func readyAgain(s *scheduler, p *corev1.Pod) (ready, poked bool) {
+	r, _, _, _ := s.queue.Ready([]*corev1.Pod{p}, time.Now())
+	select {
+	case <-s.wake:
+		poked = true
+	default:
+	}
+	return len(r) == 1, poked
+}
+
+// A claim's changes: devices given back (its allocation cleared, its
+// reservations fewer, an allocated claim deleted, seen or missed by the
+// watch) requeue the pods that failed; devices taken (allocated, more
+// reservations) only poke a cycle; nothing of its allocation changed,
+// neither.
+func TestClaimChangesThatGiveDevicesBackRequeue(t *testing.T) {
+	s, _ := testScheduler(t)
+	p := testPod("waits", "")
+	claim := func(allocated bool, reserved int) *resourceapi.ResourceClaim {
+		c := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "gpu", Namespace: "ns"}}
+		if allocated {
+			c.Status.Allocation = &resourceapi.AllocationResult{}
+		}
+		for i := range reserved {
+			c.Status.ReservedFor = append(c.Status.ReservedFor, resourceapi.ResourceClaimConsumerReference{Resource: "pods", Name: fmt.Sprint("p", i)})
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name         string
+		old, o       any
+		ready, poked bool
+	}{
+		{"deallocated", claim(true, 0), claim(false, 0), true, true},
+		{"a reservation fewer", claim(true, 2), claim(true, 1), true, true},
+		{"allocated elsewhere", claim(false, 0), claim(true, 0), false, true},
+		{"a reservation more", claim(true, 1), claim(true, 2), false, true},
+		{"its metadata alone", claim(true, 1), claim(true, 1), false, false},
+		{"an allocated claim deleted", claim(true, 0), nil, true, true},
+		{"its tombstone", cache.DeletedFinalStateUnknown{Key: "ns/gpu", Obj: claim(true, 1)}, nil, true, true},
+		{"an unallocated claim deleted", claim(false, 0), nil, false, true},
+	} {
+		failedNow(s, p)
+		s.claims.claimChanged(tc.old, tc.o)
+		if ready, poked := readyAgain(s, p); ready != tc.ready || poked != tc.poked {
+			t.Errorf("%s: ready %v poked %v, want %v and %v", tc.name, ready, poked, tc.ready, tc.poked)
+		}
+	}
+}
+
+// A PersistentVolumeClaim bound to its volume, or a node's taint gone,
+// requeues a pod that failed, through the informers; a claim's annotation
+// or a node's heartbeat (its conditions' times alone) is no change.
+func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
+	s, cs := testScheduler(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pvc, err := cs.CoreV1().PersistentVolumeClaims("ns").Create(ctx,
+		&corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data", Namespace: "ns"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	node, err := cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "maintenance", Effect: corev1.TaintEffectNoSchedule}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.factory.Start(ctx.Done())
+	s.factory.WaitForCacheSync(ctx.Done())
+	p := testPod("waits", "")
+	// The adds' requeues past: a failure that stays failed.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		failedNow(s, p)
+		time.Sleep(20 * time.Millisecond)
+		if ready, _ := readyAgain(s, p); !ready {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("requeued for 5 s after the informers' first adds")
+		}
+	}
+	// requeued: p failed, then `update`; whether p is ready again within 5 s.
+	requeued := func(update func() error) bool {
+		failedNow(s, p)
+		if err := update(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if ready, _ := readyAgain(s, p); ready {
+				return true
+			}
+		}
+		return false
+	}
+	if !requeued(func() error {
+		pvc.Spec.VolumeName, pvc.Status.Phase = "pv-1", corev1.ClaimBound
+		_, err := cs.CoreV1().PersistentVolumeClaims("ns").Update(ctx, pvc, metav1.UpdateOptions{})
+		return err
+	}) {
+		t.Error("a pod that failed not requeued when its claim was bound")
+	}
+	if !requeued(func() error {
+		node.Spec.Taints = nil
+		_, err := cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+		return err
+	}) {
+		t.Error("a pod that failed not requeued when a node's taint went")
+	}
+
+	annotated := pvc.DeepCopy()
+	annotated.Annotations = map[string]string{"note": "x"}
+	ready := func(n *corev1.Node, at time.Time) *corev1.Node {
+		n = n.DeepCopy()
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(at)}}
+		return n
+	}
+	now := time.Now()
+	for name, changed := range map[string]bool{
+		"a claim's annotation": changedAs(volumeClaimChanged)(pvc, annotated),
+		"a heartbeat":          changedAs(nodeChanged)(ready(node, now), ready(node, now.Add(time.Second))),
+		"not a claim":          !changedAs(volumeClaimChanged)(pvc, "tombstone"),
+	} {
+		if changed {
+			t.Errorf("%s: read as a change", name)
 		}
 	}
 }

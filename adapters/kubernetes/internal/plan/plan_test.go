@@ -340,28 +340,28 @@ func TestBackoffDoublesToTenSeconds(t *testing.T) {
 	}
 }
 
-// Room freed after a pod's failed attempt looked (a bound pod finished, a
-// node came) makes it ready at once, its attempts still counted; room
-// freed before that attempt's cycle began does not, nor does the next
-// failure undo the back-off that follows it.
-func TestRoomFreedAfterAnAttemptEndsItsBackoff(t *testing.T) {
+// A requeue after a pod's failed attempt looked (a bound pod finished, a
+// node came) makes it ready at once, its attempts still counted; one
+// before that attempt's cycle began does not, nor does the next failure
+// undo the back-off that follows it.
+func TestRequeueAfterAnAttemptEndsItsBackoff(t *testing.T) {
 	q := NewQueue()
 	t0 := time.Unix(1000, 0)
 	p, o := pod("p", 0, "1", nil), pod("o", 0, "1", nil)
 	pods := []*corev1.Pod{p, o}
 	q.Ready(pods, t0) // the cycle looks at t0
-	q.RoomFreed(t0.Add(-time.Second))
+	q.Requeue(t0.Add(-time.Second))
 	q.Failed(p.UID, t0.Add(50*time.Millisecond))
 	q.Failed(o.UID, t0.Add(50*time.Millisecond))
 	if ready, _, waiting, _ := q.Ready(pods, t0.Add(100*time.Millisecond)); len(ready) != 0 || waiting != 2 {
-		t.Fatalf("room freed before the attempt looked: %d ready, %d backing off, want 0 and 2", len(ready), waiting)
+		t.Fatalf("requeued before the attempt looked: %d ready, %d backing off, want 0 and 2", len(ready), waiting)
 	}
 	// A pod finished between the first cycle's look (t0) and the failures
 	// it recorded: both back-offs end.
-	q.RoomFreed(t0.Add(20 * time.Millisecond))
+	q.Requeue(t0.Add(20 * time.Millisecond))
 	ready, _, waiting, _ := q.Ready(pods, t0.Add(200*time.Millisecond))
 	if len(ready) != 2 || waiting != 0 {
-		t.Fatalf("room freed after the attempt looked: %d ready, %d backing off, want 2 and 0", len(ready), waiting)
+		t.Fatalf("requeued after the attempt looked: %d ready, %d backing off, want 2 and 0", len(ready), waiting)
 	}
 	q.Failed(p.UID, t0.Add(250*time.Millisecond))
 	if q.Attempts(p.UID) != 2 {
@@ -370,9 +370,9 @@ func TestRoomFreedAfterAnAttemptEndsItsBackoff(t *testing.T) {
 	if ready, _, _, next := q.Ready([]*corev1.Pod{p}, t0.Add(300*time.Millisecond)); len(ready) != 0 || next != t0.Add(2250*time.Millisecond) {
 		t.Errorf("after its second failure: %d ready, next %v, want 0 and a 2 s back-off", len(ready), next.Sub(t0))
 	}
-	q.RoomFreed(t0.Add(400 * time.Millisecond))
+	q.Requeue(t0.Add(400 * time.Millisecond))
 	if ready, _, _, _ := q.Ready([]*corev1.Pod{p}, t0.Add(500*time.Millisecond)); len(ready) != 1 {
-		t.Errorf("room freed after its second attempt: not ready")
+		t.Errorf("requeued after its second attempt: not ready")
 	}
 }
 

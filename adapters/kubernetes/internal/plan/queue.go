@@ -33,12 +33,12 @@ type entry struct {
 
 // Queue holds what the scheduler knows of each pending pod's attempts.
 type Queue struct {
-	mu      sync.Mutex
-	entries map[types.UID]*entry
-	Initial time.Duration
-	Max     time.Duration
-	looked  time.Time // the start of the last cycle (Ready)
-	freed   time.Time // the last event that may have made room (RoomFreed)
+	mu       sync.Mutex
+	entries  map[types.UID]*entry
+	Initial  time.Duration
+	Max      time.Duration
+	looked   time.Time // the start of the last cycle (Ready)
+	requeued time.Time // the last event that may let pods that failed run (Requeue)
 }
 
 // NewQueue: kube-scheduler's back-off.
@@ -63,18 +63,21 @@ func (q *Queue) Failed(uid types.UID, now time.Time) {
 	e.last, e.until, e.looked = now, now.Add(min(d, q.Max)), q.looked
 }
 
-// RoomFreed: an event at `now` that may have made room for pods backing
-// off (a bound pod finished or was deleted, a node was added or changed).
-// A pod whose failed attempt looked at the cluster before it is ready
-// again, its back-off cut short (its attempts still counted): as
-// kube-scheduler's queueing hints move a pod that such an event may help
-// out of its unschedulable pods, and it pops its back-off queue when
-// nothing else waits (KEP-5142); a cycle here takes all it has at once.
-// Without it, room freed stayed idle for up to MaxBackoff.
-func (q *Queue) RoomFreed(now time.Time) {
+// Requeue: an event at `now` that may let pods that failed run: room
+// freed (a bound pod finished or was deleted, a node added or changed,
+// a device claim deallocated, devices published), or a requirement met
+// (a volume claim bound, a device class, a PodGroup or a Kueue queue
+// added or changed, a kind served). A pod whose failed attempt looked at
+// the cluster before it is ready again, its back-off cut short (its
+// attempts still counted): as kube-scheduler's queueing hints move a pod
+// that such an event may help out of its unschedulable pods, and it pops
+// its back-off queue when nothing else waits (KEP-5142); a cycle here
+// takes all it has at once. Without it, room freed stayed idle for up
+// to MaxBackoff.
+func (q *Queue) Requeue(now time.Time) {
 	q.mu.Lock()
-	if now.After(q.freed) {
-		q.freed = now
+	if now.After(q.requeued) {
+		q.requeued = now
 	}
 	q.mu.Unlock()
 }
@@ -115,7 +118,7 @@ func (q *Queue) Prune(keep map[types.UID]bool) {
 }
 
 // Ready orders the pending pods for a cycle at `now` and leaves out those
-// backing off (not those RoomFreed since their attempt): a pod group is
+// backing off (not those requeued since their attempt): a pod group is
 // ready when one of its pods is, and then all of its pending pods are.
 // The order: priority, highest first; then the pods not tried yet before
 // those that failed, and those by their last attempt, longest ago first
@@ -134,7 +137,7 @@ func (q *Queue) Ready(pods []*corev1.Pod, now time.Time) (ready, urgent []*corev
 	groupReady := map[string]bool{}
 	isReady := func(p *corev1.Pod) bool {
 		e := q.entries[p.UID]
-		return e == nil || !now.Before(e.until) || e.looked.Before(q.freed)
+		return e == nil || !now.Before(e.until) || e.looked.Before(q.requeued)
 	}
 	for _, p := range pods {
 		if g := translate.GroupKey(p); g != "" && isReady(p) {
