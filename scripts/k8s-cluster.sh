@@ -7,6 +7,8 @@
 #
 #   scripts/k8s-cluster.sh build                 build the binaries once (cached)
 #   scripts/k8s-cluster.sh up [--dir DIR] [--port 16443] [--controllers resourceclaim-controller,...]
+#                                  [--owner PID]   (`down --kill` runs by itself once process PID ends:
+#                                                   the tests', which may die past their cleanup)
 #   scripts/k8s-cluster.sh nodes N [--gpus 8] [--models a100,h100] [--racks 2] [--zones 2]
 #                                  [--clique-nodes K]   (NVLink cliques of K consecutive nodes: label nvidia.com/gpu.clique)
 #                                  [--taint-last K --taint key=value:NoSchedule] [--prefix node-]
@@ -48,7 +50,7 @@ cmd=${1:-}
 count=
 case "$cmd" in nodes) count=${1:-}; [ -n "$count" ] && shift || true ;; esac
 dir=/tmp/placer-k8s port=16443 gpus=8 models=a100,h100 racks=2 zones=2 clique_nodes=0 taint_last=0 taint= prefix=node-
-controllers=${PLACER_K8S_CONTROLLERS:-} dra=0 kill_now=0
+controllers=${PLACER_K8S_CONTROLLERS:-} dra=0 kill_now=0 owner=
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) dir=$2; shift 2 ;;
@@ -64,6 +66,7 @@ while [ $# -gt 0 ]; do
     --controllers) controllers=$2; shift 2 ;;
     --dra) dra=1; shift ;;
     --kill) kill_now=1; shift ;;
+    --owner) owner=$2; shift 2 ;;
     *) echo "k8s-cluster.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -158,6 +161,7 @@ pidalive() { [ -f "$1" ] && running "$(cat "$1")"; }
 
 down() {
   [ -d "$dir/run" ] || { log "nothing started in $dir"; return 0; }
+  unwatch "$dir/run/owner.watch"
   local f pid pids=()
   # The apiserver before etcd, so that it does not spin on a lost store.
   for f in "$dir/run/kube-scheduler.pid" "$dir/run/kube-controller-manager.pid" "$dir/run/kube-apiserver.pid" "$dir/run/etcd.pid"; do
@@ -210,6 +214,10 @@ up() {
   fi
   down >/dev/null 2>&1 || true
   mkdir -p "$dir/run" "$dir/pki" "$dir/log"
+  if [ -n "$owner" ]; then
+    watch_owner "$dir/run/owner.watch" "$owner" bash "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" down --kill --dir "$dir" ||
+      die "--owner $owner: no such process"
+  fi
   rm -rf "$dir/etcd-data"
   local etcd_port=$((port + 1)) peer_port=$((port + 2))
   # PKI: a CA, the apiserver's serving certificate for 127.0.0.1, the

@@ -6,6 +6,8 @@
 #
 #   scripts/slurm-cluster.sh up [--nodes 16] [--gpus 8] [--models a100,h100] [--racks 2]
 #                               [--infer 0] [--dir /tmp/placer-slurm] [--port 16817] [--install]
+#                               [--owner PID]   (`down` runs by itself once process PID ends: the
+#                                                tests', which may die past their cleanup)
 #   scripts/slurm-cluster.sh down [--dir DIR]
 #   scripts/slurm-cluster.sh status [--dir DIR]
 #
@@ -19,7 +21,7 @@ set -euo pipefail
 
 cmd=${1:-}
 [ -n "$cmd" ] && shift || true
-nodes=16 gpus=8 models=a100,h100 racks=2 infer=0 dir=/tmp/placer-slurm port=16817 install=0
+nodes=16 gpus=8 models=a100,h100 racks=2 infer=0 dir=/tmp/placer-slurm port=16817 install=0 owner=
 while [ $# -gt 0 ]; do
   case "$1" in
     --nodes) nodes=$2; shift 2 ;;
@@ -30,6 +32,7 @@ while [ $# -gt 0 ]; do
     --dir) dir=$2; shift 2 ;;
     --port) port=$2; shift 2 ;;
     --install) install=1; shift ;;
+    --owner) owner=$2; shift 2 ;;
     *) echo "slurm-cluster.sh: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -42,6 +45,7 @@ die() { echo "slurm-cluster.sh: $*" >&2; exit 1; }
 # 10 s for them to go together, then SIGKILL to what is left.
 down() {
   [ -d "$dir/run" ] || return 0
+  unwatch "$dir/run/owner.watch"
   local pids=() f pid
   # Jobs first, while slurmctld and the slurmds can still end their steps:
   # a job step (slurmstepd and its task) outlives the daemons otherwise
@@ -92,6 +96,10 @@ up() {
   down
   rm -rf "$dir"
   mkdir -p "$dir"/{run,log,state,spool,dev,munge}
+  if [ -n "$owner" ]; then
+    watch_owner "$dir/run/owner.watch" "$owner" bash "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" down --dir "$dir" ||
+      die "--owner $owner: no such process"
+  fi
   chmod 700 "$dir/munge"
 
   # munge: a key of its own, on a socket of its own.

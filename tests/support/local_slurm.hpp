@@ -96,7 +96,9 @@ class local_slurm {
         // account of what did not come up reaches us.)
         out_ = run_command({"bash", (repo_root() / "scripts/slurm-cluster.sh").string(), "up", "--nodes",
                             std::to_string(nodes), "--gpus", "8", "--models", "a100,h100", "--racks", "2", "--infer", "2",
-                            "--dir", dir_.string(), "--port", std::to_string(port_)},
+                            "--dir", dir_.string(), "--port", std::to_string(port_),
+                            // stopped with this process, however it ends (a crash, ctest's timeout)
+                            "--owner", std::to_string(getpid())},
                            150000);
         break;
       } catch (std::exception const& e) {

@@ -373,7 +373,7 @@ func (c *cluster) secretFiles(spec corev1.PodSpec, volume, ns, pod string) strin
 func (c *cluster) runChartPod(name string, argv, env []string) *chartPod {
 	c.t.Helper()
 	p := &chartPod{name: name, log: filepath.Join(c.dir, "log", fmt.Sprintf("%s-%d.log", name, time.Now().UnixNano())), done: make(chan struct{})}
-	p.cmd = exec.Command(argv[0], argv[1:]...)
+	p.cmd = withTest(argv[0], argv[1:]...)
 	p.cmd.Env = append(os.Environ(), env...)
 	f, _ := os.Create(p.log)
 	p.cmd.Stdout, p.cmd.Stderr = f, f

@@ -158,7 +158,9 @@ func newClusterWith(t *testing.T, o clusterOpts) *cluster {
 	t.Cleanup(c.down)
 	for try := 1; ; try++ { // another process may take a port between the check and the bind
 		c.port = freePorts(t, 3)
-		up := []string{filepath.Join(repoRoot(), "scripts/k8s-cluster.sh"), "up", "--dir", c.dir, "--port", fmt.Sprint(c.port)}
+		// --owner: stopped with this process, however it ends (withTest)
+		up := []string{filepath.Join(repoRoot(), "scripts/k8s-cluster.sh"), "up", "--dir", c.dir, "--port", fmt.Sprint(c.port),
+			"--owner", fmt.Sprint(os.Getpid())}
 		if o.controllers != "" {
 			up = append(up, "--controllers", o.controllers)
 		}
@@ -261,8 +263,18 @@ func (c *cluster) applyRBACFile(file string) {
 	}
 }
 
+// withTest: exec.Command, the process killed when this one ends, however it
+// ends: a Go test's timeout panics past every t.Cleanup, and ctest's
+// timeout kills the test outright (the kernel's parent-death signal; the
+// control plane's daemons, children of the script, stop by `up --owner`).
+func withTest(name string, args ...string) *exec.Cmd {
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}
+
 func (c *cluster) startPlacer(extra ...string) {
-	c.placer = exec.Command(os.Getenv("PLACER_BIN"), append([]string{"serve", "--endpoint", fmt.Sprintf("tcp://127.0.0.1:%d", c.pport),
+	c.placer = withTest(os.Getenv("PLACER_BIN"), append([]string{"serve", "--endpoint", fmt.Sprintf("tcp://127.0.0.1:%d", c.pport),
 		"--backend", "cpu"}, extra...)...)
 	f, _ := os.Create(filepath.Join(c.dir, "log", fmt.Sprintf("placer-%d.log", time.Now().UnixNano())))
 	c.placer.Stdout, c.placer.Stderr = f, f
@@ -277,7 +289,7 @@ func (c *cluster) startScheduler(extra ...string) {
 		"--placer-endpoint", fmt.Sprintf("tcp://127.0.0.1:%d", c.pport), "--placer-timeout", "2s",
 		"--batch-window", "300ms", "--retry-interval", "1s", "--record", c.record,
 		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms"}, extra...)
-	c.sched = exec.Command(os.Getenv("PLACER_K8S_SCHEDULER"), args...)
+	c.sched = withTest(os.Getenv("PLACER_K8S_SCHEDULER"), args...)
 	f, _ := os.Create(c.schedLog)
 	c.sched.Stdout, c.sched.Stderr = f, f
 	if err := c.sched.Start(); err != nil {
@@ -1551,7 +1563,7 @@ func TestManifestsApply(t *testing.T) {
 			argv = append(argv, k+"="+v)
 		}
 		argv = append(argv, "--kubeconfig="+saKubeconfig)
-		r.cmd = exec.Command(os.Getenv("PLACER_K8S_SCHEDULER"), argv...)
+		r.cmd = withTest(os.Getenv("PLACER_K8S_SCHEDULER"), argv...)
 		f, _ := os.Create(r.log)
 		r.cmd.Stdout, r.cmd.Stderr = f, f
 		if err := r.cmd.Start(); err != nil {
