@@ -1,11 +1,12 @@
 #pragma once
 // A child process for a test: started without a shell, its stdout and
 // stderr into a file, signalled and reaped by the test; killed (SIGKILL)
-// with the object if still running. For `placer serve` replicas killed
-// mid-round and the Slurm bridge run as a loop.
+// with the object if still running, and by the kernel when the test's
+// process ends. For `placer serve` replicas killed mid-round and the Slurm
+// bridge run as a loop.
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -29,17 +30,24 @@ inline std::filesystem::path placer_binary() {
 class child_process {
  public:
   child_process(std::vector<std::string> const& argv, std::string log) : log_(std::move(log)) {
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 1, log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
     std::vector<char*> args;
     for (auto const& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    int const rc = posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0) throw std::runtime_error("cannot start " + argv[0] + ": " + std::to_string(rc));
+    pid_t const parent = getpid();
+    // fork, not posix_spawn: the child asks for SIGKILL when this process
+    // ends (prctl), however it ends (a crash, ctest's timeout), so that no
+    // replica or bridge outlives its test. Between fork and exec, only
+    // async-signal-safe calls.
+    pid_ = fork();
+    if (pid_ < 0) throw std::runtime_error("cannot start " + argv[0] + ": fork failed");
+    if (pid_ == 0) {
+      if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != parent) _exit(127);
+      int const out = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      int const in = open("/dev/null", O_RDONLY);
+      if (out < 0 || in < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0 || dup2(in, 0) < 0) _exit(127);
+      execve(args[0], args.data(), environ);
+      _exit(127);
+    }
   }
   ~child_process() {
     if (pid_ > 0) {
