@@ -33,10 +33,9 @@ func (s *scheduler) served(gv string) map[string]bool {
 // kept: the informers of a kind found served have started (synced:
 // theirs). At start (later false) their syncs join those the scheduler
 // waits for before its first cycle; later, they are waited for here, and
-// then the pods that
-// failed are tried again (requeue). keep stores their listers, and the log says what
-// is read (read, args; late=later). True: the kind is served, stopping or
-// not.
+// then the pods that failed are tried again (requeue). keep stores their
+// listers, and the log says what is read (read, args; late=later). True:
+// the kind is served, stopping or not.
 func (s *scheduler) kept(ctx context.Context, later bool, keep func(), read string, args []any,
 	synced ...cache.InformerSynced) bool {
 	if !later {

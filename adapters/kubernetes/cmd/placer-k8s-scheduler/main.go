@@ -344,7 +344,7 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	f := informers.NewSharedInformerFactory(cs, 0)
 	s := &scheduler{cfg: c, cs: cs, dyn: dyn, pc: pc, factory: f, wake: make(chan struct{}, 1), assumed: map[types.UID]assumed{},
 		seen: map[types.UID]time.Time{}, refused: map[types.UID]refusal{}, preempting: map[types.UID][]victim{}, queue: plan.NewQueue()}
-	if c.backoff > 0 {
+	if c.backoff > 0 { // (0: kube-scheduler's, the unit tests' configs)
 		s.queue.Initial, s.queue.Max = c.backoff, c.maxBackoff
 	}
 	pi, ni, vi, nsi := f.Core().V1().Pods(), f.Core().V1().Nodes(), f.Core().V1().PersistentVolumeClaims(), f.Core().V1().Namespaces()
