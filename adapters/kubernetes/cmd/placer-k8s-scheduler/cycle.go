@@ -157,7 +157,7 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.cfg.bindWorkers) // the conditions, as many at once as bindings
 	for _, f := range out.Failed {
-		s.queue.Failed(f.Pod.UID, now)
+		s.queue.Failed(f.Pod.UID, now, f.ForNodes)
 		why := f.Why
 		if out.Err != "" && f.Reason == "SchedulerError" && strings.HasPrefix(why, out.Err) {
 			why += fmt.Sprintf("; tried again in at most %v", s.queue.Max)
@@ -219,7 +219,7 @@ func (s *scheduler) bind(ctx context.Context, binds []plan.Bind, cycle int64) (i
 		s.mu.Lock()
 		delete(s.assumed, b.Pod.UID) // it holds nothing: the next round sees its node without it
 		s.mu.Unlock()
-		s.queue.Failed(b.Pod.UID, time.Now())
+		s.queue.Failed(b.Pod.UID, time.Now(), false)
 		slog.Warn("binding refused", "pod", b.Pod.Namespace+"/"+b.Pod.Name, "node", b.Node, "err", err)
 		// A pod bound already (another replica, an earlier life of this
 		// one) answers Conflict: it is not bound twice.

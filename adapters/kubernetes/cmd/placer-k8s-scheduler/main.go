@@ -391,7 +391,7 @@ func (s *scheduler) podUpdated(old, o any) {
 	case s.ours(p) && !resourceclaim.PodStatusEqual(q.Status.ResourceClaimStatuses, p.Status.ResourceClaimStatuses): // its claims created
 		s.poke()
 	case q != nil && translate.Bound(q) && !translate.Bound(p): // it finished: its node has room
-		s.requeue()
+		s.roomFreed()
 	}
 }
 
@@ -412,7 +412,7 @@ func (s *scheduler) podDeleted(o any) {
 	s.mu.Unlock()
 	s.queue.Forget(p.UID)
 	if translate.Bound(p) {
-		s.requeue() // its node has room again
+		s.roomFreed() // its node has room again
 	}
 }
 
@@ -442,6 +442,13 @@ func nodeReady(n *corev1.Node) bool {
 // requeue: a cycle now, which also tries the pods backing off (plan.Queue.Requeue).
 func (s *scheduler) requeue() {
 	s.queue.Requeue(time.Now())
+	s.poke()
+}
+
+// roomFreed: a cycle now, which also tries the pods backing off that room
+// may help (plan.Queue.RoomFreed).
+func (s *scheduler) roomFreed() {
+	s.queue.RoomFreed(time.Now())
 	s.poke()
 }
 

@@ -38,7 +38,7 @@ func TestTombstonesAreDeletions(t *testing.T) {
 	s, _ := testScheduler(t)
 	p := testPod("gone", "node-1")
 	s.assumed[p.UID] = assumed{pod: p, when: time.Now()}
-	s.queue.Failed(p.UID, time.Now())
+	s.queue.Failed(p.UID, time.Now(), false)
 	s.podDeleted(cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: p})
 	if _, ok := s.assumed[p.UID]; ok || s.queue.Attempts(p.UID) != 0 {
 		t.Errorf("a tombstone left the pod assumed (%v) or backing off (%d)", ok, s.queue.Attempts(p.UID))
@@ -129,7 +129,7 @@ func TestTopologyLabelsFlag(t *testing.T) {
 func failedNow(s *scheduler, p *corev1.Pod) {
 	s.queue.Initial, s.queue.Max = time.Minute, time.Minute
 	s.queue.Ready([]*corev1.Pod{p}, time.Now())
-	s.queue.Failed(p.UID, time.Now())
+	s.queue.Failed(p.UID, time.Now(), false)
 	select { // a wake left by earlier events
 	case <-s.wake:
 	default:

@@ -97,6 +97,11 @@ type Failure struct {
 	Reason string // Unschedulable, or SchedulerError for what cannot be expressed
 	Why    string
 	Group  string // its pod group ("" none)
+	// ForNodes: room freed would not help it, only a change of the cluster
+	// (Queue.Failed): Placer found it could never run on the cluster as it
+	// is, even empty, and excluded no node for a reason a bound pod's end
+	// may lift (ForNodes).
+	ForNodes bool
 }
 
 // Preemption: a wave's preemptions (Options.Evict), for the caller to carry out.
@@ -159,6 +164,8 @@ type planner struct {
 	wave   int
 	held   map[string]bool         // nodes with victims of a preemption this cycle
 	nodes  map[string]*corev1.Node // by name (domainOf)
+	// forNodes: the failures recorded now are ForNodes (Failure.ForNodes)
+	forNodes bool
 }
 
 var refusedJob = regexp.MustCompile(`pending job (\d+) \(`)
@@ -175,7 +182,25 @@ func Run(in Input) *Output {
 }
 
 func (p *planner) fail(pod *corev1.Pod, reason, why string) {
-	p.out.Failed = append(p.out.Failed, Failure{Pod: pod, Reason: reason, Why: why, Group: translate.GroupKey(pod)})
+	p.out.Failed = append(p.out.Failed, Failure{Pod: pod, Reason: reason, Why: why, Group: translate.GroupKey(pod), ForNodes: p.forNodes})
+}
+
+// ForNodes: whether Placer's record of an unplaced job says that only a
+// change of the cluster can let it run: it could never run on the cluster
+// as it is, even empty (a node's capacity, or a gang's size against its
+// domains), and no node was excluded as taken this round or by a node
+// rule (its pod rules, claims, host ports and pod counts are node rules
+// here, and they change as bound pods end).
+func ForNodes(up *wire.UnplacedT) bool {
+	if up == nil || !up.Never {
+		return false
+	}
+	for _, x := range up.Excluded {
+		if x.Reason == wire.NodeExclusionAffinity || x.Reason == wire.NodeExclusionTaken {
+			return false
+		}
+	}
+	return true
 }
 
 // class: pods alike (translate.Signature), and how its pods interact.
@@ -867,6 +892,7 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 			continue
 		}
 		msg := why(j)
+		p.forNodes = ForNodes(unplaced[j])
 		if pu.gang != nil && pu.core {
 			msg = gangWhy(pu, msg)
 		} else if pu.gang != nil {
@@ -874,9 +900,11 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 			for _, pod := range pu.Pods {
 				p.fail(pod, "Unschedulable", msg)
 			}
+			p.forNodes = false
 			continue
 		}
 		p.unitFailed(pu, "Unschedulable", msg)
+		p.forNodes = false
 	}
 }
 

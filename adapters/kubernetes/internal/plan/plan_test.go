@@ -318,7 +318,7 @@ func TestBackoffDoublesToTenSeconds(t *testing.T) {
 	p := pod("p", 0, "1", nil)
 	var got []time.Duration
 	for i := 0; i < 6; i++ {
-		q.Failed(p.UID, now)
+		q.Failed(p.UID, now, false)
 		_, _, waiting, next := q.Ready([]*corev1.Pod{p}, now)
 		if waiting != 1 {
 			t.Fatalf("not backing off after a failure")
@@ -351,8 +351,8 @@ func TestRequeueAfterAnAttemptEndsItsBackoff(t *testing.T) {
 	pods := []*corev1.Pod{p, o}
 	q.Ready(pods, t0) // the cycle looks at t0
 	q.Requeue(t0.Add(-time.Second))
-	q.Failed(p.UID, t0.Add(50*time.Millisecond))
-	q.Failed(o.UID, t0.Add(50*time.Millisecond))
+	q.Failed(p.UID, t0.Add(50*time.Millisecond), false)
+	q.Failed(o.UID, t0.Add(50*time.Millisecond), false)
 	if ready, _, waiting, _ := q.Ready(pods, t0.Add(100*time.Millisecond)); len(ready) != 0 || waiting != 2 {
 		t.Fatalf("requeued before the attempt looked: %d ready, %d backing off, want 0 and 2", len(ready), waiting)
 	}
@@ -363,7 +363,7 @@ func TestRequeueAfterAnAttemptEndsItsBackoff(t *testing.T) {
 	if len(ready) != 2 || waiting != 0 {
 		t.Fatalf("requeued after the attempt looked: %d ready, %d backing off, want 2 and 0", len(ready), waiting)
 	}
-	q.Failed(p.UID, t0.Add(250*time.Millisecond))
+	q.Failed(p.UID, t0.Add(250*time.Millisecond), false)
 	if q.Attempts(p.UID) != 2 {
 		t.Errorf("attempts %d, want 2", q.Attempts(p.UID))
 	}
@@ -373,6 +373,73 @@ func TestRequeueAfterAnAttemptEndsItsBackoff(t *testing.T) {
 	q.Requeue(t0.Add(400 * time.Millisecond))
 	if ready, _, _, _ := q.Ready([]*corev1.Pod{p}, t0.Add(500*time.Millisecond)); len(ready) != 1 {
 		t.Errorf("requeued after its second attempt: not ready")
+	}
+}
+
+// A pod's end (RoomFreed) makes ready the pods whose attempt found room
+// might help them, not those that could not run even on the empty
+// cluster (forNodes); a change of the cluster (Requeue) makes both ready.
+func TestRoomFreedLeavesPodsForNodesBackingOff(t *testing.T) {
+	q := NewQueue()
+	t0 := time.Unix(1000, 0)
+	room, never := pod("room", 0, "1", nil), pod("never", 0, "1", nil)
+	pods := []*corev1.Pod{room, never}
+	q.Ready(pods, t0)
+	q.Failed(room.UID, t0.Add(10*time.Millisecond), false)
+	q.Failed(never.UID, t0.Add(10*time.Millisecond), true)
+	q.RoomFreed(t0.Add(20 * time.Millisecond))
+	ready, _, waiting, _ := q.Ready(pods, t0.Add(30*time.Millisecond))
+	if len(ready) != 1 || ready[0] != room || waiting != 1 {
+		t.Fatalf("after a pod's end: ready %v, %d backing off; want the pod room may help alone", names(ready), waiting)
+	}
+	q.Failed(room.UID, t0.Add(40*time.Millisecond), false)
+	q.Requeue(t0.Add(50 * time.Millisecond))
+	if ready, _, waiting, _ := q.Ready(pods, t0.Add(60*time.Millisecond)); len(ready) != 2 || waiting != 0 {
+		t.Errorf("after a node's change: ready %v, %d backing off; want both", names(ready), waiting)
+	}
+}
+
+func names(ps []*corev1.Pod) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// Placer's record says which failures only a change of the cluster can
+// lift (Failure.ForNodes): a pod of more GPUs than any node has; not a pod
+// that would fit were the nodes empty, nor one that no node admits
+// because of bound pods (its anti-affinity: a node rule, which a bound
+// pod's end lifts; Placer finds it could never run, and the exclusions
+// say why not to believe it).
+func TestFailuresForNodesAlone(t *testing.T) {
+	solve := solver(t)
+	web := map[string]string{"app": "web"}
+	bound := []*corev1.Pod{pod("full-1", 8, "1", web), pod("full-2", 8, "1", web)}
+	bound[0].Spec.NodeName, bound[1].Spec.NodeName = "n01", "n02"
+	out := run(t, solve, nodes(2, 2), bound, []*corev1.Pod{pod("huge", 16, "1", nil), pod("later", 8, "1", nil),
+		anti(pod("apart", 1, "1", web), translate.HostnameKey, web)}, nil)
+	got := map[string]bool{}
+	for _, f := range out.Failed {
+		got[f.Pod.Name] = f.ForNodes
+	}
+	if want := map[string]bool{"huge": true, "later": false, "apart": false}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("ForNodes %v, want %v (bound %v; why %v)", got, want, boundTo(out), failedWhy(out))
+	}
+	for _, tc := range []struct {
+		up   *wire.UnplacedT
+		want bool
+	}{
+		{nil, false},
+		{&wire.UnplacedT{Never: false, Excluded: []*wire.ExclusionCountT{{Reason: wire.NodeExclusionGpus}}}, false},
+		{&wire.UnplacedT{Never: true, Excluded: []*wire.ExclusionCountT{{Reason: wire.NodeExclusionGpus}, {Reason: wire.NodeExclusionTaint}}}, true},
+		{&wire.UnplacedT{Never: true, Excluded: []*wire.ExclusionCountT{{Reason: wire.NodeExclusionGpus}, {Reason: wire.NodeExclusionAffinity}}}, false},
+		{&wire.UnplacedT{Never: true, Excluded: []*wire.ExclusionCountT{{Reason: wire.NodeExclusionTaken}}}, false},
+	} {
+		if ForNodes(tc.up) != tc.want {
+			t.Errorf("ForNodes(%+v) = %v", tc.up, !tc.want)
+		}
 	}
 }
 
@@ -388,8 +455,8 @@ func TestQueueOrderAndCut(t *testing.T) {
 	fresh := pod("fresh", 0, "1", nil)
 	g2 := pod("g-2", 0, "1", map[string]string{translate.PodGroupLabel: "g"})
 	high := prio(pod("high", 0, "1", nil), 100)
-	q.Failed(old1.UID, now.Add(-20*time.Second))
-	q.Failed(old2.UID, now.Add(-30*time.Second))
+	q.Failed(old1.UID, now.Add(-20*time.Second), false)
+	q.Failed(old2.UID, now.Add(-30*time.Second), false)
 	ready, _, waiting, _ := q.Ready([]*corev1.Pod{old1, old2, g1, fresh, g2, high}, now)
 	var names []string
 	for _, p := range ready {
@@ -408,17 +475,17 @@ func TestQueueOrderAndCut(t *testing.T) {
 		t.Errorf("cut %v, %d left", names, left)
 	}
 	// A member backing off comes along with a group that is ready.
-	q.Failed(g2.UID, now)
+	q.Failed(g2.UID, now, false)
 	if ready, _, _, _ = q.Ready([]*corev1.Pod{g1, g2}, now); len(ready) != 2 {
 		t.Errorf("the group split: %d ready", len(ready))
 	}
-	q.Failed(g1.UID, now)
+	q.Failed(g1.UID, now, false)
 	if ready, _, waiting, _ = q.Ready([]*corev1.Pod{g1, g2}, now); len(ready) != 0 || waiting != 2 {
 		t.Errorf("the group backing off: %d ready, %d waiting", len(ready), waiting)
 	}
 	// A higher priority backing off comes along with a lower one that is
 	// ready, after it in the cut, room permitting; the same priority does not.
-	q.Failed(high.UID, now)
+	q.Failed(high.UID, now, false)
 	ready, urgent, _, _ := q.Ready([]*corev1.Pod{high, fresh, old1}, now)
 	if len(ready) != 2 || ready[0] != fresh || len(urgent) != 1 || urgent[0] != high {
 		t.Fatalf("ready %d, urgent %d", len(ready), len(urgent))

@@ -29,6 +29,7 @@ type entry struct {
 	last     time.Time // the last failed attempt
 	until    time.Time // not tried before this
 	looked   time.Time // the start of the cycle of its last failed attempt
+	forNodes bool      // that attempt found room would not help it (Failed)
 }
 
 // Queue holds what the scheduler knows of each pending pod's attempts.
@@ -38,7 +39,8 @@ type Queue struct {
 	Initial  time.Duration
 	Max      time.Duration
 	looked   time.Time // the start of the last cycle (Ready)
-	requeued time.Time // the last event that may let pods that failed run (Requeue)
+	requeued time.Time // the last event that may let any pod that failed run (Requeue)
+	freed    time.Time // the last pod's end (RoomFreed)
 }
 
 // NewQueue: kube-scheduler's back-off.
@@ -47,7 +49,11 @@ func NewQueue() *Queue {
 }
 
 // Failed records a failed attempt of pod uid at `now`: it backs off.
-func (q *Queue) Failed(uid types.UID, now time.Time) {
+// forNodes: the attempt found that room freed would not help it (it could
+// not run on the cluster as it is even empty), so that a pod's end
+// (RoomFreed) leaves it backing off; a change of the cluster (Requeue)
+// does not.
+func (q *Queue) Failed(uid types.UID, now time.Time, forNodes bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	e := q.entries[uid]
@@ -60,24 +66,36 @@ func (q *Queue) Failed(uid types.UID, now time.Time) {
 	for i := 1; i < e.attempts && d < q.Max; i++ {
 		d *= 2
 	}
-	e.last, e.until, e.looked = now, now.Add(min(d, q.Max)), q.looked
+	e.last, e.until, e.looked, e.forNodes = now, now.Add(min(d, q.Max)), q.looked, forNodes
 }
 
-// Requeue: an event at `now` that may let pods that failed run: room
-// freed (a bound pod finished or was deleted, a node added or changed,
-// a device claim deallocated, devices published), or a requirement met
-// (a volume claim bound, a device class, a PodGroup or a Kueue queue
-// added or changed, a kind served). A pod whose failed attempt looked at
-// the cluster before it is ready again, its back-off cut short (its
-// attempts still counted): as kube-scheduler's queueing hints move a pod
-// that such an event may help out of its unschedulable pods, and it pops
-// its back-off queue when nothing else waits (KEP-5142); a cycle here
-// takes all it has at once. Without it, room freed stayed idle for up
-// to MaxBackoff.
+// Requeue: a change of the cluster at `now` that may let any pod that
+// failed run: a node added or changed, a device claim deallocated,
+// devices published, a volume claim bound, a device class, a PodGroup or
+// a Kueue queue added or changed, a kind served. A pod whose failed
+// attempt looked at the cluster before it is ready again, its back-off
+// cut short (its attempts still counted): as kube-scheduler's queueing
+// hints move a pod that such an event may help out of its unschedulable
+// pods, and it pops its back-off queue when nothing else waits
+// (KEP-5142); a cycle here takes all it has at once. Without it, room
+// freed stayed idle for up to MaxBackoff.
 func (q *Queue) Requeue(now time.Time) {
 	q.mu.Lock()
 	if now.After(q.requeued) {
 		q.requeued = now
+	}
+	q.mu.Unlock()
+}
+
+// RoomFreed: a bound pod finished or was deleted at `now`: as Requeue for
+// the pods whose attempt found room might help them, not for those that
+// could not run even on the empty cluster (Failed's forNodes: a backlog
+// of such pods would otherwise go to Placer after every pod's end; at
+// 5,000 nodes a cut of 2,000 costs the scheduler about 0.24 s of CPU).
+func (q *Queue) RoomFreed(now time.Time) {
+	q.mu.Lock()
+	if now.After(q.freed) {
+		q.freed = now
 	}
 	q.mu.Unlock()
 }
@@ -118,8 +136,9 @@ func (q *Queue) Prune(keep map[types.UID]bool) {
 }
 
 // Ready orders the pending pods for a cycle at `now` and leaves out those
-// backing off (not those requeued since their attempt): a pod group is
-// ready when one of its pods is, and then all of its pending pods are.
+// backing off (not those requeued since their attempt, nor those room
+// freed since may help): a pod group is ready when one of its pods is,
+// and then all of its pending pods are.
 // The order: priority, highest first; then the pods not tried yet before
 // those that failed, and those by their last attempt, longest ago first
 // (kube-scheduler's queue puts a pod that failed behind the pods that
@@ -137,7 +156,7 @@ func (q *Queue) Ready(pods []*corev1.Pod, now time.Time) (ready, urgent []*corev
 	groupReady := map[string]bool{}
 	isReady := func(p *corev1.Pod) bool {
 		e := q.entries[p.UID]
-		return e == nil || !now.Before(e.until) || e.looked.Before(q.requeued)
+		return e == nil || !now.Before(e.until) || e.looked.Before(q.requeued) || (!e.forNodes && e.looked.Before(q.freed))
 	}
 	for _, p := range pods {
 		if g := translate.GroupKey(p); g != "" && isReady(p) {
