@@ -390,6 +390,9 @@ func (s *scheduler) podUpdated(old, o any) {
 		s.poke()
 	case s.ours(p) && !resourceclaim.PodStatusEqual(q.Status.ResourceClaimStatuses, p.Status.ResourceClaimStatuses): // its claims created
 		s.poke()
+	case s.ours(p) && podChanged(q, p): // edited: a toleration added, an annotation changed
+		s.queue.Retry(p.UID)
+		s.poke()
 	case q != nil && translate.Bound(q) && !translate.Bound(p): // it finished: its node has room
 		s.roomFreed()
 	}
@@ -422,6 +425,13 @@ func nodeChanged(a, b *corev1.Node) bool {
 	return !reflect.DeepEqual(a.Labels, b.Labels) || !reflect.DeepEqual(a.Spec.Taints, b.Spec.Taints) ||
 		a.Spec.Unschedulable != b.Spec.Unschedulable || !reflect.DeepEqual(a.Status.Allocatable, b.Status.Allocatable) ||
 		nodeReady(a) != nodeReady(b)
+}
+
+// podChanged: whether an update of a pending pod changes what a round sees
+// of it (its spec, labels or annotations), not its status alone (this
+// scheduler's conditions among them).
+func podChanged(a, b *corev1.Pod) bool {
+	return !reflect.DeepEqual(a.Spec, b.Spec) || !reflect.DeepEqual(a.Labels, b.Labels) || !reflect.DeepEqual(a.Annotations, b.Annotations)
 }
 
 // volumeClaimChanged: whether an update of a PersistentVolumeClaim changes

@@ -265,3 +265,32 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 		}
 	}
 }
+
+// A pending pod that failed, then edited (a toleration added, an
+// annotation changed), is ready at once, its attempts still counted; a
+// change of its status alone (this scheduler's own condition) is no edit.
+func TestEditedPodTriedAgain(t *testing.T) {
+	s, _ := testScheduler(t)
+	p := testPod("edited", "")
+	failedNow(s, p)
+	cond := p.DeepCopy()
+	cond.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: "Unschedulable"}}
+	s.podUpdated(p, cond)
+	if ready, poked := readyAgain(s, p); ready || poked {
+		t.Errorf("after its condition was written: ready %v, poked %v", ready, poked)
+	}
+	for name, edit := range map[string]func(*corev1.Pod){
+		"a toleration": func(x *corev1.Pod) {
+			x.Spec.Tolerations = append(x.Spec.Tolerations, corev1.Toleration{Key: "maintenance", Operator: corev1.TolerationOpExists})
+		},
+		"an annotation": func(x *corev1.Pod) { x.Annotations = map[string]string{translate.GPUMilliAnnot: "500"} },
+	} {
+		failedNow(s, p)
+		q := cond.DeepCopy()
+		edit(q)
+		s.podUpdated(cond, q)
+		if ready, poked := readyAgain(s, p); !ready || !poked || s.queue.Attempts(p.UID) == 0 {
+			t.Errorf("%s added: ready %v, poked %v, attempts %d", name, ready, poked, s.queue.Attempts(p.UID))
+		}
+	}
+}

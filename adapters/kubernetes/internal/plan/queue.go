@@ -100,6 +100,17 @@ func (q *Queue) RoomFreed(now time.Time) {
 	q.mu.Unlock()
 }
 
+// Retry: pod uid changed itself (its spec, labels or annotations: a
+// toleration added, say): ready at once, its attempts still counted, as
+// kube-scheduler requeues a pod on an update that may let it run.
+func (q *Queue) Retry(uid types.UID) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e := q.entries[uid]; e != nil {
+		e.until = time.Time{}
+	}
+}
+
 // Forget: the pod is bound or gone.
 func (q *Queue) Forget(uid types.UID) {
 	q.mu.Lock()
