@@ -340,19 +340,25 @@ func TestBackoffDoublesToTenSeconds(t *testing.T) {
 	}
 }
 
+// failedTwo: a queue whose cycle looked at t0, and pods p and o that
+// failed in it (o for nodes alone where oForNodes).
+func failedTwo(oForNodes bool) (q *Queue, t0 time.Time, p, o *corev1.Pod) {
+	q, t0 = NewQueue(), time.Unix(1000, 0)
+	p, o = pod("p", 0, "1", nil), pod("o", 0, "1", nil)
+	q.Ready([]*corev1.Pod{p, o}, t0)
+	q.Failed(p.UID, t0.Add(50*time.Millisecond), false)
+	q.Failed(o.UID, t0.Add(50*time.Millisecond), oForNodes)
+	return q, t0, p, o
+}
+
 // A requeue after a pod's failed attempt looked (a bound pod finished, a
 // node came) makes it ready at once, its attempts still counted; one
 // before that attempt's cycle began does not, nor does the next failure
 // undo the back-off that follows it.
 func TestRequeueAfterAnAttemptEndsItsBackoff(t *testing.T) {
-	q := NewQueue()
-	t0 := time.Unix(1000, 0)
-	p, o := pod("p", 0, "1", nil), pod("o", 0, "1", nil)
+	q, t0, p, o := failedTwo(false)
 	pods := []*corev1.Pod{p, o}
-	q.Ready(pods, t0) // the cycle looks at t0
 	q.Requeue(t0.Add(-time.Second))
-	q.Failed(p.UID, t0.Add(50*time.Millisecond), false)
-	q.Failed(o.UID, t0.Add(50*time.Millisecond), false)
 	if ready, _, waiting, _ := q.Ready(pods, t0.Add(100*time.Millisecond)); len(ready) != 0 || waiting != 2 {
 		t.Fatalf("requeued before the attempt looked: %d ready, %d backing off, want 0 and 2", len(ready), waiting)
 	}
@@ -380,21 +386,16 @@ func TestRequeueAfterAnAttemptEndsItsBackoff(t *testing.T) {
 // might help them, not those that could not run even on the empty
 // cluster (forNodes); a change of the cluster (Requeue) makes both ready.
 func TestRoomFreedLeavesPodsForNodesBackingOff(t *testing.T) {
-	q := NewQueue()
-	t0 := time.Unix(1000, 0)
-	room, never := pod("room", 0, "1", nil), pod("never", 0, "1", nil)
+	q, t0, room, never := failedTwo(true)
 	pods := []*corev1.Pod{room, never}
-	q.Ready(pods, t0)
-	q.Failed(room.UID, t0.Add(10*time.Millisecond), false)
-	q.Failed(never.UID, t0.Add(10*time.Millisecond), true)
-	q.RoomFreed(t0.Add(20 * time.Millisecond))
-	ready, _, waiting, _ := q.Ready(pods, t0.Add(30*time.Millisecond))
+	q.RoomFreed(t0.Add(60 * time.Millisecond))
+	ready, _, waiting, _ := q.Ready(pods, t0.Add(70*time.Millisecond))
 	if len(ready) != 1 || ready[0] != room || waiting != 1 {
 		t.Fatalf("after a pod's end: ready %v, %d backing off; want the pod room may help alone", names(ready), waiting)
 	}
-	q.Failed(room.UID, t0.Add(40*time.Millisecond), false)
-	q.Requeue(t0.Add(50 * time.Millisecond))
-	if ready, _, waiting, _ := q.Ready(pods, t0.Add(60*time.Millisecond)); len(ready) != 2 || waiting != 0 {
+	q.Failed(room.UID, t0.Add(80*time.Millisecond), false)
+	q.Requeue(t0.Add(90 * time.Millisecond))
+	if ready, _, waiting, _ := q.Ready(pods, t0.Add(100*time.Millisecond)); len(ready) != 2 || waiting != 0 {
 		t.Errorf("after a node's change: ready %v, %d backing off; want both", names(ready), waiting)
 	}
 }
