@@ -77,8 +77,8 @@ func (q *Queue) Failed(uid types.UID, now time.Time, forNodes bool) {
 // cut short (its attempts still counted): as kube-scheduler's queueing
 // hints move a pod that such an event may help out of its unschedulable
 // pods, and it pops its back-off queue when nothing else waits
-// (KEP-5142); a cycle here takes all it has at once. Without it, room
-// freed stayed idle for up to MaxBackoff.
+// (KEP-5142); a cycle here takes all it has at once. Without it (and
+// RoomFreed), GPUs freed or devices come stayed idle for up to MaxBackoff.
 func (q *Queue) Requeue(now time.Time) {
 	q.mu.Lock()
 	if now.After(q.requeued) {
