@@ -215,7 +215,7 @@ up() {
   down >/dev/null 2>&1 || true
   mkdir -p "$dir/run" "$dir/pki" "$dir/log"
   if [ -n "$owner" ]; then
-    watch_owner "$dir/run/owner.watch" "$owner" bash "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" down --kill --dir "$dir" ||
+    watch_owner "$dir/run/owner.watch" "$owner" bash "$(readlink -f "$0")" down --kill --dir "$dir" ||
       die "--owner $owner: no such process"
   fi
   rm -rf "$dir/etcd-data"

@@ -1,18 +1,8 @@
 # Sourced by scripts/k8s-cluster.sh and scripts/slurm-cluster.sh.
-# running PID: alive and not a zombie. A daemon the scripts started is
-# reparented to init, which may reap it late (this machine's: every 2 s,
-# 2026-12-07), and `kill -0` passes a zombie; a zombie holds no port and no
-# file.
-running() {
-  local st
-  { read -r st < "/proc/$1/stat"; } 2>/dev/null || return 1
-  st=${st##*) }
-  [ "${st%% *}" != Z ]
-}
 
 # started PID: its start time (clock ticks since boot, /proc/PID/stat's
 # 22nd field), which a pid used again does not share; fails where none
-# runs.
+# runs, a zombie included.
 started() {
   local st
   { read -r st < "/proc/$1/stat"; } 2>/dev/null || return 1
@@ -21,6 +11,13 @@ started() {
   set -- $st
   [ "$1" != Z ] && echo "${20}"
 }
+
+
+# running PID: alive and not a zombie. A daemon the scripts started is
+# reparented to init, which may reap it late (this machine's: every 2 s,
+# 2026-12-07), and `kill -0` passes a zombie; a zombie holds no port and no
+# file.
+running() { started "$1" > /dev/null; }
 
 # watch_owner PIDFILE OWNER CMD...: a process in a session of its own (its
 # pid and start time in PIDFILE) that runs CMD once process OWNER has

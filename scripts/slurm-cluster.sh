@@ -97,7 +97,7 @@ up() {
   rm -rf "$dir"
   mkdir -p "$dir"/{run,log,state,spool,dev,munge}
   if [ -n "$owner" ]; then
-    watch_owner "$dir/run/owner.watch" "$owner" bash "$(cd "$(dirname "$0")" && pwd)/$(basename "$0")" down --dir "$dir" ||
+    watch_owner "$dir/run/owner.watch" "$owner" bash "$(readlink -f "$0")" down --dir "$dir" ||
       die "--owner $owner: no such process"
   fi
   chmod 700 "$dir/munge"

@@ -164,8 +164,6 @@ type planner struct {
 	wave   int
 	held   map[string]bool         // nodes with victims of a preemption this cycle
 	nodes  map[string]*corev1.Node // by name (domainOf)
-	// forNodes: the failures recorded now are ForNodes (Failure.ForNodes)
-	forNodes bool
 }
 
 var refusedJob = regexp.MustCompile(`pending job (\d+) \(`)
@@ -182,7 +180,7 @@ func Run(in Input) *Output {
 }
 
 func (p *planner) fail(pod *corev1.Pod, reason, why string) {
-	p.out.Failed = append(p.out.Failed, Failure{Pod: pod, Reason: reason, Why: why, Group: translate.GroupKey(pod), ForNodes: p.forNodes})
+	p.out.Failed = append(p.out.Failed, Failure{Pod: pod, Reason: reason, Why: why, Group: translate.GroupKey(pod)})
 }
 
 // ForNodes: whether Placer's record of an unplaced job says that only a
@@ -891,20 +889,23 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 		if pu.state != todo {
 			continue
 		}
-		msg := why(j)
-		p.forNodes = ForNodes(unplaced[j])
-		if pu.gang != nil && pu.core {
-			msg = gangWhy(pu, msg)
-		} else if pu.gang != nil {
+		msg, n := why(j), len(p.out.Failed)
+		switch {
+		case pu.gang != nil && pu.core:
+			p.unitFailed(pu, "Unschedulable", gangWhy(pu, msg))
+		case pu.gang != nil:
 			pu.state, pu.wave = failed, p.wave // extras that do not fit: the core stands
 			for _, pod := range pu.Pods {
 				p.fail(pod, "Unschedulable", msg)
 			}
-			p.forNodes = false
-			continue
+		default:
+			p.unitFailed(pu, "Unschedulable", msg)
 		}
-		p.unitFailed(pu, "Unschedulable", msg)
-		p.forNodes = false
+		if ForNodes(unplaced[j]) { // the failures just told
+			for k := n; k < len(p.out.Failed); k++ {
+				p.out.Failed[k].ForNodes = true
+			}
+		}
 	}
 }
 
