@@ -36,8 +36,9 @@ class child_process {
     pid_t const parent = getpid();
     // fork, not posix_spawn: the child asks for SIGKILL when this process
     // ends (prctl), however it ends (a crash, ctest's timeout), so that no
-    // replica or bridge outlives its test. Between fork and exec, only
-    // async-signal-safe calls.
+    // replica or bridge outlives its test. The signal follows the thread
+    // that forks: the tests start these from their main thread. Between
+    // fork and exec, only async-signal-safe calls.
     pid_ = fork();
     if (pid_ < 0) throw std::runtime_error("cannot start " + argv[0] + ": fork failed");
     if (pid_ == 0) {
