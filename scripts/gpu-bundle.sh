@@ -16,6 +16,36 @@ build/placer --version | grep -q "CUDA backend built for 90)" ||
   { echo "gpu-bundle.sh: build/ has no CUDA backend for sm_90 ($(build/placer --version | head -1); see the 'placer: CUDA backend' line of its cmake output)" >&2; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# The SASS the bundle carries, with its source lines (the build's -lineinfo), kept here: the kit's `stalls`
+# step brings back ncu's samples by instruction, which bench/gpu_kit/sass_lines.py joins to this dump
+# (docs/gpu-session.md). cuobjdump and nvdisasm come from NVIDIA's wheels when the toolkit has none; the
+# bundle goes on without the dump where they cannot be had.
+sass_tools() {
+  local d=/opt/placer/cuda-sass-tools
+  for t in cuobjdump nvdisasm; do command -v $t > /dev/null || [ -x "$d/nvidia/cu13/bin/$t" ] || {
+    /usr/bin/python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore --no-deps \
+      --target "$d" nvidia-cuda-cuobjdump==13.5.37 nvidia-cuda-nvdisasm==13.5.37 > /dev/null &&
+      chmod +x "$d"/nvidia/cu13/bin/*
+    break; }
+  done
+  PATH=$PATH:$d/nvidia/cu13/bin
+}
+if sass_tools && command -v cuobjdump > /dev/null && command -v nvdisasm > /dev/null; then
+  mkdir -p build/sass "$tmp/elf"
+  (cd "$tmp/elf" && cuobjdump -xelf sm_90 "$OLDPWD/build/placer" > /dev/null 2>&1) || true
+  if compgen -G "$tmp/elf/*.cubin" > /dev/null; then
+    if for e in "$tmp"/elf/*.cubin; do nvdisasm -c -g "$e"; done | sed 's/  */ /g' | xz -T0 -6 > build/sass/placer-sm_90.sass.xz; then
+      echo "gpu-bundle.sh: the bundle's SASS in build/sass/placer-sm_90.sass.xz (commit $(git rev-parse --short HEAD))"
+    else
+      echo "gpu-bundle.sh: nvdisasm failed: no SASS dump" >&2
+      rm -f build/sass/placer-sm_90.sass.xz
+    fi
+  else
+    echo "gpu-bundle.sh: build/placer holds no sm_90 ELF: no SASS dump" >&2
+  fi
+else
+  echo "gpu-bundle.sh: no cuobjdump or nvdisasm: no SASS dump (the stalls step's samples cannot be joined to lines)" >&2
+fi
 # The CUDA parity tests live in solver_test_omp and kernels_test_omp.
 for b in build/placer build/bench/round_bench build/bench/calibrate build/tests/kernels_test_omp; do
   strip -o "$tmp/$(basename "$b")" "$b"

@@ -54,7 +54,8 @@
 #                                       # the kit's microbenchmarks, synccheck on the kernel tests,
 #                                       # cluster-scratch, losers sitting out against every loser listed
 #                                       # (PLACER_CUDA_LOSERS_SIT_OUT=0), alternating, then both backends,
-#                                       # placer bench at each scale, 8 sessions, the auto trial
+#                                       # placer bench at each scale, 8 sessions, the auto trial; the
+#                                       # tier kernel's stalls by instruction (ncu) after the parity
 #   bash .gpu/gpu-run.sh cluster-scratch [SECONDS]  # whether 10k-k8s's cluster failure is gone: parity with
 #                                       # the clusters' scratch in global memory, zeroed shared, as is; memcheck
 #                                       # where one fails; 10k-k8s and openb rounds where they pass (240)
@@ -64,7 +65,8 @@
 #                                       # CUDA_LAUNCH_BLOCKING=1 (240)
 #   bash .gpu/gpu-run.sh profile        # where the CUDA round's time goes: round_bench's per-stage and
 #                                       # per-tier-phase counters, ncu's time per kernel (2 rounds at 10k
-#                                       # and at 100k), and nsys's API and copy summary where it exists
+#                                       # and at 100k), the tier kernel's stalls by instruction at 10k
+#                                       # (ncu's PC sampling), and nsys's API and copy summary where it exists
 #
 # Every step stops at once unless the CUDA backend is the one in use, on the GPU it names: a
 # machine whose driver or GPU the probe refuses would otherwise record CPU figures as GPU ones.
@@ -250,6 +252,26 @@ summary() {
   [ -f "$OUT/bench.txt" ] && grep -E "^(round/|config|cpu |cuda |kube )" "$OUT/bench.txt" | cut -c1-120
 }
 
+stalls() {  # issue 53 item 6: where the 10k tier kernel's warps wait, instruction by instruction (ncu's PC
+  # sampling over its third launch: stalls-10k-sass.csv, the source page by SASS instruction, which
+  # bench/gpu_kit/sass_lines.py joins to the bundle's SASS dump; stalls-10k-raw.csv, the kernel's totals by
+  # stall reason; the report itself), about 60 s
+  local ncu
+  ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+  [ -n "$ncu" ] || { echo "gpu-run: no ncu here: no stall profile" | tee -a "$OUT/tests.txt"; return; }
+  fits 90 "the tier kernel's stalls" || return
+  rm -f /tmp/stalls-10k.ncu-rep
+  timeout 150 "$G/run" "$ncu" --clock-control none -k regex:tier_grid_kernel --launch-skip 2 --launch-count 1 \
+    --section SourceCounters --section WarpStateStats --section LaunchStats --import-source no -f -o /tmp/stalls-10k \
+    "$G/bin/placer" bench --scenario 10k --rounds 3 --configs cuda --data "$G/data" > /tmp/stalls.txt 2>&1 ||
+    { status=1; tail -5 /tmp/stalls.txt; }
+  [ -f /tmp/stalls-10k.ncu-rep ] || { echo "gpu-run: ncu wrote no report" | tee -a "$OUT/tests.txt"; return; }
+  "$ncu" -i /tmp/stalls-10k.ncu-rep --page source --print-source sass --csv > "$OUT/stalls-10k-sass.csv" 2>&1 || status=1
+  "$ncu" -i /tmp/stalls-10k.ncu-rep --page raw --csv > "$OUT/stalls-10k-raw.csv" 2>&1 || status=1
+  cp /tmp/stalls-10k.ncu-rep "$OUT/"
+  echo "== stalls: $(wc -l < "$OUT/stalls-10k-sass.csv") lines of SASS samples"
+  grep -o 'smsp__pcsamp_warps_issue_stalled_[a-z_]*' "$OUT/stalls-10k-raw.csv" | head -3
+}
 cluster_diag() {  # seconds: why 10k-k8s's chains fail on a cluster (PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=1)
   # 2026-12-04 (dc173b0 .. 704181c): the scenarios' parity failed with an illegal address on the clusters
   # (with every phase wide too, and with a fence at the cluster's scope before each barrier), passed with
@@ -566,6 +588,7 @@ case "$step" in
     # backends, placer bench at each scale, 8 sessions, the auto trial.
     budget=${2:-420}
     parity_quick=quick parity_or "the group offers' folds" PLACER_CUDA_OFFER_GROUPS=0
+    stalls
     microbenchmarks
     kernels_under_synccheck
     cluster_scratch
@@ -589,6 +612,7 @@ case "$step" in
     # kernel's phases (31.1 against 22.0 ms), against 4.4 ms on the CPU
     # backend of the same machine.
     round_bench profile '10k|100k|openb'
+    stalls
     ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
     for s in 10k 100k; do
       timeout 120 "$G/run" "${ncu:-ncu}" --clock-control none --metrics gpu__time_duration.sum --print-summary per-kernel \

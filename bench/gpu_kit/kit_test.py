@@ -11,6 +11,8 @@
   a tier kernel carries its phase sum, and no call has GPU times.
 - bench/gpu_model/fit.py takes the fixed costs from a kit's record, and
   names each assumed one without it.
+- bench/gpu_kit/sass_lines.py counts a dump's instructions by source line and
+  joins ncu's per-instruction samples to them, refusing a profile of other code.
 """
 import importlib.util
 import json
@@ -171,6 +173,103 @@ class FitTakesTheKit(unittest.TestCase):
         self.assertEqual(c["launch_us"][0], 2.5)
         self.assertTrue(c["wait_us"][1].startswith("assumed"))
         self.assertIsNone(c["grid_sync_us"][0])
+
+
+def load_sass_lines():
+    spec = importlib.util.spec_from_file_location("sass_lines", os.path.join(HERE, "sass_lines.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# Two source lines of a kernel as `nvdisasm -c -g` prints them (another kernel's section after it).
+DUMP = """\
+.text._Z6kernelv:
+	//## File "/src/kernels/portable/tier/bid.hpp", line 14
+        /*0000*/                   LDL.64 R50, [R67+0x178] ;
+        /*0010*/                   LDL R56, [R67] ;
+        /*0020*/                   LD.E R51, desc[UR32][R50.64] ;
+	//## File "/src/kernels/portable/tier/offer_group.hpp", line 99
+        /*0030*/                   LDL R7, [R1+0x156c]                      (*"SpillRefill"*);
+        /*0040*/                   STL [R1+0x15a8], R18                     (*"SpillRefill"*);
+        /*0050*/               @P0 BRA `(.L_x_1) ;
+        /*0060*/                   SHFL.DOWN PT, R3, R2, 0x1, 0x1f ;
+        /*0070*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+.text._Z5otherv:
+	//## File "/src/other.cu", line 1
+        /*0000*/                   LDL R1, [R1] ;
+"""
+# ncu's source page of the same code (absolute addresses), after a line of its own.
+STALLS = """\
+==PROF== Disconnected from process 1
+"#","Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)"
+"1","7f0000000100","LDL.64 R50, [R67+0x178]","30","28"
+"2","7f0000000110","LDL R56, [R67]","10","9"
+"3","7f0000000120","LD.E R51, desc[UR32][R50.64]","40","40"
+"4","7f0000000130","LDL R7, [R1+0x156c]","5","5"
+"5","7f0000000140","STL [R1+0x15a8], R18","1","0"
+"6","7f0000000150","@P0 BRA `(.L_x_1)","2","1"
+"7","7f0000000160","SHFL.DOWN PT, R3, R2, 0x1, 0x1f","2","2"
+"8","7f0000000170","BAR.SYNC.DEFER_BLOCKING 0x0","10","10"
+"""
+
+
+class SassLines(unittest.TestCase):
+    def test_counts_a_dumps_instructions_by_line(self):
+        sl = load_sass_lines()
+        insns = sl.read_dump(DUMP.splitlines(), "kernel")
+        self.assertEqual(len(insns), 8)  # the other kernel's left out
+        by = sl.static_counts(insns)
+        bid, offers = by[("bid.hpp", 14)], by[("offer_group.hpp", 99)]
+        self.assertEqual((bid["all"], bid["LDL"], bid["LD"], bid["spill LDL"]), (3, 2, 1, 0))
+        self.assertEqual((offers["LDL"], offers["spill LDL"], offers["STL"], offers["spill STL"]), (1, 1, 1, 1))
+        self.assertEqual((offers["SHFL"], offers["BAR"], offers["all"]), (1, 1, 5))
+
+    def test_joins_the_samples_of_the_same_code(self):
+        sl = load_sass_lines()
+        insns = sl.read_dump(DUMP.splitlines(), "kernel")
+        body, numeric = sl.read_stalls(STALLS)
+        self.assertEqual(numeric, ["Warp Stall Sampling (All Samples)", "Warp Stall Sampling (Not-issued Samples)"])
+        by, agreement = sl.join_stalls(insns, body, numeric)
+        self.assertEqual(agreement, 1.0)
+        self.assertEqual(by[("bid.hpp", 14)]["Warp Stall Sampling (All Samples)"], 80)
+        self.assertEqual(by[("offer_group.hpp", 99)]["Warp Stall Sampling (Not-issued Samples)"], 18)
+        with tempfile.TemporaryDirectory() as d:
+            dump, stalls, out = (os.path.join(d, n) for n in ("k.sass", "k.csv", "k.json"))
+            with open(dump, "w") as f:
+                f.write(DUMP)
+            with open(stalls, "w") as f:
+                f.write(STALLS)
+            p = subprocess.run([sys.executable, os.path.join(HERE, "sass_lines.py"), dump, "--function", "kernel",
+                                "--stalls", stalls, "--json", out], capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            with open(out) as f:
+                report = json.load(f)
+            self.assertEqual(report["files"]["bid.hpp"]["Warp Stall Sampling (All Samples)"], 80)
+            self.assertAlmostEqual(report["total"], 100)
+        # A page without addresses (and a line before its header) joins by the instructions' order.
+        plain = "\n".join(",".join(c for i, c in enumerate(line.split(",")) if i != 1)
+                          for line in STALLS.splitlines()[1:])
+        by, agreement = sl.join_stalls(insns, *sl.read_stalls('"tier_grid_kernel"\n' + plain))
+        self.assertEqual(agreement, 1.0)
+        self.assertEqual(by[("offer_group.hpp", 99)]["Warp Stall Sampling (All Samples)"], 20)
+
+    def test_refuses_a_profile_of_other_code(self):
+        sl = load_sass_lines()
+        insns = sl.read_dump(DUMP.splitlines(), "kernel")
+        shifted = STALLS.replace("7f0000000100", "7f00000000f0")  # every row one instruction off
+        by, agreement = sl.join_stalls(insns, *sl.read_stalls(shifted))
+        self.assertLess(agreement, 0.9)
+        with tempfile.TemporaryDirectory() as d:
+            dump, stalls = os.path.join(d, "k.sass"), os.path.join(d, "k.csv")
+            with open(dump, "w") as f:
+                f.write(DUMP)
+            with open(stalls, "w") as f:
+                f.write(shifted)
+            p = subprocess.run([sys.executable, os.path.join(HERE, "sass_lines.py"), dump, "--function", "kernel",
+                                "--stalls", stalls], capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 1)
+            self.assertIn("not the same code", p.stderr)
 
 
 if __name__ == "__main__":
