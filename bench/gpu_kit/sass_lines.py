@@ -161,16 +161,24 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--json")
     a = ap.parse_args(argv)
-    with (lzma.open if a.dump.endswith(".xz") else open)(a.dump, "rt") as f:
-        insns = read_dump(f, a.function)
+    try:
+        with (lzma.open if a.dump.endswith(".xz") else open)(a.dump, "rt") as f:
+            insns = read_dump(f, a.function)
+    except (OSError, lzma.LZMAError) as e:
+        print(f"sass_lines: cannot read {a.dump}: {e}", file=sys.stderr)
+        return 1
     if not insns:
         print(f"sass_lines: no instructions in {a.dump}" + (f" for {a.function}" if a.function else ""), file=sys.stderr)
         return 1
     counts = static_counts(insns)
     report = {"instructions": len(insns), "lines": {}, "files": {}}
     if a.stalls:
-        with open(a.stalls) as f:
-            body, numeric = read_stalls(f.read())
+        try:
+            with open(a.stalls) as f:
+                body, numeric = read_stalls(f.read())
+        except (OSError, ValueError) as e:
+            print(f"sass_lines: cannot read the profile {a.stalls}: {e}", file=sys.stderr)
+            return 1
         samples, agreement = join_stalls(insns, body, numeric)
         if agreement < 0.9:
             print(f"sass_lines: only {agreement:.0%} of the profile's opcodes are the dump's: not the same code",
