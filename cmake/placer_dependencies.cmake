@@ -17,7 +17,7 @@ find_package(prometheus-cpp REQUIRED)  # /metrics: registry and text format (cor
 find_package(spdlog REQUIRED)          # the service's log lines (text or JSON)
 find_package(nlohmann_json 3 REQUIRED) # the Slurm bridge reads squeue/sinfo --json
 find_package(PkgConfig REQUIRED)
-pkg_check_modules(httplib REQUIRED IMPORTED_TARGET cpp-httplib)  # /metrics, /livez, /readyz
+pkg_check_modules(httplib REQUIRED IMPORTED_TARGET cpp-httplib)  # the tests' HTTP client (service_test)
 pkg_check_modules(sodium REQUIRED IMPORTED_TARGET libsodium)     # CurveZMQ in the service's own ZMTP (zmtp.cpp)
 
 # --- CUDA (optional) -------------------------------------------------------

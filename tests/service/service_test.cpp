@@ -10,8 +10,13 @@
 #include <placer/service/server.hpp>
 #include <placer/traces/synthetic.hpp>
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
@@ -1243,6 +1248,117 @@ TEST(Service, MetricsAndProbesOverHttpFollowTheRounds) {
   EXPECT_EQ(a.receive().code, ErrorCode::Ok);
   EXPECT_EQ(get("/readyz").first, 200);
   EXPECT_EQ(get("/nothing-here").first, 404);
+}
+
+/// A TCP connection to "host:port", blocking; -1 when refused.
+int tcp_connect(std::string const& address) {
+  auto const colon = address.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(std::stoi(address.substr(colon + 1))));
+  ::inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr);
+  int const fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  if (fd >= 0) ::close(fd);
+  return -1;
+}
+
+/// What the peer of fd sends until it closes, or until `within` passes
+/// (then `closed` is false).
+std::string read_until_closed(int fd, std::chrono::milliseconds within, bool& closed) {
+  std::string got;
+  auto const end = std::chrono::steady_clock::now() + within;
+  closed = false;
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    char buf[4096];
+    auto const n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      closed = true;
+      break;
+    }
+    got.append(buf, static_cast<std::size_t>(n));
+  }
+  return got;
+}
+
+TEST(Service, HttpProbesAnswerPastIdleAndSlowPeers) {
+  // The kubelet's probes come over the pod's network, where any peer may
+  // be: idle connections, and slow ones that send a header line at a time,
+  // more of them than the endpoint keeps (64), must not keep a probe out;
+  // a slow head is cut at its deadline (2 s); a head past 4 KB is refused.
+  service::service_config cfg;
+  cfg.endpoint = "tcp://127.0.0.1:*";
+  cfg.http = "127.0.0.1:0";
+  running_server s(cfg);
+  std::string const at = s.get().http_address();
+  std::vector<int> idle, slow;
+  for (int i = 0; i < 75; ++i) {
+    idle.push_back(tcp_connect(at));
+    slow.push_back(tcp_connect(at));
+    ASSERT_GE(idle.back(), 0);
+    ASSERT_GE(slow.back(), 0);
+    ASSERT_GT(::send(slow.back(), "GET /livez HTTP/1.1\r\n", 21, MSG_NOSIGNAL), 0);
+  }
+  std::atomic<bool> done{false};
+  std::thread feeder([&] {  // a header line from every slow peer every 100 ms
+    while (!done) {
+      for (int fd : slow) (void)::send(fd, "X-a: b\r\n", 8, MSG_NOSIGNAL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+  httplib::Client web("http://" + at);
+  web.set_connection_timeout(10, 0);
+  web.set_read_timeout(10, 0);
+  for (int k = 0; k < 5; ++k) {
+    auto res = web.Get("/livez");
+    ASSERT_TRUE(res) << "probe " << k << ": " << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 200);
+    EXPECT_EQ(res->body, "ok\n");
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  done = true;
+  feeder.join();
+  for (int fd : idle) ::close(fd);
+  for (int fd : slow) ::close(fd);
+
+  // One slow peer alone: cut at its head's deadline, answered nothing.
+  int const late = tcp_connect(at);
+  ASSERT_GE(late, 0);
+  ASSERT_GT(::send(late, "GET /livez HTTP/1.1\r\n", 21, MSG_NOSIGNAL), 0);
+  bool closed = false;
+  EXPECT_EQ(read_until_closed(late, std::chrono::seconds(20), closed), "");
+  EXPECT_TRUE(closed) << "a head that never ends keeps its connection";
+  ::close(late);
+
+  // A head past 4 KB: 431, then closed.
+  int const big = tcp_connect(at);
+  ASSERT_GE(big, 0);
+  std::string const head = "GET /livez HTTP/1.1\r\nX-pad: " + std::string(5000, 'a');
+  (void)::send(big, head.data(), head.size(), MSG_NOSIGNAL);
+  auto const refused = read_until_closed(big, std::chrono::seconds(20), closed);
+  EXPECT_EQ(refused.rfind("HTTP/1.1 431 ", 0), 0u) << refused;
+  EXPECT_TRUE(closed);
+  ::close(big);
+
+  // HEAD answers without a body; other methods and paths are refused.
+  auto const head_res = web.Head("/readyz");
+  ASSERT_TRUE(head_res);
+  EXPECT_EQ(head_res->status, 200);
+  EXPECT_EQ(head_res->body, "");
+  auto const post = web.Post("/livez", "x", "text/plain");
+  ASSERT_TRUE(post);
+  EXPECT_EQ(post->status, 405);
+  EXPECT_EQ(post->get_header_value("Allow"), "GET, HEAD");
+  int const junk = tcp_connect(at);
+  ASSERT_GE(junk, 0);
+  (void)::send(junk, "hello\r\n\r\n", 9, MSG_NOSIGNAL);
+  EXPECT_EQ(read_until_closed(junk, std::chrono::seconds(20), closed).rfind("HTTP/1.1 400 ", 0), 0u);
+  ::close(junk);
+  auto const live = web.Get("/livez?verbose=1");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200) << "the query string is not the path";
 }
 
 /// A CUDA backend's stand-in that fails like a device: the CPU backend's

@@ -544,7 +544,18 @@ func (s *scheduler) serveHTTP(addr string) {
 		fail("--http %s: %v", addr, err)
 	}
 	slog.Info("http", "addr", ln.Addr().String())
-	go func() { _ = http.Serve(ln, mux) }()
+	go func() { _ = probeServer(mux, 2*time.Second).Serve(ln) }()
+}
+
+// probeServer serves the probes and metrics to peers that may not be
+// trusted (the pod's network): a request's head must come within
+// headTimeout and at most 8 KB, the whole request within twice that, an
+// answer within 10 s, and an idle kept-alive connection goes after 30 s.
+// http.Serve alone sets none of these, so a peer could hold connections,
+// and their memory, open for ever by sending a header line now and then.
+func probeServer(h http.Handler, headTimeout time.Duration) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: headTimeout, ReadTimeout: 2 * headTimeout,
+		WriteTimeout: 10 * time.Second, IdleTimeout: 30 * time.Second, MaxHeaderBytes: 8 << 10}
 }
 
 // lead runs the loop while this replica leads.

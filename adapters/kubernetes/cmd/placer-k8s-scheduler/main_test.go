@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -292,5 +295,77 @@ func TestEditedPodTriedAgain(t *testing.T) {
 		if ready, poked := readyAgain(s, p); !ready || !poked || s.queue.Attempts(p.UID) == 0 {
 			t.Errorf("%s added: ready %v, poked %v, attempts %d", name, ready, poked, s.queue.Attempts(p.UID))
 		}
+	}
+}
+
+// A peer that sends a request's head a line at a time is cut at the head's
+// deadline, and a head past the bound is refused, while a probe is answered.
+func TestProbeServerCutsSlowPeers(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+	srv := probeServer(mux, 300*time.Millisecond)
+	go func() { _ = srv.Serve(ln) }()
+	defer srv.Close()
+	addr := ln.Addr().String()
+
+	slow, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	start := time.Now()
+	closed := make(chan time.Duration, 1)
+	go func() {
+		buf := make([]byte, 512)
+		for {
+			if _, err := slow.Read(buf); err != nil {
+				closed <- time.Since(start)
+				return
+			}
+		}
+	}()
+	_, _ = slow.Write([]byte("GET /livez HTTP/1.1\r\nHost: x\r\n"))
+	feeding := time.NewTicker(50 * time.Millisecond)
+	defer feeding.Stop()
+	var after time.Duration
+	giveUp := time.After(20 * time.Second)
+wait:
+	for {
+		select {
+		case after = <-closed:
+			break wait
+		case <-feeding.C:
+			_, _ = slow.Write([]byte("X-a: b\r\n"))
+		case <-giveUp:
+			t.Fatal("a head sent a line at a time was never cut")
+		}
+	}
+	if after < 300*time.Millisecond {
+		t.Fatalf("cut after %v, before the head's deadline", after)
+	}
+
+	resp, err := http.Get("http://" + addr + "/livez")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("probe: %d", resp.StatusCode)
+	}
+
+	big, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer big.Close()
+	_, _ = big.Write([]byte("GET /livez HTTP/1.1\r\nHost: x\r\nX-pad: " + strings.Repeat("a", 16<<10) + "\r\n\r\n"))
+	_ = big.SetReadDeadline(time.Now().Add(20 * time.Second))
+	got, _ := io.ReadAll(big)
+	if !strings.HasPrefix(string(got), "HTTP/1.1 431 ") {
+		t.Fatalf("a 16 KB head: %q", string(got))
 	}
 }
