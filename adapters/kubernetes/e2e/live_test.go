@@ -936,24 +936,39 @@ func TestApiserverRestartReconnects(t *testing.T) {
 // A pod the scheduler cannot express is reported on that pod; the rest of
 // the round is placed, a DaemonSet-style pod (matchFields on
 // metadata.name) on its node.
+// What the API server takes and Placer cannot: a pod's share annotation
+// out of range, requests past every node (cpu 1e16, whose MilliValue wraps
+// to 0: bound anywhere before 2026-12-07), and a node of more GPUs than
+// Placer takes on one (80, a device plugin's time-slicing: Placer refused
+// every round while it was there). Each is reported, the rest placed.
 func TestInexpressiblePodReportedRoundPlaced(t *testing.T) {
 	c := newCluster(t, 16, 0)
+	script(t, "nodes", "1", "--dir", c.dir, "--port", fmt.Sprint(c.port), "--gpus", "80", "--prefix", "sliced-")
 	c.startScheduler()
 	ns := "expr"
 	bad := c.buildPod(ns, podSpec{name: "bad-share"})
 	bad.Annotations = map[string]string{"placer.io/gpu-milli": "1500"}
+	huge := c.buildPod(ns, podSpec{name: "huge", cpu: "1e16"})
 	ds := c.buildPod(ns, podSpec{name: "ds", gpus: 1})
 	ds.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
 		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
 			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{"node-3"}}}}}}}}
-	c.create(ns, c.buildPod(ns, podSpec{name: "ok", gpus: 1}), bad, ds)
-	ps := c.waitBound(ns, 60*time.Second, "bad-share")
+	onSliced := c.buildPod(ns, podSpec{name: "cpu-on-sliced", cpu: "2", hosts: []string{"sliced-1"}})
+	c.create(ns, c.buildPod(ns, podSpec{name: "ok", gpus: 1}), bad, ds, huge, onSliced)
+	ps := c.waitBound(ns, 60*time.Second, "bad-share", "huge")
 	for _, p := range ps {
 		if p.Name == "ds" && p.Spec.NodeName != "node-3" {
 			t.Errorf("ds on %s, its matchFields say node-3", p.Spec.NodeName)
 		}
+		if p.Name == "ok" && p.Spec.NodeName == "sliced-1" {
+			t.Errorf("a GPU pod on the node whose GPUs the rounds leave out")
+		}
 	}
 	c.waitCondition(ns, "bad-share", "SchedulerError", `placer: cannot express: annotation placer.io/gpu-milli="1500"`, 30*time.Second)
+	c.waitCondition(ns, "huge", "Unschedulable", "0/17 nodes are available: 17 Insufficient cpu.", 30*time.Second)
+	if !strings.Contains(c.schedulerLog(), "node=sliced-1") {
+		t.Errorf("no warning names the node whose GPUs are left out:\n%s", c.schedulerLog())
+	}
 }
 
 // Two replicas: only the one holding the Lease binds; when it dies the other takes over.

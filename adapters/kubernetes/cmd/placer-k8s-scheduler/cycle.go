@@ -126,6 +126,7 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	mRounds.Add(float64(out.Rounds))
 	if out.Rounds > 0 {
 		mRoundSec.Observe(out.PlacerTime.Seconds())
+		s.warnGPUsLeftOut(out.GPUsLeftOut)
 	}
 	switch {
 	case out.Err == "":
@@ -337,4 +338,18 @@ func (s *scheduler) namespaceLabels(ns string) map[string]string {
 		return n.Labels
 	}
 	return nil
+}
+
+// warnGPUsLeftOut logs each node whose GPUs the rounds leave out (more
+// than Placer takes on one node) when it first is, not at every cycle.
+func (s *scheduler) warnGPUsLeftOut(nodes []string) {
+	now := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		now[n] = true
+		if !s.gpusLeftOut[n] {
+			slog.Warn("a node's GPUs are left out of the rounds: more than Placer takes on one node; its CPU and memory are still scheduled",
+				"node", n, "most", translate.MaxNodeGPUs)
+		}
+	}
+	s.gpusLeftOut = now
 }

@@ -338,6 +338,9 @@ type scheduler struct {
 	lastErr      string // the last cycle's trouble with Placer, for /readyz's body
 	lastOK       time.Time
 	lastUnplaced int
+
+	// gpusLeftOut: the last round's nodes whose GPUs it left out (warnGPUsLeftOut).
+	gpusLeftOut map[string]bool
 }
 
 func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *placerclient.Client) *scheduler {

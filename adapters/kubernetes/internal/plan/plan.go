@@ -124,6 +124,9 @@ type Output struct {
 	// Groups: per pod group tried this cycle, "" when its minimum is placed,
 	// else why not.
 	Groups map[string]string
+	// GPUsLeftOut: nodes whose GPUs the rounds left out, more than Placer
+	// takes on one node (translate.Cluster.GPUsLeftOut).
+	GPUsLeftOut []string
 }
 
 const (
@@ -564,6 +567,9 @@ func (p *planner) round(sel []*unit) bool {
 		opt.Claimed = p.claimed()
 	}
 	c := translate.NewCluster(p.in.Nodes, p.accepted(), opt)
+	if p.out.GPUsLeftOut == nil {
+		p.out.GPUsLeftOut = c.GPUsLeftOut // the same nodes each round of a cycle
+	}
 	byUnit := map[*translate.Unit]*unit{}
 	var units []*translate.Unit
 	for _, u := range sel {

@@ -41,7 +41,14 @@ type Cluster struct {
 	// have it; exclKey: a key by the nodes' names joined.
 	excluded map[string]map[string]bool
 	exclKey  map[string]string
+	// GPUsLeftOut: the nodes with more GPUs than Placer takes on one
+	// (MaxNodeGPUs), whose GPUs the round leaves out (NewCluster).
+	GPUsLeftOut []string
 }
+
+// MaxNodeGPUs: the most GPUs Placer takes on one node (its
+// max_gpus_per_node); a round with a node of more is refused whole.
+const MaxNodeGPUs = 64
 
 // NewCluster: `nodes` with what `bound` pods use (bound by anyone, or by
 // this scheduler and not seen yet: pods with Spec.NodeName set, not
@@ -110,6 +117,20 @@ func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster
 			if model == "" {
 				model = product
 			}
+		}
+		if len(free) > MaxNodeGPUs {
+			// More GPUs than Placer takes on a node (a device plugin's
+			// time-slicing: 8 GPUs of 10 replicas each are 80): the round
+			// leaves its GPUs out, keeps its CPU and memory for pods that
+			// need no GPU, and makes none of its pods a victim, instead of
+			// Placer refusing every round while the node is there.
+			free = nil
+			for _, p := range on {
+				if h := c.holds[p]; h != nil {
+					h.ok = false
+				}
+			}
+			c.GPUsLeftOut = append(c.GPUsLeftOut, n.Name)
 		}
 		wn := &wire.NodeT{
 			Name: n.Name, GpuModel: model, GpuFreeMilli: free,

@@ -130,9 +130,28 @@ func Bound(p *corev1.Pod) bool {
 	return p.Spec.NodeName != "" && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
 }
 
-func milli(q resource.Quantity) int64 { return q.MilliValue() }
+// tooMuch: what milli, mib and gpus give for a quantity past what they
+// can say: more than any node holds and than Placer takes (2^40), and a
+// few thousand of them still add up within int64. The API server takes
+// requests such as cpu: 1e16, whose MilliValue wraps (to 0, or below 0).
+const tooMuch = int64(1) << 50
+
+var (
+	milliMost = *resource.NewMilliQuantity(tooMuch, resource.DecimalSI)
+	unitMost  = *resource.NewQuantity(tooMuch, resource.DecimalSI)
+)
+
+func milli(q resource.Quantity) int64 {
+	if q.Cmp(milliMost) > 0 {
+		return tooMuch
+	}
+	return q.MilliValue()
+}
 
 func mib(q resource.Quantity) int64 {
+	if q.Cmp(unitMost) > 0 {
+		return tooMuch
+	}
 	b := q.Value()
 	return (b + (1<<20 - 1)) >> 20
 }
@@ -141,6 +160,9 @@ func gpus(rl corev1.ResourceList) int64 {
 	q, ok := rl[GPUResource]
 	if !ok {
 		return 0
+	}
+	if q.Cmp(unitMost) > 0 {
+		return tooMuch
 	}
 	return q.Value()
 }
@@ -339,13 +361,28 @@ func expressible(p *corev1.Pod) string {
 	if share > 0 && gpus(rl) > 0 {
 		return fmt.Sprintf("annotation %s with an %s request: a share asks no whole GPUs", GPUMilliAnnot, GPUResource)
 	}
-	if g := gpus(rl); g > 64 {
-		return fmt.Sprintf("%d GPUs per pod (at most 64)", g)
-	}
-	if cpu, mem := milli(rl[corev1.ResourceCPU]), mib(rl[corev1.ResourceMemory]); cpu > 1<<40 || mem > 1<<40 {
-		return fmt.Sprintf("requests of %d mCPU and %d MiB are past Placer's 2^40", cpu, mem)
+	if g := gpus(rl); g > MaxNodeGPUs {
+		return fmt.Sprintf("%s GPUs per pod (at most %d)", rl.Name(GPUResource, resource.DecimalSI).String(), MaxNodeGPUs)
 	}
 	return ""
+}
+
+// pastEveryNode: why no node can ever hold pod p's CPU or memory, in
+// kube-scheduler's words ("" when some could): requests past Placer's 2^40
+// mCPU or MiB, which no node has.
+func pastEveryNode(p *corev1.Pod, nodes int) string {
+	rl := Requests(p)
+	var short []string
+	if milli(rl[corev1.ResourceCPU]) > 1<<40 {
+		short = append(short, fmt.Sprintf("%d Insufficient cpu", nodes))
+	}
+	if mib(rl[corev1.ResourceMemory]) > 1<<40 {
+		short = append(short, fmt.Sprintf("%d Insufficient memory", nodes))
+	}
+	if len(short) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("0/%d nodes are available: %s.", nodes, strings.Join(short, ", "))
 }
 
 // job makes one unit's Placer job, or says why it cannot; rules are the
@@ -353,6 +390,9 @@ func expressible(p *corev1.Pod) string {
 // constraints before them (explain.go tells the two apart).
 func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string) {
 	first := u.Pods[0]
+	if why := pastEveryNode(first, len(r.C.Nodes)); why != "" {
+		return nil, nil, nil, unschedulable + why
+	}
 	if why := expressible(first); why != "" {
 		if len(u.Pods) > 1 {
 			return nil, nil, nil, fmt.Sprintf("cannot express pod %s/%s of %s: %s", first.Namespace, first.Name, u.Key, why)

@@ -497,3 +497,82 @@ func TestEvictSendsLowerPriorityBoundPodsAsRunningJobs(t *testing.T) {
 		t.Errorf("without Evict: %d running jobs, queue policy %+v", len(r.Request.Running), r.Request.Policy.Queue)
 	}
 }
+
+// Requests the API server takes but no node can hold: cpu 1e16 (whose
+// MilliValue wraps to 0), cpu 92233720368547758 and memory 8Ei (to below
+// 0). Each pod is unschedulable in kube-scheduler's words, not a job of no
+// CPU that any node would take, nor one that Placer refuses with the round.
+func TestRequestsPastEveryNodeAreUnschedulable(t *testing.T) {
+	huge := func(name string, rl corev1.ResourceList) *corev1.Pod {
+		p := pod(name, 0, "1")
+		for k, v := range rl {
+			p.Spec.Containers[0].Resources.Requests[k] = v
+		}
+		return p
+	}
+	pending := []*corev1.Pod{
+		huge("cpu-1e16", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1e16")}),
+		huge("cpu-wraps", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("92233720368547758")}),
+		huge("mem-8ei", corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("8Ei")}),
+		huge("both", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1e18"), corev1.ResourceMemory: resource.MustParse("1e30")}),
+		huge("gpus", corev1.ResourceList{GPUResource: resource.MustParse("1e20")}),
+		pod("fine", 1, "2"),
+	}
+	r := build([]*corev1.Node{node("n1", "r1", 8), node("n2", "r1", 8)}, nil, pending, Options{})
+	if len(r.Request.Pending) != 1 || r.Request.Pending[0].Name != "pod/ns/fine" {
+		t.Fatalf("jobs: %d, want the fine pod's alone", len(r.Request.Pending))
+	}
+	want := map[string]string{
+		"pod/ns/cpu-1e16":  "Unschedulable: 0/2 nodes are available: 2 Insufficient cpu.",
+		"pod/ns/cpu-wraps": "Unschedulable: 0/2 nodes are available: 2 Insufficient cpu.",
+		"pod/ns/mem-8ei":   "Unschedulable: 0/2 nodes are available: 2 Insufficient memory.",
+		"pod/ns/both":      "Unschedulable: 0/2 nodes are available: 2 Insufficient cpu, 2 Insufficient memory.",
+		"pod/ns/gpus":      "SchedulerError: cannot express: 100e18 GPUs per pod (at most 64)",
+	}
+	for _, s := range r.Skipped {
+		if got := s.Reason + ": " + s.Why; got != want[s.Unit.Key] {
+			t.Errorf("%s: %q, want %q", s.Unit.Key, got, want[s.Unit.Key])
+		}
+		delete(want, s.Unit.Key)
+	}
+	if len(want) > 0 {
+		t.Errorf("not skipped: %v", want)
+	}
+	// A bound pod of such requests fills its node rather than emptying it.
+	b := huge("bound", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1e16")})
+	b.Spec.NodeName = "n1"
+	r = build([]*corev1.Node{node("n1", "r1", 8)}, []*corev1.Pod{b}, nil, Options{})
+	if n := r.Request.Cluster.Nodes[0]; n.CpuMilliFree != 0 {
+		t.Errorf("n1 with a bound pod of 1e16 CPUs: %d mCPU free", n.CpuMilliFree)
+	}
+}
+
+// A node of more GPUs than Placer takes on one (a device plugin's
+// time-slicing: 8 GPUs of 10 replicas are 80) would have Placer refuse
+// every round: its GPUs are left out, its CPU and memory kept, and its pods
+// are no victims.
+func TestANodePastPlacersGPUsKeepsItsCPUAndNoVictims(t *testing.T) {
+	prio := func(p *corev1.Pod, v int32) *corev1.Pod { p.Spec.Priority = &v; return p }
+	low := prio(pod("low", 2, "4"), 1)
+	low.Spec.NodeName = "big"
+	nodes := []*corev1.Node{node("big", "r1", 80), node("n1", "r1", 8)}
+	r := build(nodes, []*corev1.Pod{low}, []*corev1.Pod{prio(pod("urgent", 8, "8"), 100), pod("cpu", 0, "2")},
+		Options{Evict: true})
+	big := r.Request.Cluster.Nodes[0]
+	if big.Name != "big" || len(big.GpuFreeMilli) != 0 || big.CpuMilliCapacity != 96000 || big.CpuMilliFree != 92000 {
+		t.Errorf("big: %d GPUs, %d of %d mCPU free; want none, 92000 of 96000", len(big.GpuFreeMilli), big.CpuMilliFree,
+			big.CpuMilliCapacity)
+	}
+	if n1 := r.Request.Cluster.Nodes[1]; len(n1.GpuFreeMilli) != 8 {
+		t.Errorf("n1: %d GPUs", len(n1.GpuFreeMilli))
+	}
+	if got := r.C.GPUsLeftOut; len(got) != 1 || got[0] != "big" {
+		t.Errorf("GPUs left out: %v", got)
+	}
+	if len(r.Request.Running) != 0 {
+		t.Errorf("a pod on a node whose GPUs are left out is a victim: %v", r.Request.Running[0].Name)
+	}
+	if len(r.Request.Pending) != 2 {
+		t.Errorf("jobs: %d, want 2", len(r.Request.Pending))
+	}
+}
