@@ -50,6 +50,10 @@ type Cluster struct {
 // max_gpus_per_node); a round with a node of more is refused whole.
 const MaxNodeGPUs = 64
 
+// maxResource: the most mCPU or MiB Placer takes for a demand or a node's
+// capacity (its max_resource, 2^40).
+const maxResource = int64(1) << 40
+
 // NewCluster: `nodes` with what `bound` pods use (bound by anyone, or by
 // this scheduler and not seen yet: pods with Spec.NodeName set, not
 // finished). Pods bound to a node not in `nodes` are left out.
@@ -92,7 +96,9 @@ func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster
 		c.side[ni] = sideFree(n, on, used)
 		alloc := n.Status.Allocatable
 		free := c.gpus(ni, n, on, reqs)
-		cpuCap, memCap := milli(alloc[corev1.ResourceCPU]), mib(alloc[corev1.ResourceMemory])
+		// At most Placer's 2^40 mCPU and MiB (a billion cores; a round with
+		// more on a node is refused whole), whatever a node says it has.
+		cpuCap, memCap := min(milli(alloc[corev1.ResourceCPU]), maxResource), min(mib(alloc[corev1.ResourceMemory]), maxResource)
 		// CPU and memory: a pod holds its requests while the node's use
 		// (at most its allocatable) has room for them, as a round requires.
 		cpuUsed, memUsed := min(cpuCap, milli(used[corev1.ResourceCPU])), min(memCap, mib(used[corev1.ResourceMemory]))

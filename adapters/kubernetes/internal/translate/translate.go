@@ -373,10 +373,10 @@ func expressible(p *corev1.Pod) string {
 func pastEveryNode(p *corev1.Pod, nodes int) string {
 	rl := Requests(p)
 	var short []string
-	if milli(rl[corev1.ResourceCPU]) > 1<<40 {
+	if milli(rl[corev1.ResourceCPU]) > maxResource {
 		short = append(short, fmt.Sprintf("%d Insufficient cpu", nodes))
 	}
-	if mib(rl[corev1.ResourceMemory]) > 1<<40 {
+	if mib(rl[corev1.ResourceMemory]) > maxResource {
 		short = append(short, fmt.Sprintf("%d Insufficient memory", nodes))
 	}
 	if len(short) == 0 {

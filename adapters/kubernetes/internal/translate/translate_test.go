@@ -545,6 +545,15 @@ func TestRequestsPastEveryNodeAreUnschedulable(t *testing.T) {
 	if n := r.Request.Cluster.Nodes[0]; n.CpuMilliFree != 0 {
 		t.Errorf("n1 with a bound pod of 1e16 CPUs: %d mCPU free", n.CpuMilliFree)
 	}
+	// A node that says it has more than Placer takes has that much.
+	vast := node("vast", "r1", 8)
+	vast.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse("1e16")
+	vast.Status.Allocatable[corev1.ResourceMemory] = resource.MustParse("8Ei")
+	r = build([]*corev1.Node{vast}, nil, []*corev1.Pod{pod("fine", 1, "2")}, Options{})
+	if n := r.Request.Cluster.Nodes[0]; n.CpuMilliCapacity != 1<<40 || n.MemoryMibCapacity != 1<<40 ||
+		n.CpuMilliFree != 1<<40 || n.MemoryMibFree != 1<<40 {
+		t.Errorf("a node of 1e16 CPUs and 8Ei: %+v", n)
+	}
 }
 
 // A node of more GPUs than Placer takes on one (a device plugin's
