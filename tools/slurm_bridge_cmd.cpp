@@ -163,6 +163,21 @@ bool cycle(slurm::bridge_options& opt, priority_reader& prio, client& svc, slurm
     try {
       snap.round.state.epoch = ++epoch;
       auto reply = svc.solve_incremental(snap.round);
+      // A round refused for one job's sake goes again without it (it stays
+      // held, saying why), at most five times a cycle, as the Kubernetes
+      // scheduler does: one job never holds up the rest.
+      for (int dropped = 0; reply.code == wire::ErrorCode::InvalidArgument && dropped < 5 &&
+                            slurm::drop_refused(snap, reply.message);
+           ++dropped) {
+        std::fprintf(stderr, "slurm-bridge: the service refused job %lld: %s\n",
+                     static_cast<long long>(snap.skipped.back().job), reply.message.c_str());
+        if (snap.round.pending.empty()) {
+          reply = {};
+          break;
+        }
+        snap.round.state.epoch = ++epoch;
+        reply = svc.solve_incremental(snap.round);
+      }
       solve_ms = ms_since(t2);
       if (svc.failovers() != failovers) fell_over = svc.current_endpoint();
       if (contact.failing_since) {

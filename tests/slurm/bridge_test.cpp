@@ -484,6 +484,71 @@ TEST(SlurmBridge, RoundsSentAsDeltasDecideAsFullRoundsDo) {
   EXPECT_EQ(svc.resyncs(), 0U);
 }
 
+// Numbers no node has: a job's CPUs or memory past Placer's 2^40 is
+// skipped (it stays held, saying why) instead of having Placer refuse the
+// round for everyone; a node that says it has more has 2^40.
+TEST(SlurmBridge, RequestsPastEveryNodeAreSkippedAndNodesHoldAtMostPlacersBound) {
+  std::string const squeue = R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":2000000000)") + "," +
+                             job(2, R"("node_count":1,"cpus":4,"memory_per_cpu":1000000000000)") + "," +
+                             job(3, R"("node_count":1,"cpus":4,"memory_per_cpu":9000000000000000000)") + "," +
+                             job(4, R"("node_count":1,"cpus":4,"tres_per_node":"gres:gpu:1")") + "]}";
+  std::string nodes = sinfo();
+  nodes.replace(nodes.find(R"("cpus":64)"), 9, R"("cpus":9000000000000000)");
+  nodes.replace(nodes.find(R"("real_memory":512000)"), 20, R"("real_memory":9000000000000000)");
+  auto const snap = slurm::build_round(squeue, nodes, {});
+  ASSERT_EQ(snap.job_ids, (std::vector<std::int64_t>{4}));
+  ASSERT_EQ(snap.skipped.size(), 3U);
+  for (auto const& sk : snap.skipped) EXPECT_NE(sk.why.find("past what any node has"), std::string::npos) << sk.why;
+  auto const& n1 = snap.round.state.nodes[0];
+  EXPECT_EQ(n1.cpu_milli_capacity, max_resource);
+  EXPECT_EQ(n1.memory_mib_capacity, max_resource);
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(snap.round);  // a round Placer takes: it throws on one it would refuse
+  EXPECT_EQ(r.placements.size(), 1U);
+}
+
+// A round Placer refuses for one job's sake: the real service's message
+// names the job, drop_refused takes it out (skipped, held, saying why), and
+// the round goes again with the rest.
+TEST(SlurmBridge, AJobPlacerRefusesLeavesTheRoundAndTheRestIsPlaced) {
+  testing_support::running_server srv;
+  client_options opt;
+  opt.endpoint = srv.endpoint();
+  opt.timeout_ms = 5000;
+  client svc(opt);
+  std::string const gpus = R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:)";
+  auto snap = slurm::build_round(
+      R"({"jobs":[)" + job(1, gpus + R"(1")") + "," + job(2, gpus + R"(2")") + "," + job(3, gpus + R"(1")") + "]}",
+      sinfo(), {});
+  ASSERT_EQ(snap.job_ids, (std::vector<std::int64_t>{1, 2, 3}));
+  snap.round.pending[1].per_replica.cpu_milli = -5;  // what no reading of Slurm makes: Placer refuses it
+  snap.round.state.epoch = 1;
+  auto reply = svc.solve_incremental(snap.round);
+  ASSERT_EQ(reply.code, wire::ErrorCode::InvalidArgument);
+  EXPECT_FALSE(slurm::drop_refused(snap, "node 0 ('n1'): has no name"));
+  std::string renamed = reply.message;
+  renamed.replace(renamed.find("slurm-2"), 7, "slurm-9");
+  EXPECT_FALSE(slurm::drop_refused(snap, renamed)) << "the message's job must be the round's";
+  ASSERT_TRUE(slurm::drop_refused(snap, reply.message)) << reply.message;
+  EXPECT_EQ(snap.job_ids, (std::vector<std::int64_t>{1, 3}));
+  EXPECT_EQ(snap.round.pending.size(), 2U);
+  EXPECT_EQ(snap.node_count.size(), 2U);
+  ASSERT_EQ(snap.skipped.size(), 1U);
+  EXPECT_EQ(snap.skipped[0].job, 2);
+  EXPECT_NE(snap.skipped[0].why.find("Placer refused it: pending job 1 ('slurm-2'): demand.cpu_milli"), std::string::npos)
+      << snap.skipped[0].why;
+  snap.round.state.epoch = 2;
+  reply = svc.solve_incremental(snap.round);
+  ASSERT_EQ(reply.code, wire::ErrorCode::Ok) << reply.message;
+  auto const acts = slurm::decide(snap, reply.result);
+  std::map<std::int64_t, slurm::action> by;
+  for (auto const& a : acts) by[a.job] = a;
+  EXPECT_FALSE(by[1].nodes.empty());
+  EXPECT_FALSE(by[3].nodes.empty());
+  EXPECT_TRUE(by[2].nodes.empty());
+  EXPECT_NE(by[2].comment.find("Placer refused it"), std::string::npos) << by[2].comment;
+}
+
 TEST(SlurmBridge, JobsStayInTheirPartitions) {
   std::string const info =
       R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100", "idle", "", "train") + "," +

@@ -11,6 +11,7 @@
 #include <ctime>
 #include <limits>
 #include <map>
+#include <regex>
 #include <set>
 
 namespace placer::slurm {
@@ -59,6 +60,12 @@ std::int64_t num(json const& o, char const* key, std::int64_t def = 0) {
     if (n != it->end() && n->is_number()) return n->get<std::int64_t>();
   }
   return def;
+}
+
+/// CPUs in milli-CPU, at least 0; past Placer's max_resource as just past
+/// it, not as a product that wrapped.
+std::int64_t milli(std::int64_t cpus) {
+  return cpus > max_resource / 1000 ? max_resource + 1 : std::max<std::int64_t>(0, cpus) * 1000;
 }
 
 /// A job's state: "PENDING", or the first of ["PENDING", flags...].
@@ -627,9 +634,11 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
                               str(n, "gres_used") + "'): left out");
       continue;
     }
-    nd.cpu_milli_capacity = num(n, "cpus") * 1000;
-    nd.cpu_milli_free = std::max<std::int64_t>(0, nd.cpu_milli_capacity - num(n, "alloc_cpus") * 1000);
-    nd.memory_mib_capacity = num(n, "real_memory");
+    // At most Placer's 2^40 mCPU and MiB (a round with more on a node is
+    // refused whole), whatever a node says it has.
+    nd.cpu_milli_capacity = std::min(milli(num(n, "cpus")), max_resource);
+    nd.cpu_milli_free = std::max<std::int64_t>(0, nd.cpu_milli_capacity - milli(num(n, "alloc_cpus")));
+    nd.memory_mib_capacity = std::min(num(n, "real_memory"), max_resource);
     nd.memory_mib_free = std::max<std::int64_t>(0, nd.memory_mib_capacity - num(n, "alloc_memory"));
     // "idle" with state_flags ["DRAIN"] (22.05), or ["IDLE", "DRAIN"] (newer).
     auto words = split(str(n, "state"), ',');
@@ -702,7 +711,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     rj.preemptible = j.value("requeue", false);
     rj.gang = hosts.size() > 1;
     rj.start_time = num(j, "start_time", now);
-    std::int64_t const cpus = num(j, "cpus", 1) * 1000 / static_cast<std::int64_t>(hosts.size());
+    std::int64_t const cpus = milli(num(j, "cpus", 1)) / static_cast<std::int64_t>(hosts.size());
     std::int64_t memory = std::numeric_limits<std::int64_t>::max();
     auto const alloc = j.value("job_resources", json::object()).value("allocated_nodes", json::array());
     for (auto const& a : alloc) memory = std::min(memory, num(a, "memory_allocated", 0));
@@ -776,7 +785,10 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     }
     std::int64_t const cpus = std::max(num(j, "minimum_cpus_per_node", 1), (num(j, "cpus", 1) + nodes - 1) / nodes);
     std::int64_t memory = num(j, "memory_per_node");
-    if (memory <= 0) memory = num(j, "memory_per_cpu") * cpus;
+    if (memory <= 0) {
+      std::int64_t const per_cpu = std::max<std::int64_t>(0, num(j, "memory_per_cpu"));
+      memory = cpus > 0 && per_cpu > max_resource / cpus ? max_resource + 1 : per_cpu * std::max<std::int64_t>(0, cpus);
+    }
     bool const held = str(j, "state_reason") == "JobHeldUser";
     if (held) snap.comments[id] = str(j, "admin_comment");
     if (!held) {
@@ -801,7 +813,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
             --left;
           }
         }
-        nd.cpu_milli_free = std::max<std::int64_t>(0, nd.cpu_milli_free - cpus * 1000);
+        nd.cpu_milli_free = std::max<std::int64_t>(0, nd.cpu_milli_free - milli(cpus));
         nd.memory_mib_free = std::max<std::int64_t>(0, nd.memory_mib_free - memory);
       }
       continue;
@@ -818,6 +830,11 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
       skip("-N " + std::to_string(nodes) + " with " + std::to_string(gpus) + " GPUs a node is out of range");
       continue;
     }
+    if (milli(cpus) > max_resource || memory > max_resource) {
+      skip(std::to_string(cpus) + " CPUs and " + std::to_string(memory) +
+           " MB a node are past what any node has (Placer takes at most 2^40 mCPU and MiB)");
+      continue;
+    }
     job jb;
     jb.name = "slurm-" + std::to_string(id);
     jb.priority = rank.priority(j);
@@ -826,7 +843,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     jb.gang = nodes > 1;
     jb.distinct_nodes = nodes > 1;  // -N: a node for each replica
     jb.per_replica.gpus = static_cast<std::int32_t>(gpus);
-    jb.per_replica.cpu_milli = cpus * 1000;
+    jb.per_replica.cpu_milli = milli(cpus);
     jb.per_replica.memory_mib = memory;
     if (!model.empty()) jb.allowed_gpu_models = {model};
     jb.submit_time = num(j, "submit_time", now);
@@ -916,6 +933,20 @@ std::vector<action> decide(snapshot const& snap, round_result const& r) {
   }
   for (auto const& s : snap.skipped) held(s.job, one_line("placer: skipped: " + s.why));
   return out;
+}
+
+bool drop_refused(snapshot& snap, std::string const& message) {
+  static std::regex const named(R"(pending job (\d{1,9}) \('([^']*)'\))");
+  std::smatch m;
+  if (!std::regex_search(message, m, named)) return false;
+  auto const k = static_cast<std::size_t>(std::stoll(m[1].str()));
+  auto& pending = snap.round.pending;
+  if (k >= pending.size() || pending[k].name != m[2].str()) return false;
+  snap.skipped.push_back({snap.job_ids[k], "Placer refused it: " + message});
+  pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
+  snap.job_ids.erase(snap.job_ids.begin() + static_cast<std::ptrdiff_t>(k));
+  snap.node_count.erase(snap.node_count.begin() + static_cast<std::ptrdiff_t>(k));
+  return true;
 }
 
 std::vector<action> release_to_slurm(snapshot const& snap, std::string const& why) {

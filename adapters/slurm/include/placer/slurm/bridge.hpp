@@ -189,6 +189,13 @@ struct action {
 /// when their AdminComment says it already).
 std::vector<action> decide(snapshot const& snap, round_result const& r);
 
+/// Placer refused snap's round for one pending job's sake, which its
+/// message names ("pending job N ('slurm-ID'): ..."): that job leaves the
+/// round, skipped with Placer's words (it stays held, saying why), so that
+/// the round can go again without it and one job never holds up the rest.
+/// False, nothing changed, when the message names no job of the round.
+bool drop_refused(snapshot& snap, std::string const& message);
+
 /// Failing open (`placer slurm-bridge --fallback-after S`, docs/slurm.md):
 /// every held job of the snapshot, those Placer could place and those it
 /// skipped, released to Slurm's own scheduler, each with an AdminComment
