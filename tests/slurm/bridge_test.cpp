@@ -433,12 +433,17 @@ TEST(SlurmBridge, EvictionsAreRequeuesUnderAFlag) {
 // changed, the jobs that left and arrived; the client keeps the caller's
 // job order, so the reply indexes the snapshot's jobs): every cycle decides
 // what the same round solved in full on its own decides.
-TEST(SlurmBridge, RoundsSentAsDeltasDecideAsFullRoundsDo) {
-  testing_support::running_server srv;
+/// A client of srv that waits up to 5 s for an answer.
+client_options options_for(testing_support::running_server const& srv) {
   client_options opt;
   opt.endpoint = srv.endpoint();
   opt.timeout_ms = 5000;
-  client svc(opt);
+  return opt;
+}
+
+TEST(SlurmBridge, RoundsSentAsDeltasDecideAsFullRoundsDo) {
+  testing_support::running_server srv;
+  client svc(options_for(srv));
   std::uint64_t epoch = 0;
   auto by_job = [](std::vector<slurm::action> const& acts) {
     std::map<std::int64_t, std::pair<std::vector<std::string>, std::string>> m;
@@ -512,10 +517,7 @@ TEST(SlurmBridge, RequestsPastEveryNodeAreSkippedAndNodesHoldAtMostPlacersBound)
 // the round goes again with the rest.
 TEST(SlurmBridge, AJobPlacerRefusesLeavesTheRoundAndTheRestIsPlaced) {
   testing_support::running_server srv;
-  client_options opt;
-  opt.endpoint = srv.endpoint();
-  opt.timeout_ms = 5000;
-  client svc(opt);
+  client svc(options_for(srv));
   std::string const gpus = R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:)";
   auto snap = slurm::build_round(
       R"({"jobs":[)" + job(1, gpus + R"(1")") + "," + job(2, gpus + R"(2")") + "," + job(3, gpus + R"(1")") + "]}",
