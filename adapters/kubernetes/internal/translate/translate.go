@@ -15,6 +15,7 @@ package translate
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -139,6 +140,9 @@ const tooMuch = int64(1) << 50
 var (
 	milliMost = *resource.NewMilliQuantity(tooMuch, resource.DecimalSI)
 	unitMost  = *resource.NewQuantity(tooMuch, resource.DecimalSI)
+	// bytesMost: the most bytes whose MiB mib counts exactly; past it, more
+	// than 2^43 MiB, and so tooMuch.
+	bytesMost = *resource.NewQuantity(math.MaxInt64-(1<<20-1), resource.BinarySI)
 )
 
 func milli(q resource.Quantity) int64 {
@@ -149,7 +153,7 @@ func milli(q resource.Quantity) int64 {
 }
 
 func mib(q resource.Quantity) int64 {
-	if q.Cmp(unitMost) > 0 {
+	if q.Cmp(bytesMost) > 0 {
 		return tooMuch
 	}
 	b := q.Value()

@@ -554,6 +554,12 @@ func TestRequestsPastEveryNodeAreUnschedulable(t *testing.T) {
 		n.CpuMilliFree != 1<<40 || n.MemoryMibFree != 1<<40 {
 		t.Errorf("a node of 1e16 CPUs and 8Ei: %+v", n)
 	}
+	// Below that, as much as it says: 2Pi is 2^31 MiB, not more.
+	vast.Status.Allocatable[corev1.ResourceMemory] = resource.MustParse("2Pi")
+	r = build([]*corev1.Node{vast}, nil, nil, Options{})
+	if n := r.Request.Cluster.Nodes[0]; n.MemoryMibCapacity != 1<<31 {
+		t.Errorf("a node of 2Pi: %d MiB", n.MemoryMibCapacity)
+	}
 }
 
 // A node of more GPUs than Placer takes on one (a device plugin's
