@@ -253,9 +253,10 @@ summary() {
 }
 
 stalls() {  # issue 53 item 6: where the 10k tier kernel's warps wait, instruction by instruction (ncu's PC
-  # sampling over its third launch: stalls-10k-sass.csv, the source page by SASS instruction, which
-  # bench/gpu_kit/sass_lines.py joins to the bundle's SASS dump; stalls-10k-raw.csv, the kernel's totals by
-  # stall reason; the report itself), about 60 s
+  # sampling over its third launch: stalls-10k-sass.csv.xz, the source page by SASS instruction, which
+  # bench/gpu_kit/sass_lines.py joins to the bundle's SASS dump; stalls-10k-raw.csv.xz, the kernel's totals by
+  # stall reason), about 60 s. Compressed, and each left out past 12 MiB: results.tar comes back whole only
+  # under 16 MiB (the report itself, about as large, stays on the machine)
   local ncu
   ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
   [ -n "$ncu" ] || { echo "gpu-run: no ncu here: no stall profile" | tee -a "$OUT/tests.txt"; return; }
@@ -266,11 +267,14 @@ stalls() {  # issue 53 item 6: where the 10k tier kernel's warps wait, instructi
     "$G/bin/placer" bench --scenario 10k --rounds 3 --configs cuda --data "$G/data" > /tmp/stalls.txt 2>&1 ||
     { status=1; tail -5 /tmp/stalls.txt; }
   [ -f /tmp/stalls-10k.ncu-rep ] || { echo "gpu-run: ncu wrote no report" | tee -a "$OUT/tests.txt"; return; }
-  "$ncu" -i /tmp/stalls-10k.ncu-rep --page source --print-source sass --csv > "$OUT/stalls-10k-sass.csv" 2>&1 || status=1
-  "$ncu" -i /tmp/stalls-10k.ncu-rep --page raw --csv > "$OUT/stalls-10k-raw.csv" 2>&1 || status=1
-  cp /tmp/stalls-10k.ncu-rep "$OUT/"
-  echo "== stalls: $(wc -l < "$OUT/stalls-10k-sass.csv") lines of SASS samples"
-  grep -o 'smsp__pcsamp_warps_issue_stalled_[a-z_]*' "$OUT/stalls-10k-raw.csv" | head -3
+  "$ncu" -i /tmp/stalls-10k.ncu-rep --page source --print-source sass --csv > /tmp/stalls-10k-sass.csv 2>&1 || status=1
+  "$ncu" -i /tmp/stalls-10k.ncu-rep --page raw --csv > /tmp/stalls-10k-raw.csv 2>&1 || status=1
+  echo "== stalls: $(wc -l < /tmp/stalls-10k-sass.csv) lines of SASS samples, $(grep -c pcsamp /tmp/stalls-10k-raw.csv) lines of stall reasons"
+  for f in sass raw; do
+    xz -T0 -6 -c "/tmp/stalls-10k-$f.csv" > "$OUT/stalls-10k-$f.csv.xz"
+    (( $(stat -c %s "$OUT/stalls-10k-$f.csv.xz") < 12 << 20 )) ||
+      { echo "gpu-run: stalls-10k-$f.csv.xz is past 12 MiB: left out" | tee -a "$OUT/tests.txt"; rm -f "$OUT/stalls-10k-$f.csv.xz"; }
+  done
 }
 cluster_diag() {  # seconds: why 10k-k8s's chains fail on a cluster (PLACER_CUDA_TIER_SHARED=1 PLACER_CUDA_TIER_CLUSTER=1)
   # 2026-12-04 (dc173b0 .. 704181c): the scenarios' parity failed with an illegal address on the clusters

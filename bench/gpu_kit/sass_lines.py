@@ -12,8 +12,8 @@ loads and stores, atomics, barriers and shuffles. Without --stalls it prints the
 lines with the most local-memory traffic: what a GPU would wait on in L1 where a register would
 do, counted on a machine without one.
 
---stalls CSV is ncu's source page of one launch of the same kernel (`ncu -i REPORT --page
-source --print-source sass --csv`, the kit's `stalls` step): each instruction's warp-state
+--stalls CSV is ncu's source page of one launch of the same kernel, plain or xz-compressed
+(`ncu -i REPORT --page source --print-source sass --csv`, the kit's `stalls` step): each instruction's warp-state
 samples, joined to the dump by the instruction's offset from the function's first one (the
 opcodes checked: the join's agreement is printed, and below 90% it fails; without an address
 column, by the instructions' order). The lines and files
@@ -174,7 +174,7 @@ def main(argv=None):
     report = {"instructions": len(insns), "lines": {}, "files": {}}
     if a.stalls:
         try:
-            with open(a.stalls) as f:
+            with (lzma.open if a.stalls.endswith(".xz") else open)(a.stalls, "rt") as f:
                 body, numeric = read_stalls(f.read())
         except (OSError, ValueError) as e:
             print(f"sass_lines: cannot read the profile {a.stalls}: {e}", file=sys.stderr)
