@@ -491,18 +491,20 @@ TEST(SlurmBridge, RoundsSentAsDeltasDecideAsFullRoundsDo) {
 
 // Numbers no node has: a job's CPUs or memory past Placer's 2^40 is
 // skipped (it stays held, saying why) instead of having Placer refuse the
-// round for everyone; a node that says it has more has 2^40.
+// round for everyone, int64's largest CPUs over two nodes too (no sum that
+// wraps); a node that says it has more has 2^40.
 TEST(SlurmBridge, RequestsPastEveryNodeAreSkippedAndNodesHoldAtMostPlacersBound) {
   std::string const squeue = R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":2000000000)") + "," +
                              job(2, R"("node_count":1,"cpus":4,"memory_per_cpu":1000000000000)") + "," +
                              job(3, R"("node_count":1,"cpus":4,"memory_per_cpu":9000000000000000000)") + "," +
-                             job(4, R"("node_count":1,"cpus":4,"tres_per_node":"gres:gpu:1")") + "]}";
+                             job(4, R"("node_count":1,"cpus":4,"tres_per_node":"gres:gpu:1")") + "," +
+                             job(5, R"("node_count":2,"cpus":9223372036854775807)") + "]}";
   std::string nodes = sinfo();
   nodes.replace(nodes.find(R"("cpus":64)"), 9, R"("cpus":9000000000000000)");
   nodes.replace(nodes.find(R"("real_memory":512000)"), 20, R"("real_memory":9000000000000000)");
   auto const snap = slurm::build_round(squeue, nodes, {});
   ASSERT_EQ(snap.job_ids, (std::vector<std::int64_t>{4}));
-  ASSERT_EQ(snap.skipped.size(), 3U);
+  ASSERT_EQ(snap.skipped.size(), 4U);
   for (auto const& sk : snap.skipped) EXPECT_NE(sk.why.find("past what any node has"), std::string::npos) << sk.why;
   auto const& n1 = snap.round.state.nodes[0];
   EXPECT_EQ(n1.cpu_milli_capacity, max_resource);

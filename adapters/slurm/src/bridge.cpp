@@ -783,7 +783,9 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
         odd = true;
       }
     }
-    std::int64_t const cpus = std::max(num(j, "minimum_cpus_per_node", 1), (num(j, "cpus", 1) + nodes - 1) / nodes);
+    std::int64_t const total_cpus = num(j, "cpus", 1);  // a node's share rounded up, with no sum that could wrap
+    std::int64_t const cpus =
+        std::max(num(j, "minimum_cpus_per_node", 1), total_cpus / nodes + (total_cpus % nodes > 0 ? 1 : 0));
     std::int64_t memory = num(j, "memory_per_node");
     if (memory <= 0) {
       std::int64_t const per_cpu = std::max<std::int64_t>(0, num(j, "memory_per_cpu"));
