@@ -623,6 +623,24 @@ func (p *planner) round(sel []*unit) bool {
 		}
 		reply, err = p.in.Solve(r.Request)
 	}
+	// A round of more constraint sets x node groups than Placer evaluates in
+	// one ("... distinct constraint sets x ... node groups ..., above the
+	// limit": pods pinned to many different nodes) goes again with its
+	// first half, the rest left todo for the next wave (or cycle), a gang
+	// never cut: halves until it fits or one unit is left.
+	for err == nil && reply.Code == wire.ErrorCodeResourceExhausted && strings.Contains(reply.Message, "distinct constraint sets") {
+		keep := len(r.Units) / 2
+		for keep > 0 && byUnit[r.Units[keep-1]].gang != nil && byUnit[r.Units[keep-1]].gang == byUnit[r.Units[keep]].gang {
+			keep--
+		}
+		if keep == 0 {
+			break
+		}
+		for j := len(r.Units) - 1; j >= keep; j-- {
+			r.Drop(j, "")
+		}
+		reply, err = p.in.Solve(r.Request)
+	}
 	p.out.PlacerTime += time.Since(t0)
 	if err != nil || reply.Code != wire.ErrorCodeOk {
 		if err != nil {

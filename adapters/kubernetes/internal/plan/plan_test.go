@@ -553,3 +553,41 @@ func TestOutbidToldWhatTheNodeLacks(t *testing.T) {
 		t.Errorf("low: %q", why)
 	}
 }
+
+// Pods pinned each to its own node (a nodeSelector on the hostname: a
+// per-node job across the cluster) make one constraint set per pod, and
+// Placer refuses a round of more sets x node groups than it evaluates
+// (2000 pods on 3000 nodes: 2,001 x 2,001 groups, 8 M, past 4 M). The round
+// goes again with its first half, the rest in the next wave, and every pod
+// is placed on its node in one cycle; none is failed for the others' sake.
+func TestPinnedPodsPastPlacersConstraintBoundGoInHalves(t *testing.T) {
+	solve := solver(t)
+	ns := make([]*corev1.Node, 0, 3000)
+	for i := 0; i < 3000; i++ {
+		n := nodes(1, 1)[0]
+		n.Name = fmt.Sprintf("node-%04d", i)
+		n.Labels[translate.HostnameKey] = n.Name
+		ns = append(ns, n)
+	}
+	var pending []*corev1.Pod
+	for i := 0; i < 2000; i++ {
+		p := pod(fmt.Sprintf("pin-%04d", i), 1, "1", nil)
+		p.Spec.NodeSelector = map[string]string{translate.HostnameKey: fmt.Sprintf("node-%04d", i)}
+		pending = append(pending, p)
+	}
+	out := runOpt(t, solve, translate.Options{}, ns, nil, pending, nil)
+	if out.Err != "" {
+		t.Fatalf("the cycle failed: %s", out.Err)
+	}
+	if len(out.Binds) != 2000 || len(out.Failed) != 0 || len(out.Untried) != 0 {
+		t.Fatalf("%d bound, %d failed, %d untried; want 2000 bound", len(out.Binds), len(out.Failed), len(out.Untried))
+	}
+	for _, b := range out.Binds {
+		if want := "node-" + strings.TrimPrefix(b.Pod.Name, "pin-"); b.Node != want {
+			t.Fatalf("%s on %s, want %s", b.Pod.Name, b.Node, want)
+		}
+	}
+	if out.Rounds != 2 {
+		t.Errorf("%d waves, want 2: the first half in the first, the second half in the next", out.Rounds)
+	}
+}
