@@ -626,8 +626,10 @@ func (p *planner) round(sel []*unit) bool {
 	// A round of more constraint sets x node groups than Placer evaluates in
 	// one ("... distinct constraint sets x ... node groups ..., above the
 	// limit": pods pinned to many different nodes) goes again with its
-	// first half, the rest left todo for the next wave (or cycle), a gang
-	// never cut: halves until it fits or one unit is left.
+	// first half, the rest left todo for the next wave (or cycle), the cut
+	// never between two units of one gang (a gang's later shapes may still
+	// come in later waves, as they do): halves until it fits or one unit is
+	// left.
 	for err == nil && reply.Code == wire.ErrorCodeResourceExhausted && strings.Contains(reply.Message, "distinct constraint sets") {
 		keep := len(r.Units) / 2
 		for keep > 0 && byUnit[r.Units[keep-1]].gang != nil && byUnit[r.Units[keep-1]].gang == byUnit[r.Units[keep]].gang {
