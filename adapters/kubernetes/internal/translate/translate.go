@@ -307,10 +307,10 @@ func (r *Round) queue(p *corev1.Pod) string {
 // and the labels in `keys`: those some pod rule of the round selects
 // on); or why the pod cannot be expressed.
 func Signature(p *corev1.Pod, keys map[string]bool) (string, string) {
-	if why := expressible(p); why != "" {
+	rl := Requests(p)
+	if why := expressible(p, rl); why != "" {
 		return "", why
 	}
-	rl := Requests(p)
 	share, _ := Share(p)
 	names := make([]string, 0, len(rl))
 	for k := range rl {
@@ -342,7 +342,7 @@ func Signature(p *corev1.Pod, keys map[string]bool) (string, string) {
 }
 
 // expressible: why a pod cannot be a Placer job ("" = it can).
-func expressible(p *corev1.Pod) string {
+func expressible(p *corev1.Pod, rl corev1.ResourceList) string {
 	if a := p.Spec.Affinity; a != nil {
 		if na := a.NodeAffinity; na != nil && na.RequiredDuringSchedulingIgnoredDuringExecution != nil {
 			for _, t := range na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
@@ -357,7 +357,6 @@ func expressible(p *corev1.Pod) string {
 	if why := rulesProblem(p); why != "" {
 		return why
 	}
-	rl := Requests(p)
 	share, ok := Share(p)
 	if !ok {
 		return fmt.Sprintf("annotation %s=%q: want a GPU share in milli-GPU, 1..999", GPUMilliAnnot, p.Annotations[GPUMilliAnnot])
@@ -371,11 +370,10 @@ func expressible(p *corev1.Pod) string {
 	return ""
 }
 
-// pastEveryNode: why no node can ever hold pod p's CPU or memory, in
-// kube-scheduler's words ("" when some could): requests past Placer's 2^40
-// mCPU or MiB, which no node has.
-func pastEveryNode(p *corev1.Pod, nodes int) string {
-	rl := Requests(p)
+// pastEveryNode: why no node can ever hold a pod's requests rl of CPU or
+// memory, in kube-scheduler's words ("" when some could): past Placer's
+// 2^40 mCPU or MiB, which no node has.
+func pastEveryNode(rl corev1.ResourceList, nodes int) string {
 	var short []string
 	if milli(rl[corev1.ResourceCPU]) > maxResource {
 		short = append(short, fmt.Sprintf("%d Insufficient cpu", nodes))
@@ -394,10 +392,11 @@ func pastEveryNode(p *corev1.Pod, nodes int) string {
 // constraints before them (explain.go tells the two apart).
 func (r *Round) job(u *Unit) (*wire.JobT, []rule, *wire.NodeConstraintsT, string) {
 	first := u.Pods[0]
-	if why := pastEveryNode(first, len(r.C.Nodes)); why != "" {
+	rl := Requests(first)
+	if why := pastEveryNode(rl, len(r.C.Nodes)); why != "" {
 		return nil, nil, nil, unschedulable + why
 	}
-	if why := expressible(first); why != "" {
+	if why := expressible(first, rl); why != "" {
 		if len(u.Pods) > 1 {
 			return nil, nil, nil, fmt.Sprintf("cannot express pod %s/%s of %s: %s", first.Namespace, first.Name, u.Key, why)
 		}
