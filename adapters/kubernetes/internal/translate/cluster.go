@@ -182,7 +182,9 @@ func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster
 // round's, consistent with the free list). Each pod's holding is recorded
 // (Options.Evict reads them).
 func (c *Cluster) gpus(ni int, n *corev1.Node, on []*corev1.Pod, reqs []corev1.ResourceList) []uint16 {
-	free := make([]uint16, gpus(n.Status.Allocatable))
+	// Past MaxNodeGPUs the node's GPUs are left out (NewCluster): one more
+	// entry says so, whatever count it reports (its memory bounded).
+	free := make([]uint16, min(gpus(n.Status.Allocatable), MaxNodeGPUs+1))
 	for i := range free {
 		free[i] = 1000
 	}

@@ -590,4 +590,11 @@ func TestANodePastPlacersGPUsKeepsItsCPUAndNoVictims(t *testing.T) {
 	if len(r.Request.Pending) != 2 {
 		t.Errorf("jobs: %d, want 2", len(r.Request.Pending))
 	}
+	// A count no node has is left out the same way, without a list that long.
+	vast := node("vast", "r1", 0)
+	vast.Status.Allocatable[GPUResource] = resource.MustParse("1e15")
+	r = build([]*corev1.Node{vast}, nil, nil, Options{})
+	if n := r.Request.Cluster.Nodes[0]; len(n.GpuFreeMilli) != 0 || len(r.C.GPUsLeftOut) != 1 {
+		t.Errorf("a node of 1e15 GPUs: %d GPUs, left out %v", len(n.GpuFreeMilli), r.C.GPUsLeftOut)
+	}
 }
