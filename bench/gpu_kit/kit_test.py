@@ -29,11 +29,17 @@ BUILD = None
 CUDA = False
 
 
+def load(path):
+    """The Python file at `path` as a module."""
+    name = os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 def load_fit():
-    spec = importlib.util.spec_from_file_location("fit", os.path.join(ROOT, "bench", "gpu_model", "fit.py"))
-    fit = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(fit)
-    return fit
+    return load(os.path.join(ROOT, "bench", "gpu_model", "fit.py"))
 
 
 class Calibrate(unittest.TestCase):
@@ -177,10 +183,7 @@ class FitTakesTheKit(unittest.TestCase):
 
 
 def load_sass_lines():
-    spec = importlib.util.spec_from_file_location("sass_lines", os.path.join(HERE, "sass_lines.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load(os.path.join(HERE, "sass_lines.py"))
 
 
 # Two source lines of a kernel as `nvdisasm -c -g` prints them (another kernel's section after it).
