@@ -12,7 +12,6 @@ started() {
   [ "$1" != Z ] && echo "${20}"
 }
 
-
 # running PID: alive and not a zombie. A daemon the scripts started is
 # reparented to init, which may reap it late (this machine's: every 2 s,
 # 2026-12-07), and `kill -0` passes a zombie; a zombie holds no port and no
