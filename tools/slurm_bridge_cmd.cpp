@@ -169,8 +169,8 @@ bool cycle(slurm::bridge_options& opt, priority_reader& prio, client& svc, slurm
       for (int dropped = 0; reply.code == wire::ErrorCode::InvalidArgument && dropped < 5 &&
                             slurm::drop_refused(snap, reply.message);
            ++dropped) {
-        std::fprintf(stderr, "slurm-bridge: the service refused job %lld: %s\n",
-                     static_cast<long long>(snap.skipped.back().job), reply.message.c_str());
+        std::fprintf(stderr, "slurm-bridge: the service refused job %s: %s\n",
+                     snap.skipped.back().job.str().c_str(), reply.message.c_str());
         if (snap.round.pending.empty()) {
           reply = {};
           break;
@@ -227,9 +227,9 @@ bool cycle(slurm::bridge_options& opt, priority_reader& prio, client& svc, slurm
     evicted += a.requeue ? 1 : 0;
     released += a.to_slurm ? 1 : 0;
     char const* what = a.requeue ? "requeued: " : a.to_slurm ? "to Slurm: " : a.nodes.empty() ? "held: " : "placed on ";
-    std::printf("job %lld: %s%s\n", static_cast<long long>(a.job), what, a.nodes.empty() ? a.comment.c_str() : nodes.c_str());
+    std::printf("job %s: %s%s\n", a.job.str().c_str(), what, a.nodes.empty() ? a.comment.c_str() : nodes.c_str());
   }
-  for (auto const& f : failed) std::printf("job %lld: FAILED: %s\n", static_cast<long long>(f.job), f.why.c_str());
+  for (auto const& f : failed) std::printf("job %s: FAILED: %s\n", f.job.str().c_str(), f.why.c_str());
   std::printf("cycle: %zu nodes, %zu held jobs, %d placed, %d requeued, %d to Slurm, %zu failed, %d released awaiting "
               "start; slurm read %.1f ms, bridge %.1f ms, placer %.1f ms, %s %.1f ms%s%s%s\n",
               snap.round.state.nodes.size(), snap.job_ids.size() + snap.skipped.size(), placed, evicted, released,

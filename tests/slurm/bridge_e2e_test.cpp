@@ -133,6 +133,70 @@ TEST(SlurmBridgeLive, EvictionsAreRequeuesUnderAFlag) {
   EXPECT_EQ(job_state(job_of(low1 == evicted ? low2 : low1)), "RUNNING");
 }
 
+// A job array's tasks are jobs of their own: three whole-node tasks run at
+// once, a node each, where Placer put them (before, the array went as one
+// job: every task pinned to the first task's node, run one after another
+// with the other nodes idle), and an array throttled to one task at a time
+// (%1) never has two started. The later cycles change jobs through
+// scontrol, the first through the default (libslurm where it loads).
+TEST(SlurmBridgeLive, AnArraysTasksRunAtOnceEachWherePlacerPutsIt) {
+  if (std::string why; live_slurm_missing(why)) GTEST_SKIP() << why;
+  local_slurm cluster(6);  // n1-n4 train; n5, n6 infer
+  std::string out;
+  testing_support::running_server srv;
+  std::string const bridge = "slurm-bridge --once --endpoint " + srv.endpoint();
+  std::int64_t const wide = cluster.submit("--array=0-2 -N1 --gres=gpu:8", 20);
+  std::int64_t const one_at_a_time = cluster.submit("--array=0-2%1 -N1 --gres=gpu:1", 2);
+  ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
+  auto placed = placed_lines(out);
+  std::set<std::string> nodes;
+  for (std::int64_t t = 0; t < 3; ++t) {
+    ASSERT_EQ(placed.count({wide, t}), 1U) << out;
+    nodes.insert(placed.at({wide, t}).begin(), placed.at({wide, t}).end());
+  }
+  EXPECT_EQ(nodes.size(), 3U) << out;
+  EXPECT_EQ(placed.count({one_at_a_time, 0}), 1U) << out;
+  EXPECT_EQ(placed.size(), 4U) << out;
+  // Polls until `done` holds of squeue's records (or `timeout_s`).
+  auto until = [](auto const& done, int timeout_s) {
+    auto const end = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+    while (!done(squeue()) && std::chrono::steady_clock::now() < end) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    return done(squeue());
+  };
+  // All three run at once.
+  EXPECT_TRUE(until(
+      [&](nlohmann::json const& q) {
+        int n = 0;
+        for (auto const& j : q["jobs"]) n += j.value("array_job_id", 0) == wide && job_state(j) == "RUNNING" ? 1 : 0;
+        return n == 3;
+      },
+      15))
+      << squeue().dump();
+  // The throttled array: a task a cycle, each once the one before it ended.
+  for (std::int64_t t = 1; t < 3; ++t) {
+    ASSERT_TRUE(until(
+        [&](nlohmann::json const& q) {
+          for (auto const& j : q["jobs"]) {
+            if (j.value("array_job_id", 0) == one_at_a_time && j.value("array_task_id", nlohmann::json()) == t - 1) {
+              return job_state(j) == "COMPLETED";
+            }
+          }
+          return false;
+        },
+        30))
+        << squeue().dump();
+    ASSERT_EQ(testing_support::run_placer(bridge + " --slurm-api scontrol", out), 0) << out;
+    auto const next = placed_lines(out);
+    EXPECT_EQ(next.size(), 1U) << out;
+    ASSERT_EQ(next.count({one_at_a_time, t}), 1U) << out;
+    placed.insert(next.begin(), next.end());
+  }
+  drain(60);
+  for (auto const& [id, on] : placed) EXPECT_EQ(cluster.ran_on(id), on) << "task " << id;
+}
+
 // The bridge ranks its held jobs as Slurm would (docs/slurm.md,
 // "Priorities"): on a cluster with priority/multifactor, each held job's
 // priority in the bridge's round is the one Slurm gives the same job
@@ -159,7 +223,7 @@ TEST(SlurmBridgeLive, RoundsCarrySlurmsRanking) {
   ASSERT_TRUE(opt.priorities.multifactor) << notes;
   EXPECT_EQ(opt.priorities.partitions.at("infer").job_factor, 10) << notes;
   auto const snap = slurm::build_round(run_command({"squeue", "--json"}), slurm::read_nodes(slurm_cli), opt);
-  std::map<std::int64_t, std::int32_t> ours;
+  std::map<slurm::job_ref, std::int32_t> ours;
   for (std::size_t k = 0; k < snap.job_ids.size(); ++k) ours[snap.job_ids[k]] = snap.round.pending[k].priority;
   std::set<std::int64_t> ranks;
   for (auto const& [held, twin] : pairs) {

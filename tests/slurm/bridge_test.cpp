@@ -73,7 +73,7 @@ TEST(SlurmBridge, NodesAndJobsBecomeARound) {
   EXPECT_EQ(c.nodes[1].gpu_free_milli, (std::vector<std::int32_t>{0, 0, 0, 1000, 1000, 1000, 1000, 1000}));
   EXPECT_EQ(c.nodes[2].cpu_milli_free, 56000);
   // Jobs 1-3 are pending; 4 is someone else's; 5's constraint is skipped.
-  ASSERT_EQ(snap.job_ids, (std::vector<std::int64_t>{1, 2, 3}));
+  ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3}));
   ASSERT_EQ(snap.skipped.size(), 1U);
   EXPECT_EQ(snap.skipped[0].job, 5);
   auto const& p = snap.round.pending;
@@ -173,7 +173,7 @@ TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {
   auto const r = s.solve(snap.round);
   expect_round_invariants(snap.round, r);
   auto const acts = slurm::decide(snap, r);
-  std::map<std::int64_t, slurm::action> by;
+  std::map<slurm::job_ref, slurm::action> by;
   for (auto const& a : acts) by[a.job] = a;
   ASSERT_EQ(by.size(), 4U);
   // Job 1 takes a whole free node: n2 or n3 (n1 is partly used, n4 drained).
@@ -251,17 +251,17 @@ TEST(SlurmBridge, NodesAreReadFromWhicheverToolListsThem) {
 class recorded_changes final : public slurm::job_changes {
  public:
   std::vector<std::string> log;
-  std::set<std::int64_t> fail_update, fail_release;
-  void update(std::int64_t job, std::string const& nodes, std::string const& comment) override {
-    log.push_back("update " + std::to_string(job) + " [" + nodes + "] " + comment);
+  std::set<slurm::job_ref> fail_update, fail_release;
+  void update(slurm::job_ref const& job, std::string const& nodes, std::string const& comment) override {
+    log.push_back("update " + job.str() + " [" + nodes + "] " + comment);
     if (fail_update.count(job) != 0) throw slurm::slurm_error("no such job");
   }
-  void requeue_hold(std::int64_t job) override { log.push_back("requeuehold " + std::to_string(job)); }
-  std::vector<slurm::skipped_job> release(std::vector<std::int64_t> const& jobs) override {
+  void requeue_hold(slurm::job_ref const& job) override { log.push_back("requeuehold " + job.str()); }
+  std::vector<slurm::skipped_job> release(std::vector<slurm::job_ref> const& jobs) override {
     std::string ids;
     std::vector<slurm::skipped_job> failed;
-    for (auto j : jobs) {
-      ids += " " + std::to_string(j);
+    for (auto const& j : jobs) {
+      ids += " " + j.str();
       if (fail_release.count(j) != 0) failed.push_back({j, "gone"});
     }
     log.push_back("release" + ids);
@@ -320,6 +320,112 @@ TEST(SlurmBridge, FailingOpenReleasesEveryHeldJobWithoutNodesSayingWhy) {
   ASSERT_EQ(failed.size(), 1U);
   EXPECT_EQ(failed[0].job, 3) << "a job whose comment could not be set stays held";
   EXPECT_TRUE(slurm::release_to_slurm(slurm::snapshot{}, "x").empty());
+}
+
+// A job array's tasks share one pending record in squeue until Slurm splits
+// one off. Each task is a job of the round, named "A_T" in every change
+// (a change to "A" would reach every task, running ones too): as many as
+// the array's throttle lets start and the nodes could hold, and one more
+// that says why the rest wait; of the tasks still in the record only the
+// first unplaced one is told (telling it splits it off); failing open
+// releases the record whole.
+TEST(SlurmBridge, AnArraysTasksAreJobsAsManyAsItsThrottleAndTheNodesAllow) {
+  std::string const eight = R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:8")";
+  std::string const one = R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:1")";
+  auto task = [](int id, int array, int t, std::string const& state, std::string const& reason, std::string const& more) {
+    return R"({"job_id":)" + std::to_string(id) + R"(,"array_job_id":)" + std::to_string(array) +
+           R"(,"array_task_id":)" + std::to_string(t) + R"(,"array_max_tasks":3,"job_state":")" + state +
+           R"(","state_reason":")" + reason + R"(","comment":"placer","partition":"train","submit_time":1020,)" + more +
+           "}";
+  };
+  std::string const squeue =
+      R"({"jobs":[)" +
+      // Array 10, 100 whole-node tasks: n2 and n3 have 8 GPUs free (n1 4, n4 drained).
+      job(10, R"("array_job_id":10,"array_task_id":null,"array_task_string":"0-99",)" + eight, "JobHeldUser",
+          "placer") + "," +
+      job(15, one) + "," +
+      // Array 20, at most 3 at once: task 0 runs, 1 is released, 2 is held on its own; 3-5 in the record.
+      job(20, R"("array_job_id":20,"array_task_id":null,"array_task_string":"3-5%3","array_max_tasks":3,)" + one) + "," +
+      task(21, 20, 0, "RUNNING", "None", one) + "," + task(22, 20, 1, "PENDING", "None", one + R"(,"required_nodes":"n1")") + "," +
+      task(23, 20, 2, "PENDING", "JobHeldUser", one) + "," +
+      // Array 30, no GPUs: every task of its string fits; array 40's string is not one.
+      job(30, R"("array_job_id":30,"array_task_string":"0-15:4,17",)" + std::string(R"("node_count":1,"cpus":1)")) +
+      "," + job(40, R"("array_job_id":40,"array_task_string":"5-2",)" + one) + "]}";
+  auto const snap = slurm::build_round(squeue, sinfo(), {});
+  using ref = slurm::job_ref;
+  ref const t0{10, 0}, t1{10, 1}, t2{10, 2}, own{20, 2};
+  ASSERT_EQ(snap.job_ids, (std::vector<ref>{{10, 0}, {10, 1}, {10, 2}, 15, {20, 2}, {30, 0}, {30, 4}, {30, 8}, {30, 12},
+                                            {30, 17}}));
+  EXPECT_EQ(snap.round.pending[0].name, "slurm-10_0");
+  EXPECT_EQ(snap.round.pending[4].name, "slurm-20_2");
+  EXPECT_EQ(snap.round.pending[0].per_replica.gpus, 8);
+  EXPECT_EQ(snap.unsplit.count(t1), 1U);
+  EXPECT_EQ(snap.unsplit.count(own), 0U) << "a task in a record of its own";
+  EXPECT_EQ(snap.reserved_jobs, 1);
+  ASSERT_EQ(snap.skipped.size(), 1U);
+  EXPECT_EQ(snap.skipped[0].job, 40);
+  EXPECT_NE(snap.skipped[0].why.find("'5-2' is not a range"), std::string::npos) << snap.skipped[0].why;
+
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(snap.round);
+  expect_round_invariants(snap.round, r);
+  auto const acts = slurm::decide(snap, r);
+  std::map<ref, slurm::action> by;
+  for (auto const& a : acts) by[a.job] = a;
+  ASSERT_EQ(by.count(t0) + by.count(t1), 2U);
+  std::set<std::string> const whole{by[t0].nodes.at(0), by[t1].nodes.at(0)};
+  EXPECT_EQ(whole, (std::set<std::string>{"n2", "n3"})) << "two tasks at once, a node each";
+  ASSERT_EQ(by.count(t2), 1U);
+  EXPECT_TRUE(by[t2].nodes.empty());
+  EXPECT_NE(by[t2].comment.find("Insufficient nvidia.com/gpu"), std::string::npos) << by[t2].comment;
+  EXPECT_FALSE(by[own].nodes.empty());
+  EXPECT_EQ(by.count(10), 0U) << "nothing changes the whole array";
+
+  // Through scontrol: every change names the task.
+  std::vector<std::string> ran;
+  auto const failed = slurm::apply(acts, [&](std::vector<std::string> const& argv) {
+    std::string line;
+    for (auto const& w : argv) line += (line.empty() ? "" : " ") + w;
+    ran.push_back(line);
+    return std::string();
+  });
+  EXPECT_TRUE(failed.empty());
+  ASSERT_FALSE(ran.empty());
+  std::string const n = by[t0].nodes.at(0);
+  EXPECT_NE(std::find(ran.begin(), ran.end(), "scontrol update JobId=10_0 ReqNodeList=" + n + " AdminComment=placer: placed on " + n),
+            ran.end());
+  EXPECT_EQ(ran.back().rfind("scontrol release ", 0), 0U);
+  EXPECT_NE(ran.back().find("10_0,"), std::string::npos) << ran.back();
+  EXPECT_NE(ran.back().find("20_2"), std::string::npos) << ran.back();
+
+  // Unplaced, the record's tasks: only the first is told why.
+  round_result none;
+  for (std::int32_t k = 0; k < 3; ++k) none.unplaced_jobs.emplace_back(k, unplaced_reason::insufficient_capacity, "full");
+  std::vector<ref> told;
+  for (auto const& a : slurm::decide(snap, none)) told.push_back(a.job);
+  EXPECT_EQ(told, (std::vector<ref>{t0, 40}));
+
+  // Failing open: the record goes whole, once; the task of its own alone.
+  std::vector<ref> released;
+  for (auto const& a : slurm::release_to_slurm(snap, "no Placer")) released.push_back(a.job);
+  EXPECT_EQ(released, (std::vector<ref>{10, 15, own, 30, 40}));
+
+  // The newer JSON (numbers as {"set", "number"}, no task as unset) reads the same.
+  auto jobs = nlohmann::json::parse(squeue);
+  for (auto& j : jobs["jobs"]) {
+    for (auto& [k, v] : j.items()) {
+      if (v.is_number()) v = {{"set", true}, {"infinite", false}, {"number", v}};
+      if (v.is_null()) v = {{"set", false}, {"infinite", false}, {"number", 0}};
+    }
+  }
+  EXPECT_EQ(slurm::build_round(jobs.dump(), sinfo(), {}).job_ids, snap.job_ids);
+
+  // The throttle reached: no task of array 20 goes in.
+  std::string full = squeue;
+  std::string const held = task(23, 20, 2, "PENDING", "JobHeldUser", one);
+  full.replace(full.find(held), held.size(), task(23, 20, 2, "PENDING", "None", one));
+  auto const throttled = slurm::build_round(full, sinfo(), {});
+  for (auto const& id : throttled.job_ids) EXPECT_NE(id.id, 20) << id;
 }
 
 // libslurm exits the process when it finds no configuration; the bridge
@@ -446,7 +552,7 @@ TEST(SlurmBridge, RoundsSentAsDeltasDecideAsFullRoundsDo) {
   client svc(options_for(srv));
   std::uint64_t epoch = 0;
   auto by_job = [](std::vector<slurm::action> const& acts) {
-    std::map<std::int64_t, std::pair<std::vector<std::string>, std::string>> m;
+    std::map<slurm::job_ref, std::pair<std::vector<std::string>, std::string>> m;
     for (auto const& a : acts) m[a.job] = {a.nodes, a.comment};
     return m;
   };
@@ -503,7 +609,7 @@ TEST(SlurmBridge, RequestsPastEveryNodeAreSkippedAndNodesHoldAtMostPlacersBound)
   nodes.replace(nodes.find(R"("cpus":64)"), 9, R"("cpus":9000000000000000)");
   nodes.replace(nodes.find(R"("real_memory":512000)"), 20, R"("real_memory":9000000000000000)");
   auto const snap = slurm::build_round(squeue, nodes, {});
-  ASSERT_EQ(snap.job_ids, (std::vector<std::int64_t>{4}));
+  ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{4}));
   ASSERT_EQ(snap.skipped.size(), 4U);
   for (auto const& sk : snap.skipped) EXPECT_NE(sk.why.find("past what any node has"), std::string::npos) << sk.why;
   auto const& n1 = snap.round.state.nodes[0];
@@ -524,7 +630,7 @@ TEST(SlurmBridge, AJobPlacerRefusesLeavesTheRoundAndTheRestIsPlaced) {
   auto snap = slurm::build_round(
       R"({"jobs":[)" + job(1, gpus + R"(1")") + "," + job(2, gpus + R"(2")") + "," + job(3, gpus + R"(1")") + "]}",
       sinfo(), {});
-  ASSERT_EQ(snap.job_ids, (std::vector<std::int64_t>{1, 2, 3}));
+  ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3}));
   snap.round.pending[1].per_replica.cpu_milli = -5;  // what no reading of Slurm makes: Placer refuses it
   snap.round.state.epoch = 1;
   auto reply = svc.solve_incremental(snap.round);
@@ -534,7 +640,7 @@ TEST(SlurmBridge, AJobPlacerRefusesLeavesTheRoundAndTheRestIsPlaced) {
   renamed.replace(renamed.find("slurm-2"), 7, "slurm-9");
   EXPECT_FALSE(slurm::drop_refused(snap, renamed)) << "the message's job must be the round's";
   ASSERT_TRUE(slurm::drop_refused(snap, reply.message)) << reply.message;
-  EXPECT_EQ(snap.job_ids, (std::vector<std::int64_t>{1, 3}));
+  EXPECT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 3}));
   EXPECT_EQ(snap.round.pending.size(), 2U);
   EXPECT_EQ(snap.node_count.size(), 2U);
   ASSERT_EQ(snap.skipped.size(), 1U);
@@ -545,7 +651,7 @@ TEST(SlurmBridge, AJobPlacerRefusesLeavesTheRoundAndTheRestIsPlaced) {
   reply = svc.solve_incremental(snap.round);
   ASSERT_EQ(reply.code, wire::ErrorCode::Ok) << reply.message;
   auto const acts = slurm::decide(snap, reply.result);
-  std::map<std::int64_t, slurm::action> by;
+  std::map<slurm::job_ref, slurm::action> by;
   for (auto const& a : acts) by[a.job] = a;
   EXPECT_FALSE(by[1].nodes.empty());
   EXPECT_FALSE(by[3].nodes.empty());
@@ -571,13 +677,13 @@ TEST(SlurmBridge, JobsStayInTheirPartitions) {
   ASSERT_EQ(c.nodes.size(), 3U);
   EXPECT_EQ(c.nodes[2].labels, (std::vector<std::string>{"slurm.feature/a100=true", "slurm.partition/train=true",
                                                           "slurm.partition/infer=true"}));
-  ASSERT_EQ(snap.job_ids, (std::vector<std::int64_t>{1, 2, 3, 4}));
+  ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3, 4}));
   EXPECT_EQ(snap.round.pending[3].constraints.required.size(), 2U);  // train or infer
   ASSERT_EQ(snap.skipped.size(), 1U);  // two partitions and a|b
   solver s(kernels::make_backend(kernels::backend_kind::cpu));
   auto const r = s.solve(snap.round);
   expect_round_invariants(snap.round, r);
-  std::map<std::int64_t, slurm::action> by;
+  std::map<slurm::job_ref, slurm::action> by;
   for (auto const& a : slurm::decide(snap, r)) by[a.job] = a;
   // Three whole-node infer jobs, two infer nodes: n2 and n3 run two, the
   // third waits although n1 (train) is free.
@@ -693,8 +799,8 @@ std::string prio_job(int id, std::string const& account, std::string const& qos,
              "JobHeldUser", "placer", partition);
 }
 
-std::map<std::int64_t, std::int32_t> priorities(slurm::snapshot const& snap) {
-  std::map<std::int64_t, std::int32_t> m;
+std::map<slurm::job_ref, std::int32_t> priorities(slurm::snapshot const& snap) {
+  std::map<slurm::job_ref, std::int32_t> m;
   for (std::size_t k = 0; k < snap.job_ids.size(); ++k) m[snap.job_ids[k]] = snap.round.pending[k].priority;
   return m;
 }
@@ -725,7 +831,7 @@ TEST(SlurmBridge, PrioritiesAreSlurmsMultifactorWithoutTheAge) {
   // x 10/10 (infer; -p infer,train: the better), job size 500 x (nodes/3 +
   // CPUs/192)/2, less nice (-50: plus 50).
   EXPECT_EQ(priorities(snap),
-            (std::map<std::int64_t, std::int32_t>{{14, 13284}, {16, 11577}, {18, 12077}, {20, 12084}, {22, 11534}}));
+            (std::map<slurm::job_ref, std::int32_t>{{14, 13284}, {16, 11577}, {18, 12077}, {20, 12084}, {22, 11534}}));
   // The age is the round's: Slurm's weight and PriorityMaxAge, from the
   // submit time, across priorities (Slurm adds it to the sum).
   EXPECT_EQ(snap.round.pol.age, (aging{.weight = 1000, .max_age_s = 86400, .cross_priority = true}));
@@ -749,7 +855,7 @@ TEST(SlurmBridge, PrioritiesAreSlurmsMultifactorWithoutTheAge) {
   EXPECT_NE(opt.priorities.notes[0].find("no slurmdbd"), std::string::npos);
   auto const plain = slurm::build_round(squeue, prio_sinfo(), opt);
   EXPECT_EQ(priorities(plain),
-            (std::map<std::int64_t, std::int32_t>{{14, 284}, {16, 377}, {18, 2077}, {20, 2084}, {22, 334}}));
+            (std::map<slurm::job_ref, std::int32_t>{{14, 284}, {16, 377}, {18, 2077}, {20, 2084}, {22, 334}}));
   EXPECT_EQ(plain.round.pol.age.weight, 0);
   // Aging from the command line instead (--age-weight, --age-max).
   opt.age_weight = 5000;
@@ -790,7 +896,7 @@ TEST(SlurmBridge, PrioritiesFollowSlurmsTresWeightsAndFlags) {
   EXPECT_TRUE(opt.priorities.size_relative);
   EXPECT_TRUE(opt.priorities.favor_small);
   EXPECT_EQ(priorities(slurm::build_round(squeue, prio_sinfo(), opt)),
-            (std::map<std::int64_t, std::int32_t>{{24, 13728}, {26, 11978}, {28, 12507}, {30, 12575}}));
+            (std::map<slurm::job_ref, std::int32_t>{{24, 13728}, {26, 11978}, {28, 12507}, {30, 12575}}));
 }
 
 // A partition's PriorityTier comes before any priority in Slurm's
@@ -844,7 +950,7 @@ TEST(SlurmBridge, PrioritiesFallBackToNice) {
   std::string const squeue = R"({"jobs":[)" + prio_job(1, "physics", "high", "train", R"("nice":5)") + "," +
                              prio_job(2, "bio", "mid", "train", R"("nice":4294967246)") + "," +
                              job(3, R"("nice":"odd","tres_per_node":"gres:gpu:1","cpus":{"set":false})") + "]}";
-  auto const nice_only = std::map<std::int64_t, std::int32_t>{{1, -5}, {2, 50}, {3, 0}};
+  auto const nice_only = std::map<slurm::job_ref, std::int32_t>{{1, -5}, {2, 50}, {3, 0}};
   EXPECT_EQ(priorities(slurm::build_round(squeue, prio_sinfo(), {})), nice_only);
   slurm::bridge_options opt;
   for (std::string const& config : {std::string(), std::string("garbage\n= = =\n"),
@@ -874,7 +980,7 @@ TEST(SlurmBridge, PrioritiesFallBackToNice) {
   auto const odd = slurm::build_round(squeue, prio_sinfo(), opt);
   ASSERT_EQ(odd.round.pending.size(), 3U);
   // No QOS nor fair share read: train's 2000 x 1/1, less nice.
-  EXPECT_EQ(priorities(odd), (std::map<std::int64_t, std::int32_t>{{1, 1995}, {2, 2050}, {3, 2000}}));
+  EXPECT_EQ(priorities(odd), (std::map<slurm::job_ref, std::int32_t>{{1, 1995}, {2, 2050}, {3, 2000}}));
 }
 
 // read_priorities asks for what Slurm weighs and no more: QOS priorities
@@ -931,16 +1037,16 @@ TEST(SlurmBridge, SlurmsRankingDecidesWhoGetsTheLastNode) {
     auto const snap = slurm::build_round(squeue, nodes, opt);
     auto const r = s.solve(snap.round);
     expect_round_invariants(snap.round, r);
-    std::vector<std::int64_t> ids;
+    std::vector<slurm::job_ref> ids;
     for (auto const& a : slurm::decide(snap, r)) {
       if (!a.nodes.empty()) ids.push_back(a.job);
     }
     return ids;
   };
-  EXPECT_EQ(placed({}), (std::vector<std::int64_t>{1}));
+  EXPECT_EQ(placed({}), (std::vector<slurm::job_ref>{1}));
   slurm::bridge_options opt;
   opt.priorities = slurm::parse_priorities(prio_config(), prio_partitions(), prio_qos, prio_sshare);
-  EXPECT_EQ(placed(opt), (std::vector<std::int64_t>{2}));
+  EXPECT_EQ(placed(opt), (std::vector<slurm::job_ref>{2}));
 }
 
 // --preempt: a running job is ranked as a pending one, with the age it
@@ -973,7 +1079,7 @@ TEST(SlurmBridge, RunningJobsRankWithTheAgeTheyHave) {
   EXPECT_LE(snap.round.running[1].priority, pending + 1);
   solver s(kernels::make_backend(kernels::backend_kind::cpu));
   auto evicted = [&](slurm::snapshot const& sn) {
-    std::vector<std::int64_t> ids;
+    std::vector<slurm::job_ref> ids;
     for (auto const& a : slurm::decide(sn, s.solve(sn.round))) {
       if (a.requeue) ids.push_back(a.job);
     }
@@ -985,7 +1091,7 @@ TEST(SlurmBridge, RunningJobsRankWithTheAgeTheyHave) {
   // Submitted as long ago as job 10: it ranks above job 11 (Slurm would
   // have started it first), not above job 10.
   snap.round.pending[0].submit_time = now - 2 * 86400;
-  EXPECT_EQ(evicted(snap), (std::vector<std::int64_t>{11}));
+  EXPECT_EQ(evicted(snap), (std::vector<slurm::job_ref>{11}));
   // QOS high: above both; one is enough.
   EXPECT_EQ(evicted(round("high")).size(), 1U);
 }

@@ -161,20 +161,23 @@ class local_slurm {
     throw std::runtime_error("the nodes did not come back idle after slurmctld's restart");
   }
 
-  /// sbatch -H --comment=placer; the job prints its nodes' names. `held`
-  /// false: instead --begin in an hour, not the bridge's (--comment=twin),
-  /// a job Slurm gives its priority without starting it.
+  /// sbatch -H --comment=placer; the job prints its nodes' names (an
+  /// array's tasks each theirs). `held` false: instead --begin in an hour,
+  /// not the bridge's (--comment=twin), a job Slurm gives its priority
+  /// without starting it.
   std::int64_t submit(std::string const& spec, int seconds = 3, bool held = true) {
+    bool const array = spec.find("--array") != std::string::npos;
     std::vector<std::string> argv{"sbatch", "--parsable", held ? "-H" : "--begin=now+3600",
-                                  held ? "--comment=placer" : "--comment=twin", "-o", (dir_ / "job-%j.out").string()};
+                                  held ? "--comment=placer" : "--comment=twin", "-o",
+                                  (dir_ / (array ? "job-%A_%a.out" : "job-%j.out")).string()};
     std::istringstream is(spec);
     for (std::string w; is >> w;) argv.push_back(w);
     argv.push_back("--wrap=srun bash -c 'echo $SLURMD_NODENAME'; sleep " + std::to_string(seconds));
     return std::stoll(run_command(argv));
   }
-  /// The distinct node names job `id` printed.
-  std::set<std::string> ran_on(std::int64_t id) const {
-    std::ifstream f(dir_ / ("job-" + std::to_string(id) + ".out"));
+  /// The distinct node names job (or array task) `id` printed.
+  std::set<std::string> ran_on(slurm::job_ref const& id) const {
+    std::ifstream f(dir_ / ("job-" + id.str() + ".out"));
     std::set<std::string> s;
     for (std::string line; std::getline(f, line);) {
       if (!line.empty()) s.insert(line);
@@ -188,9 +191,9 @@ class local_slurm {
   std::string out_;
 };
 
-/// "job N: placed on a,b" lines of the bridge's output.
-inline std::map<std::int64_t, std::set<std::string>> placed_lines(std::string const& out) {
-  std::map<std::int64_t, std::set<std::string>> m;
+/// "job N: placed on a,b" lines of the bridge's output ("job A_T" for an array's task).
+inline std::map<slurm::job_ref, std::set<std::string>> placed_lines(std::string const& out) {
+  std::map<slurm::job_ref, std::set<std::string>> m;
   std::istringstream is(out);
   for (std::string line; std::getline(is, line);) {
     auto const at = line.find(": placed on ");
@@ -198,7 +201,9 @@ inline std::map<std::int64_t, std::set<std::string>> placed_lines(std::string co
     std::set<std::string> nodes;
     std::istringstream ns(line.substr(at + 12));
     for (std::string n; std::getline(ns, n, ',');) nodes.insert(n);
-    m[std::stoll(line.substr(4, at - 4))] = nodes;
+    std::string const id = line.substr(4, at - 4);
+    auto const under = id.find('_');
+    m[{std::stoll(id.substr(0, under)), under == std::string::npos ? -1 : std::stoll(id.substr(under + 1))}] = nodes;
   }
   return m;
 }

@@ -136,6 +136,60 @@ std::vector<std::int32_t> used_indices(std::string const& gres_used) {
   return idx;
 }
 
+/// The most tasks of one job array a round takes (bridge.hpp, build_round).
+constexpr std::int64_t max_array_tasks = 4096;
+
+/// The job or array task a squeue record is: "A_T" for a task in a record
+/// of its own (split off, or the last of its array's), else its job id
+/// (for an array's record of several pending tasks, "A": the whole array).
+job_ref ref_of(json const& j) {
+  std::int64_t const array = num(j, "array_job_id", 0), task = num(j, "array_task_id", -1);
+  if (array > 0 && task >= 0) return {array, task};
+  return {num(j, "job_id", -1)};
+}
+
+/// An array record's task string ("0-15:4,17%2": ranges with steps, the
+/// throttle after '%'): its first `limit` tasks in order, and how many it
+/// holds in `count`. Throws slurm_error for a string it cannot read.
+std::vector<std::int64_t> array_tasks(std::string const& s, std::int64_t limit, std::int64_t& count) {
+  std::vector<std::int64_t> out;
+  count = 0;
+  for (auto const& part : split(s.substr(0, s.find('%')), ',')) {
+    auto const colon = part.find(':');
+    std::string const range = part.substr(0, colon);
+    std::int64_t const step = colon == std::string::npos ? 1 : number(part.substr(colon + 1));
+    auto const dash = range.find('-');
+    std::int64_t const a = number(range.substr(0, dash));
+    std::int64_t const b = dash == std::string::npos ? a : number(range.substr(dash + 1));
+    if (step < 1 || b < a) throw slurm_error("array tasks '" + s + "': '" + part + "' is not a range");
+    for (std::int64_t t = a; t <= b && static_cast<std::int64_t>(out.size()) < limit; t += step) out.push_back(t);
+    count += (b - a) / step + 1;
+  }
+  if (count == 0) throw slurm_error("array tasks '" + s + "': none");
+  return out;
+}
+
+/// How many copies of a job asking each of `nodes` nodes for `gpus` whole
+/// GPUs, `cpu_milli` and `memory_mib` the healthy nodes could hold at once,
+/// counting nothing else, at most `cap`: a bound on the tasks of one array
+/// that a round can place.
+std::int64_t fit_bound(std::vector<node> const& ns, std::int64_t nodes, std::int64_t gpus, std::int64_t cpu_milli,
+                       std::int64_t memory_mib, std::int64_t cap) {
+  std::int64_t slots = 0;
+  for (auto const& n : ns) {
+    if (!n.healthy) continue;
+    std::int64_t fit = cap * nodes;
+    if (gpus > 0) {
+      auto const whole = std::count(n.gpu_free_milli.begin(), n.gpu_free_milli.end(), milli_per_gpu);
+      fit = std::min<std::int64_t>(fit, whole / gpus);
+    }
+    if (cpu_milli > 0) fit = std::min(fit, n.cpu_milli_free / cpu_milli);
+    if (memory_mib > 0) fit = std::min(fit, n.memory_mib_free / memory_mib);
+    slots = std::min(slots + fit, cap * nodes);
+  }
+  return slots / nodes;
+}
+
 /// Nice counts as one point of priority each, as in Slurm, within +-1,000,000.
 constexpr std::int64_t nice_limit = 1000000;
 
@@ -693,9 +747,9 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
   // most what the node has in use, as a round requires. A job it cannot
   // read stays out of the round: its usage is in the nodes all the same,
   // and it is never evicted.
-  auto add_running = [&](json const& j, std::int64_t id) {
+  auto add_running = [&](json const& j, job_ref const& id) {
     auto const why_not = [&](std::string const& why) {
-      snap.warnings.push_back("running job " + std::to_string(id) + ": " + why + ": not evictable this cycle");
+      snap.warnings.push_back("running job " + id.str() + ": " + why + ": not evictable this cycle");
     };
     std::vector<std::string> hosts;
     try {
@@ -706,7 +760,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     auto const detail = j.value("gres_detail", json::array());
     if (hosts.empty() || !detail.is_array() || detail.size() != hosts.size()) return why_not("no gres_detail per node");
     running_job rj;
-    rj.name = "slurm-" + std::to_string(id);
+    rj.name = "slurm-" + id.str();
     rj.priority = rank.running_priority(j, now);
     rj.preemptible = j.value("requeue", false);
     rj.gang = hosts.size() > 1;
@@ -745,20 +799,36 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
   };
   // In job id order, Slurm's order of submission: jobs submitted within one
   // second (submit_time's grain) keep it (the round breaks equal submit
-  // times by position; squeue lists by partition, state and priority).
-  std::vector<json const*> by_id;
+  // times by position; squeue lists by partition, state and priority). An
+  // array's tasks go at its id, in task order, wherever Slurm split them off.
+  // Its tasks running or released count against its throttle (%N).
+  std::vector<std::pair<job_ref, json const*>> by_id;
+  std::map<std::int64_t, std::int64_t> array_active;
   for (auto const& j : queue["jobs"]) {
     if (!j.is_object()) throw slurm_error("squeue --json: a job is not an object");
-    by_id.push_back(&j);
+    job_ref r = ref_of(j);
+    std::string const state = state_of(j), tasks = str(j, "array_task_string");
+    std::int64_t count = 1;
+    if (r.task < 0 && !tasks.empty()) {  // an array's record of several pending tasks: at its first
+      try {
+        r.task = array_tasks(tasks, 1, count).front();
+      } catch (slurm_error const&) {  // read again, and skipped, below
+      }
+    }
+    std::int64_t const array = num(j, "array_job_id", 0);
+    if (array > 0 && (state == "RUNNING" || state == "CONFIGURING" || state == "COMPLETING" || state == "SUSPENDED" ||
+                      (state == "PENDING" && str(j, "state_reason") != "JobHeldUser"))) {
+      array_active[array] += count;
+    }
+    by_id.emplace_back(r, &j);
   }
-  std::stable_sort(by_id.begin(), by_id.end(),
-                   [](json const* a, json const* b) { return num(*a, "job_id", -1) < num(*b, "job_id", -1); });
-  for (auto const* jp : by_id) {
+  std::stable_sort(by_id.begin(), by_id.end(), [](auto const& a, auto const& b) { return a.first < b.first; });
+  for (auto const& [order, jp] : by_id) {
     auto const& j = *jp;
     if (!starts_with(str(j, "comment"), opt.tag)) continue;
     if (!opt.partition.empty() && str(j, "partition") != opt.partition) continue;
-    std::int64_t const id = num(j, "job_id", -1);
-    if (id < 0) throw slurm_error("squeue --json: a job has no job_id");
+    job_ref const id = ref_of(j);
+    if (num(j, "job_id", -1) < 0) throw slurm_error("squeue --json: a job has no job_id");
     if (opt.preempt && state_of(j) == "RUNNING") {
       add_running(j, id);
       continue;
@@ -799,7 +869,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
       try {
         req = host_list(str(j, "required_nodes"));
       } catch (slurm_error const& e) {
-        snap.warnings.push_back("job " + std::to_string(id) + ": required_nodes: " + e.what());
+        snap.warnings.push_back("job " + id.str() + ": required_nodes: " + e.what());
         continue;
       }
       if (req.empty()) continue;
@@ -838,7 +908,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
       continue;
     }
     job jb;
-    jb.name = "slurm-" + std::to_string(id);
+    jb.name = "slurm-" + id.str();
     jb.priority = rank.priority(j);
     jb.queue.clear();
     jb.replicas = static_cast<std::int32_t>(nodes);
@@ -890,9 +960,39 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
         }
       }
     }
-    snap.round.pending.push_back(std::move(jb));
-    snap.job_ids.push_back(id);
-    snap.node_count.push_back(static_cast<std::int32_t>(nodes));
+    auto const add = [&](job_ref const& r, job&& jr) {
+      snap.round.pending.push_back(std::move(jr));
+      snap.job_ids.push_back(r);
+      snap.node_count.push_back(static_cast<std::int32_t>(nodes));
+    };
+    std::int64_t const array = num(j, "array_job_id", 0), throttle = num(j, "array_max_tasks", 0);
+    std::int64_t room = throttle > 0 ? throttle - array_active[array] : max_array_tasks;
+    std::string const task_string = str(j, "array_task_string");
+    if (id.task >= 0 || task_string.empty()) {  // a job, or one task in a record of its own
+      if (id.task >= 0 && room <= 0) continue;  // its array's throttle: its turn comes
+      if (id.task >= 0) ++array_active[array];
+      add(id, std::move(jb));
+      continue;
+    }
+    // An array's record of several tasks: a job each, as many as may start.
+    std::int64_t count = 0;
+    std::vector<std::int64_t> tasks;
+    try {
+      std::int64_t const fit = fit_bound(c.nodes, nodes, gpus, milli(cpus), memory, max_array_tasks);
+      tasks = array_tasks(task_string, std::min(room, fit + 1), count);  // (one past: it says why the rest wait)
+    } catch (slurm_error const& e) {
+      skip(e.what());
+      continue;
+    }
+    array_active[array] += static_cast<std::int64_t>(tasks.size());
+    for (auto const t : tasks) {
+      job_ref const task{array, t};
+      job jt = jb;
+      jt.name = "slurm-" + task.str();
+      snap.comments[task] = snap.comments[id];
+      snap.unsplit.insert(task);
+      add(task, std::move(jt));
+    }
   }
   return snap;
 }
@@ -904,12 +1004,17 @@ std::vector<action> decide(snapshot const& snap, round_result const& r) {
     auto const it = snap.running_ids.find(p.job);
     if (it == snap.running_ids.end()) continue;  // not one the bridge sent
     std::string const for_job = p.for_job >= 0 && static_cast<std::size_t>(p.for_job) < snap.job_ids.size()
-                                    ? " for job " + std::to_string(snap.job_ids[static_cast<std::size_t>(p.for_job)])
+                                    ? " for job " + snap.job_ids[static_cast<std::size_t>(p.for_job)].str()
                                     : "";
     action a{it->second, {}, one_line("placer: evicted (" + p.reason + ")" + for_job + "; requeued, held"), true};
     out.push_back(std::move(a));
   }
-  auto const held = [&](std::int64_t id, std::string comment) {
+  // Of an array's tasks, the first held is told why; one still in the
+  // array's record is told only if it is the first (telling it splits it
+  // off), and the others wait in the record as it does.
+  std::set<std::int64_t> told;
+  auto const held = [&](job_ref const& id, std::string comment) {
+    if (id.task >= 0 && !told.insert(id.id).second && snap.unsplit.count(id) != 0) return;
     auto it = snap.comments.find(id);
     if (it == snap.comments.end() || it->second != comment) out.push_back({id, {}, std::move(comment)});
   };
@@ -954,8 +1059,13 @@ bool drop_refused(snapshot& snap, std::string const& message) {
 std::vector<action> release_to_slurm(snapshot const& snap, std::string const& why) {
   std::vector<action> out;
   std::string const comment = one_line("placer: released to Slurm's scheduler: " + why);
-  for (auto const id : snap.job_ids) out.push_back({id, {}, comment, false, true});
-  for (auto const& s : snap.skipped) out.push_back({s.job, {}, comment, false, true});
+  std::set<job_ref> done;
+  auto const release = [&](job_ref r) {
+    if (snap.unsplit.count(r) != 0) r = {r.id};  // its array's record: the whole array, once
+    if (done.insert(r).second) out.push_back({r, {}, comment, false, true});
+  };
+  for (auto const& id : snap.job_ids) release(id);
+  for (auto const& s : snap.skipped) release(s.job);
   return out;
 }
 
@@ -971,26 +1081,26 @@ std::string read_nodes(command_runner const& run, bool* grouped) {
   return out;
 }
 
-void scontrol_changes::update(std::int64_t job, std::string const& nodes, std::string const& comment) {
-  std::vector<std::string> argv{"scontrol", "update", "JobId=" + std::to_string(job)};
+void scontrol_changes::update(job_ref const& job, std::string const& nodes, std::string const& comment) {
+  std::vector<std::string> argv{"scontrol", "update", "JobId=" + job.str()};
   if (!nodes.empty()) argv.push_back("ReqNodeList=" + nodes);
   argv.push_back("AdminComment=" + comment);
   run_(argv);
 }
 
-void scontrol_changes::requeue_hold(std::int64_t job) { run_({"scontrol", "requeuehold", std::to_string(job)}); }
+void scontrol_changes::requeue_hold(job_ref const& job) { run_({"scontrol", "requeuehold", job.str()}); }
 
-std::vector<skipped_job> scontrol_changes::release(std::vector<std::int64_t> const& jobs) {
+std::vector<skipped_job> scontrol_changes::release(std::vector<job_ref> const& jobs) {
   std::vector<skipped_job> failed;
   if (jobs.empty()) return failed;
   std::string ids;
-  for (auto j : jobs) ids += (ids.empty() ? "" : ",") + std::to_string(j);
+  for (auto const& j : jobs) ids += (ids.empty() ? "" : ",") + j.str();
   try {
     run_({"scontrol", "release", ids});
   } catch (std::exception const&) {
-    for (auto j : jobs) {
+    for (auto const& j : jobs) {
       try {
-        run_({"scontrol", "release", std::to_string(j)});
+        run_({"scontrol", "release", j.str()});
       } catch (std::exception const& e) {
         failed.push_back({j, e.what()});
       }
@@ -1001,7 +1111,7 @@ std::vector<skipped_job> scontrol_changes::release(std::vector<std::int64_t> con
 
 std::vector<skipped_job> apply(std::vector<action> const& actions, job_changes& slurm) {
   std::vector<skipped_job> failed;
-  std::vector<std::int64_t> release;
+  std::vector<job_ref> release;
   // Evictions first: their nodes are free before any job given them starts.
   for (auto const& a : actions) {
     if (!a.requeue) continue;

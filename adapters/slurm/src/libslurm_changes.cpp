@@ -40,8 +40,9 @@ namespace {
 struct libslurm {
   void (*init)(char const*) = nullptr;
   void (*init_job_desc_msg)(job_desc_msg_t*) = nullptr;
-  int (*update_job)(job_desc_msg_t*) = nullptr;
-  int (*requeue)(std::uint32_t, std::uint32_t) = nullptr;
+  int (*update_job)(job_desc_msg_t*, job_array_resp_msg_t**) = nullptr;
+  int (*requeue)(char*, std::uint32_t, job_array_resp_msg_t**) = nullptr;
+  void (*free_array_resp)(job_array_resp_msg_t*) = nullptr;
   int (*ping)(int) = nullptr;
   int (*get_errno)() = nullptr;
   char* (*strerror)(int) = nullptr;
@@ -89,8 +90,9 @@ struct libslurm {
     };
     sym("slurm_init", l.init);
     sym("slurm_init_job_desc_msg", l.init_job_desc_msg);
-    sym("slurm_update_job", l.update_job);
-    sym("slurm_requeue", l.requeue);
+    sym("slurm_update_job2", l.update_job);
+    sym("slurm_requeue2", l.requeue);
+    sym("slurm_free_job_array_resp", l.free_array_resp);
     sym("slurm_ping", l.ping);
     sym("slurm_get_errno", l.get_errno);
     sym("slurm_strerror", l.strerror);
@@ -99,32 +101,40 @@ struct libslurm {
   }
 };
 
-std::uint32_t slurm_id(std::int64_t job) {
-  if (job <= 0 || job >= static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max())) {
-    throw slurm_error("job id " + std::to_string(job) + " is not a Slurm job id");
+/// The job as Slurm's RPCs name it ("N" or "A_T", as scontrol sends it).
+std::string slurm_id(job_ref const& job) {
+  auto const max = static_cast<std::int64_t>(std::numeric_limits<std::uint32_t>::max());
+  if (job.id <= 0 || job.id >= max || job.task >= max) {
+    throw slurm_error("job " + job.str() + " is not a Slurm job id");
   }
-  return static_cast<std::uint32_t>(job);
+  return job.str();
 }
 
 class libslurm_changes final : public job_changes {
  public:
-  void update(std::int64_t job, std::string const& nodes, std::string const& comment) override {
-    job_desc_msg_t m = message(job);
+  void update(job_ref const& job, std::string const& nodes, std::string const& comment) override {
+    std::string id = slurm_id(job);
+    job_desc_msg_t m = message(id);
     // Slurm's message only reads these strings (update only).
     m.req_nodes = nodes.empty() ? nullptr : const_cast<char*>(nodes.c_str());
     m.admin_comment = const_cast<char*>(comment.c_str());
-    check(lib_.update_job(&m), "update", job);
+    job_array_resp_msg_t* resp = nullptr;
+    check(lib_.update_job(&m, &resp), resp, "update", job);
   }
-  void requeue_hold(std::int64_t job) override {
-    check(lib_.requeue(slurm_id(job), JOB_REQUEUE_HOLD), "requeuehold", job);
+  void requeue_hold(job_ref const& job) override {
+    std::string id = slurm_id(job);
+    job_array_resp_msg_t* resp = nullptr;
+    check(lib_.requeue(id.data(), JOB_REQUEUE_HOLD, &resp), resp, "requeuehold", job);
   }
-  std::vector<skipped_job> release(std::vector<std::int64_t> const& jobs) override {
+  std::vector<skipped_job> release(std::vector<job_ref> const& jobs) override {
     std::vector<skipped_job> failed;
-    for (auto j : jobs) {
+    for (auto const& j : jobs) {
       try {
-        job_desc_msg_t m = message(j);
+        std::string id = slurm_id(j);
+        job_desc_msg_t m = message(id);
         m.priority = INFINITE;  // what `scontrol release` sends
-        check(lib_.update_job(&m), "release", j);
+        job_array_resp_msg_t* resp = nullptr;
+        check(lib_.update_job(&m, &resp), resp, "release", j);
       } catch (std::exception const& e) {
         failed.push_back({j, e.what()});
       }
@@ -134,17 +144,26 @@ class libslurm_changes final : public job_changes {
   [[nodiscard]] char const* name() const override { return "libslurm"; }
 
  private:
-  /// An update of job `job` that changes nothing yet.
-  job_desc_msg_t message(std::int64_t job) const {
+  /// An update of job `id` (kept alive by the caller) that changes nothing yet.
+  job_desc_msg_t message(std::string& id) const {
     job_desc_msg_t m;
     lib_.init_job_desc_msg(&m);
-    m.job_id = slurm_id(job);
+    m.job_id_str = id.data();
     return m;
   }
-  void check(int rc, char const* what, std::int64_t job) const {
-    if (rc == SLURM_SUCCESS) return;
-    throw slurm_error(std::string("libslurm ") + what + " of job " + std::to_string(job) + ": " +
-                      lib_.strerror(lib_.get_errno()));
+  /// The call's result, and for an array's tasks each task's (Slurm answers
+  /// those one by one, and the call itself succeeds).
+  void check(int rc, job_array_resp_msg_t* resp, char const* what, job_ref const& job) const {
+    int err = rc;
+    if (rc != SLURM_SUCCESS && lib_.get_errno() != SLURM_SUCCESS) err = lib_.get_errno();
+    if (resp != nullptr) {
+      for (std::uint32_t k = 0; k < resp->job_array_count && err == SLURM_SUCCESS; ++k) {
+        err = static_cast<int>(resp->error_code[k]);
+      }
+      lib_.free_array_resp(resp);
+    }
+    if (err == SLURM_SUCCESS) return;
+    throw slurm_error(std::string("libslurm ") + what + " of job " + job.str() + ": " + lib_.strerror(err));
   }
   libslurm const& lib_ = libslurm::get();
 };

@@ -25,6 +25,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <ostream>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -130,8 +132,24 @@ using command_runner = std::function<std::string(std::vector<std::string> const&
 /// configuration cannot be read, priority is -nice. Never throws.
 slurm_priorities read_priorities(command_runner const& run);
 
+/// A Slurm job as Slurm's commands name it: "N", or "A_T" for task T of
+/// job array A. An array's pending tasks share one record in squeue until
+/// Slurm splits a task off (to start it, or to change it alone); "A_T"
+/// names the task either way, and "A" names every task of the array. A
+/// plain job id converts to it.
+struct job_ref {
+  std::int64_t id = 0;     ///< the job's id; for an array task, its array's (array_job_id)
+  std::int64_t task = -1;  ///< the array task (array_task_id); -1: the whole job
+  job_ref() = default;
+  job_ref(std::int64_t job, std::int64_t array_task = -1) : id(job), task(array_task) {}  // NOLINT: a plain id is one
+  [[nodiscard]] std::string str() const {
+    return task < 0 ? std::to_string(id) : std::to_string(id) + "_" + std::to_string(task);
+  }
+  auto operator<=>(job_ref const&) const = default;
+  friend std::ostream& operator<<(std::ostream& os, job_ref const& r) { return os << r.str(); }
+};
 struct skipped_job {
-  std::int64_t job = 0;
+  job_ref job;
   std::string why;
 };
 
@@ -146,12 +164,15 @@ std::string read_nodes(command_runner const& run, bool* grouped = nullptr);
 /// One cycle's view of Slurm as a Placer round.
 struct snapshot {
   round_input round;                  ///< the nodes, and the held jobs as pending
-  std::vector<std::int64_t> job_ids;  ///< Slurm job id of each pending job
+  std::vector<job_ref> job_ids;       ///< the Slurm job (or array task) of each pending job
   std::vector<std::int32_t> node_count;  ///< per pending job: Slurm's -N (distinct nodes)
   std::vector<skipped_job> skipped;   ///< held jobs of the bridge it cannot express
   std::int32_t reserved_jobs = 0;     ///< released jobs not started yet, holding their nodes
-  std::map<std::int64_t, std::string> comments;  ///< the held jobs' AdminComment now
-  std::map<std::string, std::int64_t> running_ids;  ///< --preempt: running job name ("slurm-N") -> Slurm id
+  std::map<job_ref, std::string> comments;  ///< the held jobs' AdminComment now
+  std::map<std::string, job_ref> running_ids;  ///< --preempt: running job name ("slurm-N", "slurm-A_T") -> the job
+  /// Array tasks in the round that are still in their array's held record
+  /// (changing one alone splits it off into a record of its own).
+  std::set<job_ref> unsplit;
   std::vector<std::string> warnings;  ///< nodes left out, and jobs' fields it could not read
 };
 
@@ -167,14 +188,20 @@ struct snapshot {
 /// PriorityWeightAge and PriorityMaxAge; otherwise -nice). With
 /// opt.preempt, the bridge's running jobs as running work: their nodes and
 /// GPU indices (gres_detail), the same priority with the age they have
-/// now, preemptible when Slurm may requeue them. Throws slurm_error when the output is
+/// now, preemptible when Slurm may requeue them. A held job array's
+/// pending record is its tasks, each a job of the round ("slurm-A_T"), in
+/// task order: as many as its throttle (--array=...%N, less its tasks
+/// running or released) lets start and the round's nodes could hold at
+/// once and one more (which says why the rest wait), at most 4,097 a
+/// cycle; the
+/// rest wait in the record for later cycles. Throws slurm_error when the output is
 /// not what Slurm writes; a job it cannot express is skipped, saying why,
 /// and a node whose GPUs it cannot read is left out (snapshot::warnings).
 snapshot build_round(std::string const& squeue_json, std::string const& sinfo_json, bridge_options const& opt);
 
 /// What the bridge does to one job.
 struct action {
-  std::int64_t job = 0;
+  job_ref job;
   std::vector<std::string> nodes;  ///< placed: ReqNodeList, then released; empty: stays held
   std::string comment;             ///< AdminComment: where it goes, or why it waits
   bool requeue = false;            ///< a running job evicted (--preempt): requeued and held
@@ -212,11 +239,11 @@ class job_changes {
   virtual ~job_changes() = default;
   /// The job's AdminComment and, when `nodes` (a comma list) is not
   /// empty, its ReqNodeList; a held job stays held. Throws slurm_error.
-  virtual void update(std::int64_t job, std::string const& nodes, std::string const& comment) = 0;
+  virtual void update(job_ref const& job, std::string const& nodes, std::string const& comment) = 0;
   /// A running job back to pending and held. Throws slurm_error.
-  virtual void requeue_hold(std::int64_t job) = 0;
+  virtual void requeue_hold(job_ref const& job) = 0;
   /// Releases held jobs; returns the ones it could not, saying why.
-  virtual std::vector<skipped_job> release(std::vector<std::int64_t> const& jobs) = 0;
+  virtual std::vector<skipped_job> release(std::vector<job_ref> const& jobs) = 0;
   /// "scontrol" or "libslurm", for the cycle's summary.
   [[nodiscard]] virtual char const* name() const = 0;
 };
@@ -227,9 +254,9 @@ class job_changes {
 class scontrol_changes final : public job_changes {
  public:
   explicit scontrol_changes(command_runner run) : run_(std::move(run)) {}
-  void update(std::int64_t job, std::string const& nodes, std::string const& comment) override;
-  void requeue_hold(std::int64_t job) override;
-  std::vector<skipped_job> release(std::vector<std::int64_t> const& jobs) override;
+  void update(job_ref const& job, std::string const& nodes, std::string const& comment) override;
+  void requeue_hold(job_ref const& job) override;
+  std::vector<skipped_job> release(std::vector<job_ref> const& jobs) override;
   [[nodiscard]] char const* name() const override { return "scontrol"; }
 
  private:
