@@ -197,6 +197,49 @@ TEST(SlurmBridgeLive, AnArraysTasksRunAtOnceEachWherePlacerPutsIt) {
   for (auto const& [id, on] : placed) EXPECT_EQ(cluster.ran_on(id), on) << "task " << id;
 }
 
+// Jobs whose GPUs or memory Slurm counts other than per node, and a job
+// that takes its node whole, run where they are released: a job outside
+// the bridge holds 4 of n1's GPUs; 4 GPUs a task for 2 tasks and
+// --exclusive each get an idle node and start, and --mem=0 (all of a
+// node's memory, which no node has free now) waits, held, saying why.
+// Before, the bridge read no GPUs, no memory and a shared node, released
+// all three onto n1, and none of them started.
+TEST(SlurmBridgeLive, JobsStartWhereTheyAreReleasedWhateverWayTheyAskForANode) {
+  if (std::string why; live_slurm_missing(why)) GTEST_SKIP() << why;
+  local_slurm cluster(5);  // n1-n3 train; n4, n5 infer
+  std::string out;
+  testing_support::running_server srv;
+  std::string const bridge = "slurm-bridge --once --endpoint " + srv.endpoint();
+  run_command({"sbatch", "-w", "n1", "--gres=gpu:4", "--wrap=sleep 25", "-o", "/dev/null"});
+  auto const outside = [] {
+    auto const q = squeue();
+    for (auto const& j : q["jobs"]) {
+      if (job_state(j) == "RUNNING") return true;
+    }
+    return false;
+  };
+  for (int k = 0; k < 60 && !outside(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(250));
+  ASSERT_TRUE(outside());
+  std::int64_t const per_task = cluster.submit("-N1 --ntasks=2 --gpus-per-task=4", 20);
+  std::int64_t const exclusive = cluster.submit("-N1 --exclusive --gres=gpu:1", 20);
+  std::int64_t const all_memory = cluster.submit("-N1 --mem=0 --gres=gpu:1", 2);
+  ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
+  auto const placed = placed_lines(out);
+  ASSERT_EQ(placed.count(per_task), 1U) << out;
+  ASSERT_EQ(placed.count(exclusive), 1U) << out;
+  EXPECT_EQ(placed.count(all_memory), 0U) << out;
+  EXPECT_NE(placed.at(per_task), placed.at(exclusive)) << out;
+  for (auto id : {per_task, exclusive}) {
+    EXPECT_EQ(placed.at(id).count("n1"), 0U) << out;
+    EXPECT_TRUE(wait_for(id, "RUNNING", 15)) << job_of(id).dump();
+  }
+  auto const held = job_of(all_memory);
+  EXPECT_EQ(held.value("state_reason", ""), "JobHeldUser");
+  EXPECT_NE(held.value("admin_comment", "").find("Insufficient memory"), std::string::npos) << held.dump();
+  drain(60);
+  for (auto id : {per_task, exclusive}) EXPECT_EQ(cluster.ran_on(id), placed.at(id));
+}
+
 // The bridge ranks its held jobs as Slurm would (docs/slurm.md,
 // "Priorities"): on a cluster with priority/multifactor, each held job's
 // priority in the bridge's round is the one Slurm gives the same job

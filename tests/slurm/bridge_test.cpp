@@ -428,6 +428,91 @@ TEST(SlurmBridge, AnArraysTasksAreJobsAsManyAsItsThrottleAndTheNodesAllow) {
   for (auto const& id : throttled.job_ids) EXPECT_NE(id.id, 20) << id;
 }
 
+// What a job asks of a node is what Slurm will give it, so that no job is
+// released onto a node where Slurm cannot start it: GPUs per task times the
+// tasks a node runs; with no memory per node or per CPU (--mem=0, or no
+// default), the memory Slurm counts for it; --exclusive, a node with
+// nothing allocated, all of it, and no other placement of the round beside
+// it. Before, these read as no GPUs, no memory and a shared node: all
+// three were released onto a busy node and waited there while others
+// stood idle (a live 22.05 cluster, 2026-12-07).
+TEST(SlurmBridge, WhatAJobAsksOfANodeIsWhatSlurmWillGiveIt) {
+  auto idle = [](std::string n) {
+    n.replace(n.find(R"("alloc_memory":4096)"), 19, R"("alloc_memory":0)");
+    return n;
+  };
+  std::string const nodes = R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:4(IDX:0-3)", 4, "a100") + "," +
+                            idle(node("n2", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100")) + "," +
+                            idle(node("n3", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100")) + "," +
+                            idle(node("n4", "gpu:a100:4", "gpu:a100:0(IDX:N/A)", 0, "a100", "idle", "", "infer")) + "]}";
+  std::string const squeue =
+      R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":2,"tasks":2,"tres_per_task":"gres:gpu:4")") + "," +
+      job(2, R"("node_count":2,"cpus":4,"tasks":4,"tasks_per_node":2,"tres_per_task":"gres/gpu:1")") + "," +
+      job(3, R"("node_count":1,"cpus":1,"memory_per_node":null,"tres_req_str":"cpu=1,mem=500G,node=1,billing=1")") + "," +
+      job(4, R"("node_count":1,"cpus":1,"shared":"none","tres_per_node":"gres:gpu:1")") + "," +
+      job(5, R"("node_count":1,"cpus":1,"exclusive":["true"],"tres_per_node":"gres:gpu:1")") + "," +
+      job(6, R"("node_count":1,"cpus":1,"tres_per_socket":"gres:gpu:1")") + "," +
+      // Released onto n3 and not started yet, --exclusive: n3 is its own.
+      job(7, R"("node_count":1,"cpus":1,"shared":"none","required_nodes":"n3")", "None") + "]}";
+  auto const snap = slurm::build_round(squeue, nodes, {});
+  ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3, 4, 5}));
+  auto const& p = snap.round.pending;
+  EXPECT_EQ(p[0].per_replica.gpus, 8) << "4 GPUs a task, 2 tasks";
+  EXPECT_EQ(p[1].per_replica.gpus, 2) << "1 GPU a task, 2 tasks a node";
+  EXPECT_EQ(p[2].per_replica.memory_mib, 512000) << "--mem=0: what Slurm counts";
+  for (int k : {3, 4}) {
+    EXPECT_EQ(snap.whole.count(k + 1), 1U);
+    EXPECT_EQ(p[k].per_replica.gpus, 8) << "all of the smallest idle node of its partition (not n4, infer)";
+    EXPECT_EQ(p[k].per_replica.cpu_milli, 64000);
+    EXPECT_EQ(p[k].per_replica.memory_mib, 512000);
+    EXPECT_NE(std::find(p[k].constraints.node_selector.begin(), p[k].constraints.node_selector.end(), "slurm.node/idle=true"),
+              p[k].constraints.node_selector.end());
+  }
+  ASSERT_EQ(snap.skipped.size(), 1U);
+  EXPECT_EQ(snap.skipped[0].job, 6);
+  std::vector<std::string> idle_nodes;
+  for (auto const& n : snap.round.state.nodes) {
+    if (std::find(n.labels.begin(), n.labels.end(), "slurm.node/idle=true") != n.labels.end()) idle_nodes.push_back(n.name);
+  }
+  EXPECT_EQ(idle_nodes, (std::vector<std::string>{"n2", "n4"})) << "n1 is in use, n3 is job 7's";
+  auto const& n3 = snap.round.state.nodes[2];
+  EXPECT_EQ(n3.cpu_milli_free, 0);
+  EXPECT_EQ(n3.memory_mib_free, 0);
+  EXPECT_EQ(std::count(n3.gpu_free_milli.begin(), n3.gpu_free_milli.end(), 0), 8);
+
+  // Solved: job 1 takes n2, the one node with 8 GPUs free; the --exclusive
+  // jobs wait for an empty node, and say so without Placer's "never".
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(snap.round);
+  expect_round_invariants(snap.round, r);
+  std::map<slurm::job_ref, slurm::action> by;
+  for (auto const& a : slurm::decide(snap, r)) by[a.job] = a;
+  EXPECT_EQ(by[1].nodes, (std::vector<std::string>{"n2"}));
+  for (int k : {4, 5}) {
+    EXPECT_TRUE(by[k].nodes.empty());
+    EXPECT_NE(by[k].comment.find("--exclusive: it waits for nodes with nothing allocated"), std::string::npos)
+        << by[k].comment;
+    EXPECT_EQ(by[k].comment.find("never"), std::string::npos) << by[k].comment;
+  }
+
+  // A placement beside an --exclusive one on its node waits a cycle, and so
+  // does a second --exclusive one there; elsewhere all goes on.
+  round_result beside;
+  auto on = [&](std::int32_t job, std::int32_t node) { beside.placements.push_back({job, {{node, {}}}}); };
+  on(3, 1);  // job 4 on n2
+  on(2, 1);  // job 3 on n2
+  on(4, 1);  // job 5 on n2
+  on(0, 0);  // job 1 on n1
+  by.clear();
+  for (auto const& a : slurm::decide(snap, beside)) by[a.job] = a;
+  EXPECT_EQ(by[4].nodes, (std::vector<std::string>{"n2"}));
+  EXPECT_EQ(by[1].nodes, (std::vector<std::string>{"n1"}));
+  for (int k : {3, 5}) {
+    EXPECT_TRUE(by[k].nodes.empty());
+    EXPECT_EQ(by[k].comment, "placer: waits: n2 goes whole to job 4 (--exclusive) this cycle");
+  }
+}
+
 // libslurm exits the process when it finds no configuration; the bridge
 // looks first and says why it cannot use it (`--slurm-api auto` then
 // falls back to scontrol).

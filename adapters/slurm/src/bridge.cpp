@@ -136,6 +136,42 @@ std::vector<std::int32_t> used_indices(std::string const& gres_used) {
   return idx;
 }
 
+/// The label of a node with nothing allocated: what a job that takes its
+/// nodes whole (--exclusive) needs.
+constexpr char const* idle_label = "slurm.node/idle=true";
+
+/// Whether a job takes its nodes whole: --exclusive, or =user, =mcs,
+/// =topo (taken as whole too: Placer does not know whose jobs they are),
+/// as 22.05 writes it ("shared": "none") or later releases ("exclusive").
+bool takes_nodes_whole(json const& j) {
+  for (auto const& f : split(str(j, "shared"), ',')) {
+    if (f == "none" || f == "user" || f == "mcs" || f == "topo") return true;
+  }
+  for (auto const& f : split(str(j, "exclusive"), ',')) {
+    if (f == "true" || f == "user" || f == "mcs" || f == "topo") return true;
+  }
+  return false;
+}
+
+/// The memory in a TRES string ("cpu=2,mem=8G,node=1"), in MiB; 0 when it
+/// has none or it cannot be read; past Placer's bound as just past it.
+std::int64_t tres_memory_mib(std::string const& tres) {
+  for (auto const& t : split(tres, ',')) {
+    if (!starts_with(t, "mem=")) continue;
+    char* end = nullptr;
+    double v = std::strtod(t.c_str() + 4, &end);
+    if (end == t.c_str() + 4 || !(v >= 0)) return 0;
+    std::string const unit = end;
+    if (unit == "K") v /= 1024;
+    else if (unit == "G") v *= 1024;
+    else if (unit == "T") v *= 1024.0 * 1024;
+    else if (unit == "P") v *= 1024.0 * 1024 * 1024;
+    else if (!unit.empty() && unit != "M") return 0;
+    return v > static_cast<double>(max_resource) ? max_resource + 1 : static_cast<std::int64_t>(std::ceil(v));
+  }
+  return 0;
+}
+
 /// The most tasks of one job array a round takes (bridge.hpp, build_round).
 constexpr std::int64_t max_array_tasks = 4096;
 
@@ -708,6 +744,10 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
       }
     }
     nd.healthy = healthy;
+    if (nd.cpu_milli_free == nd.cpu_milli_capacity && nd.memory_mib_free == nd.memory_mib_capacity &&
+        std::all_of(nd.gpu_free_milli.begin(), nd.gpu_free_milli.end(), [](auto f) { return f == milli_per_gpu; })) {
+      nd.labels.emplace_back(idle_label);
+    }
     std::string features = str(n, "active_features");
     if (features.empty()) features = str(n, "features");
     for (auto const& f : split(features, ',')) {
@@ -836,23 +876,33 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     if (state_of(j) != "PENDING") continue;
     auto skip = [&](std::string why) { snap.skipped.push_back({id, std::move(why)}); };
     std::int64_t const nodes = std::max<std::int64_t>(1, num(j, "node_count", 1));
+    // GPUs a node: --gres or --gpus-per-node, and --gpus-per-task times the
+    // tasks a node runs (--ntasks-per-node, else the tasks spread evenly,
+    // rounded up). Each count is taken at most 65, past any node.
     std::int64_t gpus = 0;
     std::string model;
     bool odd = false;
-    for (auto const& g : split(str(j, "tres_per_node"), ',')) {
-      std::string type;
-      std::int64_t count = 0;
-      try {
-        if (gpu_gres(g, type, count)) {
-          gpus += count;
-          model = type;
-        } else if (g.find("gpu") != std::string::npos) {
-          odd = true;  // a GPU request it cannot read is never read as none
+    auto const read_gpus = [&](char const* field, std::int64_t times) {
+      for (auto const& g : split(str(j, field), ',')) {
+        std::string type;
+        std::int64_t count = 0;
+        try {
+          if (gpu_gres(g, type, count)) {
+            gpus += std::min<std::int64_t>(count, 65) * std::min<std::int64_t>(times, 65);
+            model = type;
+          } else if (g.find("gpu") != std::string::npos) {
+            odd = true;  // a GPU request it cannot read is never read as none
+          }
+        } catch (slurm_error const&) {
+          odd = true;
         }
-      } catch (slurm_error const&) {
-        odd = true;
       }
-    }
+    };
+    read_gpus("tres_per_node", 1);
+    std::int64_t const ntasks = std::max<std::int64_t>(1, num(j, "tasks", 1));
+    std::int64_t const node_tasks = num(j, "tasks_per_node", 0) > 0 ? num(j, "tasks_per_node", 0)
+                                                                     : ntasks / nodes + (ntasks % nodes > 0 ? 1 : 0);
+    read_gpus("tres_per_task", node_tasks);
     std::int64_t const total_cpus = num(j, "cpus", 1);  // a node's share rounded up, with no sum that could wrap
     std::int64_t const cpus =
         std::max(num(j, "minimum_cpus_per_node", 1), total_cpus / nodes + (total_cpus % nodes > 0 ? 1 : 0));
@@ -861,6 +911,11 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
       std::int64_t const per_cpu = std::max<std::int64_t>(0, num(j, "memory_per_cpu"));
       memory = cpus > 0 && per_cpu > max_resource / cpus ? max_resource + 1 : per_cpu * std::max<std::int64_t>(0, cpus);
     }
+    if (memory <= 0) {  // --mem=0, --mem-per-gpu, no default: what Slurm counts for the job, a node's share
+      std::int64_t const all = tres_memory_mib(str(j, "tres_req_str"));
+      memory = all / nodes + (all % nodes > 0 ? 1 : 0);
+    }
+    bool const whole = takes_nodes_whole(j);
     bool const held = str(j, "state_reason") == "JobHeldUser";
     if (held) snap.comments[id] = str(j, "admin_comment");
     if (!held) {
@@ -878,20 +933,26 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
         auto it = node_at.find(name);
         if (it == node_at.end()) continue;
         auto& nd = c.nodes[it->second];
-        std::int64_t left = gpus;
+        std::erase(nd.labels, std::string(idle_label));
+        std::int64_t left = whole ? std::numeric_limits<std::int64_t>::max() : gpus;
         for (auto& f : nd.gpu_free_milli) {
           if (left > 0 && f == milli_per_gpu) {
             f = 0;
             --left;
           }
         }
-        nd.cpu_milli_free = std::max<std::int64_t>(0, nd.cpu_milli_free - milli(cpus));
-        nd.memory_mib_free = std::max<std::int64_t>(0, nd.memory_mib_free - memory);
+        nd.cpu_milli_free = whole ? 0 : std::max<std::int64_t>(0, nd.cpu_milli_free - milli(cpus));
+        nd.memory_mib_free = whole ? 0 : std::max<std::int64_t>(0, nd.memory_mib_free - memory);
       }
       continue;
     }
     if (odd) {
-      skip("tres_per_node '" + str(j, "tres_per_node") + "' is not a GPU count");
+      skip("GPUs a node (tres_per_node '" + str(j, "tres_per_node") + "', tres_per_task '" + str(j, "tres_per_task") +
+           "') is not a GPU count");
+      continue;
+    }
+    if (str(j, "tres_per_socket").find("gpu") != std::string::npos) {
+      skip("--gpus-per-socket is not supported: ask for GPUs per node (--gres=gpu:N) or per task");
       continue;
     }
     if (!str(j, "tres_per_job").empty()) {
@@ -960,7 +1021,35 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
         }
       }
     }
+    if (whole) {
+      // A node with nothing on it, and all of the smallest such node of its
+      // partitions: Placer then puts nothing beside it (decide() holds
+      // what it would put beside it on a larger one).
+      jb.constraints.node_selector.emplace_back(idle_label);
+      auto const has = [](node const& nd, std::string const& label) {
+        return std::find(nd.labels.begin(), nd.labels.end(), label) != nd.labels.end();
+      };
+      bool first = true;
+      demand least;
+      for (auto const& nd : c.nodes) {
+        bool const in_partition = partitions.empty() || std::any_of(partitions.begin(), partitions.end(), [&](auto const& p) {
+                                    return has(nd, partition_label(p));
+                                  });
+        if (!nd.healthy || !in_partition || !has(nd, idle_label)) {
+          continue;
+        }
+        auto const g = static_cast<std::int32_t>(nd.gpu_free_milli.size());
+        least.gpus = first ? g : std::min(least.gpus, g);
+        least.cpu_milli = first ? nd.cpu_milli_capacity : std::min(least.cpu_milli, nd.cpu_milli_capacity);
+        least.memory_mib = first ? nd.memory_mib_capacity : std::min(least.memory_mib, nd.memory_mib_capacity);
+        first = false;
+      }
+      jb.per_replica.gpus = std::max(jb.per_replica.gpus, least.gpus);
+      jb.per_replica.cpu_milli = std::max(jb.per_replica.cpu_milli, least.cpu_milli);
+      jb.per_replica.memory_mib = std::max(jb.per_replica.memory_mib, least.memory_mib);
+    }
     auto const add = [&](job_ref const& r, job&& jr) {
+      if (whole) snap.whole.insert(r);
       snap.round.pending.push_back(std::move(jr));
       snap.job_ids.push_back(r);
       snap.node_count.push_back(static_cast<std::int32_t>(nodes));
@@ -1018,15 +1107,40 @@ std::vector<action> decide(snapshot const& snap, round_result const& r) {
     auto it = snap.comments.find(id);
     if (it == snap.comments.end() || it->second != comment) out.push_back({id, {}, std::move(comment)});
   };
+  auto const nodes_of = [&](placement const& p) {
+    std::set<std::string> on;
+    for (auto const& rp : p.replicas) on.insert(nodes[static_cast<std::size_t>(rp.node)].name);
+    return on;
+  };
+  // A job that takes its nodes whole (--exclusive) shares none with another
+  // placement of the round: the first such placement on a node has it, and
+  // every other placement there waits a cycle.
+  std::map<std::string, job_ref> taken;
+  std::set<std::int32_t> has_whole;
+  for (auto const& p : r.placements) {
+    auto const& id = snap.job_ids[static_cast<std::size_t>(p.job)];
+    if (snap.whole.count(id) == 0) continue;
+    auto const on = nodes_of(p);
+    if (std::any_of(on.begin(), on.end(), [&](auto const& n) { return taken.count(n) != 0; })) continue;
+    for (auto const& n : on) taken.emplace(n, id);
+    has_whole.insert(p.job);
+  }
   for (auto const& p : r.placements) {
     auto const j = static_cast<std::size_t>(p.job);
-    std::set<std::string> distinct;
-    for (auto const& rp : p.replicas) distinct.insert(nodes[static_cast<std::size_t>(rp.node)].name);
+    std::set<std::string> const distinct = nodes_of(p);
     if (static_cast<std::int32_t>(distinct.size()) != snap.node_count[j] ||
         static_cast<std::int32_t>(p.replicas.size()) != snap.node_count[j]) {
       held(snap.job_ids[j], one_line("placer: waits: -N " + std::to_string(snap.node_count[j]) +
                                      " needs distinct nodes and this round's placement shared one"));
       continue;
+    }
+    if (has_whole.count(p.job) == 0) {
+      auto const shared = std::find_if(distinct.begin(), distinct.end(), [&](auto const& n) { return taken.count(n) != 0; });
+      if (shared != distinct.end()) {
+        held(snap.job_ids[j], one_line("placer: waits: " + *shared + " goes whole to job " + taken.at(*shared).str() +
+                                       " (--exclusive) this cycle"));
+        continue;
+      }
     }
     action a{snap.job_ids[j], {distinct.begin(), distinct.end()}, {}};
     std::string list;
@@ -1035,8 +1149,17 @@ std::vector<action> decide(snapshot const& snap, round_result const& r) {
     out.push_back(std::move(a));
   }
   for (auto const& u : r.unplaced_jobs) {
-    auto const j = static_cast<std::size_t>(u.job);
-    held(snap.job_ids[j], one_line("placer: " + std::string(to_string(u.reason)) + ": " + u.detail));
+    auto const& id = snap.job_ids[static_cast<std::size_t>(u.job)];
+    std::string detail = u.detail;
+    if (snap.whole.count(id) != 0) {
+      // Only the nodes with nothing allocated admit it, and only for now.
+      static std::string const never = "It can never run on this cluster as it is:";
+      if (auto const at = detail.find(never); at != std::string::npos) {
+        detail.replace(at, never.size(), "Of the nodes with nothing allocated now:");
+      }
+      detail = "--exclusive: it waits for nodes with nothing allocated. " + detail;
+    }
+    held(id, one_line("placer: " + std::string(to_string(u.reason)) + ": " + detail));
   }
   for (auto const& s : snap.skipped) held(s.job, one_line("placer: skipped: " + s.why));
   return out;

@@ -173,6 +173,10 @@ struct snapshot {
   /// Array tasks in the round that are still in their array's held record
   /// (changing one alone splits it off into a record of its own).
   std::set<job_ref> unsplit;
+  /// Pending jobs that take their nodes whole (--exclusive): they go only
+  /// to nodes with nothing allocated, and share them with no other
+  /// placement of the round (decide).
+  std::set<job_ref> whole;
   std::vector<std::string> warnings;  ///< nodes left out, and jobs' fields it could not read
 };
 
