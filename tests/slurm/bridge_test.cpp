@@ -61,8 +61,8 @@ TEST(SlurmBridge, NodesAndJobsBecomeARound) {
   EXPECT_EQ(c.nodes[0].gpu_free_milli, (std::vector<std::int32_t>{0, 0, 0, 1000, 1000, 0, 1000, 1000}));
   EXPECT_EQ(c.nodes[0].cpu_milli_free, 60000);
   EXPECT_EQ(c.nodes[0].gpu_model, "a100");
-  EXPECT_EQ(c.nodes[0].labels, (std::vector<std::string>{"slurm.feature/a100=true", "slurm.feature/rack1=true",
-                                                          "slurm.partition/train=true"}));
+  EXPECT_EQ(c.nodes[0].labels, (std::vector<std::string>{"slurm.node/name=n1", "slurm.feature/a100=true",
+                                                          "slurm.feature/rack1=true", "slurm.partition/train=true"}));
   EXPECT_FALSE(c.nodes[3].healthy);  // drained
   // Racks are the topology's second level.
   ASSERT_EQ(c.topo.domains.size(), 3U);
@@ -513,6 +513,53 @@ TEST(SlurmBridge, WhatAJobAsksOfANodeIsWhatSlurmWillGiveIt) {
   }
 }
 
+// Where and when Slurm would start a job, the bridge keeps to: never on a
+// node of its -x, with the CPUs --cpus-per-gpu gives its GPUs, and not
+// before its dependency is met or its --begin has come (released, it would
+// hold its nodes while Slurm kept it pending). Before, none of the four
+// was read (a live 22.05 cluster, 2026-12-07).
+TEST(SlurmBridge, JobsKeepOffExcludedNodesAndWaitForTheirDependencyAndBegin) {
+  auto const later = std::to_string(std::time(nullptr) + 3600);
+  std::string const squeue =
+      R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":1,"excluded_nodes":"n[1-2]","tres_per_node":"gres:gpu:1")") +
+      "," +
+      job(2, R"("node_count":1,"cpus":1,"excluded_nodes":"n3","tres_per_node":"gres:gpu:1")", "JobHeldUser", "placer",
+          "train,infer") +
+      "," + job(3, R"("node_count":1,"cpus":1,"cpus_per_tres":"gres:gpu:16","tres_per_node":"gres:gpu:2")") + "," +
+      job(4, R"x("node_count":1,"cpus":1,"dependency":"afterok:40(unfulfilled)")x") + "," +
+      job(5, R"x("node_count":1,"cpus":1,"dependency":"afterok:41(failed)")x") + "," +
+      job(6, R"("node_count":1,"cpus":1,"eligible_time":)" + later) + "," +
+      job(7, R"("node_count":1,"cpus":1,"dependency":"","eligible_time":1000)") + "," +
+      job(8, R"("node_count":1,"cpus":1,"excluded_nodes":"n[1-")") + "]}";
+  auto const snap = slurm::build_round(squeue, sinfo(), {});
+  ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3, 7}));
+  auto const& p = snap.round.pending;
+  selector_requirement const not_n1_n2{"slurm.node/name", selector_op::not_in, {"n1", "n2"}};
+  ASSERT_EQ(p[0].constraints.required.size(), 1U);
+  EXPECT_EQ(p[0].constraints.required[0].match, (std::vector<selector_requirement>{not_n1_n2}));
+  ASSERT_EQ(p[1].constraints.required.size(), 2U) << "train or infer, and in each not n3";
+  for (auto const& t : p[1].constraints.required) {
+    ASSERT_EQ(t.match.size(), 2U);
+    EXPECT_EQ(t.match[1], (selector_requirement{"slurm.node/name", selector_op::not_in, {"n3"}}));
+  }
+  EXPECT_EQ(p[2].per_replica.cpu_milli, 32000) << "16 CPUs for each of 2 GPUs";
+  std::map<slurm::job_ref, std::string> skipped;
+  for (auto const& sk : snap.skipped) skipped[sk.job] = sk.why;
+  EXPECT_EQ(skipped[4], "its dependency is not met: afterok:40(unfulfilled)");
+  EXPECT_EQ(skipped[5], "its dependency is not met: afterok:41(failed)");
+  EXPECT_EQ(skipped[6].rfind("it may not start before 20", 0), 0U) << skipped[6];
+  EXPECT_NE(skipped[8].find("excluded_nodes"), std::string::npos) << skipped[8];
+  // Solved: job 1 on n3 (n1 and n2 excluded, n4 drained), job 2 off n3.
+  solver s(kernels::make_backend(kernels::backend_kind::cpu));
+  auto const r = s.solve(snap.round);
+  expect_round_invariants(snap.round, r);
+  std::map<slurm::job_ref, slurm::action> by;
+  for (auto const& a : slurm::decide(snap, r)) by[a.job] = a;
+  EXPECT_EQ(by[1].nodes, (std::vector<std::string>{"n3"}));
+  ASSERT_EQ(by[2].nodes.size(), 1U);
+  EXPECT_NE(by[2].nodes[0], "n3");
+}
+
 // libslurm exits the process when it finds no configuration; the bridge
 // looks first and says why it cannot use it (`--slurm-api auto` then
 // falls back to scontrol).
@@ -760,8 +807,8 @@ TEST(SlurmBridge, JobsStayInTheirPartitions) {
   auto const snap = slurm::build_round(squeue, info, {});
   auto const& c = snap.round.state;
   ASSERT_EQ(c.nodes.size(), 3U);
-  EXPECT_EQ(c.nodes[2].labels, (std::vector<std::string>{"slurm.feature/a100=true", "slurm.partition/train=true",
-                                                          "slurm.partition/infer=true"}));
+  EXPECT_EQ(c.nodes[2].labels, (std::vector<std::string>{"slurm.node/name=n3", "slurm.feature/a100=true",
+                                                          "slurm.partition/train=true", "slurm.partition/infer=true"}));
   ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3, 4}));
   EXPECT_EQ(snap.round.pending[3].constraints.required.size(), 2U);  // train or infer
   ASSERT_EQ(snap.skipped.size(), 1U);  // two partitions and a|b

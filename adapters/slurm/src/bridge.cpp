@@ -136,6 +136,9 @@ std::vector<std::int32_t> used_indices(std::string const& gres_used) {
   return idx;
 }
 
+/// A node's name as a label key (a job's -x is a NotIn on it).
+constexpr char const* name_key = "slurm.node/name";
+
 /// The label of a node with nothing allocated: what a job that takes its
 /// nodes whole (--exclusive) needs.
 constexpr char const* idle_label = "slurm.node/idle=true";
@@ -748,6 +751,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
         std::all_of(nd.gpu_free_milli.begin(), nd.gpu_free_milli.end(), [](auto f) { return f == milli_per_gpu; })) {
       nd.labels.emplace_back(idle_label);
     }
+    nd.labels.push_back(std::string(name_key) + "=" + name);
     std::string features = str(n, "active_features");
     if (features.empty()) features = str(n, "features");
     for (auto const& f : split(features, ',')) {
@@ -904,8 +908,19 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
                                                                      : ntasks / nodes + (ntasks % nodes > 0 ? 1 : 0);
     read_gpus("tres_per_task", node_tasks);
     std::int64_t const total_cpus = num(j, "cpus", 1);  // a node's share rounded up, with no sum that could wrap
-    std::int64_t const cpus =
+    std::int64_t cpus =
         std::max(num(j, "minimum_cpus_per_node", 1), total_cpus / nodes + (total_cpus % nodes > 0 ? 1 : 0));
+    // --cpus-per-gpu: Slurm gives each GPU that many CPUs (a pending job's
+    // "cpus" does not count them).
+    for (auto const& g : split(str(j, "cpus_per_tres"), ',')) {
+      std::string type;
+      std::int64_t per_gpu = 0;
+      try {
+        if (gpu_gres(g, type, per_gpu)) cpus = std::max(cpus, per_gpu * gpus);
+      } catch (slurm_error const&) {
+        odd = true;
+      }
+    }
     std::int64_t memory = num(j, "memory_per_node");
     if (memory <= 0) {
       std::int64_t const per_cpu = std::max<std::int64_t>(0, num(j, "memory_per_cpu"));
@@ -949,6 +964,21 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     if (odd) {
       skip("GPUs a node (tres_per_node '" + str(j, "tres_per_node") + "', tres_per_task '" + str(j, "tres_per_task") +
            "') is not a GPU count");
+      continue;
+    }
+    // Slurm would not start it now whatever its nodes: released, it would
+    // hold them. It waits held, saying why (failing open, Slurm has it).
+    if (std::string const dep = str(j, "dependency");
+        dep.find("(unfulfilled)") != std::string::npos || dep.find("(failed)") != std::string::npos) {
+      skip("its dependency is not met: " + dep);
+      continue;
+    }
+    if (std::int64_t const begin = num(j, "eligible_time", 0); begin > now) {
+      auto const t = static_cast<std::time_t>(begin);
+      std::tm utc{};
+      char when[32];
+      std::strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", gmtime_r(&t, &utc));
+      skip(std::string("it may not start before ") + when + " (--begin)");
       continue;
     }
     if (str(j, "tres_per_socket").find("gpu") != std::string::npos) {
@@ -1020,6 +1050,19 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
           jb.constraints.required.push_back(std::move(t));
         }
       }
+    }
+    // -x: none of these nodes, in every term.
+    std::vector<std::string> excluded;
+    try {
+      excluded = host_list(str(j, "excluded_nodes"));
+    } catch (slurm_error const& e) {
+      skip(std::string("excluded_nodes: ") + e.what());
+      continue;
+    }
+    if (!excluded.empty()) {
+      selector_requirement const none_of{name_key, selector_op::not_in, excluded};
+      if (jb.constraints.required.empty()) jb.constraints.required.emplace_back();
+      for (auto& t : jb.constraints.required) t.match.push_back(none_of);
     }
     if (whole) {
       // A node with nothing on it, and all of the smallest such node of its
