@@ -516,8 +516,9 @@ TEST(SlurmBridge, WhatAJobAsksOfANodeIsWhatSlurmWillGiveIt) {
 // Where and when Slurm would start a job, the bridge keeps to: never on a
 // node of its -x, with the CPUs --cpus-per-gpu gives its GPUs, and not
 // before its dependency is met or its --begin has come (released, it would
-// hold its nodes while Slurm kept it pending). Before, none of the four
-// was read (a live 22.05 cluster, 2026-12-07).
+// hold its nodes while Slurm kept it pending); a heterogeneous job is not
+// placed at all. Before, none of these was read (a live 22.05 cluster,
+// 2026-12-07).
 TEST(SlurmBridge, JobsKeepOffExcludedNodesAndWaitForTheirDependencyAndBegin) {
   auto const later = std::to_string(std::time(nullptr) + 3600);
   std::string const squeue =
@@ -530,7 +531,9 @@ TEST(SlurmBridge, JobsKeepOffExcludedNodesAndWaitForTheirDependencyAndBegin) {
       job(5, R"x("node_count":1,"cpus":1,"dependency":"afterok:41(failed)")x") + "," +
       job(6, R"("node_count":1,"cpus":1,"eligible_time":)" + later) + "," +
       job(7, R"("node_count":1,"cpus":1,"dependency":"","eligible_time":1000)") + "," +
-      job(8, R"("node_count":1,"cpus":1,"excluded_nodes":"n[1-")") + "]}";
+      job(8, R"("node_count":1,"cpus":1,"excluded_nodes":"n[1-")") + "," +
+      job(9, R"("node_count":1,"cpus":1,"het_job_id":9,"het_job_id_set":"9-10","het_job_offset":0)") + "," +
+      job(10, R"("node_count":1,"cpus":1,"het_job_id":9,"het_job_id_set":"9-10","het_job_offset":1)") + "]}";
   auto const snap = slurm::build_round(squeue, sinfo(), {});
   ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3, 7}));
   auto const& p = snap.round.pending;
@@ -549,6 +552,9 @@ TEST(SlurmBridge, JobsKeepOffExcludedNodesAndWaitForTheirDependencyAndBegin) {
   EXPECT_EQ(skipped[5], "its dependency is not met: afterok:41(failed)");
   EXPECT_EQ(skipped[6].rfind("it may not start before 20", 0), 0U) << skipped[6];
   EXPECT_NE(skipped[8].find("excluded_nodes"), std::string::npos) << skipped[8];
+  // A heterogeneous job's components must start together, each on nodes of
+  // its own: released one by one onto a node they shared, they never did.
+  for (int k : {9, 10}) EXPECT_EQ(skipped[k].rfind("a heterogeneous job (components 9-10) is not supported", 0), 0U) << skipped[k];
   // Solved: job 1 on n3 (n1 and n2 excluded, n4 drained), job 2 off n3.
   solver s(kernels::make_backend(kernels::backend_kind::cpu));
   auto const r = s.solve(snap.round);

@@ -966,6 +966,11 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
            "') is not a GPU count");
       continue;
     }
+    if (num(j, "het_job_id", 0) > 0) {  // its components start together, on nodes of their own
+      skip("a heterogeneous job (components " + str(j, "het_job_id_set") +
+           ") is not supported: submit its components as jobs of their own");
+      continue;
+    }
     // Slurm would not start it now whatever its nodes: released, it would
     // hold them. It waits held, saying why (failing open, Slurm has it).
     if (std::string const dep = str(j, "dependency");
