@@ -742,7 +742,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     for (std::size_t k = 1; k < words.size(); ++k) {
       auto const& f = words[k];
       if (f == "DRAIN" || f == "DRAINING" || f == "DRAINED" || f == "FAIL" || f == "NOT_RESPONDING" ||
-          f == "MAINTENANCE" || f == "REBOOT_REQUESTED") {
+          f == "MAINTENANCE" || f == "REBOOT_REQUESTED" || f == "RESERVED") {  // (a reservation's jobs only)
         healthy = false;
       }
     }
@@ -964,6 +964,10 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     if (odd) {
       skip("GPUs a node (tres_per_node '" + str(j, "tres_per_node") + "', tres_per_task '" + str(j, "tres_per_task") +
            "') is not a GPU count");
+      continue;
+    }
+    if (!str(j, "resv_name").empty()) {
+      skip("--reservation is not supported: its nodes are left out of the bridge's rounds");
       continue;
     }
     if (num(j, "het_job_id", 0) > 0) {  // its components start together, on nodes of their own
