@@ -431,7 +431,8 @@ TEST(SlurmBridge, AnArraysTasksAreJobsAsManyAsItsThrottleAndTheNodesAllow) {
 // What a job asks of a node is what Slurm will give it, so that no job is
 // released onto a node where Slurm cannot start it: GPUs per task times the
 // tasks a node runs; with no memory per node or per CPU (--mem=0, or no
-// default), the memory Slurm counts for it; --exclusive, a node with
+// default), the memory Slurm counts for it, and --mem-per-gpu's for its
+// GPUs; --exclusive, a node with
 // nothing allocated, all of it, and no other placement of the round beside
 // it. Before, these read as no GPUs, no memory and a shared node: all
 // three were released onto a busy node and waited there while others
@@ -449,14 +450,16 @@ TEST(SlurmBridge, WhatAJobAsksOfANodeIsWhatSlurmWillGiveIt) {
       R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":2,"tasks":2,"tres_per_task":"gres:gpu:4")") + "," +
       job(2, R"("node_count":2,"cpus":4,"tasks":4,"tasks_per_node":2,"tres_per_task":"gres/gpu:1")") + "," +
       job(3, R"("node_count":1,"cpus":1,"memory_per_node":null,"tres_req_str":"cpu=1,mem=500G,node=1,billing=1")") + "," +
+      job(8, R"("node_count":1,"cpus":1,"memory_per_cpu":4096,"memory_per_tres":"gres:gpu:102400","tres_per_node":"gres:gpu:2")") + "," +
       job(4, R"("node_count":1,"cpus":1,"shared":"none","tres_per_node":"gres:gpu:1")") + "," +
       job(5, R"("node_count":1,"cpus":1,"exclusive":["true"],"tres_per_node":"gres:gpu:1")") + "," +
       job(6, R"("node_count":1,"cpus":1,"tres_per_socket":"gres:gpu:1")") + "," +
       // Released onto n3 and not started yet, --exclusive: n3 is its own.
       job(7, R"("node_count":1,"cpus":1,"shared":"none","required_nodes":"n3")", "None") + "]}";
   auto const snap = slurm::build_round(squeue, nodes, {});
-  ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3, 4, 5}));
+  ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3, 4, 5, 8}));
   auto const& p = snap.round.pending;
+  EXPECT_EQ(p[5].per_replica.memory_mib, 204800) << "--mem-per-gpu=100G for 2 GPUs, not the default per CPU";
   EXPECT_EQ(p[0].per_replica.gpus, 8) << "4 GPUs a task, 2 tasks";
   EXPECT_EQ(p[1].per_replica.gpus, 2) << "1 GPU a task, 2 tasks a node";
   EXPECT_EQ(p[2].per_replica.memory_mib, 512000) << "--mem=0: what Slurm counts";

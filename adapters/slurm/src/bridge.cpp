@@ -926,9 +926,18 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
       std::int64_t const per_cpu = std::max<std::int64_t>(0, num(j, "memory_per_cpu"));
       memory = cpus > 0 && per_cpu > max_resource / cpus ? max_resource + 1 : per_cpu * std::max<std::int64_t>(0, cpus);
     }
-    if (memory <= 0) {  // --mem=0, --mem-per-gpu, no default: what Slurm counts for the job, a node's share
-      std::int64_t const all = tres_memory_mib(str(j, "tres_req_str"));
-      memory = all / nodes + (all % nodes > 0 ? 1 : 0);
+    // At least what Slurm counts for the job, a node's share (--mem=0, or
+    // no default: the node's memory) and --mem-per-gpu's (MB) for its GPUs.
+    std::int64_t const counted = tres_memory_mib(str(j, "tres_req_str"));
+    memory = std::max(memory, counted / nodes + (counted % nodes > 0 ? 1 : 0));
+    for (auto const& g : split(str(j, "memory_per_tres"), ',')) {
+      std::string type;
+      std::int64_t per_gpu = 0;
+      try {
+        if (gpu_gres(g, type, per_gpu)) memory = std::max(memory, per_gpu * gpus);
+      } catch (slurm_error const&) {
+        odd = true;
+      }
     }
     bool const whole = takes_nodes_whole(j);
     bool const held = str(j, "state_reason") == "JobHeldUser";
