@@ -178,6 +178,15 @@ bool cycle(slurm::bridge_options& opt, priority_reader& prio, client& svc, slurm
         snap.round.state.epoch = ++epoch;
         reply = svc.solve_incremental(snap.round);
       }
+      // A round past Placer's constraint bound goes again with its first
+      // half of jobs; the rest wait held for a later cycle.
+      while (reply.code == wire::ErrorCode::ResourceExhausted &&
+             reply.message.find("distinct constraint sets") != std::string::npos && slurm::halve(snap)) {
+        std::fprintf(stderr, "slurm-bridge: %s: the first %zu jobs this cycle, the rest later\n", reply.message.c_str(),
+                     snap.round.pending.size());
+        snap.round.state.epoch = ++epoch;
+        reply = svc.solve_incremental(snap.round);
+      }
       solve_ms = ms_since(t2);
       if (svc.failovers() != failovers) fell_over = svc.current_endpoint();
       if (contact.failing_since) {

@@ -805,6 +805,50 @@ TEST(SlurmBridge, AJobPlacerRefusesLeavesTheRoundAndTheRestIsPlaced) {
   EXPECT_NE(by[2].comment.find("Placer refused it"), std::string::npos) << by[2].comment;
 }
 
+// Jobs that each exclude their own node (-x) make as many constraint sets
+// as node groups, past what Placer evaluates in one round: the real
+// service refuses the round whole ("... distinct constraint sets x ... node
+// groups ..."), and the bridge sends it again with its first half of jobs
+// (the rest wait held for a later cycle) until it fits.
+TEST(SlurmBridge, ARoundPastPlacersConstraintBoundGoesInHalves) {
+  testing_support::running_server srv;
+  client svc(options_for(srv));
+  int const n = 1500;
+  std::string nodes = R"({"nodes":[)", jobs = R"({"jobs":[)";
+  for (int k = 1; k <= n; ++k) {
+    nodes += (k > 1 ? "," : "") + node("n" + std::to_string(k), "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100");
+    jobs += (k > 1 ? "," : "") + job(k, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:1","excluded_nodes":"n)" +
+                                            std::to_string(k) + R"(")");
+  }
+  auto snap = slurm::build_round(jobs + "]}", nodes + "]}", {});
+  ASSERT_EQ(snap.round.pending.size(), static_cast<std::size_t>(n));
+  std::uint64_t epoch = 0;
+  snap.round.state.epoch = ++epoch;
+  auto reply = svc.solve_incremental(snap.round);
+  ASSERT_EQ(reply.code, wire::ErrorCode::ResourceExhausted) << reply.message;
+  int halves = 0;
+  while (reply.code == wire::ErrorCode::ResourceExhausted &&
+         reply.message.find("distinct constraint sets") != std::string::npos && slurm::halve(snap)) {
+    ++halves;
+    snap.round.state.epoch = ++epoch;
+    reply = svc.solve_incremental(snap.round);
+  }
+  ASSERT_EQ(reply.code, wire::ErrorCode::Ok) << reply.message;
+  EXPECT_GE(halves, 1);
+  EXPECT_EQ(snap.job_ids.size(), snap.round.pending.size());
+  EXPECT_EQ(snap.node_count.size(), snap.round.pending.size());
+  auto const acts = slurm::decide(snap, reply.result);
+  ASSERT_EQ(acts.size(), snap.job_ids.size()) << "the first jobs, each placed";
+  for (auto const& a : acts) {
+    ASSERT_EQ(a.nodes.size(), 1U);
+    EXPECT_NE(a.nodes[0], "n" + std::to_string(a.job.id)) << "never on the node it excludes";
+    EXPECT_LE(a.job.id, static_cast<std::int64_t>(snap.job_ids.size()));
+  }
+  slurm::snapshot one;
+  one.round.pending.resize(1);
+  EXPECT_FALSE(slurm::halve(one));
+}
+
 TEST(SlurmBridge, JobsStayInTheirPartitions) {
   std::string const info =
       R"({"nodes":[)" + node("n1", "gpu:a100:8", "gpu:a100:0(IDX:N/A)", 0, "a100", "idle", "", "train") + "," +

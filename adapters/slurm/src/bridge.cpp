@@ -175,6 +175,26 @@ std::int64_t tres_memory_mib(std::string const& tres) {
   return 0;
 }
 
+/// a / b rounded up, for a >= 0 and b > 0, with no sum that could wrap.
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b > 0 ? 1 : 0); }
+
+/// A figure per GPU (`field` "cpus_per_tres" or "memory_per_tres":
+/// "gres:gpu:16"), at most 2^40; 0 where it has none, and `odd` set where
+/// it has one it cannot read.
+std::int64_t per_gpu(json const& j, char const* field, bool& odd) {
+  std::int64_t most = 0;
+  for (auto const& g : split(str(j, field), ',')) {
+    std::string type;
+    std::int64_t n = 0;
+    try {
+      if (gpu_gres(g, type, n)) most = std::max(most, std::min(n, max_resource));
+    } catch (slurm_error const&) {
+      odd = true;
+    }
+  }
+  return most;
+}
+
 /// The most tasks of one job array a round takes (bridge.hpp, build_round).
 constexpr std::int64_t max_array_tasks = 4096;
 
@@ -904,23 +924,13 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     };
     read_gpus("tres_per_node", 1);
     std::int64_t const ntasks = std::max<std::int64_t>(1, num(j, "tasks", 1));
-    std::int64_t const node_tasks = num(j, "tasks_per_node", 0) > 0 ? num(j, "tasks_per_node", 0)
-                                                                     : ntasks / nodes + (ntasks % nodes > 0 ? 1 : 0);
+    std::int64_t const node_tasks = num(j, "tasks_per_node", 0) > 0 ? num(j, "tasks_per_node", 0) : ceil_div(ntasks, nodes);
     read_gpus("tres_per_task", node_tasks);
     std::int64_t const total_cpus = num(j, "cpus", 1);  // a node's share rounded up, with no sum that could wrap
-    std::int64_t cpus =
-        std::max(num(j, "minimum_cpus_per_node", 1), total_cpus / nodes + (total_cpus % nodes > 0 ? 1 : 0));
     // --cpus-per-gpu: Slurm gives each GPU that many CPUs (a pending job's
     // "cpus" does not count them).
-    for (auto const& g : split(str(j, "cpus_per_tres"), ',')) {
-      std::string type;
-      std::int64_t per_gpu = 0;
-      try {
-        if (gpu_gres(g, type, per_gpu)) cpus = std::max(cpus, per_gpu * gpus);
-      } catch (slurm_error const&) {
-        odd = true;
-      }
-    }
+    std::int64_t const cpus = std::max({num(j, "minimum_cpus_per_node", 1), ceil_div(total_cpus, nodes),
+                                        per_gpu(j, "cpus_per_tres", odd) * gpus});
     std::int64_t memory = num(j, "memory_per_node");
     if (memory <= 0) {
       std::int64_t const per_cpu = std::max<std::int64_t>(0, num(j, "memory_per_cpu"));
@@ -928,17 +938,8 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     }
     // At least what Slurm counts for the job, a node's share (--mem=0, or
     // no default: the node's memory) and --mem-per-gpu's (MB) for its GPUs.
-    std::int64_t const counted = tres_memory_mib(str(j, "tres_req_str"));
-    memory = std::max(memory, counted / nodes + (counted % nodes > 0 ? 1 : 0));
-    for (auto const& g : split(str(j, "memory_per_tres"), ',')) {
-      std::string type;
-      std::int64_t per_gpu = 0;
-      try {
-        if (gpu_gres(g, type, per_gpu)) memory = std::max(memory, per_gpu * gpus);
-      } catch (slurm_error const&) {
-        odd = true;
-      }
-    }
+    memory = std::max({memory, ceil_div(tres_memory_mib(str(j, "tres_req_str")), nodes),
+                       per_gpu(j, "memory_per_tres", odd) * gpus});
     bool const whole = takes_nodes_whole(j);
     bool const held = str(j, "state_reason") == "JobHeldUser";
     if (held) snap.comments[id] = str(j, "admin_comment");
@@ -1096,9 +1097,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
         bool const in_partition = partitions.empty() || std::any_of(partitions.begin(), partitions.end(), [&](auto const& p) {
                                     return has(nd, partition_label(p));
                                   });
-        if (!nd.healthy || !in_partition || !has(nd, idle_label)) {
-          continue;
-        }
+        if (!nd.healthy || !in_partition || !has(nd, idle_label)) continue;
         auto const g = static_cast<std::int32_t>(nd.gpu_free_milli.size());
         least.gpus = first ? g : std::min(least.gpus, g);
         least.cpu_milli = first ? nd.cpu_milli_capacity : std::min(least.cpu_milli, nd.cpu_milli_capacity);
@@ -1116,7 +1115,7 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
       snap.node_count.push_back(static_cast<std::int32_t>(nodes));
     };
     std::int64_t const array = num(j, "array_job_id", 0), throttle = num(j, "array_max_tasks", 0);
-    std::int64_t room = throttle > 0 ? throttle - array_active[array] : max_array_tasks;
+    std::int64_t const room = throttle > 0 ? throttle - array_active[array] : max_array_tasks;
     std::string const task_string = str(j, "array_task_string");
     if (id.task >= 0 || task_string.empty()) {  // a job, or one task in a record of its own
       if (id.task >= 0 && room <= 0) continue;  // its array's throttle: its turn comes
@@ -1237,6 +1236,15 @@ bool drop_refused(snapshot& snap, std::string const& message) {
   pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(k));
   snap.job_ids.erase(snap.job_ids.begin() + static_cast<std::ptrdiff_t>(k));
   snap.node_count.erase(snap.node_count.begin() + static_cast<std::ptrdiff_t>(k));
+  return true;
+}
+
+bool halve(snapshot& snap) {
+  auto const n = snap.round.pending.size();
+  if (n <= 1) return false;
+  snap.round.pending.resize(n / 2);
+  snap.job_ids.resize(n / 2);
+  snap.node_count.resize(n / 2);
   return true;
 }
 

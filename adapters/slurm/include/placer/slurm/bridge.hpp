@@ -197,10 +197,11 @@ struct snapshot {
 /// task order: as many as its throttle (--array=...%N, less its tasks
 /// running or released) lets start and the round's nodes could hold at
 /// once and one more (which says why the rest wait), at most 4,097 a
-/// cycle; the
-/// rest wait in the record for later cycles. Throws slurm_error when the output is
-/// not what Slurm writes; a job it cannot express is skipped, saying why,
-/// and a node whose GPUs it cannot read is left out (snapshot::warnings).
+/// cycle; the rest wait in the record for later cycles. A job Slurm would
+/// not start now whatever its nodes (a dependency not met, --begin to
+/// come) is skipped. Throws slurm_error when the output is not what Slurm
+/// writes; a job it cannot express is skipped, saying why, and a node
+/// whose GPUs it cannot read is left out (snapshot::warnings).
 snapshot build_round(std::string const& squeue_json, std::string const& sinfo_json, bridge_options const& opt);
 
 /// What the bridge does to one job.
@@ -226,6 +227,13 @@ std::vector<action> decide(snapshot const& snap, round_result const& r);
 /// the round can go again without it and one job never holds up the rest.
 /// False, nothing changed, when the message names no job of the round.
 bool drop_refused(snapshot& snap, std::string const& message);
+
+/// Placer refused snap's round whole for its constraints (more distinct
+/// constraint sets x node groups than it evaluates in one round: many jobs
+/// each excluding its own nodes, -x): the pending jobs past the first half
+/// leave this cycle's round and wait, held, for a later one. False,
+/// nothing changed, when one job or none is left.
+bool halve(snapshot& snap);
 
 /// Failing open (`placer slurm-bridge --fallback-after S`, docs/slurm.md):
 /// every held job of the snapshot, those Placer could place and those it
