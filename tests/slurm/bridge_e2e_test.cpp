@@ -169,7 +169,7 @@ TEST(SlurmBridgeLive, AnArraysTasksRunAtOnceEachWherePlacerPutsIt) {
   EXPECT_TRUE(until(
       [&](nlohmann::json const& q) {
         int n = 0;
-        for (auto const& j : q["jobs"]) n += j.value("array_job_id", 0) == wide && job_state(j) == "RUNNING" ? 1 : 0;
+        for (auto const& j : q["jobs"]) n += number_of(j, "array_job_id") == wide && job_state(j) == "RUNNING" ? 1 : 0;
         return n == 3;
       },
       15))
@@ -179,7 +179,7 @@ TEST(SlurmBridgeLive, AnArraysTasksRunAtOnceEachWherePlacerPutsIt) {
     ASSERT_TRUE(until(
         [&](nlohmann::json const& q) {
           for (auto const& j : q["jobs"]) {
-            if (j.value("array_job_id", 0) == one_at_a_time && j.value("array_task_id", nlohmann::json()) == t - 1) {
+            if (number_of(j, "array_job_id") == one_at_a_time && number_of(j, "array_task_id") == t - 1) {
               return job_state(j) == "COMPLETED";
             }
           }
@@ -270,10 +270,10 @@ TEST(SlurmBridgeLive, RoundsCarrySlurmsRanking) {
   for (std::size_t k = 0; k < snap.job_ids.size(); ++k) ours[snap.job_ids[k]] = snap.round.pending[k].priority;
   std::set<std::int64_t> ranks;
   for (auto const& [held, twin] : pairs) {
-    auto const slurms = job_of(twin).value("priority", -1);
+    auto const slurms = number_of(job_of(twin), "priority");
     ASSERT_EQ(ours.count(held), 1U) << held;
     EXPECT_EQ(ours.at(held), slurms) << "job " << held << " (twin " << twin << ")";
-    EXPECT_EQ(job_of(held).value("priority", -1), 0) << "a held job's Slurm priority";
+    EXPECT_EQ(number_of(job_of(held), "priority"), 0) << "a held job's Slurm priority";
     ranks.insert(slurms);
   }
   EXPECT_EQ(ranks.size(), pairs.size()) << "the jobs rank apart";

@@ -448,7 +448,7 @@ TEST(SlurmBridge, WhatAJobAsksOfANodeIsWhatSlurmWillGiveIt) {
                             idle(node("n4", "gpu:a100:4", "gpu:a100:0(IDX:N/A)", 0, "a100", "idle", "", "infer")) + "]}";
   std::string const squeue =
       R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":2,"tasks":2,"tres_per_task":"gres:gpu:4")") + "," +
-      job(2, R"("node_count":2,"cpus":4,"tasks":4,"tasks_per_node":2,"tres_per_task":"gres/gpu:1")") + "," +
+      job(2, R"("node_count":2,"cpus":4,"tasks":4,"tasks_per_node":2,"tres_per_task":"gres/gpu=1")") + "," +
       job(3, R"("node_count":1,"cpus":1,"memory_per_node":null,"tres_req_str":"cpu=1,mem=500G,node=1,billing=1")") + "," +
       job(8, R"("node_count":1,"cpus":1,"memory_per_cpu":4096,"memory_per_tres":"gres:gpu:102400","tres_per_node":"gres:gpu:2")") + "," +
       job(4, R"("node_count":1,"cpus":1,"shared":"none","tres_per_node":"gres:gpu:1")") + "," +

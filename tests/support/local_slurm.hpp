@@ -219,12 +219,22 @@ inline std::string job_state(nlohmann::json const& j) {
   return it->get<std::string>();
 }
 
+/// A number field: a number up to Slurm 23.02, {"set", "infinite",
+/// "number"} after; `def` where it is absent or unset.
+inline std::int64_t number_of(nlohmann::json const& j, char const* key, std::int64_t def = -1) {
+  auto const it = j.find(key);
+  if (it == j.end()) return def;
+  if (it->is_number()) return it->get<std::int64_t>();
+  if (it->is_object() && it->value("set", false) && it->contains("number")) return (*it)["number"].get<std::int64_t>();
+  return def;
+}
+
 // (A json kept in a local: a range-for over squeue()["jobs"] would read
 // a destroyed temporary.)
 inline nlohmann::json job_of(std::int64_t id) {
   auto const q = squeue();
   for (auto const& j : q["jobs"]) {
-    if (j.value("job_id", -1) == id) return j;
+    if (number_of(j, "job_id") == id) return j;
   }
   return {};
 }

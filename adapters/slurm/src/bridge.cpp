@@ -100,8 +100,10 @@ std::int64_t number(std::string const& s) {
 }
 
 /// A gres entry "gpu[:type]:count[(...)]" (in a job's tres_per_node after
-/// "gres:", or "gres/" from Slurm 23.11): type and count; false if not a GPU.
+/// "gres:", or "gres/" from Slurm 23.11; a TRES "gres/gpu[:type]=count" in
+/// 24.11's tres_per_task): type and count; false if not a GPU.
 bool gpu_gres(std::string entry, std::string& type, std::int64_t& count) {
+  if (starts_with(entry, "gres/")) std::replace(entry.begin(), entry.end(), '=', ':');
   if (starts_with(entry, "gres:") || starts_with(entry, "gres/")) entry = entry.substr(5);
   if (!starts_with(entry, "gpu")) return false;
   auto const paren = entry.find('(');
