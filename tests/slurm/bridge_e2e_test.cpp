@@ -145,7 +145,7 @@ TEST(SlurmBridgeLive, AnArraysTasksRunAtOnceEachWherePlacerPutsIt) {
   std::string out;
   testing_support::running_server srv;
   std::string const bridge = "slurm-bridge --once --endpoint " + srv.endpoint();
-  std::int64_t const wide = cluster.submit("--array=0-2 -N1 --gres=gpu:8", 20);
+  std::int64_t const wide = cluster.submit("--array=0-2 -N1 --gres=gpu:8", 12);
   std::int64_t const one_at_a_time = cluster.submit("--array=0-2%1 -N1 --gres=gpu:1", 2);
   ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
   auto placed = placed_lines(out);
@@ -210,7 +210,7 @@ TEST(SlurmBridgeLive, JobsStartWhereTheyAreReleasedWhateverWayTheyAskForANode) {
   std::string out;
   testing_support::running_server srv;
   std::string const bridge = "slurm-bridge --once --endpoint " + srv.endpoint();
-  run_command({"sbatch", "-w", "n1", "--gres=gpu:4", "--wrap=sleep 25", "-o", "/dev/null"});
+  run_command({"sbatch", "-w", "n1", "--gres=gpu:4", "--wrap=sleep 15", "-o", "/dev/null"});
   auto const outside = [] {
     auto const q = squeue();
     for (auto const& j : q["jobs"]) {
@@ -220,8 +220,8 @@ TEST(SlurmBridgeLive, JobsStartWhereTheyAreReleasedWhateverWayTheyAskForANode) {
   };
   for (int k = 0; k < 60 && !outside(); ++k) std::this_thread::sleep_for(std::chrono::milliseconds(250));
   ASSERT_TRUE(outside());
-  std::int64_t const per_task = cluster.submit("-N1 --ntasks=2 --gpus-per-task=4", 20);
-  std::int64_t const exclusive = cluster.submit("-N1 --exclusive --gres=gpu:1", 20);
+  std::int64_t const per_task = cluster.submit("-N1 --ntasks=2 --gpus-per-task=4", 12);
+  std::int64_t const exclusive = cluster.submit("-N1 --exclusive --gres=gpu:1", 12);
   std::int64_t const all_memory = cluster.submit("-N1 --mem=0 --gres=gpu:1", 2);
   ASSERT_EQ(testing_support::run_placer(bridge, out), 0) << out;
   auto const placed = placed_lines(out);

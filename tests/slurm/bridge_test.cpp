@@ -167,7 +167,7 @@ TEST(SlurmBridge, DecisionsFollowThePlacementsAndSayWhy) {
       R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:8")") + "," +
       job(2, R"("node_count":2,"cpus":2,"tres_per_node":"gres:gpu:4","features":"h100")") + "," +
       job(3, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:16")") + "," +
-      job(4, R"("node_count":1,"tres_per_job":"gres:gpu:2")") + "]}";
+      job(4, R"("node_count":2,"tres_per_job":"gres:gpu:3")") + "]}";
   auto const snap = slurm::build_round(squeue, sinfo(), {});
   solver s(kernels::make_backend(kernels::backend_kind::cpu));
   auto const r = s.solve(snap.round);
@@ -300,7 +300,7 @@ TEST(SlurmBridge, FailingOpenReleasesEveryHeldJobWithoutNodesSayingWhy) {
   std::string const squeue =
       R"({"jobs":[)" + job(1, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:8")") + "," +
       job(3, R"("node_count":1,"cpus":1,"tres_per_node":"gres:gpu:16")") + "," +
-      job(4, R"("node_count":1,"tres_per_job":"gres:gpu:2")") + "]}";
+      job(4, R"("node_count":2,"tres_per_job":"gres:gpu:3")") + "]}";
   auto const snap = slurm::build_round(squeue, sinfo(), {});
   ASSERT_EQ(snap.job_ids.size(), 2U);
   ASSERT_EQ(snap.skipped.size(), 1U);
@@ -430,7 +430,8 @@ TEST(SlurmBridge, AnArraysTasksAreJobsAsManyAsItsThrottleAndTheNodesAllow) {
 
 // What a job asks of a node is what Slurm will give it, so that no job is
 // released onto a node where Slurm cannot start it: GPUs per task times the
-// tasks a node runs; with no memory per node or per CPU (--mem=0, or no
+// tasks a node runs, and --gpus (per job) an equal share a node; with no
+// memory per node or per CPU (--mem=0, or no
 // default), the memory Slurm counts for it, and --mem-per-gpu's for its
 // GPUs; --exclusive, a node with
 // nothing allocated, all of it, and no other placement of the round beside
@@ -455,11 +456,15 @@ TEST(SlurmBridge, WhatAJobAsksOfANodeIsWhatSlurmWillGiveIt) {
       job(5, R"("node_count":1,"cpus":1,"exclusive":["true"],"tres_per_node":"gres:gpu:1")") + "," +
       job(6, R"("node_count":1,"cpus":1,"tres_per_socket":"gres:gpu:1")") + "," +
       // Released onto n3 and not started yet, --exclusive: n3 is its own.
-      job(7, R"("node_count":1,"cpus":1,"shared":"none","required_nodes":"n3")", "None") + "]}";
+      job(7, R"("node_count":1,"cpus":1,"shared":"none","required_nodes":"n3")", "None") + "," +
+      job(9, R"("node_count":1,"cpus":1,"tres_per_job":"gres:gpu:2")") + "," +
+      job(10, R"("node_count":2,"cpus":1,"tres_per_job":"gres/gpu=8")") + "]}";
   auto const snap = slurm::build_round(squeue, nodes, {});
-  ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3, 4, 5, 8}));
+  ASSERT_EQ(snap.job_ids, (std::vector<slurm::job_ref>{1, 2, 3, 4, 5, 8, 9, 10}));
   auto const& p = snap.round.pending;
   EXPECT_EQ(p[5].per_replica.memory_mib, 204800) << "--mem-per-gpu=100G for 2 GPUs, not the default per CPU";
+  EXPECT_EQ(p[6].per_replica.gpus, 2) << "--gpus=2 on one node";
+  EXPECT_EQ(p[7].per_replica.gpus, 4) << "--gpus=8 over -N 2";
   EXPECT_EQ(p[0].per_replica.gpus, 8) << "4 GPUs a task, 2 tasks";
   EXPECT_EQ(p[1].per_replica.gpus, 2) << "1 GPU a task, 2 tasks a node";
   EXPECT_EQ(p[2].per_replica.memory_mib, 512000) << "--mem=0: what Slurm counts";

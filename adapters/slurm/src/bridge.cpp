@@ -928,6 +928,13 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
     std::int64_t const ntasks = std::max<std::int64_t>(1, num(j, "tasks", 1));
     std::int64_t const node_tasks = num(j, "tasks_per_node", 0) > 0 ? num(j, "tasks_per_node", 0) : ceil_div(ntasks, nodes);
     read_gpus("tres_per_task", node_tasks);
+    // --gpus=G (per job): G / N a node where that is whole (Slurm may
+    // spread G otherwise, which one count a node cannot say).
+    std::int64_t const before = gpus;
+    read_gpus("tres_per_job", 1);
+    std::int64_t const job_gpus = gpus - before;
+    bool const uneven = job_gpus % nodes != 0;
+    gpus = before + job_gpus / nodes;
     std::int64_t const total_cpus = num(j, "cpus", 1);  // a node's share rounded up, with no sum that could wrap
     // --cpus-per-gpu: Slurm gives each GPU that many CPUs (a pending job's
     // "cpus" does not count them).
@@ -974,8 +981,8 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
       continue;
     }
     if (odd) {
-      skip("GPUs a node (tres_per_node '" + str(j, "tres_per_node") + "', tres_per_task '" + str(j, "tres_per_task") +
-           "') is not a GPU count");
+      skip("GPUs (tres_per_node '" + str(j, "tres_per_node") + "', tres_per_task '" + str(j, "tres_per_task") +
+           "', tres_per_job '" + str(j, "tres_per_job") + "') is not a GPU count");
       continue;
     }
     if (!str(j, "resv_name").empty()) {
@@ -1006,8 +1013,9 @@ snapshot build_round(std::string const& squeue_json, std::string const& sinfo_js
       skip("--gpus-per-socket is not supported: ask for GPUs per node (--gres=gpu:N) or per task");
       continue;
     }
-    if (!str(j, "tres_per_job").empty()) {
-      skip("--gpus (per job) is not supported: ask for GPUs per node (--gres=gpu:N)");
+    if (uneven) {
+      skip("--gpus=" + std::to_string(job_gpus) + " over -N " + std::to_string(nodes) +
+           " is not a whole number a node: ask for GPUs per node (--gres=gpu:N)");
       continue;
     }
     if (nodes > 4096 || gpus > 64) {
