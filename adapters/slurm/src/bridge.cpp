@@ -158,25 +158,6 @@ bool takes_nodes_whole(json const& j) {
   return false;
 }
 
-/// The memory in a TRES string ("cpu=2,mem=8G,node=1"), in MiB; 0 when it
-/// has none or it cannot be read; past Placer's bound as just past it.
-std::int64_t tres_memory_mib(std::string const& tres) {
-  for (auto const& t : split(tres, ',')) {
-    if (!starts_with(t, "mem=")) continue;
-    char* end = nullptr;
-    double v = std::strtod(t.c_str() + 4, &end);
-    if (end == t.c_str() + 4 || !(v >= 0)) return 0;
-    std::string const unit = end;
-    if (unit == "K") v /= 1024;
-    else if (unit == "G") v *= 1024;
-    else if (unit == "T") v *= 1024.0 * 1024;
-    else if (unit == "P") v *= 1024.0 * 1024 * 1024;
-    else if (!unit.empty() && unit != "M") return 0;
-    return v > static_cast<double>(max_resource) ? max_resource + 1 : static_cast<std::int64_t>(std::ceil(v));
-  }
-  return 0;
-}
-
 /// a / b rounded up, for a >= 0 and b > 0, with no sum that could wrap.
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return a / b + (a % b > 0 ? 1 : 0); }
 
@@ -308,6 +289,15 @@ std::map<std::string, double> tres_list(std::string const& s) {
     if (eq != std::string::npos && tres_amount(e.substr(eq + 1), v)) out[lower(e.substr(0, eq))] = v;
   }
   return out;
+}
+
+/// The memory in a TRES string ("cpu=2,mem=8G,node=1"), in MiB; 0 when it
+/// has none it can read; past Placer's bound as just past it.
+std::int64_t tres_memory_mib(std::string const& tres) {
+  auto const all = tres_list(tres);
+  auto const it = all.find("mem");
+  if (it == all.end() || !(it->second > 0)) return 0;
+  return it->second > static_cast<double>(max_resource) ? max_resource + 1 : static_cast<std::int64_t>(std::ceil(it->second));
 }
 
 /// Slurm's time in seconds, or -1 (UNLIMITED, INFINITE, anything else):
