@@ -318,23 +318,34 @@ func (c *cluster) volumeClaim(ns, name string) {
 	}
 }
 
-// bindVolumeClaim: claim `name` bound to a volume made for it, its spec and
-// status set as the PV controller (not run here) would.
-func (c *cluster) bindVolumeClaim(ns, name string) {
+// bindVolumeClaim: claim `name` bound to a volume made for it (on `nodes`
+// alone where given: a local volume's node affinity), its spec and status
+// set as the PV controller (not run here) would.
+func (c *cluster) bindVolumeClaim(ns, name string, nodes ...string) {
 	ctx := context.Background()
 	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + ns + "-" + name}, Spec: corev1.PersistentVolumeSpec{
 		StorageClassName: "late", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
 		PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/x"}},
 		ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: name}}}
+	if len(nodes) > 0 {
+		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: nodes}}}}}}
+	}
 	if _, err := c.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
+	c.claimVolume(ns, name, pv.Name)
+}
+
+// claimVolume: claim `name`'s spec and status bound to volume `pv`.
+func (c *cluster) claimVolume(ns, name, pv string) {
+	ctx := context.Background()
 	pvc, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	pvc.Spec.VolumeName = pv.Name
+	pvc.Spec.VolumeName = pv
 	if pvc, err = c.cs.CoreV1().PersistentVolumeClaims(ns).Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
@@ -352,33 +363,48 @@ func (c *cluster) volumePod(ns string, s podSpec, claim string) *corev1.Pod {
 }
 
 // A pod whose PersistentVolumeClaim is not bound (WaitForFirstConsumer,
-// which this scheduler does not provision), or missing, or that uses a
-// ResourceClaim, is not bound: it stays Pending with PodScheduled=False
-// saying why. A pod whose claim is bound is.
+// which this scheduler does not provision), or missing, or bound to a
+// volume that is not there, or that uses a ResourceClaim, is not bound: it
+// stays Pending with PodScheduled=False saying why. A pod whose claim is
+// bound is, where its volume's node affinity allows (a local volume on
+// node-3, of four nodes); one whose own selector and volume's node agree
+// on no node is told so in kube-scheduler's words.
 func TestUnboundClaimsNotBound(t *testing.T) {
 	c := newCluster(t, 4, 0)
 	ns := "claims"
 	c.create(ns)
-	c.volumeClaim(ns, "data")
-	c.volumeClaim(ns, "ready")
+	for _, name := range []string{"data", "ready", "local", "far", "lost"} {
+		c.volumeClaim(ns, name)
+	}
 	c.bindVolumeClaim(ns, "ready")
+	c.bindVolumeClaim(ns, "local", "node-3")
+	c.bindVolumeClaim(ns, "far", "node-2")
+	c.claimVolume(ns, "lost", "pv-gone")
 	withClaim := func(name, claim string) *corev1.Pod { return c.volumePod(ns, podSpec{name: name, gpus: 1}, claim) }
+	far := withClaim("far", "far")
+	far.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "node-1"}
 	dra := c.buildPod(ns, podSpec{name: "dra", gpus: 0})
 	cn := "gpu-claim"
 	dra.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}}
 	dra.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
-	c.create(ns, withClaim("unbound", "data"), withClaim("missing", "ghost"), withClaim("bound", "ready"), dra)
+	c.create(ns, withClaim("unbound", "data"), withClaim("missing", "ghost"), withClaim("bound", "ready"), withClaim("local", "local"),
+		withClaim("lost", "lost"), far, dra)
 	c.startScheduler()
-	c.waitBound(ns, 60*time.Second, "unbound", "missing", "dra")
+	c.waitBound(ns, 60*time.Second, "unbound", "missing", "dra", "far", "lost")
+	if on := c.get(ns, "local").Spec.NodeName; on != "node-3" {
+		t.Errorf("local bound to %s, its volume is on node-3", on)
+	}
 	for name, want := range map[string]string{
 		"unbound": "pod has unbound PersistentVolumeClaims: data (StorageClass late)",
 		"missing": `persistentvolumeclaim "ghost" not found`,
+		"lost":    `persistentvolumeclaim "lost" is bound to persistentvolume "pv-gone", which does not exist`,
+		"far":     "0/4 nodes are available: 1 node(s) had volume node affinity conflict, 3 node(s) didn't match Pod's node affinity/selector.",
 		"dra":     `waiting for the pod's ResourceClaims: resourceclaim.resource.k8s.io "gpu-claim" not found`,
 	} {
 		msg := c.waitCondition(ns, name, "Unschedulable", want, 30*time.Second)
 		t.Logf("%s: %s", name, msg)
 	}
-	if u := c.unbound(ns); strings.Join(u, ",") != "dra,missing,unbound" {
+	if u := c.unbound(ns); strings.Join(u, ",") != "dra,far,lost,missing,unbound" {
 		t.Errorf("unbound %v", u)
 	}
 }

@@ -109,7 +109,7 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	batch, cut := plan.Cut(ready, urgent, s.cfg.batchMax)
 	nodes, _ := s.nodes.List(labels.Everything())
 	opt := translate.Options{TopologyLabels: s.cfg.topology, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels, DRA: ds,
-		Kueue: s.kueue.snapshot()}
+		VolumeNodes: s.volumeNodes, Kueue: s.kueue.snapshot()}
 	hold := func(p *corev1.Pod) string { return s.volumeHold(ds, p) }
 	if s.cfg.evict {
 		opt.Evict, opt.NotEvictable = true, s.notEvictable

@@ -311,6 +311,7 @@ type scheduler struct {
 	pods    listersv1.PodLister
 	nodes   listersv1.NodeLister
 	pvcs    listersv1.PersistentVolumeClaimLister
+	pvs     listersv1.PersistentVolumeLister
 	nss     listersv1.NamespaceLister
 	groups  *podGroups
 	claims  *claims
@@ -351,11 +352,14 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 		s.queue.Initial, s.queue.Max = c.backoff, c.maxBackoff
 	}
 	pi, ni, vi, nsi := f.Core().V1().Pods(), f.Core().V1().Nodes(), f.Core().V1().PersistentVolumeClaims(), f.Core().V1().Namespaces()
-	s.pods, s.nodes, s.pvcs, s.nss = pi.Lister(), ni.Lister(), vi.Lister(), nsi.Lister()
-	s.synced = []cache.InformerSynced{pi.Informer().HasSynced, ni.Informer().HasSynced, vi.Informer().HasSynced, nsi.Informer().HasSynced}
+	pvi := f.Core().V1().PersistentVolumes()
+	s.pods, s.nodes, s.pvcs, s.pvs, s.nss = pi.Lister(), ni.Lister(), vi.Lister(), pvi.Lister(), nsi.Lister()
+	s.synced = []cache.InformerSynced{pi.Informer().HasSynced, ni.Informer().HasSynced, vi.Informer().HasSynced, pvi.Informer().HasSynced,
+		nsi.Informer().HasSynced}
 	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: s.podAdded, UpdateFunc: s.podUpdated, DeleteFunc: s.podDeleted})
 	_, _ = ni.Informer().AddEventHandler(s.requeueOn(changedAs(nodeChanged)))
 	_, _ = vi.Informer().AddEventHandler(s.requeueOn(changedAs(volumeClaimChanged)))
+	_, _ = pvi.Informer().AddEventHandler(s.requeueOn(changedAs(volumeChanged)))
 	s.groups = newPodGroups(s)
 	s.claims = newClaims(s)
 	s.kueue = &kueue{s: s}
@@ -441,6 +445,12 @@ func podChanged(a, b *corev1.Pod) bool {
 // its spec or status (bound to its volume, say), not its metadata alone.
 func volumeClaimChanged(a, b *corev1.PersistentVolumeClaim) bool {
 	return !reflect.DeepEqual(a.Spec, b.Spec) || !reflect.DeepEqual(a.Status, b.Status)
+}
+
+// volumeChanged: whether an update of a PersistentVolume changes its spec
+// (its node affinity, say), not its phase alone.
+func volumeChanged(a, b *corev1.PersistentVolume) bool {
+	return !reflect.DeepEqual(a.Spec, b.Spec)
 }
 
 func nodeReady(n *corev1.Node) bool {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -243,6 +244,13 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 		t.Error("a pod that failed not requeued when its claim was bound")
 	}
 	if !requeued(func() error {
+		_, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-1"}},
+			metav1.CreateOptions{})
+		return err
+	}) {
+		t.Error("a pod that failed not requeued when its claim's volume came")
+	}
+	if !requeued(func() error {
 		node.Spec.Taints = nil
 		_, err := cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
 		return err
@@ -262,10 +270,60 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 		"a claim's annotation": changedAs(volumeClaimChanged)(pvc, annotated),
 		"a heartbeat":          changedAs(nodeChanged)(ready(node, now), ready(node, now.Add(time.Second))),
 		"not a claim":          !changedAs(volumeClaimChanged)(pvc, "tombstone"),
+		"a volume's phase": changedAs(volumeChanged)(&corev1.PersistentVolume{},
+			&corev1.PersistentVolume{Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeBound}}),
 	} {
 		if changed {
 			t.Errorf("%s: read as a change", name)
 		}
+	}
+}
+
+// A pod's bound claims: their volumes' node affinity is where it may go
+// (a generic ephemeral volume's claim too); a claim bound to a volume that
+// is not there holds the pod, saying so.
+func TestBoundClaimsVolumes(t *testing.T) {
+	s, cs := testScheduler(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	local := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: translate.HostnameKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"node-3"}}}}}}
+	for _, pv := range []*corev1.PersistentVolume{
+		{ObjectMeta: metav1.ObjectMeta{Name: "pv-local"}, Spec: corev1.PersistentVolumeSpec{NodeAffinity: &corev1.VolumeNodeAffinity{Required: local}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "pv-anywhere"}},
+	} {
+		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for claim, pv := range map[string]string{"data": "pv-local", "w-scratch": "pv-anywhere", "lost": "pv-gone"} {
+		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv},
+			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
+		if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.factory.Start(ctx.Done())
+	s.factory.WaitForCacheSync(ctx.Done())
+	withClaims := func(name string, claims ...string) *corev1.Pod {
+		p := testPod(name, "")
+		for _, c := range claims {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: c, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
+		}
+		return p
+	}
+	w := withClaims("w", "data")
+	w.Spec.Volumes = append(w.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}})
+	if why := s.volumeHold(nil, w); why != "" {
+		t.Errorf("w held: %s", why)
+	}
+	if got := s.volumeNodes(w); len(got) != 1 || !reflect.DeepEqual(got[0], local) {
+		t.Errorf("w's volumes' nodes %v, want pv-local's alone", got)
+	}
+	lost := withClaims("l", "data", "lost")
+	if why, want := s.volumeHold(nil, lost), `placer: persistentvolumeclaim "lost" is bound to persistentvolume "pv-gone", which does not exist`; why != want {
+		t.Errorf("held %q, want %q", why, want)
 	}
 }
 

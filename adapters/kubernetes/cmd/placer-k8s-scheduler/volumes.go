@@ -3,9 +3,12 @@ package main
 // Claims this scheduler does not handle yet: a pod whose
 // PersistentVolumeClaim is not bound (a StorageClass with volumeBindingMode
 // WaitForFirstConsumer waits for the scheduler to choose the node; this one
-// does not provision nor bind volumes), or that uses ResourceClaims (dynamic
-// resource allocation, which it does not allocate), would be bound to a node
-// where it cannot start. Such a pod stays pending, saying why.
+// does not provision nor bind volumes), bound to a PersistentVolume that
+// does not exist, or that uses ResourceClaims with DRA off, would be bound to
+// a node where it cannot start. Such a pod stays pending, saying why. A pod
+// whose claims are bound goes only where their volumes' node affinity
+// allows (volumeNodes; a local volume's node, a zonal disk's zone), as
+// kube-scheduler's VolumeBinding.
 
 import (
 	"fmt"
@@ -34,16 +37,7 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 			strings.Join(names, ", "), why)
 	}
 	var missing, unbound []string
-	for _, v := range p.Spec.Volumes {
-		name := ""
-		switch {
-		case v.PersistentVolumeClaim != nil:
-			name = v.PersistentVolumeClaim.ClaimName
-		case v.Ephemeral != nil: // a generic ephemeral volume's claim: <pod>-<volume>
-			name = p.Name + "-" + v.Name
-		default:
-			continue
-		}
+	for _, name := range claimNames(p) {
 		c, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name)
 		switch {
 		case err != nil:
@@ -56,6 +50,10 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 				mode = " (StorageClass " + *c.Spec.StorageClassName + ")"
 			}
 			unbound = append(unbound, name+mode)
+		default:
+			if _, err := s.pvs.Get(c.Spec.VolumeName); err != nil {
+				missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q is bound to persistentvolume %q, which does not exist", name, c.Spec.VolumeName))
+			}
 		}
 	}
 	sort.Strings(missing)
@@ -67,4 +65,38 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 			strings.Join(unbound, ", "))
 	}
 	return ""
+}
+
+// claimNames: the PersistentVolumeClaims pod p mounts, its generic
+// ephemeral volumes' (<pod>-<volume>) among them.
+func claimNames(p *corev1.Pod) []string {
+	var out []string
+	for _, v := range p.Spec.Volumes {
+		switch {
+		case v.PersistentVolumeClaim != nil:
+			out = append(out, v.PersistentVolumeClaim.ClaimName)
+		case v.Ephemeral != nil:
+			out = append(out, p.Name+"-"+v.Name)
+		}
+	}
+	return out
+}
+
+// volumeNodes: the required node affinity of the PersistentVolumes pod
+// p's bound claims use (translate.Options.VolumeNodes). Claims not bound,
+// or volumes not there, are volumeHold's: such a pod does not reach a round.
+func (s *scheduler) volumeNodes(p *corev1.Pod) []*corev1.NodeSelector {
+	var out []*corev1.NodeSelector
+	for _, name := range claimNames(p) {
+		c, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name)
+		if err != nil || c.Spec.VolumeName == "" {
+			continue
+		}
+		pv, err := s.pvs.Get(c.Spec.VolumeName)
+		if err != nil || pv.Spec.NodeAffinity == nil || pv.Spec.NodeAffinity.Required == nil {
+			continue
+		}
+		out = append(out, pv.Spec.NodeAffinity.Required)
+	}
+	return out
 }

@@ -230,6 +230,9 @@ func (p *planner) form() {
 		if in.Opt.DRA != nil && len(pod.Spec.ResourceClaims) > 0 {
 			sig += "|claims:" + in.Opt.DRA.Signature(pod)
 		}
+		if v := in.Opt.VolumeSignature(pod); v != "" {
+			sig += "|volumes:" + v
+		}
 		c := classes[sig]
 		if c == nil {
 			c = &class{sig: sig, rules: translate.HasRules(pod)}

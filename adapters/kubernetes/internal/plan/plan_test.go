@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -589,5 +590,54 @@ func TestPinnedPodsPastPlacersConstraintBoundGoInHalves(t *testing.T) {
 	}
 	if out.Rounds != 2 {
 		t.Errorf("%d waves, want 2: the first half in the first, the second half in the next", out.Rounds)
+	}
+}
+
+// Pods alike but for their volumes (a StatefulSet's, each with its own
+// claim): each goes where its PersistentVolume's node affinity allows, as
+// kube-scheduler's VolumeBinding, and one whose volume's nodes cannot take
+// it is told so in kube-scheduler's words. 140 nodes in two zones of 70:
+// a zonal volume's zone is more nodes than a requirement lists, so its
+// other zone is excluded by a label of the round's own.
+func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
+	solve := solver(t)
+	ns := nodes(140, 70)
+	on := func(key string, op corev1.NodeSelectorOperator, values ...string) *corev1.NodeSelector {
+		return &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: key, Operator: op, Values: values}}}}}
+	}
+	zone := "topology.kubernetes.io/zone"
+	volumes := map[string][]*corev1.NodeSelector{
+		"db-0": {on(translate.HostnameKey, corev1.NodeSelectorOpIn, "n03")},
+		"db-1": {on(zone, corev1.NodeSelectorOpIn, "zone-2")},
+		"db-2": {on(translate.HostnameKey, corev1.NodeSelectorOpIn, "n01")}, // full
+		"db-3": {on("example.com/disk", corev1.NodeSelectorOpExists)},       // no node has it
+		"db-4": {on(zone, corev1.NodeSelectorOpIn, "zone-2"), on(translate.HostnameKey, // two volumes: both hold
+			corev1.NodeSelectorOpIn, "n01", "n02", "n71")},
+	}
+	opt := translate.Options{TopologyLabels: []string{"placer.io/rack"}, VolumeNodes: func(p *corev1.Pod) []*corev1.NodeSelector {
+		return volumes[p.Name]
+	}}
+	occupant := pod("occupant", 8, "1", nil)
+	occupant.Spec.NodeName = "n01"
+	var pending []*corev1.Pod
+	for i := 0; i < 6; i++ { // db-5: no volume of its own
+		pending = append(pending, pod(fmt.Sprintf("db-%d", i), 4, "1", map[string]string{"app": "db"}))
+	}
+	out := runOpt(t, solve, opt, ns, []*corev1.Pod{occupant}, pending, nil)
+	b := boundTo(out)
+	if b["db-0"] != "n03" || b["db-4"] != "n71" || b["db-5"] == "" || b["db-2"] != "" || b["db-3"] != "" {
+		t.Fatalf("bound %v", b)
+	}
+	if n, _ := strconv.Atoi(strings.TrimPrefix(b["db-1"], "n")); n < 71 {
+		t.Errorf("db-1 on %s, outside its volume's zone-2", b["db-1"])
+	}
+	for p, want := range map[string]string{
+		"db-2": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.",
+		"db-3": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.", // NodeResourcesFit first
+	} {
+		if why := failedWhy(out)[p]; why != want {
+			t.Errorf("%s: %q, want %q", p, why, want)
+		}
 	}
 }

@@ -3,11 +3,12 @@ package translate
 // Pod rules as node requirements: required pod affinity and anti-affinity
 // on any topology key (and the anti-affinity of the pods already on the
 // nodes, which kube-scheduler applies symmetrically), topology spread
-// constraints with whenUnsatisfiable DoNotSchedule, host ports and side
-// resources (side.go) become requirements on node labels (the topology
-// key's values, or the round's NodeLabel), computed against the pods the
-// Cluster holds, with kube-scheduler's meaning (its InterPodAffinity,
-// PodTopologySpread, NodePorts and NodeResourcesFit filters). The
+// constraints with whenUnsatisfiable DoNotSchedule, host ports, side
+// resources (side.go) and the node affinity of the pod's bound volumes
+// become requirements on node labels (the topology key's values, or the
+// round's NodeLabel), computed against the pods the Cluster holds, with
+// kube-scheduler's meaning (its InterPodAffinity, PodTopologySpread,
+// NodePorts, NodeResourcesFit and VolumeBinding filters). The
 // preferred forms (preferred pod affinity and anti-affinity, ScheduleAnyway
 // spread) become preferred node terms with their weights, which Placer
 // scores.
@@ -39,12 +40,14 @@ const (
 	antiWhy         = "node(s) didn't match pod anti-affinity rules"
 	spreadWhy       = "node(s) didn't match pod topology spread constraints"
 	spreadLabelWhy  = spreadWhy + " (missing required label)"
+	volumeWhy       = "node(s) had volume node affinity conflict"
 
 	orderPorts    = 3 // NodePorts
 	orderSide     = 4 // NodeResourcesFit, after Placer's CPU, memory and GPUs
-	orderSpread   = 5 // PodTopologySpread
-	orderAffinity = 6 // InterPodAffinity
-	orderClaims   = 7 // DynamicResources
+	orderVolumes  = 5 // VolumeBinding
+	orderSpread   = 6 // PodTopologySpread
+	orderAffinity = 7 // InterPodAffinity
+	orderClaims   = 8 // DynamicResources
 )
 
 // rule: a node requirement of a job, and kube-scheduler's reason for the
@@ -337,9 +340,48 @@ func (c *Cluster) rules(p *corev1.Pod) ([]rule, []*wire.PreferredTermT) {
 		}
 	}
 	out = append(out, c.sideRules(sideRequests(Requests(p)))...)
+	out = append(out, c.volumeRules(p)...)
 	out = append(out, c.spreadRules(p)...)
 	out = append(out, c.affinityRules(p)...)
 	return out, c.preferred(p)
+}
+
+// volumeRules: the nodes outside the node affinity of a PersistentVolume
+// that pod p's claims are bound to (Options.VolumeNodes), as
+// kube-scheduler's VolumeBinding reads it: a node's labels alone
+// (volumeutil.CheckNodeAffinity; matchFields match no node). A local
+// volume's few nodes are listed (In), a zone's many others excluded.
+func (c *Cluster) volumeRules(p *corev1.Pod) []rule {
+	if c.opt.VolumeNodes == nil {
+		return nil
+	}
+	sels := c.opt.VolumeNodes(p)
+	if len(sels) == 0 {
+		return nil
+	}
+	var fit, misfit []string
+	for _, n := range c.Nodes {
+		labelsOnly := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: n.Labels}}
+		ok := true
+		for _, s := range sels {
+			if m, err := schedcorev1.MatchNodeSelectorTerms(labelsOnly, s); err != nil || !m {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			fit = append(fit, n.Name)
+		} else {
+			misfit = append(misfit, n.Name)
+		}
+	}
+	switch {
+	case len(misfit) == 0:
+		return nil
+	case len(fit) <= maxListed:
+		return []rule{{volumeWhy, orderVolumes, in(NodeLabel, fit)}}
+	}
+	return []rule{{volumeWhy, orderVolumes, c.exclude(misfit)}}
 }
 
 // sideRules: the nodes that lack a side resource of `side`, by reason

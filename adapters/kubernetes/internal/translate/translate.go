@@ -110,10 +110,27 @@ type Options struct {
 	DRA *dra.Snapshot
 	// Claimed: the claims of the pods placed this cycle before this round.
 	Claimed []*dra.PodAlloc
+	// VolumeNodes: the required node affinity of each PersistentVolume that
+	// pod p's claims are bound to (nil, or none: its volumes go anywhere).
+	VolumeNodes func(p *corev1.Pod) []*corev1.NodeSelector
 	// Kueue: its LocalQueues and ClusterQueues, sent as the round's queue
 	// tree (kueue.go; nil: Kueue is not served, and a job's queue is its
 	// pods' kueue.x-k8s.io/queue-name, named, not limited).
 	Kueue *Kueue
+}
+
+// VolumeSignature: what tells pods apart by where their volumes may be
+// (VolumeNodes; "" = anywhere), for the classes of alike pods.
+func (o Options) VolumeSignature(p *corev1.Pod) string {
+	if o.VolumeNodes == nil {
+		return ""
+	}
+	sels := o.VolumeNodes(p)
+	if len(sels) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(sels)
+	return string(b)
 }
 
 // Requests is what a pod asks of a node, as kube-scheduler's
