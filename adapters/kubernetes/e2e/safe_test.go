@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -300,16 +301,19 @@ func TestNodeLimitsHonoured(t *testing.T) {
 }
 
 // volumeClaim: a PersistentVolumeClaim of 1 GiB of StorageClass "late"
-// (made if missing: WaitForFirstConsumer, a provisioner that is not there,
-// so the claim stays unbound until bindVolumeClaim).
-func (c *cluster) volumeClaim(ns, name string) {
+// (made if missing: WaitForFirstConsumer, pre-made volumes, so the claim
+// stays unbound until bindVolumeClaim), or of class[0].
+func (c *cluster) volumeClaim(ns, name string, class ...string) {
 	ctx := context.Background()
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Provisioner: "example.com/none", VolumeBindingMode: &wffc}
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: &wffc}
 	if _, err := c.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		c.t.Fatal(err)
 	}
 	scn := "late"
+	if len(class) > 0 {
+		scn = class[0]
+	}
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
 		StorageClassName: &scn, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
@@ -340,19 +344,25 @@ func (c *cluster) bindVolumeClaim(ns, name string, nodes ...string) {
 
 // claimVolume: claim `name`'s spec and status bound to volume `pv`.
 func (c *cluster) claimVolume(ns, name, pv string) {
+	if err := c.bindClaim(ns, name, pv); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// bindClaim: claimVolume, from any goroutine.
+func (c *cluster) bindClaim(ns, name, pv string) error {
 	ctx := context.Background()
 	pvc, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	pvc.Spec.VolumeName = pv
 	if pvc, err = c.cs.CoreV1().PersistentVolumeClaims(ns).Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		c.t.Fatal(err)
+		return err
 	}
 	pvc.Status.Phase = corev1.ClaimBound
-	if _, err := c.cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
+	_, err = c.cs.CoreV1().PersistentVolumeClaims(ns).UpdateStatus(ctx, pvc, metav1.UpdateOptions{})
+	return err
 }
 
 // volumePod: a pod of podSpec s mounting PersistentVolumeClaim `claim`.
@@ -362,20 +372,35 @@ func (c *cluster) volumePod(ns string, s podSpec, claim string) *corev1.Pod {
 	return p
 }
 
-// A pod whose PersistentVolumeClaim is not bound (WaitForFirstConsumer,
-// which this scheduler does not provision), or missing, or bound to a
-// volume that is not there, or that uses a ResourceClaim, is not bound: it
-// stays Pending with PodScheduled=False saying why. A pod whose claim is
-// bound is, where its volume's node affinity allows (a local volume on
-// node-3, of four nodes); one whose own selector and volume's node agree
-// on no node is told so in kube-scheduler's words.
-func TestUnboundClaimsNotBound(t *testing.T) {
+// A pod whose PersistentVolumeClaim cannot be bound by this scheduler's
+// choice (pre-made volumes of a WaitForFirstConsumer class, which it does
+// not choose), or missing, or bound to a volume that is not there, or that
+// uses a ResourceClaim, is not bound: it stays Pending with
+// PodScheduled=False saying why. A pod whose claim is bound is, where its
+// volume's node affinity allows (a local volume on node-3, of four nodes);
+// one whose own selector and volume's node agree on no node is told so in
+// kube-scheduler's words. A claim of a WaitForFirstConsumer class with a
+// provisioner (the test's, which makes a volume on the node a claim is
+// given, as a CSI provisioner would) is given the node Placer chose, in
+// the class's allowed topologies (node-4), and its pod is bound there once
+// the volume is: never before.
+func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 	c := newCluster(t, 4, 0)
 	ns := "claims"
 	c.create(ns)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	if _, err := c.cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
+		Provisioner: "disk.example.com", VolumeBindingMode: &wffc, AllowedTopologies: []corev1.TopologySelectorTerm{{
+			MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: "kubernetes.io/hostname", Values: []string{"node-4"}}}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range []string{"data", "ready", "local", "far", "lost"} {
 		c.volumeClaim(ns, name)
 	}
+	c.volumeClaim(ns, "ckpt", "fast")
 	c.bindVolumeClaim(ns, "ready")
 	c.bindVolumeClaim(ns, "local", "node-3")
 	c.bindVolumeClaim(ns, "far", "node-2")
@@ -387,15 +412,72 @@ func TestUnboundClaimsNotBound(t *testing.T) {
 	cn := "gpu-claim"
 	dra.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}}
 	dra.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
+
+	// The provisioner: a volume on the node a claim of "fast" is given,
+	// a second after, and the claim bound to it; whether the pod was bound
+	// before, each time it looks.
+	provisioned := make(chan string, 1)
+	var boundEarly atomic.Bool
+	go func() {
+		for ctx.Err() == nil {
+			time.Sleep(200 * time.Millisecond)
+			pvc, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "ckpt", metav1.GetOptions{})
+			node := ""
+			if err == nil {
+				node = pvc.Annotations["volume.kubernetes.io/selected-node"]
+			}
+			if p, err := c.cs.CoreV1().Pods(ns).Get(ctx, "trainer", metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
+				boundEarly.Store(true)
+			}
+			if node == "" {
+				continue
+			}
+			time.Sleep(time.Second)
+			if p, err := c.cs.CoreV1().Pods(ns).Get(ctx, "trainer", metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
+				boundEarly.Store(true)
+			}
+			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-ckpt"}, Spec: corev1.PersistentVolumeSpec{
+				StorageClassName: "fast", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+				Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/ckpt"}},
+				ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: "ckpt"},
+				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}}}
+			if _, err := c.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+				t.Errorf("the provisioner: %v", err)
+				return
+			}
+			if err := c.bindClaim(ns, "ckpt", pv.Name); err != nil {
+				t.Errorf("the provisioner: %v", err)
+				return
+			}
+			provisioned <- node
+			return
+		}
+	}()
 	c.create(ns, withClaim("unbound", "data"), withClaim("missing", "ghost"), withClaim("bound", "ready"), withClaim("local", "local"),
-		withClaim("lost", "lost"), far, dra)
+		withClaim("lost", "lost"), withClaim("trainer", "ckpt"), far, dra)
 	c.startScheduler()
 	c.waitBound(ns, 60*time.Second, "unbound", "missing", "dra", "far", "lost")
 	if on := c.get(ns, "local").Spec.NodeName; on != "node-3" {
 		t.Errorf("local bound to %s, its volume is on node-3", on)
 	}
+	select {
+	case node := <-provisioned:
+		if on := c.get(ns, "trainer").Spec.NodeName; node != "node-4" || on != "node-4" {
+			t.Errorf("ckpt provisioned on %s, trainer bound to %s: want node-4, its class's", node, on)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("ckpt was never given a node")
+	}
+	if boundEarly.Load() {
+		t.Error("trainer bound before its claim was")
+	}
+	if ev := c.waitEvents(ns, "trainer", "WaitingForVolumes", "node-4", 10*time.Second); len(ev) == 0 {
+		t.Error("no WaitingForVolumes Event for trainer")
+	}
 	for name, want := range map[string]string{
-		"unbound": "pod has unbound PersistentVolumeClaims: data (StorageClass late)",
+		"unbound": "pod has unbound PersistentVolumeClaims: data (StorageClass late has no provisioner, and this scheduler does not choose pre-made volumes)",
 		"missing": `persistentvolumeclaim "ghost" not found`,
 		"lost":    `persistentvolumeclaim "lost" is bound to persistentvolume "pv-gone", which does not exist`,
 		"far":     "0/4 nodes are available: 1 node(s) had volume node affinity conflict, 3 node(s) didn't match Pod's node affinity/selector.",
@@ -783,7 +865,8 @@ func TestLeaseRoleScoped(t *testing.T) {
 			t.Errorf("placer-scheduler may not %s lease placer-scheduler", verb)
 		}
 	}
-	for _, r := range []struct{ group, resource string }{{"scheduling.x-k8s.io", "podgroups"}, {"scheduling.k8s.io", "podgroups"}, {"", "persistentvolumeclaims"}} {
+	for _, r := range []struct{ group, resource string }{{"scheduling.x-k8s.io", "podgroups"}, {"scheduling.k8s.io", "podgroups"}, {"", "persistentvolumeclaims"},
+		{"", "persistentvolumes"}, {"storage.k8s.io", "storageclasses"}} {
 		if !c.canSoon("placer-scheduler", "watch", r.group, r.resource, "default", "") {
 			t.Errorf("placer-scheduler may not watch %s", r.resource)
 		}

@@ -38,15 +38,18 @@ func (s *scheduler) snapshot(ds *dra.Snapshot) (pending, bound []*corev1.Pod, ga
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for uid, a := range s.assumed {
-		if time.Since(a.when) > 2*time.Minute { // the informer would have shown it by now
+		if time.Since(a.when) > 2*time.Minute && (!a.provisioning || time.Since(a.when) > provisionTimeout) { // the informer would have shown it by now
 			delete(s.assumed, uid)
 		}
 	}
 	keep := map[types.UID]bool{}
 	for _, p := range all {
 		if a, ok := s.assumed[p.UID]; ok && p.Spec.NodeName == "" {
-			bound = append(bound, a.pod)
-			continue
+			if !a.provisioning || !s.provisioned(p, a.pod.Spec.NodeName) {
+				bound = append(bound, a.pod)
+				continue
+			}
+			delete(s.assumed, p.UID) // its volumes are there, or its node is no longer theirs: a round again
 		}
 		switch {
 		case translate.Bound(p):
@@ -261,6 +264,12 @@ func (s *scheduler) bind(ctx context.Context, binds []plan.Bind, cycle int64) (i
 				ctx := wctx
 				if err := s.claims.reserveAll(ctx, b); err != nil {
 					failed(b, fmt.Errorf("its ResourceClaims: %w", err))
+					return
+				}
+				if wait, err := s.provision(ctx, b); err != nil {
+					failed(b, fmt.Errorf("its PersistentVolumeClaims: %w", err))
+					return
+				} else if wait {
 					return
 				}
 				if s.cfg.bindDelay > 0 {

@@ -42,6 +42,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	listersv1 "k8s.io/client-go/listers/core/v1"
+	storagelisters "k8s.io/client-go/listers/storage/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -300,6 +301,9 @@ func resourceOf(path string) string {
 type assumed struct {
 	pod  *corev1.Pod // with Spec.NodeName set to where it is being bound
 	when time.Time
+	// provisioning: not bound yet, its claims being provisioned on its
+	// node (provision), which it holds until they are.
+	provisioning bool
 }
 
 type scheduler struct {
@@ -312,6 +316,7 @@ type scheduler struct {
 	nodes   listersv1.NodeLister
 	pvcs    listersv1.PersistentVolumeClaimLister
 	pvs     listersv1.PersistentVolumeLister
+	classes storagelisters.StorageClassLister
 	nss     listersv1.NamespaceLister
 	groups  *podGroups
 	claims  *claims
@@ -352,14 +357,15 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 		s.queue.Initial, s.queue.Max = c.backoff, c.maxBackoff
 	}
 	pi, ni, vi, nsi := f.Core().V1().Pods(), f.Core().V1().Nodes(), f.Core().V1().PersistentVolumeClaims(), f.Core().V1().Namespaces()
-	pvi := f.Core().V1().PersistentVolumes()
-	s.pods, s.nodes, s.pvcs, s.pvs, s.nss = pi.Lister(), ni.Lister(), vi.Lister(), pvi.Lister(), nsi.Lister()
+	pvi, sci := f.Core().V1().PersistentVolumes(), f.Storage().V1().StorageClasses()
+	s.pods, s.nodes, s.pvcs, s.pvs, s.classes, s.nss = pi.Lister(), ni.Lister(), vi.Lister(), pvi.Lister(), sci.Lister(), nsi.Lister()
 	s.synced = []cache.InformerSynced{pi.Informer().HasSynced, ni.Informer().HasSynced, vi.Informer().HasSynced, pvi.Informer().HasSynced,
-		nsi.Informer().HasSynced}
+		sci.Informer().HasSynced, nsi.Informer().HasSynced}
 	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: s.podAdded, UpdateFunc: s.podUpdated, DeleteFunc: s.podDeleted})
 	_, _ = ni.Informer().AddEventHandler(s.requeueOn(changedAs(nodeChanged)))
 	_, _ = vi.Informer().AddEventHandler(s.requeueOn(changedAs(volumeClaimChanged)))
 	_, _ = pvi.Informer().AddEventHandler(s.requeueOn(changedAs(volumeChanged)))
+	_, _ = sci.Informer().AddEventHandler(s.requeueOn(nil))
 	s.groups = newPodGroups(s)
 	s.claims = newClaims(s)
 	s.kueue = &kueue{s: s}

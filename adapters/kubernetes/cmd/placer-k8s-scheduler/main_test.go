@@ -14,6 +14,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -279,10 +280,14 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 	}
 }
 
-// A pod's bound claims: their volumes' node affinity is where it may go
-// (a generic ephemeral volume's claim too); a claim bound to a volume that
-// is not there holds the pod, saying so.
-func TestBoundClaimsVolumes(t *testing.T) {
+// A pod's claims: a bound claim's volume's node affinity is where the pod
+// may go (a generic ephemeral volume's claim too); a claim bound to a
+// volume that is not there holds the pod, saying so. A claim of a
+// WaitForFirstConsumer class with a provisioner sends the pod where the
+// class's topologies allow; once placed, the claim is given the node and
+// the pod holds it until the claim is bound. Claims this scheduler cannot
+// see bound (Immediate, no provisioner, no class) hold their pods.
+func TestClaimsVolumes(t *testing.T) {
 	s, cs := testScheduler(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -296,13 +301,37 @@ func TestBoundClaimsVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for claim, pv := range map[string]string{"data": "pv-local", "w-scratch": "pv-anywhere", "lost": "pv-gone"} {
-		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv},
-			Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
+	wffc, immediate := storagev1.VolumeBindingWaitForFirstConsumer, storagev1.VolumeBindingImmediate
+	for _, sc := range []*storagev1.StorageClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: "zonal"}, Provisioner: "disk.example.com", VolumeBindingMode: &wffc,
+			AllowedTopologies: []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
+				{Key: "topology.kubernetes.io/zone", Values: []string{"zone-1"}}}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: noProvisioner, VolumeBindingMode: &wffc},
+		{ObjectMeta: metav1.ObjectMeta{Name: "nfs"}, Provisioner: "nfs.example.com", VolumeBindingMode: &immediate},
+	} {
+		if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	claim := func(name, pv, class string) {
+		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}}
+		if pv != "" {
+			c.Status.Phase = corev1.ClaimBound
+		}
+		if class != "" {
+			c.Spec.StorageClassName = &class
+		}
 		if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
+	claim("data", "pv-local", "")
+	claim("w-scratch", "pv-anywhere", "")
+	claim("lost", "pv-gone", "")
+	claim("ckpt", "", "zonal")
+	claim("nvme", "", "local")
+	claim("shared", "", "nfs")
+	claim("plain", "", "")
 	s.factory.Start(ctx.Done())
 	s.factory.WaitForCacheSync(ctx.Done())
 	withClaims := func(name string, claims ...string) *corev1.Pod {
@@ -318,12 +347,69 @@ func TestBoundClaimsVolumes(t *testing.T) {
 	if why := s.volumeHold(nil, w); why != "" {
 		t.Errorf("w held: %s", why)
 	}
-	if got := s.volumeNodes(w); len(got) != 1 || !reflect.DeepEqual(got[0], local) {
-		t.Errorf("w's volumes' nodes %v, want pv-local's alone", got)
+	if got := s.volumeNodes(w); got == nil || !reflect.DeepEqual(got.Bound, []*corev1.NodeSelector{local}) || got.Provision != nil || got.Node != "" {
+		t.Errorf("w's volumes' nodes %+v, want pv-local's alone", got)
 	}
-	lost := withClaims("l", "data", "lost")
-	if why, want := s.volumeHold(nil, lost), `placer: persistentvolumeclaim "lost" is bound to persistentvolume "pv-gone", which does not exist`; why != want {
-		t.Errorf("held %q, want %q", why, want)
+	for _, tc := range []struct{ claim, why string }{
+		{"lost", `placer: persistentvolumeclaim "lost" is bound to persistentvolume "pv-gone", which does not exist`},
+		{"nvme", "placer: pod has unbound PersistentVolumeClaims: nvme (StorageClass local has no provisioner, and this scheduler does not choose pre-made volumes); it waits until they are bound"},
+		{"shared", "placer: pod has unbound PersistentVolumeClaims: shared (StorageClass nfs, Immediate: waiting for the volume to be bound); it waits until they are bound"},
+		{"plain", "placer: pod has unbound PersistentVolumeClaims: plain (no StorageClass: waiting for a volume to be bound to it); it waits until they are bound"},
+	} {
+		if why := s.volumeHold(nil, withClaims(tc.claim, "data", tc.claim)); why != tc.why {
+			t.Errorf("%s: held %q, want %q", tc.claim, why, tc.why)
+		}
+	}
+
+	// To provision: the class's zone, then the node it is given.
+	p := withClaims("trainer", "data", "ckpt")
+	if why := s.volumeHold(nil, p); why != "" {
+		t.Errorf("trainer held: %s", why)
+	}
+	zone1 := topologySelector([]corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
+		{Key: "topology.kubernetes.io/zone", Values: []string{"zone-1"}}}}})
+	if got := s.volumeNodes(p); got == nil || len(got.Bound) != 1 || !reflect.DeepEqual(got.Provision, []*corev1.NodeSelector{zone1}) || got.Node != "" {
+		t.Errorf("trainer's volumes' nodes %+v", got)
+	}
+	b := plan.Bind{Pod: p, Node: "node-3", GPU: -1}
+	s.assumed[p.UID] = assumed{pod: b.Assumed(), when: time.Now()}
+	if wait, err := s.provision(ctx, b); !wait || err != nil {
+		t.Fatalf("provision: wait %v, err %v", wait, err)
+	}
+	if !s.assumed[p.UID].provisioning {
+		t.Error("the pod not held on its node while its claim is provisioned")
+	}
+	waitClaim := func(what string, ok func(*corev1.PersistentVolumeClaim) bool) {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if c, err := s.pvcs.PersistentVolumeClaims("ns").Get("ckpt"); err == nil && ok(c) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the informer did not see the claim %s", what)
+			}
+		}
+	}
+	waitClaim("given node-3", func(c *corev1.PersistentVolumeClaim) bool { return c.Annotations[selectedNode] == "node-3" })
+	if got := s.volumeNodes(p); got == nil || got.Node != "node-3" {
+		t.Errorf("after: trainer's volumes' nodes %+v, want node-3's", got)
+	}
+	if s.provisioned(p, "node-3") {
+		t.Error("provisioned before its claim is bound")
+	}
+	if s.provisioned(p, "node-4") != true {
+		t.Error("a claim given another node than the pod's not seen")
+	}
+	c, _ := cs.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "ckpt", metav1.GetOptions{})
+	c.Spec.VolumeName, c.Status.Phase = "pv-ckpt", corev1.ClaimBound
+	if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Update(ctx, c, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitClaim("bound", claimBound)
+	if !s.provisioned(p, "node-3") {
+		t.Error("its claim bound, the pod still held")
+	}
+	if wait, err := s.provision(ctx, b); wait || err != nil {
+		t.Errorf("its claims bound: provision says wait %v, err %v", wait, err)
 	}
 }
 

@@ -607,21 +607,26 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 			{Key: key, Operator: op, Values: values}}}}}
 	}
 	zone := "topology.kubernetes.io/zone"
-	volumes := map[string][]*corev1.NodeSelector{
-		"db-0": {on(translate.HostnameKey, corev1.NodeSelectorOpIn, "n03")},
-		"db-1": {on(zone, corev1.NodeSelectorOpIn, "zone-2")},
-		"db-2": {on(translate.HostnameKey, corev1.NodeSelectorOpIn, "n01")}, // full
-		"db-3": {on("example.com/disk", corev1.NodeSelectorOpExists)},       // no node has it
-		"db-4": {on(zone, corev1.NodeSelectorOpIn, "zone-2"), on(translate.HostnameKey, // two volumes: both hold
-			corev1.NodeSelectorOpIn, "n01", "n02", "n71")},
+	bound := func(sels ...*corev1.NodeSelector) *translate.Volumes { return &translate.Volumes{Bound: sels} }
+	volumes := map[string]*translate.Volumes{
+		"db-0": bound(on(translate.HostnameKey, corev1.NodeSelectorOpIn, "n03")),
+		"db-1": bound(on(zone, corev1.NodeSelectorOpIn, "zone-2")),
+		"db-2": bound(on(translate.HostnameKey, corev1.NodeSelectorOpIn, "n01")), // full
+		"db-3": bound(on("example.com/disk", corev1.NodeSelectorOpExists)),       // no node has its label
+		"db-4": bound(on(zone, corev1.NodeSelectorOpIn, "zone-2"), on(translate.HostnameKey, // two volumes: both hold
+			corev1.NodeSelectorOpIn, "n01", "n02", "n71")),
+		// claims to provision: from a class of zone-1, on n05 (being provisioned there); on n72, outside its class's zone
+		"db-6": {Provision: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-1")}},
+		"db-7": {Provision: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-1")}, Node: "n05"},
+		"db-8": {Provision: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-1")}, Node: "n72"},
 	}
-	opt := translate.Options{TopologyLabels: []string{"placer.io/rack"}, VolumeNodes: func(p *corev1.Pod) []*corev1.NodeSelector {
+	opt := translate.Options{TopologyLabels: []string{"placer.io/rack"}, VolumeNodes: func(p *corev1.Pod) *translate.Volumes {
 		return volumes[p.Name]
 	}}
 	occupant := pod("occupant", 8, "1", nil)
 	occupant.Spec.NodeName = "n01"
 	var pending []*corev1.Pod
-	for i := 0; i < 6; i++ { // db-5: no volume of its own
+	for i := 0; i < 9; i++ { // db-5: no volume of its own
 		pending = append(pending, pod(fmt.Sprintf("db-%d", i), 4, "1", map[string]string{"app": "db"}))
 	}
 	out := runOpt(t, solve, opt, ns, []*corev1.Pod{occupant}, pending, nil)
@@ -632,9 +637,16 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 	if n, _ := strconv.Atoi(strings.TrimPrefix(b["db-1"], "n")); n < 71 {
 		t.Errorf("db-1 on %s, outside its volume's zone-2", b["db-1"])
 	}
+	if n, _ := strconv.Atoi(strings.TrimPrefix(b["db-6"], "n")); n < 2 || n > 70 {
+		t.Errorf("db-6 on %s, outside its class's zone-1 (or on the full n01)", b["db-6"])
+	}
+	if b["db-7"] != "n05" || b["db-8"] != "" {
+		t.Errorf("db-7 on %q, db-8 on %q: want n05 and none", b["db-7"], b["db-8"])
+	}
 	for p, want := range map[string]string{
 		"db-2": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.",
 		"db-3": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.", // NodeResourcesFit first
+		"db-8": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) didn't find available persistent volumes to bind.",
 	} {
 		if why := failedWhy(out)[p]; why != want {
 			t.Errorf("%s: %q, want %q", p, why, want)

@@ -41,6 +41,7 @@ const (
 	spreadWhy       = "node(s) didn't match pod topology spread constraints"
 	spreadLabelWhy  = spreadWhy + " (missing required label)"
 	volumeWhy       = "node(s) had volume node affinity conflict"
+	provisionWhy    = "node(s) didn't find available persistent volumes to bind"
 
 	orderPorts    = 3 // NodePorts
 	orderSide     = 4 // NodeResourcesFit, after Placer's CPU, memory and GPUs
@@ -346,42 +347,52 @@ func (c *Cluster) rules(p *corev1.Pod) ([]rule, []*wire.PreferredTermT) {
 	return out, c.preferred(p)
 }
 
-// volumeRules: the nodes outside the node affinity of a PersistentVolume
-// that pod p's claims are bound to (Options.VolumeNodes), as
-// kube-scheduler's VolumeBinding reads it: a node's labels alone
-// (volumeutil.CheckNodeAffinity; matchFields match no node). A local
-// volume's few nodes are listed (In), a zone's many others excluded.
+// volumeRules: the nodes where pod p's volumes cannot be (Options.
+// VolumeNodes), as kube-scheduler's VolumeBinding reads them: outside the
+// node affinity of a PersistentVolume its claims are bound to, else
+// outside a StorageClass's allowed topologies or not the node its claims
+// are being provisioned for, each read on a node's labels alone
+// (volumeutil.CheckNodeAffinity, MatchTopologySelectorTerms: matchFields
+// match no node). A local volume's few nodes are listed (In), a zone's
+// many others excluded.
 func (c *Cluster) volumeRules(p *corev1.Pod) []rule {
 	if c.opt.VolumeNodes == nil {
 		return nil
 	}
-	sels := c.opt.VolumeNodes(p)
-	if len(sels) == 0 {
+	v := c.opt.VolumeNodes(p)
+	if v == nil {
 		return nil
 	}
-	var fit, misfit []string
-	for _, n := range c.Nodes {
+	holds := func(n *corev1.Node, sels []*corev1.NodeSelector) bool {
 		labelsOnly := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: n.Labels}}
-		ok := true
 		for _, s := range sels {
 			if m, err := schedcorev1.MatchNodeSelectorTerms(labelsOnly, s); err != nil || !m {
-				ok = false
-				break
+				return false
 			}
 		}
-		if ok {
+		return true
+	}
+	var fit []string
+	miss := map[string][]string{}
+	for _, n := range c.Nodes {
+		switch {
+		case !holds(n, v.Bound):
+			miss[volumeWhy] = append(miss[volumeWhy], n.Name)
+		case (v.Node != "" && n.Name != v.Node) || !holds(n, v.Provision):
+			miss[provisionWhy] = append(miss[provisionWhy], n.Name)
+		default:
 			fit = append(fit, n.Name)
-		} else {
-			misfit = append(misfit, n.Name)
 		}
 	}
-	switch {
-	case len(misfit) == 0:
-		return nil
-	case len(fit) <= maxListed:
-		return []rule{{volumeWhy, orderVolumes, in(NodeLabel, fit)}}
+	var out []rule
+	for _, why := range sortedKeys(miss) {
+		req := c.exclude(miss[why])
+		if len(fit) <= maxListed && len(miss) == 1 {
+			req = in(NodeLabel, fit)
+		}
+		out = append(out, rule{why, orderVolumes, req})
 	}
-	return []rule{{volumeWhy, orderVolumes, c.exclude(misfit)}}
+	return out
 }
 
 // sideRules: the nodes that lack a side resource of `side`, by reason

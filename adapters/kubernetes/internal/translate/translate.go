@@ -110,13 +110,26 @@ type Options struct {
 	DRA *dra.Snapshot
 	// Claimed: the claims of the pods placed this cycle before this round.
 	Claimed []*dra.PodAlloc
-	// VolumeNodes: the required node affinity of each PersistentVolume that
-	// pod p's claims are bound to (nil, or none: its volumes go anywhere).
-	VolumeNodes func(p *corev1.Pod) []*corev1.NodeSelector
+	// VolumeNodes: where pod p's volumes let it go (nil: anywhere).
+	VolumeNodes func(p *corev1.Pod) *Volumes
 	// Kueue: its LocalQueues and ClusterQueues, sent as the round's queue
 	// tree (kueue.go; nil: Kueue is not served, and a job's queue is its
 	// pods' kueue.x-k8s.io/queue-name, named, not limited).
 	Kueue *Kueue
+}
+
+// Volumes: where a pod's volumes let it go, as kube-scheduler's
+// VolumeBinding reads them (on a node's labels; rules.go, volumeRules).
+type Volumes struct {
+	// Bound: the required node affinity of each PersistentVolume its
+	// claims are bound to (a local volume's node, a zonal disk's zone).
+	Bound []*corev1.NodeSelector
+	// Provision: the allowed topologies of each StorageClass a claim of
+	// its waits to be provisioned from (WaitForFirstConsumer).
+	Provision []*corev1.NodeSelector
+	// Node: the node its claims are being provisioned for ("" = none yet:
+	// their volume.kubernetes.io/selected-node annotation).
+	Node string
 }
 
 // VolumeSignature: what tells pods apart by where their volumes may be
@@ -125,11 +138,11 @@ func (o Options) VolumeSignature(p *corev1.Pod) string {
 	if o.VolumeNodes == nil {
 		return ""
 	}
-	sels := o.VolumeNodes(p)
-	if len(sels) == 0 {
+	v := o.VolumeNodes(p)
+	if v == nil {
 		return ""
 	}
-	b, _ := json.Marshal(sels)
+	b, _ := json.Marshal(v)
 	return string(b)
 }
 
