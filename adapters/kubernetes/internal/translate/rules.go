@@ -4,7 +4,7 @@ package translate
 // on any topology key (and the anti-affinity of the pods already on the
 // nodes, which kube-scheduler applies symmetrically), topology spread
 // constraints with whenUnsatisfiable DoNotSchedule, host ports, side
-// resources (side.go) and the node affinity of the pod's bound volumes
+// resources (side.go) and where the pod's volumes may be (volumeRules)
 // become requirements on node labels (the topology key's values, or the
 // round's NodeLabel), computed against the pods the Cluster holds, with
 // kube-scheduler's meaning (its InterPodAffinity, PodTopologySpread,
