@@ -322,24 +322,46 @@ func (c *cluster) volumeClaim(ns, name string, class ...string) {
 	}
 }
 
-// bindVolumeClaim: claim `name` bound to a volume made for it (on `nodes`
+// bindVolumeClaim: claim `name` bound to a volume made for it (on `node`
 // alone where given: a local volume's node affinity), its spec and status
 // set as the PV controller (not run here) would.
-func (c *cluster) bindVolumeClaim(ns, name string, nodes ...string) {
-	ctx := context.Background()
-	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + ns + "-" + name}, Spec: corev1.PersistentVolumeSpec{
-		StorageClassName: "late", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-		PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/x"}},
-		ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: name}}}
-	if len(nodes) > 0 {
-		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: nodes}}}}}}
+func (c *cluster) bindVolumeClaim(ns, name string, node ...string) {
+	on := ""
+	if len(node) > 0 {
+		on = node[0]
 	}
-	if _, err := c.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+	pv := c.localVolumeSpec("pv-"+ns+"-"+name, "late", on, ns, name)
+	if _, err := c.cs.CoreV1().PersistentVolumes().Create(context.Background(), pv, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
 	}
 	c.claimVolume(ns, name, pv.Name)
+}
+
+// localVolume: a pre-made volume of 1 GiB of `class` on `node`, for no
+// claim yet, made.
+func (c *cluster) localVolume(name, class, node string) *corev1.PersistentVolume {
+	pv, err := c.cs.CoreV1().PersistentVolumes().Create(context.Background(), c.localVolumeSpec(name, class, node, "", ""), metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return pv
+}
+
+// localVolumeSpec: a volume of 1 GiB of `class`, on `node` ("" = any), for
+// claim ns/claim ("" = none).
+func (c *cluster) localVolumeSpec(name, class, node, ns, claim string) *corev1.PersistentVolume {
+	pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+		StorageClassName: class, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
+		PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/" + name}}}}
+	if claim != "" {
+		pv.Spec.ClaimRef = &corev1.ObjectReference{Namespace: ns, Name: claim}
+	}
+	if node != "" {
+		pv.Spec.NodeAffinity = &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+			MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}
+	}
+	return pv
 }
 
 // claimVolume: claim `name`'s spec and status bound to volume `pv`.
@@ -372,18 +394,19 @@ func (c *cluster) volumePod(ns string, s podSpec, claim string) *corev1.Pod {
 	return p
 }
 
-// A pod whose PersistentVolumeClaim cannot be bound by this scheduler's
-// choice (pre-made volumes of a WaitForFirstConsumer class, which it does
-// not choose), or missing, or bound to a volume that is not there, or that
-// uses a ResourceClaim, is not bound: it stays Pending with
-// PodScheduled=False saying why. A pod whose claim is bound is, where its
-// volume's node affinity allows (a local volume on node-3, of four nodes);
-// one whose own selector and volume's node agree on no node is told so in
-// kube-scheduler's words. A claim of a WaitForFirstConsumer class with a
-// provisioner (the test's, which makes a volume on the node a claim is
-// given, as a CSI provisioner would) is given the node Placer chose, in
-// the class's allowed topologies (node-4), and its pod is bound there once
-// the volume is: never before.
+// A pod whose PersistentVolumeClaim is missing, or bound to a volume that
+// is not there, or that uses a ResourceClaim, is not bound: it stays
+// Pending with PodScheduled=False saying why. A pod whose claim is bound
+// is, where its volume's node affinity allows (a local volume on node-3,
+// of four nodes); one whose own selector and volume's node agree on no
+// node is told so in kube-scheduler's words. Claims of WaitForFirstConsumer
+// classes wait for the node Placer chooses: one to provision (class
+// "fast", node-4 allowed) is given that node, one of pre-made volumes
+// (class "nvme", one volume, on node-1) is given that volume, and each pod
+// is bound there once its claim is (the test's provisioner and PV
+// controller do what a CSI provisioner and kube-controller-manager would,
+// a second after), never before; a claim no pre-made volume can take
+// (class "late") keeps its pod pending, told why.
 func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 	c := newCluster(t, 4, 0)
 	ns := "claims"
@@ -391,20 +414,30 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
-	if _, err := c.cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "fast"},
-		Provisioner: "disk.example.com", VolumeBindingMode: &wffc, AllowedTopologies: []corev1.TopologySelectorTerm{{
-			MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{{Key: "kubernetes.io/hostname", Values: []string{"node-4"}}}}}},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, sc := range []*storagev1.StorageClass{
+		{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "disk.example.com", VolumeBindingMode: &wffc,
+			AllowedTopologies: []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
+				{Key: "kubernetes.io/hostname", Values: []string{"node-4"}}}}}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "nvme"}, Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: &wffc},
+	} {
+		if _, err := c.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, name := range []string{"data", "ready", "local", "far", "lost"} {
 		c.volumeClaim(ns, name)
 	}
 	c.volumeClaim(ns, "ckpt", "fast")
+	c.volumeClaim(ns, "scratch", "nvme")
 	c.bindVolumeClaim(ns, "ready")
 	c.bindVolumeClaim(ns, "local", "node-3")
 	c.bindVolumeClaim(ns, "far", "node-2")
 	c.claimVolume(ns, "lost", "pv-gone")
+	nvme := c.localVolume("pv-nvme", "nvme", "node-1")
+	nvme.Status.Phase = corev1.VolumeAvailable // as the PV controller would mark it
+	if _, err := c.cs.CoreV1().PersistentVolumes().UpdateStatus(ctx, nvme, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	withClaim := func(name, claim string) *corev1.Pod { return c.volumePod(ns, podSpec{name: name, gpus: 1}, claim) }
 	far := withClaim("far", "far")
 	far.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "node-1"}
@@ -413,71 +446,89 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 	dra.Spec.ResourceClaims = []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: &cn}}
 	dra.Spec.Containers[0].Resources.Claims = []corev1.ResourceClaim{{Name: "gpu"}}
 
-	// The provisioner: a volume on the node a claim of "fast" is given,
-	// a second after, and the claim bound to it; whether the pod was bound
-	// before, each time it looks.
-	provisioned := make(chan string, 1)
-	var boundEarly atomic.Bool
+	// The provisioner (a volume on the node claim ckpt is given) and the
+	// PV controller (claim scratch bound to the volume given it), each a
+	// second after, and whether either pod was bound before, each look.
+	type done struct{ claim, where string }
+	bound := make(chan done, 2)
+	var boundEarly atomic.Value
 	go func() {
-		for ctx.Err() == nil {
+		left := map[string]string{"ckpt": "trainer", "scratch": "worker"}
+		for ctx.Err() == nil && len(left) > 0 {
 			time.Sleep(200 * time.Millisecond)
-			pvc, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, "ckpt", metav1.GetOptions{})
-			node := ""
-			if err == nil {
-				node = pvc.Annotations["volume.kubernetes.io/selected-node"]
+			for claim, pod := range left {
+				if p, err := c.cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
+					boundEarly.Store(pod)
+				}
+				var where string
+				if claim == "ckpt" {
+					if pvc, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Get(ctx, claim, metav1.GetOptions{}); err == nil {
+						where = pvc.Annotations["volume.kubernetes.io/selected-node"]
+					}
+				} else if pv, err := c.cs.CoreV1().PersistentVolumes().Get(ctx, "pv-nvme", metav1.GetOptions{}); err == nil &&
+					pv.Spec.ClaimRef != nil && pv.Spec.ClaimRef.Name == claim {
+					where = "pv-nvme"
+				}
+				if where == "" {
+					continue
+				}
+				time.Sleep(time.Second)
+				if p, err := c.cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
+					boundEarly.Store(pod)
+				}
+				pv := where
+				if claim == "ckpt" {
+					pv = "pv-ckpt"
+					if _, err := c.cs.CoreV1().PersistentVolumes().Create(ctx, c.localVolumeSpec(pv, "fast", where, ns, claim),
+						metav1.CreateOptions{}); err != nil {
+						t.Errorf("the provisioner: %v", err)
+						return
+					}
+				}
+				if err := c.bindClaim(ns, claim, pv); err != nil {
+					t.Errorf("binding %s: %v", claim, err)
+					return
+				}
+				bound <- done{claim, where}
+				delete(left, claim)
 			}
-			if p, err := c.cs.CoreV1().Pods(ns).Get(ctx, "trainer", metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
-				boundEarly.Store(true)
-			}
-			if node == "" {
-				continue
-			}
-			time.Sleep(time.Second)
-			if p, err := c.cs.CoreV1().Pods(ns).Get(ctx, "trainer", metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
-				boundEarly.Store(true)
-			}
-			pv := &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-ckpt"}, Spec: corev1.PersistentVolumeSpec{
-				StorageClassName: "fast", AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
-				Capacity:               corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")},
-				PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/tmp/ckpt"}},
-				ClaimRef:               &corev1.ObjectReference{Namespace: ns, Name: "ckpt"},
-				NodeAffinity: &corev1.VolumeNodeAffinity{Required: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
-					MatchExpressions: []corev1.NodeSelectorRequirement{{Key: "kubernetes.io/hostname", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}}}
-			if _, err := c.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
-				t.Errorf("the provisioner: %v", err)
-				return
-			}
-			if err := c.bindClaim(ns, "ckpt", pv.Name); err != nil {
-				t.Errorf("the provisioner: %v", err)
-				return
-			}
-			provisioned <- node
-			return
 		}
 	}()
 	c.create(ns, withClaim("unbound", "data"), withClaim("missing", "ghost"), withClaim("bound", "ready"), withClaim("local", "local"),
-		withClaim("lost", "lost"), withClaim("trainer", "ckpt"), far, dra)
+		withClaim("lost", "lost"), withClaim("trainer", "ckpt"), withClaim("worker", "scratch"), far, dra)
 	c.startScheduler()
 	c.waitBound(ns, 60*time.Second, "unbound", "missing", "dra", "far", "lost")
 	if on := c.get(ns, "local").Spec.NodeName; on != "node-3" {
 		t.Errorf("local bound to %s, its volume is on node-3", on)
 	}
-	select {
-	case node := <-provisioned:
-		if on := c.get(ns, "trainer").Spec.NodeName; node != "node-4" || on != "node-4" {
-			t.Errorf("ckpt provisioned on %s, trainer bound to %s: want node-4, its class's", node, on)
+	got := map[string]string{}
+	for range 2 {
+		select {
+		case d := <-bound:
+			got[d.claim] = d.where
+		case <-time.After(30 * time.Second):
+			t.Fatalf("claims given a node or volume: %v", got)
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("ckpt was never given a node")
 	}
-	if boundEarly.Load() {
-		t.Error("trainer bound before its claim was")
+	if got["ckpt"] != "node-4" || got["scratch"] != "pv-nvme" {
+		t.Errorf("ckpt given %q, scratch %q: want node-4 (its class's) and pv-nvme", got["ckpt"], got["scratch"])
 	}
-	if ev := c.waitEvents(ns, "trainer", "WaitingForVolumes", "node-4", 10*time.Second); len(ev) == 0 {
-		t.Error("no WaitingForVolumes Event for trainer")
+	if on := c.get(ns, "trainer").Spec.NodeName; on != "node-4" {
+		t.Errorf("trainer bound to %s, its volume on node-4", on)
+	}
+	if on := c.get(ns, "worker").Spec.NodeName; on != "node-1" {
+		t.Errorf("worker bound to %s, its volume on node-1", on)
+	}
+	if p := boundEarly.Load(); p != nil {
+		t.Errorf("%s bound before its claim was", p)
+	}
+	for _, pod := range []string{"trainer", "worker"} {
+		if ev := c.waitEvents(ns, pod, "WaitingForVolumes", "placed on", 10*time.Second); len(ev) == 0 {
+			t.Errorf("no WaitingForVolumes Event for %s", pod)
+		}
 	}
 	for name, want := range map[string]string{
-		"unbound": "pod has unbound PersistentVolumeClaims: data (StorageClass late has no provisioner, and this scheduler does not choose pre-made volumes)",
+		"unbound": "0/4 nodes are available: 4 node(s) didn't find available persistent volumes to bind.",
 		"missing": `persistentvolumeclaim "ghost" not found`,
 		"lost":    `persistentvolumeclaim "lost" is bound to persistentvolume "pv-gone", which does not exist`,
 		"far":     "0/4 nodes are available: 1 node(s) had volume node affinity conflict, 3 node(s) didn't match Pod's node affinity/selector.",

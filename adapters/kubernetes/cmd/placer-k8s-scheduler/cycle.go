@@ -111,8 +111,16 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	}
 	batch, cut := plan.Cut(ready, urgent, s.cfg.batchMax)
 	nodes, _ := s.nodes.List(labels.Everything())
+	volumes := map[types.UID]*translate.Volumes{} // read once a cycle: the rounds ask of each pod several times
 	opt := translate.Options{TopologyLabels: s.cfg.topology, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels, DRA: ds,
-		VolumeNodes: s.volumeNodes, Kueue: s.kueue.snapshot()}
+		Kueue: s.kueue.snapshot(), VolumeNodes: func(p *corev1.Pod) *translate.Volumes {
+			v, ok := volumes[p.UID]
+			if !ok {
+				v = s.volumeNodes(p)
+				volumes[p.UID] = v
+			}
+			return v
+		}}
 	hold := func(p *corev1.Pod) string { return s.volumeHold(ds, p) }
 	if s.cfg.evict {
 		opt.Evict, opt.NotEvictable = true, s.notEvictable

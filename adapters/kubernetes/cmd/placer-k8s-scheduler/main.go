@@ -454,9 +454,10 @@ func volumeClaimChanged(a, b *corev1.PersistentVolumeClaim) bool {
 }
 
 // volumeChanged: whether an update of a PersistentVolume changes its spec
-// (its node affinity, say), not its phase alone.
+// (its node affinity, its claim) or makes it available (a pre-made volume
+// released and cleaned); not its other phases.
 func volumeChanged(a, b *corev1.PersistentVolume) bool {
-	return !reflect.DeepEqual(a.Spec, b.Spec)
+	return !reflect.DeepEqual(a.Spec, b.Spec) || (b.Status.Phase == corev1.VolumeAvailable && a.Status.Phase != corev1.VolumeAvailable)
 }
 
 func nodeReady(n *corev1.Node) bool {

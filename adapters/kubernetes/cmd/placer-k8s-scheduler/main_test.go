@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -271,12 +272,16 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 		"a claim's annotation": changedAs(volumeClaimChanged)(pvc, annotated),
 		"a heartbeat":          changedAs(nodeChanged)(ready(node, now), ready(node, now.Add(time.Second))),
 		"not a claim":          !changedAs(volumeClaimChanged)(pvc, "tombstone"),
-		"a volume's phase": changedAs(volumeChanged)(&corev1.PersistentVolume{},
+		"a volume bound": changedAs(volumeChanged)(&corev1.PersistentVolume{Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeAvailable}},
 			&corev1.PersistentVolume{Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeBound}}),
 	} {
 		if changed {
 			t.Errorf("%s: read as a change", name)
 		}
+	}
+	if !changedAs(volumeChanged)(&corev1.PersistentVolume{Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeReleased}},
+		&corev1.PersistentVolume{Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeAvailable}}) {
+		t.Error("a volume made available not read as a change")
 	}
 }
 
@@ -286,16 +291,26 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 // WaitForFirstConsumer class with a provisioner sends the pod where the
 // class's topologies allow; once placed, the claim is given the node and
 // the pod holds it until the claim is bound. Claims this scheduler cannot
-// see bound (Immediate, no provisioner, no class) hold their pods.
+// see bound (Immediate, no class) hold their pods. A claim of pre-made
+// volumes sends the pod where one could take it, and once placed the
+// volume Take chose is given the claim.
 func TestClaimsVolumes(t *testing.T) {
 	s, cs := testScheduler(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	local := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
 		{Key: translate.HostnameKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"node-3"}}}}}}
+	nvme := func(name, size string, claimRef *corev1.ObjectReference) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{StorageClassName: "local",
+			Capacity: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(size)}, ClaimRef: claimRef,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}, NodeAffinity: &corev1.VolumeNodeAffinity{Required: local}},
+			Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeAvailable}}
+	}
 	for _, pv := range []*corev1.PersistentVolume{
 		{ObjectMeta: metav1.ObjectMeta{Name: "pv-local"}, Spec: corev1.PersistentVolumeSpec{NodeAffinity: &corev1.VolumeNodeAffinity{Required: local}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "pv-anywhere"}},
+		nvme("pv-nvme-big", "100Gi", nil), nvme("pv-nvme-small", "10Gi", nil), nvme("pv-nvme-tiny", "1Gi", nil),
+		nvme("pv-nvme-other", "10Gi", &corev1.ObjectReference{Namespace: "ns", Name: "other"}),
 	} {
 		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -306,7 +321,7 @@ func TestClaimsVolumes(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "zonal"}, Provisioner: "disk.example.com", VolumeBindingMode: &wffc,
 			AllowedTopologies: []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
 				{Key: "topology.kubernetes.io/zone", Values: []string{"zone-1"}}}}}},
-		{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: noProvisioner, VolumeBindingMode: &wffc},
+		{ObjectMeta: metav1.ObjectMeta{Name: "local"}, Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: &wffc},
 		{ObjectMeta: metav1.ObjectMeta{Name: "nfs"}, Provisioner: "nfs.example.com", VolumeBindingMode: &immediate},
 	} {
 		if _, err := cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
@@ -314,7 +329,9 @@ func TestClaimsVolumes(t *testing.T) {
 		}
 	}
 	claim := func(name, pv, class string) {
-		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv}}
+		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{VolumeName: pv,
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("5Gi")}}}}
 		if pv != "" {
 			c.Status.Phase = corev1.ClaimBound
 		}
@@ -352,7 +369,6 @@ func TestClaimsVolumes(t *testing.T) {
 	}
 	for _, tc := range []struct{ claim, why string }{
 		{"lost", `placer: persistentvolumeclaim "lost" is bound to persistentvolume "pv-gone", which does not exist`},
-		{"nvme", "placer: pod has unbound PersistentVolumeClaims: nvme (StorageClass local has no provisioner, and this scheduler does not choose pre-made volumes); it waits until they are bound"},
 		{"shared", "placer: pod has unbound PersistentVolumeClaims: shared (StorageClass nfs, Immediate: waiting for the volume to be bound); it waits until they are bound"},
 		{"plain", "placer: pod has unbound PersistentVolumeClaims: plain (no StorageClass: waiting for a volume to be bound to it); it waits until they are bound"},
 	} {
@@ -410,6 +426,44 @@ func TestClaimsVolumes(t *testing.T) {
 	}
 	if wait, err := s.provision(ctx, b); wait || err != nil {
 		t.Errorf("its claims bound: provision says wait %v, err %v", wait, err)
+	}
+
+	// Pre-made: the volumes that could take it, smallest first (not one too
+	// small, nor one given another claim); then the one Take chose given it.
+	q := withClaims("scratch", "nvme")
+	if why := s.volumeHold(nil, q); why != "" {
+		t.Errorf("scratch held: %s", why)
+	}
+	names := func(v *translate.Volumes) []string {
+		var out []string
+		for _, pm := range v.PreMade {
+			for _, pv := range pm.Volumes {
+				out = append(out, pm.Claim+":"+pv.Name)
+			}
+		}
+		return out
+	}
+	if got := s.volumeNodes(q); got == nil || strings.Join(names(got), ",") != "nvme:pv-nvme-small,nvme:pv-nvme-big" {
+		t.Fatalf("scratch's volumes %+v", got)
+	}
+	b = plan.Bind{Pod: q, Node: "node-3", GPU: -1, Volumes: map[string]string{"nvme": "pv-nvme-small"}}
+	s.assumed[q.UID] = assumed{pod: b.Assumed(), when: time.Now()}
+	if wait, err := s.provision(ctx, b); !wait || err != nil || !s.assumed[q.UID].provisioning {
+		t.Fatalf("provision: wait %v, err %v", wait, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if got := s.volumeNodes(q); strings.Join(names(got), ",") == "nvme:pv-nvme-small" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pv-nvme-small not seen given nvme: %v", names(s.volumeNodes(q)))
+		}
+	}
+	if pv, _ := cs.CoreV1().PersistentVolumes().Get(ctx, "pv-nvme-small", metav1.GetOptions{}); pv.Spec.ClaimRef == nil || pv.Spec.ClaimRef.Name != "nvme" {
+		t.Errorf("pv-nvme-small's claimRef %+v", pv.Spec.ClaimRef)
+	}
+	if s.provisioned(q, "node-3") {
+		t.Error("provisioned before its claim is bound")
 	}
 }
 

@@ -3,15 +3,17 @@ package main
 // A pod's PersistentVolumeClaims, as kube-scheduler's VolumeBinding reads
 // them. A pod whose claims are bound goes only where their volumes' node
 // affinity allows (a local volume's node, a zonal disk's zone). A claim
-// of a WaitForFirstConsumer StorageClass with a provisioner waits for the
-// scheduler to choose its node: the pod goes where the class's allowed
+// of a WaitForFirstConsumer StorageClass waits for the scheduler to choose
+// its node: with a provisioner, the pod goes where the class's allowed
 // topologies allow, and once placed its claims are given the node
-// (volume.kubernetes.io/selected-node, which the provisioner reads) while
-// the pod holds the node's room, bound once its volumes are there
-// (provision). A claim missing, bound to a volume that is not there,
-// waiting for the PV controller (Immediate) or for a pre-made volume to be
-// chosen (no provisioner: this scheduler does not bind those), or a pod
-// that uses ResourceClaims with DRA off, would be bound to a node where it
+// (volume.kubernetes.io/selected-node, which the provisioner reads);
+// without one (pre-made volumes: local disks), the pod goes where an
+// available volume would take each claim, and once placed each claim is
+// given one (the volume's claimRef, which the PV controller completes).
+// Either way the pod holds the node's room until its claims are bound, then
+// is bound there (provision). A claim missing, bound to a volume that is
+// not there, or waiting for the PV controller (Immediate), or a pod that
+// uses ResourceClaims with DRA off, would be bound to a node where it
 // cannot start: such a pod stays pending, saying why.
 
 import (
@@ -25,8 +27,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
+	"k8s.io/utils/ptr"
 
 	"placer.local/kubernetes/internal/dra"
 	"placer.local/kubernetes/internal/plan"
@@ -58,7 +62,7 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 		case c.DeletionTimestamp != nil:
 			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q is being deleted", name))
 		case !claimBound(c):
-			if _, why := s.toProvision(c); why != "" {
+			if _, why := s.delayed(c); why != "" {
 				unbound = append(unbound, name+" ("+why+")")
 			}
 		default:
@@ -86,10 +90,11 @@ func claimBound(c *corev1.PersistentVolumeClaim) bool {
 // (kube-scheduler's PreBind writes it; the provisioner reads it).
 const selectedNode = "volume.kubernetes.io/selected-node"
 
-// toProvision: the StorageClass an unbound claim c is to be provisioned
-// from on the node this scheduler chooses, or why it is not: a class in
-// WaitForFirstConsumer mode with a provisioner, and no volume named.
-func (s *scheduler) toProvision(c *corev1.PersistentVolumeClaim) (*storagev1.StorageClass, string) {
+// delayed: the StorageClass of an unbound claim c that waits for the node
+// this scheduler chooses, or why it does not: a class in
+// WaitForFirstConsumer mode, and no volume named. Without a provisioner
+// (premade), its volumes are pre-made; with one, one is provisioned.
+func (s *scheduler) delayed(c *corev1.PersistentVolumeClaim) (*storagev1.StorageClass, string) {
 	name := storagehelpers.GetPersistentVolumeClaimClass(c)
 	if name == "" {
 		return nil, "no StorageClass: waiting for a volume to be bound to it"
@@ -100,14 +105,57 @@ func (s *scheduler) toProvision(c *corev1.PersistentVolumeClaim) (*storagev1.Sto
 		return nil, fmt.Sprintf("StorageClass %s not found", name)
 	case class.VolumeBindingMode == nil || *class.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer || c.Spec.VolumeName != "":
 		return nil, fmt.Sprintf("StorageClass %s, Immediate: waiting for the volume to be bound", name)
-	case class.Provisioner == "" || class.Provisioner == noProvisioner:
-		return nil, fmt.Sprintf("StorageClass %s has no provisioner, and this scheduler does not choose pre-made volumes", name)
 	}
 	return class, ""
 }
 
-// noProvisioner: a StorageClass of pre-made volumes (local volumes, say).
-const noProvisioner = "kubernetes.io/no-provisioner"
+// premade: whether a WaitForFirstConsumer class's volumes are pre-made
+// (local volumes, say): it has no provisioner.
+func premade(class *storagev1.StorageClass) bool {
+	return class.Provisioner == "" || class.Provisioner == "kubernetes.io/no-provisioner"
+}
+
+// candidates: the pre-made volumes of claim c's class that could take it
+// on some node, smallest first: kube-scheduler's FindMatchingVolume less
+// the node (available, of its size, access modes, volume mode, attributes
+// class and selector); a volume given c already (its claimRef), alone
+// (given).
+func (s *scheduler) candidates(c *corev1.PersistentVolumeClaim, class string) (vols []*corev1.PersistentVolume, given bool) {
+	all, _ := s.pvs.List(labels.Everything())
+	var out []*corev1.PersistentVolume
+	var sel labels.Selector
+	if c.Spec.Selector != nil {
+		var err error
+		if sel, err = metav1.LabelSelectorAsSelector(c.Spec.Selector); err != nil {
+			return nil, false
+		}
+	}
+	want := c.Spec.Resources.Requests[corev1.ResourceStorage]
+	for _, pv := range all {
+		if storagehelpers.GetPersistentVolumeClass(pv) != class || pv.DeletionTimestamp != nil {
+			continue
+		}
+		if storagehelpers.IsVolumeBoundToClaim(pv, c) {
+			return []*corev1.PersistentVolume{pv}, true
+		}
+		size := pv.Spec.Capacity[corev1.ResourceStorage]
+		if pv.Spec.ClaimRef != nil || pv.Status.Phase != corev1.VolumeAvailable || size.Cmp(want) < 0 ||
+			storagehelpers.CheckVolumeModeMismatches(&c.Spec, &pv.Spec) || !storagehelpers.CheckAccessModes(c, pv) ||
+			ptr.Deref(c.Spec.VolumeAttributesClassName, "") != ptr.Deref(pv.Spec.VolumeAttributesClassName, "") ||
+			(sel != nil && !sel.Matches(labels.Set(pv.Labels))) {
+			continue
+		}
+		out = append(out, pv)
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i].Spec.Capacity[corev1.ResourceStorage], out[j].Spec.Capacity[corev1.ResourceStorage]
+		if d := a.Cmp(b); d != 0 {
+			return d < 0
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, false
+}
 
 // claimNames: the PersistentVolumeClaims pod p mounts, its generic
 // ephemeral volumes' (<pod>-<volume>) among them.
@@ -142,8 +190,19 @@ func (s *scheduler) volumeNodes(p *corev1.Pod) *translate.Volumes {
 			}
 			continue
 		}
-		class, _ := s.toProvision(c)
+		class, _ := s.delayed(c)
 		if class == nil {
+			continue
+		}
+		if premade(class) {
+			vols, given := s.candidates(c, class.Name)
+			pm := translate.PreMade{Claim: name, Volumes: vols}
+			key, _ := json.Marshal(c.Spec) // alike claims: the same volumes could take each
+			pm.Key = string(key)
+			if given {
+				pm.Key += "|" + vols[0].Name
+			}
+			v.PreMade = append(v.PreMade, pm)
 			continue
 		}
 		if sel := topologySelector(class.AllowedTopologies); sel != nil {
@@ -156,7 +215,7 @@ func (s *scheduler) volumeNodes(p *corev1.Pod) *translate.Volumes {
 			v.Node = n
 		}
 	}
-	if v.Bound == nil && v.Provision == nil && v.Node == "" {
+	if v.Bound == nil && v.Provision == nil && v.Node == "" && v.PreMade == nil {
 		return nil
 	}
 	return &v
@@ -184,11 +243,14 @@ func topologySelector(terms []corev1.TopologySelectorTerm) *corev1.NodeSelector 
 // volumes are provisioned there (kube-scheduler's bindTimeoutSeconds).
 const provisionTimeout = 10 * time.Minute
 
-// provision: pod b.Pod's claims to provision given node b.Node, before
-// its Binding (kube-scheduler's PreBind). wait: some are not bound yet,
-// so the pod is not bound now; it holds the node's room (assumed, marked
-// provisioning) until they are (snapshot, provisioned), at most
-// provisionTimeout.
+// provision: pod b.Pod's claims that wait for its node given it, before
+// its Binding (kube-scheduler's PreBind): a claim to provision the node
+// (its selected-node annotation), a claim of pre-made volumes the volume
+// Take chose on it (the volume's claimRef, kube-scheduler's
+// bindAPIUpdate; the PV controller then binds the claim). wait: some are
+// not bound yet, so the pod is not bound now; it holds the node's room
+// (assumed, marked provisioning) until they are (snapshot, provisioned),
+// at most provisionTimeout.
 func (s *scheduler) provision(ctx context.Context, b plan.Bind) (wait bool, err error) {
 	var names []string
 	for _, name := range claimNames(b.Pod) {
@@ -196,10 +258,17 @@ func (s *scheduler) provision(ctx context.Context, b plan.Bind) (wait bool, err 
 		if err != nil || claimBound(c) {
 			continue
 		}
-		if class, _ := s.toProvision(c); class == nil {
+		class, _ := s.delayed(c)
+		if class == nil {
 			continue
 		}
 		names = append(names, name)
+		if premade(class) {
+			if err := s.giveVolume(ctx, c, b.Volumes[name]); err != nil {
+				return false, fmt.Errorf("giving claim %s its volume: %w", c.Name, err)
+			}
+			continue
+		}
 		if c.Annotations[selectedNode] == b.Node {
 			continue
 		}
@@ -217,30 +286,62 @@ func (s *scheduler) provision(ctx context.Context, b plan.Bind) (wait bool, err 
 		s.assumed[b.Pod.UID] = a
 	}
 	s.mu.Unlock()
-	s.recorder.Eventf(b.Pod, corev1.EventTypeNormal, "WaitingForVolumes", "placer: placed on %s; waiting for its claims (%s) to be provisioned there",
+	s.recorder.Eventf(b.Pod, corev1.EventTypeNormal, "WaitingForVolumes", "placer: placed on %s; waiting for its claims (%s) to be bound there",
 		b.Node, strings.Join(names, ", "))
 	return true, nil
 }
 
+// giveVolume: pre-made volume `name` given claim c, unless it is already.
+// The update carries the volume's resourceVersion as the informer saw it,
+// so a volume given another claim meanwhile refuses it (Conflict).
+func (s *scheduler) giveVolume(ctx context.Context, c *corev1.PersistentVolumeClaim, name string) error {
+	if name == "" {
+		return fmt.Errorf("no volume chosen")
+	}
+	pv, err := s.pvs.Get(name)
+	if err != nil {
+		return err
+	}
+	if storagehelpers.IsVolumeBoundToClaim(pv, c) {
+		return nil
+	}
+	given, _, err := storagehelpers.GetBindVolumeToClaim(pv, c)
+	if err != nil {
+		return err
+	}
+	_, err = s.cs.CoreV1().PersistentVolumes().Update(ctx, given, metav1.UpdateOptions{})
+	return err
+}
+
 // provisioned: whether pod p, assumed on a node while its claims are
-// provisioned there, should go back to the rounds: its claims are bound
-// (the round puts it on its volumes' node), or one is no longer given
-// that node (the provisioner gave up on it: kube-scheduler then
-// reschedules the pod), or gone.
+// bound there, should go back to the rounds: its claims are bound (the
+// round puts it on its volumes' node), or one is no longer given that
+// node or a volume (the provisioner gave up on it, another claim took the
+// volume: kube-scheduler then reschedules the pod), or gone.
 func (s *scheduler) provisioned(p *corev1.Pod, node string) bool {
+	waiting := false
 	for _, name := range claimNames(p) {
 		c, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name)
 		if err != nil {
 			return true
 		}
-		if !claimBound(c) && c.Annotations[selectedNode] != node {
-			if class, _ := s.toProvision(c); class != nil {
+		if claimBound(c) {
+			continue
+		}
+		class, _ := s.delayed(c)
+		switch {
+		case class == nil:
+			waiting = true
+		case premade(class):
+			if _, given := s.candidates(c, class.Name); !given {
 				return true
 			}
-		}
-		if !claimBound(c) {
-			return false
+			waiting = true
+		case c.Annotations[selectedNode] != node:
+			return true
+		default:
+			waiting = true
 		}
 	}
-	return true
+	return !waiting
 }

@@ -75,7 +75,9 @@ type Bind struct {
 	Node   string
 	GPU    int
 	Claims *dra.PodAlloc
-	gpus   []uint8
+	// Volumes: the pre-made volumes its claims are given, claim to volume.
+	Volumes map[string]string
+	gpus    []uint8
 }
 
 // Assumed: the pod as it will be once bound (its node, a share's GPU index).
@@ -563,12 +565,29 @@ func (p *planner) claimed() []*dra.PodAlloc {
 	return out
 }
 
+// volumesTaken: the pre-made volumes the units placed so far took.
+func (p *planner) volumesTaken() map[string]bool {
+	out := map[string]bool{}
+	for _, u := range p.units {
+		if u.state != placed {
+			continue
+		}
+		for _, b := range u.binds {
+			for _, pv := range b.Volumes {
+				out[pv] = true
+			}
+		}
+	}
+	return out
+}
+
 // round: one wave. False: Placer did not answer; the cycle ends.
 func (p *planner) round(sel []*unit) bool {
 	opt := p.in.Opt
 	if opt.DRA != nil {
 		opt.Claimed = p.claimed()
 	}
+	opt.VolumesTaken = p.volumesTaken()
 	c := translate.NewCluster(p.in.Nodes, p.accepted(), opt)
 	if p.out.GPUsLeftOut == nil {
 		p.out.GPUsLeftOut = c.GPUsLeftOut // the same nodes each round of a cycle
@@ -881,7 +900,7 @@ func (p *planner) apply(r *translate.Round, res *wire.ScheduleReplyT, byUnit map
 				u.Avoid[b.Node] = miss
 				continue
 			}
-			b.Claims = r.C.Claimed(b.Pod)
+			b.Claims, b.Volumes = r.C.Claimed(b.Pod), r.C.TookVolumes(b.Pod)
 			ok = append(ok, b)
 		}
 		if u.gang != nil && u.core {

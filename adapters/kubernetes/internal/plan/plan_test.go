@@ -2,6 +2,7 @@ package plan
 
 import (
 	"fmt"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -620,13 +621,23 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 		"db-7": {Provision: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-1")}, Node: "n05"},
 		"db-8": {Provision: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-1")}, Node: "n72"},
 	}
+	// Pre-made: two local volumes, on n10 and n11, three claims alike that
+	// either could take: two placed, on distinct nodes, the third told why.
+	local := func(name, node string) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: corev1.PersistentVolumeSpec{
+			NodeAffinity: &corev1.VolumeNodeAffinity{Required: on(translate.HostnameKey, corev1.NodeSelectorOpIn, node)}}}
+	}
+	nvme := []*corev1.PersistentVolume{local("pv-a", "n10"), local("pv-b", "n11")}
+	for i := 9; i < 12; i++ {
+		volumes[fmt.Sprintf("db-%d", i)] = &translate.Volumes{PreMade: []translate.PreMade{{Claim: fmt.Sprintf("scratch-db-%d", i), Key: "nvme", Volumes: nvme}}}
+	}
 	opt := translate.Options{TopologyLabels: []string{"placer.io/rack"}, VolumeNodes: func(p *corev1.Pod) *translate.Volumes {
 		return volumes[p.Name]
 	}}
 	occupant := pod("occupant", 8, "1", nil)
 	occupant.Spec.NodeName = "n01"
 	var pending []*corev1.Pod
-	for i := 0; i < 9; i++ { // db-5: no volume of its own
+	for i := 0; i < 12; i++ { // db-5: no volume of its own
 		pending = append(pending, pod(fmt.Sprintf("db-%d", i), 4, "1", map[string]string{"app": "db"}))
 	}
 	out := runOpt(t, solve, opt, ns, []*corev1.Pod{occupant}, pending, nil)
@@ -642,6 +653,29 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 	}
 	if b["db-7"] != "n05" || b["db-8"] != "" {
 		t.Errorf("db-7 on %q, db-8 on %q: want n05 and none", b["db-7"], b["db-8"])
+	}
+	var took []string
+	for _, x := range out.Binds {
+		for claim, pv := range x.Volumes {
+			if claim != "scratch-"+x.Pod.Name {
+				t.Errorf("%s given %s's claim", x.Pod.Name, claim)
+			}
+			took = append(took, pv+"@"+x.Node)
+		}
+	}
+	sort.Strings(took)
+	var left []string
+	for i := 9; i < 12; i++ {
+		if p := fmt.Sprintf("db-%d", i); b[p] == "" {
+			left = append(left, p)
+		}
+	}
+	if strings.Join(took, ",") != "pv-a@n10,pv-b@n11" || len(left) != 1 {
+		t.Fatalf("db-9..11's volumes %v, not placed %v: want pv-a on n10 and pv-b on n11, one pod left", took, left)
+	}
+	// (the nodes full once the round's pods are bound are told so first)
+	if why := failedWhy(out)[left[0]]; !regexp.MustCompile(`^0/140 nodes are available: 13\d node\(s\) didn't find available persistent volumes to bind, \d Insufficient nvidia.com/gpu\.$`).MatchString(why) {
+		t.Errorf("%s: %q", left[0], why)
 	}
 	for p, want := range map[string]string{
 		"db-2": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.",

@@ -41,6 +41,13 @@ type Cluster struct {
 	// have it; exclKey: a key by the nodes' names joined.
 	excluded map[string]map[string]bool
 	exclKey  map[string]string
+	// Pre-made volumes (Volumes.PreMade): each one's nodes, by name; those
+	// Take gave a pod this round; what it gave each pod, claim to volume;
+	// the nodes by hostname.
+	volNodes  map[string]map[int]bool
+	volTaken  map[string]bool
+	volumes   map[types.UID]map[string]string
+	hostnames map[string][]int
 	// GPUsLeftOut: the nodes with more GPUs than Placer takes on one
 	// (MaxNodeGPUs), whose GPUs the round leaves out (NewCluster).
 	GPUsLeftOut []string
@@ -307,6 +314,10 @@ func (c *Cluster) matches(n *corev1.Node, e *wire.SelectorRequirementT) bool {
 	}
 	return requirementMatches(n, e)
 }
+
+// TookVolumes: the pre-made volumes Take gave pod p's claims, claim to
+// volume (nil: none).
+func (c *Cluster) TookVolumes(p *corev1.Pod) map[string]string { return c.volumes[p.UID] }
 
 // Claimed: the claims Take allocated for pod p on its node (nil: none).
 func (c *Cluster) Claimed(p *corev1.Pod) *dra.PodAlloc { return c.claimed[p.UID] }

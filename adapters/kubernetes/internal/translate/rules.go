@@ -27,6 +27,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/klog/v2"
 
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
@@ -372,13 +373,33 @@ func (c *Cluster) volumeRules(p *corev1.Pod) []rule {
 		}
 		return true
 	}
+	var onEach []map[int]bool // each pre-made claim's nodes: those of its volumes not taken
+	for _, pm := range v.PreMade {
+		on := map[int]bool{}
+		for _, pv := range pm.Volumes {
+			if !c.opt.VolumesTaken[pv.Name] && !c.volTaken[pv.Name] {
+				for i := range c.volumeNodes(pv) {
+					on[i] = true
+				}
+			}
+		}
+		onEach = append(onEach, on)
+	}
+	premade := func(ni int) bool {
+		for _, on := range onEach {
+			if !on[ni] {
+				return false
+			}
+		}
+		return true
+	}
 	var fit []string
 	miss := map[string][]string{}
-	for _, n := range c.Nodes {
+	for ni, n := range c.Nodes {
 		switch {
 		case !holds(n, v.Bound):
 			miss[volumeWhy] = append(miss[volumeWhy], n.Name)
-		case (v.Node != "" && n.Name != v.Node) || !holds(n, v.Provision):
+		case (v.Node != "" && n.Name != v.Node) || !holds(n, v.Provision) || !premade(ni):
 			miss[provisionWhy] = append(miss[provisionWhy], n.Name)
 		default:
 			fit = append(fit, n.Name)
@@ -393,6 +414,71 @@ func (c *Cluster) volumeRules(p *corev1.Pod) []rule {
 		out = append(out, rule{why, orderVolumes, req})
 	}
 	return out
+}
+
+// volumeOn: the smallest of claim pm's volumes on node ni that neither
+// this cycle's placements nor `also` took (nil: none). A volume's nodes
+// are read once a round: a local volume's hostname at once, any other
+// node affinity on each node's labels.
+func (c *Cluster) volumeOn(pm PreMade, ni int, also map[string]bool) *corev1.PersistentVolume {
+	for _, pv := range pm.Volumes {
+		if c.opt.VolumesTaken[pv.Name] || c.volTaken[pv.Name] || also[pv.Name] {
+			continue
+		}
+		if c.volumeNodes(pv)[ni] {
+			return pv
+		}
+	}
+	return nil
+}
+
+// volumeNodes: the nodes a pre-made volume's node affinity admits, read on
+// their labels (volumeutil.CheckNodeAffinity), kept for the round.
+func (c *Cluster) volumeNodes(pv *corev1.PersistentVolume) map[int]bool {
+	if on, ok := c.volNodes[pv.Name]; ok {
+		return on
+	}
+	on := map[int]bool{}
+	na := pv.Spec.NodeAffinity
+	switch {
+	case na == nil || na.Required == nil:
+		for i := range c.Nodes {
+			on[i] = true
+		}
+	case len(na.Required.NodeSelectorTerms) == 1 && len(na.Required.NodeSelectorTerms[0].MatchExpressions) == 1 &&
+		len(na.Required.NodeSelectorTerms[0].MatchFields) == 0 &&
+		na.Required.NodeSelectorTerms[0].MatchExpressions[0].Key == HostnameKey &&
+		na.Required.NodeSelectorTerms[0].MatchExpressions[0].Operator == corev1.NodeSelectorOpIn:
+		for _, h := range na.Required.NodeSelectorTerms[0].MatchExpressions[0].Values { // a local volume's
+			for _, i := range c.byHostname()[h] {
+				on[i] = true
+			}
+		}
+	default:
+		for i, n := range c.Nodes {
+			if storagehelpers.CheckNodeAffinity(pv, n.Labels) == nil {
+				on[i] = true
+			}
+		}
+	}
+	if c.volNodes == nil {
+		c.volNodes = map[string]map[int]bool{}
+	}
+	c.volNodes[pv.Name] = on
+	return on
+}
+
+// byHostname: the nodes by their hostname label's value.
+func (c *Cluster) byHostname() map[string][]int {
+	if c.hostnames == nil {
+		c.hostnames = map[string][]int{}
+		for i, n := range c.Nodes {
+			if h, ok := n.Labels[HostnameKey]; ok {
+				c.hostnames[h] = append(c.hostnames[h], i)
+			}
+		}
+	}
+	return c.hostnames
 }
 
 // sideRules: the nodes that lack a side resource of `side`, by reason

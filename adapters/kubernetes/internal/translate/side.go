@@ -13,6 +13,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 const portsWhy = "node(s) didn't have free ports for the requested pod ports"
@@ -73,9 +74,10 @@ func sideMiss(free, side corev1.ResourceList) string {
 	return ""
 }
 
-// Take: node ni takes pod p's side resources, host ports and claims (on
-// `gpus`, the GPUs Placer chose, where its devices allow), or says why it
-// cannot (kube-scheduler's words; nothing is taken then). The planner
+// Take: node ni takes pod p's side resources, host ports, pre-made
+// volumes (the smallest on the node for each claim: TookVolumes) and
+// claims (on `gpus`, the GPUs Placer chose, where its devices allow), or
+// says why it cannot (kube-scheduler's words; nothing is taken then). The planner
 // calls it for a round's placements in queue order.
 func (c *Cluster) Take(p *corev1.Pod, ni int, gpus []uint8) string {
 	ports := HostPorts(p)
@@ -85,6 +87,20 @@ func (c *Cluster) Take(p *corev1.Pod, ni int, gpus []uint8) string {
 	side := sideRequests(Requests(p))
 	if why := sideMiss(c.side[ni], side); why != "" {
 		return why
+	}
+	var vols map[string]string
+	if c.opt.VolumeNodes != nil {
+		if v := c.opt.VolumeNodes(p); v != nil && len(v.PreMade) > 0 {
+			vols = map[string]string{}
+			took := map[string]bool{}
+			for _, pm := range v.PreMade {
+				pv := c.volumeOn(pm, ni, took)
+				if pv == nil {
+					return provisionWhy
+				}
+				vols[pm.Claim], took[pv.Name] = pv.Name, true
+			}
+		}
 	}
 	if pc := c.claims(p); pc != nil {
 		var on []int
@@ -101,6 +117,15 @@ func (c *Cluster) Take(p *corev1.Pod, ni int, gpus []uint8) string {
 	}
 	subList(c.side[ni], side)
 	c.ports[ni].add(ports)
+	if vols != nil {
+		if c.volTaken == nil {
+			c.volTaken, c.volumes = map[string]bool{}, map[types.UID]map[string]string{}
+		}
+		for _, pv := range vols {
+			c.volTaken[pv] = true
+		}
+		c.volumes[p.UID] = vols
+	}
 	return ""
 }
 

@@ -112,6 +112,9 @@ type Options struct {
 	Claimed []*dra.PodAlloc
 	// VolumeNodes: where pod p's volumes let it go (nil: anywhere).
 	VolumeNodes func(p *corev1.Pod) *Volumes
+	// VolumesTaken: the pre-made volumes the pods placed this cycle before
+	// this round took (Volumes.PreMade).
+	VolumesTaken map[string]bool
 	// Kueue: its LocalQueues and ClusterQueues, sent as the round's queue
 	// tree (kueue.go; nil: Kueue is not served, and a job's queue is its
 	// pods' kueue.x-k8s.io/queue-name, named, not limited).
@@ -130,6 +133,21 @@ type Volumes struct {
 	// Node: the node its claims are being provisioned for ("" = none yet:
 	// their volume.kubernetes.io/selected-node annotation).
 	Node string
+	// PreMade: its claims to be bound to pre-made volumes (a
+	// WaitForFirstConsumer class without a provisioner: local volumes).
+	PreMade []PreMade
+}
+
+// PreMade: a claim to be bound to a pre-made volume, and the volumes that
+// could take it on some node (kube-scheduler's FindMatchingVolume, less
+// the node), smallest first; a volume already given the claim alone.
+type PreMade struct {
+	Claim string `json:"-"`
+	// Key: what tells claims apart by the volumes that could take them
+	// (their spec, and a volume given one of them), for the classes of
+	// alike pods; the volumes themselves are not in the signature.
+	Key     string
+	Volumes []*corev1.PersistentVolume `json:"-"`
 }
 
 // VolumeSignature: what tells pods apart by where their volumes may be
