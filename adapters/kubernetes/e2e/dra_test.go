@@ -22,6 +22,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -430,7 +431,12 @@ func TestRequeuedWhenDevicesOrVolumesCome(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.template(ns, "eight-h100", wantH100x8)
-	c.volumeClaim(ns, "data")
+	immediate := storagev1.VolumeBindingImmediate // a claim the PV controller binds (not run here): its pod waits for it
+	if _, err := c.cs.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "now"},
+		Provisioner: "example.com/none", VolumeBindingMode: &immediate}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.volumeClaim(ns, "data", "now")
 	c.startScheduler("--pod-initial-backoff", "10m", "--pod-max-backoff", "10m")
 	c.create(ns, c.claimPod(ns, podSpec{name: "devices"}, "eight-h100", false), c.volumePod(ns, podSpec{name: "volume", gpus: 1}, "data"))
 	c.waitCondition(ns, "devices", "Unschedulable", "0/2 nodes are available: 2 cannot allocate all claims.", 30*time.Second)
