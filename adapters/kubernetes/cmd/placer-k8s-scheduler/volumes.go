@@ -103,7 +103,9 @@ func (s *scheduler) delayed(c *corev1.PersistentVolumeClaim) (*storagev1.Storage
 	switch {
 	case err != nil:
 		return nil, fmt.Sprintf("StorageClass %s not found", name)
-	case class.VolumeBindingMode == nil || *class.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer || c.Spec.VolumeName != "":
+	case c.Spec.VolumeName != "": // named by its author: the PV controller binds it
+		return nil, fmt.Sprintf("waiting for persistentvolume %q to be bound to it", c.Spec.VolumeName)
+	case class.VolumeBindingMode == nil || *class.VolumeBindingMode != storagev1.VolumeBindingWaitForFirstConsumer:
 		return nil, fmt.Sprintf("StorageClass %s, Immediate: waiting for the volume to be bound", name)
 	}
 	return class, ""
