@@ -448,11 +448,13 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 
 	// The provisioner (a volume on the node claim ckpt is given) and the
 	// PV controller (claim scratch bound to the volume given it), each a
-	// second after, and whether either pod was bound before, each look.
+	// second after, and whether either pod was bound before and how many
+	// pods /metrics says wait for their volumes, each look.
 	type done struct{ claim, where string }
 	bound := make(chan done, 2)
 	var boundEarly atomic.Value
-	go func() {
+	var waiting atomic.Int64 // the most pods /metrics said wait for their volumes, as each claim is bound
+	watch := func(url string) {
 		left := map[string]string{"ckpt": "trainer", "scratch": "worker"}
 		for ctx.Err() == nil && len(left) > 0 {
 			time.Sleep(200 * time.Millisecond)
@@ -476,6 +478,9 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 				if p, err := c.cs.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{}); err == nil && p.Spec.NodeName != "" {
 					boundEarly.Store(pod)
 				}
+				if n := int64(metric(scrape(url), "placer_k8s_pods_waiting_for_volumes")); n > waiting.Load() {
+					waiting.Store(n)
+				}
 				pv := where
 				if claim == "ckpt" {
 					pv = "pv-ckpt"
@@ -493,10 +498,10 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 				delete(left, claim)
 			}
 		}
-	}()
+	}
 	c.create(ns, withClaim("unbound", "data"), withClaim("missing", "ghost"), withClaim("bound", "ready"), withClaim("local", "local"),
 		withClaim("lost", "lost"), withClaim("trainer", "ckpt"), withClaim("worker", "scratch"), far, dra)
-	c.startScheduler()
+	go watch(c.startSchedulerMetrics())
 	c.waitBound(ns, 60*time.Second, "unbound", "missing", "dra", "far", "lost")
 	if on := c.get(ns, "local").Spec.NodeName; on != "node-3" {
 		t.Errorf("local bound to %s, its volume is on node-3", on)
@@ -521,6 +526,9 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 	}
 	if p := boundEarly.Load(); p != nil {
 		t.Errorf("%s bound before its claim was", p)
+	}
+	if n := waiting.Load(); n != 2 {
+		t.Errorf("placer_k8s_pods_waiting_for_volumes at most %d while the claims waited, want 2", n)
 	}
 	for _, pod := range []string{"trainer", "worker"} {
 		if ev := c.waitEvents(ns, pod, "WaitingForVolumes", "placed on", 10*time.Second); len(ev) == 0 {

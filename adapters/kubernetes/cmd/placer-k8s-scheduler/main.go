@@ -174,6 +174,9 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	s := newScheduler(c, cs, dyn, pc)
+	prometheus.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "placer_k8s_pods_waiting_for_volumes",
+		Help: "Pods placed whose PersistentVolumeClaims wait to be bound on their node (a volume provisioned there, a pre-made one given them), each holding the node until then."},
+		s.waitingForVolumes))
 	if c.httpAddr != "" {
 		s.serveHTTP(c.httpAddr)
 	}

@@ -465,6 +465,9 @@ func TestClaimsVolumes(t *testing.T) {
 	if s.provisioned(q, "node-3") {
 		t.Error("provisioned before its claim is bound")
 	}
+	if n := s.waitingForVolumes(); n != 2 { // trainer's assumption still stands, marked
+		t.Errorf("%v pods waiting for volumes, want 2", n)
+	}
 }
 
 // A pending pod that failed, then edited (a toleration added, an

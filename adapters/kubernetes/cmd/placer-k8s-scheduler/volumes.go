@@ -293,6 +293,20 @@ func (s *scheduler) provision(ctx context.Context, b plan.Bind) (wait bool, err 
 	return true, nil
 }
 
+// waitingForVolumes: the pods placed whose claims wait to be bound on
+// their node (provision), for /metrics.
+func (s *scheduler) waitingForVolumes() float64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.assumed {
+		if a.provisioning {
+			n++
+		}
+	}
+	return float64(n)
+}
+
 // giveVolume: pre-made volume `name` given claim c, unless it is already.
 // The update carries the volume's resourceVersion as the informer saw it,
 // so a volume given another claim meanwhile refuses it (Conflict).
