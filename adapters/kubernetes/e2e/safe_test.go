@@ -302,20 +302,24 @@ func TestNodeLimitsHonoured(t *testing.T) {
 
 // volumeClaim: a PersistentVolumeClaim of 1 GiB of StorageClass "late"
 // (made if missing: WaitForFirstConsumer, pre-made volumes, so the claim
-// stays unbound until bindVolumeClaim), or of class[0].
-func (c *cluster) volumeClaim(ns, name string, class ...string) {
+// stays unbound until bindVolumeClaim), or of how[0], ReadWriteOnce or
+// how[1].
+func (c *cluster) volumeClaim(ns, name string, how ...string) {
 	ctx := context.Background()
 	wffc := storagev1.VolumeBindingWaitForFirstConsumer
 	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "late"}, Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: &wffc}
 	if _, err := c.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		c.t.Fatal(err)
 	}
-	scn := "late"
-	if len(class) > 0 {
-		scn = class[0]
+	scn, mode := "late", corev1.ReadWriteOnce
+	if len(how) > 0 {
+		scn = how[0]
+	}
+	if len(how) > 1 {
+		mode = corev1.PersistentVolumeAccessMode(how[1])
 	}
 	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Spec: corev1.PersistentVolumeClaimSpec{
-		StorageClassName: &scn, AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+		StorageClassName: &scn, AccessModes: []corev1.PersistentVolumeAccessMode{mode},
 		Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
 	if _, err := c.cs.CoreV1().PersistentVolumeClaims(ns).Create(ctx, pvc, metav1.CreateOptions{}); err != nil {
 		c.t.Fatal(err)
@@ -429,6 +433,8 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 	}
 	c.volumeClaim(ns, "ckpt", "fast")
 	c.volumeClaim(ns, "scratch", "nvme")
+	c.volumeClaim(ns, "solo", "late", string(corev1.ReadWriteOncePod))
+	c.bindVolumeClaim(ns, "solo")
 	c.bindVolumeClaim(ns, "ready")
 	c.bindVolumeClaim(ns, "local", "node-3")
 	c.bindVolumeClaim(ns, "far", "node-2")
@@ -500,9 +506,10 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 		}
 	}
 	c.create(ns, withClaim("unbound", "data"), withClaim("missing", "ghost"), withClaim("bound", "ready"), withClaim("local", "local"),
-		withClaim("lost", "lost"), withClaim("trainer", "ckpt"), withClaim("worker", "scratch"), far, dra)
+		withClaim("lost", "lost"), withClaim("trainer", "ckpt"), withClaim("worker", "scratch"), withClaim("solo-1", "solo"),
+		withClaim("solo-2", "solo"), far, dra)
 	go watch(c.startSchedulerMetrics())
-	c.waitBound(ns, 60*time.Second, "unbound", "missing", "dra", "far", "lost")
+	c.waitBound(ns, 60*time.Second, "unbound", "missing", "dra", "far", "lost", "solo-2")
 	if on := c.get(ns, "local").Spec.NodeName; on != "node-3" {
 		t.Errorf("local bound to %s, its volume is on node-3", on)
 	}
@@ -541,11 +548,12 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 		"lost":    `persistentvolumeclaim "lost" is bound to persistentvolume "pv-gone", which does not exist`,
 		"far":     "0/4 nodes are available: 1 node(s) had volume node affinity conflict, 3 node(s) didn't match Pod's node affinity/selector.",
 		"dra":     `waiting for the pod's ResourceClaims: resourceclaim.resource.k8s.io "gpu-claim" not found`,
+		"solo-2":  `persistentvolumeclaim "solo" is ReadWriteOncePod and pod solo-1 uses it`,
 	} {
 		msg := c.waitCondition(ns, name, "Unschedulable", want, 30*time.Second)
 		t.Logf("%s: %s", name, msg)
 	}
-	if u := c.unbound(ns); strings.Join(u, ",") != "dra,far,lost,missing,unbound" {
+	if u := c.unbound(ns); strings.Join(u, ",") != "dra,far,lost,missing,solo-2,unbound" {
 		t.Errorf("unbound %v", u)
 	}
 }

@@ -470,6 +470,63 @@ func TestClaimsVolumes(t *testing.T) {
 	}
 }
 
+// A claim of access mode ReadWriteOncePod is one pod's: a pod on a node
+// (or being bound) holds it, and of pending pods the oldest goes first;
+// the others wait, told which pod has it.
+func TestReadWriteOncePodClaimOnePodAtATime(t *testing.T) {
+	s, cs := testScheduler(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for name, mode := range map[string]corev1.PersistentVolumeAccessMode{"solo": corev1.ReadWriteOncePod, "shared": corev1.ReadWriteOnce} {
+		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{
+			VolumeName: "pv-" + name, AccessModes: []corev1.PersistentVolumeAccessMode{mode}}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
+		if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.CoreV1().PersistentVolumes().Create(ctx, &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-" + name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	using := func(name, node string, age int, claim string) *corev1.Pod {
+		p := testPod(name, node)
+		p.CreationTimestamp = metav1.NewTime(time.Unix(1e9+int64(age), 0))
+		p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+		return p
+	}
+	holder, first, second := using("holder", "node-1", 0, "solo"), using("first", "", 1, "solo"), using("second", "", 2, "solo")
+	for _, p := range []*corev1.Pod{holder, first, second, using("a", "node-1", 0, "shared"), using("b", "", 1, "shared")} {
+		if _, err := cs.CoreV1().Pods("ns").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.factory.Start(ctx.Done())
+	s.factory.WaitForCacheSync(ctx.Done())
+	held := func(p *corev1.Pod) string { return s.volumeHold(nil, p) }
+	for _, p := range []*corev1.Pod{first, second} {
+		if why, want := held(p), `placer: persistentvolumeclaim "solo" is ReadWriteOncePod and pod holder uses it`; why != want {
+			t.Errorf("%s: held %q, want %q", p.Name, why, want)
+		}
+	}
+	if why := held(using("b", "", 1, "shared")); why != "" {
+		t.Errorf("a ReadWriteOnce claim's second pod held: %s", why)
+	}
+	if err := cs.CoreV1().Pods("ns").Delete(ctx, "holder", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); held(first) != ""; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("first still held once holder is gone: %s", held(first))
+		}
+	}
+	if why, want := held(second), `placer: persistentvolumeclaim "solo" is ReadWriteOncePod and pod first uses it`; why != want {
+		t.Errorf("second: held %q, want %q", why, want)
+	}
+	s.assumed[first.UID] = assumed{pod: first, when: time.Now()} // being bound, not yet seen so
+	if why := held(second); !strings.Contains(why, "pod first uses it") {
+		t.Errorf("second, first being bound: held %q", why)
+	}
+}
+
 // A pending pod that failed, then edited (a toleration added, an
 // annotation changed), is ready at once, its attempts still counted; a
 // change of its status alone (this scheduler's own condition) is no edit.

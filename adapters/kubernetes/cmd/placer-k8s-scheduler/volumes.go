@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -56,11 +57,17 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 	var missing, unbound []string
 	for _, name := range claimNames(p) {
 		c, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name)
+		user := ""
+		if err == nil {
+			user = s.rwopUser(p, c)
+		}
 		switch {
 		case err != nil:
 			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q not found", name))
 		case c.DeletionTimestamp != nil:
 			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q is being deleted", name))
+		case user != "":
+			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q is ReadWriteOncePod and pod %s uses it", name, user))
 		case !claimBound(c):
 			if _, why := s.delayed(c); why != "" {
 				unbound = append(unbound, name+" ("+why+")")
@@ -80,6 +87,33 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 			strings.Join(unbound, ", "))
 	}
 	return ""
+}
+
+// rwopUser: the pod that holds claim c against pod p where c's access
+// mode is ReadWriteOncePod ("" = none, or another mode): one on a node, or
+// being bound to one by this scheduler, and not finished (kube-scheduler's
+// VolumeRestrictions), or one of ours pending ahead of p (older), which
+// goes first: two pods of one cycle never take the claim together.
+func (s *scheduler) rwopUser(p *corev1.Pod, c *corev1.PersistentVolumeClaim) string {
+	if !slices.Contains(c.Spec.AccessModes, corev1.ReadWriteOncePod) {
+		return ""
+	}
+	pods, _ := s.pods.Pods(p.Namespace).List(labels.Everything())
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ahead := ""
+	for _, q := range pods {
+		if q.UID == p.UID || !slices.Contains(claimNames(q), c.Name) {
+			continue
+		}
+		if _, assumed := s.assumed[q.UID]; translate.Bound(q) || (assumed && q.Spec.NodeName == "") {
+			return q.Name
+		}
+		if s.ours(q) && translate.OlderFirst(q, p) && ahead == "" {
+			ahead = q.Name
+		}
+	}
+	return ahead
 }
 
 func claimBound(c *corev1.PersistentVolumeClaim) bool {

@@ -92,7 +92,7 @@ func NewCluster(nodes []*corev1.Node, bound []*corev1.Pod, opt Options) *Cluster
 	}
 	for ni, n := range nodes {
 		on := c.on[ni]
-		sort.SliceStable(on, func(i, j int) bool { return olderFirst(on[i], on[j]) })
+		sort.SliceStable(on, func(i, j int) bool { return OlderFirst(on[i], on[j]) })
 		reqs := make([]corev1.ResourceList, len(on))
 		used := corev1.ResourceList{}
 		for i, p := range on {

@@ -23,7 +23,8 @@ type holding struct {
 	ok    bool
 }
 
-func olderFirst(a, b *corev1.Pod) bool {
+// OlderFirst: whether pod a was created before b (then by name).
+func OlderFirst(a, b *corev1.Pod) bool {
 	if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
 		return a.CreationTimestamp.Before(&b.CreationTimestamp)
 	}
