@@ -421,10 +421,25 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 	for _, sc := range []*storagev1.StorageClass{
 		{ObjectMeta: metav1.ObjectMeta{Name: "fast"}, Provisioner: "disk.example.com", VolumeBindingMode: &wffc,
 			AllowedTopologies: []corev1.TopologySelectorTerm{{MatchLabelExpressions: []corev1.TopologySelectorLabelRequirement{
-				{Key: "kubernetes.io/hostname", Values: []string{"node-4"}}}}}},
+				{Key: "kubernetes.io/hostname", Values: []string{"node-3", "node-4"}}}}}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "nvme"}, Provisioner: "kubernetes.io/no-provisioner", VolumeBindingMode: &wffc},
 	} {
 		if _, err := c.cs.StorageV1().StorageClasses().Create(ctx, sc, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The provisioner's driver publishes its capacity: 512Mi on node-3,
+	// 10Gi on node-4 (a claim asks 1Gi).
+	tracks := true
+	if _, err := c.cs.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "disk.example.com"},
+		Spec: storagev1.CSIDriverSpec{StorageCapacity: &tracks}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for node, size := range map[string]string{"node-3": "512Mi", "node-4": "10Gi"} {
+		q := resource.MustParse(size)
+		if _, err := c.cs.StorageV1().CSIStorageCapacities(ns).Create(ctx, &storagev1.CSIStorageCapacity{ObjectMeta: metav1.ObjectMeta{Name: "fast-" + node},
+			StorageClassName: "fast", NodeTopology: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/hostname": node}},
+			Capacity: &q}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -523,7 +538,7 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 		}
 	}
 	if got["ckpt"] != "node-4" || got["scratch"] != "pv-nvme" {
-		t.Errorf("ckpt given %q, scratch %q: want node-4 (its class's) and pv-nvme", got["ckpt"], got["scratch"])
+		t.Errorf("ckpt given %q, scratch %q: want node-4 (of its class's nodes, the one with room) and pv-nvme", got["ckpt"], got["scratch"])
 	}
 	if on := c.get(ns, "trainer").Spec.NodeName; on != "node-4" {
 		t.Errorf("trainer bound to %s, its volume on node-4", on)
@@ -933,7 +948,7 @@ func TestLeaseRoleScoped(t *testing.T) {
 		}
 	}
 	for _, r := range []struct{ group, resource string }{{"scheduling.x-k8s.io", "podgroups"}, {"scheduling.k8s.io", "podgroups"}, {"", "persistentvolumeclaims"},
-		{"", "persistentvolumes"}, {"storage.k8s.io", "storageclasses"}} {
+		{"", "persistentvolumes"}, {"storage.k8s.io", "storageclasses"}, {"storage.k8s.io", "csistoragecapacities"}} {
 		if !c.canSoon("placer-scheduler", "watch", r.group, r.resource, "default", "") {
 			t.Errorf("placer-scheduler may not watch %s", r.resource)
 		}

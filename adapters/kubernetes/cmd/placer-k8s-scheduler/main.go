@@ -320,12 +320,15 @@ type scheduler struct {
 	pvcs    listersv1.PersistentVolumeClaimLister
 	pvs     listersv1.PersistentVolumeLister
 	classes storagelisters.StorageClassLister
-	nss     listersv1.NamespaceLister
-	groups  *podGroups
-	claims  *claims
-	kueue   *kueue
-	synced  []cache.InformerSynced
-	queue   *plan.Queue
+	// CSI drivers and the storage capacity they publish (capacity)
+	drivers    storagelisters.CSIDriverLister
+	capacities storagelisters.CSIStorageCapacityLister
+	nss        listersv1.NamespaceLister
+	groups     *podGroups
+	claims     *claims
+	kueue      *kueue
+	synced     []cache.InformerSynced
+	queue      *plan.Queue
 
 	recorder      record.EventRecorder
 	events        record.EventBroadcaster
@@ -361,14 +364,18 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	}
 	pi, ni, vi, nsi := f.Core().V1().Pods(), f.Core().V1().Nodes(), f.Core().V1().PersistentVolumeClaims(), f.Core().V1().Namespaces()
 	pvi, sci := f.Core().V1().PersistentVolumes(), f.Storage().V1().StorageClasses()
+	csi, capi := f.Storage().V1().CSIDrivers(), f.Storage().V1().CSIStorageCapacities()
 	s.pods, s.nodes, s.pvcs, s.pvs, s.classes, s.nss = pi.Lister(), ni.Lister(), vi.Lister(), pvi.Lister(), sci.Lister(), nsi.Lister()
+	s.drivers, s.capacities = csi.Lister(), capi.Lister()
 	s.synced = []cache.InformerSynced{pi.Informer().HasSynced, ni.Informer().HasSynced, vi.Informer().HasSynced, pvi.Informer().HasSynced,
-		sci.Informer().HasSynced, nsi.Informer().HasSynced}
+		sci.Informer().HasSynced, csi.Informer().HasSynced, capi.Informer().HasSynced, nsi.Informer().HasSynced}
 	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: s.podAdded, UpdateFunc: s.podUpdated, DeleteFunc: s.podDeleted})
 	_, _ = ni.Informer().AddEventHandler(s.requeueOn(changedAs(nodeChanged)))
 	_, _ = vi.Informer().AddEventHandler(s.requeueOn(changedAs(volumeClaimChanged)))
 	_, _ = pvi.Informer().AddEventHandler(s.requeueOn(changedAs(volumeChanged)))
 	_, _ = sci.Informer().AddEventHandler(s.requeueOn(nil))
+	_, _ = csi.Informer().AddEventHandler(s.requeueOn(nil))
+	_, _ = capi.Informer().AddEventHandler(s.requeueOn(nil))
 	s.groups = newPodGroups(s)
 	s.claims = newClaims(s)
 	s.kueue = &kueue{s: s}

@@ -291,7 +291,9 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 // WaitForFirstConsumer class with a provisioner sends the pod where the
 // class's topologies allow; once placed, the claim is given the node and
 // the pod holds it until the claim is bound. Claims this scheduler cannot
-// see bound (Immediate, no class) hold their pods. A claim of pre-made
+// see bound (Immediate, no class) hold their pods. Where the driver
+// publishes its storage capacity, a claim to provision goes only where a
+// CSIStorageCapacity of its class holds it. A claim of pre-made
 // volumes sends the pod where one could take it, and once placed the
 // volume Take chose is given the claim.
 func TestClaimsVolumes(t *testing.T) {
@@ -342,6 +344,24 @@ func TestClaimsVolumes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The zonal class's driver publishes its capacity: node-3's holds 5Gi,
+	// node-4's largest volume is 1Gi, node-1's is another class's.
+	tracks := true
+	if _, err := cs.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "disk.example.com"},
+		Spec: storagev1.CSIDriverSpec{StorageCapacity: &tracks}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, cp := range []struct{ class, node, capacity, most string }{{"zonal", "node-3", "10Gi", ""}, {"zonal", "node-4", "100Gi", "1Gi"}, {"local", "node-1", "100Gi", ""}} {
+		q, m := resource.MustParse(cp.capacity), resource.MustParse(cp.capacity)
+		if cp.most != "" {
+			m = resource.MustParse(cp.most)
+		}
+		if _, err := cs.StorageV1().CSIStorageCapacities("ns").Create(ctx, &storagev1.CSIStorageCapacity{ObjectMeta: metav1.ObjectMeta{Name: cp.class + "-" + cp.node},
+			StorageClassName: cp.class, NodeTopology: &metav1.LabelSelector{MatchLabels: map[string]string{translate.HostnameKey: cp.node}},
+			Capacity: &q, MaximumVolumeSize: &m}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	claim("data", "pv-local", "")
 	claim("w-scratch", "pv-anywhere", "")
 	claim("lost", "pv-gone", "")
@@ -386,6 +406,11 @@ func TestClaimsVolumes(t *testing.T) {
 		{Key: "topology.kubernetes.io/zone", Values: []string{"zone-1"}}}}})
 	if got := s.volumeNodes(p); got == nil || len(got.Bound) != 1 || !reflect.DeepEqual(got.Provision, []*corev1.NodeSelector{zone1}) || got.Node != "" {
 		t.Errorf("trainer's volumes' nodes %+v", got)
+	}
+	node3 := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{
+		{Key: translate.HostnameKey, Operator: corev1.NodeSelectorOpIn, Values: []string{"node-3"}}}}}}
+	if got := s.volumeNodes(p); got == nil || !reflect.DeepEqual(got.Capacity, []*corev1.NodeSelector{node3}) {
+		t.Errorf("trainer's claim's capacity %+v, want node-3's alone", got.Capacity)
 	}
 	b := plan.Bind{Pod: p, Node: "node-3", GPU: -1}
 	s.assumed[p.UID] = assumed{pod: b.Assumed(), when: time.Now()}

@@ -20,6 +20,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -244,6 +245,9 @@ func (s *scheduler) volumeNodes(p *corev1.Pod) *translate.Volumes {
 		if sel := topologySelector(class.AllowedTopologies); sel != nil {
 			v.Provision = append(v.Provision, sel)
 		}
+		if sel := s.capacity(c, class); sel != nil {
+			v.Capacity = append(v.Capacity, sel)
+		}
 		if n := c.Annotations[selectedNode]; n != "" {
 			if v.Node != "" && v.Node != n { // two claims, each given another node: none holds both
 				n = v.Node + "," + n
@@ -251,7 +255,7 @@ func (s *scheduler) volumeNodes(p *corev1.Pod) *translate.Volumes {
 			v.Node = n
 		}
 	}
-	if v.Bound == nil && v.Provision == nil && v.Node == "" && v.PreMade == nil {
+	if v.Bound == nil && v.Provision == nil && v.Capacity == nil && v.Node == "" && v.PreMade == nil {
 		return nil
 	}
 	return &v
@@ -269,6 +273,48 @@ func topologySelector(terms []corev1.TopologySelectorTerm) *corev1.NodeSelector 
 		var term corev1.NodeSelectorTerm
 		for _, e := range t.MatchLabelExpressions {
 			term.MatchExpressions = append(term.MatchExpressions, corev1.NodeSelectorRequirement{Key: e.Key, Operator: corev1.NodeSelectorOpIn, Values: e.Values})
+		}
+		sel.NodeSelectorTerms = append(sel.NodeSelectorTerms, term)
+	}
+	return sel
+}
+
+// capacity: where claim c, to be provisioned from class, fits by the
+// storage capacity its CSI driver publishes (kube-scheduler's
+// hasEnoughCapacity): the node topologies of the CSIStorageCapacity
+// objects of its class whose maximum volume size, else capacity, holds
+// its request. nil: anywhere (no request, or a driver that does not
+// track capacity); no term: nowhere.
+func (s *scheduler) capacity(c *corev1.PersistentVolumeClaim, class *storagev1.StorageClass) *corev1.NodeSelector {
+	want, ok := c.Spec.Resources.Requests[corev1.ResourceStorage]
+	if !ok || want.IsZero() {
+		return nil
+	}
+	d, err := s.drivers.Get(class.Provisioner)
+	if err != nil || d.Spec.StorageCapacity == nil || !*d.Spec.StorageCapacity {
+		return nil
+	}
+	all, _ := s.capacities.List(labels.Everything())
+	sel := &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{}}
+	for _, cp := range all {
+		limit := cp.Capacity
+		if cp.MaximumVolumeSize != nil {
+			limit = cp.MaximumVolumeSize
+		}
+		if cp.StorageClassName != class.Name || limit == nil || limit.Cmp(want) < 0 || cp.NodeTopology == nil {
+			continue
+		}
+		if len(cp.NodeTopology.MatchLabels) == 0 && len(cp.NodeTopology.MatchExpressions) == 0 {
+			return nil // every node
+		}
+		var term corev1.NodeSelectorTerm
+		for _, k := range slices.Sorted(maps.Keys(cp.NodeTopology.MatchLabels)) {
+			term.MatchExpressions = append(term.MatchExpressions, corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpIn,
+				Values: []string{cp.NodeTopology.MatchLabels[k]}})
+		}
+		for _, e := range cp.NodeTopology.MatchExpressions { // In, NotIn, Exists, DoesNotExist: the same words
+			term.MatchExpressions = append(term.MatchExpressions, corev1.NodeSelectorRequirement{Key: e.Key,
+				Operator: corev1.NodeSelectorOperator(e.Operator), Values: e.Values})
 		}
 		sel.NodeSelectorTerms = append(sel.NodeSelectorTerms, term)
 	}

@@ -620,6 +620,10 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 		"db-6": {Provision: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-1")}},
 		"db-7": {Provision: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-1")}, Node: "n05"},
 		"db-8": {Provision: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-1")}, Node: "n72"},
+		// and where their drivers' storage capacity holds them: on n20; nowhere
+		"db-12": {Provision: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-1")},
+			Capacity: []*corev1.NodeSelector{on(translate.HostnameKey, corev1.NodeSelectorOpIn, "n20", "n99")}},
+		"db-13": {Capacity: []*corev1.NodeSelector{{NodeSelectorTerms: []corev1.NodeSelectorTerm{}}}},
 	}
 	// Pre-made: two local volumes, on n10 and n11, three claims alike that
 	// either could take: two placed, on distinct nodes, the third told why.
@@ -637,7 +641,7 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 	occupant := pod("occupant", 8, "1", nil)
 	occupant.Spec.NodeName = "n01"
 	var pending []*corev1.Pod
-	for i := 0; i < 12; i++ { // db-5: no volume of its own
+	for i := 0; i < 14; i++ { // db-5: no volume of its own
 		pending = append(pending, pod(fmt.Sprintf("db-%d", i), 4, "1", map[string]string{"app": "db"}))
 	}
 	out := runOpt(t, solve, opt, ns, []*corev1.Pod{occupant}, pending, nil)
@@ -650,6 +654,9 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 	}
 	if n, _ := strconv.Atoi(strings.TrimPrefix(b["db-6"], "n")); n < 2 || n > 70 {
 		t.Errorf("db-6 on %s, outside its class's zone-1 (or on the full n01)", b["db-6"])
+	}
+	if b["db-12"] != "n20" || b["db-13"] != "" {
+		t.Errorf("db-12 on %q, db-13 on %q: want n20 (n99 is outside its class's zone) and none", b["db-12"], b["db-13"])
 	}
 	if b["db-7"] != "n05" || b["db-8"] != "" {
 		t.Errorf("db-7 on %q, db-8 on %q: want n05 and none", b["db-7"], b["db-8"])
@@ -678,9 +685,10 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 		t.Errorf("%s: %q", left[0], why)
 	}
 	for p, want := range map[string]string{
-		"db-2": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.",
-		"db-3": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.", // NodeResourcesFit first
-		"db-8": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) didn't find available persistent volumes to bind.",
+		"db-2":  "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.",
+		"db-3":  "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.", // NodeResourcesFit first
+		"db-8":  "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) didn't find available persistent volumes to bind.",
+		"db-13": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) did not have enough free storage.",
 	} {
 		if why := failedWhy(out)[p]; why != want {
 			t.Errorf("%s: %q, want %q", p, why, want)

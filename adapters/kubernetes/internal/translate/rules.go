@@ -43,6 +43,7 @@ const (
 	spreadLabelWhy  = spreadWhy + " (missing required label)"
 	volumeWhy       = "node(s) had volume node affinity conflict"
 	provisionWhy    = "node(s) didn't find available persistent volumes to bind"
+	storageWhy      = "node(s) did not have enough free storage"
 
 	orderPorts    = 3 // NodePorts
 	orderSide     = 4 // NodeResourcesFit, after Placer's CPU, memory and GPUs
@@ -349,13 +350,14 @@ func (c *Cluster) rules(p *corev1.Pod) ([]rule, []*wire.PreferredTermT) {
 }
 
 // volumeRules: the nodes where pod p's volumes cannot be (Options.
-// VolumeNodes), as kube-scheduler's VolumeBinding reads them: outside the
-// node affinity of a PersistentVolume its claims are bound to, else
-// outside a StorageClass's allowed topologies or not the node its claims
-// are being provisioned for, each read on a node's labels alone
-// (volumeutil.CheckNodeAffinity, MatchTopologySelectorTerms: matchFields
-// match no node). A local volume's few nodes are listed (In), a zone's
-// many others excluded.
+// VolumeNodes), as kube-scheduler's VolumeBinding reads them, in its
+// order: outside the node affinity of a PersistentVolume its claims are
+// bound to; else outside a StorageClass's allowed topologies, not the
+// node its claims are being provisioned for, or without a pre-made volume
+// for each; else without the storage capacity a claim to provision needs.
+// Each is read on a node's labels alone (volumeutil.CheckNodeAffinity,
+// MatchTopologySelectorTerms: matchFields match no node). A local
+// volume's few nodes are listed (In), a zone's many others excluded.
 func (c *Cluster) volumeRules(p *corev1.Pod) []rule {
 	if c.opt.VolumeNodes == nil {
 		return nil
@@ -401,6 +403,8 @@ func (c *Cluster) volumeRules(p *corev1.Pod) []rule {
 			miss[volumeWhy] = append(miss[volumeWhy], n.Name)
 		case (v.Node != "" && n.Name != v.Node) || !holds(n, v.Provision) || !premade(ni):
 			miss[provisionWhy] = append(miss[provisionWhy], n.Name)
+		case !holds(n, v.Capacity):
+			miss[storageWhy] = append(miss[storageWhy], n.Name)
 		default:
 			fit = append(fit, n.Name)
 		}

@@ -130,6 +130,10 @@ type Volumes struct {
 	// Provision: the allowed topologies of each StorageClass a claim of
 	// its waits to be provisioned from (WaitForFirstConsumer).
 	Provision []*corev1.NodeSelector
+	// Capacity: for each claim to provision whose CSI driver tracks its
+	// storage capacity, where a CSIStorageCapacity of its class says a
+	// volume of its size fits (no term: nowhere).
+	Capacity []*corev1.NodeSelector
 	// Node: the node its claims are being provisioned for ("" = none yet:
 	// their volume.kubernetes.io/selected-node annotation).
 	Node string
