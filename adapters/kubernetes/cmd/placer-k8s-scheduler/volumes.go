@@ -210,10 +210,12 @@ func claimNames(p *corev1.Pod) []string {
 }
 
 // volumeNodes: where pod p's claims let it go (translate.Options.
-// VolumeNodes; nil: anywhere): its bound claims' volumes' node affinity,
-// its claims to provision's classes' allowed topologies and the node they
-// are being provisioned for. Claims that volumeHold holds the pod for are
-// not read: such a pod does not reach a round.
+// VolumeNodes; nil: anywhere): its bound claims' volumes' node affinity;
+// for its claims to provision, their classes' allowed topologies, their
+// drivers' storage capacity and the node they are being provisioned for;
+// for its claims of pre-made volumes, the volumes that could take them.
+// Claims that volumeHold holds the pod for are not read: such a pod does
+// not reach a round.
 func (s *scheduler) volumeNodes(p *corev1.Pod) *translate.Volumes {
 	var v translate.Volumes
 	for _, name := range claimNames(p) {
