@@ -380,7 +380,7 @@ func (c *Cluster) volumeRules(p *corev1.Pod) []rule {
 		on := map[int]bool{}
 		for _, pv := range pm.Volumes {
 			if !c.opt.VolumesTaken[pv.Name] && !c.volTaken[pv.Name] {
-				for i := range c.volumeNodes(pv) {
+				for i := range c.pvNodes(pv) {
 					on[i] = true
 				}
 			}
@@ -429,16 +429,16 @@ func (c *Cluster) volumeOn(pm PreMade, ni int, also map[string]bool) *corev1.Per
 		if c.opt.VolumesTaken[pv.Name] || c.volTaken[pv.Name] || also[pv.Name] {
 			continue
 		}
-		if c.volumeNodes(pv)[ni] {
+		if c.pvNodes(pv)[ni] {
 			return pv
 		}
 	}
 	return nil
 }
 
-// volumeNodes: the nodes a pre-made volume's node affinity admits, read on
+// pvNodes: the nodes a pre-made volume's node affinity admits, read on
 // their labels (volumeutil.CheckNodeAffinity), kept for the round.
-func (c *Cluster) volumeNodes(pv *corev1.PersistentVolume) map[int]bool {
+func (c *Cluster) pvNodes(pv *corev1.PersistentVolume) map[int]bool {
 	if on, ok := c.volNodes[pv.Name]; ok {
 		return on
 	}
