@@ -49,6 +49,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
+	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/dynamic-resource-allocation/resourceclaim"
 
 	"placer.local/kubernetes/internal/placerclient"
@@ -319,6 +320,7 @@ type scheduler struct {
 	nodes   listersv1.NodeLister
 	pvcs    listersv1.PersistentVolumeClaimLister
 	pvs     listersv1.PersistentVolumeLister
+	pvClass cache.Indexer // the volumes by StorageClass (candidates)
 	classes storagelisters.StorageClassLister
 	// CSI drivers and the storage capacity they publish (capacity)
 	drivers    storagelisters.CSIDriverLister
@@ -367,6 +369,13 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	csi, capi := f.Storage().V1().CSIDrivers(), f.Storage().V1().CSIStorageCapacities()
 	s.pods, s.nodes, s.pvcs, s.pvs, s.classes, s.nss = pi.Lister(), ni.Lister(), vi.Lister(), pvi.Lister(), sci.Lister(), nsi.Lister()
 	s.drivers, s.capacities = csi.Lister(), capi.Lister()
+	_ = pvi.Informer().AddIndexers(cache.Indexers{byClass: func(o any) ([]string, error) {
+		if pv, ok := o.(*corev1.PersistentVolume); ok {
+			return []string{storagehelpers.GetPersistentVolumeClass(pv)}, nil
+		}
+		return nil, nil
+	}})
+	s.pvClass = pvi.Informer().GetIndexer()
 	s.synced = []cache.InformerSynced{pi.Informer().HasSynced, ni.Informer().HasSynced, vi.Informer().HasSynced, pvi.Informer().HasSynced,
 		sci.Informer().HasSynced, csi.Informer().HasSynced, capi.Informer().HasSynced, nsi.Informer().HasSynced}
 	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: s.podAdded, UpdateFunc: s.podUpdated, DeleteFunc: s.podDeleted})

@@ -146,6 +146,9 @@ func (s *scheduler) delayed(c *corev1.PersistentVolumeClaim) (*storagev1.Storage
 	return class, ""
 }
 
+// byClass: the PersistentVolume informer's index by StorageClass.
+const byClass = "class"
+
 // premade: whether a WaitForFirstConsumer class's volumes are pre-made
 // (local volumes, say): it has no provisioner.
 func premade(class *storagev1.StorageClass) bool {
@@ -158,7 +161,7 @@ func premade(class *storagev1.StorageClass) bool {
 // class and selector); a volume given c already (its claimRef), alone
 // (given).
 func (s *scheduler) candidates(c *corev1.PersistentVolumeClaim, class string) (vols []*corev1.PersistentVolume, given bool) {
-	all, _ := s.pvs.List(labels.Everything())
+	ofClass, _ := s.pvClass.ByIndex(byClass, class)
 	var out []*corev1.PersistentVolume
 	var sel labels.Selector
 	if c.Spec.Selector != nil {
@@ -168,8 +171,9 @@ func (s *scheduler) candidates(c *corev1.PersistentVolumeClaim, class string) (v
 		}
 	}
 	want := c.Spec.Resources.Requests[corev1.ResourceStorage]
-	for _, pv := range all {
-		if storagehelpers.GetPersistentVolumeClass(pv) != class || pv.DeletionTimestamp != nil {
+	for _, o := range ofClass {
+		pv, ok := o.(*corev1.PersistentVolume)
+		if !ok || pv.DeletionTimestamp != nil {
 			continue
 		}
 		if storagehelpers.IsVolumeBoundToClaim(pv, c) {
