@@ -305,8 +305,9 @@ func resourceOf(path string) string {
 type assumed struct {
 	pod  *corev1.Pod // with Spec.NodeName set to where it is being bound
 	when time.Time
-	// provisioning: not bound yet, its claims being provisioned on its
-	// node (provision), which it holds until they are.
+	// provisioning: not bound yet, its claims being bound on its node (a
+	// volume provisioned there, a pre-made one given them: provision),
+	// which it holds until they are.
 	provisioning bool
 }
 
