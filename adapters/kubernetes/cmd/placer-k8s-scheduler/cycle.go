@@ -38,7 +38,11 @@ func (s *scheduler) snapshot(ds *dra.Snapshot) (pending, bound []*corev1.Pod, ga
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for uid, a := range s.assumed {
-		if time.Since(a.when) > 2*time.Minute && (!a.provisioning || time.Since(a.when) > provisionTimeout) { // the informer would have shown it by now
+		limit := 2 * time.Minute // the informer would have shown it by now
+		if a.provisioning {
+			limit = provisionTimeout
+		}
+		if time.Since(a.when) > limit {
 			delete(s.assumed, uid)
 		}
 	}

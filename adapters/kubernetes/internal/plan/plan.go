@@ -549,45 +549,34 @@ func (p *planner) accepted() []*corev1.Pod {
 	return out
 }
 
-// claimed: the claims of the pods placed this cycle.
-func (p *planner) claimed() []*dra.PodAlloc {
-	var out []*dra.PodAlloc
+// taken: what the pods placed this cycle took: their claims, and the
+// pre-made volumes their volume claims were given.
+func (p *planner) taken() (claims []*dra.PodAlloc, volumes map[string]bool) {
+	volumes = map[string]bool{}
 	for _, u := range p.units {
 		if u.state != placed {
 			continue
 		}
 		for _, b := range u.binds {
 			if b.Claims != nil {
-				out = append(out, b.Claims)
+				claims = append(claims, b.Claims)
 			}
-		}
-	}
-	return out
-}
-
-// volumesTaken: the pre-made volumes the units placed so far took.
-func (p *planner) volumesTaken() map[string]bool {
-	out := map[string]bool{}
-	for _, u := range p.units {
-		if u.state != placed {
-			continue
-		}
-		for _, b := range u.binds {
 			for _, pv := range b.Volumes {
-				out[pv] = true
+				volumes[pv] = true
 			}
 		}
 	}
-	return out
+	return claims, volumes
 }
 
 // round: one wave. False: Placer did not answer; the cycle ends.
 func (p *planner) round(sel []*unit) bool {
 	opt := p.in.Opt
+	claimed, volumes := p.taken()
 	if opt.DRA != nil {
-		opt.Claimed = p.claimed()
+		opt.Claimed = claimed
 	}
-	opt.VolumesTaken = p.volumesTaken()
+	opt.VolumesTaken = volumes
 	c := translate.NewCluster(p.in.Nodes, p.accepted(), opt)
 	if p.out.GPUsLeftOut == nil {
 		p.out.GPUsLeftOut = c.GPUsLeftOut // the same nodes each round of a cycle
