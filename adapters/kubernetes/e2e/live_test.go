@@ -297,6 +297,21 @@ func (c *cluster) startScheduler(extra ...string) {
 	}
 }
 
+// startKubeScheduler: the real kube-scheduler of the control plane's
+// release, with its own identity and defaults (no leader election, no
+// serving port), in place of this scheduler (stopScheduler stops either).
+func (c *cluster) startKubeScheduler() {
+	c.schedLog = filepath.Join(c.dir, "log", fmt.Sprintf("kube-scheduler-%d.log", time.Now().UnixNano()))
+	kc := filepath.Join(c.dir, "kube-scheduler.kubeconfig")
+	c.sched = withTest(filepath.Join(strings.TrimSpace(script(c.t, "paths")), "kube-scheduler"), "--kubeconfig", kc,
+		"--authentication-kubeconfig", kc, "--authorization-kubeconfig", kc, "--leader-elect=false", "--secure-port", "0")
+	f, _ := os.Create(c.schedLog)
+	c.sched.Stdout, c.sched.Stderr = f, f
+	if err := c.sched.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
 func (c *cluster) stopScheduler(sig syscall.Signal) {
 	if c.sched != nil && c.sched.Process != nil {
 		_ = c.sched.Process.Signal(sig)

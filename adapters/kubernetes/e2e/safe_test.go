@@ -383,6 +383,10 @@ func (c *cluster) bindClaim(ns, name, pv string) error {
 		return err
 	}
 	pvc.Spec.VolumeName = pv
+	if pvc.Annotations == nil {
+		pvc.Annotations = map[string]string{}
+	}
+	pvc.Annotations["pv.kubernetes.io/bind-completed"] = "yes"
 	if pvc, err = c.cs.CoreV1().PersistentVolumeClaims(ns).Update(ctx, pvc, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
@@ -569,6 +573,152 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 		t.Logf("%s: %s", name, msg)
 	}
 	if u := c.unbound(ns); strings.Join(u, ",") != "dra,far,lost,missing,solo-2,unbound" {
+		t.Errorf("unbound %v", u)
+	}
+}
+
+// CSI volumes within each node's attach limits (kube-scheduler's
+// NodeVolumeLimits) and bound volumes' zone labels (VolumeZone), run with
+// this scheduler and with kube-scheduler itself on the same objects:
+// both bind the same pods and say the same of the others. The ebs
+// driver refuses nodes it is not installed on (node-3 has no CSINode,
+// node-4's lists another driver); node-1 attaches two of its volumes and
+// has one attached (a VolumeAttachment no pod uses), node-2 one, used by a
+// running pod. Of three pods alike, each with a volume of its own, one is
+// bound, to node-1; once the VolumeAttachment is gone, one more. A pod
+// pinned to node-2 sharing the running pod's volume is bound there, one
+// with a new volume is not. A pod whose volume is labelled zone-2 goes
+// there; one labelled a zone no node is in waits.
+func TestPodsWithinNodesVolumeLimits(t *testing.T) {
+	for _, sched := range []string{"placer", "kube-scheduler"} {
+		t.Run(sched, func(t *testing.T) { volumeLimits(t, sched) })
+	}
+}
+
+func volumeLimits(t *testing.T, sched string) {
+	c := newCluster(t, 4, 0)
+	ns := "attach"
+	c.create(ns)
+	ctx := context.Background()
+	const ebs = "ebs.example.com"
+	two, one := int32(2), int32(1)
+	for _, o := range []struct {
+		name    string
+		drivers []storagev1.CSINodeDriver
+	}{
+		{"node-1", []storagev1.CSINodeDriver{{Name: ebs, NodeID: "i-1", Allocatable: &storagev1.VolumeNodeResources{Count: &two}}}},
+		{"node-2", []storagev1.CSINodeDriver{{Name: ebs, NodeID: "i-2", Allocatable: &storagev1.VolumeNodeResources{Count: &one}}}},
+		{"node-4", []storagev1.CSINodeDriver{{Name: "nfs.example.com", NodeID: "i-4"}}},
+	} {
+		if _, err := c.cs.StorageV1().CSINodes().Create(ctx, &storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: o.name},
+			Spec: storagev1.CSINodeSpec{Drivers: o.drivers}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.cs.StorageV1().CSIDrivers().Create(ctx, &storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: ebs},
+		Spec: storagev1.CSIDriverSpec{PreventPodSchedulingIfMissing: ptrTo(true)}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// a claim bound to a volume made for it: of the ebs driver, or, with zone labels, a host path
+	volume := func(claim string, zone string) {
+		c.volumeClaim(ns, claim)
+		pv := c.localVolumeSpec("pv-"+claim, "late", "", ns, claim)
+		if zone == "" {
+			pv.Spec.PersistentVolumeSource = corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: ebs, VolumeHandle: "vol-" + claim}}
+		} else {
+			pv.Labels = map[string]string{"topology.kubernetes.io/zone": zone}
+		}
+		if _, err := c.cs.CoreV1().PersistentVolumes().Create(ctx, pv, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		c.claimVolume(ns, claim, pv.Name)
+	}
+	for _, claim := range []string{"old", "shared", "v1", "v2", "v3", "w"} {
+		volume(claim, "")
+	}
+	volume("z2", "zone-2")
+	volume("z9", "zone-9")
+	if _, err := c.cs.StorageV1().VolumeAttachments().Create(ctx, &storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-old"},
+		Spec: storagev1.VolumeAttachmentSpec{Attacher: ebs, NodeName: "node-1", Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptrTo("pv-old")}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	occupant := c.volumePod(ns, podSpec{name: "occupant", gpus: 1}, "shared")
+	occupant.Spec.NodeName = "node-2"
+	var pending []*corev1.Pod
+	for _, s := range []struct{ name, claim, node string }{
+		{"v1", "v1", ""}, {"v2", "v2", ""}, {"v3", "v3", ""}, {"reader", "shared", "node-2"}, {"writer", "w", "node-2"},
+		{"zonal", "z2", ""}, {"nowhere", "z9", ""},
+	} {
+		p := c.volumePod(ns, podSpec{name: s.name, gpus: 1}, s.claim)
+		if s.node != "" {
+			p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": s.node}
+		}
+		if sched == "kube-scheduler" {
+			p.Spec.SchedulerName = "default-scheduler"
+		}
+		pending = append(pending, p)
+	}
+	c.create(ns, append([]*corev1.Pod{occupant}, pending...)...)
+	defer func() {
+		if t.Failed() {
+			for _, p := range c.pods(ns) {
+				t.Logf("%s on %q", p.Name, p.Spec.NodeName)
+			}
+		}
+	}()
+	if sched == "kube-scheduler" {
+		c.startKubeScheduler()
+	} else {
+		c.startScheduler()
+	}
+	onNode1 := func() (on []string, rest []string) {
+		for _, name := range []string{"v1", "v2", "v3"} {
+			switch n := c.get(ns, name).Spec.NodeName; n {
+			case "node-1":
+				on = append(on, name)
+			case "":
+				rest = append(rest, name)
+			default:
+				t.Errorf("%s bound to %s: its driver is not installed there, or the node is full", name, n)
+			}
+		}
+		return on, rest
+	}
+	full := "0/4 nodes are available: 2 ebs.example.com CSI driver is not installed on the node, 2 node(s) exceed max volume count."
+	waitFor(t, 60*time.Second, "one of v1..v3, reader and zonal bound", func() (bool, string) {
+		on, _ := onNode1()
+		r := c.get(ns, "reader")
+		return len(on) == 1 && r.Spec.NodeName != "" && c.get(ns, "zonal").Spec.NodeName != "", fmt.Sprint(on, condition(r))
+	})
+	_, rest := onNode1()
+	for _, name := range rest {
+		t.Logf("%s: %s", name, c.waitCondition(ns, name, "Unschedulable", full, 30*time.Second))
+	}
+	if err := c.cs.StorageV1().VolumeAttachments().Delete(ctx, "va-old", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 60*time.Second, "a second of v1..v3 bound once node-1's VolumeAttachment is gone", func() (bool, string) {
+		on, _ := onNode1()
+		return len(on) == 2, fmt.Sprint(on)
+	})
+	_, rest = onNode1()
+	for name, want := range map[string]string{
+		rest[0]:   full,
+		"writer":  "0/4 nodes are available: 1 node(s) exceed max volume count, 3 node(s) didn't match Pod's node affinity/selector.",
+		"nowhere": "0/4 nodes are available: 4 node(s) had no available volume zone.",
+	} {
+		t.Logf("%s: %s", name, c.waitCondition(ns, name, "Unschedulable", want, 30*time.Second))
+	}
+	if n := c.get(ns, "reader").Spec.NodeName; n != "node-2" {
+		t.Errorf("reader bound to %s, want node-2", n)
+	}
+	if n := c.get(ns, "zonal").Spec.NodeName; n != "node-3" && n != "node-4" {
+		t.Errorf("zonal bound to %s, outside its volume's zone-2", n)
+	}
+	want := append(rest, "nowhere", "writer")
+	sort.Strings(want)
+	if u := c.unbound(ns); strings.Join(u, ",") != strings.Join(want, ",") {
 		t.Errorf("unbound %v", u)
 	}
 }

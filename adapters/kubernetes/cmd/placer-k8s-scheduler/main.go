@@ -326,12 +326,16 @@ type scheduler struct {
 	// CSI drivers and the storage capacity they publish (capacity)
 	drivers    storagelisters.CSIDriverLister
 	capacities storagelisters.CSIStorageCapacityLister
-	nss        listersv1.NamespaceLister
-	groups     *podGroups
-	claims     *claims
-	kueue      *kueue
-	synced     []cache.InformerSynced
-	queue      *plan.Queue
+	// the CSI drivers on each node and their attach limits, and the
+	// volumes attached to each node, by node (attacher)
+	csiNodes    storagelisters.CSINodeLister
+	attachments cache.Indexer
+	nss         listersv1.NamespaceLister
+	groups      *podGroups
+	claims      *claims
+	kueue       *kueue
+	synced      []cache.InformerSynced
+	queue       *plan.Queue
 
 	recorder      record.EventRecorder
 	events        record.EventBroadcaster
@@ -368,8 +372,11 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	pi, ni, vi, nsi := f.Core().V1().Pods(), f.Core().V1().Nodes(), f.Core().V1().PersistentVolumeClaims(), f.Core().V1().Namespaces()
 	pvi, sci := f.Core().V1().PersistentVolumes(), f.Storage().V1().StorageClasses()
 	csi, capi := f.Storage().V1().CSIDrivers(), f.Storage().V1().CSIStorageCapacities()
+	cni, vai := f.Storage().V1().CSINodes(), f.Storage().V1().VolumeAttachments()
 	s.pods, s.nodes, s.pvcs, s.pvs, s.classes, s.nss = pi.Lister(), ni.Lister(), vi.Lister(), pvi.Lister(), sci.Lister(), nsi.Lister()
-	s.drivers, s.capacities = csi.Lister(), capi.Lister()
+	s.drivers, s.capacities, s.csiNodes = csi.Lister(), capi.Lister(), cni.Lister()
+	_ = vai.Informer().AddIndexers(cache.Indexers{byNode: attachmentNode})
+	s.attachments = vai.Informer().GetIndexer()
 	_ = pvi.Informer().AddIndexers(cache.Indexers{byClass: func(o any) ([]string, error) {
 		if pv, ok := o.(*corev1.PersistentVolume); ok {
 			return []string{storagehelpers.GetPersistentVolumeClass(pv)}, nil
@@ -378,7 +385,8 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	}})
 	s.pvClass = pvi.Informer().GetIndexer()
 	s.synced = []cache.InformerSynced{pi.Informer().HasSynced, ni.Informer().HasSynced, vi.Informer().HasSynced, pvi.Informer().HasSynced,
-		sci.Informer().HasSynced, csi.Informer().HasSynced, capi.Informer().HasSynced, nsi.Informer().HasSynced}
+		sci.Informer().HasSynced, csi.Informer().HasSynced, capi.Informer().HasSynced, nsi.Informer().HasSynced,
+		cni.Informer().HasSynced, vai.Informer().HasSynced}
 	_, _ = pi.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: s.podAdded, UpdateFunc: s.podUpdated, DeleteFunc: s.podDeleted})
 	_, _ = ni.Informer().AddEventHandler(s.requeueOn(changedAs(nodeChanged)))
 	_, _ = vi.Informer().AddEventHandler(s.requeueOn(changedAs(volumeClaimChanged)))
@@ -386,6 +394,9 @@ func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *
 	_, _ = sci.Informer().AddEventHandler(s.requeueOn(nil))
 	_, _ = csi.Informer().AddEventHandler(s.requeueOn(nil))
 	_, _ = capi.Informer().AddEventHandler(s.requeueOn(nil))
+	_, _ = cni.Informer().AddEventHandler(s.requeueOn(nil))
+	// a volume detached: room under its driver's limit on its node
+	_, _ = vai.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(any) { s.roomFreed() }})
 	s.groups = newPodGroups(s)
 	s.claims = newClaims(s)
 	s.kueue = &kueue{s: s}
@@ -470,7 +481,7 @@ func podChanged(a, b *corev1.Pod) bool {
 // volumeClaimChanged: whether an update of a PersistentVolumeClaim changes
 // its spec or status (bound to its volume, say), not its metadata alone.
 func volumeClaimChanged(a, b *corev1.PersistentVolumeClaim) bool {
-	return !reflect.DeepEqual(a.Spec, b.Spec) || !reflect.DeepEqual(a.Status, b.Status)
+	return !reflect.DeepEqual(a.Spec, b.Spec) || !reflect.DeepEqual(a.Status, b.Status) || claimBound(a) != claimBound(b)
 }
 
 // volumeChanged: whether an update of a PersistentVolume changes its spec

@@ -22,6 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+	schedcorev1 "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/utils/ptr"
 
 	"placer.local/kubernetes/internal/plan"
 	"placer.local/kubernetes/internal/translate"
@@ -32,6 +34,9 @@ func testScheduler(t *testing.T) (*scheduler, *fake.Clientset) {
 	s := newScheduler(config{schedulerName: "placer", bindWorkers: 4}, cs, nil, nil)
 	return s, cs
 }
+
+// bindDone: the annotations of a claim the PV controller has bound.
+var bindDone = map[string]string{bindCompleted: "yes"}
 
 func testPod(name, node string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
@@ -239,7 +244,7 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 		return false
 	}
 	if !requeued(func() error {
-		pvc.Spec.VolumeName, pvc.Status.Phase = "pv-1", corev1.ClaimBound
+		pvc.Spec.VolumeName, pvc.Status.Phase, pvc.Annotations = "pv-1", corev1.ClaimBound, bindDone
 		_, err := cs.CoreV1().PersistentVolumeClaims("ns").Update(ctx, pvc, metav1.UpdateOptions{})
 		return err
 	}) {
@@ -261,7 +266,7 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 	}
 
 	annotated := pvc.DeepCopy()
-	annotated.Annotations = map[string]string{"note": "x"}
+	annotated.Annotations = map[string]string{"note": "x", bindCompleted: "yes"}
 	ready := func(n *corev1.Node, at time.Time) *corev1.Node {
 		n = n.DeepCopy()
 		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastHeartbeatTime: metav1.NewTime(at)}}
@@ -282,6 +287,11 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 	if !changedAs(volumeChanged)(&corev1.PersistentVolume{Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeReleased}},
 		&corev1.PersistentVolume{Status: corev1.PersistentVolumeStatus{Phase: corev1.VolumeAvailable}}) {
 		t.Error("a volume made available not read as a change")
+	}
+	unbound := pvc.DeepCopy()
+	unbound.Annotations = nil
+	if !changedAs(volumeClaimChanged)(unbound, pvc) {
+		t.Error("a claim's binding completed (its annotation) not read as a change")
 	}
 }
 
@@ -335,7 +345,7 @@ func TestClaimsVolumes(t *testing.T) {
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("5Gi")}}}}
 		if pv != "" {
-			c.Status.Phase = corev1.ClaimBound
+			c.Status.Phase, c.Annotations = corev1.ClaimBound, bindDone
 		}
 		if class != "" {
 			c.Spec.StorageClassName = &class
@@ -441,7 +451,7 @@ func TestClaimsVolumes(t *testing.T) {
 		t.Error("a claim given another node than the pod's not seen")
 	}
 	c, _ := cs.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "ckpt", metav1.GetOptions{})
-	c.Spec.VolumeName, c.Status.Phase = "pv-ckpt", corev1.ClaimBound
+	c.Spec.VolumeName, c.Status.Phase, c.Annotations = "pv-ckpt", corev1.ClaimBound, bindDone
 	if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Update(ctx, c, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -503,7 +513,7 @@ func TestReadWriteOncePodClaimOnePodAtATime(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for name, mode := range map[string]corev1.PersistentVolumeAccessMode{"solo": corev1.ReadWriteOncePod, "shared": corev1.ReadWriteOnce} {
-		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{
+		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: bindDone}, Spec: corev1.PersistentVolumeClaimSpec{
 			VolumeName: "pv-" + name, AccessModes: []corev1.PersistentVolumeAccessMode{mode}}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
 		if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -653,4 +663,114 @@ wait:
 	if !strings.HasPrefix(string(got), "HTTP/1.1 431 ") {
 		t.Fatalf("a 16 KB head: %q", string(got))
 	}
+}
+
+// What NodeVolumeLimits and VolumeZone read: a pod's CSI volumes (a bound
+// claim's handle, an unbound one's name of its own, no volume of an in-tree
+// plugin), a node's drivers, limits and attachments, the drivers that
+// refuse nodes they are not on, and where a volume's zone labels let a
+// pod go.
+func TestAttachableVolumesAndZones(t *testing.T) {
+	s, cs := testScheduler(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	const ebs = "ebs.example.com"
+	csiPV := func(name, handle string, labels map[string]string) *corev1.PersistentVolume {
+		return &corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{CSI: &corev1.CSIPersistentVolumeSource{Driver: ebs, VolumeHandle: handle}}}}
+	}
+	wffc := storagev1.VolumeBindingWaitForFirstConsumer
+	three, yes := int32(3), true
+	for _, o := range []runtime.Object{
+		csiPV("pv-1", "vol-1", map[string]string{corev1.LabelTopologyZone: "zone-1__zone-2"}),
+		csiPV("pv-2", "vol-2", map[string]string{corev1.LabelFailureDomainBetaZone: "zone-3", corev1.LabelTopologyRegion: " __x"}),
+		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-host"}, Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/x"}}}},
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "gp3"}, Provisioner: ebs, VolumeBindingMode: &wffc},
+		&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: ebs}, Spec: storagev1.CSIDriverSpec{PreventPodSchedulingIfMissing: &yes}},
+		&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "other.example.com"}},
+		&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{
+			{Name: ebs, NodeID: "i-1", Allocatable: &storagev1.VolumeNodeResources{Count: &three}}, {Name: "other.example.com", NodeID: "i-1"}}}},
+		&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-2"}, Spec: storagev1.VolumeAttachmentSpec{Attacher: ebs, NodeName: "node-1",
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-2")}}},
+		&storagev1.VolumeAttachment{ObjectMeta: metav1.ObjectMeta{Name: "va-x"}, Spec: storagev1.VolumeAttachmentSpec{Attacher: ebs, NodeName: "node-2",
+			Source: storagev1.VolumeAttachmentSource{PersistentVolumeName: ptr.To("pv-1")}}},
+	} {
+		if err := cs.Tracker().Add(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for claim, pv := range map[string]string{"a": "pv-1", "b": "", "h": "pv-host", "z": "pv-2"} {
+		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{
+			VolumeName: pv, StorageClassName: ptr.To("gp3")}}
+		if pv != "" {
+			c.Status.Phase, c.Annotations = corev1.ClaimBound, bindDone
+		}
+		if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.factory.Start(ctx.Done())
+	s.factory.WaitForCacheSync(ctx.Done())
+	p := testPod("p", "")
+	for _, c := range []string{"a", "b", "h", "ghost"} {
+		p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: c, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
+	}
+	a := s.attacher()
+	want := map[string]string{ebs + "/vol-1": ebs, ebs + "/placer-unbound-ns/b": ebs}
+	if got := a.Volumes(p); !reflect.DeepEqual(got, want) {
+		t.Errorf("p's CSI volumes %v, want %v", got, want)
+	}
+	if got := a.Node("node-1"); !reflect.DeepEqual(got, translate.NodeAttach{Drivers: map[string]int64{ebs: 3, "other.example.com": -1},
+		Attached: map[string]string{ebs + "/vol-2": ebs}}) {
+		t.Errorf("node-1: %+v", got)
+	}
+	if got := a.Node("node-3"); got.Drivers != nil || got.Attached != nil {
+		t.Errorf("node-3, without a CSINode or attachments: %+v", got)
+	}
+	if !a.Required(ebs) || a.Required("other.example.com") || a.Required("gone.example.com") {
+		t.Error("the drivers that refuse nodes they are not on: want ebs alone")
+	}
+
+	// VolumeZone: pv-1's zone label holds two zones; pv-2's beta zone label
+	// is read on a node's GA one where it lacks the beta one, and its
+	// region label, with an empty zone, is not read.
+	zone := func(labels map[string]string, pv string) bool {
+		v, _ := s.pvs.Get(pv)
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Labels: labels}}
+		for _, sel := range zoneSelectors(v) {
+			if ok, _ := schedcorev1.MatchNodeSelectorTerms(n, sel); !ok {
+				return false
+			}
+		}
+		return true
+	}
+	for _, tc := range []struct {
+		pv     string
+		labels map[string]string
+		ok     bool
+	}{
+		{"pv-1", map[string]string{corev1.LabelTopologyZone: "zone-2"}, true},
+		{"pv-1", map[string]string{corev1.LabelTopologyZone: "zone-3"}, false},
+		{"pv-1", map[string]string{"rack": "r1"}, true},                                 // no zone or region label: anywhere
+		{"pv-1", map[string]string{corev1.LabelFailureDomainBetaZone: "zone-1"}, false}, // a GA label is not read on a beta one
+		{"pv-2", map[string]string{corev1.LabelTopologyZone: "zone-3"}, true},
+		{"pv-2", map[string]string{corev1.LabelFailureDomainBetaZone: "zone-1", corev1.LabelTopologyZone: "zone-3"}, false},
+		{"pv-2", map[string]string{corev1.LabelTopologyRegion: "eu"}, false},
+	} {
+		if got := zone(tc.labels, tc.pv); got != tc.ok {
+			t.Errorf("%s on a node of %v: %v, want %v", tc.pv, tc.labels, got, tc.ok)
+		}
+	}
+	if v := s.volumeNodes(withClaim(p, "z")); v == nil || len(v.Zone) != 1 {
+		t.Errorf("a pod of claim z: %+v, want pv-2's zone", v)
+	}
+}
+
+func withClaim(p *corev1.Pod, claim string) *corev1.Pod {
+	q := p.DeepCopy()
+	q.Spec.Volumes = []corev1.Volume{{Name: claim, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
+	return q
 }

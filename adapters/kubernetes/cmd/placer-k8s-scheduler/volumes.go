@@ -117,9 +117,16 @@ func (s *scheduler) rwopUser(p *corev1.Pod, c *corev1.PersistentVolumeClaim) str
 	return ahead
 }
 
+// claimBound: whether claim c is bound, as kube-scheduler's VolumeBinding
+// reads it (isPVCFullyBound): a volume named and the PV controller's
+// binding done (its annotation, written with the volume's name or after
+// it; the claim's phase follows).
 func claimBound(c *corev1.PersistentVolumeClaim) bool {
-	return c.Status.Phase == corev1.ClaimBound && c.Spec.VolumeName != ""
+	return c.Spec.VolumeName != "" && metav1.HasAnnotation(c.ObjectMeta, bindCompleted)
 }
+
+// bindCompleted: the annotation the PV controller gives a claim it has bound.
+const bindCompleted = "pv.kubernetes.io/bind-completed"
 
 // selectedNode: the annotation that gives an unbound claim its node
 // (kube-scheduler's PreBind writes it; the provisioner reads it).
@@ -228,8 +235,11 @@ func (s *scheduler) volumeNodes(p *corev1.Pod) *translate.Volumes {
 			continue
 		}
 		if claimBound(c) {
-			if pv, err := s.pvs.Get(c.Spec.VolumeName); err == nil && pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil {
-				v.Bound = append(v.Bound, pv.Spec.NodeAffinity.Required)
+			if pv, err := s.pvs.Get(c.Spec.VolumeName); err == nil {
+				if pv.Spec.NodeAffinity != nil && pv.Spec.NodeAffinity.Required != nil {
+					v.Bound = append(v.Bound, pv.Spec.NodeAffinity.Required)
+				}
+				v.Zone = append(v.Zone, zoneSelectors(pv)...)
 			}
 			continue
 		}
@@ -261,10 +271,57 @@ func (s *scheduler) volumeNodes(p *corev1.Pod) *translate.Volumes {
 			v.Node = n
 		}
 	}
-	if v.Bound == nil && v.Provision == nil && v.Capacity == nil && v.Node == "" && v.PreMade == nil {
+	if v.Bound == nil && v.Provision == nil && v.Capacity == nil && v.Node == "" && v.PreMade == nil && v.Zone == nil {
 		return nil
 	}
 	return &v
+}
+
+// zoneLabels: the labels kube-scheduler's VolumeZone reads on a volume
+// and on the nodes, and their GA names.
+var zoneLabels = [][2]string{
+	{corev1.LabelFailureDomainBetaZone, corev1.LabelTopologyZone},
+	{corev1.LabelFailureDomainBetaRegion, corev1.LabelTopologyRegion},
+	{corev1.LabelTopologyZone, corev1.LabelTopologyZone},
+	{corev1.LabelTopologyRegion, corev1.LabelTopologyRegion},
+}
+
+// zoneSelectors: where volume pv's zone and region labels let a pod go
+// (kube-scheduler's VolumeZone), one selector a label: a node without
+// any of zoneLabels, one whose label is among the volume's values ("__"
+// between them), or, without it, whose label's GA name is. A value with
+// an empty zone is not read, as VolumeZone skips it.
+func zoneSelectors(pv *corev1.PersistentVolume) []*corev1.NodeSelector {
+	var out []*corev1.NodeSelector
+	for _, l := range zoneLabels {
+		value, ok := pv.Labels[l[0]]
+		if !ok {
+			continue
+		}
+		var zones []string
+		for _, z := range strings.Split(value, "__") {
+			if z = strings.TrimSpace(z); z == "" {
+				zones = nil
+				break
+			}
+			zones = append(zones, z)
+		}
+		if zones == nil {
+			continue
+		}
+		var none corev1.NodeSelectorTerm
+		for _, k := range zoneLabels {
+			none.MatchExpressions = append(none.MatchExpressions, corev1.NodeSelectorRequirement{Key: k[0], Operator: corev1.NodeSelectorOpDoesNotExist})
+		}
+		terms := []corev1.NodeSelectorTerm{none, {MatchExpressions: []corev1.NodeSelectorRequirement{
+			{Key: l[0], Operator: corev1.NodeSelectorOpIn, Values: zones}}}}
+		if l[1] != l[0] {
+			terms = append(terms, corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{
+				{Key: l[0], Operator: corev1.NodeSelectorOpDoesNotExist}, {Key: l[1], Operator: corev1.NodeSelectorOpIn, Values: zones}}})
+		}
+		out = append(out, &corev1.NodeSelector{NodeSelectorTerms: terms})
+	}
+	return out
 }
 
 // topologySelector: a StorageClass's allowed topologies as a node selector

@@ -235,6 +235,9 @@ func (p *planner) form() {
 		if v := in.Opt.VolumeSignature(pod); v != "" {
 			sig += "|volumes:" + v
 		}
+		if a := in.Opt.AttachSignature(pod); a != "" {
+			sig += "|attach:" + a
+		}
 		c := classes[sig]
 		if c == nil {
 			c = &class{sig: sig, rules: translate.HasRules(pod)}

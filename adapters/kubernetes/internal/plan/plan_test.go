@@ -624,6 +624,9 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 		"db-12": {Provision: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-1")},
 			Capacity: []*corev1.NodeSelector{on(translate.HostnameKey, corev1.NodeSelectorOpIn, "n20", "n99")}},
 		"db-13": {Capacity: []*corev1.NodeSelector{{NodeSelectorTerms: []corev1.NodeSelectorTerm{}}}},
+		// bound volumes' zone labels (VolumeZone): zone-2; a zone no node is in
+		"db-14": {Zone: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-2")}},
+		"db-15": {Zone: []*corev1.NodeSelector{on(zone, corev1.NodeSelectorOpIn, "zone-9")}},
 	}
 	// Pre-made: two local volumes, on n10 and n11, three claims alike that
 	// either could take: two placed, on distinct nodes, the third told why.
@@ -641,7 +644,7 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 	occupant := pod("occupant", 8, "1", nil)
 	occupant.Spec.NodeName = "n01"
 	var pending []*corev1.Pod
-	for i := 0; i < 14; i++ { // db-5: no volume of its own
+	for i := 0; i < 16; i++ { // db-5: no volume of its own
 		pending = append(pending, pod(fmt.Sprintf("db-%d", i), 4, "1", map[string]string{"app": "db"}))
 	}
 	out := runOpt(t, solve, opt, ns, []*corev1.Pod{occupant}, pending, nil)
@@ -657,6 +660,9 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 	}
 	if b["db-12"] != "n20" || b["db-13"] != "" {
 		t.Errorf("db-12 on %q, db-13 on %q: want n20 (n99 is outside its class's zone) and none", b["db-12"], b["db-13"])
+	}
+	if n, _ := strconv.Atoi(strings.TrimPrefix(b["db-14"], "n")); n < 71 || b["db-15"] != "" {
+		t.Errorf("db-14 on %s, outside its volume's zone-2; db-15 on %q", b["db-14"], b["db-15"])
 	}
 	if b["db-7"] != "n05" || b["db-8"] != "" {
 		t.Errorf("db-7 on %q, db-8 on %q: want n05 and none", b["db-7"], b["db-8"])
@@ -689,9 +695,78 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 		"db-3":  "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.", // NodeResourcesFit first
 		"db-8":  "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) didn't find available persistent volumes to bind.",
 		"db-13": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) did not have enough free storage.",
+		"db-15": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had no available volume zone.",
 	} {
 		if why := failedWhy(out)[p]; why != want {
 			t.Errorf("%s: %q, want %q", p, why, want)
+		}
+	}
+}
+
+// fakeAttach: a translate.Attacher of fixed volumes and nodes.
+type fakeAttach struct {
+	vols     map[string]map[string]string // by pod name
+	nodes    map[string]translate.NodeAttach
+	required map[string]bool
+}
+
+func (f fakeAttach) Volumes(p *corev1.Pod) map[string]string { return f.vols[p.Name] }
+func (f fakeAttach) Node(name string) translate.NodeAttach   { return f.nodes[name] }
+func (f fakeAttach) Required(d string) bool                  { return f.required[d] }
+
+// CSI volumes within each node's attach limits (kube-scheduler's
+// NodeVolumeLimits): n01 attaches two of ebs and has one (a
+// VolumeAttachment no pod uses), n02 one, used by a running pod whose
+// volume a pending pod shares; n03..n06 do not have the ebs driver, which
+// refuses such nodes. Of three pods alike, each with a volume of its own,
+// one is bound (to n01); the two others are told why. The pod sharing the
+// running pod's volume goes to the full n02; one with a new volume does
+// not.
+func TestPodsWithinNodesAttachLimits(t *testing.T) {
+	solve := solver(t)
+	ns := nodes(6, 6)
+	const ebs = "ebs.example.com"
+	f := fakeAttach{vols: map[string]map[string]string{"occupant": {"ebs/shared": ebs}, "reader": {"ebs/shared": ebs}, "writer": {"ebs/w": ebs}},
+		nodes: map[string]translate.NodeAttach{
+			"n01": {Drivers: map[string]int64{ebs: 2}, Attached: map[string]string{"ebs/old": ebs}},
+			"n02": {Drivers: map[string]int64{ebs: 1}},
+			"n03": {Drivers: map[string]int64{"other": 9}}, "n04": {Drivers: map[string]int64{"other": 9}}, "n05": {Drivers: map[string]int64{}},
+		},
+		required: map[string]bool{ebs: true}}
+	var pending []*corev1.Pod
+	for i := 1; i <= 3; i++ {
+		name := fmt.Sprintf("v%d", i)
+		f.vols[name] = map[string]string{"ebs/" + name: ebs}
+		pending = append(pending, pod(name, 1, "1", nil))
+	}
+	for _, name := range []string{"reader", "writer"} {
+		p := pod(name, 1, "1", nil)
+		p.Spec.NodeSelector = map[string]string{translate.HostnameKey: "n02"}
+		pending = append(pending, p)
+	}
+	occupant := pod("occupant", 1, "1", nil)
+	occupant.Spec.NodeName = "n02"
+	out := runOpt(t, solve, translate.Options{Attach: f}, ns, []*corev1.Pod{occupant}, pending, nil)
+	b := boundTo(out)
+	var on []string
+	for i := 1; i <= 3; i++ {
+		on = append(on, b[fmt.Sprintf("v%d", i)])
+	}
+	sort.Strings(on)
+	if strings.Join(on, ",") != ",,n01" || b["reader"] != "n02" || b["writer"] != "" {
+		t.Fatalf("bound %v: want one of v1..v3 on n01, reader on n02, writer nowhere", b)
+	}
+	want := map[string]string{
+		"writer": "0/6 nodes are available: 1 node(s) exceed max volume count, 5 node(s) didn't match Pod's node affinity/selector.",
+	}
+	for i := 1; i <= 3; i++ {
+		if name := fmt.Sprintf("v%d", i); b[name] == "" {
+			want[name] = "0/6 nodes are available: 2 node(s) exceed max volume count, 4 ebs.example.com CSI driver is not installed on the node."
+		}
+	}
+	for p, w := range want {
+		if why := failedWhy(out)[p]; why != w {
+			t.Errorf("%s: %q, want %q", p, why, w)
 		}
 	}
 }

@@ -48,6 +48,9 @@ type Cluster struct {
 	volTaken  map[string]bool
 	volumes   map[types.UID]map[string]string
 	hostnames map[string][]int
+	// attached: each node's CSI volumes, read once a round where a pod
+	// needs them (attach.go).
+	attached []*attached
 	// GPUsLeftOut: the nodes with more GPUs than Placer takes on one
 	// (MaxNodeGPUs), whose GPUs the round leaves out (NewCluster).
 	GPUsLeftOut []string

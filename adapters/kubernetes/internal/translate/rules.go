@@ -44,13 +44,15 @@ const (
 	volumeWhy       = "node(s) had volume node affinity conflict"
 	provisionWhy    = "node(s) didn't find available persistent volumes to bind"
 	storageWhy      = "node(s) did not have enough free storage"
+	zoneWhy         = "node(s) had no available volume zone"
 
 	orderPorts    = 3 // NodePorts
 	orderSide     = 4 // NodeResourcesFit, after Placer's CPU, memory and GPUs
-	orderVolumes  = 5 // VolumeBinding
-	orderSpread   = 6 // PodTopologySpread
-	orderAffinity = 7 // InterPodAffinity
-	orderClaims   = 8 // DynamicResources
+	orderLimits   = 5 // NodeVolumeLimits
+	orderVolumes  = 6 // VolumeBinding, VolumeZone
+	orderSpread   = 7 // PodTopologySpread
+	orderAffinity = 8 // InterPodAffinity
+	orderClaims   = 9 // DynamicResources
 )
 
 // rule: a node requirement of a job, and kube-scheduler's reason for the
@@ -343,6 +345,7 @@ func (c *Cluster) rules(p *corev1.Pod) ([]rule, []*wire.PreferredTermT) {
 		}
 	}
 	out = append(out, c.sideRules(sideRequests(Requests(p)))...)
+	out = append(out, c.attachRules(p)...)
 	out = append(out, c.volumeRules(p)...)
 	out = append(out, c.spreadRules(p)...)
 	out = append(out, c.affinityRules(p)...)
@@ -354,7 +357,8 @@ func (c *Cluster) rules(p *corev1.Pod) ([]rule, []*wire.PreferredTermT) {
 // order: outside the node affinity of a PersistentVolume its claims are
 // bound to; else outside a StorageClass's allowed topologies, not the
 // node its claims are being provisioned for, or without a pre-made volume
-// for each; else without the storage capacity a claim to provision needs.
+// for each; else without the storage capacity a claim to provision needs;
+// else, by VolumeZone, outside a bound volume's zone or region label.
 // Each is read on a node's labels alone (volumeutil.CheckNodeAffinity,
 // MatchTopologySelectorTerms: matchFields match no node). A local
 // volume's few nodes are listed (In), a zone's many others excluded.
@@ -405,6 +409,8 @@ func (c *Cluster) volumeRules(p *corev1.Pod) []rule {
 			miss[provisionWhy] = append(miss[provisionWhy], n.Name)
 		case !holds(n, v.Capacity):
 			miss[storageWhy] = append(miss[storageWhy], n.Name)
+		case !holds(n, v.Zone):
+			miss[zoneWhy] = append(miss[zoneWhy], n.Name)
 		default:
 			fit = append(fit, n.Name)
 		}

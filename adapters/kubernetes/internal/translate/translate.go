@@ -115,6 +115,10 @@ type Options struct {
 	// VolumesTaken: the pre-made volumes the pods placed this cycle before
 	// this round took (Volumes.PreMade).
 	VolumesTaken map[string]bool
+	// Attach: the CSI volumes pods attach to their nodes, and what the
+	// nodes can attach (kube-scheduler's NodeVolumeLimits, attach.go; nil:
+	// not counted).
+	Attach Attacher
 	// Kueue: its LocalQueues and ClusterQueues, sent as the round's queue
 	// tree (kueue.go; nil: Kueue is not served, and a job's queue is its
 	// pods' kueue.x-k8s.io/queue-name, named, not limited).
@@ -140,6 +144,9 @@ type Volumes struct {
 	// PreMade: its claims to be bound to pre-made volumes (a
 	// WaitForFirstConsumer class without a provisioner: local volumes).
 	PreMade []PreMade
+	// Zone: for each zone or region label of a PersistentVolume its claims
+	// are bound to, the nodes kube-scheduler's VolumeZone admits.
+	Zone []*corev1.NodeSelector
 }
 
 // PreMade: a claim to be bound to a pre-made volume, and the volumes that
