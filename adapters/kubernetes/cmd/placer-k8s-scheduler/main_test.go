@@ -686,7 +686,10 @@ func TestAttachableVolumesAndZones(t *testing.T) {
 		csiPV("pv-2", "vol-2", map[string]string{corev1.LabelFailureDomainBetaZone: "zone-3", corev1.LabelTopologyRegion: " __x"}),
 		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-host"}, Spec: corev1.PersistentVolumeSpec{
 			PersistentVolumeSource: corev1.PersistentVolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/x"}}}},
+		&corev1.PersistentVolume{ObjectMeta: metav1.ObjectMeta{Name: "pv-old"}, Spec: corev1.PersistentVolumeSpec{
+			PersistentVolumeSource: corev1.PersistentVolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: "vol-old"}}}},
 		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "gp3"}, Provisioner: ebs, VolumeBindingMode: &wffc},
+		&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: "gp2"}, Provisioner: "kubernetes.io/aws-ebs", VolumeBindingMode: &wffc},
 		&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: ebs}, Spec: storagev1.CSIDriverSpec{PreventPodSchedulingIfMissing: &yes}},
 		&storagev1.CSIDriver{ObjectMeta: metav1.ObjectMeta{Name: "other.example.com"}},
 		&storagev1.CSINode{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}, Spec: storagev1.CSINodeSpec{Drivers: []storagev1.CSINodeDriver{
@@ -700,9 +703,13 @@ func TestAttachableVolumesAndZones(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for claim, pv := range map[string]string{"a": "pv-1", "b": "", "h": "pv-host", "z": "pv-2"} {
+	for claim, pv := range map[string]string{"a": "pv-1", "b": "", "h": "pv-host", "z": "pv-2", "old": "pv-old", "gp2": ""} {
+		class := "gp3"
+		if claim == "gp2" {
+			class = "gp2"
+		}
 		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{
-			VolumeName: pv, StorageClassName: ptr.To("gp3")}}
+			VolumeName: pv, StorageClassName: &class}}
 		if pv != "" {
 			c.Status.Phase, c.Annotations = corev1.ClaimBound, bindDone
 		}
@@ -718,9 +725,21 @@ func TestAttachableVolumesAndZones(t *testing.T) {
 			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c}}})
 	}
 	a := s.attacher()
-	want := map[string]string{ebs + "/vol-1": ebs, ebs + "/placer-unbound-ns/b": ebs}
+	want := map[string]translate.CSIVolume{ebs + "/vol-1": {Driver: ebs}, ebs + "/placer-unbound-ns/b": {Driver: ebs}}
 	if got := a.Volumes(p); !reflect.DeepEqual(got, want) {
 		t.Errorf("p's CSI volumes %v, want %v", got, want)
+	}
+	// In-tree EBS volumes, as kube-scheduler counts them: bound, of an
+	// in-tree class not bound yet, named in the pod itself.
+	q := withClaim(testPod("q", ""), "old")
+	q.UID = "uid-q"
+	q.Spec.Volumes = append(q.Spec.Volumes, withClaim(q, "gp2").Spec.Volumes[0], corev1.Volume{Name: "inline",
+		VolumeSource: corev1.VolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: "aws://us-east-1a/vol-inline"}}})
+	const csiEBS = "ebs.csi.aws.com"
+	want = map[string]translate.CSIVolume{csiEBS + "/vol-old": {Driver: csiEBS, InTree: true}, csiEBS + "/placer-unbound-ns/gp2": {Driver: csiEBS, InTree: true},
+		csiEBS + "/vol-inline": {Driver: csiEBS, InTree: true}}
+	if got := a.Volumes(q); !reflect.DeepEqual(got, want) {
+		t.Errorf("q's in-tree volumes %v, want %v", got, want)
 	}
 	if got := a.Node("node-1"); !reflect.DeepEqual(got, translate.NodeAttach{Drivers: map[string]int64{ebs: 3, "other.example.com": -1},
 		Attached: map[string]string{ebs + "/vol-2": ebs}}) {

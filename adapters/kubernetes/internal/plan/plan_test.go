@@ -705,14 +705,14 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 
 // fakeAttach: a translate.Attacher of fixed volumes and nodes.
 type fakeAttach struct {
-	vols     map[string]map[string]string // by pod name
+	vols     map[string]map[string]translate.CSIVolume // by pod name
 	nodes    map[string]translate.NodeAttach
 	required map[string]bool
 }
 
-func (f fakeAttach) Volumes(p *corev1.Pod) map[string]string { return f.vols[p.Name] }
-func (f fakeAttach) Node(name string) translate.NodeAttach   { return f.nodes[name] }
-func (f fakeAttach) Required(d string) bool                  { return f.required[d] }
+func (f fakeAttach) Volumes(p *corev1.Pod) map[string]translate.CSIVolume { return f.vols[p.Name] }
+func (f fakeAttach) Node(name string) translate.NodeAttach                { return f.nodes[name] }
+func (f fakeAttach) Required(d string) bool                               { return f.required[d] }
 
 // CSI volumes within each node's attach limits (kube-scheduler's
 // NodeVolumeLimits): n01 attaches two of ebs and has one (a
@@ -721,12 +721,15 @@ func (f fakeAttach) Required(d string) bool                  { return f.required
 // refuses such nodes. Of three pods alike, each with a volume of its own,
 // one is bound (to n01); the two others are told why. The pod sharing the
 // running pod's volume goes to the full n02; one with a new volume does
-// not.
+// not. An in-tree volume migrated to the driver is not counted on n06,
+// which has no CSINode.
 func TestPodsWithinNodesAttachLimits(t *testing.T) {
 	solve := solver(t)
 	ns := nodes(6, 6)
 	const ebs = "ebs.example.com"
-	f := fakeAttach{vols: map[string]map[string]string{"occupant": {"ebs/shared": ebs}, "reader": {"ebs/shared": ebs}, "writer": {"ebs/w": ebs}},
+	v := func(d string) translate.CSIVolume { return translate.CSIVolume{Driver: d} }
+	f := fakeAttach{vols: map[string]map[string]translate.CSIVolume{"occupant": {"ebs/shared": v(ebs)}, "reader": {"ebs/shared": v(ebs)},
+		"writer": {"ebs/w": v(ebs)}, "legacy": {"ebs/l": {Driver: ebs, InTree: true}}},
 		nodes: map[string]translate.NodeAttach{
 			"n01": {Drivers: map[string]int64{ebs: 2}, Attached: map[string]string{"ebs/old": ebs}},
 			"n02": {Drivers: map[string]int64{ebs: 1}},
@@ -736,12 +739,12 @@ func TestPodsWithinNodesAttachLimits(t *testing.T) {
 	var pending []*corev1.Pod
 	for i := 1; i <= 3; i++ {
 		name := fmt.Sprintf("v%d", i)
-		f.vols[name] = map[string]string{"ebs/" + name: ebs}
+		f.vols[name] = map[string]translate.CSIVolume{"ebs/" + name: v(ebs)}
 		pending = append(pending, pod(name, 1, "1", nil))
 	}
-	for _, name := range []string{"reader", "writer"} {
-		p := pod(name, 1, "1", nil)
-		p.Spec.NodeSelector = map[string]string{translate.HostnameKey: "n02"}
+	for _, x := range [][2]string{{"reader", "n02"}, {"writer", "n02"}, {"legacy", "n06"}} {
+		p := pod(x[0], 1, "1", nil)
+		p.Spec.NodeSelector = map[string]string{translate.HostnameKey: x[1]}
 		pending = append(pending, p)
 	}
 	occupant := pod("occupant", 1, "1", nil)
@@ -753,8 +756,8 @@ func TestPodsWithinNodesAttachLimits(t *testing.T) {
 		on = append(on, b[fmt.Sprintf("v%d", i)])
 	}
 	sort.Strings(on)
-	if strings.Join(on, ",") != ",,n01" || b["reader"] != "n02" || b["writer"] != "" {
-		t.Fatalf("bound %v: want one of v1..v3 on n01, reader on n02, writer nowhere", b)
+	if strings.Join(on, ",") != ",,n01" || b["reader"] != "n02" || b["writer"] != "" || b["legacy"] != "n06" {
+		t.Fatalf("bound %v: want one of v1..v3 on n01, reader on n02, writer nowhere, legacy on n06", b)
 	}
 	want := map[string]string{
 		"writer": "0/6 nodes are available: 1 node(s) exceed max volume count, 5 node(s) didn't match Pod's node affinity/selector.",

@@ -8,11 +8,14 @@ package translate
 // of their drivers' limits, beside those attached (its pods' volumes, and
 // those its VolumeAttachments name besides). A driver that says so
 // (CSIDriver preventPodSchedulingIfMissing) also refuses the nodes it is
-// not installed on. Each pod's round excludes the nodes that fail it
+// not installed on. A volume of an in-tree plugin migrated to a CSI driver
+// (EBS, GCE PD, Azure Disk, Cinder, Portworx) counts as that driver's on a
+// node with a CSINode. Each pod's round excludes the nodes that fail it
 // (attachRules); the placements of one round are then checked together,
 // in queue order (Cluster.Take), as side resources are (side.go).
 
 import (
+	"fmt"
 	"slices"
 	"sort"
 
@@ -25,14 +28,22 @@ const limitWhy = "node(s) exceed max volume count"
 // Attacher: what NodeVolumeLimits reads (Options.Attach; the scheduler's
 // informers).
 type Attacher interface {
-	// Volumes: the CSI volumes pod p attaches to its node, unique name
-	// (driver/volume handle) to driver; a claim not bound yet by a name of
-	// its own, of its class's provisioner.
-	Volumes(p *corev1.Pod) map[string]string
+	// Volumes: the CSI volumes pod p attaches to its node, by unique name
+	// (driver/volume handle); a claim not bound yet by a name of its own,
+	// of its class's provisioner.
+	Volumes(p *corev1.Pod) map[string]CSIVolume
 	// Node: node `name`'s CSI drivers and what is attached to it.
 	Node(name string) NodeAttach
 	// Required: whether driver d refuses the nodes it is not installed on.
 	Required(d string) bool
+}
+
+// CSIVolume: a volume a pod attaches: its CSI driver, and whether it is an
+// in-tree plugin's, counted under the driver it migrates to only on a node
+// with a CSINode (kube-scheduler's isCSIMigrationOn).
+type CSIVolume struct {
+	Driver string
+	InTree bool
 }
 
 // NodeAttach: a node's CSI drivers (its CSINode; nil: none), each with the
@@ -67,8 +78,8 @@ func (c *Cluster) attachedOn(ni int) *attached {
 	}
 	if a.limited { // (the pods' volumes matter only under a limit)
 		for _, q := range c.on[ni] {
-			for u, d := range c.opt.Attach.Volumes(q) {
-				a.vols[u] = d
+			for u, v := range c.opt.Attach.Volumes(q) {
+				a.vols[u] = v.Driver
 			}
 		}
 		for _, d := range a.vols {
@@ -85,7 +96,7 @@ func (c *Cluster) attachedOn(ni int) *attached {
 }
 
 // attachVolumes: pod p's CSI volumes (nil: none, or not counted).
-func (c *Cluster) attachVolumes(p *corev1.Pod) map[string]string {
+func (c *Cluster) attachVolumes(p *corev1.Pod) map[string]CSIVolume {
 	if c.opt.Attach == nil {
 		return nil
 	}
@@ -95,15 +106,15 @@ func (c *Cluster) attachVolumes(p *corev1.Pod) map[string]string {
 // attachMiss: why node ni cannot take a pod's CSI volumes vols, in
 // kube-scheduler's words ("" = it can). A volume the node's VolumeAttachments
 // alone name counts as attached and as new, as kube-scheduler counts it.
-func (c *Cluster) attachMiss(vols map[string]string, ni int) string {
+func (c *Cluster) attachMiss(vols map[string]CSIVolume, ni int) string {
 	if len(vols) == 0 {
 		return ""
 	}
 	a := c.attachedOn(ni)
 	var drivers []string
-	for _, d := range vols {
-		if !slices.Contains(drivers, d) {
-			drivers = append(drivers, d)
+	for _, v := range vols {
+		if (!v.InTree || a.drivers != nil) && !slices.Contains(drivers, v.Driver) {
+			drivers = append(drivers, v.Driver)
 		}
 	}
 	sort.Strings(drivers)
@@ -116,9 +127,9 @@ func (c *Cluster) attachMiss(vols map[string]string, ni int) string {
 		return ""
 	}
 	more := map[string]int{}
-	for u, d := range vols {
+	for u, v := range vols {
 		if _, ok := a.vols[u]; !ok {
-			more[d]++
+			more[v.Driver]++
 		}
 	}
 	for _, d := range drivers {
@@ -131,7 +142,7 @@ func (c *Cluster) attachMiss(vols map[string]string, ni int) string {
 
 // attach: node ni has pod's volumes vols attached (Take, once attachMiss
 // said it can).
-func (c *Cluster) attach(vols map[string]string, ni int) {
+func (c *Cluster) attach(vols map[string]CSIVolume, ni int) {
 	if len(vols) == 0 {
 		return
 	}
@@ -139,10 +150,10 @@ func (c *Cluster) attach(vols map[string]string, ni int) {
 	if !a.limited {
 		return
 	}
-	for u, d := range vols {
+	for u, v := range vols {
 		if _, ok := a.vols[u]; !ok {
-			a.vols[u] = d
-			a.count[d]++
+			a.vols[u] = v.Driver
+			a.count[v.Driver]++
 		}
 	}
 }
@@ -175,8 +186,8 @@ func (o Options) AttachSignature(p *corev1.Pod) string {
 		return ""
 	}
 	var ds []string
-	for _, d := range o.Attach.Volumes(p) {
-		ds = append(ds, d)
+	for _, v := range o.Attach.Volumes(p) {
+		ds = append(ds, fmt.Sprintf("%s:%v", v.Driver, v.InTree))
 	}
 	sort.Strings(ds)
 	out := ""
