@@ -92,6 +92,36 @@ type cluster struct {
 	sched    *exec.Cmd
 	schedLog string
 	record   string
+	// kube: the pods buildPod makes are kube-scheduler's (judged)
+	kube bool
+}
+
+// judged: body run twice, each on a fresh control plane of `nodes` nodes:
+// with this scheduler, and with kube-scheduler itself in its place (the
+// pods buildPod makes are then the default scheduler's), so that the same
+// assertions hold of both: what kube-scheduler binds, and what it says of
+// what it does not, is the reference.
+func judged(t *testing.T, nodes int, body func(c *cluster)) {
+	for _, kube := range []bool{false, true} {
+		name := "placer"
+		if kube {
+			name = "kube-scheduler"
+		}
+		t.Run(name, func(t *testing.T) {
+			c := newCluster(t, nodes, 0)
+			c.kube = kube
+			body(c)
+		})
+	}
+}
+
+// startJudged: the scheduler judged runs (this one, or kube-scheduler).
+func (c *cluster) startJudged() {
+	if c.kube {
+		c.startKubeScheduler()
+	} else {
+		c.startScheduler()
+	}
 }
 
 // freePorts: the first of n consecutive ports free on loopback, below the
@@ -379,6 +409,9 @@ func (c *cluster) buildPod(ns string, s podSpec) *corev1.Pod {
 		q := *resource.NewQuantity(s.gpus, resource.DecimalSI)
 		p.Spec.Containers[0].Resources.Requests["nvidia.com/gpu"] = q
 		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": q}
+	}
+	if c.kube {
+		p.Spec.SchedulerName = corev1.DefaultSchedulerName
 	}
 	if s.shareMilli > 0 {
 		p.Annotations = map[string]string{"placer.io/gpu-milli": fmt.Sprint(s.shareMilli)}

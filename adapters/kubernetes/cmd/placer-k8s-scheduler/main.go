@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -360,6 +362,24 @@ type scheduler struct {
 
 	// gpusLeftOut: the last round's nodes whose GPUs it left out (warnGPUsLeftOut).
 	gpusLeftOut map[string]bool
+	// controlPlane: the API server's version, read at start, for the node
+	// features a pod needs (translate.Options.ControlPlane).
+	controlPlane *version.Version
+}
+
+// builtFor: the Kubernetes release of this scheduler's client libraries,
+// the control plane's version where the API server does not say.
+const builtFor = "1.37.2"
+
+// controlPlane: the API server's version (its major, minor and patch), else builtFor.
+func controlPlane(cs kubernetes.Interface) *version.Version {
+	if info, err := cs.Discovery().ServerVersion(); err == nil {
+		if v, err := version.ParseGeneric(info.GitVersion); err == nil {
+			return v
+		}
+	}
+	slog.Warn("the API server's version not read: the node features pods need are read for " + builtFor)
+	return version.MustParseGeneric(builtFor)
 }
 
 func newScheduler(c config, cs kubernetes.Interface, dyn dynamic.Interface, pc *placerclient.Client) *scheduler {
@@ -468,7 +488,7 @@ func (s *scheduler) podDeleted(o any) {
 func nodeChanged(a, b *corev1.Node) bool {
 	return !reflect.DeepEqual(a.Labels, b.Labels) || !reflect.DeepEqual(a.Spec.Taints, b.Spec.Taints) ||
 		a.Spec.Unschedulable != b.Spec.Unschedulable || !reflect.DeepEqual(a.Status.Allocatable, b.Status.Allocatable) ||
-		nodeReady(a) != nodeReady(b)
+		nodeReady(a) != nodeReady(b) || !slices.Equal(a.Status.DeclaredFeatures, b.Status.DeclaredFeatures)
 }
 
 // podChanged: whether an update of a pending pod changes what a round sees
@@ -546,6 +566,7 @@ func (s *scheduler) poke() {
 }
 
 func (s *scheduler) start(ctx context.Context) {
+	s.controlPlane = controlPlane(s.cs)
 	s.factory.Start(ctx.Done())
 	s.groups.start(ctx, s.cfg.rediscover)
 	s.claims.start(ctx, s.cfg.rediscover)

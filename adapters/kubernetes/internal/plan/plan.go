@@ -232,12 +232,7 @@ func (p *planner) form() {
 		if in.Opt.DRA != nil && len(pod.Spec.ResourceClaims) > 0 {
 			sig += "|claims:" + in.Opt.DRA.Signature(pod)
 		}
-		if v := in.Opt.VolumeSignature(pod); v != "" {
-			sig += "|volumes:" + v
-		}
-		if a := in.Opt.AttachSignature(pod); a != "" {
-			sig += "|attach:" + a
-		}
+		sig += in.Opt.NodeSignature(pod)
 		c := classes[sig]
 		if c == nil {
 			c = &class{sig: sig, rules: translate.HasRules(pod)}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	"placer.local/kubernetes/internal/placerclient"
 	"placer.local/kubernetes/internal/placertest"
@@ -686,19 +687,23 @@ func TestPodsGoWhereTheirVolumesAre(t *testing.T) {
 	if strings.Join(took, ",") != "pv-a@n10,pv-b@n11" || len(left) != 1 {
 		t.Fatalf("db-9..11's volumes %v, not placed %v: want pv-a on n10 and pv-b on n11, one pod left", took, left)
 	}
-	// (the nodes full once the round's pods are bound are told so first)
-	if why := failedWhy(out)[left[0]]; !regexp.MustCompile(`^0/140 nodes are available: 13\d node\(s\) didn't find available persistent volumes to bind, \d Insufficient nvidia.com/gpu\.$`).MatchString(why) {
-		t.Errorf("%s: %q", left[0], why)
-	}
+	// The nodes full once the round's pods are bound (n01, the occupant's,
+	// and those its round filled) are told so first, as NodeResourcesFit
+	// comes first.
 	for p, want := range map[string]string{
-		"db-2":  "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.",
-		"db-3":  "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had volume node affinity conflict.", // NodeResourcesFit first
-		"db-8":  "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) didn't find available persistent volumes to bind.",
-		"db-13": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) did not have enough free storage.",
-		"db-15": "0/140 nodes are available: 1 Insufficient nvidia.com/gpu, 139 node(s) had no available volume zone.",
+		left[0]: "didn't find available persistent volumes to bind",
+		"db-2":  "had volume node affinity conflict",
+		"db-3":  "had volume node affinity conflict",
+		"db-8":  "didn't find available persistent volumes to bind",
+		"db-13": "did not have enough free storage",
+		"db-15": "had no available volume zone",
 	} {
-		if why := failedWhy(out)[p]; why != want {
-			t.Errorf("%s: %q, want %q", p, why, want)
+		why := failedWhy(out)[p]
+		m := regexp.MustCompile(`^0/140 nodes are available: (\d+) node\(s\) ` + regexp.QuoteMeta(want) + `, (\d+) Insufficient nvidia.com/gpu\.$`).FindStringSubmatch(why)
+		if m == nil || m[2] == "0" {
+			t.Errorf("%s: %q, want %q for the nodes not full", p, why, want)
+		} else if n, _ := strconv.Atoi(m[1]); strconv.Itoa(140-n) != m[2] {
+			t.Errorf("%s: %q counts %s nodes", p, why, m[1])
 		}
 	}
 }
@@ -771,5 +776,53 @@ func TestPodsWithinNodesAttachLimits(t *testing.T) {
 		if why := failedWhy(out)[p]; why != w {
 			t.Errorf("%s: %q, want %q", p, why, w)
 		}
+	}
+}
+
+// restartAll: p with a container restart rule RestartAllContainers (a
+// training pod's in-place restart), a feature nodes must declare.
+func restartAll(p *corev1.Pod) *corev1.Pod {
+	never := corev1.ContainerRestartPolicyNever
+	p.Spec.Containers[0].RestartPolicy = &never
+	p.Spec.Containers[0].RestartPolicyRules = []corev1.ContainerRestartRule{{Action: corev1.ContainerRestartRuleActionRestartAllContainers,
+		ExitCodes: &corev1.ContainerRestartRuleOnExitCodes{Operator: corev1.ContainerRestartRuleOnExitCodesOpIn, Values: []int32{42}}}}
+	return p
+}
+
+// Pods that need a node feature (kube-scheduler's NodeDeclaredFeatures)
+// go only to the nodes that declare it: of four nodes, n01 and n02 do
+// (their kubelets are as new as the control plane), n03 and n04 do not.
+// Three whole-node pods that restart all their containers: two bound, on
+// n01 and n02; the third told why in kube-scheduler's words (the node the
+// fourth pod took half of lacks room first). A pod
+// without the rule goes anywhere; without the control plane's version,
+// nothing is read.
+func TestPodsGoWhereTheirFeaturesAre(t *testing.T) {
+	solve := solver(t)
+	ns := nodes(4, 4)
+	for _, n := range ns[:2] {
+		n.Status.DeclaredFeatures = []string{"RestartAllContainersOnContainerExits"}
+	}
+	pending := []*corev1.Pod{restartAll(pod("t1", 8, "1", nil)), restartAll(pod("t2", 8, "1", nil)), restartAll(pod("t3", 8, "1", nil)),
+		pod("plain", 4, "1", nil)}
+	opt := translate.Options{TopologyLabels: []string{"placer.io/rack"}, ControlPlane: version.MustParseGeneric("1.37.2")}
+	out := runOpt(t, solve, opt, ns, nil, pending, nil)
+	b := boundTo(out)
+	var on []string
+	for _, p := range []string{"t1", "t2", "t3"} {
+		on = append(on, b[p])
+	}
+	sort.Strings(on)
+	if strings.Join(on, ",") != ",n01,n02" || b["plain"] == "" {
+		t.Fatalf("bound %v: want two of t1..t3 on n01 and n02, plain anywhere", b)
+	}
+	for p, why := range failedWhy(out) {
+		if want := "0/4 nodes are available: 1 node(s) didn't match Pod's required features, 3 Insufficient nvidia.com/gpu."; why != want {
+			t.Errorf("%s: %q, want %q", p, why, want)
+		}
+	}
+	opt.ControlPlane = nil
+	if b := boundTo(runOpt(t, solve, opt, ns, nil, pending, nil)); len(b) != 4 {
+		t.Errorf("without the control plane's version: bound %v, want all four", b)
 	}
 }

@@ -177,11 +177,11 @@ func (c *Cluster) attachRules(p *corev1.Pod) []rule {
 	return out
 }
 
-// AttachSignature: what tells pods apart by the CSI volumes they attach
+// attachSignature: what tells pods apart by the CSI volumes they attach
 // (their drivers, each as often as it attaches one; "" = none), for the
 // classes of alike pods: pods that differ only in which volumes are
 // counted alike, and Take checks each one's own.
-func (o Options) AttachSignature(p *corev1.Pod) string {
+func (o Options) attachSignature(p *corev1.Pod) string {
 	if o.Attach == nil {
 		return ""
 	}

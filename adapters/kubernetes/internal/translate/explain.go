@@ -235,7 +235,9 @@ func (r *Round) takenAs(j int) map[string]int {
 }
 
 // reattribute: the nodes Placer counted under node affinity that only job
-// j's rules exclude, by the reason kube-scheduler would give them.
+// j's rules exclude, by the reason kube-scheduler would give them once the
+// round's placements are bound (after Placed: a node one of them filled
+// lacks room first, as NodeResourcesFit comes before the pod rules).
 func (r *Round) reattribute(j int) map[string]int {
 	out := map[string]int{}
 	job := r.Request.Pending[j]
@@ -257,13 +259,17 @@ func (r *Round) reattribute(j int) map[string]int {
 		if first < 0 {
 			continue
 		}
+		after := wn
+		if r.after != nil {
+			after = &r.after[i]
+		}
 		switch {
 		case untolerated(wn, own) != "":
 			out[taintWords(untolerated(wn, own))]++
 		case rules[first].order <= orderPorts:
 			out[rules[first].why]++
-		case roomMiss(wn, job.Demand) != "":
-			out[roomMiss(wn, job.Demand)]++
+		case roomMiss(after, job.Demand) != "":
+			out[roomMiss(after, job.Demand)]++
 		default:
 			out[rules[first].why]++
 		}

@@ -46,13 +46,14 @@ const (
 	storageWhy      = "node(s) did not have enough free storage"
 	zoneWhy         = "node(s) had no available volume zone"
 
-	orderPorts    = 3 // NodePorts
-	orderSide     = 4 // NodeResourcesFit, after Placer's CPU, memory and GPUs
-	orderLimits   = 5 // NodeVolumeLimits
-	orderVolumes  = 6 // VolumeBinding, VolumeZone
-	orderSpread   = 7 // PodTopologySpread
-	orderAffinity = 8 // InterPodAffinity
-	orderClaims   = 9 // DynamicResources
+	orderPorts    = 3  // NodePorts
+	orderSide     = 4  // NodeResourcesFit, after Placer's CPU, memory and GPUs
+	orderLimits   = 5  // NodeVolumeLimits
+	orderVolumes  = 6  // VolumeBinding, VolumeZone
+	orderSpread   = 7  // PodTopologySpread
+	orderAffinity = 8  // InterPodAffinity
+	orderClaims   = 9  // DynamicResources
+	orderFeatures = 10 // NodeDeclaredFeatures
 )
 
 // rule: a node requirement of a job, and kube-scheduler's reason for the
@@ -349,6 +350,7 @@ func (c *Cluster) rules(p *corev1.Pod) ([]rule, []*wire.PreferredTermT) {
 	out = append(out, c.volumeRules(p)...)
 	out = append(out, c.spreadRules(p)...)
 	out = append(out, c.affinityRules(p)...)
+	out = append(out, c.featureRules(p)...)
 	return out, c.preferred(p)
 }
 

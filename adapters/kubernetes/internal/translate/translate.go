@@ -22,6 +22,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/version"
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"placer.local/kubernetes/internal/dra"
@@ -119,6 +120,10 @@ type Options struct {
 	// nodes can attach (kube-scheduler's NodeVolumeLimits, attach.go; nil:
 	// not counted).
 	Attach Attacher
+	// ControlPlane: the control plane's version, for the node features a
+	// pod needs (kube-scheduler's NodeDeclaredFeatures, features.go; nil:
+	// not read).
+	ControlPlane *version.Version
 	// Kueue: its LocalQueues and ClusterQueues, sent as the round's queue
 	// tree (kueue.go; nil: Kueue is not served, and a job's queue is its
 	// pods' kueue.x-k8s.io/queue-name, named, not limited).
@@ -161,18 +166,25 @@ type PreMade struct {
 	Volumes []*corev1.PersistentVolume `json:"-"`
 }
 
-// VolumeSignature: what tells pods apart by where their volumes may be
-// (VolumeNodes; "" = anywhere), for the classes of alike pods.
-func (o Options) VolumeSignature(p *corev1.Pod) string {
-	if o.VolumeNodes == nil {
-		return ""
+// NodeSignature: what tells alike pods apart by the nodes they may use
+// beyond Signature ("" = nothing): where their volumes may be
+// (VolumeNodes), the CSI volumes they attach (attach.go), the node
+// features they need (features.go).
+func (o Options) NodeSignature(p *corev1.Pod) string {
+	out := ""
+	if o.VolumeNodes != nil {
+		if v := o.VolumeNodes(p); v != nil {
+			b, _ := json.Marshal(v)
+			out += "|volumes:" + string(b)
+		}
 	}
-	v := o.VolumeNodes(p)
-	if v == nil {
-		return ""
+	if a := o.attachSignature(p); a != "" {
+		out += "|attach:" + a
 	}
-	b, _ := json.Marshal(v)
-	return string(b)
+	if f := o.featureSignature(p); f != "" {
+		out += "|features:" + f
+	}
+	return out
 }
 
 // Requests is what a pod asks of a node, as kube-scheduler's
