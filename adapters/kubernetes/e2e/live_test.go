@@ -535,6 +535,11 @@ func (c *cluster) recorded() map[string][]string {
 	return out
 }
 
+// kubeRequests: kube-scheduler v1.37's options for a pod's requests
+// (PodInfo.CalculateResource): a pod resized in place counts the larger
+// of its spec and its status until the resize is done.
+var kubeRequests = resourcehelper.PodResourcesOptions{UseStatusResources: true, InPlacePodLevelResourcesVerticalScalingEnabled: true}
+
 // checkCapacity: no node's bound pods (not finished) over its allocatable,
 // counted as kube-scheduler counts them (k8s.io/component-helpers'
 // PodRequests: sidecars, pod-level resources, overhead), for every
@@ -561,7 +566,7 @@ func (c *cluster) checkCapacity() {
 			used[p.Spec.NodeName] = rl
 			ports[p.Spec.NodeName] = map[string]string{}
 		}
-		for k, v := range resourcehelper.PodRequests(&p, resourcehelper.PodResourcesOptions{}) {
+		for k, v := range resourcehelper.PodRequests(&p, kubeRequests) {
 			q := rl[k]
 			q.Add(v)
 			rl[k] = q

@@ -289,7 +289,7 @@ func (c *cluster) verifyMix(all []corev1.Pod) {
 			len(h.Spec.TopologySpreadConstraints) > 0 {
 			continue
 		}
-		want := resourcehelper.PodRequests(h, resourcehelper.PodResourcesOptions{})
+		want := resourcehelper.PodRequests(h, kubeRequests)
 		for _, n := range nodes {
 			if ok, _ := nodeaffinity.GetRequiredNodeAffinity(h).Match(n); !ok {
 				continue
@@ -309,7 +309,7 @@ func (c *cluster) verifyMix(all []corev1.Pod) {
 					lower = append(lower, q.Name)
 					continue // its room would be h's
 				}
-				for r, v := range resourcehelper.PodRequests(q, resourcehelper.PodResourcesOptions{}) {
+				for r, v := range resourcehelper.PodRequests(q, kubeRequests) {
 					x := free[r]
 					x.Sub(v)
 					free[r] = x

@@ -775,6 +775,46 @@ func nodeFeatures(c *cluster) {
 	})
 }
 
+// A pod resized in place holds what its kubelet has allocated it until
+// the resize is done (kube-scheduler counts the larger of its spec and its
+// status), judged by kube-scheduler: a running pod on node-1 (96 CPUs)
+// shrunk from 80 CPUs to 16, its kubelet not yet done, leaves room for an
+// 8-CPU pod but not a 40-CPU one, which is told why; once the kubelet has
+// given the CPUs back (its status says 16), the 40-CPU pod is bound there.
+func TestResizedPodsHoldTheirRoom(t *testing.T) { judged(t, 4, resizedPods) }
+
+func resizedPods(c *cluster) {
+	t := c.t
+	ns := "resize"
+	ctx := context.Background()
+	c.create(ns)
+	p := c.buildPod(ns, podSpec{name: "shrunk", cpu: "16"})
+	p.Spec.NodeName = "node-1"
+	p, err := c.cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := func(cpu string) {
+		q := resource.MustParse(cpu)
+		p.Status.Phase = corev1.PodRunning
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name, Image: "none", Ready: true,
+			AllocatedResources: corev1.ResourceList{corev1.ResourceCPU: q},
+			Resources:          &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: q}}}}
+		if p, err = c.cs.CoreV1().Pods(ns).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held("80")
+	on1 := map[string]string{"kubernetes.io/hostname": "node-1"}
+	c.create(ns, c.buildPod(ns, podSpec{name: "big", cpu: "40", selector: on1}), c.buildPod(ns, podSpec{name: "small", cpu: "8", selector: on1}))
+	c.startJudged()
+	c.waitBound(ns, 60*time.Second, "big")
+	t.Logf("big: %s", c.waitCondition(ns, "big", "Unschedulable",
+		"0/4 nodes are available: 1 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector.", 30*time.Second))
+	held("16")
+	c.waitBound(ns, 60*time.Second)
+}
+
 // ---------------------------------------------------------------- 3: partial placements
 
 // Five pods of one ReplicaSet with required anti-affinity on the hostname

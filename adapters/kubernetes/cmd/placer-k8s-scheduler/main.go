@@ -459,7 +459,21 @@ func (s *scheduler) podUpdated(old, o any) {
 		s.poke()
 	case q != nil && translate.Bound(q) && !translate.Bound(p): // it finished: its node has room
 		s.roomFreed()
+	case q != nil && translate.Bound(p) && shrunk(q, p): // resized in place, and its kubelet gave room back
+		s.roomFreed()
 	}
+}
+
+// shrunk: whether a bound pod holds less of some resource than it did
+// (translate.Requests: a resize in place done, say).
+func shrunk(q, p *corev1.Pod) bool {
+	before := translate.Requests(q)
+	for k, v := range translate.Requests(p) {
+		if b, ok := before[k]; ok && v.Cmp(b) < 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // podDeleted: a deletion, or the tombstone of one the watch missed.

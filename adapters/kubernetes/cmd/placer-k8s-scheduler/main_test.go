@@ -793,3 +793,25 @@ func withClaim(p *corev1.Pod, claim string) *corev1.Pod {
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
 	return q
 }
+
+// A bound pod whose kubelet gives room back (a resize in place done) lets
+// the pods backing off for room try again; a pod that grows does not.
+func TestRoomGivenBackByAResizeRequeues(t *testing.T) {
+	s, _ := testScheduler(t)
+	p := testPod("waiting", "")
+	failedNow(s, p)
+	running := func(cpu string) *corev1.Pod {
+		r := testPod("running", "node-1")
+		r.Spec.Containers = []corev1.Container{{Name: "c", Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("16")}}}}
+		r.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "c", AllocatedResources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}}}
+		return r
+	}
+	s.podUpdated(running("16"), running("80"))
+	if ready, _ := readyAgain(s, p); ready {
+		t.Error("a pod that grew let the pods waiting for room try again")
+	}
+	s.podUpdated(running("80"), running("16"))
+	if ready, poked := readyAgain(s, p); !ready || !poked {
+		t.Errorf("room given back: ready %v, poked %v", ready, poked)
+	}
+}

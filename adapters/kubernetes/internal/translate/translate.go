@@ -188,14 +188,23 @@ func (o Options) NodeSignature(p *corev1.Pod) string {
 }
 
 // Requests is what a pod asks of a node, as kube-scheduler's
-// NodeResourcesFit counts it (k8s.io/component-helpers/resource): its
-// containers and native sidecars (init containers with restartPolicy
-// Always) summed, or the largest of its init containers (each with the
-// sidecars started before it) where that is more, pod-level
-// spec.resources where given, plus the overhead.
+// NodeResourcesFit counts it (k8s.io/component-helpers/resource, with
+// kube-scheduler v1.37's options: RequestOptions): its containers and
+// native sidecars (init containers with restartPolicy Always) summed, or
+// the largest of its init containers (each with the sidecars started
+// before it) where that is more, pod-level spec.resources where given,
+// plus the overhead; for a pod resized in place (InPlacePodVerticalScaling,
+// GA), the larger of what its spec asks and what its node has allocated
+// and actuated for it (its status) while the resize is not done: a pod
+// shrunk keeps its room until its kubelet has given it back.
 func Requests(p *corev1.Pod) corev1.ResourceList {
-	return resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+	return resourcehelper.PodRequests(p, RequestOptions)
 }
+
+// RequestOptions: kube-scheduler v1.37's (PodInfo.CalculateResource): the
+// status resources read (InPlacePodVerticalScaling, GA), and pod-level
+// ones (InPlacePodLevelResourcesVerticalScaling, beta and on).
+var RequestOptions = resourcehelper.PodResourcesOptions{UseStatusResources: true, InPlacePodLevelResourcesVerticalScalingEnabled: true}
 
 // Bound reports whether a pod holds its node's resources: bound and not finished.
 func Bound(p *corev1.Pod) bool {

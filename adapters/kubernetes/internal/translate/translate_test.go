@@ -108,6 +108,27 @@ func TestRequestsSumSidecarsAndPodLevelResources(t *testing.T) {
 	}
 }
 
+// A pod resized in place counts the larger of its spec and what its node
+// allocated and actuated for it until the resize is done, as
+// kube-scheduler counts it: shrunk from 80 CPUs to 16, it holds 80 while
+// its kubelet has not given them back; grown from 16 to 80, it holds 80
+// at once.
+func TestResizedPodsHoldTheirLargerRequests(t *testing.T) {
+	resized := func(spec, status string) *corev1.Pod {
+		p := pod("resized", 0, spec)
+		p.Spec.NodeName = "n1"
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: p.Spec.Containers[0].Name,
+			AllocatedResources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(status)},
+			Resources:          &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(status)}}}}
+		return p
+	}
+	for _, tc := range []struct{ spec, status string }{{"16", "80"}, {"80", "16"}} {
+		if cpu := Requests(resized(tc.spec, tc.status))[corev1.ResourceCPU]; cpu.Value() != 80 {
+			t.Errorf("spec %s, status %s: %s CPUs, want 80", tc.spec, tc.status, cpu.String())
+		}
+	}
+}
+
 // What Placer does not count: a node with its pods' allowance used up,
 // one without the ephemeral storage or the extended resource asked, one
 // whose host port is taken are excluded, in kube-scheduler's words; and
