@@ -567,7 +567,7 @@ func TestPodsBoundWhereTheirVolumesCanBe(t *testing.T) {
 		"lost":    `persistentvolumeclaim "lost" is bound to persistentvolume "pv-gone", which does not exist`,
 		"far":     "0/4 nodes are available: 1 node(s) had volume node affinity conflict, 3 node(s) didn't match Pod's node affinity/selector.",
 		"dra":     `waiting for the pod's ResourceClaims: resourceclaim.resource.k8s.io "gpu-claim" not found`,
-		"solo-2":  `persistentvolumeclaim "solo" is ReadWriteOncePod and pod solo-1 uses it`,
+		"solo-2":  "0/4 nodes are available: 4 node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod.",
 	} {
 		msg := c.waitCondition(ns, name, "Unschedulable", want, 30*time.Second)
 		t.Logf("%s: %s", name, msg)
@@ -813,6 +813,49 @@ func resizedPods(c *cluster) {
 		"0/4 nodes are available: 1 Insufficient cpu, 3 node(s) didn't match Pod's node affinity/selector.", 30*time.Second))
 	held("16")
 	c.waitBound(ns, 60*time.Second)
+}
+
+// A claim of access mode ReadWriteOncePod is one pod's at a time
+// (kube-scheduler's VolumeRestrictions), judged by kube-scheduler: a
+// running pod on node-1 uses "held", and the pending pod of it waits, told
+// so; of two pending pods of "free", one is bound and the other waits; a
+// pod of "late" that cannot be placed (16 GPUs) does not keep it from
+// another, which is bound.
+func TestReadWriteOncePodOnePodAtATime(t *testing.T) { judged(t, 4, oneAtATime) }
+
+func oneAtATime(c *cluster) {
+	t := c.t
+	ns := "rwop"
+	c.create(ns)
+	for _, claim := range []string{"held", "free", "late"} {
+		c.volumeClaim(ns, claim, "late", string(corev1.ReadWriteOncePod))
+		c.bindVolumeClaim(ns, claim)
+	}
+	holder := c.volumePod(ns, podSpec{name: "holder", gpus: 1}, "held")
+	holder.Spec.NodeName = "node-1"
+	c.create(ns, holder, c.volumePod(ns, podSpec{name: "stuck", gpus: 16}, "late"))
+	time.Sleep(1100 * time.Millisecond) // stuck older than next, by its creation's second
+	c.create(ns, c.volumePod(ns, podSpec{name: "h1", gpus: 1}, "held"), c.volumePod(ns, podSpec{name: "f1", gpus: 1}, "free"),
+		c.volumePod(ns, podSpec{name: "f2", gpus: 1}, "free"), c.volumePod(ns, podSpec{name: "next", gpus: 1}, "late"))
+	c.startJudged()
+	var waiting string
+	waitFor(t, 60*time.Second, "one of f1 and f2, and next, bound", func() (bool, string) {
+		f1, f2 := c.get(ns, "f1").Spec.NodeName, c.get(ns, "f2").Spec.NodeName
+		waiting = "f1"
+		if f1 != "" {
+			waiting = "f2"
+		}
+		return (f1 == "") != (f2 == "") && c.get(ns, "next").Spec.NodeName != "", f1 + "," + f2
+	})
+	for _, name := range []string{"h1", waiting} {
+		t.Logf("%s: %s", name, c.waitCondition(ns, name, "Unschedulable",
+			"0/4 nodes are available: 4 node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod.", 30*time.Second))
+	}
+	want := []string{"h1", "stuck", waiting}
+	sort.Strings(want)
+	if u := c.unbound(ns); strings.Join(u, ",") != strings.Join(want, ",") {
+		t.Errorf("unbound %v, want %v", u, want)
+	}
 }
 
 // ---------------------------------------------------------------- 3: partial placements

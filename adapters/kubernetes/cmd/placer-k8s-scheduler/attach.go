@@ -77,7 +77,7 @@ func (a *attacher) Volumes(p *corev1.Pod) map[string]translate.CSIVolume {
 			add(inlineVolume(&v, p.Namespace))
 		}
 	}
-	for _, name := range claimNames(p) {
+	for _, name := range translate.ClaimNames(p) {
 		c, err := a.s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name)
 		if err != nil { // (a pending pod's missing claim holds it: volumeHold)
 			continue

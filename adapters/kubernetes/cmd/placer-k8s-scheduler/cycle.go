@@ -117,7 +117,7 @@ func (s *scheduler) cycle(ctx context.Context) (more bool, next time.Time) {
 	nodes, _ := s.nodes.List(labels.Everything())
 	volumes := map[types.UID]*translate.Volumes{} // read once a cycle: the rounds ask of each pod several times
 	opt := translate.Options{TopologyLabels: s.cfg.topology, Stacking: s.cfg.stacking, NamespaceLabels: s.namespaceLabels, DRA: ds,
-		Kueue: s.kueue.snapshot(), Attach: s.attacher(), ControlPlane: s.controlPlane, VolumeNodes: func(p *corev1.Pod) *translate.Volumes {
+		Kueue: s.kueue.snapshot(), Attach: s.attacher(), ControlPlane: s.controlPlane, SoloClaims: s.soloClaims, VolumeNodes: func(p *corev1.Pod) *translate.Volumes {
 			v, ok := volumes[p.UID]
 			if !ok {
 				v = s.volumeNodes(p)

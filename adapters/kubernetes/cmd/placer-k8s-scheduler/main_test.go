@@ -505,10 +505,10 @@ func TestClaimsVolumes(t *testing.T) {
 	}
 }
 
-// A claim of access mode ReadWriteOncePod is one pod's: a pod on a node
-// (or being bound) holds it, and of pending pods the oldest goes first;
-// the others wait, told which pod has it.
-func TestReadWriteOncePodClaimOnePodAtATime(t *testing.T) {
+// A pod's claims of access mode ReadWriteOncePod are read for the rounds
+// (translate.Options.SoloClaims, where one pod at a time takes each), not
+// held for: a ReadWriteOnce claim is not one of them.
+func TestReadWriteOncePodClaimsRead(t *testing.T) {
 	s, cs := testScheduler(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -522,43 +522,15 @@ func TestReadWriteOncePodClaimOnePodAtATime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	using := func(name, node string, age int, claim string) *corev1.Pod {
-		p := testPod(name, node)
-		p.CreationTimestamp = metav1.NewTime(time.Unix(1e9+int64(age), 0))
-		p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}}
-		return p
-	}
-	holder, first, second := using("holder", "node-1", 0, "solo"), using("first", "", 1, "solo"), using("second", "", 2, "solo")
-	for _, p := range []*corev1.Pod{holder, first, second, using("a", "node-1", 0, "shared"), using("b", "", 1, "shared")} {
-		if _, err := cs.CoreV1().Pods("ns").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	s.factory.Start(ctx.Done())
 	s.factory.WaitForCacheSync(ctx.Done())
-	held := func(p *corev1.Pod) string { return s.volumeHold(nil, p) }
-	for _, p := range []*corev1.Pod{first, second} {
-		if why, want := held(p), `placer: persistentvolumeclaim "solo" is ReadWriteOncePod and pod holder uses it`; why != want {
-			t.Errorf("%s: held %q, want %q", p.Name, why, want)
-		}
+	p := withClaim(testPod("p", ""), "solo")
+	p.Spec.Volumes = append(p.Spec.Volumes, withClaim(p, "shared").Spec.Volumes...)
+	if got := s.soloClaims(p); !reflect.DeepEqual(got, []string{"solo"}) {
+		t.Errorf("p's ReadWriteOncePod claims %v, want [solo]", got)
 	}
-	if why := held(using("b", "", 1, "shared")); why != "" {
-		t.Errorf("a ReadWriteOnce claim's second pod held: %s", why)
-	}
-	if err := cs.CoreV1().Pods("ns").Delete(ctx, "holder", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); held(first) != ""; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("first still held once holder is gone: %s", held(first))
-		}
-	}
-	if why, want := held(second), `placer: persistentvolumeclaim "solo" is ReadWriteOncePod and pod first uses it`; why != want {
-		t.Errorf("second: held %q, want %q", why, want)
-	}
-	s.assumed[first.UID] = assumed{pod: first, when: time.Now()} // being bound, not yet seen so
-	if why := held(second); !strings.Contains(why, "pod first uses it") {
-		t.Errorf("second, first being bound: held %q", why)
+	if why := s.volumeHold(nil, p); why != "" {
+		t.Errorf("p held: %s", why)
 	}
 }
 

@@ -56,19 +56,13 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 			strings.Join(names, ", "), why)
 	}
 	var missing, unbound []string
-	for _, name := range claimNames(p) {
+	for _, name := range translate.ClaimNames(p) {
 		c, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name)
-		user := ""
-		if err == nil {
-			user = s.rwopUser(p, c)
-		}
 		switch {
 		case err != nil:
 			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q not found", name))
 		case c.DeletionTimestamp != nil:
 			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q is being deleted", name))
-		case user != "":
-			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q is ReadWriteOncePod and pod %s uses it", name, user))
 		case !claimBound(c):
 			if _, why := s.delayed(c); why != "" {
 				unbound = append(unbound, name+" ("+why+")")
@@ -90,31 +84,16 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 	return ""
 }
 
-// rwopUser: the pod that holds claim c against pod p where c's access
-// mode is ReadWriteOncePod ("" = none, or another mode): one on a node, or
-// being bound to one by this scheduler, and not finished (kube-scheduler's
-// VolumeRestrictions), or one of ours pending ahead of p (older), which
-// goes first: two pods of one cycle never take the claim together.
-func (s *scheduler) rwopUser(p *corev1.Pod, c *corev1.PersistentVolumeClaim) string {
-	if !slices.Contains(c.Spec.AccessModes, corev1.ReadWriteOncePod) {
-		return ""
-	}
-	pods, _ := s.pods.Pods(p.Namespace).List(labels.Everything())
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	ahead := ""
-	for _, q := range pods {
-		if q.UID == p.UID || !slices.Contains(claimNames(q), c.Name) {
-			continue
-		}
-		if _, assumed := s.assumed[q.UID]; translate.Bound(q) || (assumed && q.Spec.NodeName == "") {
-			return q.Name
-		}
-		if s.ours(q) && translate.OlderFirst(q, p) && ahead == "" {
-			ahead = q.Name
+// soloClaims: pod p's claims of access mode ReadWriteOncePod
+// (translate.Options.SoloClaims).
+func (s *scheduler) soloClaims(p *corev1.Pod) []string {
+	var out []string
+	for _, name := range translate.ClaimNames(p) {
+		if c, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name); err == nil && slices.Contains(c.Spec.AccessModes, corev1.ReadWriteOncePod) {
+			out = append(out, name)
 		}
 	}
-	return ahead
+	return out
 }
 
 // claimBound: whether claim c is bound, as kube-scheduler's VolumeBinding
@@ -205,21 +184,6 @@ func (s *scheduler) candidates(c *corev1.PersistentVolumeClaim, class string) (v
 	return out, false
 }
 
-// claimNames: the PersistentVolumeClaims pod p mounts, its generic
-// ephemeral volumes' (<pod>-<volume>) among them.
-func claimNames(p *corev1.Pod) []string {
-	var out []string
-	for _, v := range p.Spec.Volumes {
-		switch {
-		case v.PersistentVolumeClaim != nil:
-			out = append(out, v.PersistentVolumeClaim.ClaimName)
-		case v.Ephemeral != nil:
-			out = append(out, p.Name+"-"+v.Name)
-		}
-	}
-	return out
-}
-
 // volumeNodes: where pod p's claims let it go (translate.Options.
 // VolumeNodes; nil: anywhere): its bound claims' volumes' node affinity;
 // for its claims to provision, their classes' allowed topologies, their
@@ -229,7 +193,7 @@ func claimNames(p *corev1.Pod) []string {
 // not reach a round.
 func (s *scheduler) volumeNodes(p *corev1.Pod) *translate.Volumes {
 	var v translate.Volumes
-	for _, name := range claimNames(p) {
+	for _, name := range translate.ClaimNames(p) {
 		c, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name)
 		if err != nil {
 			continue
@@ -398,7 +362,7 @@ const provisionTimeout = 10 * time.Minute
 // at most provisionTimeout.
 func (s *scheduler) provision(ctx context.Context, b plan.Bind) (wait bool, err error) {
 	var names []string
-	for _, name := range claimNames(b.Pod) {
+	for _, name := range translate.ClaimNames(b.Pod) {
 		c, err := s.pvcs.PersistentVolumeClaims(b.Pod.Namespace).Get(name)
 		if err != nil || claimBound(c) {
 			continue
@@ -479,7 +443,7 @@ func (s *scheduler) giveVolume(ctx context.Context, c *corev1.PersistentVolumeCl
 // volume: kube-scheduler then reschedules the pod), or gone.
 func (s *scheduler) provisioned(p *corev1.Pod, node string) bool {
 	waiting := false
-	for _, name := range claimNames(p) {
+	for _, name := range translate.ClaimNames(p) {
 		c, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name)
 		if err != nil {
 			return true

@@ -826,3 +826,36 @@ func TestPodsGoWhereTheirFeaturesAre(t *testing.T) {
 		t.Errorf("without the control plane's version: bound %v, want all four", b)
 	}
 }
+
+// A claim of access mode ReadWriteOncePod is one pod's at a time (kube-
+// scheduler's VolumeRestrictions): a pod on a node holds "held", and the
+// two pending pods of it wait, told so; of two pending pods of "free", one
+// is bound and the other waits; an older pod of "late" that cannot be
+// placed (16 GPUs) leaves it to a younger one, which is bound.
+func TestReadWriteOncePodClaimOnePodAtATime(t *testing.T) {
+	solve := solver(t)
+	ns := nodes(4, 4)
+	using := map[string]string{"holder": "held", "h1": "held", "h2": "held", "f1": "free", "f2": "free", "stuck": "late", "next": "late"}
+	withClaim := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.Volumes = []corev1.Volume{{Name: "v", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: using[p.Name]}}}}
+		return p
+	}
+	holder := withClaim(pod("holder", 1, "1", nil))
+	holder.Spec.NodeName = "n01"
+	pending := []*corev1.Pod{withClaim(pod("stuck", 16, "1", nil))}
+	for _, name := range []string{"h1", "h2", "f1", "f2", "next"} {
+		pending = append(pending, withClaim(pod(name, 1, "1", nil)))
+	}
+	opt := translate.Options{TopologyLabels: []string{"placer.io/rack"}, SoloClaims: func(p *corev1.Pod) []string { return translate.ClaimNames(p) }}
+	out := runOpt(t, solve, opt, ns, []*corev1.Pod{holder}, pending, nil)
+	b := boundTo(out)
+	if b["h1"] != "" || b["h2"] != "" || (b["f1"] == "") == (b["f2"] == "") || b["stuck"] != "" || b["next"] == "" {
+		t.Fatalf("bound %v: want neither h1 nor h2, one of f1 and f2, next and not stuck", b)
+	}
+	waits := "0/4 nodes are available: 4 node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod."
+	for p, why := range failedWhy(out) {
+		if p != "stuck" && why != waits {
+			t.Errorf("%s: %q, want %q", p, why, waits)
+		}
+	}
+}

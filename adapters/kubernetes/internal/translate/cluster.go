@@ -51,6 +51,9 @@ type Cluster struct {
 	// attached: each node's CSI volumes, read once a round where a pod
 	// needs them (attach.go).
 	attached []*attached
+	// inUse: the claims of the pods on the nodes, "ns/name", read once a
+	// round where a pod has a ReadWriteOncePod claim (solo.go).
+	inUse map[string]bool
 	// GPUsLeftOut: the nodes with more GPUs than Placer takes on one
 	// (MaxNodeGPUs), whose GPUs the round leaves out (NewCluster).
 	GPUsLeftOut []string

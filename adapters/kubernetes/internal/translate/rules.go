@@ -46,14 +46,15 @@ const (
 	storageWhy      = "node(s) did not have enough free storage"
 	zoneWhy         = "node(s) had no available volume zone"
 
-	orderPorts    = 3  // NodePorts
-	orderSide     = 4  // NodeResourcesFit, after Placer's CPU, memory and GPUs
-	orderLimits   = 5  // NodeVolumeLimits
-	orderVolumes  = 6  // VolumeBinding, VolumeZone
-	orderSpread   = 7  // PodTopologySpread
-	orderAffinity = 8  // InterPodAffinity
-	orderClaims   = 9  // DynamicResources
-	orderFeatures = 10 // NodeDeclaredFeatures
+	orderPorts        = 3  // NodePorts
+	orderSide         = 4  // NodeResourcesFit, after Placer's CPU, memory and GPUs
+	orderRestrictions = 5  // VolumeRestrictions
+	orderLimits       = 6  // NodeVolumeLimits
+	orderVolumes      = 7  // VolumeBinding, VolumeZone
+	orderSpread       = 8  // PodTopologySpread
+	orderAffinity     = 9  // InterPodAffinity
+	orderClaims       = 10 // DynamicResources
+	orderFeatures     = 11 // NodeDeclaredFeatures
 )
 
 // rule: a node requirement of a job, and kube-scheduler's reason for the
@@ -346,6 +347,7 @@ func (c *Cluster) rules(p *corev1.Pod) ([]rule, []*wire.PreferredTermT) {
 		}
 	}
 	out = append(out, c.sideRules(sideRequests(Requests(p)))...)
+	out = append(out, c.soloRules(p)...)
 	out = append(out, c.attachRules(p)...)
 	out = append(out, c.volumeRules(p)...)
 	out = append(out, c.spreadRules(p)...)

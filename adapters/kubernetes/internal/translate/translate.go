@@ -120,6 +120,9 @@ type Options struct {
 	// nodes can attach (kube-scheduler's NodeVolumeLimits, attach.go; nil:
 	// not counted).
 	Attach Attacher
+	// SoloClaims: pod p's claims of access mode ReadWriteOncePod (solo.go;
+	// nil: none read).
+	SoloClaims func(p *corev1.Pod) []string
 	// ControlPlane: the control plane's version, for the node features a
 	// pod needs (kube-scheduler's NodeDeclaredFeatures, features.go; nil:
 	// not read).
