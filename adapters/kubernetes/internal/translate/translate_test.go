@@ -1,6 +1,8 @@
 package translate
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -8,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
 
 	"placer.local/kubernetes/internal/wire/gen/placer/wire"
 )
@@ -112,7 +115,7 @@ func TestRequestsSumSidecarsAndPodLevelResources(t *testing.T) {
 // allocated and actuated for it until the resize is done, as
 // kube-scheduler counts it: shrunk from 80 CPUs to 16, it holds 80 while
 // its kubelet has not given them back; grown from 16 to 80, it holds 80
-// at once.
+// at once, unless its kubelet found the resize infeasible: then 16.
 func TestResizedPodsHoldTheirLargerRequests(t *testing.T) {
 	resized := func(spec, status string) *corev1.Pod {
 		p := pod("resized", 0, spec)
@@ -122,10 +125,92 @@ func TestResizedPodsHoldTheirLargerRequests(t *testing.T) {
 			Resources:          &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(status)}}}}
 		return p
 	}
-	for _, tc := range []struct{ spec, status string }{{"16", "80"}, {"80", "16"}} {
+	for _, tc := range []struct{ spec, status string }{{"16", "80"}, {"80", "16"}, {"80", "80"}} {
 		if cpu := Requests(resized(tc.spec, tc.status))[corev1.ResourceCPU]; cpu.Value() != 80 {
 			t.Errorf("spec %s, status %s: %s CPUs, want 80", tc.spec, tc.status, cpu.String())
 		}
+	}
+	p := resized("80", "16")
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonInfeasible}}
+	if cpu := Requests(p)[corev1.ResourceCPU]; cpu.Value() != 16 {
+		t.Errorf("grown past its node, infeasible: %s CPUs, want 16", cpu.String())
+	}
+}
+
+// Requests' shortcut (the spec's sum where the status holds no more) is
+// kube-scheduler's count on random pods: containers, sidecars and init
+// containers with random requests, statuses of random allocated and
+// actuated resources or none, some resizes infeasible.
+func TestRequestsShortcutIsKubeSchedulersCount(t *testing.T) {
+	r := rand.New(rand.NewPCG(7, 53))
+	list := func() corev1.ResourceList {
+		rl := corev1.ResourceList{}
+		for _, k := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory, GPUResource} {
+			if r.IntN(3) > 0 {
+				rl[k] = *resource.NewQuantity(int64(r.IntN(8)), resource.DecimalSI)
+			}
+		}
+		return rl
+	}
+	always := corev1.ContainerRestartPolicyAlways
+	shortcuts := 0
+	for i := range 5000 {
+		p := &corev1.Pod{}
+		for k := range 1 + r.IntN(3) {
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: fmt.Sprint("c", k), Resources: corev1.ResourceRequirements{Requests: list()}})
+		}
+		for k := range r.IntN(3) {
+			c := corev1.Container{Name: fmt.Sprint("i", k), Resources: corev1.ResourceRequirements{Requests: list()}}
+			if r.IntN(2) == 0 {
+				c.RestartPolicy = &always
+			}
+			p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+		}
+		status := func(cs []corev1.Container) (out []corev1.ContainerStatus) {
+			for _, c := range cs {
+				if r.IntN(4) == 0 {
+					continue
+				}
+				st := corev1.ContainerStatus{Name: c.Name, AllocatedResources: c.Resources.Requests.DeepCopy()}
+				if r.IntN(3) == 0 {
+					st.AllocatedResources = list()
+				}
+				if r.IntN(2) == 0 {
+					st.Resources = &corev1.ResourceRequirements{Requests: st.AllocatedResources}
+					if r.IntN(3) == 0 {
+						st.Resources.Requests = list()
+					}
+				}
+				out = append(out, st)
+			}
+			return out
+		}
+		p.Status.ContainerStatuses, p.Status.InitContainerStatuses = status(p.Spec.Containers), status(p.Spec.InitContainers)
+		if r.IntN(10) == 0 {
+			p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodResizePending, Status: corev1.ConditionTrue, Reason: corev1.PodReasonInfeasible}}
+		}
+		if statusWithinSpec(p) {
+			shortcuts++
+		}
+		same := func(a, b corev1.ResourceList) bool { // (a resource of 0 is as one not asked)
+			for k := range a {
+				if x, y := a[k], b[k]; x.Cmp(y) != 0 {
+					return false
+				}
+			}
+			for k := range b {
+				if x, y := a[k], b[k]; x.Cmp(y) != 0 {
+					return false
+				}
+			}
+			return true
+		}
+		if got, want := Requests(p), resourcehelper.PodRequests(p, RequestOptions); !same(got, want) {
+			t.Fatalf("pod %d: %v, kube-scheduler's %v (%+v)", i, got, want, p)
+		}
+	}
+	if shortcuts < 1000 || shortcuts > 4000 {
+		t.Errorf("%d of 5,000 pods took the shortcut: the test does not exercise both ways", shortcuts)
 	}
 }
 
