@@ -229,9 +229,12 @@ func TestGatedPodsLeftAloneThenBound(t *testing.T) {
 // kube-scheduler's requests and the node's other limits: native sidecars
 // are summed, pod-level resources honoured, the node's pod count, host
 // ports and ephemeral storage modelled; the pods that do not fit wait,
-// told why in kube-scheduler's words.
-func TestNodeLimitsHonoured(t *testing.T) {
-	c := newCluster(t, 8, 0) // 96 CPU, 8 GPUs, 1000Gi ephemeral storage, 110 pods a node
+// told why in kube-scheduler's words. Judged by kube-scheduler (8 nodes of
+// 96 CPUs, 8 GPUs, 1000Gi of ephemeral storage and 110 pods).
+func TestNodeLimitsHonoured(t *testing.T) { judged(t, 8, nodeLimits) }
+
+func nodeLimits(c *cluster) {
+	t := c.t
 	ctx := context.Background()
 	n3, err := c.cs.CoreV1().Nodes().Get(ctx, "node-3", metav1.GetOptions{})
 	if err != nil {
@@ -272,7 +275,7 @@ func TestNodeLimitsHonoured(t *testing.T) {
 	if p := c.get(ns, "podlevel-0"); p.Spec.Resources == nil {
 		t.Fatalf("the API server dropped spec.resources (feature gate PodLevelResources off?)")
 	}
-	c.startScheduler()
+	c.startJudged()
 	want := map[string]string{"sidecar": "Insufficient cpu", "podlevel": "Insufficient cpu", "count": "1 Too many pods",
 		"port": "1 node(s) didn't have free ports for the requested pod ports", "disk": "1 Insufficient ephemeral-storage"}
 	bound := map[string]int{}
@@ -862,9 +865,11 @@ func oneAtATime(c *cluster) {
 
 // Five pods of one ReplicaSet with required anti-affinity on the hostname
 // and three nodes they may use: three are bound (a partial placement is
-// bound), the other two wait, told why.
-func TestPartialPlacementsBound(t *testing.T) {
-	c := newCluster(t, 8, 0)
+// bound), the other two wait, told why. Judged by kube-scheduler.
+func TestPartialPlacementsBound(t *testing.T) { judged(t, 8, partialPlacements) }
+
+func partialPlacements(c *cluster) {
+	t := c.t
 	ns := "partial"
 	var pods []*corev1.Pod
 	for i := 0; i < 5; i++ {
@@ -876,7 +881,7 @@ func TestPartialPlacementsBound(t *testing.T) {
 		pods = append(pods, p)
 	}
 	c.create(ns, pods...)
-	c.startScheduler()
+	c.startJudged()
 	var boundTo []string
 	waitFor(t, 60*time.Second, "three of the five bound", func() (bool, string) {
 		boundTo = nil
@@ -1082,9 +1087,12 @@ func TestCoschedulingGangs(t *testing.T) {
 
 // Required pod affinity and anti-affinity on any key, symmetric as
 // kube-scheduler applies them, and topology spread (DoNotSchedule), solved
-// in Placer's rounds and explained in kube-scheduler's words.
-func TestPodAffinityAndSpread(t *testing.T) {
-	c := newCluster(t, 8, 0) // zones: node-1..4 zone-1, node-5..8 zone-2
+// in Placer's rounds and explained in kube-scheduler's words. Judged by
+// kube-scheduler (zones: node-1..4 zone-1, node-5..8 zone-2).
+func TestPodAffinityAndSpread(t *testing.T) { judged(t, 8, affinityAndSpread) }
+
+func affinityAndSpread(c *cluster) {
+	t := c.t
 	ns := "rules"
 	antiOn := func(p *corev1.Pod, key string, match map[string]string) *corev1.Pod {
 		if p.Spec.Affinity == nil {
@@ -1098,7 +1106,7 @@ func TestPodAffinityAndSpread(t *testing.T) {
 	guard := antiOn(c.buildPod(ns, podSpec{name: "guard", gpus: 1, selector: map[string]string{"kubernetes.io/hostname": "node-1"}}),
 		"kubernetes.io/hostname", map[string]string{"app": "noisy"})
 	c.create(ns, guard)
-	c.startScheduler()
+	c.startJudged()
 	c.waitBound(ns, 60*time.Second)
 	var pods []*corev1.Pod
 	for i := 0; i < 4; i++ { // one a zone
@@ -1132,7 +1140,12 @@ func TestPodAffinityAndSpread(t *testing.T) {
 	var ps []corev1.Pod
 	waitFor(t, 90*time.Second, "all but two db pods bound", func() (bool, string) {
 		ps = c.pods(ns)
-		u := c.unbound(ns)
+		var u []string // (of the same look as ps: kube-scheduler binds one pod at a time)
+		for _, p := range ps {
+			if p.Spec.NodeName == "" {
+				u = append(u, p.Name)
+			}
+		}
 		return len(u) == 2 && strings.HasPrefix(u[0], "db-") && strings.HasPrefix(u[1], "db-"), fmt.Sprint(u)
 	})
 	at := map[string]string{}
