@@ -102,13 +102,18 @@ type cluster struct {
 // assertions hold of both: what kube-scheduler binds, and what it says of
 // what it does not, is the reference.
 func judged(t *testing.T, nodes int, body func(c *cluster)) {
+	judgedWith(t, clusterOpts{nodes: nodes}, body)
+}
+
+// judgedWith: judged, on control planes of options o.
+func judgedWith(t *testing.T, o clusterOpts, body func(c *cluster)) {
 	for _, kube := range []bool{false, true} {
 		name := "placer"
 		if kube {
 			name = "kube-scheduler"
 		}
 		t.Run(name, func(t *testing.T) {
-			c := newCluster(t, nodes, 0)
+			c := newClusterWith(t, o)
 			c.kube = kube
 			body(c)
 		})
