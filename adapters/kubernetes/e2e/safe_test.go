@@ -861,6 +861,39 @@ func oneAtATime(c *cluster) {
 	}
 }
 
+// An in-tree disk named in a pod (VolumeRestrictions' disk conflicts) is
+// one node's pod's unless all mount it read-only, judged by
+// kube-scheduler: a running pod on node-2 mounts EBS volume vol-x, and a
+// pod pinned to node-2 mounting it waits, told so; two pods mounting
+// vol-y go to two nodes; two mounting one GCE PD read-only may share one.
+func TestInTreeDisksNotShared(t *testing.T) { judged(t, 4, inTreeDisks) }
+
+func inTreeDisks(c *cluster) {
+	t := c.t
+	ns := "disks"
+	ebs := func(p *corev1.Pod, id string) *corev1.Pod {
+		p.Spec.Volumes = []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{AWSElasticBlockStore: &corev1.AWSElasticBlockStoreVolumeSource{VolumeID: id}}}}
+		return p
+	}
+	pd := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.Volumes = []corev1.Volume{{Name: "d", VolumeSource: corev1.VolumeSource{GCEPersistentDisk: &corev1.GCEPersistentDiskVolumeSource{PDName: "ro", ReadOnly: true}}}}
+		p.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": "node-4"}
+		return p
+	}
+	holder := ebs(c.buildPod(ns, podSpec{name: "holder", gpus: 1}), "vol-x")
+	holder.Spec.NodeName = "node-2"
+	c.create(ns, holder, ebs(c.buildPod(ns, podSpec{name: "x", gpus: 1, selector: map[string]string{"kubernetes.io/hostname": "node-2"}}), "vol-x"),
+		ebs(c.buildPod(ns, podSpec{name: "y1", gpus: 1}), "vol-y"), ebs(c.buildPod(ns, podSpec{name: "y2", gpus: 1}), "vol-y"),
+		pd(c.buildPod(ns, podSpec{name: "ro1", gpus: 1})), pd(c.buildPod(ns, podSpec{name: "ro2", gpus: 1})))
+	c.startJudged()
+	c.waitBound(ns, 60*time.Second, "x")
+	if y1, y2 := c.get(ns, "y1").Spec.NodeName, c.get(ns, "y2").Spec.NodeName; y1 == y2 {
+		t.Errorf("y1 and y2, of one EBS volume, both on %s", y1)
+	}
+	t.Logf("x: %s", c.waitCondition(ns, "x", "Unschedulable",
+		"0/4 nodes are available: 1 node(s) had no available disk, 3 node(s) didn't match Pod's node affinity/selector.", 30*time.Second))
+}
+
 // ---------------------------------------------------------------- 3: partial placements
 
 // Five pods of one ReplicaSet with required anti-affinity on the hostname

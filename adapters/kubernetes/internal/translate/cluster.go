@@ -52,8 +52,10 @@ type Cluster struct {
 	// needs them (attach.go).
 	attached []*attached
 	// inUse: the claims of the pods on the nodes, "ns/name", read once a
-	// round where a pod has a ReadWriteOncePod claim (solo.go).
+	// round where a pod has a ReadWriteOncePod claim; took: the pods with
+	// in-tree disks Take gave each node this round (solo.go).
 	inUse map[string]bool
+	took  map[int][]*corev1.Pod
 	// GPUsLeftOut: the nodes with more GPUs than Placer takes on one
 	// (MaxNodeGPUs), whose GPUs the round leaves out (NewCluster).
 	GPUsLeftOut []string

@@ -347,7 +347,7 @@ func (c *Cluster) rules(p *corev1.Pod) ([]rule, []*wire.PreferredTermT) {
 		}
 	}
 	out = append(out, c.sideRules(sideRequests(Requests(p)))...)
-	out = append(out, c.soloRules(p)...)
+	out = append(out, c.restrictionRules(p)...)
 	out = append(out, c.attachRules(p)...)
 	out = append(out, c.volumeRules(p)...)
 	out = append(out, c.spreadRules(p)...)

@@ -74,8 +74,8 @@ func sideMiss(free, side corev1.ResourceList) string {
 	return ""
 }
 
-// Take: node ni takes pod p's side resources, host ports, ReadWriteOncePod
-// claims (solo.go), CSI volumes (attach.go), pre-made volumes (the smallest on the node for each claim:
+// Take: node ni takes pod p's side resources, host ports, in-tree disks
+// and ReadWriteOncePod claims (solo.go), CSI volumes (attach.go), pre-made volumes (the smallest on the node for each claim:
 // TookVolumes) and claims (on `gpus`, the GPUs Placer chose, where its
 // devices allow), or says why it cannot (kube-scheduler's words; nothing is taken then).
 // The planner calls it for a round's placements in queue order.
@@ -87,6 +87,9 @@ func (c *Cluster) Take(p *corev1.Pod, ni int, gpus []uint8) string {
 	side := sideRequests(Requests(p))
 	if why := sideMiss(c.side[ni], side); why != "" {
 		return why
+	}
+	if c.diskTaken(p, ni) {
+		return diskWhy
 	}
 	if c.soloTaken(p) {
 		return soloWhy
@@ -126,6 +129,12 @@ func (c *Cluster) Take(p *corev1.Pod, ni int, gpus []uint8) string {
 	c.ports[ni].add(ports)
 	c.attach(csi, ni)
 	c.takeSolo(p)
+	if hasDisks(p) {
+		if c.took == nil {
+			c.took = map[int][]*corev1.Pod{}
+		}
+		c.took[ni] = append(c.took[ni], p)
+	}
 	if vols != nil {
 		if c.volTaken == nil {
 			c.volTaken, c.volumes = map[string]bool{}, map[types.UID]map[string]string{}
