@@ -350,6 +350,9 @@ func TestClaimsVolumes(t *testing.T) {
 		if class != "" {
 			c.Spec.StorageClassName = &class
 		}
+		if name == "w-scratch" { // pod w's generic ephemeral volume's
+			c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Pod", Name: "w", UID: "uid-w", Controller: ptr.To(true)}}
+		}
 		if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -393,6 +396,11 @@ func TestClaimsVolumes(t *testing.T) {
 	w.Spec.Volumes = append(w.Spec.Volumes, corev1.Volume{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}})
 	if why := s.volumeHold(nil, w); why != "" {
 		t.Errorf("w held: %s", why)
+	}
+	other := w.DeepCopy() // a pod of w's name again (w deleted, made anew): the claim is the old w's
+	other.UID = "uid-w2"
+	if why, want := s.volumeHold(nil, other), "placer: PVC ns/w-scratch was not created for pod ns/w (pod is not owner)"; why != want {
+		t.Errorf("a pod not owning its ephemeral volume's claim: held %q, want %q", why, want)
 	}
 	if got := s.volumeNodes(w); got == nil || !reflect.DeepEqual(got.Bound, []*corev1.NodeSelector{local}) || got.Provision != nil || got.Node != "" {
 		t.Errorf("w's volumes' nodes %+v, want pv-local's alone", got)

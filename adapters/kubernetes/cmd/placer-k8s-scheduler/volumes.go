@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/component-helpers/storage/ephemeral"
 	storagehelpers "k8s.io/component-helpers/storage/volume"
 	"k8s.io/utils/ptr"
 
@@ -61,6 +62,8 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 		switch {
 		case err != nil:
 			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q not found", name))
+		case ephemeralOf(p, name) && ephemeral.VolumeIsForPod(p, c) != nil: // another pod's (kube-scheduler's VolumeBinding refuses it)
+			missing = append(missing, ephemeral.VolumeIsForPod(p, c).Error())
 		case c.DeletionTimestamp != nil:
 			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q is being deleted", name))
 		case !claimBound(c):
@@ -82,6 +85,17 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 			strings.Join(unbound, ", "))
 	}
 	return ""
+}
+
+// ephemeralOf: whether claim `name` is one of pod p's generic ephemeral
+// volumes', which its pod must own.
+func ephemeralOf(p *corev1.Pod, name string) bool {
+	for i := range p.Spec.Volumes {
+		if v := &p.Spec.Volumes[i]; v.Ephemeral != nil && ephemeral.VolumeClaimName(p, v) == name {
+			return true
+		}
+	}
+	return false
 }
 
 // soloClaims: pod p's claims of access mode ReadWriteOncePod
