@@ -4,11 +4,14 @@ package translate
 // on any topology key (and the anti-affinity of the pods already on the
 // nodes, which kube-scheduler applies symmetrically), topology spread
 // constraints with whenUnsatisfiable DoNotSchedule, host ports, side
-// resources (side.go) and where the pod's volumes may be (volumeRules)
-// become requirements on node labels (the topology key's values, or the
-// round's NodeLabel), computed against the pods the Cluster holds, with
+// resources (side.go), in-tree disks and ReadWriteOncePod claims in use
+// (solo.go), CSI attach limits (attach.go), where the pod's volumes may be
+// (volumeRules) and the node features it needs (features.go) become
+// requirements on node labels (the topology key's values, or the round's
+// NodeLabel), computed against the pods the Cluster holds, with
 // kube-scheduler's meaning (its InterPodAffinity, PodTopologySpread,
-// NodePorts, NodeResourcesFit and VolumeBinding filters). The
+// NodePorts, NodeResourcesFit, VolumeRestrictions, NodeVolumeLimits,
+// VolumeBinding, VolumeZone and NodeDeclaredFeatures filters). The
 // preferred forms (preferred pod affinity and anti-affinity, ScheduleAnyway
 // spread) become preferred node terms with their weights, which Placer
 // scores.

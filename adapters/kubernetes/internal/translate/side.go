@@ -75,9 +75,10 @@ func sideMiss(free, side corev1.ResourceList) string {
 }
 
 // Take: node ni takes pod p's side resources, host ports, in-tree disks
-// and ReadWriteOncePod claims (solo.go), CSI volumes (attach.go), pre-made volumes (the smallest on the node for each claim:
-// TookVolumes) and claims (on `gpus`, the GPUs Placer chose, where its
-// devices allow), or says why it cannot (kube-scheduler's words; nothing is taken then).
+// and ReadWriteOncePod claims (solo.go), CSI volumes (attach.go), pre-made
+// volumes (the smallest on the node for each claim: TookVolumes) and
+// claims (on `gpus`, the GPUs Placer chose, where its devices allow), or
+// says why it cannot (kube-scheduler's words; nothing is taken then).
 // The planner calls it for a round's placements in queue order.
 func (c *Cluster) Take(p *corev1.Pod, ni int, gpus []uint8) string {
 	ports := HostPorts(p)
