@@ -81,6 +81,9 @@ func (c *Cluster) takeSolo(p *corev1.Pod) {
 // use; every other node, where one of its ReadWriteOncePod claims is.
 func (c *Cluster) restrictionRules(p *corev1.Pod) []rule {
 	taken := c.soloTaken(p)
+	if !taken && !hasDisks(p) {
+		return nil
+	}
 	var disks, rest []string
 	for i, n := range c.Nodes {
 		switch {
