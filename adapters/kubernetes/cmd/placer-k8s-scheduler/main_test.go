@@ -35,8 +35,9 @@ func testScheduler(t *testing.T) (*scheduler, *fake.Clientset) {
 	return s, cs
 }
 
-// bindDone: the annotations of a claim the PV controller has bound.
-var bindDone = map[string]string{bindCompleted: "yes"}
+// bindDone: the annotations of a claim the PV controller has bound (a map
+// of its own each time).
+func bindDone() map[string]string { return map[string]string{bindCompleted: "yes"} }
 
 func testPod(name, node string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
@@ -244,7 +245,7 @@ func TestVolumeBoundOrNodeChangedRequeues(t *testing.T) {
 		return false
 	}
 	if !requeued(func() error {
-		pvc.Spec.VolumeName, pvc.Status.Phase, pvc.Annotations = "pv-1", corev1.ClaimBound, bindDone
+		pvc.Spec.VolumeName, pvc.Status.Phase, pvc.Annotations = "pv-1", corev1.ClaimBound, bindDone()
 		_, err := cs.CoreV1().PersistentVolumeClaims("ns").Update(ctx, pvc, metav1.UpdateOptions{})
 		return err
 	}) {
@@ -345,7 +346,7 @@ func TestClaimsVolumes(t *testing.T) {
 			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("5Gi")}}}}
 		if pv != "" {
-			c.Status.Phase, c.Annotations = corev1.ClaimBound, bindDone
+			c.Status.Phase, c.Annotations = corev1.ClaimBound, bindDone()
 		}
 		if class != "" {
 			c.Spec.StorageClassName = &class
@@ -459,7 +460,7 @@ func TestClaimsVolumes(t *testing.T) {
 		t.Error("a claim given another node than the pod's not seen")
 	}
 	c, _ := cs.CoreV1().PersistentVolumeClaims("ns").Get(ctx, "ckpt", metav1.GetOptions{})
-	c.Spec.VolumeName, c.Status.Phase, c.Annotations = "pv-ckpt", corev1.ClaimBound, bindDone
+	c.Spec.VolumeName, c.Status.Phase, c.Annotations = "pv-ckpt", corev1.ClaimBound, bindDone()
 	if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Update(ctx, c, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -521,7 +522,7 @@ func TestReadWriteOncePodClaimsRead(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for name, mode := range map[string]corev1.PersistentVolumeAccessMode{"solo": corev1.ReadWriteOncePod, "shared": corev1.ReadWriteOnce} {
-		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: bindDone}, Spec: corev1.PersistentVolumeClaimSpec{
+		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", Annotations: bindDone()}, Spec: corev1.PersistentVolumeClaimSpec{
 			VolumeName: "pv-" + name, AccessModes: []corev1.PersistentVolumeAccessMode{mode}}, Status: corev1.PersistentVolumeClaimStatus{Phase: corev1.ClaimBound}}
 		if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -691,7 +692,7 @@ func TestAttachableVolumesAndZones(t *testing.T) {
 		c := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: claim, Namespace: "ns"}, Spec: corev1.PersistentVolumeClaimSpec{
 			VolumeName: pv, StorageClassName: &class}}
 		if pv != "" {
-			c.Status.Phase, c.Annotations = corev1.ClaimBound, bindDone
+			c.Status.Phase, c.Annotations = corev1.ClaimBound, bindDone()
 		}
 		if _, err := cs.CoreV1().PersistentVolumeClaims("ns").Create(ctx, c, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
