@@ -370,14 +370,19 @@ func unmeetableClaim(c *cluster) {
 // created once the others were bound too. A pod that needs all of that
 // node's GPUs waits, in kube-scheduler's words; once the sharing pods
 // have finished, the resourceclaim controller frees the claim, its
-// devices go back to the pool, and that pod is bound there.
+// devices go back to the pool, and that pod is bound there. Judged by
+// kube-scheduler.
 func TestDRASharedClaim(t *testing.T) {
-	c := newClusterWith(t, clusterOpts{nodes: 2, controllers: claimController, dra: true, models: "h100"})
+	judgedWith(t, clusterOpts{nodes: 2, controllers: claimController, dra: true, models: "h100"}, sharedClaim)
+}
+
+func sharedClaim(c *cluster) {
+	t := c.t
 	ns := "dra-shared"
 	c.claim(ns, "shared", wantCC9)
 	c.template(ns, "eight-h100", wantH100x8)
 	k := c.startKubelet(ns)
-	c.startScheduler()
+	c.startJudged()
 	var pods []*corev1.Pod
 	for i := 0; i < 3; i++ {
 		pods = append(pods, c.claimPod(ns, podSpec{name: fmt.Sprintf("share-%d", i)}, "shared", true))
@@ -401,7 +406,7 @@ func TestDRASharedClaim(t *testing.T) {
 	c.create(ns, c.claimPod(ns, podSpec{name: "filler", hosts: []string{other}}, "eight-h100", false))
 	c.waitBound(ns, 60*time.Second)
 	c.create(ns, c.claimPod(ns, podSpec{name: "big"}, "eight-h100", false))
-	if msg := c.waitCondition(ns, "big", "Unschedulable", "nodes are available", 30*time.Second); msg != "0/2 nodes are available: 2 cannot allocate all claims." {
+	if msg := c.waitCondition(ns, "big", "Unschedulable", "nodes are available", 30*time.Second); !strings.HasPrefix(msg, "0/2 nodes are available: 2 cannot allocate all claims.") {
 		t.Errorf("big, while the shared claim holds two of %s's GPUs: %q", node, msg)
 	}
 	// The sharing pods finish (the node-lifecycle loop ends them).
