@@ -59,11 +59,15 @@ func (s *scheduler) volumeHold(ds *dra.Snapshot, p *corev1.Pod) string {
 	var missing, unbound []string
 	for _, name := range translate.ClaimNames(p) {
 		c, err := s.pvcs.PersistentVolumeClaims(p.Namespace).Get(name)
+		var notOurs error // a generic ephemeral volume's claim another pod owns (kube-scheduler's VolumeBinding refuses it)
+		if err == nil && ephemeralOf(p, name) {
+			notOurs = ephemeral.VolumeIsForPod(p, c)
+		}
 		switch {
 		case err != nil:
 			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q not found", name))
-		case ephemeralOf(p, name) && ephemeral.VolumeIsForPod(p, c) != nil: // another pod's (kube-scheduler's VolumeBinding refuses it)
-			missing = append(missing, ephemeral.VolumeIsForPod(p, c).Error())
+		case notOurs != nil:
+			missing = append(missing, notOurs.Error())
 		case c.DeletionTimestamp != nil:
 			missing = append(missing, fmt.Sprintf("persistentvolumeclaim %q is being deleted", name))
 		case !claimBound(c):

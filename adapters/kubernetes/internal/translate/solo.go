@@ -16,6 +16,7 @@ import (
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/component-helpers/storage/ephemeral"
 )
 
 // kube-scheduler's reasons, for the nodes that pass the filters before it.
@@ -28,12 +29,12 @@ const (
 // ephemeral volumes' (<pod>-<volume>) among them.
 func ClaimNames(p *corev1.Pod) []string {
 	var out []string
-	for _, v := range p.Spec.Volumes {
-		switch {
+	for i := range p.Spec.Volumes {
+		switch v := &p.Spec.Volumes[i]; {
 		case v.PersistentVolumeClaim != nil:
 			out = append(out, v.PersistentVolumeClaim.ClaimName)
 		case v.Ephemeral != nil:
-			out = append(out, p.Name+"-"+v.Name)
+			out = append(out, ephemeral.VolumeClaimName(p, v))
 		}
 	}
 	return out

@@ -192,7 +192,7 @@ func (o Options) NodeSignature(p *corev1.Pod) string {
 
 // Requests is what a pod asks of a node, as kube-scheduler's
 // NodeResourcesFit counts it (k8s.io/component-helpers/resource, with
-// kube-scheduler v1.37's options: RequestOptions): its containers and
+// kube-scheduler v1.37's options: requestOptions): its containers and
 // native sidecars (init containers with restartPolicy Always) summed, or
 // the largest of its init containers (each with the sidecars started
 // before it) where that is more, pod-level spec.resources where given,
@@ -204,7 +204,7 @@ func Requests(p *corev1.Pod) corev1.ResourceList {
 	if statusWithinSpec(p) {
 		return resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
 	}
-	return resourcehelper.PodRequests(p, RequestOptions)
+	return resourcehelper.PodRequests(p, requestOptions)
 }
 
 // statusWithinSpec: whether what pod p's status says its containers hold
@@ -245,10 +245,10 @@ func statusWithinSpec(p *corev1.Pod) bool {
 	return true
 }
 
-// RequestOptions: kube-scheduler v1.37's (PodInfo.CalculateResource): the
+// requestOptions: kube-scheduler v1.37's (PodInfo.CalculateResource): the
 // status resources read (InPlacePodVerticalScaling, GA), and pod-level
 // ones (InPlacePodLevelResourcesVerticalScaling, beta and on).
-var RequestOptions = resourcehelper.PodResourcesOptions{UseStatusResources: true, InPlacePodLevelResourcesVerticalScalingEnabled: true}
+var requestOptions = resourcehelper.PodResourcesOptions{UseStatusResources: true, InPlacePodLevelResourcesVerticalScalingEnabled: true}
 
 // Bound reports whether a pod holds its node's resources: bound and not finished.
 func Bound(p *corev1.Pod) bool {

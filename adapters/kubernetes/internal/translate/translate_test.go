@@ -205,7 +205,7 @@ func TestRequestsShortcutIsKubeSchedulersCount(t *testing.T) {
 			}
 			return true
 		}
-		if got, want := Requests(p), resourcehelper.PodRequests(p, RequestOptions); !same(got, want) {
+		if got, want := Requests(p), resourcehelper.PodRequests(p, requestOptions); !same(got, want) {
 			t.Fatalf("pod %d: %v, kube-scheduler's %v (%+v)", i, got, want, p)
 		}
 	}
